@@ -1,0 +1,253 @@
+// Package driver is what a freqcap backend implements.
+//
+// The sdk package translates its user-facing types (rules, policies,
+// subjects) into the plain, fully resolved values of this package — rules
+// as specs, storage keys already built — much as database/sql does for
+// database/sql/driver. A backend never parses rules or builds key names: it
+// evaluates the specs it is given, against its own clock, atomically.
+//
+// driver imports nothing from sdk.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Algorithm names the counting algorithm of a rule.
+type Algorithm uint8
+
+const (
+	// FixedWindow counts units in windows aligned to the Unix epoch
+	// (Window long), or to a calendar (Rule.Calendar).
+	FixedWindow Algorithm = iota + 1
+	// SlidingWindow counts units in SubWindows cells of Window/SubWindows
+	// each; the count is the sum of the last SubWindows cells, so it is
+	// accurate to one cell and never under-counts.
+	SlidingWindow
+	// SlidingLog keeps one entry per unit and counts those in
+	// (now-Window, now]: exact, memory grows with Limit.
+	SlidingLog
+	// GCRA is the generic cell rate algorithm (leaky bucket as a meter):
+	// Limit units per Window, Burst extra units at once.
+	GCRA
+)
+
+// String returns the algorithm's name as written in policy files.
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
+	case GCRA:
+		return "gcra"
+	}
+	return "unknown"
+}
+
+// CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone.
+type CalendarUnit uint8
+
+const (
+	// NoCalendar: windows are Window long and aligned to the Unix epoch.
+	NoCalendar CalendarUnit = iota
+	// Day: one window per natural day (local midnight to midnight) in
+	// Rule.Location; a DST day is 23 or 25 hours long.
+	Day
+	// Hour: one window per local hour in Rule.Location (differs from an
+	// epoch-aligned hour only in zones with a fractional offset).
+	Hour
+)
+
+// String returns the unit as written in policy files.
+func (u CalendarUnit) String() string {
+	switch u {
+	case Day:
+		return "day"
+	case Hour:
+		return "hour"
+	}
+	return ""
+}
+
+// Rule is one resolved rule of a policy, for one subject.
+//
+// Semantics per algorithm (cost c, current count u):
+//   - FixedWindow, SlidingWindow, SlidingLog: admit iff u+c <= Limit.
+//   - GCRA: emission interval T = Window/Limit, tolerance = T*(Burst+1);
+//     the reported limit is Burst+1 (the redis-cell convention:
+//     CL.THROTTLE key Burst Limit Window c).
+type Rule struct {
+	// Name is the rule's name, unique within its policy.
+	Name string
+	// Key is the storage key of this rule's state for this subject. All
+	// keys of one Request share one Redis hash tag. A backend stores the
+	// rule's whole state under exactly this key (one key per rule).
+	Key       string
+	Algorithm Algorithm
+	// Limit is the number of units admitted per Window (GCRA: the rate).
+	Limit int64
+	// Window is the window length (GCRA: the period of the rate). For a
+	// calendar rule it is the nominal length (24h or 1h).
+	Window time.Duration
+	// SubWindows is the number of cells of a SlidingWindow rule (>= 1).
+	SubWindows int
+	// Burst is the number of units a GCRA rule admits at once beyond the
+	// steady rate (>= 0).
+	Burst int64
+	// Calendar and Location align a FixedWindow rule to a time zone.
+	Calendar CalendarUnit
+	Location *time.Location
+}
+
+// Op says what a Take call does.
+type Op uint8
+
+const (
+	// OpTake checks every rule and, only if all admit Cost, consumes Cost
+	// from each.
+	OpTake Op = iota
+	// OpPeek checks every rule for Cost and consumes nothing.
+	OpPeek
+	// OpReserve is OpTake that also records a hold (HoldID) which Settle
+	// commits or cancels; a hold not settled within HoldTTL lapses and its
+	// units are given back (lazily: at the next call on HoldKey, or when
+	// the rule's state expires, whichever comes first).
+	OpReserve
+	// OpInspect is OpPeek with Cost 1 that also returns the denial trail.
+	// Rules may be left out of an inspection request (the caller cannot
+	// name their keys); every rule given is reported.
+	OpInspect
+)
+
+// Request asks a backend for one decision on one subject.
+type Request struct {
+	Op Op
+	// Policy is the name recorded in denial trail entries.
+	Policy string
+	Rules  []Rule
+	// Cost is the number of units to take (>= 1; OpInspect ignores it).
+	Cost int64
+
+	// TrailKey holds the subject's recent denials under this policy. On a
+	// denied OpTake or OpReserve the backend records one Denial per
+	// denying rule in the same atomic step, keeps at most TrailMax
+	// entries (newest first) and expires the trail TrailTTL after the last
+	// denial. TrailMax 0 disables the trail.
+	TrailKey string
+	TrailMax int
+	TrailTTL time.Duration
+
+	// HoldKey holds the subject's open reservations under this policy.
+	// Every call processes the lapsed holds stored there first.
+	HoldKey string
+	// HoldID and HoldTTL describe the hold an OpReserve creates.
+	HoldID  string
+	HoldTTL time.Duration
+}
+
+// RuleResult is one rule's part of a Result.
+type RuleResult struct {
+	// Allowed reports whether this rule admits the cost.
+	Allowed bool
+	// Used is the count after the call: it includes the cost when the
+	// request was allowed and consumed, and not otherwise.
+	Used int64
+	// Limit is the rule's limit as reported (GCRA: Burst+1).
+	Limit int64
+	// Remaining is Limit-Used, never negative.
+	Remaining int64
+	// ResetAfter is how long until Used is back to zero if nothing more
+	// is taken (fixed window: the window's end).
+	ResetAfter time.Duration
+	// RetryAfter is, when the rule does not admit the cost, how long until
+	// it will; zero when it admits it.
+	RetryAfter time.Duration
+	// CostTooHigh reports that the cost can never fit (cost > limit);
+	// RetryAfter is zero then.
+	CostTooHigh bool
+}
+
+// Result is a backend's answer to a Request.
+type Result struct {
+	// Allowed reports whether every rule admitted the cost (and, for
+	// OpTake/OpReserve, the cost was consumed from every rule).
+	Allowed bool
+	// Rules holds one result per Request.Rules entry, in the same order.
+	Rules []RuleResult
+	// Now is the backend's clock at the decision.
+	Now time.Time
+	// Trail is the subject's recent denials, newest first (OpInspect only).
+	Trail []Denial
+	// NonAtomic reports that the backend could not make this decision
+	// all-or-nothing (it compensates instead, e.g. TairHash without Lua).
+	NonAtomic bool
+}
+
+// Denial is one entry of a denial trail.
+type Denial struct {
+	At         time.Time
+	Policy     string
+	Rule       string
+	Used       int64
+	Limit      int64
+	Cost       int64
+	RetryAfter time.Duration
+	// CostTooHigh: the cost could never fit; RetryAfter is zero.
+	CostTooHigh bool
+}
+
+// Backend decides. Implementations are safe for concurrent use.
+type Backend interface {
+	// Take carries out req (see Op). A denial is a Result, not an error;
+	// an error means the backend could not decide and nothing was
+	// consumed, or — for a timeout — that it cannot tell.
+	Take(ctx context.Context, req Request) (Result, error)
+}
+
+// Settler is implemented by backends that support reservations.
+type Settler interface {
+	// Settle commits (keeps the units) or cancels (gives them back) the
+	// hold id stored under holdKey. It returns ErrHoldNotFound when the
+	// hold does not exist: never made, already settled, or lapsed.
+	Settle(ctx context.Context, holdKey, id string, commit bool) error
+}
+
+// Resetter is implemented by backends that can forget a subject.
+type Resetter interface {
+	// Reset deletes the state of every rule in req.Rules and every hold
+	// under req.HoldKey. The denial trail is kept.
+	Reset(ctx context.Context, req Request) error
+}
+
+// Describer is implemented by backends that can say what they are and
+// which strategy they use for each algorithm (shown by the console).
+type Describer interface {
+	Describe(ctx context.Context) (Description, error)
+}
+
+// Description is a backend's account of itself.
+type Description struct {
+	// Name is the backend's kind, e.g. "memory" or "redis".
+	Name string
+	// Target says where it stores state, e.g. "127.0.0.1:6379".
+	Target string
+	// Strategies maps an algorithm to the strategy in use and why.
+	Strategies map[Algorithm]Strategy
+	// Notes are further findings, one sentence each.
+	Notes []string
+}
+
+// Strategy is how a backend implements one algorithm.
+type Strategy struct {
+	Name   string // e.g. "lua-hash", "tairhash", "redis-cell"
+	Reason string // e.g. "EXHINCRBY on 3/3 masters"
+}
+
+// ErrHoldNotFound is returned by Settle for an unknown, settled or lapsed
+// hold.
+var ErrHoldNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
