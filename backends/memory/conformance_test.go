@@ -1,0 +1,32 @@
+package memory_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+func TestConformance(t *testing.T) {
+	clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	conformance.Run(t, conformance.Harness{
+		NewBackend: func(t *testing.T) driver.Backend { return memory.New(&memory.Options{Now: clock.Now}) },
+		Clock:      clock,
+		Features:   conformance.AllFeatures,
+	})
+}
+
+// TestConformanceRealClock runs the suite as against a server: the
+// backend reads the real clock and the suite waits by polling it.
+func TestConformanceRealClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-clock run takes a few seconds")
+	}
+	b := memory.New(nil)
+	conformance.Run(t, conformance.Harness{
+		NewBackend: func(t *testing.T) driver.Backend { return b },
+		Features:   conformance.AllFeatures,
+	})
+}

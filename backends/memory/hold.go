@@ -1,0 +1,210 @@
+package memory
+
+import (
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// hold is an open reservation: what to give back if it is cancelled or
+// lapses (expiry <= now).
+type hold struct {
+	exp     time.Time
+	refunds []refund
+}
+
+// refund undoes one rule's part of a reservation (docs/DESIGN.md,
+// "Reservations"), unless that state has moved on.
+type refund struct {
+	rule driver.Rule
+	cost int64
+	end  time.Time // FixedWindow: the window it was taken in
+	cell int64     // SlidingWindow: the cell it was added to
+	at   time.Time // SlidingLog: the run's time; GCRA: the tat it stored
+	seq  uint64    // SlidingLog: the run's seq
+}
+
+// worthless is when the refund can no longer change anything: the state
+// it would correct has expired by then.
+func (rf refund) worthless() time.Time {
+	switch rf.rule.Algorithm {
+	case driver.FixedWindow:
+		return rf.end
+	case driver.SlidingWindow:
+		size, n := cellSize(rf.rule)
+		return cellEnd(rf.cell, size, n)
+	case driver.SlidingLog:
+		return rf.at.Add(rf.rule.Window)
+	}
+	return rf.at
+}
+
+// hold records req.HoldID with the refund plan of the states just stored.
+func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
+	h := &hold{exp: x.now.Add(req.HoldTTL), refunds: make([]refund, len(req.Rules))}
+	for i, r := range req.Rules {
+		rf := refund{rule: r, cost: cost}
+		switch r.Algorithm {
+		case driver.FixedWindow:
+			rf.end = next[i].fixed.end
+		case driver.SlidingWindow:
+			size, _ := cellSize(r)
+			rf.cell = floorDiv(x.now.UnixNano(), int64(size))
+		case driver.SlidingLog:
+			rf.at, rf.seq = x.now, next[i].log.seq
+		case driver.GCRA:
+			rf.at = next[i].tat
+		}
+		h.refunds[i] = rf
+	}
+	s := x.shard(req.HoldKey)
+	e := s.get(req.HoldKey, x.now)
+	if e == nil || e.kind != kindHolds {
+		if e != nil {
+			s.remove(e)
+		}
+		e = &entry{key: req.HoldKey, kind: kindHolds, holds: make(map[string]*hold)}
+	}
+	e.holds[req.HoldID] = h
+	x.saveHolds(s, e)
+}
+
+// saveHolds stores a hold set until its last hold has lapsed and its last
+// refund become worthless, or deletes it when empty.
+func (x *txn) saveHolds(s *shard, e *entry) {
+	if len(e.holds) == 0 {
+		s.remove(e)
+		return
+	}
+	var exp time.Time
+	for _, h := range e.holds {
+		exp = later(exp, h.exp)
+		for _, rf := range h.refunds {
+			exp = later(exp, rf.worthless())
+		}
+	}
+	s.put(e, exp, x.now)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// holds returns the live hold set under key.
+func (x *txn) holds(key string) (*shard, *entry) {
+	s := x.shard(key)
+	e := s.get(key, x.now)
+	if e == nil || e.kind != kindHolds {
+		return s, nil
+	}
+	return s, e
+}
+
+// lapse refunds and deletes the lapsed holds under key.
+func (x *txn) lapse(key string) {
+	s, e := x.holds(key)
+	if e == nil {
+		return
+	}
+	changed := false
+	for id, h := range e.holds {
+		if h.exp.After(x.now) {
+			continue
+		}
+		for _, rf := range h.refunds {
+			x.refund(rf)
+		}
+		delete(e.holds, id)
+		changed = true
+	}
+	if changed {
+		x.saveHolds(s, e)
+	}
+}
+
+// holdKeys lists the rule keys the holds under key would refund.
+func (x *txn) holdKeys(key string) []string {
+	_, e := x.holds(key)
+	if e == nil {
+		return nil
+	}
+	var keys []string
+	for _, h := range e.holds {
+		for _, rf := range h.refunds {
+			keys = append(keys, rf.rule.Key)
+		}
+	}
+	return keys
+}
+
+func (x *txn) settle(key, id string, commit bool) error {
+	x.lapse(key)
+	s, e := x.holds(key)
+	if e == nil || e.holds[id] == nil {
+		return driver.ErrHoldNotFound
+	}
+	h := e.holds[id]
+	delete(e.holds, id)
+	if !commit {
+		for _, rf := range h.refunds {
+			x.refund(rf)
+		}
+	}
+	x.saveHolds(s, e)
+	return nil
+}
+
+// refund gives rf's units back, never below zero, and only to state that
+// still holds them. Keys of shards this call has not locked are skipped
+// (as on Redis, where a script touches only its KEYS); their state
+// expires by itself.
+func (x *txn) refund(rf refund) {
+	s := x.shard(rf.rule.Key)
+	if s == nil {
+		return
+	}
+	e := s.get(rf.rule.Key, x.now)
+	if e == nil || e.kind != kindOf(rf.rule.Algorithm) {
+		return
+	}
+	switch rf.rule.Algorithm {
+	case driver.FixedWindow:
+		if e.fixed.end.Equal(rf.end) {
+			e.fixed.count = max(0, e.fixed.count-rf.cost)
+		}
+	case driver.SlidingWindow:
+		size, n := cellSize(rf.rule)
+		if rf.cell <= floorDiv(x.now.UnixNano(), int64(size))-n {
+			return // the cell has left the window
+		}
+		for k := range e.sliding.cells {
+			if c := &e.sliding.cells[k]; c.idx == rf.cell {
+				c.n = max(0, c.n-rf.cost)
+			}
+		}
+	case driver.SlidingLog:
+		runs := e.log.runs
+		for k := range runs {
+			if runs[k].seq == rf.seq && runs[k].t.Equal(rf.at) {
+				e.log.runs = append(runs[:k:k], runs[k+1:]...)
+				break
+			}
+		}
+	case driver.GCRA:
+		// Give back the part of c*T still ahead of now: units that have
+		// already drained are not owed twice.
+		t, _ := gcraParams(rf.rule)
+		back := min(t*time.Duration(rf.cost), rf.at.Sub(x.now))
+		if back <= 0 {
+			return
+		}
+		tat := e.tat.Add(-back)
+		if tat.Before(x.now) {
+			tat = x.now
+		}
+		e.tat = tat
+	}
+}

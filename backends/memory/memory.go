@@ -1,0 +1,444 @@
+// Package memory is a freqcap backend that keeps all state in process
+// memory: for tests, examples, single-process services and as the
+// reference implementation of docs/DESIGN.md's semantics.
+//
+// State is sharded by the Redis hash tag of its keys ("{...}"), so the
+// keys of one request — which share a tag — are guarded by one mutex.
+// Every entry carries the instant its state becomes worthless and is
+// deleted then: lazily when read, a few at a time by every call on its
+// shard, or all at once by Sweep. Memory is therefore bounded by the live
+// state, without background goroutines.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+var (
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Settler   = (*Backend)(nil)
+	_ driver.Resetter  = (*Backend)(nil)
+	_ driver.Describer = (*Backend)(nil)
+)
+
+// sweepBatch is how many expired entries each call deletes from every
+// shard it locks. It exceeds what one call can create for small policies,
+// so a steady load keeps memory near the live state.
+const sweepBatch = 32
+
+// Options configures a Backend. The zero value means defaults.
+type Options struct {
+	// Now is the backend's clock. Default time.Now.
+	Now func() time.Time
+	// Shards is the number of independently locked shards. Default 64.
+	Shards int
+}
+
+// Backend is an in-memory driver.Backend. It also implements
+// driver.Settler, driver.Resetter and driver.Describer. It is safe for
+// concurrent use and starts no goroutines; most callers only pass it to
+// sdk.New.
+type Backend struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards []*shard
+}
+
+// New returns an empty Backend. Nil opts means defaults.
+func New(opts *Options) *Backend {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Shards <= 0 {
+		o.Shards = 64
+	}
+	b := &Backend{now: o.Now, seed: maphash.MakeSeed(), shards: make([]*shard, o.Shards)}
+	for i := range b.shards {
+		b.shards[i] = newShard()
+	}
+	return b
+}
+
+// hashTag returns what Redis Cluster hashes for key: the content of the
+// first non-empty {...}, else the whole key.
+func hashTag(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					return key[i+1 : j]
+				}
+				return key
+			}
+		}
+		return key
+	}
+	return key
+}
+
+func (b *Backend) shardIndex(key string) int {
+	return int(maphash.String(b.seed, hashTag(key)) % uint64(len(b.shards)))
+}
+
+// txn is the work of one call, holding the locks of the shards of its
+// keys (in ascending order, so calls spanning shards cannot deadlock).
+type txn struct {
+	b      *Backend
+	locked []int
+	now    time.Time
+}
+
+// begin locks the shards of keys, reads the clock and sweeps a few expired
+// entries of every locked shard.
+func (b *Backend) begin(keys []string) *txn {
+	x := &txn{b: b}
+	for _, k := range keys {
+		i := b.shardIndex(k)
+		if !slices.Contains(x.locked, i) {
+			x.locked = append(x.locked, i)
+		}
+	}
+	slices.Sort(x.locked)
+	for _, i := range x.locked {
+		b.shards[i].mu.Lock()
+	}
+	// Read the clock under the lock: calls on one shard see it advance.
+	// Round(0) drops the monotonic reading: all arithmetic is wall time.
+	x.now = b.now().Round(0)
+	for _, i := range x.locked {
+		b.shards[i].sweep(x.now, sweepBatch)
+	}
+	return x
+}
+
+func (x *txn) end() {
+	for k := len(x.locked) - 1; k >= 0; k-- {
+		x.b.shards[x.locked[k]].mu.Unlock()
+	}
+}
+
+// shard returns key's shard, or nil when this call does not hold its lock.
+func (x *txn) shard(key string) *shard {
+	i := x.b.shardIndex(key)
+	if !slices.Contains(x.locked, i) {
+		return nil
+	}
+	return x.b.shards[i]
+}
+
+// ruleState is the state of one rule, copied out of its entry.
+type ruleState struct {
+	fixed   fixedState
+	sliding slidingState
+	log     logState
+	tat     time.Time
+}
+
+func (x *txn) load(r driver.Rule) (*shard, *entry, ruleState) {
+	s := x.shard(r.Key)
+	e := s.get(r.Key, x.now)
+	if e == nil || e.kind != kindOf(r.Algorithm) {
+		return s, nil, ruleState{}
+	}
+	return s, e, ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
+}
+
+func step(st ruleState, r driver.Rule, cost int64, now time.Time) (ruleState, verdict) {
+	var v verdict
+	switch r.Algorithm {
+	case driver.FixedWindow:
+		st.fixed, v = fixedStep(st.fixed, r, cost, now)
+	case driver.SlidingWindow:
+		st.sliding, v = slidingStep(st.sliding, r, cost, now)
+	case driver.SlidingLog:
+		st.log, v = logStep(st.log, r, cost, now)
+	case driver.GCRA:
+		st.tat, v = gcraStep(st.tat, r, cost, now)
+	}
+	return st, v
+}
+
+func report(st ruleState, r driver.Rule, now time.Time) (int64, time.Duration) {
+	switch r.Algorithm {
+	case driver.FixedWindow:
+		return fixedReport(st.fixed, r, now)
+	case driver.SlidingWindow:
+		return slidingReport(st.sliding, r, now)
+	case driver.SlidingLog:
+		return logReport(st.log, r, now)
+	case driver.GCRA:
+		return gcraReport(st.tat, r, now)
+	}
+	return 0, 0
+}
+
+// expiry is when st becomes worthless.
+func expiry(st ruleState, r driver.Rule) time.Time {
+	switch r.Algorithm {
+	case driver.FixedWindow:
+		return st.fixed.end
+	case driver.SlidingWindow:
+		return slidingExpiry(st.sliding, r)
+	case driver.SlidingLog:
+		return logExpiry(st.log, r)
+	}
+	return st.tat
+}
+
+// Take carries out req (see driver.Op) atomically.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Result{}, fmt.Errorf("memory: take: %w", err)
+	}
+	if err := validate(req); err != nil {
+		return driver.Result{}, err
+	}
+	keys := make([]string, 0, len(req.Rules)+2)
+	for _, r := range req.Rules {
+		keys = append(keys, r.Key)
+	}
+	if req.TrailKey != "" {
+		keys = append(keys, req.TrailKey)
+	}
+	if req.HoldKey != "" {
+		keys = append(keys, req.HoldKey)
+	}
+	x := b.begin(keys)
+	defer x.end()
+	return x.take(req), nil
+}
+
+func (x *txn) take(req driver.Request) driver.Result {
+	now := x.now
+	if req.HoldKey != "" {
+		x.lapse(req.HoldKey)
+	}
+	cost := req.Cost
+	if req.Op == driver.OpInspect {
+		cost = 1
+	}
+	consume := req.Op == driver.OpTake || req.Op == driver.OpReserve
+
+	n := len(req.Rules)
+	cur := make([]ruleState, n)
+	next := make([]ruleState, n)
+	verdicts := make([]verdict, n)
+	allowed := true
+	for i, r := range req.Rules {
+		_, _, cur[i] = x.load(r)
+		next[i], verdicts[i] = step(cur[i], r, cost, now)
+		allowed = allowed && verdicts[i].Allowed
+	}
+	committed := consume && allowed
+	res := driver.Result{Allowed: allowed, Now: now, Rules: make([]driver.RuleResult, n)}
+	for i, r := range req.Rules {
+		st := cur[i]
+		if committed {
+			st = next[i]
+			x.store(r, st)
+		}
+		used, reset := report(st, r, now)
+		res.Rules[i] = ruleResult(reportedLimit(r), used, reset, verdicts[i])
+	}
+	switch {
+	case consume && !allowed:
+		x.deny(req, res, cost)
+	case committed && req.Op == driver.OpReserve:
+		x.hold(req, next, cost)
+	}
+	if req.Op == driver.OpInspect && req.TrailKey != "" {
+		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
+			res.Trail = slices.Clone(e.trail)
+		}
+	}
+	return res
+}
+
+// store saves a rule's new state.
+func (x *txn) store(r driver.Rule, st ruleState) {
+	s, e, _ := x.load(r)
+	if e == nil {
+		e = &entry{key: r.Key, kind: kindOf(r.Algorithm)}
+	}
+	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
+	s.put(e, expiry(st, r), x.now)
+}
+
+// deny records one denial per denying rule in the trail, newest first
+// (rules later in the request are newer, as with Redis' LPUSH).
+func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
+	if req.TrailKey == "" || req.TrailMax <= 0 || req.TrailTTL <= 0 {
+		return
+	}
+	s := x.shard(req.TrailKey)
+	e := s.get(req.TrailKey, x.now)
+	if e == nil || e.kind != kindTrail {
+		if e != nil {
+			s.remove(e)
+		}
+		e = &entry{key: req.TrailKey, kind: kindTrail}
+	}
+	var add []driver.Denial
+	for i, rr := range res.Rules {
+		if rr.Allowed {
+			continue
+		}
+		add = append(add, driver.Denial{
+			At: x.now, Policy: req.Policy, Rule: req.Rules[i].Name,
+			Used: rr.Used, Limit: rr.Limit, Cost: cost,
+			RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
+		})
+	}
+	slices.Reverse(add)
+	trail := append(add, e.trail...)
+	if len(trail) > req.TrailMax {
+		trail = trail[:req.TrailMax]
+	}
+	e.trail = slices.Clip(trail)
+	s.put(e, x.now.Add(req.TrailTTL), x.now)
+}
+
+// Settle commits or cancels the hold id under holdKey. Lapsed holds under
+// holdKey are refunded first.
+func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: settle: %w", err)
+	}
+	keys := []string{holdKey}
+	for attempt := 0; ; attempt++ {
+		x := b.begin(keys)
+		// The refunds may name keys of other shards (keys without a
+		// common hash tag): lock those too, then look again.
+		need := x.holdKeys(holdKey)
+		missing := false
+		for _, k := range need {
+			if x.shard(k) == nil {
+				missing = true
+			}
+		}
+		if missing && attempt < 2 {
+			x.end()
+			keys = append([]string{holdKey}, need...)
+			continue
+		}
+		err := x.settle(holdKey, id, commit)
+		x.end()
+		return err
+	}
+}
+
+// Reset deletes the state of every rule in req.Rules and every hold under
+// req.HoldKey. The denial trail is kept.
+func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: reset: %w", err)
+	}
+	keys := make([]string, 0, len(req.Rules)+1)
+	for _, r := range req.Rules {
+		keys = append(keys, r.Key)
+	}
+	if req.HoldKey != "" {
+		keys = append(keys, req.HoldKey)
+	}
+	x := b.begin(keys)
+	defer x.end()
+	for _, k := range keys {
+		x.shard(k).del(k)
+	}
+	return nil
+}
+
+// Describe reports the backend's kind and strategies.
+func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
+	strat := func(name string) driver.Strategy {
+		return driver.Strategy{Name: name, Reason: "in-process, exact"}
+	}
+	return driver.Description{
+		Name:   "memory",
+		Target: "process memory",
+		Strategies: map[driver.Algorithm]driver.Strategy{
+			driver.FixedWindow:   strat("counter"),
+			driver.SlidingWindow: strat("cells"),
+			driver.SlidingLog:    strat("log-runs"),
+			driver.GCRA:          strat("gcra-tat"),
+		},
+		Notes: []string{
+			fmt.Sprintf("State lives in this process only, in %d shards locked by hash tag.", len(b.shards)),
+		},
+	}, nil
+}
+
+// Sweep deletes every expired entry now. Calls sweep incrementally anyway;
+// Sweep is for tests and for callers that want memory back at once.
+func (b *Backend) Sweep() {
+	now := b.now().Round(0)
+	for _, s := range b.shards {
+		s.mu.Lock()
+		s.sweep(now, -1)
+		s.mu.Unlock()
+	}
+}
+
+// Len reports how many entries (rule states, trails, hold sets) the
+// backend holds, including expired ones not yet swept.
+func (b *Backend) Len() int {
+	n := 0
+	for _, s := range b.shards {
+		s.mu.Lock()
+		n += len(s.entries)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// validate checks what the sdk promises, so a misuse is an error rather
+// than a wrong answer.
+func validate(req driver.Request) error {
+	if req.Op > driver.OpInspect {
+		return fmt.Errorf("memory: take: unknown op %d", req.Op)
+	}
+	if req.Op != driver.OpInspect && req.Cost < 1 {
+		return fmt.Errorf("memory: take: cost must be >= 1, got %d", req.Cost)
+	}
+	for _, r := range req.Rules {
+		var err error
+		switch {
+		case r.Key == "":
+			err = errors.New("empty key")
+		case kindOf(r.Algorithm) == 0:
+			err = fmt.Errorf("unknown algorithm %d", r.Algorithm)
+		case r.Limit <= 0:
+			err = fmt.Errorf("limit must be > 0, got %d", r.Limit)
+		case r.Window <= 0:
+			err = fmt.Errorf("window must be > 0, got %v", r.Window)
+		case r.Burst < 0:
+			err = fmt.Errorf("burst must be >= 0, got %d", r.Burst)
+		}
+		if err != nil {
+			return fmt.Errorf("memory: take: rule %q: %w", r.Name, err)
+		}
+	}
+	if req.Op == driver.OpReserve {
+		switch {
+		case req.HoldKey == "" || req.HoldID == "":
+			return errors.New("memory: take: reserve needs HoldKey and HoldID")
+		case req.HoldTTL <= 0:
+			return fmt.Errorf("memory: take: hold ttl must be > 0, got %v", req.HoldTTL)
+		}
+	}
+	return nil
+}

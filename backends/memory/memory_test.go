@@ -1,0 +1,463 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func mustZone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("LoadLocation(%q) = %v", name, err)
+	}
+	return loc
+}
+
+func TestFixedStep(t *testing.T) {
+	r := driver.Rule{Name: "f", Algorithm: driver.FixedWindow, Limit: 3, Window: time.Minute}
+	end := at(time.Minute)
+	tests := []struct {
+		name    string
+		st      fixedState
+		cost    int64
+		now     time.Time
+		next    fixedState
+		verdict verdict
+	}{
+		{"empty admits", fixedState{}, 1, at(30 * time.Second), fixedState{end, 1}, verdict{Allowed: true}},
+		{"fills to the limit", fixedState{end, 2}, 1, at(30 * time.Second), fixedState{end, 3}, verdict{Allowed: true}},
+		{"denies over the limit", fixedState{end, 3}, 1, at(30 * time.Second), fixedState{end, 3}, verdict{RetryAfter: 30 * time.Second}},
+		{"cost n over", fixedState{end, 1}, 3, at(59 * time.Second), fixedState{end, 1}, verdict{RetryAfter: time.Second}},
+		{"old window counts nothing", fixedState{t0, 3}, 3, at(0), fixedState{end, 3}, verdict{Allowed: true}},
+		{"next window at its start", fixedState{end, 3}, 1, end, fixedState{end.Add(time.Minute), 1}, verdict{Allowed: true}},
+		{"cost too high", fixedState{}, 4, at(0), fixedState{}, verdict{CostTooHigh: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			next, v := fixedStep(tc.st, r, tc.cost, tc.now)
+			if !next.end.Equal(tc.next.end) || next.count != tc.next.count || v != tc.verdict {
+				t.Errorf("fixedStep(%+v, %d, %v) = %+v, %+v, want %+v, %+v", tc.st, tc.cost, tc.now, next, v, tc.next, tc.verdict)
+			}
+		})
+	}
+}
+
+func TestFixedBounds(t *testing.T) {
+	ny, sh, ktm := mustZone(t, "America/New_York"), mustZone(t, "Asia/Shanghai"), mustZone(t, "Asia/Kathmandu")
+	day := func(loc *time.Location) driver.Rule {
+		return driver.Rule{Algorithm: driver.FixedWindow, Limit: 1, Window: 24 * time.Hour, Calendar: driver.Day, Location: loc}
+	}
+	hour := func(loc *time.Location) driver.Rule {
+		return driver.Rule{Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: driver.Hour, Location: loc}
+	}
+	tests := []struct {
+		name       string
+		r          driver.Rule
+		now        time.Time
+		start, end time.Time
+	}{
+		{"epoch 7s", driver.Rule{Window: 7 * time.Second}, time.Unix(100, 0), time.Unix(98, 0), time.Unix(105, 0)},
+		{"epoch day is UTC", driver.Rule{Window: 24 * time.Hour}, t0, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)},
+		{"Shanghai 23:59", day(sh), time.Date(2026, 3, 1, 15, 59, 0, 0, time.UTC),
+			time.Date(2026, 3, 1, 0, 0, 0, 0, sh), time.Date(2026, 3, 2, 0, 0, 0, 0, sh)},
+		{"Shanghai midnight", day(sh), time.Date(2026, 3, 1, 16, 0, 0, 0, time.UTC),
+			time.Date(2026, 3, 2, 0, 0, 0, 0, sh), time.Date(2026, 3, 3, 0, 0, 0, 0, sh)},
+		{"New York spring forward: 23h", day(ny), time.Date(2026, 3, 8, 12, 0, 0, 0, ny),
+			time.Date(2026, 3, 8, 0, 0, 0, 0, ny), time.Date(2026, 3, 8, 0, 0, 0, 0, ny).Add(23 * time.Hour)},
+		{"New York fall back: 25h", day(ny), time.Date(2026, 11, 1, 12, 0, 0, 0, ny),
+			time.Date(2026, 11, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 1, 0, 0, 0, 0, ny).Add(25 * time.Hour)},
+		{"Kathmandu hour starts at :15 UTC", hour(ktm), time.Date(2026, 3, 1, 12, 10, 0, 0, time.UTC),
+			time.Date(2026, 3, 1, 11, 15, 0, 0, time.UTC), time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC)},
+		{"New York repeated 1am hour, second pass", hour(ny), time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start, end := fixedBounds(tc.r, tc.now)
+			if !start.Equal(tc.start) || !end.Equal(tc.end) {
+				t.Errorf("fixedBounds(%v) = %v, %v, want %v, %v (%v long)", tc.now, start, end, tc.start, tc.end, tc.end.Sub(tc.start))
+			}
+		})
+	}
+}
+
+func TestSlidingStep(t *testing.T) {
+	r := driver.Rule{Algorithm: driver.SlidingWindow, Limit: 10, Window: 10 * time.Second, SubWindows: 10}
+	i0 := t0.Unix() // cell index of t0 (1s cells)
+	tests := []struct {
+		name    string
+		cells   []cell
+		cost    int64
+		now     time.Time
+		verdict verdict
+		used    int64 // after the step when allowed
+		reset   time.Duration
+	}{
+		{"empty", nil, 1, at(500 * time.Millisecond), verdict{Allowed: true}, 1, 9500 * time.Millisecond},
+		{"need 1 frees with the oldest cell", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(5500 * time.Millisecond),
+			verdict{RetryAfter: 4500 * time.Millisecond}, 10, 9500 * time.Millisecond},
+		{"need 5 frees with cell 5", []cell{{i0, 4}, {i0 + 5, 6}}, 5, at(5500 * time.Millisecond),
+			verdict{RetryAfter: 9500 * time.Millisecond}, 10, 9500 * time.Millisecond},
+		{"oldest cell left at its end", []cell{{i0, 4}, {i0 + 5, 6}}, 4, at(10 * time.Second),
+			verdict{Allowed: true}, 10, 10 * time.Second},
+		{"cost too high", nil, 11, t0, verdict{CostTooHigh: true}, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := slidingState{cells: tc.cells}
+			next, v := slidingStep(st, r, tc.cost, tc.now)
+			if v != tc.verdict {
+				t.Errorf("slidingStep(%v, %d, %v) = %+v, want %+v", tc.cells, tc.cost, tc.now, v, tc.verdict)
+			}
+			used, reset := slidingReport(next, r, tc.now)
+			if used != tc.used || reset != tc.reset {
+				t.Errorf("slidingReport after the step = %d, %v, want %d, %v", used, reset, tc.used, tc.reset)
+			}
+		})
+	}
+	// The step never changes its input.
+	st := slidingState{cells: []cell{{i0, 1}}}
+	slidingStep(st, r, 1, t0)
+	if st.cells[0].n != 1 {
+		t.Errorf("slidingStep mutated its input: %v", st.cells)
+	}
+}
+
+func TestCellSize(t *testing.T) {
+	tests := []struct {
+		w     time.Duration
+		cells int
+		size  time.Duration
+	}{
+		{time.Minute, 10, 6 * time.Second},
+		{59 * time.Second, 10, 5900 * time.Millisecond},
+		{time.Second, 3, 333 * time.Millisecond},
+		{5 * time.Millisecond, 10, time.Millisecond},
+		{time.Minute, 0, 6 * time.Second},
+	}
+	for _, tc := range tests {
+		if got, _ := cellSize(driver.Rule{Window: tc.w, SubWindows: tc.cells}); got != tc.size {
+			t.Errorf("cellSize(%v, %d) = %v, want %v", tc.w, tc.cells, got, tc.size)
+		}
+	}
+}
+
+func TestLogStep(t *testing.T) {
+	r := driver.Rule{Algorithm: driver.SlidingLog, Limit: 5, Window: 10 * time.Second}
+	runs := []run{{at(0), 2, 1}, {at(5 * time.Second), 3, 2}}
+	tests := []struct {
+		name    string
+		cost    int64
+		now     time.Time
+		verdict verdict
+		used    int64
+	}{
+		{"need 1: the oldest entry", 1, at(5 * time.Second), verdict{RetryAfter: 5 * time.Second}, 5},
+		{"need 3: the third oldest", 3, at(5 * time.Second), verdict{RetryAfter: 10 * time.Second}, 5},
+		{"1ms before the oldest leaves", 1, at(10*time.Second - time.Millisecond), verdict{RetryAfter: time.Millisecond}, 5},
+		{"at now-W the entry is gone", 2, at(10 * time.Second), verdict{Allowed: true}, 5},
+		{"cost too high", 6, at(30 * time.Second), verdict{CostTooHigh: true}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			next, v := logStep(logState{runs: runs, seq: 2}, r, tc.cost, tc.now)
+			if v != tc.verdict {
+				t.Errorf("logStep(%d, %v) = %+v, want %+v", tc.cost, tc.now, v, tc.verdict)
+			}
+			if used, _ := logReport(next, r, tc.now); used != tc.used {
+				t.Errorf("logReport after the step = %d, want %d", used, tc.used)
+			}
+		})
+	}
+	// 100 units at one instant count as 100.
+	st, v := logStep(logState{}, driver.Rule{Limit: 100, Window: time.Minute}, 100, t0)
+	if used, reset := logReport(st, driver.Rule{Limit: 100, Window: time.Minute}, t0); !v.Allowed || used != 100 || reset != time.Minute {
+		t.Errorf("logStep(cost 100) = %+v, used %d, reset %v, want allowed, 100, 1m", v, used, reset)
+	}
+}
+
+func TestGCRAStep(t *testing.T) {
+	// redis-cell: CL.THROTTLE key 4 10 60 → [limited, limit, remaining, retry, reset].
+	r := driver.Rule{Algorithm: driver.GCRA, Limit: 10, Window: time.Minute, Burst: 4}
+	tests := []struct {
+		now       time.Time
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+		reset     time.Duration
+	}{
+		{t0, true, 4, 0, 6 * time.Second},
+		{t0, true, 3, 0, 12 * time.Second},
+		{t0, true, 2, 0, 18 * time.Second},
+		{t0, true, 1, 0, 24 * time.Second},
+		{t0, true, 0, 0, 30 * time.Second},
+		{t0, false, 0, 6 * time.Second, 30 * time.Second},
+		{at(3 * time.Second), false, 0, 3 * time.Second, 27 * time.Second},
+		{at(6 * time.Second), true, 0, 0, 30 * time.Second},
+		{at(36 * time.Second), true, 4, 0, 6 * time.Second},
+	}
+	var tat time.Time
+	for i, tc := range tests {
+		next, v := gcraStep(tat, r, 1, tc.now)
+		if v.Allowed {
+			tat = next
+		}
+		used, reset := gcraReport(tat, r, tc.now)
+		if v.Allowed != tc.allowed || 5-used != tc.remaining || v.RetryAfter != tc.retry || reset != tc.reset {
+			t.Errorf("#%d gcraStep at +%v = allowed %t remaining %d retry %v reset %v, want %t %d %v %v", i+1,
+				tc.now.Sub(t0), v.Allowed, 5-used, v.RetryAfter, reset, tc.allowed, tc.remaining, tc.retry, tc.reset)
+		}
+	}
+	if _, v := gcraStep(time.Time{}, r, 6, t0); !v.CostTooHigh {
+		t.Errorf("gcraStep(cost 6, burst 4) = %+v, want CostTooHigh", v)
+	}
+	if _, v := gcraStep(time.Time{}, r, 5, t0); !v.Allowed {
+		t.Errorf("gcraStep(cost 5, burst 4) = %+v, want allowed (c*T == tol)", v)
+	}
+}
+
+func TestHashTag(t *testing.T) {
+	tests := []struct{ key, tag string }{
+		{"fc:{u1}:push:recv.abc", "u1"},
+		{"fc:{u1}:push:!t", "u1"},
+		{"fc:{}:x", "fc:{}:x"},
+		{"plain", "plain"},
+		{"a{b", "a{b"},
+		{"a{b}{c}", "b"},
+	}
+	for _, tc := range tests {
+		if got := hashTag(tc.key); got != tc.tag {
+			t.Errorf("hashTag(%q) = %q, want %q", tc.key, got, tc.tag)
+		}
+	}
+}
+
+// policy returns a request of every algorithm plus a trail and holds for
+// the subject with hash tag tag.
+func policy(tag string, op driver.Op) driver.Request {
+	k := func(s string) string { return "fc:{" + tag + "}:p:" + s }
+	return driver.Request{
+		Op: op, Policy: "p", Cost: 1,
+		Rules: []driver.Rule{
+			{Name: "f", Key: k("f"), Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour},
+			{Name: "s", Key: k("s"), Algorithm: driver.SlidingWindow, Limit: 2, Window: 24 * time.Hour, SubWindows: 10},
+			{Name: "l", Key: k("l"), Algorithm: driver.SlidingLog, Limit: 2, Window: time.Minute},
+			{Name: "g", Key: k("g"), Algorithm: driver.GCRA, Limit: 2, Window: time.Minute, Burst: 1},
+		},
+		TrailKey: k("!t"), TrailMax: 5, TrailTTL: 24 * time.Hour,
+		HoldKey: k("!h"), HoldID: "h", HoldTTL: time.Hour,
+	}
+}
+
+func fill(t *testing.T, b *Backend, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		tag := fmt.Sprint("u", i)
+		for _, op := range []driver.Op{driver.OpReserve, driver.OpTake} { // the take is denied: a trail
+			if _, err := b.Take(ctx, policy(tag, op)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestBoundedSweep(t *testing.T) {
+	clock := t0
+	b := New(&Options{Now: func() time.Time { return clock }})
+	fill(t, b, 10000)
+	if got := b.Len(); got != 10000*6 {
+		t.Fatalf("Len() after 10k subjects = %d, want %d (4 rules, trail, holds)", got, 10000*6)
+	}
+	clock = clock.Add(25 * time.Hour) // past every window, the trail TTL and the holds
+	b.Sweep()
+	if got := b.Len(); got != 0 {
+		t.Errorf("Len() after Sweep = %d, want 0", got)
+	}
+}
+
+func TestBoundedIncremental(t *testing.T) {
+	clock := t0
+	b := New(&Options{Now: func() time.Time { return clock }})
+	fill(t, b, 10000)
+	before := b.Len()
+	clock = clock.Add(25 * time.Hour)
+	ctx := context.Background()
+	// Other subjects, one per shard, so that calls reach every shard.
+	var others []string
+	covered := map[int]bool{}
+	for i := 0; len(covered) < len(b.shards); i++ {
+		tag := fmt.Sprint("other", i)
+		if i := b.shardIndex("{" + tag + "}"); !covered[i] {
+			covered[i] = true
+			others = append(others, tag)
+		}
+	}
+	live := len(others) * 6
+	for round := 0; round < 200 && b.Len() > live; round++ {
+		for _, tag := range others {
+			if _, err := b.Take(ctx, policy(tag, driver.OpTake)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// What remains is the others' own live state: every expired entry went.
+	if got := b.Len(); got > live {
+		t.Errorf("Len() after calls on other subjects = %d (was %d), want at most %d", got, before, live)
+	}
+	clock = clock.Add(25 * time.Hour)
+	b.Sweep()
+	if got := b.Len(); got != 0 {
+		t.Errorf("Len() after Sweep = %d, want 0", got)
+	}
+}
+
+// TestHoldOutlivesTTLUntilRefundWorthless: a lapsed hold stays until it is
+// refunded or its refund is worthless, so memory stays bounded and a lapse
+// is never lost to a sweep.
+func TestHoldOutlivesTTLUntilRefundWorthless(t *testing.T) {
+	clock := t0
+	b := New(&Options{Now: func() time.Time { return clock }, Shards: 1})
+	req := policy("u", driver.OpReserve)
+	req.Rules = req.Rules[:1] // fixed, 1 per hour
+	req.HoldTTL = time.Minute
+	ctx := context.Background()
+	if res, err := b.Take(ctx, req); err != nil || !res.Allowed {
+		t.Fatalf("Reserve = %+v, %v", res, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	b.Sweep()
+	req.Op = driver.OpTake
+	if res, _ := b.Take(ctx, req); !res.Allowed {
+		t.Errorf("Take after the hold lapsed and a Sweep = denied, want the lapse refunded")
+	}
+}
+
+func TestCrossShardRequest(t *testing.T) {
+	b := New(nil)
+	ctx := context.Background()
+	// Keys without a common tag span shards: still all-or-nothing, no deadlock.
+	req := driver.Request{Op: driver.OpReserve, Cost: 1, HoldKey: "holds", HoldID: "x", HoldTTL: time.Hour,
+		Rules: []driver.Rule{
+			{Name: "a", Key: "a", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour},
+			{Name: "b", Key: "b", Algorithm: driver.SlidingLog, Limit: 2, Window: time.Hour},
+		}}
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r := req
+			r.Rules = []driver.Rule{req.Rules[1], req.Rules[0]} // other order
+			r.Op = driver.OpPeek
+			for range 200 {
+				if _, err := b.Take(ctx, r); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	if res, err := b.Take(ctx, req); err != nil || !res.Allowed {
+		t.Fatalf("Reserve = %+v, %v", res, err)
+	}
+	if err := b.Settle(ctx, "holds", "x", false); err != nil {
+		t.Fatalf("Settle(cancel) = %v", err)
+	}
+	for range 8 {
+		<-done
+	}
+	req.Op = driver.OpPeek
+	res, _ := b.Take(ctx, req)
+	if res.Rules[0].Used != 0 || res.Rules[1].Used != 0 {
+		t.Errorf("Peek after cancel = %+v, want nothing used (refunds across shards)", res.Rules)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := driver.Rule{Name: "r", Key: "k", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Second}
+	bad := func(f func(*driver.Request)) driver.Request {
+		req := driver.Request{Op: driver.OpTake, Cost: 1, Rules: []driver.Rule{ok}}
+		f(&req)
+		return req
+	}
+	tests := []struct {
+		name string
+		req  driver.Request
+	}{
+		{"cost 0", bad(func(r *driver.Request) { r.Cost = 0 })},
+		{"limit 0", bad(func(r *driver.Request) { r.Rules[0].Limit = 0 })},
+		{"window 0", bad(func(r *driver.Request) { r.Rules[0].Window = 0 })},
+		{"no key", bad(func(r *driver.Request) { r.Rules[0].Key = "" })},
+		{"no algorithm", bad(func(r *driver.Request) { r.Rules[0].Algorithm = 0 })},
+		{"reserve without id", bad(func(r *driver.Request) { r.Op = driver.OpReserve; r.HoldKey = "h"; r.HoldTTL = time.Second })},
+		{"reserve without ttl", bad(func(r *driver.Request) { r.Op = driver.OpReserve; r.HoldKey = "h"; r.HoldID = "x" })},
+	}
+	b := New(nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Rules = append([]driver.Rule(nil), tc.req.Rules...)
+			if _, err := b.Take(context.Background(), tc.req); err == nil {
+				t.Errorf("Take(%s) = nil error, want an error", tc.name)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Take(ctx, bad(func(*driver.Request) {})); !errors.Is(err, context.Canceled) {
+		t.Errorf("Take(cancelled ctx) = %v, want context.Canceled", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	d, err := New(nil).Describe(context.Background())
+	if err != nil || d.Name != "memory" || len(d.Strategies) != 4 {
+		t.Errorf("Describe() = %+v, %v, want name memory and 4 strategies", d, err)
+	}
+}
+
+// BenchmarkTake runs the push seed policy (four sliding windows) over many
+// recipients in parallel.
+func BenchmarkTake(b *testing.B) {
+	be := New(nil)
+	rule := func(tag, name string, limit int64, w time.Duration) driver.Rule {
+		return driver.Rule{Name: name, Key: "fc:{" + tag + "}:push:" + name + ".abcdef",
+			Algorithm: driver.SlidingWindow, Limit: limit, Window: w, SubWindows: 10}
+	}
+	const subjects = 100000
+	reqs := make([]driver.Request, subjects)
+	for i := range reqs {
+		tag := fmt.Sprint("u", i)
+		reqs[i] = driver.Request{Op: driver.OpTake, Policy: "push", Cost: 1,
+			Rules: []driver.Rule{
+				rule(tag, "recv-1m", 15, time.Minute),
+				rule(tag, "recv-24h", 50, 24*time.Hour),
+				rule(tag, "content-59s", 2, 59*time.Second),
+				rule(tag, "content-59m", 5, 59*time.Minute),
+			},
+			TrailKey: "fc:{" + tag + "}:push:!t", TrailMax: 20, TrailTTL: 24 * time.Hour,
+			HoldKey: "fc:{" + tag + "}:push:!h"}
+	}
+	var seed atomic.Uint64
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 1))
+		for pb.Next() {
+			if _, err := be.Take(ctx, reqs[rng.IntN(subjects)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

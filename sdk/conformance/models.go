@@ -1,0 +1,101 @@
+package conformance
+
+import (
+	"math"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Small reference models for the cases whose expectations depend on the
+// exact instants of earlier calls (real clocks): fed each call's
+// Result.Now, they give the answer docs/DESIGN.md prescribes.
+
+// logModel is a SlidingLog: one instant per unit.
+type logModel struct {
+	limit int64
+	w     time.Duration
+	ts    []time.Time // oldest first
+}
+
+func (m *logModel) live(now time.Time) []time.Time {
+	from := now.Add(-m.w)
+	for i, t := range m.ts {
+		if t.After(from) {
+			return m.ts[i:]
+		}
+	}
+	return nil
+}
+
+// step returns the result of cost at now, consuming when consume and
+// admitted.
+func (m *logModel) step(now time.Time, cost int64, consume bool) driver.RuleResult {
+	live := m.live(now)
+	used := int64(len(live))
+	var res driver.RuleResult
+	switch {
+	case cost > m.limit:
+		res = tooHigh(used, m.limit, 0)
+	case used+cost > m.limit:
+		need := used + cost - m.limit
+		res = want(false, used, m.limit, 0, live[need-1].Add(m.w).Sub(now))
+	default:
+		res = want(true, used, m.limit, 0, 0)
+		if consume {
+			for range cost {
+				m.ts = append(m.ts, now)
+			}
+			live = m.live(now)
+			res.Used += cost
+			res.Remaining -= cost
+		}
+	}
+	if len(live) > 0 {
+		res.ResetAfter = live[len(live)-1].Add(m.w).Sub(now)
+	}
+	return res
+}
+
+// gcraModel is redis-cell's GCRA.
+type gcraModel struct {
+	t, tol time.Duration
+	limit  int64 // Burst+1
+	tat    time.Time
+}
+
+func newGCRAModel(r driver.Rule) *gcraModel {
+	t := r.Window / time.Duration(r.Limit)
+	return &gcraModel{t: t, tol: t * time.Duration(r.Burst+1), limit: r.Burst + 1}
+}
+
+func (m *gcraModel) report(tat, now time.Time) (used int64, ttl time.Duration) {
+	if tat.After(now) {
+		ttl = tat.Sub(now)
+	}
+	rem := int64(math.Floor(float64(m.tol-ttl)/float64(m.t) + 1e-9))
+	rem = min(max(rem, 0), m.limit)
+	return m.limit - rem, ttl
+}
+
+func (m *gcraModel) step(now time.Time, cost int64, consume bool) driver.RuleResult {
+	if cost > m.limit {
+		used, ttl := m.report(m.tat, now)
+		return tooHigh(used, m.limit, ttl)
+	}
+	base := m.tat
+	if base.Before(now) {
+		base = now
+	}
+	next := base.Add(m.t * time.Duration(cost))
+	if d := next.Add(-m.tol).Sub(now); d > 0 {
+		used, ttl := m.report(m.tat, now)
+		return want(false, used, m.limit, ttl, d)
+	}
+	tat := m.tat
+	if consume {
+		tat, m.tat = next, next
+	}
+	used, ttl := m.report(tat, now)
+	return want(true, used, m.limit, ttl, 0)
+}

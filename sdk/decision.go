@@ -1,0 +1,141 @@
+package sdk
+
+import (
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Decision is the answer to one request: allowed or not, and for every
+// rule its count, limit and timing, so that a denial can be explained
+// ("recv-1m: 15/15, retry in 12s").
+//
+// A denial is a Decision with Allowed false, not an error. The zero
+// Decision denies with no rules; it is what the methods return alongside
+// an error (except Wait, which returns its last denial).
+type Decision struct {
+	// Allowed reports whether every rule admitted the cost (and, for Allow,
+	// AllowN, Reserve and Wait, that it was consumed from every rule).
+	Allowed bool
+	// Policy is the policy's name.
+	Policy string
+	// At is the backend's clock at the decision (for a degraded decision:
+	// the Limiter's clock).
+	At time.Time
+	// Rules holds one entry per rule, in policy order (nil when Degraded).
+	Rules []RuleDecision
+	// Denied names the rules that denied, in policy order.
+	Denied []string
+	// RetryAfter is the longest RetryAfter of the denying rules: how long
+	// until the request could be admitted if nothing else is taken. It is
+	// zero when allowed, and when only CostTooHigh rules denied.
+	RetryAfter time.Duration
+	// CostTooHigh reports that some rule can never admit this cost.
+	CostTooHigh bool
+	// Degraded reports that the backend failed and the policy's fail-open
+	// setting answered instead; Err holds the failure.
+	Degraded bool
+	// Err is the backend error behind a degraded decision.
+	Err error
+	// NonAtomic reports that the backend could not make this decision
+	// all-or-nothing (it compensated instead).
+	NonAtomic bool
+}
+
+// RuleDecision is one rule's part of a Decision.
+type RuleDecision struct {
+	// Rule is the rule's name.
+	Rule string
+	// Algorithm is the rule's algorithm.
+	Algorithm Algorithm
+	// Allowed reports whether this rule admits the cost.
+	Allowed bool
+	// Used is the count after the call (including the cost only if it was
+	// consumed). Limit is the rule's limit as reported (GCRA: Burst+1),
+	// and Remaining is Limit-Used, never negative.
+	Used, Limit, Remaining int64
+	// ResetAfter is how long until Used is back to zero if nothing more is
+	// taken. RetryAfter is, when the rule denies, how long until it will
+	// admit the cost.
+	ResetAfter, RetryAfter time.Duration
+	// CostTooHigh reports that the cost exceeds the rule's limit.
+	CostTooHigh bool
+}
+
+// Inspection is a read-only view of a subject under a policy: each rule's
+// state (as a cost-1 peek) and the recent denials. It is what support
+// staff read to answer "why was this user blocked?".
+type Inspection struct {
+	Policy string
+	// At is the backend's clock.
+	At time.Time
+	// Rules are the rules whose dimensions the subject gives, in policy
+	// order.
+	Rules []RuleDecision
+	// Skipped names the rules needing dimension values the subject lacks.
+	Skipped []string
+	// Denials are the subject's recent denials under the policy, newest
+	// first.
+	Denials []Denial
+}
+
+// Denial is one entry of a denial trail.
+type Denial = driver.Denial
+
+// Event reports one decision to the observer set by WithObserver.
+type Event struct {
+	// Policy is the policy's name; Op is "allow", "peek", "reserve",
+	// "wait" or "inspect" (AllowN reports "allow"; Wait reports every
+	// attempt).
+	Policy, Op string
+	// Decision is the decision made (zero when Err is set and the policy
+	// is fail-closed).
+	Decision Decision
+	// Err is the backend error, if any (also set for degraded decisions).
+	Err error
+	// Latency is the time the backend call took, by the Limiter's clock.
+	Latency time.Duration
+}
+
+// decide turns a backend result into a Decision. rules are the resolved
+// rules sent, in policy order.
+func decide(policy string, rules []driver.Rule, res driver.Result) Decision {
+	d := Decision{
+		Allowed:   res.Allowed,
+		Policy:    policy,
+		At:        res.Now,
+		Rules:     ruleDecisions(rules, res.Rules),
+		NonAtomic: res.NonAtomic,
+	}
+	for _, rd := range d.Rules {
+		if rd.CostTooHigh {
+			d.CostTooHigh = true
+		}
+		if !rd.Allowed {
+			d.Denied = append(d.Denied, rd.Rule)
+			if !d.Allowed && rd.RetryAfter > d.RetryAfter {
+				d.RetryAfter = rd.RetryAfter
+			}
+		}
+	}
+	return d
+}
+
+func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
+	out := make([]RuleDecision, len(rules))
+	for i, r := range rules {
+		x := rr[i]
+		out[i] = RuleDecision{
+			Rule:        r.Name,
+			Algorithm:   r.Algorithm,
+			Allowed:     x.Allowed,
+			Used:        x.Used,
+			Limit:       x.Limit,
+			Remaining:   x.Remaining,
+			ResetAfter:  x.ResetAfter,
+			RetryAfter:  x.RetryAfter,
+			CostTooHigh: x.CostTooHigh,
+		}
+	}
+	return out
+}

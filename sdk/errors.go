@@ -1,0 +1,33 @@
+package sdk
+
+import (
+	"errors"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Sentinel errors, matched with errors.Is. The errors the package returns
+// wrap them and add the operation and the field at fault; they never
+// contain subject values.
+var (
+	// ErrInvalidRule: a rule's fields are out of range or inconsistent.
+	ErrInvalidRule = errors.New("invalid rule")
+	// ErrInvalidPolicy: a policy (or a policy file) cannot be built: bad
+	// name, duplicate rule names, rules sharing no dimension, unknown
+	// keys in YAML, a nil policy passed to the Limiter.
+	ErrInvalidPolicy = errors.New("invalid policy")
+	// ErrInvalidSubject: the subject lacks a dimension a rule needs, or a
+	// value is empty or longer than MaxValueLen bytes.
+	ErrInvalidSubject = errors.New("invalid subject")
+	// ErrInvalidCost: the cost is less than 1.
+	ErrInvalidCost = errors.New("invalid cost")
+	// ErrCostTooHigh is returned by Wait when some rule can never admit
+	// the cost (it exceeds the rule's limit), so waiting is pointless.
+	ErrCostTooHigh = errors.New("cost exceeds a rule's limit")
+	// ErrWaitTooLong is returned by Wait when the request cannot be
+	// admitted before the context's deadline. Nothing was consumed.
+	ErrWaitTooLong = errors.New("cannot be admitted before the context deadline")
+	// ErrReservationNotFound is returned by Reservation.Commit and Cancel
+	// when the hold no longer exists: already settled, or lapsed.
+	ErrReservationNotFound = driver.ErrHoldNotFound
+)

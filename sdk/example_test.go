@@ -1,0 +1,170 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// fixed is the examples' clock: always the same instant, so the output is
+// deterministic.
+func fixed() time.Time { return time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC) }
+
+func ExampleLimiter_Allow() {
+	replies, err := sdk.NewPolicy("replies", []sdk.Rule{
+		sdk.Sliding("per-minute", 3, time.Minute).By("user"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		d, err := lim.Allow(ctx, replies, sdk.Subject{"user": "alice"})
+		if err != nil {
+			panic(err) // the backend could not decide
+		}
+		fmt.Printf("reply %d: allowed=%v remaining=%d\n", i, d.Allowed, d.Rules[0].Remaining)
+	}
+	// Output:
+	// reply 1: allowed=true remaining=2
+	// reply 2: allowed=true remaining=1
+	// reply 3: allowed=true remaining=0
+	// reply 4: allowed=false remaining=0
+}
+
+// A policy checks all its rules at once; a denial names every rule that
+// denied and consumes nothing from the others. (The retry is 57.1s, not
+// 59s: a sliding window counts in cells, here 10 of 5.9s, and the sends
+// fall 1.9s into a cell.)
+func ExampleLimiter_Allow_multiRule() {
+	push, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	ctx := context.Background()
+	msg := sdk.Subject{"user": "u42", "content": sdk.Fingerprint("Your parcel has arrived")}
+	for i := 1; i <= 3; i++ {
+		d, err := lim.Allow(ctx, push, msg)
+		if err != nil {
+			panic(err)
+		}
+		if d.Allowed {
+			fmt.Printf("send %d: allowed\n", i)
+			continue
+		}
+		fmt.Printf("send %d: denied by %s, retry after %v\n", i, strings.Join(d.Denied, ", "), d.RetryAfter)
+		for _, r := range d.Rules {
+			fmt.Printf("  %-11s %d/%d allowed=%v\n", r.Rule, r.Used, r.Limit, r.Allowed)
+		}
+	}
+	// Output:
+	// send 1: allowed
+	// send 2: allowed
+	// send 3: denied by content-59s, retry after 57.1s
+	//   recv-1m     2/15 allowed=true
+	//   recv-24h    2/50 allowed=true
+	//   content-59s 2/2 allowed=false
+	//   content-59m 2/5 allowed=true
+}
+
+// Reserve checks and consumes now; Commit keeps the units, Cancel gives
+// them back.
+func ExampleLimiter_Reserve() {
+	ads, err := sdk.NewPolicy("ads", []sdk.Rule{
+		sdk.Daily("impressions", 3, time.UTC).By("user", "campaign"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	ctx := context.Background()
+	s := sdk.Subject{"user": "u42", "campaign": "spring-sale"}
+
+	// Candidate selection: hold one impression for a minute.
+	d, res, err := lim.Reserve(ctx, ads, s, 1, time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("reserved:", d.Allowed, "used:", d.Rules[0].Used)
+	if err := res.Cancel(ctx); err != nil { // the ad was not shown
+		panic(err)
+	}
+	d, _ = lim.Peek(ctx, ads, s, 1)
+	fmt.Println("after cancel, used:", d.Rules[0].Used)
+
+	d, res, _ = lim.Reserve(ctx, ads, s, 1, time.Minute)
+	if err := res.Commit(ctx); err != nil { // the ad was shown
+		panic(err)
+	}
+	d, _ = lim.Peek(ctx, ads, s, 1)
+	fmt.Println("after commit, used:", d.Rules[0].Used)
+	// Output:
+	// reserved: true used: 1
+	// after cancel, used: 0
+	// after commit, used: 1
+}
+
+func ExampleLoadPolicies() {
+	const file = `
+policies:
+  - name: push
+    failure: open
+    rules:
+      - {name: recv-1m, algorithm: sliding_window, limit: 15, window: 1m, by: [user]}
+      - {name: content-59s, algorithm: sliding_window, limit: 2, window: 59s, by: [user, content]}
+  - name: api
+    rules:
+      - {name: burst, algorithm: gcra, limit: 30, window: 60s, burst: 14, by: [user]}
+      - {name: daily, algorithm: fixed_window, calendar: day, timezone: UTC, limit: 1000, by: [user]}
+`
+	policies, err := sdk.LoadPolicies(strings.NewReader(file))
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range policies {
+		fmt.Printf("%s (fail-open %v, shard by %v)\n", p.Name(), p.FailOpen(), p.ShardBy())
+		for _, r := range p.Rules() {
+			fmt.Printf("  %s: %v %d per %v by %v\n", r.Name, r.Algorithm, r.Limit, r.Window, r.Dimensions)
+		}
+	}
+
+	_, err = sdk.LoadPolicies(strings.NewReader("policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, windw: 1m}\n"))
+	fmt.Println(err)
+	// Output:
+	// push (fail-open true, shard by [user])
+	//   recv-1m: sliding_window 15 per 1m0s by [user]
+	//   content-59s: sliding_window 2 per 59s by [user content]
+	// api (fail-open false, shard by [user])
+	//   burst: gcra 30 per 1m0s by [user]
+	//   daily: fixed_window 1000 per 24h0m0s by [user]
+	// sdk: policies: line 4: invalid policy: unknown key "windw"
+}
+
+// Keys shows where a subject's state lives (one Redis hash tag per
+// subject, so one decision touches one cluster slot).
+func ExampleLimiter_Keys() {
+	push, _ := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+	})
+	lim := sdk.New(memory.New(nil))
+	for _, k := range lim.Keys(push, sdk.Subject{"user": "u:42", "content": "c1"}) {
+		fmt.Println(k)
+	}
+	// Output:
+	// fc:{u%3A42}:push:recv-1m.w26372
+	// fc:{u%3A42}:push:content-59s.gh4q2k:c1
+	// fc:{u%3A42}:push:!t
+	// fc:{u%3A42}:push:!h
+}

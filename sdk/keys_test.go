@@ -1,0 +1,204 @@
+package sdk_test
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+func mustPolicy(t *testing.T, name string, rules ...sdk.Rule) *sdk.Policy {
+	t.Helper()
+	p, err := sdk.NewPolicy(name, rules)
+	if err != nil {
+		t.Fatalf("NewPolicy(%q) = %v", name, err)
+	}
+	return p
+}
+
+var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a-z2-7]{6})(:[^{}:]+)?$`)
+
+func TestKeysScheme(t *testing.T) {
+	p := mustPolicy(t, "push",
+		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+	)
+	lim := sdk.New(nil)
+	keys := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
+	if len(keys) != 4 {
+		t.Fatalf("Keys(…) = %q, want 4 keys", keys)
+	}
+	for i, want := range []string{`^fc:\{u1\}:push:recv-1m\.[a-z2-7]{6}$`, `^fc:\{u1\}:push:content-59s\.[a-z2-7]{6}:c1$`, `^fc:\{u1\}:push:!t$`, `^fc:\{u1\}:push:!h$`} {
+		if !regexp.MustCompile(want).MatchString(keys[i]) {
+			t.Errorf("Keys(…)[%d] = %q, want match %s", i, keys[i], want)
+		}
+	}
+	// A partial subject gives the keys it can; a missing shard value none.
+	if got := lim.Keys(p, sdk.Subject{"user": "u1"}); len(got) != 3 || !strings.Contains(got[0], "recv-1m") {
+		t.Errorf("Keys(user only) = %q, want recv-1m, trail and hold keys", got)
+	}
+	if got := lim.Keys(p, sdk.Subject{"content": "c1"}); got != nil {
+		t.Errorf("Keys(no user) = %q, want nil", got)
+	}
+	if got := lim.Keys(nil, sdk.Subject{"user": "u1"}); got != nil {
+		t.Errorf("Keys(nil policy) = %q, want nil", got)
+	}
+	// Multi-value hash tag: shard values in ShardBy order, ':'-separated.
+	p2 := mustPolicy(t, "ads", sdk.Fixed("a", 3, time.Hour).By("campaign", "user"))
+	if got, want := sdk.New(nil).Keys(p2, sdk.Subject{"user": "u", "campaign": "c"})[0], "fc:{c:u}:ads:a."; !strings.HasPrefix(got, want) {
+		t.Errorf("Keys(ads)[0] = %q, want prefix %q", got, want)
+	}
+}
+
+func TestKeysEscaping(t *testing.T) {
+	p := mustPolicy(t, "push",
+		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+	)
+	values := []string{
+		"a", "b", "{", "}", "{a}", "}{", ":", "a:b", "a%3Ab", "%", "%25", "%7B", "a b", " ", "\t", "\n",
+		"\x00", "\x7f", "x\x20y", "用户", "ユーザー}", "😀", "é", "e\u0301", "a\xffb", "{}:%", "a{b}c:d%e f",
+	}
+	lim := sdk.New(nil)
+	seen := map[string]string{}
+	for _, u := range values {
+		for _, c := range values {
+			s := sdk.Subject{"user": u, "content": c}
+			keys := lim.Keys(p, s)
+			if len(keys) != 4 {
+				t.Fatalf("Keys(%q, %q) = %q, want 4 keys", u, c, keys)
+			}
+			for i, k := range keys[:2] {
+				if n := strings.Count(k, "{"); n != 1 {
+					t.Errorf("Keys(%q, %q)[%d] = %q has %d '{', want 1", u, c, i, k, n)
+				}
+				if n := strings.Count(k, "}"); n != 1 {
+					t.Errorf("Keys(%q, %q)[%d] = %q has %d '}', want 1", u, c, i, k, n)
+				}
+				m := keyRE.FindStringSubmatch(k)
+				if m == nil {
+					t.Errorf("Keys(%q, %q)[%d] = %q, want match %s", u, c, i, k, keyRE)
+					continue
+				}
+				if got, want := m[1], escape(u); got != want {
+					t.Errorf("hash tag of Keys(%q, %q)[%d] = %q, want %q", u, c, i, got, want)
+				}
+				id := fmt.Sprintf("%q/%q/%d", u, c, i)
+				if i == 0 {
+					id = fmt.Sprintf("%q/%d", u, i) // recv-1m is keyed by user only
+				}
+				if prev, dup := seen[k]; dup && prev != id {
+					t.Errorf("key %q for %s collides with %s", k, id, prev)
+				}
+				seen[k] = id
+			}
+		}
+	}
+}
+
+// escape is the reference escaping of docs/DESIGN.md.
+func escape(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < 0x21 || c == 0x7f || strings.IndexByte("%{}:", c) >= 0 {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func TestKeysPrefix(t *testing.T) {
+	p := mustPolicy(t, "p", sdk.Fixed("a", 1, time.Second).By("user"))
+	tests := []struct{ prefix, want string }{
+		{"", "fc:{u}:p:"},
+		{"push", "push:{u}:p:"},
+		{"my.app_v-2", "my.app_v-2:{u}:p:"},
+		{"a{b}", "a%7Bb%7D:{u}:p:"},
+		{"a:b", "a%3Ab:{u}:p:"},
+		{"a%3Ab", "a%253Ab:{u}:p:"},
+		{"x y", "x%20y:{u}:p:"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.prefix, func(t *testing.T) {
+			keys := sdk.New(nil, sdk.WithPrefix(tc.prefix)).Keys(p, sdk.Subject{"user": "u"})
+			if len(keys) == 0 || !strings.HasPrefix(keys[0], tc.want) {
+				t.Fatalf("Keys(WithPrefix(%q)) = %q, want prefix %q", tc.prefix, keys, tc.want)
+			}
+			if strings.Count(keys[0], "{") != 1 || strings.Count(keys[0], "}") != 1 {
+				t.Fatalf("Keys(WithPrefix(%q))[0] = %q, want exactly one hash tag", tc.prefix, keys[0])
+			}
+		})
+	}
+}
+
+// TestRuleIdentity: the key id changes with algorithm, window, sub-windows,
+// calendar unit and zone, and not with limit or burst.
+func TestRuleIdentity(t *testing.T) {
+	loc := shanghai(t)
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skip(err)
+	}
+	key := func(r sdk.Rule) string {
+		t.Helper()
+		p := mustPolicy(t, "p", r.By("user"))
+		return sdk.New(nil).Keys(p, sdk.Subject{"user": "u"})[0]
+	}
+	base := sdk.Sliding("r", 10, time.Minute)
+	same := []sdk.Rule{
+		sdk.Sliding("r", 11, time.Minute),
+		base.Cells(10),
+	}
+	for _, r := range same {
+		if got, want := key(r), key(base); got != want {
+			t.Errorf("key(%+v) = %q, want %q (same identity)", r, got, want)
+		}
+	}
+	if key(sdk.Rate("r", 10, time.Minute, 0)) != key(sdk.Rate("r", 20, time.Minute, 5)) {
+		t.Error("key of a GCRA rule changed with limit/burst, want the same")
+	}
+	differ := []sdk.Rule{
+		sdk.Sliding("r", 10, 2*time.Minute),
+		base.Cells(6),
+		sdk.Fixed("r", 10, time.Minute),
+		sdk.Log("r", 10, time.Minute),
+		sdk.Rate("r", 10, time.Minute, 0),
+		sdk.Sliding("r2", 10, time.Minute),
+	}
+	seen := map[string]int{key(base): -1}
+	for i, r := range differ {
+		k := key(r)
+		if j, dup := seen[k]; dup {
+			t.Errorf("key(%+v) = %q, same as rule %d, want a new identity", r, k, j)
+		}
+		seen[k] = i
+	}
+	if key(sdk.Daily("r", 1, loc)) == key(sdk.Daily("r", 1, ny)) {
+		t.Error("calendar rules in different zones share a key, want distinct")
+	}
+	if key(sdk.Daily("r", 1, loc)) == key(sdk.Hourly("r", 1, loc)) {
+		t.Error("day and hour calendar rules share a key, want distinct")
+	}
+	if key(sdk.Daily("r", 1, loc)) == key(sdk.Fixed("r", 1, 24*time.Hour)) {
+		t.Error("calendar day and epoch 24h rules share a key, want distinct")
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	a, b := sdk.Fingerprint("hello"), sdk.Fingerprint("hello!")
+	if a != sdk.Fingerprint("hello") {
+		t.Error("Fingerprint is not stable")
+	}
+	if a == b {
+		t.Errorf("Fingerprint(hello) = Fingerprint(hello!) = %q", a)
+	}
+	if !regexp.MustCompile(`^[a-z2-7]{16}$`).MatchString(a) {
+		t.Errorf("Fingerprint(hello) = %q, want 16 lowercase base32 characters", a)
+	}
+}

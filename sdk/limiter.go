@@ -1,0 +1,334 @@
+package sdk
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Limiter makes decisions for policies against one backend.
+//
+// A Limiter is safe for concurrent use; create one with New and share it.
+// It holds no state of its own beyond its options: all counts live in the
+// backend. Most callers want Allow (or AllowN for weighted requests);
+// Wait delays instead of denying; Reserve checks now and commits later.
+// The zero Limiter has no backend and returns errors.
+type Limiter struct {
+	b       driver.Backend
+	prefix  string
+	now     func() time.Time
+	timeout time.Duration
+	observe func(Event)
+}
+
+// Option configures a Limiter in New.
+type Option func(*Limiter)
+
+// WithPrefix sets the first segment of every storage key (default
+// DefaultPrefix, "fc"), so that several applications can share one
+// database. Bytes outside [A-Za-z0-9_.-] are escaped as %XX, so a prefix
+// can never open a hash tag or forge a separator.
+func WithPrefix(p string) Option {
+	return func(l *Limiter) { l.prefix = sanitizePrefix(p) }
+}
+
+// WithClock sets the clock the Limiter reads (default time.Now): for
+// degraded decisions, for Wait's deadline check and for Event.Latency.
+// Decisions themselves use the backend's clock.
+func WithClock(now func() time.Time) Option {
+	return func(l *Limiter) {
+		if now != nil {
+			l.now = now
+		}
+	}
+}
+
+// WithTimeout bounds each backend call (0, the default, means only the
+// caller's context bounds it).
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.timeout = max(d, 0) }
+}
+
+// WithObserver sets a function called after every decision, with its
+// outcome and latency (for metrics). It runs on the caller's goroutine
+// and must be quick and safe for concurrent use.
+func WithObserver(f func(Event)) Option {
+	return func(l *Limiter) { l.observe = f }
+}
+
+// New returns a Limiter that decides with b.
+func New(b driver.Backend, opts ...Option) *Limiter {
+	l := &Limiter{b: b, prefix: DefaultPrefix, now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o(l)
+		}
+	}
+	return l
+}
+
+// Allow takes one unit for s from every rule of p: shorthand for
+// AllowN(ctx, p, s, 1).
+func (l *Limiter) Allow(ctx context.Context, p *Policy, s Subject) (Decision, error) {
+	return l.AllowN(ctx, p, s, 1)
+}
+
+// AllowN reports whether every rule of p admits n units for s and, only if
+// so, consumes n from each, atomically. A denial is a Decision with
+// Allowed false, not an error; it consumes nothing.
+//
+// An error means no decision was made: invalid input (ErrInvalidPolicy,
+// ErrInvalidSubject, ErrInvalidCost) or, under a fail-closed policy, a
+// backend failure. Under a fail-open policy a backend failure yields an
+// allowed Decision with Degraded set and a nil error.
+func (l *Limiter) AllowN(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
+	d, _, err := l.take(ctx, "allow", driver.OpTake, p, s, n, 0)
+	return d, err
+}
+
+// Peek reports what AllowN would decide for n units, consuming nothing.
+func (l *Limiter) Peek(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
+	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, s, n, 0)
+	return d, err
+}
+
+// Reserve is AllowN that can be undone: when allowed, the units are
+// consumed and held for ttl; Commit keeps them, Cancel gives them back,
+// and a hold neither committed nor cancelled within ttl is given back by
+// itself. It suits "check during selection, consume only for the ad
+// finally shown". A denied Reserve returns a nil Reservation.
+//
+// The backend must implement driver.Settler (else the error wraps
+// errors.ErrUnsupported). A degraded (fail-open) decision returns a
+// Reservation whose Commit and Cancel do nothing.
+func (l *Limiter) Reserve(ctx context.Context, p *Policy, s Subject, n int64, ttl time.Duration) (Decision, *Reservation, error) {
+	st, ok := l.b.(driver.Settler)
+	if !ok {
+		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
+	}
+	if ttl < time.Millisecond {
+		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be >= 1ms, got %v", ttl)
+	}
+	d, req, err := l.take(ctx, "reserve", driver.OpReserve, p, s, n, ttl)
+	if err != nil || !d.Allowed {
+		return d, nil, err
+	}
+	return d, &Reservation{l: l, st: st, key: req.HoldKey, id: req.HoldID, degraded: d.Degraded}, nil
+}
+
+// Reservation is units consumed by Reserve and held until Commit or
+// Cancel (or until the hold lapses, which cancels it). It is safe for
+// concurrent use, but only the first Commit or Cancel succeeds.
+type Reservation struct {
+	l        *Limiter
+	st       driver.Settler
+	key, id  string
+	degraded bool
+}
+
+// ID returns the hold's id (16 hex characters; empty for a degraded
+// reservation).
+func (r *Reservation) ID() string {
+	if r == nil {
+		return ""
+	}
+	return r.id
+}
+
+// Commit keeps the reserved units. It returns an error wrapping
+// ErrReservationNotFound when the hold was already settled or has lapsed
+// (its units were then given back).
+func (r *Reservation) Commit(ctx context.Context) error { return r.settle(ctx, "commit", true) }
+
+// Cancel gives the reserved units back. It returns an error wrapping
+// ErrReservationNotFound when the hold was already settled or has lapsed.
+func (r *Reservation) Cancel(ctx context.Context) error { return r.settle(ctx, "cancel", false) }
+
+func (r *Reservation) settle(ctx context.Context, op string, commit bool) error {
+	if r == nil {
+		return fmt.Errorf("sdk: %s: nil reservation: %w", op, ErrReservationNotFound)
+	}
+	if r.degraded {
+		return nil
+	}
+	ctx, cancel := r.l.withTimeout(ctx)
+	defer cancel()
+	if err := r.st.Settle(ctx, r.key, r.id, commit); err != nil {
+		return fmt.Errorf("sdk: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Reset forgets s under p: it deletes the state of every rule whose
+// dimensions s gives, and the subject's open reservations; the denial
+// trail is kept. s must give the shard dimensions (ShardBy); rules needing
+// other dimensions s lacks are left alone. The backend must implement
+// driver.Resetter.
+func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
+	rs, ok := l.b.(driver.Resetter)
+	if !ok {
+		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
+	}
+	res, err := resolve(l.prefix, p, s, true)
+	if err != nil {
+		return fmt.Errorf("sdk: reset: %w", err)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	req := l.request(driver.OpTake, p, res, 1)
+	if err := rs.Reset(ctx, req); err != nil {
+		return fmt.Errorf("sdk: reset: %w", err)
+	}
+	return nil
+}
+
+// Inspect reports the state of s under p without consuming anything: each
+// rule as a cost-1 peek, and the recent denials. s must give the shard
+// dimensions (ShardBy); rules needing other dimensions s lacks are listed
+// in Skipped. A backend failure is always returned as an error.
+func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
+	res, err := resolve(l.prefix, p, s, true)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
+	}
+	req := l.request(driver.OpInspect, p, res, 1)
+	r, lat, err := l.do(ctx, req)
+	if err != nil {
+		err = fmt.Errorf("sdk: inspect: %w", err)
+		l.emit(Event{Policy: p.name, Op: "inspect", Err: err, Latency: lat})
+		return Inspection{}, err
+	}
+	d := decide(p.name, res.rules, r)
+	l.emit(Event{Policy: p.name, Op: "inspect", Decision: d, Latency: lat})
+	return Inspection{
+		Policy:  p.name,
+		At:      r.Now,
+		Rules:   d.Rules,
+		Skipped: res.skipped,
+		Denials: r.Trail,
+	}, nil
+}
+
+// Describe returns the backend's account of itself. The backend must
+// implement driver.Describer.
+func (l *Limiter) Describe(ctx context.Context) (driver.Description, error) {
+	ds, ok := l.b.(driver.Describer)
+	if !ok {
+		return driver.Description{}, fmt.Errorf("sdk: describe: backend %T cannot describe itself: %w", l.b, errors.ErrUnsupported)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	desc, err := ds.Describe(ctx)
+	if err != nil {
+		return driver.Description{}, fmt.Errorf("sdk: describe: %w", err)
+	}
+	return desc, nil
+}
+
+// Keys returns the storage keys of s under p: one per rule whose
+// dimensions s gives (policy order), then the denial trail's and the
+// holds' keys. It returns nil when s lacks a shard dimension or p is
+// invalid. It touches no backend.
+func (l *Limiter) Keys(p *Policy, s Subject) []string {
+	res, err := resolve(l.prefix, p, s, true)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(res.rules)+2)
+	for _, r := range res.rules {
+		keys = append(keys, r.Key)
+	}
+	return append(keys, res.trailKey, res.holdKey)
+}
+
+// take makes one decision (op names it for errors and events).
+func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration) (Decision, driver.Request, error) {
+	if n < 1 {
+		return Decision{}, driver.Request{}, fmt.Errorf("sdk: %s: %w: cost must be >= 1, got %d", op, ErrInvalidCost, n)
+	}
+	res, err := resolve(l.prefix, p, s, false)
+	if err != nil {
+		return Decision{}, driver.Request{}, fmt.Errorf("sdk: %s: %w", op, err)
+	}
+	req := l.request(dop, p, res, n)
+	if dop == driver.OpReserve {
+		req.HoldID = newHoldID()
+		req.HoldTTL = ttl
+	}
+	r, lat, err := l.do(ctx, req)
+	if err != nil {
+		if p.failOpen {
+			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: err}
+			l.emit(Event{Policy: p.name, Op: op, Decision: d, Err: err, Latency: lat})
+			return d, req, nil
+		}
+		err = fmt.Errorf("sdk: take: %w", err)
+		l.emit(Event{Policy: p.name, Op: op, Err: err, Latency: lat})
+		return Decision{}, req, err
+	}
+	d := decide(p.name, res.rules, r)
+	l.emit(Event{Policy: p.name, Op: op, Decision: d, Latency: lat})
+	return d, req, nil
+}
+
+// request builds the driver request for res.
+func (l *Limiter) request(op driver.Op, p *Policy, res resolved, n int64) driver.Request {
+	return driver.Request{
+		Op:       op,
+		Policy:   p.name,
+		Rules:    res.rules,
+		Cost:     n,
+		TrailKey: res.trailKey,
+		TrailMax: p.trailMax,
+		TrailTTL: p.trailTTL,
+		HoldKey:  res.holdKey,
+	}
+}
+
+// do calls the backend under the Limiter's timeout and checks the shape of
+// its answer.
+func (l *Limiter) do(ctx context.Context, req driver.Request) (driver.Result, time.Duration, error) {
+	if l.b == nil {
+		return driver.Result{}, 0, errors.New("nil backend")
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	start := l.now()
+	r, err := l.b.Take(ctx, req)
+	lat := l.now().Sub(start)
+	if err != nil {
+		return driver.Result{}, lat, err
+	}
+	if len(r.Rules) != len(req.Rules) {
+		return driver.Result{}, lat, fmt.Errorf("backend answered %d rules, want %d", len(r.Rules), len(req.Rules))
+	}
+	return r, lat, nil
+}
+
+func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if l.timeout > 0 {
+		return context.WithTimeout(ctx, l.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (l *Limiter) emit(e Event) {
+	if l.observe != nil {
+		l.observe(e)
+	}
+}
+
+// newHoldID returns 16 random hex characters.
+func newHoldID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go >= 1.24)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,226 @@
+package sdk
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Trail defaults: the number of denials kept per subject and policy, and
+// how long the trail lives after the last denial.
+const (
+	DefaultTrailMax = 20
+	DefaultTrailTTL = 24 * time.Hour
+)
+
+// Policy is a named set of rules checked together: a request is allowed
+// only if every rule admits it, and a denied request consumes nothing.
+//
+// Build one with NewPolicy or load them with LoadPolicies. A Policy is
+// validated and immutable, and safe for concurrent use; the zero Policy
+// has no rules and is rejected by the Limiter. Most callers create their
+// policies once at start-up and pass them to Limiter.Allow.
+type Policy struct {
+	name     string
+	rules    []Rule
+	ids      []string   // rule identity ids, per rule
+	others   [][]string // per rule: its dimensions not in shardBy, in rule order
+	failOpen bool
+	trailMax int
+	trailTTL time.Duration
+	dims     []string
+	shardBy  []string
+}
+
+// PolicyOption configures a Policy in NewPolicy.
+type PolicyOption func(*policyOptions) error
+
+type policyOptions struct {
+	failOpen bool
+	trailMax int
+	trailTTL time.Duration
+}
+
+// FailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
+// when the backend fails, instead of returning the error. Use it where a
+// missed cap is cheaper than a missed request.
+func FailOpen() PolicyOption {
+	return func(o *policyOptions) error {
+		o.failOpen = true
+		return nil
+	}
+}
+
+// WithTrail sets how many denials are kept per subject (newest first) and
+// for how long after the last one. max 0 disables the trail. The default
+// is DefaultTrailMax entries for DefaultTrailTTL.
+func WithTrail(max int, ttl time.Duration) PolicyOption {
+	return func(o *policyOptions) error {
+		if max < 0 {
+			return fmt.Errorf("%w: trail max must be >= 0, got %d", ErrInvalidPolicy, max)
+		}
+		if max > 0 && ttl < time.Millisecond {
+			return fmt.Errorf("%w: trail ttl must be >= 1ms, got %v", ErrInvalidPolicy, ttl)
+		}
+		o.trailMax, o.trailTTL = max, ttl
+		return nil
+	}
+}
+
+// NewPolicy checks rules and returns a policy named name (a
+// [A-Za-z0-9_.-]{1,64} name; it appears in storage keys). Errors wrap
+// ErrInvalidRule or ErrInvalidPolicy and name the rule and field.
+//
+// The rules must share at least one dimension (ShardBy): its values form
+// the Redis hash tag, so that one decision touches one cluster slot.
+func NewPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, error) {
+	p, _, err := newPolicy(name, rules, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	return p, nil
+}
+
+// newPolicy is NewPolicy without the "sdk: " prefix on errors; it also
+// returns the index of the rule at fault (-1: the policy itself).
+func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, error) {
+	bad := func(format string, args ...any) (*Policy, int, error) {
+		return nil, -1, fmt.Errorf("policy %q: %w: "+format, append([]any{name, ErrInvalidPolicy}, args...)...)
+	}
+	if !validName(name) {
+		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+	}
+	if len(rules) == 0 {
+		return bad("no rules")
+	}
+	o := policyOptions{trailMax: DefaultTrailMax, trailTTL: DefaultTrailTTL}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, -1, fmt.Errorf("policy %q: %w", name, err)
+		}
+	}
+	p := &Policy{
+		name:     name,
+		rules:    make([]Rule, len(rules)),
+		ids:      make([]string, len(rules)),
+		others:   make([][]string, len(rules)),
+		failOpen: o.failOpen,
+		trailMax: o.trailMax,
+		trailTTL: o.trailTTL,
+	}
+	seen := make(map[string]bool, len(rules))
+	for i, r := range rules {
+		nr, err := r.normalize()
+		if err != nil {
+			return nil, i, fmt.Errorf("policy %q: %w", name, err)
+		}
+		if seen[nr.Name] {
+			return nil, i, fmt.Errorf("policy %q: rule %q: %w: duplicate rule name", name, nr.Name, ErrInvalidPolicy)
+		}
+		seen[nr.Name] = true
+		p.rules[i] = nr
+		p.ids[i] = ruleID(nr)
+		for _, d := range nr.Dimensions {
+			if !slices.Contains(p.dims, d) {
+				p.dims = append(p.dims, d)
+			}
+		}
+	}
+	for _, d := range p.rules[0].Dimensions {
+		shared := true
+		for _, r := range p.rules[1:] {
+			if !slices.Contains(r.Dimensions, d) {
+				shared = false
+				break
+			}
+		}
+		if shared {
+			p.shardBy = append(p.shardBy, d)
+		}
+	}
+	if len(p.shardBy) == 0 {
+		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
+	}
+	for i, r := range p.rules {
+		for _, d := range r.Dimensions {
+			if !slices.Contains(p.shardBy, d) {
+				p.others[i] = append(p.others[i], d)
+			}
+		}
+	}
+	return p, -1, nil
+}
+
+// ruleID returns 6 lowercase base32 characters of a hash of the rule's
+// identity: algorithm, window, sub-windows, calendar unit and zone, and the
+// dimensions it is keyed by (so re-keying a rule can never read counters
+// keyed by other dimensions). Limit and Burst are left out so that
+// changing them keeps the counts.
+func ruleID(r Rule) string {
+	zone := ""
+	if r.Calendar != NoCalendar && r.Location != nil {
+		zone = r.Location.String()
+	}
+	id := fmt.Sprintf("freqcap/rule/v1\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
+		r.Algorithm, int64(r.Window), r.SubWindows, r.Calendar, zone, strings.Join(r.Dimensions, "\x01"))
+	sum := sha256.Sum256([]byte(id))
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:]))[:6]
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
+
+// Rules returns a copy of the policy's rules, normalized (defaults filled
+// in), in policy order.
+func (p *Policy) Rules() []Rule {
+	if p == nil {
+		return nil
+	}
+	out := make([]Rule, len(p.rules))
+	for i, r := range p.rules {
+		r.Dimensions = slices.Clone(r.Dimensions)
+		out[i] = r
+	}
+	return out
+}
+
+// FailOpen reports whether a backend failure yields an allowed, degraded
+// decision rather than an error.
+func (p *Policy) FailOpen() bool { return p != nil && p.failOpen }
+
+// Dimensions returns the union of the rules' dimensions, in first-use
+// order.
+func (p *Policy) Dimensions() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.dims)
+}
+
+// ShardBy returns the dimensions every rule shares, in the first rule's
+// order. Their values form the hash tag of every key of a decision.
+func (p *Policy) ShardBy() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.shardBy)
+}
+
+// valid reports whether p can be used by a Limiter.
+func (p *Policy) valid() error {
+	if p == nil || len(p.rules) == 0 {
+		return fmt.Errorf("%w: nil or empty policy (build it with NewPolicy)", ErrInvalidPolicy)
+	}
+	return nil
+}

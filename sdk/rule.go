@@ -1,0 +1,240 @@
+package sdk
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Algorithm names the counting algorithm of a rule. It is sdk/driver's type.
+type Algorithm = driver.Algorithm
+
+// The algorithms. See docs/DESIGN.md for their exact arithmetic.
+const (
+	// FixedWindow counts units in windows aligned to the Unix epoch, or to
+	// a calendar (Rule.Calendar). Cheap; allows up to 2x Limit across a
+	// window edge.
+	FixedWindow = driver.FixedWindow
+	// SlidingWindow sums SubWindows cells covering the last Window:
+	// constant memory, accurate to one cell, never under-counts.
+	SlidingWindow = driver.SlidingWindow
+	// SlidingLog keeps one entry per unit: exact, memory grows with Limit.
+	SlidingLog = driver.SlidingLog
+	// GCRA meters Limit units per Window with Burst extra units at once
+	// (a leaky bucket / token bucket).
+	GCRA = driver.GCRA
+)
+
+// CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone.
+// It is sdk/driver's type.
+type CalendarUnit = driver.CalendarUnit
+
+// The calendar units.
+const (
+	// NoCalendar: windows are Window long and aligned to the Unix epoch.
+	NoCalendar = driver.NoCalendar
+	// Day: one window per natural day in Rule.Location.
+	Day = driver.Day
+	// Hour: one window per local hour in Rule.Location.
+	Hour = driver.Hour
+)
+
+// DefaultSubWindows is the number of cells of a SlidingWindow rule whose
+// SubWindows is 0.
+const DefaultSubWindows = 10
+
+// MaxNameLen is the longest name a policy, rule or dimension may have.
+const MaxNameLen = 64
+
+// Rule is one cap: at most Limit units per Window for each combination of
+// the values of Dimensions. "15 per minute per user" is
+// Sliding("recv-1m", 15, time.Minute).By("user").
+//
+// A Rule is a plain value; build one with Fixed, Sliding, Log, Rate, Daily
+// or Hourly and refine it with By and Cells. It is checked when it becomes
+// part of a Policy (NewPolicy); the zero Rule is invalid.
+type Rule struct {
+	// Name identifies the rule in its policy, in decisions and in storage
+	// keys: [A-Za-z0-9_.-]{1,64}, unique within the policy. Renaming a
+	// rule starts its counts afresh.
+	Name string
+	// Algorithm is how the rule counts.
+	Algorithm Algorithm
+	// Limit is the number of units admitted per Window (> 0). For GCRA it
+	// is the rate: Limit units per Window.
+	Limit int64
+	// Window is the length of the window (>= 1ms). For a calendar rule it
+	// is set by the unit (24h or 1h) and may be left zero.
+	Window time.Duration
+	// Dimensions are the subject dimensions the rule is keyed by, e.g.
+	// {"user", "content"}: each user may receive the same content at most
+	// Limit times per Window. Names follow the rule-name syntax.
+	Dimensions []string
+	// SubWindows is the number of cells of a SlidingWindow rule; 0 means
+	// DefaultSubWindows. Window/SubWindows must be at least 1ms. Only
+	// SlidingWindow rules may set it.
+	SubWindows int
+	// Burst is the number of units a GCRA rule admits at once beyond the
+	// steady rate (>= 0). Only GCRA rules may set it.
+	Burst int64
+	// Calendar aligns a FixedWindow rule to local days or hours in
+	// Location (which is then required).
+	Calendar CalendarUnit
+	// Location is the time zone of a calendar rule.
+	Location *time.Location
+}
+
+// Fixed returns a FixedWindow rule: limit units per epoch-aligned window.
+func Fixed(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: window}
+}
+
+// Sliding returns a SlidingWindow rule with DefaultSubWindows cells.
+func Sliding(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: SlidingWindow, Limit: limit, Window: window, SubWindows: DefaultSubWindows}
+}
+
+// Log returns a SlidingLog rule: exact, one stored entry per unit.
+func Log(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: SlidingLog, Limit: limit, Window: window}
+}
+
+// Rate returns a GCRA rule: limit units per period, plus burst units at
+// once. Rate("api", 30, time.Minute, 14) admits 15 requests at once, then
+// one every 2 seconds.
+func Rate(name string, limit int64, per time.Duration, burst int64) Rule {
+	return Rule{Name: name, Algorithm: GCRA, Limit: limit, Window: per, Burst: burst}
+}
+
+// Daily returns a FixedWindow rule counting per natural day (midnight to
+// midnight) in loc.
+func Daily(name string, limit int64, loc *time.Location) Rule {
+	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: 24 * time.Hour, Calendar: Day, Location: loc}
+}
+
+// Hourly returns a FixedWindow rule counting per local hour in loc.
+func Hourly(name string, limit int64, loc *time.Location) Rule {
+	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: time.Hour, Calendar: Hour, Location: loc}
+}
+
+// By returns a copy of r keyed by dims.
+func (r Rule) By(dims ...string) Rule {
+	r.Dimensions = append([]string(nil), dims...)
+	return r
+}
+
+// Cells returns a copy of r with n sub-windows (SlidingWindow rules).
+func (r Rule) Cells(n int) Rule {
+	r.SubWindows = n
+	return r
+}
+
+// validName reports whether s matches [A-Za-z0-9_.-]{1,64}.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !nameByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func nameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '_' || c == '.' || c == '-'
+}
+
+// nominal returns the nominal window of a calendar unit.
+func nominal(u CalendarUnit) time.Duration {
+	switch u {
+	case Day:
+		return 24 * time.Hour
+	case Hour:
+		return time.Hour
+	}
+	return 0
+}
+
+// normalize checks r and returns it in canonical form: defaults filled in
+// (SubWindows, calendar Window), Dimensions copied. The error wraps
+// ErrInvalidRule and reads `rule "name": invalid rule: ...`.
+func (r Rule) normalize() (Rule, error) {
+	bad := func(format string, args ...any) (Rule, error) {
+		return Rule{}, fmt.Errorf("rule %q: %w: "+format, append([]any{r.Name, ErrInvalidRule}, args...)...)
+	}
+	if !validName(r.Name) {
+		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+	}
+	switch r.Algorithm {
+	case FixedWindow, SlidingWindow, SlidingLog, GCRA:
+	default:
+		return bad("unknown algorithm %d", r.Algorithm)
+	}
+	if r.Limit <= 0 {
+		return bad("limit must be > 0, got %d", r.Limit)
+	}
+	switch r.Calendar {
+	case NoCalendar:
+		if r.Location != nil {
+			return bad("location is only for calendar rules")
+		}
+	case Day, Hour:
+		if r.Algorithm != FixedWindow {
+			return bad("calendar requires algorithm fixed_window, got %v", r.Algorithm)
+		}
+		if r.Location == nil {
+			return bad("calendar %v requires a location (timezone)", r.Calendar)
+		}
+		if r.Location == time.Local {
+			// "Local" differs per machine: two servers would share keys
+			// while disagreeing on where the day starts.
+			return bad("calendar %v needs a named zone (e.g. Asia/Shanghai), not time.Local", r.Calendar)
+		}
+		if r.Window == 0 {
+			r.Window = nominal(r.Calendar)
+		}
+		if r.Window != nominal(r.Calendar) {
+			return bad("window of a calendar %v rule must be %v or unset, got %v", r.Calendar, nominal(r.Calendar), r.Window)
+		}
+	default:
+		return bad("unknown calendar unit %d", r.Calendar)
+	}
+	if r.Window < time.Millisecond {
+		return bad("window must be >= 1ms, got %v", r.Window)
+	}
+	if r.Burst < 0 {
+		return bad("burst must be >= 0, got %d", r.Burst)
+	}
+	if r.Burst != 0 && r.Algorithm != GCRA {
+		return bad("burst is only for gcra rules, got algorithm %v", r.Algorithm)
+	}
+	if r.Algorithm == SlidingWindow {
+		if r.SubWindows == 0 {
+			r.SubWindows = DefaultSubWindows
+		}
+		if r.SubWindows < 0 {
+			return bad("sub_windows must be >= 0, got %d", r.SubWindows)
+		}
+		if r.Window/time.Duration(r.SubWindows) < time.Millisecond {
+			return bad("sub_windows %d makes cells of %v, want >= 1ms", r.SubWindows, r.Window/time.Duration(r.SubWindows))
+		}
+	} else if r.SubWindows != 0 {
+		return bad("sub_windows is only for sliding_window rules, got algorithm %v", r.Algorithm)
+	}
+	seen := make(map[string]bool, len(r.Dimensions))
+	for _, d := range r.Dimensions {
+		if !validName(d) {
+			return bad("dimension %q must match [A-Za-z0-9_.-]{1,%d}", d, MaxNameLen)
+		}
+		if seen[d] {
+			return bad("dimension %q given twice", d)
+		}
+		seen[d] = true
+	}
+	r.Dimensions = append([]string(nil), r.Dimensions...)
+	return r, nil
+}

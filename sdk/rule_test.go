@@ -1,0 +1,99 @@
+package sdk_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+func shanghai(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Skipf("no tzdata: %v", err)
+	}
+	return loc
+}
+
+func TestRuleValidation(t *testing.T) {
+	loc := shanghai(t)
+	tests := []struct {
+		name string
+		rule sdk.Rule
+		want error  // nil: valid
+		msg  string // substring of the error
+	}{
+		{"fixed", sdk.Fixed("f", 10, time.Minute).By("user"), nil, ""},
+		{"sliding", sdk.Sliding("s", 10, time.Minute).By("user"), nil, ""},
+		{"sliding zero cells defaults", sdk.Sliding("s", 10, time.Minute).Cells(0).By("user"), nil, ""},
+		{"log", sdk.Log("l", 10, time.Minute).By("user"), nil, ""},
+		{"rate", sdk.Rate("r", 30, time.Minute, 14).By("user"), nil, ""},
+		{"daily", sdk.Daily("d", 3, loc).By("user"), nil, ""},
+		{"hourly", sdk.Hourly("h", 3, loc).By("user"), nil, ""},
+		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
+		{"1ms window", sdk.Fixed("f", 1, time.Millisecond).By("user"), nil, ""},
+		{"1ms cells", sdk.Sliding("s", 1, 10*time.Millisecond).By("user"), nil, ""},
+
+		{"zero limit", sdk.Fixed("recv-1m", 0, time.Minute).By("user"), sdk.ErrInvalidRule, `rule "recv-1m": invalid rule: limit must be > 0, got 0`},
+		{"negative limit", sdk.Fixed("f", -1, time.Minute).By("user"), sdk.ErrInvalidRule, "limit must be > 0, got -1"},
+		{"short window", sdk.Fixed("f", 1, time.Microsecond).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
+		{"zero window", sdk.Log("f", 1, 0).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
+		{"unknown algorithm", sdk.Rule{Name: "f", Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
+		{"unknown algorithm 9", sdk.Rule{Name: "f", Algorithm: 9, Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
+		{"negative burst", sdk.Rate("r", 1, time.Second, -1).By("user"), sdk.ErrInvalidRule, "burst must be >= 0, got -1"},
+		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
+		{"cells below 1ms", sdk.Sliding("s", 1, 10*time.Millisecond).Cells(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
+		{"negative cells", sdk.Sliding("s", 1, time.Second).Cells(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
+		{"cells on log", sdk.Log("l", 1, time.Second).Cells(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
+		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: sdk.SlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
+		{"calendar without location", sdk.Daily("d", 1, nil).By("user"), sdk.ErrInvalidRule, "requires a location"},
+		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
+		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
+		{"location without calendar", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
+		{"empty name", sdk.Fixed("", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with colon", sdk.Fixed("a:b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with brace", sdk.Fixed("a{b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with bang", sdk.Fixed("!t", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"long name", sdk.Fixed(strings.Repeat("a", 65), 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"bad dimension", sdk.Fixed("f", 1, time.Second).By("user", "con tent"), sdk.ErrInvalidRule, `dimension "con tent" must match`},
+		{"empty dimension", sdk.Fixed("f", 1, time.Second).By("user", ""), sdk.ErrInvalidRule, `dimension "" must match`},
+		{"duplicate dimension", sdk.Fixed("f", 1, time.Second).By("user", "user"), sdk.ErrInvalidRule, `dimension "user" given twice`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := sdk.NewPolicy("p", []sdk.Rule{tc.rule})
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("NewPolicy(%+v) = %v, want nil", tc.rule, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("NewPolicy(%+v) = %v, want %v containing %q", tc.rule, err, tc.want, tc.msg)
+			}
+		})
+	}
+}
+
+func TestRuleHelpers(t *testing.T) {
+	r := sdk.Sliding("s", 5, time.Minute)
+	r2 := r.By("user", "content").Cells(6)
+	if r.Dimensions != nil || r.SubWindows != sdk.DefaultSubWindows {
+		t.Errorf("By/Cells changed the receiver: %+v", r)
+	}
+	if got, want := strings.Join(r2.Dimensions, ","), "user,content"; got != want {
+		t.Errorf("By(user, content).Dimensions = %s, want %s", got, want)
+	}
+	if r2.SubWindows != 6 {
+		t.Errorf("Cells(6).SubWindows = %d, want 6", r2.SubWindows)
+	}
+	dims := []string{"user"}
+	r3 := r.By(dims...)
+	dims[0] = "mutated"
+	if r3.Dimensions[0] != "user" {
+		t.Errorf("By kept the caller's slice: %v", r3.Dimensions)
+	}
+}

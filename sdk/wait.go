@@ -1,0 +1,52 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Wait is AllowN that delays instead of denying (shaping rather than
+// policing): it takes n units for s as soon as every rule of p admits
+// them, sleeping for the decision's RetryAfter between attempts.
+//
+// Before each sleep it checks ctx's deadline: if the request cannot be
+// admitted before it (a retry due exactly at the deadline counts as too
+// late), Wait returns the denied Decision and an error
+// wrapping ErrWaitTooLong at once, having consumed nothing. A cost some
+// rule can never admit returns ErrCostTooHigh at once. When ctx is done
+// while sleeping, Wait returns ctx's error. On these errors the Decision
+// returned is the last denial.
+//
+// Wait reserves nothing while it sleeps: another caller may take the
+// freed units first, and Wait then sleeps again, so under contention it
+// can wait longer than the first RetryAfter (and is not FIFO-fair).
+// Sleeps use time.NewTimer; the deadline check reads the Limiter's clock
+// (WithClock).
+func (l *Limiter) Wait(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	for {
+		d, _, err := l.take(ctx, "wait", driver.OpTake, p, s, n, 0)
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		if d.CostTooHigh {
+			return d, fmt.Errorf("sdk: wait: %w (denied by %v)", ErrCostTooHigh, d.Denied)
+		}
+		delay := max(d.RetryAfter, time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok && !l.now().Add(delay).Before(dl) {
+			return d, fmt.Errorf("sdk: wait: %w: retry after %v", ErrWaitTooLong, d.RetryAfter)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, fmt.Errorf("sdk: wait: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package sdk
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// LoadPolicies reads policies from YAML:
+//
+//	policies:
+//	  - name: push
+//	    failure: open          # open | closed (default closed)
+//	    trail: {max: 20, ttl: 24h}
+//	    rules:
+//	      - {name: recv-1m, algorithm: sliding_window, limit: 15, window: 1m, by: [user]}
+//	      - {name: content-59s, algorithm: sliding_window, limit: 2, window: 59s, by: [user, content]}
+//	  - name: api
+//	    rules:
+//	      - {name: burst, algorithm: gcra, limit: 30, window: 60s, burst: 14, by: [user]}
+//	      - {name: daily, algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai, limit: 3, by: [user, campaign]}
+//
+// Algorithms are fixed_window, sliding_window, sliding_log and gcra.
+// Durations are Go durations (90s, 1h30m) plus a leading day count (1d,
+// 2d12h). Rule keys: name, algorithm, limit, window, by, sub_windows
+// (sliding_window cells), burst (gcra), calendar (day | hour, with
+// timezone, an IANA zone name). Unknown keys are errors. Every error wraps
+// ErrInvalidPolicy or ErrInvalidRule and gives the line.
+func LoadPolicies(r io.Reader) ([]*Policy, error) {
+	return loadPolicies(r, "policies")
+}
+
+// LoadPolicyFile reads policies from the YAML file at path (see
+// LoadPolicies).
+func LoadPolicyFile(path string) ([]*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: load policies: %w", err)
+	}
+	defer f.Close()
+	return loadPolicies(f, path)
+}
+
+type filePolicies struct {
+	Policies []filePolicy `yaml:"policies"`
+}
+
+type filePolicy struct {
+	Name    string     `yaml:"name"`
+	Failure string     `yaml:"failure"`
+	Trail   *fileTrail `yaml:"trail"`
+	Rules   []fileRule `yaml:"rules"`
+	line    int
+}
+
+type fileTrail struct {
+	Max *int          `yaml:"max"`
+	TTL *fileDuration `yaml:"ttl"`
+}
+
+type fileRule struct {
+	Name       string       `yaml:"name"`
+	Algorithm  string       `yaml:"algorithm"`
+	Limit      int64        `yaml:"limit"`
+	Window     fileDuration `yaml:"window"`
+	By         []string     `yaml:"by"`
+	SubWindows int          `yaml:"sub_windows"`
+	Burst      int64        `yaml:"burst"`
+	Calendar   string       `yaml:"calendar"`
+	Timezone   string       `yaml:"timezone"`
+	line       int
+}
+
+// fileDuration is a Go duration with an optional leading day count.
+type fileDuration time.Duration
+
+func (d *fileDuration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %w: want a duration such as 90s or 1d", n.Line, ErrInvalidPolicy)
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w: %v", n.Line, ErrInvalidPolicy, err)
+	}
+	*d = fileDuration(v)
+	return nil
+}
+
+var daysRE = regexp.MustCompile(`^(\d+)d(.*)$`)
+
+// parseDuration parses a Go duration with an optional leading "<n>d".
+func parseDuration(s string) (time.Duration, error) {
+	var days time.Duration
+	if m := daysRE.FindStringSubmatch(s); m != nil {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil || n > int64(1<<63-1)/int64(24*time.Hour) {
+			return 0, fmt.Errorf("duration %q out of range", s)
+		}
+		days = time.Duration(n) * 24 * time.Hour
+		if m[2] == "" {
+			return days, nil
+		}
+		s = m[2]
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want e.g. 90s, 1h30m, 1d)", s)
+	}
+	if d < 0 || days+d < days {
+		return 0, fmt.Errorf("duration %q out of range", s)
+	}
+	return days + d, nil
+}
+
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
+
+func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
+	fail := func(line int, err error) ([]*Policy, error) {
+		if line > 0 {
+			return nil, fmt.Errorf("sdk: %s: line %d: %w", source, line, err)
+		}
+		return nil, fmt.Errorf("sdk: %s: %w", source, err)
+	}
+	if r == nil {
+		return fail(0, fmt.Errorf("%w: nil reader", ErrInvalidPolicy))
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return fail(0, err)
+	}
+	var doc filePolicies
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fail(0, fmt.Errorf("%w: no policies", ErrInvalidPolicy))
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				if sm := unknownFieldRE.FindStringSubmatch(m); sm != nil {
+					m = fmt.Sprintf("line %s: unknown key %q", sm[1], sm[2])
+				}
+				msgs[i] = m
+			}
+			if len(msgs) == 1 {
+				if sm := lineRE.FindStringSubmatch(msgs[0]); sm != nil {
+					line, _ := strconv.Atoi(sm[1])
+					return fail(line, fmt.Errorf("%w: %s", ErrInvalidPolicy, sm[2]))
+				}
+			}
+			return fail(0, fmt.Errorf("%w: %s", ErrInvalidPolicy, strings.Join(msgs, "; ")))
+		}
+		if errors.Is(err, ErrInvalidPolicy) {
+			return fail(0, err)
+		}
+		return fail(0, fmt.Errorf("%w: %v", ErrInvalidPolicy, err))
+	}
+	// Decode again as a node tree, for the line of each policy and rule.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err == nil {
+		setLines(&root, &doc)
+	}
+	if len(doc.Policies) == 0 {
+		return fail(0, fmt.Errorf("%w: no policies", ErrInvalidPolicy))
+	}
+	out := make([]*Policy, 0, len(doc.Policies))
+	seen := make(map[string]bool, len(doc.Policies))
+	for _, fp := range doc.Policies {
+		p, line, err := fp.build()
+		if err != nil {
+			return fail(line, err)
+		}
+		if seen[p.name] {
+			return fail(fp.line, fmt.Errorf("policy %q: %w: duplicate policy name", p.name, ErrInvalidPolicy))
+		}
+		seen[p.name] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// build turns fp into a Policy; on error it returns the line at fault.
+func (fp filePolicy) build() (*Policy, int, error) {
+	var opts []PolicyOption
+	switch fp.Failure {
+	case "", "closed":
+	case "open":
+		opts = append(opts, FailOpen())
+	default:
+		return nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, ErrInvalidPolicy, fp.Failure)
+	}
+	if fp.Trail != nil {
+		tmax, ttl := DefaultTrailMax, DefaultTrailTTL
+		if fp.Trail.Max != nil {
+			tmax = *fp.Trail.Max
+		}
+		if fp.Trail.TTL != nil {
+			ttl = time.Duration(*fp.Trail.TTL)
+		}
+		opts = append(opts, WithTrail(tmax, ttl))
+	}
+	rules := make([]Rule, len(fp.Rules))
+	for i, fr := range fp.Rules {
+		r, err := fr.rule()
+		if err != nil {
+			return nil, fr.line, fmt.Errorf("policy %q: %w", fp.Name, err)
+		}
+		rules[i] = r
+	}
+	p, i, err := newPolicy(fp.Name, rules, opts...)
+	if err != nil {
+		line := fp.line
+		if i >= 0 {
+			line = fp.Rules[i].line
+		}
+		return nil, line, err
+	}
+	return p, 0, nil
+}
+
+// rule converts the text fields of fr; NewPolicy checks the rest.
+func (fr fileRule) rule() (Rule, error) {
+	bad := func(format string, args ...any) (Rule, error) {
+		return Rule{}, fmt.Errorf("rule %q: %w: "+format, append([]any{fr.Name, ErrInvalidRule}, args...)...)
+	}
+	r := Rule{
+		Name:       fr.Name,
+		Limit:      fr.Limit,
+		Window:     time.Duration(fr.Window),
+		Dimensions: fr.By,
+		SubWindows: fr.SubWindows,
+		Burst:      fr.Burst,
+	}
+	switch fr.Algorithm {
+	case "fixed_window":
+		r.Algorithm = FixedWindow
+	case "sliding_window":
+		r.Algorithm = SlidingWindow
+	case "sliding_log":
+		r.Algorithm = SlidingLog
+	case "gcra":
+		r.Algorithm = GCRA
+	case "":
+		return bad("algorithm missing (fixed_window, sliding_window, sliding_log or gcra)")
+	default:
+		return bad("unknown algorithm %q (want fixed_window, sliding_window, sliding_log or gcra)", fr.Algorithm)
+	}
+	switch fr.Calendar {
+	case "":
+	case "day":
+		r.Calendar = Day
+	case "hour":
+		r.Calendar = Hour
+	default:
+		return bad("calendar must be day or hour, got %q", fr.Calendar)
+	}
+	if fr.Timezone != "" {
+		if r.Calendar == NoCalendar {
+			return bad("timezone is only for calendar rules")
+		}
+		loc, err := time.LoadLocation(fr.Timezone)
+		if err != nil {
+			return bad("timezone %q: %v", fr.Timezone, err)
+		}
+		r.Location = loc
+	} else if r.Calendar != NoCalendar {
+		return bad("calendar %s requires timezone", fr.Calendar)
+	}
+	return r, nil
+}
+
+// setLines records the line of every policy and rule of doc from the node
+// tree of the same document.
+func setLines(root *yaml.Node, doc *filePolicies) {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	pols := mapValue(n, "policies")
+	if pols == nil || pols.Kind != yaml.SequenceNode {
+		return
+	}
+	for i, pn := range pols.Content {
+		if i >= len(doc.Policies) {
+			return
+		}
+		doc.Policies[i].line = pn.Line
+		rules := mapValue(pn, "rules")
+		if rules == nil || rules.Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, rn := range rules.Content {
+			if j < len(doc.Policies[i].Rules) {
+				doc.Policies[i].Rules[j].line = rn.Line
+			}
+		}
+	}
+}
+
+// mapValue returns the value of key in mapping node n, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}

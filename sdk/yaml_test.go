@@ -1,0 +1,141 @@
+package sdk_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+func TestLoadPolicyFile(t *testing.T) {
+	ps, err := sdk.LoadPolicyFile("../testdata/policies.yaml")
+	if err != nil {
+		t.Fatalf("LoadPolicyFile = %v", err)
+	}
+	if len(ps) != 2 || ps[0].Name() != "push" || ps[1].Name() != "api" {
+		t.Fatalf("LoadPolicyFile = %d policies, want push and api", len(ps))
+	}
+	push, api := ps[0], ps[1]
+	if !push.FailOpen() || api.FailOpen() {
+		t.Errorf("FailOpen() = %v, %v, want true, false", push.FailOpen(), api.FailOpen())
+	}
+	if got := push.ShardBy(); !slices.Equal(got, []string{"user"}) {
+		t.Errorf("push.ShardBy() = %v, want [user]", got)
+	}
+	want := []sdk.Rule{
+		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+	}
+	assertRules(t, push.Rules(), want)
+	loc := shanghai(t)
+	assertRules(t, api.Rules(), []sdk.Rule{
+		sdk.Rate("burst", 30, time.Minute, 14).By("user"),
+		sdk.Daily("daily", 3, loc).By("user", "campaign"),
+	})
+}
+
+func assertRules(t *testing.T, got, want []sdk.Rule) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("Rules() = %d rules, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Name != w.Name || g.Algorithm != w.Algorithm || g.Limit != w.Limit || g.Window != w.Window ||
+			g.SubWindows != w.SubWindows || g.Burst != w.Burst || g.Calendar != w.Calendar ||
+			g.Location.String() != w.Location.String() || !slices.Equal(g.Dimensions, w.Dimensions) {
+			t.Errorf("Rules()[%d] = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestLoadPolicies(t *testing.T) {
+	const doc = `
+policies:
+  - name: p
+    failure: closed
+    trail: {max: 5}
+    rules:
+      - {name: a, algorithm: sliding_window, limit: 3, window: 1d12h, sub_windows: 6, by: [user]}
+      - {name: b, algorithm: sliding_log, limit: 2, window: 90s, by: [user]}
+      - {name: c, algorithm: fixed_window, calendar: hour, timezone: Asia/Kolkata, limit: 2, by: [user]}
+      - {name: d, algorithm: fixed_window, limit: 2, window: 2d, by: [user]}
+`
+	ps, err := sdk.LoadPolicies(strings.NewReader(doc))
+	if err != nil {
+		t.Fatalf("LoadPolicies = %v", err)
+	}
+	kolkata, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Skip(err)
+	}
+	assertRules(t, ps[0].Rules(), []sdk.Rule{
+		sdk.Sliding("a", 3, 36*time.Hour).Cells(6).By("user"),
+		sdk.Log("b", 2, 90*time.Second).By("user"),
+		sdk.Hourly("c", 2, kolkata).By("user"),
+		sdk.Fixed("d", 2, 48*time.Hour).By("user"),
+	})
+}
+
+func TestLoadPoliciesErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want error
+		msg  []string // substrings of the error
+	}{
+		{"empty", "", sdk.ErrInvalidPolicy, []string{"no policies"}},
+		{"no policies", "policies: []\n", sdk.ErrInvalidPolicy, []string{"no policies"}},
+		{"unknown top key", "polices:\n  - name: p\n", sdk.ErrInvalidPolicy, []string{`line 1: invalid policy: unknown key "polices"`}},
+		{"unknown policy key", "policies:\n  - name: p\n    failur: open\n", sdk.ErrInvalidPolicy, []string{`line 3: invalid policy: unknown key "failur"`}},
+		{"unknown rule key", "policies:\n  - name: p\n    rules:\n      - name: a\n        algorithm: gcra\n        limit: 1\n        windw: 1s\n", sdk.ErrInvalidPolicy, []string{`line 7: invalid policy: unknown key "windw"`}},
+		{"unknown trail key", "policies:\n  - name: p\n    trail: {maxx: 3}\n", sdk.ErrInvalidPolicy, []string{`line 3: invalid policy: unknown key "maxx"`}},
+		{"bad duration", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1x, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 4", `invalid duration "1x"`}},
+		{"bad days", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1dd, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 4", "invalid duration"}},
+		{"negative duration", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: -1s, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 4", "out of range"}},
+		{"bad limit type", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: many, window: 1s, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 4"}},
+		{"bad failure", "policies:\n  - name: p\n    failure: maybe\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 2", `failure must be open or closed, got "maybe"`}},
+		{"unknown algorithm", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: token, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `rule "a"`, `unknown algorithm "token"`}},
+		{"missing algorithm", "policies:\n  - name: p\n    rules:\n      - {name: a, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "algorithm missing"}},
+		{"zero limit", "policies:\n  - name: push\n    rules:\n      - {name: ok, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n      - {name: recv-1m, algorithm: sliding_window, window: 1m, by: [u]}\n", sdk.ErrInvalidRule, []string{`line 5: policy "push": rule "recv-1m": invalid rule: limit must be > 0, got 0`}},
+		{"calendar without timezone", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: day, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "requires timezone"}},
+		{"bad calendar", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: week, timezone: UTC, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `calendar must be day or hour, got "week"`}},
+		{"timezone without calendar", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, timezone: UTC, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "timezone is only for calendar rules"}},
+		{"unknown timezone", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: day, timezone: Mars/Olympus, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `timezone "Mars/Olympus"`}},
+		{"calendar on gcra", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, calendar: day, timezone: UTC, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "calendar requires algorithm fixed_window"}},
+		{"duplicate rule", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidPolicy, []string{"line 5", "duplicate rule name"}},
+		{"no shared dimension", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n      - {name: b, algorithm: gcra, limit: 1, window: 1s, by: [v]}\n", sdk.ErrInvalidPolicy, []string{"line 2", "rules share no dimension"}},
+		{"duplicate policy", "policies:\n  - name: p\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n  - name: p\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n", sdk.ErrInvalidPolicy, []string{"line 4", "duplicate policy name"}},
+		{"bad dimension", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u, u]}\n", sdk.ErrInvalidRule, []string{"line 4", `dimension "u" given twice`}},
+		{"cells on gcra", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, sub_windows: 4, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "sub_windows is only for sliding_window"}},
+		{"negative trail", "policies:\n  - name: p\n    trail: {max: -1}\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n", sdk.ErrInvalidPolicy, []string{"line 2", "trail max must be >= 0"}},
+		{"not yaml", "policies: [\n", sdk.ErrInvalidPolicy, []string{"line"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ps, err := sdk.LoadPolicies(strings.NewReader(tc.doc))
+			if ps != nil || !errors.Is(err, tc.want) {
+				t.Fatalf("LoadPolicies(%q) = %v, %v, want nil, %v", tc.doc, ps, err, tc.want)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("LoadPolicies(%q) = %v, want it to contain %q", tc.doc, err, m)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadPoliciesNil(t *testing.T) {
+	if _, err := sdk.LoadPolicies(nil); !errors.Is(err, sdk.ErrInvalidPolicy) {
+		t.Errorf("LoadPolicies(nil) = %v, want %v", err, sdk.ErrInvalidPolicy)
+	}
+	if _, err := sdk.LoadPolicyFile("testdata/does-not-exist.yaml"); err == nil {
+		t.Error("LoadPolicyFile(missing) = nil error, want one")
+	}
+}
