@@ -1,0 +1,318 @@
+package capability
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A recording holds a server's raw replies to the probe commands, in both
+// protocols, as testdata/detect/*.json stores them (see its README).
+type recording struct {
+	// Server says which server produced the replies.
+	Server string `json:"server"`
+	// Origin is "recorded" (captured from the server by TestRecord) or
+	// "written" (typed in from PROTOCOL.md's facts).
+	Origin    string     `json:"origin"`
+	Note      string     `json:"note,omitempty"`
+	Exchanges []exchange `json:"exchanges"`
+}
+
+type exchange struct {
+	Command []string `json:"command"`
+	RESP2   string   `json:"resp2,omitempty"`
+	RESP3   string   `json:"resp3,omitempty"`
+}
+
+func loadRecording(t *testing.T, name string) *recording {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "detect", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recording
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	for _, e := range rec.Exchanges {
+		for _, raw := range []string{e.RESP2, e.RESP3} {
+			if raw == "" {
+				continue
+			}
+			r := bufio.NewReader(strings.NewReader(raw))
+			if _, err := readFrame(r); err != nil {
+				t.Fatalf("%s: %q: bad RESP: %v", name, e.Command, err)
+			}
+			if r.Buffered() != 0 {
+				t.Fatalf("%s: %q: trailing bytes after the reply", name, e.Command)
+			}
+		}
+	}
+	return &rec
+}
+
+func (rec *recording) find(cmd []string) *exchange {
+	for i, e := range rec.Exchanges {
+		if len(e.Command) == len(cmd) && strings.EqualFold(strings.Join(e.Command, "\x00"), strings.Join(cmd, "\x00")) {
+			return &rec.Exchanges[i]
+		}
+	}
+	return nil
+}
+
+// readFrame reads one RESP2 or RESP3 reply and returns its raw bytes.
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("bad line %q", line)
+	}
+	out := line
+	body := string(line[1 : len(line)-2])
+	switch line[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return out, nil
+	case '$', '=', '!':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 {
+			return out, nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return append(out, buf...), nil
+	case '*', '~', '>', '%', '|':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, err
+		}
+		if line[0] == '%' || line[0] == '|' {
+			n *= 2
+		}
+		for i := 0; i < n; i++ {
+			f, err := readFrame(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f...)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown RESP type %q", line[0])
+}
+
+// readCommand reads a client's command: an array of bulk strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(line, "*") {
+		return nil, fmt.Errorf("not a command: %q", line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, n)
+	for i := range args {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		l, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, l+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args[i] = string(buf[:l])
+	}
+	return args, nil
+}
+
+func writeCommand(w io.Writer, args []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// replay serves rec on a loopback port, answering each command with its
+// recorded reply in the protocol the client chose with HELLO, and anything
+// else (CLIENT SETINFO, …) with an unknown-command error. It returns the
+// address; the listener closes with the test.
+func replay(t *testing.T, rec *recording) string {
+	t.Helper()
+	return replayWith(t, rec, nil)
+}
+
+// replayWith is replay calling hook (if not nil) with every command.
+func replayWith(t *testing.T, rec *recording, hook func(args []string)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serveRecording(c, rec, hook)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func serveRecording(c net.Conn, rec *recording, hook func([]string)) {
+	r := bufio.NewReader(c)
+	resp3 := false
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		if hook != nil {
+			hook(args)
+		}
+		var out string
+		e := rec.find(args)
+		switch {
+		case e != nil && resp3 && e.RESP3 != "":
+			out = e.RESP3
+		case e != nil && !resp3 && e.RESP2 != "":
+			out = e.RESP2
+		default:
+			out = fmt.Sprintf("-ERR unknown command '%s', with args beginning with: \r\n", args[0])
+		}
+		if e != nil && strings.EqualFold(args[0], "HELLO") && len(args) > 1 {
+			resp3 = args[1] == "3"
+		}
+		if _, err := io.WriteString(c, out); err != nil {
+			return
+		}
+	}
+}
+
+// record captures addr's replies to every probe command in both protocols.
+func record(addr, server string) (*recording, error) {
+	rec := &recording{Server: server, Origin: "recorded"}
+	var cmds [][]string
+	seen := map[string]bool{}
+	for _, key := range []string{"", "fc:{probe}"} {
+		for _, c := range probeCommands(key) {
+			if k := strings.Join(c, "\x00"); !seen[k] {
+				seen[k] = true
+				cmds = append(cmds, c)
+			}
+		}
+	}
+	rec.Exchanges = append(rec.Exchanges, exchange{Command: []string{"HELLO", "2"}}, exchange{Command: []string{"HELLO", "3"}})
+	for _, c := range cmds {
+		rec.Exchanges = append(rec.Exchanges, exchange{Command: c})
+	}
+	for _, proto := range []string{"2", "3"} {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		r := bufio.NewReader(conn)
+		for i := range rec.Exchanges {
+			e := &rec.Exchanges[i]
+			if e.Command[0] == "HELLO" && e.Command[1] != proto {
+				continue
+			}
+			if err := writeCommand(conn, e.Command); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			f, err := readFrame(r)
+			if err != nil {
+				conn.Close()
+				return nil, fmt.Errorf("%q: %w", e.Command, err)
+			}
+			if proto == "2" {
+				e.RESP2 = string(f)
+			} else {
+				e.RESP3 = string(f)
+			}
+		}
+		conn.Close()
+	}
+	return rec, nil
+}
+
+// TestRecord writes testdata/detect/$FREQCAP_RECORD_NAME.json from the
+// server at $FREQCAP_RECORD_ADDR, described by $FREQCAP_RECORD_SERVER. It
+// is how the recorded replies were made; it does nothing unless asked.
+func TestRecord(t *testing.T) {
+	addr, name := os.Getenv("FREQCAP_RECORD_ADDR"), os.Getenv("FREQCAP_RECORD_NAME")
+	if addr == "" || name == "" {
+		t.Skip("set FREQCAP_RECORD_ADDR, FREQCAP_RECORD_NAME and FREQCAP_RECORD_SERVER to record a server's probe replies")
+	}
+	server := os.Getenv("FREQCAP_RECORD_SERVER")
+	if server == "" {
+		t.Fatal("FREQCAP_RECORD_SERVER must say which server this is")
+	}
+	rec, err := record(addr, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Note = os.Getenv("FREQCAP_RECORD_NOTE")
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "..", "testdata", "detect", name+".json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
