@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+const consoleUsage = `Usage: freqcap console [flags]
+
+Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect)
+and Prometheus metrics (/metrics).
+
+With no --redis or --cluster, state lives in memory (lost on exit); --demo
+adds synthetic traffic so counters move at once. Without credentials the
+console listens on loopback only and everyone is an admin.
+
+Credentials (prefer the environment: flags show up in ps):
+  FREQCAP_ADMIN_TOKEN, FREQCAP_VIEWER_TOKEN   bearer tokens / sign-in tokens
+  FREQCAP_BASIC_AUTH                          "name:password:role,…" (role viewer|admin)
+
+Flags:
+`
+
+// consoleFlags are the console command's settings.
+type consoleFlags struct {
+	addr        string
+	policies    string
+	demo        bool
+	demoRate    float64
+	redisAddr   string
+	cluster     string
+	prefix      string
+	timeout     time.Duration
+	viewerToken string
+	adminToken  string
+	basicAuth   string
+	auditFile   string
+}
+
+func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
+	var f consoleFlags
+	fs := flag.NewFlagSet("console", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, consoleUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback address needs credentials")
+	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
+	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
+	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second")
+	fs.StringVar(&f.redisAddr, "redis", "", "Redis server address (host:port); default: in-memory backend")
+	fs.StringVar(&f.cluster, "cluster", "", "Redis Cluster seed addresses, comma-separated")
+	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
+	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
+	fs.StringVar(&f.viewerToken, "viewer-token", os.Getenv("FREQCAP_VIEWER_TOKEN"), "viewer token (env FREQCAP_VIEWER_TOKEN)")
+	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("FREQCAP_ADMIN_TOKEN"), "admin token (env FREQCAP_ADMIN_TOKEN)")
+	fs.StringVar(&f.basicAuth, "basic-auth", os.Getenv("FREQCAP_BASIC_AUTH"), `basic-auth users "name:password:role,…" (env FREQCAP_BASIC_AUTH)`)
+	fs.StringVar(&f.auditFile, "audit", "", "append audit entries (JSON lines) to this file")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("console: unexpected argument %q", fs.Arg(0))
+	}
+	if f.redisAddr != "" && f.cluster != "" {
+		return f, errors.New("console: give --redis or --cluster, not both")
+	}
+	return f, nil
+}
+
+// credentials builds the console's credentials from the flags.
+func (f consoleFlags) credentials() ([]console.Credential, error) {
+	var creds []console.Credential
+	if f.adminToken != "" {
+		creds = append(creds, console.Credential{Role: console.RoleAdmin, Name: "admin-token", Secret: f.adminToken})
+	}
+	if f.viewerToken != "" {
+		creds = append(creds, console.Credential{Role: console.RoleViewer, Name: "viewer-token", Secret: f.viewerToken})
+	}
+	if f.basicAuth != "" {
+		basic, err := console.ParseBasicAuth(f.basicAuth)
+		if err != nil {
+			return nil, err
+		}
+		creds = append(creds, basic...)
+	}
+	return creds, nil
+}
+
+func runConsole(args []string) error {
+	f, err := parseConsoleFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	creds, err := f.credentials()
+	if err != nil {
+		return err
+	}
+	// Refuse early, before connecting anywhere.
+	if err := console.CheckAddr(f.addr, len(creds) > 0); err != nil {
+		return err
+	}
+
+	var policies []*sdk.Policy
+	if f.policies != "" {
+		policies, err = sdk.LoadPolicyFile(f.policies)
+	} else {
+		policies, err = console.SeedPolicies()
+	}
+	if err != nil {
+		return fmt.Errorf("console: policies: %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	backend, closeBackend, err := consoleBackend(f)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+
+	metrics := console.NewMetrics(nil)
+	lim := sdk.New(backend,
+		sdk.WithPrefix(f.prefix),
+		sdk.WithTimeout(f.timeout),
+		sdk.WithObserver(metrics.Observe),
+	)
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	desc, err := lim.Describe(dctx)
+	cancel()
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("console: backend: %w", err)
+	}
+	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
+
+	var audit io.Writer
+	if f.auditFile != "" {
+		af, err := os.OpenFile(f.auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("console: audit log: %w", err)
+		}
+		defer af.Close()
+		audit = af
+	}
+
+	srv, err := console.New(console.Config{
+		Limiter:     lim,
+		Policies:    policies,
+		Metrics:     metrics,
+		Audit:       console.NewAuditLog(audit, 0),
+		Credentials: creds,
+		Logger:      log,
+		Demo:        f.demo,
+	})
+	if err != nil {
+		return err
+	}
+	if f.demo {
+		demo := console.StartDemo(lim, policies, console.DemoOptions{Rate: f.demoRate, Logger: log})
+		defer demo.Close()
+	}
+	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
+		auth := "auth off (loopback only)"
+		if len(creds) > 0 {
+			auth = fmt.Sprintf("%d credential(s)", len(creds))
+		}
+		fmt.Fprintf(os.Stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
+	})
+}
+
+// consoleBackend builds the backend the flags ask for, and its closer.
+func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
+	switch {
+	case f.redisAddr != "":
+		opts := redis.NewClientOptions(f.redisAddr)
+		c := goredis.NewClient(opts.Simple())
+		return redis.New(c, nil), func() { c.Close() }, nil
+	case f.cluster != "":
+		var addrs []string
+		for _, a := range strings.Split(f.cluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, nil, errors.New("console: --cluster: no addresses")
+		}
+		c := goredis.NewClusterClient(redis.NewClientOptions(addrs...).Cluster())
+		return redis.New(c, nil), func() { c.Close() }, nil
+	}
+	return memory.New(nil), func() {}, nil
+}
+
+func strategies(d driver.Description) string {
+	var parts []string
+	for _, a := range []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA} {
+		if st, ok := d.Strategies[a]; ok {
+			parts = append(parts, a.String()+"="+st.Name)
+		}
+	}
+	return strings.Join(parts, " ")
+}

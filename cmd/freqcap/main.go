@@ -1,0 +1,55 @@
+// Command freqcap is the freqcap binary: the support console, the load
+// generator and the server capability report.
+//
+//	freqcap console [--demo] [--redis ADDR | --cluster ADDR,…]
+//	freqcap bench   --redis ADDR [-workers 64 -duration 10s …]
+//	freqcap detect  --redis ADDR | --cluster ADDR,…
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	_ "time/tzdata" // calendar rules name zones; containers may lack zoneinfo
+)
+
+const usage = `freqcap — frequency capping and rate limiting on Redis and Tair
+
+Usage:
+  freqcap console [flags]   serve the support console and JSON API
+  freqcap bench [flags]     run a load test against a backend
+  freqcap detect [flags]    report what a Redis server or cluster can do
+
+Run "freqcap <command> -h" for a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "freqcap:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "console":
+		return runConsole(args[1:])
+	case "bench":
+		return runBench(args[1:])
+	case "detect":
+		return runDetect(args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

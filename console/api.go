@@ -1,0 +1,344 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// The JSON API: the SDK's check and inspect for services written in other
+// languages. Durations are integer milliseconds (retry and reset times
+// rounded up).
+
+type apiError struct {
+	Error  string `json:"error"`
+	Status int    `json:"status"`
+}
+
+// CheckRequest is the body of POST /api/v1/check.
+type CheckRequest struct {
+	Policy  string      `json:"policy"`
+	Subject sdk.Subject `json:"subject"`
+	// Cost is the number of units; 0 or absent means 1.
+	Cost int64 `json:"cost"`
+	// Peek asks without consuming (sdk.Limiter.Peek); otherwise the units
+	// are consumed when allowed (AllowN).
+	Peek bool `json:"peek"`
+}
+
+// DecisionJSON is a decision on the wire.
+type DecisionJSON struct {
+	Allowed      bool       `json:"allowed"`
+	Policy       string     `json:"policy"`
+	At           time.Time  `json:"at"`
+	Denied       []string   `json:"denied"`
+	RetryAfterMS int64      `json:"retry_after_ms"`
+	CostTooHigh  bool       `json:"cost_too_high"`
+	Degraded     bool       `json:"degraded"`
+	Error        string     `json:"error,omitempty"`
+	NonAtomic    bool       `json:"non_atomic,omitempty"`
+	Rules        []RuleJSON `json:"rules"`
+}
+
+// RuleJSON is one rule's part of a decision or inspection.
+type RuleJSON struct {
+	Rule         string `json:"rule"`
+	Algorithm    string `json:"algorithm"`
+	Allowed      bool   `json:"allowed"`
+	Used         int64  `json:"used"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	CostTooHigh  bool   `json:"cost_too_high,omitempty"`
+}
+
+// InspectionJSON is the answer of GET /api/v1/inspect.
+type InspectionJSON struct {
+	Policy  string       `json:"policy"`
+	At      time.Time    `json:"at"`
+	Allowed bool         `json:"allowed"` // whether a cost-1 request would be allowed now
+	Rules   []RuleJSON   `json:"rules"`
+	Skipped []string     `json:"skipped"`
+	Denials []DenialJSON `json:"denials"`
+}
+
+// DenialJSON is one entry of the denial trail.
+type DenialJSON struct {
+	At           time.Time `json:"at"`
+	Rule         string    `json:"rule"`
+	Used         int64     `json:"used"`
+	Limit        int64     `json:"limit"`
+	Cost         int64     `json:"cost"`
+	RetryAfterMS int64     `json:"retry_after_ms"`
+	CostTooHigh  bool      `json:"cost_too_high,omitempty"`
+}
+
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func ceilSec(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+func rulesJSON(rds []sdk.RuleDecision) []RuleJSON {
+	out := make([]RuleJSON, 0, len(rds))
+	for _, rd := range rds {
+		out = append(out, RuleJSON{
+			Rule: rd.Rule, Algorithm: rd.Algorithm.String(), Allowed: rd.Allowed,
+			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
+			ResetAfterMS: ceilMS(rd.ResetAfter), RetryAfterMS: ceilMS(rd.RetryAfter),
+			CostTooHigh: rd.CostTooHigh,
+		})
+	}
+	return out
+}
+
+func decisionJSON(d sdk.Decision) DecisionJSON {
+	out := DecisionJSON{
+		Allowed: d.Allowed, Policy: d.Policy, At: d.At, Denied: d.Denied,
+		RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh,
+		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Rules: rulesJSON(d.Rules),
+	}
+	if out.Denied == nil {
+		out.Denied = []string{}
+	}
+	if d.Err != nil {
+		out.Error = d.Err.Error()
+	}
+	return out
+}
+
+// maxBody is the largest API request body accepted.
+const maxBody = 64 << 10
+
+// apiCheck is POST /api/v1/check: 200 when allowed, 429 when denied, with
+// RateLimit, RateLimit-Policy and (on 429) Retry-After headers.
+func (s *Server) apiCheck(c echo.Context) error {
+	var req CheckRequest
+	dec := json.NewDecoder(io.LimitReader(c.Request().Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: "+jsonProblem(err))
+	}
+	if req.Policy == "" {
+		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
+	}
+	p, ok := s.policies[req.Policy]
+	if !ok {
+		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
+	}
+	if req.Cost == 0 {
+		req.Cost = 1
+	}
+	ctx := c.Request().Context()
+	var (
+		d   sdk.Decision
+		err error
+	)
+	if req.Peek {
+		d, err = s.cfg.Limiter.Peek(ctx, p, req.Subject, req.Cost)
+	} else {
+		d, err = s.cfg.Limiter.AllowN(ctx, p, req.Subject, req.Cost)
+	}
+	if err != nil {
+		if errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost) {
+			return err // 400 from the central handler
+		}
+		s.log.Warn("console: api check failed", "policy", p.Name(), "err", err)
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "the backend could not decide: "+err.Error())
+	}
+	setRateLimitHeaders(c.Response().Header(), p, d)
+	status := http.StatusOK
+	if !d.Allowed {
+		status = http.StatusTooManyRequests
+		if d.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.FormatInt(ceilSec(d.RetryAfter), 10))
+		}
+	}
+	return c.JSON(status, decisionJSON(d))
+}
+
+// jsonProblem describes a decoding error without echoing the input.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q has the wrong type", te.Field)
+	case errors.Is(err, io.EOF):
+		return "empty body"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return "cannot decode"
+}
+
+// apiInspect is GET /api/v1/inspect?policy=P&<dimension>=<value>…
+func (s *Server) apiInspect(c echo.Context) error {
+	name := c.QueryParam("policy")
+	if name == "" {
+		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
+	}
+	p, ok := s.policies[name]
+	if !ok {
+		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
+	}
+	subj := sdk.Subject{}
+	for _, d := range p.Dimensions() {
+		if v := c.QueryParam(d); v != "" {
+			subj[d] = v
+		}
+	}
+	ins, err := s.cfg.Limiter.Inspect(c.Request().Context(), p, subj)
+	if err != nil {
+		if errors.Is(err, sdk.ErrInvalidSubject) {
+			return err
+		}
+		s.log.Warn("console: api inspect failed", "policy", p.Name(), "err", err)
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "the backend could not answer: "+err.Error())
+	}
+	out := InspectionJSON{
+		Policy: ins.Policy, At: ins.At, Allowed: true,
+		Rules: rulesJSON(ins.Rules), Skipped: ins.Skipped, Denials: []DenialJSON{},
+	}
+	if out.Skipped == nil {
+		out.Skipped = []string{}
+	}
+	for _, r := range ins.Rules {
+		if !r.Allowed {
+			out.Allowed = false
+		}
+	}
+	for _, d := range ins.Denials {
+		out.Denials = append(out.Denials, DenialJSON{
+			At: d.At, Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
+			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh,
+		})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// PolicyJSON is a policy as configured, for GET /api/v1/policies.
+type PolicyJSON struct {
+	Name       string           `json:"name"`
+	Failure    string           `json:"failure"`
+	Dimensions []string         `json:"dimensions"`
+	ShardBy    []string         `json:"shard_by"`
+	Rules      []PolicyRuleJSON `json:"rules"`
+}
+
+// PolicyRuleJSON is one rule as configured.
+type PolicyRuleJSON struct {
+	Name       string   `json:"name"`
+	Algorithm  string   `json:"algorithm"`
+	Limit      int64    `json:"limit"`
+	WindowMS   int64    `json:"window_ms"`
+	SubWindows int      `json:"sub_windows,omitempty"`
+	Burst      int64    `json:"burst,omitempty"`
+	Calendar   string   `json:"calendar,omitempty"`
+	Timezone   string   `json:"timezone,omitempty"`
+	By         []string `json:"by"`
+}
+
+func (s *Server) apiPolicies(c echo.Context) error {
+	out := make([]PolicyJSON, 0, len(s.order))
+	for _, p := range s.order {
+		pj := PolicyJSON{Name: p.Name(), Failure: failure(p), Dimensions: p.Dimensions(), ShardBy: p.ShardBy()}
+		for _, r := range p.Rules() {
+			rj := PolicyRuleJSON{
+				Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit,
+				WindowMS: r.Window.Milliseconds(), SubWindows: r.SubWindows, Burst: r.Burst,
+				Calendar: r.Calendar.String(), By: r.Dimensions,
+			}
+			if r.Calendar != 0 && r.Location != nil {
+				rj.Timezone = r.Location.String()
+			}
+			pj.Rules = append(pj.Rules, rj)
+		}
+		out = append(out, pj)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"policies": out})
+}
+
+// setRateLimitHeaders sets the headers of draft-ietf-httpapi-ratelimit-
+// headers: RateLimit-Policy lists every rule of the decision as a quota
+// policy ("recv-1m";q=15;w=60), and RateLimit gives the most restrictive
+// one ("recv-1m";r=3;t=12): when denied, the denying rule with the longest
+// wait (t is its retry-after); when allowed, the rule with the fewest
+// units remaining (t is its reset time). Seconds are rounded up. A
+// degraded decision has no rule states and gets no headers.
+func setRateLimitHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
+	if len(d.Rules) == 0 {
+		return
+	}
+	cfg := map[string]sdk.Rule{}
+	for _, r := range p.Rules() {
+		cfg[r.Name] = r
+	}
+	items := make([]string, 0, len(d.Rules))
+	for _, rd := range d.Rules {
+		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", rd.Rule, rd.Limit, quotaWindow(cfg[rd.Rule])))
+	}
+	h.Set("RateLimit-Policy", strings.Join(items, ", "))
+
+	best := -1
+	for i, rd := range d.Rules {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := d.Rules[best]
+		if !d.Allowed {
+			// Prefer denying rules, then the longest wait.
+			if rd.Allowed != b.Allowed {
+				if !rd.Allowed {
+					best = i
+				}
+				continue
+			}
+			if rd.RetryAfter > b.RetryAfter {
+				best = i
+			}
+			continue
+		}
+		if rd.Remaining < b.Remaining || (rd.Remaining == b.Remaining && rd.ResetAfter > b.ResetAfter) {
+			best = i
+		}
+	}
+	rd := d.Rules[best]
+	t := rd.ResetAfter
+	if !rd.Allowed {
+		t = rd.RetryAfter
+	}
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", rd.Rule, rd.Remaining, ceilSec(t)))
+}
+
+// quotaWindow is a rule's quota window in seconds as RateLimit-Policy
+// states it: the window; for GCRA the time the reported limit (Burst+1
+// units) takes to accrue at the rule's rate.
+func quotaWindow(r sdk.Rule) int64 {
+	if r.Algorithm == sdk.GCRA && r.Limit > 0 {
+		return ceilSec(time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1)))
+	}
+	return ceilSec(r.Window)
+}

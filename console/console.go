@@ -1,0 +1,340 @@
+// Package console is freqcap's support console: server-rendered pages that
+// answer "why was this user throttled?", a JSON API for services written in
+// other languages, and Prometheus metrics.
+//
+// The console is a client of package sdk. Build a Limiter with the
+// console's Metrics as its observer, hand both to New, and serve
+// Server.Handler (tests) or call Server.ListenAndServe (the freqcap
+// command):
+//
+//	m := console.NewMetrics(nil)
+//	lim := sdk.New(memory.New(nil), sdk.WithObserver(m.Observe))
+//	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
+//
+// Pages work without JavaScript; a small script refreshes the live parts.
+// Every state-changing request is protected against CSRF, all output is
+// escaped, and the server refuses to listen on a non-loopback address
+// without credentials.
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures a Server. Limiter and Policies are required.
+type Config struct {
+	// Limiter makes the decisions. Pass Metrics.Observe to sdk.WithObserver
+	// when building it so that /metrics and the overview's rates see them.
+	Limiter *sdk.Limiter
+	// Policies are the policies the console shows and the API accepts, by
+	// name (names must be unique).
+	Policies []*sdk.Policy
+	// Metrics collects decisions; nil means a fresh Metrics that nothing
+	// feeds (the rates stay at zero).
+	Metrics *Metrics
+	// Audit records resets; nil means an in-memory log of 200 entries.
+	Audit *AuditLog
+	// Credentials are the accepted tokens and basic-auth users. Empty
+	// means authentication is off: every request acts as an admin named
+	// "local", and ListenAndServe accepts loopback addresses only.
+	Credentials []Credential
+	// Now is the clock for sessions, the audit log and countdowns; nil
+	// means time.Now.
+	Now func() time.Time
+	// Logger receives errors and access problems; nil means slog.Default().
+	Logger *slog.Logger
+	// SessionTTL is how long a console login lasts; 0 means 12h.
+	SessionTTL time.Duration
+	// Refresh is the live-refresh interval of the pages; 0 means 1s.
+	Refresh time.Duration
+	// Demo, when set, is mentioned on the overview (synthetic traffic is
+	// running against these policies).
+	Demo bool
+}
+
+// Server is the console: an echo application plus its sessions. It is safe
+// for concurrent use. Handler serves it; ListenAndServe runs it on an
+// address with timeouts until its context ends.
+type Server struct {
+	cfg      Config
+	now      func() time.Time
+	log      *slog.Logger
+	policies map[string]*sdk.Policy
+	order    []*sdk.Policy
+	metrics  *Metrics
+	audit    *AuditLog
+	auth     *authenticator
+	echo     *echo.Echo
+	handler  http.Handler
+
+	descCache describeCache
+}
+
+// New checks cfg and builds the console.
+func New(cfg Config) (*Server, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("console: Config.Limiter is nil")
+	}
+	if len(cfg.Policies) == 0 {
+		return nil, errors.New("console: no policies")
+	}
+	s := &Server{
+		cfg:      cfg,
+		now:      cfg.Now,
+		log:      cfg.Logger,
+		policies: make(map[string]*sdk.Policy, len(cfg.Policies)),
+		metrics:  cfg.Metrics,
+		audit:    cfg.Audit,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(s.now)
+	}
+	if s.audit == nil {
+		s.audit = NewAuditLog(nil, 200)
+	}
+	if s.cfg.Refresh <= 0 {
+		s.cfg.Refresh = time.Second
+	}
+	for _, p := range cfg.Policies {
+		if p == nil {
+			return nil, errors.New("console: nil policy")
+		}
+		if _, dup := s.policies[p.Name()]; dup {
+			return nil, fmt.Errorf("console: policy %q given twice", p.Name())
+		}
+		s.policies[p.Name()] = p
+		s.order = append(s.order, p)
+	}
+	ttl := cfg.SessionTTL
+	if ttl <= 0 {
+		ttl = 12 * time.Hour
+	}
+	a, err := newAuthenticator(cfg.Credentials, ttl, s.now)
+	if err != nil {
+		return nil, err
+	}
+	s.auth = a
+	s.echo = s.routes()
+	s.handler = crossOrigin(s.echo)
+	return s, nil
+}
+
+// Handler returns the console's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// AuthEnabled reports whether credentials are configured.
+func (s *Server) AuthEnabled() bool { return s.auth.enabled() }
+
+// ErrInsecureAddr is returned by ListenAndServe for a non-loopback address
+// when no credentials are configured.
+var ErrInsecureAddr = errors.New("console: refusing to listen on a non-loopback address without authentication (set --admin-token/--viewer-token or basic auth)")
+
+// CheckAddr returns ErrInsecureAddr when addr (host:port) is not a
+// loopback address and authEnabled is false. An empty host ("":8080) means
+// every interface and is not loopback; "localhost" is.
+func CheckAddr(addr string, authEnabled bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("console: address %q: %w", addr, err)
+	}
+	if authEnabled || isLoopback(host) {
+		return nil
+	}
+	return ErrInsecureAddr
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// ListenAndServe listens on addr and serves until ctx ends, then shuts
+// down gracefully (waiting up to 10s for requests in flight). It refuses a
+// non-loopback addr when authentication is off. ready, if not nil, is
+// called with the bound address once listening.
+func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net.Addr)) error {
+	if err := CheckAddr(addr, s.AuthEnabled()); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	// The bound address decides, too: a name may resolve elsewhere.
+	if err := CheckAddr(ln.Addr().String(), s.AuthEnabled()); err != nil {
+		ln.Close()
+		return err
+	}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully. It closes
+// ln. It does not check the address: ListenAndServe does.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("console: shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("console: %w", err)
+	}
+	return nil
+}
+
+// routes builds the echo application.
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	// The audit log records the peer's address, never a forwarded header
+	// a client can forge.
+	e.IPExtractor = echo.ExtractIPDirect()
+	e.Use(s.securityHeaders, s.recoverPanic, s.authenticate, s.checkCSRF)
+
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err) // the embedded directory exists by construction
+	}
+	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+
+	e.GET("/login", s.loginPage)
+	e.POST("/login", s.login)
+	e.GET("/login/basic", s.loginBasic)
+	e.POST("/logout", s.logout)
+
+	viewer := s.require(RoleViewer)
+	admin := s.require(RoleAdmin)
+	e.GET("/", s.overview, viewer)
+	e.GET("/live/overview", s.overviewLive, viewer)
+	e.GET("/subject", s.subject, viewer)
+	e.GET("/live/subject", s.subjectLive, viewer)
+	e.GET("/policies", s.policiesPage, viewer)
+	e.GET("/reset", s.resetConfirm, admin)
+	e.POST("/reset", s.reset, admin)
+
+	e.GET("/metrics", s.metricsHandler, viewer)
+	e.POST("/api/v1/check", s.apiCheck, viewer)
+	e.GET("/api/v1/inspect", s.apiInspect, viewer)
+	e.GET("/api/v1/policies", s.apiPolicies, viewer)
+	return e
+}
+
+// render writes comp with status. It renders into a buffer first, so that
+// a failing component yields an error page instead of half a page.
+func render(c echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request().Context(), &buf); err != nil {
+		return fmt.Errorf("console: render: %w", err)
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// isAPI reports whether the request wants machine-readable answers.
+func isAPI(c echo.Context) bool {
+	p := c.Request().URL.Path
+	return strings.HasPrefix(p, "/api/") || p == "/metrics"
+}
+
+// handleError is the central error handler: JSON for the API, an error
+// page otherwise. Internal errors are logged, not shown.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		s.log.Error("console: error after response started", "path", c.Request().URL.Path, "err", err)
+		return
+	}
+	status, msg := http.StatusInternalServerError, "internal error"
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+		status = he.Code
+		if m, ok := he.Message.(string); ok {
+			msg = m
+		} else {
+			msg = http.StatusText(status)
+		}
+	case errors.Is(err, sdk.ErrInvalidSubject), errors.Is(err, sdk.ErrInvalidCost):
+		// sdk errors never contain subject values.
+		status, msg = http.StatusBadRequest, err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		status, msg = http.StatusGatewayTimeout, "backend timed out"
+	}
+	if status >= 500 && he == nil { // handlers log the HTTP errors they make
+		s.log.Error("console: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusUnauthorized && isAPI(c) {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="freqcap"`)
+	}
+	var werr error
+	switch {
+	case c.Request().Method == http.MethodHead:
+		werr = c.NoContent(status)
+	case isAPI(c):
+		werr = c.JSON(status, apiError{Error: msg, Status: status})
+	default:
+		werr = render(c, status, ErrorPage(s.page(c, ""), status, msg))
+	}
+	if werr != nil {
+		s.log.Error("console: writing error response", "err", werr)
+	}
+}
+
+// recoverPanic turns a handler panic into a 500 through the error handler.
+func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("console: panic: %v", r)
+			}
+		}()
+		return next(c)
+	}
+}

@@ -1,0 +1,410 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// describeTTL is how long the backend's description is cached.
+const describeTTL = 30 * time.Second
+
+type describeCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	desc driver.Description
+	err  error
+}
+
+// describe returns the backend's description, cached for describeTTL.
+func (s *Server) describe(ctx context.Context) (driver.Description, error) {
+	dc := &s.descCache
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	now := s.now()
+	if !dc.at.IsZero() && now.Sub(dc.at) < describeTTL {
+		return dc.desc, dc.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	dc.desc, dc.err = s.cfg.Limiter.Describe(ctx)
+	dc.at = now
+	return dc.desc, dc.err
+}
+
+func (s *Server) policyNames() []string {
+	names := make([]string, len(s.order))
+	for i, p := range s.order {
+		names[i] = p.Name()
+	}
+	return names
+}
+
+// policyParam returns the policy named by v, the first policy when v is
+// empty, or a 404.
+func (s *Server) policyParam(v string) (*sdk.Policy, error) {
+	if v == "" {
+		return s.order[0], nil
+	}
+	p, ok := s.policies[v]
+	if !ok {
+		return nil, echo.NewHTTPError(http.StatusNotFound, "no such policy")
+	}
+	return p, nil
+}
+
+func (s *Server) overview(c echo.Context) error {
+	v := OverviewView{Page: s.page(c, "overview"), Live: s.overviewLiveView()}
+	v.Title = "Overview"
+	desc, err := s.describe(c.Request().Context())
+	if err != nil {
+		v.Backend.Error = err.Error()
+	} else {
+		v.Backend = backendView(desc)
+	}
+	for _, p := range s.order {
+		ps := PolicySummary{
+			Name:      p.Name(),
+			Failure:   failure(p),
+			Dims:      strings.Join(p.Dimensions(), ", "),
+			ShardBy:   strings.Join(p.ShardBy(), ", "),
+			LookupURL: "/subject?" + subjectQuery(p.Name(), nil),
+		}
+		for _, r := range p.Rules() {
+			ps.Rules = append(ps.Rules, fmt.Sprintf("%s: %d / %s", r.Name, r.Limit, ruleWindow(r)))
+		}
+		v.Policies = append(v.Policies, ps)
+	}
+	return render(c, http.StatusOK, OverviewPage(v))
+}
+
+func (s *Server) overviewLive(c echo.Context) error {
+	return render(c, http.StatusOK, OverviewLiveBody(s.overviewLiveView()))
+}
+
+func (s *Server) overviewLiveView() OverviewLive {
+	live := OverviewLive{URL: "/live/overview", At: fmtTime(s.now())}
+	for _, p := range s.order {
+		r := s.metrics.Rates(p.Name())
+		row := RateRow{
+			Policy:        p.Name(),
+			AllowedPerSec: fmtRate(r.AllowedPerSec),
+			DeniedPerSec:  fmtRate(r.DeniedPerSec),
+			Allowed:       r.Allowed,
+			Denied:        r.Denied,
+			Errors:        r.Error,
+			Degraded:      r.Degraded,
+			DeniedShare:   "—",
+		}
+		if tot := r.Allowed + r.Denied; tot > 0 {
+			row.DeniedShare = fmt.Sprintf("%.0f%%", 100*float64(r.Denied)/float64(tot))
+		}
+		live.Rates = append(live.Rates, row)
+	}
+	return live
+}
+
+func backendView(d driver.Description) BackendView {
+	b := BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes}
+	algs := make([]driver.Algorithm, 0, len(d.Strategies))
+	for a := range d.Strategies {
+		algs = append(algs, a)
+	}
+	slices.Sort(algs)
+	for _, a := range algs {
+		st := d.Strategies[a]
+		b.Strategies = append(b.Strategies, StrategyRow{Algorithm: a.String(), Name: st.Name, Reason: st.Reason})
+	}
+	return b
+}
+
+func failure(p *sdk.Policy) string {
+	if p.FailOpen() {
+		return "open"
+	}
+	return "closed"
+}
+
+// subject is the lookup page: the form, and for the subject given, each
+// rule's state, the denial trail and the audit log.
+func (s *Server) subject(c echo.Context) error {
+	p, err := s.policyParam(c.QueryParam("policy"))
+	if err != nil {
+		return err
+	}
+	subj, fields := subjectFrom(p, c.QueryParam)
+	v := SubjectView{
+		Page:     s.page(c, "subject"),
+		Policies: s.policyNames(),
+		Policy:   p.Name(),
+		Fields:   fields,
+		Query:    subjectQuery(p.Name(), subj),
+		Looked:   len(subj) > 0,
+		CanReset: identityOf(c).Role >= RoleAdmin,
+		Audit:    s.audit.Entries(),
+	}
+	v.Title = "Subject lookup"
+	if c.QueryParam("done") == "reset" {
+		v.Notice = "Subject reset: its counters start from zero. The denial trail is kept; the reset is in the audit log below."
+	}
+	status := http.StatusOK
+	if v.Looked {
+		v.Live = s.subjectLiveView(c.Request().Context(), p, subj)
+		switch {
+		case v.Live.Unavailable:
+			v.Error, status = v.Live.Error, http.StatusServiceUnavailable
+		case v.Live.Error != "":
+			v.Error, status = v.Live.Error, http.StatusBadRequest
+		}
+	}
+	return render(c, status, SubjectPage(v))
+}
+
+func (s *Server) subjectLive(c echo.Context) error {
+	p, err := s.policyParam(c.QueryParam("policy"))
+	if err != nil {
+		return err
+	}
+	subj, _ := subjectFrom(p, c.QueryParam)
+	return render(c, http.StatusOK, SubjectLiveBody(s.subjectLiveView(c.Request().Context(), p, subj)))
+}
+
+// subjectLiveView inspects subj under p. Input errors are shown in the
+// view; backend errors too (the page stays useful for the other parts).
+func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject) SubjectLive {
+	live := SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now())}
+	for _, d := range p.ShardBy() {
+		if subj[d] == "" {
+			live.Error = fmt.Sprintf("Enter a value for %q: every rule of policy %q is keyed by it.", d, p.Name())
+			return live
+		}
+	}
+	ins, err := s.cfg.Limiter.Inspect(ctx, p, subj)
+	if err != nil {
+		s.log.Warn("console: inspect failed", "policy", p.Name(), "err", err)
+		if errors.Is(err, sdk.ErrInvalidSubject) {
+			live.Error = err.Error() // sdk errors never contain subject values
+			return live
+		}
+		live.Error = "The backend could not answer: " + err.Error()
+		live.Unavailable = true
+		return live
+	}
+	desc, derr := s.describe(ctx)
+	live.Backend = desc.Name
+	keys := s.cfg.Limiter.Keys(p, subj)
+	rules := map[string]sdk.Rule{}
+	for _, r := range p.Rules() {
+		rules[r.Name] = r
+	}
+	live.At = ins.At
+	live.Allowed = true
+	var retry time.Duration
+	for i, rd := range ins.Rules {
+		r := rules[rd.Rule]
+		row := RuleRow{
+			Rule:      rd.Rule,
+			Algorithm: rd.Algorithm.String(),
+			Detail:    algorithmDetail(r),
+			Dims:      strings.Join(r.Dimensions, ", "),
+			Used:      rd.Used,
+			Limit:     rd.Limit,
+			Remaining: rd.Remaining,
+			ResetIn:   fmtCountdown(rd.ResetAfter),
+			RetryIn:   fmtCountdown(rd.RetryAfter),
+			Allowed:   rd.Allowed,
+			Strategy:  "—",
+		}
+		if derr == nil {
+			if st, ok := desc.Strategies[rd.Algorithm]; ok {
+				row.Strategy, row.Reason = st.Name, st.Reason
+			}
+		}
+		if i < len(keys) {
+			row.Key = keys[i]
+		}
+		if !rd.Allowed {
+			live.Allowed = false
+			live.Blocking = append(live.Blocking, rd.Rule)
+			retry = max(retry, rd.RetryAfter)
+		}
+		live.Rules = append(live.Rules, row)
+	}
+	live.RetryIn = fmtCountdown(retry)
+	live.Skipped = ins.Skipped
+	if n := len(ins.Rules); len(keys) >= n+2 {
+		live.TrailKey, live.HoldKey = keys[n], keys[n+1]
+	}
+	for _, d := range ins.Denials {
+		live.Denials = append(live.Denials, DenialRow{
+			At:          fmtTime(d.At),
+			Ago:         fmtAgo(d.At, ins.At),
+			Rule:        d.Rule,
+			Used:        d.Used,
+			Limit:       d.Limit,
+			Cost:        d.Cost,
+			RetryAfter:  fmtCountdown(d.RetryAfter),
+			CostTooHigh: d.CostTooHigh,
+		})
+	}
+	return live
+}
+
+func (s *Server) policiesPage(c echo.Context) error {
+	v := PoliciesView{Page: s.page(c, "policies")}
+	v.Title = "Policies"
+	desc, derr := s.describe(c.Request().Context())
+	for _, p := range s.order {
+		// Placeholder values show the key pattern: <user> passes the key
+		// escaping unchanged.
+		ph := sdk.Subject{}
+		for _, d := range p.Dimensions() {
+			ph[d] = "<" + d + ">"
+		}
+		keys := s.cfg.Limiter.Keys(p, ph)
+		pd := PolicyDetail{
+			Name:      p.Name(),
+			Failure:   failure(p),
+			Dims:      strings.Join(p.Dimensions(), ", "),
+			ShardBy:   strings.Join(p.ShardBy(), ", "),
+			LookupURL: "/subject?" + subjectQuery(p.Name(), nil),
+		}
+		rules := p.Rules()
+		for i, r := range rules {
+			row := PolicyRuleRow{
+				Name:      r.Name,
+				Algorithm: r.Algorithm.String(),
+				Limit:     i64(r.Limit),
+				Window:    ruleWindow(r),
+				Detail:    algorithmDetail(r),
+				Dims:      strings.Join(r.Dimensions, ", "),
+				Strategy:  "—",
+			}
+			if i < len(keys) {
+				row.Key = keys[i]
+			}
+			if derr == nil {
+				if st, ok := desc.Strategies[r.Algorithm]; ok {
+					row.Strategy = st.Name
+				}
+			}
+			pd.Rules = append(pd.Rules, row)
+		}
+		if len(keys) >= len(rules)+2 {
+			pd.TrailKey, pd.HoldKey = keys[len(rules)], keys[len(rules)+1]
+		}
+		v.Policies = append(v.Policies, pd)
+	}
+	return render(c, http.StatusOK, PoliciesPage(v))
+}
+
+// resetTarget reads the policy and subject of a reset request and checks
+// that the subject gives the policy's shard dimensions.
+func (s *Server) resetTarget(get func(string) string) (*sdk.Policy, sdk.Subject, []Field, error) {
+	p, err := s.policyParam(get("policy"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	subj, fields := subjectFrom(p, get)
+	for _, d := range p.ShardBy() {
+		if subj[d] == "" {
+			return nil, nil, nil, echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("a reset needs a value for %q", d))
+		}
+	}
+	return p, subj, fields, nil
+}
+
+// resetRules splits p's rules into those subj gives the dimensions of
+// (they are reset) and the others (left alone).
+func resetRules(p *sdk.Policy, subj sdk.Subject) (reset, keep []string) {
+	for _, r := range p.Rules() {
+		ok := true
+		for _, d := range r.Dimensions {
+			if subj[d] == "" {
+				ok = false
+			}
+		}
+		if ok {
+			reset = append(reset, r.Name)
+		} else {
+			keep = append(keep, r.Name)
+		}
+	}
+	return reset, keep
+}
+
+// resetConfirm shows what a reset will do and asks for confirmation.
+func (s *Server) resetConfirm(c echo.Context) error {
+	p, subj, fields, err := s.resetTarget(c.QueryParam)
+	if err != nil {
+		return err
+	}
+	given := fields[:0:0]
+	for _, f := range fields {
+		if f.Value != "" {
+			given = append(given, f)
+		}
+	}
+	v := ResetView{
+		Page:    s.page(c, "subject"),
+		Policy:  p.Name(),
+		Fields:  given,
+		Keys:    s.cfg.Limiter.Keys(p, subj),
+		Query:   subjectQuery(p.Name(), subj),
+		BackURL: "/subject?" + subjectQuery(p.Name(), subj),
+	}
+	v.Title = "Reset subject"
+	v.Rules, v.Keep = resetRules(p, subj)
+	return render(c, http.StatusOK, ResetPage(v))
+}
+
+// reset carries out a confirmed reset and records it in the audit log.
+func (s *Server) reset(c echo.Context) error {
+	p, subj, _, err := s.resetTarget(c.FormValue)
+	if err != nil {
+		return err
+	}
+	if c.FormValue("confirm") != "yes" {
+		return echo.NewHTTPError(http.StatusBadRequest, "the reset was not confirmed")
+	}
+	id := identityOf(c)
+	rules, _ := resetRules(p, subj)
+	entry := AuditEntry{
+		At:      s.now(),
+		Actor:   id.String(),
+		Role:    id.Role.String(),
+		Action:  "reset",
+		Policy:  p.Name(),
+		Subject: subj,
+		Rules:   rules,
+		Outcome: "ok",
+		Remote:  c.RealIP(),
+	}
+	rerr := s.cfg.Limiter.Reset(c.Request().Context(), p, subj)
+	if rerr != nil {
+		entry.Outcome = "failed: " + rerr.Error()
+	}
+	if err := s.audit.Record(entry); err != nil {
+		// The reset happened (or failed) but could not be recorded: say so
+		// loudly rather than pretend all is well.
+		return fmt.Errorf("reset of policy %q: recording the audit entry: %w", p.Name(), err)
+	}
+	if rerr != nil {
+		if errors.Is(rerr, errors.ErrUnsupported) {
+			return echo.NewHTTPError(http.StatusNotImplemented, "this backend cannot reset subjects")
+		}
+		return fmt.Errorf("reset of policy %q: %w", p.Name(), rerr)
+	}
+	s.log.Info("console: subject reset", "policy", p.Name(), "actor", entry.Actor, "rules", rules)
+	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done=reset")
+}
