@@ -40,6 +40,14 @@ type Decision struct {
 	// NonAtomic reports that the backend could not make this decision
 	// all-or-nothing (it compensated instead).
 	NonAtomic bool
+	// Replayed reports that this is the decision first made for the
+	// attempt's idempotency key, returned again: nothing was consumed this
+	// time, and At and the timings are those of the first decision.
+	Replayed bool
+	// Cached reports a denial answered by the policy's hot-deny cache,
+	// without a backend call: the counts are those of the cached denial,
+	// the timings are reduced by the time since (At is advanced by it).
+	Cached bool
 }
 
 // RuleDecision is one rule's part of a Decision.
@@ -85,7 +93,8 @@ type Denial = driver.Denial
 // Event reports one decision to the observer set by WithObserver.
 type Event struct {
 	// Policy is the policy's name; Op is "allow", "peek", "reserve",
-	// "wait" or "inspect" (AllowN reports "allow"; Wait reports every
+	// "wait" or "inspect" (AllowN, Take and AllowBatch report "allow",
+	// PeekBatch "peek", ReserveAttempt "reserve"; Wait reports every
 	// attempt).
 	Policy, Op string
 	// Decision is the decision made (zero when Err is set and the policy
@@ -93,8 +102,12 @@ type Event struct {
 	Decision Decision
 	// Err is the backend error, if any (also set for degraded decisions).
 	Err error
-	// Latency is the time the backend call took, by the Limiter's clock.
+	// Latency is the time the backend call took, by the Limiter's clock
+	// (for a batch: the whole batch's call; zero for a Cached decision).
 	Latency time.Duration
+	// Batch is the number of attempts of the AllowBatch or PeekBatch
+	// call the decision belongs to (0 for single calls).
+	Batch int
 }
 
 // decide turns a backend result into a Decision. rules are the resolved
@@ -106,6 +119,7 @@ func decide(policy string, rules []driver.Rule, res driver.Result) Decision {
 		At:        res.Now,
 		Rules:     ruleDecisions(rules, res.Rules),
 		NonAtomic: res.NonAtomic,
+		Replayed:  res.Replayed,
 	}
 	for _, rd := range d.Rules {
 		if rd.CostTooHigh {

@@ -19,6 +19,11 @@
 //		// d.Denied names the rules; d.RetryAfter says when to retry.
 //	}
 //
+// For campaigns, AllowBatch decides many subjects in few round trips;
+// an Attempt's IdempotencyKey makes a retry after a timeout return the
+// first decision instead of consuming twice; a policy's HotDenyCache
+// answers recently denied subjects without a backend call.
+//
 // Policies can also be loaded from YAML (LoadPolicies). Limiter.Inspect
 // explains a subject's state and recent denials; Limiter.Keys shows where
 // it is stored. The storage key scheme and the exact arithmetic of every

@@ -21,6 +21,10 @@ var (
 	ErrInvalidSubject = errors.New("invalid subject")
 	// ErrInvalidCost: the cost is less than 1.
 	ErrInvalidCost = errors.New("invalid cost")
+	// ErrInvalidIdempotencyKey: an attempt's idempotency key is longer
+	// than MaxIdempotencyKeyLen bytes, or was first used by another kind
+	// of operation (a Take replaying a reservation, or the reverse).
+	ErrInvalidIdempotencyKey = errors.New("invalid idempotency key")
 	// ErrCostTooHigh is returned by Wait when some rule can never admit
 	// the cost (it exceeds the rule's limit), so waiting is pointless.
 	ErrCostTooHigh = errors.New("cost exceeds a rule's limit")

@@ -168,3 +168,46 @@ func ExampleLimiter_Keys() {
 	// fc:{u%3A42}:push:!t
 	// fc:{u%3A42}:push:!h
 }
+
+// AllowBatch decides a campaign's recipients in one backend call; each
+// recipient is decided on its own, and answered in input order. The
+// idempotency keys make the retry after a timeout safe: it gets the first
+// decisions back and consumes nothing more.
+func ExampleLimiter_AllowBatch() {
+	push, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.Daily("campaigns", 2, time.UTC).By("user"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	ctx := context.Background()
+	_, _ = lim.AllowN(ctx, push, sdk.Subject{"user": "bob"}, 2) // bob had his two today
+
+	var batch []sdk.Attempt
+	for _, u := range []string{"alice", "bob", "", "carol"} {
+		batch = append(batch, sdk.Attempt{Subject: sdk.Subject{"user": u}, IdempotencyKey: "spring-sale"})
+	}
+	for try := 1; try <= 2; try++ {
+		fmt.Println("try", try)
+		for i, r := range lim.AllowBatch(ctx, push, batch) {
+			switch {
+			case r.Err != nil:
+				fmt.Printf("  %d: error: %v\n", i, r.Err)
+			default:
+				fmt.Printf("  %d: allowed=%v used=%d replayed=%v\n", i, r.Decision.Allowed, r.Decision.Rules[0].Used, r.Decision.Replayed)
+			}
+		}
+	}
+	// Output:
+	// try 1
+	//   0: allowed=true used=1 replayed=false
+	//   1: allowed=false used=2 replayed=false
+	//   2: error: sdk: allow: invalid subject: dimension "user" is empty
+	//   3: allowed=true used=1 replayed=false
+	// try 2
+	//   0: allowed=true used=1 replayed=true
+	//   1: allowed=false used=2 replayed=true
+	//   2: error: sdk: allow: invalid subject: dimension "user" is empty
+	//   3: allowed=true used=1 replayed=true
+}

@@ -75,6 +75,10 @@ type resolved struct {
 	holdKey  string
 }
 
+// base returns the common start of every key of the subject under the
+// policy: "<prefix>:{<shard values>}:<policy>:".
+func (r resolved) base() string { return strings.TrimSuffix(r.trailKey, "!t") }
+
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
 // dimensions are always required, and a value given must be valid. Errors wrap ErrInvalidSubject and

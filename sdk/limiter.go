@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -14,16 +15,20 @@ import (
 // Limiter makes decisions for policies against one backend.
 //
 // A Limiter is safe for concurrent use; create one with New and share it.
-// It holds no state of its own beyond its options: all counts live in the
-// backend. Most callers want Allow (or AllowN for weighted requests);
-// Wait delays instead of denying; Reserve checks now and commits later.
-// The zero Limiter has no backend and returns errors.
+// All counts live in the backend; the Limiter itself holds only its
+// options and the hot-deny caches of the policies that ask for one
+// (HotDenyCache). Most callers want Allow (or AllowN for weighted
+// requests); Take adds an idempotency key for retries; AllowBatch decides
+// many subjects at once; Wait delays instead of denying; Reserve checks
+// now and commits later. The zero Limiter has no backend and returns
+// errors.
 type Limiter struct {
 	b       driver.Backend
 	prefix  string
 	now     func() time.Time
 	timeout time.Duration
 	observe func(Event)
+	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
 }
 
 // Option configures a Limiter in New.
@@ -87,13 +92,13 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, s Subject) (Decision, er
 // backend failure. Under a fail-open policy a backend failure yields an
 // allowed Decision with Degraded set and a nil error.
 func (l *Limiter) AllowN(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
-	d, _, err := l.take(ctx, "allow", driver.OpTake, p, s, n, 0)
+	d, _, err := l.take(ctx, "allow", driver.OpTake, p, s, n, 0, "")
 	return d, err
 }
 
 // Peek reports what AllowN would decide for n units, consuming nothing.
 func (l *Limiter) Peek(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
-	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, s, n, 0)
+	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, s, n, 0, "")
 	return d, err
 }
 
@@ -107,6 +112,10 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, s Subject, n int64) (Deci
 // errors.ErrUnsupported). A degraded (fail-open) decision returns a
 // Reservation whose Commit and Cancel do nothing.
 func (l *Limiter) Reserve(ctx context.Context, p *Policy, s Subject, n int64, ttl time.Duration) (Decision, *Reservation, error) {
+	return l.reserve(ctx, p, s, n, ttl, "")
+}
+
+func (l *Limiter) reserve(ctx context.Context, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (Decision, *Reservation, error) {
 	st, ok := l.b.(driver.Settler)
 	if !ok {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
@@ -114,11 +123,12 @@ func (l *Limiter) Reserve(ctx context.Context, p *Policy, s Subject, n int64, tt
 	if ttl < time.Millisecond {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be >= 1ms, got %v", ttl)
 	}
-	d, req, err := l.take(ctx, "reserve", driver.OpReserve, p, s, n, ttl)
+	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, s, n, ttl, idem)
 	if err != nil || !d.Allowed {
 		return d, nil, err
 	}
-	return d, &Reservation{l: l, st: st, key: req.HoldKey, id: req.HoldID, degraded: d.Degraded}, nil
+	return d, &Reservation{l: l, st: st, key: c.req.HoldKey, id: c.holdID, degraded: d.Degraded,
+		hot: c.hot, base: c.base, hotKey: c.hotKey}, nil
 }
 
 // Reservation is units consumed by Reserve and held until Commit or
@@ -129,6 +139,9 @@ type Reservation struct {
 	st       driver.Settler
 	key, id  string
 	degraded bool
+	// The hot-deny cache entry a Cancel evicts (hot nil: none).
+	hot          *hotCache
+	base, hotKey string
 }
 
 // ID returns the hold's id (16 hex characters; empty for a degraded
@@ -156,6 +169,9 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 	if r.degraded {
 		return nil
 	}
+	if !commit && r.hot != nil {
+		r.hot.evict(r.base, r.hotKey)
+	}
 	ctx, cancel := r.l.withTimeout(ctx)
 	defer cancel()
 	if err := r.st.Settle(ctx, r.key, r.id, commit); err != nil {
@@ -177,6 +193,9 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
+	}
+	if h := l.hotCacheOf(p); h != nil {
+		h.evictSubject(res.base())
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -246,34 +265,19 @@ func (l *Limiter) Keys(p *Policy, s Subject) []string {
 	return append(keys, res.trailKey, res.holdKey)
 }
 
-// take makes one decision (op names it for errors and events).
-func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration) (Decision, driver.Request, error) {
-	if n < 1 {
-		return Decision{}, driver.Request{}, fmt.Errorf("sdk: %s: %w: cost must be >= 1, got %d", op, ErrInvalidCost, n)
-	}
-	res, err := resolve(l.prefix, p, s, false)
+// take makes one decision (op names it for errors and events); idem is
+// the attempt's idempotency key ("" for none).
+func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (Decision, *call, error) {
+	c, err := l.prepare(op, dop, p, s, n, ttl, idem)
 	if err != nil {
-		return Decision{}, driver.Request{}, fmt.Errorf("sdk: %s: %w", op, err)
+		return Decision{}, nil, err
 	}
-	req := l.request(dop, p, res, n)
-	if dop == driver.OpReserve {
-		req.HoldID = newHoldID()
-		req.HoldTTL = ttl
+	if d, ok := l.cached(c); ok {
+		return d, c, nil
 	}
-	r, lat, err := l.do(ctx, req)
-	if err != nil {
-		if p.failOpen {
-			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: err}
-			l.emit(Event{Policy: p.name, Op: op, Decision: d, Err: err, Latency: lat})
-			return d, req, nil
-		}
-		err = fmt.Errorf("sdk: take: %w", err)
-		l.emit(Event{Policy: p.name, Op: op, Err: err, Latency: lat})
-		return Decision{}, req, err
-	}
-	d := decide(p.name, res.rules, r)
-	l.emit(Event{Policy: p.name, Op: op, Decision: d, Latency: lat})
-	return d, req, nil
+	a := l.send(ctx, c.req)
+	d, err := l.finish(c, a)
+	return d, c, err
 }
 
 // request builds the driver request for res.
@@ -293,21 +297,45 @@ func (l *Limiter) request(op driver.Op, p *Policy, res resolved, n int64) driver
 // do calls the backend under the Limiter's timeout and checks the shape of
 // its answer.
 func (l *Limiter) do(ctx context.Context, req driver.Request) (driver.Result, time.Duration, error) {
+	a := l.send(ctx, req)
+	return a.r, a.lat, a.err
+}
+
+// answer is a backend's answer to one request, with when it was asked
+// (by the Limiter's clock) and how long it took.
+type answer struct {
+	r     driver.Result
+	err   error
+	start time.Time
+	lat   time.Duration
+}
+
+// send calls the backend's Take under the Limiter's timeout and checks
+// the shape of its answer.
+func (l *Limiter) send(ctx context.Context, req driver.Request) answer {
 	if l.b == nil {
-		return driver.Result{}, 0, errors.New("nil backend")
+		return answer{err: errNilBackend}
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	start := l.now()
 	r, err := l.b.Take(ctx, req)
-	lat := l.now().Sub(start)
-	if err != nil {
-		return driver.Result{}, lat, err
+	a := answer{r: r, err: err, start: start, lat: l.now().Sub(start)}
+	if a.err == nil {
+		a.err = checkResult(req, r)
 	}
+	if a.err != nil {
+		a.r = driver.Result{}
+	}
+	return a
+}
+
+// checkResult checks that r answers req.
+func checkResult(req driver.Request, r driver.Result) error {
 	if len(r.Rules) != len(req.Rules) {
-		return driver.Result{}, lat, fmt.Errorf("backend answered %d rules, want %d", len(r.Rules), len(req.Rules))
+		return fmt.Errorf("backend answered %d rules, want %d", len(r.Rules), len(req.Rules))
 	}
-	return r, lat, nil
+	return nil
 }
 
 func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

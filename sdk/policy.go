@@ -33,6 +33,8 @@ type Policy struct {
 	trailTTL time.Duration
 	dims     []string
 	shardBy  []string
+	hotDeny  int           // hot-deny cache size; 0: none
+	idemTTL  time.Duration // how long idempotency records live: the longest window
 }
 
 // PolicyOption configures a Policy in NewPolicy.
@@ -42,6 +44,7 @@ type policyOptions struct {
 	failOpen bool
 	trailMax int
 	trailTTL time.Duration
+	hotDeny  int
 }
 
 // FailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
@@ -66,6 +69,24 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 			return fmt.Errorf("%w: trail ttl must be >= 1ms, got %v", ErrInvalidPolicy, ttl)
 		}
 		o.trailMax, o.trailTTL = max, ttl
+		return nil
+	}
+}
+
+// HotDenyCache makes every Limiter keep, per process, up to size recent
+// denials of this policy and answer a repeated request for a denied
+// subject locally, without a backend call, until the denial's RetryAfter
+// has passed (Decision.Cached; see docs/DESIGN.md, "Hot-deny cache"). A
+// cached denial answers requests of at least the cost denied. It can
+// over-deny when units are given back elsewhere (a Reset or Cancel in
+// another process, a lapsed hold) before RetryAfter; Reset and Cancel
+// through the same Limiter evict it. size must be > 0.
+func HotDenyCache(size int) PolicyOption {
+	return func(o *policyOptions) error {
+		if size <= 0 {
+			return fmt.Errorf("%w: hot-deny cache size must be > 0, got %d", ErrInvalidPolicy, size)
+		}
+		o.hotDeny = size
 		return nil
 	}
 }
@@ -113,6 +134,7 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		failOpen: o.failOpen,
 		trailMax: o.trailMax,
 		trailTTL: o.trailTTL,
+		hotDeny:  o.hotDeny,
 	}
 	seen := make(map[string]bool, len(rules))
 	for i, r := range rules {
@@ -126,6 +148,7 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		seen[nr.Name] = true
 		p.rules[i] = nr
 		p.ids[i] = ruleID(nr)
+		p.idemTTL = max(p.idemTTL, nr.Window)
 		for _, d := range nr.Dimensions {
 			if !slices.Contains(p.dims, d) {
 				p.dims = append(p.dims, d)
@@ -198,6 +221,24 @@ func (p *Policy) Rules() []Rule {
 // FailOpen reports whether a backend failure yields an allowed, degraded
 // decision rather than an error.
 func (p *Policy) FailOpen() bool { return p != nil && p.failOpen }
+
+// HotDenyCache returns the size of the policy's hot-deny cache (0: none).
+func (p *Policy) HotDenyCache() int {
+	if p == nil {
+		return 0
+	}
+	return p.hotDeny
+}
+
+// IdempotencyTTL returns how long an idempotent attempt's decision is
+// kept for replay: the longest window of the policy's rules (a calendar
+// rule counts its nominal 24h or 1h; a GCRA rule its Window).
+func (p *Policy) IdempotencyTTL() time.Duration {
+	if p == nil {
+		return 0
+	}
+	return p.idemTTL
+}
 
 // Dimensions returns the union of the rules' dimensions, in first-use
 // order.

@@ -30,7 +30,7 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, s Subject, n int64) (Deci
 		ctx = context.Background()
 	}
 	for {
-		d, _, err := l.take(ctx, "wait", driver.OpTake, p, s, n, 0)
+		d, _, err := l.take(ctx, "wait", driver.OpTake, p, s, n, 0, "")
 		if err != nil || d.Allowed {
 			return d, err
 		}

@@ -22,10 +22,12 @@ import (
 )
 
 var (
-	_ driver.Backend   = (*Backend)(nil)
-	_ driver.Settler   = (*Backend)(nil)
-	_ driver.Resetter  = (*Backend)(nil)
-	_ driver.Describer = (*Backend)(nil)
+	_ driver.Backend    = (*Backend)(nil)
+	_ driver.Settler    = (*Backend)(nil)
+	_ driver.Resetter   = (*Backend)(nil)
+	_ driver.Describer  = (*Backend)(nil)
+	_ driver.Idempotent = (*Backend)(nil)
+	_ driver.Batcher    = (*Backend)(nil)
 )
 
 // sweepBatch is how many expired entries each call deletes from every
@@ -42,9 +44,9 @@ type Options struct {
 }
 
 // Backend is an in-memory driver.Backend. It also implements
-// driver.Settler, driver.Resetter and driver.Describer. It is safe for
-// concurrent use and starts no goroutines; most callers only pass it to
-// sdk.New.
+// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent and
+// driver.Batcher. It is safe for concurrent use and starts no goroutines;
+// most callers only pass it to sdk.New.
 type Backend struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -217,13 +219,43 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 	if req.HoldKey != "" {
 		keys = append(keys, req.HoldKey)
 	}
+	if idempotent(req) {
+		keys = append(keys, req.IdemKey)
+	}
 	x := b.begin(keys)
 	defer x.end()
 	return x.take(req), nil
 }
 
+// SupportsIdemKey reports true: Take honours driver.Request.IdemKey.
+func (b *Backend) SupportsIdemKey() bool { return true }
+
+// TakeBatch carries out each request as Take does, in input order, each
+// under its own shard locks (so each is atomic by itself, and other
+// calls may interleave between them).
+func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	out := make([]driver.BatchResult, len(reqs))
+	for i, req := range reqs {
+		out[i].Result, out[i].Err = b.Take(ctx, req)
+	}
+	return out
+}
+
+// idempotent reports whether req carries an idempotency key that counts.
+func idempotent(req driver.Request) bool {
+	return req.IdemKey != "" && (req.Op == driver.OpTake || req.Op == driver.OpReserve)
+}
+
 func (x *txn) take(req driver.Request) driver.Result {
 	now := x.now
+	if idempotent(req) {
+		s := x.shard(req.IdemKey)
+		if e := s.get(req.IdemKey, now); e != nil && e.kind == kindIdem {
+			res := cloneResult(*e.idem)
+			res.Replayed = true
+			return res
+		}
+	}
 	if req.HoldKey != "" {
 		x.lapse(req.HoldKey)
 	}
@@ -259,6 +291,15 @@ func (x *txn) take(req driver.Request) driver.Result {
 		x.deny(req, res, cost)
 	case committed && req.Op == driver.OpReserve:
 		x.hold(req, next, cost)
+		res.HoldID = req.HoldID
+	}
+	if idempotent(req) {
+		s := x.shard(req.IdemKey)
+		if e := s.entries[req.IdemKey]; e != nil {
+			s.remove(e)
+		}
+		stored := cloneResult(res)
+		s.put(&entry{key: req.IdemKey, kind: kindIdem, idem: &stored}, now.Add(req.IdemTTL), now)
 	}
 	if req.Op == driver.OpInspect && req.TrailKey != "" {
 		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
@@ -266,6 +307,13 @@ func (x *txn) take(req driver.Request) driver.Result {
 		}
 	}
 	return res
+}
+
+// cloneResult copies r so that the copy shares no slice with it.
+func cloneResult(r driver.Result) driver.Result {
+	r.Rules = slices.Clone(r.Rules)
+	r.Trail = slices.Clone(r.Trail)
+	return r
 }
 
 // store saves a rule's new state.
@@ -431,6 +479,9 @@ func validate(req driver.Request) error {
 		if err != nil {
 			return fmt.Errorf("memory: take: rule %q: %w", r.Name, err)
 		}
+	}
+	if idempotent(req) && req.IdemTTL <= 0 {
+		return fmt.Errorf("memory: take: idempotency ttl must be > 0, got %v", req.IdemTTL)
 	}
 	if req.Op == driver.OpReserve {
 		switch {

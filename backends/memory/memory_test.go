@@ -461,3 +461,31 @@ func BenchmarkTake(b *testing.B) {
 		}
 	})
 }
+
+// TestIdemRecordBounded: an idempotency record is one entry per key, kept
+// for IdemTTL, then swept like any other state.
+func TestIdemRecordBounded(t *testing.T) {
+	clock := t0
+	b := New(&Options{Now: func() time.Time { return clock }})
+	ctx := context.Background()
+	r := driver.Rule{Name: "f", Key: "fc:{u}:p:f", Algorithm: driver.FixedWindow, Limit: 100, Window: time.Minute}
+	for i := range 10 {
+		req := driver.Request{Op: driver.OpTake, Policy: "p", Rules: []driver.Rule{r}, Cost: 1,
+			IdemKey: fmt.Sprint("fc:{u}:p:!i:", i), IdemTTL: time.Hour}
+		if _, err := b.Take(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.Len(); got != 11 {
+		t.Errorf("Len() after 10 keyed takes = %d, want 11 (1 rule, 10 records)", got)
+	}
+	clock = clock.Add(time.Hour)
+	b.Sweep()
+	if got := b.Len(); got != 0 {
+		t.Errorf("Len() after IdemTTL = %d, want 0", got)
+	}
+	bad := driver.Request{Op: driver.OpTake, Rules: []driver.Rule{r}, Cost: 1, IdemKey: "fc:{u}:p:!i:x"}
+	if _, err := b.Take(ctx, bad); err == nil {
+		t.Error("Take(IdemKey without IdemTTL) = nil error, want one")
+	}
+}

@@ -18,6 +18,7 @@ const (
 	kindGCRA
 	kindTrail
 	kindHolds
+	kindIdem
 )
 
 // kindOf maps an algorithm to its entry kind.
@@ -49,6 +50,7 @@ type entry struct {
 	tat     time.Time
 	trail   []driver.Denial
 	holds   map[string]*hold
+	idem    *driver.Result // the stored result of an idempotent request
 }
 
 // shard is one independently locked part of the store: a map and a

@@ -62,6 +62,20 @@ var groups = []group{
 		{name: "TTL", needs: Inspect, run: trailTTL},
 		{name: "Disabled", needs: Inspect, run: trailDisabled},
 	}},
+	{name: "Idempotency", cases: []testCase{
+		{name: "ReplaySameDecision", needs: Idempotency, run: idemReplay},
+		{name: "DeniedReplayedAsDenied", needs: Idempotency, run: idemDenied},
+		{name: "ReserveReplaySameHold", needs: Idempotency | Reservations, run: idemReserve},
+		{name: "ExpiresAfterTTL", needs: Idempotency, run: idemExpires},
+		{name: "PeekIgnoresKey", needs: Idempotency, run: idemPeek},
+		{name: "SurvivesReset", needs: Idempotency | Reset, run: idemReset},
+	}},
+	{name: "Batch", cases: []testCase{
+		{name: "InputOrderMixed", needs: Batch, run: batchOrder},
+		{name: "SameSubjectAtomicInOrder", needs: Batch, run: batchSameSubject},
+		{name: "ErrorIsPerRequest", needs: Batch, run: batchErrors},
+		{name: "Idempotency", needs: Batch | Idempotency, run: batchIdem},
+	}},
 	{name: "Describe", cases: []testCase{
 		{name: "Name", run: describe},
 	}},

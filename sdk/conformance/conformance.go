@@ -54,9 +54,14 @@ const (
 	Inspect
 	// Calendar: FixedWindow rules with a CalendarUnit and Location.
 	Calendar
+	// Idempotency: Request.IdemKey, Result.Replayed and Result.HoldID
+	// (driver.Idempotent reporting true).
+	Idempotency
+	// Batch: driver.Batcher.
+	Batch
 
 	// AllFeatures is every feature.
-	AllFeatures = Reservations | Reset | Inspect | Calendar
+	AllFeatures = Reservations | Reset | Inspect | Calendar | Idempotency | Batch
 )
 
 // String lists the features by name, e.g. "Reservations|Inspect".
@@ -65,7 +70,8 @@ func (f Features) String() string {
 	for _, n := range []struct {
 		f    Features
 		name string
-	}{{Reservations, "Reservations"}, {Reset, "Reset"}, {Inspect, "Inspect"}, {Calendar, "Calendar"}} {
+	}{{Reservations, "Reservations"}, {Reset, "Reset"}, {Inspect, "Inspect"}, {Calendar, "Calendar"},
+		{Idempotency, "Idempotency"}, {Batch, "Batch"}} {
 		if f&n.f != 0 {
 			names = append(names, n.name)
 		}

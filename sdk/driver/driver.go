@@ -148,6 +148,18 @@ type Request struct {
 	// HoldID and HoldTTL describe the hold an OpReserve creates.
 	HoldID  string
 	HoldTTL time.Duration
+
+	// IdemKey, when set on an OpTake or OpReserve, makes the request
+	// idempotent (see Idempotent). If a live record is stored under
+	// IdemKey, the backend returns that record's Result with Replayed set
+	// and does nothing else: it consumes nothing, writes no trail entry
+	// and creates no hold. Otherwise it decides as usual and, in the same
+	// atomic step, stores the Result (allowed or denied) under IdemKey for
+	// IdemTTL. IdemKey shares the hash tag of the request's other keys.
+	// Backends ignore IdemKey on OpPeek and OpInspect (the sdk never sends
+	// it there). IdemTTL is > 0 whenever IdemKey is set.
+	IdemKey string
+	IdemTTL time.Duration
 }
 
 // RuleResult is one rule's part of a Result.
@@ -186,6 +198,14 @@ type Result struct {
 	// NonAtomic reports that the backend could not make this decision
 	// all-or-nothing (it compensates instead, e.g. TairHash without Lua).
 	NonAtomic bool
+	// Replayed reports that this Result is the one stored under
+	// Request.IdemKey by an earlier request, returned unchanged (Now is
+	// that request's clock): nothing was consumed this time.
+	Replayed bool
+	// HoldID is, for an allowed OpReserve, the id of the hold it created
+	// (Request.HoldID; for a replay, the original request's HoldID). It is
+	// empty otherwise. Backends implementing Idempotent must set it.
+	HoldID string
 }
 
 // Denial is one entry of a denial trail.
@@ -220,7 +240,8 @@ type Settler interface {
 // Resetter is implemented by backends that can forget a subject.
 type Resetter interface {
 	// Reset deletes the state of every rule in req.Rules and every hold
-	// under req.HoldKey. The denial trail is kept.
+	// under req.HoldKey. The denial trail and idempotency records are
+	// kept.
 	Reset(ctx context.Context, req Request) error
 }
 
@@ -246,6 +267,34 @@ type Description struct {
 type Strategy struct {
 	Name   string // e.g. "lua-hash", "tairhash", "redis-cell"
 	Reason string // e.g. "EXHINCRBY on 3/3 masters"
+}
+
+// Idempotent is implemented by backends that honour Request.IdemKey and
+// set Result.HoldID. The sdk sends IdemKey only to a backend whose
+// SupportsIdemKey reports true, and refuses idempotency keys otherwise
+// (errors.ErrUnsupported), so a key is never silently ignored.
+type Idempotent interface {
+	SupportsIdemKey() bool
+}
+
+// Batcher is implemented by backends that can carry out many requests in
+// few round trips (e.g. one pipeline per Redis Cluster node).
+type Batcher interface {
+	// TakeBatch carries out each of reqs as Take would and returns one
+	// BatchResult per request, in input order (len(reqs) of them, even
+	// when ctx is done). Each request is atomic by itself; there is no
+	// atomicity across requests. Requests sharing a hash tag are carried
+	// out in input order (so a later request sees an earlier one's
+	// effect); others in any order. A failure, including an invalid
+	// request, is reported in that request's Err alone.
+	TakeBatch(ctx context.Context, reqs []Request) []BatchResult
+}
+
+// BatchResult is one request's answer in a TakeBatch: a Result, or the
+// error Take would have returned (then Result is the zero value).
+type BatchResult struct {
+	Result Result
+	Err    error
 }
 
 // ErrHoldNotFound is returned by Settle for an unknown, settled or lapsed

@@ -1,0 +1,167 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// MaxIdempotencyKeyLen is the longest Attempt.IdempotencyKey, in bytes.
+const MaxIdempotencyKeyLen = 128
+
+// Attempt is one request to decide: a subject, a cost and, optionally, an
+// idempotency key that makes a retry safe. The zero Cost means 1.
+type Attempt struct {
+	// Subject is what the decision is about.
+	Subject Subject
+	// Cost is the number of units to take; 0 means 1, and a negative
+	// cost is invalid (ErrInvalidCost).
+	Cost int64
+	// IdempotencyKey, when not empty, names the attempt: a retry of it
+	// (e.g. after a timeout) with the same key, for the same policy and
+	// shard values, returns the first decision again (Decision.Replayed)
+	// and consumes nothing more, for Policy.IdempotencyTTL after the
+	// first decision. Any bytes, at most MaxIdempotencyKeyLen of them. A
+	// retry must repeat the attempt: whatever it asks, it gets the first
+	// decision. Peeks ignore it. The backend must implement
+	// driver.Idempotent, else the attempt fails with an error wrapping
+	// errors.ErrUnsupported.
+	IdempotencyKey string
+}
+
+// cost returns the attempt's cost (0 means 1).
+func (a Attempt) cost() int64 {
+	if a.Cost == 0 {
+		return 1
+	}
+	return a.Cost
+}
+
+// Take is AllowN for an Attempt: it takes a.Cost units (0 means 1) for
+// a.Subject from every rule of p if all admit them, atomically. With an
+// IdempotencyKey, a retry of the attempt returns the first decision with
+// Replayed set and consumes nothing more.
+func (l *Limiter) Take(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
+	d, _, err := l.take(ctx, "allow", driver.OpTake, p, a.Subject, a.cost(), 0, a.IdempotencyKey)
+	return d, err
+}
+
+// ReserveAttempt is Reserve for an Attempt. With an IdempotencyKey, a
+// retry returns the first decision with Replayed set and, if it was
+// allowed, a Reservation of the first attempt's hold (no second hold is
+// made; Commit or Cancel it as usual — it may since have been settled or
+// have lapsed, which they report with ErrReservationNotFound).
+func (l *Limiter) ReserveAttempt(ctx context.Context, p *Policy, a Attempt, ttl time.Duration) (Decision, *Reservation, error) {
+	return l.reserve(ctx, p, a.Subject, a.cost(), ttl, a.IdempotencyKey)
+}
+
+// call is one decision in the making: the checked input, the request for
+// the backend and what the hot-deny cache needs.
+type call struct {
+	op     string // names the operation in errors and events
+	dop    driver.Op
+	p      *Policy
+	res    resolved
+	req    driver.Request
+	base   string    // res.base()
+	hot    *hotCache // nil: no hot-deny cache for this call
+	hotKey string
+	batch  int    // Event.Batch
+	holdID string // set by finish: the hold of an allowed reserve
+}
+
+// prepare checks an attempt and builds its request. idem is ignored for
+// peeks.
+func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (*call, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 1, got %d", op, ErrInvalidCost, n)
+	}
+	res, err := resolve(l.prefix, p, s, false)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %s: %w", op, err)
+	}
+	c := &call{op: op, dop: dop, p: p, res: res, req: l.request(dop, p, res, n), base: res.base()}
+	if dop == driver.OpReserve {
+		c.req.HoldID = newHoldID()
+		c.req.HoldTTL = ttl
+	}
+	consume := dop == driver.OpTake || dop == driver.OpReserve
+	if consume && idem != "" {
+		if len(idem) > MaxIdempotencyKeyLen {
+			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", op, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
+		}
+		if ib, ok := l.b.(driver.Idempotent); !ok || !ib.SupportsIdemKey() {
+			return nil, fmt.Errorf("sdk: %s: backend %T does not support idempotency keys: %w", op, l.b, errors.ErrUnsupported)
+		}
+		c.req.IdemKey = c.base + "!i:" + escapeValue(idem)
+		c.req.IdemTTL = p.idemTTL
+	}
+	if consume {
+		if h := l.hotCacheFor(p); h != nil {
+			c.hot, c.hotKey = h, hotKey(res)
+		}
+	}
+	return c, nil
+}
+
+// cached answers c from the hot-deny cache, if it can. Attempts with an
+// idempotency key always go to the backend (a retry must get its first
+// decision, whatever happened since).
+func (l *Limiter) cached(c *call) (Decision, bool) {
+	if c.hot == nil || c.req.IdemKey != "" {
+		return Decision{}, false
+	}
+	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
+	if ok {
+		l.emit(Event{Policy: c.p.name, Op: c.op, Decision: d, Batch: c.batch})
+	}
+	return d, ok
+}
+
+// finish turns the backend's answer into c's Decision: fail-open, the
+// hot-deny cache and the observer.
+func (l *Limiter) finish(c *call, a answer) (Decision, error) {
+	p := c.p
+	if a.err != nil {
+		if p.failOpen {
+			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: a.err}
+			l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
+			return d, nil
+		}
+		err := fmt.Errorf("sdk: take: %w", a.err)
+		l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+		return Decision{}, err
+	}
+	r := a.r
+	if r.Replayed {
+		var err error
+		switch {
+		case c.dop == driver.OpTake && r.HoldID != "":
+			err = fmt.Errorf("sdk: %s: %w: it was first used by a reservation", c.op, ErrInvalidIdempotencyKey)
+		case c.dop == driver.OpReserve && r.Allowed && r.HoldID == "":
+			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.op, ErrInvalidIdempotencyKey)
+		}
+		if err != nil {
+			l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+			return Decision{}, err
+		}
+	}
+	d := decide(p.name, c.res.rules, r)
+	c.holdID = c.req.HoldID
+	if r.HoldID != "" {
+		c.holdID = r.HoldID
+	}
+	if c.hot != nil && !r.Replayed {
+		switch {
+		case d.Allowed:
+			c.hot.evict(c.base, c.hotKey)
+		case !d.CostTooHigh && d.RetryAfter > 0:
+			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
+		}
+	}
+	l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Latency: a.lat, Batch: c.batch})
+	return d, nil
+}
