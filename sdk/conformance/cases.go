@@ -228,7 +228,11 @@ func logExact(e *env) {
 	e.advanceTo(t1.Add(w)) // with a fake clock, t1 == t0
 	res = e.take(2, r)
 	check("Take(l, cost 2) as the first entries leave", res, 2, true)
-	if !res.Allowed {
+	// On a fake clock t1 == t0, so both first entries have left: cost 2
+	// must fit. On a real clock the entries taken after #1 may still be
+	// live at t1+w (the model check above holds the backend to the exact
+	// answer for the instants it reported).
+	if e.fake != nil && !res.Allowed {
 		e.t.Errorf("Take(l, cost 2) one window after the first entries = denied, want allowed: entries live in (now-w, now]")
 	}
 	check("Take(l) then", e.take(1, r), 1, true)
