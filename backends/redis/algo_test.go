@@ -1,0 +1,564 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+func TestFixedWindow(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "fixed")
+	r := s.fixed("f", 3, time.Hour)
+	for i := int64(1); i <= 3; i++ {
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 3)
+		end := res.Now.Truncate(time.Hour).Add(time.Hour)
+		if got := res.Rules[0].ResetAfter; got != end.Sub(res.Now) {
+			t.Errorf("take #%d ResetAfter = %v, want %v", i, got, end.Sub(res.Now))
+		}
+		pet, err := c.PExpireTime(ctx, r.Key).Result()
+		if err != nil || pet != time.Duration(end.UnixMilli())*time.Millisecond {
+			t.Errorf("PEXPIRETIME = %v, %v, want the window end %v", pet, err, end.UnixMilli())
+		}
+	}
+	res := take(t, b, s.request(driver.OpTake, 1, r))
+	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
+	if res.Allowed || res.Rules[0].RetryAfter <= 0 || res.Rules[0].RetryAfter != res.Rules[0].ResetAfter {
+		t.Errorf("take #4 = %+v, want denied with RetryAfter = ResetAfter > 0", res)
+	}
+	res = take(t, b, s.request(driver.OpTake, 4, r))
+	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 || res.Rules[0].Used != 3 {
+		t.Errorf("take cost 4 = %+v, want CostTooHigh, RetryAfter 0, used 3", res.Rules[0])
+	}
+	if v, _ := c.Get(ctx, r.Key).Result(); v != "3" {
+		t.Errorf("counter = %q, want \"3\" (denials consume nothing)", v)
+	}
+}
+
+func TestFixedWindowStaleCounter(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "stale")
+	r := s.fixed("f", 3, time.Hour)
+	// A counter of another window (expiring at a different instant) must
+	// not count, whatever its TTL.
+	end := serverNow(t, c).Truncate(time.Hour).Add(2*time.Hour + 7*time.Millisecond)
+	if err := c.Set(ctx, r.Key, "3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.PExpireAt(ctx, r.Key, end)
+	res := take(t, b, s.request(driver.OpTake, 1, r))
+	checkRule(t, "take over a stale counter", res.Rules[0], true, 1, 3)
+	if v, _ := c.Get(ctx, r.Key).Result(); v != "1" {
+		t.Errorf("counter = %q, want \"1\"", v)
+	}
+}
+
+func TestFixedWindowRollover(t *testing.T) {
+	b, _ := standalone(t)
+	s := newSubject(t, "roll")
+	r := s.fixed("f", 1, 150*time.Millisecond)
+	first := take(t, b, s.request(driver.OpTake, 1, r))
+	if !first.Allowed {
+		// The first take can only be denied if... never: a fresh key.
+		t.Fatalf("first take denied: %+v", first)
+	}
+	eventually(t, 2*time.Second, "a denial in the same window", func() bool {
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		if !res.Allowed {
+			if ra := res.Rules[0].RetryAfter; ra <= 0 || ra > 150*time.Millisecond {
+				t.Errorf("RetryAfter = %v, want in (0, 150ms]", ra)
+			}
+			return true
+		}
+		return false
+	})
+	eventually(t, 2*time.Second, "admission in the next window", func() bool {
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		if res.Allowed && res.Rules[0].Used != 1 {
+			t.Errorf("first take of a new window: used %d, want 1", res.Rules[0].Used)
+		}
+		return res.Allowed
+	})
+}
+
+func TestCalendarWindow(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		unit driver.CalendarUnit
+		zone string
+	}{
+		{"day shanghai", driver.Day, "Asia/Shanghai"},
+		{"day new york", driver.Day, "America/New_York"},
+		{"hour kolkata", driver.Hour, "Asia/Kolkata"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			loc, err := time.LoadLocation(tc.zone)
+			if err != nil {
+				t.Skipf("zone %s: %v", tc.zone, err)
+			}
+			s := newSubject(t, "cal")
+			r := driver.Rule{Name: "d", Key: s.key("d"), Algorithm: driver.FixedWindow, Limit: 2, Window: 24 * time.Hour, Calendar: tc.unit, Location: loc}
+			res := take(t, b, s.request(driver.OpTake, 1, r))
+			checkRule(t, "take", res.Rules[0], true, 1, 2)
+			l := res.Now.In(loc)
+			var end time.Time
+			if tc.unit == driver.Day {
+				end = time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, loc)
+			} else {
+				end = time.Date(l.Year(), l.Month(), l.Day(), l.Hour()+1, 0, 0, 0, loc)
+			}
+			if got := res.Rules[0].ResetAfter; got != end.Sub(res.Now) {
+				t.Errorf("ResetAfter = %v, want %v (until %v)", got, end.Sub(res.Now), end)
+			}
+			pet, _ := c.PExpireTime(ctx, r.Key).Result()
+			if pet != time.Duration(end.UnixMilli())*time.Millisecond {
+				t.Errorf("PEXPIRETIME = %v ms, want %d", pet.Milliseconds(), end.UnixMilli())
+			}
+		})
+	}
+}
+
+func TestCalendarSkewTooLarge(t *testing.T) {
+	b, _ := standalone(t)
+	s := newSubject(t, "skew")
+	r := driver.Rule{Name: "d", Key: s.key("d"), Algorithm: driver.FixedWindow, Limit: 2, Window: time.Hour, Calendar: driver.Hour, Location: time.UTC}
+	keys, args, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(context.Background(), b.c, takeScript, "", keys, args)
+	if err == nil || !strings.Contains(err.Error(), "calendar boundaries") {
+		t.Errorf("take with boundaries 5h off = %v, want a calendar boundaries error", err)
+	}
+}
+
+func TestCalendarBounds(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skip(err)
+	}
+	kolkata, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Skip(err)
+	}
+	ms := func(s string, loc *time.Location) int64 {
+		tm, err := time.ParseInLocation("2006-01-02 15:04", s, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	for _, tc := range []struct {
+		name string
+		now  string
+		loc  *time.Location
+		unit driver.CalendarUnit
+		want []string // local times
+	}{
+		{"spring forward day is 23h", "2024-03-10 12:00", ny, driver.Day, []string{"2024-03-09 00:00", "2024-03-10 00:00", "2024-03-11 00:00", "2024-03-12 00:00"}},
+		{"fall back day is 25h", "2024-11-03 23:59", ny, driver.Day, []string{"2024-11-02 00:00", "2024-11-03 00:00", "2024-11-04 00:00", "2024-11-05 00:00"}},
+		{"hour at half past in Kolkata", "2024-05-01 10:15", kolkata, driver.Hour, []string{"2024-05-01 09:00", "2024-05-01 10:00", "2024-05-01 11:00", "2024-05-01 12:00"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now, _ := time.ParseInLocation("2006-01-02 15:04", tc.now, tc.loc)
+			got, err := calendarBounds(now, tc.unit, tc.loc, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, strconv.FormatInt(ms(w, tc.loc), 10))
+			}
+			if got != strings.Join(want, ",") {
+				t.Errorf("calendarBounds(%s) = %s, want %s", tc.now, got, strings.Join(want, ","))
+			}
+		})
+	}
+	// Across the fall-back change, hours stay one hour apart in absolute
+	// time (the repeated local hour is two windows).
+	now := time.Date(2024, 11, 3, 5, 30, 0, 0, time.UTC) // 01:30 EDT
+	got, _ := calendarBounds(now, driver.Hour, ny, 2)
+	parts := strings.Split(got, ",")
+	for i := 1; i < len(parts); i++ {
+		a, _ := strconv.ParseInt(parts[i-1], 10, 64)
+		z, _ := strconv.ParseInt(parts[i], 10, 64)
+		if z-a != time.Hour.Milliseconds() {
+			t.Errorf("hour boundaries %s: step %d ms, want 3600000", got, z-a)
+		}
+	}
+}
+
+func TestSlidingWindow(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "slide")
+	r := s.sliding("s", 3, time.Minute, 10)
+	for i := int64(1); i <= 3; i++ {
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 3)
+	}
+	res := take(t, b, s.request(driver.OpTake, 1, r))
+	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
+	// All units sit in the current cell i: RetryAfter = (i+10)*6s - now.
+	cell := 6 * time.Second
+	i := res.Now.UnixMicro() / cell.Microseconds()
+	want := time.Duration((i+10)*cell.Microseconds())*time.Microsecond - time.Duration(res.Now.UnixMicro())*time.Microsecond
+	if got := res.Rules[0].RetryAfter; got != want {
+		t.Errorf("RetryAfter = %v, want %v", got, want)
+	}
+	h, _ := c.HGetAll(ctx, r.Key).Result()
+	if len(h) != 1 {
+		t.Errorf("hash = %v, want one cell", h)
+	}
+	pttl, _ := c.PTTL(ctx, r.Key).Result()
+	if pttl <= 0 || pttl > time.Minute+cell {
+		t.Errorf("PTTL = %v, want in (0, 66s]", pttl)
+	}
+}
+
+func TestSlidingWindowCells(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	// 10 cells of one hour: the test runs within one cell, unless it
+	// starts at an hour boundary (then it retries once).
+	for attempt := 0; attempt < 2; attempt++ {
+		s := newSubject(t, "cells")
+		r := s.sliding("s", 3, 10*time.Hour, 10)
+		cell := time.Hour.Microseconds()
+		i := serverNow(t, c).UnixMicro() / cell
+		f := func(j int64) string { return strconv.FormatInt(j, 10) }
+		// A dead cell (must be ignored and deleted), two live ones.
+		c.HSet(ctx, r.Key, f(i-10), "7", f(i-9), "1", f(i-5), "1")
+		c.PExpire(ctx, r.Key, time.Hour)
+		res := take(t, b, s.request(driver.OpTake, 2, r))
+		if res.Now.UnixMicro()/cell != i {
+			continue
+		}
+		checkRule(t, "take 2 over 2 live units", res.Rules[0], false, 2, 3)
+		// need = 2+2-3 = 1: the oldest live cell (i-9) frees it.
+		want := time.Duration((i-9+10)*cell-res.Now.UnixMicro()) * time.Microsecond
+		if got := res.Rules[0].RetryAfter; got != want {
+			t.Errorf("RetryAfter = %v, want %v", got, want)
+		}
+		if got := res.Rules[0].ResetAfter; got != time.Duration((i-5+10)*cell-res.Now.UnixMicro())*time.Microsecond {
+			t.Errorf("ResetAfter = %v, want the end of cell i-5's life", got)
+		}
+		res = take(t, b, s.request(driver.OpTake, 1, r))
+		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
+		if ok, _ := c.HExists(ctx, r.Key, f(i-10)).Result(); ok {
+			t.Errorf("dead cell %d still in the hash after a write", i-10)
+		}
+		if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration((i+11)*cell)*time.Microsecond {
+			t.Errorf("PEXPIRETIME = %v, want the end of cell i+10 (the new cell's life plus one cell)", pet)
+		}
+		if v, _ := c.HGet(ctx, r.Key, f(i)).Result(); v != "1" {
+			t.Errorf("current cell = %q, want \"1\"", v)
+		}
+		return
+	}
+	t.Fatal("crossed a cell boundary twice")
+}
+
+func TestSlidingLog(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "log")
+	r := s.log("l", 6, time.Hour)
+	res := take(t, b, s.request(driver.OpTake, 5, r))
+	checkRule(t, "take 5", res.Rules[0], true, 5, 6)
+	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 5 {
+		t.Errorf("ZCARD after a take of 5 in one µs = %d, want 5 (unique members)", n)
+	}
+	first := res.Now
+	res = take(t, b, s.request(driver.OpTake, 1, r))
+	checkRule(t, "take 1", res.Rules[0], true, 6, 6)
+	res = take(t, b, s.request(driver.OpTake, 3, r))
+	checkRule(t, "take 3 over the limit", res.Rules[0], false, 6, 6)
+	// need = 6+3-6 = 3: the 3rd oldest entry, at first.
+	if want := first.Add(time.Hour).Sub(res.Now); res.Rules[0].RetryAfter != want {
+		t.Errorf("RetryAfter = %v, want %v", res.Rules[0].RetryAfter, want)
+	}
+	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 6 {
+		t.Errorf("ZCARD after a denial = %d, want 6 (a denial adds nothing)", n)
+	}
+	// Old entries are trimmed.
+	old := float64(res.Now.Add(-2 * time.Hour).UnixMicro())
+	c.ZAdd(ctx, r.Key, goredisZ(old, "old1"), goredisZ(old, "old2"))
+	res = take(t, b, s.request(driver.OpPeek, 1, r))
+	checkRule(t, "peek", res.Rules[0], false, 6, 6)
+	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 6 {
+		t.Errorf("ZCARD = %d, want 6 (old entries trimmed)", n)
+	}
+	pttl, _ := c.PTTL(ctx, r.Key).Result()
+	if pttl <= 0 || pttl > time.Hour+time.Millisecond {
+		t.Errorf("PTTL = %v, want in (0, 1h] (+1ms: expiry rounded up to the ms)", pttl)
+	}
+}
+
+func TestGCRA(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "gcra")
+	r := s.gcra("g", 10, time.Minute, 4) // T = 6s, limit 5
+	for i := int64(1); i <= 5; i++ {
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 5)
+		if want := time.Duration(i) * 6 * time.Second; res.Rules[0].ResetAfter > want || res.Rules[0].ResetAfter < want-100*time.Millisecond {
+			t.Errorf("take #%d ResetAfter = %v, want about %v", i, res.Rules[0].ResetAfter, want)
+		}
+	}
+	v, err := c.Get(ctx, r.Key).Result()
+	if _, perr := strconv.ParseUint(v, 10, 64); err != nil || perr != nil {
+		t.Errorf("GCRA state = %q, %v, want an unsigned integer string", v, err)
+	}
+	res := take(t, b, s.request(driver.OpTake, 1, r))
+	checkRule(t, "take #6", res.Rules[0], false, 5, 5)
+	if ra := res.Rules[0].RetryAfter; ra <= 5*time.Second || ra > 6*time.Second {
+		t.Errorf("RetryAfter = %v, want about 6s", ra)
+	}
+	if v2, _ := c.Get(ctx, r.Key).Result(); v2 != v {
+		t.Errorf("state after a denial = %s, want %s unchanged", v2, v)
+	}
+	res = take(t, b, s.request(driver.OpTake, 6, r))
+	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 {
+		t.Errorf("take 6 = %+v, want CostTooHigh", res.Rules[0])
+	}
+	// A peek on a fresh key creates nothing.
+	s2 := newSubject(t, "gcra-peek")
+	r2 := s2.gcra("g", 10, time.Minute, 4)
+	res = take(t, b, s2.request(driver.OpPeek, 1, r2))
+	checkRule(t, "peek fresh", res.Rules[0], true, 0, 5)
+	if n, _ := c.Exists(ctx, r2.Key).Result(); n != 0 {
+		t.Errorf("a peek created the key")
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "multi")
+	rules := []driver.Rule{
+		s.sliding("a", 5, time.Minute, 10),
+		s.fixed("b", 1, time.Hour),
+		s.log("c", 5, time.Hour),
+		s.gcra("d", 10, time.Minute, 4),
+	}
+	res := take(t, b, s.request(driver.OpTake, 1, rules...))
+	if !res.Allowed {
+		t.Fatalf("first take denied: %+v", res)
+	}
+	gcraState, _ := c.Get(ctx, rules[3].Key).Result()
+	res = take(t, b, s.request(driver.OpTake, 1, rules...))
+	if res.Allowed {
+		t.Fatalf("second take allowed past rule b's limit 1")
+	}
+	for i, want := range []bool{true, false, true, true} {
+		if res.Rules[i].Allowed != want {
+			t.Errorf("rule %s allowed = %v, want %v", rules[i].Name, res.Rules[i].Allowed, want)
+		}
+		if res.Rules[i].Used != 1 {
+			t.Errorf("rule %s used = %d after a denied take, want 1 (nothing consumed)", rules[i].Name, res.Rules[i].Used)
+		}
+	}
+	if n, _ := c.ZCard(ctx, rules[2].Key).Result(); n != 1 {
+		t.Errorf("log size = %d, want 1", n)
+	}
+	if g, _ := c.Get(ctx, rules[3].Key).Result(); g != gcraState {
+		t.Errorf("GCRA state moved on a denied take: %s -> %s", gcraState, g)
+	}
+}
+
+func TestTrail(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "trail")
+	rules := []driver.Rule{s.fixed("a", 1, time.Hour), s.fixed("b", 1, time.Hour), s.fixed("ok", 9, time.Hour)}
+	take(t, b, s.request(driver.OpTake, 1, rules...))
+	for range 4 {
+		take(t, b, s.request(driver.OpTake, 1, rules...))
+	}
+	take(t, b, s.request(driver.OpPeek, 1, rules...)) // a peek leaves no trail
+	last := take(t, b, s.request(driver.OpTake, 2, rules...))
+	res := take(t, b, s.request(driver.OpInspect, 0, rules...))
+	if len(res.Trail) != 5 {
+		t.Fatalf("trail has %d entries, want 5 (TrailMax)", len(res.Trail))
+	}
+	want := driver.Denial{At: last.Now, Policy: "p", Rule: "a", Used: 1, Limit: 1, Cost: 2, CostTooHigh: true}
+	if res.Trail[0] != want {
+		t.Errorf("trail[0] = %+v, want %+v", res.Trail[0], want)
+	}
+	if res.Trail[1].Rule != "b" || !res.Trail[1].At.Equal(last.Now) {
+		t.Errorf("trail[1] = %+v, want rule b of the last denial", res.Trail[1])
+	}
+	if !res.Trail[2].At.Before(last.Now) {
+		t.Errorf("trail[2] = %+v, want an older denial", res.Trail[2])
+	}
+	if pttl, _ := c.PTTL(ctx, s.trail()).Result(); pttl <= 0 || pttl > time.Hour {
+		t.Errorf("trail PTTL = %v, want in (0, 1h]", pttl)
+	}
+	for i, rr := range res.Rules {
+		if rr.Used != []int64{1, 1, 1}[i] {
+			t.Errorf("inspect rule %d used = %d, want 1", i, rr.Used)
+		}
+	}
+}
+
+func TestReservations(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "hold")
+	rules := []driver.Rule{
+		s.sliding("a", 5, time.Minute, 10),
+		s.fixed("b", 5, time.Hour),
+		s.log("c", 5, time.Hour),
+		s.gcra("d", 10, time.Minute, 4),
+	}
+	reserve := func(id string, ttl time.Duration, cost int64) driver.Result {
+		req := s.request(driver.OpReserve, cost, rules...)
+		req.HoldID, req.HoldTTL = id, ttl
+		return take(t, b, req)
+	}
+	used := func(what string, want ...int64) {
+		t.Helper()
+		res := take(t, b, s.request(driver.OpPeek, 1, rules...))
+		for i, w := range want {
+			if res.Rules[i].Used != w {
+				t.Errorf("%s: rule %s used = %d, want %d", what, rules[i].Name, res.Rules[i].Used, w)
+			}
+		}
+	}
+	if res := reserve("h1", time.Hour, 2); !res.Allowed {
+		t.Fatalf("reserve denied: %+v", res)
+	}
+	used("after reserve 2", 2, 2, 2, 2)
+	if err := b.Settle(ctx, s.holds(), "h1", false); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	used("after cancel", 0, 0, 0, 0)
+	if err := b.Settle(ctx, s.holds(), "h1", false); !errors.Is(err, driver.ErrHoldNotFound) {
+		t.Errorf("second cancel = %v, want ErrHoldNotFound", err)
+	}
+	reserve("h2", time.Hour, 1)
+	if err := b.Settle(ctx, s.holds(), "h2", true); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	used("after commit", 1, 1, 1, 1)
+	if err := b.Settle(ctx, s.holds(), "h2", true); !errors.Is(err, driver.ErrHoldNotFound) {
+		t.Errorf("second commit = %v, want ErrHoldNotFound", err)
+	}
+	req := s.request(driver.OpReserve, 1, rules...)
+	req.HoldID, req.HoldTTL = "h2x", time.Hour
+	take(t, b, req)
+	if _, err := b.Take(ctx, req); err == nil || !strings.Contains(err.Error(), "hold id already in use") {
+		t.Errorf("reserve with a used id = %v, want an error", err)
+	}
+	if err := b.Settle(ctx, s.holds(), "h2x", false); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lapsed hold is refunded by the next call naming its keys, and
+	// only for those keys.
+	reserve("h3", 30*time.Millisecond, 2)
+	used("after reserve 2", 3, 3, 3, 3)
+	partial := s.request(driver.OpInspect, 0, rules[0], rules[2])
+	eventually(t, 2*time.Second, "lapse refund", func() bool {
+		res := take(t, b, partial)
+		return res.Rules[0].Used == 1
+	})
+	plan, err := c.HGet(ctx, s.holds(), "h3").Result()
+	if err != nil || strings.Contains(plan, rules[0].Key) || !strings.Contains(plan, rules[1].Key) {
+		t.Errorf("hold after a partial lapse = %q, %v, want only the entries of keys not named", plan, err)
+	}
+	if err := b.Settle(ctx, s.holds(), "h3", true); !errors.Is(err, driver.ErrHoldNotFound) {
+		t.Errorf("commit of a lapsed hold = %v, want ErrHoldNotFound", err)
+	}
+	used("after the lapse", 1, 1, 1, 1)
+	if n, _ := c.Exists(ctx, s.holds()).Result(); n != 0 {
+		t.Errorf("hold hash still exists after its last hold went")
+	}
+}
+
+func TestPeekChangesNothing(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "peek")
+	rules := []driver.Rule{s.sliding("a", 5, time.Minute, 10), s.fixed("b", 5, time.Hour), s.log("c", 5, time.Hour), s.gcra("d", 10, time.Minute, 4)}
+	res := take(t, b, s.request(driver.OpPeek, 5, rules...))
+	if !res.Allowed {
+		t.Errorf("peek 5 on fresh keys denied: %+v", res)
+	}
+	res = take(t, b, s.request(driver.OpPeek, 6, rules...))
+	if res.Allowed {
+		t.Errorf("peek 6 allowed")
+	}
+	for _, r := range rules {
+		if n, _ := c.Exists(ctx, r.Key).Result(); n != 0 {
+			t.Errorf("peek created %s", r.Name)
+		}
+	}
+	if n, _ := c.Exists(ctx, s.trail()).Result(); n != 0 {
+		t.Errorf("a denied peek wrote a trail")
+	}
+}
+
+func TestReset(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "reset")
+	rules := []driver.Rule{s.fixed("a", 1, time.Hour), s.log("b", 5, time.Hour)}
+	req := s.request(driver.OpReserve, 1, rules...)
+	req.HoldID, req.HoldTTL = "h", time.Hour
+	take(t, b, req)
+	take(t, b, s.request(driver.OpTake, 1, rules...)) // denied: trail
+	if err := b.Reset(ctx, s.request(driver.OpTake, 1, rules...)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, s.holds()).Result(); n != 0 {
+		t.Errorf("%d keys remain after Reset, want 0", n)
+	}
+	if n, _ := c.Exists(ctx, s.trail()).Result(); n != 1 {
+		t.Errorf("Reset deleted the trail")
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	b, _ := standalone(t)
+	d, err := b.Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "redis" || d.Target == "" || len(d.Strategies) != 4 || len(d.Notes) == 0 {
+		t.Errorf("Describe = %+v, want name redis, a target, 4 strategies, notes", d)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	b, _ := standalone(t)
+	s := newSubject(t, "bad")
+	for _, tc := range []struct {
+		name string
+		req  driver.Request
+	}{
+		{"cost 0", s.request(driver.OpTake, 0, s.fixed("a", 1, time.Hour))},
+		{"limit 0", s.request(driver.OpTake, 1, s.fixed("a", 0, time.Hour))},
+		{"reserve without id", s.request(driver.OpReserve, 1, s.fixed("a", 1, time.Hour))},
+		{"no keys", driver.Request{Op: driver.OpTake, Cost: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := b.Take(context.Background(), tc.req); err == nil {
+				t.Errorf("Take(%s) error = nil, want an error", tc.name)
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// BenchmarkTakeSeed decides the seed policy (4 sliding-window rules) for
+// random subjects, at the driver level (no sdk).
+func BenchmarkTakeSeed(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	be := New(c, nil)
+	reqs := make([]driver.Request, 1000)
+	for i := range reqs {
+		s := subject{base: "fcb:{u" + strconv.Itoa(i) + "}:push:"}
+		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
+		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := be.Take(ctx, reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBaseline is one INCRBY+PEXPIRE EVALSHA per iteration.
+func BenchmarkBaseline(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	s := goredis.NewScript(lua.Baseline)
+	keys := make([][]string, 1000)
+	for i := range keys {
+		keys[i] = []string{"fcb:{u" + strconv.Itoa(i) + "}:base"}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Run(ctx, c, keys[i%len(keys)], 60000).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncode is the client-side cost of building one seed request.
+func BenchmarkEncode(b *testing.B) {
+	be := New(nil, nil)
+	s := subject{base: "fcb:{u1}:push:"}
+	req := s.request(driver.OpTake, 1, pushRules(s, "c1")...)
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, _, err := be.encode(req, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

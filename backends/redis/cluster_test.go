@@ -1,0 +1,138 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// pushRules is the seed policy's rule set for one subject: two rules by
+// user, two by user+content.
+func pushRules(s subject, content string) []driver.Rule {
+	r := []driver.Rule{
+		s.sliding("recv-1m", 15, time.Minute, 10),
+		s.sliding("recv-24h", 50, 24*time.Hour, 10),
+		s.sliding("content-59s", 2, 59*time.Second, 10),
+		s.sliding("content-59m", 5, 59*time.Minute, 10),
+	}
+	r[2].Key = s.key("content-59s", content)
+	r[3].Key = s.key("content-59m", content)
+	return r
+}
+
+func TestClusterMasters(t *testing.T) {
+	b, c := cluster(t)
+	ctx := context.Background()
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func(slot int64) string {
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	masters := map[string]bool{}
+	for _, r := range slots {
+		masters[r.Nodes[0].Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("cluster has %d masters, want 3", len(masters))
+	}
+	// Find a subject on each master, then decide for each.
+	found := map[string]subject{}
+	for i := 0; len(found) < len(masters) && i < 1000; i++ {
+		s := newSubject(t, fmt.Sprintf("u%d", i))
+		slot, err := c.ClusterKeySlot(ctx, s.trail()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := owner(slot); a != "" && found[a].base == "" {
+			found[a] = s
+		}
+	}
+	if len(found) != 3 {
+		t.Fatalf("found subjects on %d masters, want 3", len(found))
+	}
+	for addr, s := range found {
+		t.Run(addr, func(t *testing.T) {
+			rules := pushRules(s, "c1")
+			for i := int64(1); i <= 3; i++ {
+				res := take(t, b, s.request(driver.OpTake, 1, rules...))
+				if want := i <= 2; res.Allowed != want {
+					t.Errorf("take #%d allowed = %v, want %v (content-59s limit 2)", i, res.Allowed, want)
+				}
+			}
+			req := s.request(driver.OpReserve, 1, pushRules(s, "c2")...)
+			req.HoldID, req.HoldTTL = "h", time.Minute
+			take(t, b, req)
+			if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+				t.Errorf("Settle: %v", err)
+			}
+			res := take(t, b, s.request(driver.OpInspect, 0, rules...))
+			if len(res.Trail) != 1 || res.Trail[0].Rule != "content-59s" {
+				t.Errorf("trail = %+v, want one content-59s denial", res.Trail)
+			}
+			if err := b.Reset(ctx, s.request(driver.OpTake, 1, rules...)); err != nil {
+				t.Errorf("Reset: %v", err)
+			}
+			n, _ := c.Exists(ctx, rules[0].Key).Result()
+			if n != 0 {
+				t.Errorf("Reset left state")
+			}
+		})
+	}
+}
+
+func TestClusterHostileSubject(t *testing.T) {
+	b, c := cluster(t)
+	ctx := context.Background()
+	s := newSubject(t, "用户{a}:b}%{{:🙂 x")
+	content := "内容 {hash}:tag%"
+	if strings.Count(s.base, "{") != 1 || strings.Count(s.base, "}") != 1 {
+		t.Fatalf("escaped base %q has more than one brace pair", s.base)
+	}
+	rules := pushRules(s, content)
+	keys := []string{s.trail(), s.holds()}
+	for _, r := range rules {
+		keys = append(keys, r.Key)
+	}
+	slot0, _ := c.ClusterKeySlot(ctx, keys[0]).Result()
+	for _, k := range keys {
+		if sl, _ := c.ClusterKeySlot(ctx, k).Result(); sl != slot0 {
+			t.Fatalf("key %q in slot %d, want %d (one hash tag)", k, sl, slot0)
+		}
+	}
+	for i := int64(1); i <= 3; i++ {
+		res := take(t, b, s.request(driver.OpTake, 1, rules...))
+		if want := i <= 2; res.Allowed != want {
+			t.Errorf("take #%d allowed = %v, want %v", i, res.Allowed, want)
+		}
+	}
+	if n, _ := c.Exists(ctx, rules[2].Key).Result(); n != 1 {
+		t.Errorf("state key %q not found", rules[2].Key)
+	}
+}
+
+func TestClusterScriptFlush(t *testing.T) {
+	b, c := cluster(t)
+	ctx := context.Background()
+	s := newSubject(t, "cflush")
+	r := s.fixed("f", 10, time.Hour)
+	for i := int64(1); i <= 2; i++ {
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, m *goredisClient) error {
+			return m.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		checkRule(t, "take after SCRIPT FLUSH", res.Rules[0], true, i, 10)
+	}
+}

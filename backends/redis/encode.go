@@ -1,0 +1,266 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// The ARGV layout of take.lua: header fields (more for a reserve), then
+// argsPerRule per rule.
+const (
+	headerArgs        = 8
+	reserveHeaderArgs = 11
+	argsPerRule       = 5
+	// evalArgs are the placeholders run fills: command, script, key count.
+	evalArgs = 3
+)
+
+var errNoKeys = errors.New("request names no key")
+
+// opCode maps a driver.Op to take.lua's ARGV[1].
+func opCode(op driver.Op) (string, error) {
+	switch op {
+	case driver.OpTake:
+		return "t", nil
+	case driver.OpPeek:
+		return "p", nil
+	case driver.OpReserve:
+		return "r", nil
+	case driver.OpInspect:
+		return "i", nil
+	}
+	return "", fmt.Errorf("unknown op %d", op)
+}
+
+// encode builds the KEYS and the EVALSHA argument list (with evalArgs
+// leading placeholders, then the keys, then ARGV) of req. now is the
+// client's clock, used only to pick calendar boundaries around it.
+func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, error) {
+	op, err := opCode(req.Op)
+	if err != nil {
+		return nil, nil, err
+	}
+	cost := req.Cost
+	if req.Op == driver.OpInspect {
+		cost = 1
+	} else if cost < 1 {
+		return nil, nil, fmt.Errorf("cost must be >= 1, got %d", cost)
+	}
+	n := len(req.Rules)
+	nk := n
+	tk, hk := 0, 0
+	if req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op != driver.OpPeek)) {
+		nk++
+		tk = nk
+	}
+	if req.HoldKey != "" {
+		nk++
+		hk = nk
+	}
+	ik := 0
+	if req.IdemKey != "" && (req.Op == driver.OpTake || req.Op == driver.OpReserve) {
+		if req.IdemTTL <= 0 {
+			return nil, nil, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
+		}
+		nk++
+		ik = nk
+	}
+	var holdTTL, holdKeyTTL int64
+	if req.Op == driver.OpReserve {
+		if hk == 0 || req.HoldID == "" {
+			return nil, nil, errors.New("reserve needs a hold key and a hold id")
+		}
+		if req.HoldTTL <= 0 {
+			return nil, nil, fmt.Errorf("hold TTL must be > 0, got %v", req.HoldTTL)
+		}
+		holdTTL = req.HoldTTL.Microseconds()
+		if holdTTL < 1 {
+			holdTTL = 1
+		}
+		// The hold hash outlives its newest hold by the longest state
+		// lifetime, after which no refund can matter any more.
+		var longest time.Duration
+		for _, r := range req.Rules {
+			if w := r.Window + r.Window/time.Duration(max(1, r.SubWindows)); w > longest {
+				longest = w
+			}
+		}
+		holdKeyTTL = ceilMillis(req.HoldTTL + longest + time.Second)
+	}
+	if nk == 0 {
+		return nil, nil, errNoKeys
+	}
+
+	hdr := headerArgs
+	if req.Op == driver.OpReserve {
+		hdr = reserveHeaderArgs
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+2)
+	for _, r := range req.Rules {
+		keys = append(keys, r.Key)
+	}
+	if tk > 0 {
+		keys = append(keys, req.TrailKey)
+	}
+	if hk > 0 {
+		keys = append(keys, req.HoldKey)
+	}
+	if ik > 0 {
+		keys = append(keys, req.IdemKey)
+	}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, op, cost, n, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy)
+	if req.Op == driver.OpReserve {
+		args = append(args, req.HoldID, holdTTL, holdKeyTTL)
+	}
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if r.Key == "" {
+			return nil, nil, fmt.Errorf("rule %q: empty key", r.Name)
+		}
+		if r.Limit < 1 {
+			return nil, nil, fmt.Errorf("rule %q: limit must be > 0, got %d", r.Name, r.Limit)
+		}
+		if r.Window < time.Millisecond && r.Calendar == driver.NoCalendar {
+			return nil, nil, fmt.Errorf("rule %q: window must be >= 1ms, got %v", r.Name, r.Window)
+		}
+		switch r.Algorithm {
+		case driver.FixedWindow:
+			if r.Calendar != driver.NoCalendar {
+				bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+				if err != nil {
+					return nil, nil, fmt.Errorf("rule %q: %w", r.Name, err)
+				}
+				args = append(args, "c", r.Name, r.Limit, bs, 0)
+			} else {
+				args = append(args, "f", r.Name, r.Limit, r.Window.Microseconds(), 0)
+			}
+		case driver.SlidingWindow:
+			cells := r.SubWindows
+			if cells < 1 {
+				cells = 10
+			}
+			s := cellSize(r.Window, cells)
+			args = append(args, "s", r.Name, r.Limit, cells, s.Microseconds())
+		case driver.SlidingLog:
+			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
+		case driver.GCRA:
+			if r.Burst < 0 {
+				return nil, nil, fmt.Errorf("rule %q: burst must be >= 0, got %d", r.Name, r.Burst)
+			}
+			t := r.Window / time.Duration(r.Limit)
+			if t <= 0 {
+				return nil, nil, fmt.Errorf("rule %q: emission interval %v/%d rounds to zero", r.Name, r.Window, r.Limit)
+			}
+			args = append(args, "g", r.Name, r.Burst+1, int64(t), int64(t)*(r.Burst+1))
+		default:
+			return nil, nil, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
+		}
+	}
+	args = append(args, ik, ceilMillis(req.IdemTTL))
+	return keys, args, nil
+}
+
+// cellSize is the length of one sliding-window cell: Window/cells truncated
+// to the millisecond, at least 1 ms.
+func cellSize(w time.Duration, cells int) time.Duration {
+	s := (w / time.Duration(cells)).Truncate(time.Millisecond)
+	if s < time.Millisecond {
+		s = time.Millisecond
+	}
+	return s
+}
+
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return int64(ms)
+}
+
+// calendarBounds returns 2*span+2 consecutive calendar boundaries (local
+// midnights or local hour starts in loc), in Unix ms, comma-separated: span
+// units before the one containing now, that unit's start and end, and span
+// units after. The script picks the pair around the server's clock, so
+// client clock skew up to span units is tolerated. Days are 23 or 25 hours
+// long across DST changes; a midnight that does not exist (DST at 00:00)
+// is whatever instant time.Date normalises it to.
+func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location, span int) (string, error) {
+	if loc == nil {
+		loc = time.UTC
+	}
+	var start func(time.Time) time.Time
+	switch unit {
+	case driver.Day:
+		start = func(t time.Time) time.Time {
+			y, m, d := t.In(loc).Date()
+			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
+			if s.After(t) { // a skipped midnight normalised forward
+				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
+				if s.After(t) {
+					s = t
+				}
+			}
+			return s
+		}
+	case driver.Hour:
+		start = func(t time.Time) time.Time {
+			l := t.In(loc)
+			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
+		}
+	default:
+		return "", fmt.Errorf("unknown calendar unit %d", unit)
+	}
+	// next returns the first boundary after s (itself a boundary).
+	next := func(s time.Time) time.Time {
+		// A unit is at most 25 hours (Day) or 1 hour (Hour) long, and at
+		// least 23 hours or 30 minutes: probe past the end and snap back.
+		var probe time.Time
+		if unit == driver.Day {
+			l := s.In(loc)
+			probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
+		} else {
+			probe = s.Add(time.Hour + time.Minute)
+		}
+		n := start(probe)
+		if !n.After(s) {
+			n = s.Add(time.Hour)
+		}
+		return n
+	}
+	prev := func(s time.Time) time.Time {
+		return start(s.Add(-time.Nanosecond))
+	}
+	cur := start(now)
+	bs := make([]time.Time, 0, 2*span+2)
+	p := cur
+	for range span {
+		p = prev(p)
+		bs = append(bs, p)
+	}
+	for i, j := 0, len(bs)-1; i < j; i, j = i+1, j-1 {
+		bs[i], bs[j] = bs[j], bs[i]
+	}
+	bs = append(bs, cur)
+	p = cur
+	for range span + 1 {
+		p = next(p)
+		bs = append(bs, p)
+	}
+	buf := make([]byte, 0, len(bs)*14)
+	for i, t := range bs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
+	}
+	return string(buf), nil
+}

@@ -1,0 +1,302 @@
+// Package redis is the freqcap backend for Redis (standalone, Sentinel and
+// Cluster) using Lua scripts on plain data types.
+//
+// One decision is one EVALSHA of one script (lua.Take) that evaluates every
+// rule of the request against the server's clock (TIME) and consumes from
+// all of them only if all admit. State per rule is one key: a string
+// counter (fixed window), a hash of cells (sliding window), a sorted set
+// (sliding log) or a string TAT (GCRA). The denial trail is a list, holds a
+// hash; both are written by the same scripts.
+//
+// Decisions are never replayed: the backend marks its script commands as
+// not retryable, so go-redis does not send a decision twice after a
+// timeout or a broken connection, whatever the client's MaxRetries. (A
+// replay could count one request twice.) NewClientOptions gives client
+// settings suited to a limiter.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+var (
+	_ driver.Backend    = (*Backend)(nil)
+	_ driver.Settler    = (*Backend)(nil)
+	_ driver.Resetter   = (*Backend)(nil)
+	_ driver.Describer  = (*Backend)(nil)
+	_ driver.Idempotent = (*Backend)(nil)
+)
+
+// SupportsIdemKey reports that take.lua honours Request.IdemKey: the
+// decision is stored under it in the same script, and a retry returns it.
+func (b *Backend) SupportsIdemKey() bool { return true }
+
+// Scripts, built once: NewScript computes the SHA1 EVALSHA sends.
+var (
+	takeScript   = goredis.NewScript(lua.Take)
+	settleScript = goredis.NewScript(lua.Settle)
+)
+
+// Options configures a Backend. The zero value (or nil) means defaults.
+type Options struct {
+	// Target is what Describe reports as the location of the state.
+	// Default: the client's address(es), comma-separated.
+	Target string
+	// CalendarSpan is how many calendar units (days or hours) of
+	// boundaries on each side of the client's clock a calendar rule sends,
+	// so that the script can pick the window around the server's clock.
+	// It bounds the client/server clock skew tolerated. Default: 1.
+	CalendarSpan int
+	// SettleAttempts bounds how often Settle re-reads a hold that changed
+	// between its read and its script. Default: 3.
+	SettleAttempts int
+}
+
+// Backend decides with Lua scripts on a Redis server or cluster. It is safe
+// for concurrent use; create one per client and share it. Most callers
+// only pass it to sdk.New.
+type Backend struct {
+	c    goredis.UniversalClient
+	opts Options
+}
+
+// New returns a Backend using c, which may be a *goredis.Client (standalone
+// or Sentinel failover) or a *goredis.ClusterClient. Nil opts means
+// defaults. The backend does not own c: closing it is the caller's job.
+func New(c goredis.UniversalClient, opts *Options) *Backend {
+	b := &Backend{c: c}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.CalendarSpan <= 0 {
+		b.opts.CalendarSpan = 1
+	}
+	if b.opts.SettleAttempts <= 0 {
+		b.opts.SettleAttempts = 3
+	}
+	return b
+}
+
+// NewClientOptions returns client options suited to a limiter on addrs
+// (one address: standalone; several: cluster; see
+// goredis.NewUniversalClient): no command retries (MaxRetries -1, so a
+// timed-out command is never sent again), context deadlines honoured
+// (ContextTimeoutEnabled, so sdk.WithTimeout bounds each call), 1 s dial
+// and 500 ms read/write timeouts. Adjust PoolSize to your concurrency.
+//
+// The backend marks its own decisions as not retryable whatever the
+// client's settings; these settings make the rest of the client behave
+// the same way.
+func NewClientOptions(addrs ...string) *goredis.UniversalOptions {
+	return &goredis.UniversalOptions{
+		Addrs:                 addrs,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           500 * time.Millisecond,
+		WriteTimeout:          500 * time.Millisecond,
+	}
+}
+
+// noRetryCmd is a script command go-redis must not send twice: a decision
+// whose reply was lost may have been applied.
+type noRetryCmd struct{ *goredis.Cmd }
+
+// NoRetry tells go-redis not to replay the command.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// run sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
+// restart, a failover, SCRIPT FLUSH), EVAL with the source. args starts
+// with 3 placeholders for the command name, script and key count.
+func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, keys []string, args []any) (any, error) {
+	args[0], args[1], args[2] = "evalsha", s.Hash(), len(keys)
+	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
+	_ = c.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err != nil && isNoScript(err) {
+		args[0], args[1] = "eval", src
+		cmd = noRetryCmd{goredis.NewCmd(ctx, args...)}
+		_ = c.Process(ctx, cmd)
+		v, err = cmd.Result()
+	}
+	return v, err
+}
+
+func isNoScript(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Take carries out req in one EVALSHA.
+func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	keys, args, err := b.encode(req, time.Now())
+	if err != nil {
+		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+	}
+	v, err := run(ctx, b.c, takeScript, lua.Take, keys, args)
+	if err != nil {
+		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+	}
+	res, err := parseTake(v, req.Rules)
+	if err != nil {
+		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+	}
+	if req.Op == driver.OpReserve && res.Allowed && !res.Replayed {
+		res.HoldID = req.HoldID
+	}
+	return res, nil
+}
+
+// Settle commits or cancels hold id under holdKey. It reads the hold first
+// to learn the keys its refund touches, then runs the settle script over
+// exactly those keys (the script re-checks them).
+func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) error {
+	flag := "0"
+	if commit {
+		flag = "1"
+	}
+	for range b.opts.SettleAttempts {
+		plan, err := b.c.HGet(ctx, holdKey, id).Result()
+		if errors.Is(err, goredis.Nil) {
+			return driver.ErrHoldNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("redis: settle: %w", err)
+		}
+		keys := append([]string{holdKey}, holdKeys(plan)...)
+		args := make([]any, evalArgs, evalArgs+len(keys)+2)
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		args = append(args, id, flag)
+		v, err := run(ctx, b.c, settleScript, lua.Settle, keys, args)
+		if err != nil {
+			return fmt.Errorf("redis: settle: %w", err)
+		}
+		n, err := replyInt(v)
+		if err != nil {
+			return fmt.Errorf("redis: settle: %w", err)
+		}
+		switch n {
+		case 1:
+			return nil
+		case 0:
+			return driver.ErrHoldNotFound
+		case -1:
+			continue // the hold changed since it was read
+		default:
+			return fmt.Errorf("redis: settle: unexpected reply %d", n)
+		}
+	}
+	return fmt.Errorf("redis: settle: hold kept changing over %d attempts", b.opts.SettleAttempts)
+}
+
+// holdKeys returns the distinct state keys a hold value names.
+func holdKeys(plan string) []string {
+	var keys []string
+	lines := strings.Split(plan, "\n")
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		dup := false
+		for _, k := range keys {
+			if k == f[1] {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			keys = append(keys, f[1])
+		}
+	}
+	return keys
+}
+
+// Reset deletes the state of every rule in req.Rules and the holds under
+// req.HoldKey, in one DEL. The denial trail is kept.
+func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
+	keys := make([]string, 0, len(req.Rules)+1)
+	for _, r := range req.Rules {
+		keys = append(keys, r.Key)
+	}
+	if req.HoldKey != "" {
+		keys = append(keys, req.HoldKey)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := b.c.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("redis: reset: %w", err)
+	}
+	return nil
+}
+
+// Describe reports the backend, its target and its strategies; it asks the
+// server for its version.
+func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
+	d := driver.Description{
+		Name:   "redis",
+		Target: b.target(),
+		Strategies: map[driver.Algorithm]driver.Strategy{
+			driver.FixedWindow:   {Name: "lua-string", Reason: "INCRBY/SET PXAT on a string counter; PEXPIRETIME tells windows apart"},
+			driver.SlidingWindow: {Name: "lua-hash", Reason: "one hash field per cell; dead cells deleted by the script"},
+			driver.SlidingLog:    {Name: "lua-zset", Reason: "one sorted-set member per unit, scored by server µs"},
+			driver.GCRA:          {Name: "lua-gcra", Reason: "TAT as an integer µs string"},
+		},
+	}
+	info, err := b.c.Info(ctx, "server").Result()
+	if err != nil {
+		return d, fmt.Errorf("redis: describe: %w", err)
+	}
+	if v := infoField(info, "redis_version"); v != "" {
+		note := "server: redis " + v
+		if s := infoField(info, "server_name"); s != "" && s != "redis" {
+			note = "server: " + s + " " + infoField(info, s+"_version") + " (redis_version " + v + ")"
+		}
+		d.Notes = append(d.Notes, note)
+	}
+	if _, ok := b.c.(*goredis.ClusterClient); ok {
+		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
+	}
+	d.Notes = append(d.Notes, "decisions are one EVALSHA each and are never replayed by the client after a timeout")
+	return d, nil
+}
+
+func (b *Backend) target() string {
+	if b.opts.Target != "" {
+		return b.opts.Target
+	}
+	switch c := b.c.(type) {
+	case *goredis.Client:
+		return c.Options().Addr
+	case *goredis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *goredis.Ring:
+		var a []string
+		for _, v := range c.Options().Addrs {
+			a = append(a, v)
+		}
+		return strings.Join(a, ",")
+	}
+	return ""
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

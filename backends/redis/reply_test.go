@@ -1,0 +1,107 @@
+package redis
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+func TestParseTake(t *testing.T) {
+	rules := []driver.Rule{{Name: "a", Algorithm: driver.SlidingWindow, Limit: 5}}
+	gcra := []driver.Rule{{Name: "g", Algorithm: driver.GCRA, Limit: 30, Burst: 4}}
+	rule := []any{int64(1), int64(2), int64(1500), int64(0)}
+	ok := append([]any{int64(1), int64(1700000000000001)}, rule...)
+	tests := []struct {
+		name    string
+		v       any
+		rules   []driver.Rule
+		wantErr string
+		check   func(t *testing.T, r driver.Result)
+	}{
+		{name: "one rule", v: ok, check: func(t *testing.T, r driver.Result) {
+			want := driver.RuleResult{Allowed: true, Used: 2, Limit: 5, Remaining: 3, ResetAfter: 1500 * time.Microsecond}
+			if !r.Allowed || r.Rules[0] != want || !r.Now.Equal(time.UnixMicro(1700000000000001)) {
+				t.Errorf("parseTake = %+v, want allowed, now 1700000000000001µs, %+v", r, want)
+			}
+		}},
+		{name: "integer strings, cost too high", v: []any{"0", "5", "2", "7", "0", "0"}, check: func(t *testing.T, r driver.Result) {
+			want := driver.RuleResult{Used: 7, Limit: 5, CostTooHigh: true}
+			if r.Allowed || r.Rules[0] != want {
+				t.Errorf("parseTake = %+v, want denied %+v", r, want)
+			}
+		}},
+		{name: "gcra limit is burst+1", v: []any{int64(0), int64(5), int64(0), int64(5), int64(30), int64(6)}, rules: gcra, check: func(t *testing.T, r driver.Result) {
+			want := driver.RuleResult{Used: 5, Limit: 5, ResetAfter: 30 * time.Microsecond, RetryAfter: 6 * time.Microsecond}
+			if r.Rules[0] != want {
+				t.Errorf("parseTake = %+v, want %+v", r.Rules[0], want)
+			}
+		}},
+		{name: "trail", v: append(append([]any{}, ok...), "1700000000000000|push|recv-1m|15|15|1|2500|0"), check: func(t *testing.T, r driver.Result) {
+			want := driver.Denial{At: time.UnixMicro(1700000000000000), Policy: "push", Rule: "recv-1m", Used: 15, Limit: 15, Cost: 1, RetryAfter: 2500 * time.Microsecond}
+			if len(r.Trail) != 1 || r.Trail[0] != want {
+				t.Errorf("parseTake trail = %+v, want [%+v]", r.Trail, want)
+			}
+		}},
+		{name: "not an array", v: "OK", wantErr: "want an array"},
+		{name: "too short", v: ok[:5], wantErr: "want at least 6"},
+		{name: "replayed reserve", v: append(append([]any{int64(3)}, ok[1:]...), "h1"), check: func(t *testing.T, r driver.Result) {
+			if !r.Allowed || !r.Replayed || r.HoldID != "h1" || r.Rules[0].Used != 2 {
+				t.Errorf("parseTake = %+v, want allowed, replayed, hold h1, used 2", r)
+			}
+		}},
+		{name: "bad allowed", v: append([]any{int64(4)}, ok[1:]...), wantErr: "must be 0..3"},
+		{name: "replay without hold id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the hold id"},
+		{name: "bad flags", v: []any{int64(0), int64(1), int64(3), int64(0), int64(0), int64(0)}, wantErr: "flags must be"},
+		{name: "bad now", v: append([]any{int64(1), "x"}, rule...), wantErr: "want an integer"},
+		{name: "nil element", v: append([]any{int64(1), int64(1), nil}, rule[1:]...), wantErr: "rule 0"},
+		{name: "float element", v: append([]any{int64(1), 1.5}, rule...), wantErr: "want an integer, got float64"},
+		{name: "trail not a string", v: append(append([]any{}, ok...), int64(3)), wantErr: "want a string"},
+		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 fields"},
+		{name: "trail bad number", v: append(append([]any{}, ok...), "1|p|r|x|1|1|1|0"), wantErr: "field 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := tc.rules
+			if rs == nil {
+				rs = rules
+			}
+			r, err := parseTake(tc.v, rs)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("parseTake(%v) error = %v, want one containing %q", tc.v, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseTake(%v) error = %v", tc.v, err)
+			}
+			tc.check(t, r)
+		})
+	}
+}
+
+func TestReplyHelpers(t *testing.T) {
+	if _, err := replyInt(nil); err == nil {
+		t.Errorf("replyInt(nil) error = nil, want an error")
+	}
+	if n, err := replyInt("-12"); err != nil || n != -12 {
+		t.Errorf("replyInt(\"-12\") = %d, %v, want -12", n, err)
+	}
+	if _, err := replyString(int64(1)); err == nil {
+		t.Errorf("replyString(1) error = nil, want an error")
+	}
+	if _, err := replyArray(nil); err == nil {
+		t.Errorf("replyArray(nil) error = nil, want an error")
+	}
+}
+
+func TestHoldKeys(t *testing.T) {
+	plan := "1700000000000000\ns a:{x}:p:r.1 12 1 99\nf a:{x}:p:f.1 1700 1\ns a:{x}:p:r.1 13 1 99\nl a:{x}:p:l.1 m1,m2"
+	got := strings.Join(holdKeys(plan), " ")
+	want := "a:{x}:p:r.1 a:{x}:p:f.1 a:{x}:p:l.1"
+	if got != want {
+		t.Errorf("holdKeys(%q) = %q, want %q", plan, got, want)
+	}
+}

@@ -1,0 +1,324 @@
+-- take.lua: one decision over every rule of a request, all-or-nothing.
+-- (refund.lua is prepended: refund, entries, entrykey, chunked.)
+--
+-- KEYS[1..n]   rule state keys, in rule order
+-- KEYS[tk]     the denial trail (list), when ARGV[4] > 0
+-- KEYS[hk]     the holds (hash), when ARGV[5] > 0
+--
+-- ARGV[1]  op: t take, p peek, r reserve, i inspect (peek of 1 + trail)
+-- ARGV[2]  cost (>= 1)
+-- ARGV[3]  n, the number of rules
+-- ARGV[4]  tk: index of the trail key in KEYS, 0 = none
+-- ARGV[5]  hk: index of the hold key in KEYS, 0 = none
+-- ARGV[6]  trail: max entries (0: none written; op i: 0 reads all)
+-- ARGV[7]  trail: TTL, ms
+-- ARGV[8]  policy name (for trail entries)
+-- op r only: ARGV[9] hold id, ARGV[10] hold lifetime µs, ARGV[11] hold
+--            key TTL ms
+-- then 5 per rule: alg, name, limit, p1, p2 where alg is
+--   f  fixed window, epoch-aligned:  p1 = window µs
+--   c  calendar fixed window:        p1 = consecutive boundaries, ms, comma-separated
+--   s  sliding window counters:      p1 = cells N, p2 = cell µs
+--   l  sliding log:                  p1 = window µs
+--   g  GCRA:                         limit = burst+1, p1 = emission interval ns,
+--                                    p2 = tolerance ns
+-- unused p's are sent as "0".
+-- then, after the rules (index ib = the rules' end):
+-- ARGV[ib+1]  ik: index of the idempotency record key in KEYS, 0 = none
+--             (ops t and r only)
+-- ARGV[ib+2]  the record's TTL, ms
+--
+-- Reply: array {allowed 0|1, now µs, then 4 integers per rule:
+--   flags (1 = allowed, 2 = cost too high), used, reset-after µs,
+--   retry-after µs; then (op i) the trail entries, newest first, strings
+--   "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1"}.
+-- The caller knows each rule's limit, hence remaining = max(0, limit-used).
+-- A replay (a live idempotency record exists) returns the stored reply
+-- with 2 added to its first element and the original hold id ("" for a
+-- take) appended; nothing else happens.
+-- Errors: redis.error_reply with a "freqcap:" message.
+
+local op = ARGV[1]
+local n = tonumber(ARGV[3])
+local tk = tonumber(ARGV[4])
+local hk = tonumber(ARGV[5])
+local A = 8 -- ARGV index before the first rule's
+if op == 'r' then A = 11 end
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+
+-- Idempotency: a live record means this attempt was decided before.
+local ib = A + n * 5
+local ik = tonumber(ARGV[ib + 1]) or 0
+if ik > 0 then
+  local rec = redis.call('GET', KEYS[ik])
+  if rec then
+    local sep = string.find(rec, '|', 1, true)
+    local out = {}
+    for v in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do out[#out + 1] = tonumber(v) end
+    out[1] = out[1] + 2
+    out[#out + 1] = string.sub(rec, 1, sep - 1)
+    return out
+  end
+end
+
+-- Lapsed holds first: refund them (only on keys this call names).
+if hk > 0 then
+  local hkey = KEYS[hk]
+  local h = redis.call('HGETALL', hkey)
+  if #h > 0 then
+    local named
+    for i = 1, #h, 2 do
+      if op == 'r' and h[i] == ARGV[9] then
+        return redis.error_reply('freqcap: hold id already in use')
+      end
+      local exp, list = entries(h[i + 1])
+      if exp <= now then
+        if not named then
+          named = {}
+          for k = 1, #KEYS do named[KEYS[k]] = true end
+        end
+        local rest = {}
+        for _, e in ipairs(list) do
+          if named[entrykey(e)] then refund(e, now) else rest[#rest + 1] = e end
+        end
+        if #rest == 0 then
+          redis.call('HDEL', hkey, h[i])
+        elseif #rest < #list then
+          redis.call('HSET', hkey, h[i], string.format('%d', exp) .. '\n' .. table.concat(rest, '\n'))
+        end
+      end
+    end
+  end
+end
+
+local c = 1
+if op ~= 'i' then c = tonumber(ARGV[2]) end
+local consume = op == 't' or op == 'r'
+
+-- Phase 1: evaluate every rule, writing nothing. res holds the reply;
+-- st[r] what phase 2 needs of rule r.
+local res = {0, now}
+local st = {}
+local allowed = true
+for r = 1, n do
+  local b = A + (r - 1) * 5
+  local alg = ARGV[b + 1]
+  local L = tonumber(ARGV[b + 3])
+  local key = KEYS[r]
+  local used, reset, retry, flags = 0, 0, 0, 1
+  if alg == 's' then
+    local N, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    local i = math.floor(now / s)
+    local lo = i - N -- live cells j: lo < j
+    local h = redis.call('HGETALL', key)
+    local newest, cur, dead = -1, 0, nil
+    for k = 1, #h, 2 do
+      local j = tonumber(h[k])
+      if j and j > lo then
+        local v = tonumber(h[k + 1])
+        used = used + v
+        if j == i then cur = v end
+        if v > 0 and j > newest then newest = j end
+      else
+        dead = dead or {}
+        dead[#dead + 1] = h[k]
+      end
+    end
+    if newest >= 0 then reset = (newest + N) * s - now end
+    if c > L then
+      flags = 2
+    elseif used + c > L then
+      flags = 0
+      local need, acc = used + c - L, 0
+      local cells = {}
+      for k = 1, #h, 2 do
+        local j = tonumber(h[k])
+        if j and j > lo then cells[j] = tonumber(h[k + 1]) end
+      end
+      for j = lo + 1, i do
+        acc = acc + (cells[j] or 0)
+        if acc >= need then
+          retry = (j + N) * s - now
+          break
+        end
+      end
+      if retry == 0 then retry = s end -- cells beyond i: the server clock went back
+    end
+    st[r] = {i, cur, (i + N) * s, dead}
+  elseif alg == 'f' or alg == 'c' then
+    local e
+    if alg == 'f' then
+      local W = tonumber(ARGV[b + 4])
+      e = now - now % W + W
+    else
+      local prev
+      for v in string.gmatch(ARGV[b + 4], '%d+') do
+        local bu = tonumber(v) * 1000
+        if bu > now then
+          if prev then e = bu end
+          break
+        end
+        prev = bu
+      end
+      if not e then
+        return redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+      end
+    end
+    local em = math.ceil(e / 1000)
+    local live = redis.call('PEXPIRETIME', key) == em
+    if live then used = tonumber(redis.call('GET', key)) or 0 end
+    if used > 0 then reset = e - now end
+    if c > L then
+      flags = 2
+    elseif used + c > L then
+      flags, retry = 0, e - now
+    end
+    st[r] = {em, live, e}
+  elseif alg == 'l' then
+    local W = tonumber(ARGV[b + 4])
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - W))
+    used = redis.call('ZCARD', key)
+    local top, newest
+    if used > 0 then
+      local z = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      top, newest = z[1], tonumber(z[2])
+      reset = newest + W - now
+    end
+    if c > L then
+      flags = 2
+    elseif used + c > L then
+      flags = 0
+      local need = used + c - L
+      local z = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+      retry = tonumber(z[2]) + W - now
+    end
+    st[r] = {W, top, newest}
+  elseif alg == 'g' then
+    local T, tol = tonumber(ARGV[b + 4]) / 1000, tonumber(ARGV[b + 5]) / 1000
+    local v = redis.call('GET', key)
+    local tat = now
+    if v then tat = math.max(tonumber(v), now) end
+    local new = math.floor(tat + c * T + 0.5)
+    local ttl = tat - now
+    if c > L then
+      flags = 2
+    elseif new - tol > now then
+      flags, retry = 0, math.ceil(new - tol - now)
+    end
+    local rem = math.floor((tol - ttl) / T + 1e-9)
+    if rem < 0 then rem = 0 elseif rem > L then rem = L end
+    used, reset = L - rem, ttl
+    st[r] = {new, tat, T, tol}
+  else
+    return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(alg))
+  end
+  if flags ~= 1 then allowed = false end
+  local o = 3 + (r - 1) * 4
+  res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
+end
+
+-- Phase 2: consume from every rule, only if all admit.
+if allowed and consume then
+  local cs = string.format('%d', c)
+  local plan
+  if op == 'r' then plan = {string.format('%d', now + tonumber(ARGV[10]))} end
+  for r = 1, n do
+    local b = A + (r - 1) * 5
+    local alg = ARGV[b + 1]
+    local key = KEYS[r]
+    local o = 3 + (r - 1) * 4
+    local x = st[r]
+    if alg == 's' then
+      local f = string.format('%d', x[1])
+      if x[4] then chunked('HDEL', key, x[4], 1, 1) end
+      redis.call('HINCRBY', key, f, cs)
+      if x[2] == 0 then
+        -- A new cell: the key lives until this cell has left the window,
+        -- plus one cell.
+        redis.call('PEXPIREAT', key, string.format('%d', math.ceil((x[3] + tonumber(ARGV[b + 5])) / 1000)))
+      end
+      res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now
+      if plan then plan[#plan + 1] = 's ' .. key .. ' ' .. f .. ' ' .. cs .. ' ' .. string.format('%d', x[3]) end
+    elseif alg == 'f' or alg == 'c' then
+      if x[2] then
+        redis.call('INCRBY', key, cs)
+      else
+        redis.call('SET', key, cs, 'PXAT', string.format('%d', x[1]))
+      end
+      res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now
+      if plan then plan[#plan + 1] = 'f ' .. key .. ' ' .. string.format('%d', x[1]) .. ' ' .. cs end
+    elseif alg == 'l' then
+      local W = x[1]
+      local pre = string.format('%d', now)
+      local seq = 0
+      if x[3] == now and string.sub(x[2], 1, #pre) == pre then
+        -- members at this µs exist already (the newest sorts highest):
+        -- continue after it.
+        seq = tonumber(string.sub(x[2], #pre + 2)) or 0
+      end
+      local za, ms = {}, {}
+      for k = 1, c do
+        local q = tostring(seq + k)
+        local m = pre .. #q .. q -- length-prefixed: sorts numerically
+        za[#za + 1] = pre
+        za[#za + 1] = m
+        ms[k] = m
+      end
+      chunked('ZADD', key, za, 1, 2)
+      redis.call('PEXPIREAT', key, string.format('%d', math.ceil((now + W) / 1000)))
+      res[o + 1], res[o + 2] = res[o + 1] + c, W
+      if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. table.concat(ms, ',') end
+    elseif alg == 'g' then
+      local new, T, tol = x[1], x[3], x[4]
+      redis.call('SET', key, string.format('%d', new), 'PXAT', string.format('%d', math.ceil(new / 1000)))
+      local L = tonumber(ARGV[b + 3])
+      local rem = math.floor((tol - (new - now)) / T + 1e-9)
+      if rem < 0 then rem = 0 elseif rem > L then rem = L end
+      res[o + 1], res[o + 2] = L - rem, new - now
+      if plan then plan[#plan + 1] = 'g ' .. key .. ' ' .. string.format('%d', new - x[2]) end
+    end
+  end
+  if plan then
+    local hkey = KEYS[hk]
+    redis.call('HSET', hkey, ARGV[9], table.concat(plan, '\n'))
+    local ttl = tonumber(ARGV[11])
+    if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
+  end
+end
+res[1] = allowed and 1 or 0
+
+-- The denial trail: one entry per denying rule, same atomic step.
+if not allowed and consume and tk > 0 and tonumber(ARGV[6]) > 0 then
+  local tkey = KEYS[tk]
+  local at = string.format('%d', now)
+  local ent = {}
+  for r = n, 1, -1 do
+    local o = 3 + (r - 1) * 4
+    local fl = res[o]
+    if fl ~= 1 then
+      local b = A + (r - 1) * 5
+      ent[#ent + 1] = string.format('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[8], ARGV[b + 2],
+        res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2)
+    end
+  end
+  redis.call('LPUSH', tkey, unpack(ent))
+  redis.call('LTRIM', tkey, 0, tonumber(ARGV[6]) - 1)
+  redis.call('PEXPIRE', tkey, ARGV[7])
+end
+
+-- Store the decision for retries of the same attempt, in the same step.
+if ik > 0 and consume then
+  local parts = {}
+  for k = 1, #res do parts[k] = string.format('%d', res[k]) end
+  local hid = ''
+  if op == 'r' and allowed then hid = ARGV[9] end
+  redis.call('SET', KEYS[ik], hid .. '|' .. table.concat(parts, ','), 'PX', ARGV[ib + 2])
+end
+
+if op == 'i' and tk > 0 then
+  local tr = redis.call('LRANGE', KEYS[tk], 0, tonumber(ARGV[6]) - 1)
+  for k = 1, #tr do res[#res + 1] = tr[k] end
+end
+return res
