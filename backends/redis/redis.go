@@ -138,7 +138,7 @@ func isNoScript(err error) bool {
 
 // Take carries out req in one EVALSHA.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
-	keys, args, err := b.encode(req, time.Now())
+	keys, args, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
@@ -146,9 +146,25 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
-	res, err := parseTake(v, req.Rules)
+	res, err := b.finish(req, v)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+	}
+	return res, nil
+}
+
+// prepare returns the KEYS and the EVALSHA argument list (with evalArgs
+// leading placeholders) of take.lua for req. Every path that runs
+// take.lua (Take, batches) goes through prepare and finish.
+func (b *Backend) prepare(ctx context.Context, req driver.Request) ([]string, []any, error) {
+	return b.encode(req, time.Now())
+}
+
+// finish decodes take.lua's reply v to req.
+func (b *Backend) finish(req driver.Request, v any) (driver.Result, error) {
+	res, err := parseTake(v, req.Rules)
+	if err != nil {
+		return driver.Result{}, err
 	}
 	if req.Op == driver.OpReserve && res.Allowed && !res.Replayed {
 		res.HoldID = req.HoldID
