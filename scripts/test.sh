@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The freqcap test command (README.md). It installs what the tests need,
+# builds the local container images, then runs vet, format, generate and
+# race-enabled tests. CI runs it with FREQCAP_REQUIRE_SERVERS=1, which turns
+# "server not found" skips into failures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v chromium >/dev/null || need+=(chromium)
+if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
+  need+=(docker-compose)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ -x scripts/build-images.sh ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  echo "== building local images"
+  scripts/build-images.sh
+  export FREQCAP_IMAGE_REDIS="${FREQCAP_IMAGE_REDIS:-freqcap/redis:7.0-debian}"
+  export FREQCAP_IMAGE_CONSOLE="${FREQCAP_IMAGE_CONSOLE:-freqcap/console:dev}"
+fi
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
+
+echo "== templ generate leaves no diff"
+if ls console/*.templ >/dev/null 2>&1; then
+  go run github.com/a-h/templ/cmd/templ@v0.3.977 generate -path console >/dev/null
+  if [ -d .git ] && [ -n "$(git status --porcelain -- console)" ]; then
+    git status --porcelain -- console; echo "templ generate changed files: commit the generated code"; exit 1
+  fi
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -timeout 12m -count=1 ./... "$@"
