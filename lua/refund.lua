@@ -6,15 +6,20 @@
 --   value = "<expiry µs>" followed by one "\n<entry>" per rule, where an
 --           entry gives back what the reservation took from one key:
 --     "f <key> <window end ms> <cost>"          fixed window counter
---     "s <key> <cell field> <cost> <dies µs>"   sliding window cell
+--     "s <key> <cell field> <cost> <dies µs>"   sliding window cell (plain
+--                                               hash, or native field expiry)
+--     "t <key> <cell field> <cost> <dies µs>"   sliding window cell on TairHash
 --     "l <key> <member>,<member>,..."           sliding log members
 --     "g <key> <TAT increment µs>"              GCRA
+--     "x <key> <TAT increment ns>"              GCRA on redis-cell
 -- Keys never contain bytes below 0x21, so spaces and newlines separate.
 --
 -- refund(entry, now) applies one entry's refund. It never drives a count
 -- below zero and skips state that has moved on: a fixed window that ended
 -- (PEXPIRETIME differs), a cell that left the window, log members already
--- trimmed, a GCRA TAT already in the past.
+-- trimmed, a GCRA TAT already in the past. A redis-cell key is only ever
+-- given an integer TAT or deleted: CL.THROTTLE aborts the server on
+-- anything else.
 
 local function chunked(cmd, key, list, first, step)
   -- Calls cmd key list[first..] in slices, keeping unpack within Lua's
@@ -49,6 +54,41 @@ local function refund(e, now)
           redis.call('HDEL', key, p[3])
         else
           redis.call('HINCRBY', key, p[3], string.format('%d', -d))
+        end
+      end
+    end
+  elseif a == 't' then
+    -- TairHash: EXHGET of a missing field gives false (and removes an
+    -- empty key left by a failed EXHINCRBY ... MAX). A bare EXHINCRBY
+    -- drops the field's TTL: EXHPEXPIREAT sets it again.
+    if now < tonumber(p[5]) then
+      local v = tonumber(redis.call('EXHGET', key, p[3])) or 0
+      local d = math.min(tonumber(p[4]), v)
+      if d > 0 then
+        if d == v then
+          redis.call('EXHDEL', key, p[3])
+        else
+          redis.call('EXHINCRBY', key, p[3], string.format('%d', -d))
+          redis.call('EXHPEXPIREAT', key, p[3], string.format('%d', math.floor(tonumber(p[5]) / 1000) - 1))
+        end
+      end
+    end
+  elseif a == 'x' then
+    -- The TAT is ns since the epoch: too long for a double, so it is
+    -- split into seconds and nanoseconds.
+    local v = redis.call('GET', key)
+    if v and #v > 9 then
+      local inc = tonumber(p[3])
+      local sec = tonumber(string.sub(v, 1, -10)) - math.floor(inc / 1e9)
+      local ns = tonumber(string.sub(v, -9)) - inc % 1e9
+      if ns < 0 then ns, sec = ns + 1e9, sec - 1 end
+      local left = (sec - math.floor(now / 1e6)) * 1e6 + (ns / 1000 - now % 1e6) -- µs
+      local was = left + inc / 1000
+      if was > 0 then
+        if left > 0 then
+          redis.call('SET', key, string.format('%d%09d', sec, ns), 'PX', string.format('%d', math.ceil(left / 1000)))
+        else
+          redis.call('DEL', key)
         end
       end
     end

@@ -19,10 +19,17 @@
 --   f  fixed window, epoch-aligned:  p1 = window µs
 --   c  calendar fixed window:        p1 = consecutive boundaries, ms, comma-separated
 --   s  sliding window counters:      p1 = cells N, p2 = cell µs
+--   t  sliding window on TairHash:   as s; the key is a TairHash, one field
+--                                    per cell with its own expiry
+--   h  sliding window on native hash-field expiry (Redis >= 7.4): as s
 --   l  sliding log:                  p1 = window µs
 --   g  GCRA:                         limit = burst+1, p1 = emission interval ns,
 --                                    p2 = tolerance ns
--- unused p's are sent as "0".
+--   x  GCRA on redis-cell:           limit = burst+1, p1 = emission interval ns,
+--                                    p2 = "<count>:<period s>" for CL.THROTTLE
+--                                    (count/period = 1/interval exactly)
+-- unused p's are sent as "0". Keys of t, h and x rules are never touched by
+-- another algorithm code (the backend gives them their own key suffix).
 -- then, after the rules (index ib = the rules' end):
 -- ARGV[ib+1]  ik: index of the idempotency record key in KEYS, 0 = none
 --             (ops t and r only)
@@ -37,6 +44,14 @@
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
 -- Errors: redis.error_reply with a "freqcap:" message.
+
+-- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
+-- long for a double) into µs, rounded up.
+local function nsup(v)
+  local us = tonumber(string.sub(v, 1, -4))
+  if string.sub(v, -3) ~= '000' then us = us + 1 end
+  return us
+end
 
 local op = ARGV[1]
 local n = tonumber(ARGV[3])
@@ -108,11 +123,15 @@ for r = 1, n do
   local L = tonumber(ARGV[b + 3])
   local key = KEYS[r]
   local used, reset, retry, flags = 0, 0, 0, 1
-  if alg == 's' then
+  if alg == 's' or alg == 't' or alg == 'h' then
     local N, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
     local i = math.floor(now / s)
     local lo = i - N -- live cells j: lo < j
-    local h = redis.call('HGETALL', key)
+    -- Cells are counted by index, never by expiry: t and h fields expire
+    -- by themselves (EXHGETALL/HGETALL skip expired ones), but against
+    -- clocks other than this TIME, so expiry only reclaims memory.
+    local h
+    if alg == 't' then h = redis.call('EXHGETALL', key) else h = redis.call('HGETALL', key) end
     local newest, cur, dead = -1, 0, nil
     for k = 1, #h, 2 do
       local j = tonumber(h[k])
@@ -121,7 +140,7 @@ for r = 1, n do
         used = used + v
         if j == i then cur = v end
         if v > 0 and j > newest then newest = j end
-      else
+      elseif alg == 's' then
         dead = dead or {}
         dead[#dead + 1] = h[k]
       end
@@ -211,6 +230,25 @@ for r = 1, n do
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
     used, reset = L - rem, ttl
     st[r] = {new, tat, T, tol}
+  elseif alg == 'x' then
+    -- redis-cell decides (CL.THROTTLE with quantity 0 peeks: it writes
+    -- and creates nothing); the numbers it rounds to whole seconds are
+    -- computed here from its TAT instead, never shorter than the truth.
+    local T = tonumber(ARGV[b + 4]) / 1000 -- µs
+    local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
+    local v = redis.call('GET', key)
+    local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
+    local tat = now
+    if v then tat = math.max(nsup(v), now) end
+    local rem = tonumber(pk[3])
+    if c > L then
+      flags = 2
+    elseif rem < c then
+      flags, retry = 0, math.max(1, math.ceil(tat + c * T - T * L - now))
+    end
+    if rem < 0 then rem = 0 elseif rem > L then rem = L end
+    used, reset = L - rem, tat - now
+    st[r] = {cnt, per, T}
   else
     return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(alg))
   end
@@ -220,17 +258,81 @@ for r = 1, n do
 end
 
 -- Phase 2: consume from every rule, only if all admit.
+local plan
+if allowed and consume and op == 'r' then plan = {string.format('%d', now + tonumber(ARGV[10]))} end
+
+-- redis-cell rules consume first: CL.THROTTLE decides again, in
+-- nanoseconds against its own clock, and may deny where its peek (whose
+-- remaining is truncated to whole µs) admitted. Then the cell rules
+-- already consumed get their exact previous TAT back (an integer string,
+-- the only value CL.THROTTLE can read) and the request is denied with
+-- nothing else written.
+if allowed and consume then
+  local saved, out = {}, {}
+  for r = 1, n do
+    local b = A + (r - 1) * 5
+    if ARGV[b + 1] == 'x' then
+      local key, x, L = KEYS[r], st[r], tonumber(ARGV[b + 3])
+      local v = redis.call('GET', key)
+      saved[#saved + 1] = {key, v, redis.call('PTTL', key)}
+      local cr = redis.call('CL.THROTTLE', key, L - 1, x[1], x[2], c)
+      local rem = tonumber(cr[3])
+      if rem < 0 then rem = 0 elseif rem > L then rem = L end
+      local o = 3 + (r - 1) * 4
+      if tonumber(cr[1]) ~= 0 then
+        for q = #saved - 1, 1, -1 do
+          local sk, sv, sttl = saved[q][1], saved[q][2], saved[q][3]
+          -- No TTL left (a peek on a fresh key leaves its TAT = now with
+          -- a 0 ms TTL, visible until the script ends): as good as none.
+          if sv and sttl > 0 then
+            redis.call('SET', sk, sv, 'PX', sttl)
+          else
+            redis.call('DEL', sk)
+          end
+        end
+        local tat = now
+        if v then tat = math.max(nsup(v), now) end
+        res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, math.ceil(tat + c * x[3] - x[3] * L - now))
+        res[o + 2] = tat - now
+        allowed, out = false, nil
+        break
+      end
+      local nv = redis.call('GET', key)
+      out[#out + 1] = {o, L - rem, nsup(nv) - now}
+      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. string.format('%d', c * tonumber(ARGV[b + 4])) end
+    end
+  end
+  if out then
+    for _, e in ipairs(out) do res[e[1] + 1], res[e[1] + 2] = e[2], e[3] end
+  end
+end
+
 if allowed and consume then
   local cs = string.format('%d', c)
-  local plan
-  if op == 'r' then plan = {string.format('%d', now + tonumber(ARGV[10]))} end
   for r = 1, n do
     local b = A + (r - 1) * 5
     local alg = ARGV[b + 1]
     local key = KEYS[r]
     local o = 3 + (r - 1) * 4
     local x = st[r]
-    if alg == 's' then
+    if alg == 't' then
+      -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
+      -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
+      -- field lives to the last ms of the cell's life, (i+N)*s - 1.
+      local f = string.format('%d', x[1])
+      redis.call('EXHINCRBY', key, f, cs)
+      redis.call('EXHPEXPIREAT', key, f, string.format('%d', math.floor(x[3] / 1000) - 1))
+      res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now
+      if plan then plan[#plan + 1] = 't ' .. key .. ' ' .. f .. ' ' .. cs .. ' ' .. string.format('%d', x[3]) end
+    elseif alg == 'h' then
+      -- HINCRBY keeps a field's TTL; NX sets it on the cell's first unit.
+      -- Absolute, one ms past the cell's life: never before it.
+      local f = string.format('%d', x[1])
+      redis.call('HINCRBY', key, f, cs)
+      redis.call('HPEXPIREAT', key, string.format('%d', math.floor(x[3] / 1000)), 'NX', 'FIELDS', 1, f)
+      res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now
+      if plan then plan[#plan + 1] = 's ' .. key .. ' ' .. f .. ' ' .. cs .. ' ' .. string.format('%d', x[3]) end
+    elseif alg == 's' then
       local f = string.format('%d', x[1])
       if x[4] then chunked('HDEL', key, x[4], 1, 1) end
       redis.call('HINCRBY', key, f, cs)

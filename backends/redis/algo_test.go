@@ -133,7 +133,11 @@ func TestCalendarSkewTooLarge(t *testing.T) {
 	b, _ := standalone(t)
 	s := newSubject(t, "skew")
 	r := driver.Rule{Name: "d", Key: s.key("d"), Algorithm: driver.FixedWindow, Limit: 2, Window: time.Hour, Calendar: driver.Hour, Location: time.UTC}
-	keys, args, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour))
+	rep, err := b.report(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, args, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour), rep)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -60,9 +61,10 @@ func BenchmarkEncode(b *testing.B) {
 	s := subject{base: "fcb:{u1}:push:"}
 	req := s.request(driver.OpTake, 1, pushRules(s, "c1")...)
 	now := time.Now()
+	rep := capability.Choose([]capability.Node{{Addr: "plain", Scripting: true}}, capability.Config{})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, _, err := be.encode(req, now); err != nil {
+		if _, _, err := be.encode(req, now, &rep); err != nil {
 			b.Fatal(err)
 		}
 	}

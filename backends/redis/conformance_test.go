@@ -7,9 +7,8 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// implemented lists the conformance features this backend has. Batches
-// (driver.Batcher) are not implemented yet.
-const implemented = conformance.AllFeatures &^ conformance.Batch
+// implemented lists the conformance features this backend has.
+const implemented = conformance.AllFeatures
 
 func TestConformanceStandalone(t *testing.T) {
 	b, _ := standalone(t)

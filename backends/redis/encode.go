@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -38,8 +39,9 @@ func opCode(op driver.Op) (string, error) {
 
 // encode builds the KEYS and the EVALSHA argument list (with evalArgs
 // leading placeholders, then the keys, then ARGV) of req. now is the
-// client's clock, used only to pick calendar boundaries around it.
-func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, error) {
+// client's clock, used only to pick calendar boundaries around it. rep's
+// choices pick each rule's algorithm code and key (ruleCode).
+func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Report) ([]string, []any, error) {
 	op, err := opCode(req.Op)
 	if err != nil {
 		return nil, nil, err
@@ -101,8 +103,18 @@ func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, er
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+2)
-	for _, r := range req.Rules {
-		keys = append(keys, r.Key)
+	codes := make([]string, n)
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if err := validRule(r); err != nil {
+			return nil, nil, err
+		}
+		code, key, err := ruleCode(rep, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		codes[i] = code
+		keys = append(keys, key)
 	}
 	if tk > 0 {
 		keys = append(keys, req.TrailKey)
@@ -122,15 +134,6 @@ func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, er
 	}
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if r.Key == "" {
-			return nil, nil, fmt.Errorf("rule %q: empty key", r.Name)
-		}
-		if r.Limit < 1 {
-			return nil, nil, fmt.Errorf("rule %q: limit must be > 0, got %d", r.Name, r.Limit)
-		}
-		if r.Window < time.Millisecond && r.Calendar == driver.NoCalendar {
-			return nil, nil, fmt.Errorf("rule %q: window must be >= 1ms, got %v", r.Name, r.Window)
-		}
 		switch r.Algorithm {
 		case driver.FixedWindow:
 			if r.Calendar != driver.NoCalendar {
@@ -148,16 +151,15 @@ func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, er
 				cells = 10
 			}
 			s := cellSize(r.Window, cells)
-			args = append(args, "s", r.Name, r.Limit, cells, s.Microseconds())
+			args = append(args, codes[i], r.Name, r.Limit, cells, s.Microseconds())
 		case driver.SlidingLog:
 			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
 		case driver.GCRA:
-			if r.Burst < 0 {
-				return nil, nil, fmt.Errorf("rule %q: burst must be >= 0, got %d", r.Name, r.Burst)
-			}
 			t := r.Window / time.Duration(r.Limit)
-			if t <= 0 {
-				return nil, nil, fmt.Errorf("rule %q: emission interval %v/%d rounds to zero", r.Name, r.Window, r.Limit)
+			if codes[i] == "x" {
+				count, period, _ := cellArgs(r)
+				args = append(args, "x", r.Name, r.Burst+1, int64(t), strconv.FormatInt(count, 10)+":"+strconv.FormatInt(period, 10))
+				continue
 			}
 			args = append(args, "g", r.Name, r.Burst+1, int64(t), int64(t)*(r.Burst+1))
 		default:
@@ -166,6 +168,30 @@ func (b *Backend) encode(req driver.Request, now time.Time) ([]string, []any, er
 	}
 	args = append(args, ik, ceilMillis(req.IdemTTL))
 	return keys, args, nil
+}
+
+// validRule validates what every strategy relies on: a key, a limit, a
+// window, a GCRA rule's burst and emission interval. (redis-cell accepts
+// negative and zero values that these checks keep from it.)
+func validRule(r *driver.Rule) error {
+	if r.Key == "" {
+		return fmt.Errorf("rule %q: empty key", r.Name)
+	}
+	if r.Limit < 1 {
+		return fmt.Errorf("rule %q: limit must be > 0, got %d", r.Name, r.Limit)
+	}
+	if r.Window < time.Millisecond && r.Calendar == driver.NoCalendar {
+		return fmt.Errorf("rule %q: window must be >= 1ms, got %v", r.Name, r.Window)
+	}
+	if r.Algorithm == driver.GCRA {
+		if r.Burst < 0 {
+			return fmt.Errorf("rule %q: burst must be >= 0, got %d", r.Name, r.Burst)
+		}
+		if r.Window/time.Duration(r.Limit) <= 0 {
+			return fmt.Errorf("rule %q: emission interval %v/%d rounds to zero", r.Name, r.Window, r.Limit)
+		}
+	}
+	return nil
 }
 
 // cellSize is the length of one sliding-window cell: Window/cells truncated

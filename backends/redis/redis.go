@@ -1,5 +1,7 @@
 // Package redis is the freqcap backend for Redis (standalone, Sentinel and
-// Cluster) using Lua scripts on plain data types.
+// Cluster) and Redis-compatible servers such as Alibaba Tair, using Lua
+// scripts on plain data types and, where the server has them, module
+// commands.
 //
 // One decision is one EVALSHA of one script (lua.Take) that evaluates every
 // rule of the request against the server's clock (TIME) and consumes from
@@ -7,6 +9,19 @@
 // counter (fixed window), a hash of cells (sliding window), a sorted set
 // (sliding log) or a string TAT (GCRA). The denial trail is a list, holds a
 // hash; both are written by the same scripts.
+//
+// On first use the backend detects what the server can do
+// (backends/capability: TairHash, redis-cell, native hash-field expiry,
+// scripting; every master of a cluster) and picks a strategy per
+// algorithm: sliding windows on native hash-field expiry or TairHash
+// fields, GCRA on redis-cell's CL.THROTTLE, all called from the same
+// script, so decisions stay one EVALSHA and all-or-nothing. A rule under a
+// module strategy keeps its state under its key plus a suffix (%h, %t,
+// %x), so a change of strategy never hands one strategy's key to another.
+// Where scripting is refused (Tair ESSD/SSD instances, proxies) and
+// TairHash is present, sliding-window rules run as bare TairHash commands,
+// and decisions say NonAtomic. Options.Detect overrides detection;
+// Describe reports it; Redetect runs it again.
 //
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
@@ -24,6 +39,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -59,14 +75,21 @@ type Options struct {
 	// SettleAttempts bounds how often Settle re-reads a hold that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
+	// Detect overrides capability detection: ForcePlainLua uses the plain
+	// Lua strategies whatever modules the server has; Forbid lists
+	// features never to use (tairhash, redis-cell, hfe). Default: the
+	// zero Config, which detects everything and uses what every master
+	// has.
+	Detect capability.Config
 }
 
-// Backend decides with Lua scripts on a Redis server or cluster. It is safe
-// for concurrent use; create one per client and share it. Most callers
-// only pass it to sdk.New.
+// Backend decides with Lua scripts (and module commands, where detected)
+// on a Redis server or cluster. It is safe for concurrent use; create one
+// per client and share it. Most callers only pass it to sdk.New.
 type Backend struct {
 	c    goredis.UniversalClient
 	opts Options
+	det  *capability.Detector
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
@@ -83,7 +106,51 @@ func New(c goredis.UniversalClient, opts *Options) *Backend {
 	if b.opts.SettleAttempts <= 0 {
 		b.opts.SettleAttempts = 3
 	}
+	b.det = capability.NewDetector(c, b.opts.Detect)
 	return b
+}
+
+// report returns the cached capability report, detecting on first use.
+func (b *Backend) report(ctx context.Context) (*capability.Report, error) {
+	rep, err := b.det.Report(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("detect: %w", err)
+	}
+	return rep, nil
+}
+
+// Redetect probes the server again (after a module was loaded, a
+// failover or a resharding) and returns the new report; later decisions
+// use its choices. On error the previous report stays in use.
+//
+// A rule whose strategy changes starts afresh under its new key (module
+// strategies keep their state under suffixed keys); the old state expires
+// by itself.
+func (b *Backend) Redetect(ctx context.Context) (*capability.Report, error) {
+	rep, err := b.det.Refresh(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: redetect: %w", err)
+	}
+	return rep, nil
+}
+
+// Capabilities returns the capability report decisions use, detecting on
+// first use.
+func (b *Backend) Capabilities(ctx context.Context) (*capability.Report, error) {
+	rep, err := b.report(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return rep, nil
+}
+
+// takeEach reports whether a batch must fall back to one Take per
+// request: detection found a master that refuses scripting (Take then
+// runs bare module commands, NonAtomic) or EVALSHA (Take sends EVAL). A
+// failed detection reports false: the batch's own prepare reports it.
+func (b *Backend) takeEach(ctx context.Context) bool {
+	rep, err := b.report(ctx)
+	return err == nil && (scriptless(rep) || rep.EvalOnly)
 }
 
 // NewClientOptions returns client options suited to a limiter on addrs
@@ -131,18 +198,45 @@ func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src 
 	return v, err
 }
 
+// runEval sends EVAL with the source, for servers that refuse EVALSHA
+// (capability.Report.EvalOnly). args starts with 3 placeholders.
+func runEval(ctx context.Context, c goredis.UniversalClient, src string, keys []string, args []any) (any, error) {
+	args[0], args[1], args[2] = "eval", src, len(keys)
+	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
+	_ = c.Process(ctx, cmd)
+	return cmd.Result()
+}
+
 func isNoScript(err error) bool {
 	var re goredis.Error
 	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Take carries out req in one EVALSHA.
+// Take carries out req in one EVALSHA (EVAL where the server refuses
+// EVALSHA). Where scripting is refused, it runs bare TairHash commands
+// instead (see takeBare): the Result is NonAtomic.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
-	keys, args, err := b.prepare(ctx, req)
+	rep, err := b.report(ctx)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
-	v, err := run(ctx, b.c, takeScript, lua.Take, keys, args)
+	if scriptless(rep) {
+		res, err := b.takeBare(ctx, req, rep)
+		if err != nil {
+			return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+		}
+		return res, nil
+	}
+	keys, args, err := b.encode(req, time.Now(), rep)
+	if err != nil {
+		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+	}
+	var v any
+	if rep.EvalOnly {
+		v, err = runEval(ctx, b.c, lua.Take, keys, args)
+	} else {
+		v, err = run(ctx, b.c, takeScript, lua.Take, keys, args)
+	}
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
@@ -155,9 +249,19 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 
 // prepare returns the KEYS and the EVALSHA argument list (with evalArgs
 // leading placeholders) of take.lua for req. Every path that runs
-// take.lua (Take, batches) goes through prepare and finish.
+// take.lua (Take, batches) goes through prepare and finish. It detects the
+// server's capabilities on first use; where scripting is refused it
+// fails (errors.ErrUnsupported): callers must use Take there (see
+// scriptless).
 func (b *Backend) prepare(ctx context.Context, req driver.Request) ([]string, []any, error) {
-	return b.encode(req, time.Now())
+	rep, err := b.report(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if scriptless(rep) {
+		return nil, nil, fmt.Errorf("%w: scripting is refused (EVAL runs on %s): use Take", errors.ErrUnsupported, rep.Scripting)
+	}
+	return b.encode(req, time.Now(), rep)
 }
 
 // finish decodes take.lua's reply v to req.
@@ -180,6 +284,13 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 	if commit {
 		flag = "1"
 	}
+	rep, err := b.report(ctx)
+	if err != nil {
+		return fmt.Errorf("redis: settle: %w", err)
+	}
+	if scriptless(rep) {
+		return fmt.Errorf("redis: settle: %w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
+	}
 	for range b.opts.SettleAttempts {
 		plan, err := b.c.HGet(ctx, holdKey, id).Result()
 		if errors.Is(err, goredis.Nil) {
@@ -194,7 +305,12 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 			args = append(args, k)
 		}
 		args = append(args, id, flag)
-		v, err := run(ctx, b.c, settleScript, lua.Settle, keys, args)
+		var v any
+		if rep.EvalOnly {
+			v, err = runEval(ctx, b.c, lua.Settle, keys, args)
+		} else {
+			v, err = run(ctx, b.c, settleScript, lua.Settle, keys, args)
+		}
 		if err != nil {
 			return fmt.Errorf("redis: settle: %w", err)
 		}
@@ -240,11 +356,13 @@ func holdKeys(plan string) []string {
 }
 
 // Reset deletes the state of every rule in req.Rules and the holds under
-// req.HoldKey, in one DEL. The denial trail is kept.
+// req.HoldKey, in one DEL. It deletes the keys of every strategy a rule
+// may have used (the plain key and the module strategies' suffixed ones),
+// so it needs no detection. The denial trail is kept.
 func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
-	keys := make([]string, 0, len(req.Rules)+1)
-	for _, r := range req.Rules {
-		keys = append(keys, r.Key)
+	keys := make([]string, 0, 3*len(req.Rules)+1)
+	for i := range req.Rules {
+		keys = append(keys, stateKeys(&req.Rules[i])...)
 	}
 	if req.HoldKey != "" {
 		keys = append(keys, req.HoldKey)
@@ -258,18 +376,22 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	return nil
 }
 
-// Describe reports the backend, its target and its strategies; it asks the
-// server for its version.
+// Describe reports the backend, its target and the capability report:
+// the strategy chosen for each algorithm and why, and the findings of
+// detection as notes (detecting on first use). It asks the server for its
+// version.
 func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
-	d := driver.Description{
-		Name:   "redis",
-		Target: b.target(),
-		Strategies: map[driver.Algorithm]driver.Strategy{
-			driver.FixedWindow:   {Name: "lua-string", Reason: "INCRBY/SET PXAT on a string counter; PEXPIRETIME tells windows apart"},
-			driver.SlidingWindow: {Name: "lua-hash", Reason: "one hash field per cell; dead cells deleted by the script"},
-			driver.SlidingLog:    {Name: "lua-zset", Reason: "one sorted-set member per unit, scored by server µs"},
-			driver.GCRA:          {Name: "lua-gcra", Reason: "TAT as an integer µs string"},
-		},
+	rep, err := b.report(ctx)
+	if err != nil {
+		return driver.Description{Name: "redis", Target: b.target()}, fmt.Errorf("redis: describe: %w", err)
+	}
+	d := describeReport(rep)
+	d.Name, d.Target = "redis", b.target()
+	for a, st := range d.Strategies {
+		if st.Name == capability.PlainLua.String() {
+			st.Reason += "; " + plainDetail[a]
+			d.Strategies[a] = st
+		}
 	}
 	info, err := b.c.Info(ctx, "server").Result()
 	if err != nil {
@@ -285,8 +407,23 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
 		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
 	}
-	d.Notes = append(d.Notes, "decisions are one EVALSHA each and are never replayed by the client after a timeout")
+	switch {
+	case scriptless(rep):
+		d.Notes = append(d.Notes, "no scripting: sliding-window rules run as bare TairHash commands, rule by rule, compensated when a later rule denies; every decision says NonAtomic; other algorithms, reservations and batches in one round trip are unavailable")
+	case rep.EvalOnly:
+		d.Notes = append(d.Notes, "decisions are one EVAL each (EVALSHA is refused) and are never replayed by the client after a timeout")
+	default:
+		d.Notes = append(d.Notes, "decisions are one EVALSHA each and are never replayed by the client after a timeout")
+	}
 	return d, nil
+}
+
+// plainDetail says how the plain Lua strategy keeps each algorithm's state.
+var plainDetail = map[driver.Algorithm]string{
+	driver.FixedWindow:   "INCRBY/SET PXAT on a string counter; PEXPIRETIME tells windows apart",
+	driver.SlidingWindow: "one hash field per cell; dead cells deleted by the script",
+	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs",
+	driver.GCRA:          "TAT as an integer µs string",
 }
 
 func (b *Backend) target() string {

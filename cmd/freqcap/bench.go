@@ -19,9 +19,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // benchPolicy is the seed policy (docs/DESIGN.md): the four caps of the
@@ -47,6 +49,12 @@ type benchConfig struct {
 	prefix                  string
 	cpuProfile              string
 	rounds                  int
+	memoryTakes             int
+	plainLua                bool
+	batch                   int
+	hot                     bool
+	hotSubjects, hotCache   int
+	timeout                 time.Duration
 }
 
 // runBench is `freqcap bench`: a closed-loop load test of one policy
@@ -56,7 +64,7 @@ func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.redisAddr, "redis", "", "standalone Redis `ADDR` (host:port)")
 	fs.StringVar(&cfg.clusterAddrs, "cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
-	fs.IntVar(&cfg.workers, "workers", 64, "concurrent workers (each one decision at a time)")
+	fs.IntVar(&cfg.workers, "workers", 64, "concurrent workers (each one call at a time: one decision, or one AllowBatch with -batch)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run length (per run)")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
 	fs.IntVar(&cfg.subjects, "subjects", 100000, "distinct subjects (values of the policy's shard dimensions)")
@@ -66,9 +74,16 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.policyName, "name", "", "policy to run from the file (default: the first)")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio")
 	fs.BoolVar(&cfg.memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
+	fs.IntVar(&cfg.memoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
+	fs.BoolVar(&cfg.plainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
 	fs.StringVar(&cfg.prefix, "prefix", "bench", "key prefix")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
-	fs.IntVar(&cfg.rounds, "rounds", 1, "with -baseline: alternate policy and baseline runs this many times (reduces noise on a shared machine); the ratio reported is the median")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "with -baseline, -batch or -hot: alternate the compared runs this many times (reduces noise on a shared machine); the ratios reported are medians")
+	fs.IntVar(&cfg.batch, "batch", 0, "also run AllowBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
+	fs.BoolVar(&cfg.hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
+	fs.IntVar(&cfg.hotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
+	fs.IntVar(&cfg.hotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, "client read/write timeout (default 2s; with -batch, 2s + 100µs per attempt in flight)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,6 +92,12 @@ func runBench(args []string) error {
 	}
 	if cfg.workers < 1 || cfg.subjects < 1 || cfg.values < 1 || cfg.duration <= 0 || cfg.maxDecisions < 1 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive")
+	}
+	if cfg.batch < 0 || cfg.memoryTakes < 1 || cfg.hotSubjects < 1 || cfg.hotCache < 1 || cfg.timeout < 0 {
+		return errors.New("bench: -batch must be >= 0, -memory-takes, -hot-subjects and -hot-cache > 0, -timeout >= 0")
+	}
+	if cfg.timeout == 0 {
+		cfg.timeout = 2*time.Second + time.Duration(cfg.workers*max(1, cfg.batch))*100*time.Microsecond
 	}
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
@@ -104,15 +125,17 @@ func runBench(args []string) error {
 	o.IsClusterMode = cfg.clusterAddrs != ""
 	o.PoolSize = cfg.workers
 	o.MinIdleConns = cfg.workers
-	o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second
+	o.ReadTimeout, o.WriteTimeout = cfg.timeout, cfg.timeout
 	client := goredis.NewUniversalClient(o)
 	defer client.Close()
+	rt := countRoundTrips(client)
 	ctx := context.Background()
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("bench: ping: %w", err)
 	}
 
-	lim := sdk.New(redis.New(client, nil), sdk.WithPrefix(cfg.prefix))
+	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.plainLua}}
+	lim := sdk.New(redis.New(client, bopts), sdk.WithPrefix(cfg.prefix)) // -memory, Describe
 	gen := newSubjects(policy, cfg.subjects, cfg.values)
 	w := os.Stdout
 	target := cfg.redisAddr
@@ -121,52 +144,123 @@ func runBench(args []string) error {
 	}
 	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension\n",
 		target, policy.Name(), len(policy.Rules()), cfg.workers, cfg.duration, cfg.subjects, cfg.values)
-
-	decide := func(ctx context.Context, rng *rand.Rand) (bool, error) {
-		d, err := lim.Allow(ctx, policy, gen.pick(rng))
-		return d.Allowed, err
+	if d, err := lim.Describe(ctx); err == nil {
+		fmt.Fprintf(w, "backend strategies:%s\n", describeStrategies(policy, d))
 	}
-	var base func(context.Context, *rand.Rand) (bool, error)
-	if cfg.baseline {
-		keys := make([]string, cfg.subjects)
-		for i := range keys {
-			keys[i] = cfg.prefix + ":{" + strconv.Itoa(i) + "}:baseline"
+
+	// The runs compared in each round, and the ratios reported. Each run
+	// has its own Limiter and key prefix (prefix-1, prefix-2, …), so that
+	// one run never decides on state another left (a run that admitted
+	// everything would leave the next one mostly denials).
+	type run struct {
+		name   string
+		per    int // decisions per call
+		decide decideFunc
+	}
+	var (
+		runs      []run
+		ratios    [][2]int // indexes into runs: numerator, denominator
+		hotLims   []*sdk.Limiter
+		hotCached *sdk.Policy
+	)
+	be := redis.New(client, bopts)
+	runLim := func() *sdk.Limiter {
+		return sdk.New(be, sdk.WithPrefix(cfg.prefix+"-"+strconv.Itoa(len(runs)+1)))
+	}
+	if cfg.hot {
+		plain, cached, err := hotPolicies(policy, cfg.hotCache)
+		if err != nil {
+			return err
 		}
-		script := goredis.NewScript(lua.Baseline)
-		base = func(ctx context.Context, rng *rand.Rand) (bool, error) {
-			k := keys[rng.IntN(len(keys))]
-			err := script.Run(ctx, client, []string{k}, 60000).Err()
-			return err == nil, err
+		hotCached = cached
+		hot := newSubjects(policy, cfg.hotSubjects, cfg.values)
+		fmt.Fprintf(w, "hot-subject workload: %d subjects, hot-deny cache of %d entries in the runs named HotDenyCache\n", cfg.hotSubjects, cfg.hotCache)
+		sizes := []int{1}
+		if cfg.batch > 0 {
+			sizes = append(sizes, cfg.batch)
+		}
+		for _, n := range sizes {
+			for _, p := range []*sdk.Policy{plain, cached} {
+				name := "hot, "
+				if n > 1 {
+					name += fmt.Sprintf("batch %d, ", n)
+				}
+				if p == cached {
+					name += "HotDenyCache"
+				} else {
+					name += "no cache"
+				}
+				l := runLim()
+				if p == cached {
+					hotLims = append(hotLims, l)
+				}
+				d := allowOne(l, p, hot)
+				if n > 1 {
+					d = allowBatch(l, p, hot, n)
+				}
+				runs = append(runs, run{name, n, d})
+			}
+		}
+	} else {
+		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
+		if cfg.batch > 0 {
+			runs = append(runs, run{fmt.Sprintf("policy %s, AllowBatch of %d", policy.Name(), cfg.batch), cfg.batch, allowBatch(runLim(), policy, gen, cfg.batch)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 0})
+		}
+		if cfg.baseline {
+			keys := make([]string, cfg.subjects)
+			for i := range keys {
+				keys[i] = cfg.prefix + ":{" + strconv.Itoa(i) + "}:baseline"
+			}
+			script := goredis.NewScript(lua.Baseline)
+			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, func(ctx context.Context, rng *rand.Rand) outcome {
+				k := keys[rng.IntN(len(keys))]
+				err := script.Run(ctx, client, []string{k}, 60000).Err()
+				return outcome{n: 1, allowed: b2i(err == nil), errs: b2i(err != nil), err: err}
+			}})
+			ratios = append(ratios, [2]int{0, len(runs) - 1})
 		}
 	}
 	rounds := max(1, cfg.rounds)
-	if !cfg.baseline {
+	if len(runs) == 1 {
 		rounds = 1
 	}
-	var ratios []float64
+	got := make([][]float64, len(ratios))
 	for i := range rounds {
 		if rounds > 1 {
 			fmt.Fprintf(w, "round %d/%d\n", i+1, rounds)
 		}
-		p, err := benchRun(ctx, client, cfg, "policy "+policy.Name(), decide)
-		if err != nil {
-			return err
+		res := make([]*benchResult, len(runs))
+		for k, r := range runs {
+			var err error
+			if res[k], err = benchRun(ctx, client, rt, cfg, r.name, r.per, r.decide); err != nil {
+				return err
+			}
+			res[k].print(w)
 		}
-		p.print(w)
-		if base == nil {
-			break
+		for k, q := range ratios {
+			v := res[q[0]].rate() / res[q[1]].rate()
+			got[k] = append(got[k], v)
+			fmt.Fprintf(w, "ratio %s / %s: %.2f (decisions/s)\n", runs[q[0]].name, runs[q[1]].name, v)
 		}
-		b, err := benchRun(ctx, client, cfg, "baseline INCRBY+PEXPIRE EVALSHA", base)
-		if err != nil {
-			return err
+		if cfg.hot {
+			for k := 0; k+1 < len(runs); k += 2 {
+				a, b := res[k], res[k+1]
+				fmt.Fprintf(w, "Redis round trips per decision: %.4f without the cache, %.4f with it (%.1f%% of decisions answered from the cache)\n",
+					a.roundTrips, b.roundTrips, 100*float64(b.cached)/float64(max(1, b.decisions)))
+			}
 		}
-		b.print(w)
-		ratios = append(ratios, p.rate()/b.rate())
-		fmt.Fprintf(w, "ratio policy/baseline: %.2f (decisions/s)\n", ratios[len(ratios)-1])
 	}
-	if len(ratios) > 1 {
-		slices.Sort(ratios)
-		fmt.Fprintf(w, "median ratio policy/baseline over %d rounds: %.2f (min %.2f, max %.2f)\n", len(ratios), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+	if rounds > 1 {
+		for k, q := range ratios {
+			v := got[k]
+			slices.Sort(v)
+			fmt.Fprintf(w, "median ratio %s / %s over %d rounds: %.2f (min %.2f, max %.2f)\n", runs[q[0]].name, runs[q[1]].name, len(v), v[len(v)/2], v[0], v[len(v)-1])
+		}
+	}
+	for _, l := range hotLims {
+		st := l.HotDenyStats(hotCached)
+		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
 	}
 
 	if cfg.memory {
@@ -174,9 +268,89 @@ func runBench(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "memory: %.0f bytes per subject (one decision each for %d subjects, INFO used_memory delta after FLUSHALL)\n", per, cfg.subjects)
+		fmt.Fprintf(w, "memory: %.0f bytes per subject (%d decision(s) each for %d subjects, INFO used_memory delta after FLUSHALL)\n", per, cfg.memoryTakes, cfg.subjects)
 	}
 	return nil
+}
+
+// decideFunc makes one call (one or more decisions) for a bench worker.
+type decideFunc func(context.Context, *rand.Rand) outcome
+
+// outcome is what one call decided.
+type outcome struct {
+	n, allowed, cached, errs int64
+	err                      error // the first error
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// allowOne decides one random subject per call with Allow.
+func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		d, err := lim.Allow(ctx, p, gen.pick(rng))
+		return outcome{n: 1, allowed: b2i(err == nil && d.Allowed), cached: b2i(d.Cached), errs: b2i(err != nil), err: err}
+	}
+}
+
+// allowBatch decides n random subjects per call with one AllowBatch.
+func allowBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		as := make([]sdk.Attempt, n)
+		for i := range as {
+			as[i].Subject = gen.pick(rng)
+		}
+		o := outcome{n: int64(n)}
+		for _, r := range lim.AllowBatch(ctx, p, as) {
+			switch {
+			case r.Err != nil:
+				o.errs++
+				if o.err == nil {
+					o.err = r.Err
+				}
+			case r.Decision.Allowed:
+				o.allowed++
+			}
+			o.cached += b2i(r.Decision.Cached)
+		}
+		return o
+	}
+}
+
+// hotPolicies returns p without and with a hot-deny cache of size entries:
+// the same name, rules and failure mode, and the default denial trail.
+func hotPolicies(p *sdk.Policy, size int) (plain, cached *sdk.Policy, err error) {
+	var opts []sdk.PolicyOption
+	if p.FailOpen() {
+		opts = append(opts, sdk.FailOpen())
+	}
+	if plain, err = sdk.NewPolicy(p.Name(), p.Rules(), opts...); err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	if cached, err = sdk.NewPolicy(p.Name(), p.Rules(), append(opts, sdk.HotDenyCache(size))...); err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return plain, cached, nil
+}
+
+// describeStrategies lists the backend's strategy for each algorithm p
+// uses.
+func describeStrategies(p *sdk.Policy, d driver.Description) string {
+	var b strings.Builder
+	seen := map[driver.Algorithm]bool{}
+	for _, r := range p.Rules() {
+		if seen[r.Algorithm] {
+			continue
+		}
+		seen[r.Algorithm] = true
+		st := d.Strategies[r.Algorithm]
+		fmt.Fprintf(&b, " %s: %s (%s);", r.Algorithm, st.Name, st.Reason)
+	}
+	return strings.TrimSuffix(b.String(), ";")
 }
 
 func benchLoadPolicy(file, name string) (*sdk.Policy, error) {
@@ -244,15 +418,16 @@ func (s *subjects) pick(rng *rand.Rand) sdk.Subject {
 	return sub
 }
 
-// subject returns the j-th subject with the first value of each other
-// dimension (the memory run: one decision per subject).
-func (s *subjects) subject(j int) sdk.Subject {
+// subject returns the j-th subject with the k-th value (mod -values) of
+// each other dimension: the memory run's k-th decision for subject j, so
+// that a user receives several contents.
+func (s *subjects) subject(j, k int) sdk.Subject {
 	sub := make(sdk.Subject, len(s.shard)+len(s.other))
 	for i, d := range s.shard {
 		sub[d] = s.shardVals[i][j]
 	}
 	for _, d := range s.other {
-		sub[d] = s.otherVals[0]
+		sub[d] = s.otherVals[k%len(s.otherVals)]
 	}
 	return sub
 }
@@ -297,21 +472,28 @@ func (h *hist) quantile(q float64) time.Duration {
 }
 
 type benchResult struct {
-	name                       string
-	decisions, allowed, errors int64
-	elapsed                    time.Duration
-	lat                        hist
-	roundTrips, innerCalls     float64 // per decision, from INFO commandstats
-	serverMicros               float64 // server time per round trip (µs), from INFO commandstats
-	firstErr                   error
+	name                               string
+	decisions, allowed, cached, errors int64
+	calls                              int64
+	elapsed                            time.Duration
+	lat                                hist
+	roundTrips                         float64 // per decision, counted by the client (commands and pipelines sent to servers)
+	scriptCalls, innerCalls            float64 // per decision, from INFO commandstats
+	serverMicros                       float64 // server time per script call (µs), from INFO commandstats
+	serverCPU                          float64 // server process CPU per decision (µs), from INFO cpu
+	firstErr                           error
 }
 
 func (r *benchResult) rate() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
 
 func (r *benchResult) print(w io.Writer) {
-	fmt.Fprintf(w, "%s: %d decisions in %v = %.0f decisions/s; p50 %v, p99 %v; allowed %d, denied %d, errors %d; Redis calls per decision: %.2f round trips (EVALSHA/EVAL), %.2f commands inside scripts; server time %.1f µs per script call\n",
-		r.name, r.decisions, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.50), r.lat.quantile(0.99),
-		r.allowed, r.decisions-r.allowed-r.errors, r.errors, r.roundTrips, r.innerCalls, r.serverMicros)
+	per := ""
+	if r.calls != r.decisions {
+		per = fmt.Sprintf(" (%d calls of %d)", r.calls, r.decisions/max(1, r.calls))
+	}
+	fmt.Fprintf(w, "%s: %d decisions%s in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, denied %d (cached %d), errors %d; Redis calls per decision: %.4f round trips, %.2f scripts (EVALSHA/EVAL), %.2f commands inside scripts; server time %.1f µs per script call; server CPU %.1f µs per decision\n",
+		r.name, r.decisions, per, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.50), r.lat.quantile(0.99),
+		r.allowed, r.decisions-r.allowed-r.errors, r.cached, r.errors, r.roundTrips, r.scriptCalls, r.innerCalls, r.serverMicros, r.serverCPU)
 	if r.firstErr != nil {
 		fmt.Fprintf(w, "  first error: %v\n", r.firstErr)
 	}
@@ -319,7 +501,7 @@ func (r *benchResult) print(w io.Writer) {
 
 // benchRun runs decide from cfg.workers goroutines: a warm-up, then a
 // measured run bounded by cfg.duration and cfg.maxDecisions.
-func benchRun(ctx context.Context, c goredis.UniversalClient, cfg benchConfig, name string, decide func(context.Context, *rand.Rand) (bool, error)) (*benchResult, error) {
+func benchRun(ctx context.Context, c goredis.UniversalClient, rt *roundTrips, cfg benchConfig, name string, per int, decide decideFunc) (*benchResult, error) {
 	loop := func(d time.Duration, limit int64) *benchResult {
 		res := &benchResult{name: name}
 		var (
@@ -337,30 +519,31 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, cfg benchConfig, n
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, seed*7919+1))
 				var (
-					h                 hist
-					n, allowed, nerrs int64
-					first             error
+					h   hist
+					sum outcome
+					n   int64
 				)
-				for !stop.Load() && started.Add(1) <= limit {
+				for !stop.Load() && started.Add(int64(per)) <= limit {
 					t0 := time.Now()
-					ok, err := decide(ctx, rng)
+					o := decide(ctx, rng)
 					h.add(time.Since(t0))
 					n++
-					if err != nil {
-						nerrs++
-						if first == nil {
-							first = err
-						}
-					} else if ok {
-						allowed++
+					sum.n += o.n
+					sum.allowed += o.allowed
+					sum.cached += o.cached
+					sum.errs += o.errs
+					if sum.err == nil {
+						sum.err = o.err
 					}
 				}
 				mu.Lock()
-				res.decisions += n
-				res.allowed += allowed
-				res.errors += nerrs
+				res.calls += n
+				res.decisions += sum.n
+				res.allowed += sum.allowed
+				res.cached += sum.cached
+				res.errors += sum.errs
 				if res.firstErr == nil {
-					res.firstErr = first
+					res.firstErr = sum.err
 				}
 				for i, v := range h {
 					res.lat[i] += v
@@ -379,31 +562,81 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, cfg benchConfig, n
 	if err != nil {
 		return nil, err
 	}
+	cpu0, err := serverCPU(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	rt0 := rt.n.Load()
 	res := loop(cfg.duration, cfg.maxDecisions)
+	rt1 := rt.n.Load()
+	cpu1, err := serverCPU(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	after, err := commandStats(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	var rt, inner, usec int64
+	var scripts, inner, usec int64
 	for cmd, n := range after {
 		d := n.calls - before[cmd].calls
 		switch cmd {
 		case "evalsha", "eval":
-			rt += d
+			scripts += d
 			usec += n.usec - before[cmd].usec
-		case "info", "ping", "cluster|slots", "cluster|shards", "cluster|nodes", "client|setinfo", "hello", "command", "command|docs", "command|info":
+		case "info", "ping", "cluster|slots", "cluster|shards", "cluster|nodes", "client|setinfo", "hello", "command", "command|docs", "command|info", "script|load":
 		default:
 			inner += d
 		}
 	}
 	if res.decisions > 0 {
-		res.roundTrips = float64(rt) / float64(res.decisions)
+		res.roundTrips = float64(rt1-rt0) / float64(res.decisions)
+		res.scriptCalls = float64(scripts) / float64(res.decisions)
 		res.innerCalls = float64(inner) / float64(res.decisions)
+		res.serverCPU = (cpu1 - cpu0) * 1e6 / float64(res.decisions)
 	}
-	if rt > 0 {
-		res.serverMicros = float64(usec) / float64(rt)
+	if scripts > 0 {
+		res.serverMicros = float64(usec) / float64(scripts)
 	}
 	return res, nil
+}
+
+// roundTrips counts the requests the client sends to servers: each
+// command sent alone and each pipeline (one per server it reaches), but
+// not connection set-up or the bench's own INFO calls.
+type roundTrips struct{ n atomic.Int64 }
+
+func countRoundTrips(c goredis.UniversalClient) *roundTrips {
+	rt := &roundTrips{}
+	switch cc := c.(type) {
+	case *goredis.ClusterClient:
+		// Node clients see what reaches each server: a cluster pipeline
+		// is one pipeline per node.
+		cc.OnNewNode(func(n *goredis.Client) { n.AddHook(rt) })
+	case *goredis.Client:
+		cc.AddHook(rt)
+	}
+	return rt
+}
+
+func (rt *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (rt *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() != "info" {
+			rt.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (rt *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
+			rt.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // commandStats sums the calls of each command over every master (INFO
@@ -460,6 +693,39 @@ func forEachMaster(ctx context.Context, c goredis.UniversalClient, f func(contex
 	return fmt.Errorf("unsupported client %T", c)
 }
 
+// serverCPU sums used_cpu_sys and used_cpu_user (seconds: the server
+// process's CPU time, every thread) over every master (INFO cpu).
+func serverCPU(ctx context.Context, c goredis.UniversalClient) (float64, error) {
+	var (
+		mu    sync.Mutex
+		total float64
+	)
+	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+		s, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(s, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+			if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			total += f
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO cpu: %w", err)
+	}
+	return total, nil
+}
+
 func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 	var total atomic.Int64
 	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
@@ -481,11 +747,18 @@ func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 	return total.Load(), err
 }
 
-// benchMemory flushes the target, takes one decision for each of
-// cfg.subjects subjects and returns the used_memory growth per subject.
+// benchMemory flushes the target, takes cfg.memoryTakes decisions for
+// each of cfg.subjects subjects (rotating the values of the other
+// dimensions) and returns the used_memory growth per subject.
 func benchMemory(ctx context.Context, c goredis.UniversalClient, cfg benchConfig, lim *sdk.Limiter, p *sdk.Policy, gen *subjects) (float64, error) {
 	if err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
-		return n.FlushAll(ctx).Err()
+		// A synchronous FLUSHALL of a large dataset outlasts the bench's
+		// timeouts: send it on a client of its own with a long one.
+		o := *n.Options()
+		o.ReadTimeout, o.WriteTimeout = 5*time.Minute, 5*time.Minute
+		fc := goredis.NewClient(&o)
+		defer fc.Close()
+		return fc.FlushAll(ctx).Err()
 	}); err != nil {
 		return 0, fmt.Errorf("bench: FLUSHALL: %w", err)
 	}
@@ -509,12 +782,14 @@ func benchMemory(ctx context.Context, c goredis.UniversalClient, cfg benchConfig
 				if j >= int64(cfg.subjects) || time.Now().After(deadline) {
 					return
 				}
-				if _, err := lim.Allow(ctx, p, gen.subject(int(j))); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
+				for k := range cfg.memoryTakes {
+					if _, err := lim.Allow(ctx, p, gen.subject(int(j), k)); err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
 					}
-					mu.Unlock()
 				}
 			}
 		}()

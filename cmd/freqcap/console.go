@@ -16,6 +16,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/console"
@@ -53,6 +54,8 @@ type consoleFlags struct {
 	adminToken  string
 	basicAuth   string
 	auditFile   string
+	forcePlain  bool
+	forbid      string
 }
 
 func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
@@ -75,6 +78,8 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("FREQCAP_ADMIN_TOKEN"), "admin token (env FREQCAP_ADMIN_TOKEN)")
 	fs.StringVar(&f.basicAuth, "basic-auth", os.Getenv("FREQCAP_BASIC_AUTH"), `basic-auth users "name:password:role,…" (env FREQCAP_BASIC_AUTH)`)
 	fs.StringVar(&f.auditFile, "audit", "", "append audit entries (JSON lines) to this file")
+	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
+	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -191,11 +196,22 @@ func runConsole(args []string) error {
 
 // consoleBackend builds the backend the flags ask for, and its closer.
 func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain}}
+	for _, s := range strings.Split(f.forbid, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		ft, err := capability.ParseFeature(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("console: --forbid: %w", err)
+		}
+		ro.Detect.Forbid = append(ro.Detect.Forbid, ft)
+	}
 	switch {
 	case f.redisAddr != "":
 		opts := redis.NewClientOptions(f.redisAddr)
 		c := goredis.NewClient(opts.Simple())
-		return redis.New(c, nil), func() { c.Close() }, nil
+		return redis.New(c, ro), func() { c.Close() }, nil
 	case f.cluster != "":
 		var addrs []string
 		for _, a := range strings.Split(f.cluster, ",") {
@@ -207,7 +223,7 @@ func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
 			return nil, nil, errors.New("console: --cluster: no addresses")
 		}
 		c := goredis.NewClusterClient(redis.NewClientOptions(addrs...).Cluster())
-		return redis.New(c, nil), func() { c.Close() }, nil
+		return redis.New(c, ro), func() { c.Close() }, nil
 	}
 	return memory.New(nil), func() {}, nil
 }

@@ -20,7 +20,7 @@ func TestConformanceStandalone(t *testing.T) {
 	b := fcredis.New(c, nil)
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Features:   conformance.AllFeatures &^ conformance.Batch, // TakeBatch: see backends/redis
+		Features:   conformance.AllFeatures,
 	})
 }
 
@@ -34,6 +34,6 @@ func TestConformanceCluster(t *testing.T) {
 	b := fcredis.New(c, nil)
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Features:   conformance.AllFeatures &^ conformance.Batch, // TakeBatch: see backends/redis
+		Features:   conformance.AllFeatures,
 	})
 }

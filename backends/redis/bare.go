@@ -1,0 +1,380 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Bare mode: servers that refuse scripting (Alibaba Tair ESSD/SSD
+// instances have no Lua; some proxies refuse EVAL) but have TairHash.
+// Sliding-window rules then run as plain TairHash commands:
+//
+//  1. one pipeline: TIME, then EXHGETALL of every rule's key (a snapshot);
+//  2. every rule is evaluated on the snapshot exactly as take.lua does;
+//     a peek, an inspection or a denial writes no state;
+//  3. otherwise each rule in turn: MULTI, EXHINCRBY k i c MAX (limit -
+//     other live cells), EXHPEXPIREAT k i (i+N)·s-1, EXEC. MAX makes the
+//     increment fail, changing nothing, if concurrent writers filled the
+//     rule since the snapshot: a rule can never over-admit (except across
+//     a cell boundary, where the other cells' sum only shrinks);
+//  4. when a rule's EXHINCRBY fails, the rules already incremented get a
+//     compensating EXHINCRBY k i -c MIN 0 (and EXHPEXPIREAT again: a bare
+//     EXHINCRBY drops the TTL) and the request is denied. Between 3 and 4
+//     other clients may see the units of the earlier rules: the decision
+//     is not atomic, and its Result says NonAtomic.
+//
+// The denial trail and idempotency records are written with plain
+// commands after the decision (not in the same atomic step). Reservations
+// need scripting and are refused (errors.ErrUnsupported), as are rules of
+// other algorithms.
+
+// errOverflow is the exact reply of EXHINCRBY … MAX (or MIN) when the
+// result would fall outside the bound, or int64 would overflow; nothing
+// was changed (PROTOCOL.md, TairHash).
+const errOverflow = "ERR increment or decrement would overflow"
+
+// isOverflow reports whether err is TairHash's MAX/MIN refusal. It is the
+// one place bare mode reads an error text: the reply is the protocol's
+// only signal of a bounded increment that did not happen.
+func isOverflow(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && re.Error() == errOverflow
+}
+
+// bareRule is one rule's state in bare mode.
+type bareRule struct {
+	r     *driver.Rule
+	key   string
+	n     int64 // cells
+	s     int64 // cell µs
+	i     int64 // current cell
+	empty bool  // EXHGETALL found no field
+	other int64 // the live cells other than i
+	res   []int64
+}
+
+// takeBare carries out req with bare TairHash commands (see above).
+func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capability.Report) (driver.Result, error) {
+	switch req.Op {
+	case driver.OpTake, driver.OpPeek, driver.OpInspect:
+	case driver.OpReserve:
+		return driver.Result{}, fmt.Errorf("%w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
+	default:
+		return driver.Result{}, fmt.Errorf("unknown op %d", req.Op)
+	}
+	c := req.Cost
+	if req.Op == driver.OpInspect {
+		c = 1
+	} else if c < 1 {
+		return driver.Result{}, fmt.Errorf("cost must be >= 1, got %d", c)
+	}
+	ch := rep.Choice(driver.SlidingWindow)
+	rules := make([]bareRule, len(req.Rules))
+	for k := range req.Rules {
+		r := &req.Rules[k]
+		if err := validRule(r); err != nil {
+			return driver.Result{}, err
+		}
+		if r.Algorithm != driver.SlidingWindow {
+			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, rep.Choice(r.Algorithm)))
+		}
+		if ch.Strategy != capability.TairHashBare {
+			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
+		}
+		cells := r.SubWindows
+		if cells < 1 {
+			cells = 10
+		}
+		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, n: int64(cells), s: cellSize(r.Window, cells).Microseconds()}
+	}
+	trail := req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op == driver.OpTake))
+	idem := req.IdemKey != "" && req.Op == driver.OpTake
+	if len(rules) == 0 && !trail {
+		return driver.Result{}, errNoKeys
+	}
+	if idem && req.IdemTTL <= 0 {
+		return driver.Result{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
+	}
+
+	// 1. The snapshot (and a stored decision, for a retry).
+	pipe := b.c.Pipeline()
+	tm := pipe.Time(ctx)
+	var rec *goredis.StringCmd
+	if idem {
+		rec = pipe.Get(ctx, req.IdemKey)
+	}
+	all := make([]*goredis.Cmd, len(rules))
+	for k := range rules {
+		all[k] = pipe.Do(ctx, "exhgetall", rules[k].key)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	if err := tm.Err(); err != nil {
+		return driver.Result{}, err
+	}
+	if rec != nil {
+		switch v, err := rec.Result(); {
+		case err == nil:
+			return replayRecord(v, req.Rules)
+		case !errors.Is(err, goredis.Nil):
+			return driver.Result{}, err
+		}
+	}
+	nowT := tm.Val()
+	now := nowT.UnixMicro()
+
+	// 2. Evaluate.
+	out := make([]int64, 2, 2+4*len(rules))
+	out[1] = now
+	allowed := true
+	for k := range rules {
+		br := &rules[k]
+		kv, err := all[k].Slice()
+		if err != nil {
+			return driver.Result{}, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+		}
+		if err := br.eval(kv, now, c); err != nil {
+			return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
+		}
+		if br.res[0] != 1 {
+			allowed = false
+		}
+	}
+
+	// 3. Consume, rule by rule, bounded by MAX; 4. compensate on failure.
+	if allowed && req.Op == driver.OpTake {
+		for k := range rules {
+			br := &rules[k]
+			err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
+			if err == nil {
+				continue
+			}
+			for q := k - 1; q >= 0; q-- {
+				cerr := rules[q].incr(ctx, b.c, -c, 0)
+				if isOverflow(cerr) {
+					// The cell is gone (expired): nothing to give back.
+					cerr = b.sweep(ctx, &rules[q])
+				}
+				if cerr != nil {
+					return driver.Result{}, fmt.Errorf("rule %q: compensating decrement after rule %q denied (%v): %w", rules[q].r.Name, br.r.Name, err, cerr)
+				}
+			}
+			if !isOverflow(err) {
+				return driver.Result{}, fmt.Errorf("rule %q: EXHINCRBY: %w", br.r.Name, err)
+			}
+			if br.empty {
+				if err := b.sweep(ctx, br); err != nil {
+					return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
+				}
+			}
+			// Concurrent writers filled the rule since the snapshot: it
+			// denies now. Report its state as it is now.
+			kv, err := b.c.Do(ctx, "exhgetall", br.key).Slice()
+			if err != nil {
+				return driver.Result{}, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+			}
+			i := br.i
+			if err := br.eval(kv, now, c); err != nil {
+				return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
+			}
+			br.i = i
+			if br.res[0] == 1 { // freed again meanwhile: it may admit now
+				br.res[0], br.res[3] = 0, 1
+			}
+			allowed = false
+			break
+		}
+		if allowed {
+			for k := range rules {
+				br := &rules[k]
+				br.res[1] += c
+				br.res[2] = (br.i+br.n)*br.s - now
+			}
+		}
+	}
+	if allowed {
+		out[0] = 1
+	}
+	for k := range rules {
+		out = append(out, rules[k].res...)
+	}
+
+	// The trail and the idempotency record, after the decision.
+	var tr *goredis.StringSliceCmd
+	if trail || idem {
+		p := b.c.Pipeline()
+		if trail && req.Op == driver.OpTake && !allowed {
+			at := strconv.FormatInt(now, 10)
+			var ent []any
+			for k := len(rules) - 1; k >= 0; k-- {
+				br := &rules[k]
+				if br.res[0] == 1 {
+					continue
+				}
+				ent = append(ent, fmt.Sprintf("%s|%s|%s|%d|%d|%d|%d|%d", at, req.Policy, br.r.Name,
+					br.res[1], br.r.Limit, c, br.res[3], br.res[0]/2))
+			}
+			p.LPush(ctx, req.TrailKey, ent...)
+			p.LTrim(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
+			p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
+		}
+		if idem {
+			parts := make([]string, len(out))
+			for k, v := range out {
+				parts[k] = strconv.FormatInt(v, 10)
+			}
+			p.Set(ctx, req.IdemKey, "|"+strings.Join(parts, ","), time.Duration(ceilMillis(req.IdemTTL))*time.Millisecond)
+		}
+		if req.Op == driver.OpInspect {
+			tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+			return driver.Result{}, err
+		}
+	}
+	v := make([]any, 0, len(out)+req.TrailMax)
+	for _, x := range out {
+		v = append(v, x)
+	}
+	if tr != nil {
+		for _, s := range tr.Val() {
+			v = append(v, s)
+		}
+	}
+	res, err := parseTake(v, req.Rules)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	res.NonAtomic = true
+	return res, nil
+}
+
+// eval computes the rule's reply entry (flags, used, reset µs, retry µs)
+// from its fields kv (EXHGETALL: name, value, …) at now, as take.lua's
+// sliding window does: cells are counted by index i-N < j, never by
+// expiry.
+func (br *bareRule) eval(kv []any, now, c int64) error {
+	if len(kv)%2 != 0 {
+		return fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
+	}
+	br.i = now / br.s
+	br.empty = len(kv) == 0
+	lo := br.i - br.n
+	live := map[int64]int64{}
+	var used, cur, newest int64 = 0, 0, -1
+	for k := 0; k < len(kv); k += 2 {
+		fs, _ := kv[k].(string)
+		j, err := strconv.ParseInt(fs, 10, 64)
+		if err != nil || j <= lo {
+			continue // not a cell, or a dead one (its expiry reclaims it)
+		}
+		v, err := replyInt(kv[k+1])
+		if err != nil {
+			return fmt.Errorf("cell %d: %w", j, err)
+		}
+		live[j] += v
+		used += v
+		if j == br.i {
+			cur = v
+		}
+		if v > 0 && j > newest {
+			newest = j
+		}
+	}
+	br.other = used - cur
+	var reset, retry, flags int64 = 0, 0, 1
+	if newest >= 0 {
+		reset = (newest+br.n)*br.s - now
+	}
+	L := br.r.Limit
+	switch {
+	case c > L:
+		flags = 2
+	case used+c > L:
+		flags = 0
+		need, acc := used+c-L, int64(0)
+		for j := lo + 1; j <= br.i; j++ {
+			acc += live[j]
+			if acc >= need {
+				retry = (j+br.n)*br.s - now
+				break
+			}
+		}
+		if retry == 0 {
+			retry = br.s // cells beyond i: the server clock went back
+		}
+	}
+	br.res = []int64{flags, used, reset, retry}
+	return nil
+}
+
+// sweep removes the empty TairHash key a failed EXHINCRBY … MAX/MIN
+// leaves behind when the key did not exist (it never expires): EXHGET of
+// the key does (PROTOCOL.md, surprise 3). On a key with fields it only
+// reads.
+func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
+	if err := b.c.Do(ctx, "exhget", br.key, strconv.FormatInt(br.i, 10)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return fmt.Errorf("EXHGET: %w", err)
+	}
+	return nil
+}
+
+// incr adds delta to the rule's current cell in one MULTI/EXEC, bounded by
+// MAX bound (delta > 0) or MIN 0 (delta < 0), and sets the cell's expiry
+// to the last millisecond of its life, (i+N)·s-1: EXHINCRBY takes no TTL
+// option here, since EX/PX/PXAT replicate a wrong TTL and a bare
+// EXHINCRBY drops the field's TTL.
+func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, bound int64) error {
+	f := strconv.FormatInt(br.i, 10)
+	opt, lim := "max", bound
+	if delta < 0 {
+		opt, lim = "min", 0
+	}
+	expireAt := (br.i+br.n)*br.s/1000 - 1
+	var inc *goredis.Cmd
+	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		inc = p.Do(ctx, "exhincrby", br.key, f, delta, opt, lim)
+		p.Do(ctx, "exhpexpireat", br.key, f, expireAt)
+		return nil
+	})
+	if inc != nil && inc.Err() != nil {
+		return inc.Err()
+	}
+	return err
+}
+
+// replayRecord decodes an idempotency record ("<hold id>|<reply ints>,…",
+// as take.lua stores it) into the replayed Result.
+func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
+	hid, body, ok := strings.Cut(rec, "|")
+	if !ok {
+		return driver.Result{}, fmt.Errorf("idempotency record: no separator")
+	}
+	var v []any
+	for _, f := range strings.Split(body, ",") {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return driver.Result{}, fmt.Errorf("idempotency record: %q is not an integer", f)
+		}
+		v = append(v, n)
+	}
+	if len(v) == 0 {
+		return driver.Result{}, fmt.Errorf("idempotency record: empty")
+	}
+	v[0] = v[0].(int64) + 2
+	v = append(v, hid)
+	res, err := parseTake(v, rules)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	res.NonAtomic = true
+	return res, nil
+}

@@ -1,0 +1,563 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// pipelineCounter is a go-redis hook counting the script pipelines a
+// client sends and the commands in them (connection set-up pipelines,
+// HELLO and CLIENT SETINFO, are left out).
+type pipelineCounter struct {
+	addr string
+	mu   *sync.Mutex
+	got  map[string][]int // addr -> size of each pipeline
+}
+
+func (h pipelineCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h pipelineCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+
+func (h pipelineCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if n := cmds[0].Name(); n == "evalsha" || n == "eval" {
+			h.mu.Lock()
+			h.got[h.addr] = append(h.got[h.addr], len(cmds))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// batchOK returns the results of a TakeBatch, failing on any entry error.
+func batchOK(t *testing.T, b *Backend, reqs []driver.Request) []driver.Result {
+	t.Helper()
+	out := b.TakeBatch(context.Background(), reqs)
+	if len(out) != len(reqs) {
+		t.Fatalf("TakeBatch(%d requests) = %d results, want %d", len(reqs), len(out), len(reqs))
+	}
+	res := make([]driver.Result, len(out))
+	for i, br := range out {
+		if br.Err != nil {
+			t.Fatalf("TakeBatch(…)[%d].Err = %v, want nil", i, br.Err)
+		}
+		if len(br.Result.Rules) != len(reqs[i].Rules) {
+			t.Fatalf("TakeBatch(…)[%d] = %d rule results, want %d", i, len(br.Result.Rules), len(reqs[i].Rules))
+		}
+		res[i] = br.Result
+	}
+	return res
+}
+
+// counter reads a fixed-window counter (0 when absent).
+func counter(t *testing.T, c goredis.UniversalClient, key string) int64 {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if errors.Is(err, goredis.Nil) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("GET = %q, want an integer", v)
+	}
+	return n
+}
+
+// TestBatchClusterMasters: one batch over subjects on all three masters,
+// three requests per subject interleaved, sends one pipeline per master
+// and answers in input order.
+func TestBatchClusterMasters(t *testing.T) {
+	o := NewClientOptions(redistest.Cluster(t)...).Cluster()
+	c := goredis.NewClusterClient(o)
+	t.Cleanup(func() { c.Close() })
+	var mu sync.Mutex
+	got := map[string][]int{}
+	c.OnNewNode(func(n *goredis.Client) {
+		n.AddHook(pipelineCounter{addr: n.Options().Addr, mu: &mu, got: got})
+	})
+	b := New(c, nil)
+	ctx := context.Background()
+
+	// Subjects until every master owns at least 3.
+	per := map[string]int{}
+	var subs []subject
+	for i := 0; i < 1000 && (len(per) < 3 || minCount(per) < 3); i++ {
+		s := newSubject(t, fmt.Sprintf("m%d", i))
+		m, err := c.MasterForKey(ctx, s.trail())
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[m.Options().Addr]++
+		subs = append(subs, s)
+	}
+	if len(per) != 3 {
+		t.Fatalf("subjects on %d masters, want 3", len(per))
+	}
+	if err := c.ScriptLoad(ctx, lua.Take).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Round k takes 1 unit from every subject: limit 2, so round 2 is
+	// denied. Subject j starts with j%2 units used.
+	w := time.Hour
+	var reqs []driver.Request
+	for j, s := range subs {
+		if pre := int64(j % 2); pre > 0 {
+			take(t, b, s.request(driver.OpTake, pre, s.fixed("f", 2, w)))
+		}
+	}
+	for k := range 3 {
+		for _, s := range subs {
+			op := driver.OpTake
+			if k == 2 {
+				op = driver.OpPeek
+			}
+			reqs = append(reqs, s.request(op, 1, s.fixed("f", 2, w)))
+		}
+	}
+	mu.Lock()
+	clear(got)
+	mu.Unlock()
+	res := batchOK(t, b, reqs)
+	for i, r := range res {
+		k, j := i/len(subs), i%len(subs)
+		used := int64(j%2) + int64(k) + 1
+		allowed := used <= 2
+		if k == 2 { // a peek after two takes
+			used, allowed = int64(j%2)+2, false
+		}
+		used = min(used, 2)
+		checkRule(t, fmt.Sprintf("TakeBatch(…)[%d] (round %d, subject %d)", i, k, j), r.Rules[0], allowed, used, 2)
+		if r.Allowed != allowed {
+			t.Errorf("TakeBatch(…)[%d].Allowed = %v, want %v", i, r.Allowed, allowed)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for addr, sizes := range got {
+		if len(sizes) != 1 {
+			t.Errorf("master %s got %d pipelines %v, want 1", addr, len(sizes), sizes)
+		}
+		for _, n := range sizes {
+			total += n
+		}
+	}
+	if len(got) != 3 || total != len(reqs) {
+		t.Errorf("pipelines reached %d masters with %d commands, want 3 with %d", len(got), total, len(reqs))
+	}
+}
+
+func minCount(m map[string]int) int {
+	n := -1
+	for _, v := range m {
+		if n < 0 || v < n {
+			n = v
+		}
+	}
+	return n
+}
+
+// TestBatchErrorsPerEntry: requests that cannot be encoded and a request
+// the script refuses fail alone; the others are decided.
+func TestBatchErrorsPerEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    func(t *testing.T) *Backend
+	}{
+		{"standalone", func(t *testing.T) *Backend { b, _ := standalone(t); return b }},
+		{"cluster", func(t *testing.T) *Backend { b, _ := cluster(t); return b }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.b(t)
+			s := newSubject(t, "err")
+			f := s.fixed("f", 10, time.Hour)
+			held := s.request(driver.OpReserve, 1, f)
+			held.HoldID, held.HoldTTL = "h1", time.Hour
+			take(t, b, held) // hold h1 exists: a second reserve with h1 is refused by the script
+			noKeys := driver.Request{Op: driver.OpTake, Policy: "p", Cost: 1}
+			badCost := s.request(driver.OpTake, 0, f)
+			badRule := s.request(driver.OpTake, 1, s.fixed("g", 0, time.Hour))
+			reqs := []driver.Request{
+				s.request(driver.OpTake, 1, f), noKeys, badCost, held, badRule, s.request(driver.OpTake, 1, f),
+			}
+			out := b.TakeBatch(context.Background(), reqs)
+			if len(out) != len(reqs) {
+				t.Fatalf("TakeBatch = %d results, want %d", len(out), len(reqs))
+			}
+			for i, wantErr := range []bool{false, true, true, true, true, false} {
+				if (out[i].Err != nil) != wantErr {
+					t.Errorf("TakeBatch(…)[%d].Err = %v, want error %v", i, out[i].Err, wantErr)
+				}
+			}
+			if !errors.Is(out[1].Err, errNoKeys) {
+				t.Errorf("TakeBatch(…)[1].Err = %v, want %v", out[1].Err, errNoKeys)
+			}
+			if out[3].Err != nil && !strings.Contains(out[3].Err.Error(), "hold id already in use") {
+				t.Errorf("TakeBatch(…)[3].Err = %v, want the script's refusal", out[3].Err)
+			}
+			checkRule(t, "TakeBatch(…)[0]", out[0].Result.Rules[0], true, 2, 10)
+			checkRule(t, "TakeBatch(…)[5]", out[5].Result.Rules[0], true, 3, 10)
+		})
+	}
+}
+
+// flushBatch: subjects × takes, each request taking 1+i%2 units; returns
+// the requests and each subject's expected total.
+func flushBatch(t *testing.T, n, takes int) ([]driver.Request, []subject, []int64) {
+	t.Helper()
+	subs := make([]subject, n)
+	want := make([]int64, n)
+	for j := range subs {
+		subs[j] = newSubject(t, fmt.Sprintf("fl%d", j))
+	}
+	var reqs []driver.Request
+	for k := range takes {
+		for j, s := range subs {
+			cost := int64(1 + (j+k)%2)
+			reqs = append(reqs, s.request(driver.OpTake, cost, s.fixed("f", 1000, time.Hour)))
+			want[j] += cost
+		}
+	}
+	return reqs, subs, want
+}
+
+// TestBatchNoScript: a batch meeting an empty script cache (SCRIPT FLUSH,
+// a restart) is carried out, every entry exactly once.
+func TestBatchNoScript(t *testing.T) {
+	t.Run("SCRIPT FLUSH standalone", func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
+		defer c.Close()
+		b := New(c, nil)
+		// Detect first: the probe's EVAL and EVALSHA are not the batch's.
+		if _, err := b.Capabilities(context.Background()); err != nil || c.ConfigResetStat(context.Background()).Err() != nil {
+			t.Fatal("detect / CONFIG RESETSTAT:", err)
+		}
+		for round := 1; round <= 2; round++ {
+			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			reqs, subs, want := flushBatch(t, 20, 3)
+			batchOK(t, b, reqs)
+			for j, s := range subs {
+				if got := counter(t, c, s.key("f")); got != want[j] {
+					t.Errorf("round %d: subject %d counter = %d, want %d (each entry once)", round, j, got, want[j])
+				}
+			}
+		}
+		st := commandCalls(t, c)
+		if st["eval"] != 0 || st["evalsha"] != 4*60 || st["script|load"] != 2 {
+			t.Errorf("commandstats = %v, want 240 evalsha (120 NOSCRIPT + 120 run), 2 script|load, 0 eval", st)
+		}
+	})
+	t.Run("SCRIPT FLUSH cluster", func(t *testing.T) {
+		b, c := cluster(t)
+		ctx := context.Background()
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			return m.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		reqs, subs, want := flushBatch(t, 30, 3)
+		batchOK(t, b, reqs)
+		for j, s := range subs {
+			if got := counter(t, c, s.key("f")); got != want[j] {
+				t.Errorf("subject %d counter = %d, want %d (each entry once)", j, got, want[j])
+			}
+		}
+	})
+	t.Run("restart", func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
+		defer c.Close()
+		b := New(c, nil)
+		reqs, _, _ := flushBatch(t, 20, 2)
+		batchOK(t, b, reqs)
+		srv.Restart(t)
+		eventually(t, 5*time.Second, "PING after the restart", func() bool {
+			return c.Ping(context.Background()).Err() == nil
+		})
+		reqs, subs, want := flushBatch(t, 20, 2)
+		batchOK(t, b, reqs)
+		for j, s := range subs {
+			if got := counter(t, c, s.key("f")); got != want[j] {
+				t.Errorf("subject %d counter = %d, want %d (each entry once)", j, got, want[j])
+			}
+		}
+	})
+}
+
+// commandCalls returns INFO commandstats calls by command.
+func commandCalls(t *testing.T, c *goredis.Client) map[string]int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, l := range strings.Split(s, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(rest, ":")
+		calls, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
+		out[name], _ = strconv.ParseInt(calls, 10, 64)
+	}
+	return out
+}
+
+// flushMidPipeline is a hook that, on the first pipeline while armed,
+// empties the script cache after the first command and loads the script
+// again after the third: entries 2 and 3 meet NOSCRIPT, later ones run.
+type flushMidPipeline struct{ armed *atomic.Bool }
+
+func (h flushMidPipeline) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h flushMidPipeline) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+
+func (h flushMidPipeline) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if !h.armed.CompareAndSwap(true, false) || len(cmds) < 4 {
+			return next(ctx, cmds)
+		}
+		all := []goredis.Cmder{cmds[0], goredis.NewCmd(ctx, "script", "flush"), cmds[1], cmds[2],
+			goredis.NewCmd(ctx, "script", "load", lua.Take)}
+		all = append(all, cmds[3:]...)
+		return next(ctx, all)
+	}
+}
+
+// TestBatchNoScriptOrder: an entry that met NOSCRIPT is sent again only
+// when no later entry on its subject ran; otherwise it is reported, so
+// requests on one subject never run out of order.
+func TestBatchNoScriptOrder(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
+	defer c.Close()
+	var armed atomic.Bool
+	c.AddHook(flushMidPipeline{armed: &armed})
+	b := New(c, nil)
+	a, bb, cc := newSubject(t, "a"), newSubject(t, "b"), newSubject(t, "c")
+	// A request per subject first, so every subject's later request can
+	// tell whether it ran after it: a's entries take 1, 2, 4 units.
+	req := func(s subject, cost int64) driver.Request {
+		return s.request(driver.OpTake, cost, s.fixed("f", 100, time.Hour))
+	}
+	reqs := []driver.Request{req(a, 1), req(a, 2), req(bb, 1), req(a, 4), req(cc, 1)}
+	take(t, b, req(cc, 1)) // loads the script
+	armed.Store(true)
+	out := b.TakeBatch(context.Background(), reqs)
+	if armed.Load() {
+		t.Fatal("the hook did not run")
+	}
+	for i, wantErr := range []bool{false, true, false, false, false} {
+		if (out[i].Err != nil) != wantErr {
+			t.Errorf("TakeBatch(…)[%d].Err = %v, want error %v", i, out[i].Err, wantErr)
+		}
+	}
+	if !errors.Is(out[1].Err, errReordered) {
+		t.Errorf("TakeBatch(…)[1].Err = %v, want %v", out[1].Err, errReordered)
+	}
+	for _, w := range []struct {
+		s    subject
+		want int64
+	}{{a, 5}, {bb, 1}, {cc, 2}} {
+		if got := counter(t, c, w.s.key("f")); got != w.want {
+			t.Errorf("counter %s = %d, want %d", w.s.base, got, w.want)
+		}
+	}
+	// b's entry met NOSCRIPT and ran on the second pipeline.
+	checkRule(t, "TakeBatch(…)[2]", out[2].Result.Rules[0], true, 1, 100)
+	checkRule(t, "TakeBatch(…)[3]", out[3].Result.Rules[0], true, 5, 100)
+}
+
+// TestBatchIdempotentRetry: the same batch sent again (a retry after a
+// timeout) returns the first decisions and consumes nothing more.
+func TestBatchIdempotentRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    func(t *testing.T) (*Backend, goredis.UniversalClient)
+	}{
+		{"standalone", func(t *testing.T) (*Backend, goredis.UniversalClient) { return standalone(t) }},
+		{"cluster", func(t *testing.T) (*Backend, goredis.UniversalClient) { return cluster(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, c := tc.b(t)
+			var reqs []driver.Request
+			var subs []subject
+			for j := range 12 {
+				s := newSubject(t, fmt.Sprintf("idem%d", j))
+				subs = append(subs, s)
+				for k := range 3 { // limit 2: the third is denied
+					r := s.request(driver.OpTake, 1, s.fixed("f", 2, time.Hour))
+					r.IdemKey, r.IdemTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
+					reqs = append(reqs, r)
+				}
+			}
+			first := batchOK(t, b, reqs)
+			for round := 1; round <= 2; round++ {
+				again := batchOK(t, b, reqs)
+				for i := range reqs {
+					f, g := first[i], again[i]
+					if f.Replayed || !g.Replayed || f.Allowed != g.Allowed || f.Rules[0] != g.Rules[0] || !f.Now.Equal(g.Now) {
+						t.Errorf("retry %d: TakeBatch(…)[%d] = {allowed %v replayed %v %+v}, want the first {allowed %v %+v} replayed",
+							round, i, g.Allowed, g.Replayed, g.Rules[0], f.Allowed, f.Rules[0])
+					}
+					if want := i%3 < 2; f.Allowed != want {
+						t.Errorf("TakeBatch(…)[%d].Allowed = %v, want %v", i, f.Allowed, want)
+					}
+				}
+			}
+			for j, s := range subs {
+				if got := counter(t, c, s.key("f")); got != 2 {
+					t.Errorf("subject %d counter = %d after retries, want 2", j, got)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchSameSubjectOrder: two requests on one subject in one batch run
+// in input order, whichever order that is.
+func TestBatchSameSubjectOrder(t *testing.T) {
+	b, _ := cluster(t)
+	for _, tc := range []struct {
+		name   string
+		costs  [2]int64
+		allows [2]bool
+		used   [2]int64
+	}{
+		{"2 then 2", [2]int64{2, 2}, [2]bool{true, false}, [2]int64{2, 2}},
+		{"3 then 1", [2]int64{3, 1}, [2]bool{true, false}, [2]int64{3, 3}},
+		{"1 then 3", [2]int64{1, 3}, [2]bool{true, false}, [2]int64{1, 1}},
+		{"1 then 2", [2]int64{1, 2}, [2]bool{true, true}, [2]int64{1, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSubject(t, "order")
+			o := newSubject(t, "other")
+			f := s.fixed("f", 3, time.Hour)
+			reqs := []driver.Request{
+				o.request(driver.OpTake, 1, o.fixed("f", 3, time.Hour)),
+				s.request(driver.OpTake, tc.costs[0], f),
+				o.request(driver.OpTake, 1, o.fixed("f", 3, time.Hour)),
+				s.request(driver.OpTake, tc.costs[1], f),
+			}
+			res := batchOK(t, b, reqs)
+			for k := range 2 {
+				checkRule(t, fmt.Sprintf("TakeBatch(…)[%d] (cost %d)", 2*k+1, tc.costs[k]), res[2*k+1].Rules[0], tc.allows[k], tc.used[k], 3)
+			}
+			checkRule(t, "TakeBatch(…)[2] (other subject)", res[2].Rules[0], true, 2, 3)
+		})
+	}
+}
+
+// TestBatchNoReplayAfterTimeout: a batch whose replies are late is not
+// sent again, even by a client configured to retry (see
+// TestNoReplayAfterTimeout).
+func TestBatchNoReplayAfterTimeout(t *testing.T) {
+	addr := redistest.Standalone(t)
+	var dials atomic.Int64
+	c := goredis.NewClient(&goredis.Options{
+		Addr:        addr,
+		MaxRetries:  3,
+		ReadTimeout: 50 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	defer c.Close()
+	blocker := goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
+	defer blocker.Close()
+	b := New(c, nil)
+	ctx := context.Background()
+	var reqs []driver.Request
+	var keys []string
+	for j := range 5 {
+		s := newSubject(t, fmt.Sprintf("breplay%d", j))
+		reqs = append(reqs, s.request(driver.OpTake, 1, s.fixed("f", 100, time.Hour)))
+		keys = append(keys, s.key("f"))
+	}
+	batchOK(t, b, reqs) // loads the script, opens a connection
+
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		close(started)
+		done <- blocker.Eval(ctx, `local t = redis.call('TIME'); local e = t[1]*1000000+t[2]+400000
+			while true do local n = redis.call('TIME'); if n[1]*1000000+n[2] > e then break end end
+			return 1`, nil).Err()
+	}()
+	<-started
+	time.Sleep(30 * time.Millisecond) // let the busy script start (ordering, not time passing)
+	before := dials.Load()
+	out := b.TakeBatch(ctx, reqs)
+	d := dials.Load() - before
+	if err := <-done; err != nil {
+		t.Fatalf("busy script: %v", err)
+	}
+	failed := 0
+	for _, br := range out {
+		if br.Err != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Skip("the batch did not time out: cannot check replays here")
+	}
+	if d != 0 {
+		t.Errorf("TakeBatch timed out (%d entries failed: %v) and the client dialed %d times during it, want 0 (no replay)", failed, out[0].Err, d)
+	}
+	for i, k := range keys {
+		if n := counter(t, blocker, k); n < 1 || n > 2 {
+			t.Errorf("entry %d counter = %d after one timed-out batch, want 1 or 2 (sent at most once)", i, n)
+		}
+	}
+}
+
+// BenchmarkTakeBatch decides the seed policy for 1000 subjects per
+// TakeBatch (compare BenchmarkTakeSeed: one request per op); ns/decision
+// is the time per request.
+func BenchmarkTakeBatch(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	be := New(c, nil)
+	reqs := make([]driver.Request, 1000)
+	for i := range reqs {
+		s := subject{base: "fcbb:{u" + strconv.Itoa(i) + "}:push:"}
+		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
+		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k, br := range be.TakeBatch(ctx, reqs) {
+			if br.Err != nil {
+				b.Fatalf("TakeBatch(…)[%d]: %v", k, br.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(reqs)), "ns/decision")
+}

@@ -1,0 +1,562 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	mrand "math/rand/v2"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// The module strategies run against real module servers given by address
+// (docs/MODULES.md): FREQCAP_TEST_TAIRHASH (TairHash, a SORT_MODE build),
+// FREQCAP_TEST_CELL (redis-cell), FREQCAP_TEST_HFE (Redis >= 7.4). Each
+// test skips loudly when its variable is unset, even under
+// FREQCAP_REQUIRE_SERVERS=1: neither module is published where CI can get
+// it. The plain-server tests (conformance_test.go) cover the fallbacks.
+
+// moduleAddr returns the address in env, or skips.
+func moduleAddr(t *testing.T, env string) string {
+	t.Helper()
+	addr := os.Getenv(env)
+	if addr == "" {
+		t.Skipf("SKIPPED: %s is not set (host:port of a module server, docs/MODULES.md); module tests never fail for a missing server", env)
+	}
+	return addr
+}
+
+// moduleBackend returns a backend on addr with cfg, and its client.
+func moduleBackend(t *testing.T, addr string, cfg capability.Config) (*Backend, *goredis.Client) {
+	t.Helper()
+	c := goredis.NewClient(NewClientOptions(addr).Simple())
+	t.Cleanup(func() { c.Close() })
+	return New(c, &Options{Detect: cfg}), c
+}
+
+// wantStrategy fails unless b's report chose want for a.
+func wantStrategy(t *testing.T, b *Backend, a driver.Algorithm, want capability.Strategy) *capability.Report {
+	t.Helper()
+	rep, err := b.Capabilities(context.Background())
+	if err != nil {
+		t.Fatalf("Capabilities() error: %v", err)
+	}
+	if got := rep.Choice(a); got.Strategy != want {
+		t.Fatalf("Choice(%v) = %v (%s), want %v\n%s", a, got.Strategy, got.Reason, want, rep)
+	}
+	return rep
+}
+
+func TestConformanceModules(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		algo driver.Algorithm
+		want capability.Strategy
+	}{
+		{"FREQCAP_TEST_TAIRHASH", driver.SlidingWindow, capability.TairHashLua},
+		{"FREQCAP_TEST_CELL", driver.GCRA, capability.CellLua},
+		{"FREQCAP_TEST_HFE", driver.SlidingWindow, capability.HFELua},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			b, _ := moduleBackend(t, moduleAddr(t, tc.env), capability.Config{})
+			wantStrategy(t, b, tc.algo, tc.want)
+			conformance.Run(t, conformance.Harness{
+				NewBackend: func(t *testing.T) driver.Backend { return b },
+				Clock:      nil,
+				Features:   implemented,
+			})
+		})
+	}
+}
+
+// TestConformanceForcedPlainLua: a module server configured for plain Lua
+// passes the suite with the plain strategies and never writes a module
+// key.
+func TestConformanceForcedPlainLua(t *testing.T) {
+	for _, env := range []string{"FREQCAP_TEST_TAIRHASH", "FREQCAP_TEST_CELL"} {
+		t.Run(env, func(t *testing.T) {
+			b, _ := moduleBackend(t, moduleAddr(t, env), capability.Config{ForcePlainLua: true})
+			for _, a := range capability.Algorithms {
+				wantStrategy(t, b, a, capability.PlainLua)
+			}
+			conformance.Run(t, conformance.Harness{
+				NewBackend: func(t *testing.T) driver.Backend { return b },
+				Features:   implemented,
+			})
+		})
+	}
+}
+
+// TestModuleKeys: each module strategy keeps its state under its suffixed
+// key, of the module's type, and Forbid moves a rule back to the plain
+// key.
+func TestModuleKeys(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		env, suffix, typ string
+		feature          capability.Feature
+		rule             func(s subject) driver.Rule
+	}{
+		{"FREQCAP_TEST_TAIRHASH", suffixTairHash, "tairhash-", capability.TairHash, func(s subject) driver.Rule { return s.sliding("s", 5, time.Minute, 6) }},
+		{"FREQCAP_TEST_HFE", suffixHFE, "hash", capability.HFE, func(s subject) driver.Rule { return s.sliding("s", 5, time.Minute, 6) }},
+		{"FREQCAP_TEST_CELL", suffixCell, "string", capability.Cell, func(s subject) driver.Rule { return s.gcra("g", 6, time.Minute, 4) }},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			addr := moduleAddr(t, tc.env)
+			b, c := moduleBackend(t, addr, capability.Config{})
+			plain, _ := moduleBackend(t, addr, capability.Config{Forbid: []capability.Feature{tc.feature}})
+			s := newSubject(t, "keys")
+			r := tc.rule(s)
+			res := take(t, b, s.request(driver.OpTake, 2, r))
+			checkRule(t, "module take", res.Rules[0], true, 2, 5)
+			if typ, _ := c.Type(ctx, r.Key+tc.suffix).Result(); typ != tc.typ {
+				t.Errorf("TYPE %s = %q, want %q", tc.suffix, typ, tc.typ)
+			}
+			if n, _ := c.Exists(ctx, r.Key).Result(); n != 0 {
+				t.Errorf("the plain key exists after a module take")
+			}
+			res = take(t, plain, s.request(driver.OpTake, 1, r))
+			checkRule(t, "plain take (module forbidden: a fresh key)", res.Rules[0], true, 1, 5)
+			if n, _ := c.Exists(ctx, r.Key).Result(); n != 1 {
+				t.Errorf("the plain key is missing after a plain take")
+			}
+			res = take(t, b, s.request(driver.OpPeek, 1, r))
+			checkRule(t, "module peek (its own state)", res.Rules[0], true, 2, 5)
+			if err := b.Reset(ctx, s.request(driver.OpTake, 1, r)); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := c.Exists(ctx, r.Key, r.Key+tc.suffix).Result(); n != 0 {
+				t.Errorf("Reset left %d of the plain and module keys", n)
+			}
+		})
+	}
+}
+
+// TestTairHashFieldExpiry: a TairHash cell's field expires at the last
+// millisecond of the cell's life, set with EXHPEXPIREAT (never EXHINCRBY's
+// own TTL options), and a refund (cancel) keeps it.
+func TestTairHashFieldExpiry(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_TAIRHASH"), capability.Config{})
+	wantStrategy(t, b, driver.SlidingWindow, capability.TairHashLua)
+	s := newSubject(t, "thttl")
+	r := s.sliding("s", 10, time.Hour, 10) // 6 min cells
+	req := s.request(driver.OpReserve, 3, r)
+	req.HoldID, req.HoldTTL = "h1", time.Hour
+	res := take(t, b, req)
+	cell := (6 * time.Minute).Milliseconds()
+	i := res.Now.UnixMilli() / cell
+	f := strconv.FormatInt(i, 10)
+	key := r.Key + suffixTairHash
+	wantAt := (i+10)*cell - 1
+	check := func(what string, v string) {
+		t.Helper()
+		got, err := c.Do(ctx, "exhget", key, f).Text()
+		if err != nil || got != v {
+			t.Errorf("%s: EXHGET = %q, %v, want %q", what, got, err, v)
+		}
+		pttl, err := c.Do(ctx, "exhpttl", key, f).Int64()
+		if now := serverNow(t, c).UnixMilli(); err != nil || pttl <= 0 || now+pttl < wantAt-50 || now+pttl > wantAt+50 {
+			t.Errorf("%s: EXHPTTL = %d, %v; want the field to expire at %d (±50ms), now %d", what, pttl, err, wantAt, now)
+		}
+	}
+	check("after reserve 3", "3")
+	take(t, b, s.request(driver.OpTake, 2, r))
+	check("after take 2", "5")
+	if err := b.Settle(ctx, s.holds(), "h1", false); err != nil {
+		t.Fatal(err)
+	}
+	check("after cancelling the reserve (EXHINCRBY -3, then EXHPEXPIREAT again)", "2")
+}
+
+// TestCellKeyHoldsOnlyTAT: whatever the backend does to a redis-cell key
+// (take, denial, a multi-rule undo, reserve, cancel, lapse), it holds an
+// unsigned integer string or nothing: CL.THROTTLE aborts the server on
+// anything else.
+func TestCellKeyHoldsOnlyTAT(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	wantStrategy(t, b, driver.GCRA, capability.CellLua)
+	s := newSubject(t, "celltat")
+	g1 := s.gcra("g1", 10, time.Minute, 4) // T = 6s, exact
+	g2 := s.gcra("g2", 3, time.Minute, 1)
+	digits := regexp.MustCompile(`^[0-9]{19}$`)
+	check := func(what string) {
+		t.Helper()
+		for _, r := range []driver.Rule{g1, g2} {
+			v, err := c.Get(ctx, r.Key+suffixCell).Result()
+			if errors.Is(err, goredis.Nil) {
+				continue
+			}
+			if err != nil || !digits.MatchString(v) {
+				t.Errorf("%s: GET %s = %q, %v, want a TAT in ns", what, r.Name, v, err)
+			}
+			if pttl, _ := c.PTTL(ctx, r.Key+suffixCell).Result(); pttl <= 0 {
+				t.Errorf("%s: PTTL %s = %v, want > 0", what, r.Name, pttl)
+			}
+		}
+	}
+	// A peek (quantity 0) on a fresh key writes its TAT = now with a 0 ms
+	// TTL: gone by the next millisecond.
+	res := take(t, b, s.request(driver.OpPeek, 1, g1, g2))
+	if !res.Allowed {
+		t.Errorf("a peek on fresh keys = denied, want allowed")
+	}
+	eventually(t, time.Second, "the peek's keys gone", func() bool {
+		n, _ := c.Exists(ctx, g1.Key+suffixCell, g2.Key+suffixCell).Result()
+		return n == 0
+	})
+	for k := 1; k <= 3; k++ {
+		res = take(t, b, s.request(driver.OpTake, 1, g1, g2))
+		check(fmt.Sprintf("take #%d", k))
+	}
+	if res.Allowed || res.Rules[1].Allowed || !res.Rules[0].Allowed {
+		t.Errorf("take #3 = %+v, want denied by g2 alone", res.Rules)
+	}
+	before, _ := c.Get(ctx, g1.Key+suffixCell).Result()
+	take(t, b, s.request(driver.OpTake, 1, g1, g2))
+	if after, _ := c.Get(ctx, g1.Key+suffixCell).Result(); after != before {
+		t.Errorf("g1's TAT changed on a request g2 denied: %s -> %s", before, after)
+	}
+	r2 := s.gcra("g3", 10, time.Minute, 4)
+	req := s.request(driver.OpReserve, 2, g1, r2)
+	req.HoldID, req.HoldTTL = "h", time.Hour
+	take(t, b, req)
+	check("reserve")
+	if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+		t.Fatal(err)
+	}
+	check("cancel")
+	if v, _ := c.Get(ctx, g1.Key+suffixCell).Result(); v != before {
+		t.Errorf("g1's TAT after reserve+cancel = %s, want %s again", v, before)
+	}
+	if n, _ := c.Exists(ctx, r2.Key+suffixCell).Result(); n != 0 {
+		t.Errorf("g3's key exists after its only reservation was cancelled")
+	}
+}
+
+// TestCellRetryAfterHonest: a denied redis-cell rule's RetryAfter is exact
+// (from the TAT), not CL.THROTTLE's whole seconds: admitted once it has
+// passed, and never before.
+func TestCellRetryAfterHonest(t *testing.T) {
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	wantStrategy(t, b, driver.GCRA, capability.CellLua)
+	s := newSubject(t, "cellretry")
+	r := s.gcra("g", 4, time.Second, 0) // T = 250ms, one at a time
+	res := take(t, b, s.request(driver.OpTake, 1, r))
+	t0 := res.Now
+	res = take(t, b, s.request(driver.OpTake, 1, r))
+	if res.Allowed {
+		t.Fatalf("second take at once = allowed, want denied")
+	}
+	ra := res.Rules[0].RetryAfter
+	if want := t0.Add(250 * time.Millisecond).Sub(res.Now); ra < want || ra > want+2*time.Millisecond {
+		t.Errorf("RetryAfter = %v, want %v (the TAT minus now), not whole seconds", ra, want)
+	}
+	at := res.Now.Add(ra)
+	eventually(t, 2*time.Second, "the retry instant", func() bool { return !serverNow(t, c).Before(at) })
+	if res = take(t, b, s.request(driver.OpTake, 1, r)); !res.Allowed {
+		t.Errorf("take at Now+RetryAfter = denied (%v), want allowed", res.Rules[0].RetryAfter)
+	}
+}
+
+// TestCellArgs: which GCRA rules CL.THROTTLE can express exactly.
+func TestCellArgs(t *testing.T) {
+	for _, tc := range []struct {
+		w             time.Duration
+		limit, burst  int64
+		count, period int64
+		ok            bool
+	}{
+		{time.Minute, 10, 4, 1, 6, true},
+		{time.Second, 10, 2, 10, 1, true},
+		{1500 * time.Millisecond, 3, 0, 2, 1, true},
+		{time.Hour, 20, 19, 1, 180, true},
+		{24 * time.Hour, 8, 0, 1, 10800, true},
+		{time.Second, 3, 0, 0, 0, false},                  // 333333333.3 ns
+		{1000000007 * time.Nanosecond, 1, 0, 0, 0, false}, // period 1000000007 s
+		{time.Second, 1, 1 << 40, 0, 0, false},            // tolerance beyond 2^53 ns
+	} {
+		r := driver.Rule{Name: "g", Algorithm: driver.GCRA, Limit: tc.limit, Window: tc.w, Burst: tc.burst}
+		count, period, why := cellArgs(&r)
+		if (why == "") != tc.ok || count != tc.count || period != tc.period {
+			t.Errorf("cellArgs(%v/%d burst %d) = %d, %d, %q; want %d, %d, ok %v", tc.w, tc.limit, tc.burst, count, period, why, tc.count, tc.period, tc.ok)
+		}
+		if why == "" {
+			// redis-cell's interval: period·1e9/count in float64, truncated.
+			ns := float64(period) * 1e9 / float64(count)
+			if int64(ns) != int64(tc.w)/tc.limit {
+				t.Errorf("cellArgs(%v/%d): redis-cell's interval %d ns, Lua's %d", tc.w, tc.limit, int64(ns), int64(tc.w)/tc.limit)
+			}
+		}
+	}
+}
+
+// TestGCRAAgreesWithCell: Lua GCRA and CL.THROTTLE give the same
+// allow/deny sequence for the same attempts. Both backends decide each
+// attempt back to back (same rule: the plain one on its key, the cell one
+// on key%x); attempts are placed at least 5 ms away from the instant
+// where the decision flips, so the microseconds between the two calls
+// cannot matter.
+func TestGCRAAgreesWithCell(t *testing.T) {
+	ctx := context.Background()
+	addr := moduleAddr(t, "FREQCAP_TEST_CELL")
+	cell, c := moduleBackend(t, addr, capability.Config{})
+	plain, _ := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
+	wantStrategy(t, cell, driver.GCRA, capability.CellLua)
+	wantStrategy(t, plain, driver.GCRA, capability.PlainLua)
+	for _, rc := range []struct {
+		limit int64
+		per   time.Duration
+		burst int64
+	}{{10, time.Second, 2}, {4, time.Second, 0}, {20, 2 * time.Second, 5}} {
+		t.Run(fmt.Sprintf("%d per %v burst %d", rc.limit, rc.per, rc.burst), func(t *testing.T) {
+			s := newSubject(t, "agree")
+			r := s.gcra("g", rc.limit, rc.per, rc.burst)
+			T := rc.per / time.Duration(rc.limit)
+			tol := T * time.Duration(rc.burst+1)
+			rng := mrand.New(mrand.NewPCG(uint64(rc.limit), uint64(rc.burst)))
+			var seqPlain, seqCell []bool
+			for k := 0; k < 40; k++ {
+				cost := []int64{1, 1, 1, 1, 2, 3}[rng.IntN(6)]
+				if k == 20 {
+					cost = rc.burst + 2 // cost too high
+				}
+				gap := time.Duration(rng.IntN(int(2*T/time.Millisecond))) * time.Millisecond
+				target := serverNow(t, c).Add(gap)
+				// While tat > now the decision flips at allowAt = tat + cost·T - tol.
+				v, err := c.Get(ctx, r.Key).Result()
+				var tat time.Time
+				if err == nil {
+					us, _ := strconv.ParseInt(v, 10, 64)
+					tat = time.UnixMicro(us)
+				}
+				for {
+					now := serverNow(t, c)
+					if now.Before(target) {
+						time.Sleep(time.Millisecond) // polling the server's clock
+						continue
+					}
+					if !tat.After(now) {
+						break // a drained state: the decision no longer depends on the time
+					}
+					allowAt := tat.Add(time.Duration(cost)*T - tol)
+					if d := now.Sub(allowAt); d > 5*time.Millisecond || d < -5*time.Millisecond {
+						break
+					}
+					target = allowAt.Add(6 * time.Millisecond)
+				}
+				rp := take(t, plain, s.request(driver.OpTake, cost, r))
+				rcl := take(t, cell, s.request(driver.OpTake, cost, r))
+				seqPlain, seqCell = append(seqPlain, rp.Allowed), append(seqCell, rcl.Allowed)
+				if rp.Allowed != rcl.Allowed {
+					t.Errorf("attempt %d (cost %d): Lua GCRA allowed=%v, CL.THROTTLE allowed=%v", k, cost, rp.Allowed, rcl.Allowed)
+				}
+				if rp.Rules[0].CostTooHigh != rcl.Rules[0].CostTooHigh {
+					t.Errorf("attempt %d (cost %d): CostTooHigh %v vs %v", k, cost, rp.Rules[0].CostTooHigh, rcl.Rules[0].CostTooHigh)
+				}
+			}
+			// The two TATs agree to the time between the calls.
+			lv, _ := c.Get(ctx, r.Key).Result()
+			cv, _ := c.Get(ctx, r.Key+suffixCell).Result()
+			lus, _ := strconv.ParseInt(lv, 10, 64)
+			cns, _ := new(big.Int).SetString(cv, 10)
+			if cns != nil {
+				d := new(big.Int).Sub(cns, big.NewInt(lus*1000)).Int64()
+				if d < -int64(5*time.Millisecond) || d > int64(5*time.Millisecond) {
+					t.Errorf("TATs: Lua %d µs, redis-cell %s ns: %v apart", lus, cv, time.Duration(d))
+				}
+			}
+			t.Logf("allow sequence (Lua GCRA): %v", seqPlain)
+			if fmt.Sprint(seqPlain) != fmt.Sprint(seqCell) {
+				t.Errorf("sequences differ:\n Lua  %v\n cell %v", seqPlain, seqCell)
+			}
+		})
+	}
+}
+
+// bareClient returns a client on addr for a fresh ACL user who may run
+// everything but scripting (-@scripting: EVAL, EVALSHA, SCRIPT,
+// FUNCTION), as on a server or proxy without Lua. The user is deleted
+// with the test.
+func bareClient(t *testing.T, addr string) *goredis.Client {
+	t.Helper()
+	ctx := context.Background()
+	admin := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { admin.Close() })
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	user, pass := "fc-bare-"+hex.EncodeToString(rb[:]), "pw-"+hex.EncodeToString(rb[:])
+	if err := admin.Do(ctx, "acl", "setuser", user, "on", ">"+pass, "~*", "&*", "+@all", "-@scripting").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "acl", "deluser", user) })
+	o := NewClientOptions(addr).Simple()
+	o.Username, o.Password = user, pass
+	c := goredis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestBareTairHash: with scripting refused, sliding-window rules run as
+// bare TairHash commands: NonAtomic decisions that never over-admit a
+// rule, compensated when a later rule denies; other algorithms and
+// reservations are unsupported; batches fall back to Take.
+func TestBareTairHash(t *testing.T) {
+	ctx := context.Background()
+	addr := moduleAddr(t, "FREQCAP_TEST_TAIRHASH")
+	c := bareClient(t, addr)
+	b := New(c, nil)
+	rep := wantStrategy(t, b, driver.SlidingWindow, capability.TairHashBare)
+	if !rep.NonAtomic {
+		t.Errorf("report NonAtomic = false, want true:\n%s", rep)
+	}
+	d, err := b.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Strategies[driver.SlidingWindow]; st.Name != "tairhash-bare" {
+		t.Errorf("Describe: sliding window strategy %q, want tairhash-bare", st.Name)
+	}
+	if st := d.Strategies[driver.GCRA]; st.Name != "unavailable" {
+		t.Errorf("Describe: GCRA strategy %q, want unavailable", st.Name)
+	}
+	t.Logf("report:\n%s", rep)
+
+	s := newSubject(t, "bare")
+	a := s.sliding("a", 5, time.Hour, 10)
+	bb := s.sliding("b", 3, time.Hour, 10)
+	check := func(what string, res driver.Result, allowed bool, ua, ub int64) {
+		t.Helper()
+		if res.Allowed != allowed || !res.NonAtomic {
+			t.Errorf("%s: Allowed %v NonAtomic %v, want %v, true", what, res.Allowed, res.NonAtomic, allowed)
+		}
+		if res.Rules[0].Used != ua || res.Rules[1].Used != ub {
+			t.Errorf("%s: used %d, %d; want %d, %d", what, res.Rules[0].Used, res.Rules[1].Used, ua, ub)
+		}
+	}
+	check("take 2", take(t, b, s.request(driver.OpTake, 2, a, bb)), true, 2, 2)
+	check("take 2 (b denies)", take(t, b, s.request(driver.OpTake, 2, a, bb)), false, 2, 2)
+	check("peek 1", take(t, b, s.request(driver.OpPeek, 1, a, bb)), true, 2, 2)
+	check("take 1", take(t, b, s.request(driver.OpTake, 1, a, bb)), true, 3, 3)
+	res := take(t, b, s.request(driver.OpInspect, 0, a, bb))
+	if len(res.Trail) != 1 || res.Trail[0].Rule != "b" || res.Trail[0].Used != 2 || res.Trail[0].Cost != 2 {
+		t.Errorf("Inspect trail = %+v, want one denial by b (used 2, cost 2)", res.Trail)
+	}
+
+	// The MAX bound on b's key (b holds 3 of 3 in this cell).
+	key := bb.Key + suffixTairHash
+	i := res.Now.UnixMicro() / (6 * time.Minute).Microseconds()
+	err = c.Do(ctx, "exhincrby", key, strconv.FormatInt(i, 10), 1, "max", 3).Err()
+	if !isOverflow(err) {
+		t.Errorf("EXHINCRBY past MAX = %v, want %q", err, errOverflow)
+	}
+
+	// Compensation: a is incremented, then b's bounded increment fails.
+	br := bareRule{r: &bb, key: key, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
+	ar := bareRule{r: &a, key: a.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
+	if err := ar.incr(ctx, c, 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.incr(ctx, c, 1, 3-0); !isOverflow(err) {
+		t.Fatalf("b's bounded increment = %v, want overflow", err)
+	}
+	if err := ar.incr(ctx, c, -1, 0); err != nil {
+		t.Fatalf("compensating decrement: %v", err)
+	}
+	check("peek after a compensated increment", take(t, b, s.request(driver.OpPeek, 1, a, bb)), false, 3, 3)
+	if pttl, _ := c.Do(ctx, "exhpttl", ar.key, strconv.FormatInt(i, 10)).Int64(); pttl <= 0 {
+		t.Errorf("a's cell TTL after the compensating decrement = %d, want > 0 (EXHPEXPIREAT again)", pttl)
+	}
+
+	// The empty-key leak: a denial on a fresh key by MAX, then the sweep.
+	fresh := s.sliding("fresh", 1, time.Hour, 10)
+	fr := bareRule{r: &fresh, key: fresh.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i, empty: true}
+	if err := fr.incr(ctx, c, 2, 1); !isOverflow(err) {
+		t.Fatalf("EXHINCRBY 2 MAX 1 on a fresh key = %v, want overflow", err)
+	}
+	if n, _ := c.Exists(ctx, fr.key).Result(); n != 1 {
+		t.Logf("no empty key left: the EXHPEXPIREAT in the same EXEC removed it (as EXHGET does)")
+	}
+	if err := b.sweep(ctx, &fr); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, fr.key).Result(); n != 0 {
+		t.Errorf("EXISTS after the sweep = %d, want 0", n)
+	}
+
+	// Unsupported: other algorithms, reservations.
+	for _, tc := range []struct {
+		name string
+		req  driver.Request
+	}{
+		{"gcra", s.request(driver.OpTake, 1, s.gcra("g", 10, time.Minute, 0))},
+		{"fixed with sliding", s.request(driver.OpTake, 1, a, s.fixed("f", 10, time.Minute))},
+		{"reserve", func() driver.Request {
+			r := s.request(driver.OpReserve, 1, a)
+			r.HoldID, r.HoldTTL = "h", time.Minute
+			return r
+		}()},
+	} {
+		if _, err := b.Take(ctx, tc.req); !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("Take(%s) error = %v, want errors.ErrUnsupported", tc.name, err)
+		}
+	}
+
+	// Idempotency: a retry replays the first decision.
+	req := s.request(driver.OpTake, 1, a)
+	req.IdemKey, req.IdemTTL = s.base+"!i:k1", time.Minute
+	first := take(t, b, req)
+	again := take(t, b, req)
+	if !again.Replayed || again.Allowed != first.Allowed || again.Rules[0].Used != first.Rules[0].Used {
+		t.Errorf("retry = replayed %v allowed %v used %d; want the first decision (%v, %d) replayed", again.Replayed, again.Allowed, again.Rules[0].Used, first.Allowed, first.Rules[0].Used)
+	}
+
+	// Batches fall back to Take.
+	s2 := newSubject(t, "barebatch")
+	x := s2.sliding("x", 2, time.Hour, 10)
+	out := b.TakeBatch(ctx, []driver.Request{s2.request(driver.OpTake, 1, x), s2.request(driver.OpTake, 1, x), s2.request(driver.OpTake, 1, x)})
+	for k, want := range []bool{true, true, false} {
+		if out[k].Err != nil || out[k].Result.Allowed != want || !out[k].Result.NonAtomic {
+			t.Errorf("TakeBatch[%d] = %+v, %v; want allowed %v, NonAtomic", k, out[k].Result, out[k].Err, want)
+		}
+	}
+
+	// The limit holds under concurrency: 32 workers, 4 takes each, on two
+	// rules; each rule admits exactly its limit.
+	s3 := newSubject(t, "barerace")
+	p := s3.sliding("p", 20, time.Hour, 10)
+	q := s3.sliding("q", 1000, time.Hour, 10)
+	done := make(chan int, 32)
+	for range 32 {
+		go func() {
+			n := 0
+			for range 4 {
+				if res, err := b.Take(ctx, s3.request(driver.OpTake, 1, q, p)); err == nil && res.Allowed {
+					n++
+				}
+			}
+			done <- n
+		}()
+	}
+	admitted := 0
+	for range 32 {
+		admitted += <-done
+	}
+	res = take(t, b, s3.request(driver.OpPeek, 1, q, p))
+	if admitted != 20 || res.Rules[1].Used != 20 || res.Rules[0].Used != 20 {
+		t.Errorf("race: %d admitted, used q %d p %d; want 20, 20, 20 (compensated)", admitted, res.Rules[0].Used, res.Rules[1].Used)
+	}
+}

@@ -1,0 +1,133 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Key suffixes of the module strategies. A rule's state under a module
+// strategy lives at driver.Rule.Key plus its suffix, so that a change of
+// strategy (a module loaded or removed, a configuration change, a rule
+// whose GCRA parameters stop fitting CL.THROTTLE) moves the rule to other
+// keys: a TairHash key read by HGETALL is WRONGTYPE, and CL.THROTTLE
+// aborts the server when its key holds anything but its own TAT.
+//
+// The suffixes begin with '%' followed by a letter that is not a hex
+// digit. The sdk escapes '%' in subject values as %XX (two hex digits), so
+// no key the sdk builds ends in one of them: a suffixed key can never be
+// another rule's or another subject's key. The hash tag is unchanged.
+const (
+	suffixTairHash = "%t"
+	suffixHFE      = "%h"
+	suffixCell     = "%x"
+)
+
+// maxExactNs bounds the nanosecond quantities the redis-cell strategy
+// sends or computes (period, tolerance): 2^53, the largest range where
+// redis-cell's float64 division and take.lua's doubles are exact.
+const maxExactNs = 1 << 53
+
+// cellArgs returns CL.THROTTLE's count and period (whole seconds) for a
+// GCRA rule when they express its emission interval Window/Limit exactly
+// (period/count = Window/Limit, so redis-cell's interval, computed as
+// period·1e9/count in float64 and truncated, is the same integer number
+// of nanoseconds as Lua GCRA's). Otherwise it says why the rule stays on
+// Lua GCRA. The rule's limit, window and burst are already validated.
+func cellArgs(r *driver.Rule) (count, period int64, why string) {
+	w, l := int64(r.Window), r.Limit
+	if w%l != 0 {
+		return 0, 0, fmt.Sprintf("emission interval %v/%d is not a whole number of nanoseconds", r.Window, l)
+	}
+	t := w / l
+	if r.Burst+1 > maxExactNs/t {
+		return 0, 0, fmt.Sprintf("tolerance %v × %d exceeds 2^53 ns", time.Duration(t), r.Burst+1)
+	}
+	// period/count = w / (l·1e9), reduced.
+	num := big.NewInt(w)
+	den := new(big.Int).Mul(big.NewInt(l), big.NewInt(int64(time.Second)))
+	g := new(big.Int).GCD(nil, nil, num, den)
+	num.Quo(num, g)
+	den.Quo(den, g)
+	if !num.IsInt64() || !den.IsInt64() || num.Int64() > maxExactNs/int64(time.Second) {
+		return 0, 0, fmt.Sprintf("%v/%d needs a CL.THROTTLE period beyond 2^53 ns", r.Window, l)
+	}
+	return den.Int64(), num.Int64(), ""
+}
+
+// ruleCode returns take.lua's algorithm code and state key for r under
+// rep's choices.
+func ruleCode(rep *capability.Report, r *driver.Rule) (code, key string, err error) {
+	ch := rep.Choice(r.Algorithm)
+	switch ch.Strategy {
+	case capability.Unavailable, capability.TairHashBare, capability.CellBare:
+		return "", "", unsupported(r.Algorithm, ch)
+	}
+	switch r.Algorithm {
+	case driver.SlidingWindow:
+		switch ch.Strategy {
+		case capability.TairHashLua:
+			return "t", r.Key + suffixTairHash, nil
+		case capability.HFELua:
+			return "h", r.Key + suffixHFE, nil
+		}
+		return "s", r.Key, nil
+	case driver.GCRA:
+		if ch.Strategy == capability.CellLua {
+			if _, _, why := cellArgs(r); why == "" {
+				return "x", r.Key + suffixCell, nil
+			}
+		}
+		return "g", r.Key, nil
+	}
+	return "", r.Key, nil
+}
+
+// unsupported is the error for an algorithm the server cannot run.
+func unsupported(a driver.Algorithm, ch capability.Choice) error {
+	return fmt.Errorf("%w: %s rules on this server: %s", errors.ErrUnsupported, a, ch.Reason)
+}
+
+// stateKeys returns every key r's state may live under, whatever the
+// strategy: Reset deletes them all.
+func stateKeys(r *driver.Rule) []string {
+	switch r.Algorithm {
+	case driver.SlidingWindow:
+		return []string{r.Key, r.Key + suffixTairHash, r.Key + suffixHFE}
+	case driver.GCRA:
+		return []string{r.Key, r.Key + suffixCell}
+	}
+	return []string{r.Key}
+}
+
+// describeReport turns a report into the backend's description, with what
+// the backend adds to the choices: which GCRA rules redis-cell can take,
+// which strategies it does not implement, the key suffixes.
+func describeReport(rep *capability.Report) driver.Description {
+	d := rep.Description()
+	for a, st := range d.Strategies {
+		switch st.Name {
+		case capability.CellLua.String():
+			st.Reason += "; only for rules whose Window/Limit CL.THROTTLE's whole-second period expresses exactly (a whole number of ns, period and tolerance within 2^53 ns): other GCRA rules stay on plain Lua GCRA; state under <key>" + suffixCell
+		case capability.TairHashLua.String():
+			st.Reason += "; state under <key>" + suffixTairHash
+		case capability.HFELua.String():
+			st.Reason += "; state under <key>" + suffixHFE
+		case capability.TairHashBare.String():
+			st.Reason += "; state under <key>" + suffixTairHash + "; take, peek and inspect only (no reservations)"
+		case capability.CellBare.String():
+			st.Name = capability.Unavailable.String()
+			st.Reason = "redis-cell without scripting is not implemented by this backend (" + st.Reason + ")"
+		}
+		d.Strategies[a] = st
+	}
+	return d
+}
+
+// scriptless reports whether rep found a master without scripting: then
+// Take runs bare module commands and batches fall back to Take.
+func scriptless(rep *capability.Report) bool { return !rep.Scripting.All() }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+)
+
+// TestBenchModes runs each mode of `freqcap bench` briefly against a
+// dedicated server (-memory flushes it) and checks the report's lines.
+func TestBenchModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench runs take a few seconds")
+	}
+	addr := redistest.NewServer(t).Addr()
+	common := []string{"-redis", addr, "-workers", "4", "-duration", "200ms", "-warmup", "0", "-subjects", "200"}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"batch", []string{"-batch", "50", "-rounds", "2"}, []string{
+			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}},
+		{"hot", []string{"-hot", "-hot-subjects", "3"}, []string{
+			"hot, no cache:", "hot, HotDenyCache:", "Redis round trips per decision:", "hot-deny cache: size 10000"}},
+		{"hot batch", []string{"-hot", "-batch", "20"}, []string{"hot, batch 20, HotDenyCache:"}},
+		{"memory log", []string{"-memory", "-memory-takes", "2", "-policy", "../../testdata/seed-log.yaml"}, []string{
+			`policy "push-log"`, "sliding_log:", "memory: ", "2 decision(s) each for 200 subjects"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := captureStdout(t, func() error { return runBench(append(common, tc.args...)) })
+			if err != nil {
+				t.Fatalf("runBench(%q) = %v, want nil\n%s", tc.args, err, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("runBench(%q) output lacks %q:\n%s", tc.args, w, out)
+				}
+			}
+			if strings.Contains(out, "first error") {
+				t.Errorf("runBench(%q) reported errors:\n%s", tc.args, out)
+			}
+		})
+	}
+}
+
+func captureStdout(t *testing.T, f func() error) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(&buf, r); close(done) }()
+	ferr := f()
+	os.Stdout = old
+	w.Close()
+	<-done
+	return buf.String(), ferr
+}
