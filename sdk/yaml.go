@@ -57,6 +57,8 @@ type filePolicy struct {
 	Name    string     `yaml:"name"`
 	Failure string     `yaml:"failure"`
 	Trail   *fileTrail `yaml:"trail"`
+	// HotDeny is the size of the per-process hot-deny cache (0: none).
+	HotDeny int        `yaml:"hot_deny_cache"`
 	Rules   []fileRule `yaml:"rules"`
 	line    int
 }
@@ -210,6 +212,9 @@ func (fp filePolicy) build() (*Policy, int, error) {
 			ttl = time.Duration(*fp.Trail.TTL)
 		}
 		opts = append(opts, WithTrail(tmax, ttl))
+	}
+	if fp.HotDeny != 0 {
+		opts = append(opts, HotDenyCache(fp.HotDeny))
 	}
 	rules := make([]Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {

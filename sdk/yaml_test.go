@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // zones load on machines without zoneinfo
 
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -60,6 +61,7 @@ policies:
   - name: p
     failure: closed
     trail: {max: 5}
+    hot_deny_cache: 100
     rules:
       - {name: a, algorithm: sliding_window, limit: 3, window: 1d12h, sub_windows: 6, by: [user]}
       - {name: b, algorithm: sliding_log, limit: 2, window: 90s, by: [user]}
@@ -70,9 +72,12 @@ policies:
 	if err != nil {
 		t.Fatalf("LoadPolicies = %v", err)
 	}
+	if got := ps[0].HotDenyCache(); got != 100 {
+		t.Errorf("HotDenyCache() = %d, want 100 (hot_deny_cache)", got)
+	}
 	kolkata, err := time.LoadLocation("Asia/Kolkata")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	assertRules(t, ps[0].Rules(), []sdk.Rule{
 		sdk.Sliding("a", 3, 36*time.Hour).Cells(6).By("user"),
@@ -113,6 +118,7 @@ func TestLoadPoliciesErrors(t *testing.T) {
 		{"duplicate policy", "policies:\n  - name: p\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n  - name: p\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n", sdk.ErrInvalidPolicy, []string{"line 4", "duplicate policy name"}},
 		{"bad dimension", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, by: [u, u]}\n", sdk.ErrInvalidRule, []string{"line 4", `dimension "u" given twice`}},
 		{"cells on gcra", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1, window: 1s, sub_windows: 4, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "sub_windows is only for sliding_window"}},
+		{"negative hot-deny cache", "policies:\n  - name: p\n    hot_deny_cache: -1\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n", sdk.ErrInvalidPolicy, []string{"line 2", "hot-deny cache size must be > 0"}},
 		{"negative trail", "policies:\n  - name: p\n    trail: {max: -1}\n    rules: [{name: a, algorithm: gcra, limit: 1, window: 1s, by: [u]}]\n", sdk.ErrInvalidPolicy, []string{"line 2", "trail max must be >= 0"}},
 		{"not yaml", "policies: [\n", sdk.ErrInvalidPolicy, []string{"line"}},
 	}
