@@ -106,7 +106,7 @@ func TestCalendarWindow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			loc, err := time.LoadLocation(tc.zone)
 			if err != nil {
-				t.Skipf("zone %s: %v", tc.zone, err)
+				t.Fatalf("zone %s: %v", tc.zone, err)
 			}
 			s := newSubject(t, "cal")
 			r := driver.Rule{Name: "d", Key: s.key("d"), Algorithm: driver.FixedWindow, Limit: 2, Window: 24 * time.Hour, Calendar: tc.unit, Location: loc}
