@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -476,20 +475,7 @@ func TestBatchSameSubjectOrder(t *testing.T) {
 // TestNoReplayAfterTimeout).
 func TestBatchNoReplayAfterTimeout(t *testing.T) {
 	addr := redistest.Standalone(t)
-	var dials atomic.Int64
-	c := goredis.NewClient(&goredis.Options{
-		Addr:        addr,
-		MaxRetries:  3,
-		ReadTimeout: 50 * time.Millisecond,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	})
-	defer c.Close()
-	blocker := goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
-	defer blocker.Close()
+	c, dials, blocker := replayClients(t, addr)
 	b := New(c, nil)
 	ctx := context.Background()
 	var reqs []driver.Request
@@ -543,12 +529,7 @@ func BenchmarkTakeBatch(b *testing.B) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
 	defer c.Close()
 	be := New(c, nil)
-	reqs := make([]driver.Request, 1000)
-	for i := range reqs {
-		s := subject{base: "fcbb:{u" + strconv.Itoa(i) + "}:push:"}
-		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
-		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
-	}
+	reqs := seedRequests("fcbb")
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

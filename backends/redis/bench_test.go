@@ -20,12 +20,7 @@ func BenchmarkTakeSeed(b *testing.B) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
 	defer c.Close()
 	be := New(c, nil)
-	reqs := make([]driver.Request, 1000)
-	for i := range reqs {
-		s := subject{base: "fcb:{u" + strconv.Itoa(i) + "}:push:"}
-		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
-		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
-	}
+	reqs := seedRequests("fcb")
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -68,4 +63,16 @@ func BenchmarkEncode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// seedRequests returns 1000 seed-policy take requests on distinct users
+// under prefix, with four contents between them.
+func seedRequests(prefix string) []driver.Request {
+	reqs := make([]driver.Request, 1000)
+	for i := range reqs {
+		s := subject{base: prefix + ":{u" + strconv.Itoa(i) + "}:push:"}
+		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
+		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
+	}
+	return reqs
 }

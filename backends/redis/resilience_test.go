@@ -113,20 +113,7 @@ func TestServerRestart(t *testing.T) {
 // that the client would otherwise retry.
 func TestNoReplayAfterTimeout(t *testing.T) {
 	addr := redistest.Standalone(t)
-	var dials atomic.Int64
-	c := goredis.NewClient(&goredis.Options{
-		Addr:        addr,
-		MaxRetries:  3, // the risky setting the backend must neutralise
-		ReadTimeout: 50 * time.Millisecond,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	})
-	defer c.Close()
-	blocker := goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
-	defer blocker.Close()
+	c, dials, blocker := replayClients(t, addr)
 	b := New(c, nil)
 	s := newSubject(t, "replay")
 	r := s.fixed("f", 100, time.Hour)
@@ -172,4 +159,27 @@ func TestNoReplayAfterTimeout(t *testing.T) {
 	if d == 0 {
 		t.Logf("control did not retry: the no-dial check above proves less on this go-redis version")
 	}
+}
+
+// replayClients returns a client with the risky settings the backend must
+// neutralise (MaxRetries 3, a 50 ms read timeout) that counts its dials —
+// a replay needs a new connection after a timeout — and a second client
+// with a long timeout for blocking the server. Both close with the test.
+func replayClients(t *testing.T, addr string) (c *goredis.Client, dials *atomic.Int64, blocker *goredis.Client) {
+	t.Helper()
+	dials = new(atomic.Int64)
+	c = goredis.NewClient(&goredis.Options{
+		Addr:        addr,
+		MaxRetries:  3,
+		ReadTimeout: 50 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	blocker = goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { blocker.Close() })
+	return c, dials, blocker
 }
