@@ -110,6 +110,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 				out[e.i].Err = fmt.Errorf("redis: take batch: %w (%w)", errReordered, err)
 			default:
 				ran[e.tag] = true // a lost reply may have run
+				reloadOnNoReply(ctx, b.c, err)
 				out[e.i].Err = fmt.Errorf("redis: take batch: %w", err)
 			}
 		}

@@ -195,7 +195,26 @@ func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src 
 		_ = c.Process(ctx, cmd)
 		v, err = cmd.Result()
 	}
+	reloadOnNoReply(ctx, c, err)
 	return v, err
+}
+
+// reloadOnNoReply asks a cluster client to reload its slot map after a
+// script failed without a server reply (a dead, paused or failed-over
+// master) or with CLUSTERDOWN. Decisions are never retried, so go-redis
+// would otherwise keep sending them to the old master until its periodic
+// reload (60 s by default). go-redis reloads asynchronously and coalesces
+// requests, so calling this on every failure is cheap.
+func reloadOnNoReply(ctx context.Context, c goredis.UniversalClient, err error) {
+	cc, ok := c.(*goredis.ClusterClient)
+	if !ok || err == nil || errors.Is(err, goredis.Nil) {
+		return
+	}
+	var re goredis.Error
+	if errors.As(err, &re) && !goredis.HasErrorPrefix(err, "CLUSTERDOWN") {
+		return // the server answered: its map is not the problem
+	}
+	cc.ReloadState(ctx)
 }
 
 // runEval sends EVAL with the source, for servers that refuse EVALSHA
@@ -204,7 +223,9 @@ func runEval(ctx context.Context, c goredis.UniversalClient, src string, keys []
 	args[0], args[1], args[2] = "eval", src, len(keys)
 	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
 	_ = c.Process(ctx, cmd)
-	return cmd.Result()
+	v, err := cmd.Result()
+	reloadOnNoReply(ctx, c, err)
+	return v, err
 }
 
 func isNoScript(err error) bool {

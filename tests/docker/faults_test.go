@@ -217,11 +217,10 @@ func TestClusterFailover(t *testing.T) {
 	cl := dockertest.StartCluster(t, dockertest.ClusterSpec{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
 	o := fcredis.NewClientOptions(cl.Addrs()...).Cluster()
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-	// Decisions are never retried (a replay could count twice), so go-redis
-	// never redirects them to another node after a connection error and
-	// learns the new topology only from its periodic reload: 60 s by
-	// default. A short interval bounds how long a dead master is used.
-	o.ClusterStateReloadInterval = time.Second
+	// go-redis' default periodic reload (60 s) is left alone: decisions are
+	// never retried, and the backend itself asks for a reload whenever a
+	// decision fails without a reply, which is what must bring it to the
+	// promoted replica within the bound below.
 	rdb := goredis.NewClusterClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	lim := sdk.New(fcredis.New(rdb, nil), sdk.WithTimeout(sdkTimeout))
