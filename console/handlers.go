@@ -230,6 +230,11 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 				row.Strategy, row.Reason = st.Name, st.Reason
 			}
 		}
+		if rd.Strategy != "" && rd.Strategy != row.Strategy {
+			// What the backend ran for this very rule (e.g. a GCRA rule
+			// redis-cell cannot express stays on plain Lua).
+			row.Strategy, row.Reason = rd.Strategy, ""
+		}
 		if i < len(keys) {
 			row.Key = keys[i]
 		}

@@ -68,6 +68,9 @@ type RuleDecision struct {
 	ResetAfter, RetryAfter time.Duration
 	// CostTooHigh reports that the cost exceeds the rule's limit.
 	CostTooHigh bool
+	// Strategy names how the backend evaluated the rule (its storage
+	// strategy, e.g. "lua-hash" or "tairhash"); empty if it does not say.
+	Strategy string
 }
 
 // Inspection is a read-only view of a subject under a policy: each rule's
@@ -149,6 +152,7 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 			ResetAfter:  x.ResetAfter,
 			RetryAfter:  x.RetryAfter,
 			CostTooHigh: x.CostTooHigh,
+			Strategy:    x.Strategy,
 		}
 	}
 	return out

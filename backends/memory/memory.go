@@ -285,6 +285,7 @@ func (x *txn) take(req driver.Request) driver.Result {
 		}
 		used, reset := report(st, r, now)
 		res.Rules[i] = ruleResult(reportedLimit(r), used, reset, verdicts[i])
+		res.Rules[i].Strategy = strategyName(r.Algorithm)
 	}
 	switch {
 	case consume && !allowed:
@@ -410,20 +411,31 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	return nil
 }
 
+// strategyName is the strategy the memory backend uses for a.
+func strategyName(a driver.Algorithm) string {
+	switch a {
+	case driver.FixedWindow:
+		return "counter"
+	case driver.SlidingWindow:
+		return "cells"
+	case driver.SlidingLog:
+		return "log-runs"
+	case driver.GCRA:
+		return "gcra-tat"
+	}
+	return ""
+}
+
 // Describe reports the backend's kind and strategies.
 func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
-	strat := func(name string) driver.Strategy {
-		return driver.Strategy{Name: name, Reason: "in-process, exact"}
+	strats := make(map[driver.Algorithm]driver.Strategy, 4)
+	for _, a := range []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA} {
+		strats[a] = driver.Strategy{Name: strategyName(a), Reason: "in-process, exact"}
 	}
 	return driver.Description{
-		Name:   "memory",
-		Target: "process memory",
-		Strategies: map[driver.Algorithm]driver.Strategy{
-			driver.FixedWindow:   strat("counter"),
-			driver.SlidingWindow: strat("cells"),
-			driver.SlidingLog:    strat("log-runs"),
-			driver.GCRA:          strat("gcra-tat"),
-		},
+		Name:       "memory",
+		Target:     "process memory",
+		Strategies: strats,
 		Notes: []string{
 			fmt.Sprintf("State lives in this process only, in %d shards locked by hash tag.", len(b.shards)),
 		},

@@ -489,3 +489,28 @@ func TestIdemRecordBounded(t *testing.T) {
 		t.Error("Take(IdemKey without IdemTTL) = nil error, want one")
 	}
 }
+
+// TestResultStrategy checks that each rule's result names the strategy
+// Describe reports for its algorithm.
+func TestResultStrategy(t *testing.T) {
+	b := New(nil)
+	rules := []driver.Rule{
+		{Name: "f", Key: "st:{u}:f", Algorithm: driver.FixedWindow, Limit: 5, Window: time.Minute},
+		{Name: "s", Key: "st:{u}:s", Algorithm: driver.SlidingWindow, Limit: 5, Window: time.Minute, SubWindows: 10},
+		{Name: "l", Key: "st:{u}:l", Algorithm: driver.SlidingLog, Limit: 5, Window: time.Minute},
+		{Name: "g", Key: "st:{u}:g", Algorithm: driver.GCRA, Limit: 5, Window: time.Minute, Burst: 1},
+	}
+	res, err := b.Take(context.Background(), driver.Request{Op: driver.OpTake, Rules: rules, Cost: 1})
+	if err != nil {
+		t.Fatalf("Take() error: %v", err)
+	}
+	desc, err := b.Describe(context.Background())
+	if err != nil {
+		t.Fatalf("Describe() error: %v", err)
+	}
+	for i, r := range res.Rules {
+		if want := desc.Strategies[rules[i].Algorithm].Name; r.Strategy != want || want == "" {
+			t.Errorf("Take() rule %q strategy = %q, want %q", rules[i].Name, r.Strategy, want)
+		}
+	}
+}

@@ -254,6 +254,9 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 		return driver.Result{}, err
 	}
 	res.NonAtomic = true
+	for i := range res.Rules {
+		res.Rules[i].Strategy = capability.TairHashBare.String()
+	}
 	return res, nil
 }
 
@@ -376,5 +379,8 @@ func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 		return driver.Result{}, err
 	}
 	res.NonAtomic = true
+	for i := range res.Rules {
+		res.Rules[i].Strategy = capability.TairHashBare.String()
+	}
 	return res, nil
 }

@@ -294,6 +294,11 @@ func (b *Backend) finish(req driver.Request, v any) (driver.Result, error) {
 	if req.Op == driver.OpReserve && res.Allowed && !res.Replayed {
 		res.HoldID = req.HoldID
 	}
+	if rep := b.det.Cached(); rep != nil {
+		for i := range req.Rules {
+			res.Rules[i].Strategy = ruleStrategy(rep, &req.Rules[i])
+		}
+	}
 	return res, nil
 }
 

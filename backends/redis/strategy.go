@@ -87,6 +87,23 @@ func ruleCode(rep *capability.Report, r *driver.Rule) (code, key string, err err
 	return "", r.Key, nil
 }
 
+// ruleStrategy names the strategy take.lua used for r (what ruleCode
+// chose), in the names capability.Strategy prints.
+func ruleStrategy(rep *capability.Report, r *driver.Rule) string {
+	code, _, err := ruleCode(rep, r)
+	switch {
+	case err != nil:
+		return ""
+	case code == "t":
+		return capability.TairHashLua.String()
+	case code == "h":
+		return capability.HFELua.String()
+	case code == "x":
+		return capability.CellLua.String()
+	}
+	return capability.PlainLua.String()
+}
+
 // unsupported is the error for an algorithm the server cannot run.
 func unsupported(a driver.Algorithm, ch capability.Choice) error {
 	return fmt.Errorf("%w: %s rules on this server: %s", errors.ErrUnsupported, a, ch.Reason)

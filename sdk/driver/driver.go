@@ -182,6 +182,10 @@ type RuleResult struct {
 	// CostTooHigh reports that the cost can never fit (cost > limit);
 	// RetryAfter is zero then.
 	CostTooHigh bool
+	// Strategy names how the backend evaluated this rule (e.g. "cells",
+	// "lua-hash", "tairhash"); it matches a Description's strategy names.
+	// Empty when the backend does not say.
+	Strategy string
 }
 
 // Result is a backend's answer to a Request.

@@ -1,0 +1,48 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// TestResultStrategy checks that every rule's result names the strategy
+// take.lua ran for it: plain Lua on a plain server, and on a redis-cell
+// server CL.THROTTLE only for the GCRA rule it can express exactly.
+func TestResultStrategy(t *testing.T) {
+	ctx := context.Background()
+	t.Run("plain server", func(t *testing.T) {
+		b, _ := standalone(t)
+		s := newSubject(t, "strategy")
+		res, err := b.Take(ctx, s.request(driver.OpTake, 1,
+			s.fixed("f", 5, time.Minute), s.sliding("s", 5, time.Minute, 10), s.gcra("g", 10, time.Minute, 4)))
+		if err != nil {
+			t.Fatalf("Take() error: %v", err)
+		}
+		for i, r := range res.Rules {
+			if r.Strategy != "lua" {
+				t.Errorf("Take() rule %d strategy = %q, want %q", i, r.Strategy, "lua")
+			}
+		}
+	})
+	t.Run("redis-cell server", func(t *testing.T) {
+		b, _ := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+		s := newSubject(t, "strategy")
+		// 10 per minute: T = 6 s, which CL.THROTTLE expresses; 3 per second:
+		// T = 333333333.3 ns, which it cannot, so that rule stays on Lua.
+		res, err := b.Take(ctx, s.request(driver.OpTake, 1,
+			s.gcra("exact", 10, time.Minute, 4), s.gcra("inexact", 3, time.Second, 0)))
+		if err != nil {
+			t.Fatalf("Take() error: %v", err)
+		}
+		want := []string{capability.CellLua.String(), capability.PlainLua.String()}
+		for i, r := range res.Rules {
+			if r.Strategy != want[i] {
+				t.Errorf("Take() rule %d strategy = %q, want %q", i, r.Strategy, want[i])
+			}
+		}
+	})
+}
