@@ -14,12 +14,12 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -31,27 +31,10 @@ const (
 // t0 is the tests' starting instant.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type fixture struct {
 	srv      *Server
 	lim      *sdk.Limiter
-	clock    *fakeClock
+	clock    *conformance.FakeClock
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
 	auditBuf *bytes.Buffer
@@ -68,7 +51,7 @@ func testCredentials() []Credential {
 // on a fake clock. creds nil means authentication off.
 func newFixture(t *testing.T, creds []Credential) *fixture {
 	t.Helper()
-	clk := &fakeClock{t: t0}
+	clk := conformance.NewFakeClock(t0)
 	pols, err := SeedPolicies()
 	if err != nil {
 		t.Fatalf("SeedPolicies() error: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -49,7 +50,7 @@ func (c *countingBackend) calls() int {
 	return n
 }
 
-func newCounting(c *clock) *countingBackend {
+func newCounting(c *conformance.FakeClock) *countingBackend {
 	return &countingBackend{Backend: memory.New(&memory.Options{Now: c.Now})}
 }
 

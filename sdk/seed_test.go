@@ -5,33 +5,17 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance"
 )
 
-// clock is a settable clock for the memory backend and the Limiter.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{now: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newClock returns a settable clock for the memory backend and the
+// Limiter.
+func newClock(t time.Time) *conformance.FakeClock { return conformance.NewFakeClock(t) }
 
 // t0 is the test epoch.
 var t0 = time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
@@ -49,7 +33,7 @@ func loadPolicies(t *testing.T) map[string]*sdk.Policy {
 	return m
 }
 
-func newMemLimiter(t *testing.T, c *clock) *sdk.Limiter {
+func newMemLimiter(t *testing.T, c *conformance.FakeClock) *sdk.Limiter {
 	t.Helper()
 	return sdk.New(memory.New(&memory.Options{Now: c.Now}), sdk.WithClock(c.Now))
 }
