@@ -138,11 +138,11 @@ func TestCalendarSkewTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, args, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour), rep)
+	c, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour), rep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = run(context.Background(), b.c, takeScript, "", keys, args)
+	_, err = run(context.Background(), b.c, takeScript, "", c.keys, c.args)
 	if err == nil || !strings.Contains(err.Error(), "calendar boundaries") {
 		t.Errorf("take with boundaries 5h off = %v, want a calendar boundaries error", err)
 	}

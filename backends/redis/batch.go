@@ -56,19 +56,18 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 		return out
 	}
 	type entry struct {
-		i    int // index in reqs
-		keys []string
-		args []any
-		tag  string
+		i   int // index in reqs
+		tag string
+		call
 	}
 	todo := make([]entry, 0, len(reqs))
 	for i, req := range reqs {
-		keys, args, err := b.prepare(ctx, req)
+		c, err := b.prepare(ctx, req)
 		if err != nil {
 			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
 			continue
 		}
-		todo = append(todo, entry{i: i, keys: keys, args: args, tag: hashTag(keys[0])})
+		todo = append(todo, entry{i: i, tag: hashTag(c.keys[0]), call: c})
 	}
 	cmds := make([]noRetryCmd, len(todo))
 	evalFallback := false
@@ -98,7 +97,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 			switch {
 			case err == nil:
 				ran[e.tag] = true
-				res, err := b.finish(reqs[e.i], v)
+				res, err := b.finish(reqs[e.i], e.call, v)
 				if err != nil {
 					out[e.i].Err = fmt.Errorf("redis: take batch: %w", err)
 				} else {

@@ -59,7 +59,7 @@ func BenchmarkEncode(b *testing.B) {
 	rep := capability.Choose([]capability.Node{{Addr: "plain", Scripting: true}}, capability.Config{})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, _, err := be.encode(req, now, &rep); err != nil {
+		if _, err := be.encode(req, now, &rep); err != nil {
 			b.Fatal(err)
 		}
 	}

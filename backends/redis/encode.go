@@ -37,20 +37,28 @@ func opCode(op driver.Op) (string, error) {
 	return "", fmt.Errorf("unknown op %d", op)
 }
 
-// encode builds the KEYS and the EVALSHA argument list (with evalArgs
-// leading placeholders, then the keys, then ARGV) of req. now is the
-// client's clock, used only to pick calendar boundaries around it. rep's
-// choices pick each rule's algorithm code and key (ruleCode).
-func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Report) ([]string, []any, error) {
+// call is one run of take.lua: its KEYS, its EVALSHA argument list (with
+// evalArgs leading placeholders, then the keys, then ARGV) and how each
+// rule is run.
+type call struct {
+	keys  []string
+	args  []any
+	rules []ruleChoice
+}
+
+// encode builds the call of take.lua for req. now is the client's clock,
+// used only to pick calendar boundaries around it. rep's choices pick each
+// rule's algorithm code and key (chooseRule).
+func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	op, err := opCode(req.Op)
 	if err != nil {
-		return nil, nil, err
+		return call{}, err
 	}
 	cost := req.Cost
 	if req.Op == driver.OpInspect {
 		cost = 1
 	} else if cost < 1 {
-		return nil, nil, fmt.Errorf("cost must be >= 1, got %d", cost)
+		return call{}, fmt.Errorf("cost must be >= 1, got %d", cost)
 	}
 	n := len(req.Rules)
 	nk := n
@@ -66,7 +74,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	ik := 0
 	if req.IdemKey != "" && (req.Op == driver.OpTake || req.Op == driver.OpReserve) {
 		if req.IdemTTL <= 0 {
-			return nil, nil, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
+			return call{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
 		}
 		nk++
 		ik = nk
@@ -74,10 +82,10 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	var holdTTL, holdKeyTTL int64
 	if req.Op == driver.OpReserve {
 		if hk == 0 || req.HoldID == "" {
-			return nil, nil, errors.New("reserve needs a hold key and a hold id")
+			return call{}, errors.New("reserve needs a hold key and a hold id")
 		}
 		if req.HoldTTL <= 0 {
-			return nil, nil, fmt.Errorf("hold TTL must be > 0, got %v", req.HoldTTL)
+			return call{}, fmt.Errorf("hold TTL must be > 0, got %v", req.HoldTTL)
 		}
 		holdTTL = req.HoldTTL.Microseconds()
 		if holdTTL < 1 {
@@ -94,7 +102,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 		holdKeyTTL = ceilMillis(req.HoldTTL + longest + time.Second)
 	}
 	if nk == 0 {
-		return nil, nil, errNoKeys
+		return call{}, errNoKeys
 	}
 
 	hdr := headerArgs
@@ -103,18 +111,18 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	}
 	keys := make([]string, 0, nk)
 	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+2)
-	codes := make([]string, n)
+	choices := make([]ruleChoice, n)
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
-			return nil, nil, err
+			return call{}, err
 		}
-		code, key, err := ruleCode(rep, r)
+		ch, err := chooseRule(rep, r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("rule %q: %w", r.Name, err)
+			return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		codes[i] = code
-		keys = append(keys, key)
+		choices[i] = ch
+		keys = append(keys, ch.key)
 	}
 	if tk > 0 {
 		keys = append(keys, req.TrailKey)
@@ -139,7 +147,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 			if r.Calendar != driver.NoCalendar {
 				bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
 				if err != nil {
-					return nil, nil, fmt.Errorf("rule %q: %w", r.Name, err)
+					return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
 				}
 				args = append(args, "c", r.Name, r.Limit, bs, 0)
 			} else {
@@ -151,23 +159,26 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 				cells = 10
 			}
 			s := cellSize(r.Window, cells)
-			args = append(args, codes[i], r.Name, r.Limit, cells, s.Microseconds())
+			code := choices[i].code // "t", "h" or plain
+			if code == "" {
+				code = "s"
+			}
+			args = append(args, code, r.Name, r.Limit, cells, s.Microseconds())
 		case driver.SlidingLog:
 			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
 		case driver.GCRA:
 			t := r.Window / time.Duration(r.Limit)
-			if codes[i] == "x" {
-				count, period, _ := cellArgs(r)
-				args = append(args, "x", r.Name, r.Burst+1, int64(t), strconv.FormatInt(count, 10)+":"+strconv.FormatInt(period, 10))
+			if ch := choices[i]; ch.code == "x" {
+				args = append(args, "x", r.Name, r.Burst+1, int64(t), strconv.FormatInt(ch.cellCount, 10)+":"+strconv.FormatInt(ch.cellPeriod, 10))
 				continue
 			}
 			args = append(args, "g", r.Name, r.Burst+1, int64(t), int64(t)*(r.Burst+1))
 		default:
-			return nil, nil, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
+			return call{}, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
 		}
 	}
 	args = append(args, ik, ceilMillis(req.IdemTTL))
-	return keys, args, nil
+	return call{keys: keys, args: args, rules: choices}, nil
 }
 
 // validRule validates what every strategy relies on: a key, a limit, a

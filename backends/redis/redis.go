@@ -248,45 +248,44 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 		}
 		return res, nil
 	}
-	keys, args, err := b.encode(req, time.Now(), rep)
+	c, err := b.encode(req, time.Now(), rep)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
 	var v any
 	if rep.EvalOnly {
-		v, err = runEval(ctx, b.c, lua.Take, keys, args)
+		v, err = runEval(ctx, b.c, lua.Take, c.keys, c.args)
 	} else {
-		v, err = run(ctx, b.c, takeScript, lua.Take, keys, args)
+		v, err = run(ctx, b.c, takeScript, lua.Take, c.keys, c.args)
 	}
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
-	res, err := b.finish(req, v)
+	res, err := b.finish(req, c, v)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
 	return res, nil
 }
 
-// prepare returns the KEYS and the EVALSHA argument list (with evalArgs
-// leading placeholders) of take.lua for req. Every path that runs
+// prepare returns the call of take.lua for req. Every path that runs
 // take.lua (Take, batches) goes through prepare and finish. It detects the
 // server's capabilities on first use; where scripting is refused it
 // fails (errors.ErrUnsupported): callers must use Take there (see
 // scriptless).
-func (b *Backend) prepare(ctx context.Context, req driver.Request) ([]string, []any, error) {
+func (b *Backend) prepare(ctx context.Context, req driver.Request) (call, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
-		return nil, nil, err
+		return call{}, err
 	}
 	if scriptless(rep) {
-		return nil, nil, fmt.Errorf("%w: scripting is refused (EVAL runs on %s): use Take", errors.ErrUnsupported, rep.Scripting)
+		return call{}, fmt.Errorf("%w: scripting is refused (EVAL runs on %s): use Take", errors.ErrUnsupported, rep.Scripting)
 	}
 	return b.encode(req, time.Now(), rep)
 }
 
-// finish decodes take.lua's reply v to req.
-func (b *Backend) finish(req driver.Request, v any) (driver.Result, error) {
+// finish decodes take.lua's reply v to req, sent as c.
+func (b *Backend) finish(req driver.Request, c call, v any) (driver.Result, error) {
 	res, err := parseTake(v, req.Rules)
 	if err != nil {
 		return driver.Result{}, err
@@ -294,10 +293,8 @@ func (b *Backend) finish(req driver.Request, v any) (driver.Result, error) {
 	if req.Op == driver.OpReserve && res.Allowed && !res.Replayed {
 		res.HoldID = req.HoldID
 	}
-	if rep := b.det.Cached(); rep != nil {
-		for i := range req.Rules {
-			res.Rules[i].Strategy = ruleStrategy(rep, &req.Rules[i])
-		}
+	for i, ch := range c.rules {
+		res.Rules[i].Strategy = ch.strategy()
 	}
 	return res, nil
 }

@@ -59,49 +59,47 @@ func cellArgs(r *driver.Rule) (count, period int64, why string) {
 	return den.Int64(), num.Int64(), ""
 }
 
-// ruleCode returns take.lua's algorithm code and state key for r under
-// rep's choices.
-func ruleCode(rep *capability.Report, r *driver.Rule) (code, key string, err error) {
-	ch := rep.Choice(r.Algorithm)
-	switch ch.Strategy {
-	case capability.Unavailable, capability.TairHashBare, capability.CellBare:
-		return "", "", unsupported(r.Algorithm, ch)
-	}
-	switch r.Algorithm {
-	case driver.SlidingWindow:
-		switch ch.Strategy {
-		case capability.TairHashLua:
-			return "t", r.Key + suffixTairHash, nil
-		case capability.HFELua:
-			return "h", r.Key + suffixHFE, nil
-		}
-		return "s", r.Key, nil
-	case driver.GCRA:
-		if ch.Strategy == capability.CellLua {
-			if _, _, why := cellArgs(r); why == "" {
-				return "x", r.Key + suffixCell, nil
-			}
-		}
-		return "g", r.Key, nil
-	}
-	return "", r.Key, nil
+// ruleChoice is how take.lua runs one rule: its algorithm code, its
+// state key and, for the redis-cell strategy, CL.THROTTLE's count and
+// period. encode makes one per rule; finish names the strategy from it.
+type ruleChoice struct {
+	code, key             string
+	cellCount, cellPeriod int64
 }
 
-// ruleStrategy names the strategy take.lua used for r (what ruleCode
-// chose), in the names capability.Strategy prints.
-func ruleStrategy(rep *capability.Report, r *driver.Rule) string {
-	code, _, err := ruleCode(rep, r)
-	switch {
-	case err != nil:
-		return ""
-	case code == "t":
+// strategy names the strategy of c, as capability.Strategy prints it.
+func (c ruleChoice) strategy() string {
+	switch c.code {
+	case "t":
 		return capability.TairHashLua.String()
-	case code == "h":
+	case "h":
 		return capability.HFELua.String()
-	case code == "x":
+	case "x":
 		return capability.CellLua.String()
 	}
 	return capability.PlainLua.String()
+}
+
+// chooseRule returns how take.lua runs r under rep's choices. The
+// algorithm code is set for the module strategies only ("t", "h", "x");
+// encode fills in the plain ones.
+func chooseRule(rep *capability.Report, r *driver.Rule) (ruleChoice, error) {
+	ch := rep.Choice(r.Algorithm)
+	switch ch.Strategy {
+	case capability.Unavailable, capability.TairHashBare, capability.CellBare:
+		return ruleChoice{}, unsupported(r.Algorithm, ch)
+	}
+	switch {
+	case r.Algorithm == driver.SlidingWindow && ch.Strategy == capability.TairHashLua:
+		return ruleChoice{code: "t", key: r.Key + suffixTairHash}, nil
+	case r.Algorithm == driver.SlidingWindow && ch.Strategy == capability.HFELua:
+		return ruleChoice{code: "h", key: r.Key + suffixHFE}, nil
+	case r.Algorithm == driver.GCRA && ch.Strategy == capability.CellLua:
+		if count, period, why := cellArgs(r); why == "" {
+			return ruleChoice{code: "x", key: r.Key + suffixCell, cellCount: count, cellPeriod: period}, nil
+		}
+	}
+	return ruleChoice{key: r.Key}, nil
 }
 
 // unsupported is the error for an algorithm the server cannot run.
