@@ -248,7 +248,7 @@ for r = 1, n do
     end
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
     used, reset = L - rem, tat - now
-    st[r] = {cnt, per, T}
+    st[r] = {cnt, per, T, v} -- v: the TAT before this script, for a late denial
   else
     return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(alg))
   end
@@ -273,7 +273,7 @@ if allowed and consume then
     local b = A + (r - 1) * 5
     if ARGV[b + 1] == 'x' then
       local key, x, L = KEYS[r], st[r], tonumber(ARGV[b + 3])
-      local v = redis.call('GET', key)
+      local v = x[4]
       saved[#saved + 1] = {key, v, redis.call('PTTL', key)}
       local cr = redis.call('CL.THROTTLE', key, L - 1, x[1], x[2], c)
       local rem = tonumber(cr[3])
