@@ -45,30 +45,21 @@ local function refund(e, now)
       local d = math.min(tonumber(p[4]), v)
       if d > 0 then redis.call('DECRBY', key, string.format('%d', d)) end
     end
-  elseif a == 's' then
+  elseif a == 's' or a == 't' then
+    -- A cell of a hash ('s': plain or native field expiry, whose HINCRBY
+    -- keeps the field's TTL) or of a TairHash ('t': the same commands with
+    -- EX in front). TairHash's EXHGET of a missing field gives false (and
+    -- removes an empty key left by a failed EXHINCRBY ... MAX); a bare
+    -- EXHINCRBY drops the field's TTL, so EXHPEXPIREAT sets it again.
     if now < tonumber(p[5]) then
-      local v = tonumber(redis.call('HGET', key, p[3])) or 0
+      local ex = a == 't' and 'EX' or ''
+      local v = tonumber(redis.call(ex .. 'HGET', key, p[3])) or 0
       local d = math.min(tonumber(p[4]), v)
-      if d > 0 then
-        if d == v then
-          redis.call('HDEL', key, p[3])
-        else
-          redis.call('HINCRBY', key, p[3], string.format('%d', -d))
-        end
-      end
-    end
-  elseif a == 't' then
-    -- TairHash: EXHGET of a missing field gives false (and removes an
-    -- empty key left by a failed EXHINCRBY ... MAX). A bare EXHINCRBY
-    -- drops the field's TTL: EXHPEXPIREAT sets it again.
-    if now < tonumber(p[5]) then
-      local v = tonumber(redis.call('EXHGET', key, p[3])) or 0
-      local d = math.min(tonumber(p[4]), v)
-      if d > 0 then
-        if d == v then
-          redis.call('EXHDEL', key, p[3])
-        else
-          redis.call('EXHINCRBY', key, p[3], string.format('%d', -d))
+      if d > 0 and d == v then
+        redis.call(ex .. 'HDEL', key, p[3])
+      elseif d > 0 then
+        redis.call(ex .. 'HINCRBY', key, p[3], string.format('%d', -d))
+        if a == 't' then
           redis.call('EXHPEXPIREAT', key, p[3], string.format('%d', math.floor(tonumber(p[5]) / 1000) - 1))
         end
       end
