@@ -487,22 +487,8 @@ func TestBatchNoReplayAfterTimeout(t *testing.T) {
 	}
 	batchOK(t, b, reqs) // loads the script, opens a connection
 
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		close(started)
-		done <- blocker.Eval(ctx, `local t = redis.call('TIME'); local e = t[1]*1000000+t[2]+400000
-			while true do local n = redis.call('TIME'); if n[1]*1000000+n[2] > e then break end end
-			return 1`, nil).Err()
-	}()
-	<-started
-	time.Sleep(30 * time.Millisecond) // let the busy script start (ordering, not time passing)
-	before := dials.Load()
-	out := b.TakeBatch(ctx, reqs)
-	d := dials.Load() - before
-	if err := <-done; err != nil {
-		t.Fatalf("busy script: %v", err)
-	}
+	var out []driver.BatchResult
+	d, _ := whileBusy(t, addr, blocker, dials, func() error { out = b.TakeBatch(ctx, reqs); return nil })
 	failed := 0
 	for _, br := range out {
 		if br.Err != nil {

@@ -122,27 +122,7 @@ func TestNoReplayAfterTimeout(t *testing.T) {
 	control := goredis.NewScript(`return redis.call('INCR', KEYS[1])`)
 	control.Run(ctx, c, []string{s.key("control")})
 
-	// busy blocks the server for 400ms with a script, runs f meanwhile,
-	// and returns the dials f caused.
-	busy := func(f func() error) (int64, error) {
-		started := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			close(started)
-			done <- blocker.Eval(ctx, `local t = redis.call('TIME'); local e = t[1]*1000000+t[2]+400000
-				while true do local n = redis.call('TIME'); if n[1]*1000000+n[2] > e then break end end
-				return 1`, nil).Err()
-		}()
-		<-started
-		time.Sleep(30 * time.Millisecond) // let the busy script start (ordering, not time passing)
-		before := dials.Load()
-		err := f()
-		d := dials.Load() - before
-		if berr := <-done; berr != nil {
-			t.Fatalf("busy script: %v", berr)
-		}
-		return d, err
-	}
+	busy := func(f func() error) (int64, error) { return whileBusy(t, addr, blocker, dials, f) }
 	d, err := busy(func() error { _, err := b.Take(ctx, s.request(driver.OpTake, 1, r)); return err })
 	if err == nil {
 		t.Fatal("the decision did not time out while the server ran a busy script: the replay check has nothing to check")
@@ -182,4 +162,36 @@ func replayClients(t *testing.T, addr string) (c *goredis.Client, dials *atomic.
 	blocker = goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: 5 * time.Second})
 	t.Cleanup(func() { blocker.Close() })
 	return c, dials, blocker
+}
+
+// whileBusy makes the server at addr run a 400 ms script (sent by
+// blocker), polls until the server is seen busy — a probe PING with a
+// 20 ms timeout gets no answer — runs f meanwhile, and returns f's error
+// and the dials counted while f ran.
+func whileBusy(t *testing.T, addr string, blocker *goredis.Client, dials *atomic.Int64, f func() error) (int64, error) {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		done <- blocker.Eval(ctx, `local t = redis.call('TIME'); local e = t[1]*1000000+t[2]+400000
+			while true do local n = redis.call('TIME'); if n[1]*1000000+n[2] > e then break end end
+			return 1`, nil).Err()
+	}()
+	probe := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 20 * time.Millisecond})
+	defer probe.Close()
+	for deadline := time.Now().Add(300 * time.Millisecond); ; {
+		if err := probe.Ping(ctx).Err(); err != nil {
+			break // no answer in 20 ms: the script is running
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never looked busy while the busy script was sent")
+		}
+	}
+	before := dials.Load()
+	err := f()
+	d := dials.Load() - before
+	if berr := <-done; berr != nil {
+		t.Fatalf("busy script: %v", berr)
+	}
+	return d, err
 }
