@@ -201,11 +201,7 @@ func logExact(e *env) {
 	w := e.pick(10*time.Second, time.Second)
 	r := e.log("l", 5, w)
 	m := &logModel{limit: 5, w: w}
-	check := func(label string, res driver.Result, cost int64, consume bool) {
-		e.t.Helper()
-		wr := m.step(res.Now, cost, consume)
-		e.expect(label, res, wr.Allowed, wr)
-	}
+	check := e.checker(m)
 	res := e.take(1, r)
 	t0 := res.Now
 	check("Take(l) #1", res, 1, true)
@@ -305,11 +301,7 @@ func gcraEmission(e *env) {
 	r := e.gcra("g", 10, per, 2)            // 3 at once, then one per T
 	t := per / 10
 	m := newGCRAModel(r)
-	check := func(label string, res driver.Result, cost int64, consume bool) {
-		e.t.Helper()
-		wr := m.step(res.Now, cost, consume)
-		e.expect(label, res, wr.Allowed, wr)
-	}
+	check := e.checker(m)
 	res := e.take(1, r)
 	t0 := res.Now
 	check("Take(g) #1", res, 1, true)

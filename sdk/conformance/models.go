@@ -99,3 +99,20 @@ func (m *gcraModel) step(now time.Time, cost int64, consume bool) driver.RuleRes
 	used, ttl := m.report(tat, now)
 	return want(true, used, m.limit, ttl, 0)
 }
+
+// model is a reference model of one rule: step returns what the rule
+// must report for a request of cost at now, and records it if consume and
+// the request is admitted.
+type model interface {
+	step(now time.Time, cost int64, consume bool) driver.RuleResult
+}
+
+// checker returns a check that holds a single-rule result to m's answer
+// for the instant the backend reported (res.Now).
+func (e *env) checker(m model) func(label string, res driver.Result, cost int64, consume bool) {
+	return func(label string, res driver.Result, cost int64, consume bool) {
+		e.t.Helper()
+		wr := m.step(res.Now, cost, consume)
+		e.expect(label, res, wr.Allowed, wr)
+	}
+}
