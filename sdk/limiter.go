@@ -216,7 +216,8 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
 	req := l.request(driver.OpInspect, p, res, 1)
-	r, lat, err := l.do(ctx, req)
+	a := l.send(ctx, req)
+	r, lat, err := a.r, a.lat, a.err
 	if err != nil {
 		err = fmt.Errorf("sdk: inspect: %w", err)
 		l.emit(Event{Policy: p.name, Op: "inspect", Err: err, Latency: lat})
@@ -292,13 +293,6 @@ func (l *Limiter) request(op driver.Op, p *Policy, res resolved, n int64) driver
 		TrailTTL: p.trailTTL,
 		HoldKey:  res.holdKey,
 	}
-}
-
-// do calls the backend under the Limiter's timeout and checks the shape of
-// its answer.
-func (l *Limiter) do(ctx context.Context, req driver.Request) (driver.Result, time.Duration, error) {
-	a := l.send(ctx, req)
-	return a.r, a.lat, a.err
 }
 
 // answer is a backend's answer to one request, with when it was asked

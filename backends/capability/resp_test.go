@@ -147,16 +147,6 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 	return args, nil
 }
 
-func writeCommand(w io.Writer, args []string) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
 // replay serves rec on a loopback port, answering each command with its
 // recorded reply in the protocol the client chose with HELLO, and anything
 // else (CLIENT SETINFO, …) with an unknown-command error. It returns the

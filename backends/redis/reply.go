@@ -42,20 +42,6 @@ func replyString(v any) (string, error) {
 	return s, nil
 }
 
-func replyBool(v any) (bool, error) {
-	n, err := replyInt(v)
-	if err != nil {
-		return false, err
-	}
-	switch n {
-	case 0:
-		return false, nil
-	case 1:
-		return true, nil
-	}
-	return false, fmt.Errorf("reply: want 0 or 1, got %d", n)
-}
-
 const perRuleReply = 4
 
 // reportedLimit is the limit a rule's results report (GCRA: Burst+1).
