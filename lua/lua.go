@@ -19,6 +19,9 @@ var settle string
 //go:embed baseline.lua
 var baseline string
 
+//go:embed floor.lua
+var floor string
+
 // Take decides one request over all its rules (take, peek, reserve,
 // inspect): see take.lua. It starts with the shared refund.lua prelude.
 var Take = refund + "\n" + take
@@ -30,3 +33,7 @@ var Settle = refund + "\n" + settle
 // Baseline is the trivial INCRBY+PEXPIRE step the benchmark compares
 // decisions against: see baseline.lua.
 var Baseline = baseline
+
+// Floor is the cheapest conceivable one-hash step of a 4-rule policy, with
+// no arithmetic, that `freqcap bench -floor` measures: see floor.lua.
+var Floor = floor

@@ -45,7 +45,7 @@ type benchConfig struct {
 	subjects, values        int
 	maxDecisions            int64
 	policyFile, policyName  string
-	baseline, memory        bool
+	baseline, floor, memory bool
 	prefix                  string
 	cpuProfile              string
 	rounds                  int
@@ -73,6 +73,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.policyFile, "policy", "", "policy `FILE` (YAML); default: the built-in seed policy \"push\"")
 	fs.StringVar(&cfg.policyName, "name", "", "policy to run from the file (default: the first)")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio")
+	fs.BoolVar(&cfg.floor, "floor", false, "also run lua/floor.lua (TIME, HMGET and HSET of 8 fields, PEXPIRE on one hash per subject: the cheapest conceivable 4-rule step, deciding nothing) and report its ratio to the baseline; implies -baseline")
 	fs.BoolVar(&cfg.memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.memoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.plainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
@@ -96,6 +97,7 @@ func runBench(args []string) error {
 	if cfg.batch < 0 || cfg.memoryTakes < 1 || cfg.hotSubjects < 1 || cfg.hotCache < 1 || cfg.timeout < 0 {
 		return errors.New("bench: -batch must be >= 0, -memory-takes, -hot-subjects and -hot-cache > 0, -timeout >= 0")
 	}
+	cfg.baseline = cfg.baseline || cfg.floor
 	if cfg.timeout == 0 {
 		cfg.timeout = 2*time.Second + time.Duration(cfg.workers*max(1, cfg.batch))*100*time.Microsecond
 	}
@@ -208,17 +210,28 @@ func runBench(args []string) error {
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
 		if cfg.baseline {
-			keys := make([]string, cfg.subjects)
-			for i := range keys {
-				keys[i] = cfg.prefix + ":{" + strconv.Itoa(i) + "}:baseline"
+			base := len(runs)
+			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, scriptOne(client, lua.Baseline, cfg, "baseline")})
+			ratios = append(ratios, [2]int{0, base})
+			if cfg.batch > 0 {
+				// What batching gains on this machine for the cheapest
+				// script there is: the ceiling of any batch/one-by-one
+				// ratio here (a costlier script gains less).
+				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Baseline, cfg, "baseline-p", cfg.batch)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
 			}
-			script := goredis.NewScript(lua.Baseline)
-			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, func(ctx context.Context, rng *rand.Rand) outcome {
-				k := keys[rng.IntN(len(keys))]
-				err := script.Run(ctx, client, []string{k}, 60000).Err()
-				return outcome{n: 1, allowed: b2i(err == nil), errs: b2i(err != nil), err: err}
-			}})
-			ratios = append(ratios, [2]int{0, len(runs) - 1})
+			if cfg.floor {
+				runs = append(runs, run{"floor: TIME+HMGET+HSET+PEXPIRE EVALSHA", 1, scriptOne(client, lua.Floor, cfg, "floor")})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+			}
+		}
+	}
+	for _, src := range []string{lua.Baseline, lua.Floor} {
+		// Pipelines send EVALSHA only: load the scripts on every master.
+		if err := forEachMaster(ctx, client, func(ctx context.Context, c *goredis.Client) error {
+			return c.ScriptLoad(ctx, src).Err()
+		}); err != nil {
+			return fmt.Errorf("bench: SCRIPT LOAD: %w", err)
 		}
 	}
 	rounds := max(1, cfg.rounds)
@@ -294,6 +307,57 @@ func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		d, err := lim.Allow(ctx, p, gen.pick(rng))
 		return outcome{n: 1, allowed: b2i(err == nil && d.Allowed), cached: b2i(d.Cached), errs: b2i(err != nil), err: err}
+	}
+}
+
+// scriptKeys returns cfg.subjects keys named prefix:{i}:name.
+func scriptKeys(cfg benchConfig, name string) []string {
+	keys := make([]string, cfg.subjects)
+	for i := range keys {
+		keys[i] = cfg.prefix + ":{" + strconv.Itoa(i) + "}:" + name
+	}
+	return keys
+}
+
+// scriptOne runs the one-key script src (ARGV[1] = a TTL in ms) on a random
+// key of its own per call, as the backend runs take.lua: EVALSHA, EVAL
+// after NOSCRIPT.
+func scriptOne(c goredis.UniversalClient, src string, cfg benchConfig, name string) decideFunc {
+	keys := scriptKeys(cfg, name)
+	script := goredis.NewScript(src)
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		err := script.Run(ctx, c, []string{keys[rng.IntN(len(keys))]}, 60000).Err()
+		return outcome{n: 1, allowed: b2i(err == nil), errs: b2i(err != nil), err: err}
+	}
+}
+
+// scriptPipelined runs n EVALSHA of src on random keys per call, in one
+// pipeline (one per master on a cluster), as TakeBatch sends take.lua.
+func scriptPipelined(c goredis.UniversalClient, src string, cfg benchConfig, name string, n int) decideFunc {
+	keys := scriptKeys(cfg, name)
+	script := goredis.NewScript(src)
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		cmds, _ := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for range n {
+				script.EvalSha(ctx, p, []string{keys[rng.IntN(len(keys))]}, 60000)
+			}
+			return nil
+		})
+		o := outcome{n: int64(n)}
+		for _, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				o.errs++
+				if o.err == nil {
+					o.err = err
+				}
+			} else {
+				o.allowed++
+			}
+		}
+		if len(cmds) < n { // the pipeline failed before sending
+			o.errs += int64(n - len(cmds))
+		}
+		return o
 	}
 }
 

@@ -25,6 +25,11 @@ func TestBenchModes(t *testing.T) {
 	}{
 		{"batch", []string{"-batch", "50", "-rounds", "2"}, []string{
 			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}},
+		{"floor and pipelined baseline", []string{"-floor", "-batch", "30"}, []string{
+			"baseline INCRBY+PEXPIRE EVALSHA:", "baseline, pipelines of 30:", "0.0333 round trips",
+			"floor: TIME+HMGET+HSET+PEXPIRE EVALSHA:", "4.00 commands inside scripts",
+			"ratio baseline, pipelines of 30 / baseline INCRBY+PEXPIRE EVALSHA:",
+			"ratio floor: TIME+HMGET+HSET+PEXPIRE EVALSHA / baseline INCRBY+PEXPIRE EVALSHA:"}},
 		{"hot", []string{"-hot", "-hot-subjects", "3"}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "Redis round trips per decision:", "hot-deny cache: size 10000"}},
 		{"hot batch", []string{"-hot", "-batch", "20"}, []string{"hot, batch 20, HotDenyCache:"}},
