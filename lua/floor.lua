@@ -1,18 +1,31 @@
--- floor.lua: the cheapest conceivable single-script step for a 4-rule
+-- floor.lua: the cheapest conceivable single-script step of a 4-rule
 -- policy, which `freqcap bench -floor` measures to show how close any
--- design could come to the trivial baseline (not used by the backend, and
--- not a limiter: it decides nothing).
+-- design could come to the trivial baseline on the machine at hand. It is
+-- not used by the backend and is not a limiter: it decides nothing.
 --
--- It does only what every design must do on each decision, with all four
--- rules' state packed in ONE hash per subject and no arithmetic at all:
--- read the server clock, read two fields per rule (e.g. a running total
--- and its bookkeeping), write them back, keep the key's TTL.
+-- It does only what every design must do on each decision, with no
+-- arithmetic at all: read the server clock, then on each state key read
+-- the rules' fields, write them back and keep the key's TTL. Run with one
+-- key (all four rules' state packed in ONE hash per subject, two fields
+-- per rule) or with four (one key per rule, as take.lua stores them).
 --
--- KEYS[1]: the subject's hash
--- ARGV[1]: TTL in ms
+-- Field names are literals, not ARGV, to keep the floor as low as it goes.
+--
+-- KEYS[1..n]: the subject's state keys (one hash tag): n = 1 reads and
+--             writes 8 fields on it, otherwise 2 fields on each
+-- ARGV[1]:    TTL in ms
 -- Reply: 1
 redis.call('TIME')
-redis.call('HMGET', KEYS[1], 'a1', 'b1', 'a2', 'b2', 'a3', 'b3', 'a4', 'b4')
-redis.call('HSET', KEYS[1], 'a1', 1, 'b1', 2, 'a2', 3, 'b2', 4, 'a3', 5, 'b3', 6, 'a4', 7, 'b4', 8)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if #KEYS == 1 then
+  local k = KEYS[1]
+  redis.call('HMGET', k, 'a1', 'b1', 'a2', 'b2', 'a3', 'b3', 'a4', 'b4')
+  redis.call('HSET', k, 'a1', 1, 'b1', 2, 'a2', 3, 'b2', 4, 'a3', 5, 'b3', 6, 'a4', 7, 'b4', 8)
+  redis.call('PEXPIRE', k, ARGV[1])
+  return 1
+end
+for _, k in ipairs(KEYS) do
+  redis.call('HMGET', k, 'a', 'b')
+  redis.call('HSET', k, 'a', 1, 'b', 2)
+  redis.call('PEXPIRE', k, ARGV[1])
+end
 return 1

@@ -34,6 +34,6 @@ var Settle = refund + "\n" + settle
 // decisions against: see baseline.lua.
 var Baseline = baseline
 
-// Floor is the cheapest conceivable one-hash step of a 4-rule policy, with
-// no arithmetic, that `freqcap bench -floor` measures: see floor.lua.
+// Floor is the cheapest conceivable step of a 4-rule policy, with no
+// arithmetic, that `freqcap bench -floor` measures: see floor.lua.
 var Floor = floor

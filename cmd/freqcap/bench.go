@@ -72,8 +72,8 @@ func runBench(args []string) error {
 	fs.Int64Var(&cfg.maxDecisions, "max", 50_000_000, "stop a run after this many decisions")
 	fs.StringVar(&cfg.policyFile, "policy", "", "policy `FILE` (YAML); default: the built-in seed policy \"push\"")
 	fs.StringVar(&cfg.policyName, "name", "", "policy to run from the file (default: the first)")
-	fs.BoolVar(&cfg.baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio")
-	fs.BoolVar(&cfg.floor, "floor", false, "also run lua/floor.lua (TIME, HMGET and HSET of 8 fields, PEXPIRE on one hash per subject: the cheapest conceivable 4-rule step, deciding nothing) and report its ratio to the baseline; implies -baseline")
+	fs.BoolVar(&cfg.baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
+	fs.BoolVar(&cfg.floor, "floor", false, "also run lua/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on one hash per subject and on 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N); implies -baseline")
 	fs.BoolVar(&cfg.memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.memoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.plainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
@@ -211,18 +211,27 @@ func runBench(args []string) error {
 		}
 		if cfg.baseline {
 			base := len(runs)
-			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, scriptOne(client, lua.Baseline, cfg, "baseline")})
+			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, scriptOne(client, lua.Baseline, cfg, "baseline", 1)})
 			ratios = append(ratios, [2]int{0, base})
 			if cfg.batch > 0 {
 				// What batching gains on this machine for the cheapest
 				// script there is: the ceiling of any batch/one-by-one
 				// ratio here (a costlier script gains less).
-				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Baseline, cfg, "baseline-p", cfg.batch)})
+				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Baseline, cfg, "baseline-p", 1, cfg.batch)})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 			}
 			if cfg.floor {
-				runs = append(runs, run{"floor: TIME+HMGET+HSET+PEXPIRE EVALSHA", 1, scriptOne(client, lua.Floor, cfg, "floor")})
+				// All four rules in one hash (2 fields each), then one
+				// key per rule (2 fields each), as take.lua keeps them.
+				runs = append(runs, run{"floor, 1 hash x 8 fields", 1, scriptOne(client, lua.Floor, cfg, "floor1", 1)})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				runs = append(runs, run{"floor, 4 keys x 2 fields", 1, scriptOne(client, lua.Floor, cfg, "floor4", 4)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				if cfg.batch > 0 {
+					f4 := len(runs) - 1
+					runs = append(runs, run{fmt.Sprintf("floor, 4 keys x 2 fields, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Floor, cfg, "floor4-p", 4, cfg.batch)})
+					ratios = append(ratios, [2]int{len(runs) - 1, f4})
+				}
 			}
 		}
 	}
@@ -310,36 +319,45 @@ func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
 	}
 }
 
-// scriptKeys returns cfg.subjects keys named prefix:{i}:name.
-func scriptKeys(cfg benchConfig, name string) []string {
-	keys := make([]string, cfg.subjects)
+// scriptKeys returns, for each of cfg.subjects subjects, n keys under the
+// subject's hash tag: prefix:{i}:name (n = 1) or prefix:{i}:name.k.
+func scriptKeys(cfg benchConfig, name string, n int) [][]string {
+	keys := make([][]string, cfg.subjects)
 	for i := range keys {
-		keys[i] = cfg.prefix + ":{" + strconv.Itoa(i) + "}:" + name
+		base := cfg.prefix + ":{" + strconv.Itoa(i) + "}:" + name
+		if n == 1 {
+			keys[i] = []string{base}
+			continue
+		}
+		for k := range n {
+			keys[i] = append(keys[i], base+"."+strconv.Itoa(k+1))
+		}
 	}
 	return keys
 }
 
-// scriptOne runs the one-key script src (ARGV[1] = a TTL in ms) on a random
-// key of its own per call, as the backend runs take.lua: EVALSHA, EVAL
+// scriptOne runs script src on the nkeys keys of a random subject per call
+// (ARGV[1]: a TTL in ms), as the backend runs take.lua: EVALSHA, EVAL
 // after NOSCRIPT.
-func scriptOne(c goredis.UniversalClient, src string, cfg benchConfig, name string) decideFunc {
-	keys := scriptKeys(cfg, name)
+func scriptOne(c goredis.UniversalClient, src string, cfg benchConfig, name string, nkeys int) decideFunc {
+	keys := scriptKeys(cfg, name, nkeys)
 	script := goredis.NewScript(src)
 	return func(ctx context.Context, rng *rand.Rand) outcome {
-		err := script.Run(ctx, c, []string{keys[rng.IntN(len(keys))]}, 60000).Err()
+		err := script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000).Err()
 		return outcome{n: 1, allowed: b2i(err == nil), errs: b2i(err != nil), err: err}
 	}
 }
 
-// scriptPipelined runs n EVALSHA of src on random keys per call, in one
-// pipeline (one per master on a cluster), as TakeBatch sends take.lua.
-func scriptPipelined(c goredis.UniversalClient, src string, cfg benchConfig, name string, n int) decideFunc {
-	keys := scriptKeys(cfg, name)
+// scriptPipelined runs n EVALSHA of script src (ARGV[1]: a TTL in ms), each
+// on the nkeys keys of a random subject, per call, in one pipeline (one per
+// master on a cluster), as TakeBatch sends take.lua.
+func scriptPipelined(c goredis.UniversalClient, src string, cfg benchConfig, name string, nkeys, n int) decideFunc {
+	keys := scriptKeys(cfg, name, nkeys)
 	script := goredis.NewScript(src)
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		cmds, _ := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for range n {
-				script.EvalSha(ctx, p, []string{keys[rng.IntN(len(keys))]}, 60000)
+				script.EvalSha(ctx, p, keys[rng.IntN(len(keys))], 60000)
 			}
 			return nil
 		})

@@ -27,9 +27,12 @@ func TestBenchModes(t *testing.T) {
 			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}},
 		{"floor and pipelined baseline", []string{"-floor", "-batch", "30"}, []string{
 			"baseline INCRBY+PEXPIRE EVALSHA:", "baseline, pipelines of 30:", "0.0333 round trips",
-			"floor: TIME+HMGET+HSET+PEXPIRE EVALSHA:", "4.00 commands inside scripts",
+			"floor, 1 hash x 8 fields:", "4.00 commands inside scripts",
+			"floor, 4 keys x 2 fields:", "13.00 commands inside scripts",
 			"ratio baseline, pipelines of 30 / baseline INCRBY+PEXPIRE EVALSHA:",
-			"ratio floor: TIME+HMGET+HSET+PEXPIRE EVALSHA / baseline INCRBY+PEXPIRE EVALSHA:"}},
+			"ratio floor, 1 hash x 8 fields / baseline INCRBY+PEXPIRE EVALSHA:",
+			"ratio floor, 4 keys x 2 fields / baseline INCRBY+PEXPIRE EVALSHA:",
+			"ratio floor, 4 keys x 2 fields, pipelines of 30 / floor, 4 keys x 2 fields:"}},
 		{"hot", []string{"-hot", "-hot-subjects", "3"}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "Redis round trips per decision:", "hot-deny cache: size 10000"}},
 		{"hot batch", []string{"-hot", "-batch", "20"}, []string{"hot, batch 20, HotDenyCache:"}},
