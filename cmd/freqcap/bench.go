@@ -73,7 +73,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.policyFile, "policy", "", "policy `FILE` (YAML); default: the built-in seed policy \"push\"")
 	fs.StringVar(&cfg.policyName, "name", "", "policy to run from the file (default: the first)")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
-	fs.BoolVar(&cfg.floor, "floor", false, "also run lua/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on one hash per subject and on 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N); implies -baseline")
+	fs.BoolVar(&cfg.floor, "floor", false, "also run lua/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on 1, 2 and 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N); implies -baseline")
 	fs.BoolVar(&cfg.memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.memoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.plainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
@@ -221,9 +221,12 @@ func runBench(args []string) error {
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 			}
 			if cfg.floor {
-				// All four rules in one hash (2 fields each), then one
-				// key per rule (2 fields each), as take.lua keeps them.
+				// All four rules in one hash, one hash per set of
+				// dimensions, then one key per rule as take.lua keeps
+				// them: 2 fields per rule.
 				runs = append(runs, run{"floor, 1 hash x 8 fields", 1, scriptOne(client, lua.Floor, cfg, "floor1", 1)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				runs = append(runs, run{"floor, 2 keys x 4 fields", 1, scriptOne(client, lua.Floor, cfg, "floor2", 2)})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 				runs = append(runs, run{"floor, 4 keys x 2 fields", 1, scriptOne(client, lua.Floor, cfg, "floor4", 4)})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})

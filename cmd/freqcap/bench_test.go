@@ -28,6 +28,7 @@ func TestBenchModes(t *testing.T) {
 		{"floor and pipelined baseline", []string{"-floor", "-batch", "30"}, []string{
 			"baseline INCRBY+PEXPIRE EVALSHA:", "baseline, pipelines of 30:", "0.0333 round trips",
 			"floor, 1 hash x 8 fields:", "4.00 commands inside scripts",
+			"floor, 2 keys x 4 fields:", "7.00 commands inside scripts",
 			"floor, 4 keys x 2 fields:", "13.00 commands inside scripts",
 			"ratio baseline, pipelines of 30 / baseline INCRBY+PEXPIRE EVALSHA:",
 			"ratio floor, 1 hash x 8 fields / baseline INCRBY+PEXPIRE EVALSHA:",
