@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestCampaign runs the example on the memory backend, a real
+// redis-server and a real 3-master cluster, and checks what each step
+// decided: a retried batch is replayed and consumes nothing, the third
+// identical copy is denied by content-59s, and the hot-deny cache answers
+// the next try without the backend.
+func TestCampaign(t *testing.T) {
+	const n = 1200 // 3 batches, the last one short
+	backends := []struct {
+		name string
+		new  func(t *testing.T) *sdk.Limiter
+	}{
+		{"memory", func(t *testing.T) *sdk.Limiter { return sdk.New(memory.New(nil), sdk.WithPrefix(t.Name())) }},
+		{"redis", func(t *testing.T) *sdk.Limiter {
+			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
+			t.Cleanup(func() { c.Close() })
+			return sdk.New(redis.New(c, nil), sdk.WithPrefix(t.Name()), sdk.WithTimeout(30*time.Second))
+		}},
+		{"cluster", func(t *testing.T) *sdk.Limiter {
+			o := redis.NewClientOptions(redistest.Cluster(t)...)
+			o.IsClusterMode = true
+			c := goredis.NewUniversalClient(o)
+			t.Cleanup(func() { c.Close() })
+			return sdk.New(redis.New(c, nil), sdk.WithPrefix(t.Name()), sdk.WithTimeout(30*time.Second))
+		}},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			var out bytes.Buffer
+			s, err := run(context.Background(), &out, b.new(t), n)
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, out.String())
+			}
+			check := func(what string, got, want int) {
+				t.Helper()
+				if got != want {
+					t.Errorf("%s = %d, want %d\n%s", what, got, want, out.String())
+				}
+			}
+			check("msg-1 allowed", s.first.allowed, n)
+			check("msg-1 replayed", s.first.replayed, 0)
+			check("msg-1 retry allowed", s.retry.allowed, n)
+			check("msg-1 retry replayed", s.retry.replayed, n)
+			check("msg-2 allowed", s.second.allowed, n)
+			check("msg-2 replayed", s.second.replayed, 0)
+			check("msg-3 denied", s.third.denied, n)
+			check("msg-3 denied by content-59s", s.third.deniedBy["content-59s"], n)
+			check("msg-3 cached", s.third.cached, 0)
+			check("msg-3b denied", s.again.denied, n)
+			check("msg-3b cached", s.again.cached, n)
+			for rule, want := range map[string]int64{"recv-1m": 2, "recv-24h": 2, "content-59s": 2, "content-59m": 2} {
+				if got := s.used[rule]; got != want {
+					t.Errorf("user-0 %s used = %d, want %d (the retry and the denials consume nothing)\n%s", rule, got, want, out.String())
+				}
+			}
+			if s.lastDenial != "content-59s" {
+				t.Errorf("newest denial by %q, want content-59s", s.lastDenial)
+			}
+			if !strings.Contains(out.String(), "(1200 by content-59s)") {
+				t.Errorf("output lacks the denial count:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestReadmeOutput keeps the README's transcript of the example true: the
+// memory backend's output for 2 000 recipients, line for line.
+func TestReadmeOutput(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "$ go run ./examples/campaign")
+	if !ok {
+		t.Fatal("README.md has no transcript of go run ./examples/campaign")
+	}
+	_, after, _ = strings.Cut(after, "\n")
+	want, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatal("README.md: the campaign transcript's code block does not end")
+	}
+	var out bytes.Buffer
+	lim := sdk.New(memory.New(nil), sdk.WithPrefix("readme"))
+	if _, err := run(context.Background(), &out, lim, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != want {
+		t.Errorf("README.md's transcript differs from the example's output:\n--- README\n%s--- go run ./examples/campaign\n%s", want, got)
+	}
+}
