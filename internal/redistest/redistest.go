@@ -3,7 +3,7 @@
 // Standalone and Cluster return the address(es) of a server shared by the
 // whole test binary (started on first use, stopped by Main), so give each
 // test its own keys. NewServer starts a dedicated server that a test may
-// restart or stop.
+// restart or stop; NewSentinel a master, its replica and a Sentinel.
 //
 // Environment:
 //   - FREQCAP_TEST_REDIS=host:port: Standalone uses that server instead.
@@ -144,6 +144,8 @@ type Server struct {
 	dir     string
 	port    int
 	cluster bool
+	extra   []string // more redis-server arguments (e.g. --replicaof)
+	monitor string   // Sentinel mode: "<name> <host> <port>" of the master it watches
 	cmd     *exec.Cmd
 	done    chan struct{}
 }
@@ -214,13 +216,26 @@ func (s *Server) kill() {
 // start picks a free port and launches redis-server there, retrying with
 // another port when the launch fails (a port race).
 func start(dir string, cluster bool) (*Server, error) {
+	return startLike(serverConfig{dir: dir, cluster: cluster})
+}
+
+// serverConfig is what startLike needs to know of a server to start.
+type serverConfig struct {
+	dir     string
+	cluster bool
+	extra   []string
+	monitor string
+}
+
+// startLike starts a server configured as proto on a free port.
+func startLike(proto serverConfig) (*Server, error) {
 	var last error
 	for range 5 {
-		port, err := freePort(cluster)
+		port, err := freePort(proto.cluster)
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{dir: dir, port: port, cluster: cluster}
+		s := &Server{dir: proto.dir, port: port, cluster: proto.cluster, extra: proto.extra, monitor: proto.monitor}
 		if last = s.launch(); last == nil {
 			return s, nil
 		}
@@ -244,6 +259,19 @@ func (s *Server) launch() error {
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", s.port),
 			"--cluster-node-timeout", "5000")
+	}
+	args = append(args, s.extra...)
+	if s.monitor != "" {
+		// Sentinel mode reads (and rewrites) a config file of its own.
+		name := strings.Fields(s.monitor)[0]
+		conf := filepath.Join(s.dir, fmt.Sprintf("sentinel-%d.conf", s.port))
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 1\n"+
+			"sentinel down-after-milliseconds %s 2000\nsentinel failover-timeout %s 10000\n",
+			s.port, s.dir, s.monitor, name, name)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return err
+		}
+		args = []string{conf, "--sentinel", "--loglevel", "warning", "--logfile", ""}
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir
@@ -288,6 +316,114 @@ func (s *Server) launch() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Sentinel is a master, one replica and a Sentinel watching them, owned by
+// a test: connect through the Sentinel (MasterName = Name, the address of
+// Sentinel) as a failover client would.
+type Sentinel struct {
+	Name            string // the monitored master's name
+	Master, Replica *Server
+	Sentinel        *Server
+}
+
+// NewSentinel starts a master, a replica in sync with it and a Sentinel
+// that knows both, all stopped when t ends.
+func NewSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	requireBinaries(t, "redis-server")
+	dir := t.TempDir()
+	fatal := func(what string, err error) {
+		t.Helper()
+		t.Fatalf("redistest: sentinel setup: %s: %v", what, err)
+	}
+	m, err := start(dir, false)
+	if err != nil {
+		fatal("master", err)
+	}
+	t.Cleanup(m.kill)
+	r, err := startLike(serverConfig{dir: dir, extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.port)}})
+	if err != nil {
+		fatal("replica", err)
+	}
+	t.Cleanup(r.kill)
+	z := &Sentinel{Name: "freqcap", Master: m, Replica: r}
+	z.Sentinel, err = startLike(serverConfig{dir: dir, monitor: fmt.Sprintf("%s 127.0.0.1 %d", z.Name, m.port)})
+	if err != nil {
+		fatal("sentinel", err)
+	}
+	t.Cleanup(z.Sentinel.kill)
+	// Ready when the replica is in sync and the Sentinel has found it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, _ := command(r.Addr(), "INFO", "replication")
+		reps, _ := command(z.Sentinel.Addr(), "SENTINEL", "REPLICAS", z.Name)
+		if strings.Contains(info, "master_link_status:up") && reps == "*1" { // an array of one replica
+			return z
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinel setup: not ready within 30s: replica %q, sentinel replicas %q", info, reps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Addr returns the Sentinel's address.
+func (z *Sentinel) Addr() string { return z.Sentinel.Addr() }
+
+// Failover makes the Sentinel promote the replica (SENTINEL FAILOVER) and
+// waits until the Sentinel names it as the master, it serves as one and
+// the old master has become its replica (so that no write can land on the
+// old master and be lost). Call it with the replica in sync (WaitSynced)
+// to lose nothing.
+func (z *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	if _, err := command(z.Addr(), "SENTINEL", "FAILOVER", z.Name); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
+	}
+	want := strconv.Itoa(z.Replica.port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		port, _ := commandArray(z.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", z.Name)
+		role, _ := commandArray(z.Replica.Addr(), "ROLE")
+		old, _ := commandArray(z.Master.Addr(), "ROLE")
+		if len(port) == 2 && port[1] == want && len(role) > 0 && role[0] == "master" && len(old) > 0 && old[0] == "slave" {
+			z.Master, z.Replica = z.Replica, z.Master
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: failover to %s not done within 30s (sentinel says %q, its role %q, the old master's %q)", z.Replica.Addr(), port, role, old)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitSynced waits until the replica has every write the master has.
+func (z *Sentinel) WaitSynced(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mi, err1 := command(z.Master.Addr(), "INFO", "replication")
+		ri, err2 := command(z.Replica.Addr(), "INFO", "replication")
+		mo, ro := infoField(mi, "master_repl_offset"), infoField(ri, "slave_repl_offset")
+		if err1 == nil && err2 == nil && mo != "" && mo == ro {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica not in sync within 30s: master offset %q, replica offset %q (%v, %v)", mo, ro, err1, err2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// infoField returns the value of field in an INFO reply, or "".
+func infoField(info, field string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func startCluster(dir string, masters int) ([]*Server, error) {
@@ -356,34 +492,64 @@ func freePort(cluster bool) (int, error) {
 	return 0, fmt.Errorf("no free port found")
 }
 
-// command sends one command in RESP and returns a simple or bulk string
-// reply (arrays are not needed here).
-func command(addr string, args ...string) (string, error) {
+// commandArray sends one command and returns an array reply of strings
+// (or a one-element slice for a simple or bulk string reply).
+func commandArray(addr string, args ...string) ([]string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write(encodeCommand(args)); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if !strings.HasPrefix(line, "*") {
+		v, err := parseScalar(r, line)
+		return []string{v}, err
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil {
+		return nil, fmt.Errorf("bad array reply %q", line)
+	}
+	out := make([]string, 0, max(n, 0))
+	for range n {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		v, err := parseScalar(r, strings.TrimRight(l, "\r\n"))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func encodeCommand(args []string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(c)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
+	return []byte(b.String())
+}
+
+// parseScalar reads the rest of a simple, error, integer or bulk string
+// reply whose first line is line.
+func parseScalar(r *bufio.Reader, line string) (string, error) {
 	if line == "" {
 		return "", fmt.Errorf("empty reply")
 	}
 	switch line[0] {
-	case '+':
+	case '+', ':':
 		return line[1:], nil
 	case '-':
 		return "", fmt.Errorf("%s", line[1:])
@@ -399,6 +565,26 @@ func command(addr string, args ...string) (string, error) {
 		return string(buf[:n]), nil
 	}
 	return line, nil
+}
+
+// command sends one command in RESP and returns a simple, integer or bulk
+// string reply; of an array reply, only its header line ("*<n>").
+func command(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write(encodeCommand(args)); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return parseScalar(r, strings.TrimRight(line, "\r\n"))
 }
 
 func lastLines(s string, n int) string {
