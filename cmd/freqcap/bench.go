@@ -39,7 +39,7 @@ const benchPolicy = `policies:
 `
 
 type benchConfig struct {
-	redisAddr, clusterAddrs string
+	server                  serverFlags
 	workers                 int
 	duration, warmup        time.Duration
 	subjects, values        int
@@ -62,8 +62,7 @@ type benchConfig struct {
 func runBench(args []string) error {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.redisAddr, "redis", "", "standalone Redis `ADDR` (host:port)")
-	fs.StringVar(&cfg.clusterAddrs, "cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
+	cfg.server.register(fs)
 	fs.IntVar(&cfg.workers, "workers", 64, "concurrent workers (each one call at a time: one decision, or one AllowBatch with -batch)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run length (per run)")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
@@ -88,8 +87,11 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if (cfg.redisAddr == "") == (cfg.clusterAddrs == "") {
-		return errors.New("bench: give exactly one of -redis or -cluster")
+	if err := cfg.server.check(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if !cfg.server.given() {
+		return errors.New("bench: give one of -redis, -cluster and -sentinel")
 	}
 	if cfg.workers < 1 || cfg.subjects < 1 || cfg.values < 1 || cfg.duration <= 0 || cfg.maxDecisions < 1 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive")
@@ -117,14 +119,7 @@ func runBench(args []string) error {
 		return err
 	}
 
-	var addrs []string
-	if cfg.redisAddr != "" {
-		addrs = []string{cfg.redisAddr}
-	} else {
-		addrs = strings.Split(cfg.clusterAddrs, ",")
-	}
-	o := redis.NewClientOptions(addrs...)
-	o.IsClusterMode = cfg.clusterAddrs != ""
+	o := cfg.server.options()
 	o.PoolSize = cfg.workers
 	o.MinIdleConns = cfg.workers
 	o.ReadTimeout, o.WriteTimeout = cfg.timeout, cfg.timeout
@@ -140,10 +135,7 @@ func runBench(args []string) error {
 	lim := sdk.New(redis.New(client, bopts), sdk.WithPrefix(cfg.prefix)) // -memory, Describe
 	gen := newSubjects(policy, cfg.subjects, cfg.values)
 	w := os.Stdout
-	target := cfg.redisAddr
-	if target == "" {
-		target = "cluster " + cfg.clusterAddrs
-	}
+	target := cfg.server.describe()
 	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension\n",
 		target, policy.Name(), len(policy.Rules()), cfg.workers, cfg.duration, cfg.subjects, cfg.values)
 	if d, err := lim.Describe(ctx); err == nil {

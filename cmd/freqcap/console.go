@@ -29,7 +29,8 @@ const consoleUsage = `Usage: freqcap console [flags]
 Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect)
 and Prometheus metrics (/metrics).
 
-With no --redis or --cluster, state lives in memory (lost on exit); --demo
+With no --redis, --cluster or --sentinel, state lives in memory (lost on
+exit); --demo
 adds synthetic traffic so counters move at once. Without credentials the
 console listens on loopback only and everyone is an admin.
 
@@ -46,8 +47,7 @@ type consoleFlags struct {
 	policies    string
 	demo        bool
 	demoRate    float64
-	redisAddr   string
-	cluster     string
+	server      serverFlags
 	prefix      string
 	timeout     time.Duration
 	viewerToken string
@@ -70,8 +70,7 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
 	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second")
-	fs.StringVar(&f.redisAddr, "redis", "", "Redis server address (host:port); default: in-memory backend")
-	fs.StringVar(&f.cluster, "cluster", "", "Redis Cluster seed addresses, comma-separated")
+	f.server.register(fs) // none given: the in-memory backend
 	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
 	fs.StringVar(&f.viewerToken, "viewer-token", os.Getenv("FREQCAP_VIEWER_TOKEN"), "viewer token (env FREQCAP_VIEWER_TOKEN)")
@@ -86,8 +85,8 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("console: unexpected argument %q", fs.Arg(0))
 	}
-	if f.redisAddr != "" && f.cluster != "" {
-		return f, errors.New("console: give --redis or --cluster, not both")
+	if err := f.server.check(); err != nil {
+		return f, fmt.Errorf("console: %w", err)
 	}
 	return f, nil
 }
@@ -196,36 +195,16 @@ func runConsole(args []string) error {
 
 // consoleBackend builds the backend the flags ask for, and its closer.
 func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
-	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain}}
-	for _, s := range strings.Split(f.forbid, ",") {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		ft, err := capability.ParseFeature(s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("console: --forbid: %w", err)
-		}
-		ro.Detect.Forbid = append(ro.Detect.Forbid, ft)
+	if !f.server.given() {
+		return memory.New(nil), func() {}, nil
 	}
-	switch {
-	case f.redisAddr != "":
-		opts := redis.NewClientOptions(f.redisAddr)
-		c := goredis.NewClient(opts.Simple())
-		return redis.New(c, ro), func() { c.Close() }, nil
-	case f.cluster != "":
-		var addrs []string
-		for _, a := range strings.Split(f.cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				addrs = append(addrs, a)
-			}
-		}
-		if len(addrs) == 0 {
-			return nil, nil, errors.New("console: --cluster: no addresses")
-		}
-		c := goredis.NewClusterClient(redis.NewClientOptions(addrs...).Cluster())
-		return redis.New(c, ro), func() { c.Close() }, nil
+	forbid, err := parseForbid(f.forbid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: %w", err)
 	}
-	return memory.New(nil), func() {}, nil
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}}
+	c := goredis.NewUniversalClient(f.server.options())
+	return redis.New(c, ro), func() { c.Close() }, nil
 }
 
 func strategies(d driver.Description) string {

@@ -1,9 +1,13 @@
 // Command freqcap is the freqcap binary: the support console, the load
 // generator and the server capability report.
 //
-//	freqcap console [--demo] [--redis ADDR | --cluster ADDR,…]
-//	freqcap bench   --redis ADDR [-workers 64 -duration 10s …]
-//	freqcap detect  --redis ADDR | --cluster ADDR,…
+//	freqcap console [--demo] [SERVER]
+//	freqcap bench   SERVER [-workers 64 -duration 10s …]
+//	freqcap detect  SERVER
+//
+// where SERVER is --redis ADDR, --cluster ADDR,… or --sentinel ADDR,…
+// --master NAME, with --user and --password (or $FREQCAP_REDIS_PASSWORD)
+// when the server wants them.
 package main
 
 import (
@@ -21,7 +25,9 @@ Usage:
   freqcap bench [flags]     run a load test against a backend
   freqcap detect [flags]    report what a Redis server or cluster can do
 
-Run "freqcap <command> -h" for a command's flags.
+A Redis deployment is named by --redis ADDR, --cluster ADDR,… or
+--sentinel ADDR,… --master NAME (and --user, --password or
+$FREQCAP_REDIS_PASSWORD). Run "freqcap <command> -h" for a command's flags.
 `
 
 func main() {

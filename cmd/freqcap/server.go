@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis"
+)
+
+// serverFlags name a Redis deployment: one standalone server, a cluster,
+// or a master found through Sentinel. console, bench and detect share them.
+type serverFlags struct {
+	redis, cluster, sentinel, master string
+	user, password                   string
+}
+
+// register adds the flags to fs.
+func (s *serverFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.redis, "redis", "", "standalone Redis `ADDR` (host:port)")
+	fs.StringVar(&s.cluster, "cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
+	fs.StringVar(&s.sentinel, "sentinel", "", "Sentinel `ADDRS`, comma-separated (with --master)")
+	fs.StringVar(&s.master, "master", "", "with --sentinel: the `NAME` of the master the Sentinels monitor")
+	fs.StringVar(&s.user, "user", "", "Redis ACL user `NAME`")
+	// The environment is read in options, not shown as the flag's default
+	// (help output would print the password).
+	fs.StringVar(&s.password, "password", "", "Redis password (default $FREQCAP_REDIS_PASSWORD; prefer the environment: flags show up in ps)")
+}
+
+// given reports whether a deployment was named.
+func (s serverFlags) given() bool { return s.redis != "" || s.cluster != "" || s.sentinel != "" }
+
+// check validates the flags: at most one deployment, named completely.
+func (s serverFlags) check() error {
+	n := 0
+	for _, v := range []string{s.redis, s.cluster, s.sentinel} {
+		if v != "" {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		return errors.New("give one of --redis, --cluster and --sentinel")
+	case s.cluster != "" && len(splitAddrs(s.cluster)) == 0:
+		return errors.New("--cluster: no addresses")
+	case s.sentinel != "" && len(splitAddrs(s.sentinel)) == 0:
+		return errors.New("--sentinel: no addresses")
+	case s.sentinel != "" && s.master == "":
+		return errors.New("--sentinel needs --master NAME")
+	case s.master != "" && s.sentinel == "":
+		return errors.New("--master is for --sentinel")
+	}
+	return nil
+}
+
+// options returns the client options for the deployment, with the
+// backend's settings (redis.NewClientOptions: no client retries).
+func (s serverFlags) options() *goredis.UniversalOptions {
+	var o *goredis.UniversalOptions
+	switch {
+	case s.cluster != "":
+		o = redis.NewClientOptions(splitAddrs(s.cluster)...)
+		o.IsClusterMode = true
+	case s.sentinel != "":
+		o = redis.NewClientOptions(splitAddrs(s.sentinel)...)
+		o.MasterName = s.master
+	default:
+		o = redis.NewClientOptions(s.redis)
+	}
+	o.Username, o.Password = s.user, s.password
+	if o.Password == "" {
+		o.Password = os.Getenv("FREQCAP_REDIS_PASSWORD")
+	}
+	return o
+}
+
+// describe names the deployment for reports.
+func (s serverFlags) describe() string {
+	switch {
+	case s.cluster != "":
+		return "cluster " + strings.Join(splitAddrs(s.cluster), ",")
+	case s.sentinel != "":
+		return fmt.Sprintf("master %q via Sentinel %s", s.master, strings.Join(splitAddrs(s.sentinel), ","))
+	}
+	return s.redis
+}
+
+// splitAddrs splits a comma-separated list (of addresses, or names),
+// dropping blanks.
+func splitAddrs(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// parseForbid parses a --forbid list: comma-separated features never to
+// use (tairhash, redis-cell, hfe).
+func parseForbid(list string) ([]capability.Feature, error) {
+	var out []capability.Feature
+	for _, s := range splitAddrs(list) {
+		f, err := capability.ParseFeature(s)
+		if err != nil {
+			return nil, fmt.Errorf("--forbid: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+func TestServerFlagsCheck(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"console: two deployments", []string{"console", "--redis", "a:1", "--cluster", "b:1"}, "give one of --redis, --cluster and --sentinel"},
+		{"detect: none", []string{"detect"}, "give one of --redis, --cluster and --sentinel"},
+		{"detect: sentinel without master", []string{"detect", "--sentinel", "a:1"}, "--sentinel needs --master NAME"},
+		{"bench: master without sentinel", []string{"bench", "-redis", "a:1", "-master", "m"}, "--master is for --sentinel"},
+		{"bench: empty cluster list", []string{"bench", "-cluster", " , "}, "--cluster: no addresses"},
+		{"console: bad forbid", []string{"console", "--redis", "127.0.0.1:1", "--forbid", "nope"}, "--forbid"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestSentinelCommands points detect, bench and the console's backend at a
+// master found through a real Sentinel.
+func TestSentinelCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master, a replica and a Sentinel")
+	}
+	z := redistest.NewSentinel(t)
+	server := []string{"--sentinel", z.Addr(), "--master", z.Name}
+
+	out, err := captureStdout(t, func() error { return runDetect(server) })
+	if err != nil || !strings.Contains(out, "sliding_window") {
+		t.Errorf("detect via Sentinel = %v:\n%s", err, out)
+	}
+
+	out, err = captureStdout(t, func() error {
+		return runBench(append([]string{"-workers", "2", "-duration", "200ms", "-warmup", "0", "-subjects", "50"}, server...))
+	})
+	if err != nil || !strings.Contains(out, `master "freqcap" via Sentinel `+z.Addr()) || !strings.Contains(out, "errors 0;") {
+		t.Errorf("bench via Sentinel = %v:\n%s", err, out)
+	}
+
+	f, err := parseConsoleFlags(server, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, closeFn, err := consoleBackend(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.Fixed("f", 1, time.Hour).By("user")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sdk.New(b, sdk.WithPrefix("fc-sentinel-console"))
+	for i, want := range []bool{true, false} {
+		d, err := lim.Allow(context.Background(), p, sdk.Subject{"user": "u"})
+		if err != nil || d.Allowed != want {
+			t.Errorf("console backend via Sentinel, decision %d = %v, %v; want allowed %v", i+1, d.Allowed, err, want)
+		}
+	}
+	// The decisions are on the master the Sentinel names.
+	m := goredis.NewClient(&goredis.Options{Addr: z.Master.Addr()})
+	defer m.Close()
+	if n, err := m.DBSize(context.Background()).Result(); err != nil || n == 0 {
+		t.Errorf("DBSIZE on the master = %d, %v; want the console's keys there", n, err)
+	}
+}
+
+// TestPasswordFlags: --user/--password and $FREQCAP_REDIS_PASSWORD reach
+// a server that requires a password.
+func TestPasswordFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	srv := redistest.NewServer(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.ConfigSet(context.Background(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FREQCAP_REDIS_PASSWORD", "")
+	if _, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--timeout", "3s"}) }); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("detect without a password = %v, want NOAUTH", err)
+	}
+	if out, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--password", "s3cret"}) }); err != nil {
+		t.Errorf("detect --password = %v:\n%s", err, out)
+	}
+	t.Setenv("FREQCAP_REDIS_PASSWORD", "s3cret")
+	if out, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--user", "default"}) }); err != nil {
+		t.Errorf("detect with $FREQCAP_REDIS_PASSWORD and --user default = %v:\n%s", err, out)
+	}
+}
