@@ -15,6 +15,12 @@ func TestRun(t *testing.T) {
 		{name: "no command", args: nil, wantErr: "no command given"},
 		{name: "unknown command", args: []string{"serve"}, wantErr: `unknown command "serve"`},
 		{name: "console bad flag", args: []string{"console", "--no-such-flag"}, wantErr: "no-such-flag"},
+		{name: "console: two deployments", args: []string{"console", "--redis", "a:1", "--cluster", "b:1"}, wantErr: "give one of --redis, --cluster and --sentinel"},
+		{name: "console: bad forbid", args: []string{"console", "--redis", "127.0.0.1:1", "--forbid", "nope"}, wantErr: "--forbid"},
+		{name: "detect: no deployment", args: []string{"detect"}, wantErr: "give one of --redis, --cluster and --sentinel"},
+		{name: "detect: sentinel without master", args: []string{"detect", "--sentinel", "a:1"}, wantErr: "--sentinel needs --master NAME"},
+		{name: "bench: master without sentinel", args: []string{"bench", "-redis", "a:1", "-master", "m"}, wantErr: "--master is for --sentinel"},
+		{name: "bench: empty cluster list", args: []string{"bench", "-cluster", " , "}, wantErr: "--cluster: no addresses"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

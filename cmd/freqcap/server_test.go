@@ -12,29 +12,6 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-func TestServerFlagsCheck(t *testing.T) {
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
-		{"console: two deployments", []string{"console", "--redis", "a:1", "--cluster", "b:1"}, "give one of --redis, --cluster and --sentinel"},
-		{"detect: none", []string{"detect"}, "give one of --redis, --cluster and --sentinel"},
-		{"detect: sentinel without master", []string{"detect", "--sentinel", "a:1"}, "--sentinel needs --master NAME"},
-		{"bench: master without sentinel", []string{"bench", "-redis", "a:1", "-master", "m"}, "--master is for --sentinel"},
-		{"bench: empty cluster list", []string{"bench", "-cluster", " , "}, "--cluster: no addresses"},
-		{"console: bad forbid", []string{"console", "--redis", "127.0.0.1:1", "--forbid", "nope"}, "--forbid"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := run(tc.args)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
-			}
-		})
-	}
-}
-
 // TestSentinelCommands points detect, bench and the console's backend at a
 // master found through a real Sentinel.
 func TestSentinelCommands(t *testing.T) {
