@@ -209,7 +209,11 @@ func runBench(args []string) error {
 				// What batching gains on this machine for the cheapest
 				// script there is: the ceiling of any batch/one-by-one
 				// ratio here (a costlier script gains less).
-				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Baseline, cfg, "baseline-p", 1, cfg.batch)})
+				d, err := scriptPipelined(ctx, client, lua.Baseline, cfg, "baseline-p", 1, cfg.batch)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.batch), cfg.batch, d})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 			}
 			if cfg.floor {
@@ -224,18 +228,14 @@ func runBench(args []string) error {
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 				if cfg.batch > 0 {
 					f4 := len(runs) - 1
-					runs = append(runs, run{fmt.Sprintf("floor, 4 keys x 2 fields, pipelines of %d", cfg.batch), cfg.batch, scriptPipelined(client, lua.Floor, cfg, "floor4-p", 4, cfg.batch)})
+					d, err := scriptPipelined(ctx, client, lua.Floor, cfg, "floor4-p", 4, cfg.batch)
+					if err != nil {
+						return err
+					}
+					runs = append(runs, run{fmt.Sprintf("floor, 4 keys x 2 fields, pipelines of %d", cfg.batch), cfg.batch, d})
 					ratios = append(ratios, [2]int{len(runs) - 1, f4})
 				}
 			}
-		}
-	}
-	for _, src := range []string{lua.Baseline, lua.Floor} {
-		// Pipelines send EVALSHA only: load the scripts on every master.
-		if err := forEachMaster(ctx, client, func(ctx context.Context, c *goredis.Client) error {
-			return c.ScriptLoad(ctx, src).Err()
-		}); err != nil {
-			return fmt.Errorf("bench: SCRIPT LOAD: %w", err)
 		}
 	}
 	rounds := max(1, cfg.rounds)
@@ -299,18 +299,31 @@ type outcome struct {
 	err                      error // the first error
 }
 
-func b2i(b bool) int64 {
-	if b {
-		return 1
+// add counts one decision: failed (err), else allowed or denied, and
+// whether the hot-deny cache answered it.
+func (o *outcome) add(err error, allowed, cached bool) {
+	o.n++
+	switch {
+	case err != nil:
+		o.errs++
+		if o.err == nil {
+			o.err = err
+		}
+	case allowed:
+		o.allowed++
 	}
-	return 0
+	if cached {
+		o.cached++
+	}
 }
 
 // allowOne decides one random subject per call with Allow.
 func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
 		d, err := lim.Allow(ctx, p, gen.pick(rng))
-		return outcome{n: 1, allowed: b2i(err == nil && d.Allowed), cached: b2i(d.Cached), errs: b2i(err != nil), err: err}
+		o.add(err, d.Allowed, d.Cached)
+		return o
 	}
 }
 
@@ -338,15 +351,22 @@ func scriptOne(c goredis.UniversalClient, src string, cfg benchConfig, name stri
 	keys := scriptKeys(cfg, name, nkeys)
 	script := goredis.NewScript(src)
 	return func(ctx context.Context, rng *rand.Rand) outcome {
-		err := script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000).Err()
-		return outcome{n: 1, allowed: b2i(err == nil), errs: b2i(err != nil), err: err}
+		var o outcome
+		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000).Err(), true, false)
+		return o
 	}
 }
 
 // scriptPipelined runs n EVALSHA of script src (ARGV[1]: a TTL in ms), each
 // on the nkeys keys of a random subject, per call, in one pipeline (one per
-// master on a cluster), as TakeBatch sends take.lua.
-func scriptPipelined(c goredis.UniversalClient, src string, cfg benchConfig, name string, nkeys, n int) decideFunc {
+// master on a cluster), as TakeBatch sends take.lua. A pipeline sends
+// EVALSHA only, so it loads src on every master first.
+func scriptPipelined(ctx context.Context, c goredis.UniversalClient, src string, cfg benchConfig, name string, nkeys, n int) (decideFunc, error) {
+	if err := forEachMaster(ctx, c, func(ctx context.Context, m *goredis.Client) error {
+		return m.ScriptLoad(ctx, src).Err()
+	}); err != nil {
+		return nil, fmt.Errorf("bench: SCRIPT LOAD: %w", err)
+	}
 	keys := scriptKeys(cfg, name, nkeys)
 	script := goredis.NewScript(src)
 	return func(ctx context.Context, rng *rand.Rand) outcome {
@@ -356,22 +376,12 @@ func scriptPipelined(c goredis.UniversalClient, src string, cfg benchConfig, nam
 			}
 			return nil
 		})
-		o := outcome{n: int64(n)}
+		var o outcome
 		for _, cmd := range cmds {
-			if err := cmd.Err(); err != nil {
-				o.errs++
-				if o.err == nil {
-					o.err = err
-				}
-			} else {
-				o.allowed++
-			}
-		}
-		if len(cmds) < n { // the pipeline failed before sending
-			o.errs += int64(n - len(cmds))
+			o.add(cmd.Err(), true, false)
 		}
 		return o
-	}
+	}, nil
 }
 
 // allowBatch decides n random subjects per call with one AllowBatch.
@@ -381,18 +391,9 @@ func allowBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFun
 		for i := range as {
 			as[i].Subject = gen.pick(rng)
 		}
-		o := outcome{n: int64(n)}
+		var o outcome
 		for _, r := range lim.AllowBatch(ctx, p, as) {
-			switch {
-			case r.Err != nil:
-				o.errs++
-				if o.err == nil {
-					o.err = r.Err
-				}
-			case r.Decision.Allowed:
-				o.allowed++
-			}
-			o.cached += b2i(r.Decision.Cached)
+			o.add(r.Err, r.Decision.Allowed, r.Decision.Cached)
 		}
 		return o
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,26 +20,30 @@ func TestBenchModes(t *testing.T) {
 	addr := redistest.NewServer(t).Addr()
 	common := []string{"-redis", addr, "-workers", "4", "-duration", "200ms", "-warmup", "0", "-subjects", "200"}
 	tests := []struct {
-		name string
-		args []string
-		want []string
+		name  string
+		args  []string
+		want  []string // substrings of the report
+		lines []string // regular expressions, each matching one whole line
 	}{
 		{"batch", []string{"-batch", "50", "-rounds", "2"}, []string{
-			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}},
-		{"floor and pipelined baseline", []string{"-floor", "-batch", "30"}, []string{
-			"baseline INCRBY+PEXPIRE EVALSHA:", "baseline, pipelines of 30:", "0.0333 round trips",
-			"floor, 1 hash x 8 fields:", "4.00 commands inside scripts",
-			"floor, 2 keys x 4 fields:", "7.00 commands inside scripts",
-			"floor, 4 keys x 2 fields:", "13.00 commands inside scripts",
-			"ratio baseline, pipelines of 30 / baseline INCRBY+PEXPIRE EVALSHA:",
-			"ratio floor, 1 hash x 8 fields / baseline INCRBY+PEXPIRE EVALSHA:",
-			"ratio floor, 4 keys x 2 fields / baseline INCRBY+PEXPIRE EVALSHA:",
-			"ratio floor, 4 keys x 2 fields, pipelines of 30 / floor, 4 keys x 2 fields:"}},
+			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}, nil},
+		{"floor and pipelined baseline", []string{"-floor", "-batch", "30"}, nil, []string{
+			`^baseline INCRBY\+PEXPIRE EVALSHA: .* errors 0; .* 1\.0000 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,
+			`^baseline, pipelines of 30: .* errors 0; .* 0\.0333 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,
+			`^floor, 1 hash x 8 fields: .* errors 0; .* 4\.00 commands inside scripts`,
+			`^floor, 2 keys x 4 fields: .* errors 0; .* 7\.00 commands inside scripts`,
+			`^floor, 4 keys x 2 fields: .* errors 0; .* 13\.00 commands inside scripts`,
+			`^floor, 4 keys x 2 fields, pipelines of 30: .* errors 0; .* 0\.0333 round trips, 1\.00 scripts .* 13\.00 commands inside scripts`,
+			`^ratio baseline, pipelines of 30 / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 1 hash x 8 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 2 keys x 4 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 4 keys x 2 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 4 keys x 2 fields, pipelines of 30 / floor, 4 keys x 2 fields: [0-9.]+ `}},
 		{"hot", []string{"-hot", "-hot-subjects", "3"}, []string{
-			"hot, no cache:", "hot, HotDenyCache:", "Redis round trips per decision:", "hot-deny cache: size 10000"}},
-		{"hot batch", []string{"-hot", "-batch", "20"}, []string{"hot, batch 20, HotDenyCache:"}},
+			"hot, no cache:", "hot, HotDenyCache:", "Redis round trips per decision:", "hot-deny cache: size 10000"}, nil},
+		{"hot batch", []string{"-hot", "-batch", "20"}, []string{"hot, batch 20, HotDenyCache:"}, nil},
 		{"memory log", []string{"-memory", "-memory-takes", "2", "-policy", "../../testdata/seed-log.yaml"}, []string{
-			`policy "push-log"`, "sliding_log:", "memory: ", "2 decision(s) each for 200 subjects"}},
+			`policy "push-log"`, "sliding_log:", "memory: ", "2 decision(s) each for 200 subjects"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +54,11 @@ func TestBenchModes(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("runBench(%q) output lacks %q:\n%s", tc.args, w, out)
+				}
+			}
+			for _, l := range tc.lines {
+				if !regexp.MustCompile("(?m)" + l + ".*$").MatchString(out) {
+					t.Errorf("runBench(%q): no line matches %s:\n%s", tc.args, l, out)
 				}
 			}
 			if strings.Contains(out, "first error") {
