@@ -2,81 +2,19 @@ package capability
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// needServer skips the test loudly when redis-server is not on PATH, or
-// fails it when FREQCAP_REQUIRE_SERVERS=1.
-func needServer(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("FREQCAP_REQUIRE_SERVERS") == "1" {
-			t.Fatal("redis-server not on PATH and FREQCAP_REQUIRE_SERVERS=1")
-		}
-		t.Skip("SKIPPED: redis-server not on PATH (install redis-server; FREQCAP_REQUIRE_SERVERS=1 makes this a failure)")
-	}
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// startServer starts bin on a free loopback port with extra arguments,
-// waits until it answers PING, and stops it with the test.
-func startServer(t *testing.T, bin string, extra ...string) string {
-	t.Helper()
-	port := freePort(t)
-	dir := t.TempDir()
-	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s on %s did not answer PING: %v", bin, addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 func TestLivePlainServer(t *testing.T) {
-	bin := needServer(t)
-	addr := startServer(t, bin)
-	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Standalone(t), MaxRetries: -1})
 	defer c.Close()
 	r, err := Probe(context.Background(), c, Config{})
 	if err != nil {
@@ -97,45 +35,9 @@ func TestLivePlainServer(t *testing.T) {
 }
 
 func TestLiveCluster(t *testing.T) {
-	bin := needServer(t)
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		if os.Getenv("FREQCAP_REQUIRE_SERVERS") == "1" {
-			t.Fatal("redis-cli not on PATH and FREQCAP_REQUIRE_SERVERS=1")
-		}
-		t.Skip("SKIPPED: redis-cli not on PATH (install redis-tools)")
-	}
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		dir := t.TempDir()
-		addrs = append(addrs, startServer(t, bin, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf")))
-	}
-	out, err := exec.Command(cli, append([]string{"--cluster", "create"}, append(addrs, "--cluster-replicas", "0", "--cluster-yes")...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, MaxRetries: -1})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: redistest.Cluster(t), MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		okAll := true
-		for _, a := range addrs {
-			n := goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
-			info, err := n.ClusterInfo(ctx).Result()
-			n.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				okAll = false
-			}
-		}
-		if okAll {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cluster_state did not become ok")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	r, err := Probe(ctx, c, Config{})
 	if err != nil {
 		t.Fatal(err)
