@@ -10,6 +10,7 @@ import (
 	"time"
 	_ "time/tzdata" // zones load on machines without zoneinfo
 
+	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -142,7 +143,7 @@ func TestCalendarSkewTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = run(context.Background(), b.c, takeScript, "", c.keys, c.args)
+	_, err = run(context.Background(), b.c, takeScript, lua.Take, false, c.keys, c.args)
 	if err == nil || !strings.Contains(err.Error(), "calendar boundaries") {
 		t.Errorf("take with boundaries 5h off = %v, want a calendar boundaries error", err)
 	}

@@ -50,12 +50,15 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 	if len(reqs) == 0 {
 		return out
 	}
-	if b.takeEach(ctx) { // no scripting (Take runs bare commands), or no EVALSHA
+	// A failed detection is reported by each entry's prepare below.
+	rep, err := b.report(ctx)
+	if err == nil && scriptless(rep) { // Take runs bare commands, one by one
 		for i, req := range reqs {
 			out[i].Result, out[i].Err = b.Take(ctx, req)
 		}
 		return out
 	}
+	evalFallback := err == nil && rep.EvalOnly // EVALSHA refused: EVAL in the pipeline
 	type entry struct {
 		i   int // index in reqs
 		tag string
@@ -71,7 +74,6 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 		todo = append(todo, entry{i: i, tag: hashTag(c.keys[0]), call: c})
 	}
 	cmds := make([]noRetryCmd, len(todo))
-	evalFallback := false
 	for pass := 0; len(todo) > 0; pass++ {
 		pipe := b.c.Pipeline()
 		for k := range todo {

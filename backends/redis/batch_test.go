@@ -528,3 +528,42 @@ func BenchmarkTakeBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(reqs)), "ns/decision")
 }
+
+// TestBatchEvalOnly: on a server that refuses EVALSHA to the client (an
+// ACL user without it), a batch is still one pipeline, of EVAL.
+func TestBatchEvalOnly(t *testing.T) {
+	srv := redistest.NewServer(t)
+	ctx := context.Background()
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noevalsha", "on", ">pw", "~*", "&*", "+@all", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
+	}
+	o := NewClientOptions(srv.Addr()).Simple()
+	o.Username, o.Password = "noevalsha", "pw"
+	c := goredis.NewClient(o)
+	defer c.Close()
+	b := New(c, nil)
+	rep, err := b.report(ctx)
+	if err != nil || !rep.EvalOnly {
+		t.Fatalf("detection = EvalOnly %v, %v; want EvalOnly (EVALSHA refused by ACL)", rep != nil && rep.EvalOnly, err)
+	}
+	var mu sync.Mutex
+	got := map[string][]int{}
+	c.AddHook(pipelineCounter{addr: srv.Addr(), mu: &mu, got: got})
+	s := newSubject(t, "evalonly")
+	r := s.fixed("f", 3, time.Hour)
+	reqs := make([]driver.Request, 5)
+	for i := range reqs {
+		reqs[i] = s.request(driver.OpTake, 1, r)
+	}
+	for i, res := range b.TakeBatch(ctx, reqs) {
+		if res.Err != nil {
+			t.Fatalf("entry %d: %v", i, res.Err)
+		}
+		checkRule(t, fmt.Sprintf("entry %d", i), res.Result.Rules[0], i < 3, min(int64(i+1), 3), 3)
+	}
+	if p := got[srv.Addr()]; len(p) != 1 || p[0] != 5 {
+		t.Errorf("TakeBatch of 5 sent script pipelines of sizes %v, want one of 5", p)
+	}
+}

@@ -144,15 +144,6 @@ func (b *Backend) Capabilities(ctx context.Context) (*capability.Report, error) 
 	return rep, nil
 }
 
-// takeEach reports whether a batch must fall back to one Take per
-// request: detection found a master that refuses scripting (Take then
-// runs bare module commands, NonAtomic) or EVALSHA (Take sends EVAL). A
-// failed detection reports false: the batch's own prepare reports it.
-func (b *Backend) takeEach(ctx context.Context) bool {
-	rep, err := b.report(ctx)
-	return err == nil && (scriptless(rep) || rep.EvalOnly)
-}
-
 // NewClientOptions returns client options suited to a limiter on addrs
 // (one address: standalone; several: cluster; see
 // goredis.NewUniversalClient): no command retries (MaxRetries -1, so a
@@ -182,21 +173,32 @@ type noRetryCmd struct{ *goredis.Cmd }
 func (noRetryCmd) NoRetry() bool { return true }
 
 // run sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
-// restart, a failover, SCRIPT FLUSH), EVAL with the source. args starts
-// with 3 placeholders for the command name, script and key count.
-func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, keys []string, args []any) (any, error) {
-	args[0], args[1], args[2] = "evalsha", s.Hash(), len(keys)
-	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
-	_ = c.Process(ctx, cmd)
-	v, err := cmd.Result()
-	if err != nil && isNoScript(err) {
-		args[0], args[1] = "eval", src
-		cmd = noRetryCmd{goredis.NewCmd(ctx, args...)}
-		_ = c.Process(ctx, cmd)
-		v, err = cmd.Result()
+// restart, a failover, SCRIPT FLUSH), EVAL with the source; with
+// evalOnly (a server that refuses EVALSHA: capability.Report.EvalOnly),
+// EVAL at once. args starts with 3 placeholders for the command name,
+// script and key count.
+func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
+	args[2] = len(keys)
+	var (
+		v   any
+		err error
+	)
+	if !evalOnly {
+		v, err = send(ctx, c, args, "evalsha", s.Hash())
+	}
+	if evalOnly || isNoScript(err) {
+		v, err = send(ctx, c, args, "eval", src)
 	}
 	reloadOnNoReply(ctx, c, err)
 	return v, err
+}
+
+// send sends args as one not-retryable command name script ….
+func send(ctx context.Context, c goredis.UniversalClient, args []any, name, script string) (any, error) {
+	args[0], args[1] = name, script
+	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
+	_ = c.Process(ctx, cmd)
+	return cmd.Result()
 }
 
 // reloadOnNoReply asks a cluster client to reload its slot map after a
@@ -215,17 +217,6 @@ func reloadOnNoReply(ctx context.Context, c goredis.UniversalClient, err error) 
 		return // the server answered: its map is not the problem
 	}
 	cc.ReloadState(ctx)
-}
-
-// runEval sends EVAL with the source, for servers that refuse EVALSHA
-// (capability.Report.EvalOnly). args starts with 3 placeholders.
-func runEval(ctx context.Context, c goredis.UniversalClient, src string, keys []string, args []any) (any, error) {
-	args[0], args[1], args[2] = "eval", src, len(keys)
-	cmd := noRetryCmd{goredis.NewCmd(ctx, args...)}
-	_ = c.Process(ctx, cmd)
-	v, err := cmd.Result()
-	reloadOnNoReply(ctx, c, err)
-	return v, err
 }
 
 func isNoScript(err error) bool {
@@ -252,12 +243,7 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
-	var v any
-	if rep.EvalOnly {
-		v, err = runEval(ctx, b.c, lua.Take, c.keys, c.args)
-	} else {
-		v, err = run(ctx, b.c, takeScript, lua.Take, c.keys, c.args)
-	}
+	v, err := run(ctx, b.c, takeScript, lua.Take, rep.EvalOnly, c.keys, c.args)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
 	}
@@ -328,12 +314,7 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 			args = append(args, k)
 		}
 		args = append(args, id, flag)
-		var v any
-		if rep.EvalOnly {
-			v, err = runEval(ctx, b.c, lua.Settle, keys, args)
-		} else {
-			v, err = run(ctx, b.c, settleScript, lua.Settle, keys, args)
-		}
+		v, err := run(ctx, b.c, settleScript, lua.Settle, rep.EvalOnly, keys, args)
 		if err != nil {
 			return fmt.Errorf("redis: settle: %w", err)
 		}
