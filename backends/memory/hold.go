@@ -60,10 +60,7 @@ func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
 	s := x.shard(req.HoldKey)
 	e := s.get(req.HoldKey, x.now)
 	if e == nil || e.kind != kindHolds {
-		if e != nil {
-			s.remove(e)
-		}
-		e = &entry{key: req.HoldKey, kind: kindHolds, holds: make(map[string]*hold)}
+		e = &entry{key: req.HoldKey, kind: kindHolds, holds: make(map[string]*hold)} // put replaces any other
 	}
 	e.holds[req.HoldID] = h
 	x.saveHolds(s, e)

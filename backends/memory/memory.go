@@ -72,28 +72,8 @@ func New(opts *Options) *Backend {
 	return b
 }
 
-// hashTag returns what Redis Cluster hashes for key: the content of the
-// first non-empty {...}, else the whole key.
-func hashTag(key string) string {
-	for i := 0; i < len(key); i++ {
-		if key[i] != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j > i+1 {
-					return key[i+1 : j]
-				}
-				return key
-			}
-		}
-		return key
-	}
-	return key
-}
-
 func (b *Backend) shardIndex(key string) int {
-	return int(maphash.String(b.seed, hashTag(key)) % uint64(len(b.shards)))
+	return int(maphash.String(b.seed, driver.HashTag(key)) % uint64(len(b.shards)))
 }
 
 // txn is the work of one call, holding the locks of the shards of its
@@ -266,12 +246,14 @@ func (x *txn) take(req driver.Request) driver.Result {
 	consume := req.Op == driver.OpTake || req.Op == driver.OpReserve
 
 	n := len(req.Rules)
+	shards := make([]*shard, n)
+	ents := make([]*entry, n)
 	cur := make([]ruleState, n)
 	next := make([]ruleState, n)
 	verdicts := make([]verdict, n)
 	allowed := true
 	for i, r := range req.Rules {
-		_, _, cur[i] = x.load(r)
+		shards[i], ents[i], cur[i] = x.load(r)
 		next[i], verdicts[i] = step(cur[i], r, cost, now)
 		allowed = allowed && verdicts[i].Allowed
 	}
@@ -281,7 +263,7 @@ func (x *txn) take(req driver.Request) driver.Result {
 		st := cur[i]
 		if committed {
 			st = next[i]
-			x.store(r, st)
+			x.store(shards[i], ents[i], r, st)
 		}
 		used, reset := report(st, r, now)
 		res.Rules[i] = ruleResult(reportedLimit(r), used, reset, verdicts[i])
@@ -296,9 +278,6 @@ func (x *txn) take(req driver.Request) driver.Result {
 	}
 	if idempotent(req) {
 		s := x.shard(req.IdemKey)
-		if e := s.entries[req.IdemKey]; e != nil {
-			s.remove(e)
-		}
 		stored := cloneResult(res)
 		s.put(&entry{key: req.IdemKey, kind: kindIdem, idem: &stored}, now.Add(req.IdemTTL), now)
 	}
@@ -317,9 +296,9 @@ func cloneResult(r driver.Result) driver.Result {
 	return r
 }
 
-// store saves a rule's new state.
-func (x *txn) store(r driver.Rule, st ruleState) {
-	s, e, _ := x.load(r)
+// store saves a rule's new state in s, where load found e (nil: none, or
+// another algorithm's state, which put replaces).
+func (x *txn) store(s *shard, e *entry, r driver.Rule, st ruleState) {
 	if e == nil {
 		e = &entry{key: r.Key, kind: kindOf(r.Algorithm)}
 	}
@@ -336,10 +315,7 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	s := x.shard(req.TrailKey)
 	e := s.get(req.TrailKey, x.now)
 	if e == nil || e.kind != kindTrail {
-		if e != nil {
-			s.remove(e)
-		}
-		e = &entry{key: req.TrailKey, kind: kindTrail}
+		e = &entry{key: req.TrailKey, kind: kindTrail} // put replaces any other
 	}
 	var add []driver.Denial
 	for i, rr := range res.Rules {

@@ -228,22 +228,6 @@ func TestGCRAStep(t *testing.T) {
 	}
 }
 
-func TestHashTag(t *testing.T) {
-	tests := []struct{ key, tag string }{
-		{"fc:{u1}:push:recv.abc", "u1"},
-		{"fc:{u1}:push:!t", "u1"},
-		{"fc:{}:x", "fc:{}:x"},
-		{"plain", "plain"},
-		{"a{b", "a{b"},
-		{"a{b}{c}", "b"},
-	}
-	for _, tc := range tests {
-		if got := hashTag(tc.key); got != tc.tag {
-			t.Errorf("hashTag(%q) = %q, want %q", tc.key, got, tc.tag)
-		}
-	}
-}
-
 // policy returns a request of every algorithm plus a trail and holds for
 // the subject with hash tag tag.
 func policy(tag string, op driver.Op) driver.Request {

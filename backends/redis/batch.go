@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -71,7 +70,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
 			continue
 		}
-		todo = append(todo, entry{i: i, tag: hashTag(c.keys[0]), call: c})
+		todo = append(todo, entry{i: i, tag: driver.HashTag(c.keys[0]), call: c})
 	}
 	cmds := make([]noRetryCmd, len(todo))
 	for pass := 0; len(todo) > 0; pass++ {
@@ -132,15 +131,4 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 		cmds = cmds[:len(todo)]
 	}
 	return out
-}
-
-// hashTag returns the part of key Redis Cluster hashes: the text between
-// the first '{' and the next '}' when non-empty, else the whole key.
-func hashTag(key string) string {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			return key[s+1 : s+1+e]
-		}
-	}
-	return key
 }

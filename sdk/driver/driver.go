@@ -12,6 +12,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -304,3 +305,15 @@ type BatchResult struct {
 // ErrHoldNotFound is returned by Settle for an unknown, settled or lapsed
 // hold.
 var ErrHoldNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
+
+// HashTag returns what Redis Cluster hashes of key: the text between the
+// first '{' and the next '}' when non-empty, else the whole key. Keys with
+// the same hash tag are in the same slot (and the same memory shard).
+func HashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
