@@ -113,9 +113,6 @@ const (
 	// MAX per rule, with a compensating decrement when a later rule
 	// denies): multi-rule decisions are not atomic.
 	TairHashBare
-	// CellBare runs CL.THROTTLE without scripting (peek with quantity 0,
-	// then consume): multi-rule decisions are not atomic.
-	CellBare
 )
 
 // String returns the strategy's name as shown by the console and
@@ -134,8 +131,6 @@ func (s Strategy) String() string {
 		return "lua+redis-cell"
 	case TairHashBare:
 		return "tairhash-bare"
-	case CellBare:
-		return "redis-cell-bare"
 	}
 	return fmt.Sprintf("Strategy(%d)", uint8(s))
 }
@@ -145,7 +140,7 @@ func (s Strategy) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 
 // NonAtomic reports whether a decision made with s can be only partly
 // applied (it compensates instead of being all-or-nothing).
-func (s Strategy) NonAtomic() bool { return s == TairHashBare || s == CellBare }
+func (s Strategy) NonAtomic() bool { return s == TairHashBare }
 
 // Config overrides detection. The zero value detects everything and uses
 // what it finds.

@@ -15,8 +15,8 @@ import (
 // Preferences, when scripting runs on every master: sliding windows use
 // native hash-field expiry, else TairHash, else plain Lua; GCRA uses
 // redis-cell, else plain Lua; fixed windows and sliding logs use plain Lua.
-// Without scripting only bare module commands remain (TairHash for sliding
-// windows, CL.THROTTLE for GCRA) and the report is NonAtomic.
+// Without scripting only bare TairHash commands remain, for sliding
+// windows, and the report is NonAtomic.
 func Choose(nodes []Node, cfg Config) Report {
 	ns := slices.Clone(nodes)
 	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.Addr, b.Addr) })
@@ -166,8 +166,8 @@ func choose(r *Report, a driver.Algorithm, cfg Config) Choice {
 			c.Strategy = PlainLua
 			c.Reason = "plain Lua: " + whyNot(r, cell, "no redis-cell")
 		case cell.Usable:
-			c.Strategy = CellBare
-			c.Reason = fmt.Sprintf("redis-cell without scripting (%s): CL.THROTTLE peek with quantity 0, then consume, on %s; multi-rule decisions are not atomic", noScript, cell.Count)
+			c.Strategy = Unavailable
+			c.Reason = fmt.Sprintf("%s; redis-cell is on %s, but GCRA without scripting is not implemented", noScript, cell.Count)
 		default:
 			c.Strategy = Unavailable
 			c.Reason = noScript + ", and " + whyNot(r, cell, "no redis-cell")

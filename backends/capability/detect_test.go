@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -430,10 +431,9 @@ func TestChoose(t *testing.T) {
 			notes: []string{"lists the redis-cell module, but COMMAND INFO does not find CL.THROTTLE"},
 		},
 		{
-			name:  "no redis-cell without scripting",
+			name:  "redis-cell without scripting: GCRA unavailable, not NonAtomic",
 			nodes: []Node{{Addr: "a:1", Commands: []string{"cl.throttle"}, ScriptingRefused: "NOPERM x"}},
-			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: CellBare},
-			notes: []string{"multi-rule atomicity is degraded"},
+			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: Unavailable},
 		},
 		{
 			name: "HFE preferred to TairHash",
@@ -457,6 +457,9 @@ func TestChoose(t *testing.T) {
 			}
 			if r.EvalOnly != tc.evalOnl {
 				t.Errorf("EvalOnly = %v, want %v", r.EvalOnly, tc.evalOnl)
+			}
+			if want := slices.ContainsFunc(Algorithms, func(a driver.Algorithm) bool { return tc.want[a].NonAtomic() }); r.NonAtomic != want {
+				t.Errorf("NonAtomic = %v, want %v (a strategy chosen is NonAtomic)", r.NonAtomic, want)
 			}
 			for _, want := range tc.notes {
 				if !containsSub(r.Notes, want) {

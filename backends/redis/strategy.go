@@ -86,7 +86,7 @@ func (c ruleChoice) strategy() string {
 func chooseRule(rep *capability.Report, r *driver.Rule) (ruleChoice, error) {
 	ch := rep.Choice(r.Algorithm)
 	switch ch.Strategy {
-	case capability.Unavailable, capability.TairHashBare, capability.CellBare:
+	case capability.Unavailable, capability.TairHashBare:
 		return ruleChoice{}, unsupported(r.Algorithm, ch)
 	}
 	switch {
@@ -134,9 +134,6 @@ func describeReport(rep *capability.Report) driver.Description {
 			st.Reason += "; state under <key>" + suffixHFE
 		case capability.TairHashBare.String():
 			st.Reason += "; state under <key>" + suffixTairHash + "; take, peek and inspect only (no reservations)"
-		case capability.CellBare.String():
-			st.Name = capability.Unavailable.String()
-			st.Reason = "redis-cell without scripting is not implemented by this backend (" + st.Reason + ")"
 		}
 		d.Strategies[a] = st
 	}
