@@ -62,12 +62,10 @@ func (l *Limiter) ReserveAttempt(ctx context.Context, p *Policy, a Attempt, ttl 
 // the backend and what the hot-deny cache needs.
 type call struct {
 	op     string // names the operation in errors and events
-	dop    driver.Op
 	p      *Policy
-	res    resolved
-	req    driver.Request
-	base   string    // res.base()
-	hot    *hotCache // nil: no hot-deny cache for this call
+	req    driver.Request // req.Op is the driver op, req.Rules the resolved rules
+	base   string         // the subject's key base (resolved.base)
+	hot    *hotCache      // nil: no hot-deny cache for this call
 	hotKey string
 	batch  int    // Event.Batch
 	holdID string // set by finish: the hold of an allowed reserve
@@ -83,7 +81,7 @@ func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, s Subject, n int6
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", op, err)
 	}
-	c := &call{op: op, dop: dop, p: p, res: res, req: l.request(dop, p, res, n), base: res.base()}
+	c := &call{op: op, p: p, req: l.request(dop, p, res, n), base: res.base}
 	if dop == driver.OpReserve {
 		c.req.HoldID = newHoldID()
 		c.req.HoldTTL = ttl
@@ -139,9 +137,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if r.Replayed {
 		var err error
 		switch {
-		case c.dop == driver.OpTake && r.HoldID != "":
+		case c.req.Op == driver.OpTake && r.HoldID != "":
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a reservation", c.op, ErrInvalidIdempotencyKey)
-		case c.dop == driver.OpReserve && r.Allowed && r.HoldID == "":
+		case c.req.Op == driver.OpReserve && r.Allowed && r.HoldID == "":
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.op, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
@@ -149,7 +147,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			return Decision{}, err
 		}
 	}
-	d := decide(p.name, c.res.rules, r)
+	d := decide(p.name, c.req.Rules, r)
 	c.holdID = c.req.HoldID
 	if r.HoldID != "" {
 		c.holdID = r.HoldID

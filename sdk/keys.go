@@ -69,15 +69,11 @@ func sanitizePrefix(p string) string {
 // resolved is a policy applied to a subject: the driver rules and keys.
 type resolved struct {
 	rules    []driver.Rule
-	index    []int    // index in the policy of each rules entry
 	skipped  []string // rules left out (partial subjects only)
+	base     string   // the start of every key: "<prefix>:{<shard values>}:<policy>:"
 	trailKey string
 	holdKey  string
 }
-
-// base returns the common start of every key of the subject under the
-// policy: "<prefix>:{<shard values>}:<policy>:".
-func (r resolved) base() string { return strings.TrimSuffix(r.trailKey, "!t") }
 
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
@@ -89,6 +85,7 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 		return res, err
 	}
 	var b strings.Builder
+	b.Grow(len(prefix) + len(p.name) + 4 + 24*len(p.shardBy))
 	b.WriteString(prefix)
 	b.WriteString(":{")
 	for i, d := range p.shardBy {
@@ -105,13 +102,14 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 	b.WriteString(p.name)
 	b.WriteByte(':')
 	base := b.String()
+	res.base = base
 	res.trailKey = base + "!t"
 	res.holdKey = base + "!h"
 	res.rules = make([]driver.Rule, 0, len(p.rules))
-	res.index = make([]int, 0, len(p.rules))
 rules:
 	for i, r := range p.rules {
 		var k strings.Builder
+		k.Grow(len(base) + len(r.Name) + 8 + 24*len(p.others[i]))
 		k.WriteString(base)
 		k.WriteString(r.Name)
 		k.WriteByte('.')
@@ -139,7 +137,6 @@ rules:
 			Calendar:   r.Calendar,
 			Location:   r.Location,
 		})
-		res.index = append(res.index, i)
 	}
 	return res, nil
 }

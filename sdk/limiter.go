@@ -195,7 +195,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
 	if h := l.hotCacheOf(p); h != nil {
-		h.evictSubject(res.base())
+		h.evictSubject(res.base)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()

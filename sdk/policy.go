@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"crypto/sha256"
-	"encoding/base32"
 	"fmt"
 	"slices"
 	"strings"
@@ -193,7 +192,7 @@ func ruleID(r Rule) string {
 	id := fmt.Sprintf("freqcap/rule/v1\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
 		r.Algorithm, int64(r.Window), r.SubWindows, r.Calendar, zone, strings.Join(r.Dimensions, "\x01"))
 	sum := sha256.Sum256([]byte(id))
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:]))[:6]
+	return b32.EncodeToString(sum[:])[:6]
 }
 
 // Name returns the policy's name.

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
-	"strings"
 )
 
 // MaxValueLen is the longest subject value, in bytes. Hash longer content
@@ -21,12 +20,16 @@ const MaxValueLen = 256
 // appear in error messages.
 type Subject map[string]string
 
+// b32 is RFC 4648 base32 in lower case, unpadded: Fingerprint's and the
+// rule ids' alphabet.
+var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
 // Fingerprint returns a short stable hash of content (16 lowercase base32
 // characters: the first 10 bytes of its SHA-256), for use as a subject
 // value when the content itself is long.
 func Fingerprint(content string) string {
 	sum := sha256.Sum256([]byte(content))
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:10]))
+	return b32.EncodeToString(sum[:10])
 }
 
 // value returns the checked value of dimension d.

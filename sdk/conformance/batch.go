@@ -34,13 +34,7 @@ func (e *env) batch(reqs ...driver.Request) []driver.BatchResult {
 // result.
 func (e *env) ok(label string, br driver.BatchResult, req driver.Request) driver.Result {
 	e.t.Helper()
-	if br.Err != nil {
-		e.t.Fatalf("%s: Err = %v, want a result", label, br.Err)
-	}
-	if len(br.Result.Rules) != len(req.Rules) {
-		e.t.Fatalf("%s: %d rule results, want %d", label, len(br.Result.Rules), len(req.Rules))
-	}
-	return br.Result
+	return e.shaped(label, req, br.Result, br.Err)
 }
 
 // inTag returns req with every key moved to hash tag e.tag+"-"+sub: the

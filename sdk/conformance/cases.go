@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -77,7 +78,7 @@ var groups = []group{
 		{name: "Idempotency", needs: Batch | Idempotency, run: batchIdem},
 	}},
 	{name: "Describe", cases: []testCase{
-		{name: "Name", run: describe},
+		{name: "Name", needs: Describe, run: describe},
 	}},
 }
 
@@ -610,7 +611,7 @@ func reserveCommit(e *env) {
 	res = e.peek(1, rules...)
 	e.used("Peek(all) after commit", res, 3, 3, 3, 3)
 	for _, commit := range []bool{true, false} {
-		if err := e.settle("h1", commit); !errorsIs(err, driver.ErrHoldNotFound) {
+		if err := e.settle("h1", commit); !errors.Is(err, driver.ErrHoldNotFound) {
 			e.t.Errorf("Settle(h1, commit %t) after commit = %v, want ErrHoldNotFound", commit, err)
 		}
 	}
@@ -631,7 +632,7 @@ func reserveCancel(e *env) {
 	}
 	res = e.peek(1, rules...)
 	e.used("Peek(all) after cancel", res, 1, 1, 1, 1)
-	if err := e.settle("h2", false); !errorsIs(err, driver.ErrHoldNotFound) {
+	if err := e.settle("h2", false); !errors.Is(err, driver.ErrHoldNotFound) {
 		e.t.Errorf("Settle(h2, cancel) twice = %v, want ErrHoldNotFound", err)
 	}
 	res = e.take(4, rules...)
@@ -667,7 +668,7 @@ func reserveDenied(e *env) {
 		e.t.Fatalf("Reserve(all) at the limit = allowed, want denied")
 	}
 	for _, id := range []string{"big", "full"} {
-		if err := e.settle(id, false); !errorsIs(err, driver.ErrHoldNotFound) {
+		if err := e.settle(id, false); !errors.Is(err, driver.ErrHoldNotFound) {
 			e.t.Errorf("Settle(%s, cancel) of a denied reservation = %v, want ErrHoldNotFound", id, err)
 		}
 	}
@@ -696,7 +697,7 @@ func reserveLapse(next driver.Op) func(e *env) {
 			res = e.peek(1, rules...)
 			e.used("Peek(all) once the hold lapsed (driver: every call processes lapsed holds)", res, 0, 0, 0, 0)
 		}
-		if err := e.settle("h3", true); !errorsIs(err, driver.ErrHoldNotFound) {
+		if err := e.settle("h3", true); !errors.Is(err, driver.ErrHoldNotFound) {
 			e.t.Errorf("Settle(h3, commit) after it lapsed = %v, want ErrHoldNotFound", err)
 		}
 	}
@@ -711,18 +712,18 @@ func settleLapsed(e *env) {
 	e.reserve("long", time.Hour, 3, rules...)
 	e.advanceTo(res.Now.Add(ttl))
 	// Settle processes the lapsed hold before looking up its own.
-	if err := e.settle("short", true); !errorsIs(err, driver.ErrHoldNotFound) {
+	if err := e.settle("short", true); !errors.Is(err, driver.ErrHoldNotFound) {
 		e.t.Errorf("Settle(short, commit) after it lapsed = %v, want ErrHoldNotFound", err)
 	}
 	if err := e.settle("long", true); err != nil {
 		e.t.Errorf("Settle(long, commit) = %v, want nil", err)
 	}
 	e.used("Peek(f+s) after the lapse and the commit", e.peek(1, rules...), 3, 3)
-	if err := e.settle("never", false); !errorsIs(err, driver.ErrHoldNotFound) {
+	if err := e.settle("never", false); !errors.Is(err, driver.ErrHoldNotFound) {
 		e.t.Errorf("Settle(never) = %v, want ErrHoldNotFound", err)
 	}
 	s := e.b.(driver.Settler)
-	if err := s.Settle(bg(), e.key("!h-unused"), "x", true); !errorsIs(err, driver.ErrHoldNotFound) {
+	if err := s.Settle(bg(), e.key("!h-unused"), "x", true); !errors.Is(err, driver.ErrHoldNotFound) {
 		e.t.Errorf("Settle on an unused hold key = %v, want ErrHoldNotFound", err)
 	}
 }
@@ -769,7 +770,7 @@ func resetCase(e *env) {
 	e.expect("Peek(all) after Reset", res, true,
 		want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0))
 	if e.h.Features&Reservations != 0 {
-		if err := e.settle("r1", true); !errorsIs(err, driver.ErrHoldNotFound) {
+		if err := e.settle("r1", true); !errors.Is(err, driver.ErrHoldNotFound) {
 			e.t.Errorf("Settle(r1) after Reset = %v, want ErrHoldNotFound", err)
 		}
 	}
@@ -909,7 +910,7 @@ func trailDisabled(e *env) {
 func describe(e *env) {
 	d, ok := e.b.(driver.Describer)
 	if !ok {
-		e.t.Skipf("%T is not a driver.Describer", e.b)
+		e.t.Fatalf("Harness.Features has Describe but %T is not a driver.Describer", e.b)
 	}
 	desc, err := d.Describe(bg())
 	if err != nil || desc.Name == "" {

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,8 +10,6 @@ import (
 )
 
 func bg() context.Context { return context.Background() }
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // concurrency races 64 goroutines on one subject: the backend must admit
 // exactly the limit, each admitted take seeing a distinct count. alg 0

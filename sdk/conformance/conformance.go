@@ -59,9 +59,11 @@ const (
 	Idempotency
 	// Batch: driver.Batcher.
 	Batch
+	// Describe: driver.Describer.
+	Describe
 
 	// AllFeatures is every feature.
-	AllFeatures = Reservations | Reset | Inspect | Calendar | Idempotency | Batch
+	AllFeatures = Reservations | Reset | Inspect | Calendar | Idempotency | Batch | Describe
 )
 
 // String lists the features by name, e.g. "Reservations|Inspect".
@@ -71,7 +73,7 @@ func (f Features) String() string {
 		f    Features
 		name string
 	}{{Reservations, "Reservations"}, {Reset, "Reset"}, {Inspect, "Inspect"}, {Calendar, "Calendar"},
-		{Idempotency, "Idempotency"}, {Batch, "Batch"}} {
+		{Idempotency, "Idempotency"}, {Batch, "Batch"}, {Describe, "Describe"}} {
 		if f&n.f != 0 {
 			names = append(names, n.name)
 		}
@@ -295,14 +297,21 @@ func (e *env) request(op driver.Op, cost int64, rules ...driver.Rule) driver.Req
 func (e *env) do(req driver.Request) driver.Result {
 	e.t.Helper()
 	res, err := e.b.Take(context.Background(), req)
+	return e.shaped(opName(req), req, res, err)
+}
+
+// shaped fails the test unless res (with err) is a result for req: no
+// error, one rule result per rule, the backend's clock.
+func (e *env) shaped(label string, req driver.Request, res driver.Result, err error) driver.Result {
+	e.t.Helper()
 	if err != nil {
-		e.t.Fatalf("%s = error %v, want a result", opName(req), err)
+		e.t.Fatalf("%s = error %v, want a result", label, err)
 	}
 	if len(res.Rules) != len(req.Rules) {
-		e.t.Fatalf("%s = %d rule results, want %d", opName(req), len(res.Rules), len(req.Rules))
+		e.t.Fatalf("%s = %d rule results, want %d", label, len(res.Rules), len(req.Rules))
 	}
 	if res.Now.IsZero() {
-		e.t.Fatalf("%s: Result.Now is zero, want the backend's clock", opName(req))
+		e.t.Fatalf("%s: Result.Now is zero, want the backend's clock", label)
 	}
 	return res
 }

@@ -63,7 +63,7 @@ func TestWindowStart(t *testing.T) {
 }
 
 func TestFeaturesString(t *testing.T) {
-	if got := AllFeatures.String(); got != "Reservations|Reset|Inspect|Calendar|Idempotency|Batch" {
+	if got := AllFeatures.String(); got != "Reservations|Reset|Inspect|Calendar|Idempotency|Batch|Describe" {
 		t.Errorf("AllFeatures.String() = %q", got)
 	}
 	if got := Features(0).String(); got != "none" {

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,7 +130,7 @@ func idemReserve(e *env) {
 	req.HoldID = "h2"
 	e.sameResult("Reserve(…, hold h2, key r)", e.do(req), first)
 	e.used("Peek(f+l) after the replay", e.peek(1, rules...), 2, 2)
-	if err := e.settle("h2", false); !errorsIs(err, driver.ErrHoldNotFound) {
+	if err := e.settle("h2", false); !errors.Is(err, driver.ErrHoldNotFound) {
 		e.t.Errorf("Settle(h2, cancel) = %v, want ErrHoldNotFound (a replay creates no hold)", err)
 	}
 	if err := e.settle("h1", false); err != nil {
@@ -152,7 +153,7 @@ func idemReserve(e *env) {
 	big.HoldID = "b2"
 	e.sameResult("Reserve(f+l, cost 6, key big) again", e.do(big), denied)
 	for _, id := range []string{"b1", "b2"} {
-		if err := e.settle(id, true); !errorsIs(err, driver.ErrHoldNotFound) {
+		if err := e.settle(id, true); !errors.Is(err, driver.ErrHoldNotFound) {
 			e.t.Errorf("Settle(%s) of a denied reservation = %v, want ErrHoldNotFound", id, err)
 		}
 	}
