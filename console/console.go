@@ -79,6 +79,7 @@ type Server struct {
 	log      *slog.Logger
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
+	demoURL  string // the demo banner's example subject (Config.Demo)
 	metrics  *Metrics
 	audit    *AuditLog
 	auth     *authenticator
@@ -128,6 +129,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.policies[p.Name()] = p
 		s.order = append(s.order, p)
+		if sh := p.ShardBy(); cfg.Demo && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
+			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": DemoUsers[0]})
+		}
 	}
 	ttl := cfg.SessionTTL
 	if ttl <= 0 {

@@ -207,7 +207,6 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	for _, r := range p.Rules() {
 		rules[r.Name] = r
 	}
-	live.At = ins.At
 	live.Allowed = true
 	var retry time.Duration
 	for i, rd := range ins.Rules {
@@ -365,7 +364,6 @@ func (s *Server) resetConfirm(c echo.Context) error {
 		Policy:  p.Name(),
 		Fields:  given,
 		Keys:    s.cfg.Limiter.Keys(p, subj),
-		Query:   subjectQuery(p.Name(), subj),
 		BackURL: "/subject?" + subjectQuery(p.Name(), subj),
 	}
 	v.Title = "Reset subject"

@@ -26,7 +26,8 @@ type Page struct {
 	AuthOff  bool
 	CSRF     string
 	Demo     bool
-	RefreshM int // live refresh interval, ms
+	DemoURL  string // a demo subject to look at ("": no policy sharded by user alone)
+	RefreshM int    // live refresh interval, ms
 }
 
 func (s *Server) page(c echo.Context, nav string) Page {
@@ -38,6 +39,7 @@ func (s *Server) page(c echo.Context, nav string) Page {
 		AuthOff:  !s.auth.enabled(),
 		CSRF:     csrfOf(c),
 		Demo:     s.cfg.Demo,
+		DemoURL:  s.demoURL,
 		RefreshM: int(s.cfg.Refresh / time.Millisecond),
 	}
 	if id.Role != RoleNone {
@@ -71,7 +73,6 @@ type SubjectView struct {
 // SubjectLive is the part of the subject page that refreshes itself.
 type SubjectLive struct {
 	URL      string
-	At       time.Time
 	Allowed  bool
 	Blocking []string // rules that would deny a request now
 	RetryIn  string
@@ -187,7 +188,6 @@ type ResetView struct {
 	Rules   []string
 	Keep    []string // rules left alone (their dimensions are not given)
 	Keys    []string
-	Query   string
 	BackURL string
 }
 

@@ -87,6 +87,9 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected argument %q (flags after it would be ignored)", fs.Arg(0))
+	}
 	if err := cfg.server.check(); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -132,7 +135,10 @@ func runBench(args []string) error {
 	}
 
 	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.plainLua}}
-	lim := sdk.New(redis.New(client, bopts), sdk.WithPrefix(cfg.prefix)) // -memory, Describe
+	// One backend, so one capability detection, made here (Describe)
+	// before any measured run.
+	be := redis.New(client, bopts)
+	lim := sdk.New(be, sdk.WithPrefix(cfg.prefix)) // -memory, Describe
 	gen := newSubjects(policy, cfg.subjects, cfg.values)
 	w := os.Stdout
 	target := cfg.server.describe()
@@ -157,7 +163,6 @@ func runBench(args []string) error {
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
 	)
-	be := redis.New(client, bopts)
 	runLim := func() *sdk.Limiter {
 		return sdk.New(be, sdk.WithPrefix(cfg.prefix+"-"+strconv.Itoa(len(runs)+1)))
 	}

@@ -209,7 +209,7 @@ func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
 
 func strategies(d driver.Description) string {
 	var parts []string
-	for _, a := range []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA} {
+	for _, a := range capability.Algorithms {
 		if st, ok := d.Strategies[a]; ok {
 			parts = append(parts, a.String()+"="+st.Name)
 		}

@@ -20,6 +20,7 @@ func TestRun(t *testing.T) {
 		{name: "detect: no deployment", args: []string{"detect"}, wantErr: "give one of --redis, --cluster and --sentinel"},
 		{name: "detect: sentinel without master", args: []string{"detect", "--sentinel", "a:1"}, wantErr: "--sentinel needs --master NAME"},
 		{name: "bench: master without sentinel", args: []string{"bench", "-redis", "a:1", "-master", "m"}, wantErr: "--master is for --sentinel"},
+		{name: "bench: stray argument", args: []string{"bench", "-redis", "a:1", "extra", "-workers", "8"}, wantErr: `unexpected argument "extra"`},
 		{name: "bench: empty cluster list", args: []string{"bench", "-cluster", " , "}, wantErr: "--cluster: no addresses"},
 	}
 	for _, tc := range tests {
