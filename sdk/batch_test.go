@@ -264,6 +264,9 @@ func TestPeekBatch(t *testing.T) {
 			t.Errorf("PeekBatch(…) on a backend without idempotency = %v, want no error", r.Err)
 		}
 	}
+	if len(f.reqs) != len(as) {
+		t.Fatalf("PeekBatch sent %d requests to the backend, want %d", len(f.reqs), len(as))
+	}
 	for _, req := range f.reqs {
 		if req.IdemKey != "" || req.Op != driver.OpPeek {
 			t.Errorf("PeekBatch sent %+v, want OpPeek without IdemKey", req)

@@ -485,8 +485,8 @@ func TestResultStrategy(t *testing.T) {
 		{Name: "g", Key: "st:{u}:g", Algorithm: driver.GCRA, Limit: 5, Window: time.Minute, Burst: 1},
 	}
 	res, err := b.Take(context.Background(), driver.Request{Op: driver.OpTake, Rules: rules, Cost: 1})
-	if err != nil {
-		t.Fatalf("Take() error: %v", err)
+	if err != nil || len(res.Rules) != len(rules) {
+		t.Fatalf("Take() = %d rule results, %v; want %d", len(res.Rules), err, len(rules))
 	}
 	desc, err := b.Describe(context.Background())
 	if err != nil {

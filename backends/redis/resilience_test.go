@@ -95,15 +95,6 @@ func TestServerRestart(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("decisions: %d ok, %d failed around the restart", ok, bad)
-
-	// After the restart the script cache is empty: a fresh decision works
-	// (EVALSHA -> NOSCRIPT -> EVAL) and counts from the new server's state.
-	n, _ := c.ScriptExists(ctx, takeScript.Hash()).Result()
-	res := take(t, b, s.request(driver.OpTake, 1, r))
-	if !res.Allowed {
-		t.Errorf("take after restart denied: %+v", res)
-	}
-	t.Logf("script cached after restart: %v", n)
 }
 
 // A decision whose reply is late must not be sent again, even by a client
@@ -135,9 +126,8 @@ func TestNoReplayAfterTimeout(t *testing.T) {
 		t.Errorf("counter = %s after one timed-out decision, want 1 or 2 (sent at most once)", v)
 	}
 	d, err = busy(func() error { return control.Run(ctx, c, []string{s.key("control")}).Err() })
-	t.Logf("control: go-redis Script.Run with MaxRetries 3 dialed %d times during a timed-out call (err %v)", d, err)
 	if d == 0 {
-		t.Logf("control did not retry: the no-dial check above proves less on this go-redis version")
+		t.Errorf("control: go-redis Script.Run with MaxRetries 3 dialed %d times during a timed-out call (err %v), want a retry: without one, the no-dial check above proves nothing", d, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -13,15 +12,11 @@ import (
 // take.lua ran for it: plain Lua on a plain server, and on a redis-cell
 // server CL.THROTTLE only for the GCRA rule it can express exactly.
 func TestResultStrategy(t *testing.T) {
-	ctx := context.Background()
 	t.Run("plain server", func(t *testing.T) {
 		b, _ := standalone(t)
 		s := newSubject(t, "strategy")
-		res, err := b.Take(ctx, s.request(driver.OpTake, 1,
+		res := take(t, b, s.request(driver.OpTake, 1,
 			s.fixed("f", 5, time.Minute), s.sliding("s", 5, time.Minute, 10), s.gcra("g", 10, time.Minute, 4)))
-		if err != nil {
-			t.Fatalf("Take() error: %v", err)
-		}
 		for i, r := range res.Rules {
 			if r.Strategy != "lua" {
 				t.Errorf("Take() rule %d strategy = %q, want %q", i, r.Strategy, "lua")
@@ -33,11 +28,8 @@ func TestResultStrategy(t *testing.T) {
 		s := newSubject(t, "strategy")
 		// 10 per minute: T = 6 s, which CL.THROTTLE expresses; 3 per second:
 		// T = 333333333.3 ns, which it cannot, so that rule stays on Lua.
-		res, err := b.Take(ctx, s.request(driver.OpTake, 1,
+		res := take(t, b, s.request(driver.OpTake, 1,
 			s.gcra("exact", 10, time.Minute, 4), s.gcra("inexact", 3, time.Second, 0)))
-		if err != nil {
-			t.Fatalf("Take() error: %v", err)
-		}
 		want := []string{capability.CellLua.String(), capability.PlainLua.String()}
 		for i, r := range res.Rules {
 			if r.Strategy != want[i] {
