@@ -42,7 +42,7 @@ const (
 
 // DefaultSubWindows is the number of cells of a SlidingWindow rule whose
 // SubWindows is 0.
-const DefaultSubWindows = 10
+const DefaultSubWindows = driver.DefaultSubWindows
 
 // MaxNameLen is the longest name a policy, rule or dimension may have.
 const MaxNameLen = 64

@@ -139,16 +139,6 @@ type slidingState struct {
 	cells []cell
 }
 
-// cellSize is floor(Window/SubWindows) at ms precision, at least 1 ms.
-func cellSize(r driver.Rule) (size time.Duration, n int64) {
-	n = int64(r.SubWindows)
-	if n <= 0 {
-		n = 10
-	}
-	size = (r.Window / time.Duration(n)).Truncate(time.Millisecond)
-	return max(size, time.Millisecond), n
-}
-
 // cellEnd is when cell idx leaves the window: (idx+N)*size.
 func cellEnd(idx int64, size time.Duration, n int64) time.Time {
 	return time.Unix(0, (idx+n)*int64(size))
@@ -156,7 +146,7 @@ func cellEnd(idx int64, size time.Duration, n int64) time.Time {
 
 // slidingLive returns the live cells at now (index > i-N) and i.
 func slidingLive(st slidingState, r driver.Rule, now time.Time) (live []cell, i int64, used int64) {
-	size, n := cellSize(r)
+	size, n := r.Cells()
 	i = floorDiv(now.UnixNano(), int64(size))
 	k := sort.Search(len(st.cells), func(k int) bool { return st.cells[k].idx > i-n })
 	live = st.cells[k:]
@@ -172,7 +162,7 @@ func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (sli
 		return st, verdict{CostTooHigh: true}
 	}
 	if used+cost > r.Limit {
-		size, n := cellSize(r)
+		size, n := r.Cells()
 		need, sum := used+cost-r.Limit, int64(0)
 		for _, c := range live {
 			sum += c.n
@@ -194,7 +184,7 @@ func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (sli
 
 func slidingReport(st slidingState, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
 	live, _, used := slidingLive(st, r, now)
-	size, n := cellSize(r)
+	size, n := r.Cells()
 	for k := len(live) - 1; k >= 0; k-- {
 		if live[k].n > 0 {
 			return used, cellEnd(live[k].idx, size, n).Sub(now)
@@ -208,7 +198,7 @@ func slidingExpiry(st slidingState, r driver.Rule) time.Time {
 	if len(st.cells) == 0 {
 		return time.Time{}
 	}
-	size, n := cellSize(r)
+	size, n := r.Cells()
 	return cellEnd(st.cells[len(st.cells)-1].idx, size, n)
 }
 

@@ -31,7 +31,7 @@ func (rf refund) worthless() time.Time {
 	case driver.FixedWindow:
 		return rf.end
 	case driver.SlidingWindow:
-		size, n := cellSize(rf.rule)
+		size, n := rf.rule.Cells()
 		return cellEnd(rf.cell, size, n)
 	case driver.SlidingLog:
 		return rf.at.Add(rf.rule.Window)
@@ -48,7 +48,7 @@ func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
 		case driver.FixedWindow:
 			rf.end = next[i].fixed.end
 		case driver.SlidingWindow:
-			size, _ := cellSize(r)
+			size, _ := r.Cells()
 			rf.cell = floorDiv(x.now.UnixNano(), int64(size))
 		case driver.SlidingLog:
 			rf.at, rf.seq = x.now, next[i].log.seq
@@ -173,7 +173,7 @@ func (x *txn) refund(rf refund) {
 			e.fixed.count = max(0, e.fixed.count-rf.cost)
 		}
 	case driver.SlidingWindow:
-		size, n := cellSize(rf.rule)
+		size, n := rf.rule.Cells()
 		if rf.cell <= floorDiv(x.now.UnixNano(), int64(size))-n {
 			return // the cell has left the window
 		}

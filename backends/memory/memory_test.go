@@ -135,25 +135,6 @@ func TestSlidingStep(t *testing.T) {
 	}
 }
 
-func TestCellSize(t *testing.T) {
-	tests := []struct {
-		w     time.Duration
-		cells int
-		size  time.Duration
-	}{
-		{time.Minute, 10, 6 * time.Second},
-		{59 * time.Second, 10, 5900 * time.Millisecond},
-		{time.Second, 3, 333 * time.Millisecond},
-		{5 * time.Millisecond, 10, time.Millisecond},
-		{time.Minute, 0, 6 * time.Second},
-	}
-	for _, tc := range tests {
-		if got, _ := cellSize(driver.Rule{Window: tc.w, SubWindows: tc.cells}); got != tc.size {
-			t.Errorf("cellSize(%v, %d) = %v, want %v", tc.w, tc.cells, got, tc.size)
-		}
-	}
-}
-
 func TestLogStep(t *testing.T) {
 	r := driver.Rule{Algorithm: driver.SlidingLog, Limit: 5, Window: 10 * time.Second}
 	runs := []run{{at(0), 2, 1}, {at(5 * time.Second), 3, 2}}

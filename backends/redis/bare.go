@@ -90,11 +90,8 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 		if ch.Strategy != capability.TairHashBare {
 			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
 		}
-		cells := r.SubWindows
-		if cells < 1 {
-			cells = 10
-		}
-		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, n: int64(cells), s: cellSize(r.Window, cells).Microseconds()}
+		size, cells := r.Cells()
+		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, n: cells, s: size.Microseconds()}
 	}
 	trail := req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op == driver.OpTake))
 	idem := req.IdemKey != "" && req.Op == driver.OpTake
@@ -249,15 +246,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 			v = append(v, s)
 		}
 	}
-	res, err := parseTake(v, req.Rules)
-	if err != nil {
-		return driver.Result{}, err
-	}
-	res.NonAtomic = true
-	for i := range res.Rules {
-		res.Rules[i].Strategy = capability.TairHashBare.String()
-	}
-	return res, nil
+	return bareResult(v, req.Rules)
 }
 
 // eval computes the rule's reply entry (flags, used, reset µs, retry µs)
@@ -374,6 +363,12 @@ func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 	}
 	v[0] = v[0].(int64) + 2
 	v = append(v, hid)
+	return bareResult(v, rules)
+}
+
+// bareResult decodes a reply in take.lua's shape, made by bare mode, for
+// rules: NonAtomic, every rule on the bare TairHash strategy.
+func bareResult(v []any, rules []driver.Rule) (driver.Result, error) {
 	res, err := parseTake(v, rules)
 	if err != nil {
 		return driver.Result{}, err

@@ -154,11 +154,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 				args = append(args, "f", r.Name, r.Limit, r.Window.Microseconds(), 0)
 			}
 		case driver.SlidingWindow:
-			cells := r.SubWindows
-			if cells < 1 {
-				cells = 10
-			}
-			s := cellSize(r.Window, cells)
+			s, cells := r.Cells()
 			code := choices[i].code // "t", "h" or plain
 			if code == "" {
 				code = "s"
@@ -203,16 +199,6 @@ func validRule(r *driver.Rule) error {
 		}
 	}
 	return nil
-}
-
-// cellSize is the length of one sliding-window cell: Window/cells truncated
-// to the millisecond, at least 1 ms.
-func cellSize(w time.Duration, cells int) time.Duration {
-	s := (w / time.Duration(cells)).Truncate(time.Millisecond)
-	if s < time.Millisecond {
-		s = time.Millisecond
-	}
-	return s
 }
 
 func ceilMillis(d time.Duration) int64 {

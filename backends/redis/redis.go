@@ -391,12 +391,6 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	}
 	d := describeReport(rep)
 	d.Name, d.Target = "redis", b.target()
-	for a, st := range d.Strategies {
-		if st.Name == capability.PlainLua.String() {
-			st.Reason += "; " + plainDetail[a]
-			d.Strategies[a] = st
-		}
-	}
 	info, err := b.c.Info(ctx, "server").Result()
 	if err != nil {
 		return d, fmt.Errorf("redis: describe: %w", err)

@@ -120,12 +120,14 @@ func stateKeys(r *driver.Rule) []string {
 }
 
 // describeReport turns a report into the backend's description, with what
-// the backend adds to the choices: which GCRA rules redis-cell can take,
-// which strategies it does not implement, the key suffixes.
+// the backend adds to the choices: how plain Lua keeps each algorithm's
+// state, which GCRA rules redis-cell can take, the key suffixes.
 func describeReport(rep *capability.Report) driver.Description {
 	d := rep.Description()
 	for a, st := range d.Strategies {
 		switch st.Name {
+		case capability.PlainLua.String():
+			st.Reason += "; " + plainDetail[a]
 		case capability.CellLua.String():
 			st.Reason += "; only for rules whose Window/Limit CL.THROTTLE's whole-second period expresses exactly (a whole number of ns, period and tolerance within 2^53 ns): other GCRA rules stay on plain Lua GCRA; state under <key>" + suffixCell
 		case capability.TairHashLua.String():

@@ -95,7 +95,8 @@ type Rule struct {
 	// Window is the window length (GCRA: the period of the rate). For a
 	// calendar rule it is the nominal length (24h or 1h).
 	Window time.Duration
-	// SubWindows is the number of cells of a SlidingWindow rule (>= 1).
+	// SubWindows is the number of cells of a SlidingWindow rule; 0 means
+	// DefaultSubWindows.
 	SubWindows int
 	// Burst is the number of units a GCRA rule admits at once beyond the
 	// steady rate (>= 0).
@@ -316,4 +317,20 @@ func HashTag(key string) string {
 		}
 	}
 	return key
+}
+
+// DefaultSubWindows is the number of cells of a SlidingWindow rule whose
+// SubWindows is 0.
+const DefaultSubWindows = 10
+
+// Cells returns a SlidingWindow rule's cell layout, the same for every
+// backend: n cells (SubWindows, or DefaultSubWindows) of size
+// Window/n truncated to the millisecond, at least 1 ms.
+func (r Rule) Cells() (size time.Duration, n int64) {
+	n = int64(r.SubWindows)
+	if n <= 0 {
+		n = DefaultSubWindows
+	}
+	size = (r.Window / time.Duration(n)).Truncate(time.Millisecond)
+	return max(size, time.Millisecond), n
 }
