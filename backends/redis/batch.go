@@ -42,8 +42,8 @@ var errReordered = errors.New("not carried out: the script cache was emptied dur
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
-// fits (25–90 µs per seed-policy decision on the 2-core VMs of
-// docs/BENCHMARKS.md).
+// fits (about 25 µs of script per seed-policy decision standalone and
+// 50–60 µs on a cluster sharing 2 cores: docs/BENCHMARKS.md).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
 	out := make([]driver.BatchResult, len(reqs))
 	if len(reqs) == 0 {
