@@ -269,7 +269,7 @@ func runBench(args []string) error {
 			for k := 0; k+1 < len(runs); k += 2 {
 				a, b := res[k], res[k+1]
 				fmt.Fprintf(w, "Redis round trips per decision: %.4f without the cache, %.4f with it (%.1f%% of decisions answered from the cache)\n",
-					a.roundTrips, b.roundTrips, 100*float64(b.cached)/float64(max(1, b.decisions)))
+					a.roundTrips, b.roundTrips, 100*float64(b.cached)/float64(max(1, b.n)))
 			}
 		}
 	}
@@ -302,6 +302,17 @@ type decideFunc func(context.Context, *rand.Rand) outcome
 type outcome struct {
 	n, allowed, cached, errs int64
 	err                      error // the first error
+}
+
+// merge adds the counts of o.
+func (o *outcome) merge(p outcome) {
+	o.n += p.n
+	o.allowed += p.allowed
+	o.cached += p.cached
+	o.errs += p.errs
+	if o.err == nil {
+		o.err = p.err
+	}
 }
 
 // add counts one decision: failed (err), else allowed or denied, and
@@ -555,30 +566,29 @@ func (h *hist) quantile(q float64) time.Duration {
 }
 
 type benchResult struct {
-	name                               string
-	decisions, allowed, cached, errors int64
-	calls                              int64
-	elapsed                            time.Duration
-	lat                                hist
-	roundTrips                         float64 // per decision, counted by the client (commands and pipelines sent to servers)
-	scriptCalls, innerCalls            float64 // per decision, from INFO commandstats
-	serverMicros                       float64 // server time per script call (µs), from INFO commandstats
-	serverCPU                          float64 // server process CPU per decision (µs), from INFO cpu
-	firstErr                           error
+	name                    string
+	outcome                 // decisions (n), allowed, cached, errors, the first error
+	calls                   int64
+	elapsed                 time.Duration
+	lat                     hist
+	roundTrips              float64 // per decision, counted by the client (commands and pipelines sent to servers)
+	scriptCalls, innerCalls float64 // per decision, from INFO commandstats
+	serverMicros            float64 // server time per script call (µs), from INFO commandstats
+	serverCPU               float64 // server process CPU per decision (µs), from INFO cpu
 }
 
-func (r *benchResult) rate() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
+func (r *benchResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
 func (r *benchResult) print(w io.Writer) {
 	per := ""
-	if r.calls != r.decisions {
-		per = fmt.Sprintf(" (%d calls of %d)", r.calls, r.decisions/max(1, r.calls))
+	if r.calls != r.n {
+		per = fmt.Sprintf(" (%d calls of %d)", r.calls, r.n/max(1, r.calls))
 	}
 	fmt.Fprintf(w, "%s: %d decisions%s in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, denied %d (cached %d), errors %d; Redis calls per decision: %.4f round trips, %.2f scripts (EVALSHA/EVAL), %.2f commands inside scripts; server time %.1f µs per script call; server CPU %.1f µs per decision\n",
-		r.name, r.decisions, per, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.50), r.lat.quantile(0.99),
-		r.allowed, r.decisions-r.allowed-r.errors, r.cached, r.errors, r.roundTrips, r.scriptCalls, r.innerCalls, r.serverMicros, r.serverCPU)
-	if r.firstErr != nil {
-		fmt.Fprintf(w, "  first error: %v\n", r.firstErr)
+		r.name, r.n, per, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.50), r.lat.quantile(0.99),
+		r.allowed, r.n-r.allowed-r.errs, r.cached, r.errs, r.roundTrips, r.scriptCalls, r.innerCalls, r.serverMicros, r.serverCPU)
+	if r.err != nil {
+		fmt.Fprintf(w, "  first error: %v\n", r.err)
 	}
 }
 
@@ -611,23 +621,11 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, rt *roundTrips, cf
 					o := decide(ctx, rng)
 					h.add(time.Since(t0))
 					n++
-					sum.n += o.n
-					sum.allowed += o.allowed
-					sum.cached += o.cached
-					sum.errs += o.errs
-					if sum.err == nil {
-						sum.err = o.err
-					}
+					sum.merge(o)
 				}
 				mu.Lock()
 				res.calls += n
-				res.decisions += sum.n
-				res.allowed += sum.allowed
-				res.cached += sum.cached
-				res.errors += sum.errs
-				if res.firstErr == nil {
-					res.firstErr = sum.err
-				}
+				res.merge(sum)
 				for i, v := range h {
 					res.lat[i] += v
 				}
@@ -672,11 +670,11 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, rt *roundTrips, cf
 			inner += d
 		}
 	}
-	if res.decisions > 0 {
-		res.roundTrips = float64(rt1-rt0) / float64(res.decisions)
-		res.scriptCalls = float64(scripts) / float64(res.decisions)
-		res.innerCalls = float64(inner) / float64(res.decisions)
-		res.serverCPU = (cpu1 - cpu0) * 1e6 / float64(res.decisions)
+	if res.n > 0 {
+		res.roundTrips = float64(rt1-rt0) / float64(res.n)
+		res.scriptCalls = float64(scripts) / float64(res.n)
+		res.innerCalls = float64(inner) / float64(res.n)
+		res.serverCPU = (cpu1 - cpu0) * 1e6 / float64(res.n)
 	}
 	if scripts > 0 {
 		res.serverMicros = float64(usec) / float64(scripts)
