@@ -20,7 +20,7 @@ func newClock(t time.Time) *conformance.FakeClock { return conformance.NewFakeCl
 // t0 is the test epoch.
 var t0 = time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
 
-func loadPolicies(t *testing.T) map[string]*sdk.Policy {
+func loadPolicies(t testing.TB) map[string]*sdk.Policy {
 	t.Helper()
 	ps, err := sdk.LoadPolicyFile("../testdata/policies.yaml")
 	if err != nil {
