@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -52,9 +53,9 @@ func testCredentials() []Credential {
 func newFixture(t *testing.T, creds []Credential) *fixture {
 	t.Helper()
 	clk := conformance.NewFakeClock(t0)
-	pols, err := SeedPolicies()
+	pols, err := seed.Policies()
 	if err != nil {
-		t.Fatalf("SeedPolicies() error: %v", err)
+		t.Fatalf("seed.Policies() error: %v", err)
 	}
 	m := NewMetrics(clk.Now)
 	lim := sdk.New(memory.New(&memory.Options{Now: clk.Now}), sdk.WithClock(clk.Now), sdk.WithObserver(m.Observe))
@@ -703,7 +704,7 @@ func TestListenAndServeShutsDown(t *testing.T) {
 }
 
 func TestNewChecksConfig(t *testing.T) {
-	pols, _ := SeedPolicies()
+	pols, _ := seed.Policies()
 	lim := sdk.New(memory.New(nil))
 	tests := []struct {
 		name string
@@ -760,7 +761,7 @@ func TestFormatting(t *testing.T) {
 }
 
 func TestBackendDown(t *testing.T) {
-	pols, err := SeedPolicies()
+	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -844,7 +845,7 @@ func TestParseBasicAuth(t *testing.T) {
 // under the first policy sharded by user alone, and to none when no policy
 // is.
 func TestDemoBanner(t *testing.T) {
-	seed, err := SeedPolicies()
+	seed, err := seed.Policies()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,16 @@ package console
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 )
 
 func TestDemoProducesDenials(t *testing.T) {
-	pols, err := SeedPolicies()
+	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,35 +44,5 @@ func TestDemoProducesDenials(t *testing.T) {
 	}
 	if after := m.Rates("push"); after.Allowed != before.Allowed || after.Denied != before.Denied {
 		t.Errorf("decisions after Close: before %+v, after %+v", before, after)
-	}
-}
-
-// TestSeedMatchesTestdata keeps the embedded seed policies in step with
-// the repository's testdata/policies.yaml (not embeddable from here).
-func TestSeedMatchesTestdata(t *testing.T) {
-	want, err := sdk.LoadPolicyFile("../testdata/policies.yaml")
-	if err != nil {
-		t.Fatalf("reading ../testdata/policies.yaml to compare with: %v", err)
-	}
-	got, err := SeedPolicies()
-	if err != nil {
-		t.Fatal(err)
-	}
-	describe := func(ps []*sdk.Policy) string {
-		var b strings.Builder
-		for _, p := range ps {
-			fmt.Fprintf(&b, "%s open=%v\n", p.Name(), p.FailOpen())
-			for _, r := range p.Rules() {
-				loc := ""
-				if r.Location != nil {
-					loc = r.Location.String()
-				}
-				fmt.Fprintf(&b, "  %s %v %d %v %v %d %d %v %s\n", r.Name, r.Algorithm, r.Limit, r.Window, r.Dimensions, r.SubWindows, r.Burst, r.Calendar, loc)
-			}
-		}
-		return b.String()
-	}
-	if g, w := describe(got), describe(want); g != w {
-		t.Errorf("embedded seed policies differ from testdata/policies.yaml:\n%s\nwant:\n%s", g, w)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -56,7 +57,7 @@ func TestE2EBrowser(t *testing.T) {
 	}
 
 	// The console, on a memory backend with the real clock.
-	pols, err := SeedPolicies()
+	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatal(err)
 	}

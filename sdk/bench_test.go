@@ -13,7 +13,7 @@ import (
 // building, request, decision) on the seed policy, over the memory
 // backend, for 1000 subjects.
 func BenchmarkAllowSeed(b *testing.B) {
-	push := loadPolicies(b)["push"] // testdata/policies.yaml
+	push := loadPolicies(b)["push"] // internal/seed/policies.yaml
 	lim := sdk.New(memory.New(nil))
 	subjects := make([]sdk.Subject, 1000)
 	for i := range subjects {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
 )
@@ -22,9 +23,9 @@ var t0 = time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
 
 func loadPolicies(t testing.TB) map[string]*sdk.Policy {
 	t.Helper()
-	ps, err := sdk.LoadPolicyFile("../testdata/policies.yaml")
+	ps, err := seed.Policies()
 	if err != nil {
-		t.Fatalf("LoadPolicyFile = %v", err)
+		t.Fatalf("seed.Policies() = %v", err)
 	}
 	m := map[string]*sdk.Policy{}
 	for _, p := range ps {
@@ -53,7 +54,7 @@ func used(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) map[stri
 }
 
 // TestSeedCaps checks the four caps of the messaging platform in
-// docs/DOMAIN.md, loaded from testdata/policies.yaml.
+// docs/DOMAIN.md, loaded from internal/seed/policies.yaml.
 func TestSeedCaps(t *testing.T) {
 	ctx := context.Background()
 	push := loadPolicies(t)["push"]

@@ -12,7 +12,7 @@ import (
 )
 
 func TestLoadPolicyFile(t *testing.T) {
-	ps, err := sdk.LoadPolicyFile("../testdata/policies.yaml")
+	ps, err := sdk.LoadPolicyFile("../internal/seed/policies.yaml")
 	if err != nil {
 		t.Fatalf("LoadPolicyFile = %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -129,7 +130,7 @@ func runConsole(args []string) error {
 	if f.policies != "" {
 		policies, err = sdk.LoadPolicyFile(f.policies)
 	} else {
-		policies, err = console.SeedPolicies()
+		policies, err = seed.Policies()
 	}
 	if err != nil {
 		return fmt.Errorf("console: policies: %w", err)
