@@ -1,4 +1,5 @@
-// Package lua embeds the Redis scripts of the redis backend.
+// Package lua embeds the Redis scripts of the redis backend (the
+// benchmark's own scripts are in internal/bench/scripts).
 //
 // Each exported string is a complete script, ready for EVAL/EVALSHA; the
 // header comment of each *.lua file gives its KEYS, ARGV and reply.
@@ -16,12 +17,6 @@ var take string
 //go:embed settle.lua
 var settle string
 
-//go:embed baseline.lua
-var baseline string
-
-//go:embed floor.lua
-var floor string
-
 // Take decides one request over all its rules (take, peek, reserve,
 // inspect): see take.lua. It starts with the shared refund.lua prelude.
 var Take = refund + "\n" + take
@@ -29,11 +24,3 @@ var Take = refund + "\n" + take
 // Settle commits or cancels one hold: see settle.lua. It starts with the
 // shared refund.lua prelude.
 var Settle = refund + "\n" + settle
-
-// Baseline is the trivial INCRBY+PEXPIRE step the benchmark compares
-// decisions against: see baseline.lua.
-var Baseline = baseline
-
-// Floor is the cheapest conceivable step of a 4-rule policy, with no
-// arithmetic, that `freqcap bench -floor` measures: see floor.lua.
-var Floor = floor

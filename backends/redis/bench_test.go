@@ -9,8 +9,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -35,7 +35,7 @@ func BenchmarkTakeSeed(b *testing.B) {
 func BenchmarkBaseline(b *testing.B) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
 	defer c.Close()
-	s := goredis.NewScript(lua.Baseline)
+	s := goredis.NewScript(scripts.Baseline)
 	keys := make([][]string, 1000)
 	for i := range keys {
 		keys[i] = []string{"fcb:{u" + strconv.Itoa(i) + "}:base"}

@@ -1,0 +1,327 @@
+// Package bench is `freqcap bench`: a closed-loop load test of one policy
+// against Redis (standalone, Sentinel or Cluster), optionally compared in
+// the same invocation with reference scripts (a trivial INCRBY+PEXPIRE
+// step and the floors of several key layouts), with a batch run, a
+// hot-subject workload and a bytes-per-subject measurement.
+//
+// Run prints one line per measured run (decisions/s, latency quantiles,
+// round trips, commands and server time per decision) and the ratios of
+// the compared runs; docs/BENCHMARKS.md explains the figures.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/bench/scripts"
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Config is one invocation. The zero value of a field means its default.
+type Config struct {
+	// Redis is the server or servers to load; Run sets its pool size
+	// and timeouts. Required.
+	Redis *goredis.UniversalOptions
+	// Target names the server in the report (e.g. "redis 127.0.0.1:6379").
+	Target string
+	// Policy is the policy measured; nil means the seed policy "push"
+	// (internal/seed).
+	Policy *sdk.Policy
+	// Workers is the number of concurrent workers, each one call at a
+	// time: one decision, or one AllowBatch with Batch. Default 64.
+	Workers int
+	// Duration is the length of each measured run (default 10s); Warmup
+	// the unmeasured run before it (0: none).
+	Duration, Warmup time.Duration
+	// Subjects is the number of distinct subjects (values of the policy's
+	// shard dimensions, default 100000); Values the number of values of
+	// each other dimension, e.g. content (default 4).
+	Subjects, Values int
+	// MaxDecisions stops a run after this many decisions (default 50M).
+	MaxDecisions int64
+	// Baseline also runs the trivial INCRBY+PEXPIRE EVALSHA and reports
+	// the ratio (with Batch, also that script in pipelines of Batch).
+	Baseline bool
+	// Floor also runs scripts.Floor on 1, 2 and 4 keys per subject and
+	// reports their ratios to the baseline (with Batch, also the 4-key
+	// step in pipelines of Batch). It implies Baseline.
+	Floor bool
+	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
+	// per subject, INFO memory delta. It DESTROYS ALL DATA on the target.
+	Memory bool
+	// MemoryTakes is the decisions per subject of Memory (default 1),
+	// the k-th with the k-th value (mod Values) of each other dimension.
+	MemoryTakes int
+	// PlainLua uses the plain Lua strategies even where the server has
+	// modules (TairHash, native hash-field expiry, redis-cell).
+	PlainLua bool
+	// Prefix is the key prefix (default "bench"); each run uses its own,
+	// Prefix-1, Prefix-2, …
+	Prefix string
+	// Rounds alternates the compared runs this many times (default 1);
+	// the ratios reported are then medians.
+	Rounds int
+	// Batch also runs AllowBatch of Batch attempts per call and reports
+	// its ratio to one-by-one Allow (0: no batch run).
+	Batch int
+	// Hot is the hot-subject workload: every worker on HotSubjects
+	// subjects (default 10), without and with a hot-deny cache of
+	// HotCache entries (default 10000).
+	Hot                   bool
+	HotSubjects, HotCache int
+	// Timeout is the client's read and write timeout (default 2s, plus
+	// 100µs per attempt in flight).
+	Timeout time.Duration
+}
+
+// withDefaults fills in the defaults and checks cfg.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Redis == nil {
+		return cfg, errors.New("bench: no server (Config.Redis)")
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.Workers, 64)
+	def(&cfg.Subjects, 100000)
+	def(&cfg.Values, 4)
+	def(&cfg.MemoryTakes, 1)
+	def(&cfg.Rounds, 1)
+	def(&cfg.HotSubjects, 10)
+	def(&cfg.HotCache, 10000)
+	if cfg.Duration == 0 {
+		cfg.Duration = 10 * time.Second
+	}
+	if cfg.MaxDecisions == 0 {
+		cfg.MaxDecisions = 50_000_000
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "bench"
+	}
+	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration < 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
+		return cfg, errors.New("bench: workers, subjects, values, duration and max must be positive, warmup >= 0")
+	}
+	if cfg.Batch < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+		return cfg, errors.New("bench: batch must be >= 0, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
+	}
+	cfg.Baseline = cfg.Baseline || cfg.Floor
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2*time.Second + time.Duration(cfg.Workers*max(1, cfg.Batch))*100*time.Microsecond
+	}
+	if cfg.Policy == nil {
+		ps, err := seed.Policies()
+		if err != nil {
+			return cfg, fmt.Errorf("bench: %w", err)
+		}
+		cfg.Policy = ps[0]
+	}
+	return cfg, nil
+}
+
+// Run runs the benchmark cfg describes against cfg.Redis and writes the
+// report to w. It returns when every run is done, or at the first error.
+func Run(ctx context.Context, cfg Config, w io.Writer) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	policy := cfg.Policy
+	o := *cfg.Redis
+	o.PoolSize = cfg.Workers
+	o.MinIdleConns = cfg.Workers
+	o.ReadTimeout, o.WriteTimeout = cfg.Timeout, cfg.Timeout
+	client := goredis.NewUniversalClient(&o)
+	defer client.Close()
+	rt := countRoundTrips(client)
+	if err := client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("bench: ping: %w", err)
+	}
+
+	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua}}
+	// One backend, so one capability detection, made here (Describe)
+	// before any measured run.
+	be := redis.New(client, bopts)
+	lim := sdk.New(be, sdk.WithPrefix(cfg.Prefix)) // -memory, Describe
+	gen := newSubjects(policy, cfg.Subjects, cfg.Values)
+	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension\n",
+		cfg.Target, policy.Name(), len(policy.Rules()), cfg.Workers, cfg.Duration, cfg.Subjects, cfg.Values)
+	if d, err := lim.Describe(ctx); err == nil {
+		fmt.Fprintf(w, "backend strategies:%s\n", describeStrategies(policy, d))
+	}
+
+	// The runs compared in each round, and the ratios reported. Each run
+	// has its own Limiter and key prefix (prefix-1, prefix-2, …), so that
+	// one run never decides on state another left (a run that admitted
+	// everything would leave the next one mostly denials).
+	type run struct {
+		name   string
+		per    int // decisions per call
+		decide decideFunc
+	}
+	var (
+		runs      []run
+		ratios    [][2]int // indexes into runs: numerator, denominator
+		hotLims   []*sdk.Limiter
+		hotCached *sdk.Policy
+	)
+	runLim := func() *sdk.Limiter {
+		return sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
+	}
+	if cfg.Hot {
+		plain, cached, err := hotPolicies(policy, cfg.HotCache)
+		if err != nil {
+			return err
+		}
+		hotCached = cached
+		hot := newSubjects(policy, cfg.HotSubjects, cfg.Values)
+		fmt.Fprintf(w, "hot-subject workload: %d subjects, hot-deny cache of %d entries in the runs named HotDenyCache\n", cfg.HotSubjects, cfg.HotCache)
+		sizes := []int{1}
+		if cfg.Batch > 0 {
+			sizes = append(sizes, cfg.Batch)
+		}
+		for _, n := range sizes {
+			for _, p := range []*sdk.Policy{plain, cached} {
+				name := "hot, "
+				if n > 1 {
+					name += fmt.Sprintf("batch %d, ", n)
+				}
+				if p == cached {
+					name += "HotDenyCache"
+				} else {
+					name += "no cache"
+				}
+				l := runLim()
+				if p == cached {
+					hotLims = append(hotLims, l)
+				}
+				d := allowOne(l, p, hot)
+				if n > 1 {
+					d = allowBatch(l, p, hot, n)
+				}
+				runs = append(runs, run{name, n, d})
+			}
+		}
+	} else {
+		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
+		if cfg.Batch > 0 {
+			runs = append(runs, run{fmt.Sprintf("policy %s, AllowBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, allowBatch(runLim(), policy, gen, cfg.Batch)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 0})
+		}
+		if cfg.Baseline {
+			base := len(runs)
+			runs = append(runs, run{"baseline INCRBY+PEXPIRE EVALSHA", 1, scriptOne(client, scripts.Baseline, cfg, "baseline", 1)})
+			ratios = append(ratios, [2]int{0, base})
+			if cfg.Batch > 0 {
+				// What batching gains on this machine for the cheapest
+				// script there is: the ceiling of any batch/one-by-one
+				// ratio here (a costlier script gains less).
+				d, err := scriptPipelined(ctx, client, scripts.Baseline, cfg, "baseline-p", 1, cfg.Batch)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, run{fmt.Sprintf("baseline, pipelines of %d", cfg.Batch), cfg.Batch, d})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+			}
+			if cfg.Floor {
+				// All four rules in one hash, one hash per set of
+				// dimensions, then one key per rule as take.lua keeps
+				// them: 2 fields per rule.
+				runs = append(runs, run{"floor, 1 hash x 8 fields", 1, scriptOne(client, scripts.Floor, cfg, "floor1", 1)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				runs = append(runs, run{"floor, 2 keys x 4 fields", 1, scriptOne(client, scripts.Floor, cfg, "floor2", 2)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				runs = append(runs, run{"floor, 4 keys x 2 fields", 1, scriptOne(client, scripts.Floor, cfg, "floor4", 4)})
+				ratios = append(ratios, [2]int{len(runs) - 1, base})
+				if cfg.Batch > 0 {
+					f4 := len(runs) - 1
+					d, err := scriptPipelined(ctx, client, scripts.Floor, cfg, "floor4-p", 4, cfg.Batch)
+					if err != nil {
+						return err
+					}
+					runs = append(runs, run{fmt.Sprintf("floor, 4 keys x 2 fields, pipelines of %d", cfg.Batch), cfg.Batch, d})
+					ratios = append(ratios, [2]int{len(runs) - 1, f4})
+				}
+			}
+		}
+	}
+	rounds := max(1, cfg.Rounds)
+	if len(runs) == 1 {
+		rounds = 1
+	}
+	got := make([][]float64, len(ratios))
+	for i := range rounds {
+		if rounds > 1 {
+			fmt.Fprintf(w, "round %d/%d\n", i+1, rounds)
+		}
+		res := make([]*benchResult, len(runs))
+		for k, r := range runs {
+			var err error
+			if res[k], err = benchRun(ctx, client, rt, cfg, r.name, r.per, r.decide); err != nil {
+				return err
+			}
+			res[k].print(w)
+		}
+		for k, q := range ratios {
+			v := res[q[0]].rate() / res[q[1]].rate()
+			got[k] = append(got[k], v)
+			fmt.Fprintf(w, "ratio %s / %s: %.2f (decisions/s)\n", runs[q[0]].name, runs[q[1]].name, v)
+		}
+		if cfg.Hot {
+			for k := 0; k+1 < len(runs); k += 2 {
+				a, b := res[k], res[k+1]
+				fmt.Fprintf(w, "Redis round trips per decision: %.4f without the cache, %.4f with it (%.1f%% of decisions answered from the cache)\n",
+					a.roundTrips, b.roundTrips, 100*float64(b.cached)/float64(max(1, b.n)))
+			}
+		}
+	}
+	if rounds > 1 {
+		for k, q := range ratios {
+			v := got[k]
+			slices.Sort(v)
+			fmt.Fprintf(w, "median ratio %s / %s over %d rounds: %.2f (min %.2f, max %.2f)\n", runs[q[0]].name, runs[q[1]].name, len(v), v[len(v)/2], v[0], v[len(v)-1])
+		}
+	}
+	for _, l := range hotLims {
+		st := l.HotDenyStats(hotCached)
+		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
+	}
+
+	if cfg.Memory {
+		per, err := benchMemory(ctx, client, cfg, lim, policy, gen)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "memory: %.0f bytes per subject (%d decision(s) each for %d subjects, INFO used_memory delta after FLUSHALL)\n", per, cfg.MemoryTakes, cfg.Subjects)
+	}
+	return nil
+}
+
+// describeStrategies lists the backend's strategy for each algorithm p
+// uses.
+func describeStrategies(p *sdk.Policy, d driver.Description) string {
+	var b strings.Builder
+	seen := map[driver.Algorithm]bool{}
+	for _, r := range p.Rules() {
+		if seen[r.Algorithm] {
+			continue
+		}
+		seen[r.Algorithm] = true
+		st := d.Strategies[r.Algorithm]
+		fmt.Fprintf(&b, " %s: %s (%s);", r.Algorithm, st.Name, st.Reason)
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}

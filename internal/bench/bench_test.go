@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// TestBenchModes runs each mode briefly against a dedicated server (Memory
+// flushes it) and checks the report's lines.
+func TestBenchModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench runs take a few seconds")
+	}
+	addr := redistest.NewServer(t).Addr()
+	logPolicy, err := sdk.LoadPolicyFile("../../testdata/seed-log.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		want  []string // substrings of the report
+		lines []string // regular expressions, each matching one whole line
+	}{
+		{"batch", Config{Batch: 50, Rounds: 2}, []string{
+			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}, nil},
+		{"floor and pipelined baseline", Config{Floor: true, Batch: 30}, nil, []string{
+			`^baseline INCRBY\+PEXPIRE EVALSHA: .* errors 0; .* 1\.0000 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,
+			`^baseline, pipelines of 30: .* errors 0; .* 0\.0333 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,
+			`^floor, 1 hash x 8 fields: .* errors 0; .* 4\.00 commands inside scripts`,
+			`^floor, 2 keys x 4 fields: .* errors 0; .* 7\.00 commands inside scripts`,
+			`^floor, 4 keys x 2 fields: .* errors 0; .* 13\.00 commands inside scripts`,
+			`^floor, 4 keys x 2 fields, pipelines of 30: .* errors 0; .* 0\.0333 round trips, 1\.00 scripts .* 13\.00 commands inside scripts`,
+			`^ratio baseline, pipelines of 30 / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 1 hash x 8 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 2 keys x 4 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 4 keys x 2 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
+			`^ratio floor, 4 keys x 2 fields, pipelines of 30 / floor, 4 keys x 2 fields: [0-9.]+ `}},
+		{"hot", Config{Hot: true, HotSubjects: 3}, []string{
+			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
+			// Most of the cached run never reaches Redis.
+			`^Redis round trips per decision: 1\.00[0-9]* without the cache, 0\.[0-4][0-9]* with it \(([5-9][0-9]|100)\.[0-9]% of decisions answered from the cache\)`}},
+		{"hot batch", Config{Hot: true, Batch: 20}, []string{"hot, batch 20, HotDenyCache:"}, nil},
+		{"memory log", Config{Memory: true, MemoryTakes: 2, Policy: logPolicy[0]}, []string{
+			`policy "push-log"`, "sliding_log:"}, []string{`^memory: [1-9][0-9]* bytes per subject \(2 decision\(s\) each for 200 subjects`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Redis = &goredis.UniversalOptions{Addrs: []string{addr}}
+			cfg.Target = addr
+			cfg.Workers, cfg.Duration, cfg.Subjects = 4, 200*time.Millisecond, 200
+			var buf bytes.Buffer
+			err := Run(context.Background(), cfg, &buf)
+			out := buf.String()
+			if err != nil {
+				t.Fatalf("Run(%+v) = %v, want nil\n%s", tc.cfg, err, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("Run(%+v) output lacks %q:\n%s", tc.cfg, w, out)
+				}
+			}
+			for _, l := range tc.lines {
+				if !regexp.MustCompile("(?m)" + l + ".*$").MatchString(out) {
+					t.Errorf("Run(%+v): no line matches %s:\n%s", tc.cfg, l, out)
+				}
+			}
+			if strings.Contains(out, "first error") {
+				t.Errorf("Run(%+v) reported errors:\n%s", tc.cfg, out)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	srv := &goredis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "no server"},
+		{Config{Redis: srv, Workers: -1}, "must be positive"},
+		{Config{Redis: srv, Batch: -1}, "batch must be >= 0"},
+		{Config{Redis: srv, Warmup: -time.Second}, "warmup >= 0"},
+	} {
+		err := Run(context.Background(), tc.cfg, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}

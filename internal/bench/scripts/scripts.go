@@ -1,0 +1,18 @@
+// Package scripts embeds the Lua scripts that only the benchmark runs:
+// the references decisions are compared against. The backend's own
+// scripts are in package lua.
+package scripts
+
+import _ "embed"
+
+// Baseline is the trivial INCRBY+PEXPIRE step the benchmark compares
+// decisions against: see baseline.lua.
+//
+//go:embed baseline.lua
+var Baseline string
+
+// Floor is the cheapest conceivable step of a 4-rule policy, with no
+// arithmetic, that `freqcap bench -floor` measures: see floor.lua.
+//
+//go:embed floor.lua
+var Floor string

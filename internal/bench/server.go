@@ -1,0 +1,158 @@
+package bench
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// roundTrips counts the requests the client sends to servers: each
+// command sent alone and each pipeline (one per server it reaches), but
+// not connection set-up or the bench's own INFO calls.
+type roundTrips struct{ n atomic.Int64 }
+
+func countRoundTrips(c goredis.UniversalClient) *roundTrips {
+	rt := &roundTrips{}
+	switch cc := c.(type) {
+	case *goredis.ClusterClient:
+		// Node clients see what reaches each server: a cluster pipeline
+		// is one pipeline per node.
+		cc.OnNewNode(func(n *goredis.Client) { n.AddHook(rt) })
+	case *goredis.Client:
+		cc.AddHook(rt)
+	}
+	return rt
+}
+
+func (rt *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (rt *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() != "info" {
+			rt.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (rt *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
+			rt.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// commandStats sums the calls of each command over every master (INFO
+// commandstats). Commands called by scripts are counted too.
+type cmdStat struct{ calls, usec int64 }
+
+func commandStats(ctx context.Context, c goredis.UniversalClient) (map[string]cmdStat, error) {
+	out := map[string]cmdStat{}
+	var mu sync.Mutex
+	collect := func(ctx context.Context, n *goredis.Client) error {
+		s, err := n.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range strings.Split(s, "\n") {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
+			if !ok {
+				continue
+			}
+			name, fields, ok := strings.Cut(rest, ":")
+			if !ok {
+				continue
+			}
+			st := out[name]
+			for _, f := range strings.Split(fields, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "calls":
+					st.calls += n
+				case "usec":
+					st.usec += n
+				}
+			}
+			out[name] = st
+		}
+		return nil
+	}
+	if err := forEachMaster(ctx, c, collect); err != nil {
+		return nil, fmt.Errorf("bench: INFO commandstats: %w", err)
+	}
+	return out, nil
+}
+
+func forEachMaster(ctx context.Context, c goredis.UniversalClient, f func(context.Context, *goredis.Client) error) error {
+	switch cc := c.(type) {
+	case *goredis.ClusterClient:
+		return cc.ForEachMaster(ctx, f)
+	case *goredis.Client:
+		return f(ctx, cc)
+	}
+	return fmt.Errorf("unsupported client %T", c)
+}
+
+// serverCPU sums used_cpu_sys and used_cpu_user (seconds: the server
+// process's CPU time, every thread) over every master (INFO cpu).
+func serverCPU(ctx context.Context, c goredis.UniversalClient) (float64, error) {
+	var (
+		mu    sync.Mutex
+		total float64
+	)
+	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+		s, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(s, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+			if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			total += f
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO cpu: %w", err)
+	}
+	return total, nil
+}
+
+func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	var total atomic.Int64
+	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+		s, err := n.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+				m, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return err
+				}
+				total.Add(m)
+			}
+		}
+		return nil
+	})
+	return total.Load(), err
+}

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// decideFunc makes one call (one or more decisions) for a bench worker.
+type decideFunc func(context.Context, *rand.Rand) outcome
+
+// outcome is what one call decided.
+type outcome struct {
+	n, allowed, cached, errs int64
+	err                      error // the first error
+}
+
+// merge adds the counts of o.
+func (o *outcome) merge(p outcome) {
+	o.n += p.n
+	o.allowed += p.allowed
+	o.cached += p.cached
+	o.errs += p.errs
+	if o.err == nil {
+		o.err = p.err
+	}
+}
+
+// add counts one decision: failed (err), else allowed or denied, and
+// whether the hot-deny cache answered it.
+func (o *outcome) add(err error, allowed, cached bool) {
+	o.n++
+	switch {
+	case err != nil:
+		o.errs++
+		if o.err == nil {
+			o.err = err
+		}
+	case allowed:
+		o.allowed++
+	}
+	if cached {
+		o.cached++
+	}
+}
+
+// allowOne decides one random subject per call with Allow.
+func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
+		d, err := lim.Allow(ctx, p, gen.pick(rng))
+		o.add(err, d.Allowed, d.Cached)
+		return o
+	}
+}
+
+// scriptKeys returns, for each of cfg.Subjects subjects, n keys under the
+// subject's hash tag: prefix:{i}:name (n = 1) or prefix:{i}:name.k.
+func scriptKeys(cfg Config, name string, n int) [][]string {
+	keys := make([][]string, cfg.Subjects)
+	for i := range keys {
+		base := cfg.Prefix + ":{" + strconv.Itoa(i) + "}:" + name
+		if n == 1 {
+			keys[i] = []string{base}
+			continue
+		}
+		for k := range n {
+			keys[i] = append(keys[i], base+"."+strconv.Itoa(k+1))
+		}
+	}
+	return keys
+}
+
+// scriptOne runs script src on the nkeys keys of a random subject per call
+// (ARGV[1]: a TTL in ms), as the backend runs take.lua: EVALSHA, EVAL
+// after NOSCRIPT.
+func scriptOne(c goredis.UniversalClient, src string, cfg Config, name string, nkeys int) decideFunc {
+	keys := scriptKeys(cfg, name, nkeys)
+	script := goredis.NewScript(src)
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
+		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000).Err(), true, false)
+		return o
+	}
+}
+
+// scriptPipelined runs n EVALSHA of script src (ARGV[1]: a TTL in ms), each
+// on the nkeys keys of a random subject, per call, in one pipeline (one per
+// master on a cluster), as TakeBatch sends take.lua. A pipeline sends
+// EVALSHA only, so it loads src on every master first.
+func scriptPipelined(ctx context.Context, c goredis.UniversalClient, src string, cfg Config, name string, nkeys, n int) (decideFunc, error) {
+	if err := forEachMaster(ctx, c, func(ctx context.Context, m *goredis.Client) error {
+		return m.ScriptLoad(ctx, src).Err()
+	}); err != nil {
+		return nil, fmt.Errorf("bench: SCRIPT LOAD: %w", err)
+	}
+	keys := scriptKeys(cfg, name, nkeys)
+	script := goredis.NewScript(src)
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		cmds, _ := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for range n {
+				script.EvalSha(ctx, p, keys[rng.IntN(len(keys))], 60000)
+			}
+			return nil
+		})
+		var o outcome
+		for _, cmd := range cmds {
+			o.add(cmd.Err(), true, false)
+		}
+		return o
+	}, nil
+}
+
+// allowBatch decides n random subjects per call with one AllowBatch.
+func allowBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		as := make([]sdk.Attempt, n)
+		for i := range as {
+			as[i].Subject = gen.pick(rng)
+		}
+		var o outcome
+		for _, r := range lim.AllowBatch(ctx, p, as) {
+			o.add(r.Err, r.Decision.Allowed, r.Decision.Cached)
+		}
+		return o
+	}
+}
+
+// hotPolicies returns p without and with a hot-deny cache of size entries:
+// the same name, rules and failure mode, and the default denial trail.
+func hotPolicies(p *sdk.Policy, size int) (plain, cached *sdk.Policy, err error) {
+	var opts []sdk.PolicyOption
+	if p.FailOpen() {
+		opts = append(opts, sdk.FailOpen())
+	}
+	if plain, err = sdk.NewPolicy(p.Name(), p.Rules(), opts...); err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	if cached, err = sdk.NewPolicy(p.Name(), p.Rules(), append(opts, sdk.HotDenyCache(size))...); err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return plain, cached, nil
+}
+
+// subjects picks random subjects: shard dimensions from n values, every
+// other dimension from m values.
+type subjects struct {
+	shard, other []string // dimension names
+	shardVals    [][]string
+	otherVals    []string
+}
+
+func newSubjects(p *sdk.Policy, n, m int) *subjects {
+	s := &subjects{shard: p.ShardBy()}
+	isShard := map[string]bool{}
+	for _, d := range s.shard {
+		isShard[d] = true
+	}
+	for _, d := range p.Dimensions() {
+		if !isShard[d] {
+			s.other = append(s.other, d)
+		}
+	}
+	s.shardVals = make([][]string, len(s.shard))
+	for i, d := range s.shard {
+		s.shardVals[i] = make([]string, n)
+		for j := range n {
+			s.shardVals[i][j] = d + strconv.Itoa(j)
+		}
+	}
+	for j := range m {
+		s.otherVals = append(s.otherVals, sdk.Fingerprint("content "+strconv.Itoa(j)))
+	}
+	return s
+}
+
+func (s *subjects) pick(rng *rand.Rand) sdk.Subject {
+	sub := make(sdk.Subject, len(s.shard)+len(s.other))
+	j := rng.IntN(len(s.shardVals[0]))
+	for i, d := range s.shard {
+		sub[d] = s.shardVals[i][j]
+	}
+	for _, d := range s.other {
+		sub[d] = s.otherVals[rng.IntN(len(s.otherVals))]
+	}
+	return sub
+}
+
+// subject returns the j-th subject with the k-th value (mod -values) of
+// each other dimension: the memory run's k-th decision for subject j, so
+// that a user receives several contents.
+func (s *subjects) subject(j, k int) sdk.Subject {
+	sub := make(sdk.Subject, len(s.shard)+len(s.other))
+	for i, d := range s.shard {
+		sub[d] = s.shardVals[i][j]
+	}
+	for _, d := range s.other {
+		sub[d] = s.otherVals[k%len(s.otherVals)]
+	}
+	return sub
+}
