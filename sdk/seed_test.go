@@ -54,7 +54,7 @@ func used(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) map[stri
 }
 
 // TestSeedCaps checks the four caps of the messaging platform in
-// docs/DOMAIN.md, loaded from internal/seed/policies.yaml.
+// docs/DESIGN.md, loaded from internal/seed/policies.yaml.
 func TestSeedCaps(t *testing.T) {
 	ctx := context.Background()
 	push := loadPolicies(t)["push"]

@@ -281,7 +281,7 @@ func TestIsRefusal(t *testing.T) {
 		err  error
 		want bool
 	}{
-		// Recorded (testdata/detect) or from PROTOCOL.md.
+		// Recorded (testdata/detect) or typed in from replies observed on real servers.
 		{redisErr("ERR unknown command 'eval', with args beginning with: 'return 1' '0' "), true},
 		{redisErr("NOPERM this user has no permissions to run the 'eval' command"), true},
 		{redisErr("NOPERM this user has no permissions to run the 'module|list' command"), true},

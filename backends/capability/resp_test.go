@@ -20,7 +20,7 @@ type recording struct {
 	// Server says which server produced the replies.
 	Server string `json:"server"`
 	// Origin is "recorded" (captured from the server by TestRecord) or
-	// "written" (typed in from PROTOCOL.md's facts).
+	// "written" (typed in from replies observed on real servers).
 	Origin    string     `json:"origin"`
 	Note      string     `json:"note,omitempty"`
 	Exchanges []exchange `json:"exchanges"`

@@ -39,7 +39,7 @@ import (
 
 // errOverflow is the exact reply of EXHINCRBY … MAX (or MIN) when the
 // result would fall outside the bound, or int64 would overflow; nothing
-// was changed (PROTOCOL.md, TairHash).
+// was changed (docs/MODULES.md, module bugs).
 const errOverflow = "ERR increment or decrement would overflow"
 
 // isOverflow reports whether err is TairHash's MAX/MIN refusal. It is the
@@ -310,7 +310,7 @@ func (br *bareRule) eval(kv []any, now, c int64) error {
 
 // sweep removes the empty TairHash key a failed EXHINCRBY … MAX/MIN
 // leaves behind when the key did not exist (it never expires): EXHGET of
-// the key does (PROTOCOL.md, surprise 3). On a key with fields it only
+// the key does (docs/MODULES.md, module bugs). On a key with fields it only
 // reads.
 func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
 	if err := b.c.Do(ctx, "exhget", br.key, strconv.FormatInt(br.i, 10)).Err(); err != nil && !errors.Is(err, goredis.Nil) {
