@@ -154,9 +154,9 @@ func (s *Server) apiCheck(c echo.Context) error {
 		err error
 	)
 	if req.Peek {
-		d, err = s.cfg.Limiter.Peek(ctx, p, req.Subject, req.Cost)
+		d, err = s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: req.Subject, Cost: req.Cost})
 	} else {
-		d, err = s.cfg.Limiter.AllowN(ctx, p, req.Subject, req.Cost)
+		d, err = s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: req.Subject, Cost: req.Cost})
 	}
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost) {

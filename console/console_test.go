@@ -615,15 +615,15 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		"# TYPE freqcap_decisions_total counter",
-		`freqcap_decisions_total{policy="push",op="allow",outcome="allowed"} 3`, // 2 + the degraded one
-		`freqcap_decisions_total{policy="push",op="allow",outcome="denied"} 1`,
-		`freqcap_decisions_total{policy="api",op="allow",outcome="error"} 1`,
+		`freqcap_decisions_total{policy="push",op="take",outcome="allowed"} 3`, // 2 + the degraded one
+		`freqcap_decisions_total{policy="push",op="take",outcome="denied"} 1`,
+		`freqcap_decisions_total{policy="api",op="take",outcome="error"} 1`,
 		`freqcap_rule_decisions_total{policy="push",rule="content-59s",outcome="denied"} 1`,
 		`freqcap_rule_decisions_total{policy="push",rule="recv-1m",outcome="allowed"} 3`,
-		`freqcap_degraded_decisions_total{policy="push",op="allow"} 1`,
+		`freqcap_degraded_decisions_total{policy="push",op="take"} 1`,
 		"# TYPE freqcap_backend_latency_seconds histogram",
-		`freqcap_backend_latency_seconds_bucket{op="allow",le="+Inf"} 5`,
-		`freqcap_backend_latency_seconds_count{op="allow"} 5`,
+		`freqcap_backend_latency_seconds_bucket{op="take",le="+Inf"} 5`,
+		`freqcap_backend_latency_seconds_count{op="take"} 5`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
@@ -641,12 +641,12 @@ func TestMetrics(t *testing.T) {
 
 func TestMetricsLabelEscaping(t *testing.T) {
 	m := NewMetrics(nil)
-	m.Observe(sdk.Event{Policy: "a\"b\\c\nd", Op: "allow", Decision: sdk.Decision{Allowed: true}})
+	m.Observe(sdk.Event{Policy: "a\"b\\c\nd", Op: "take", Decision: sdk.Decision{Allowed: true}})
 	var b strings.Builder
 	if _, err := m.WriteTo(&b); err != nil {
 		t.Fatal(err)
 	}
-	if want := `freqcap_decisions_total{policy="a\"b\\c\nd",op="allow",outcome="allowed"} 1`; !strings.Contains(b.String(), want) {
+	if want := `freqcap_decisions_total{policy="a\"b\\c\nd",op="take",outcome="allowed"} 1`; !strings.Contains(b.String(), want) {
 		t.Errorf("WriteTo() lacks %s:\n%s", want, b.String())
 	}
 }

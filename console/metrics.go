@@ -100,7 +100,7 @@ func NewMetrics(now func() time.Time) *Metrics {
 }
 
 // consuming reports whether op takes units (and so counts as traffic).
-func consuming(op string) bool { return op == "allow" || op == "reserve" || op == "wait" }
+func consuming(op string) bool { return op == "take" || op == "reserve" || op == "wait" }
 
 // Observe records one decision. Pass it to sdk.WithObserver.
 func (m *Metrics) Observe(ev sdk.Event) {

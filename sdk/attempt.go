@@ -40,22 +40,46 @@ func (a Attempt) cost() int64 {
 	return a.Cost
 }
 
-// Take is AllowN for an Attempt: it takes a.Cost units (0 means 1) for
-// a.Subject from every rule of p if all admit them, atomically. With an
+// Take takes a.Cost units (0 means 1) for a.Subject from every rule of p
+// if all admit them, atomically: all rules or none. A denial is a
+// Decision with Allowed false, not an error; it consumes nothing. With an
 // IdempotencyKey, a retry of the attempt returns the first decision with
 // Replayed set and consumes nothing more.
+//
+// An error means no decision was made: invalid input (ErrInvalidPolicy,
+// ErrInvalidSubject, ErrInvalidCost, ErrInvalidIdempotencyKey) or, under
+// a fail-closed policy, a backend failure. Under a fail-open policy a
+// backend failure yields an allowed Decision with Degraded set and a nil
+// error.
 func (l *Limiter) Take(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
-	d, _, err := l.take(ctx, "allow", driver.OpTake, p, a.Subject, a.cost(), 0, a.IdempotencyKey)
+	d, _, err := l.take(ctx, "take", driver.OpTake, p, a, 0)
 	return d, err
 }
 
-// ReserveAttempt is Reserve for an Attempt. With an IdempotencyKey, a
-// retry returns the first decision with Replayed set and, if it was
-// allowed, a Reservation of the first attempt's hold (no second hold is
-// made; Commit or Cancel it as usual — it may since have been settled or
-// have lapsed, which they report with ErrReservationNotFound).
-func (l *Limiter) ReserveAttempt(ctx context.Context, p *Policy, a Attempt, ttl time.Duration) (Decision, *Reservation, error) {
-	return l.reserve(ctx, p, a.Subject, a.cost(), ttl, a.IdempotencyKey)
+// Peek reports what Take would decide for a, consuming nothing (its
+// IdempotencyKey is ignored).
+func (l *Limiter) Peek(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
+	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, a, 0)
+	return d, err
+}
+
+// Reserve is Take that can be undone: when allowed, the units are
+// consumed and held for ttl; Commit keeps them, Cancel gives them back,
+// and a reservation neither committed nor cancelled within ttl is given
+// back by itself. It suits "check during selection, consume only for the
+// ad finally shown". A denied Reserve returns a nil Reservation.
+//
+// With an IdempotencyKey, a retry returns the first decision with
+// Replayed set and, if it was allowed, the first attempt's Reservation
+// (no second one is made; Commit or Cancel it as usual — it may since
+// have been settled or have lapsed, which they report with
+// ErrReservationNotFound).
+//
+// The backend must support reservations (else the error wraps
+// errors.ErrUnsupported). A degraded (fail-open) decision returns a
+// Reservation whose Commit and Cancel do nothing.
+func (l *Limiter) Reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Duration) (Decision, *Reservation, error) {
+	return l.reserve(ctx, p, a, ttl)
 }
 
 // call is one decision in the making: the checked input, the request for
@@ -71,13 +95,14 @@ type call struct {
 	holdID string // set by finish: the hold of an allowed reserve
 }
 
-// prepare checks an attempt and builds its request. idem is ignored for
-// peeks.
-func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (*call, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 1, got %d", op, ErrInvalidCost, n)
+// prepare checks an attempt and builds its request. The idempotency key
+// is ignored for peeks.
+func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
+	if a.Cost < 0 {
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", op, ErrInvalidCost, a.Cost)
 	}
-	res, err := resolve(l.prefix, p, s, false)
+	n, idem := a.cost(), a.IdempotencyKey
+	res, err := resolve(l.prefix, p, a.Subject, false)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", op, err)
 	}
@@ -129,7 +154,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
 			return d, nil
 		}
-		err := fmt.Errorf("sdk: take: %w", a.err)
+		err := fmt.Errorf("sdk: %s: %w", c.op, a.err)
 		l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
 		return Decision{}, err
 	}

@@ -130,11 +130,11 @@ func TestIdempotentReserveMemory(t *testing.T) {
 	p := mustPolicy(t, "ads", sdk.Fixed("daily", 3, 24*time.Hour).By("user"))
 	s := sdk.Subject{"user": "u"}
 	a := sdk.Attempt{Subject: s, Cost: 2, IdempotencyKey: "imp-1"}
-	d1, r1, err := lim.ReserveAttempt(ctx, p, a, time.Minute)
+	d1, r1, err := lim.Reserve(ctx, p, a, time.Minute)
 	if err != nil || !d1.Allowed || r1 == nil {
 		t.Fatalf("ReserveAttempt(a) = %+v, %v, %v, want allowed", d1, r1, err)
 	}
-	d2, r2, err := lim.ReserveAttempt(ctx, p, a, time.Minute)
+	d2, r2, err := lim.Reserve(ctx, p, a, time.Minute)
 	if err != nil || !d2.Replayed || r2 == nil || r2.ID() != r1.ID() {
 		t.Fatalf("ReserveAttempt(a) again = %+v, %v, %v, want replayed with hold %s", d2, r2, err, r1.ID())
 	}
@@ -156,7 +156,7 @@ func TestIdempotentReserveMemory(t *testing.T) {
 	if _, err := lim.Take(ctx, p, b); err != nil {
 		t.Fatalf("Take(b) = %v", err)
 	}
-	if _, res, err := lim.ReserveAttempt(ctx, p, b, time.Minute); !errors.Is(err, sdk.ErrInvalidIdempotencyKey) || res != nil {
+	if _, res, err := lim.Reserve(ctx, p, b, time.Minute); !errors.Is(err, sdk.ErrInvalidIdempotencyKey) || res != nil {
 		t.Errorf("ReserveAttempt with a take's key = %v, %v, want %v", res, err, sdk.ErrInvalidIdempotencyKey)
 	}
 }
@@ -171,8 +171,8 @@ func TestIdempotentBatchMemory(t *testing.T) {
 	for _, u := range []string{"a", "b", "a"} {
 		as = append(as, sdk.Attempt{Subject: sdk.Subject{"user": u}, IdempotencyKey: "msg-" + u})
 	}
-	first := lim.AllowBatch(ctx, p, as)
-	retry := lim.AllowBatch(ctx, p, as)
+	first := lim.TakeBatch(ctx, p, as)
+	retry := lim.TakeBatch(ctx, p, as)
 	wantReplayed := [][]bool{{false, false, true}, {true, true, true}}
 	for k, rs := range [][]sdk.BatchResult{first, retry} {
 		for i, r := range rs {
@@ -189,3 +189,40 @@ func TestIdempotentBatchMemory(t *testing.T) {
 }
 
 var _ driver.Idempotent = (*idemBackend)(nil)
+
+// TestZeroCostMeansOne: every operation reads Attempt.Cost 0 as 1.
+func TestZeroCostMeansOne(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	lim := newMemLimiter(t, c)
+	p, err := sdk.NewPolicy("zero", []sdk.Rule{sdk.Fixed("f", 4, time.Hour).By("user")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sdk.Attempt{Subject: sdk.Subject{"user": "u"}}
+	used := func(d sdk.Decision) int64 { return d.Rules[0].Used }
+	if d, err := lim.Take(ctx, p, a); err != nil || used(d) != 1 {
+		t.Fatalf("Take(cost 0) = used %d, %v, want 1, nil", used(d), err)
+	}
+	if d, err := lim.Peek(ctx, p, a); err != nil || !d.Allowed || used(d) != 1 {
+		t.Fatalf("Peek(cost 0) = %+v, %v, want allowed with used 1 (nothing consumed)", d, err)
+	}
+	d, res, err := lim.Reserve(ctx, p, a, time.Minute)
+	if err != nil || used(d) != 2 {
+		t.Fatalf("Reserve(cost 0) = used %d, %v, want 2, nil", used(d), err)
+	}
+	if err := res.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := lim.Wait(ctx, p, a); err != nil || used(d) != 3 {
+		t.Fatalf("Wait(cost 0) = used %d, %v, want 3, nil", used(d), err)
+	}
+	for _, r := range lim.TakeBatch(ctx, p, []sdk.Attempt{a, a}) {
+		if r.Err != nil {
+			t.Fatalf("TakeBatch(cost 0) error: %v", r.Err)
+		}
+	}
+	if d, _ := lim.Peek(ctx, p, a); d.Allowed || used(d) != 4 {
+		t.Fatalf("after 5 attempts of cost 0 on a limit of 4: Peek = %+v, want denied with used 4", d)
+	}
+}

@@ -8,14 +8,14 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// BatchResult is one attempt's outcome in AllowBatch or PeekBatch: its
+// BatchResult is one attempt's outcome in TakeBatch or PeekBatch: its
 // Decision, or the error Take (or Peek) would have returned for it alone.
 type BatchResult struct {
 	Decision Decision
 	Err      error
 }
 
-// AllowBatch decides many attempts under one policy in as few backend
+// TakeBatch decides many attempts under one policy in as few backend
 // round trips as it can (one TakeBatch call when the backend implements
 // driver.Batcher, which a Redis backend pipelines per cluster node; else
 // one Take call per attempt, in order). Each attempt is decided as Take
@@ -28,14 +28,14 @@ type BatchResult struct {
 // attempt (or policy) fails alone, in its entry's Err; so does a backend
 // failure, or the whole call's failure, reported in every entry it
 // concerns (fail-open policies answer those entries Degraded instead).
-// The observer sees one "allow" event per decided attempt, with
+// The observer sees one "take" event per decided attempt, with
 // Event.Batch set and the batch call's latency. WithTimeout bounds the
 // whole TakeBatch call.
-func (l *Limiter) AllowBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
-	return l.batch(ctx, "allow", driver.OpTake, p, as)
+func (l *Limiter) TakeBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
+	return l.batch(ctx, "take", driver.OpTake, p, as)
 }
 
-// PeekBatch is AllowBatch without consuming: each attempt as Peek (its
+// PeekBatch is TakeBatch without consuming: each attempt as Peek (its
 // IdempotencyKey is ignored; the hot-deny cache is not used).
 func (l *Limiter) PeekBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
 	return l.batch(ctx, "peek", driver.OpPeek, p, as)
@@ -46,7 +46,7 @@ func (l *Limiter) batch(ctx context.Context, op string, dop driver.Op, p *Policy
 	calls := make([]*call, 0, len(as))
 	idx := make([]int, 0, len(as))
 	for i, a := range as {
-		c, err := l.prepare(op, dop, p, a.Subject, a.cost(), 0, a.IdempotencyKey)
+		c, err := l.prepare(op, dop, p, a, 0)
 		if err != nil {
 			out[i].Err = err
 			continue

@@ -126,7 +126,7 @@ func TestAllowBatch(t *testing.T) {
 			}
 			var events []sdk.Event
 			lim := sdk.New(b, sdk.WithClock(c.Now), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
-			got := lim.AllowBatch(ctx, p, tc.attempts)
+			got := lim.TakeBatch(ctx, p, tc.attempts)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
 				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
 			}
@@ -152,7 +152,7 @@ func TestAllowBatch(t *testing.T) {
 				t.Errorf("observer got %d events, want %d (one per decided attempt)", len(events), decided)
 			}
 			for _, e := range events {
-				if e.Op != "allow" || e.Batch != len(tc.attempts) {
+				if e.Op != "take" || e.Batch != len(tc.attempts) {
 					t.Errorf("event = {Op: %q, Batch: %d}, want {Op: allow, Batch: %d}", e.Op, e.Batch, len(tc.attempts))
 				}
 			}
@@ -209,7 +209,7 @@ func TestAllowBatchFailures(t *testing.T) {
 			}
 			c := newClock(t0)
 			b := &failingBatcher{Backend: memory.New(&memory.Options{Now: c.Now}), errs: tc.errs, short: tc.short}
-			got := sdk.New(b, sdk.WithClock(c.Now)).AllowBatch(ctx, p, s)
+			got := sdk.New(b, sdk.WithClock(c.Now)).TakeBatch(ctx, p, s)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
 				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
 			}
@@ -222,7 +222,7 @@ func TestAllowBatchFailures(t *testing.T) {
 		})
 	}
 	t.Run("nil policy", func(t *testing.T) {
-		got := sdk.New(memory.New(nil)).AllowBatch(ctx, nil, s)
+		got := sdk.New(memory.New(nil)).TakeBatch(ctx, nil, s)
 		for i, r := range got {
 			if !errors.Is(r.Err, sdk.ErrInvalidPolicy) {
 				t.Errorf("AllowBatch(nil policy)[%d].Err = %v, want %v", i, r.Err, sdk.ErrInvalidPolicy)
@@ -231,9 +231,9 @@ func TestAllowBatchFailures(t *testing.T) {
 	})
 	t.Run("nil backend", func(t *testing.T) {
 		p := mustPolicy(t, "p", sdk.Fixed("f", 5, time.Minute).By("user"))
-		for i, r := range sdk.New(nil).AllowBatch(ctx, p, s) {
+		for i, r := range sdk.New(nil).TakeBatch(ctx, p, s) {
 			if r.Err == nil {
-				t.Errorf("New(nil).AllowBatch(…)[%d].Err = nil, want an error", i)
+				t.Errorf("New(nil).TakeBatch(…)[%d].Err = nil, want an error", i)
 			}
 		}
 	})
@@ -244,7 +244,7 @@ func TestPeekBatch(t *testing.T) {
 	c := newClock(t0)
 	p := mustPolicy(t, "p", sdk.Fixed("f", 2, time.Minute).By("user"))
 	lim := newMemLimiter(t, c)
-	if d, err := lim.AllowN(ctx, p, sdk.Subject{"user": "a"}, 2); err != nil || !d.Allowed {
+	if d, err := lim.Take(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "a"}, Cost: 2}); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(a, 2) = %+v, %v", d, err)
 	}
 	as := []sdk.Attempt{

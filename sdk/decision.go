@@ -95,10 +95,9 @@ type Denial = driver.Denial
 
 // Event reports one decision to the observer set by WithObserver.
 type Event struct {
-	// Policy is the policy's name; Op is "allow", "peek", "reserve",
-	// "wait" or "inspect" (AllowN, Take and AllowBatch report "allow",
-	// PeekBatch "peek", ReserveAttempt "reserve"; Wait reports every
-	// attempt).
+	// Policy is the policy's name; Op is the operation: "take" (Take,
+	// Allow, TakeBatch), "peek" (Peek, PeekBatch), "reserve", "wait"
+	// (one event per attempt Wait makes) or "inspect".
 	Policy, Op string
 	// Decision is the decision made (zero when Err is set and the policy
 	// is fail-closed).
@@ -108,7 +107,7 @@ type Event struct {
 	// Latency is the time the backend call took, by the Limiter's clock
 	// (for a batch: the whole batch's call; zero for a Cached decision).
 	Latency time.Duration
-	// Batch is the number of attempts of the AllowBatch or PeekBatch
+	// Batch is the number of attempts of the TakeBatch or PeekBatch
 	// call the decision belongs to (0 for single calls).
 	Batch int
 }

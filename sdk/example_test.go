@@ -92,7 +92,7 @@ func ExampleLimiter_Reserve() {
 	s := sdk.Subject{"user": "u42", "campaign": "spring-sale"}
 
 	// Candidate selection: hold one impression for a minute.
-	d, res, err := lim.Reserve(ctx, ads, s, 1, time.Minute)
+	d, res, err := lim.Reserve(ctx, ads, sdk.Attempt{Subject: s}, time.Minute)
 	if err != nil {
 		panic(err)
 	}
@@ -100,14 +100,14 @@ func ExampleLimiter_Reserve() {
 	if err := res.Cancel(ctx); err != nil { // the ad was not shown
 		panic(err)
 	}
-	d, _ = lim.Peek(ctx, ads, s, 1)
+	d, _ = lim.Peek(ctx, ads, sdk.Attempt{Subject: s})
 	fmt.Println("after cancel, used:", d.Rules[0].Used)
 
-	d, res, _ = lim.Reserve(ctx, ads, s, 1, time.Minute)
+	d, res, _ = lim.Reserve(ctx, ads, sdk.Attempt{Subject: s}, time.Minute)
 	if err := res.Commit(ctx); err != nil { // the ad was shown
 		panic(err)
 	}
-	d, _ = lim.Peek(ctx, ads, s, 1)
+	d, _ = lim.Peek(ctx, ads, sdk.Attempt{Subject: s})
 	fmt.Println("after commit, used:", d.Rules[0].Used)
 	// Output:
 	// reserved: true used: 1
@@ -173,7 +173,7 @@ func ExampleLimiter_Keys() {
 // recipient is decided on its own, and answered in input order. The
 // idempotency keys make the retry after a timeout safe: it gets the first
 // decisions back and consumes nothing more.
-func ExampleLimiter_AllowBatch() {
+func ExampleLimiter_TakeBatch() {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
 		sdk.Daily("campaigns", 2, time.UTC).By("user"),
 	})
@@ -182,7 +182,7 @@ func ExampleLimiter_AllowBatch() {
 	}
 	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
 	ctx := context.Background()
-	_, _ = lim.AllowN(ctx, push, sdk.Subject{"user": "bob"}, 2) // bob had his two today
+	_, _ = lim.Take(ctx, push, sdk.Attempt{Subject: sdk.Subject{"user": "bob"}, Cost: 2}) // bob had his two today
 
 	var batch []sdk.Attempt
 	for _, u := range []string{"alice", "bob", "", "carol"} {
@@ -190,7 +190,7 @@ func ExampleLimiter_AllowBatch() {
 	}
 	for try := 1; try <= 2; try++ {
 		fmt.Println("try", try)
-		for i, r := range lim.AllowBatch(ctx, push, batch) {
+		for i, r := range lim.TakeBatch(ctx, push, batch) {
 			switch {
 			case r.Err != nil:
 				fmt.Printf("  %d: error: %v\n", i, r.Err)
@@ -203,11 +203,11 @@ func ExampleLimiter_AllowBatch() {
 	// try 1
 	//   0: allowed=true used=1 replayed=false
 	//   1: allowed=false used=2 replayed=false
-	//   2: error: sdk: allow: invalid subject: dimension "user" is empty
+	//   2: error: sdk: take: invalid subject: dimension "user" is empty
 	//   3: allowed=true used=1 replayed=false
 	// try 2
 	//   0: allowed=true used=1 replayed=true
 	//   1: allowed=false used=2 replayed=true
-	//   2: error: sdk: allow: invalid subject: dimension "user" is empty
+	//   2: error: sdk: take: invalid subject: dimension "user" is empty
 	//   3: allowed=true used=1 replayed=true
 }

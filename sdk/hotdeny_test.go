@@ -67,8 +67,8 @@ func TestHotDeny(t *testing.T) {
 	if first.Cached || first.Rules[0].RetryAfter != 50*time.Second {
 		t.Errorf("the first denial changed after caching: %+v", first)
 	}
-	if e := events[len(events)-1]; !e.Decision.Cached || e.Latency != 0 || e.Op != "allow" {
-		t.Errorf("event of a cached decision = %+v, want Cached, Latency 0, Op allow", e)
+	if e := events[len(events)-1]; !e.Decision.Cached || e.Latency != 0 || e.Op != "take" {
+		t.Errorf("event of a cached decision = %+v, want Cached, Latency 0, Op take", e)
 	}
 	c.Advance(30*time.Second - time.Millisecond)
 	allow("1ms before retry", false, true, time.Millisecond, 2)
@@ -90,12 +90,12 @@ func TestHotDenyRules(t *testing.T) {
 	}
 	allowN := func(n int64) func(*sdk.Limiter, *sdk.Policy, *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
 		return func(l *sdk.Limiter, p *sdk.Policy, r *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
-			d, err := l.AllowN(ctx, p, s, n)
+			d, err := l.Take(ctx, p, sdk.Attempt{Subject: s, Cost: n})
 			return d, r, err
 		}
 	}
 	peek := func(l *sdk.Limiter, p *sdk.Policy, r *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
-		d, err := l.Peek(ctx, p, s, 1)
+		d, err := l.Peek(ctx, p, sdk.Attempt{Subject: s})
 		return d, r, err
 	}
 	tests := []struct {
@@ -139,10 +139,10 @@ func TestHotDenyRules(t *testing.T) {
 		}},
 		{"reserve is cached, cancel evicts", []step{
 			{func(l *sdk.Limiter, p *sdk.Policy, _ *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
-				return l.Reserve(ctx, p, s, 3, time.Minute)
+				return l.Reserve(ctx, p, sdk.Attempt{Subject: s, Cost: 3}, time.Minute)
 			}, false, 1},
 			{func(l *sdk.Limiter, p *sdk.Policy, r *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
-				d, r2, err := l.Reserve(ctx, p, s, 1, time.Minute)
+				d, r2, err := l.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 				if r2 != nil {
 					err = errors.New("a denied Reserve returned a reservation")
 				}
@@ -214,10 +214,10 @@ func TestHotDenyBatch(t *testing.T) {
 	lim := sdk.New(b, sdk.WithClock(c.Now))
 	p := hotPolicy(t, 100, sdk.Fixed("f", 1, time.Hour).By("user"))
 	as := []sdk.Attempt{{Subject: sdk.Subject{"user": "a"}}, {Subject: sdk.Subject{"user": "b"}}}
-	lim.AllowBatch(ctx, p, as)
-	lim.AllowBatch(ctx, p, as) // both denied, cached
+	lim.TakeBatch(ctx, p, as)
+	lim.TakeBatch(ctx, p, as) // both denied, cached
 	as = append(as, sdk.Attempt{Subject: sdk.Subject{"user": "c"}})
-	got := lim.AllowBatch(ctx, p, as)
+	got := lim.TakeBatch(ctx, p, as)
 	if !got[0].Decision.Cached || !got[1].Decision.Cached || got[2].Decision.Cached || !got[2].Decision.Allowed {
 		t.Errorf("AllowBatch(a, b, c) = %+v, want a and b cached, c allowed", got)
 	}
@@ -272,7 +272,7 @@ func TestHotDenyConcurrent(t *testing.T) {
 				}
 				var ds []sdk.Decision
 				if i%3 == 0 {
-					for _, r := range lim.AllowBatch(ctx, p, []sdk.Attempt{{Subject: s}, {Subject: s, Cost: 2}}) {
+					for _, r := range lim.TakeBatch(ctx, p, []sdk.Attempt{{Subject: s}, {Subject: s, Cost: 2}}) {
 						if r.Err != nil {
 							t.Errorf("AllowBatch = %v", r.Err)
 						}

@@ -17,10 +17,11 @@ import (
 // A Limiter is safe for concurrent use; create one with New and share it.
 // All counts live in the backend; the Limiter itself holds only its
 // options and the hot-deny caches of the policies that ask for one
-// (HotDenyCache). Most callers want Allow (or AllowN for weighted
-// requests); Take adds an idempotency key for retries; AllowBatch decides
-// many subjects at once; Wait delays instead of denying; Reserve checks
-// now and commits later. The zero Limiter has no backend and returns
+// (HotDenyCache). Every operation takes one Attempt (a subject, a cost
+// and an optional idempotency key); most callers want Allow, the
+// shorthand for a cost-1 Take without a key. TakeBatch decides many
+// attempts at once; Peek asks without consuming; Wait delays instead of
+// denying; Reserve checks now and commits or cancels later. The zero Limiter has no backend and returns
 // errors.
 type Limiter struct {
 	b       driver.Backend
@@ -78,44 +79,12 @@ func New(b driver.Backend, opts ...Option) *Limiter {
 }
 
 // Allow takes one unit for s from every rule of p: shorthand for
-// AllowN(ctx, p, s, 1).
+// Take(ctx, p, Attempt{Subject: s}).
 func (l *Limiter) Allow(ctx context.Context, p *Policy, s Subject) (Decision, error) {
-	return l.AllowN(ctx, p, s, 1)
+	return l.Take(ctx, p, Attempt{Subject: s})
 }
 
-// AllowN reports whether every rule of p admits n units for s and, only if
-// so, consumes n from each, atomically. A denial is a Decision with
-// Allowed false, not an error; it consumes nothing.
-//
-// An error means no decision was made: invalid input (ErrInvalidPolicy,
-// ErrInvalidSubject, ErrInvalidCost) or, under a fail-closed policy, a
-// backend failure. Under a fail-open policy a backend failure yields an
-// allowed Decision with Degraded set and a nil error.
-func (l *Limiter) AllowN(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
-	d, _, err := l.take(ctx, "allow", driver.OpTake, p, s, n, 0, "")
-	return d, err
-}
-
-// Peek reports what AllowN would decide for n units, consuming nothing.
-func (l *Limiter) Peek(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
-	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, s, n, 0, "")
-	return d, err
-}
-
-// Reserve is AllowN that can be undone: when allowed, the units are
-// consumed and held for ttl; Commit keeps them, Cancel gives them back,
-// and a hold neither committed nor cancelled within ttl is given back by
-// itself. It suits "check during selection, consume only for the ad
-// finally shown". A denied Reserve returns a nil Reservation.
-//
-// The backend must implement driver.Settler (else the error wraps
-// errors.ErrUnsupported). A degraded (fail-open) decision returns a
-// Reservation whose Commit and Cancel do nothing.
-func (l *Limiter) Reserve(ctx context.Context, p *Policy, s Subject, n int64, ttl time.Duration) (Decision, *Reservation, error) {
-	return l.reserve(ctx, p, s, n, ttl, "")
-}
-
-func (l *Limiter) reserve(ctx context.Context, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (Decision, *Reservation, error) {
+func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Duration) (Decision, *Reservation, error) {
 	st, ok := l.b.(driver.Settler)
 	if !ok {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
@@ -123,7 +92,7 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, s Subject, n int64, tt
 	if ttl < time.Millisecond {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be >= 1ms, got %v", ttl)
 	}
-	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, s, n, ttl, idem)
+	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, a, ttl)
 	if err != nil || !d.Allowed {
 		return d, nil, err
 	}
@@ -266,18 +235,16 @@ func (l *Limiter) Keys(p *Policy, s Subject) []string {
 	return append(keys, res.trailKey, res.holdKey)
 }
 
-// take makes one decision (op names it for errors and events); idem is
-// the attempt's idempotency key ("" for none).
-func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (Decision, *call, error) {
-	c, err := l.prepare(op, dop, p, s, n, ttl, idem)
+// take makes one decision (op names it for errors and events).
+func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
+	c, err := l.prepare(op, dop, p, a, ttl)
 	if err != nil {
 		return Decision{}, nil, err
 	}
 	if d, ok := l.cached(c); ok {
 		return d, c, nil
 	}
-	a := l.send(ctx, c.req)
-	d, err := l.finish(c, a)
+	d, err := l.finish(c, l.send(ctx, c.req))
 	return d, c, err
 }
 

@@ -86,7 +86,7 @@ func TestAllowRequest(t *testing.T) {
 	f := &fakeBackend{}
 	p := pushPolicy(t, sdk.WithTrail(7, time.Hour))
 	lim := sdk.New(f, sdk.WithPrefix("app"))
-	d, err := lim.AllowN(context.Background(), p, sdk.Subject{"user": "u:1", "content": "c{1}", "extra": "ignored"}, 3)
+	d, err := lim.Take(context.Background(), p, sdk.Attempt{Subject: sdk.Subject{"user": "u:1", "content": "c{1}", "extra": "ignored"}, Cost: 3})
 	if err != nil {
 		t.Fatalf("AllowN(…) = %v", err)
 	}
@@ -155,7 +155,7 @@ func TestDecisionTranslation(t *testing.T) {
 			{Allowed: false, Used: 15, Limit: 15, RetryAfter: time.Second},
 		}}, nil
 	}
-	d, err = sdk.New(f).AllowN(context.Background(), pushPolicy(t), sdk.Subject{"user": "u", "content": "c"}, 3)
+	d, err = sdk.New(f).Take(context.Background(), pushPolicy(t), sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}, Cost: 3})
 	if err != nil || !d.CostTooHigh || d.RetryAfter != time.Second || !slices.Equal(d.Denied, []string{"content-59s", "burst"}) {
 		t.Errorf("AllowN(…, 3) = %+v, %v, want cost too high, retry 1s, denied by content-59s and burst", d, err)
 	}
@@ -175,14 +175,14 @@ func TestOps(t *testing.T) {
 	lim := sdk.New(f)
 	ctx := context.Background()
 
-	if _, err := lim.Peek(ctx, p, s, 2); err != nil {
+	if _, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s, Cost: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if req := f.last(t); req.Op != driver.OpPeek || req.Cost != 2 {
 		t.Errorf("Peek sent Op, Cost = %v, %d, want OpPeek, 2", req.Op, req.Cost)
 	}
 
-	d, res, err := lim.Reserve(ctx, p, s, 2, time.Minute)
+	d, res, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s, Cost: 2}, time.Minute)
 	if err != nil || !d.Allowed || res == nil {
 		t.Fatalf("Reserve(…) = %+v, %v, %v, want allowed with a reservation", d, res, err)
 	}
@@ -199,7 +199,7 @@ func TestOps(t *testing.T) {
 	if want := []string{req.HoldKey + " " + req.HoldID + " commit", req.HoldKey + " " + req.HoldID + " cancel"}; !slices.Equal(f.settled, want) {
 		t.Errorf("settled = %q, want %q", f.settled, want)
 	}
-	_, res2, _ := lim.Reserve(ctx, p, s, 1, time.Minute)
+	_, res2, _ := lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 	if res2.ID() == res.ID() {
 		t.Errorf("two reservations share id %q", res.ID())
 	}
@@ -232,7 +232,7 @@ func TestUnsupported(t *testing.T) {
 	p := pushPolicy(t)
 	s := sdk.Subject{"user": "u", "content": "c"}
 	ctx := context.Background()
-	_, _, err := lim.Reserve(ctx, p, s, 1, time.Minute)
+	_, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Reserve(…) = %v, want %v", err, errors.ErrUnsupported)
 	}
@@ -265,7 +265,6 @@ func TestInvalidInput(t *testing.T) {
 		{"missing other", p, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidSubject},
 		{"empty value", p, sdk.Subject{"user": "", "content": secret}, 1, sdk.ErrInvalidSubject},
 		{"long value", p, sdk.Subject{"user": secret, "content": long}, 1, sdk.ErrInvalidSubject},
-		{"zero cost", p, sdk.Subject{"user": secret, "content": "c"}, 0, sdk.ErrInvalidCost},
 		{"negative cost", p, sdk.Subject{"user": secret, "content": "c"}, -5, sdk.ErrInvalidCost},
 	}
 	for _, tc := range tests {
@@ -279,13 +278,13 @@ func TestInvalidInput(t *testing.T) {
 					t.Errorf("%s(…) = %v, which leaks a subject value", op, err)
 				}
 			}
-			_, err := lim.AllowN(ctx, tc.p, tc.s, tc.n)
-			check("AllowN", err)
-			_, err = lim.Peek(ctx, tc.p, tc.s, tc.n)
+			_, err := lim.Take(ctx, tc.p, sdk.Attempt{Subject: tc.s, Cost: tc.n})
+			check("Take", err)
+			_, err = lim.Peek(ctx, tc.p, sdk.Attempt{Subject: tc.s, Cost: tc.n})
 			check("Peek", err)
-			_, _, err = lim.Reserve(ctx, tc.p, tc.s, tc.n, time.Minute)
+			_, _, err = lim.Reserve(ctx, tc.p, sdk.Attempt{Subject: tc.s, Cost: tc.n}, time.Minute)
 			check("Reserve", err)
-			_, err = lim.Wait(ctx, tc.p, tc.s, tc.n)
+			_, err = lim.Wait(ctx, tc.p, sdk.Attempt{Subject: tc.s, Cost: tc.n})
 			check("Wait", err)
 		})
 	}
@@ -304,7 +303,7 @@ func TestInvalidInput(t *testing.T) {
 	if _, err := lim.Inspect(ctx, nil, sdk.Subject{"user": "u"}); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("Inspect(nil policy) = %v, want %v", err, sdk.ErrInvalidPolicy)
 	}
-	if _, _, err := lim.Reserve(ctx, p, sdk.Subject{"user": "u", "content": "c"}, 1, 0); err == nil {
+	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, 0); err == nil {
 		t.Error("Reserve(…, ttl 0) = nil error, want one")
 	}
 	if _, err := sdk.New(nil).Allow(ctx, p, sdk.Subject{"user": "u", "content": "c"}); err == nil {
@@ -332,14 +331,25 @@ func TestFailurePolicy(t *testing.T) {
 		if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "sdk: take: ") || d.Allowed {
 			t.Errorf("Allow(…) = %+v, %v, want a denied zero Decision and an error wrapping %v", d, err, boom)
 		}
-		if len(events) != 1 || !errors.Is(events[0].Err, boom) || events[0].Op != "allow" {
-			t.Errorf("events = %+v, want one allow event with the error", events)
+		if len(events) != 1 || !errors.Is(events[0].Err, boom) || events[0].Op != "take" {
+			t.Errorf("events = %+v, want one take event with the error", events)
 		}
-		if _, err := lim.Wait(ctx, pushPolicy(t), s, 1); !errors.Is(err, boom) {
-			t.Errorf("Wait(…) = %v, want %v", err, boom)
-		}
-		if _, err := lim.Inspect(ctx, pushPolicy(t), s); !errors.Is(err, boom) {
-			t.Errorf("Inspect(…) = %v, want %v", err, boom)
+		// Each error names the operation that failed.
+		a := sdk.Attempt{Subject: s}
+		for _, tc := range []struct {
+			op  string
+			err error
+		}{
+			{"take", func() error { _, err := lim.Take(ctx, pushPolicy(t), a); return err }()},
+			{"peek", func() error { _, err := lim.Peek(ctx, pushPolicy(t), a); return err }()},
+			{"wait", func() error { _, err := lim.Wait(ctx, pushPolicy(t), a); return err }()},
+			{"inspect", func() error { _, err := lim.Inspect(ctx, pushPolicy(t), s); return err }()},
+			{"peek", lim.PeekBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
+			{"take", lim.TakeBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
+		} {
+			if !errors.Is(tc.err, boom) || !strings.HasPrefix(tc.err.Error(), "sdk: "+tc.op+": ") {
+				t.Errorf("%s: error %v, want \"sdk: %s: …\" wrapping %v", tc.op, tc.err, tc.op, boom)
+			}
 		}
 	})
 	t.Run("open", func(t *testing.T) {
@@ -353,7 +363,7 @@ func TestFailurePolicy(t *testing.T) {
 		if len(events) != 1 || !events[0].Decision.Degraded || !errors.Is(events[0].Err, boom) {
 			t.Errorf("events = %+v, want one degraded event", events)
 		}
-		if d, err := lim.Wait(ctx, p, s, 1); err != nil || !d.Degraded {
+		if d, err := lim.Wait(ctx, p, sdk.Attempt{Subject: s}); err != nil || !d.Degraded {
 			t.Errorf("Wait(…) = %+v, %v, want degraded and allowed", d, err)
 		}
 		// Invalid input is still an error.
@@ -367,7 +377,7 @@ func TestFailurePolicy(t *testing.T) {
 	})
 	t.Run("open reserve", func(t *testing.T) {
 		b := &erringSettler{errBackend: errBackend{boom}}
-		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.FailOpen()), s, 1, time.Minute)
+		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.FailOpen()), sdk.Attempt{Subject: s}, time.Minute)
 		if err != nil || !d.Degraded || res == nil {
 			t.Fatalf("Reserve(…) = %+v, %v, %v, want degraded with a reservation", d, res, err)
 		}
@@ -431,12 +441,12 @@ func TestObserver(t *testing.T) {
 	s := sdk.Subject{"user": "u", "content": "c"}
 	ctx := context.Background()
 	_, _ = lim.Allow(ctx, p, s)
-	_, _ = lim.AllowN(ctx, p, s, 2)
-	_, _ = lim.Peek(ctx, p, s, 1)
-	_, _, _ = lim.Reserve(ctx, p, s, 1, time.Second)
-	_, _ = lim.Wait(ctx, p, s, 1)
+	_, _ = lim.Take(ctx, p, sdk.Attempt{Subject: s, Cost: 2})
+	_, _ = lim.Peek(ctx, p, sdk.Attempt{Subject: s})
+	_, _, _ = lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Second)
+	_, _ = lim.Wait(ctx, p, sdk.Attempt{Subject: s})
 	_, _ = lim.Inspect(ctx, p, s)
-	if want := []string{"allow", "allow", "peek", "reserve", "wait", "inspect"}; !slices.Equal(ops, want) {
+	if want := []string{"take", "take", "peek", "reserve", "wait", "inspect"}; !slices.Equal(ops, want) {
 		t.Errorf("observed ops = %q, want %q", ops, want)
 	}
 	for i, l := range lat {

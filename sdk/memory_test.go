@@ -30,7 +30,7 @@ func TestReserveMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClock(t0)
 			lim := newMemLimiter(t, c)
-			d, res, err := lim.Reserve(ctx, p, s, 2, time.Minute)
+			d, res, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s, Cost: 2}, time.Minute)
 			if err != nil || !d.Allowed || res == nil {
 				t.Fatalf("Reserve(…, 2) = %+v, %v, %v, want allowed", d, res, err)
 			}
@@ -38,7 +38,7 @@ func TestReserveMemory(t *testing.T) {
 				t.Errorf("Reserve(…, 2).Rules[0].Used = %d, want 2", d.Rules[0].Used)
 			}
 			// While held, the units count: a second reservation of 2 is denied.
-			if d, res2, err := lim.Reserve(ctx, p, s, 2, time.Minute); err != nil || d.Allowed || res2 != nil {
+			if d, res2, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s, Cost: 2}, time.Minute); err != nil || d.Allowed || res2 != nil {
 				t.Errorf("Reserve(…, 2) while held = %+v, %v, %v, want denied, no reservation", d, res2, err)
 			}
 			c.Advance(tc.advance)
@@ -108,7 +108,7 @@ func TestCalendarAndGCRAMemory(t *testing.T) {
 		t.Errorf("Allow after local midnight = %+v, %v, want allowed", d, err)
 	}
 	// GCRA: 15 at once, then one per 2 s; the cost 16 never fits.
-	if d, err := lim.AllowN(ctx, api, sdk.Subject{"user": "v", "campaign": "x"}, 16); err != nil || d.Allowed || !d.CostTooHigh {
+	if d, err := lim.Take(ctx, api, sdk.Attempt{Subject: sdk.Subject{"user": "v", "campaign": "x"}, Cost: 16}); err != nil || d.Allowed || !d.CostTooHigh {
 		t.Errorf("AllowN(16) = %+v, %v, want denied, cost too high", d, err)
 	}
 }

@@ -134,7 +134,7 @@ func TestSeedCaps(t *testing.T) {
 			t.Errorf("Inspect = %v, want %v", before, want)
 		}
 		// Peek agrees and consumes nothing either.
-		pd, err := lim.Peek(ctx, push, same, 1)
+		pd, err := lim.Peek(ctx, push, sdk.Attempt{Subject: same})
 		if err != nil || pd.Allowed || pd.Rules[2].Used != 2 {
 			t.Errorf("Peek(same content) = %+v, %v, want denied at 2/2", pd, err)
 		}

@@ -8,9 +8,9 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// Wait is AllowN that delays instead of denying (shaping rather than
-// policing): it takes n units for s as soon as every rule of p admits
-// them, sleeping for the decision's RetryAfter between attempts.
+// Wait is Take that delays instead of denying (shaping rather than
+// policing): it takes a.Cost units (0 means 1) for a.Subject as soon as
+// every rule of p admits them, sleeping for the decision's RetryAfter between attempts.
 //
 // Before each sleep it checks ctx's deadline: if the request cannot be
 // admitted before it (a retry due exactly at the deadline counts as too
@@ -25,12 +25,12 @@ import (
 // can wait longer than the first RetryAfter (and is not FIFO-fair).
 // Sleeps use time.NewTimer; the deadline check reads the Limiter's clock
 // (WithClock).
-func (l *Limiter) Wait(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
+func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	for {
-		d, _, err := l.take(ctx, "wait", driver.OpTake, p, s, n, 0, "")
+		d, _, err := l.take(ctx, "wait", driver.OpTake, p, a, 0)
 		if err != nil || d.Allowed {
 			return d, err
 		}

@@ -32,7 +32,7 @@ func TestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, p, s := waitSetup(t)
 		start := time.Now()
-		d, err := lim.Wait(context.Background(), p, s, 1)
+		d, err := lim.Wait(context.Background(), p, sdk.Attempt{Subject: s})
 		if err != nil || !d.Allowed {
 			t.Fatalf("Wait(…) = %+v, %v, want allowed", d, err)
 		}
@@ -51,7 +51,7 @@ func TestWaitTooLong(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		d, err := lim.Wait(ctx, p, s, 1)
+		d, err := lim.Wait(ctx, p, sdk.Attempt{Subject: s})
 		if !errors.Is(err, sdk.ErrWaitTooLong) || d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("Wait(…) = %+v, %v, want denied (retry 1s) and %v", d, err, sdk.ErrWaitTooLong)
 		}
@@ -60,7 +60,7 @@ func TestWaitTooLong(t *testing.T) {
 		}
 		// Nothing consumed: at the next window the full limit is there.
 		time.Sleep(time.Second)
-		pd, err := lim.Peek(context.Background(), p, s, 2)
+		pd, err := lim.Peek(context.Background(), p, sdk.Attempt{Subject: s, Cost: 2})
 		if err != nil || !pd.Allowed || pd.Rules[0].Used != 0 {
 			t.Errorf("Peek(…, 2) in the next window = %+v, %v, want allowed with 0 used", pd, err)
 		}
@@ -69,12 +69,12 @@ func TestWaitTooLong(t *testing.T) {
 		_, _ = lim.Allow(context.Background(), p, s)
 		ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 		defer cancel2()
-		if _, err := lim.Wait(ctx2, p, s, 1); !errors.Is(err, sdk.ErrWaitTooLong) {
+		if _, err := lim.Wait(ctx2, p, sdk.Attempt{Subject: s}); !errors.Is(err, sdk.ErrWaitTooLong) {
 			t.Errorf("Wait(…) with a deadline at the retry time = %v, want %v", err, sdk.ErrWaitTooLong)
 		}
 		ctx3, cancel3 := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel3()
-		if d, err := lim.Wait(ctx3, p, s, 1); err != nil || !d.Allowed {
+		if d, err := lim.Wait(ctx3, p, sdk.Attempt{Subject: s}); err != nil || !d.Allowed {
 			t.Errorf("Wait(…) with a 1.5s deadline = %+v, %v, want allowed", d, err)
 		}
 	})
@@ -83,7 +83,7 @@ func TestWaitTooLong(t *testing.T) {
 func TestWaitCostTooHigh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, p, s := waitSetup(t)
-		d, err := lim.Wait(context.Background(), p, s, 3)
+		d, err := lim.Wait(context.Background(), p, sdk.Attempt{Subject: s, Cost: 3})
 		if !errors.Is(err, sdk.ErrCostTooHigh) || !d.CostTooHigh {
 			t.Errorf("Wait(…, 3) = %+v, %v, want %v", d, err, sdk.ErrCostTooHigh)
 		}
@@ -99,7 +99,7 @@ func TestWaitCancel(t *testing.T) {
 			cancel()
 		}()
 		start := time.Now()
-		_, err := lim.Wait(ctx, p, s, 1)
+		_, err := lim.Wait(ctx, p, sdk.Attempt{Subject: s})
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Wait(…) = %v, want %v", err, context.Canceled)
 		}
@@ -120,7 +120,7 @@ func TestWaitContention(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
-				d, err := lim.Wait(context.Background(), p, s, 1)
+				d, err := lim.Wait(context.Background(), p, sdk.Attempt{Subject: s})
 				if err != nil || !d.Allowed {
 					t.Errorf("Wait(…) = %+v, %v, want allowed", d, err)
 				}

@@ -1,5 +1,5 @@
 // Command campaign is a push campaign's fan-out under the seed caps: the
-// recipients are decided in batches (AllowBatch: one pipeline per Redis
+// recipients are decided in batches (TakeBatch: one pipeline per Redis
 // master per batch), the campaign's attempts carry idempotency keys so
 // that a batch retried after a timeout consumes nothing twice, and a
 // hot-deny cache answers recipients already capped without asking the
@@ -62,7 +62,7 @@ func main() {
 	}
 }
 
-// batchSize is the number of recipients per AllowBatch call.
+// batchSize is the number of recipients per TakeBatch call.
 const batchSize = 500
 
 // tally counts one send's outcomes.
@@ -107,7 +107,7 @@ func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, er
 				}
 				as = append(as, a)
 			}
-			for _, r := range lim.AllowBatch(ctx, push, as) {
+			for _, r := range lim.TakeBatch(ctx, push, as) {
 				d := r.Decision
 				switch {
 				case r.Err != nil:

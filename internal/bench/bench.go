@@ -40,7 +40,7 @@ type Config struct {
 	// (internal/seed).
 	Policy *sdk.Policy
 	// Workers is the number of concurrent workers, each one call at a
-	// time: one decision, or one AllowBatch with Batch. Default 64.
+	// time: one decision, or one TakeBatch with Batch. Default 64.
 	Workers int
 	// Duration is the length of each measured run (default 10s); Warmup
 	// the unmeasured run before it (0: none).
@@ -73,7 +73,7 @@ type Config struct {
 	// Rounds alternates the compared runs this many times (default 1);
 	// the ratios reported are then medians.
 	Rounds int
-	// Batch also runs AllowBatch of Batch attempts per call and reports
+	// Batch also runs TakeBatch of Batch attempts per call and reports
 	// its ratio to one-by-one Allow (0: no batch run).
 	Batch int
 	// Hot is the hot-subject workload: every worker on HotSubjects
@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				}
 				d := allowOne(l, p, hot)
 				if n > 1 {
-					d = allowBatch(l, p, hot, n)
+					d = takeBatch(l, p, hot, n)
 				}
 				runs = append(runs, run{name, n, d})
 			}
@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	} else {
 		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
 		if cfg.Batch > 0 {
-			runs = append(runs, run{fmt.Sprintf("policy %s, AllowBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, allowBatch(runLim(), policy, gen, cfg.Batch)})
+			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
 		if cfg.Baseline {

@@ -32,7 +32,7 @@ func TestBenchModes(t *testing.T) {
 		lines []string // regular expressions, each matching one whole line
 	}{
 		{"batch", Config{Batch: 50, Rounds: 2}, []string{
-			"policy push, AllowBatch of 50:", "ratio policy push, AllowBatch of 50 / policy push:", "median ratio", "errors 0;"}, nil},
+			"policy push, TakeBatch of 50:", "ratio policy push, TakeBatch of 50 / policy push:", "median ratio", "errors 0;"}, nil},
 		{"floor and pipelined baseline", Config{Floor: true, Batch: 30}, nil, []string{
 			`^baseline INCRBY\+PEXPIRE EVALSHA: .* errors 0; .* 1\.0000 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,
 			`^baseline, pipelines of 30: .* errors 0; .* 0\.0333 round trips, 1\.00 scripts .* 2\.00 commands inside scripts`,

@@ -116,15 +116,15 @@ func scriptPipelined(ctx context.Context, c goredis.UniversalClient, src string,
 	}, nil
 }
 
-// allowBatch decides n random subjects per call with one AllowBatch.
-func allowBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
+// takeBatch decides n random subjects per call with one TakeBatch.
+func takeBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		as := make([]sdk.Attempt, n)
 		for i := range as {
 			as[i].Subject = gen.pick(rng)
 		}
 		var o outcome
-		for _, r := range lim.AllowBatch(ctx, p, as) {
+		for _, r := range lim.TakeBatch(ctx, p, as) {
 			o.add(r.Err, r.Decision.Allowed, r.Decision.Cached)
 		}
 		return o
