@@ -337,7 +337,7 @@ func setRateLimitHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
 // states it: the window; for GCRA the time the reported limit (Burst+1
 // units) takes to accrue at the rule's rate.
 func quotaWindow(r sdk.Rule) int64 {
-	if r.Algorithm == sdk.GCRA && r.Limit > 0 {
+	if r.Algorithm == sdk.AlgorithmGCRA && r.Limit > 0 {
 		return ceilSec(time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1)))
 	}
 	return ceilSec(r.Window)

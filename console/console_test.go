@@ -849,7 +849,7 @@ func TestDemoBanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byDevice, err := sdk.NewPolicy("devices", []sdk.Rule{sdk.Fixed("f", 1, time.Hour).By("device")})
+	byDevice, err := sdk.NewPolicy("devices", []sdk.Rule{sdk.FixedWindow("f", 1, time.Hour).By("device")})
 	if err != nil {
 		t.Fatal(err)
 	}

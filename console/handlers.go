@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // describeTTL is how long the backend's description is cached.
@@ -22,12 +21,12 @@ const describeTTL = 30 * time.Second
 type describeCache struct {
 	mu   sync.Mutex
 	at   time.Time
-	desc driver.Description
+	desc sdk.Description
 	err  error
 }
 
 // describe returns the backend's description, cached for describeTTL.
-func (s *Server) describe(ctx context.Context) (driver.Description, error) {
+func (s *Server) describe(ctx context.Context) (sdk.Description, error) {
 	dc := &s.descCache
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
@@ -114,9 +113,9 @@ func (s *Server) overviewLiveView() OverviewLive {
 	return live
 }
 
-func backendView(d driver.Description) BackendView {
+func backendView(d sdk.Description) BackendView {
 	b := BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes}
-	algs := make([]driver.Algorithm, 0, len(d.Strategies))
+	algs := make([]sdk.Algorithm, 0, len(d.Strategies))
 	for a := range d.Strategies {
 		algs = append(algs, a)
 	}

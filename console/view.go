@@ -13,7 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Page is what the layout of every page needs.
@@ -219,16 +218,16 @@ func subjectQuery(policy string, s sdk.Subject) string {
 // algorithmDetail describes a rule's parameters beyond limit and window.
 func algorithmDetail(r sdk.Rule) string {
 	switch r.Algorithm {
-	case sdk.SlidingWindow:
+	case sdk.AlgorithmSlidingWindow:
 		n := r.SubWindows
 		if n == 0 {
 			n = sdk.DefaultSubWindows
 		}
 		return fmt.Sprintf("%d cells of %s", n, fmtWindow(r.Window/time.Duration(n)))
-	case sdk.GCRA:
+	case sdk.AlgorithmGCRA:
 		return fmt.Sprintf("%d per %s, burst %d", r.Limit, fmtWindow(r.Window), r.Burst)
-	case sdk.FixedWindow:
-		if r.Calendar != driver.NoCalendar {
+	case sdk.AlgorithmFixedWindow:
+		if r.Calendar != sdk.NoCalendar {
 			loc := "UTC"
 			if r.Location != nil {
 				loc = r.Location.String()
@@ -236,7 +235,7 @@ func algorithmDetail(r sdk.Rule) string {
 			return "calendar " + r.Calendar.String() + " in " + loc
 		}
 		return "epoch-aligned"
-	case sdk.SlidingLog:
+	case sdk.AlgorithmSlidingLog:
 		return "one entry per unit"
 	}
 	return ""
@@ -244,7 +243,7 @@ func algorithmDetail(r sdk.Rule) string {
 
 // ruleWindow is the rule's window as shown.
 func ruleWindow(r sdk.Rule) string {
-	if r.Calendar != driver.NoCalendar {
+	if r.Calendar != sdk.NoCalendar {
 		return "1 " + r.Calendar.String()
 	}
 	return fmtWindow(r.Window)

@@ -20,9 +20,9 @@ func (*idemBackend) SupportsIdemKey() bool { return true }
 func TestIdempotencyRequest(t *testing.T) {
 	ctx := context.Background()
 	p := mustPolicy(t, "push",
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.Daily("daily", 50, time.UTC).By("user"),
-		sdk.Rate("burst", 30, 2*time.Hour, 14).By("user"))
+		sdk.GCRA("burst", 30, 2*time.Hour, 14).By("user"))
 	if got := p.IdempotencyTTL(); got != 24*time.Hour {
 		t.Errorf("IdempotencyTTL() = %v, want 24h (the longest window)", got)
 	}
@@ -86,7 +86,7 @@ func TestIdempotentTakeMemory(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	lim := newMemLimiter(t, c)
-	p := mustPolicy(t, "p", sdk.Fixed("f", 3, time.Minute).By("user"), sdk.Log("l", 10, 10*time.Minute).By("user"))
+	p := mustPolicy(t, "p", sdk.FixedWindow("f", 3, time.Minute).By("user"), sdk.SlidingLog("l", 10, 10*time.Minute).By("user"))
 	s := sdk.Subject{"user": "u"}
 	a := sdk.Attempt{Subject: s, Cost: 2, IdempotencyKey: "campaign-7"}
 
@@ -127,7 +127,7 @@ func TestIdempotentReserveMemory(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	lim := newMemLimiter(t, c)
-	p := mustPolicy(t, "ads", sdk.Fixed("daily", 3, 24*time.Hour).By("user"))
+	p := mustPolicy(t, "ads", sdk.FixedWindow("daily", 3, 24*time.Hour).By("user"))
 	s := sdk.Subject{"user": "u"}
 	a := sdk.Attempt{Subject: s, Cost: 2, IdempotencyKey: "imp-1"}
 	d1, r1, err := lim.Reserve(ctx, p, a, time.Minute)
@@ -166,7 +166,7 @@ func TestIdempotentBatchMemory(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	lim := newMemLimiter(t, c)
-	p := mustPolicy(t, "push", sdk.Fixed("daily", 1, 24*time.Hour).By("user"))
+	p := mustPolicy(t, "push", sdk.FixedWindow("daily", 1, 24*time.Hour).By("user"))
 	var as []sdk.Attempt
 	for _, u := range []string{"a", "b", "a"} {
 		as = append(as, sdk.Attempt{Subject: sdk.Subject{"user": u}, IdempotencyKey: "msg-" + u})
@@ -195,7 +195,7 @@ func TestZeroCostMeansOne(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	lim := newMemLimiter(t, c)
-	p, err := sdk.NewPolicy("zero", []sdk.Rule{sdk.Fixed("f", 4, time.Hour).By("user")})
+	p, err := sdk.NewPolicy("zero", []sdk.Rule{sdk.FixedWindow("f", 4, time.Hour).By("user")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func outcomes(rs []sdk.BatchResult) []string {
 
 func TestAllowBatch(t *testing.T) {
 	ctx := context.Background()
-	p := mustPolicy(t, "push", sdk.Fixed("daily", 2, 24*time.Hour).By("user"))
+	p := mustPolicy(t, "push", sdk.FixedWindow("daily", 2, 24*time.Hour).By("user"))
 	user := func(u string) sdk.Subject { return sdk.Subject{"user": u} }
 	tests := []struct {
 		name     string
@@ -203,7 +203,7 @@ func TestAllowBatchFailures(t *testing.T) {
 			if tc.failOpen {
 				opts = append(opts, sdk.FailOpen())
 			}
-			p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.Fixed("f", 5, time.Minute).By("user")}, opts...)
+			p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 5, time.Minute).By("user")}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +230,7 @@ func TestAllowBatchFailures(t *testing.T) {
 		}
 	})
 	t.Run("nil backend", func(t *testing.T) {
-		p := mustPolicy(t, "p", sdk.Fixed("f", 5, time.Minute).By("user"))
+		p := mustPolicy(t, "p", sdk.FixedWindow("f", 5, time.Minute).By("user"))
 		for i, r := range sdk.New(nil).TakeBatch(ctx, p, s) {
 			if r.Err == nil {
 				t.Errorf("New(nil).TakeBatch(…)[%d].Err = nil, want an error", i)
@@ -242,7 +242,7 @@ func TestAllowBatchFailures(t *testing.T) {
 func TestPeekBatch(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
-	p := mustPolicy(t, "p", sdk.Fixed("f", 2, time.Minute).By("user"))
+	p := mustPolicy(t, "p", sdk.FixedWindow("f", 2, time.Minute).By("user"))
 	lim := newMemLimiter(t, c)
 	if d, err := lim.Take(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "a"}, Cost: 2}); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(a, 2) = %+v, %v", d, err)

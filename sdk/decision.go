@@ -90,8 +90,31 @@ type Inspection struct {
 	Denials []Denial
 }
 
-// Denial is one entry of a denial trail.
-type Denial = driver.Denial
+// Denial is one entry of a denial trail: an attempt that some rule
+// denied, at the backend's time.
+type Denial struct {
+	At         time.Time
+	Policy     string
+	Rule       string
+	Used       int64 // the rule's count when it denied
+	Limit      int64
+	Cost       int64
+	RetryAfter time.Duration
+	// CostTooHigh: the cost could never fit; RetryAfter is zero.
+	CostTooHigh bool
+}
+
+// denials converts a driver trail.
+func denials(tr []driver.Denial) []Denial {
+	if tr == nil {
+		return nil
+	}
+	out := make([]Denial, len(tr))
+	for i, d := range tr {
+		out[i] = Denial(d)
+	}
+	return out
+}
 
 // Event reports one decision to the observer set by WithObserver.
 type Event struct {
@@ -143,7 +166,7 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 		x := rr[i]
 		out[i] = RuleDecision{
 			Rule:        r.Name,
-			Algorithm:   r.Algorithm,
+			Algorithm:   Algorithm(r.Algorithm),
 			Allowed:     x.Allowed,
 			Used:        x.Used,
 			Limit:       x.Limit,

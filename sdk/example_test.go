@@ -16,7 +16,7 @@ func fixed() time.Time { return time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC) }
 
 func ExampleLimiter_Allow() {
 	replies, err := sdk.NewPolicy("replies", []sdk.Rule{
-		sdk.Sliding("per-minute", 3, time.Minute).By("user"),
+		sdk.SlidingWindow("per-minute", 3, time.Minute).By("user"),
 	})
 	if err != nil {
 		panic(err)
@@ -43,10 +43,10 @@ func ExampleLimiter_Allow() {
 // fall 1.9s into a cell.)
 func ExampleLimiter_Allow_multiRule() {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
-		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	})
 	if err != nil {
 		panic(err)
@@ -155,8 +155,8 @@ policies:
 // subject, so one decision touches one cluster slot).
 func ExampleLimiter_Keys() {
 	push, _ := sdk.NewPolicy("push", []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	})
 	lim := sdk.New(memory.New(nil))
 	for _, k := range lim.Keys(push, sdk.Subject{"user": "u:42", "content": "c1"}) {

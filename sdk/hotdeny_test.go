@@ -22,11 +22,11 @@ func hotPolicy(t *testing.T, size int, rules ...sdk.Rule) *sdk.Policy {
 
 func TestHotDenyCacheOption(t *testing.T) {
 	for _, size := range []int{0, -1} {
-		if _, err := sdk.NewPolicy("p", []sdk.Rule{sdk.Fixed("f", 1, time.Minute).By("user")}, sdk.HotDenyCache(size)); !errors.Is(err, sdk.ErrInvalidPolicy) {
+		if _, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 1, time.Minute).By("user")}, sdk.HotDenyCache(size)); !errors.Is(err, sdk.ErrInvalidPolicy) {
 			t.Errorf("NewPolicy(…, HotDenyCache(%d)) = %v, want %v", size, err, sdk.ErrInvalidPolicy)
 		}
 	}
-	if got := hotPolicy(t, 7, sdk.Fixed("f", 1, time.Minute).By("user")).HotDenyCache(); got != 7 {
+	if got := hotPolicy(t, 7, sdk.FixedWindow("f", 1, time.Minute).By("user")).HotDenyCache(); got != 7 {
 		t.Errorf("HotDenyCache() = %d, want 7", got)
 	}
 }
@@ -39,7 +39,7 @@ func TestHotDeny(t *testing.T) {
 	b := newCounting(c)
 	var events []sdk.Event
 	lim := sdk.New(b, sdk.WithClock(c.Now), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
-	p := hotPolicy(t, 10, sdk.Fixed("f", 1, time.Minute).By("user"), sdk.Log("l", 100, time.Hour).By("user"))
+	p := hotPolicy(t, 10, sdk.FixedWindow("f", 1, time.Minute).By("user"), sdk.SlidingLog("l", 100, time.Hour).By("user"))
 	s := sdk.Subject{"user": "u"}
 	allow := func(label string, wantAllowed, wantCached bool, wantRetry time.Duration, wantCalls int) sdk.Decision {
 		t.Helper()
@@ -82,7 +82,7 @@ func TestHotDeny(t *testing.T) {
 func TestHotDenyRules(t *testing.T) {
 	ctx := context.Background()
 	s := sdk.Subject{"user": "u"}
-	rules := []sdk.Rule{sdk.Fixed("f", 3, time.Minute).By("user")}
+	rules := []sdk.Rule{sdk.FixedWindow("f", 3, time.Minute).By("user")}
 	type step struct {
 		do         func(*sdk.Limiter, *sdk.Policy, *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error)
 		wantCached bool
@@ -183,7 +183,7 @@ func TestHotDenyBound(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			c := newClock(t0)
 			lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
-			p := hotPolicy(t, size, sdk.Fixed("f", 1, time.Hour).By("user"))
+			p := hotPolicy(t, size, sdk.FixedWindow("f", 1, time.Hour).By("user"))
 			const subjects = 200
 			for i := range subjects {
 				s := sdk.Subject{"user": fmt.Sprint(i)}
@@ -212,7 +212,7 @@ func TestHotDenyBatch(t *testing.T) {
 	c := newClock(t0)
 	b := newCounting(c)
 	lim := sdk.New(b, sdk.WithClock(c.Now))
-	p := hotPolicy(t, 100, sdk.Fixed("f", 1, time.Hour).By("user"))
+	p := hotPolicy(t, 100, sdk.FixedWindow("f", 1, time.Hour).By("user"))
 	as := []sdk.Attempt{{Subject: sdk.Subject{"user": "a"}}, {Subject: sdk.Subject{"user": "b"}}}
 	lim.TakeBatch(ctx, p, as)
 	lim.TakeBatch(ctx, p, as) // both denied, cached
@@ -232,7 +232,7 @@ func TestHotDenyReload(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
-	rules := []sdk.Rule{sdk.Fixed("f", 1, time.Hour).By("user")}
+	rules := []sdk.Rule{sdk.FixedWindow("f", 1, time.Hour).By("user")}
 	p1 := hotPolicy(t, 10, rules...)
 	s := sdk.Subject{"user": "u"}
 	_, _ = lim.Allow(ctx, p1, s)
@@ -240,7 +240,7 @@ func TestHotDenyReload(t *testing.T) {
 	if d, _ := lim.Allow(ctx, p1, s); !d.Cached {
 		t.Fatalf("third Allow = %+v, want cached", d)
 	}
-	p2 := hotPolicy(t, 10, sdk.Fixed("f", 5, time.Hour).By("user")) // a raised limit
+	p2 := hotPolicy(t, 10, sdk.FixedWindow("f", 5, time.Hour).By("user")) // a raised limit
 	if d, _ := lim.Allow(ctx, p2, s); d.Cached || !d.Allowed {
 		t.Errorf("Allow under the reloaded policy = %+v, want allowed by the backend", d)
 	}
@@ -257,7 +257,7 @@ func TestHotDenyConcurrent(t *testing.T) {
 	c := newClock(t0)
 	lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
 	const size = 8
-	p := hotPolicy(t, size, sdk.Fixed("f", 3, time.Minute).By("user"))
+	p := hotPolicy(t, size, sdk.FixedWindow("f", 3, time.Minute).By("user"))
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {

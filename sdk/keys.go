@@ -129,12 +129,12 @@ rules:
 		res.rules = append(res.rules, driver.Rule{
 			Name:       r.Name,
 			Key:        k.String(),
-			Algorithm:  r.Algorithm,
+			Algorithm:  driver.Algorithm(r.Algorithm),
 			Limit:      r.Limit,
 			Window:     r.Window,
 			SubWindows: r.SubWindows,
 			Burst:      r.Burst,
-			Calendar:   r.Calendar,
+			Calendar:   driver.CalendarUnit(r.Calendar),
 			Location:   r.Location,
 		})
 	}

@@ -23,8 +23,8 @@ var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a
 
 func TestKeysScheme(t *testing.T) {
 	p := mustPolicy(t, "push",
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	)
 	lim := sdk.New(nil)
 	keys := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
@@ -47,7 +47,7 @@ func TestKeysScheme(t *testing.T) {
 		t.Errorf("Keys(nil policy) = %q, want nil", got)
 	}
 	// Multi-value hash tag: shard values in ShardBy order, ':'-separated.
-	p2 := mustPolicy(t, "ads", sdk.Fixed("a", 3, time.Hour).By("campaign", "user"))
+	p2 := mustPolicy(t, "ads", sdk.FixedWindow("a", 3, time.Hour).By("campaign", "user"))
 	if got, want := sdk.New(nil).Keys(p2, sdk.Subject{"user": "u", "campaign": "c"})[0], "fc:{c:u}:ads:a."; !strings.HasPrefix(got, want) {
 		t.Errorf("Keys(ads)[0] = %q, want prefix %q", got, want)
 	}
@@ -55,8 +55,8 @@ func TestKeysScheme(t *testing.T) {
 
 func TestKeysEscaping(t *testing.T) {
 	p := mustPolicy(t, "push",
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	)
 	values := []string{
 		"a", "b", "{", "}", "{a}", "}{", ":", "a:b", "a%3Ab", "%", "%25", "%7B", "a b", " ", "\t", "\n",
@@ -114,7 +114,7 @@ func escape(v string) string {
 }
 
 func TestKeysPrefix(t *testing.T) {
-	p := mustPolicy(t, "p", sdk.Fixed("a", 1, time.Second).By("user"))
+	p := mustPolicy(t, "p", sdk.FixedWindow("a", 1, time.Second).By("user"))
 	tests := []struct{ prefix, want string }{
 		{"", "fc:{u}:p:"},
 		{"push", "push:{u}:p:"},
@@ -150,9 +150,9 @@ func TestRuleIdentity(t *testing.T) {
 		p := mustPolicy(t, "p", r.By("user"))
 		return sdk.New(nil).Keys(p, sdk.Subject{"user": "u"})[0]
 	}
-	base := sdk.Sliding("r", 10, time.Minute)
+	base := sdk.SlidingWindow("r", 10, time.Minute)
 	same := []sdk.Rule{
-		sdk.Sliding("r", 11, time.Minute),
+		sdk.SlidingWindow("r", 11, time.Minute),
 		base.Cells(10),
 	}
 	for _, r := range same {
@@ -160,16 +160,16 @@ func TestRuleIdentity(t *testing.T) {
 			t.Errorf("key(%+v) = %q, want %q (same identity)", r, got, want)
 		}
 	}
-	if key(sdk.Rate("r", 10, time.Minute, 0)) != key(sdk.Rate("r", 20, time.Minute, 5)) {
+	if key(sdk.GCRA("r", 10, time.Minute, 0)) != key(sdk.GCRA("r", 20, time.Minute, 5)) {
 		t.Error("key of a GCRA rule changed with limit/burst, want the same")
 	}
 	differ := []sdk.Rule{
-		sdk.Sliding("r", 10, 2*time.Minute),
+		sdk.SlidingWindow("r", 10, 2*time.Minute),
 		base.Cells(6),
-		sdk.Fixed("r", 10, time.Minute),
-		sdk.Log("r", 10, time.Minute),
-		sdk.Rate("r", 10, time.Minute, 0),
-		sdk.Sliding("r2", 10, time.Minute),
+		sdk.FixedWindow("r", 10, time.Minute),
+		sdk.SlidingLog("r", 10, time.Minute),
+		sdk.GCRA("r", 10, time.Minute, 0),
+		sdk.SlidingWindow("r2", 10, time.Minute),
 	}
 	seen := map[string]int{key(base): -1}
 	for i, r := range differ {
@@ -185,7 +185,7 @@ func TestRuleIdentity(t *testing.T) {
 	if key(sdk.Daily("r", 1, loc)) == key(sdk.Hourly("r", 1, loc)) {
 		t.Error("day and hour calendar rules share a key, want distinct")
 	}
-	if key(sdk.Daily("r", 1, loc)) == key(sdk.Fixed("r", 1, 24*time.Hour)) {
+	if key(sdk.Daily("r", 1, loc)) == key(sdk.FixedWindow("r", 1, 24*time.Hour)) {
 		t.Error("calendar day and epoch 24h rules share a key, want distinct")
 	}
 }

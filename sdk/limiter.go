@@ -199,24 +199,49 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 		At:      r.Now,
 		Rules:   d.Rules,
 		Skipped: res.skipped,
-		Denials: r.Trail,
+		Denials: denials(r.Trail),
 	}, nil
 }
 
-// Describe returns the backend's account of itself. The backend must
-// implement driver.Describer.
-func (l *Limiter) Describe(ctx context.Context) (driver.Description, error) {
+// Description is a backend's account of itself: what it is, where it
+// keeps state and how it implements each algorithm (Limiter.Describe).
+type Description struct {
+	// Name is the backend's kind, e.g. "memory" or "redis".
+	Name string
+	// Target says where it stores state, e.g. "127.0.0.1:6379".
+	Target string
+	// Strategies maps an algorithm to the strategy in use and why.
+	Strategies map[Algorithm]Strategy
+	// Notes are further findings, one sentence each.
+	Notes []string
+}
+
+// Strategy is how a backend implements one algorithm, e.g. "tairhash"
+// because "EXHINCRBY on 3/3 masters".
+type Strategy struct {
+	Name, Reason string
+}
+
+// Describe returns the backend's account of itself. Not every backend can
+// describe itself (the memory and Redis backends can); one that cannot
+// returns an error wrapping errors.ErrUnsupported.
+func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 	ds, ok := l.b.(driver.Describer)
 	if !ok {
-		return driver.Description{}, fmt.Errorf("sdk: describe: backend %T cannot describe itself: %w", l.b, errors.ErrUnsupported)
+		return Description{}, fmt.Errorf("sdk: describe: backend %T cannot describe itself: %w", l.b, errors.ErrUnsupported)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	desc, err := ds.Describe(ctx)
 	if err != nil {
-		return driver.Description{}, fmt.Errorf("sdk: describe: %w", err)
+		return Description{}, fmt.Errorf("sdk: describe: %w", err)
 	}
-	return desc, nil
+	out := Description{Name: desc.Name, Target: desc.Target, Notes: desc.Notes,
+		Strategies: make(map[Algorithm]Strategy, len(desc.Strategies))}
+	for a, st := range desc.Strategies {
+		out.Strategies[Algorithm(a)] = Strategy(st)
+	}
+	return out, nil
 }
 
 // Keys returns the storage keys of s under p: one per rule whose

@@ -72,9 +72,9 @@ var fakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 func pushPolicy(t *testing.T, opts ...sdk.PolicyOption) *sdk.Policy {
 	t.Helper()
 	p, err := sdk.NewPolicy("push", []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Log("content-59s", 2, 59*time.Second).By("user", "content"),
-		sdk.Rate("burst", 30, time.Minute, 14).By("user"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingLog("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.GCRA("burst", 30, time.Minute, 14).By("user"),
 	}, opts...)
 	if err != nil {
 		t.Fatalf("NewPolicy(push) = %v", err)
@@ -143,7 +143,7 @@ func TestDecisionTranslation(t *testing.T) {
 		d.CostTooHigh || !d.NonAtomic || !d.At.Equal(at) || d.Degraded {
 		t.Errorf("Allow(…) = %+v, want denied by recv-1m and burst, retry 10s, non-atomic, at %v", d, at)
 	}
-	want := sdk.RuleDecision{Rule: "content-59s", Algorithm: sdk.SlidingLog, Allowed: true, Used: 1, Limit: 2, Remaining: 1, ResetAfter: 59 * time.Second}
+	want := sdk.RuleDecision{Rule: "content-59s", Algorithm: sdk.AlgorithmSlidingLog, Allowed: true, Used: 1, Limit: 2, Remaining: 1, ResetAfter: 59 * time.Second}
 	if d.Rules[1] != want {
 		t.Errorf("Allow(…).Rules[1] = %+v, want %+v", d.Rules[1], want)
 	}

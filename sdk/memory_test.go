@@ -13,7 +13,7 @@ import (
 
 func TestReserveMemory(t *testing.T) {
 	ctx := context.Background()
-	p := mustPolicy(t, "ads", sdk.Fixed("daily", 3, 24*time.Hour).By("user", "campaign"))
+	p := mustPolicy(t, "ads", sdk.FixedWindow("daily", 3, 24*time.Hour).By("user", "campaign"))
 	s := sdk.Subject{"user": "u", "campaign": "c"}
 	tests := []struct {
 		name     string
@@ -118,7 +118,7 @@ func TestCalendarAndGCRAMemory(t *testing.T) {
 func TestConcurrentAllow(t *testing.T) {
 	c := newClock(t0)
 	lim := newMemLimiter(t, c)
-	p := mustPolicy(t, "c", sdk.Log("l", 10, time.Minute).By("user"), sdk.Fixed("f", 100, time.Minute).By("user"))
+	p := mustPolicy(t, "c", sdk.SlidingLog("l", 10, time.Minute).By("user"), sdk.FixedWindow("f", 100, time.Minute).By("user"))
 	var mu sync.Mutex
 	allowed := 0
 	var wg sync.WaitGroup

@@ -17,14 +17,14 @@ func TestNewPolicyShardBy(t *testing.T) {
 		wantShard []string
 		wantDims  []string
 	}{
-		{"one rule", []sdk.Rule{sdk.Fixed("a", 1, time.Second).By("user", "content")}, []string{"user", "content"}, []string{"user", "content"}},
+		{"one rule", []sdk.Rule{sdk.FixedWindow("a", 1, time.Second).By("user", "content")}, []string{"user", "content"}, []string{"user", "content"}},
 		{"seed caps", []sdk.Rule{
-			sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-			sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+			sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+			sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 		}, []string{"user"}, []string{"user", "content"}},
 		{"first rule order", []sdk.Rule{
-			sdk.Fixed("a", 1, time.Second).By("campaign", "sender", "user"),
-			sdk.Fixed("b", 1, time.Second).By("user", "campaign", "channel"),
+			sdk.FixedWindow("a", 1, time.Second).By("campaign", "sender", "user"),
+			sdk.FixedWindow("b", 1, time.Second).By("user", "campaign", "channel"),
 		}, []string{"campaign", "user"}, []string{"campaign", "sender", "user", "channel"}},
 	}
 	for _, tc := range tests {
@@ -44,7 +44,7 @@ func TestNewPolicyShardBy(t *testing.T) {
 }
 
 func TestNewPolicyErrors(t *testing.T) {
-	ok := sdk.Fixed("a", 1, time.Second).By("user")
+	ok := sdk.FixedWindow("a", 1, time.Second).By("user")
 	tests := []struct {
 		name   string
 		policy string
@@ -53,13 +53,13 @@ func TestNewPolicyErrors(t *testing.T) {
 		want   error
 		msg    string
 	}{
-		{"no shared dimension", "p", []sdk.Rule{ok, sdk.Fixed("b", 1, time.Second).By("content")}, nil, sdk.ErrInvalidPolicy, "rules share no dimension"},
-		{"rule without dimensions", "p", []sdk.Rule{sdk.Fixed("a", 1, time.Second)}, nil, sdk.ErrInvalidPolicy, "rules share no dimension"},
+		{"no shared dimension", "p", []sdk.Rule{ok, sdk.FixedWindow("b", 1, time.Second).By("content")}, nil, sdk.ErrInvalidPolicy, "rules share no dimension"},
+		{"rule without dimensions", "p", []sdk.Rule{sdk.FixedWindow("a", 1, time.Second)}, nil, sdk.ErrInvalidPolicy, "rules share no dimension"},
 		{"duplicate rule", "p", []sdk.Rule{ok, ok}, nil, sdk.ErrInvalidPolicy, `rule "a": invalid policy: duplicate rule name`},
 		{"no rules", "p", nil, nil, sdk.ErrInvalidPolicy, "no rules"},
 		{"bad name", "p:q", []sdk.Rule{ok}, nil, sdk.ErrInvalidPolicy, "name must match"},
 		{"empty name", "", []sdk.Rule{ok}, nil, sdk.ErrInvalidPolicy, "name must match"},
-		{"bad rule", "push", []sdk.Rule{ok, sdk.Fixed("recv-1m", 0, time.Minute).By("user")}, nil, sdk.ErrInvalidRule, `sdk: policy "push": rule "recv-1m": invalid rule: limit must be > 0, got 0`},
+		{"bad rule", "push", []sdk.Rule{ok, sdk.FixedWindow("recv-1m", 0, time.Minute).By("user")}, nil, sdk.ErrInvalidRule, `sdk: policy "push": rule "recv-1m": invalid rule: limit must be > 0, got 0`},
 		{"negative trail", "p", []sdk.Rule{ok}, []sdk.PolicyOption{sdk.WithTrail(-1, time.Hour)}, sdk.ErrInvalidPolicy, "trail max must be >= 0"},
 		{"zero trail ttl", "p", []sdk.Rule{ok}, []sdk.PolicyOption{sdk.WithTrail(5, 0)}, sdk.ErrInvalidPolicy, "trail ttl must be >= 1ms"},
 	}
@@ -74,7 +74,7 @@ func TestNewPolicyErrors(t *testing.T) {
 }
 
 func TestPolicyAccessors(t *testing.T) {
-	rules := []sdk.Rule{sdk.Sliding("s", 5, time.Minute).By("user")}
+	rules := []sdk.Rule{sdk.SlidingWindow("s", 5, time.Minute).By("user")}
 	p, err := sdk.NewPolicy("push", rules, sdk.FailOpen())
 	if err != nil {
 		t.Fatal(err)

@@ -7,51 +7,61 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// Algorithm names the counting algorithm of a rule. It is sdk/driver's type.
-type Algorithm = driver.Algorithm
+// Algorithm names the counting algorithm of a rule.
+type Algorithm uint8
 
 // The algorithms. See docs/DESIGN.md for their exact arithmetic.
 const (
-	// FixedWindow counts units in windows aligned to the Unix epoch, or to
-	// a calendar (Rule.Calendar). Cheap; allows up to 2x Limit across a
-	// window edge.
-	FixedWindow = driver.FixedWindow
-	// SlidingWindow sums SubWindows cells covering the last Window:
-	// constant memory, accurate to one cell, never under-counts.
-	SlidingWindow = driver.SlidingWindow
-	// SlidingLog keeps one entry per unit: exact, memory grows with Limit.
-	SlidingLog = driver.SlidingLog
-	// GCRA meters Limit units per Window with Burst extra units at once
-	// (a leaky bucket / token bucket).
-	GCRA = driver.GCRA
+	// AlgorithmFixedWindow counts units in windows aligned to the Unix
+	// epoch, or to a calendar (Rule.Calendar). Cheap; allows up to 2x
+	// Limit across a window edge.
+	AlgorithmFixedWindow Algorithm = iota + 1
+	// AlgorithmSlidingWindow sums SubWindows cells covering the last
+	// Window: constant memory, accurate to one cell, never under-counts.
+	AlgorithmSlidingWindow
+	// AlgorithmSlidingLog keeps one entry per unit: exact, memory grows
+	// with Limit.
+	AlgorithmSlidingLog
+	// AlgorithmGCRA is the generic cell rate algorithm (a leaky bucket /
+	// token bucket): Limit units per Window with Burst extra units at
+	// once.
+	AlgorithmGCRA
 )
 
+// String returns the algorithm's name as written in policy files:
+// fixed_window, sliding_window, sliding_log or gcra.
+func (a Algorithm) String() string { return driver.Algorithm(a).String() }
+
 // CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone.
-// It is sdk/driver's type.
-type CalendarUnit = driver.CalendarUnit
+type CalendarUnit uint8
 
 // The calendar units.
 const (
 	// NoCalendar: windows are Window long and aligned to the Unix epoch.
-	NoCalendar = driver.NoCalendar
-	// Day: one window per natural day in Rule.Location.
-	Day = driver.Day
+	NoCalendar CalendarUnit = iota
+	// Day: one window per natural day (local midnight to midnight) in
+	// Rule.Location; a DST day is 23 or 25 hours long.
+	Day
 	// Hour: one window per local hour in Rule.Location.
-	Hour = driver.Hour
+	Hour
 )
+
+// String returns the unit as written in policy files ("day", "hour"; ""
+// for NoCalendar).
+func (u CalendarUnit) String() string { return driver.CalendarUnit(u).String() }
 
 // DefaultSubWindows is the number of cells of a SlidingWindow rule whose
 // SubWindows is 0.
-const DefaultSubWindows = driver.DefaultSubWindows
+const DefaultSubWindows = 10
 
 // MaxNameLen is the longest name a policy, rule or dimension may have.
 const MaxNameLen = 64
 
 // Rule is one cap: at most Limit units per Window for each combination of
 // the values of Dimensions. "15 per minute per user" is
-// Sliding("recv-1m", 15, time.Minute).By("user").
+// SlidingWindow("recv-1m", 15, time.Minute).By("user").
 //
-// A Rule is a plain value; build one with Fixed, Sliding, Log, Rate, Daily
+// A Rule is a plain value; build one with FixedWindow, SlidingWindow, SlidingLog, GCRA, Daily
 // or Hourly and refine it with By and Cells. It is checked when it becomes
 // part of a Policy (NewPolicy); the zero Rule is invalid.
 type Rule struct {
@@ -85,37 +95,40 @@ type Rule struct {
 	Location *time.Location
 }
 
-// Fixed returns a FixedWindow rule: limit units per epoch-aligned window.
-func Fixed(name string, limit int64, window time.Duration) Rule {
-	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: window}
+// FixedWindow returns an AlgorithmFixedWindow rule: limit units per
+// epoch-aligned window.
+func FixedWindow(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: AlgorithmFixedWindow, Limit: limit, Window: window}
 }
 
-// Sliding returns a SlidingWindow rule with DefaultSubWindows cells.
-func Sliding(name string, limit int64, window time.Duration) Rule {
-	return Rule{Name: name, Algorithm: SlidingWindow, Limit: limit, Window: window, SubWindows: DefaultSubWindows}
+// SlidingWindow returns an AlgorithmSlidingWindow rule with
+// DefaultSubWindows cells (change them with Cells).
+func SlidingWindow(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: AlgorithmSlidingWindow, Limit: limit, Window: window, SubWindows: DefaultSubWindows}
 }
 
-// Log returns a SlidingLog rule: exact, one stored entry per unit.
-func Log(name string, limit int64, window time.Duration) Rule {
-	return Rule{Name: name, Algorithm: SlidingLog, Limit: limit, Window: window}
+// SlidingLog returns an AlgorithmSlidingLog rule: exact, one stored
+// entry per unit.
+func SlidingLog(name string, limit int64, window time.Duration) Rule {
+	return Rule{Name: name, Algorithm: AlgorithmSlidingLog, Limit: limit, Window: window}
 }
 
-// Rate returns a GCRA rule: limit units per period, plus burst units at
-// once. Rate("api", 30, time.Minute, 14) admits 15 requests at once, then
-// one every 2 seconds.
-func Rate(name string, limit int64, per time.Duration, burst int64) Rule {
-	return Rule{Name: name, Algorithm: GCRA, Limit: limit, Window: per, Burst: burst}
+// GCRA returns an AlgorithmGCRA rule (a token bucket): limit units per
+// period, plus burst units at once. GCRA("api", 30, time.Minute, 14)
+// admits 15 requests at once, then one every 2 seconds.
+func GCRA(name string, limit int64, per time.Duration, burst int64) Rule {
+	return Rule{Name: name, Algorithm: AlgorithmGCRA, Limit: limit, Window: per, Burst: burst}
 }
 
 // Daily returns a FixedWindow rule counting per natural day (midnight to
 // midnight) in loc.
 func Daily(name string, limit int64, loc *time.Location) Rule {
-	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: 24 * time.Hour, Calendar: Day, Location: loc}
+	return Rule{Name: name, Algorithm: AlgorithmFixedWindow, Limit: limit, Window: 24 * time.Hour, Calendar: Day, Location: loc}
 }
 
 // Hourly returns a FixedWindow rule counting per local hour in loc.
 func Hourly(name string, limit int64, loc *time.Location) Rule {
-	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Window: time.Hour, Calendar: Hour, Location: loc}
+	return Rule{Name: name, Algorithm: AlgorithmFixedWindow, Limit: limit, Window: time.Hour, Calendar: Hour, Location: loc}
 }
 
 // By returns a copy of r keyed by dims.
@@ -170,7 +183,7 @@ func (r Rule) normalize() (Rule, error) {
 		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
 	}
 	switch r.Algorithm {
-	case FixedWindow, SlidingWindow, SlidingLog, GCRA:
+	case AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmGCRA:
 	default:
 		return bad("unknown algorithm %d", r.Algorithm)
 	}
@@ -183,7 +196,7 @@ func (r Rule) normalize() (Rule, error) {
 			return bad("location is only for calendar rules")
 		}
 	case Day, Hour:
-		if r.Algorithm != FixedWindow {
+		if r.Algorithm != AlgorithmFixedWindow {
 			return bad("calendar requires algorithm fixed_window, got %v", r.Algorithm)
 		}
 		if r.Location == nil {
@@ -209,10 +222,10 @@ func (r Rule) normalize() (Rule, error) {
 	if r.Burst < 0 {
 		return bad("burst must be >= 0, got %d", r.Burst)
 	}
-	if r.Burst != 0 && r.Algorithm != GCRA {
+	if r.Burst != 0 && r.Algorithm != AlgorithmGCRA {
 		return bad("burst is only for gcra rules, got algorithm %v", r.Algorithm)
 	}
-	if r.Algorithm == SlidingWindow {
+	if r.Algorithm == AlgorithmSlidingWindow {
 		if r.SubWindows == 0 {
 			r.SubWindows = DefaultSubWindows
 		}

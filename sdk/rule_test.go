@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func shanghai(t *testing.T) *time.Location {
@@ -26,41 +27,41 @@ func TestRuleValidation(t *testing.T) {
 		want error  // nil: valid
 		msg  string // substring of the error
 	}{
-		{"fixed", sdk.Fixed("f", 10, time.Minute).By("user"), nil, ""},
-		{"sliding", sdk.Sliding("s", 10, time.Minute).By("user"), nil, ""},
-		{"sliding zero cells defaults", sdk.Sliding("s", 10, time.Minute).Cells(0).By("user"), nil, ""},
-		{"log", sdk.Log("l", 10, time.Minute).By("user"), nil, ""},
-		{"rate", sdk.Rate("r", 30, time.Minute, 14).By("user"), nil, ""},
+		{"fixed", sdk.FixedWindow("f", 10, time.Minute).By("user"), nil, ""},
+		{"sliding", sdk.SlidingWindow("s", 10, time.Minute).By("user"), nil, ""},
+		{"sliding zero cells defaults", sdk.SlidingWindow("s", 10, time.Minute).Cells(0).By("user"), nil, ""},
+		{"log", sdk.SlidingLog("l", 10, time.Minute).By("user"), nil, ""},
+		{"rate", sdk.GCRA("r", 30, time.Minute, 14).By("user"), nil, ""},
 		{"daily", sdk.Daily("d", 3, loc).By("user"), nil, ""},
 		{"hourly", sdk.Hourly("h", 3, loc).By("user"), nil, ""},
-		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
-		{"1ms window", sdk.Fixed("f", 1, time.Millisecond).By("user"), nil, ""},
-		{"1ms cells", sdk.Sliding("s", 1, 10*time.Millisecond).By("user"), nil, ""},
+		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
+		{"1ms window", sdk.FixedWindow("f", 1, time.Millisecond).By("user"), nil, ""},
+		{"1ms cells", sdk.SlidingWindow("s", 1, 10*time.Millisecond).By("user"), nil, ""},
 
-		{"zero limit", sdk.Fixed("recv-1m", 0, time.Minute).By("user"), sdk.ErrInvalidRule, `rule "recv-1m": invalid rule: limit must be > 0, got 0`},
-		{"negative limit", sdk.Fixed("f", -1, time.Minute).By("user"), sdk.ErrInvalidRule, "limit must be > 0, got -1"},
-		{"short window", sdk.Fixed("f", 1, time.Microsecond).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
-		{"zero window", sdk.Log("f", 1, 0).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
+		{"zero limit", sdk.FixedWindow("recv-1m", 0, time.Minute).By("user"), sdk.ErrInvalidRule, `rule "recv-1m": invalid rule: limit must be > 0, got 0`},
+		{"negative limit", sdk.FixedWindow("f", -1, time.Minute).By("user"), sdk.ErrInvalidRule, "limit must be > 0, got -1"},
+		{"short window", sdk.FixedWindow("f", 1, time.Microsecond).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
+		{"zero window", sdk.SlidingLog("f", 1, 0).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
 		{"unknown algorithm", sdk.Rule{Name: "f", Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
 		{"unknown algorithm 9", sdk.Rule{Name: "f", Algorithm: 9, Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
-		{"negative burst", sdk.Rate("r", 1, time.Second, -1).By("user"), sdk.ErrInvalidRule, "burst must be >= 0, got -1"},
-		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
-		{"cells below 1ms", sdk.Sliding("s", 1, 10*time.Millisecond).Cells(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
-		{"negative cells", sdk.Sliding("s", 1, time.Second).Cells(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
-		{"cells on log", sdk.Log("l", 1, time.Second).Cells(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
-		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: sdk.SlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
+		{"negative burst", sdk.GCRA("r", 1, time.Second, -1).By("user"), sdk.ErrInvalidRule, "burst must be >= 0, got -1"},
+		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
+		{"cells below 1ms", sdk.SlidingWindow("s", 1, 10*time.Millisecond).Cells(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
+		{"negative cells", sdk.SlidingWindow("s", 1, time.Second).Cells(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
+		{"cells on log", sdk.SlidingLog("l", 1, time.Second).Cells(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
+		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: sdk.AlgorithmSlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
 		{"calendar without location", sdk.Daily("d", 1, nil).By("user"), sdk.ErrInvalidRule, "requires a location"},
-		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
-		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
-		{"location without calendar", sdk.Rule{Name: "d", Algorithm: sdk.FixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
-		{"empty name", sdk.Fixed("", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
-		{"name with colon", sdk.Fixed("a:b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
-		{"name with brace", sdk.Fixed("a{b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
-		{"name with bang", sdk.Fixed("!t", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
-		{"long name", sdk.Fixed(strings.Repeat("a", 65), 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
-		{"bad dimension", sdk.Fixed("f", 1, time.Second).By("user", "con tent"), sdk.ErrInvalidRule, `dimension "con tent" must match`},
-		{"empty dimension", sdk.Fixed("f", 1, time.Second).By("user", ""), sdk.ErrInvalidRule, `dimension "" must match`},
-		{"duplicate dimension", sdk.Fixed("f", 1, time.Second).By("user", "user"), sdk.ErrInvalidRule, `dimension "user" given twice`},
+		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
+		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
+		{"location without calendar", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
+		{"empty name", sdk.FixedWindow("", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with colon", sdk.FixedWindow("a:b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with brace", sdk.FixedWindow("a{b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"name with bang", sdk.FixedWindow("!t", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"long name", sdk.FixedWindow(strings.Repeat("a", 65), 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
+		{"bad dimension", sdk.FixedWindow("f", 1, time.Second).By("user", "con tent"), sdk.ErrInvalidRule, `dimension "con tent" must match`},
+		{"empty dimension", sdk.FixedWindow("f", 1, time.Second).By("user", ""), sdk.ErrInvalidRule, `dimension "" must match`},
+		{"duplicate dimension", sdk.FixedWindow("f", 1, time.Second).By("user", "user"), sdk.ErrInvalidRule, `dimension "user" given twice`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +80,7 @@ func TestRuleValidation(t *testing.T) {
 }
 
 func TestRuleHelpers(t *testing.T) {
-	r := sdk.Sliding("s", 5, time.Minute)
+	r := sdk.SlidingWindow("s", 5, time.Minute)
 	r2 := r.By("user", "content").Cells(6)
 	if r.Dimensions != nil || r.SubWindows != sdk.DefaultSubWindows {
 		t.Errorf("By/Cells changed the receiver: %+v", r)
@@ -95,5 +96,34 @@ func TestRuleHelpers(t *testing.T) {
 	dims[0] = "mutated"
 	if r3.Dimensions[0] != "user" {
 		t.Errorf("By kept the caller's slice: %v", r3.Dimensions)
+	}
+}
+
+// TestDriverValues: sdk's algorithm and calendar values convert to
+// sdk/driver's by value, so each must equal its driver twin.
+func TestDriverValues(t *testing.T) {
+	for _, tc := range []struct {
+		sdk    sdk.Algorithm
+		driver driver.Algorithm
+	}{
+		{sdk.AlgorithmFixedWindow, driver.FixedWindow},
+		{sdk.AlgorithmSlidingWindow, driver.SlidingWindow},
+		{sdk.AlgorithmSlidingLog, driver.SlidingLog},
+		{sdk.AlgorithmGCRA, driver.GCRA},
+	} {
+		if driver.Algorithm(tc.sdk) != tc.driver || tc.sdk.String() != tc.driver.String() {
+			t.Errorf("sdk %v (%d) != driver %v (%d)", tc.sdk, tc.sdk, tc.driver, tc.driver)
+		}
+	}
+	for _, tc := range []struct {
+		sdk    sdk.CalendarUnit
+		driver driver.CalendarUnit
+	}{{sdk.NoCalendar, driver.NoCalendar}, {sdk.Day, driver.Day}, {sdk.Hour, driver.Hour}} {
+		if driver.CalendarUnit(tc.sdk) != tc.driver {
+			t.Errorf("sdk calendar %v (%d) != driver %v (%d)", tc.sdk, tc.sdk, tc.driver, tc.driver)
+		}
+	}
+	if sdk.DefaultSubWindows != driver.DefaultSubWindows {
+		t.Errorf("DefaultSubWindows = %d, driver's %d", sdk.DefaultSubWindows, driver.DefaultSubWindows)
 	}
 }

@@ -18,7 +18,7 @@ import (
 func waitSetup(t *testing.T) (*sdk.Limiter, *sdk.Policy, sdk.Subject) {
 	t.Helper()
 	lim := sdk.New(memory.New(nil))
-	p := mustPolicy(t, "w", sdk.Fixed("f", 2, time.Second).By("user"))
+	p := mustPolicy(t, "w", sdk.FixedWindow("f", 2, time.Second).By("user"))
 	s := sdk.Subject{"user": "u"}
 	for range 2 {
 		if d, err := lim.Allow(context.Background(), p, s); err != nil || !d.Allowed {

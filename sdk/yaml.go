@@ -250,13 +250,13 @@ func (fr fileRule) rule() (Rule, error) {
 	}
 	switch fr.Algorithm {
 	case "fixed_window":
-		r.Algorithm = FixedWindow
+		r.Algorithm = AlgorithmFixedWindow
 	case "sliding_window":
-		r.Algorithm = SlidingWindow
+		r.Algorithm = AlgorithmSlidingWindow
 	case "sliding_log":
-		r.Algorithm = SlidingLog
+		r.Algorithm = AlgorithmSlidingLog
 	case "gcra":
-		r.Algorithm = GCRA
+		r.Algorithm = AlgorithmGCRA
 	case "":
 		return bad("algorithm missing (fixed_window, sliding_window, sliding_log or gcra)")
 	default:

@@ -27,15 +27,15 @@ func TestLoadPolicyFile(t *testing.T) {
 		t.Errorf("push.ShardBy() = %v, want [user]", got)
 	}
 	want := []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
-		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	}
 	assertRules(t, push.Rules(), want)
 	loc := shanghai(t)
 	assertRules(t, api.Rules(), []sdk.Rule{
-		sdk.Rate("burst", 30, time.Minute, 14).By("user"),
+		sdk.GCRA("burst", 30, time.Minute, 14).By("user"),
 		sdk.Daily("daily", 3, loc).By("user", "campaign"),
 	})
 }
@@ -80,10 +80,10 @@ policies:
 		t.Fatal(err)
 	}
 	assertRules(t, ps[0].Rules(), []sdk.Rule{
-		sdk.Sliding("a", 3, 36*time.Hour).Cells(6).By("user"),
-		sdk.Log("b", 2, 90*time.Second).By("user"),
+		sdk.SlidingWindow("a", 3, 36*time.Hour).Cells(6).By("user"),
+		sdk.SlidingLog("b", 2, 90*time.Second).By("user"),
 		sdk.Hourly("c", 2, kolkata).By("user"),
-		sdk.Fixed("d", 2, 48*time.Hour).By("user"),
+		sdk.FixedWindow("d", 2, 48*time.Hour).By("user"),
 	})
 }
 

@@ -208,10 +208,10 @@ func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
 	return redis.New(c, ro), func() { c.Close() }, nil
 }
 
-func strategies(d driver.Description) string {
+func strategies(d sdk.Description) string {
 	var parts []string
 	for _, a := range capability.Algorithms {
-		if st, ok := d.Strategies[a]; ok {
+		if st, ok := d.Strategies[sdk.Algorithm(a)]; ok {
 			parts = append(parts, a.String()+"="+st.Name)
 		}
 	}

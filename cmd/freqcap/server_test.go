@@ -42,7 +42,7 @@ func TestSentinelCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.Fixed("f", 1, time.Hour).By("user")})
+	p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 1, time.Hour).By("user")})
 	if err != nil {
 		t.Fatal(err)
 	}

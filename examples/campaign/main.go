@@ -83,10 +83,10 @@ type summary struct {
 // each step decided.
 func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, error) {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
-		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	}, sdk.HotDenyCache(100_000))
 	if err != nil {
 		return summary{}, err

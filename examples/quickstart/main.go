@@ -13,10 +13,10 @@ import (
 
 func main() {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
-		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-		sdk.Sliding("recv-24h", 50, 24*time.Hour).By("user"),
-		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
-		sdk.Sliding("content-59m", 5, 59*time.Minute).By("user", "content"),
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	})
 	if err != nil {
 		panic(err)

@@ -26,7 +26,6 @@ import (
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Config is one invocation. The zero value of a field means its default.
@@ -312,9 +311,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 
 // describeStrategies lists the backend's strategy for each algorithm p
 // uses.
-func describeStrategies(p *sdk.Policy, d driver.Description) string {
+func describeStrategies(p *sdk.Policy, d sdk.Description) string {
 	var b strings.Builder
-	seen := map[driver.Algorithm]bool{}
+	seen := map[sdk.Algorithm]bool{}
 	for _, r := range p.Rules() {
 		if seen[r.Algorithm] {
 			continue

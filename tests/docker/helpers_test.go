@@ -33,8 +33,8 @@ func policy(t *testing.T, name string, limit int64, open bool) *sdk.Policy {
 		opts = append(opts, sdk.FailOpen())
 	}
 	p, err := sdk.NewPolicy(name, []sdk.Rule{
-		sdk.Fixed("per-hour", limit, time.Hour).By("user"),
-		sdk.Sliding("per-min", limit+100, time.Minute).By("user"),
+		sdk.FixedWindow("per-hour", limit, time.Hour).By("user"),
+		sdk.SlidingWindow("per-min", limit+100, time.Minute).By("user"),
 	}, opts...)
 	if err != nil {
 		t.Fatalf("NewPolicy(%q): %v", name, err)
