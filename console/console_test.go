@@ -58,7 +58,7 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 		t.Fatalf("seed.Policies() error: %v", err)
 	}
 	m := NewMetrics(clk.Now)
-	lim := sdk.New(memory.New(&memory.Options{Now: clk.Now}), sdk.WithClock(clk.Now), sdk.WithObserver(m.Observe))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), sdk.WithObserver(m.Observe))
 	var buf bytes.Buffer
 	audit := NewAuditLog(&buf, 0)
 	srv, err := New(Config{

@@ -51,7 +51,7 @@ func (c *countingBackend) calls() int {
 }
 
 func newCounting(c *conformance.FakeClock) *countingBackend {
-	return &countingBackend{Backend: memory.New(&memory.Options{Now: c.Now})}
+	return &countingBackend{Backend: memory.New(&memory.Options{Clock: c})}
 }
 
 // outcome summarizes a batch entry: "allowed 2", "denied 3", "error".
@@ -125,7 +125,7 @@ func TestAllowBatch(t *testing.T) {
 				b = takeFunc(cb.Take) // hides TakeBatch
 			}
 			var events []sdk.Event
-			lim := sdk.New(b, sdk.WithClock(c.Now), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
+			lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
 			got := lim.TakeBatch(ctx, p, tc.attempts)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
 				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
@@ -208,8 +208,8 @@ func TestAllowBatchFailures(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := newClock(t0)
-			b := &failingBatcher{Backend: memory.New(&memory.Options{Now: c.Now}), errs: tc.errs, short: tc.short}
-			got := sdk.New(b, sdk.WithClock(c.Now)).TakeBatch(ctx, p, s)
+			b := &failingBatcher{Backend: memory.New(&memory.Options{Clock: c}), errs: tc.errs, short: tc.short}
+			got := sdk.New(b, sdk.WithClock(c)).TakeBatch(ctx, p, s)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
 				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
 			}

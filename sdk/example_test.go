@@ -8,11 +8,12 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
-// fixed is the examples' clock: always the same instant, so the output is
-// deterministic.
-func fixed() time.Time { return time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC) }
+// fixed returns the examples' clock: a fake one reading a set instant
+// (it moves only when told to), so the output is deterministic.
+func fixed() *fakeclock.Clock { return fakeclock.New(time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)) }
 
 func ExampleLimiter_Allow() {
 	replies, err := sdk.NewPolicy("replies", []sdk.Rule{
@@ -21,7 +22,7 @@ func ExampleLimiter_Allow() {
 	if err != nil {
 		panic(err)
 	}
-	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	lim := sdk.New(memory.New(&memory.Options{Clock: fixed()}))
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
 		d, err := lim.Allow(ctx, replies, sdk.Subject{"user": "alice"})
@@ -51,7 +52,7 @@ func ExampleLimiter_Allow_multiRule() {
 	if err != nil {
 		panic(err)
 	}
-	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	lim := sdk.New(memory.New(&memory.Options{Clock: fixed()}))
 	ctx := context.Background()
 	msg := sdk.Subject{"user": "u42", "content": sdk.Fingerprint("Your parcel has arrived")}
 	for i := 1; i <= 3; i++ {
@@ -87,7 +88,7 @@ func ExampleLimiter_Reserve() {
 	if err != nil {
 		panic(err)
 	}
-	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	lim := sdk.New(memory.New(&memory.Options{Clock: fixed()}))
 	ctx := context.Background()
 	s := sdk.Subject{"user": "u42", "campaign": "spring-sale"}
 
@@ -180,7 +181,7 @@ func ExampleLimiter_TakeBatch() {
 	if err != nil {
 		panic(err)
 	}
-	lim := sdk.New(memory.New(&memory.Options{Now: fixed}))
+	lim := sdk.New(memory.New(&memory.Options{Clock: fixed()}))
 	ctx := context.Background()
 	_, _ = lim.Take(ctx, push, sdk.Attempt{Subject: sdk.Subject{"user": "bob"}, Cost: 2}) // bob had his two today
 

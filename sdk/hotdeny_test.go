@@ -38,7 +38,7 @@ func TestHotDeny(t *testing.T) {
 	c := newClock(t0) // on a minute boundary
 	b := newCounting(c)
 	var events []sdk.Event
-	lim := sdk.New(b, sdk.WithClock(c.Now), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
+	lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
 	p := hotPolicy(t, 10, sdk.FixedWindow("f", 1, time.Minute).By("user"), sdk.SlidingLog("l", 100, time.Hour).By("user"))
 	s := sdk.Subject{"user": "u"}
 	allow := func(label string, wantAllowed, wantCached bool, wantRetry time.Duration, wantCalls int) sdk.Decision {
@@ -159,7 +159,7 @@ func TestHotDenyRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClock(t0)
 			b := newCounting(c)
-			lim := sdk.New(b, sdk.WithClock(c.Now))
+			lim := sdk.New(b, sdk.WithClock(c))
 			p := hotPolicy(t, 10, rules...)
 			var r *sdk.Reservation // the reservation the steps pass on
 			for i, st := range tc.steps {
@@ -182,7 +182,7 @@ func TestHotDenyBound(t *testing.T) {
 	for _, size := range []int{1, 3, 16, 50} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			c := newClock(t0)
-			lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
+			lim := sdk.New(newCounting(c), sdk.WithClock(c))
 			p := hotPolicy(t, size, sdk.FixedWindow("f", 1, time.Hour).By("user"))
 			const subjects = 200
 			for i := range subjects {
@@ -211,7 +211,7 @@ func TestHotDenyBatch(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
 	b := newCounting(c)
-	lim := sdk.New(b, sdk.WithClock(c.Now))
+	lim := sdk.New(b, sdk.WithClock(c))
 	p := hotPolicy(t, 100, sdk.FixedWindow("f", 1, time.Hour).By("user"))
 	as := []sdk.Attempt{{Subject: sdk.Subject{"user": "a"}}, {Subject: sdk.Subject{"user": "b"}}}
 	lim.TakeBatch(ctx, p, as)
@@ -231,7 +231,7 @@ func TestHotDenyBatch(t *testing.T) {
 func TestHotDenyReload(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
-	lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
+	lim := sdk.New(newCounting(c), sdk.WithClock(c))
 	rules := []sdk.Rule{sdk.FixedWindow("f", 1, time.Hour).By("user")}
 	p1 := hotPolicy(t, 10, rules...)
 	s := sdk.Subject{"user": "u"}
@@ -255,7 +255,7 @@ func TestHotDenyReload(t *testing.T) {
 func TestHotDenyConcurrent(t *testing.T) {
 	ctx := context.Background()
 	c := newClock(t0)
-	lim := sdk.New(newCounting(c), sdk.WithClock(c.Now))
+	lim := sdk.New(newCounting(c), sdk.WithClock(c))
 	const size = 8
 	p := hotPolicy(t, size, sdk.FixedWindow("f", 3, time.Minute).By("user"))
 	var wg sync.WaitGroup

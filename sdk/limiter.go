@@ -26,7 +26,7 @@ import (
 type Limiter struct {
 	b       driver.Backend
 	prefix  string
-	now     func() time.Time
+	clock   Clock
 	timeout time.Duration
 	observe func(Event)
 	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
@@ -43,13 +43,24 @@ func WithPrefix(p string) Option {
 	return func(l *Limiter) { l.prefix = sanitizePrefix(p) }
 }
 
-// WithClock sets the clock the Limiter reads (default time.Now): for
-// degraded decisions, for Wait's deadline check and for Event.Latency.
-// Decisions themselves use the backend's clock.
-func WithClock(now func() time.Time) Option {
+// Clock is where a Limiter reads the time (degraded decisions, Wait's
+// deadline check, Event.Latency, the hot-deny cache) and how Wait sleeps.
+// A *fakeclock.Clock is one for tests: its Sleep advances it at once.
+type Clock interface {
+	Now() time.Time
+	// Sleep returns after d, or with ctx's error when ctx is done first.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// WithClock sets the Limiter's clock. By default a Limiter reads its
+// backend's clock when the backend decides on one of this process (the
+// memory backend: set memory.Options.Clock, once, and the Limiter
+// follows), else the system clock. Decisions themselves always use the
+// backend's clock (a Redis server's own).
+func WithClock(c Clock) Option {
 	return func(l *Limiter) {
-		if now != nil {
-			l.now = now
+		if c != nil {
+			l.clock = c
 		}
 	}
 }
@@ -69,7 +80,10 @@ func WithObserver(f func(Event)) Option {
 
 // New returns a Limiter that decides with b.
 func New(b driver.Backend, opts ...Option) *Limiter {
-	l := &Limiter{b: b, prefix: DefaultPrefix, now: time.Now}
+	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
+	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
+		l.clock = cb.Clock()
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(l)
@@ -333,6 +347,9 @@ func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.Can
 	}
 	return context.WithCancel(ctx)
 }
+
+// now reads the Limiter's clock.
+func (l *Limiter) now() time.Time { return l.clock.Now() }
 
 func (l *Limiter) emit(e Event) {
 	if l.observe != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // fakeBackend records requests and answers with result (fakes are for
@@ -320,7 +321,7 @@ func (e errBackend) Take(ctx context.Context, req driver.Request) (driver.Result
 
 func TestFailurePolicy(t *testing.T) {
 	boom := errors.New("connection refused")
-	clock := func() time.Time { return fakeNow }
+	clock := fakeclock.New(fakeNow)
 	s := sdk.Subject{"user": "u", "content": "c"}
 	ctx := context.Background()
 
@@ -428,7 +429,7 @@ func (f takeFunc) Take(ctx context.Context, req driver.Request) (driver.Result, 
 func TestObserver(t *testing.T) {
 	var ops []string
 	now := fakeNow
-	clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+	clock := &tickingClock{now: now}
 	var lat []time.Duration
 	lim := sdk.New(&fullBackend{}, sdk.WithClock(clock), sdk.WithObserver(func(e sdk.Event) {
 		ops = append(ops, e.Op)
@@ -454,4 +455,14 @@ func TestObserver(t *testing.T) {
 			t.Errorf("event %d Latency = %v, want 1ms", i, l)
 		}
 	}
+}
+
+// tickingClock moves 1ms forward on every read.
+type tickingClock struct{ now time.Time }
+
+func (c *tickingClock) Now() time.Time { c.now = c.now.Add(time.Millisecond); return c.now }
+
+func (c *tickingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return ctx.Err()
 }

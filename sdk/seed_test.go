@@ -36,7 +36,7 @@ func loadPolicies(t testing.TB) map[string]*sdk.Policy {
 
 func newMemLimiter(t *testing.T, c *conformance.FakeClock) *sdk.Limiter {
 	t.Helper()
-	return sdk.New(memory.New(&memory.Options{Now: c.Now}), sdk.WithClock(c.Now))
+	return sdk.New(memory.New(&memory.Options{Clock: c}))
 }
 
 // used returns each rule's Used from an Inspect of s.

@@ -23,8 +23,8 @@ import (
 // Wait reserves nothing while it sleeps: another caller may take the
 // freed units first, and Wait then sleeps again, so under contention it
 // can wait longer than the first RetryAfter (and is not FIFO-fair).
-// Sleeps use time.NewTimer; the deadline check reads the Limiter's clock
-// (WithClock).
+// Sleeps and the deadline check use the Limiter's clock (WithClock): on a
+// fake clock Wait takes no real time.
 func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -41,12 +41,8 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		if dl, ok := ctx.Deadline(); ok && !l.now().Add(delay).Before(dl) {
 			return d, fmt.Errorf("sdk: wait: %w: retry after %v", ErrWaitTooLong, d.RetryAfter)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return d, fmt.Errorf("sdk: wait: %w", ctx.Err())
-		case <-t.C:
+		if err := l.clock.Sleep(ctx, delay); err != nil {
+			return d, fmt.Errorf("sdk: wait: %w", err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // waitSetup returns a Limiter on a memory backend with the default clock
@@ -139,4 +140,32 @@ func TestWaitContention(t *testing.T) {
 			t.Errorf("waits took %v, want two of 1s and one of 2s", took)
 		}
 	})
+}
+
+// TestWaitFakeClock: with one fake clock given to the memory backend, the
+// Limiter reads it too, and Wait sleeps by advancing it: no real time
+// passes, and the clock lands exactly on the window's end.
+func TestWaitFakeClock(t *testing.T) {
+	start := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(start)
+	lim := sdk.New(memory.New(&memory.Options{Clock: clk}))
+	p := mustPolicy(t, "w", sdk.FixedWindow("f", 2, time.Second).By("user"))
+	a := sdk.Attempt{Subject: sdk.Subject{"user": "u"}}
+	ctx := context.Background()
+	for range 2 {
+		if d, err := lim.Take(ctx, p, a); err != nil || !d.Allowed {
+			t.Fatalf("Take(…) = %+v, %v, want allowed", d, err)
+		}
+	}
+	clk.Advance(300 * time.Millisecond)
+	d, err := lim.Wait(ctx, p, a)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Wait(…) = %+v, %v, want allowed", d, err)
+	}
+	if got, want := clk.Now(), start.Add(time.Second); !got.Equal(want) {
+		t.Errorf("clock after Wait = %v, want %v (the window's end)", got, want)
+	}
+	if !d.At.Equal(start.Add(time.Second)) {
+		t.Errorf("Wait(…).At = %v, want the backend's clock at the window's end", d.At)
+	}
 }

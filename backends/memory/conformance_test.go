@@ -12,7 +12,7 @@ import (
 func TestConformance(t *testing.T) {
 	clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	conformance.Run(t, conformance.Harness{
-		NewBackend: func(t *testing.T) driver.Backend { return memory.New(&memory.Options{Now: clock.Now}) },
+		NewBackend: func(t *testing.T) driver.Backend { return memory.New(&memory.Options{Clock: clock}) },
 		Clock:      clock,
 		Features:   conformance.AllFeatures,
 	})

@@ -28,6 +28,7 @@ var (
 	_ driver.Describer  = (*Backend)(nil)
 	_ driver.Idempotent = (*Backend)(nil)
 	_ driver.Batcher    = (*Backend)(nil)
+	_ driver.Clocked    = (*Backend)(nil)
 )
 
 // sweepBatch is how many expired entries each call deletes from every
@@ -37,18 +38,20 @@ const sweepBatch = 32
 
 // Options configures a Backend. The zero value means defaults.
 type Options struct {
-	// Now is the backend's clock. Default time.Now.
-	Now func() time.Time
+	// Clock is the backend's clock (e.g. a *fakeclock.Clock in tests).
+	// Default: the system clock. A Limiter using this backend reads the
+	// same clock, unless given another with sdk.WithClock.
+	Clock driver.Clock
 	// Shards is the number of independently locked shards. Default 64.
 	Shards int
 }
 
 // Backend is an in-memory driver.Backend. It also implements
-// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent and
-// driver.Batcher. It is safe for concurrent use and starts no goroutines;
+// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent,
+// driver.Batcher and driver.Clocked. It is safe for concurrent use and starts no goroutines;
 // most callers only pass it to sdk.New.
 type Backend struct {
-	now    func() time.Time
+	clock  driver.Clock
 	seed   maphash.Seed
 	shards []*shard
 }
@@ -59,18 +62,21 @@ func New(opts *Options) *Backend {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = driver.SystemClock
 	}
 	if o.Shards <= 0 {
 		o.Shards = 64
 	}
-	b := &Backend{now: o.Now, seed: maphash.MakeSeed(), shards: make([]*shard, o.Shards)}
+	b := &Backend{clock: o.Clock, seed: maphash.MakeSeed(), shards: make([]*shard, o.Shards)}
 	for i := range b.shards {
 		b.shards[i] = newShard()
 	}
 	return b
 }
+
+// Clock returns the backend's clock (driver.Clocked).
+func (b *Backend) Clock() driver.Clock { return b.clock }
 
 func (b *Backend) shardIndex(key string) int {
 	return int(maphash.String(b.seed, driver.HashTag(key)) % uint64(len(b.shards)))
@@ -100,7 +106,7 @@ func (b *Backend) begin(keys []string) *txn {
 	}
 	// Read the clock under the lock: calls on one shard see it advance.
 	// Round(0) drops the monotonic reading: all arithmetic is wall time.
-	x.now = b.now().Round(0)
+	x.now = b.clock.Now().Round(0)
 	for _, i := range x.locked {
 		b.shards[i].sweep(x.now, sweepBatch)
 	}
@@ -421,7 +427,7 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 // Sweep deletes every expired entry now. Calls sweep incrementally anyway;
 // Sweep is for tests and for callers that want memory back at once.
 func (b *Backend) Sweep() {
-	now := b.now().Round(0)
+	now := b.clock.Now().Round(0)
 	for _, s := range b.shards {
 		s.mu.Lock()
 		s.sweep(now, -1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -240,13 +241,13 @@ func fill(t *testing.T, b *Backend, n int) {
 }
 
 func TestBoundedSweep(t *testing.T) {
-	clock := t0
-	b := New(&Options{Now: func() time.Time { return clock }})
+	clock := fakeclock.New(t0)
+	b := New(&Options{Clock: clock})
 	fill(t, b, 10000)
 	if got := b.Len(); got != 10000*6 {
 		t.Fatalf("Len() after 10k subjects = %d, want %d (4 rules, trail, holds)", got, 10000*6)
 	}
-	clock = clock.Add(25 * time.Hour) // past every window, the trail TTL and the holds
+	clock.Advance(25 * time.Hour) // past every window, the trail TTL and the holds
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after Sweep = %d, want 0", got)
@@ -254,11 +255,11 @@ func TestBoundedSweep(t *testing.T) {
 }
 
 func TestBoundedIncremental(t *testing.T) {
-	clock := t0
-	b := New(&Options{Now: func() time.Time { return clock }})
+	clock := fakeclock.New(t0)
+	b := New(&Options{Clock: clock})
 	fill(t, b, 10000)
 	before := b.Len()
-	clock = clock.Add(25 * time.Hour)
+	clock.Advance(25 * time.Hour)
 	ctx := context.Background()
 	// Other subjects, one per shard, so that calls reach every shard.
 	var others []string
@@ -282,7 +283,7 @@ func TestBoundedIncremental(t *testing.T) {
 	if got := b.Len(); got > live {
 		t.Errorf("Len() after calls on other subjects = %d (was %d), want at most %d", got, before, live)
 	}
-	clock = clock.Add(25 * time.Hour)
+	clock.Advance(25 * time.Hour)
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after Sweep = %d, want 0", got)
@@ -293,8 +294,8 @@ func TestBoundedIncremental(t *testing.T) {
 // refunded or its refund is worthless, so memory stays bounded and a lapse
 // is never lost to a sweep.
 func TestHoldOutlivesTTLUntilRefundWorthless(t *testing.T) {
-	clock := t0
-	b := New(&Options{Now: func() time.Time { return clock }, Shards: 1})
+	clock := fakeclock.New(t0)
+	b := New(&Options{Clock: clock, Shards: 1})
 	req := policy("u", driver.OpReserve)
 	req.Rules = req.Rules[:1] // fixed, 1 per hour
 	req.HoldTTL = time.Minute
@@ -302,7 +303,7 @@ func TestHoldOutlivesTTLUntilRefundWorthless(t *testing.T) {
 	if res, err := b.Take(ctx, req); err != nil || !res.Allowed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
-	clock = clock.Add(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	b.Sweep()
 	req.Op = driver.OpTake
 	if res, _ := b.Take(ctx, req); !res.Allowed {
@@ -430,8 +431,8 @@ func BenchmarkTake(b *testing.B) {
 // TestIdemRecordBounded: an idempotency record is one entry per key, kept
 // for IdemTTL, then swept like any other state.
 func TestIdemRecordBounded(t *testing.T) {
-	clock := t0
-	b := New(&Options{Now: func() time.Time { return clock }})
+	clock := fakeclock.New(t0)
+	b := New(&Options{Clock: clock})
 	ctx := context.Background()
 	r := driver.Rule{Name: "f", Key: "fc:{u}:p:f", Algorithm: driver.FixedWindow, Limit: 100, Window: time.Minute}
 	for i := range 10 {
@@ -444,7 +445,7 @@ func TestIdemRecordBounded(t *testing.T) {
 	if got := b.Len(); got != 11 {
 		t.Errorf("Len() after 10 keyed takes = %d, want 11 (1 rule, 10 records)", got)
 	}
-	clock = clock.Add(time.Hour)
+	clock.Advance(time.Hour)
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after IdemTTL = %d, want 0", got)

@@ -6,7 +6,7 @@
 //		clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 //		conformance.Run(t, conformance.Harness{
 //			NewBackend: func(t *testing.T) driver.Backend {
-//				return memory.New(&memory.Options{Now: clock.Now})
+//				return memory.New(&memory.Options{Clock: clock})
 //			},
 //			Clock:    clock,
 //			Features: conformance.AllFeatures,
@@ -31,13 +31,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	_ "time/tzdata" // the calendar cases need zones on any machine
 
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // Features are the optional parts of the contract a backend implements.
@@ -104,36 +104,11 @@ type Harness struct {
 	Tolerance time.Duration
 }
 
-// FakeClock is a settable clock for backends under test. Its zero value
-// reads the zero time; it is safe for concurrent use.
-type FakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// FakeClock is the suite's fake clock: a fakeclock.Clock.
+type FakeClock = fakeclock.Clock
 
-// NewFakeClock returns a clock reading t.
-func NewFakeClock(t time.Time) *FakeClock { return &FakeClock{t: t} }
-
-// Now returns the clock's time. Pass it as the backend's clock.
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock d forward.
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// Set sets the clock to t.
-func (c *FakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+// NewFakeClock returns a fake clock reading t (fakeclock.New).
+func NewFakeClock(t time.Time) *FakeClock { return fakeclock.New(t) }
 
 // Run runs the suite against the backend h describes, one subtest per
 // behaviour (see the package documentation).

@@ -227,6 +227,39 @@ type Denial struct {
 	CostTooHigh bool
 }
 
+// Clock is a source of time that can also wait: the system clock, or a
+// fake one in tests whose Sleep advances it (sdk/fakeclock).
+type Clock interface {
+	Now() time.Time
+	// Sleep returns after d, or with ctx's error when ctx is done first.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Clocked is implemented by backends that decide on a clock of the
+// caller's process (the memory backend) rather than a server's. The sdk's
+// Limiter then reads the same clock, so a test injects time once.
+type Clocked interface {
+	Clock() Clock
+}
+
+// SystemClock is the real clock: time.Now, and a timer for Sleep.
+var SystemClock Clock = systemClock{}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // Backend decides. Implementations are safe for concurrent use.
 type Backend interface {
 	// Take carries out req (see Op). A denial is a Result, not an error;
