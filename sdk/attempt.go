@@ -26,9 +26,9 @@ type Attempt struct {
 	// and consumes nothing more, for Policy.IdempotencyTTL after the
 	// first decision. Any bytes, at most MaxIdempotencyKeyLen of them. A
 	// retry must repeat the attempt: whatever it asks, it gets the first
-	// decision. Peeks ignore it. The backend must implement
-	// driver.Idempotent, else the attempt fails with an error wrapping
-	// errors.ErrUnsupported.
+	// decision. Peeks ignore it. The backend must support idempotency
+	// keys (the memory and Redis backends do), else the attempt fails with
+	// an error wrapping errors.ErrUnsupported.
 	IdempotencyKey string
 }
 

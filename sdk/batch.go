@@ -16,9 +16,9 @@ type BatchResult struct {
 }
 
 // TakeBatch decides many attempts under one policy in as few backend
-// round trips as it can (one TakeBatch call when the backend implements
-// driver.Batcher, which a Redis backend pipelines per cluster node; else
-// one Take call per attempt, in order). Each attempt is decided as Take
+// round trips as it can (the Redis backend sends one pipeline per
+// cluster node; a backend without batches gets one call per attempt, in
+// order). Each attempt is decided as Take
 // would decide it alone: atomically and all-or-nothing, with its own
 // idempotency key, hot-deny cache lookup and fail-open answer; there is
 // no atomicity across attempts. Attempts for the same shard values are

@@ -2,34 +2,69 @@
 // user per minute, at most 3 impressions of a campaign per user per
 // natural day, 30 API calls per minute with bursts of 15.
 //
-// A Rule is one cap (algorithm, limit, window, the dimensions it is keyed
-// by); a Policy is a set of rules checked together, all-or-nothing: a
-// request denied by any rule consumes nothing from the others. A Subject
-// gives the dimension values of one request (user, content, campaign...).
-// A Limiter asks a backend (package sdk/driver; e.g. backends/memory or
-// backends/redis) for each decision, in one atomic step.
+// A [Rule] is one cap (algorithm, limit, window, the dimensions it is
+// keyed by); a [Policy] is a set of rules checked together,
+// all-or-nothing: a request denied by any rule consumes nothing from the
+// others. A [Subject] gives the dimension values of one request (user,
+// content, campaign…). A [Limiter] asks a backend (the embedded
+// in-memory one, or Redis) for each decision, in one atomic step.
 //
 //	push, err := sdk.NewPolicy("push", []sdk.Rule{
-//		sdk.Sliding("recv-1m", 15, time.Minute).By("user"),
-//		sdk.Sliding("content-59s", 2, 59*time.Second).By("user", "content"),
+//		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+//		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 //	})
-//	lim := sdk.New(backend)
+//	lim := sdk.New(memory.New(nil)) // or redis.New(client, nil)
 //	d, err := lim.Allow(ctx, push, sdk.Subject{"user": id, "content": sdk.Fingerprint(body)})
 //	if err == nil && !d.Allowed {
 //		// d.Denied names the rules; d.RetryAfter says when to retry.
 //	}
 //
-// For campaigns, AllowBatch decides many subjects in few round trips;
-// an Attempt's IdempotencyKey makes a retry after a timeout return the
-// first decision instead of consuming twice; a policy's HotDenyCache
-// answers recently denied subjects without a backend call.
+// # Requests
 //
-// Policies can also be loaded from YAML (LoadPolicies). Limiter.Inspect
-// explains a subject's state and recent denials; Limiter.Keys shows where
-// it is stored. The storage key scheme and the exact arithmetic of every
-// algorithm are in docs/DESIGN.md.
+// Every operation takes one [Attempt]: a subject, a cost (0 means 1) and
+// an optional idempotency key. [Limiter.Allow] is the shorthand for a
+// cost-1 attempt. [Limiter.Take] consumes, [Limiter.Peek] only asks,
+// [Limiter.Wait] delays instead of denying, [Limiter.Reserve] consumes now
+// and commits or cancels later ([Reservation]). [Limiter.TakeBatch] and
+// [Limiter.PeekBatch] decide many attempts in few round trips. An
+// attempt's IdempotencyKey makes a retry after a timeout return the first
+// decision instead of consuming twice; a policy's [HotDenyCache] answers
+// recently denied subjects without a backend call.
 //
-// Errors wrap the package's sentinels (ErrInvalidRule, ErrInvalidPolicy,
-// ErrInvalidSubject, ErrInvalidCost, ...), matched with errors.Is; subject
-// values never appear in them. A denial is a Decision, not an error.
+// [Limiter.Inspect] explains a subject's state and recent denials
+// ([Denial]); [Limiter.Keys] shows where it is stored; [Limiter.Reset]
+// forgets it. Policies can also be loaded from YAML ([LoadPolicies],
+// [LoadPolicyFile]).
+//
+// # Decisions and errors
+//
+// A denial is a [Decision] with Allowed false, not an error: it says, per
+// rule ([RuleDecision]), used, limit, remaining, when the window resets
+// and when to retry, and which rules denied. An error means no decision
+// was made: invalid input, or a backend failure under a fail-closed
+// policy (a fail-open policy, [FailOpen], answers Allowed with Degraded
+// set instead). Errors name the operation ("sdk: peek: …") and wrap the
+// package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
+// [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
+// [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound]), matched
+// with errors.Is; an operation the backend cannot do wraps
+// errors.ErrUnsupported. Subject values never appear in errors.
+//
+// # Concurrency
+//
+// A Limiter is safe for concurrent use; create one per backend and share
+// it. Policies and rules are immutable values once built. Every decision
+// is atomic in the backend, so any number of processes may share one
+// Redis deployment: nothing is lost or counted twice between them.
+//
+// # Time
+//
+// Decisions use the backend's clock: a Redis server's own (so clients'
+// clocks never matter), or, for the memory backend, the clock it was
+// given (memory.Options.Clock). The Limiter reads that same clock for
+// what it times itself (degraded decisions, Wait's deadline check and
+// sleeps, the hot-deny cache), unless [WithClock] sets another; see
+// [Clock]. A *fakeclock.Clock (package sdk/fakeclock) given to the memory
+// backend makes a test deterministic: time moves only when the test moves
+// it, and Wait advances it instead of sleeping.
 package sdk

@@ -19,7 +19,7 @@ var (
 	// ErrInvalidSubject: the subject lacks a dimension a rule needs, or a
 	// value is empty or longer than MaxValueLen bytes.
 	ErrInvalidSubject = errors.New("invalid subject")
-	// ErrInvalidCost: the cost is less than 1.
+	// ErrInvalidCost: the cost is negative (Attempt.Cost 0 means 1).
 	ErrInvalidCost = errors.New("invalid cost")
 	// ErrInvalidIdempotencyKey: an attempt's idempotency key is longer
 	// than MaxIdempotencyKeyLen bytes, or was first used by another kind
@@ -32,6 +32,6 @@ var (
 	// admitted before the context's deadline. Nothing was consumed.
 	ErrWaitTooLong = errors.New("cannot be admitted before the context deadline")
 	// ErrReservationNotFound is returned by Reservation.Commit and Cancel
-	// when the hold no longer exists: already settled, or lapsed.
+	// when the reservation no longer exists: already settled, or lapsed.
 	ErrReservationNotFound = driver.ErrHoldNotFound
 )

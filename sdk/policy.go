@@ -75,7 +75,7 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 // HotDenyCache makes every Limiter keep, per process, up to size recent
 // denials of this policy and answer a repeated request for a denied
 // subject locally, without a backend call, until the denial's RetryAfter
-// has passed (Decision.Cached; see docs/DESIGN.md, "Hot-deny cache"). A
+// has passed (Decision.Cached). A
 // cached denial answers requests of at least the cost denied. It can
 // over-deny when units are given back elsewhere (a Reset or Cancel in
 // another process, a lapsed hold) before RetryAfter; Reset and Cancel

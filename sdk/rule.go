@@ -10,7 +10,7 @@ import (
 // Algorithm names the counting algorithm of a rule.
 type Algorithm uint8
 
-// The algorithms. See docs/DESIGN.md for their exact arithmetic.
+// The algorithms.
 const (
 	// AlgorithmFixedWindow counts units in windows aligned to the Unix
 	// epoch, or to a calendar (Rule.Calendar). Cheap; allows up to 2x

@@ -1,6 +1,7 @@
 // Package memory is a freqcap backend that keeps all state in process
 // memory: for tests, examples, single-process services and as the
-// reference implementation of docs/DESIGN.md's semantics.
+// reference implementation of the semantics every backend shares (the
+// algorithms' arithmetic is documented on driver.Rule).
 //
 // State is sharded by the Redis hash tag of its keys ("{...}"), so the
 // keys of one request — which share a tag — are guarded by one mutex.

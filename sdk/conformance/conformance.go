@@ -13,8 +13,8 @@
 //		})
 //	}
 //
-// The suite holds a backend to docs/DESIGN.md ("Algorithms: exact
-// semantics", "Denial trail", "Reservations"). Every expectation is
+// The suite holds a backend to the contract of package driver (the
+// algorithms' arithmetic, the denial trail, reservations). Every expectation is
 // computed from the backend's own clock (Result.Now), so the same cases
 // run against a fake clock (exact, instant, sequential) and against a
 // server whose clock is its own (Harness.Clock nil: short real windows,
