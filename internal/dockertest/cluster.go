@@ -69,13 +69,13 @@ func StartCluster(t testing.TB, cs ClusterSpec) *Cluster {
 	for _, s := range c.Nodes {
 		// Announce the address on the cluster's network explicitly, so
 		// MOVED replies and CLUSTER SLOTS name addresses the test can reach.
-		rdb := c.node(s.Addr)
+		rdb := c.node(s.Addr())
 		err := rdb.ConfigSet(ctx, "cluster-announce-ip", s.IP).Err()
 		rdb.Close()
 		if err != nil {
 			t.Fatalf("dockertest: %s: CONFIG SET cluster-announce-ip: %v", s.Name, err)
 		}
-		args = append(args, s.Addr)
+		args = append(args, s.Addr())
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(cs.Replicas), "--cluster-yes")
 	c.Nodes[0].Exec(t, args...)
@@ -87,7 +87,7 @@ func StartCluster(t testing.TB, cs ClusterSpec) *Cluster {
 func (c *Cluster) Addrs() []string {
 	addrs := make([]string, len(c.Nodes))
 	for i, s := range c.Nodes {
-		addrs[i] = s.Addr
+		addrs[i] = s.Addr()
 	}
 	return addrs
 }
@@ -96,7 +96,7 @@ func (c *Cluster) Addrs() []string {
 // or nil.
 func (c *Cluster) Node(addr string) *Server {
 	for _, s := range c.Nodes {
-		if s.Addr == addr {
+		if s.Addr() == addr {
 			return s
 		}
 	}
@@ -135,7 +135,7 @@ func (c *Cluster) healthy() error {
 	defer cancel()
 	for _, s := range c.Nodes {
 		err := func() error {
-			rdb := c.node(s.Addr)
+			rdb := c.node(s.Addr())
 			defer rdb.Close()
 			info, err := rdb.ClusterInfo(ctx).Result()
 			if err != nil {
@@ -158,7 +158,7 @@ func (c *Cluster) healthy() error {
 			return nil
 		}()
 		if err != nil {
-			return fmt.Errorf("%s (%s): %w", s.Name, s.Addr, err)
+			return fmt.Errorf("%s (%s): %w", s.Name, s.Addr(), err)
 		}
 	}
 	return nil

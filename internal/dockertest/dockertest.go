@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/testserver"
 	dt "github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
 	goredis "github.com/redis/go-redis/v9"
@@ -191,18 +192,30 @@ func Pool(t testing.TB) *dt.Pool {
 type Server struct {
 	// Name is the container's name, ID its ID and Image the image it runs.
 	Name, ID, Image string
-	// Addr is where the test process reaches the server: 127.0.0.1:port,
-	// or the container's address on its Network.
-	Addr string
 	// IP is the container's address on its network (Network's, or the
 	// default bridge's).
 	IP string
 	// Port is the server's port inside the container.
 	Port int
 
+	addr string
 	spec Spec
 	pool *dt.Pool
 }
+
+// Addr is where the test process reaches the server: 127.0.0.1:port, or
+// the container's address on its Network.
+func (srv *Server) Addr() string { return srv.addr }
+
+// Containers is the testserver.Launcher of containers: Server starts
+// Redis(), Cluster a 3-master StartCluster.
+var Containers testserver.Launcher = containers{}
+
+type containers struct{}
+
+func (containers) Name() string                          { return "container" }
+func (containers) Server(t testing.TB) testserver.Server { return Start(t, Redis()) }
+func (containers) Cluster(t testing.TB) []string         { return StartCluster(t, ClusterSpec{}).Addrs() }
 
 // Start starts a container for s, waits until it answers PING and returns
 // it. The container is removed when t ends.
@@ -357,7 +370,7 @@ func (srv *Server) create(t testing.TB) (retry bool, err error) {
 		return false, err
 	}
 	if s.Network == nil {
-		srv.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort))
+		srv.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort))
 	}
 	return false, nil
 }
@@ -374,7 +387,7 @@ func (srv *Server) refresh() error {
 			return fmt.Errorf("container %s has no address on network %s", srv.Name, srv.spec.Network.Name)
 		}
 		srv.IP = n.IPAddress
-		srv.Addr = net.JoinHostPort(srv.IP, strconv.Itoa(srv.Port))
+		srv.addr = net.JoinHostPort(srv.IP, strconv.Itoa(srv.Port))
 		return nil
 	}
 	srv.IP = c.NetworkSettings.IPAddress
@@ -384,9 +397,9 @@ func (srv *Server) refresh() error {
 // WaitReady polls PING until the server answers or d passes.
 func (srv *Server) WaitReady(t testing.TB, d time.Duration) {
 	t.Helper()
-	if err := Ping(srv.Addr, d); err != nil {
+	if err := Ping(srv.addr, d); err != nil {
 		t.Fatalf("dockertest: %s (%s) at %s does not answer PING within %v: %v\n%s",
-			srv.spec.Name, srv.Image, srv.Addr, d, err, srv.Logs())
+			srv.spec.Name, srv.Image, srv.addr, d, err, srv.Logs())
 	}
 }
 

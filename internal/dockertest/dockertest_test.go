@@ -29,10 +29,10 @@ func TestSplitImage(t *testing.T) {
 
 func TestStartRedis(t *testing.T) {
 	srv := Start(t, Redis())
-	if !strings.HasPrefix(srv.Addr, "127.0.0.1:") {
-		t.Errorf("Addr = %q, want a 127.0.0.1 address", srv.Addr)
+	if !strings.HasPrefix(srv.Addr(), "127.0.0.1:") {
+		t.Errorf("Addr = %q, want a 127.0.0.1 address", srv.Addr())
 	}
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -64,7 +64,7 @@ func TestStartRedis(t *testing.T) {
 // same address, with an empty data set (no persistence).
 func TestRestartKeepsAddr(t *testing.T) {
 	srv := Start(t, Redis())
-	addr := srv.Addr
+	addr := srv.Addr()
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -74,8 +74,8 @@ func TestRestartKeepsAddr(t *testing.T) {
 	}
 	srv.Stop(t)
 	srv.Restart(t)
-	if srv.Addr != addr {
-		t.Errorf("Addr after restart = %q, want %q", srv.Addr, addr)
+	if srv.Addr() != addr {
+		t.Errorf("Addr after restart = %q, want %q", srv.Addr(), addr)
 	}
 	if n, err := rdb.Exists(ctx, "k").Result(); err != nil || n != 0 {
 		t.Errorf("EXISTS k after restart = %d, %v, want 0, nil", n, err)
@@ -90,8 +90,8 @@ func TestCleanup(t *testing.T) {
 		spec := Redis()
 		spec.Network = n
 		srv := Start(t, spec)
-		if strings.HasPrefix(srv.Addr, "127.") {
-			t.Errorf("Addr on a network = %q, want its network address", srv.Addr)
+		if strings.HasPrefix(srv.Addr(), "127.") {
+			t.Errorf("Addr on a network = %q, want its network address", srv.Addr())
 		}
 		id, netID = srv.ID, n.ID
 	})
@@ -118,7 +118,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("SET %s: %v", k, err)
 		}
 	}
-	nodes, err := c.ClusterNodes(c.Nodes[0].Addr)
+	nodes, err := c.ClusterNodes(c.Nodes[0].Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestModules(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := Start(t, tc.spec)
-			rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
+			rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 			defer rdb.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/freqcap/freqcap/internal/testserver"
 )
 
 // Main runs the tests of m and then stops the shared servers. Call it from
@@ -185,7 +187,17 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 // Stop kills the server (idempotent).
-func (s *Server) Stop() { s.kill() }
+func (s *Server) Stop(t testing.TB) { s.kill() }
+
+// Processes is the testserver.Launcher of redis-server processes: Server
+// is NewServer, Cluster the shared Cluster.
+var Processes testserver.Launcher = processes{}
+
+type processes struct{}
+
+func (processes) Name() string                          { return "process" }
+func (processes) Server(t testing.TB) testserver.Server { return NewServer(t) }
+func (processes) Cluster(t testing.TB) []string         { return Cluster(t) }
 
 func (s *Server) alive() bool {
 	s.mu.Lock()

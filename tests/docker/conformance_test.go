@@ -7,31 +7,36 @@ import (
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/dockertest"
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// TestConformanceStandalone runs the backend conformance suite against a
-// Redis container, on the server's own clock.
-func TestConformanceStandalone(t *testing.T) {
-	srv := dockertest.Start(t, dockertest.Redis())
-	c := goredis.NewClient(fcredis.NewClientOptions(srv.Addr).Simple())
-	t.Cleanup(func() { c.Close() })
-	b := fcredis.New(c, nil)
-	conformance.Run(t, conformance.Harness{
-		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Features:   conformance.AllFeatures,
+// launchers are the kinds of server the tests of this package run on: a
+// redis-server process and a container.
+var launchers = []testserver.Launcher{redistest.Processes, dockertest.Containers}
+
+// TestConformanceContainers runs the backend conformance suite, on the
+// server's own clock, against a Redis container and a 3-master Redis
+// Cluster on its own docker network (the nodes announce their network
+// addresses and the test reaches them there). The process-based servers
+// run the same suite in backends/redis.
+func TestConformanceContainers(t *testing.T) {
+	l := dockertest.Containers
+	t.Run("standalone", func(t *testing.T) {
+		c := goredis.NewClient(fcredis.NewClientOptions(l.Server(t).Addr()).Simple())
+		t.Cleanup(func() { c.Close() })
+		runConformance(t, fcredis.New(c, nil))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := goredis.NewClusterClient(fcredis.NewClientOptions(l.Cluster(t)...).Cluster())
+		t.Cleanup(func() { c.Close() })
+		runConformance(t, fcredis.New(c, nil))
 	})
 }
 
-// TestConformanceCluster runs the suite against a 3-master Redis Cluster
-// on its own docker network; the nodes announce their network addresses
-// and the test reaches them there.
-func TestConformanceCluster(t *testing.T) {
-	cl := dockertest.StartCluster(t, dockertest.ClusterSpec{Masters: 3})
-	c := goredis.NewClusterClient(fcredis.NewClientOptions(cl.Addrs()...).Cluster())
-	t.Cleanup(func() { c.Close() })
-	b := fcredis.New(c, nil)
+func runConformance(t *testing.T, b driver.Backend) {
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return b },
 		Features:   conformance.AllFeatures,

@@ -14,6 +14,7 @@ import (
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/dockertest"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -33,7 +34,7 @@ func TestPause(t *testing.T) {
 	srv := dockertest.Start(t, dockertest.Redis())
 	baseOurs, _ := ourGoroutines()
 	rdb := goredis.NewClient(func() *goredis.Options {
-		o := fcredis.NewClientOptions(srv.Addr).Simple()
+		o := fcredis.NewClientOptions(srv.Addr()).Simple()
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = ioTimeout, ioTimeout, ioTimeout, ioTimeout
 		o.PoolSize = 2 * workers
 		return o
@@ -154,22 +155,27 @@ func cachedScripts(t *testing.T, addr string) int {
 	return 0
 }
 
-// TestStopRestart stops the Redis container and starts it again: while it
-// is down calls fail fast (or degrade), afterwards decisions resume on the
-// same client, the scripts are loaded again (the restarted server's cache
+// TestStopRestart stops the Redis server (a process, then a container)
+// and starts it again: while it is down calls fail fast (or degrade),
+// afterwards decisions resume on the same client, the scripts are loaded again (the restarted server's cache
 // is empty: EVALSHA gets NOSCRIPT, the backend falls back to EVAL) and,
 // the server having no persistence, counting starts afresh.
 func TestStopRestart(t *testing.T) {
+	for _, l := range launchers {
+		t.Run(l.Name(), func(t *testing.T) { testStopRestart(t, l.Server(t)) })
+	}
+}
+
+func testStopRestart(t *testing.T, srv testserver.Server) {
 	const sdkTimeout = time.Second
-	srv := dockertest.Start(t, dockertest.Redis())
-	rdb := newStandaloneClient(t, srv.Addr, 500*time.Millisecond)
+	rdb := newStandaloneClient(t, srv.Addr(), 500*time.Millisecond)
 	lim := sdk.New(fcredis.New(rdb, nil), sdk.WithTimeout(sdkTimeout))
 	shut := policy(t, unique("closed"), 3, false)
 	open := policy(t, unique("open"), 3, true)
 	a := sdk.Subject{"user": unique("a")}
 
 	expectExact(t, lim, shut, a, 3)
-	if n := cachedScripts(t, srv.Addr); n < 1 {
+	if n := cachedScripts(t, srv.Addr()); n < 1 {
 		t.Fatalf("number_of_cached_scripts after decisions = %d, want >= 1", n)
 	}
 
@@ -193,12 +199,12 @@ func TestStopRestart(t *testing.T) {
 	}
 
 	srv.Restart(t)
-	if n := cachedScripts(t, srv.Addr); n != 0 {
+	if n := cachedScripts(t, srv.Addr()); n != 0 {
 		t.Fatalf("number_of_cached_scripts after restart = %d, want 0", n)
 	}
 	took := pollDecision(t, lim, shut, sdk.Subject{"user": unique("recover")}, 10*time.Second)
 	t.Logf("decisions resumed %v after restart", took)
-	if n := cachedScripts(t, srv.Addr); n < 1 {
+	if n := cachedScripts(t, srv.Addr()); n < 1 {
 		t.Errorf("number_of_cached_scripts after the first decision = %d, want >= 1 (reloaded)", n)
 	}
 	expectExact(t, lim, shut, sdk.Subject{"user": unique("b")}, 3)
