@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"math"
 	"sort"
 	"time"
 
@@ -271,17 +270,12 @@ func logExpiry(st logState, r driver.Rule) time.Time {
 
 // ---- GCRA ----
 
-// gcraParams returns the emission interval T and the tolerance T*(Burst+1).
-func gcraParams(r driver.Rule) (t, tol time.Duration) {
-	t = max(r.Window/time.Duration(r.Limit), 1)
-	return t, t * time.Duration(r.Burst+1)
-}
-
 // gcraStep is redis-cell's arithmetic on the theoretical arrival time tat
-// (zero: none stored).
+// (zero: none stored), with driver.Rule.GCRAParams' whole-µs T and tol:
+// new = max(tat, now) + cost*T; admitted iff new-tol <= now.
 func gcraStep(tat time.Time, r driver.Rule, cost int64, now time.Time) (time.Time, verdict) {
-	t, tol := gcraParams(r)
-	if cost > r.Burst+1 { // c*T > tol, without overflow
+	t, tol, limit := r.GCRAParams()
+	if cost > limit { // c*T > tol, without overflow
 		return tat, verdict{CostTooHigh: true}
 	}
 	base := tat
@@ -295,24 +289,16 @@ func gcraStep(tat time.Time, r driver.Rule, cost int64, now time.Time) (time.Tim
 	return next, verdict{Allowed: true}
 }
 
-// gcraReport: Remaining = floor((tol-ttl)/T) clamped to [0, Burst+1],
-// Used = Burst+1-Remaining, ResetAfter = ttl = max(tat, now)-now.
+// gcraReport: ttl = max(tat, now)-now, Remaining = floor((tol-ttl)/T)
+// clamped to [0, Burst+1] in exact integers, Used = Burst+1-Remaining,
+// ResetAfter = ttl.
 func gcraReport(tat time.Time, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
-	t, tol := gcraParams(r)
+	t, tol, limit := r.GCRAParams()
 	ttl := time.Duration(0)
 	if tat.After(now) {
 		ttl = tat.Sub(now)
 	}
-	limit := r.Burst + 1
-	rem := int64(math.Floor(float64(tol-ttl)/float64(t) + 1e-9))
+	rem := floorDiv(int64(tol-ttl), int64(t))
 	rem = min(max(rem, 0), limit)
 	return limit - rem, ttl
-}
-
-// reportedLimit is the limit a rule reports (GCRA: Burst+1).
-func reportedLimit(r driver.Rule) int64 {
-	if r.Algorithm == driver.GCRA {
-		return r.Burst + 1
-	}
-	return r.Limit
 }

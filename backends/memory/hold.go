@@ -193,7 +193,7 @@ func (x *txn) refund(rf refund) {
 	case driver.GCRA:
 		// Give back the part of c*T still ahead of now: units that have
 		// already drained are not owed twice.
-		t, _ := gcraParams(rf.rule)
+		t, _, _ := rf.rule.GCRAParams()
 		back := min(t*time.Duration(rf.cost), rf.at.Sub(x.now))
 		if back <= 0 {
 			return

@@ -12,6 +12,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"time"
 )
@@ -79,9 +80,10 @@ func (u CalendarUnit) String() string {
 //
 // Semantics per algorithm (cost c, current count u):
 //   - FixedWindow, SlidingWindow, SlidingLog: admit iff u+c <= Limit.
-//   - GCRA: emission interval T = Window/Limit, tolerance = T*(Burst+1);
-//     the reported limit is Burst+1 (the redis-cell convention:
-//     CL.THROTTLE key Burst Limit Window c).
+//   - GCRA: emission interval T = Window/Limit truncated to the
+//     microsecond (at least 1µs), tolerance tol = T*(Burst+1), both exact
+//     integers of µs (GCRAParams); the reported limit is Burst+1 (the
+//     redis-cell convention: CL.THROTTLE key Burst Limit Window c).
 type Rule struct {
 	// Name is the rule's name, unique within its policy.
 	Name string
@@ -333,4 +335,34 @@ func (r Rule) Cells() (size time.Duration, n int64) {
 	}
 	size = (r.Window / time.Duration(n)).Truncate(time.Millisecond)
 	return max(size, time.Millisecond), n
+}
+
+// GCRAParams returns a GCRA rule's parameters, the same for every backend:
+// the emission interval t = Window/Limit truncated to the microsecond, at
+// least 1µs; the tolerance tol = t*(Burst+1) (saturating at the largest
+// whole-µs Duration instead of overflowing); and the limit a GCRA rule
+// reports, Burst+1. Both durations are whole microseconds, so backends
+// counting in integer µs (Redis' TIME) and in time.Time compute the same
+// answers exactly.
+func (r Rule) GCRAParams() (t, tol time.Duration, limit int64) {
+	t = time.Microsecond
+	if r.Limit > 0 {
+		t = max((r.Window / time.Duration(r.Limit)).Truncate(time.Microsecond), time.Microsecond)
+	}
+	limit = r.Burst + 1
+	if r.Burst >= math.MaxInt64/int64(t) {
+		tol = time.Duration(math.MaxInt64).Truncate(time.Microsecond)
+	} else {
+		tol = t * time.Duration(limit)
+	}
+	return t, tol, limit
+}
+
+// ReportedLimit is the limit r's results report: Burst+1 for a GCRA rule
+// (see GCRAParams), Limit otherwise.
+func (r Rule) ReportedLimit() int64 {
+	if r.Algorithm == GCRA {
+		return r.Burst + 1
+	}
+	return r.Limit
 }

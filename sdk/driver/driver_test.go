@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -41,5 +42,41 @@ func TestRuleCells(t *testing.T) {
 		if got, n := (Rule{Window: tc.w, SubWindows: tc.cells}).Cells(); got != tc.size || n != wantN {
 			t.Errorf("Rule{Window: %v, SubWindows: %d}.Cells() = %v, %d; want %v, %d", tc.w, tc.cells, got, n, tc.size, wantN)
 		}
+	}
+}
+
+func TestRuleGCRAParams(t *testing.T) {
+	const maxUs = time.Duration(math.MaxInt64 / 1000 * 1000)
+	tests := []struct {
+		name         string
+		w            time.Duration
+		limit, burst int64
+		t, tol       time.Duration
+		reported     int64
+	}{
+		{"whole", time.Minute, 10, 4, 6 * time.Second, 30 * time.Second, 5},
+		{"7 per 3s", 3 * time.Second, 7, 1, 428571 * time.Microsecond, 857142 * time.Microsecond, 2},
+		{"1 per 3s/3", time.Second, 3, 0, 333333 * time.Microsecond, 333333 * time.Microsecond, 1},
+		{"sub-µs ns dropped", 2500 * time.Millisecond, 1000000, 0, 2 * time.Microsecond, 2 * time.Microsecond, 1},
+		{"at least 1µs", time.Millisecond, 5000, 2, time.Microsecond, 3 * time.Microsecond, 3},
+		{"tolerance saturates", time.Hour, 1, math.MaxInt64 / 2, time.Hour, maxUs, math.MaxInt64/2 + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Rule{Algorithm: GCRA, Limit: tc.limit, Window: tc.w, Burst: tc.burst}
+			gt, gtol, gl := r.GCRAParams()
+			if gt != tc.t || gtol != tc.tol || gl != tc.reported {
+				t.Errorf("GCRAParams() = %v, %v, %d; want %v, %v, %d", gt, gtol, gl, tc.t, tc.tol, tc.reported)
+			}
+			if gt%time.Microsecond != 0 || gtol%time.Microsecond != 0 {
+				t.Errorf("GCRAParams() = %v, %v; want whole microseconds", gt, gtol)
+			}
+			if got := r.ReportedLimit(); got != tc.reported {
+				t.Errorf("ReportedLimit() = %d, want %d", got, tc.reported)
+			}
+		})
+	}
+	if got := (Rule{Algorithm: SlidingLog, Limit: 7, Window: time.Second}).ReportedLimit(); got != 7 {
+		t.Errorf("ReportedLimit() of a sliding log of 7 = %d, want 7", got)
 	}
 }
