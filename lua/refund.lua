@@ -88,6 +88,7 @@ local function refund(e, now)
     for w in string.gmatch(p[3], '[^,]+') do m[#m + 1] = w end
     chunked('ZREM', key, m, 1, 1)
   elseif a == 'g' then
+    -- Integers throughout: the TAT and the increment c*T are whole µs.
     local v = redis.call('GET', key)
     if v then
       local tat = tonumber(v)

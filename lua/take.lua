@@ -23,11 +23,12 @@
 --                                    per cell with its own expiry
 --   h  sliding window on native hash-field expiry (Redis >= 7.4): as s
 --   l  sliding log:                  p1 = window µs
---   g  GCRA:                         limit = burst+1, p1 = emission interval ns,
---                                    p2 = tolerance ns
---   x  GCRA on redis-cell:           limit = burst+1, p1 = emission interval ns,
---                                    p2 = "<count>:<period s>" for CL.THROTTLE
---                                    (count/period = 1/interval exactly)
+--   g  GCRA:                         limit = burst+1, p1 = emission interval T
+--                                    µs, p2 = tolerance T*limit µs (integers:
+--                                    driver.Rule.GCRAParams)
+--   x  GCRA on redis-cell:           limit = burst+1, p1 = emission interval T
+--                                    µs, p2 = "<count>:<period s>" for
+--                                    CL.THROTTLE (count/period = 1/T exactly)
 -- unused p's are sent as "0". Keys of t, h and x rules are never touched by
 -- another algorithm code (the backend gives them their own key suffix).
 -- then, after the rules (index ib = the rules' end):
@@ -45,13 +46,40 @@
 -- take) appended; nothing else happens.
 -- Errors: redis.error_reply with a "freqcap:" message.
 
+-- GCRA (g, x) is computed in exact integers relative to now, in µs: T and
+-- tol are integers, so are ttl = max(TAT-now, 0), ttl + c*T and retry;
+-- doubles hold integers exactly below 2^53 (the backend bounds tol), and
+-- only a division needs care.
+
+-- fdiv is floor(a/b) for integers a and b > 0 held exactly (|a|, b <
+-- 2^53): the double quotient, corrected by one where rounding carried it
+-- across an integer.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- gcrarem is GCRA's Remaining, floor(left/T) clamped to [0, L], where
+-- left = tol - ttl.
+local function gcrarem(left, T, L)
+  local q = fdiv(left, T)
+  if q < 0 then return 0 elseif q > L then return L end
+  return q
+end
+
 -- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
 -- long for a double) into µs, rounded up.
 local function nsup(v)
-  local us = tonumber(string.sub(v, 1, -4))
-  if string.sub(v, -3) ~= '000' then us = us + 1 end
+  local us = tonumber(string.sub(v, 1, -4)) or 0
+  if string.sub(v, -3) ~= string.rep('0', math.min(#v, 3)) then us = us + 1 end
   return us
 end
+
 
 local op = ARGV[1]
 local n = tonumber(ARGV[3])
@@ -215,39 +243,39 @@ for r = 1, n do
     end
     st[r] = {W, top, newest}
   elseif alg == 'g' then
-    local T, tol = tonumber(ARGV[b + 4]) / 1000, tonumber(ARGV[b + 5]) / 1000
+    -- Relative to now: ttl = max(TAT-now, 0), new = ttl + c*T (the TAT
+    -- after admitting, minus now); admitted iff new <= tol.
+    local T, tol = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
     local v = redis.call('GET', key)
-    local tat = now
-    if v then tat = math.max(tonumber(v), now) end
-    local new = math.floor(tat + c * T + 0.5)
-    local ttl = tat - now
+    local ttl = 0
+    if v then ttl = math.max(tonumber(v) - now, 0) end
+    local new = ttl
     if c > L then
       flags = 2
-    elseif new - tol > now then
-      flags, retry = 0, math.ceil(new - tol - now)
+    else
+      new = ttl + c * T
+      if new > tol then flags, retry = 0, new - tol end
     end
-    local rem = math.floor((tol - ttl) / T + 1e-9)
-    if rem < 0 then rem = 0 elseif rem > L then rem = L end
-    used, reset = L - rem, ttl
-    st[r] = {new, tat, T, tol}
+    used, reset = L - gcrarem(tol - ttl, T, L), ttl
+    st[r] = {new, ttl, T, tol}
   elseif alg == 'x' then
     -- redis-cell decides (CL.THROTTLE with quantity 0 peeks: it writes
     -- and creates nothing); the numbers it rounds to whole seconds are
     -- computed here from its TAT instead, never shorter than the truth.
-    local T = tonumber(ARGV[b + 4]) / 1000 -- µs
+    local T = tonumber(ARGV[b + 4]) -- µs
     local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
     local v = redis.call('GET', key)
     local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
-    local tat = now
-    if v then tat = math.max(nsup(v), now) end
+    local ttl = 0
+    if v then ttl = math.max(nsup(v) - now, 0) end
     local rem = tonumber(pk[3])
     if c > L then
       flags = 2
     elseif rem < c then
-      flags, retry = 0, math.max(1, math.ceil(tat + c * T - T * L - now))
+      flags, retry = 0, math.max(1, ttl + c * T - T * L)
     end
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
-    used, reset = L - rem, tat - now
+    used, reset = L - rem, ttl
     st[r] = {cnt, per, T, v} -- v: the TAT before this script, for a late denial
   else
     return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(alg))
@@ -290,16 +318,16 @@ if allowed and consume then
             redis.call('DEL', sk)
           end
         end
-        local tat = now
-        if v then tat = math.max(nsup(v), now) end
-        res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, math.ceil(tat + c * x[3] - x[3] * L - now))
-        res[o + 2] = tat - now
+        local ttl = 0
+        if v then ttl = math.max(nsup(v) - now, 0) end
+        res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, ttl + c * x[3] - x[3] * L)
+        res[o + 2] = ttl
         allowed, out = false, nil
         break
       end
       local nv = redis.call('GET', key)
       out[#out + 1] = {o, L - rem, nsup(nv) - now}
-      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. string.format('%d', c * tonumber(ARGV[b + 4])) end
+      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. string.format('%d', c * x[3] * 1000) end
     end
   end
   if out then
@@ -373,12 +401,11 @@ if allowed and consume then
       res[o + 1], res[o + 2] = res[o + 1] + c, W
       if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. table.concat(ms, ',') end
     elseif alg == 'g' then
+      -- The absolute TAT now+new, in µs, as an integer string.
       local new, T, tol = x[1], x[3], x[4]
-      redis.call('SET', key, string.format('%d', new), 'PXAT', string.format('%d', math.ceil(new / 1000)))
-      local L = tonumber(ARGV[b + 3])
-      local rem = math.floor((tol - (new - now)) / T + 1e-9)
-      if rem < 0 then rem = 0 elseif rem > L then rem = L end
-      res[o + 1], res[o + 2] = L - rem, new - now
+      local tat = now + new
+      redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
+      res[o + 1], res[o + 2] = tonumber(ARGV[b + 3]) - gcrarem(tol - new, T, tonumber(ARGV[b + 3])), new
       if plan then plan[#plan + 1] = 'g ' .. key .. ' ' .. string.format('%d', new - x[2]) end
     end
   end

@@ -288,6 +288,7 @@ func TestCellArgs(t *testing.T) {
 		{time.Second, 3, 0, 0, 0, false},                  // 333333333.3 ns
 		{1000000007 * time.Nanosecond, 1, 0, 0, 0, false}, // period 1000000007 s
 		{time.Second, 1, 1 << 40, 0, 0, false},            // tolerance beyond 2^53 ns
+		{time.Second, 400000, 0, 0, 0, false},             // 2.5µs: not a whole µs
 	} {
 		r := driver.Rule{Name: "g", Algorithm: driver.GCRA, Limit: tc.limit, Window: tc.w, Burst: tc.burst}
 		count, period, why := cellArgs(&r)
