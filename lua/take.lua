@@ -44,7 +44,10 @@
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
--- Errors: redis.error_reply with a "freqcap:" message.
+-- Errors: redis.error_reply with a "freqcap:" message (never naming a
+-- key: keys hold subject values). Among them: the key of a g or x rule
+-- holds something other than a TAT, checked before anything is written
+-- and before any CL.THROTTLE call (which would abort the server).
 
 -- GCRA (g, x) is computed in exact integers relative to now, in µs: T and
 -- tol are integers, so are ttl = max(TAT-now, 0), ttl + c*T and retry;
@@ -73,13 +76,31 @@ local function gcrarem(left, T, L)
 end
 
 -- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
--- long for a double) into µs, rounded up.
+-- long for a double; tatok) into µs, rounded up.
 local function nsup(v)
   local us = tonumber(string.sub(v, 1, -4)) or 0
   if string.sub(v, -3) ~= string.rep('0', math.min(#v, 3)) then us = us + 1 end
   return us
 end
 
+-- foreign returns an error reply when key, the state key of GCRA rule
+-- name (alg g or x), holds anything but a TAT (tatok; g: µs below 2^53),
+-- else nil. It reads with pcall: a key of another type (WRONGTYPE) is
+-- refused the same way. The reply names the rule, never the key.
+local function foreign(key, alg, name)
+  local v = redis.pcall('GET', key)
+  local bad
+  if type(v) == 'table' and v.err then
+    bad = 'is not a string key (WRONGTYPE)'
+  elseif v and alg == 'x' and not tatok(v) then
+    bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
+  elseif v and alg == 'g' and not (tatok(v) and tonumber(v) < 9007199254740992) then
+    bad = 'holds a value that is not a TAT in µs'
+  end
+  if bad then
+    return redis.error_reply('freqcap: rule ' .. name .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  end
+end
 
 local op = ARGV[1]
 local n = tonumber(ARGV[3])
@@ -103,6 +124,17 @@ if ik > 0 then
     out[1] = out[1] + 2
     out[#out + 1] = string.sub(rec, 1, sep - 1)
     return out
+  end
+end
+
+-- GCRA state keys hold a TAT or nothing: checked before anything is
+-- written, and before any CL.THROTTLE call.
+for r = 1, n do
+  local b = A + (r - 1) * 5
+  local alg = ARGV[b + 1]
+  if alg == 'g' or alg == 'x' then
+    local e = foreign(KEYS[r], alg, ARGV[b + 2])
+    if e then return e end
   end
 end
 
@@ -264,7 +296,7 @@ for r = 1, n do
     -- computed here from its TAT instead, never shorter than the truth.
     local T = tonumber(ARGV[b + 4]) -- µs
     local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
-    local v = redis.call('GET', key)
+    local v = redis.call('GET', key) -- a TAT or nothing (foreign)
     local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
     local ttl = 0
     if v then ttl = math.max(nsup(v) - now, 0) end

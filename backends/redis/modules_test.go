@@ -247,6 +247,71 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 	}
 }
 
+// TestCellForeignState: a redis-cell rule's key holding anything
+// CL.THROTTLE did not write (which would abort the server) is refused with
+// take.lua's freqcap error by every op — take, peek, inspect, reserve, an
+// idempotent take — and nothing is written; a refund (cancel) of a hold on
+// such a key leaves it alone. The server answers PING after each.
+func TestCellForeignState(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	wantStrategy(t, b, driver.GCRA, capability.CellLua)
+	alive := func(what string) {
+		t.Helper()
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("%s: PING = %v: the server is gone", what, err)
+		}
+	}
+	for _, fs := range foreignStates {
+		t.Run(fs.name, func(t *testing.T) {
+			s := newSubject(t, "cellforeign")
+			r := s.gcra("g", 10, time.Minute, 4) // T = 6s: on redis-cell
+			key := r.Key + suffixCell
+			fs.put(t, c, key)
+			before := dumpKey(t, c, key)
+			for op, req := range gcraOps(s, r) {
+				res, err := b.Take(ctx, req)
+				alive(op)
+				checkForeignErr(t, op, err, s, "g")
+				if err == nil {
+					t.Errorf("%s: Take = %+v, want an error", op, res)
+				}
+			}
+			if after := dumpKey(t, c, key); after != before {
+				t.Errorf("the key changed on a refusal")
+			}
+			if n, _ := c.Exists(ctx, s.holds(), s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the holds, trail and idempotency keys written on a refusal", n)
+			}
+			// A hold taken while the key held a TAT, cancelled after it
+			// was overwritten: the refund leaves the foreign value alone.
+			s2 := newSubject(t, "cellforeignhold")
+			r2 := s2.gcra("g", 10, time.Minute, 4)
+			req := s2.request(driver.OpReserve, 2, r2)
+			req.HoldID, req.HoldTTL = "h", time.Hour
+			if res := take(t, b, req); !res.Allowed {
+				t.Fatalf("reserve = %+v, want allowed", res)
+			}
+			if err := c.Del(ctx, r2.Key+suffixCell).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fs.put(t, c, r2.Key+suffixCell)
+			before = dumpKey(t, c, r2.Key+suffixCell)
+			if err := b.Settle(ctx, s2.holds(), "h", false); err != nil {
+				t.Errorf("cancel = %v, want nil", err)
+			}
+			alive("cancel")
+			if after := dumpKey(t, c, r2.Key+suffixCell); after != before {
+				t.Errorf("the refund changed the foreign key")
+			}
+		})
+	}
+	// The module still decides.
+	s := newSubject(t, "cellforeignafter")
+	res := take(t, b, s.request(driver.OpTake, 1, s.gcra("g", 10, time.Minute, 4)))
+	checkRule(t, "take on a fresh key after the refusals", res.Rules[0], true, 1, 5)
+}
+
 // TestCellRetryAfterHonest: a denied redis-cell rule's RetryAfter is exact
 // (from the TAT), not CL.THROTTLE's whole seconds: admitted once it has
 // passed, and never before.
