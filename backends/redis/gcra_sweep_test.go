@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -229,4 +231,54 @@ func TestGCRASweepCell(t *testing.T) {
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	t.Run("backend", func(t *testing.T) { sweepBackend(t, b) })
 	t.Run("CL.THROTTLE", func(t *testing.T) { sweepCell(t, c) })
+}
+
+// luaFunction returns the source of take.lua's local function name, to
+// run it on its own.
+func luaFunction(t *testing.T, name string) string {
+	t.Helper()
+	i := strings.Index(lua.Take, "\nlocal function "+name+"(")
+	if i < 0 {
+		t.Fatalf("take.lua has no local function %s", name)
+	}
+	j := strings.Index(lua.Take[i:], "\nend\n")
+	if j < 0 {
+		t.Fatalf("take.lua: the end of %s not found", name)
+	}
+	return lua.Take[i : i+j+len("\nend\n")]
+}
+
+// TestGCRAFloorDivision runs take.lua's fdiv and gcrarem on the server:
+// exact floors of negative, exact and large quotients, and Remaining
+// clamped to [0, L].
+func TestGCRAFloorDivision(t *testing.T) {
+	_, c := standalone(t)
+	ctx := context.Background()
+	src := luaFunction(t, "fdiv") + luaFunction(t, "gcrarem") +
+		"return {fdiv(tonumber(ARGV[1]), tonumber(ARGV[2])), gcrarem(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))}"
+	floor := func(a, b int64) int64 {
+		q := a / b
+		if a%b != 0 && a < 0 {
+			q--
+		}
+		return q
+	}
+	for _, tc := range []struct{ a, b, l int64 }{
+		{0, 7, 3}, {428571, 428571, 2}, {428570, 428571, 2}, {857142, 428571, 2}, {857141, 428571, 1},
+		{-1, 3, 5}, {-428571, 428571, 5}, {-428572, 428571, 5}, {5, 1, 3},
+		{1<<53 - 1, 3, 1 << 60}, {1<<53 - 2, 1<<52 - 1, 9}, {1<<53 - 1, 1<<53 - 1, 9},
+		{-(1<<53 - 1), 7, 9}, {3*333333 - 1, 333333, 9}, {1<<52 + 1, 1<<26 + 1, 1 << 40},
+	} {
+		got, err := c.Eval(ctx, src, nil, tc.a, tc.b, tc.l).Int64Slice()
+		if err != nil || len(got) != 2 {
+			t.Fatalf("fdiv(%d, %d) = %v, %v", tc.a, tc.b, got, err)
+		}
+		want := floor(tc.a, tc.b)
+		if got[0] != want {
+			t.Errorf("fdiv(%d, %d) = %d, want %d", tc.a, tc.b, got[0], want)
+		}
+		if rem := min(max(want, 0), tc.l); got[1] != rem {
+			t.Errorf("gcrarem(%d, %d, %d) = %d, want %d", tc.a, tc.b, tc.l, got[1], rem)
+		}
+	}
 }
