@@ -560,6 +560,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"limit 0", s.request(driver.OpTake, 1, s.fixed("a", 0, time.Hour))},
 		{"reserve without id", s.request(driver.OpReserve, 1, s.fixed("a", 1, time.Hour))},
 		{"no keys", driver.Request{Op: driver.OpTake, Cost: 1}},
+		{"gcra tolerance beyond 2^52 µs", s.request(driver.OpTake, 1, s.gcra("g", 1, time.Hour, 1<<21))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := b.Take(context.Background(), tc.req); err == nil {
