@@ -334,3 +334,40 @@ func (r Rule) Cells() (size time.Duration, n int64) {
 	size = (r.Window / time.Duration(n)).Truncate(time.Millisecond)
 	return max(size, time.Millisecond), n
 }
+
+// CellSpan is a SlidingWindow rule's counting arithmetic, in one integer
+// time unit (nanoseconds in memory, microseconds on Redis), the same for
+// every backend. At time t, in cell i = Index(t), the rule counts the
+// cells j >= Oldest(i) = i-Back: the current cell and the Back cells
+// before it, the partly expired oldest one included. Back is the number
+// of cells a window can reach behind the current one, ceil(Window/Size)
+// (SubWindows when cells divide the window), so any unit within Window
+// (closed) before t lies in a counted cell: no interval of length Window
+// ever holds more than Limit admitted units. Cell j stops counting at
+// Leaves(j) = (j+Back+1)*Size.
+type CellSpan struct {
+	Size int64 // cell length
+	Back int64 // cells counted behind the current one
+}
+
+// Span returns r's CellSpan in unit (time.Nanosecond or
+// time.Microsecond: cells are whole milliseconds).
+func (r Rule) Span(unit time.Duration) CellSpan {
+	size, _ := r.Cells()
+	return CellSpan{Size: int64(size / unit), Back: int64((r.Window + size - 1) / size)}
+}
+
+// Index returns the cell holding t: floor(t/Size).
+func (c CellSpan) Index(t int64) int64 {
+	i := t / c.Size
+	if t%c.Size < 0 {
+		i--
+	}
+	return i
+}
+
+// Oldest returns the oldest cell counted at cell i: i-Back.
+func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }
+
+// Leaves returns when cell j stops counting: (j+Back+1)*Size.
+func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
