@@ -145,8 +145,9 @@ func TestModuleKeys(t *testing.T) {
 }
 
 // TestTairHashFieldExpiry: a TairHash cell's field expires at the last
-// millisecond of the cell's life, set with EXHPEXPIREAT (never EXHINCRBY's
-// own TTL options), and a refund (cancel) keeps it.
+// millisecond it counts, (i+N+1)·s-1 (strict: N cells behind the current
+// one still count), set with EXHPEXPIREAT (never EXHINCRBY's own TTL
+// options), and a refund (cancel) keeps it.
 func TestTairHashFieldExpiry(t *testing.T) {
 	ctx := context.Background()
 	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_TAIRHASH"), capability.Config{})
@@ -160,7 +161,7 @@ func TestTairHashFieldExpiry(t *testing.T) {
 	i := res.Now.UnixMilli() / cell
 	f := strconv.FormatInt(i, 10)
 	key := r.Key + suffixTairHash
-	wantAt := (i+10)*cell - 1
+	wantAt := (i+11)*cell - 1
 	check := func(what string, v string) {
 		t.Helper()
 		got, err := c.Do(ctx, "exhget", key, f).Text()
@@ -179,6 +180,23 @@ func TestTairHashFieldExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after cancelling the reserve (EXHINCRBY -3, then EXHPEXPIREAT again)", "2")
+}
+
+// TestHFEFieldExpiry: a native hash-field-expiry cell's field expires one
+// ms after it stops counting, at (i+N+1)·s (HPEXPIREAT, absolute).
+func TestHFEFieldExpiry(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_HFE"), capability.Config{})
+	wantStrategy(t, b, driver.SlidingWindow, capability.HFELua)
+	s := newSubject(t, "hfettl")
+	r := s.sliding("s", 10, time.Hour, 10) // 6 min cells
+	res := take(t, b, s.request(driver.OpTake, 3, r))
+	cell := (6 * time.Minute).Milliseconds()
+	i := res.Now.UnixMilli() / cell
+	got, err := c.Do(ctx, "hpexpiretime", r.Key+suffixHFE, "FIELDS", 1, strconv.FormatInt(i, 10)).Int64Slice()
+	if want := (i + 11) * cell; err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("HPEXPIRETIME of cell i = %v, %v; want [%d], (i+N+1)·s", got, err, want)
+	}
 }
 
 // TestCellKeyHoldsOnlyTAT: whatever the backend does to a redis-cell key
@@ -465,8 +483,8 @@ func TestBareTairHash(t *testing.T) {
 	}
 
 	// Compensation: a is incremented, then b's bounded increment fails.
-	br := bareRule{r: &bb, key: key, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
-	ar := bareRule{r: &a, key: a.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
+	br := bareRule{r: &bb, key: key, sp: bb.Span(time.Microsecond), i: i}
+	ar := bareRule{r: &a, key: a.Key + suffixTairHash, sp: a.Span(time.Microsecond), i: i}
 	if err := ar.incr(ctx, c, 1, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +501,7 @@ func TestBareTairHash(t *testing.T) {
 
 	// The empty-key leak: a denial on a fresh key by MAX, then the sweep.
 	fresh := s.sliding("fresh", 1, time.Hour, 10)
-	fr := bareRule{r: &fresh, key: fresh.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i, empty: true}
+	fr := bareRule{r: &fresh, key: fresh.Key + suffixTairHash, sp: fresh.Span(time.Microsecond), i: i, empty: true}
 	if err := fr.incr(ctx, c, 2, 1); !isOverflow(err) {
 		t.Fatalf("EXHINCRBY 2 MAX 1 on a fresh key = %v, want overflow", err)
 	}
