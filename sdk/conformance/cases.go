@@ -23,6 +23,9 @@ var groups = []group{
 	}},
 	{name: "SlidingWindow", cases: []testCase{
 		{name: "Accuracy", run: slidingAccuracy},
+		{name: "NoIntervalOverLimit", run: slidingStrict},
+		{name: "SmallestOverAdmission", run: slidingSmallest},
+		{name: "RetryAfterExact", run: slidingRetryExact},
 	}},
 	{name: "SlidingLog", cases: []testCase{
 		{name: "Exact", run: logExact},
