@@ -23,9 +23,20 @@ const (
 	// FixedWindow counts units in windows aligned to the Unix epoch
 	// (Window long), or to a calendar (Rule.Calendar).
 	FixedWindow Algorithm = iota + 1
-	// SlidingWindow counts units in SubWindows cells of Window/SubWindows
-	// each; the count is the sum of the last SubWindows cells, so it is
-	// accurate to one cell and never under-counts.
+	// SlidingWindow counts units in cells of Window/SubWindows (Rule.Cells),
+	// and at any instant counts every cell a window reaches back into, the
+	// partly expired oldest one included (CellSpan). It is strict: no
+	// interval of length Window, closed or half-open, ever holds more than
+	// Limit admitted units. The price: a unit counts for up to one cell
+	// longer than Window (two when the cells do not divide it), so some
+	// requests an exact log would admit are denied. On the seed policy
+	// (sdk/strict_test.go: 3 simulated days, 200 users) 6,456 of 58,133
+	// attempts (11.1%) were denied that an exact log of the same admitted
+	// history would admit, nearly all by the 24h rule's 2.4h cells; the
+	// earlier arithmetic, which dropped the partly expired oldest cell,
+	// over-admitted 1,840 (3.2%), up to 73 units in 24h against a limit of
+	// 50. Measured by: go test -race -count=1 -run TestStrictnessCost -v ./sdk/
+	// Finer cells shorten the extra time a unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
 	// (now-Window, now]: exact, memory grows with Limit.
