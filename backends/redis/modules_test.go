@@ -578,3 +578,38 @@ func TestBareTairHash(t *testing.T) {
 		t.Errorf("race: %d admitted, used q %d p %d; want 20, 20, 20 (compensated)", admitted, res.Rules[0].Used, res.Rules[1].Used)
 	}
 }
+
+// TestBareStrict: bare mode is strict too, on the server's clock:
+// Sliding(r, 1, 1s) with 100ms cells, one unit just after cell j starts,
+// another attempted at the start of cell j+N (less than a second later)
+// is denied with RetryAfter to (j+N+1)·s exactly, and admitted then.
+func TestBareStrict(t *testing.T) {
+	addr := moduleAddr(t, "FREQCAP_TEST_TAIRHASH")
+	c := bareClient(t, addr)
+	b := New(c, nil)
+	wantStrategy(t, b, driver.SlidingWindow, capability.TairHashBare)
+	const cell = 100 * time.Millisecond
+	for attempt := 1; attempt <= 3; attempt++ {
+		s := newSubject(t, "barestrict")
+		r := s.sliding("r", 1, time.Second, 10)
+		j := serverNow(t, c).Truncate(cell).Add(cell) // cell j starts
+		eventually(t, time.Second, "cell j", func() bool { return !serverNow(t, c).Before(j.Add(10 * time.Millisecond)) })
+		first := take(t, b, s.request(driver.OpTake, 1, r))
+		eventually(t, 2*time.Second, "cell j+N", func() bool { return !serverNow(t, c).Before(j.Add(time.Second)) })
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		leave := j.Add(time.Second + cell)
+		if !first.Allowed || first.Now.After(j.Add(cell)) || !res.Now.Before(leave) {
+			t.Logf("attempt %d: the takes missed their cells (%v, %v); retrying", attempt, first.Now.Sub(j), res.Now.Sub(j))
+			continue
+		}
+		if res.Allowed || res.Rules[0].RetryAfter != leave.Sub(res.Now) {
+			t.Fatalf("take %v after the first = %+v, want denied with retry %v (until cell j stops counting)", res.Now.Sub(first.Now), res.Rules[0], leave.Sub(res.Now))
+		}
+		eventually(t, 2*time.Second, "cell j leaves", func() bool { return !serverNow(t, c).Before(leave) })
+		if res = take(t, b, s.request(driver.OpTake, 1, r)); !res.Allowed {
+			t.Errorf("take once cell j stopped counting = %+v, want allowed", res.Rules[0])
+		}
+		return
+	}
+	t.Fatal("the takes missed their cells 3 times")
+}
