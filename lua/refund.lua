@@ -16,7 +16,8 @@
 --
 -- refund(entry, now) applies one entry's refund. It never drives a count
 -- below zero and skips state that has moved on: a fixed window that ended
--- (PEXPIRETIME differs), a cell that left the window, log members already
+-- (PEXPIRETIME differs), a cell that no longer counts (now >= dies, the
+-- (i+K+1)*s take.lua computed), log members already
 -- trimmed, a GCRA TAT already in the past. A redis-cell key is only ever
 -- given an integer TAT or deleted: CL.THROTTLE aborts the server on
 -- anything else. A GCRA key holding something other than a TAT (tatok) is

@@ -18,7 +18,8 @@
 -- then 5 per rule: alg, name, limit, p1, p2 where alg is
 --   f  fixed window, epoch-aligned:  p1 = window µs
 --   c  calendar fixed window:        p1 = consecutive boundaries, ms, comma-separated
---   s  sliding window counters:      p1 = cells N, p2 = cell µs
+--   s  sliding window counters:      p1 = K, the cells counted behind the
+--                                    current one, p2 = cell µs (driver.CellSpan)
 --   t  sliding window on TairHash:   as s; the key is a TairHash, one field
 --                                    per cell with its own expiry
 --   h  sliding window on native hash-field expiry (Redis >= 7.4): as s
@@ -184,9 +185,14 @@ for r = 1, n do
   local key = KEYS[r]
   local used, reset, retry, flags = 0, 0, 0, 1
   if alg == 's' or alg == 't' or alg == 'h' then
-    local N, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    -- Strict (driver.CellSpan): at cell i = floor(now/s) the cells
+    -- j >= i-K count, the partly expired oldest one too, so no interval
+    -- of the window ever holds more than L units; cell j stops counting
+    -- at leaves(j) = (j+K+1)*s.
+    local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    local function leaves(j) return (j + K + 1) * s end
     local i = math.floor(now / s)
-    local lo = i - N -- live cells j: lo < j
+    local lo = i - K -- counted cells j: lo <= j
     -- Cells are counted by index, never by expiry: t and h fields expire
     -- by themselves (EXHGETALL/HGETALL skip expired ones), but against
     -- clocks other than this TIME, so expiry only reclaims memory.
@@ -195,7 +201,7 @@ for r = 1, n do
     local newest, cur, dead = -1, 0, nil
     for k = 1, #h, 2 do
       local j = tonumber(h[k])
-      if j and j > lo then
+      if j and j >= lo then
         local v = tonumber(h[k + 1])
         used = used + v
         if j == i then cur = v end
@@ -205,7 +211,7 @@ for r = 1, n do
         dead[#dead + 1] = h[k]
       end
     end
-    if newest >= 0 then reset = (newest + N) * s - now end
+    if newest >= 0 then reset = leaves(newest) - now end
     if c > L then
       flags = 2
     elseif used + c > L then
@@ -214,18 +220,18 @@ for r = 1, n do
       local cells = {}
       for k = 1, #h, 2 do
         local j = tonumber(h[k])
-        if j and j > lo then cells[j] = tonumber(h[k + 1]) end
+        if j and j >= lo then cells[j] = tonumber(h[k + 1]) end
       end
-      for j = lo + 1, i do
+      for j = lo, i do
         acc = acc + (cells[j] or 0)
         if acc >= need then
-          retry = (j + N) * s - now
+          retry = leaves(j) - now
           break
         end
       end
       if retry == 0 then retry = s end -- cells beyond i: the server clock went back
     end
-    st[r] = {i, cur, (i + N) * s, dead}
+    st[r] = {i, cur, leaves(i), dead}
   elseif alg == 'f' or alg == 'c' then
     local e
     if alg == 'f' then
@@ -378,7 +384,7 @@ if allowed and consume then
     if alg == 't' then
       -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
       -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
-      -- field lives to the last ms of the cell's life, (i+N)*s - 1.
+      -- field lives to the last ms the cell counts, (i+K+1)*s - 1.
       local f = string.format('%d', x[1])
       redis.call('EXHINCRBY', key, f, cs)
       redis.call('EXHPEXPIREAT', key, f, string.format('%d', math.floor(x[3] / 1000) - 1))
@@ -386,7 +392,8 @@ if allowed and consume then
       if plan then plan[#plan + 1] = 't ' .. key .. ' ' .. f .. ' ' .. cs .. ' ' .. string.format('%d', x[3]) end
     elseif alg == 'h' then
       -- HINCRBY keeps a field's TTL; NX sets it on the cell's first unit.
-      -- Absolute, one ms past the cell's life: never before it.
+      -- Absolute, one ms after the cell stops counting, (i+K+1)*s: never
+      -- before.
       local f = string.format('%d', x[1])
       redis.call('HINCRBY', key, f, cs)
       redis.call('HPEXPIREAT', key, string.format('%d', math.floor(x[3] / 1000)), 'NX', 'FIELDS', 1, f)
@@ -397,8 +404,8 @@ if allowed and consume then
       if x[4] then chunked('HDEL', key, x[4], 1, 1) end
       redis.call('HINCRBY', key, f, cs)
       if x[2] == 0 then
-        -- A new cell: the key lives until this cell has left the window,
-        -- plus one cell.
+        -- A new cell: the key lives until this cell stops counting,
+        -- (i+K+1)*s, plus one cell.
         redis.call('PEXPIREAT', key, string.format('%d', math.ceil((x[3] + tonumber(ARGV[b + 5])) / 1000)))
       end
       res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now

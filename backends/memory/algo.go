@@ -138,16 +138,16 @@ type slidingState struct {
 	cells []cell
 }
 
-// cellEnd is when cell idx leaves the window: (idx+N)*size.
-func cellEnd(idx int64, size time.Duration, n int64) time.Time {
-	return time.Unix(0, (idx+n)*int64(size))
+// cellLeaves is when cell idx stops counting (driver.CellSpan.Leaves).
+func cellLeaves(sp driver.CellSpan, idx int64) time.Time {
+	return time.Unix(0, sp.Leaves(idx))
 }
 
-// slidingLive returns the live cells at now (index > i-N) and i.
-func slidingLive(st slidingState, r driver.Rule, now time.Time) (live []cell, i int64, used int64) {
-	size, n := r.Cells()
-	i = floorDiv(now.UnixNano(), int64(size))
-	k := sort.Search(len(st.cells), func(k int) bool { return st.cells[k].idx > i-n })
+// slidingLive returns the cells counted at now (index >= i-Back, the
+// partly expired oldest one included: driver.CellSpan), i and their sum.
+func slidingLive(st slidingState, sp driver.CellSpan, now time.Time) (live []cell, i int64, used int64) {
+	i = sp.Index(now.UnixNano())
+	k := sort.Search(len(st.cells), func(k int) bool { return st.cells[k].idx >= sp.Oldest(i) })
 	live = st.cells[k:]
 	for _, c := range live {
 		used += c.n
@@ -156,17 +156,17 @@ func slidingLive(st slidingState, r driver.Rule, now time.Time) (live []cell, i 
 }
 
 func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (slidingState, verdict) {
-	live, i, used := slidingLive(st, r, now)
+	sp := r.Span(time.Nanosecond)
+	live, i, used := slidingLive(st, sp, now)
 	if cost > r.Limit {
 		return st, verdict{CostTooHigh: true}
 	}
 	if used+cost > r.Limit {
-		size, n := r.Cells()
 		need, sum := used+cost-r.Limit, int64(0)
 		for _, c := range live {
 			sum += c.n
 			if sum >= need {
-				return st, verdict{RetryAfter: cellEnd(c.idx, size, n).Sub(now)}
+				return st, verdict{RetryAfter: cellLeaves(sp, c.idx).Sub(now)}
 			}
 		}
 		return st, verdict{} // unreachable: need <= used
@@ -182,23 +182,22 @@ func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (sli
 }
 
 func slidingReport(st slidingState, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
-	live, _, used := slidingLive(st, r, now)
-	size, n := r.Cells()
+	sp := r.Span(time.Nanosecond)
+	live, _, used := slidingLive(st, sp, now)
 	for k := len(live) - 1; k >= 0; k-- {
 		if live[k].n > 0 {
-			return used, cellEnd(live[k].idx, size, n).Sub(now)
+			return used, cellLeaves(sp, live[k].idx).Sub(now)
 		}
 	}
 	return used, 0
 }
 
-// slidingExpiry is when every cell has left the window.
+// slidingExpiry is when every cell has stopped counting.
 func slidingExpiry(st slidingState, r driver.Rule) time.Time {
 	if len(st.cells) == 0 {
 		return time.Time{}
 	}
-	size, n := r.Cells()
-	return cellEnd(st.cells[len(st.cells)-1].idx, size, n)
+	return cellLeaves(r.Span(time.Nanosecond), st.cells[len(st.cells)-1].idx)
 }
 
 // ---- SlidingLog ----

@@ -92,12 +92,15 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 			holdTTL = 1
 		}
 		// The hold hash outlives its newest hold by the longest state
-		// lifetime, after which no refund can matter any more.
+		// lifetime, after which no refund can matter any more (a sliding
+		// window's cell counts for up to (K+1) cells).
 		var longest time.Duration
 		for _, r := range req.Rules {
-			if w := r.Window + r.Window/time.Duration(max(1, r.SubWindows)); w > longest {
-				longest = w
+			w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
+			if r.Algorithm == driver.SlidingWindow {
+				w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
 			}
+			longest = max(longest, w)
 		}
 		holdKeyTTL = ceilMillis(req.HoldTTL + longest + time.Second)
 	}
@@ -154,12 +157,12 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 				args = append(args, "f", r.Name, r.Limit, r.Window.Microseconds(), 0)
 			}
 		case driver.SlidingWindow:
-			s, cells := r.Cells()
+			sp := r.Span(time.Microsecond)
 			code := choices[i].code // "t", "h" or plain
 			if code == "" {
 				code = "s"
 			}
-			args = append(args, code, r.Name, r.Limit, cells, s.Microseconds())
+			args = append(args, code, r.Name, r.Limit, sp.Back, sp.Size)
 		case driver.SlidingLog:
 			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
 		case driver.GCRA:

@@ -24,9 +24,20 @@ const (
 	// FixedWindow counts units in windows aligned to the Unix epoch
 	// (Window long), or to a calendar (Rule.Calendar).
 	FixedWindow Algorithm = iota + 1
-	// SlidingWindow counts units in SubWindows cells of Window/SubWindows
-	// each; the count is the sum of the last SubWindows cells, so it is
-	// accurate to one cell and never under-counts.
+	// SlidingWindow counts units in cells of Window/SubWindows (Rule.Cells),
+	// and at any instant counts every cell a window reaches back into, the
+	// partly expired oldest one included (CellSpan). It is strict: no
+	// interval of length Window, closed or half-open, ever holds more than
+	// Limit admitted units. The price: a unit counts for up to one cell
+	// longer than Window (two when the cells do not divide it), so some
+	// requests an exact log would admit are denied. On the seed policy
+	// (sdk/strict_test.go: 3 simulated days, 200 users) 6,456 of 58,133
+	// attempts (11.1%) were denied that an exact log of the same admitted
+	// history would admit, nearly all by the 24h rule's 2.4h cells; the
+	// earlier arithmetic, which dropped the partly expired oldest cell,
+	// over-admitted 1,840 (3.2%), up to 73 units in 24h against a limit of
+	// 50. Measured by: go test -race -count=1 -run TestStrictnessCost -v ./sdk/
+	// Finer cells shorten the extra time a unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
 	// (now-Window, now]: exact, memory grows with Limit.
@@ -366,3 +377,40 @@ func (r Rule) ReportedLimit() int64 {
 	}
 	return r.Limit
 }
+
+// CellSpan is a SlidingWindow rule's counting arithmetic, in one integer
+// time unit (nanoseconds in memory, microseconds on Redis), the same for
+// every backend. At time t, in cell i = Index(t), the rule counts the
+// cells j >= Oldest(i) = i-Back: the current cell and the Back cells
+// before it, the partly expired oldest one included. Back is the number
+// of cells a window can reach behind the current one, ceil(Window/Size)
+// (SubWindows when cells divide the window), so any unit within Window
+// (closed) before t lies in a counted cell: no interval of length Window
+// ever holds more than Limit admitted units. Cell j stops counting at
+// Leaves(j) = (j+Back+1)*Size.
+type CellSpan struct {
+	Size int64 // cell length
+	Back int64 // cells counted behind the current one
+}
+
+// Span returns r's CellSpan in unit (time.Nanosecond or
+// time.Microsecond: cells are whole milliseconds).
+func (r Rule) Span(unit time.Duration) CellSpan {
+	size, _ := r.Cells()
+	return CellSpan{Size: int64(size / unit), Back: int64((r.Window + size - 1) / size)}
+}
+
+// Index returns the cell holding t: floor(t/Size).
+func (c CellSpan) Index(t int64) int64 {
+	i := t / c.Size
+	if t%c.Size < 0 {
+		i--
+	}
+	return i
+}
+
+// Oldest returns the oldest cell counted at cell i: i-Back.
+func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }
+
+// Leaves returns when cell j stops counting: (j+Back+1)*Size.
+func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
