@@ -351,11 +351,18 @@ func checkIntegers(root *yaml.Node) (int, error) {
 func checkInts(n *yaml.Node, keys []intKey) (int, string) {
 	for _, k := range keys {
 		v := mapValue(n, k.name)
+		if v == nil {
+			continue
+		}
+		line := v.Line // an alias's own line, not its anchor's
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
 		if v == nil || v.Kind != yaml.ScalarNode {
 			continue
 		}
 		if msg := checkInt(v, k); msg != "" {
-			return v.Line, msg
+			return line, msg
 		}
 	}
 	return 0, ""
