@@ -325,7 +325,8 @@ const DefaultSubWindows = 10
 
 // The largest numbers a rule may hold, the same for every backend. sdk
 // refuses a rule or a cost beyond them (sdk.MaxLimit and its siblings), so
-// a backend sees only numbers it computes exactly:
+// a backend sees only numbers that neither overflow an int64 nor lose
+// precision as a double:
 //
 //   - counts in Lua are doubles, exact below 2^53: a count plus a cost,
 //     each at most MaxLimit, stays far below;
