@@ -348,8 +348,8 @@ const (
 	// burst takes to come back).
 	MaxTolerance = time.Duration(1 << 53)
 	// MinInterval is the shortest emission interval of a GCRA rule,
-	// Window/Limit: 1µs, the unit of the Redis backend's instants (a
-	// shorter interval would round to nothing there).
+	// Window/Limit: 1µs, the unit of the Redis backend's instants (there a
+	// shorter one would round, for one unit, to 0 or to a whole µs).
 	MinInterval = time.Microsecond
 )
 
