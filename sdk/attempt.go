@@ -18,7 +18,7 @@ type Attempt struct {
 	// Subject is what the decision is about.
 	Subject Subject
 	// Cost is the number of units to take; 0 means 1, and a negative
-	// cost is invalid (ErrInvalidCost).
+	// cost or one above MaxLimit is invalid (ErrInvalidCost).
 	Cost int64
 	// IdempotencyKey, when not empty, names the attempt: a retry of it
 	// (e.g. after a timeout) with the same key, for the same policy and
@@ -76,6 +76,9 @@ type call struct {
 func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, s Subject, n int64, ttl time.Duration, idem string) (*call, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 1, got %d", op, ErrInvalidCost, n)
+	}
+	if n > MaxLimit {
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", op, ErrInvalidCost, MaxLimit, n)
 	}
 	res, err := resolve(l.prefix, p, s, false)
 	if err != nil {

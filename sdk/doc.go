@@ -29,6 +29,12 @@
 // it is stored. The storage key scheme and the exact arithmetic of every
 // algorithm are in docs/DESIGN.md.
 //
+// Numbers are bounded so that no backend overflows an int64 or rounds a
+// double for their size: Limit, Burst+1 and a cost at most MaxLimit,
+// Window at most MaxWindow, a GCRA rule's emission interval at least
+// MinInterval and its tolerance at most MaxTolerance. NewPolicy,
+// LoadPolicies and the calls refuse anything beyond.
+//
 // Errors wrap the package's sentinels (ErrInvalidRule, ErrInvalidPolicy,
 // ErrInvalidSubject, ErrInvalidCost, ...), matched with errors.Is; subject
 // values never appear in them. A denial is a Decision, not an error.

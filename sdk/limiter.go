@@ -88,7 +88,7 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, s Subject) (Decision, er
 // Allowed false, not an error; it consumes nothing.
 //
 // An error means no decision was made: invalid input (ErrInvalidPolicy,
-// ErrInvalidSubject, ErrInvalidCost) or, under a fail-closed policy, a
+// ErrInvalidSubject, ErrInvalidCost: n < 1 or n > MaxLimit) or, under a fail-closed policy, a
 // backend failure. Under a fail-open policy a backend failure yields an
 // allowed Decision with Degraded set and a nil error.
 func (l *Limiter) AllowN(ctx context.Context, p *Policy, s Subject, n int64) (Decision, error) {
@@ -103,7 +103,7 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, s Subject, n int64) (Deci
 }
 
 // Reserve is AllowN that can be undone: when allowed, the units are
-// consumed and held for ttl; Commit keeps them, Cancel gives them back,
+// consumed and held for ttl (1ms to MaxWindow); Commit keeps them, Cancel gives them back,
 // and a hold neither committed nor cancelled within ttl is given back by
 // itself. It suits "check during selection, consume only for the ad
 // finally shown". A denied Reserve returns a nil Reservation.
@@ -120,8 +120,8 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, s Subject, n int64, tt
 	if !ok {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
 	}
-	if ttl < time.Millisecond {
-		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be >= 1ms, got %v", ttl)
+	if ttl < time.Millisecond || ttl > MaxWindow {
+		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", MaxWindow, ttl)
 	}
 	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, s, n, ttl, idem)
 	if err != nil || !d.Allowed {

@@ -56,6 +56,29 @@ const DefaultSubWindows = driver.DefaultSubWindows
 // MaxNameLen is the longest name a policy, rule or dimension may have.
 const MaxNameLen = 64
 
+// The largest numbers a rule or a cost may hold, the same for every
+// backend: beyond them some backend could no longer count exactly, so
+// NewPolicy (or the call, for a cost) refuses them. They are sdk/driver's (see there for the arithmetic):
+// Lua numbers are doubles, exact only to 2^53, and a count plus a cost
+// must stay exact; Redis instants are µs since the epoch (about 1.8e15),
+// to which a backend adds up to two windows, or a GCRA tolerance.
+const (
+	// MaxLimit is the largest Limit, Burst+1 and cost: 2^50 (about
+	// 1.1e15).
+	MaxLimit = driver.MaxLimit
+	// MaxWindow is the longest Window: 2^51 µs, about 71 years. Now plus
+	// two such windows stays below 2^53 µs until the year 2112.
+	MaxWindow = driver.MaxWindow
+	// MaxTolerance is the longest tolerance of a GCRA rule,
+	// Window/Limit*(Burst+1), the time a spent burst takes to come back:
+	// 2^53 ns, about 104 days. Up to it, every count of ns is exact as a
+	// double.
+	MaxTolerance = driver.MaxTolerance
+	// MinInterval is the shortest emission interval of a GCRA rule,
+	// Window/Limit: 1µs, the unit of the Redis backend's clock.
+	MinInterval = driver.MinInterval
+)
+
 // Rule is one cap: at most Limit units per Window for each combination of
 // the values of Dimensions. "15 per minute per user" is
 // Sliding("recv-1m", 15, time.Minute).By("user").
@@ -70,11 +93,13 @@ type Rule struct {
 	Name string
 	// Algorithm is how the rule counts.
 	Algorithm Algorithm
-	// Limit is the number of units admitted per Window (> 0). For GCRA it
-	// is the rate: Limit units per Window.
+	// Limit is the number of units admitted per Window, from 1 to
+	// MaxLimit. For GCRA it is the rate: Limit units per Window, one every
+	// Window/Limit (the emission interval, at least MinInterval).
 	Limit int64
-	// Window is the length of the window (>= 1ms). For a calendar rule it
-	// is set by the unit (24h or 1h) and may be left zero.
+	// Window is the length of the window, from 1ms to MaxWindow. For a
+	// calendar rule it is set by the unit (24h or 1h) and may be left
+	// zero.
 	Window time.Duration
 	// Dimensions are the subject dimensions the rule is keyed by, e.g.
 	// {"user", "content"}: each user may receive the same content at most
@@ -85,7 +110,9 @@ type Rule struct {
 	// SlidingWindow rules may set it.
 	SubWindows int
 	// Burst is the number of units a GCRA rule admits at once beyond the
-	// steady rate (>= 0). Only GCRA rules may set it.
+	// steady rate, from 0 to MaxLimit-1; its tolerance,
+	// Window/Limit*(Burst+1), may be at most MaxTolerance. Only GCRA rules
+	// may set it.
 	Burst int64
 	// Calendar aligns a FixedWindow rule to local days or hours in
 	// Location (which is then required).
@@ -186,6 +213,9 @@ func (r Rule) normalize() (Rule, error) {
 	if r.Limit <= 0 {
 		return bad("limit must be > 0, got %d", r.Limit)
 	}
+	if r.Limit > MaxLimit {
+		return bad("limit must be <= %d (MaxLimit), got %d", MaxLimit, r.Limit)
+	}
 	switch r.Calendar {
 	case NoCalendar:
 		if r.Location != nil {
@@ -215,11 +245,28 @@ func (r Rule) normalize() (Rule, error) {
 	if r.Window < time.Millisecond {
 		return bad("window must be >= 1ms, got %v", r.Window)
 	}
+	if r.Window > MaxWindow {
+		return bad("window must be <= %v (MaxWindow), got %v", MaxWindow, r.Window)
+	}
 	if r.Burst < 0 {
 		return bad("burst must be >= 0, got %d", r.Burst)
 	}
+	if r.Burst > MaxLimit-1 {
+		return bad("burst must be <= %d (MaxLimit-1), got %d", MaxLimit-1, r.Burst)
+	}
 	if r.Burst != 0 && r.Algorithm != GCRA {
 		return bad("burst is only for gcra rules, got algorithm %v", r.Algorithm)
+	}
+	if r.Algorithm == GCRA {
+		// T as every backend computes it: Window/Limit, truncated to the ns.
+		t := r.Window / time.Duration(r.Limit)
+		if t < MinInterval {
+			return bad("emission interval window/limit must be >= %v (MinInterval), got %v", MinInterval, t)
+		}
+		// T*(Burst+1) <= MaxTolerance, without computing the product.
+		if t > MaxTolerance/time.Duration(r.Burst+1) {
+			return bad("tolerance window/limit*(burst+1) must be <= %v (MaxTolerance), got %v*%d", MaxTolerance, t, r.Burst+1)
+		}
 	}
 	if r.Algorithm == SlidingWindow {
 		if r.SubWindows == 0 {

@@ -206,7 +206,7 @@ func TestCalendarBounds(t *testing.T) {
 }
 
 func TestSlidingWindow(t *testing.T) {
-	b, c := standalone(t)
+	b, c := plainStandalone(t) // the plain hash layout
 	ctx := context.Background()
 	s := newSubject(t, "slide")
 	r := s.sliding("s", 3, time.Minute, 10)
@@ -235,7 +235,7 @@ func TestSlidingWindow(t *testing.T) {
 }
 
 func TestSlidingWindowCells(t *testing.T) {
-	b, c := standalone(t)
+	b, c := plainStandalone(t) // the plain hash layout
 	ctx := context.Background()
 	// 10 cells of one hour: the test runs within one cell, unless it
 	// starts at an hour boundary (then it retries once).

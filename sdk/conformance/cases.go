@@ -35,6 +35,12 @@ var groups = []group{
 		{name: "RedisCellExample", run: gcraRedisCell},
 		{name: "BurstAndEmission", run: gcraEmission},
 	}},
+	{name: "Numbers", cases: []testCase{
+		{name: "MaxLimit", run: numbersMaxLimit},
+		{name: "MaxWindow", run: numbersMaxWindow},
+		{name: "GCRAMaxTolerance", run: numbersGCRAMaxTolerance},
+		{name: "GCRAMinInterval", run: numbersGCRAMinInterval},
+	}},
 	{name: "Calendar", cases: []testCase{
 		{name: "DayAsiaShanghai", needs: Calendar, run: calendarShanghai},
 		{name: "DayAmericaNewYork", needs: Calendar, run: calendarNewYork},

@@ -336,6 +336,36 @@ func HashTag(key string) string {
 // SubWindows is 0.
 const DefaultSubWindows = 10
 
+// The largest numbers a rule may hold, the same for every backend. sdk
+// refuses a rule or a cost beyond them (sdk.MaxLimit and its siblings), so
+// a backend sees only numbers that neither overflow an int64 nor lose
+// precision as a double:
+//
+//   - counts in Lua are doubles, exact below 2^53: a count plus a cost,
+//     each at most MaxLimit, stays far below;
+//   - instants on Redis are µs since the epoch (about 1.8e15 in 2027) and
+//     a backend adds up to two windows to one (a cell's end and its key's
+//     expiry): with windows of at most MaxWindow that stays below 2^53 µs
+//     until 2112, and below 2^63 ns (the memory backend) until 2119;
+//   - a GCRA rule's tolerance, T*(Burst+1) with T = Window/Limit, and its
+//     emission interval T, are sent as ns and reckoned in ns by the memory
+//     backend, with a float64 quotient for Used: at most MaxTolerance
+//     (2^53 ns), both are exact as doubles.
+const (
+	// MaxLimit is the largest Limit, Burst+1 and cost: 2^50.
+	MaxLimit = 1 << 50
+	// MaxWindow is the longest Window: 2^51 µs, about 71 years.
+	MaxWindow = (1 << 51) * time.Microsecond
+	// MaxTolerance is the longest tolerance of a GCRA rule,
+	// Window/Limit*(Burst+1): 2^53 ns, about 104 days (the time a full
+	// burst takes to come back).
+	MaxTolerance = time.Duration(1 << 53)
+	// MinInterval is the shortest emission interval of a GCRA rule,
+	// Window/Limit: 1µs, the unit of the Redis backend's instants (there a
+	// shorter one would round, for one unit, to 0 or to a whole µs).
+	MinInterval = time.Microsecond
+)
+
 // Cells returns a SlidingWindow rule's cell layout, the same for every
 // backend: n cells (SubWindows, or DefaultSubWindows) of size
 // Window/n truncated to the millisecond, at least 1 ms.
