@@ -486,8 +486,9 @@ func TestAPICheck(t *testing.T) {
 	}
 	body := `{"policy":"push","subject":{"user":"u1","content":"c1"}}`
 	const policyHeader = `"recv-1m";q=15;w=60, "recv-24h";q=50;w=86400, "content-59s";q=2;w=59, "content-59m";q=5;w=3540`
-	// t0 lies 4.2s into a 5.9s cell of the 59s rule: its counts reset
-	// (and a denial may retry) 54.8s later, 55 rounded up.
+	// t0 lies 4.2s into a 5.9s cell of the 59s rule, which counts until
+	// a whole window after the cell's end: its counts reset (and a denial
+	// may retry) 60.7s later, 61 rounded up.
 	tests := []struct {
 		name       string
 		body       string
@@ -497,10 +498,10 @@ func TestAPICheck(t *testing.T) {
 		allowed    bool
 	}{
 		{"peek consumes nothing", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 200, `"content-59s";r=2;t=0`, "", true},
-		{"first", body, 200, `"content-59s";r=1;t=55`, "", true},
-		{"second", body, 200, `"content-59s";r=0;t=55`, "", true},
-		{"third is denied", body, 429, `"content-59s";r=0;t=55`, "55", false},
-		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=55`, "55", false},
+		{"first", body, 200, `"content-59s";r=1;t=61`, "", true},
+		{"second", body, 200, `"content-59s";r=0;t=61`, "", true},
+		{"third is denied", body, 429, `"content-59s";r=0;t=61`, "61", false},
+		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=61`, "61", false},
 		{"cost too high", `{"policy":"push","subject":{"user":"u2","content":"c1"},"cost":3}`, 429, `"content-59s";r=2;t=0`, "", false},
 	}
 	for _, tc := range tests {
@@ -524,8 +525,8 @@ func TestAPICheck(t *testing.T) {
 		})
 	}
 	_, d := check(body)
-	if len(d.Denied) != 1 || d.Denied[0] != "content-59s" || d.RetryAfterMS != 54800 {
-		t.Errorf("denied decision = %+v, want content-59s, retry 54800ms", d)
+	if len(d.Denied) != 1 || d.Denied[0] != "content-59s" || d.RetryAfterMS != 60700 {
+		t.Errorf("denied decision = %+v, want content-59s, retry 60700ms", d)
 	}
 
 	t.Run("gcra quota window", func(t *testing.T) {

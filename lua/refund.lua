@@ -16,10 +16,22 @@
 --
 -- refund(entry, now) applies one entry's refund. It never drives a count
 -- below zero and skips state that has moved on: a fixed window that ended
--- (PEXPIRETIME differs), a cell that left the window, log members already
+-- (PEXPIRETIME differs), a cell that no longer counts (now >= dies, the
+-- (i+K+1)*s take.lua computed), log members already
 -- trimmed, a GCRA TAT already in the past. A redis-cell key is only ever
 -- given an integer TAT or deleted: CL.THROTTLE aborts the server on
--- anything else.
+-- anything else. A GCRA key holding something other than a TAT (tatok) is
+-- left alone: take.lua refuses to decide on it.
+
+local function tatok(v)
+  -- Reports whether v is a TAT as take.lua and CL.THROTTLE write it: 1 to
+  -- 19 decimal digits, no sign, at most 2^63-1. CL.THROTTLE parses its key
+  -- as an unsigned 64-bit integer and aborts the server on anything else
+  -- ("", "abc", "-5", "+5" is accepted but never written, 20 digits); its
+  -- arithmetic is in signed 64-bit ns.
+  local n = #v
+  return n >= 1 and n <= 19 and not string.find(v, '%D') and (n < 19 or v <= '9223372036854775807')
+end
 
 local function chunked(cmd, key, list, first, step)
   -- Calls cmd key list[first..] in slices, keeping unpack within Lua's
@@ -67,8 +79,8 @@ local function refund(e, now)
   elseif a == 'x' then
     -- The TAT is ns since the epoch: too long for a double, so it is
     -- split into seconds and nanoseconds.
-    local v = redis.call('GET', key)
-    if v and #v > 9 then
+    local v = redis.pcall('GET', key) -- a table for another type
+    if type(v) == 'string' and #v > 9 and tatok(v) then
       local inc = tonumber(p[3])
       local sec = tonumber(string.sub(v, 1, -10)) - math.floor(inc / 1e9)
       local ns = tonumber(string.sub(v, -9)) - inc % 1e9
@@ -88,8 +100,9 @@ local function refund(e, now)
     for w in string.gmatch(p[3], '[^,]+') do m[#m + 1] = w end
     chunked('ZREM', key, m, 1, 1)
   elseif a == 'g' then
-    local v = redis.call('GET', key)
-    if v then
+    -- Integers throughout: the TAT and the increment c*T are whole µs.
+    local v = redis.pcall('GET', key)
+    if type(v) == 'string' and tatok(v) and #v <= 16 then
       local tat = tonumber(v)
       if tat > now then
         tat = tat - tonumber(p[3])

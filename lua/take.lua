@@ -18,16 +18,18 @@
 -- then 5 per rule: alg, name, limit, p1, p2 where alg is
 --   f  fixed window, epoch-aligned:  p1 = window µs
 --   c  calendar fixed window:        p1 = consecutive boundaries, ms, comma-separated
---   s  sliding window counters:      p1 = cells N, p2 = cell µs
+--   s  sliding window counters:      p1 = K, the cells counted behind the
+--                                    current one, p2 = cell µs (driver.CellSpan)
 --   t  sliding window on TairHash:   as s; the key is a TairHash, one field
 --                                    per cell with its own expiry
 --   h  sliding window on native hash-field expiry (Redis >= 7.4): as s
 --   l  sliding log:                  p1 = window µs
---   g  GCRA:                         limit = burst+1, p1 = emission interval ns,
---                                    p2 = tolerance ns
---   x  GCRA on redis-cell:           limit = burst+1, p1 = emission interval ns,
---                                    p2 = "<count>:<period s>" for CL.THROTTLE
---                                    (count/period = 1/interval exactly)
+--   g  GCRA:                         limit = burst+1, p1 = emission interval T
+--                                    µs, p2 = tolerance T*limit µs (integers:
+--                                    driver.Rule.GCRAParams)
+--   x  GCRA on redis-cell:           limit = burst+1, p1 = emission interval T
+--                                    µs, p2 = "<count>:<period s>" for
+--                                    CL.THROTTLE (count/period = 1/T exactly)
 -- unused p's are sent as "0". Keys of t, h and x rules are never touched by
 -- another algorithm code (the backend gives them their own key suffix).
 -- then, after the rules (index ib = the rules' end):
@@ -43,14 +45,62 @@
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
--- Errors: redis.error_reply with a "freqcap:" message.
+-- Errors: redis.error_reply with a "freqcap:" message (never naming a
+-- key: keys hold subject values). Among them: the key of a g or x rule
+-- holds something other than a TAT, checked before anything is written
+-- and before any CL.THROTTLE call (which would abort the server).
+
+-- GCRA (g, x) is computed in exact integers relative to now, in µs: T and
+-- tol are integers, so are ttl = max(TAT-now, 0), ttl + c*T and retry;
+-- doubles hold integers exactly below 2^53 (the backend bounds tol), and
+-- only a division needs care.
+
+-- fdiv is floor(a/b) for integers a and b > 0 held exactly (|a|, b <
+-- 2^53): the double quotient, corrected by one where rounding carried it
+-- across an integer.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- gcrarem is GCRA's Remaining, floor(left/T) clamped to [0, L], where
+-- left = tol - ttl.
+local function gcrarem(left, T, L)
+  local q = fdiv(left, T)
+  if q < 0 then return 0 elseif q > L then return L end
+  return q
+end
 
 -- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
--- long for a double) into µs, rounded up.
+-- long for a double; tatok) into µs, rounded up.
 local function nsup(v)
-  local us = tonumber(string.sub(v, 1, -4))
-  if string.sub(v, -3) ~= '000' then us = us + 1 end
+  local us = tonumber(string.sub(v, 1, -4)) or 0
+  if string.sub(v, -3) ~= string.rep('0', math.min(#v, 3)) then us = us + 1 end
   return us
+end
+
+-- foreign returns an error reply when key, the state key of GCRA rule
+-- name (alg g or x), holds anything but a TAT (tatok; g: µs below 2^53),
+-- else nil. It reads with pcall: a key of another type (WRONGTYPE) is
+-- refused the same way. The reply names the rule, never the key.
+local function foreign(key, alg, name)
+  local v = redis.pcall('GET', key)
+  local bad
+  if type(v) == 'table' and v.err then
+    bad = 'is not a string key (WRONGTYPE)'
+  elseif v and alg == 'x' and not tatok(v) then
+    bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
+  elseif v and alg == 'g' and not (tatok(v) and tonumber(v) < 9007199254740992) then
+    bad = 'holds a value that is not a TAT in µs'
+  end
+  if bad then
+    return redis.error_reply('freqcap: rule ' .. name .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  end
 end
 
 local op = ARGV[1]
@@ -75,6 +125,17 @@ if ik > 0 then
     out[1] = out[1] + 2
     out[#out + 1] = string.sub(rec, 1, sep - 1)
     return out
+  end
+end
+
+-- GCRA state keys hold a TAT or nothing: checked before anything is
+-- written, and before any CL.THROTTLE call.
+for r = 1, n do
+  local b = A + (r - 1) * 5
+  local alg = ARGV[b + 1]
+  if alg == 'g' or alg == 'x' then
+    local e = foreign(KEYS[r], alg, ARGV[b + 2])
+    if e then return e end
   end
 end
 
@@ -124,9 +185,14 @@ for r = 1, n do
   local key = KEYS[r]
   local used, reset, retry, flags = 0, 0, 0, 1
   if alg == 's' or alg == 't' or alg == 'h' then
-    local N, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    -- Strict (driver.CellSpan): at cell i = floor(now/s) the cells
+    -- j >= i-K count, the partly expired oldest one too, so no interval
+    -- of the window ever holds more than L units; cell j stops counting
+    -- at leaves(j) = (j+K+1)*s.
+    local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    local function leaves(j) return (j + K + 1) * s end
     local i = math.floor(now / s)
-    local lo = i - N -- live cells j: lo < j
+    local lo = i - K -- counted cells j: lo <= j
     -- Cells are counted by index, never by expiry: t and h fields expire
     -- by themselves (EXHGETALL/HGETALL skip expired ones), but against
     -- clocks other than this TIME, so expiry only reclaims memory.
@@ -135,7 +201,7 @@ for r = 1, n do
     local newest, cur, dead = -1, 0, nil
     for k = 1, #h, 2 do
       local j = tonumber(h[k])
-      if j and j > lo then
+      if j and j >= lo then
         local v = tonumber(h[k + 1])
         used = used + v
         if j == i then cur = v end
@@ -145,7 +211,7 @@ for r = 1, n do
         dead[#dead + 1] = h[k]
       end
     end
-    if newest >= 0 then reset = (newest + N) * s - now end
+    if newest >= 0 then reset = leaves(newest) - now end
     if c > L then
       flags = 2
     elseif used + c > L then
@@ -154,18 +220,18 @@ for r = 1, n do
       local cells = {}
       for k = 1, #h, 2 do
         local j = tonumber(h[k])
-        if j and j > lo then cells[j] = tonumber(h[k + 1]) end
+        if j and j >= lo then cells[j] = tonumber(h[k + 1]) end
       end
-      for j = lo + 1, i do
+      for j = lo, i do
         acc = acc + (cells[j] or 0)
         if acc >= need then
-          retry = (j + N) * s - now
+          retry = leaves(j) - now
           break
         end
       end
       if retry == 0 then retry = s end -- cells beyond i: the server clock went back
     end
-    st[r] = {i, cur, (i + N) * s, dead}
+    st[r] = {i, cur, leaves(i), dead}
   elseif alg == 'f' or alg == 'c' then
     local e
     if alg == 'f' then
@@ -215,39 +281,39 @@ for r = 1, n do
     end
     st[r] = {W, top, newest}
   elseif alg == 'g' then
-    local T, tol = tonumber(ARGV[b + 4]) / 1000, tonumber(ARGV[b + 5]) / 1000
+    -- Relative to now: ttl = max(TAT-now, 0), new = ttl + c*T (the TAT
+    -- after admitting, minus now); admitted iff new <= tol.
+    local T, tol = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
     local v = redis.call('GET', key)
-    local tat = now
-    if v then tat = math.max(tonumber(v), now) end
-    local new = math.floor(tat + c * T + 0.5)
-    local ttl = tat - now
+    local ttl = 0
+    if v then ttl = math.max(tonumber(v) - now, 0) end
+    local new = ttl
     if c > L then
       flags = 2
-    elseif new - tol > now then
-      flags, retry = 0, math.ceil(new - tol - now)
+    else
+      new = ttl + c * T
+      if new > tol then flags, retry = 0, new - tol end
     end
-    local rem = math.floor((tol - ttl) / T + 1e-9)
-    if rem < 0 then rem = 0 elseif rem > L then rem = L end
-    used, reset = L - rem, ttl
-    st[r] = {new, tat, T, tol}
+    used, reset = L - gcrarem(tol - ttl, T, L), ttl
+    st[r] = {new, ttl, T, tol}
   elseif alg == 'x' then
     -- redis-cell decides (CL.THROTTLE with quantity 0 peeks: it writes
     -- and creates nothing); the numbers it rounds to whole seconds are
     -- computed here from its TAT instead, never shorter than the truth.
-    local T = tonumber(ARGV[b + 4]) / 1000 -- µs
+    local T = tonumber(ARGV[b + 4]) -- µs
     local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
-    local v = redis.call('GET', key)
+    local v = redis.call('GET', key) -- a TAT or nothing (foreign)
     local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
-    local tat = now
-    if v then tat = math.max(nsup(v), now) end
+    local ttl = 0
+    if v then ttl = math.max(nsup(v) - now, 0) end
     local rem = tonumber(pk[3])
     if c > L then
       flags = 2
     elseif rem < c then
-      flags, retry = 0, math.max(1, math.ceil(tat + c * T - T * L - now))
+      flags, retry = 0, math.max(1, ttl + c * T - T * L)
     end
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
-    used, reset = L - rem, tat - now
+    used, reset = L - rem, ttl
     st[r] = {cnt, per, T, v} -- v: the TAT before this script, for a late denial
   else
     return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(alg))
@@ -290,16 +356,16 @@ if allowed and consume then
             redis.call('DEL', sk)
           end
         end
-        local tat = now
-        if v then tat = math.max(nsup(v), now) end
-        res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, math.ceil(tat + c * x[3] - x[3] * L - now))
-        res[o + 2] = tat - now
+        local ttl = 0
+        if v then ttl = math.max(nsup(v) - now, 0) end
+        res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, ttl + c * x[3] - x[3] * L)
+        res[o + 2] = ttl
         allowed, out = false, nil
         break
       end
       local nv = redis.call('GET', key)
       out[#out + 1] = {o, L - rem, nsup(nv) - now}
-      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. string.format('%d', c * tonumber(ARGV[b + 4])) end
+      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. string.format('%d', c * x[3] * 1000) end
     end
   end
   if out then
@@ -318,7 +384,7 @@ if allowed and consume then
     if alg == 't' then
       -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
       -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
-      -- field lives to the last ms of the cell's life, (i+N)*s - 1.
+      -- field lives to the last ms the cell counts, (i+K+1)*s - 1.
       local f = string.format('%d', x[1])
       redis.call('EXHINCRBY', key, f, cs)
       redis.call('EXHPEXPIREAT', key, f, string.format('%d', math.floor(x[3] / 1000) - 1))
@@ -326,7 +392,8 @@ if allowed and consume then
       if plan then plan[#plan + 1] = 't ' .. key .. ' ' .. f .. ' ' .. cs .. ' ' .. string.format('%d', x[3]) end
     elseif alg == 'h' then
       -- HINCRBY keeps a field's TTL; NX sets it on the cell's first unit.
-      -- Absolute, one ms past the cell's life: never before it.
+      -- Absolute, one ms after the cell stops counting, (i+K+1)*s: never
+      -- before.
       local f = string.format('%d', x[1])
       redis.call('HINCRBY', key, f, cs)
       redis.call('HPEXPIREAT', key, string.format('%d', math.floor(x[3] / 1000)), 'NX', 'FIELDS', 1, f)
@@ -337,8 +404,8 @@ if allowed and consume then
       if x[4] then chunked('HDEL', key, x[4], 1, 1) end
       redis.call('HINCRBY', key, f, cs)
       if x[2] == 0 then
-        -- A new cell: the key lives until this cell has left the window,
-        -- plus one cell.
+        -- A new cell: the key lives until this cell stops counting,
+        -- (i+K+1)*s, plus one cell.
         redis.call('PEXPIREAT', key, string.format('%d', math.ceil((x[3] + tonumber(ARGV[b + 5])) / 1000)))
       end
       res[o + 1], res[o + 2] = res[o + 1] + c, x[3] - now
@@ -373,12 +440,11 @@ if allowed and consume then
       res[o + 1], res[o + 2] = res[o + 1] + c, W
       if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. table.concat(ms, ',') end
     elseif alg == 'g' then
+      -- The absolute TAT now+new, in µs, as an integer string.
       local new, T, tol = x[1], x[3], x[4]
-      redis.call('SET', key, string.format('%d', new), 'PXAT', string.format('%d', math.ceil(new / 1000)))
-      local L = tonumber(ARGV[b + 3])
-      local rem = math.floor((tol - (new - now)) / T + 1e-9)
-      if rem < 0 then rem = 0 elseif rem > L then rem = L end
-      res[o + 1], res[o + 2] = L - rem, new - now
+      local tat = now + new
+      redis.call('SET', key, string.format('%d', tat), 'PXAT', string.format('%d', math.ceil(tat / 1000)))
+      res[o + 1], res[o + 2] = tonumber(ARGV[b + 3]) - gcrarem(tol - new, T, tonumber(ARGV[b + 3])), new
       if plan then plan[#plan + 1] = 'g ' .. key .. ' ' .. string.format('%d', new - x[2]) end
     end
   end

@@ -75,7 +75,7 @@ func outcomes(rs []sdk.BatchResult) []string {
 	return out
 }
 
-func TestAllowBatch(t *testing.T) {
+func TestTakeBatch(t *testing.T) {
 	ctx := context.Background()
 	p := mustPolicy(t, "push", sdk.FixedWindow("daily", 2, 24*time.Hour).By("user"))
 	user := func(u string) sdk.Subject { return sdk.Subject{"user": u} }
@@ -128,11 +128,11 @@ func TestAllowBatch(t *testing.T) {
 			lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
 			got := lim.TakeBatch(ctx, p, tc.attempts)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
-				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
+				t.Errorf("TakeBatch(…) = %q, want %q", g, tc.want)
 			}
 			for i, want := range tc.wantErrs {
 				if !errors.Is(got[i].Err, want) {
-					t.Errorf("AllowBatch(…)[%d].Err = %v, want %v", i, got[i].Err, want)
+					t.Errorf("TakeBatch(…)[%d].Err = %v, want %v", i, got[i].Err, want)
 				}
 			}
 			decided := 0
@@ -181,7 +181,7 @@ func (f *failingBatcher) TakeBatch(ctx context.Context, reqs []driver.Request) [
 	return out
 }
 
-func TestAllowBatchFailures(t *testing.T) {
+func TestTakeBatchFailures(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("i/o timeout")
 	s := []sdk.Attempt{{Subject: sdk.Subject{"user": "a"}}, {Subject: sdk.Subject{"user": "b"}}, {Subject: sdk.Subject{"user": "c"}}}
@@ -211,13 +211,13 @@ func TestAllowBatchFailures(t *testing.T) {
 			b := &failingBatcher{Backend: memory.New(&memory.Options{Clock: c}), errs: tc.errs, short: tc.short}
 			got := sdk.New(b, sdk.WithClock(c)).TakeBatch(ctx, p, s)
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
-				t.Errorf("AllowBatch(…) = %q, want %q", g, tc.want)
+				t.Errorf("TakeBatch(…) = %q, want %q", g, tc.want)
 			}
 			if !tc.short && !tc.failOpen && (!errors.Is(got[1].Err, boom) || !strings.HasPrefix(got[1].Err.Error(), "sdk: take: ")) {
-				t.Errorf("AllowBatch(…)[1].Err = %v, want sdk: take: … wrapping %v", got[1].Err, boom)
+				t.Errorf("TakeBatch(…)[1].Err = %v, want sdk: take: … wrapping %v", got[1].Err, boom)
 			}
 			if tc.failOpen && !tc.short && !errors.Is(got[1].Decision.Err, boom) {
-				t.Errorf("AllowBatch(…)[1].Decision.Err = %v, want %v", got[1].Decision.Err, boom)
+				t.Errorf("TakeBatch(…)[1].Decision.Err = %v, want %v", got[1].Decision.Err, boom)
 			}
 		})
 	}
@@ -225,7 +225,7 @@ func TestAllowBatchFailures(t *testing.T) {
 		got := sdk.New(memory.New(nil)).TakeBatch(ctx, nil, s)
 		for i, r := range got {
 			if !errors.Is(r.Err, sdk.ErrInvalidPolicy) {
-				t.Errorf("AllowBatch(nil policy)[%d].Err = %v, want %v", i, r.Err, sdk.ErrInvalidPolicy)
+				t.Errorf("TakeBatch(nil policy)[%d].Err = %v, want %v", i, r.Err, sdk.ErrInvalidPolicy)
 			}
 		}
 	})

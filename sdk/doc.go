@@ -50,6 +50,13 @@
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //
+// Numbers are bounded so that no backend overflows an int64 or rounds a
+// double for their size: Limit, Burst+1 and a cost at most [MaxLimit],
+// Window at most [MaxWindow], a GCRA rule's emission interval at least
+// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy],
+// [LoadPolicies] and the calls refuse anything beyond with an error that
+// names the field and the bound.
+//
 // # Concurrency
 //
 // A Limiter is safe for concurrent use; create one per backend and share

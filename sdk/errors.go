@@ -19,7 +19,8 @@ var (
 	// ErrInvalidSubject: the subject lacks a dimension a rule needs, or a
 	// value is empty or longer than MaxValueLen bytes.
 	ErrInvalidSubject = errors.New("invalid subject")
-	// ErrInvalidCost: the cost is negative (Attempt.Cost 0 means 1).
+	// ErrInvalidCost: the cost is negative (Attempt.Cost 0 means 1) or
+	// more than MaxLimit.
 	ErrInvalidCost = errors.New("invalid cost")
 	// ErrInvalidIdempotencyKey: an attempt's idempotency key is longer
 	// than MaxIdempotencyKeyLen bytes, or was first used by another kind

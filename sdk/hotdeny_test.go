@@ -219,7 +219,7 @@ func TestHotDenyBatch(t *testing.T) {
 	as = append(as, sdk.Attempt{Subject: sdk.Subject{"user": "c"}})
 	got := lim.TakeBatch(ctx, p, as)
 	if !got[0].Decision.Cached || !got[1].Decision.Cached || got[2].Decision.Cached || !got[2].Decision.Allowed {
-		t.Errorf("AllowBatch(a, b, c) = %+v, want a and b cached, c allowed", got)
+		t.Errorf("TakeBatch(a, b, c) = %+v, want a and b cached, c allowed", got)
 	}
 	if want := []int{2, 2, 1}; fmt.Sprint(b.batches) != fmt.Sprint(want) {
 		t.Errorf("TakeBatch sizes = %v, want %v (cached attempts are not sent)", b.batches, want)
@@ -274,7 +274,7 @@ func TestHotDenyConcurrent(t *testing.T) {
 				if i%3 == 0 {
 					for _, r := range lim.TakeBatch(ctx, p, []sdk.Attempt{{Subject: s}, {Subject: s, Cost: 2}}) {
 						if r.Err != nil {
-							t.Errorf("AllowBatch = %v", r.Err)
+							t.Errorf("TakeBatch = %v", r.Err)
 						}
 						ds = append(ds, r.Decision)
 					}

@@ -103,8 +103,8 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 	if !ok {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
 	}
-	if ttl < time.Millisecond {
-		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be >= 1ms, got %v", ttl)
+	if ttl < time.Millisecond || ttl > MaxWindow {
+		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", MaxWindow, ttl)
 	}
 	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, a, ttl)
 	if err != nil || !d.Allowed {

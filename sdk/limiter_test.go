@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -258,22 +259,25 @@ func TestInvalidInput(t *testing.T) {
 		s    sdk.Subject
 		n    int64
 		want error
+		msg  string // substring of the error
 	}{
-		{"nil policy", nil, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidPolicy},
-		{"zero policy", &sdk.Policy{}, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidPolicy},
-		{"nil subject", p, nil, 1, sdk.ErrInvalidSubject},
-		{"missing shard", p, sdk.Subject{"content": secret}, 1, sdk.ErrInvalidSubject},
-		{"missing other", p, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidSubject},
-		{"empty value", p, sdk.Subject{"user": "", "content": secret}, 1, sdk.ErrInvalidSubject},
-		{"long value", p, sdk.Subject{"user": secret, "content": long}, 1, sdk.ErrInvalidSubject},
-		{"negative cost", p, sdk.Subject{"user": secret, "content": "c"}, -5, sdk.ErrInvalidCost},
+		{"nil policy", nil, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidPolicy, ""},
+		{"zero policy", &sdk.Policy{}, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidPolicy, ""},
+		{"nil subject", p, nil, 1, sdk.ErrInvalidSubject, ""},
+		{"missing shard", p, sdk.Subject{"content": secret}, 1, sdk.ErrInvalidSubject, ""},
+		{"missing other", p, sdk.Subject{"user": secret}, 1, sdk.ErrInvalidSubject, ""},
+		{"empty value", p, sdk.Subject{"user": "", "content": secret}, 1, sdk.ErrInvalidSubject, ""},
+		{"long value", p, sdk.Subject{"user": secret, "content": long}, 1, sdk.ErrInvalidSubject, ""},
+		{"negative cost", p, sdk.Subject{"user": secret, "content": "c"}, -5, sdk.ErrInvalidCost, ""},
+		{"cost above MaxLimit", p, sdk.Subject{"user": secret, "content": "c"}, sdk.MaxLimit + 1, sdk.ErrInvalidCost, "cost must be <= 1125899906842624 (MaxLimit)"},
+		{"max int64 cost", p, sdk.Subject{"user": secret, "content": "c"}, math.MaxInt64, sdk.ErrInvalidCost, "cost must be <= 1125899906842624 (MaxLimit)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			check := func(op string, err error) {
 				t.Helper()
-				if !errors.Is(err, tc.want) {
-					t.Errorf("%s(…) = %v, want %v", op, err, tc.want)
+				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+					t.Errorf("%s(…) = %v, want %v containing %q", op, err, tc.want, tc.msg)
 				}
 				if err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), long)) {
 					t.Errorf("%s(…) = %v, which leaks a subject value", op, err)
@@ -306,6 +310,9 @@ func TestInvalidInput(t *testing.T) {
 	}
 	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, 0); err == nil {
 		t.Error("Reserve(…, ttl 0) = nil error, want one")
+	}
+	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, sdk.MaxWindow+1); err == nil || !strings.Contains(err.Error(), "(MaxWindow)") {
+		t.Errorf("Reserve(…, ttl MaxWindow+1) = %v, want an error naming MaxWindow", err)
 	}
 	if _, err := sdk.New(nil).Allow(ctx, p, sdk.Subject{"user": "u", "content": "c"}); err == nil {
 		t.Error("New(nil).Allow(…) = nil error, want one")

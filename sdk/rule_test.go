@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +38,30 @@ func TestRuleValidation(t *testing.T) {
 		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
 		{"1ms window", sdk.FixedWindow("f", 1, time.Millisecond).By("user"), nil, ""},
 		{"1ms cells", sdk.SlidingWindow("s", 1, 10*time.Millisecond).By("user"), nil, ""},
+		{"limit at MaxLimit", sdk.FixedWindow("f", sdk.MaxLimit, time.Hour).By("user"), nil, ""},
+		{"window at MaxWindow", sdk.SlidingLog("l", 1, sdk.MaxWindow).By("user"), nil, ""},
+		{"gcra at MinInterval", sdk.GCRA("r", 1_000_000, time.Second, 0).By("user"), nil, ""},
+		// 1µs*9007199254740 = 9007199254740000ns, the largest multiple of 1µs <= 2^53ns.
+		{"gcra at MaxTolerance", sdk.GCRA("r", 1_000_000, time.Second, 9_007_199_254_739).By("user"), nil, ""},
+		{"gcra 1 per MaxTolerance", sdk.GCRA("r", 1, sdk.MaxTolerance, 0).By("user"), nil, ""},
 
 		{"zero limit", sdk.FixedWindow("recv-1m", 0, time.Minute).By("user"), sdk.ErrInvalidRule, `rule "recv-1m": invalid rule: limit must be > 0, got 0`},
 		{"negative limit", sdk.FixedWindow("f", -1, time.Minute).By("user"), sdk.ErrInvalidRule, "limit must be > 0, got -1"},
+		{"limit above MaxLimit", sdk.FixedWindow("f", sdk.MaxLimit+1, time.Hour).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit), got 1125899906842625"},
+		{"limit max int64", sdk.SlidingWindow("s", math.MaxInt64, time.Hour).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit)"},
+		{"gcra limit max int64", sdk.GCRA("r", math.MaxInt64, time.Hour, 0).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit)"},
 		{"short window", sdk.FixedWindow("f", 1, time.Microsecond).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
+		{"window above MaxWindow", sdk.FixedWindow("f", 1, sdk.MaxWindow+1).By("user"), sdk.ErrInvalidRule, "window must be <= 625499h56m53.685248s (MaxWindow)"},
+		{"window max duration", sdk.SlidingWindow("s", 1, math.MaxInt64).By("user"), sdk.ErrInvalidRule, "(MaxWindow)"},
+		{"gcra window max duration", sdk.GCRA("r", 1, math.MaxInt64, 0).By("user"), sdk.ErrInvalidRule, "(MaxWindow)"},
+		{"burst above MaxLimit-1", sdk.GCRA("r", 1, time.Second, sdk.MaxLimit).By("user"), sdk.ErrInvalidRule, "burst must be <= 1125899906842623 (MaxLimit-1)"},
+		{"burst max int64", sdk.GCRA("r", 1, time.Second, math.MaxInt64).By("user"), sdk.ErrInvalidRule, "burst must be <= 1125899906842623 (MaxLimit-1)"},
+		{"gcra interval below MinInterval", sdk.GCRA("r", 1_000_001, time.Second, 0).By("user"), sdk.ErrInvalidRule, "emission interval window/limit must be >= 1µs (MinInterval), got 999ns"},
+		{"gcra interval zero", sdk.GCRA("r", sdk.MaxLimit, time.Millisecond, 0).By("user"), sdk.ErrInvalidRule, "emission interval window/limit must be >= 1µs (MinInterval), got 0s"},
+		{"gcra tolerance above MaxTolerance", sdk.GCRA("r", 1_000_000, time.Second, 9_007_199_254_740).By("user"), sdk.ErrInvalidRule, "tolerance window/limit*(burst+1) must be <= 2501h59m59.254740992s (MaxTolerance), got 1µs*9007199254741"},
+		{"gcra interval above MaxTolerance", sdk.GCRA("r", 1, sdk.MaxTolerance+1, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
+		{"gcra 1 per MaxWindow", sdk.GCRA("r", 1, sdk.MaxWindow, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
+		{"gcra max burst at max rate", sdk.GCRA("r", sdk.MaxLimit, sdk.MaxWindow, sdk.MaxLimit-1).By("user"), sdk.ErrInvalidRule, "(MaxTolerance), got 2µs*1125899906842624"},
 		{"zero window", sdk.SlidingLog("f", 1, 0).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
 		{"unknown algorithm", sdk.Rule{Name: "f", Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
 		{"unknown algorithm 9", sdk.Rule{Name: "f", Algorithm: 9, Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -32,8 +33,10 @@ import (
 // Durations are Go durations (90s, 1h30m) plus a leading day count (1d,
 // 2d12h). Rule keys: name, algorithm, limit, window, by, sub_windows
 // (sliding_window cells), burst (gcra), calendar (day | hour, with
-// timezone, an IANA zone name). Unknown keys are errors. Every error wraps
-// ErrInvalidPolicy or ErrInvalidRule and gives the line.
+// timezone, an IANA zone name). Numbers (limit, burst, sub_windows,
+// hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
+// limits and bursts beyond MaxLimit. Unknown keys are errors. Every error
+// wraps ErrInvalidPolicy or ErrInvalidRule and gives the line.
 func LoadPolicies(r io.Reader) ([]*Policy, error) {
 	return loadPolicies(r, "policies")
 }
@@ -140,6 +143,15 @@ func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
 	if err != nil {
 		return fail(0, err)
 	}
+	// The node tree first: decoding would load limit: 1.5 as 1, and
+	// report an overflowing number without its key.
+	var root yaml.Node
+	parsed := yaml.Unmarshal(data, &root) == nil
+	if parsed {
+		if line, err := checkIntegers(&root); err != nil {
+			return fail(line, err)
+		}
+	}
 	var doc filePolicies
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -169,9 +181,8 @@ func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
 		}
 		return fail(0, fmt.Errorf("%w: %v", ErrInvalidPolicy, err))
 	}
-	// Decode again as a node tree, for the line of each policy and rule.
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err == nil {
+	// The line of each policy and rule, from the node tree.
+	if parsed {
 		setLines(&root, &doc)
 	}
 	if len(doc.Policies) == 0 {
@@ -282,6 +293,123 @@ func (fr fileRule) rule() (Rule, error) {
 		r.Location = loc
 	}
 	return r, nil // a calendar rule without timezone fails its check (Rule.check)
+}
+
+// An intKey is a key of the policy file whose value is an integer, at
+// most max (maxName names max in errors, "" for the int range).
+type intKey struct {
+	name    string
+	max     int64
+	maxName string
+}
+
+var (
+	ruleInts   = []intKey{{"limit", MaxLimit, "MaxLimit"}, {"burst", MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
+	policyInts = []intKey{{"hot_deny_cache", math.MaxInt, ""}}
+	trailInts  = []intKey{{"max", math.MaxInt, ""}}
+)
+
+// checkIntegers checks the integer keys of every policy, trail and rule
+// in the node tree root: a number written as an integer, at most its
+// key's max. It returns the line at fault. Values that are not numbers
+// are left to the decoder.
+func checkIntegers(root *yaml.Node) (int, error) {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	pols := mapValue(n, "policies")
+	if pols == nil || pols.Kind != yaml.SequenceNode {
+		return 0, nil
+	}
+	for _, pn := range pols.Content {
+		pname := scalarValue(mapValue(pn, "name"))
+		bad := func(line int, format string, args ...any) (int, error) {
+			return line, fmt.Errorf("policy %q: %w: "+format, append([]any{pname, ErrInvalidPolicy}, args...)...)
+		}
+		if line, msg := checkInts(pn, policyInts); msg != "" {
+			return bad(line, "%s", msg)
+		}
+		if line, msg := checkInts(mapValue(pn, "trail"), trailInts); msg != "" {
+			return bad(line, "trail %s", msg)
+		}
+		rules := mapValue(pn, "rules")
+		if rules == nil || rules.Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, rn := range rules.Content {
+			if line, msg := checkInts(rn, ruleInts); msg != "" {
+				return line, fmt.Errorf("policy %q: rule %q: %w: %s", pname, scalarValue(mapValue(rn, "name")), ErrInvalidRule, msg)
+			}
+		}
+	}
+	return 0, nil
+}
+
+// checkInts checks keys in mapping node n; it returns the line and the
+// fault of the first bad value.
+func checkInts(n *yaml.Node, keys []intKey) (int, string) {
+	for _, k := range keys {
+		v := mapValue(n, k.name)
+		if v == nil {
+			continue
+		}
+		line := v.Line // an alias's own line, not its anchor's
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
+		if v == nil || v.Kind != yaml.ScalarNode {
+			continue
+		}
+		if msg := checkInt(v, k); msg != "" {
+			return line, msg
+		}
+	}
+	return 0, ""
+}
+
+var digitsRE = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
+
+// checkInt returns what is wrong with the number v of key k, or "".
+func checkInt(v *yaml.Node, k intKey) string {
+	tooBig := func() string {
+		if strings.HasPrefix(v.Value, "-") {
+			return fmt.Sprintf("%s is out of range, got %s", k.name, v.Value)
+		}
+		if k.maxName == "" {
+			return fmt.Sprintf("%s must be <= %d, got %s", k.name, k.max, v.Value)
+		}
+		return fmt.Sprintf("%s must be <= %d (%s), got %s", k.name, k.max, k.maxName, v.Value)
+	}
+	switch v.ShortTag() {
+	case "!!int":
+		var i int64
+		if err := v.Decode(&i); err != nil || i > k.max {
+			return tooBig() // err: beyond the int64 range (an uint64)
+		}
+	case "!!float":
+		var f float64
+		if err := v.Decode(&f); err != nil {
+			return fmt.Sprintf("%s must be an integer, got %s", k.name, v.Value)
+		}
+		switch {
+		case digitsRE.MatchString(v.Value) || math.Abs(f) > float64(k.max):
+			return tooBig() // digits too many for an int64 resolve as a float
+		case f != math.Trunc(f):
+			return fmt.Sprintf("%s must be an integer, got %s", k.name, v.Value)
+		default:
+			return fmt.Sprintf("%s must be written as an integer, got %s", k.name, v.Value)
+		}
+	}
+	return ""
+}
+
+// scalarValue is n's value if n is a scalar, else "".
+func scalarValue(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
 }
 
 // setLines records the line of every policy and rule of doc from the node

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"math"
 	"sort"
 	"time"
 
@@ -139,16 +138,16 @@ type slidingState struct {
 	cells []cell
 }
 
-// cellEnd is when cell idx leaves the window: (idx+N)*size.
-func cellEnd(idx int64, size time.Duration, n int64) time.Time {
-	return time.Unix(0, (idx+n)*int64(size))
+// cellLeaves is when cell idx stops counting (driver.CellSpan.Leaves).
+func cellLeaves(sp driver.CellSpan, idx int64) time.Time {
+	return time.Unix(0, sp.Leaves(idx))
 }
 
-// slidingLive returns the live cells at now (index > i-N) and i.
-func slidingLive(st slidingState, r driver.Rule, now time.Time) (live []cell, i int64, used int64) {
-	size, n := r.Cells()
-	i = floorDiv(now.UnixNano(), int64(size))
-	k := sort.Search(len(st.cells), func(k int) bool { return st.cells[k].idx > i-n })
+// slidingLive returns the cells counted at now (index >= i-Back, the
+// partly expired oldest one included: driver.CellSpan), i and their sum.
+func slidingLive(st slidingState, sp driver.CellSpan, now time.Time) (live []cell, i int64, used int64) {
+	i = sp.Index(now.UnixNano())
+	k := sort.Search(len(st.cells), func(k int) bool { return st.cells[k].idx >= sp.Oldest(i) })
 	live = st.cells[k:]
 	for _, c := range live {
 		used += c.n
@@ -157,17 +156,17 @@ func slidingLive(st slidingState, r driver.Rule, now time.Time) (live []cell, i 
 }
 
 func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (slidingState, verdict) {
-	live, i, used := slidingLive(st, r, now)
+	sp := r.Span(time.Nanosecond)
+	live, i, used := slidingLive(st, sp, now)
 	if cost > r.Limit {
 		return st, verdict{CostTooHigh: true}
 	}
 	if used+cost > r.Limit {
-		size, n := r.Cells()
 		need, sum := used+cost-r.Limit, int64(0)
 		for _, c := range live {
 			sum += c.n
 			if sum >= need {
-				return st, verdict{RetryAfter: cellEnd(c.idx, size, n).Sub(now)}
+				return st, verdict{RetryAfter: cellLeaves(sp, c.idx).Sub(now)}
 			}
 		}
 		return st, verdict{} // unreachable: need <= used
@@ -183,23 +182,22 @@ func slidingStep(st slidingState, r driver.Rule, cost int64, now time.Time) (sli
 }
 
 func slidingReport(st slidingState, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
-	live, _, used := slidingLive(st, r, now)
-	size, n := r.Cells()
+	sp := r.Span(time.Nanosecond)
+	live, _, used := slidingLive(st, sp, now)
 	for k := len(live) - 1; k >= 0; k-- {
 		if live[k].n > 0 {
-			return used, cellEnd(live[k].idx, size, n).Sub(now)
+			return used, cellLeaves(sp, live[k].idx).Sub(now)
 		}
 	}
 	return used, 0
 }
 
-// slidingExpiry is when every cell has left the window.
+// slidingExpiry is when every cell has stopped counting.
 func slidingExpiry(st slidingState, r driver.Rule) time.Time {
 	if len(st.cells) == 0 {
 		return time.Time{}
 	}
-	size, n := r.Cells()
-	return cellEnd(st.cells[len(st.cells)-1].idx, size, n)
+	return cellLeaves(r.Span(time.Nanosecond), st.cells[len(st.cells)-1].idx)
 }
 
 // ---- SlidingLog ----
@@ -271,17 +269,12 @@ func logExpiry(st logState, r driver.Rule) time.Time {
 
 // ---- GCRA ----
 
-// gcraParams returns the emission interval T and the tolerance T*(Burst+1).
-func gcraParams(r driver.Rule) (t, tol time.Duration) {
-	t = max(r.Window/time.Duration(r.Limit), 1)
-	return t, t * time.Duration(r.Burst+1)
-}
-
 // gcraStep is redis-cell's arithmetic on the theoretical arrival time tat
-// (zero: none stored).
+// (zero: none stored), with driver.Rule.GCRAParams' whole-µs T and tol:
+// new = max(tat, now) + cost*T; admitted iff new-tol <= now.
 func gcraStep(tat time.Time, r driver.Rule, cost int64, now time.Time) (time.Time, verdict) {
-	t, tol := gcraParams(r)
-	if cost > r.Burst+1 { // c*T > tol, without overflow
+	t, tol, limit := r.GCRAParams()
+	if cost > limit { // c*T > tol, without overflow
 		return tat, verdict{CostTooHigh: true}
 	}
 	base := tat
@@ -295,24 +288,16 @@ func gcraStep(tat time.Time, r driver.Rule, cost int64, now time.Time) (time.Tim
 	return next, verdict{Allowed: true}
 }
 
-// gcraReport: Remaining = floor((tol-ttl)/T) clamped to [0, Burst+1],
-// Used = Burst+1-Remaining, ResetAfter = ttl = max(tat, now)-now.
+// gcraReport: ttl = max(tat, now)-now, Remaining = floor((tol-ttl)/T)
+// clamped to [0, Burst+1] in exact integers, Used = Burst+1-Remaining,
+// ResetAfter = ttl.
 func gcraReport(tat time.Time, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
-	t, tol := gcraParams(r)
+	t, tol, limit := r.GCRAParams()
 	ttl := time.Duration(0)
 	if tat.After(now) {
 		ttl = tat.Sub(now)
 	}
-	limit := r.Burst + 1
-	rem := int64(math.Floor(float64(tol-ttl)/float64(t) + 1e-9))
+	rem := floorDiv(int64(tol-ttl), int64(t))
 	rem = min(max(rem, 0), limit)
 	return limit - rem, ttl
-}
-
-// reportedLimit is the limit a rule reports (GCRA: Burst+1).
-func reportedLimit(r driver.Rule) int64 {
-	if r.Algorithm == driver.GCRA {
-		return r.Burst + 1
-	}
-	return r.Limit
 }

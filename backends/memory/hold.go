@@ -31,8 +31,7 @@ func (rf refund) worthless() time.Time {
 	case driver.FixedWindow:
 		return rf.end
 	case driver.SlidingWindow:
-		size, n := rf.rule.Cells()
-		return cellEnd(rf.cell, size, n)
+		return cellLeaves(rf.rule.Span(time.Nanosecond), rf.cell)
 	case driver.SlidingLog:
 		return rf.at.Add(rf.rule.Window)
 	}
@@ -48,8 +47,7 @@ func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
 		case driver.FixedWindow:
 			rf.end = next[i].fixed.end
 		case driver.SlidingWindow:
-			size, _ := r.Cells()
-			rf.cell = floorDiv(x.now.UnixNano(), int64(size))
+			rf.cell = r.Span(time.Nanosecond).Index(x.now.UnixNano())
 		case driver.SlidingLog:
 			rf.at, rf.seq = x.now, next[i].log.seq
 		case driver.GCRA:
@@ -173,9 +171,9 @@ func (x *txn) refund(rf refund) {
 			e.fixed.count = max(0, e.fixed.count-rf.cost)
 		}
 	case driver.SlidingWindow:
-		size, n := rf.rule.Cells()
-		if rf.cell <= floorDiv(x.now.UnixNano(), int64(size))-n {
-			return // the cell has left the window
+		sp := rf.rule.Span(time.Nanosecond)
+		if rf.cell < sp.Oldest(sp.Index(x.now.UnixNano())) {
+			return // the cell no longer counts
 		}
 		for k := range e.sliding.cells {
 			if c := &e.sliding.cells[k]; c.idx == rf.cell {
@@ -193,7 +191,7 @@ func (x *txn) refund(rf refund) {
 	case driver.GCRA:
 		// Give back the part of c*T still ahead of now: units that have
 		// already drained are not owed twice.
-		t, _ := gcraParams(rf.rule)
+		t, _, _ := rf.rule.GCRAParams()
 		back := min(t*time.Duration(rf.cost), rf.at.Sub(x.now))
 		if back <= 0 {
 			return

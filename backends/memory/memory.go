@@ -273,7 +273,7 @@ func (x *txn) take(req driver.Request) driver.Result {
 			x.store(shards[i], ents[i], r, st)
 		}
 		used, reset := report(st, r, now)
-		res.Rules[i] = ruleResult(reportedLimit(r), used, reset, verdicts[i])
+		res.Rules[i] = ruleResult(r.ReportedLimit(), used, reset, verdicts[i])
 		res.Rules[i].Strategy = strategyName(r.Algorithm)
 	}
 	switch {

@@ -106,13 +106,18 @@ func TestSlidingStep(t *testing.T) {
 		used    int64 // after the step when allowed
 		reset   time.Duration
 	}{
-		{"empty", nil, 1, at(500 * time.Millisecond), verdict{Allowed: true}, 1, 9500 * time.Millisecond},
+		// Cells count until (j+N+1)s: the oldest, partly expired one too.
+		{"empty", nil, 1, at(500 * time.Millisecond), verdict{Allowed: true}, 1, 10500 * time.Millisecond},
 		{"need 1 frees with the oldest cell", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(5500 * time.Millisecond),
-			verdict{RetryAfter: 4500 * time.Millisecond}, 10, 9500 * time.Millisecond},
+			verdict{RetryAfter: 5500 * time.Millisecond}, 10, 10500 * time.Millisecond},
 		{"need 5 frees with cell 5", []cell{{i0, 4}, {i0 + 5, 6}}, 5, at(5500 * time.Millisecond),
-			verdict{RetryAfter: 9500 * time.Millisecond}, 10, 9500 * time.Millisecond},
-		{"oldest cell left at its end", []cell{{i0, 4}, {i0 + 5, 6}}, 4, at(10 * time.Second),
-			verdict{Allowed: true}, 10, 10 * time.Second},
+			verdict{RetryAfter: 10500 * time.Millisecond}, 10, 10500 * time.Millisecond},
+		{"the oldest cell still counts a window after it began", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(10 * time.Second),
+			verdict{RetryAfter: time.Second}, 10, 6 * time.Second},
+		{"1ns before it leaves", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(11*time.Second - 1),
+			verdict{RetryAfter: 1}, 10, 5*time.Second + 1},
+		{"the oldest cell left at (j+N+1)s", []cell{{i0, 4}, {i0 + 5, 6}}, 4, at(11 * time.Second),
+			verdict{Allowed: true}, 10, 11 * time.Second},
 		{"cost too high", nil, 11, t0, verdict{CostTooHigh: true}, 0, 0},
 	}
 	for _, tc := range tests {
@@ -247,7 +252,7 @@ func TestBoundedSweep(t *testing.T) {
 	if got := b.Len(); got != 10000*6 {
 		t.Fatalf("Len() after 10k subjects = %d, want %d (4 rules, trail, holds)", got, 10000*6)
 	}
-	clock.Advance(25 * time.Hour) // past every window, the trail TTL and the holds
+	clock.Advance(27 * time.Hour) // past every window (24h + a 2.4h cell), the trail TTL and the holds
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after Sweep = %d, want 0", got)
@@ -259,7 +264,7 @@ func TestBoundedIncremental(t *testing.T) {
 	b := New(&Options{Clock: clock})
 	fill(t, b, 10000)
 	before := b.Len()
-	clock.Advance(25 * time.Hour)
+	clock.Advance(27 * time.Hour) // past every window (24h + a 2.4h cell)
 	ctx := context.Background()
 	// Other subjects, one per shard, so that calls reach every shard.
 	var others []string
@@ -283,7 +288,7 @@ func TestBoundedIncremental(t *testing.T) {
 	if got := b.Len(); got > live {
 		t.Errorf("Len() after calls on other subjects = %d (was %d), want at most %d", got, before, live)
 	}
-	clock.Advance(25 * time.Hour)
+	clock.Advance(27 * time.Hour)
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after Sweep = %d, want 0", got)

@@ -206,7 +206,7 @@ func TestCalendarBounds(t *testing.T) {
 }
 
 func TestSlidingWindow(t *testing.T) {
-	b, c := standalone(t)
+	b, c := plainStandalone(t) // the plain hash layout
 	ctx := context.Background()
 	s := newSubject(t, "slide")
 	r := s.sliding("s", 3, time.Minute, 10)
@@ -216,10 +216,11 @@ func TestSlidingWindow(t *testing.T) {
 	}
 	res := take(t, b, s.request(driver.OpTake, 1, r))
 	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
-	// All units sit in the current cell i: RetryAfter = (i+10)*6s - now.
+	// All units sit in the current cell i, which counts until (i+N+1)·s:
+	// RetryAfter = (i+11)*6s - now.
 	cell := 6 * time.Second
 	i := res.Now.UnixMicro() / cell.Microseconds()
-	want := time.Duration((i+10)*cell.Microseconds())*time.Microsecond - time.Duration(res.Now.UnixMicro())*time.Microsecond
+	want := time.Duration((i+11)*cell.Microseconds())*time.Microsecond - time.Duration(res.Now.UnixMicro())*time.Microsecond
 	if got := res.Rules[0].RetryAfter; got != want {
 		t.Errorf("RetryAfter = %v, want %v", got, want)
 	}
@@ -228,13 +229,13 @@ func TestSlidingWindow(t *testing.T) {
 		t.Errorf("hash = %v, want one cell", h)
 	}
 	pttl, _ := c.PTTL(ctx, r.Key).Result()
-	if pttl <= 0 || pttl > time.Minute+cell {
-		t.Errorf("PTTL = %v, want in (0, 66s]", pttl)
+	if pttl <= 0 || pttl > time.Minute+2*cell {
+		t.Errorf("PTTL = %v, want in (0, 72s]: until the cell stops counting, plus one cell", pttl)
 	}
 }
 
 func TestSlidingWindowCells(t *testing.T) {
-	b, c := standalone(t)
+	b, c := plainStandalone(t) // the plain hash layout
 	ctx := context.Background()
 	// 10 cells of one hour: the test runs within one cell, unless it
 	// starts at an hour boundary (then it retries once).
@@ -244,29 +245,34 @@ func TestSlidingWindowCells(t *testing.T) {
 		cell := time.Hour.Microseconds()
 		i := serverNow(t, c).UnixMicro() / cell
 		f := func(j int64) string { return strconv.FormatInt(j, 10) }
-		// A dead cell (must be ignored and deleted), two live ones.
-		c.HSet(ctx, r.Key, f(i-10), "7", f(i-9), "1", f(i-5), "1")
+		// A dead cell (must be ignored and deleted), two counted ones: the
+		// oldest, i-N, partly expired, still counts (strict).
+		c.HSet(ctx, r.Key, f(i-11), "7", f(i-10), "1", f(i-5), "1")
 		c.PExpire(ctx, r.Key, time.Hour)
 		res := take(t, b, s.request(driver.OpTake, 2, r))
 		if res.Now.UnixMicro()/cell != i {
 			continue
 		}
 		checkRule(t, "take 2 over 2 live units", res.Rules[0], false, 2, 3)
-		// need = 2+2-3 = 1: the oldest live cell (i-9) frees it.
-		want := time.Duration((i-9+10)*cell-res.Now.UnixMicro()) * time.Microsecond
+		// need = 2+2-3 = 1: the oldest counted cell (i-10) frees it when
+		// it stops counting, at (i-10+N+1)·s.
+		want := time.Duration((i-10+11)*cell-res.Now.UnixMicro()) * time.Microsecond
 		if got := res.Rules[0].RetryAfter; got != want {
 			t.Errorf("RetryAfter = %v, want %v", got, want)
 		}
-		if got := res.Rules[0].ResetAfter; got != time.Duration((i-5+10)*cell-res.Now.UnixMicro())*time.Microsecond {
-			t.Errorf("ResetAfter = %v, want the end of cell i-5's life", got)
+		if got := res.Rules[0].ResetAfter; got != time.Duration((i-5+11)*cell-res.Now.UnixMicro())*time.Microsecond {
+			t.Errorf("ResetAfter = %v, want when cell i-5 stops counting", got)
 		}
 		res = take(t, b, s.request(driver.OpTake, 1, r))
 		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
-		if ok, _ := c.HExists(ctx, r.Key, f(i-10)).Result(); ok {
-			t.Errorf("dead cell %d still in the hash after a write", i-10)
+		if ok, _ := c.HExists(ctx, r.Key, f(i-11)).Result(); ok {
+			t.Errorf("dead cell i-11 still in the hash after a write")
 		}
-		if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration((i+11)*cell)*time.Microsecond {
-			t.Errorf("PEXPIRETIME = %v, want the end of cell i+10 (the new cell's life plus one cell)", pet)
+		if ok, _ := c.HExists(ctx, r.Key, f(i-10)).Result(); !ok {
+			t.Errorf("counted cell i-10 deleted by a write, want it kept (it counts until (i+1)·s)")
+		}
+		if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration((i+12)*cell)*time.Microsecond {
+			t.Errorf("PEXPIRETIME = %v, want (i+N+2)·s: until the new cell stops counting, plus one cell", pet)
 		}
 		if v, _ := c.HGet(ctx, r.Key, f(i)).Result(); v != "1" {
 			t.Errorf("current cell = %q, want \"1\"", v)
@@ -274,6 +280,54 @@ func TestSlidingWindowCells(t *testing.T) {
 		return
 	}
 	t.Fatal("crossed a cell boundary twice")
+}
+
+// TestSlidingRetryExact: on the server's clock, to the microsecond, a
+// sliding rule denies until its RetryAfter has elapsed and admits from
+// then on. Peeks are polled across the instant; at least one must land in
+// the last millisecond before it (else the attempt is retried).
+func TestSlidingRetryExact(t *testing.T) {
+	b, _ := standalone(t)
+	for attempt := 1; attempt <= 3; attempt++ {
+		s := newSubject(t, "exact")
+		r := s.sliding("s", 1, time.Second, 10) // 100ms cells
+		take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		if res.Allowed || res.Rules[0].RetryAfter <= 0 {
+			t.Fatalf("take #2 = %+v, want denied with a retry", res.Rules[0])
+		}
+		leave := res.Now.Add(res.Rules[0].RetryAfter)
+		deadline := time.Now().Add(5 * time.Second)
+		lastMs := 0
+		for {
+			res = take(t, b, s.request(driver.OpPeek, 1, r))
+			d := leave.Sub(res.Now)
+			if d <= 0 {
+				if !res.Allowed {
+					t.Fatalf("peek %v after the retry instant = %+v, want allowed", -d, res.Rules[0])
+				}
+				break
+			}
+			if res.Allowed || res.Rules[0].RetryAfter != d {
+				t.Fatalf("peek %v before the retry instant = %+v, want denied with retry %v", d, res.Rules[0], d)
+			}
+			if d <= time.Millisecond {
+				lastMs++
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server's clock did not reach %v", leave)
+			}
+			if d > 30*time.Millisecond {
+				time.Sleep(min(d/2, 20*time.Millisecond)) // poll; spin near the instant
+			}
+		}
+		if lastMs > 0 {
+			t.Logf("attempt %d: %d peeks in the last ms before the retry instant were denied", attempt, lastMs)
+			return
+		}
+		t.Logf("attempt %d: no peek landed in the last ms before the retry instant; retrying", attempt)
+	}
+	t.Fatal("no peek landed in the last ms before the retry instant in 3 attempts")
 }
 
 func TestSlidingLog(t *testing.T) {
@@ -560,6 +614,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"limit 0", s.request(driver.OpTake, 1, s.fixed("a", 0, time.Hour))},
 		{"reserve without id", s.request(driver.OpReserve, 1, s.fixed("a", 1, time.Hour))},
 		{"no keys", driver.Request{Op: driver.OpTake, Cost: 1}},
+		{"gcra tolerance beyond 2^52 µs", s.request(driver.OpTake, 1, s.gcra("g", 1, time.Hour, 1<<21))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := b.Take(context.Background(), tc.req); err == nil {

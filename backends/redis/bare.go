@@ -22,7 +22,7 @@ import (
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
 //     a peek, an inspection or a denial writes no state;
 //  3. otherwise each rule in turn: MULTI, EXHINCRBY k i c MAX (limit -
-//     other live cells), EXHPEXPIREAT k i (i+N)·s-1, EXEC. MAX makes the
+//     other counted cells), EXHPEXPIREAT k i (i+K+1)·s-1, EXEC. MAX makes the
 //     increment fail, changing nothing, if concurrent writers filled the
 //     rule since the snapshot: a rule can never over-admit (except across
 //     a cell boundary, where the other cells' sum only shrinks);
@@ -54,11 +54,10 @@ func isOverflow(err error) bool {
 type bareRule struct {
 	r     *driver.Rule
 	key   string
-	n     int64 // cells
-	s     int64 // cell µs
-	i     int64 // current cell
-	empty bool  // EXHGETALL found no field
-	other int64 // the live cells other than i
+	sp    driver.CellSpan // in µs
+	i     int64           // current cell
+	empty bool            // EXHGETALL found no field
+	other int64           // the counted cells other than i
 	res   []int64
 }
 
@@ -90,8 +89,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 		if ch.Strategy != capability.TairHashBare {
 			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
 		}
-		size, cells := r.Cells()
-		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, n: cells, s: size.Microseconds()}
+		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
 	}
 	trail := req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op == driver.OpTake))
 	idem := req.IdemKey != "" && req.Op == driver.OpTake
@@ -193,7 +191,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 			for k := range rules {
 				br := &rules[k]
 				br.res[1] += c
-				br.res[2] = (br.i+br.n)*br.s - now
+				br.res[2] = br.sp.Leaves(br.i) - now
 			}
 		}
 	}
@@ -251,21 +249,21 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 
 // eval computes the rule's reply entry (flags, used, reset µs, retry µs)
 // from its fields kv (EXHGETALL: name, value, …) at now, as take.lua's
-// sliding window does: cells are counted by index i-N < j, never by
-// expiry.
+// sliding window does: cells are counted by index, j >= i-K
+// (driver.CellSpan), never by expiry.
 func (br *bareRule) eval(kv []any, now, c int64) error {
 	if len(kv)%2 != 0 {
 		return fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
 	}
-	br.i = now / br.s
+	br.i = br.sp.Index(now)
 	br.empty = len(kv) == 0
-	lo := br.i - br.n
+	lo := br.sp.Oldest(br.i)
 	live := map[int64]int64{}
 	var used, cur, newest int64 = 0, 0, -1
 	for k := 0; k < len(kv); k += 2 {
 		fs, _ := kv[k].(string)
 		j, err := strconv.ParseInt(fs, 10, 64)
-		if err != nil || j <= lo {
+		if err != nil || j < lo {
 			continue // not a cell, or a dead one (its expiry reclaims it)
 		}
 		v, err := replyInt(kv[k+1])
@@ -284,7 +282,7 @@ func (br *bareRule) eval(kv []any, now, c int64) error {
 	br.other = used - cur
 	var reset, retry, flags int64 = 0, 0, 1
 	if newest >= 0 {
-		reset = (newest+br.n)*br.s - now
+		reset = br.sp.Leaves(newest) - now
 	}
 	L := br.r.Limit
 	switch {
@@ -293,15 +291,15 @@ func (br *bareRule) eval(kv []any, now, c int64) error {
 	case used+c > L:
 		flags = 0
 		need, acc := used+c-L, int64(0)
-		for j := lo + 1; j <= br.i; j++ {
+		for j := lo; j <= br.i; j++ {
 			acc += live[j]
 			if acc >= need {
-				retry = (j+br.n)*br.s - now
+				retry = br.sp.Leaves(j) - now
 				break
 			}
 		}
 		if retry == 0 {
-			retry = br.s // cells beyond i: the server clock went back
+			retry = br.sp.Size // cells beyond i: the server clock went back
 		}
 	}
 	br.res = []int64{flags, used, reset, retry}
@@ -321,7 +319,7 @@ func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
 
 // incr adds delta to the rule's current cell in one MULTI/EXEC, bounded by
 // MAX bound (delta > 0) or MIN 0 (delta < 0), and sets the cell's expiry
-// to the last millisecond of its life, (i+N)·s-1: EXHINCRBY takes no TTL
+// to the last millisecond it counts, (i+K+1)·s-1: EXHINCRBY takes no TTL
 // option here, since EX/PX/PXAT replicate a wrong TTL and a bare
 // EXHINCRBY drops the field's TTL.
 func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, bound int64) error {
@@ -330,7 +328,7 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	if delta < 0 {
 		opt, lim = "min", 0
 	}
-	expireAt := (br.i+br.n)*br.s/1000 - 1
+	expireAt := br.sp.Leaves(br.i)/1000 - 1
 	var inc *goredis.Cmd
 	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		inc = p.Do(ctx, "exhincrby", br.key, f, delta, opt, lim)

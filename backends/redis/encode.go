@@ -92,12 +92,15 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 			holdTTL = 1
 		}
 		// The hold hash outlives its newest hold by the longest state
-		// lifetime, after which no refund can matter any more.
+		// lifetime, after which no refund can matter any more (a sliding
+		// window's cell counts for up to (K+1) cells).
 		var longest time.Duration
 		for _, r := range req.Rules {
-			if w := r.Window + r.Window/time.Duration(max(1, r.SubWindows)); w > longest {
-				longest = w
+			w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
+			if r.Algorithm == driver.SlidingWindow {
+				w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
 			}
+			longest = max(longest, w)
 		}
 		holdKeyTTL = ceilMillis(req.HoldTTL + longest + time.Second)
 	}
@@ -154,21 +157,22 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 				args = append(args, "f", r.Name, r.Limit, r.Window.Microseconds(), 0)
 			}
 		case driver.SlidingWindow:
-			s, cells := r.Cells()
+			sp := r.Span(time.Microsecond)
 			code := choices[i].code // "t", "h" or plain
 			if code == "" {
 				code = "s"
 			}
-			args = append(args, code, r.Name, r.Limit, cells, s.Microseconds())
+			args = append(args, code, r.Name, r.Limit, sp.Back, sp.Size)
 		case driver.SlidingLog:
 			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
 		case driver.GCRA:
-			t := r.Window / time.Duration(r.Limit)
+			// Whole µs: take.lua computes in exact integers.
+			t, tol, limit := r.GCRAParams()
 			if ch := choices[i]; ch.code == "x" {
-				args = append(args, "x", r.Name, r.Burst+1, int64(t), strconv.FormatInt(ch.cellCount, 10)+":"+strconv.FormatInt(ch.cellPeriod, 10))
+				args = append(args, "x", r.Name, limit, t.Microseconds(), strconv.FormatInt(ch.cellCount, 10)+":"+strconv.FormatInt(ch.cellPeriod, 10))
 				continue
 			}
-			args = append(args, "g", r.Name, r.Burst+1, int64(t), int64(t)*(r.Burst+1))
+			args = append(args, "g", r.Name, limit, t.Microseconds(), tol.Microseconds())
 		default:
 			return call{}, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
 		}
@@ -177,9 +181,15 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	return call{keys: keys, args: args, rules: choices}, nil
 }
 
+// maxTolerance bounds a GCRA rule's tolerance on Redis: take.lua's
+// doubles hold its µs integers exactly (below 2^53) as long as a TAT, now
+// plus at most the tolerance, stays below 2^53 µs (2^52 µs is 142 years,
+// and now is below 2^52 µs until 2112).
+const maxTolerance = time.Duration(1<<52) * time.Microsecond
+
 // validRule validates what every strategy relies on: a key, a limit, a
-// window, a GCRA rule's burst and emission interval. (redis-cell accepts
-// negative and zero values that these checks keep from it.)
+// window, a GCRA rule's burst and tolerance. (redis-cell accepts negative
+// and zero values that these checks keep from it.)
 func validRule(r *driver.Rule) error {
 	if r.Key == "" {
 		return fmt.Errorf("rule %q: empty key", r.Name)
@@ -194,8 +204,8 @@ func validRule(r *driver.Rule) error {
 		if r.Burst < 0 {
 			return fmt.Errorf("rule %q: burst must be >= 0, got %d", r.Name, r.Burst)
 		}
-		if r.Window/time.Duration(r.Limit) <= 0 {
-			return fmt.Errorf("rule %q: emission interval %v/%d rounds to zero", r.Name, r.Window, r.Limit)
+		if t, tol, _ := r.GCRAParams(); tol > maxTolerance {
+			return fmt.Errorf("rule %q: GCRA tolerance %v × %d exceeds %v (2^52 µs)", r.Name, t, r.Burst+1, maxTolerance)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -23,6 +24,14 @@ func standalone(t *testing.T) (*Backend, *goredis.Client) {
 	c := goredis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return New(c, nil), c
+}
+
+// plainStandalone is standalone with the plain Lua strategies forced: for
+// tests of their storage layout, which a server with modules or native
+// hash-field expiry (Redis >= 7.4) would otherwise not use.
+func plainStandalone(t *testing.T) (*Backend, *goredis.Client) {
+	t.Helper()
+	return moduleBackend(t, redistest.Standalone(t), capability.Config{ForcePlainLua: true})
 }
 
 // cluster returns a backend and its client on the shared 3-master cluster.

@@ -145,8 +145,9 @@ func TestModuleKeys(t *testing.T) {
 }
 
 // TestTairHashFieldExpiry: a TairHash cell's field expires at the last
-// millisecond of the cell's life, set with EXHPEXPIREAT (never EXHINCRBY's
-// own TTL options), and a refund (cancel) keeps it.
+// millisecond it counts, (i+N+1)·s-1 (strict: N cells behind the current
+// one still count), set with EXHPEXPIREAT (never EXHINCRBY's own TTL
+// options), and a refund (cancel) keeps it.
 func TestTairHashFieldExpiry(t *testing.T) {
 	ctx := context.Background()
 	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_TAIRHASH"), capability.Config{})
@@ -160,7 +161,7 @@ func TestTairHashFieldExpiry(t *testing.T) {
 	i := res.Now.UnixMilli() / cell
 	f := strconv.FormatInt(i, 10)
 	key := r.Key + suffixTairHash
-	wantAt := (i+10)*cell - 1
+	wantAt := (i+11)*cell - 1
 	check := func(what string, v string) {
 		t.Helper()
 		got, err := c.Do(ctx, "exhget", key, f).Text()
@@ -179,6 +180,23 @@ func TestTairHashFieldExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after cancelling the reserve (EXHINCRBY -3, then EXHPEXPIREAT again)", "2")
+}
+
+// TestHFEFieldExpiry: a native hash-field-expiry cell's field expires one
+// ms after it stops counting, at (i+N+1)·s (HPEXPIREAT, absolute).
+func TestHFEFieldExpiry(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_HFE"), capability.Config{})
+	wantStrategy(t, b, driver.SlidingWindow, capability.HFELua)
+	s := newSubject(t, "hfettl")
+	r := s.sliding("s", 10, time.Hour, 10) // 6 min cells
+	res := take(t, b, s.request(driver.OpTake, 3, r))
+	cell := (6 * time.Minute).Milliseconds()
+	i := res.Now.UnixMilli() / cell
+	got, err := c.Do(ctx, "hpexpiretime", r.Key+suffixHFE, "FIELDS", 1, strconv.FormatInt(i, 10)).Int64Slice()
+	if want := (i + 11) * cell; err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("HPEXPIRETIME of cell i = %v, %v; want [%d], (i+N+1)·s", got, err, want)
+	}
 }
 
 // TestCellKeyHoldsOnlyTAT: whatever the backend does to a redis-cell key
@@ -247,6 +265,71 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 	}
 }
 
+// TestCellForeignState: a redis-cell rule's key holding anything
+// CL.THROTTLE did not write (which would abort the server) is refused with
+// take.lua's freqcap error by every op — take, peek, inspect, reserve, an
+// idempotent take — and nothing is written; a refund (cancel) of a hold on
+// such a key leaves it alone. The server answers PING after each.
+func TestCellForeignState(t *testing.T) {
+	ctx := context.Background()
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	wantStrategy(t, b, driver.GCRA, capability.CellLua)
+	alive := func(what string) {
+		t.Helper()
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatalf("%s: PING = %v: the server is gone", what, err)
+		}
+	}
+	for _, fs := range foreignStates {
+		t.Run(fs.name, func(t *testing.T) {
+			s := newSubject(t, "cellforeign")
+			r := s.gcra("g", 10, time.Minute, 4) // T = 6s: on redis-cell
+			key := r.Key + suffixCell
+			fs.put(t, c, key)
+			before := dumpKey(t, c, key)
+			for op, req := range gcraOps(s, r) {
+				res, err := b.Take(ctx, req)
+				alive(op)
+				checkForeignErr(t, op, err, s, "g")
+				if err == nil {
+					t.Errorf("%s: Take = %+v, want an error", op, res)
+				}
+			}
+			if after := dumpKey(t, c, key); after != before {
+				t.Errorf("the key changed on a refusal")
+			}
+			if n, _ := c.Exists(ctx, s.holds(), s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the holds, trail and idempotency keys written on a refusal", n)
+			}
+			// A hold taken while the key held a TAT, cancelled after it
+			// was overwritten: the refund leaves the foreign value alone.
+			s2 := newSubject(t, "cellforeignhold")
+			r2 := s2.gcra("g", 10, time.Minute, 4)
+			req := s2.request(driver.OpReserve, 2, r2)
+			req.HoldID, req.HoldTTL = "h", time.Hour
+			if res := take(t, b, req); !res.Allowed {
+				t.Fatalf("reserve = %+v, want allowed", res)
+			}
+			if err := c.Del(ctx, r2.Key+suffixCell).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fs.put(t, c, r2.Key+suffixCell)
+			before = dumpKey(t, c, r2.Key+suffixCell)
+			if err := b.Settle(ctx, s2.holds(), "h", false); err != nil {
+				t.Errorf("cancel = %v, want nil", err)
+			}
+			alive("cancel")
+			if after := dumpKey(t, c, r2.Key+suffixCell); after != before {
+				t.Errorf("the refund changed the foreign key")
+			}
+		})
+	}
+	// The module still decides.
+	s := newSubject(t, "cellforeignafter")
+	res := take(t, b, s.request(driver.OpTake, 1, s.gcra("g", 10, time.Minute, 4)))
+	checkRule(t, "take on a fresh key after the refusals", res.Rules[0], true, 1, 5)
+}
+
 // TestCellRetryAfterHonest: a denied redis-cell rule's RetryAfter is exact
 // (from the TAT), not CL.THROTTLE's whole seconds: admitted once it has
 // passed, and never before.
@@ -288,6 +371,7 @@ func TestCellArgs(t *testing.T) {
 		{time.Second, 3, 0, 0, 0, false},                  // 333333333.3 ns
 		{1000000007 * time.Nanosecond, 1, 0, 0, 0, false}, // period 1000000007 s
 		{time.Second, 1, 1 << 40, 0, 0, false},            // tolerance beyond 2^53 ns
+		{time.Second, 400000, 0, 0, 0, false},             // 2.5µs: not a whole µs
 	} {
 		r := driver.Rule{Name: "g", Algorithm: driver.GCRA, Limit: tc.limit, Window: tc.w, Burst: tc.burst}
 		count, period, why := cellArgs(&r)
@@ -465,8 +549,8 @@ func TestBareTairHash(t *testing.T) {
 	}
 
 	// Compensation: a is incremented, then b's bounded increment fails.
-	br := bareRule{r: &bb, key: key, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
-	ar := bareRule{r: &a, key: a.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i}
+	br := bareRule{r: &bb, key: key, sp: bb.Span(time.Microsecond), i: i}
+	ar := bareRule{r: &a, key: a.Key + suffixTairHash, sp: a.Span(time.Microsecond), i: i}
 	if err := ar.incr(ctx, c, 1, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +567,7 @@ func TestBareTairHash(t *testing.T) {
 
 	// The empty-key leak: a denial on a fresh key by MAX, then the sweep.
 	fresh := s.sliding("fresh", 1, time.Hour, 10)
-	fr := bareRule{r: &fresh, key: fresh.Key + suffixTairHash, n: 10, s: (6 * time.Minute).Microseconds(), i: i, empty: true}
+	fr := bareRule{r: &fresh, key: fresh.Key + suffixTairHash, sp: fresh.Span(time.Microsecond), i: i, empty: true}
 	if err := fr.incr(ctx, c, 2, 1); !isOverflow(err) {
 		t.Fatalf("EXHINCRBY 2 MAX 1 on a fresh key = %v, want overflow", err)
 	}
@@ -559,4 +643,39 @@ func TestBareTairHash(t *testing.T) {
 	if admitted != 20 || res.Rules[1].Used != 20 || res.Rules[0].Used != 20 {
 		t.Errorf("race: %d admitted, used q %d p %d; want 20, 20, 20 (compensated)", admitted, res.Rules[0].Used, res.Rules[1].Used)
 	}
+}
+
+// TestBareStrict: bare mode is strict too, on the server's clock:
+// Sliding(r, 1, 1s) with 100ms cells, one unit just after cell j starts,
+// another attempted at the start of cell j+N (less than a second later)
+// is denied with RetryAfter to (j+N+1)·s exactly, and admitted then.
+func TestBareStrict(t *testing.T) {
+	addr := moduleAddr(t, "FREQCAP_TEST_TAIRHASH")
+	c := bareClient(t, addr)
+	b := New(c, nil)
+	wantStrategy(t, b, driver.SlidingWindow, capability.TairHashBare)
+	const cell = 100 * time.Millisecond
+	for attempt := 1; attempt <= 3; attempt++ {
+		s := newSubject(t, "barestrict")
+		r := s.sliding("r", 1, time.Second, 10)
+		j := serverNow(t, c).Truncate(cell).Add(cell) // cell j starts
+		eventually(t, time.Second, "cell j", func() bool { return !serverNow(t, c).Before(j.Add(10 * time.Millisecond)) })
+		first := take(t, b, s.request(driver.OpTake, 1, r))
+		eventually(t, 2*time.Second, "cell j+N", func() bool { return !serverNow(t, c).Before(j.Add(time.Second)) })
+		res := take(t, b, s.request(driver.OpTake, 1, r))
+		leave := j.Add(time.Second + cell)
+		if !first.Allowed || first.Now.After(j.Add(cell)) || !res.Now.Before(leave) {
+			t.Logf("attempt %d: the takes missed their cells (%v, %v); retrying", attempt, first.Now.Sub(j), res.Now.Sub(j))
+			continue
+		}
+		if res.Allowed || res.Rules[0].RetryAfter != leave.Sub(res.Now) {
+			t.Fatalf("take %v after the first = %+v, want denied with retry %v (until cell j stops counting)", res.Now.Sub(first.Now), res.Rules[0], leave.Sub(res.Now))
+		}
+		eventually(t, 2*time.Second, "cell j leaves", func() bool { return !serverNow(t, c).Before(leave) })
+		if res = take(t, b, s.request(driver.OpTake, 1, r)); !res.Allowed {
+			t.Errorf("take once cell j stopped counting = %+v, want allowed", res.Rules[0])
+		}
+		return
+	}
+	t.Fatal("the takes missed their cells 3 times")
 }

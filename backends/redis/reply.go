@@ -44,14 +44,6 @@ func replyString(v any) (string, error) {
 
 const perRuleReply = 4
 
-// reportedLimit is the limit a rule's results report (GCRA: Burst+1).
-func reportedLimit(r *driver.Rule) int64 {
-	if r.Algorithm == driver.GCRA {
-		return r.Burst + 1
-	}
-	return r.Limit
-}
-
 // parseTake decodes take.lua's reply for a request of the given rules.
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	n := len(rules)
@@ -95,7 +87,7 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 		r.Allowed = ints[0] == 1
 		r.CostTooHigh = ints[0] == 2
 		r.Used = ints[1]
-		r.Limit = reportedLimit(&rules[i])
+		r.Limit = rules[i].ReportedLimit()
 		r.Remaining = max(0, r.Limit-r.Used)
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond

@@ -154,18 +154,18 @@ func replayClients(t *testing.T, addr string) (c *goredis.Client, dials *atomic.
 	return c, dials, blocker
 }
 
-// whileBusy makes the server at addr run a 400 ms script (sent by
-// blocker), polls until the server is seen busy — a probe PING with a
-// 20 ms timeout gets no answer — runs f meanwhile, and returns f's error
-// and the dials counted while f ran.
+// whileBusy makes the server at addr run a script busy for about 400 ms
+// (sent by blocker; see busyIterations), polls until the server is seen
+// busy — a probe PING with a 20 ms timeout gets no answer — runs f
+// meanwhile, and returns f's error and the dials counted while f ran.
 func whileBusy(t *testing.T, addr string, blocker *goredis.Client, dials *atomic.Int64, f func() error) (int64, error) {
 	t.Helper()
 	ctx := context.Background()
+	n := busyIterations(t, addr, blocker, 400*time.Millisecond)
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() {
-		done <- blocker.Eval(ctx, `local t = redis.call('TIME'); local e = t[1]*1000000+t[2]+400000
-			while true do local n = redis.call('TIME'); if n[1]*1000000+n[2] > e then break end end
-			return 1`, nil).Err()
+		done <- blocker.Eval(ctx, busyScript, nil, n).Err()
 	}()
 	probe := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 20 * time.Millisecond})
 	defer probe.Close()
@@ -183,5 +183,53 @@ func whileBusy(t *testing.T, addr string, blocker *goredis.Client, dials *atomic
 	if berr := <-done; berr != nil {
 		t.Fatalf("busy script: %v", berr)
 	}
+	t.Logf("busy script: %d iterations, %v from send to reply", n, time.Since(start).Round(time.Millisecond))
 	return d, err
+}
+
+// busyScript loops ARGV[1] times in plain Lua and returns 1. It keeps the
+// server busy without reading TIME (which does not advance inside a
+// script on Redis 7.4 and Valkey 8) and without DEBUG (often disabled).
+const busyScript = `local n, x = tonumber(ARGV[1]), 0
+for i = 1, n do x = x + i end
+return 1`
+
+// busyRates holds the iterations per second of busyScript, by server
+// address (measured once per server and test binary).
+var busyRates sync.Map
+
+// busyIterations returns how many iterations of busyScript keep the server
+// at addr busy for about d. The first call for a server calibrates: it
+// times ever longer runs from the client until one takes 50 ms, then
+// keeps the fastest of three runs of that length (a run slowed by a busy
+// machine would make the busy script too short; a fast estimate only
+// makes it longer).
+func busyIterations(t *testing.T, addr string, c *goredis.Client, d time.Duration) int64 {
+	t.Helper()
+	if r, ok := busyRates.Load(addr); ok {
+		return int64(r.(float64) * d.Seconds())
+	}
+	ctx := context.Background()
+	run := func(n int64) time.Duration {
+		start := time.Now()
+		if err := c.Eval(ctx, busyScript, nil, n).Err(); err != nil {
+			t.Fatalf("busy script calibration (%d iterations): %v", n, err)
+		}
+		return time.Since(start)
+	}
+	n := int64(1 << 16)
+	for run(n) < 50*time.Millisecond {
+		if n >= 1<<36 {
+			t.Fatalf("busy script calibration: %d iterations took under 50ms", n)
+		}
+		n *= 4
+	}
+	best := run(n)
+	for range 2 {
+		best = min(best, run(n))
+	}
+	rate := float64(n) / best.Seconds()
+	busyRates.Store(addr, rate)
+	t.Logf("busy script on %s: %.0f iterations/s (fastest of 3 runs of %d: %v)", addr, rate, n, best)
+	return int64(rate * d.Seconds())
 }

@@ -34,14 +34,16 @@ const maxExactNs = 1 << 53
 
 // cellArgs returns CL.THROTTLE's count and period (whole seconds) for a
 // GCRA rule when they express its emission interval Window/Limit exactly
-// (period/count = Window/Limit, so redis-cell's interval, computed as
-// period·1e9/count in float64 and truncated, is the same integer number
-// of nanoseconds as Lua GCRA's). Otherwise it says why the rule stays on
-// Lua GCRA. The rule's limit, window and burst are already validated.
+// and it is a whole number of microseconds (period/count = Window/Limit,
+// so redis-cell's interval, computed as period·1e9/count in float64 and
+// truncated, is the same number of nanoseconds as the T of
+// driver.Rule.GCRAParams that Lua GCRA and the memory backend use).
+// Otherwise it says why the rule stays on Lua GCRA. The rule's limit,
+// window and burst are already validated.
 func cellArgs(r *driver.Rule) (count, period int64, why string) {
 	w, l := int64(r.Window), r.Limit
-	if w%l != 0 {
-		return 0, 0, fmt.Sprintf("emission interval %v/%d is not a whole number of nanoseconds", r.Window, l)
+	if w%l != 0 || (w/l)%int64(time.Microsecond) != 0 {
+		return 0, 0, fmt.Sprintf("emission interval %v/%d is not a whole number of microseconds", r.Window, l)
 	}
 	t := w / l
 	if r.Burst+1 > maxExactNs/t {
@@ -129,7 +131,7 @@ func describeReport(rep *capability.Report) driver.Description {
 		case capability.PlainLua.String():
 			st.Reason += "; " + plainDetail[a]
 		case capability.CellLua.String():
-			st.Reason += "; only for rules whose Window/Limit CL.THROTTLE's whole-second period expresses exactly (a whole number of ns, period and tolerance within 2^53 ns): other GCRA rules stay on plain Lua GCRA; state under <key>" + suffixCell
+			st.Reason += "; only for rules whose Window/Limit CL.THROTTLE's whole-second period expresses exactly (a whole number of µs, period and tolerance within 2^53 ns): other GCRA rules stay on plain Lua GCRA; state under <key>" + suffixCell
 		case capability.TairHashLua.String():
 			st.Reason += "; state under <key>" + suffixTairHash
 		case capability.HFELua.String():

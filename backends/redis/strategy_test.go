@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,17 +10,25 @@ import (
 )
 
 // TestResultStrategy checks that every rule's result names the strategy
-// take.lua ran for it: plain Lua on a plain server, and on a redis-cell
-// server CL.THROTTLE only for the GCRA rule it can express exactly.
+// take.lua ran for it: plain Lua on a server without modules (sliding
+// windows on native hash-field expiry where the server has it, Redis >=
+// 7.4), and on a redis-cell server CL.THROTTLE only for the GCRA rule it
+// can express exactly.
 func TestResultStrategy(t *testing.T) {
-	t.Run("plain server", func(t *testing.T) {
-		b, _ := standalone(t)
+	t.Run("server without modules", func(t *testing.T) {
+		b, c := standalone(t)
+		sliding := capability.PlainLua.String()
+		// COMMAND INFO answers [nil] for a command the server lacks.
+		if info, err := c.Do(context.Background(), "COMMAND", "INFO", "HPEXPIREAT").Slice(); err == nil && len(info) == 1 && info[0] != nil {
+			sliding = capability.HFELua.String()
+		}
 		s := newSubject(t, "strategy")
 		res := take(t, b, s.request(driver.OpTake, 1,
 			s.fixed("f", 5, time.Minute), s.sliding("s", 5, time.Minute, 10), s.gcra("g", 10, time.Minute, 4)))
+		want := []string{capability.PlainLua.String(), sliding, capability.PlainLua.String()}
 		for i, r := range res.Rules {
-			if r.Strategy != "lua" {
-				t.Errorf("Take() rule %d strategy = %q, want %q", i, r.Strategy, "lua")
+			if r.Strategy != want[i] {
+				t.Errorf("Take() rule %d strategy = %q, want %q", i, r.Strategy, want[i])
 			}
 		}
 	})

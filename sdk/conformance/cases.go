@@ -23,6 +23,9 @@ var groups = []group{
 	}},
 	{name: "SlidingWindow", cases: []testCase{
 		{name: "Accuracy", run: slidingAccuracy},
+		{name: "NoIntervalOverLimit", run: slidingStrict},
+		{name: "SmallestOverAdmission", run: slidingSmallest},
+		{name: "RetryAfterExact", run: slidingRetryExact},
 	}},
 	{name: "SlidingLog", cases: []testCase{
 		{name: "Exact", run: logExact},
@@ -31,6 +34,12 @@ var groups = []group{
 	{name: "GCRA", cases: []testCase{
 		{name: "RedisCellExample", run: gcraRedisCell},
 		{name: "BurstAndEmission", run: gcraEmission},
+	}},
+	{name: "Numbers", cases: []testCase{
+		{name: "MaxLimit", run: numbersMaxLimit},
+		{name: "MaxWindow", run: numbersMaxWindow},
+		{name: "GCRAMaxTolerance", run: numbersGCRAMaxTolerance},
+		{name: "GCRAMinInterval", run: numbersGCRAMinInterval},
 	}},
 	{name: "Calendar", cases: []testCase{
 		{name: "DayAsiaShanghai", needs: Calendar, run: calendarShanghai},
@@ -158,15 +167,17 @@ func slidingAccuracy(e *env) {
 	w := e.pick(10*time.Second, time.Second)
 	s := w / 10
 	r := e.sliding("s", 10, w, 10)
-	b := e.alignTo(w, s/2) // in cell i0, which leaves the window at b+w
+	// A cell counts until (j+N+1)·s, the partly expired oldest one too:
+	// cell 0 (starting at b) until b+w+s.
+	b := e.alignTo(w, s/2)
 	var res driver.Result
 	for i := int64(1); i <= 4; i++ {
 		res = e.take(1, r)
 		e.before(res, b.Add(s), "take in the first cell")
-		e.expect(fmt.Sprintf("Take(s) #%d in cell 0", i), res, true, want(true, i, 10, b.Add(w).Sub(res.Now), 0))
+		e.expect(fmt.Sprintf("Take(s) #%d in cell 0", i), res, true, want(true, i, 10, b.Add(w+s).Sub(res.Now), 0))
 	}
 	e.advanceTo(b.Add(5*s + s/2))
-	newest := b.Add(5*s + w) // cell i0+5 leaves the window then
+	newest := b.Add(5*s + w + s) // cell 5 stops counting then
 	for i := int64(5); i <= 10; i++ {
 		res = e.take(1, r)
 		e.before(res, b.Add(6*s), "take in cell 5")
@@ -174,26 +185,31 @@ func slidingAccuracy(e *env) {
 	}
 	res = e.take(1, r)
 	e.expect("Take(s) #11 (need 1: freed when cell 0 leaves)", res, false,
-		want(false, 10, 10, newest.Sub(res.Now), b.Add(w).Sub(res.Now)))
+		want(false, 10, 10, newest.Sub(res.Now), b.Add(w+s).Sub(res.Now)))
 	res = e.peek(5, r)
 	e.expect("Peek(s, cost 5) (need 5: cell 0 has 4, freed when cell 5 leaves)", res, false,
 		want(false, 10, 10, newest.Sub(res.Now), newest.Sub(res.Now)))
 	res = e.peek(11, r)
 	e.expect("Peek(s, cost 11)", res, false, tooHigh(10, 10, newest.Sub(res.Now)))
-	if e.fake != nil {
-		e.advanceTo(b.Add(w - time.Millisecond))
-		res = e.take(1, r)
-		e.expect("Take(s) 1ms before cell 0 leaves", res, false, want(false, 10, 10, newest.Sub(res.Now), time.Millisecond))
-	}
 	e.advanceTo(b.Add(w))
 	res = e.take(1, r)
 	e.before(res, b.Add(w+s), "take")
-	e.expect("Take(s) as cell 0 leaves (its 4 units, taken w-s/2 ago, are gone)", res, true,
-		want(true, 7, 10, b.Add(2*w).Sub(res.Now), 0))
-	res = e.take(3, r)
-	e.expect("Take(s, cost 3)", res, true, want(true, 10, 10, b.Add(2*w).Sub(res.Now), 0))
+	e.expect("Take(s) a window after cell 0 began (its units still count)", res, false,
+		want(false, 10, 10, newest.Sub(res.Now), b.Add(w+s).Sub(res.Now)))
+	if e.fake != nil {
+		e.advanceTo(b.Add(w + s - time.Millisecond))
+		res = e.take(1, r)
+		e.expect("Take(s) 1ms before cell 0 leaves", res, false, want(false, 10, 10, newest.Sub(res.Now), time.Millisecond))
+	}
+	e.advanceTo(b.Add(w + s))
 	res = e.take(1, r)
-	e.expect("Take(s) over the limit again", res, false, want(false, 10, 10, b.Add(2*w).Sub(res.Now), newest.Sub(res.Now)))
+	e.before(res, b.Add(w+2*s), "take")
+	end := b.Add(2*w + 2*s) // the current cell, 11, stops counting then
+	e.expect("Take(s) as cell 0 leaves (its 4 units are gone)", res, true, want(true, 7, 10, end.Sub(res.Now), 0))
+	res = e.take(3, r)
+	e.expect("Take(s, cost 3)", res, true, want(true, 10, 10, end.Sub(res.Now), 0))
+	res = e.take(1, r)
+	e.expect("Take(s) over the limit again", res, false, want(false, 10, 10, end.Sub(res.Now), newest.Sub(res.Now)))
 }
 
 // ---- SlidingLog ----
@@ -471,13 +487,13 @@ func costTooHigh(e *env) {
 	g := gm.step(t0, 5, true)
 	e.expect("Take(all, cost 5) with limit 5", res, true,
 		want(true, 5, 5, windowStart(t0, w).Add(w).Sub(t0), 0),
-		want(true, 5, 5, windowStart(t0, w/10).Add(w).Sub(t0), 0),
+		want(true, 5, 5, windowStart(t0, w/10).Add(w+w/10).Sub(t0), 0),
 		want(true, 5, 5, w, 0), g)
 	res = e.take(6, rules...)
 	now := res.Now
 	e.expect("Take(all, cost 6) after using 5", res, false,
 		tooHigh(5, 5, windowStart(t0, w).Add(w).Sub(now)),
-		tooHigh(5, 5, windowStart(t0, w/10).Add(w).Sub(now)),
+		tooHigh(5, 5, windowStart(t0, w/10).Add(w+w/10).Sub(now)),
 		tooHigh(5, 5, t0.Add(w).Sub(now)), gm.step(now, 6, false))
 	// A rule that can never fit denies the request alone; the others
 	// report their honest state.
@@ -738,9 +754,9 @@ func refundMovedOn(e *env) {
 	res := e.reserve("old", time.Hour, 3, f, s)
 	e.before(res, start.Add(w/10), "reserve")
 	e.used("Reserve(f+s, cost 3)", res, 3, 3)
-	e.advanceTo(start.Add(w))
+	e.advanceTo(start.Add(w + w/10)) // s's cell 0 stops counting
 	res = e.take(2, f, s)
-	e.before(res, start.Add(w+w/10), "take")
+	e.before(res, start.Add(w+2*w/10), "take")
 	e.used("Take(f+s, cost 2) in the next window", res, 2, 2)
 	if err := e.settle("old", false); err != nil {
 		e.t.Fatalf("Settle(old, cancel) = %v, want nil", err)

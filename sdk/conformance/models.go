@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"math"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -65,15 +64,20 @@ type gcraModel struct {
 }
 
 func newGCRAModel(r driver.Rule) *gcraModel {
-	t := r.Window / time.Duration(r.Limit)
-	return &gcraModel{t: t, tol: t * time.Duration(r.Burst+1), limit: r.Burst + 1}
+	t, tol, limit := r.GCRAParams()
+	return &gcraModel{t: t, tol: tol, limit: limit}
 }
 
+// report gives Remaining = floor((tol-ttl)/T) in exact integers.
 func (m *gcraModel) report(tat, now time.Time) (used int64, ttl time.Duration) {
 	if tat.After(now) {
 		ttl = tat.Sub(now)
 	}
-	rem := int64(math.Floor(float64(m.tol-ttl)/float64(m.t) + 1e-9))
+	a, b := int64(m.tol-ttl), int64(m.t)
+	rem := a / b
+	if a%b != 0 && a < 0 {
+		rem--
+	}
 	rem = min(max(rem, 0), m.limit)
 	return m.limit - rem, ttl
 }

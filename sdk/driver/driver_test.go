@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -41,5 +42,81 @@ func TestRuleCells(t *testing.T) {
 		if got, n := (Rule{Window: tc.w, SubWindows: tc.cells}).Cells(); got != tc.size || n != wantN {
 			t.Errorf("Rule{Window: %v, SubWindows: %d}.Cells() = %v, %d; want %v, %d", tc.w, tc.cells, got, n, tc.size, wantN)
 		}
+	}
+}
+
+func TestRuleGCRAParams(t *testing.T) {
+	const maxUs = time.Duration(math.MaxInt64 / 1000 * 1000)
+	tests := []struct {
+		name         string
+		w            time.Duration
+		limit, burst int64
+		t, tol       time.Duration
+		reported     int64
+	}{
+		{"whole", time.Minute, 10, 4, 6 * time.Second, 30 * time.Second, 5},
+		{"7 per 3s", 3 * time.Second, 7, 1, 428571 * time.Microsecond, 857142 * time.Microsecond, 2},
+		{"1 per 3s/3", time.Second, 3, 0, 333333 * time.Microsecond, 333333 * time.Microsecond, 1},
+		{"sub-µs ns dropped", 2500 * time.Millisecond, 1000000, 0, 2 * time.Microsecond, 2 * time.Microsecond, 1},
+		{"at least 1µs", time.Millisecond, 5000, 2, time.Microsecond, 3 * time.Microsecond, 3},
+		{"tolerance saturates", time.Hour, 1, math.MaxInt64 / 2, time.Hour, maxUs, math.MaxInt64/2 + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Rule{Algorithm: GCRA, Limit: tc.limit, Window: tc.w, Burst: tc.burst}
+			gt, gtol, gl := r.GCRAParams()
+			if gt != tc.t || gtol != tc.tol || gl != tc.reported {
+				t.Errorf("GCRAParams() = %v, %v, %d; want %v, %v, %d", gt, gtol, gl, tc.t, tc.tol, tc.reported)
+			}
+			if gt%time.Microsecond != 0 || gtol%time.Microsecond != 0 {
+				t.Errorf("GCRAParams() = %v, %v; want whole microseconds", gt, gtol)
+			}
+			if got := r.ReportedLimit(); got != tc.reported {
+				t.Errorf("ReportedLimit() = %d, want %d", got, tc.reported)
+			}
+		})
+	}
+	if got := (Rule{Algorithm: SlidingLog, Limit: 7, Window: time.Second}).ReportedLimit(); got != 7 {
+		t.Errorf("ReportedLimit() of a sliding log of 7 = %d, want 7", got)
+	}
+}
+
+func TestRuleSpan(t *testing.T) {
+	tests := []struct {
+		w          time.Duration
+		cells      int
+		size, back int64 // µs, cells
+	}{
+		{time.Minute, 10, 6e6, 10},
+		{24 * time.Hour, 10, 8640e6, 10},
+		{59 * time.Second, 10, 5.9e6, 10},
+		{time.Second, 3, 333e3, 4},         // 3 cells of 333ms do not reach back a whole second
+		{10 * time.Second, 3, 3333e3, 4},   // nor 3 of 3.333s ten seconds
+		{5 * time.Millisecond, 10, 1e3, 5}, // 1ms cells: 5 reach back 5ms
+	}
+	for _, tc := range tests {
+		r := Rule{Window: tc.w, SubWindows: tc.cells}
+		sp := r.Span(time.Microsecond)
+		if sp.Size != tc.size || sp.Back != tc.back {
+			t.Errorf("Rule{Window: %v, SubWindows: %d}.Span(µs) = %+v, want {Size:%d Back:%d}", tc.w, tc.cells, sp, tc.size, tc.back)
+		}
+		if got, want := sp.Leaves(7), (7+tc.back+1)*tc.size; got != want {
+			t.Errorf("Span(%v/%d).Leaves(7) = %d, want %d", tc.w, tc.cells, got, want)
+		}
+		// The guarantee: every instant within Window (closed) before t
+		// lies in a cell counted at t, and nothing counts past Leaves.
+		w := tc.w.Microseconds()
+		for _, at := range []int64{0, 1, tc.size - 1, tc.size, 5*tc.size + 17, 1795215617870091} {
+			i := sp.Index(at)
+			if j := sp.Index(at - w); j < sp.Oldest(i) {
+				t.Errorf("Span(%v/%d): at %d (cell %d) the instant Window before is in cell %d, older than Oldest %d", tc.w, tc.cells, at, i, j, sp.Oldest(i))
+			}
+			if l := sp.Leaves(sp.Oldest(i)); l <= at || l > at+tc.size {
+				t.Errorf("Span(%v/%d): at %d the oldest counted cell leaves at %d, want within the next cell", tc.w, tc.cells, at, l)
+			}
+		}
+	}
+	if got := (CellSpan{Size: 10, Back: 1}).Index(-1); got != -1 {
+		t.Errorf("Index(-1) = %d, want -1 (floor)", got)
 	}
 }
