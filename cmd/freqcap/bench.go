@@ -34,6 +34,7 @@ func runBench(args []string) error {
 	fs.StringVar(&policyFile, "policy", "", "policy `FILE` (YAML); default: the seed policy \"push\" (internal/seed)")
 	fs.StringVar(&policyName, "name", "", "policy to run from the file (default: the first)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
+	fs.BoolVar(&cfg.Raw, "raw", false, "also run raw(R): one EVALSHA doing INCRBY (PEXPIRE on the first hit) on R keys, R = the policy's rules, deciding nothing, and report the policy's ratio to it")
 	fs.BoolVar(&cfg.Floor, "floor", false, "also run internal/bench/scripts/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on 1, 2 and 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N); implies -baseline")
 	fs.BoolVar(&cfg.Memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.MemoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")

@@ -53,6 +53,11 @@ type Config struct {
 	// Baseline also runs the trivial INCRBY+PEXPIRE EVALSHA and reports
 	// the ratio (with Batch, also that script in pipelines of Batch).
 	Baseline bool
+	// Raw also runs raw(R), one EVALSHA doing INCRBY (and PEXPIRE on the
+	// first hit) on R counters, R the policy's number of rules, and
+	// reports the policy's ratio to it: the floor of one round trip per
+	// decision on the machine at hand.
+	Raw bool
 	// Floor also runs scripts.Floor on 1, 2 and 4 keys per subject and
 	// reports their ratios to the baseline (with Batch, also the 4-key
 	// step in pipelines of Batch). It implies Baseline.
@@ -219,6 +224,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		if cfg.Batch > 0 {
 			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
+		}
+		if cfg.Raw {
+			r := len(policy.Rules())
+			runs = append(runs, run{fmt.Sprintf("raw(%d) INCRBY+PEXPIRE on %d keys", r, r), 1, scriptOne(client, scripts.Raw, cfg, "raw", r)})
+			ratios = append(ratios, [2]int{0, len(runs) - 1})
 		}
 		if cfg.Baseline {
 			base := len(runs)

@@ -45,6 +45,10 @@ func TestBenchModes(t *testing.T) {
 			`^ratio floor, 2 keys x 4 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
 			`^ratio floor, 4 keys x 2 fields / baseline INCRBY\+PEXPIRE EVALSHA: [0-9.]+ `,
 			`^ratio floor, 4 keys x 2 fields, pipelines of 30 / floor, 4 keys x 2 fields: [0-9.]+ `}},
+		{"raw", Config{Raw: true, Rounds: 2}, nil, []string{
+			`^raw\(4\) INCRBY\+PEXPIRE on 4 keys: .* errors 0; .* 1\.00 scripts `,
+			`^ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
+			`^median ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
 		{"hot", Config{Hot: true, HotSubjects: 3}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
 			// Most of the cached run never reaches Redis.

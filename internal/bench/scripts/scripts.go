@@ -16,3 +16,9 @@ var Baseline string
 //
 //go:embed floor.lua
 var Floor string
+
+// Raw is raw(R): one counter per rule, INCRBY on each and PEXPIRE on a
+// counter's first hit, deciding nothing: see raw.lua.
+//
+//go:embed raw.lua
+var Raw string
