@@ -26,7 +26,8 @@ const (
 	// arithmetic, which dropped the oldest cell, over-admitted 3.2% (73
 	// units in 24h against 50). Measured in this repository with
 	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells (Rule.Cells) shorten the extra time a unit counts.
+	// Finer cells (Rule.Cells) shorten the extra time a unit counts: with
+	// 60 cells per window the same traffic paid 2.7% (1,586 attempts).
 	AlgorithmSlidingWindow
 	// AlgorithmSlidingLog keeps one entry per unit: exact, memory grows
 	// with Limit.

@@ -39,8 +39,27 @@ func TestStrictnessCost(t *testing.T) {
 		users = 200
 		days  = 3
 	)
+	seed := loadPolicies(t)["push"]
+	// The seed policy as it is (10 cells per window), then with 60 cells
+	// per window: finer cells, a smaller price.
+	fine := make([]sdk.Rule, 0, len(seed.Rules()))
+	for _, r := range seed.Rules() {
+		fine = append(fine, r.Cells(60))
+	}
+	push60, err := sdk.NewPolicy("push", fine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		p    *sdk.Policy
+	}{{"10 cells", seed}, {"60 cells", push60}} {
+		t.Run(tc.name, func(t *testing.T) { measureStrictness(t, tc.p, users, days) })
+	}
+}
+
+func measureStrictness(t *testing.T, push *sdk.Policy, users, days int) {
 	ctx := context.Background()
-	push := loadPolicies(t)["push"]
 	rules := push.Rules()
 	rng := rand.New(rand.NewPCG(2026, 11))
 
@@ -50,7 +69,7 @@ func TestStrictnessCost(t *testing.T) {
 		content int
 	}
 	var attempts []attempt
-	end := t0.Add(days * 24 * time.Hour)
+	end := t0.Add(time.Duration(days) * 24 * time.Hour)
 	exp := func(mean time.Duration) time.Duration { return time.Duration(rng.ExpFloat64() * float64(mean)) }
 	// pick draws one of a user's 8 contents, content k with weight 1/(k+1).
 	pick := func() int {
