@@ -154,24 +154,25 @@ func replayClients(t *testing.T, addr string) (c *goredis.Client, dials *atomic.
 	return c, dials, blocker
 }
 
-// whileBusy makes the server at addr run a script busy for about 400 ms
+// whileBusy makes the server at addr run a script busy for about 1.5 s
 // (sent by blocker; see busyIterations), polls until the server is seen
-// busy — a probe PING with a 20 ms timeout gets no answer — runs f
-// meanwhile, and returns f's error and the dials counted while f ran.
+// busy — a probe PING gets no answer within 150 ms, which a loaded
+// machine alone does not cause (a 20 ms probe was fooled by load) — runs
+// f meanwhile, and returns f's error and the dials counted while f ran.
 func whileBusy(t *testing.T, addr string, blocker *goredis.Client, dials *atomic.Int64, f func() error) (int64, error) {
 	t.Helper()
 	ctx := context.Background()
-	n := busyIterations(t, addr, blocker, 400*time.Millisecond)
+	n := busyIterations(t, addr, blocker, 1500*time.Millisecond)
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
 		done <- blocker.Eval(ctx, busyScript, nil, n).Err()
 	}()
-	probe := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 20 * time.Millisecond})
+	probe := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 150 * time.Millisecond})
 	defer probe.Close()
-	for deadline := time.Now().Add(300 * time.Millisecond); ; {
+	for deadline := time.Now().Add(time.Second); ; {
 		if err := probe.Ping(ctx).Err(); err != nil {
-			break // no answer in 20 ms: the script is running
+			break // no answer in 150 ms: the script is running
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the server never looked busy while the busy script was sent")
