@@ -888,7 +888,13 @@ func trailMulti(e *env) {
 
 func trailTTL(e *env) {
 	w := time.Hour
-	e.trailTTL = e.pick(time.Minute, 500*time.Millisecond)
+	// On a real clock the TTL is long enough that a loaded machine's
+	// scheduling delays (a step landing hundreds of ms late) cannot make
+	// the first denial outlive or miss its planned instant, and each
+	// check waits past the expiry by a margin covering the time between
+	// the script's TIME and its PEXPIRE.
+	e.trailTTL = e.pick(time.Minute, 2*time.Second)
+	margin := e.pick(time.Millisecond, 50*time.Millisecond)
 	e.ensureRoom(w, e.trailTTL+10*time.Second)
 	f := e.fixed("f", 1, w)
 	e.take(1, f)
@@ -899,12 +905,15 @@ func trailTTL(e *env) {
 		e.advanceTo(first.Now.Add(e.trailTTL / 2))
 	}
 	last := e.take(1, f)
-	e.advanceTo(first.Now.Add(e.trailTTL + time.Millisecond))
+	if late := last.Now.Sub(first.Now) - e.trailTTL/2; late > e.trailTTL/4 {
+		e.t.Fatalf("the second denial came %v late (planned %v after the first): the machine is too loaded for this case's timing", late, e.trailTTL/2)
+	}
+	e.advanceTo(first.Now.Add(e.trailTTL + margin))
 	if tr := e.inspect().Trail; len(tr) != 2 {
 		e.t.Errorf("Inspect %v after the first denial = %d entries, want 2 (the TTL runs from the last denial)",
 			e.trailTTL, len(tr))
 	}
-	e.advanceTo(last.Now.Add(e.trailTTL + time.Millisecond))
+	e.advanceTo(last.Now.Add(e.trailTTL + margin))
 	if tr := e.inspect().Trail; len(tr) != 0 {
 		e.t.Errorf("Inspect TrailTTL after the last denial = %+v, want no trail", tr)
 	}
