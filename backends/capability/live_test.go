@@ -3,6 +3,7 @@ package capability
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -86,5 +87,24 @@ func TestLiveModules(t *testing.T) {
 				t.Errorf("with ForcePlainLua: Choice(%v) = %v, want %v", tc.algo, got, PlainLua)
 			}
 		})
+	}
+}
+
+// TestLiveWrongPassword: a probe whose connection is refused before any
+// command runs (here AUTH with a wrong password) reports that error, not
+// an empty reply of the first command.
+func TestLiveWrongPassword(t *testing.T) {
+	srv := redistest.NewServer(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: "wrong", MaxRetries: -1})
+	defer c.Close()
+	_, err := Probe(ctx, c, Config{})
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "unexpected reply") {
+		t.Errorf("Probe with a wrong password = %v, want the server's WRONGPASS refusal", err)
 	}
 }

@@ -98,8 +98,19 @@ func probeNode(ctx context.Context, nc *goredis.Client, addr, key string) (Node,
 		}
 		res[i] = pipe.Do(ctx, a...)
 	}
-	// Errors are judged per command below; Exec's error is the first of them.
-	_, _ = pipe.Exec(ctx)
+	// Errors are judged per command below; Exec's error is the first of
+	// them, unless the connection failed before any command ran (dial,
+	// AUTH with a wrong password, HELLO): then no command has an error,
+	// and that failure is the answer.
+	if _, err := pipe.Exec(ctx); err != nil {
+		ran := false
+		for _, c := range res {
+			ran = ran || c.Err() != nil || c.Val() != nil
+		}
+		if !ran {
+			return Node{}, fmt.Errorf("connecting: %w", err)
+		}
+	}
 	return parseNode(addr, res[0], res[1], res[2], res[3], res[4])
 }
 
