@@ -111,7 +111,7 @@ func (s *Server) overview(c echo.Context) error {
 		for _, r := range p.Rules() {
 			line := fmt.Sprintf("%s: %d / %s", r.Name, shownLimit(r), ruleWindow(r))
 			if r.Algorithm == sdk.AlgorithmGCRA {
-				line += " (GCRA " + algorithmDetail(r) + ")"
+				line += fmt.Sprintf(" (GCRA %d per %s, burst %d)", r.Limit, fmtWindow(r.Window), r.Burst)
 			}
 			ps.Rules = append(ps.Rules, line)
 		}

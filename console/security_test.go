@@ -619,7 +619,7 @@ func TestGCRAShownConsistently(t *testing.T) {
 	if !regexp.MustCompile(`<td><strong>burst</strong></td><td><code>gcra</code><div class="muted">rate 30 per 1m, burst 14: up to 15 at once \(the limit shown\), then one every 2s</div></td><td class="num">15</td><td>30s</td>`).MatchString(pol) || !strings.Contains(pol, `id="gcra-note"`) {
 		t.Errorf("policies page does not show burst as 15 / 30s:\n%s", pol)
 	}
-	if ov := readBody(t, f.do(t, req{path: "/"})); !strings.Contains(ov, "burst: 15 / 30s (GCRA rate 30 per 1m, burst 14") {
+	if ov := readBody(t, f.do(t, req{path: "/"})); !strings.Contains(ov, "burst: 15 / 30s (GCRA 30 per 1m, burst 14)") {
 		t.Errorf("overview does not show burst as 15 / 30s:\n%s", ov)
 	}
 	sub := readBody(t, f.do(t, req{path: "/subject?policy=api&user=g1"}))
