@@ -206,21 +206,11 @@ func runConsole(args []string) error {
 	}
 	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
 
-	audit := console.NewAuditLog(nil, 0)
-	if f.auditFile != "" {
-		// Read back what earlier runs wrote, then append.
-		af, err := os.OpenFile(f.auditFile, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return fmt.Errorf("console: audit log: %w", err)
-		}
-		defer af.Close()
-		audit = console.NewAuditLog(af, 0)
-		n, bad, err := audit.Load(af)
-		if err != nil {
-			return err
-		}
-		log.Info("audit log", "file", f.auditFile, "entries_loaded", n, "lines_skipped", bad)
+	audit, closeAudit, err := openAudit(f.auditFile, log)
+	if err != nil {
+		return err
 	}
+	defer closeAudit()
 
 	srv, err := console.New(console.Config{
 		Limiter:     lim,
@@ -245,6 +235,27 @@ func runConsole(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
 	})
+}
+
+// openAudit returns the console's audit log: in memory only when path is
+// empty, else appending to the file at path after reading back the
+// entries earlier runs wrote there (the audit page survives a restart).
+func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error) {
+	if path == "" {
+		return console.NewAuditLog(nil, 0), func() {}, nil
+	}
+	af, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: audit log: %w", err)
+	}
+	audit := console.NewAuditLog(af, 0)
+	n, bad, err := audit.Load(af)
+	if err != nil {
+		af.Close()
+		return nil, nil, err
+	}
+	log.Info("audit log", "file", path, "entries_loaded", n, "lines_skipped", bad)
+	return audit, func() { af.Close() }, nil
 }
 
 // consoleBackend builds the backend the flags ask for, and its closer. A

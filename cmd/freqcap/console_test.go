@@ -4,9 +4,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/console"
@@ -135,5 +138,33 @@ func TestConsoleCredentials(t *testing.T) {
 	}
 	if _, err := console.New(console.Config{Limiter: sdk.New(memory.New(nil)), Policies: pols, Credentials: creds}); err == nil || strings.Contains(err.Error(), "same-secret-xyz") {
 		t.Errorf("console.New() with a shared secret = %v, want a refusal without the secret", err)
+	}
+}
+
+// TestOpenAudit: --audit FILE is read back at start and appended to.
+func TestOpenAudit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, name := range []string{"alice", "bob"} {
+		a, closeFn, err := openAudit(path, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(a.Entries()); got != i {
+			t.Fatalf("run %d: %d entries read back, want %d", i+1, got, i)
+		}
+		if err := a.Record(console.AuditEntry{At: at.Add(time.Duration(i) * time.Minute), Name: name, Actor: name, Role: "admin", Action: "reset", Policy: "push", Subject: sdk.Subject{"user": "u"}, Outcome: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+		closeFn()
+	}
+	a, closeFn, err := openAudit(path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if e := a.Entries(); len(e) != 2 || e[0].Name != "bob" || e[1].Name != "alice" {
+		t.Errorf("entries after two runs = %+v, want bob's then alice's", e)
 	}
 }
