@@ -211,6 +211,8 @@ func (s *Server) apiCheck(c echo.Context) error {
 		switch {
 		case err != nil:
 			e.Outcome = "failed: backend error"
+		case d.Allowed && d.Degraded:
+			e.Outcome = "allowed (degraded: decided without the backend)"
 		case d.Allowed:
 			e.Outcome = "allowed"
 		default:

@@ -522,6 +522,13 @@ func TestOutage(t *testing.T) {
 	if !strings.Contains(f.logs.String(), addr) {
 		t.Errorf("the log lacks the backend error:\n%s", f.logs.String())
 	}
+	var outcomes []string
+	for _, e := range f.audit.Filter(AuditFilter{Action: "check"}) {
+		outcomes = append(outcomes, e.Policy+": "+e.Outcome)
+	}
+	if got, want := strings.Join(outcomes, "; "), "push: allowed (degraded: decided without the backend); api: failed: backend error"; got != want {
+		t.Errorf("audited checks during the outage = %q, want %q", got, want)
+	}
 	// A burst of failures: one line per kind, then one with the count.
 	f.logs.Reset()
 	body := `{"policy":"api","subject":{"user":"u","campaign":"c"}}`
