@@ -34,7 +34,8 @@ type AuditEntry struct {
 	Rules []string `json:"rules,omitempty"`
 	// Cost is a check's cost.
 	Cost int64 `json:"cost,omitempty"`
-	// Outcome is "ok", "allowed", "denied", or "failed: …" (never a
+	// Outcome is "ok", "allowed" (perhaps "(degraded …)"), "denied", or
+	// "failed: …" (never a
 	// backend's address: the details are in the console's log).
 	Outcome string `json:"outcome"`
 	// Remote is the client's address.
