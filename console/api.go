@@ -1,15 +1,18 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -31,23 +34,25 @@ type CheckRequest struct {
 	Subject sdk.Subject `json:"subject"`
 	// Cost is the number of units; 0 or absent means 1.
 	Cost int64 `json:"cost"`
-	// Peek asks without consuming (sdk.Limiter.Peek); otherwise the units
-	// are consumed when allowed (AllowN).
+	// Peek asks without consuming (sdk.Limiter.Peek; the viewer role
+	// suffices); otherwise the units are consumed when allowed
+	// (sdk.Limiter.Take; needs the checker role, audited).
 	Peek bool `json:"peek"`
 }
 
 // DecisionJSON is a decision on the wire.
 type DecisionJSON struct {
-	Allowed      bool       `json:"allowed"`
-	Policy       string     `json:"policy"`
-	At           time.Time  `json:"at"`
-	Denied       []string   `json:"denied"`
-	RetryAfterMS int64      `json:"retry_after_ms"`
-	CostTooHigh  bool       `json:"cost_too_high"`
-	Degraded     bool       `json:"degraded"`
-	Error        string     `json:"error,omitempty"`
-	NonAtomic    bool       `json:"non_atomic,omitempty"`
-	Rules        []RuleJSON `json:"rules"`
+	Allowed      bool      `json:"allowed"`
+	Policy       string    `json:"policy"`
+	At           time.Time `json:"at"`
+	Denied       []string  `json:"denied"`
+	RetryAfterMS int64     `json:"retry_after_ms"`
+	CostTooHigh  bool      `json:"cost_too_high"`
+	Degraded     bool      `json:"degraded"`
+	// Error explains a degraded decision or a cost that can never pass.
+	Error     string     `json:"error,omitempty"`
+	NonAtomic bool       `json:"non_atomic,omitempty"`
+	Rules     []RuleJSON `json:"rules"`
 }
 
 // RuleJSON is one rule's part of a decision or inspection.
@@ -121,22 +126,58 @@ func decisionJSON(d sdk.Decision) DecisionJSON {
 		out.Denied = []string{}
 	}
 	if d.Err != nil {
-		out.Error = d.Err.Error()
+		// The backend's error names its address: logged, not sent.
+		out.Error = "decided without the backend (" + backendUnavailable + ")"
 	}
 	return out
 }
 
-// maxBody is the largest API request body accepted.
+// maxBody is the largest request body accepted (API and forms).
 const maxBody = 64 << 10
 
-// apiCheck is POST /api/v1/check: 200 when allowed, 429 when denied, with
-// RateLimit, RateLimit-Policy and (on 429) Retry-After headers.
+// decodeJSON reads the request body into v: one JSON object of at most
+// maxBody bytes (else 413), valid UTF-8 (else 400: the decoder would
+// replace invalid bytes and make two byte strings one subject), no
+// unknown fields, and nothing after the object (else 400).
+func decodeJSON(c echo.Context, v any) error {
+	data, err := io.ReadAll(io.LimitReader(c.Request().Body, maxBody+1))
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, "cannot read the request body")
+	}
+	if len(data) > maxBody {
+		return echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBody))
+	}
+	if !utf8.Valid(data) {
+		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: "+jsonProblem(err))
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: data after the JSON object")
+	}
+	return nil
+}
+
+// backendUnavailable is what API clients and viewers are told when the
+// backend fails: its error names addresses, and goes to the log only.
+const backendUnavailable = "the backend is unavailable (details are in the console's log)"
+
+// apiCheck is POST /api/v1/check: 200 when allowed, 429 when denied (with
+// Retry-After), 422 when the cost exceeds a rule's limit (no retry can
+// pass, so no Retry-After), with RateLimit and RateLimit-Policy headers.
+// Consuming needs the checker role and is audited; a peek needs viewer.
 func (s *Server) apiCheck(c echo.Context) error {
 	var req CheckRequest
-	dec := json.NewDecoder(io.LimitReader(c.Request().Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: "+jsonProblem(err))
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	id := identityOf(c)
+	if !req.Peek && id.Role < RoleChecker {
+		return forbidden(RoleChecker, id.Role)
 	}
 	if req.Policy == "" {
 		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
@@ -144,6 +185,9 @@ func (s *Server) apiCheck(c echo.Context) error {
 	p, ok := s.policies[req.Policy]
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
+	}
+	if err := checkSubject(req.Subject); err != nil {
+		return err
 	}
 	if req.Cost == 0 {
 		req.Cost = 1
@@ -158,22 +202,109 @@ func (s *Server) apiCheck(c echo.Context) error {
 	} else {
 		d, err = s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: req.Subject, Cost: req.Cost})
 	}
-	if err != nil {
-		if errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost) {
-			return err // 400 from the central handler
+	if err != nil && (errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost)) {
+		return err // 400 from the central handler
+	}
+	if !req.Peek {
+		e := s.auditEntry(c, "check", p, req.Subject)
+		e.Cost = req.Cost
+		switch {
+		case err != nil:
+			e.Outcome = "failed: backend error"
+		case d.Allowed && d.Degraded:
+			e.Outcome = "allowed (degraded: decided without the backend)"
+		case d.Allowed:
+			e.Outcome = "allowed"
+		default:
+			e.Outcome, e.Rules = "denied", d.Denied
 		}
-		s.log.Warn("console: api check failed", "policy", p.Name(), "err", err)
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "the backend could not decide: "+err.Error())
+		if aerr := s.audit.Record(e); aerr != nil {
+			return fmt.Errorf("check of policy %q: recording the audit entry: %w", p.Name(), aerr)
+		}
+	}
+	if err != nil {
+		s.warn.Warn("api-check", "console: api check failed", "policy", p.Name(), "err", err)
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "could not decide: "+backendUnavailable)
+	}
+	if d.Err != nil {
+		s.warn.Warn("api-check-degraded", "console: api check degraded", "policy", p.Name(), "err", d.Err)
+	} else {
+		s.backendAnswered()
 	}
 	setRateLimitHeaders(c.Response().Header(), p, d)
+	out := decisionJSON(d)
 	status := http.StatusOK
-	if !d.Allowed {
+	switch {
+	case d.Allowed:
+	case d.CostTooHigh:
+		status = http.StatusUnprocessableEntity
+		var rules []string
+		for _, rd := range d.Rules {
+			if rd.CostTooHigh {
+				rules = append(rules, rd.Rule)
+			}
+		}
+		out.Error = fmt.Sprintf("cost %d exceeds the limit of %s: this request can never be allowed, do not retry it", req.Cost, strings.Join(rules, ", "))
+	default:
 		status = http.StatusTooManyRequests
 		if d.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.FormatInt(ceilSec(d.RetryAfter), 10))
 		}
 	}
-	return c.JSON(status, decisionJSON(d))
+	return c.JSON(status, out)
+}
+
+// ResetRequest is the body of POST /api/v1/reset.
+type ResetRequest struct {
+	Policy string `json:"policy"`
+	// Subject gives the policy's shard dimensions and, optionally,
+	// others: the rules whose dimensions it all gives are reset, as in
+	// the console's reset form.
+	Subject sdk.Subject `json:"subject"`
+}
+
+// ResetJSON is the answer of POST /api/v1/reset.
+type ResetJSON struct {
+	Policy string   `json:"policy"`
+	Reset  []string `json:"reset"` // rules whose counters were deleted
+	Kept   []string `json:"kept"`  // rules left alone: a dimension was not given
+}
+
+// apiReset is POST /api/v1/reset (admin): the reset form as JSON, with the
+// same scoping, and audited the same way.
+func (s *Server) apiReset(c echo.Context) error {
+	var req ResetRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Policy == "" {
+		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
+	}
+	p, subj, _, err := s.resetTarget(func(k string) string {
+		if k == "policy" {
+			return req.Policy
+		}
+		return req.Subject[k]
+	})
+	if err != nil {
+		return err
+	}
+	for k := range req.Subject {
+		if !slices.Contains(p.Dimensions(), k) {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("policy %q has no dimension %q", p.Name(), k))
+		}
+	}
+	rules, keep, err := s.doReset(c, p, subj)
+	if err != nil {
+		return err
+	}
+	if rules == nil {
+		rules = []string{}
+	}
+	if keep == nil {
+		keep = []string{}
+	}
+	return c.JSON(http.StatusOK, ResetJSON{Policy: p.Name(), Reset: rules, Kept: keep})
 }
 
 // jsonProblem describes a decoding error without echoing the input.
@@ -203,20 +334,19 @@ func (s *Server) apiInspect(c echo.Context) error {
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
-	subj := sdk.Subject{}
-	for _, d := range p.Dimensions() {
-		if v := c.QueryParam(d); v != "" {
-			subj[d] = v
-		}
+	subj, _ := subjectFrom(p, c.QueryParam)
+	if err := checkSubject(subj); err != nil {
+		return err
 	}
 	ins, err := s.cfg.Limiter.Inspect(c.Request().Context(), p, subj)
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidSubject) {
 			return err
 		}
-		s.log.Warn("console: api inspect failed", "policy", p.Name(), "err", err)
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "the backend could not answer: "+err.Error())
+		s.warn.Warn("api-inspect", "console: api inspect failed", "policy", p.Name(), "err", err)
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "could not inspect: "+backendUnavailable)
 	}
+	s.backendAnswered()
 	out := InspectionJSON{
 		Policy: ins.Policy, At: ins.At, Allowed: true,
 		Rules: rulesJSON(ins.Rules), Skipped: ins.Skipped, Denials: []DenialJSON{},
@@ -258,6 +388,13 @@ type PolicyRuleJSON struct {
 	Calendar   string   `json:"calendar,omitempty"`
 	Timezone   string   `json:"timezone,omitempty"`
 	By         []string `json:"by"`
+	// Quota and QuotaWindowMS are what decisions report as the rule's
+	// limit, and the window it refills over (RateLimit-Policy's q and w):
+	// Limit and WindowMS, except for GCRA, where the quota is Burst+1
+	// units and the window the time they take to accrue at Limit per
+	// WindowMS.
+	Quota         int64 `json:"quota"`
+	QuotaWindowMS int64 `json:"quota_window_ms"`
 }
 
 func (s *Server) apiPolicies(c echo.Context) error {
@@ -269,6 +406,7 @@ func (s *Server) apiPolicies(c echo.Context) error {
 				Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit,
 				WindowMS: r.Window.Milliseconds(), SubWindows: r.SubWindows, Burst: r.Burst,
 				Calendar: r.Calendar.String(), By: r.Dimensions,
+				Quota: shownLimit(r), QuotaWindowMS: shownWindow(r).Milliseconds(),
 			}
 			if r.Calendar != 0 && r.Location != nil {
 				rj.Timezone = r.Location.String()

@@ -1,54 +1,67 @@
 package console
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
 
-// Role is what a console user may do.
+// Role is what a console user may do. Roles are ordered: each one may do
+// everything the ones before it may.
 type Role int
 
 const (
 	// RoleNone: not signed in.
 	RoleNone Role = iota
-	// RoleViewer reads every page, the metrics, and uses the JSON API
-	// (check and inspect), but cannot reset a subject.
+	// RoleViewer reads every page, the audit log and the metrics, and
+	// uses the read-only JSON API (inspect, policies, and check with
+	// "peek": true). It consumes no quota and resets nothing.
 	RoleViewer
-	// RoleAdmin can also reset a subject.
+	// RoleChecker may also consume quota through POST /api/v1/check
+	// (each consuming check is audited): the role of a service that uses
+	// the console as its rate limiter.
+	RoleChecker
+	// RoleAdmin may also reset a subject (form and API).
 	RoleAdmin
 )
 
-// String returns "viewer", "admin" or "none".
+// String returns "viewer", "checker", "admin" or "none".
 func (r Role) String() string {
 	switch r {
 	case RoleViewer:
 		return "viewer"
+	case RoleChecker:
+		return "checker"
 	case RoleAdmin:
 		return "admin"
 	}
 	return "none"
 }
 
-// ParseRole parses "viewer" or "admin".
+// ParseRole parses "viewer", "checker" or "admin". Its error does not
+// repeat s: s may be a mistyped secret.
 func ParseRole(s string) (Role, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "viewer":
 		return RoleViewer, nil
+	case "checker":
+		return RoleChecker, nil
 	case "admin":
 		return RoleAdmin, nil
 	}
-	return RoleNone, fmt.Errorf("console: unknown role %q (want viewer or admin)", s)
+	return RoleNone, fmt.Errorf("console: unknown role (want viewer, checker or admin)")
 }
 
 // Credential is one accepted secret. It is accepted as a bearer token
@@ -56,10 +69,11 @@ func ParseRole(s string) (Role, error) {
 // HTTP basic auth with user Name and password Secret.
 type Credential struct {
 	Role Role
-	// Name identifies the holder in the audit log, e.g. "alice" or
-	// "admin-token".
+	// Name identifies the holder in the audit log: a person ("alice") or
+	// a service ("billing"). Empty means the role's name.
 	Name string
-	// Secret is the token or password; at least 8 bytes.
+	// Secret is the token or password; at least 8 bytes, and no two
+	// credentials may share one.
 	Secret string
 }
 
@@ -85,30 +99,57 @@ type session struct {
 // authenticator checks credentials and keeps console sessions (in memory:
 // a restart signs everyone out).
 type authenticator struct {
-	creds []Credential
-	ttl   time.Duration
-	now   func() time.Time
+	creds   []Credential
+	ttl     time.Duration
+	now     func() time.Time
+	csrfKey []byte // signs CSRF tokens: HMAC of the session (or pre-session) value
 
 	mu       sync.Mutex
 	sessions map[string]session // key: sha256 of the cookie value
 }
 
 func newAuthenticator(creds []Credential, ttl time.Duration, now func() time.Time) (*authenticator, error) {
+	creds = append([]Credential(nil), creds...)
 	for i, c := range creds {
-		if c.Role != RoleViewer && c.Role != RoleAdmin {
-			return nil, fmt.Errorf("console: credential %d: role must be viewer or admin", i)
+		if c.Role != RoleViewer && c.Role != RoleChecker && c.Role != RoleAdmin {
+			return nil, fmt.Errorf("console: credential %d: role must be viewer, checker or admin", i+1)
 		}
 		if len(c.Secret) < 8 {
-			return nil, fmt.Errorf("console: credential %d (%s): secret shorter than 8 bytes", i, c.Role)
+			return nil, fmt.Errorf("console: credential %d (%s): secret shorter than 8 bytes", i+1, c.Role)
 		}
 		if c.Name == "" {
 			creds[i].Name = c.Role.String()
 		}
-		if strings.ContainsAny(c.Name, ":\n") {
-			return nil, fmt.Errorf("console: credential %d: name must not contain ':' or a newline", i)
+		if !validName(creds[i].Name) {
+			return nil, fmt.Errorf("console: credential %d: name must be 1 to 64 printable characters without ':' or ','", i+1)
+		}
+		for j := range i {
+			// The same secret twice would sign its holder in as whichever
+			// credential comes first.
+			if subtle.ConstantTimeCompare([]byte(creds[j].Secret), []byte(c.Secret)) == 1 {
+				return nil, fmt.Errorf("console: credentials %d and %d have the same secret: give each its own", j+1, i+1)
+			}
 		}
 	}
-	return &authenticator{creds: creds, ttl: ttl, now: now, sessions: map[string]session{}}, nil
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return &authenticator{creds: creds, ttl: ttl, now: now, csrfKey: key, sessions: map[string]session{}}, nil
+}
+
+// validName reports whether a credential name can be shown and parsed
+// back: printable, no separators, at most 64 bytes.
+func validName(n string) bool {
+	if n == "" || len(n) > 64 || !utf8.ValidString(n) || strings.ContainsAny(n, ":,") {
+		return false
+	}
+	for _, r := range n {
+		if !unicode.IsPrint(r) || r == ' ' {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *authenticator) enabled() bool { return len(a.creds) > 0 }
@@ -164,6 +205,16 @@ func (a *authenticator) endSession(v string) {
 	delete(a.sessions, hashKey(v))
 }
 
+// csrfToken is the CSRF token bound to v: the session cookie's value when
+// signed in, else the pre-session cookie's. A new session, or signing
+// out, changes v and so the token.
+func (a *authenticator) csrfToken(v string) string {
+	m := hmac.New(sha256.New, a.csrfKey)
+	m.Write([]byte("freqcap csrf\x00"))
+	m.Write([]byte(v))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
 func randomToken() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -174,54 +225,101 @@ func randomToken() string {
 
 const (
 	sessionCookie = "fc_session"
-	csrfCookie    = "fc_csrf"
-	csrfField     = "_csrf"
-	ctxIdentity   = "fc.identity"
-	ctxCSRF       = "fc.csrf"
+	// preCookie holds a random value that anonymous visitors' CSRF tokens
+	// are bound to (the sign-in form); it is replaced at sign-in and
+	// sign-out.
+	preCookie   = "fc_csrf"
+	csrfField   = "_csrf"
+	ctxIdentity = "fc.identity"
+	ctxCSRF     = "fc.csrf"
+	ctxSession  = "fc.session" // the session cookie's value, when valid
 )
+
+// hostPrefix is the cookie name prefix used over TLS. Browsers accept a
+// "__Host-" cookie only with Secure, Path=/ and no Domain, so on plain
+// HTTP (a loopback console, or TLS terminated by a proxy) the cookies go
+// without it.
+const hostPrefix = "__Host-"
+
+// cookieName is base, with the __Host- prefix when the request came over
+// TLS.
+func cookieName(c echo.Context, base string) string {
+	if c.Request().TLS != nil {
+		return hostPrefix + base
+	}
+	return base
+}
+
+func cookieValue(c echo.Context, base string) string {
+	if ck, err := c.Cookie(cookieName(c, base)); err == nil {
+		return ck.Value
+	}
+	return ""
+}
+
+func setCookie(c echo.Context, base, value string, expires time.Time, maxAge int) {
+	c.SetCookie(&http.Cookie{
+		Name: cookieName(c, base), Value: value, Path: "/", Expires: expires, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
+	})
+}
 
 var errBadCredentials = echo.NewHTTPError(http.StatusUnauthorized, "invalid credentials")
 
 // authenticate resolves the request's identity: an Authorization header
 // (bearer or basic) first, then the session cookie. With authentication
-// off, every request is the local admin.
+// off, every request is the local admin. Failed attempts are counted per
+// remote address (see guard): past a few, that address must wait.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := identity{}
 		if !s.auth.enabled() {
 			id = identity{Role: RoleAdmin, Name: "local", Method: "none"}
 		} else if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
+			if err := s.guard.check(c); err != nil {
+				return err
+			}
 			scheme, rest, _ := strings.Cut(h, " ")
 			switch strings.ToLower(scheme) {
 			case "bearer":
 				cr, ok := s.auth.match("", strings.TrimSpace(rest))
 				if !ok {
-					return errBadCredentials
+					return s.authFailed(c, "bearer")
 				}
 				id = identity{Role: cr.Role, Name: cr.Name, Method: "token"}
 			case "basic":
 				user, pass, ok := c.Request().BasicAuth()
 				if !ok {
-					return errBadCredentials
+					return s.authFailed(c, "basic")
 				}
 				cr, ok := s.auth.match(user, pass)
 				if !ok {
 					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Basic realm="freqcap console", charset="UTF-8"`)
-					return errBadCredentials
+					return s.authFailed(c, "basic")
 				}
 				id = identity{Role: cr.Role, Name: cr.Name, Method: "basic"}
 			default:
-				return errBadCredentials
+				return s.authFailed(c, "unknown scheme")
 			}
-		} else if ck, err := c.Cookie(sessionCookie); err == nil {
-			if sid, ok := s.auth.session(ck.Value); ok {
+			s.guard.succeeded(c.RealIP())
+		} else if v := cookieValue(c, sessionCookie); v != "" {
+			if sid, ok := s.auth.session(v); ok {
 				id = sid
 				id.Method = "session"
+				c.Set(ctxSession, v)
 			}
 		}
 		c.Set(ctxIdentity, id)
 		return next(c)
 	}
+}
+
+// authFailed counts and logs a failed attempt and answers 401. Every
+// failure is logged (the guard bounds how many one address can make).
+func (s *Server) authFailed(c echo.Context, method string) error {
+	n, wait := s.guard.failed(c.RealIP())
+	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
+	return errBadCredentials
 }
 
 func identityOf(c echo.Context) identity {
@@ -239,34 +337,42 @@ func (s *Server) require(r Role) echo.MiddlewareFunc {
 			switch {
 			case id.Role >= r:
 				return next(c)
-			case id.Role == RoleNone && !isAPI(c) && c.Request().Method == http.MethodGet:
+			case id.Role == RoleNone && !isAPI(c) && (c.Request().Method == http.MethodGet || c.Request().Method == http.MethodHead):
 				return c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(c.Request().URL.RequestURI()))
 			case id.Role == RoleNone:
 				return echo.NewHTTPError(http.StatusUnauthorized, "authentication required")
 			}
-			return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("forbidden: this needs the %s role; you are signed in as %s", r, id.Role))
+			return forbidden(r, id.Role)
 		}
 	}
 }
 
+func forbidden(need, have Role) error {
+	return echo.NewHTTPError(http.StatusForbidden, fmt.Sprintf("forbidden: this needs the %s role; you are signed in as %s", need, have))
+}
+
 // checkCSRF guards every state-changing request. Form posts must carry
-// the _csrf field equal to the fc_csrf cookie (double submit; the cookie
-// is SameSite=Strict and HttpOnly). API posts must be JSON, which a
-// cross-site form cannot send without a CORS preflight the console never
-// grants; crossOrigin additionally rejects cross-origin browser requests.
-// Safe methods get a CSRF cookie, so that pages can embed the token.
+// the _csrf field, an HMAC of the session cookie (signed in) or of the
+// pre-session cookie (signing in, basic auth, auth off): a token is valid
+// for one session only and dies at sign-out. API posts must be JSON,
+// which a cross-site form cannot send without a CORS preflight the
+// console never grants; crossOrigin additionally rejects cross-origin
+// browser requests. Page requests get a pre-session cookie when they
+// have none, so that pages can embed a token.
 func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		token := ""
-		if ck, err := c.Cookie(csrfCookie); err == nil && len(ck.Value) >= 32 {
-			token = ck.Value
+		bind, _ := c.Get(ctxSession).(string)
+		if bind == "" {
+			if v := cookieValue(c, preCookie); len(v) >= 32 {
+				bind = v
+			}
 		}
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
-			if token == "" && !isAPI(c) {
-				token = randomToken()
-				c.SetCookie(&http.Cookie{Name: csrfCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: req.TLS != nil})
+			if bind == "" && !isAPI(c) {
+				bind = randomToken()
+				setCookie(c, preCookie, bind, time.Time{}, 0)
 			}
 		default:
 			if strings.HasPrefix(req.URL.Path, "/api/") {
@@ -278,11 +384,13 @@ func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
 			form := req.PostFormValue(csrfField)
-			if token == "" || form == "" || subtle.ConstantTimeCompare([]byte(token), []byte(form)) != 1 {
+			if bind == "" || form == "" || subtle.ConstantTimeCompare([]byte(s.auth.csrfToken(bind)), []byte(form)) != 1 {
 				return echo.NewHTTPError(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
 			}
 		}
-		c.Set(ctxCSRF, token)
+		if bind != "" {
+			c.Set(ctxCSRF, s.auth.csrfToken(bind))
+		}
 		return next(c)
 	}
 }
@@ -299,10 +407,31 @@ func crossOrigin(h http.Handler) http.Handler {
 	return http.NewCrossOriginProtection().Handler(h)
 }
 
-// safeNext returns next if it is a local path, else "/".
+// safeNext returns next if it is a path on this site, else "/". It must
+// start with one "/" followed by neither "/" nor "\", and hold no control
+// characters or white space, raw or percent-encoded: browsers drop tabs
+// and newlines from URLs, so "/%09/evil.example/" would become
+// "//evil.example/".
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+	if len(next) < 1 || next[0] != '/' {
 		return "/"
+	}
+	dec, err := url.PathUnescape(next)
+	if err != nil {
+		return "/"
+	}
+	for _, v := range []string{next, dec} {
+		if len(v) > 1 && (v[1] == '/' || v[1] == '\\') {
+			return "/"
+		}
+		if !utf8.ValidString(v) {
+			return "/"
+		}
+		for _, r := range v {
+			if unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) {
+				return "/"
+			}
+		}
 	}
 	return next
 }
@@ -316,15 +445,23 @@ func (s *Server) login(c echo.Context) error {
 	if !s.auth.enabled() {
 		return c.Redirect(http.StatusSeeOther, next)
 	}
+	if err := s.guard.check(c); err != nil {
+		return err
+	}
 	cr, ok := s.auth.match("", c.FormValue("token"))
 	if !ok {
-		s.log.Warn("console: failed sign-in", "remote", c.RealIP())
+		n, wait := s.guard.failed(c.RealIP())
+		s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", "sign-in form", "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
 		return render(c, http.StatusUnauthorized, LoginPage(s.page(c, "login"), next, "That token is not valid."))
 	}
+	s.guard.succeeded(c.RealIP())
+	if old, _ := c.Get(ctxSession).(string); old != "" {
+		s.auth.endSession(old)
+	}
 	v, exp := s.auth.newSession(identity{Role: cr.Role, Name: cr.Name, Method: "token"})
-	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: v, Path: "/", Expires: exp, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
-	// A fresh CSRF token for the new session.
-	c.SetCookie(&http.Cookie{Name: csrfCookie, Value: randomToken(), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
+	setCookie(c, sessionCookie, v, exp, 0)
+	// The pre-session value is spent: the next anonymous visit gets a new one.
+	setCookie(c, preCookie, "", time.Time{}, -1)
 	return c.Redirect(http.StatusSeeOther, next)
 }
 
@@ -337,20 +474,25 @@ func (s *Server) loginBasic(c echo.Context) error {
 	return echo.NewHTTPError(http.StatusUnauthorized, "sign in with your user name and password")
 }
 
+// logout ends the session and replaces the pre-session cookie, so no CSRF
+// token issued before survives.
 func (s *Server) logout(c echo.Context) error {
-	if ck, err := c.Cookie(sessionCookie); err == nil {
-		s.auth.endSession(ck.Value)
+	if v := cookieValue(c, sessionCookie); v != "" {
+		s.auth.endSession(v)
 	}
-	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	setCookie(c, sessionCookie, "", time.Time{}, -1)
+	setCookie(c, preCookie, randomToken(), time.Time{}, 0)
 	return c.Redirect(http.StatusSeeOther, "/login")
 }
 
-// ParseBasicAuth parses basic-auth users given as
-// "name:password:role,name:password:role" (role viewer or admin). The
-// password may contain ':' but not ','.
-func ParseBasicAuth(s string) ([]Credential, error) {
+// ParseCredentials parses credentials given as
+// "name:secret:role,name:secret:role" (role viewer, checker or admin):
+// the --token and --basic-auth flags. The secret may contain ':' but not
+// ','. Errors name the entry by its position and never repeat its text,
+// which holds a secret.
+func ParseCredentials(s string) ([]Credential, error) {
 	var creds []Credential
-	for _, entry := range strings.Split(s, ",") {
+	for n, entry := range strings.Split(s, ",") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
@@ -358,13 +500,16 @@ func ParseBasicAuth(s string) ([]Credential, error) {
 		name, rest, ok := strings.Cut(entry, ":")
 		i := strings.LastIndexByte(rest, ':')
 		if !ok || i < 0 || name == "" || i == 0 {
-			return nil, errors.New(`console: basic auth: want "name:password:role"`)
+			return nil, fmt.Errorf(`console: credential entry %d: want "name:secret:role"`, n+1)
 		}
 		role, err := ParseRole(rest[i+1:])
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf(`console: credential entry %d: unknown role, want viewer, checker or admin (format "name:secret:role")`, n+1)
 		}
 		creds = append(creds, Credential{Role: role, Name: name, Secret: rest[:i]})
 	}
 	return creds, nil
 }
+
+// ParseBasicAuth is ParseCredentials, for --basic-auth.
+func ParseBasicAuth(s string) ([]Credential, error) { return ParseCredentials(s) }

@@ -50,11 +50,13 @@ type Config struct {
 	// Metrics collects decisions; nil means a fresh Metrics that nothing
 	// feeds (the rates stay at zero).
 	Metrics *Metrics
-	// Audit records resets; nil means an in-memory log of 200 entries.
+	// Audit records resets and consuming checks; nil means an in-memory
+	// log of 200 entries of each.
 	Audit *AuditLog
 	// Credentials are the accepted tokens and basic-auth users. Empty
 	// means authentication is off: every request acts as an admin named
-	// "local", and ListenAndServe accepts loopback addresses only.
+	// "local", ListenAndServe accepts loopback addresses only, and only
+	// requests naming a loopback Host are answered (DNS rebinding).
 	Credentials []Credential
 	// Now is the clock for sessions, the audit log and countdowns; nil
 	// means time.Now.
@@ -83,6 +85,8 @@ type Server struct {
 	metrics  *Metrics
 	audit    *AuditLog
 	auth     *authenticator
+	guard    *guard   // failed authentication attempts per address
+	warn     *rateLog // backend failures, at most one line per kind every logEvery
 	echo     *echo.Echo
 	handler  http.Handler
 
@@ -142,6 +146,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.auth = a
+	s.guard = newGuard(s.now)
+	s.warn = newRateLog(s.log, s.now, logEvery)
 	s.echo = s.routes()
 	s.handler = crossOrigin(s.echo)
 	return s, nil
@@ -155,7 +161,7 @@ func (s *Server) AuthEnabled() bool { return s.auth.enabled() }
 
 // ErrInsecureAddr is returned by ListenAndServe for a non-loopback address
 // when no credentials are configured.
-var ErrInsecureAddr = errors.New("console: refusing to listen on a non-loopback address without authentication (set --admin-token/--viewer-token or basic auth)")
+var ErrInsecureAddr = errors.New("console: refusing to listen on a non-loopback address without authentication (set --token, --admin-token/--checker-token/--viewer-token or --basic-auth)")
 
 // CheckAddr returns ErrInsecureAddr when addr (host:port) is not a
 // loopback address and authEnabled is false. An empty host ("":8080) means
@@ -241,35 +247,80 @@ func (s *Server) routes() *echo.Echo {
 	// The audit log records the peer's address, never a forwarded header
 	// a client can forge.
 	e.IPExtractor = echo.ExtractIPDirect()
-	e.Use(s.securityHeaders, s.recoverPanic, s.authenticate, s.checkCSRF)
+	e.Use(s.securityHeaders, s.recoverPanic, s.checkHost, s.authenticate, s.checkCSRF)
 
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		panic(err) // the embedded directory exists by construction
 	}
-	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	// Every page answers HEAD as well as GET.
+	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.Match([]string{http.MethodGet, http.MethodHead}, path, h, m...)
+	}
+	get("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
+	get("/favicon.ico", s.favicon)
+	get("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 
-	e.GET("/login", s.loginPage)
+	get("/login", s.loginPage)
 	e.POST("/login", s.login)
-	e.GET("/login/basic", s.loginBasic)
+	get("/login/basic", s.loginBasic)
 	e.POST("/logout", s.logout)
 
 	viewer := s.require(RoleViewer)
 	admin := s.require(RoleAdmin)
-	e.GET("/", s.overview, viewer)
-	e.GET("/live/overview", s.overviewLive, viewer)
-	e.GET("/subject", s.subject, viewer)
-	e.GET("/live/subject", s.subjectLive, viewer)
-	e.GET("/policies", s.policiesPage, viewer)
-	e.GET("/reset", s.resetConfirm, admin)
+	get("/", s.overview, viewer)
+	get("/live/overview", s.overviewLive, viewer)
+	get("/subject", s.subject, viewer)
+	get("/live/subject", s.subjectLive, viewer)
+	get("/policies", s.policiesPage, viewer)
+	get("/audit", s.auditPage, viewer)
+	get("/reset", s.resetConfirm, admin)
 	e.POST("/reset", s.reset, admin)
 
-	e.GET("/metrics", s.metricsHandler, viewer)
+	get("/metrics", s.metricsHandler, viewer)
+	// Consuming needs the checker role; the handler checks it, since a
+	// peek only reads.
 	e.POST("/api/v1/check", s.apiCheck, viewer)
-	e.GET("/api/v1/inspect", s.apiInspect, viewer)
-	e.GET("/api/v1/policies", s.apiPolicies, viewer)
+	e.POST("/api/v1/reset", s.apiReset, admin)
+	get("/api/v1/inspect", s.apiInspect, viewer)
+	get("/api/v1/policies", s.apiPolicies, viewer)
 	return e
+}
+
+// favicon serves the console's icon (an SVG) for browsers that ask for
+// /favicon.ico before reading the page's <link rel="icon">.
+func (s *Server) favicon(c echo.Context) error {
+	b, err := staticFS.ReadFile("static/favicon.svg")
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderCacheControl, "public, max-age=86400")
+	return c.Blob(http.StatusOK, "image/svg+xml", b)
+}
+
+// checkHost answers, with authentication off, only requests whose Host is
+// a loopback name (localhost, 127.0.0.0/8, [::1], with any port). Without
+// credentials the console trusts whoever reaches it; a DNS-rebinding page
+// reaches a loopback console under its own host name, and is refused here.
+func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.auth.enabled() || loopbackHost(c.Request().Host) {
+			return next(c)
+		}
+		return echo.NewHTTPError(http.StatusMisdirectedRequest, "with authentication off this console answers only to a loopback host name (localhost, 127.0.0.1, [::1])")
+	}
+}
+
+// loopbackHost reports whether a Host header (name or address, with or
+// without a port) names the loopback interface.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	return host != "" && isLoopback(host)
 }
 
 // render writes comp with status. It renders into a buffer first, so that

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"html"
@@ -25,8 +26,9 @@ import (
 )
 
 const (
-	adminToken  = "admin-secret-token"
-	viewerToken = "viewer-secret-token"
+	adminToken   = "admin-secret-token"
+	checkerToken = "checker-secret-token"
+	viewerToken  = "viewer-secret-token"
 )
 
 // t0 is the tests' starting instant.
@@ -39,11 +41,13 @@ type fixture struct {
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
 	auditBuf *bytes.Buffer
+	logs     *bytes.Buffer // the console's log lines
 }
 
 func testCredentials() []Credential {
 	return []Credential{
 		{Role: RoleAdmin, Name: "alice", Secret: adminToken},
+		{Role: RoleChecker, Name: "billing", Secret: checkerToken},
 		{Role: RoleViewer, Name: "victor", Secret: viewerToken},
 	}
 }
@@ -52,15 +56,29 @@ func testCredentials() []Credential {
 // on a fake clock. creds nil means authentication off.
 func newFixture(t *testing.T, creds []Credential) *fixture {
 	t.Helper()
+	return newFixtureWith(t, creds, nil, nil)
+}
+
+// newFixtureWith is newFixture with a backend (nil: memory, on the
+// fixture's clock) and an audit log (nil: a fresh one writing to
+// auditBuf).
+func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *conformance.FakeClock) driver.Backend, audit *AuditLog) *fixture {
+	t.Helper()
 	clk := conformance.NewFakeClock(t0)
 	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatalf("seed.Policies() error: %v", err)
 	}
 	m := NewMetrics(clk.Now)
-	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), sdk.WithObserver(m.Observe))
-	var buf bytes.Buffer
-	audit := NewAuditLog(&buf, 0)
+	var b driver.Backend = memory.New(&memory.Options{Clock: clk})
+	if mk != nil {
+		b = mk(clk)
+	}
+	lim := sdk.New(b, sdk.WithClock(clk), sdk.WithObserver(m.Observe))
+	var buf, logs bytes.Buffer
+	if audit == nil {
+		audit = NewAuditLog(&buf, 0)
+	}
 	srv, err := New(Config{
 		Limiter:     lim,
 		Policies:    pols,
@@ -68,12 +86,12 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 		Audit:       audit,
 		Credentials: creds,
 		Now:         clk.Now,
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatalf("New() error: %v", err)
 	}
-	f := &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}, audit: audit, auditBuf: &buf}
+	f := &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}, audit: audit, auditBuf: &buf, logs: &logs}
 	for _, p := range pols {
 		f.policies[p.Name()] = p
 	}
@@ -102,6 +120,8 @@ type req struct {
 	basic        [2]string
 	cookies      []*http.Cookie
 	header       map[string]string
+	host         string // "" means 127.0.0.1:8080
+	tls          *tls.ConnectionState
 }
 
 func (f *fixture) do(t *testing.T, r req) *http.Response {
@@ -117,6 +137,11 @@ func (f *fixture) do(t *testing.T, r req) *http.Response {
 		method = http.MethodGet
 	}
 	hr := httptest.NewRequest(method, r.path, body)
+	hr.TLS = r.tls
+	hr.Host = "127.0.0.1:8080"
+	if r.host != "" {
+		hr.Host = r.host
+	}
 	if r.form != nil {
 		hr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -155,16 +180,21 @@ func cookie(res *http.Response, name string) *http.Cookie {
 	return nil
 }
 
-// csrf fetches a page to get a CSRF cookie and returns it.
+// csrf fetches a page to get a pre-session cookie and returns it; tok
+// gives the CSRF token bound to it.
 func (f *fixture) csrf(t *testing.T) *http.Cookie {
 	t.Helper()
 	res := f.do(t, req{path: "/login"})
-	c := cookie(res, csrfCookie)
+	c := cookie(res, preCookie)
 	if c == nil {
-		t.Fatalf("GET /login set no %s cookie", csrfCookie)
+		t.Fatalf("GET /login set no %s cookie", preCookie)
 	}
 	return c
 }
+
+// tok is the CSRF token pages embed for a request bearing c (the
+// pre-session or the session cookie).
+func (f *fixture) tok(c *http.Cookie) string { return f.srv.auth.csrfToken(c.Value) }
 
 // ruleRow extracts used/limit/remaining of a rule from a subject page.
 func ruleRow(t *testing.T, body, rule string) (used, limit, remaining string) {
@@ -248,7 +278,7 @@ func TestOutputIsEscaped(t *testing.T) {
 	f.allow(t, "push", s, 3)
 	admin := f.csrf(t)
 	// Reset it, so the audit log shows the subject too.
-	form := url.Values{"policy": {"push"}, "user": {s["user"]}, "content": {s["content"]}, "confirm": {"yes"}, csrfField: {admin.Value}}
+	form := url.Values{"policy": {"push"}, "user": {s["user"]}, "content": {s["content"]}, "confirm": {"yes"}, csrfField: {f.tok(admin)}}
 	if res := f.do(t, req{method: http.MethodPost, path: "/reset", form: form, cookies: []*http.Cookie{admin}}); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("POST /reset = %d, want 303: %s", res.StatusCode, readBody(t, res))
 	}
@@ -256,7 +286,8 @@ func TestOutputIsEscaped(t *testing.T) {
 		"/subject?" + subjectQuery("push", s),
 		"/live/subject?" + subjectQuery("push", s),
 		"/reset?" + subjectQuery("push", s),
-		"/subject?policy=push",
+		"/audit",
+		"/audit?policy=push&user=" + url.QueryEscape(s["user"]),
 	} {
 		t.Run(path, func(t *testing.T) {
 			body := readBody(t, f.do(t, req{path: path}))
@@ -335,7 +366,7 @@ func TestLoginSession(t *testing.T) {
 	f := newFixture(t, testCredentials())
 	cs := f.csrf(t)
 	login := func(token string) *http.Response {
-		form := url.Values{"token": {token}, "next": {"/policies"}, csrfField: {cs.Value}}
+		form := url.Values{"token": {token}, "next": {"/policies"}, csrfField: {f.tok(cs)}}
 		return f.do(t, req{method: http.MethodPost, path: "/login", form: form, cookies: []*http.Cookie{cs}})
 	}
 	if res := login("not-a-token"); res.StatusCode != http.StatusUnauthorized {
@@ -345,7 +376,7 @@ func TestLoginSession(t *testing.T) {
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/policies" {
 		t.Fatalf("POST /login = %d to %q, want 303 to /policies", res.StatusCode, res.Header.Get("Location"))
 	}
-	sess, newCSRF := cookie(res, sessionCookie), cookie(res, csrfCookie)
+	sess := cookie(res, sessionCookie)
 	if sess == nil || !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("session cookie = %+v, want HttpOnly SameSite=Strict", sess)
 	}
@@ -354,7 +385,7 @@ func TestLoginSession(t *testing.T) {
 		t.Fatalf("GET / with session = %d, want 200 naming victor:\n%s", res.StatusCode, body)
 	}
 	// Sign out ends the session.
-	res = f.do(t, req{method: http.MethodPost, path: "/logout", form: url.Values{csrfField: {newCSRF.Value}}, cookies: []*http.Cookie{sess, newCSRF}})
+	res = f.do(t, req{method: http.MethodPost, path: "/logout", form: url.Values{csrfField: {f.tok(sess)}}, cookies: []*http.Cookie{sess}})
 	if res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("POST /logout = %d, want 303", res.StatusCode)
 	}
@@ -380,7 +411,7 @@ func TestReset(t *testing.T) {
 	f := newFixture(t, testCredentials())
 	f.allow(t, "push", push, 3)
 	cs := f.csrf(t)
-	form := url.Values{"policy": {"push"}, "user": {push["user"]}, "content": {push["content"]}, "confirm": {"yes"}, csrfField: {cs.Value}}
+	form := url.Values{"policy": {"push"}, "user": {push["user"]}, "content": {push["content"]}, "confirm": {"yes"}, csrfField: {f.tok(cs)}}
 	post := func(r req) *http.Response {
 		r.method, r.path = http.MethodPost, "/reset"
 		return f.do(t, r)
@@ -429,7 +460,7 @@ func TestReset(t *testing.T) {
 	}
 	// Confirmation page carries the CSRF token and the subject.
 	body := readBody(t, f.do(t, req{path: "/reset?" + subjectQuery("push", push), bearer: adminToken, cookies: []*http.Cookie{cs}}))
-	for _, want := range []string{`name="_csrf" value="` + cs.Value + `"`, `name="user" value="18829340001"`, `id="reset-rules">recv-1m, recv-24h, content-59s, content-59m<`} {
+	for _, want := range []string{`name="_csrf" value="` + f.tok(cs) + `"`, `name="user" value="18829340001"`, `id="reset-rules">recv-1m, recv-24h, content-59s, content-59m<`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("confirmation page lacks %q:\n%s", want, body)
 		}
@@ -474,10 +505,10 @@ func TestAPICheck(t *testing.T) {
 	f := newFixture(t, testCredentials())
 	check := func(body string) (*http.Response, DecisionJSON) {
 		t.Helper()
-		res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", body: body, bearer: viewerToken, header: map[string]string{"Content-Type": "application/json"}})
+		res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", body: body, bearer: checkerToken, header: map[string]string{"Content-Type": "application/json"}})
 		var d DecisionJSON
 		b := readBody(t, res)
-		if res.StatusCode == http.StatusOK || res.StatusCode == http.StatusTooManyRequests {
+		if res.StatusCode == http.StatusOK || res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusUnprocessableEntity {
 			if err := json.Unmarshal([]byte(b), &d); err != nil {
 				t.Fatalf("decoding %s: %v", b, err)
 			}
@@ -502,7 +533,8 @@ func TestAPICheck(t *testing.T) {
 		{"second", body, 200, `"content-59s";r=0;t=61`, "", true},
 		{"third is denied", body, 429, `"content-59s";r=0;t=61`, "61", false},
 		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=61`, "61", false},
-		{"cost too high", `{"policy":"push","subject":{"user":"u2","content":"c1"},"cost":3}`, 429, `"content-59s";r=2;t=0`, "", false},
+		// Retrying can never pass: 422 without Retry-After, not 429.
+		{"cost too high", `{"policy":"push","subject":{"user":"u2","content":"c1"},"cost":3}`, 422, `"content-59s";r=2;t=0`, "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -540,15 +572,21 @@ func TestAPICheck(t *testing.T) {
 		name, body, ctype, token string
 		status                   int
 	}{
-		{"unknown policy", `{"policy":"nope","subject":{"user":"u"}}`, "application/json", viewerToken, 404},
-		{"no policy", `{"subject":{"user":"u"}}`, "application/json", viewerToken, 400},
-		{"missing dimension", `{"policy":"push","subject":{"content":"c"}}`, "application/json", viewerToken, 400},
-		{"negative cost", `{"policy":"push","subject":{"user":"u","content":"c"},"cost":-1}`, "application/json", viewerToken, 400},
-		{"bad JSON", `{"policy":`, "application/json", viewerToken, 400},
-		{"unknown field", `{"policy":"push","subjects":{}}`, "application/json", viewerToken, 400},
-		{"form posts are refused", `policy=push`, "application/x-www-form-urlencoded", viewerToken, 415},
-		{"text/plain is refused", body, "text/plain", viewerToken, 415},
+		{"unknown policy", `{"policy":"nope","subject":{"user":"u"}}`, "application/json", checkerToken, 404},
+		{"no policy", `{"subject":{"user":"u"}}`, "application/json", checkerToken, 400},
+		{"missing dimension", `{"policy":"push","subject":{"content":"c"}}`, "application/json", checkerToken, 400},
+		{"negative cost", `{"policy":"push","subject":{"user":"u","content":"c"},"cost":-1}`, "application/json", checkerToken, 400},
+		{"bad JSON", `{"policy":`, "application/json", checkerToken, 400},
+		{"unknown field", `{"policy":"push","subjects":{}}`, "application/json", checkerToken, 400},
+		{"trailing data", body + `{"policy":"api"}`, "application/json", checkerToken, 400},
+		{"trailing garbage", body + `x`, "application/json", checkerToken, 400},
+		{"invalid UTF-8 in an id", "{\"policy\":\"push\",\"subject\":{\"user\":\"u\xff\",\"content\":\"c\"}}", "application/json", checkerToken, 400},
+		{"lone surrogate in an id", `{"policy":"push","subject":{"user":"u\udc00","content":"c"}}`, "application/json", checkerToken, 400},
+		{"too large", `{"policy":"push","subject":{"user":"` + strings.Repeat("u", maxBody) + `","content":"c"}}`, "application/json", checkerToken, 413},
+		{"form posts are refused", `policy=push`, "application/x-www-form-urlencoded", checkerToken, 415},
+		{"text/plain is refused", body, "text/plain", checkerToken, 415},
 		{"no token", body, "application/json", "", 401},
+		{"a viewer may not consume", body, "application/json", viewerToken, 403},
 	}
 	for _, tc := range errs {
 		t.Run(tc.name, func(t *testing.T) {
@@ -729,7 +767,7 @@ func TestPoliciesPage(t *testing.T) {
 	body := readBody(t, f.do(t, req{path: "/policies"}))
 	for _, want := range []string{
 		`id="policy-push"`, "fc:{&lt;user&gt;}:push:recv-1m.", "fc:{&lt;user&gt;}:push:content-59s.", ":&lt;content&gt;",
-		"calendar day in Asia/Shanghai", "30 per 1m, burst 14", "fc:{&lt;user&gt;}:push:!t",
+		"calendar day in Asia/Shanghai", "rate 30 per 1m, burst 14: up to 15 at once (the limit shown), then one every 2s", "fc:{&lt;user&gt;}:push:!t",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("policies page lacks %q", want)
@@ -778,7 +816,7 @@ func TestBackendDown(t *testing.T) {
 		want   string
 	}{
 		{"subject page", req{path: "/subject?policy=push&user=1"}, http.StatusServiceUnavailable, "The backend could not answer"},
-		{"overview still renders", req{path: "/"}, http.StatusOK, "did not describe itself"},
+		{"overview still renders", req{path: "/"}, http.StatusOK, "does not describe itself"},
 		{"fail-open check is degraded", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"push","subject":{"user":"u","content":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusOK, `"degraded":true`},
 		{"fail-closed check is 503", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"api","subject":{"user":"u","campaign":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusServiceUnavailable, `"status":503`},
 		{"inspect is 503", req{path: "/api/v1/inspect?policy=push&user=1"}, http.StatusServiceUnavailable, `"status":503`},
@@ -821,7 +859,7 @@ func TestParseBasicAuth(t *testing.T) {
 		want []Credential
 		ok   bool
 	}{
-		{"alice:pa:ss:word:admin, bob:secret12:viewer", []Credential{{RoleAdmin, "alice", "pa:ss:word"}, {RoleViewer, "bob", "secret12"}}, true},
+		{"alice:pa:ss:word:admin, bob:secret12:viewer, svc:secret34:checker", []Credential{{RoleAdmin, "alice", "pa:ss:word"}, {RoleViewer, "bob", "secret12"}, {RoleChecker, "svc", "secret34"}}, true},
 		{"", nil, true},
 		{"alice:secret", nil, false},
 		{"alice:secret:root", nil, false},

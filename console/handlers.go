@@ -15,8 +15,14 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// describeTTL is how long the backend's description is cached.
-const describeTTL = 30 * time.Second
+// describeTTL is how long the backend's description is cached;
+// describeErrTTL how long a failure to describe is (an outage shows at
+// once, and goes away as soon as the backend answers again: see
+// backendAnswered).
+const (
+	describeTTL    = 30 * time.Second
+	describeErrTTL = 2 * time.Second
+)
 
 type describeCache struct {
 	mu   sync.Mutex
@@ -31,14 +37,33 @@ func (s *Server) describe(ctx context.Context) (sdk.Description, error) {
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	now := s.now()
-	if !dc.at.IsZero() && now.Sub(dc.at) < describeTTL {
+	ttl := describeTTL
+	if dc.err != nil {
+		ttl = describeErrTTL
+	}
+	if !dc.at.IsZero() && now.Sub(dc.at) < ttl {
 		return dc.desc, dc.err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	dc.desc, dc.err = s.cfg.Limiter.Describe(ctx)
 	dc.at = now
+	if dc.err != nil && !errors.Is(dc.err, errors.ErrUnsupported) {
+		s.warn.Warn("describe", "console: backend did not describe itself", "err", dc.err)
+	}
 	return dc.desc, dc.err
+}
+
+// backendAnswered forgets a cached failure to describe the backend: it
+// has just answered a request, so the overview must not show the outage
+// any longer.
+func (s *Server) backendAnswered() {
+	dc := &s.descCache
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.err != nil {
+		dc.at = time.Time{}
+	}
 }
 
 func (s *Server) policyNames() []string {
@@ -66,9 +91,13 @@ func (s *Server) overview(c echo.Context) error {
 	v := OverviewView{Page: s.page(c, "overview"), Live: s.overviewLiveView()}
 	v.Title = "Overview"
 	desc, err := s.describe(c.Request().Context())
-	if err != nil {
-		v.Backend.Error = err.Error()
-	} else {
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		v.Backend.Error = "This backend does not describe itself."
+	case err != nil:
+		// The error names addresses: it is in the log, not on the page.
+		v.Backend.Error = "The backend did not describe itself: " + backendUnavailable + "."
+	default:
 		v.Backend = backendView(desc)
 	}
 	for _, p := range s.order {
@@ -80,7 +109,11 @@ func (s *Server) overview(c echo.Context) error {
 			LookupURL: "/subject?" + subjectQuery(p.Name(), nil),
 		}
 		for _, r := range p.Rules() {
-			ps.Rules = append(ps.Rules, fmt.Sprintf("%s: %d / %s", r.Name, r.Limit, ruleWindow(r)))
+			line := fmt.Sprintf("%s: %d / %s", r.Name, shownLimit(r), ruleWindow(r))
+			if r.Algorithm == sdk.AlgorithmGCRA {
+				line += fmt.Sprintf(" (GCRA %d per %s, burst %d)", r.Limit, fmtWindow(r.Window), r.Burst)
+			}
+			ps.Rules = append(ps.Rules, line)
 		}
 		v.Policies = append(v.Policies, ps)
 	}
@@ -150,7 +183,26 @@ func (s *Server) subject(c echo.Context) error {
 		Query:    subjectQuery(p.Name(), subj),
 		Looked:   len(subj) > 0,
 		CanReset: identityOf(c).Role >= RoleAdmin,
-		Audit:    s.audit.Entries(),
+	}
+	for _, f := range fields {
+		if f.Value != "" {
+			v.Given = append(v.Given, f)
+		}
+	}
+	if v.Looked {
+		// This subject's entries: those of the same shard values (a reset
+		// of the user alone concerns every content of theirs).
+		shard := sdk.Subject{}
+		for _, d := range p.ShardBy() {
+			if subj[d] != "" {
+				shard[d] = subj[d]
+			}
+		}
+		v.Audit = s.audit.Filter(AuditFilter{Policy: p.Name(), Subject: shard})
+		if len(v.Audit) > subjectAuditRows {
+			v.Audit = v.Audit[:subjectAuditRows]
+		}
+		v.AuditURL = "/audit?" + subjectQuery(p.Name(), shard)
 	}
 	v.Title = "Subject lookup"
 	if c.QueryParam("done") == "reset" {
@@ -169,6 +221,9 @@ func (s *Server) subject(c echo.Context) error {
 	return render(c, status, SubjectPage(v))
 }
 
+// subjectAuditRows is how many audit entries the subject page shows.
+const subjectAuditRows = 20
+
 func (s *Server) subjectLive(c echo.Context) error {
 	p, err := s.policyParam(c.QueryParam("policy"))
 	if err != nil {
@@ -182,6 +237,10 @@ func (s *Server) subjectLive(c echo.Context) error {
 // view; backend errors too (the page stays useful for the other parts).
 func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject) SubjectLive {
 	live := SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now())}
+	if err := checkSubject(subj); err != nil {
+		live.Error = err.Error()
+		return live
+	}
 	for _, d := range p.ShardBy() {
 		if subj[d] == "" {
 			live.Error = fmt.Sprintf("Enter a value for %q: every rule of policy %q is keyed by it.", d, p.Name())
@@ -190,15 +249,16 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	}
 	ins, err := s.cfg.Limiter.Inspect(ctx, p, subj)
 	if err != nil {
-		s.log.Warn("console: inspect failed", "policy", p.Name(), "err", err)
 		if errors.Is(err, sdk.ErrInvalidSubject) {
 			live.Error = err.Error() // sdk errors never contain subject values
 			return live
 		}
-		live.Error = "The backend could not answer: " + err.Error()
+		s.warn.Warn("inspect", "console: inspect failed", "policy", p.Name(), "err", err)
+		live.Error = "The backend could not answer: " + backendUnavailable + "."
 		live.Unavailable = true
 		return live
 	}
+	s.backendAnswered()
 	desc, derr := s.describe(ctx)
 	live.Backend = desc.Name
 	keys := s.cfg.Limiter.Keys(p, subj)
@@ -287,7 +347,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			row := PolicyRuleRow{
 				Name:      r.Name,
 				Algorithm: r.Algorithm.String(),
-				Limit:     i64(r.Limit),
+				Limit:     i64(shownLimit(r)),
 				Window:    ruleWindow(r),
 				Detail:    algorithmDetail(r),
 				Dims:      strings.Join(r.Dimensions, ", "),
@@ -319,6 +379,9 @@ func (s *Server) resetTarget(get func(string) string) (*sdk.Policy, sdk.Subject,
 		return nil, nil, nil, err
 	}
 	subj, fields := subjectFrom(p, get)
+	if err := checkSubject(subj); err != nil {
+		return nil, nil, nil, err
+	}
 	for _, d := range p.ShardBy() {
 		if subj[d] == "" {
 			return nil, nil, nil, echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("a reset needs a value for %q", d))
@@ -379,34 +442,88 @@ func (s *Server) reset(c echo.Context) error {
 	if c.FormValue("confirm") != "yes" {
 		return echo.NewHTTPError(http.StatusBadRequest, "the reset was not confirmed")
 	}
+	if _, _, err := s.doReset(c, p, subj); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done=reset")
+}
+
+// auditEntry starts an audit entry for an action of c's identity.
+func (s *Server) auditEntry(c echo.Context, action string, p *sdk.Policy, subj sdk.Subject) AuditEntry {
 	id := identityOf(c)
-	rules, _ := resetRules(p, subj)
-	entry := AuditEntry{
+	return AuditEntry{
 		At:      s.now(),
 		Actor:   id.String(),
+		Name:    id.Name,
 		Role:    id.Role.String(),
-		Action:  "reset",
+		Via:     id.Method,
+		Action:  action,
 		Policy:  p.Name(),
 		Subject: subj,
-		Rules:   rules,
-		Outcome: "ok",
 		Remote:  c.RealIP(),
 	}
+}
+
+// doReset resets subj under p (the rules it gives every dimension of) and
+// records it in the audit log, for the form and the API alike.
+func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject) (reset, keep []string, err error) {
+	reset, keep = resetRules(p, subj)
+	entry := s.auditEntry(c, "reset", p, subj)
+	entry.Rules, entry.Outcome = reset, "ok"
 	rerr := s.cfg.Limiter.Reset(c.Request().Context(), p, subj)
 	if rerr != nil {
-		entry.Outcome = "failed: " + rerr.Error()
+		entry.Outcome = "failed: backend error"
+		if errors.Is(rerr, errors.ErrUnsupported) {
+			entry.Outcome = "failed: the backend cannot reset"
+		}
 	}
 	if err := s.audit.Record(entry); err != nil {
 		// The reset happened (or failed) but could not be recorded: say so
 		// loudly rather than pretend all is well.
-		return fmt.Errorf("reset of policy %q: recording the audit entry: %w", p.Name(), err)
+		return nil, nil, fmt.Errorf("reset of policy %q: recording the audit entry: %w", p.Name(), err)
 	}
 	if rerr != nil {
 		if errors.Is(rerr, errors.ErrUnsupported) {
-			return echo.NewHTTPError(http.StatusNotImplemented, "this backend cannot reset subjects")
+			return nil, nil, echo.NewHTTPError(http.StatusNotImplemented, "this backend cannot reset subjects")
 		}
-		return fmt.Errorf("reset of policy %q: %w", p.Name(), rerr)
+		return nil, nil, fmt.Errorf("reset of policy %q: %w", p.Name(), rerr)
 	}
-	s.log.Info("console: subject reset", "policy", p.Name(), "actor", entry.Actor, "rules", rules)
-	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done=reset")
+	s.backendAnswered()
+	s.log.Info("console: subject reset", "policy", p.Name(), "actor", entry.Actor, "rules", reset)
+	return reset, keep, nil
+}
+
+// auditMaxRows is how many entries the audit page shows at most.
+const auditMaxRows = 500
+
+// auditPage is GET /audit: the audit log, newest first, filtered by
+// policy and subject (the policy's dimensions as parameters), by any
+// dimension's value (value=), by person (who=) and by action.
+func (s *Server) auditPage(c echo.Context) error {
+	f := AuditFilter{
+		Policy: c.QueryParam("policy"),
+		Value:  c.QueryParam("value"),
+		Name:   c.QueryParam("who"),
+		Action: c.QueryParam("action"),
+	}
+	v := AuditView{Page: s.page(c, "audit"), Policies: s.policyNames(), Filter: f}
+	v.Title = "Audit log"
+	if f.Policy != "" {
+		p, err := s.policyParam(f.Policy)
+		if err != nil {
+			return err
+		}
+		f.Subject, v.Fields = subjectFrom(p, c.QueryParam)
+		v.Filter.Subject = f.Subject
+	}
+	if err := checkSubject(sdk.Subject{"value": f.Value, "who": f.Name}); err != nil {
+		return err
+	}
+	all := s.audit.Filter(f)
+	v.Matched = len(all)
+	if len(all) > auditMaxRows {
+		all = all[:auditMaxRows]
+	}
+	v.Entries = all
+	return render(c, http.StatusOK, AuditPage(v))
 }

@@ -66,7 +66,19 @@ type SubjectView struct {
 	Error    string
 	Live     SubjectLive
 	CanReset bool
-	Audit    []AuditEntry
+	Given    []Field      // the dimension values looked up
+	Audit    []AuditEntry // this subject's recent entries
+	AuditURL string       // the audit page for this subject
+}
+
+// AuditView is the audit page.
+type AuditView struct {
+	Page
+	Policies []string
+	Filter   AuditFilter
+	Fields   []Field // the filter policy's dimensions
+	Entries  []AuditEntry
+	Matched  int // entries matching, before the page's row limit
 }
 
 // SubjectLive is the part of the subject page that refreshes itself.
@@ -190,14 +202,16 @@ type ResetView struct {
 	BackURL string
 }
 
-// subjectFrom reads p's dimension values from get (query or form), trims
-// spaces, and returns the non-empty ones, and the form fields.
+// subjectFrom reads p's dimension values from get (query or form) and
+// returns the non-empty ones, and the form fields. Values are taken
+// exactly as given, as the API and the SDK take them: " 42" is not "42"
+// (the pages show such white space visibly; see idParts).
 func subjectFrom(p *sdk.Policy, get func(string) string) (sdk.Subject, []Field) {
 	shard := p.ShardBy()
 	s := sdk.Subject{}
 	var fields []Field
 	for _, d := range p.Dimensions() {
-		v := strings.TrimSpace(get(d))
+		v := get(d)
 		fields = append(fields, Field{Name: d, Value: v, Shard: slices.Contains(shard, d)})
 		if v != "" {
 			s[d] = v
@@ -225,7 +239,7 @@ func algorithmDetail(r sdk.Rule) string {
 		}
 		return fmt.Sprintf("%d cells of %s", n, fmtWindow(r.Window/time.Duration(n)))
 	case sdk.AlgorithmGCRA:
-		return fmt.Sprintf("%d per %s, burst %d", r.Limit, fmtWindow(r.Window), r.Burst)
+		return fmt.Sprintf("rate %d per %s, burst %d: up to %d at once (the limit shown), then one every %s", r.Limit, fmtWindow(r.Window), r.Burst, r.Burst+1, fmtWindow(r.Window/time.Duration(max(r.Limit, 1))))
 	case sdk.AlgorithmFixedWindow:
 		if r.Calendar != sdk.NoCalendar {
 			loc := "UTC"
@@ -241,12 +255,32 @@ func algorithmDetail(r sdk.Rule) string {
 	return ""
 }
 
-// ruleWindow is the rule's window as shown.
+// ruleWindow is the rule's window as shown: for GCRA, the time the shown
+// limit (burst+1 units) takes to accrue at the rule's rate.
 func ruleWindow(r sdk.Rule) string {
 	if r.Calendar != sdk.NoCalendar {
 		return "1 " + r.Calendar.String()
 	}
-	return fmtWindow(r.Window)
+	return fmtWindow(shownWindow(r))
+}
+
+// shownLimit is the limit decisions report for r, and what every page
+// shows: the configured limit, except for GCRA, where it is Burst+1 (the
+// most a subject can use at once; the rate is Limit per Window).
+func shownLimit(r sdk.Rule) int64 {
+	if r.Algorithm == sdk.AlgorithmGCRA {
+		return r.Burst + 1
+	}
+	return r.Limit
+}
+
+// shownWindow is the window shownLimit refills over: r's window, for GCRA
+// the time Burst+1 units take to accrue at Limit per Window.
+func shownWindow(r sdk.Rule) time.Duration {
+	if r.Algorithm == sdk.AlgorithmGCRA && r.Limit > 0 {
+		return time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1))
+	}
+	return r.Window
 }
 
 // fmtWindow formats a configured length compactly: 1m, 59s, 24h, 1h30m, 250ms.
@@ -305,21 +339,6 @@ func fmtRate(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 func i64(v int64) string  { return strconv.FormatInt(v, 10) }
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
-// subjectPairs formats a subject for the audit log: dimension=value
-// pairs, sorted by dimension.
-func subjectPairs(s sdk.Subject) []string {
-	keys := make([]string, 0, len(s))
-	for k := range s {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + s[k]
-	}
-	return parts
-}
-
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -341,4 +360,12 @@ func joinComma(s []string) string { return strings.Join(s, ", ") }
 // subjectPageURL turns a live fragment URL into its page's URL.
 func subjectPageURL(live string) string {
 	return strings.Replace(live, "/live/subject?", "/subject?", 1)
+}
+
+// shownOf says how many of matched entries a page shows, when not all.
+func shownOf(matched, shown int) string {
+	if shown >= matched {
+		return ""
+	}
+	return ", the newest " + strconv.Itoa(shown) + " shown"
 }

@@ -9,10 +9,26 @@ import (
 	"runtime/pprof"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/freqcap/freqcap/internal/bench"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 )
+
+const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]
+
+Load test: -workers concurrent callers take decisions of one policy for
+-duration (after -warmup) over -subjects subjects, against the Redis
+deployment named, and print throughput and latency percentiles. -baseline,
+-floor, -batch, -hot and -memory add comparison runs (see each flag).
+
+The policy is the seed policy "push" (internal/seed), or the one named by
+--name from --policies FILE (the same flag as freqcap console's; -policy is
+its deprecated spelling). Flags take one dash or two.
+
+Flags:
+`
 
 // runBench is `freqcap bench`: it parses the flags into a bench.Config
 // and runs internal/bench.
@@ -24,6 +40,10 @@ func runBench(args []string) error {
 		cpuProfile             string
 	)
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchUsage)
+		fs.PrintDefaults()
+	}
 	server.register(fs)
 	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers (each one call at a time: one decision, or one TakeBatch with -batch)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured run length (per run)")
@@ -31,7 +51,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Subjects, "subjects", 100000, "distinct subjects (values of the policy's shard dimensions)")
 	fs.IntVar(&cfg.Values, "values", 4, "distinct values of each other dimension (e.g. content) per run")
 	fs.Int64Var(&cfg.MaxDecisions, "max", 50_000_000, "stop a run after this many decisions")
-	fs.StringVar(&policyFile, "policy", "", "policy `FILE` (YAML); default: the seed policy \"push\" (internal/seed)")
+	fs.StringVar(&policyFile, "policies", "", "policy `FILE` (YAML), as for freqcap console; default: the seed policies (internal/seed)")
+	fs.StringVar(&policyFile, "policy", "", "deprecated: use --policies")
 	fs.StringVar(&policyName, "name", "", "policy to run from the file (default: the first)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also run raw(R): one EVALSHA doing INCRBY (PEXPIRE on the first hit) on R keys, R = the policy's rules, deciding nothing, and report the policy's ratio to it")
@@ -65,7 +86,8 @@ func runBench(args []string) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if !server.given() {
-		return errors.New("bench: give one of -redis, -cluster and -sentinel")
+		fs.Usage()
+		return errors.New("bench: give one of --redis, --cluster and --sentinel")
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -86,8 +108,18 @@ func runBench(args []string) error {
 		cfg.Policy = p
 	}
 	cfg.Redis = server.options()
+	if err := pingAuth(cfg.Redis); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
 	cfg.Target = server.describe()
 	return bench.Run(context.Background(), cfg, os.Stdout)
+}
+
+// pingAuth checks the credentials of o's deployment once (checkAuth).
+func pingAuth(o *goredis.UniversalOptions) error {
+	c := goredis.NewUniversalClient(o)
+	defer c.Close()
+	return checkAuth(context.Background(), c)
 }
 
 func benchLoadPolicy(file, name string) (*sdk.Policy, error) {

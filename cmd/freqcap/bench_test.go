@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/freqcap/freqcap/internal/redistest"
@@ -17,7 +20,7 @@ func TestBenchCommand(t *testing.T) {
 		t.Skip("a bench run takes a second")
 	}
 	addr := redistest.NewServer(t).Addr()
-	args := []string{"-redis", addr, "-workers", "2", "-duration", "200ms", "-warmup", "0", "-subjects", "50", "-policy", "../../testdata/seed-log.yaml", "-baseline"}
+	args := []string{"-redis", addr, "-workers", "2", "-duration", "200ms", "-warmup", "0", "-subjects", "50", "--policies", "../../testdata/seed-log.yaml", "-baseline"}
 	out, err := captureStdout(t, func() error { return runBench(args) })
 	if err != nil {
 		t.Fatalf("runBench(%q) = %v, want nil\n%s", args, err, out)
@@ -46,6 +49,41 @@ func captureStdout(t *testing.T, f func() error) (string, error) {
 	go func() { _, _ = io.Copy(&buf, r); close(done) }()
 	ferr := f()
 	os.Stdout = old
+	w.Close()
+	<-done
+	return buf.String(), ferr
+}
+
+// TestBenchUsage: bench -h prints freqcap's usage, and --policies (the
+// console's flag) and the deprecated -policy both name the policy file.
+func TestBenchUsage(t *testing.T) {
+	out, err := captureStderr(t, func() error { return runBench([]string{"-h"}) })
+	if !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(out, "Usage: freqcap bench") || !strings.Contains(out, "-policies FILE") || !strings.Contains(out, "deprecated: use --policies") {
+		t.Errorf("bench -h = %v:\n%s", err, out)
+	}
+	for _, name := range []string{"--policies", "-policy"} {
+		_, err := captureStderr(t, func() error {
+			return runBench([]string{"--redis", "127.0.0.1:1", name, "/nonexistent/policies.yaml"})
+		})
+		if err == nil || !strings.Contains(err.Error(), "/nonexistent/policies.yaml") {
+			t.Errorf("bench %s FILE = %v, want an error naming the file", name, err)
+		}
+	}
+}
+
+func captureStderr(t *testing.T, f func() error) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(&buf, r); close(done) }()
+	ferr := f()
+	os.Stderr = old
 	w.Close()
 	<-done
 	return buf.String(), ferr

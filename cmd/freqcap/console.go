@@ -27,36 +27,52 @@ import (
 
 const consoleUsage = `Usage: freqcap console [flags]
 
-Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect)
-and Prometheus metrics (/metrics).
+Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect,
+/api/v1/reset, /api/v1/policies) and Prometheus metrics (/metrics).
 
 With no --redis, --cluster or --sentinel, state lives in memory (lost on
-exit); --demo
-adds synthetic traffic so counters move at once. Without credentials the
-console listens on loopback only and everyone is an admin.
+exit); --demo adds synthetic traffic so counters move at once. Without
+credentials the console listens on loopback only, answers only to loopback
+host names, and everyone is an admin.
 
-Credentials (prefer the environment: flags show up in ps):
-  FREQCAP_ADMIN_TOKEN, FREQCAP_VIEWER_TOKEN   bearer tokens / sign-in tokens
-  FREQCAP_BASIC_AUTH                          "name:password:role,…" (role viewer|admin)
+Roles: viewer reads (pages, audit log, metrics, inspect, check with
+"peek"); checker may also consume quota through POST /api/v1/check
+(audited); admin may also reset subjects (form and POST /api/v1/reset,
+audited).
+
+Credentials, each "name:secret:role" (the name is what the audit log
+records; secrets at least 8 bytes, no two alike). Prefer the environment:
+flags show up in ps, and help output never shows either.
+  --token name:secret:role (repeatable), FREQCAP_TOKENS="n:s:r,n:s:r"
+                                          bearer tokens, also the sign-in form
+  --basic-auth, FREQCAP_BASIC_AUTH        basic-auth users "name:password:role,…"
+  --admin-token, FREQCAP_ADMIN_TOKEN      one shared token each, audited as
+  --checker-token, FREQCAP_CHECKER_TOKEN  shared-admin-token, shared-checker-token
+  --viewer-token, FREQCAP_VIEWER_TOKEN    and shared-viewer-token
+A flag given on the command line wins over its variable.
 
 Flags:
 `
 
-// consoleFlags are the console command's settings.
+// consoleFlags are the console command's settings. The credential fields
+// hold what the flags gave; credentials() adds the environment's.
 type consoleFlags struct {
-	addr        string
-	policies    string
-	demo        bool
-	demoRate    float64
-	server      serverFlags
-	prefix      string
-	timeout     time.Duration
-	viewerToken string
-	adminToken  string
-	basicAuth   string
-	auditFile   string
-	forcePlain  bool
-	forbid      string
+	addr         string
+	policies     string
+	demo         bool
+	demoRate     float64
+	server       serverFlags
+	prefix       string
+	timeout      time.Duration
+	viewerToken  string
+	checkerToken string
+	adminToken   string
+	tokens       []string
+	basicAuth    string
+	auditFile    string
+	forcePlain   bool
+	forbid       string
+	set          map[string]bool // flags given on the command line
 }
 
 func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
@@ -74,10 +90,18 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	f.server.register(fs) // none given: the in-memory backend
 	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
-	fs.StringVar(&f.viewerToken, "viewer-token", os.Getenv("FREQCAP_VIEWER_TOKEN"), "viewer token (env FREQCAP_VIEWER_TOKEN)")
-	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("FREQCAP_ADMIN_TOKEN"), "admin token (env FREQCAP_ADMIN_TOKEN)")
-	fs.StringVar(&f.basicAuth, "basic-auth", os.Getenv("FREQCAP_BASIC_AUTH"), `basic-auth users "name:password:role,…" (env FREQCAP_BASIC_AUTH)`)
-	fs.StringVar(&f.auditFile, "audit", "", "append audit entries (JSON lines) to this file")
+	// No secret is ever a flag's default: -h prints defaults, and a flag
+	// error prints the usage. The environment is read after parsing.
+	fs.Func("token", "a named token `name:secret:role` (role viewer, checker or admin); repeatable (default $FREQCAP_TOKENS)", func(v string) error {
+		// Never fails: the flag package would print the value, a secret.
+		f.tokens = append(f.tokens, v)
+		return nil
+	})
+	fs.StringVar(&f.viewerToken, "viewer-token", "", "shared viewer token (default $FREQCAP_VIEWER_TOKEN)")
+	fs.StringVar(&f.checkerToken, "checker-token", "", "shared checker token (default $FREQCAP_CHECKER_TOKEN)")
+	fs.StringVar(&f.adminToken, "admin-token", "", "shared admin token (default $FREQCAP_ADMIN_TOKEN)")
+	fs.StringVar(&f.basicAuth, "basic-auth", "", `basic-auth users "name:password:role,…" (default $FREQCAP_BASIC_AUTH)`)
+	fs.StringVar(&f.auditFile, "audit", "", "append audit entries (JSON lines) to this file, and show its last entries after a restart")
 	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	if err := fs.Parse(args); err != nil {
@@ -89,26 +113,49 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	if err := f.server.check(); err != nil {
 		return f, fmt.Errorf("console: %w", err)
 	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	return f, nil
 }
 
-// credentials builds the console's credentials from the flags.
-func (f consoleFlags) credentials() ([]console.Credential, error) {
-	var creds []console.Credential
-	if f.adminToken != "" {
-		creds = append(creds, console.Credential{Role: console.RoleAdmin, Name: "admin-token", Secret: f.adminToken})
-	}
-	if f.viewerToken != "" {
-		creds = append(creds, console.Credential{Role: console.RoleViewer, Name: "viewer-token", Secret: f.viewerToken})
-	}
-	if f.basicAuth != "" {
-		basic, err := console.ParseBasicAuth(f.basicAuth)
-		if err != nil {
-			return nil, err
+// credentials builds the console's credentials from the flags and, for
+// each flag not given, its environment variable (getenv). Shared tokens
+// are named after their role ("shared-admin-token"), so the audit log
+// says a shared token was used rather than naming a person.
+func (f consoleFlags) credentials(getenv func(string) string) ([]console.Credential, error) {
+	val := func(flagName, v, env string) string {
+		if f.set[flagName] {
+			return v
 		}
-		creds = append(creds, basic...)
+		return getenv(env)
 	}
-	return creds, nil
+	var creds []console.Credential
+	for _, sh := range []struct {
+		flag, value, env string
+		role             console.Role
+	}{
+		{"admin-token", f.adminToken, "FREQCAP_ADMIN_TOKEN", console.RoleAdmin},
+		{"checker-token", f.checkerToken, "FREQCAP_CHECKER_TOKEN", console.RoleChecker},
+		{"viewer-token", f.viewerToken, "FREQCAP_VIEWER_TOKEN", console.RoleViewer},
+	} {
+		if v := val(sh.flag, sh.value, sh.env); v != "" {
+			creds = append(creds, console.Credential{Role: sh.role, Name: "shared-" + sh.role.String() + "-token", Secret: v})
+		}
+	}
+	tokens := strings.Join(f.tokens, ",")
+	if !f.set["token"] {
+		tokens = getenv("FREQCAP_TOKENS")
+	}
+	named, err := console.ParseCredentials(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("--token / FREQCAP_TOKENS: %w", err)
+	}
+	creds = append(creds, named...)
+	basic, err := console.ParseCredentials(val("basic-auth", f.basicAuth, "FREQCAP_BASIC_AUTH"))
+	if err != nil {
+		return nil, fmt.Errorf("--basic-auth / FREQCAP_BASIC_AUTH: %w", err)
+	}
+	return append(creds, basic...), nil
 }
 
 func runConsole(args []string) error {
@@ -117,9 +164,9 @@ func runConsole(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	creds, err := f.credentials()
+	creds, err := f.credentials(os.Getenv)
 	if err != nil {
-		return err
+		return fmt.Errorf("console: %w", err)
 	}
 	// Refuse early, before connecting anywhere.
 	if err := console.CheckAddr(f.addr, len(creds) > 0); err != nil {
@@ -139,7 +186,7 @@ func runConsole(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	backend, closeBackend, err := consoleBackend(f)
+	backend, closeBackend, err := consoleBackend(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -159,21 +206,17 @@ func runConsole(args []string) error {
 	}
 	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
 
-	var audit io.Writer
-	if f.auditFile != "" {
-		af, err := os.OpenFile(f.auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return fmt.Errorf("console: audit log: %w", err)
-		}
-		defer af.Close()
-		audit = af
+	audit, closeAudit, err := openAudit(f.auditFile, log)
+	if err != nil {
+		return err
 	}
+	defer closeAudit()
 
 	srv, err := console.New(console.Config{
 		Limiter:     lim,
 		Policies:    policies,
 		Metrics:     metrics,
-		Audit:       console.NewAuditLog(audit, 0),
+		Audit:       audit,
 		Credentials: creds,
 		Logger:      log,
 		Demo:        f.demo,
@@ -194,8 +237,31 @@ func runConsole(args []string) error {
 	})
 }
 
-// consoleBackend builds the backend the flags ask for, and its closer.
-func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
+// openAudit returns the console's audit log: in memory only when path is
+// empty, else appending to the file at path after reading back the
+// entries earlier runs wrote there (the audit page survives a restart).
+func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error) {
+	if path == "" {
+		return console.NewAuditLog(nil, 0), func() {}, nil
+	}
+	af, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: audit log: %w", err)
+	}
+	audit := console.NewAuditLog(af, 0)
+	n, bad, err := audit.Load(af)
+	if err != nil {
+		af.Close()
+		return nil, nil, err
+	}
+	log.Info("audit log", "file", path, "entries_loaded", n, "lines_skipped", bad)
+	return audit, func() { af.Close() }, nil
+}
+
+// consoleBackend builds the backend the flags ask for, and its closer. A
+// Redis deployment is pinged first, so that a wrong password reads as
+// such (see checkAuth).
+func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
 	}
@@ -205,6 +271,10 @@ func consoleBackend(f consoleFlags) (driver.Backend, func(), error) {
 	}
 	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}}
 	c := goredis.NewUniversalClient(f.server.options())
+	if err := checkAuth(ctx, c); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("console: %w", err)
+	}
 	return redis.New(c, ro), func() { c.Close() }, nil
 }
 

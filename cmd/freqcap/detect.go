@@ -58,6 +58,9 @@ func runDetect(args []string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	if err := checkAuth(ctx, c); err != nil {
+		return fmt.Errorf("detect: %w", err)
+	}
 	r, err := capability.Probe(ctx, c, cfg)
 	if err != nil {
 		return fmt.Errorf("detect: %w", err)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -114,4 +116,39 @@ func parseForbid(list string) ([]capability.Feature, error) {
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// errAuthFailed is returned when the server refuses the credentials.
+var errAuthFailed = errors.New("authentication failed: the server refused the user name or password (--user, --password or $FREQCAP_REDIS_PASSWORD)")
+
+// checkAuth sends one PING so that a wrong password or a missing one
+// reads as "authentication failed" instead of whatever the first real
+// command makes of a connection that could not be set up (the capability
+// probe used to report "COMMAND INFO: unexpected reply <nil>"). Other
+// failures are left to the caller's first real command, which reports
+// them with more context.
+func checkAuth(ctx context.Context, c goredis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := c.Ping(ctx).Err()
+	if isAuthError(err) {
+		return fmt.Errorf("%w: %w", errAuthFailed, err)
+	}
+	return nil
+}
+
+// isAuthError reports whether err is the server's refusal of the
+// connection's credentials. Redis says so only in text: WRONGPASS (Redis
+// 6+, ACL), NOAUTH (a password is required), "ERR invalid password"
+// (before 6), "ERR AUTH <password> called without any password
+// configured" (a password given to a server without one).
+func isAuthError(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		strings.HasPrefix(msg, "ERR invalid password") || strings.HasPrefix(msg, "ERR invalid username-password") ||
+		strings.HasPrefix(msg, "ERR AUTH")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestSentinelCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, closeFn, err := consoleBackend(f)
+	b, closeFn, err := consoleBackend(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +77,25 @@ func TestPasswordFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("FREQCAP_REDIS_PASSWORD", "")
-	if _, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--timeout", "3s"}) }); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
-		t.Errorf("detect without a password = %v, want NOAUTH", err)
+	if _, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--timeout", "3s"}) }); err == nil || !strings.Contains(err.Error(), "NOAUTH") || !strings.Contains(err.Error(), "authentication failed") {
+		t.Errorf("detect without a password = %v, want authentication failed (NOAUTH)", err)
+	}
+	// A wrong password says so (it used to read "COMMAND INFO: unexpected
+	// reply <nil>"), in detect and in the console.
+	if _, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--password", "wrong"}) }); err == nil || !strings.Contains(err.Error(), "authentication failed") || strings.Contains(err.Error(), "unexpected reply") {
+		t.Errorf("detect with a wrong password = %v, want authentication failed", err)
+	}
+	f, err := parseConsoleFlags([]string{"--redis", srv.Addr(), "--password", "wrong"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := consoleBackend(context.Background(), f); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Errorf("console backend with a wrong password = %v, want authentication failed", err)
+	}
+	if _, err := captureStdout(t, func() error {
+		return runBench([]string{"--redis", srv.Addr(), "--password", "wrong", "-duration", "100ms", "-warmup", "0"})
+	}); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Errorf("bench with a wrong password = %v, want authentication failed", err)
 	}
 	if out, err := captureStdout(t, func() error { return runDetect([]string{"--redis", srv.Addr(), "--password", "s3cret"}) }); err != nil {
 		t.Errorf("detect --password = %v:\n%s", err, out)

@@ -4,7 +4,9 @@
 // data-every milliseconds (default 1000), by the HTML fragment the server
 // renders at URL: the same templ component the page was rendered with, so
 // the page works unchanged without JavaScript (reload to refresh). The
-// fragment is escaped by the server like the page itself.
+// fragment is escaped by the server like the page itself. A <details>
+// carrying data-keep="NAME" keeps its open or closed state across
+// refreshes (the fragment always renders it closed).
 (function () {
   "use strict";
 
@@ -25,7 +27,17 @@
           return r.text();
         })
         .then(function (html) {
+          var open = {};
+          el.querySelectorAll("details[data-keep]").forEach(function (d) {
+            open[d.getAttribute("data-keep")] = d.open;
+          });
           el.innerHTML = html;
+          el.querySelectorAll("details[data-keep]").forEach(function (d) {
+            var k = d.getAttribute("data-keep");
+            if (Object.prototype.hasOwnProperty.call(open, k)) {
+              d.open = open[k];
+            }
+          });
           el.removeAttribute("data-stale");
         })
         .catch(function () {

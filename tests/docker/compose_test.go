@@ -93,13 +93,16 @@ func (c *compose) run(timeout time.Duration, args ...string) (string, error) {
 }
 
 const (
-	testAdminToken  = "admin-token-for-compose-test"
-	testViewerToken = "viewer-token-for-compose-test"
+	testAdminToken   = "admin-token-for-compose-test"
+	testCheckerToken = "checker-token-for-compose-test"
+	testViewerToken  = "viewer-token-for-compose-test"
 )
 
 // TestComposeConfig validates docker-compose.yml with `config`: with and
-// without the modules profile, that the console refuses to be configured
-// without tokens, and that every port is published on 127.0.0.1 only.
+// without the modules profile, without any token (commands that start
+// nothing, such as down, must work without them: the console itself
+// refuses to start without credentials), and that every port is
+// published on 127.0.0.1 only.
 func TestComposeConfig(t *testing.T) {
 	tokens := []string{"FREQCAP_ADMIN_TOKEN=" + testAdminToken, "FREQCAP_VIEWER_TOKEN=" + testViewerToken}
 	tests := []struct {
@@ -111,7 +114,7 @@ func TestComposeConfig(t *testing.T) {
 		{name: "default", env: tokens},
 		{name: "modules profile", env: tokens, args: []string{"--profile", "modules"}},
 		{name: "local images", env: append([]string{"FREQCAP_IMAGE_REDIS=freqcap/redis:7.0-debian"}, tokens...)},
-		{name: "no tokens", wantErr: "FREQCAP_ADMIN_TOKEN"},
+		{name: "no tokens"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +134,12 @@ func TestComposeConfig(t *testing.T) {
 				if !strings.Contains(out, "\n  "+svc) {
 					t.Errorf("compose config lacks service %s\n%s", svc, out)
 				}
+			}
+			if !strings.Contains(out, "--demo=true") {
+				t.Errorf("compose config: the console runs without demo traffic\n%s", out)
+			}
+			if tc.env == nil && strings.Contains(out, testAdminToken) {
+				t.Errorf("compose config without tokens shows a token\n%s", out)
 			}
 			if len(tc.args) > 0 {
 				for _, svc := range []string{"tairhash:", "cell:", "console-tairhash:", "console-cell:"} {
@@ -236,10 +245,19 @@ func TestComposeUp(t *testing.T) {
 		"FREQCAP_IMAGE_REDIS="+redisImage, "FREQCAP_IMAGE_CONSOLE="+consoleImage,
 		"FREQCAP_REDIS_PORT="+strconv.Itoa(redisPort), "FREQCAP_CONSOLE_PORT="+strconv.Itoa(consolePort),
 		"FREQCAP_ADMIN_TOKEN="+testAdminToken, "FREQCAP_VIEWER_TOKEN="+testViewerToken,
+		"FREQCAP_CHECKER_TOKEN="+testCheckerToken, "FREQCAP_DEMO=false",
 	)
 	t.Cleanup(func() {
-		if out, err := c.run(2*time.Minute, "down", "-v", "--remove-orphans", "-t", "2"); err != nil {
-			t.Errorf("compose down: %v\n%s", err, out)
+		// down needs none of the tokens.
+		bare := *c
+		bare.env = nil
+		for _, kv := range c.env {
+			if !strings.Contains(kv, "TOKEN=") {
+				bare.env = append(bare.env, kv)
+			}
+		}
+		if out, err := bare.run(2*time.Minute, "down", "-v", "--remove-orphans", "-t", "2"); err != nil {
+			t.Errorf("compose down without the token variables: %v\n%s", err, out)
 		}
 	})
 	if out, err := c.run(2*time.Minute, "up", "-d", "--no-build", "redis", "console"); err != nil {
@@ -283,14 +301,18 @@ func TestComposeUp(t *testing.T) {
 		t.Fatalf("GET /api/v1/policies = %s, %v; want at least one policy", body, err)
 	}
 
-	// A check goes through the console to the compose Redis.
+	// A check goes through the console to the compose Redis: it consumes,
+	// so it needs the checker role, not the viewer's.
 	p := pols.Policies[0]
 	subject := map[string]string{}
 	for _, d := range p.Dimensions {
 		subject[d] = "compose-test-" + d
 	}
 	req, _ := json.Marshal(map[string]any{"policy": p.Name, "subject": subject})
-	code, body = httpDo(t, hc, "POST", base+"/api/v1/check", testViewerToken, req)
+	if code, body := httpDo(t, hc, "POST", base+"/api/v1/check", testViewerToken, req); code != http.StatusForbidden {
+		t.Errorf("POST /api/v1/check with the viewer token = %d, want 403\n%s", code, body)
+	}
+	code, body = httpDo(t, hc, "POST", base+"/api/v1/check", testCheckerToken, req)
 	if code != http.StatusOK && code != http.StatusTooManyRequests {
 		t.Fatalf("POST /api/v1/check = %d, want 200 or 429\n%s", code, body)
 	}

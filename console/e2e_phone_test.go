@@ -1,0 +1,168 @@
+package console
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// startBrowser starts headless Chromium (TESTING.md's flags) with a
+// window of w×h CSS pixels, or skips the test when there is none.
+func startBrowser(t *testing.T, w, h int) context.Context {
+	t.Helper()
+	chrome := chromiumPath()
+	if chrome == "" {
+		if os.Getenv("FREQCAP_REQUIRE_SERVERS") == "1" {
+			t.Fatal("chromium not found and FREQCAP_REQUIRE_SERVERS=1")
+		}
+		t.Skip("SKIPPING a browser test: chromium not found (apt-get install chromium, or set FREQCAP_CHROMIUM)")
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(w, h),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting chromium %s: %v", chrome, err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(w), int64(h))); err != nil {
+		t.Fatalf("viewport: %v", err)
+	}
+	return ctx
+}
+
+// screenshot writes a full-page screenshot to $FREQCAP_SCREENSHOT_DIR/name
+// (default: the test's temporary directory) and logs where.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("FREQCAP_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", path, len(png))
+}
+
+// TestE2EPhone drives the console at a phone's width (390 CSS px): no
+// page is wider than the screen, and the subject page's "Storage keys"
+// disclosure keeps its open (and closed) state across live refreshes.
+func TestE2EPhone(t *testing.T) {
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sdk.New(memory.New(nil))
+	srv, err := New(Config{
+		Limiter:  lim,
+		Policies: pols,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Refresh:  150 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String()
+
+	subject := sdk.Subject{"user": "18829340001", "content": sdk.Fingerprint("Your parcel is out for delivery")}
+	for range 3 {
+		if _, err := lim.Allow(context.Background(), pols[0], subject); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lim.Reset(context.Background(), pols[0], sdk.Subject{"user": "18829340002"}); err != nil {
+		t.Fatal(err)
+	}
+	page := base + "/subject?" + subjectQuery("push", subject)
+
+	ctx := startBrowser(t, 390, 844)
+	for _, path := range []string{"/subject?" + subjectQuery("push", subject), "/", "/policies", "/audit", "/reset?" + subjectQuery("push", subject)} {
+		run(t, ctx, "open "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
+		w := evalInt(t, ctx, `document.documentElement.scrollWidth`)
+		if vw := evalInt(t, ctx, `window.innerWidth`); vw != 390 || w > vw {
+			t.Errorf("%s at %d px: the page is %d px wide", path, vw, w)
+		}
+	}
+
+	// The disclosure: open it, and it stays open through refreshes (each
+	// refresh replaces the element, so the old one is detached).
+	run(t, ctx, "subject page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.ID("rules")))
+	waitRefreshed := func(what string) {
+		t.Helper()
+		for i := range 3 {
+			if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(window.__old = document.querySelector('#storage-keys'), true)`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!window.__old.isConnected && !!document.querySelector('#storage-keys')`,
+				chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+				t.Fatalf("%s: refresh %d did not happen: %v", what, i+1, err)
+			}
+		}
+	}
+	// A click in the page itself: the live refresh may replace the node
+	// between a DevTools query and its click.
+	toggle := func() {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.querySelector('#storage-keys summary').click(), true)`)); err != nil {
+			t.Fatalf("clicking Storage keys: %v", err)
+		}
+	}
+	toggle()
+	waitRefreshed("open")
+	if open := evalInt(t, ctx, `document.querySelector('#storage-keys').open ? 1 : 0`); open != 1 {
+		t.Errorf("Storage keys closed itself on a live refresh")
+	}
+	waitContains(t, ctx, "#storage-keys ul", "fc:{18829340001}:push:recv-1m.")
+	screenshot(t, ctx, "phone-subject.png")
+	toggle()
+	waitRefreshed("closed")
+	if open := evalInt(t, ctx, `document.querySelector('#storage-keys').open ? 1 : 0`); open != 0 {
+		t.Errorf("Storage keys opened itself on a live refresh")
+	}
+	run(t, ctx, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("main")))
+	screenshot(t, ctx, "phone-overview.png")
+}
