@@ -10,9 +10,11 @@
 //
 // A backend implements [Backend]: Take, the consuming, all-or-nothing
 // decision. Every other operation is an optional interface the sdk
-// discovers with a type assertion; a Limiter whose backend lacks one
-// returns an error wrapping errors.ErrUnsupported from the operation that
-// needs it:
+// discovers with a type assertion. A Limiter whose backend lacks Peeker,
+// Reserver, Inspector, Resetter, Describer or Idempotent returns an error
+// wrapping errors.ErrUnsupported from the operation that needs it,
+// consuming nothing; without Batcher or Clocked it does without (one call
+// per attempt; the system clock):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
 //   - [Reserver]: Reserve and Settle, reservations (sdk Reserve, Commit, Cancel).
