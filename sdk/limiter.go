@@ -102,7 +102,7 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 	if err := l.supports("reserve", opReserve); err != nil {
 		return Decision{}, nil, err
 	}
-	st := l.b.(driver.Reserver)
+	st, _ := l.b.(driver.Reserver) // nil for a nil backend, which fails in send
 	if ttl < time.Millisecond || ttl > MaxWindow {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", MaxWindow, ttl)
 	}

@@ -354,8 +354,17 @@ func TestInvalidInput(t *testing.T) {
 	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, sdk.MaxWindow+1); err == nil || !strings.Contains(err.Error(), "(MaxWindow)") {
 		t.Errorf("Reserve(…, ttl MaxWindow+1) = %v, want an error naming MaxWindow", err)
 	}
-	if _, err := sdk.New(nil).Allow(ctx, p, sdk.Subject{"user": "u", "content": "c"}); err == nil {
-		t.Error("New(nil).Allow(…) = nil error, want one")
+	nilLim := sdk.New(nil)
+	a := sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}
+	for name, call := range map[string]func() error{
+		"Allow":   func() error { _, err := nilLim.Allow(ctx, p, a.Subject); return err },
+		"Peek":    func() error { _, err := nilLim.Peek(ctx, p, a); return err },
+		"Reserve": func() error { _, _, err := nilLim.Reserve(ctx, p, a, time.Minute); return err },
+		"Inspect": func() error { _, err := nilLim.Inspect(ctx, p, a.Subject); return err },
+	} {
+		if err := call(); err == nil {
+			t.Errorf("New(nil).%s(…) = nil error, want one", name)
+		}
 	}
 }
 
