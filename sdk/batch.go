@@ -36,7 +36,8 @@ func (l *Limiter) TakeBatch(ctx context.Context, p *Policy, as []Attempt) []Batc
 }
 
 // PeekBatch is TakeBatch without consuming: each attempt as Peek (its
-// IdempotencyKey is ignored; the hot-deny cache is not used).
+// IdempotencyKey is ignored; the hot-deny cache is not used). On a backend
+// that cannot peek every entry's error wraps errors.ErrUnsupported.
 func (l *Limiter) PeekBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
 	return l.batch(ctx, "peek", opPeek, p, as)
 }
