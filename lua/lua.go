@@ -21,6 +21,6 @@ var settle string
 // inspect): see take.lua. It starts with the shared refund.lua prelude.
 var Take = refund + "\n" + take
 
-// Settle commits or cancels one hold: see settle.lua. It starts with the
-// shared refund.lua prelude.
+// Settle commits or cancels one reservation ("hold" in the Lua sources):
+// see settle.lua. It starts with the shared refund.lua prelude.
 var Settle = refund + "\n" + settle

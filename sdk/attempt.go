@@ -52,14 +52,15 @@ func (a Attempt) cost() int64 {
 // backend failure yields an allowed Decision with Degraded set and a nil
 // error.
 func (l *Limiter) Take(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
-	d, _, err := l.take(ctx, "take", driver.OpTake, p, a, 0)
+	d, _, err := l.take(ctx, "take", opTake, p, a, 0)
 	return d, err
 }
 
 // Peek reports what Take would decide for a, consuming nothing (its
-// IdempotencyKey is ignored).
+// IdempotencyKey is ignored). The backend must support peeks (the memory
+// and Redis backends do), else the error wraps errors.ErrUnsupported.
 func (l *Limiter) Peek(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
-	d, _, err := l.take(ctx, "peek", driver.OpPeek, p, a, 0)
+	d, _, err := l.take(ctx, "peek", opPeek, p, a, 0)
 	return d, err
 }
 
@@ -86,18 +87,19 @@ func (l *Limiter) Reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 // the backend and what the hot-deny cache needs.
 type call struct {
 	op     string // names the operation in errors and events
+	kind   opKind // the driver operation
 	p      *Policy
-	req    driver.Request // req.Op is the driver op, req.Rules the resolved rules
+	req    driver.Request // req.Rules are the resolved rules
 	base   string         // the subject's key base (resolved.base)
 	hot    *hotCache      // nil: no hot-deny cache for this call
 	hotKey string
 	batch  int    // Event.Batch
-	holdID string // set by finish: the hold of an allowed reserve
+	resID  string // set by finish: the reservation of an allowed reserve
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
 // is ignored for peeks.
-func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
+func (l *Limiter) prepare(op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
 	if a.Cost < 0 {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", op, ErrInvalidCost, a.Cost)
 	}
@@ -109,12 +111,15 @@ func (l *Limiter) prepare(op string, dop driver.Op, p *Policy, a Attempt, ttl ti
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", op, err)
 	}
-	c := &call{op: op, p: p, req: l.request(dop, p, res, n), base: res.base}
-	if dop == driver.OpReserve {
-		c.req.HoldID = newHoldID()
-		c.req.HoldTTL = ttl
+	if err := l.supports(op, dop); err != nil {
+		return nil, err
 	}
-	consume := dop == driver.OpTake || dop == driver.OpReserve
+	c := &call{op: op, kind: dop, p: p, req: l.request(p, res, n), base: res.base}
+	if dop == opReserve {
+		c.req.ReservationID = newReservationID()
+		c.req.ReservationTTL = ttl
+	}
+	consume := dop == opTake || dop == opReserve
 	if consume && idem != "" {
 		if len(idem) > MaxIdempotencyKeyLen {
 			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", op, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
@@ -165,9 +170,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if r.Replayed {
 		var err error
 		switch {
-		case c.req.Op == driver.OpTake && r.HoldID != "":
+		case c.kind == opTake && r.ReservationID != "":
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a reservation", c.op, ErrInvalidIdempotencyKey)
-		case c.req.Op == driver.OpReserve && r.Allowed && r.HoldID == "":
+		case c.kind == opReserve && r.Allowed && r.ReservationID == "":
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.op, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
@@ -176,9 +181,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		}
 	}
 	d := decide(p.name, c.req.Rules, r)
-	c.holdID = c.req.HoldID
-	if r.HoldID != "" {
-		c.holdID = r.HoldID
+	c.resID = c.req.ReservationID
+	if r.ReservationID != "" {
+		c.resID = r.ReservationID
 	}
 	if c.hot != nil && !r.Replayed {
 		switch {

@@ -32,16 +32,17 @@ type BatchResult struct {
 // Event.Batch set and the batch call's latency. WithTimeout bounds the
 // whole TakeBatch call.
 func (l *Limiter) TakeBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
-	return l.batch(ctx, "take", driver.OpTake, p, as)
+	return l.batch(ctx, "take", opTake, p, as)
 }
 
 // PeekBatch is TakeBatch without consuming: each attempt as Peek (its
-// IdempotencyKey is ignored; the hot-deny cache is not used).
+// IdempotencyKey is ignored; the hot-deny cache is not used). On a backend
+// that cannot peek every entry's error wraps errors.ErrUnsupported.
 func (l *Limiter) PeekBatch(ctx context.Context, p *Policy, as []Attempt) []BatchResult {
-	return l.batch(ctx, "peek", driver.OpPeek, p, as)
+	return l.batch(ctx, "peek", opPeek, p, as)
 }
 
-func (l *Limiter) batch(ctx context.Context, op string, dop driver.Op, p *Policy, as []Attempt) []BatchResult {
+func (l *Limiter) batch(ctx context.Context, op string, dop opKind, p *Policy, as []Attempt) []BatchResult {
 	out := make([]BatchResult, len(as))
 	calls := make([]*call, 0, len(as))
 	idx := make([]int, 0, len(as))
@@ -62,21 +63,22 @@ func (l *Limiter) batch(ctx context.Context, op string, dop driver.Op, p *Policy
 	if len(calls) == 0 {
 		return out
 	}
-	answers := l.sendBatch(ctx, calls)
+	answers := l.sendBatch(ctx, dop, calls)
 	for k, c := range calls {
 		out[idx[k]].Decision, out[idx[k]].Err = l.finish(c, answers[k])
 	}
 	return out
 }
 
-// sendBatch asks the backend for the calls' requests: in one TakeBatch
-// call if it is a driver.Batcher, else one Take call each, in order.
-func (l *Limiter) sendBatch(ctx context.Context, calls []*call) []answer {
+// sendBatch asks the backend for the calls' requests (all of one kind,
+// opTake or opPeek): in one TakeBatch or PeekBatch call if it is a
+// driver.Batcher, else one Take or Peek call each, in order.
+func (l *Limiter) sendBatch(ctx context.Context, kind opKind, calls []*call) []answer {
 	out := make([]answer, len(calls))
 	bt, ok := l.b.(driver.Batcher)
 	if !ok {
 		for i, c := range calls {
-			out[i] = l.send(ctx, c.req)
+			out[i] = l.send(ctx, kind, c.req)
 		}
 		return out
 	}
@@ -87,7 +89,12 @@ func (l *Limiter) sendBatch(ctx context.Context, calls []*call) []answer {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	start := l.now()
-	brs := bt.TakeBatch(ctx, reqs)
+	var brs []driver.BatchResult
+	if kind == opPeek {
+		brs = bt.PeekBatch(ctx, reqs)
+	} else {
+		brs = bt.TakeBatch(ctx, reqs)
+	}
 	lat := l.now().Sub(start)
 	var all error
 	if len(brs) != len(reqs) {

@@ -17,7 +17,7 @@ import (
 )
 
 // countingBackend is the memory backend counting the requests it gets, by
-// Take and by TakeBatch.
+// each operation and by each batch.
 type countingBackend struct {
 	*memory.Backend
 	mu      sync.Mutex
@@ -32,11 +32,39 @@ func (c *countingBackend) Take(ctx context.Context, req driver.Request) (driver.
 	return c.Backend.Take(ctx, req)
 }
 
+func (c *countingBackend) Peek(ctx context.Context, req driver.Request) (driver.Result, error) {
+	c.count()
+	return c.Backend.Peek(ctx, req)
+}
+
+func (c *countingBackend) Reserve(ctx context.Context, req driver.Request) (driver.Result, error) {
+	c.count()
+	return c.Backend.Reserve(ctx, req)
+}
+
+func (c *countingBackend) Inspect(ctx context.Context, req driver.Request) (driver.Result, error) {
+	c.count()
+	return c.Backend.Inspect(ctx, req)
+}
+
+func (c *countingBackend) count() {
+	c.mu.Lock()
+	c.takes++
+	c.mu.Unlock()
+}
+
 func (c *countingBackend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
 	c.mu.Lock()
 	c.batches = append(c.batches, len(reqs))
 	c.mu.Unlock()
 	return c.Backend.TakeBatch(ctx, reqs)
+}
+
+func (c *countingBackend) PeekBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	c.mu.Lock()
+	c.batches = append(c.batches, len(reqs))
+	c.mu.Unlock()
+	return c.Backend.PeekBatch(ctx, reqs)
 }
 
 // calls returns the number of requests sent so far.
@@ -268,8 +296,8 @@ func TestPeekBatch(t *testing.T) {
 		t.Fatalf("PeekBatch sent %d requests to the backend, want %d", len(f.reqs), len(as))
 	}
 	for _, req := range f.reqs {
-		if req.IdemKey != "" || req.Op != driver.OpPeek {
-			t.Errorf("PeekBatch sent %+v, want OpPeek without IdemKey", req)
+		if req.IdemKey != "" || req.op != "peek" {
+			t.Errorf("PeekBatch sent %+v, want a peek without IdemKey", req)
 		}
 	}
 }

@@ -34,5 +34,5 @@ var (
 	ErrWaitTooLong = errors.New("cannot be admitted before the context deadline")
 	// ErrReservationNotFound is returned by Reservation.Commit and Cancel
 	// when the reservation no longer exists: already settled, or lapsed.
-	ErrReservationNotFound = driver.ErrHoldNotFound
+	ErrReservationNotFound = driver.ErrReservationNotFound
 )

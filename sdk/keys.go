@@ -68,11 +68,11 @@ func sanitizePrefix(p string) string {
 
 // resolved is a policy applied to a subject: the driver rules and keys.
 type resolved struct {
-	rules    []driver.Rule
-	skipped  []string // rules left out (partial subjects only)
-	base     string   // the start of every key: "<prefix>:{<shard values>}:<policy>:"
-	trailKey string
-	holdKey  string
+	rules          []driver.Rule
+	skipped        []string // rules left out (partial subjects only)
+	base           string   // the start of every key: "<prefix>:{<shard values>}:<policy>:"
+	trailKey       string
+	reservationKey string
 }
 
 // resolve builds the keys of p for s. With partial set, rules whose
@@ -104,7 +104,7 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 	base := b.String()
 	res.base = base
 	res.trailKey = base + "!t"
-	res.holdKey = base + "!h"
+	res.reservationKey = base + "!h"
 	res.rules = make([]driver.Rule, 0, len(p.rules))
 rules:
 	for i, r := range p.rules {

@@ -99,27 +99,27 @@ func (l *Limiter) Allow(ctx context.Context, p *Policy, s Subject) (Decision, er
 }
 
 func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Duration) (Decision, *Reservation, error) {
-	st, ok := l.b.(driver.Settler)
-	if !ok {
-		return Decision{}, nil, fmt.Errorf("sdk: reserve: backend %T does not support reservations: %w", l.b, errors.ErrUnsupported)
+	if err := l.supports("reserve", opReserve); err != nil {
+		return Decision{}, nil, err
 	}
+	st, _ := l.b.(driver.Reserver) // nil for a nil backend, which fails in send
 	if ttl < time.Millisecond || ttl > MaxWindow {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", MaxWindow, ttl)
 	}
-	d, c, err := l.take(ctx, "reserve", driver.OpReserve, p, a, ttl)
+	d, c, err := l.take(ctx, "reserve", opReserve, p, a, ttl)
 	if err != nil || !d.Allowed {
 		return d, nil, err
 	}
-	return d, &Reservation{l: l, st: st, key: c.req.HoldKey, id: c.holdID, degraded: d.Degraded,
+	return d, &Reservation{l: l, st: st, key: c.req.ReservationKey, id: c.resID, degraded: d.Degraded,
 		hot: c.hot, base: c.base, hotKey: c.hotKey}, nil
 }
 
 // Reservation is units consumed by Reserve and held until Commit or
-// Cancel (or until the hold lapses, which cancels it). It is safe for
+// Cancel (or until the reservation lapses, which cancels it). It is safe for
 // concurrent use, but only the first Commit or Cancel succeeds.
 type Reservation struct {
 	l        *Limiter
-	st       driver.Settler
+	st       driver.Reserver
 	key, id  string
 	degraded bool
 	// The hot-deny cache entry a Cancel evicts (hot nil: none).
@@ -127,8 +127,8 @@ type Reservation struct {
 	base, hotKey string
 }
 
-// ID returns the hold's id (16 hex characters; empty for a degraded
-// reservation).
+// ID returns the reservation's id (16 hex characters; empty for a
+// degraded reservation).
 func (r *Reservation) ID() string {
 	if r == nil {
 		return ""
@@ -137,12 +137,13 @@ func (r *Reservation) ID() string {
 }
 
 // Commit keeps the reserved units. It returns an error wrapping
-// ErrReservationNotFound when the hold was already settled or has lapsed
-// (its units were then given back).
+// ErrReservationNotFound when the reservation was already settled or has
+// lapsed (its units were then given back).
 func (r *Reservation) Commit(ctx context.Context) error { return r.settle(ctx, "commit", true) }
 
 // Cancel gives the reserved units back. It returns an error wrapping
-// ErrReservationNotFound when the hold was already settled or has lapsed.
+// ErrReservationNotFound when the reservation was already settled or has
+// lapsed.
 func (r *Reservation) Cancel(ctx context.Context) error { return r.settle(ctx, "cancel", false) }
 
 func (r *Reservation) settle(ctx context.Context, op string, commit bool) error {
@@ -183,7 +184,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	req := l.request(driver.OpTake, p, res, 1)
+	req := l.request(p, res, 1)
 	if err := rs.Reset(ctx, req); err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
@@ -193,14 +194,19 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 // Inspect reports the state of s under p without consuming anything: each
 // rule as a cost-1 peek, and the recent denials. s must give the shard
 // dimensions (ShardBy); rules needing other dimensions s lacks are listed
-// in Skipped. A backend failure is always returned as an error.
+// in Skipped. A backend failure is always returned as an error. The
+// backend must support inspection (the memory and Redis backends do), else
+// the error wraps errors.ErrUnsupported.
 func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
+	if err := l.supports("inspect", opInspect); err != nil {
+		return Inspection{}, err
+	}
 	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
-	req := l.request(driver.OpInspect, p, res, 1)
-	a := l.send(ctx, req)
+	req := l.request(p, res, 1)
+	a := l.send(ctx, opInspect, req)
 	r, lat, err := a.r, a.lat, a.err
 	if err != nil {
 		err = fmt.Errorf("sdk: inspect: %w", err)
@@ -261,7 +267,7 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 
 // Keys returns the storage keys of s under p: one per rule whose
 // dimensions s gives (policy order), then the denial trail's and the
-// holds' keys. It returns nil when s lacks a shard dimension or p is
+// reservations' keys. It returns nil when s lacks a shard dimension or p is
 // invalid. It touches no backend.
 func (l *Limiter) Keys(p *Policy, s Subject) []string {
 	res, err := resolve(l.prefix, p, s, true)
@@ -272,11 +278,11 @@ func (l *Limiter) Keys(p *Policy, s Subject) []string {
 	for _, r := range res.rules {
 		keys = append(keys, r.Key)
 	}
-	return append(keys, res.trailKey, res.holdKey)
+	return append(keys, res.trailKey, res.reservationKey)
 }
 
 // take makes one decision (op names it for errors and events).
-func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
+func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
 	c, err := l.prepare(op, dop, p, a, ttl)
 	if err != nil {
 		return Decision{}, nil, err
@@ -284,22 +290,55 @@ func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy,
 	if d, ok := l.cached(c); ok {
 		return d, c, nil
 	}
-	d, err := l.finish(c, l.send(ctx, c.req))
+	d, err := l.finish(c, l.send(ctx, c.kind, c.req))
 	return d, c, err
 }
 
 // request builds the driver request for res.
-func (l *Limiter) request(op driver.Op, p *Policy, res resolved, n int64) driver.Request {
+func (l *Limiter) request(p *Policy, res resolved, n int64) driver.Request {
 	return driver.Request{
-		Op:       op,
-		Policy:   p.name,
-		Rules:    res.rules,
-		Cost:     n,
-		TrailKey: res.trailKey,
-		TrailMax: p.trailMax,
-		TrailTTL: p.trailTTL,
-		HoldKey:  res.holdKey,
+		Policy:         p.name,
+		Rules:          res.rules,
+		Cost:           n,
+		TrailKey:       res.trailKey,
+		TrailMax:       p.trailMax,
+		TrailTTL:       p.trailTTL,
+		ReservationKey: res.reservationKey,
 	}
+}
+
+// opKind is a driver operation.
+type opKind uint8
+
+const (
+	opTake    opKind = iota // driver.Backend.Take
+	opPeek                  // driver.Peeker.Peek
+	opReserve               // driver.Reserver.Reserve
+	opInspect               // driver.Inspector.Inspect
+)
+
+// supports returns an error wrapping errors.ErrUnsupported, naming op,
+// when the backend lacks the optional interface kind needs.
+func (l *Limiter) supports(op string, kind opKind) error {
+	var ok bool
+	var what string
+	switch kind {
+	case opTake:
+		return nil
+	case opPeek:
+		_, ok = l.b.(driver.Peeker)
+		what = "peeks"
+	case opReserve:
+		_, ok = l.b.(driver.Reserver)
+		what = "reservations"
+	case opInspect:
+		_, ok = l.b.(driver.Inspector)
+		what = "inspection"
+	}
+	if ok || l.b == nil { // a nil backend fails when called (errNilBackend)
+		return nil
+	}
+	return fmt.Errorf("sdk: %s: backend %T does not support %s: %w", op, l.b, what, errors.ErrUnsupported)
 }
 
 // answer is a backend's answer to one request, with when it was asked
@@ -311,16 +350,28 @@ type answer struct {
 	lat   time.Duration
 }
 
-// send calls the backend's Take under the Limiter's timeout and checks
-// the shape of its answer.
-func (l *Limiter) send(ctx context.Context, req driver.Request) answer {
+// send calls the backend's operation kind under the Limiter's timeout
+// and checks the shape of its answer. The caller has checked that the
+// backend supports kind (supports).
+func (l *Limiter) send(ctx context.Context, kind opKind, req driver.Request) answer {
 	if l.b == nil {
 		return answer{err: errNilBackend}
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	start := l.now()
-	r, err := l.b.Take(ctx, req)
+	var r driver.Result
+	var err error
+	switch kind {
+	case opPeek:
+		r, err = l.b.(driver.Peeker).Peek(ctx, req)
+	case opReserve:
+		r, err = l.b.(driver.Reserver).Reserve(ctx, req)
+	case opInspect:
+		r, err = l.b.(driver.Inspector).Inspect(ctx, req)
+	default:
+		r, err = l.b.Take(ctx, req)
+	}
 	a := answer{r: r, err: err, start: start, lat: l.now().Sub(start)}
 	if a.err == nil {
 		a.err = checkResult(req, r)
@@ -358,8 +409,8 @@ func (l *Limiter) emit(e Event) {
 	}
 }
 
-// newHoldID returns 16 random hex characters.
-func newHoldID() string {
+// newReservationID returns 16 random hex characters.
+func newReservationID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go >= 1.24)
 	return hex.EncodeToString(b[:])

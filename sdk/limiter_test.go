@@ -17,16 +17,40 @@ import (
 )
 
 // fakeBackend records requests and answers with result (fakes are for
-// translation tests; behaviour is tested against backends/memory).
+// translation tests; behaviour is tested against backends/memory). It
+// implements Take, Peek and Inspect (and Reserve, but no Settle: it is no
+// driver.Reserver).
 type fakeBackend struct {
 	mu     sync.Mutex
-	reqs   []driver.Request
+	reqs   []sent
 	result func(driver.Request) (driver.Result, error)
 }
 
+// sent is a request a fake backend got, with the operation it was sent to.
+type sent struct {
+	op string // "take", "peek", "reserve" or "inspect"
+	driver.Request
+}
+
 func (f *fakeBackend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return f.record("take", req)
+}
+
+func (f *fakeBackend) Peek(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return f.record("peek", req)
+}
+
+func (f *fakeBackend) Reserve(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return f.record("reserve", req)
+}
+
+func (f *fakeBackend) Inspect(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return f.record("inspect", req)
+}
+
+func (f *fakeBackend) record(op string, req driver.Request) (driver.Result, error) {
 	f.mu.Lock()
-	f.reqs = append(f.reqs, req)
+	f.reqs = append(f.reqs, sent{op, req})
 	f.mu.Unlock()
 	if f.result != nil {
 		return f.result(req)
@@ -35,10 +59,13 @@ func (f *fakeBackend) Take(ctx context.Context, req driver.Request) (driver.Resu
 	for i, r := range req.Rules {
 		res.Rules[i] = driver.RuleResult{Allowed: true, Used: req.Cost, Limit: r.Limit, Remaining: r.Limit - req.Cost}
 	}
+	if op == "reserve" {
+		res.ReservationID = req.ReservationID
+	}
 	return res, nil
 }
 
-func (f *fakeBackend) last(t *testing.T) driver.Request {
+func (f *fakeBackend) last(t *testing.T) sent {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -55,8 +82,8 @@ type fullBackend struct {
 	reset   []driver.Request
 }
 
-func (f *fullBackend) Settle(ctx context.Context, holdKey, id string, commit bool) error {
-	f.settled = append(f.settled, holdKey+" "+id+" "+map[bool]string{true: "commit", false: "cancel"}[commit])
+func (f *fullBackend) Settle(ctx context.Context, key, id string, commit bool) error {
+	f.settled = append(f.settled, key+" "+id+" "+map[bool]string{true: "commit", false: "cancel"}[commit])
 	return nil
 }
 
@@ -93,14 +120,14 @@ func TestAllowRequest(t *testing.T) {
 		t.Fatalf("AllowN(…) = %v", err)
 	}
 	req := f.last(t)
-	if req.Op != driver.OpTake || req.Cost != 3 || req.Policy != "push" {
-		t.Errorf("request Op, Cost, Policy = %v, %d, %q, want OpTake, 3, push", req.Op, req.Cost, req.Policy)
+	if req.op != "take" || req.Cost != 3 || req.Policy != "push" {
+		t.Errorf("request op, Cost, Policy = %v, %d, %q, want take, 3, push", req.op, req.Cost, req.Policy)
 	}
 	if req.TrailKey != "app:{u%3A1}:push:!t" || req.TrailMax != 7 || req.TrailTTL != time.Hour {
 		t.Errorf("request trail = %q, %d, %v, want app:{u%%3A1}:push:!t, 7, 1h", req.TrailKey, req.TrailMax, req.TrailTTL)
 	}
-	if req.HoldKey != "app:{u%3A1}:push:!h" || req.HoldID != "" {
-		t.Errorf("request hold = %q, %q, want app:{u%%3A1}:push:!h and no id", req.HoldKey, req.HoldID)
+	if req.ReservationKey != "app:{u%3A1}:push:!h" || req.ReservationID != "" {
+		t.Errorf("request reservation key, id = %q, %q, want app:{u%%3A1}:push:!h and no id", req.ReservationKey, req.ReservationID)
 	}
 	if len(req.Rules) != 3 {
 		t.Fatalf("request has %d rules, want 3", len(req.Rules))
@@ -123,7 +150,7 @@ func TestAllowRequest(t *testing.T) {
 	if !d.Allowed || d.Policy != "push" || !d.At.Equal(fakeNow) || len(d.Rules) != 3 || d.Denied != nil || d.RetryAfter != 0 {
 		t.Errorf("AllowN(…) = %+v, want allowed at %v with 3 rules", d, fakeNow)
 	}
-	if got := lim.Keys(p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.HoldKey)) {
+	if got := lim.Keys(p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
 		t.Errorf("Keys(…) = %q, want the request's keys", got)
 	}
 }
@@ -180,8 +207,8 @@ func TestOps(t *testing.T) {
 	if _, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s, Cost: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if req := f.last(t); req.Op != driver.OpPeek || req.Cost != 2 {
-		t.Errorf("Peek sent Op, Cost = %v, %d, want OpPeek, 2", req.Op, req.Cost)
+	if req := f.last(t); req.op != "peek" || req.Cost != 2 {
+		t.Errorf("Peek sent op, Cost = %v, %d, want peek, 2", req.op, req.Cost)
 	}
 
 	d, res, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s, Cost: 2}, time.Minute)
@@ -189,8 +216,8 @@ func TestOps(t *testing.T) {
 		t.Fatalf("Reserve(…) = %+v, %v, %v, want allowed with a reservation", d, res, err)
 	}
 	req := f.last(t)
-	if req.Op != driver.OpReserve || req.Cost != 2 || req.HoldTTL != time.Minute || !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(req.HoldID) || res.ID() != req.HoldID {
-		t.Errorf("Reserve sent %+v (reservation id %q), want OpReserve, cost 2, ttl 1m, a 16-hex hold id", req, res.ID())
+	if req.op != "reserve" || req.Cost != 2 || req.ReservationTTL != time.Minute || !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(req.ReservationID) || res.ID() != req.ReservationID {
+		t.Errorf("Reserve sent %+v (reservation id %q), want reserve, cost 2, ttl 1m, a 16-hex reservation id", req, res.ID())
 	}
 	if err := res.Commit(ctx); err != nil {
 		t.Errorf("Commit = %v", err)
@@ -198,7 +225,7 @@ func TestOps(t *testing.T) {
 	if err := res.Cancel(ctx); err != nil {
 		t.Errorf("Cancel = %v", err)
 	}
-	if want := []string{req.HoldKey + " " + req.HoldID + " commit", req.HoldKey + " " + req.HoldID + " cancel"}; !slices.Equal(f.settled, want) {
+	if want := []string{req.ReservationKey + " " + req.ReservationID + " commit", req.ReservationKey + " " + req.ReservationID + " cancel"}; !slices.Equal(f.settled, want) {
 		t.Errorf("settled = %q, want %q", f.settled, want)
 	}
 	_, res2, _ := lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
@@ -211,8 +238,8 @@ func TestOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	req = f.last(t)
-	if req.Op != driver.OpInspect || req.Cost != 1 || len(req.Rules) != 2 || req.TrailKey == "" {
-		t.Errorf("Inspect sent %+v, want OpInspect, cost 1, 2 rules, a trail key", req)
+	if req.op != "inspect" || req.Cost != 1 || len(req.Rules) != 2 || req.TrailKey == "" {
+		t.Errorf("Inspect sent %+v, want inspect, cost 1, 2 rules, a trail key", req)
 	}
 	if !slices.Equal(ins.Skipped, []string{"content-59s"}) || len(ins.Rules) != 2 || ins.Rules[1].Rule != "burst" || ins.Policy != "push" {
 		t.Errorf("Inspect(user only) = %+v, want rules recv-1m, burst and content-59s skipped", ins)
@@ -221,8 +248,8 @@ func TestOps(t *testing.T) {
 	if err := lim.Reset(ctx, p, sdk.Subject{"user": "u"}); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.reset[0]; len(r.Rules) != 2 || r.HoldKey != req.HoldKey {
-		t.Errorf("Reset sent %+v, want 2 rules and the hold key", r)
+	if r := f.reset[0]; len(r.Rules) != 2 || r.ReservationKey != req.ReservationKey {
+		t.Errorf("Reset sent %+v, want 2 rules and the reservation key", r)
 	}
 	if desc, err := lim.Describe(ctx); err != nil || desc.Name != "fake" {
 		t.Errorf("Describe() = %+v, %v, want fake", desc, err)
@@ -234,6 +261,19 @@ func TestUnsupported(t *testing.T) {
 	p := pushPolicy(t)
 	s := sdk.Subject{"user": "u", "content": "c"}
 	ctx := context.Background()
+	// A backend with Take alone: no peeks, no inspection.
+	bare := sdk.New(takeFunc(func(ctx context.Context, req driver.Request) (driver.Result, error) {
+		return driver.Result{}, errors.New("unused")
+	}))
+	if _, err := bare.Peek(ctx, p, sdk.Attempt{Subject: s}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Peek(…) without a driver.Peeker = %v, want %v", err, errors.ErrUnsupported)
+	}
+	if r := bare.PeekBatch(ctx, p, []sdk.Attempt{{Subject: s}}); !errors.Is(r[0].Err, errors.ErrUnsupported) {
+		t.Errorf("PeekBatch(…) without a driver.Peeker = %v, want %v", r[0].Err, errors.ErrUnsupported)
+	}
+	if _, err := bare.Inspect(ctx, p, s); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Inspect(…) without a driver.Inspector = %v, want %v", err, errors.ErrUnsupported)
+	}
 	_, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Reserve(…) = %v, want %v", err, errors.ErrUnsupported)
@@ -314,8 +354,17 @@ func TestInvalidInput(t *testing.T) {
 	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, sdk.MaxWindow+1); err == nil || !strings.Contains(err.Error(), "(MaxWindow)") {
 		t.Errorf("Reserve(…, ttl MaxWindow+1) = %v, want an error naming MaxWindow", err)
 	}
-	if _, err := sdk.New(nil).Allow(ctx, p, sdk.Subject{"user": "u", "content": "c"}); err == nil {
-		t.Error("New(nil).Allow(…) = nil error, want one")
+	nilLim := sdk.New(nil)
+	a := sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}
+	for name, call := range map[string]func() error{
+		"Allow":   func() error { _, err := nilLim.Allow(ctx, p, a.Subject); return err },
+		"Peek":    func() error { _, err := nilLim.Peek(ctx, p, a); return err },
+		"Reserve": func() error { _, _, err := nilLim.Reserve(ctx, p, a, time.Minute); return err },
+		"Inspect": func() error { _, err := nilLim.Inspect(ctx, p, a.Subject); return err },
+	} {
+		if err := call(); err == nil {
+			t.Errorf("New(nil).%s(…) = nil error, want one", name)
+		}
 	}
 }
 
@@ -324,6 +373,18 @@ type errBackend struct{ err error }
 
 func (e errBackend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
 	return driver.Result{}, e.err
+}
+
+func (e errBackend) Peek(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return e.Take(ctx, req)
+}
+
+func (e errBackend) Reserve(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return e.Take(ctx, req)
+}
+
+func (e errBackend) Inspect(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return e.Take(ctx, req)
 }
 
 func TestFailurePolicy(t *testing.T) {
@@ -403,7 +464,7 @@ type erringSettler struct {
 	settles int
 }
 
-func (e *erringSettler) Settle(ctx context.Context, holdKey, id string, commit bool) error {
+func (e *erringSettler) Settle(ctx context.Context, key, id string, commit bool) error {
 	e.settles++
 	return e.err
 }

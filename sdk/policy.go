@@ -78,7 +78,7 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 // has passed (Decision.Cached). A
 // cached denial answers requests of at least the cost denied. It can
 // over-deny when units are given back elsewhere (a Reset or Cancel in
-// another process, a lapsed hold) before RetryAfter; Reset and Cancel
+// another process, a lapsed reservation) before RetryAfter; Reset and Cancel
 // through the same Limiter evict it. size must be > 0.
 func HotDenyCache(size int) PolicyOption {
 	return func(o *policyOptions) error {

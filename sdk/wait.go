@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Wait is Take that delays instead of denying (shaping rather than
@@ -30,7 +28,7 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		ctx = context.Background()
 	}
 	for {
-		d, _, err := l.take(ctx, "wait", driver.OpTake, p, a, 0)
+		d, _, err := l.take(ctx, "wait", opTake, p, a, 0)
 		if err != nil || d.Allowed {
 			return d, err
 		}

@@ -14,7 +14,6 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return memory.New(&memory.Options{Clock: clock}) },
 		Clock:      clock,
-		Features:   conformance.AllFeatures,
 	})
 }
 
@@ -27,6 +26,5 @@ func TestConformanceRealClock(t *testing.T) {
 	b := memory.New(nil)
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Features:   conformance.AllFeatures,
 	})
 }

@@ -24,7 +24,9 @@ import (
 
 var (
 	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Settler    = (*Backend)(nil)
+	_ driver.Peeker     = (*Backend)(nil)
+	_ driver.Reserver   = (*Backend)(nil)
+	_ driver.Inspector  = (*Backend)(nil)
 	_ driver.Resetter   = (*Backend)(nil)
 	_ driver.Describer  = (*Backend)(nil)
 	_ driver.Idempotent = (*Backend)(nil)
@@ -47,9 +49,9 @@ type Options struct {
 	Shards int
 }
 
-// Backend is an in-memory driver.Backend. It also implements
-// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent,
-// driver.Batcher and driver.Clocked. It is safe for concurrent use and starts no goroutines;
+// Backend is an in-memory driver.Backend. It also implements every
+// optional interface of package driver: Peeker, Reserver, Inspector,
+// Resetter, Describer, Idempotent, Batcher and Clocked. It is safe for concurrent use and starts no goroutines;
 // most callers only pass it to sdk.New.
 type Backend struct {
 	clock  driver.Clock
@@ -120,7 +122,7 @@ func (x *txn) end() {
 	}
 }
 
-// shard returns key's shard, or nil when this call does not hold its lock.
+// shard returns key's shard, or nil when this call does not reservation its lock.
 func (x *txn) shard(key string) *shard {
 	i := x.b.shardIndex(key)
 	if !slices.Contains(x.locked, i) {
@@ -188,12 +190,51 @@ func expiry(st ruleState, r driver.Rule) time.Time {
 	return st.tat
 }
 
-// Take carries out req (see driver.Op) atomically.
+// op is one of the driver's decisions: Take, Peek, Reserve or Inspect.
+type op uint8
+
+const (
+	opTake op = iota
+	opPeek
+	opReserve
+	opInspect
+)
+
+func (o op) String() string {
+	return [...]string{"take", "peek", "reserve", "inspect"}[o]
+}
+
+// consumes reports whether o consumes when admitted.
+func (o op) consumes() bool { return o == opTake || o == opReserve }
+
+// Take checks req's rules and consumes req.Cost from each if all admit
+// it, atomically (driver.Backend).
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opTake, req)
+}
+
+// Peek reports what Take would decide, consuming nothing (driver.Peeker).
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opPeek, req)
+}
+
+// Reserve is Take that records a reservation (driver.Reserver).
+func (b *Backend) Reserve(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opReserve, req)
+}
+
+// Inspect is a cost-1 Peek that returns the denial trail
+// (driver.Inspector).
+func (b *Backend) Inspect(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opInspect, req)
+}
+
+// decide carries out one operation atomically.
+func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.Result{}, fmt.Errorf("memory: take: %w", err)
+		return driver.Result{}, fmt.Errorf("memory: %v: %w", o, err)
 	}
-	if err := validate(req); err != nil {
+	if err := validate(o, req); err != nil {
 		return driver.Result{}, err
 	}
 	keys := make([]string, 0, len(req.Rules)+2)
@@ -203,15 +244,15 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 	if req.TrailKey != "" {
 		keys = append(keys, req.TrailKey)
 	}
-	if req.HoldKey != "" {
-		keys = append(keys, req.HoldKey)
+	if req.ReservationKey != "" {
+		keys = append(keys, req.ReservationKey)
 	}
-	if idempotent(req) {
+	if idempotent(o, req) {
 		keys = append(keys, req.IdemKey)
 	}
 	x := b.begin(keys)
 	defer x.end()
-	return x.take(req), nil
+	return x.take(o, req), nil
 }
 
 // SupportsIdemKey reports true: Take honours driver.Request.IdemKey.
@@ -221,21 +262,30 @@ func (b *Backend) SupportsIdemKey() bool { return true }
 // under its own shard locks (so each is atomic by itself, and other
 // calls may interleave between them).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	return b.batch(ctx, opTake, reqs)
+}
+
+// PeekBatch is TakeBatch with Peek for Take.
+func (b *Backend) PeekBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	return b.batch(ctx, opPeek, reqs)
+}
+
+func (b *Backend) batch(ctx context.Context, o op, reqs []driver.Request) []driver.BatchResult {
 	out := make([]driver.BatchResult, len(reqs))
 	for i, req := range reqs {
-		out[i].Result, out[i].Err = b.Take(ctx, req)
+		out[i].Result, out[i].Err = b.decide(ctx, o, req)
 	}
 	return out
 }
 
 // idempotent reports whether req carries an idempotency key that counts.
-func idempotent(req driver.Request) bool {
-	return req.IdemKey != "" && (req.Op == driver.OpTake || req.Op == driver.OpReserve)
+func idempotent(o op, req driver.Request) bool {
+	return req.IdemKey != "" && o.consumes()
 }
 
-func (x *txn) take(req driver.Request) driver.Result {
+func (x *txn) take(o op, req driver.Request) driver.Result {
 	now := x.now
-	if idempotent(req) {
+	if idempotent(o, req) {
 		s := x.shard(req.IdemKey)
 		if e := s.get(req.IdemKey, now); e != nil && e.kind == kindIdem {
 			res := cloneResult(*e.idem)
@@ -243,14 +293,14 @@ func (x *txn) take(req driver.Request) driver.Result {
 			return res
 		}
 	}
-	if req.HoldKey != "" {
-		x.lapse(req.HoldKey)
+	if req.ReservationKey != "" {
+		x.lapse(req.ReservationKey)
 	}
 	cost := req.Cost
-	if req.Op == driver.OpInspect {
+	if o == opInspect {
 		cost = 1
 	}
-	consume := req.Op == driver.OpTake || req.Op == driver.OpReserve
+	consume := o.consumes()
 
 	n := len(req.Rules)
 	shards := make([]*shard, n)
@@ -279,16 +329,16 @@ func (x *txn) take(req driver.Request) driver.Result {
 	switch {
 	case consume && !allowed:
 		x.deny(req, res, cost)
-	case committed && req.Op == driver.OpReserve:
-		x.hold(req, next, cost)
-		res.HoldID = req.HoldID
+	case committed && o == opReserve:
+		x.reserve(req, next, cost)
+		res.ReservationID = req.ReservationID
 	}
-	if idempotent(req) {
+	if idempotent(o, req) {
 		s := x.shard(req.IdemKey)
 		stored := cloneResult(res)
 		s.put(&entry{key: req.IdemKey, kind: kindIdem, idem: &stored}, now.Add(req.IdemTTL), now)
 	}
-	if req.Op == driver.OpInspect && req.TrailKey != "" {
+	if o == opInspect && req.TrailKey != "" {
 		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
 			res.Trail = slices.Clone(e.trail)
 		}
@@ -344,18 +394,18 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	s.put(e, x.now.Add(req.TrailTTL), x.now)
 }
 
-// Settle commits or cancels the hold id under holdKey. Lapsed holds under
-// holdKey are refunded first.
-func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) error {
+// Settle commits or cancels the reservation id under resKey. Lapsed reservations under
+// resKey are refunded first.
+func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: settle: %w", err)
 	}
-	keys := []string{holdKey}
+	keys := []string{resKey}
 	for attempt := 0; ; attempt++ {
 		x := b.begin(keys)
 		// The refunds may name keys of other shards (keys without a
 		// common hash tag): lock those too, then look again.
-		need := x.holdKeys(holdKey)
+		need := x.reservationKeys(resKey)
 		missing := false
 		for _, k := range need {
 			if x.shard(k) == nil {
@@ -364,17 +414,17 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 		}
 		if missing && attempt < 2 {
 			x.end()
-			keys = append([]string{holdKey}, need...)
+			keys = append([]string{resKey}, need...)
 			continue
 		}
-		err := x.settle(holdKey, id, commit)
+		err := x.settle(resKey, id, commit)
 		x.end()
 		return err
 	}
 }
 
-// Reset deletes the state of every rule in req.Rules and every hold under
-// req.HoldKey. The denial trail is kept.
+// Reset deletes the state of every rule in req.Rules and every reservation under
+// req.ReservationKey. The denial trail is kept.
 func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: reset: %w", err)
@@ -383,8 +433,8 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	for _, r := range req.Rules {
 		keys = append(keys, r.Key)
 	}
-	if req.HoldKey != "" {
-		keys = append(keys, req.HoldKey)
+	if req.ReservationKey != "" {
+		keys = append(keys, req.ReservationKey)
 	}
 	x := b.begin(keys)
 	defer x.end()
@@ -436,8 +486,8 @@ func (b *Backend) Sweep() {
 	}
 }
 
-// Len reports how many entries (rule states, trails, hold sets) the
-// backend holds, including expired ones not yet swept.
+// Len reports how many entries (rule states, trails, reservation sets) the
+// backend reservations, including expired ones not yet swept.
 func (b *Backend) Len() int {
 	n := 0
 	for _, s := range b.shards {
@@ -450,12 +500,9 @@ func (b *Backend) Len() int {
 
 // validate checks what the sdk promises, so a misuse is an error rather
 // than a wrong answer.
-func validate(req driver.Request) error {
-	if req.Op > driver.OpInspect {
-		return fmt.Errorf("memory: take: unknown op %d", req.Op)
-	}
-	if req.Op != driver.OpInspect && req.Cost < 1 {
-		return fmt.Errorf("memory: take: cost must be >= 1, got %d", req.Cost)
+func validate(o op, req driver.Request) error {
+	if o != opInspect && req.Cost < 1 {
+		return fmt.Errorf("memory: %v: cost must be >= 1, got %d", o, req.Cost)
 	}
 	for _, r := range req.Rules {
 		var err error
@@ -472,18 +519,18 @@ func validate(req driver.Request) error {
 			err = fmt.Errorf("burst must be >= 0, got %d", r.Burst)
 		}
 		if err != nil {
-			return fmt.Errorf("memory: take: rule %q: %w", r.Name, err)
+			return fmt.Errorf("memory: %v: rule %q: %w", o, r.Name, err)
 		}
 	}
-	if idempotent(req) && req.IdemTTL <= 0 {
-		return fmt.Errorf("memory: take: idempotency ttl must be > 0, got %v", req.IdemTTL)
+	if idempotent(o, req) && req.IdemTTL <= 0 {
+		return fmt.Errorf("memory: %v: idempotency ttl must be > 0, got %v", o, req.IdemTTL)
 	}
-	if req.Op == driver.OpReserve {
+	if o == opReserve {
 		switch {
-		case req.HoldKey == "" || req.HoldID == "":
-			return errors.New("memory: take: reserve needs HoldKey and HoldID")
-		case req.HoldTTL <= 0:
-			return fmt.Errorf("memory: take: hold ttl must be > 0, got %v", req.HoldTTL)
+		case req.ReservationKey == "" || req.ReservationID == "":
+			return errors.New("memory: reserve: needs ReservationKey and ReservationID")
+		case req.ReservationTTL <= 0:
+			return fmt.Errorf("memory: reserve: reservation ttl must be > 0, got %v", req.ReservationTTL)
 		}
 	}
 	return nil

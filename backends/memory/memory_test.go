@@ -215,12 +215,12 @@ func TestGCRAStep(t *testing.T) {
 	}
 }
 
-// policy returns a request of every algorithm plus a trail and holds for
+// policy returns a request of every algorithm plus a trail and reservations for
 // the subject with hash tag tag.
-func policy(tag string, op driver.Op) driver.Request {
+func policy(tag string) driver.Request {
 	k := func(s string) string { return "fc:{" + tag + "}:p:" + s }
 	return driver.Request{
-		Op: op, Policy: "p", Cost: 1,
+		Policy: "p", Cost: 1,
 		Rules: []driver.Rule{
 			{Name: "f", Key: k("f"), Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour},
 			{Name: "s", Key: k("s"), Algorithm: driver.SlidingWindow, Limit: 2, Window: 24 * time.Hour, SubWindows: 10},
@@ -228,7 +228,7 @@ func policy(tag string, op driver.Op) driver.Request {
 			{Name: "g", Key: k("g"), Algorithm: driver.GCRA, Limit: 2, Window: time.Minute, Burst: 1},
 		},
 		TrailKey: k("!t"), TrailMax: 5, TrailTTL: 24 * time.Hour,
-		HoldKey: k("!h"), HoldID: "h", HoldTTL: time.Hour,
+		ReservationKey: k("!h"), ReservationID: "h", ReservationTTL: time.Hour,
 	}
 }
 
@@ -237,8 +237,8 @@ func fill(t *testing.T, b *Backend, n int) {
 	ctx := context.Background()
 	for i := range n {
 		tag := fmt.Sprint("u", i)
-		for _, op := range []driver.Op{driver.OpReserve, driver.OpTake} { // the take is denied: a trail
-			if _, err := b.Take(ctx, policy(tag, op)); err != nil {
+		for _, o := range []op{opReserve, opTake} { // the take is denied: a trail
+			if _, err := b.decide(ctx, o, policy(tag)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -250,9 +250,9 @@ func TestBoundedSweep(t *testing.T) {
 	b := New(&Options{Clock: clock})
 	fill(t, b, 10000)
 	if got := b.Len(); got != 10000*6 {
-		t.Fatalf("Len() after 10k subjects = %d, want %d (4 rules, trail, holds)", got, 10000*6)
+		t.Fatalf("Len() after 10k subjects = %d, want %d (4 rules, trail, reservations)", got, 10000*6)
 	}
-	clock.Advance(27 * time.Hour) // past every window (24h + a 2.4h cell), the trail TTL and the holds
+	clock.Advance(27 * time.Hour) // past every window (24h + a 2.4h cell), the trail TTL and the reservations
 	b.Sweep()
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after Sweep = %d, want 0", got)
@@ -279,7 +279,7 @@ func TestBoundedIncremental(t *testing.T) {
 	live := len(others) * 6
 	for round := 0; round < 200 && b.Len() > live; round++ {
 		for _, tag := range others {
-			if _, err := b.Take(ctx, policy(tag, driver.OpTake)); err != nil {
+			if _, err := b.Take(ctx, policy(tag)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -295,24 +295,23 @@ func TestBoundedIncremental(t *testing.T) {
 	}
 }
 
-// TestHoldOutlivesTTLUntilRefundWorthless: a lapsed hold stays until it is
+// TestReservationOutlivesTTLUntilRefundWorthless: a lapsed reservation stays until it is
 // refunded or its refund is worthless, so memory stays bounded and a lapse
 // is never lost to a sweep.
-func TestHoldOutlivesTTLUntilRefundWorthless(t *testing.T) {
+func TestReservationOutlivesTTLUntilRefundWorthless(t *testing.T) {
 	clock := fakeclock.New(t0)
 	b := New(&Options{Clock: clock, Shards: 1})
-	req := policy("u", driver.OpReserve)
+	req := policy("u")
 	req.Rules = req.Rules[:1] // fixed, 1 per hour
-	req.HoldTTL = time.Minute
+	req.ReservationTTL = time.Minute
 	ctx := context.Background()
-	if res, err := b.Take(ctx, req); err != nil || !res.Allowed {
+	if res, err := b.Reserve(ctx, req); err != nil || !res.Allowed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
 	clock.Advance(2 * time.Minute)
 	b.Sweep()
-	req.Op = driver.OpTake
 	if res, _ := b.Take(ctx, req); !res.Allowed {
-		t.Errorf("Take after the hold lapsed and a Sweep = denied, want the lapse refunded")
+		t.Errorf("Take after the reservation lapsed and a Sweep = denied, want the lapse refunded")
 	}
 }
 
@@ -320,7 +319,7 @@ func TestCrossShardRequest(t *testing.T) {
 	b := New(nil)
 	ctx := context.Background()
 	// Keys without a common tag span shards: still all-or-nothing, no deadlock.
-	req := driver.Request{Op: driver.OpReserve, Cost: 1, HoldKey: "holds", HoldID: "x", HoldTTL: time.Hour,
+	req := driver.Request{Cost: 1, ReservationKey: "reservations", ReservationID: "x", ReservationTTL: time.Hour,
 		Rules: []driver.Rule{
 			{Name: "a", Key: "a", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour},
 			{Name: "b", Key: "b", Algorithm: driver.SlidingLog, Limit: 2, Window: time.Hour},
@@ -331,25 +330,23 @@ func TestCrossShardRequest(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			r := req
 			r.Rules = []driver.Rule{req.Rules[1], req.Rules[0]} // other order
-			r.Op = driver.OpPeek
 			for range 200 {
-				if _, err := b.Take(ctx, r); err != nil {
+				if _, err := b.Peek(ctx, r); err != nil {
 					t.Error(err)
 				}
 			}
 		}()
 	}
-	if res, err := b.Take(ctx, req); err != nil || !res.Allowed {
+	if res, err := b.Reserve(ctx, req); err != nil || !res.Allowed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
-	if err := b.Settle(ctx, "holds", "x", false); err != nil {
+	if err := b.Settle(ctx, "reservations", "x", false); err != nil {
 		t.Fatalf("Settle(cancel) = %v", err)
 	}
 	for range 8 {
 		<-done
 	}
-	req.Op = driver.OpPeek
-	res, _ := b.Take(ctx, req)
+	res, _ := b.Peek(ctx, req)
 	if res.Rules[0].Used != 0 || res.Rules[1].Used != 0 {
 		t.Errorf("Peek after cancel = %+v, want nothing used (refunds across shards)", res.Rules)
 	}
@@ -358,28 +355,32 @@ func TestCrossShardRequest(t *testing.T) {
 func TestValidate(t *testing.T) {
 	ok := driver.Rule{Name: "r", Key: "k", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Second}
 	bad := func(f func(*driver.Request)) driver.Request {
-		req := driver.Request{Op: driver.OpTake, Cost: 1, Rules: []driver.Rule{ok}}
+		req := driver.Request{Cost: 1, Rules: []driver.Rule{ok}}
 		f(&req)
 		return req
 	}
 	tests := []struct {
 		name string
+		op   op
 		req  driver.Request
 	}{
-		{"cost 0", bad(func(r *driver.Request) { r.Cost = 0 })},
-		{"limit 0", bad(func(r *driver.Request) { r.Rules[0].Limit = 0 })},
-		{"window 0", bad(func(r *driver.Request) { r.Rules[0].Window = 0 })},
-		{"no key", bad(func(r *driver.Request) { r.Rules[0].Key = "" })},
-		{"no algorithm", bad(func(r *driver.Request) { r.Rules[0].Algorithm = 0 })},
-		{"reserve without id", bad(func(r *driver.Request) { r.Op = driver.OpReserve; r.HoldKey = "h"; r.HoldTTL = time.Second })},
-		{"reserve without ttl", bad(func(r *driver.Request) { r.Op = driver.OpReserve; r.HoldKey = "h"; r.HoldID = "x" })},
+		{"cost 0", opTake, bad(func(r *driver.Request) { r.Cost = 0 })},
+		{"limit 0", opTake, bad(func(r *driver.Request) { r.Rules[0].Limit = 0 })},
+		{"window 0", opTake, bad(func(r *driver.Request) { r.Rules[0].Window = 0 })},
+		{"no key", opTake, bad(func(r *driver.Request) { r.Rules[0].Key = "" })},
+		{"no algorithm", opTake, bad(func(r *driver.Request) { r.Rules[0].Algorithm = 0 })},
+		{"reserve without id", opReserve, bad(func(r *driver.Request) {
+			r.ReservationKey = "h"
+			r.ReservationTTL = time.Second
+		})},
+		{"reserve without ttl", opReserve, bad(func(r *driver.Request) { r.ReservationKey = "h"; r.ReservationID = "x" })},
 	}
 	b := New(nil)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Rules = append([]driver.Rule(nil), tc.req.Rules...)
-			if _, err := b.Take(context.Background(), tc.req); err == nil {
-				t.Errorf("Take(%s) = nil error, want an error", tc.name)
+			if _, err := b.decide(context.Background(), tc.op, tc.req); err == nil {
+				t.Errorf("%v(%s) = nil error, want an error", tc.op, tc.name)
 			}
 		})
 	}
@@ -409,7 +410,7 @@ func BenchmarkTake(b *testing.B) {
 	reqs := make([]driver.Request, subjects)
 	for i := range reqs {
 		tag := fmt.Sprint("u", i)
-		reqs[i] = driver.Request{Op: driver.OpTake, Policy: "push", Cost: 1,
+		reqs[i] = driver.Request{Policy: "push", Cost: 1,
 			Rules: []driver.Rule{
 				rule(tag, "recv-1m", 15, time.Minute),
 				rule(tag, "recv-24h", 50, 24*time.Hour),
@@ -417,7 +418,7 @@ func BenchmarkTake(b *testing.B) {
 				rule(tag, "content-59m", 5, 59*time.Minute),
 			},
 			TrailKey: "fc:{" + tag + "}:push:!t", TrailMax: 20, TrailTTL: 24 * time.Hour,
-			HoldKey: "fc:{" + tag + "}:push:!h"}
+			ReservationKey: "fc:{" + tag + "}:push:!h"}
 	}
 	var seed atomic.Uint64
 	ctx := context.Background()
@@ -441,7 +442,7 @@ func TestIdemRecordBounded(t *testing.T) {
 	ctx := context.Background()
 	r := driver.Rule{Name: "f", Key: "fc:{u}:p:f", Algorithm: driver.FixedWindow, Limit: 100, Window: time.Minute}
 	for i := range 10 {
-		req := driver.Request{Op: driver.OpTake, Policy: "p", Rules: []driver.Rule{r}, Cost: 1,
+		req := driver.Request{Policy: "p", Rules: []driver.Rule{r}, Cost: 1,
 			IdemKey: fmt.Sprint("fc:{u}:p:!i:", i), IdemTTL: time.Hour}
 		if _, err := b.Take(ctx, req); err != nil {
 			t.Fatal(err)
@@ -455,7 +456,7 @@ func TestIdemRecordBounded(t *testing.T) {
 	if got := b.Len(); got != 0 {
 		t.Errorf("Len() after IdemTTL = %d, want 0", got)
 	}
-	bad := driver.Request{Op: driver.OpTake, Rules: []driver.Rule{r}, Cost: 1, IdemKey: "fc:{u}:p:!i:x"}
+	bad := driver.Request{Rules: []driver.Rule{r}, Cost: 1, IdemKey: "fc:{u}:p:!i:x"}
 	if _, err := b.Take(ctx, bad); err == nil {
 		t.Error("Take(IdemKey without IdemTTL) = nil error, want one")
 	}
@@ -471,7 +472,7 @@ func TestResultStrategy(t *testing.T) {
 		{Name: "l", Key: "st:{u}:l", Algorithm: driver.SlidingLog, Limit: 5, Window: time.Minute},
 		{Name: "g", Key: "st:{u}:g", Algorithm: driver.GCRA, Limit: 5, Window: time.Minute, Burst: 1},
 	}
-	res, err := b.Take(context.Background(), driver.Request{Op: driver.OpTake, Rules: rules, Cost: 1})
+	res, err := b.Take(context.Background(), driver.Request{Rules: rules, Cost: 1})
 	if err != nil || len(res.Rules) != len(rules) {
 		t.Fatalf("Take() = %d rule results, %v; want %d", len(res.Rules), err, len(rules))
 	}

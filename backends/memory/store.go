@@ -8,7 +8,7 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// kind says which state an entry holds.
+// kind says which state an entry reservations.
 type kind uint8
 
 const (
@@ -17,7 +17,7 @@ const (
 	kindLog
 	kindGCRA
 	kindTrail
-	kindHolds
+	kindReservations
 	kindIdem
 )
 
@@ -44,13 +44,13 @@ type entry struct {
 	idx  int // position in the shard's expiry heap
 	kind kind
 
-	fixed   fixedState
-	sliding slidingState
-	log     logState
-	tat     time.Time
-	trail   []driver.Denial
-	holds   map[string]*hold
-	idem    *driver.Result // the stored result of an idempotent request
+	fixed        fixedState
+	sliding      slidingState
+	log          logState
+	tat          time.Time
+	trail        []driver.Denial
+	reservations map[string]*reservation
+	idem         *driver.Result // the stored result of an idempotent request
 }
 
 // shard is one independently locked part of the store: a map and a

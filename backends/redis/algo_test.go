@@ -20,7 +20,7 @@ func TestFixedWindow(t *testing.T) {
 	s := newSubject(t, "fixed")
 	r := s.fixed("f", 3, time.Hour)
 	for i := int64(1); i <= 3; i++ {
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 3)
 		end := res.Now.Truncate(time.Hour).Add(time.Hour)
 		if got := res.Rules[0].ResetAfter; got != end.Sub(res.Now) {
@@ -31,12 +31,12 @@ func TestFixedWindow(t *testing.T) {
 			t.Errorf("PEXPIRETIME = %v, %v, want the window end %v", pet, err, end.UnixMilli())
 		}
 	}
-	res := take(t, b, s.request(driver.OpTake, 1, r))
+	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
 	if res.Allowed || res.Rules[0].RetryAfter <= 0 || res.Rules[0].RetryAfter != res.Rules[0].ResetAfter {
 		t.Errorf("take #4 = %+v, want denied with RetryAfter = ResetAfter > 0", res)
 	}
-	res = take(t, b, s.request(driver.OpTake, 4, r))
+	res = take(t, b, s.request(opTake, 4, r))
 	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 || res.Rules[0].Used != 3 {
 		t.Errorf("take cost 4 = %+v, want CostTooHigh, RetryAfter 0, used 3", res.Rules[0])
 	}
@@ -57,7 +57,7 @@ func TestFixedWindowStaleCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.PExpireAt(ctx, r.Key, end)
-	res := take(t, b, s.request(driver.OpTake, 1, r))
+	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take over a stale counter", res.Rules[0], true, 1, 3)
 	if v, _ := c.Get(ctx, r.Key).Result(); v != "1" {
 		t.Errorf("counter = %q, want \"1\"", v)
@@ -68,13 +68,13 @@ func TestFixedWindowRollover(t *testing.T) {
 	b, _ := standalone(t)
 	s := newSubject(t, "roll")
 	r := s.fixed("f", 1, 150*time.Millisecond)
-	first := take(t, b, s.request(driver.OpTake, 1, r))
+	first := take(t, b, s.request(opTake, 1, r))
 	if !first.Allowed {
 		// The first take can only be denied if... never: a fresh key.
 		t.Fatalf("first take denied: %+v", first)
 	}
 	eventually(t, 2*time.Second, "a denial in the same window", func() bool {
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		if !res.Allowed {
 			if ra := res.Rules[0].RetryAfter; ra <= 0 || ra > 150*time.Millisecond {
 				t.Errorf("RetryAfter = %v, want in (0, 150ms]", ra)
@@ -84,7 +84,7 @@ func TestFixedWindowRollover(t *testing.T) {
 		return false
 	})
 	eventually(t, 2*time.Second, "admission in the next window", func() bool {
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		if res.Allowed && res.Rules[0].Used != 1 {
 			t.Errorf("first take of a new window: used %d, want 1", res.Rules[0].Used)
 		}
@@ -111,7 +111,7 @@ func TestCalendarWindow(t *testing.T) {
 			}
 			s := newSubject(t, "cal")
 			r := driver.Rule{Name: "d", Key: s.key("d"), Algorithm: driver.FixedWindow, Limit: 2, Window: 24 * time.Hour, Calendar: tc.unit, Location: loc}
-			res := take(t, b, s.request(driver.OpTake, 1, r))
+			res := take(t, b, s.request(opTake, 1, r))
 			checkRule(t, "take", res.Rules[0], true, 1, 2)
 			l := res.Now.In(loc)
 			var end time.Time
@@ -139,7 +139,7 @@ func TestCalendarSkewTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := b.encode(s.request(driver.OpTake, 1, r), time.Now().Add(-5*time.Hour), rep)
+	c, err := b.encode(opTake, s.request(opTake, 1, r).Request, time.Now().Add(-5*time.Hour), rep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,10 +211,10 @@ func TestSlidingWindow(t *testing.T) {
 	s := newSubject(t, "slide")
 	r := s.sliding("s", 3, time.Minute, 10)
 	for i := int64(1); i <= 3; i++ {
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 3)
 	}
-	res := take(t, b, s.request(driver.OpTake, 1, r))
+	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
 	// All units sit in the current cell i, which counts until (i+N+1)·s:
 	// RetryAfter = (i+11)*6s - now.
@@ -249,7 +249,7 @@ func TestSlidingWindowCells(t *testing.T) {
 		// oldest, i-N, partly expired, still counts (strict).
 		c.HSet(ctx, r.Key, f(i-11), "7", f(i-10), "1", f(i-5), "1")
 		c.PExpire(ctx, r.Key, time.Hour)
-		res := take(t, b, s.request(driver.OpTake, 2, r))
+		res := take(t, b, s.request(opTake, 2, r))
 		if res.Now.UnixMicro()/cell != i {
 			continue
 		}
@@ -263,7 +263,7 @@ func TestSlidingWindowCells(t *testing.T) {
 		if got := res.Rules[0].ResetAfter; got != time.Duration((i-5+11)*cell-res.Now.UnixMicro())*time.Microsecond {
 			t.Errorf("ResetAfter = %v, want when cell i-5 stops counting", got)
 		}
-		res = take(t, b, s.request(driver.OpTake, 1, r))
+		res = take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
 		if ok, _ := c.HExists(ctx, r.Key, f(i-11)).Result(); ok {
 			t.Errorf("dead cell i-11 still in the hash after a write")
@@ -291,8 +291,8 @@ func TestSlidingRetryExact(t *testing.T) {
 	for attempt := 1; attempt <= 3; attempt++ {
 		s := newSubject(t, "exact")
 		r := s.sliding("s", 1, time.Second, 10) // 100ms cells
-		take(t, b, s.request(driver.OpTake, 1, r))
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		take(t, b, s.request(opTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		if res.Allowed || res.Rules[0].RetryAfter <= 0 {
 			t.Fatalf("take #2 = %+v, want denied with a retry", res.Rules[0])
 		}
@@ -300,7 +300,7 @@ func TestSlidingRetryExact(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		lastMs := 0
 		for {
-			res = take(t, b, s.request(driver.OpPeek, 1, r))
+			res = take(t, b, s.request(opPeek, 1, r))
 			d := leave.Sub(res.Now)
 			if d <= 0 {
 				if !res.Allowed {
@@ -335,15 +335,15 @@ func TestSlidingLog(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "log")
 	r := s.log("l", 6, time.Hour)
-	res := take(t, b, s.request(driver.OpTake, 5, r))
+	res := take(t, b, s.request(opTake, 5, r))
 	checkRule(t, "take 5", res.Rules[0], true, 5, 6)
 	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 5 {
 		t.Errorf("ZCARD after a take of 5 in one µs = %d, want 5 (unique members)", n)
 	}
 	first := res.Now
-	res = take(t, b, s.request(driver.OpTake, 1, r))
+	res = take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take 1", res.Rules[0], true, 6, 6)
-	res = take(t, b, s.request(driver.OpTake, 3, r))
+	res = take(t, b, s.request(opTake, 3, r))
 	checkRule(t, "take 3 over the limit", res.Rules[0], false, 6, 6)
 	// need = 6+3-6 = 3: the 3rd oldest entry, at first.
 	if want := first.Add(time.Hour).Sub(res.Now); res.Rules[0].RetryAfter != want {
@@ -355,7 +355,7 @@ func TestSlidingLog(t *testing.T) {
 	// Old entries are trimmed.
 	old := float64(res.Now.Add(-2 * time.Hour).UnixMicro())
 	c.ZAdd(ctx, r.Key, goredisZ(old, "old1"), goredisZ(old, "old2"))
-	res = take(t, b, s.request(driver.OpPeek, 1, r))
+	res = take(t, b, s.request(opPeek, 1, r))
 	checkRule(t, "peek", res.Rules[0], false, 6, 6)
 	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 6 {
 		t.Errorf("ZCARD = %d, want 6 (old entries trimmed)", n)
@@ -372,7 +372,7 @@ func TestGCRA(t *testing.T) {
 	s := newSubject(t, "gcra")
 	r := s.gcra("g", 10, time.Minute, 4) // T = 6s, limit 5
 	for i := int64(1); i <= 5; i++ {
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 5)
 		if want := time.Duration(i) * 6 * time.Second; res.Rules[0].ResetAfter > want || res.Rules[0].ResetAfter < want-100*time.Millisecond {
 			t.Errorf("take #%d ResetAfter = %v, want about %v", i, res.Rules[0].ResetAfter, want)
@@ -382,7 +382,7 @@ func TestGCRA(t *testing.T) {
 	if _, perr := strconv.ParseUint(v, 10, 64); err != nil || perr != nil {
 		t.Errorf("GCRA state = %q, %v, want an unsigned integer string", v, err)
 	}
-	res := take(t, b, s.request(driver.OpTake, 1, r))
+	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take #6", res.Rules[0], false, 5, 5)
 	if ra := res.Rules[0].RetryAfter; ra <= 5*time.Second || ra > 6*time.Second {
 		t.Errorf("RetryAfter = %v, want about 6s", ra)
@@ -390,14 +390,14 @@ func TestGCRA(t *testing.T) {
 	if v2, _ := c.Get(ctx, r.Key).Result(); v2 != v {
 		t.Errorf("state after a denial = %s, want %s unchanged", v2, v)
 	}
-	res = take(t, b, s.request(driver.OpTake, 6, r))
+	res = take(t, b, s.request(opTake, 6, r))
 	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 {
 		t.Errorf("take 6 = %+v, want CostTooHigh", res.Rules[0])
 	}
 	// A peek on a fresh key creates nothing.
 	s2 := newSubject(t, "gcra-peek")
 	r2 := s2.gcra("g", 10, time.Minute, 4)
-	res = take(t, b, s2.request(driver.OpPeek, 1, r2))
+	res = take(t, b, s2.request(opPeek, 1, r2))
 	checkRule(t, "peek fresh", res.Rules[0], true, 0, 5)
 	if n, _ := c.Exists(ctx, r2.Key).Result(); n != 0 {
 		t.Errorf("a peek created the key")
@@ -414,12 +414,12 @@ func TestAllOrNothing(t *testing.T) {
 		s.log("c", 5, time.Hour),
 		s.gcra("d", 10, time.Minute, 4),
 	}
-	res := take(t, b, s.request(driver.OpTake, 1, rules...))
+	res := take(t, b, s.request(opTake, 1, rules...))
 	if !res.Allowed {
 		t.Fatalf("first take denied: %+v", res)
 	}
 	gcraState, _ := c.Get(ctx, rules[3].Key).Result()
-	res = take(t, b, s.request(driver.OpTake, 1, rules...))
+	res = take(t, b, s.request(opTake, 1, rules...))
 	if res.Allowed {
 		t.Fatalf("second take allowed past rule b's limit 1")
 	}
@@ -444,13 +444,13 @@ func TestTrail(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "trail")
 	rules := []driver.Rule{s.fixed("a", 1, time.Hour), s.fixed("b", 1, time.Hour), s.fixed("ok", 9, time.Hour)}
-	take(t, b, s.request(driver.OpTake, 1, rules...))
+	take(t, b, s.request(opTake, 1, rules...))
 	for range 4 {
-		take(t, b, s.request(driver.OpTake, 1, rules...))
+		take(t, b, s.request(opTake, 1, rules...))
 	}
-	take(t, b, s.request(driver.OpPeek, 1, rules...)) // a peek leaves no trail
-	last := take(t, b, s.request(driver.OpTake, 2, rules...))
-	res := take(t, b, s.request(driver.OpInspect, 0, rules...))
+	take(t, b, s.request(opPeek, 1, rules...)) // a peek leaves no trail
+	last := take(t, b, s.request(opTake, 2, rules...))
+	res := take(t, b, s.request(opInspect, 0, rules...))
 	if len(res.Trail) != 5 {
 		t.Fatalf("trail has %d entries, want 5 (TrailMax)", len(res.Trail))
 	}
@@ -477,7 +477,7 @@ func TestTrail(t *testing.T) {
 func TestReservations(t *testing.T) {
 	b, c := standalone(t)
 	ctx := context.Background()
-	s := newSubject(t, "hold")
+	s := newSubject(t, "reservation")
 	rules := []driver.Rule{
 		s.sliding("a", 5, time.Minute, 10),
 		s.fixed("b", 5, time.Hour),
@@ -485,13 +485,13 @@ func TestReservations(t *testing.T) {
 		s.gcra("d", 10, time.Minute, 4),
 	}
 	reserve := func(id string, ttl time.Duration, cost int64) driver.Result {
-		req := s.request(driver.OpReserve, cost, rules...)
-		req.HoldID, req.HoldTTL = id, ttl
+		req := s.request(opReserve, cost, rules...)
+		req.ReservationID, req.ReservationTTL = id, ttl
 		return take(t, b, req)
 	}
 	used := func(what string, want ...int64) {
 		t.Helper()
-		res := take(t, b, s.request(driver.OpPeek, 1, rules...))
+		res := take(t, b, s.request(opPeek, 1, rules...))
 		for i, w := range want {
 			if res.Rules[i].Used != w {
 				t.Errorf("%s: rule %s used = %d, want %d", what, rules[i].Name, res.Rules[i].Used, w)
@@ -502,50 +502,50 @@ func TestReservations(t *testing.T) {
 		t.Fatalf("reserve denied: %+v", res)
 	}
 	used("after reserve 2", 2, 2, 2, 2)
-	if err := b.Settle(ctx, s.holds(), "h1", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h1", false); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	used("after cancel", 0, 0, 0, 0)
-	if err := b.Settle(ctx, s.holds(), "h1", false); !errors.Is(err, driver.ErrHoldNotFound) {
-		t.Errorf("second cancel = %v, want ErrHoldNotFound", err)
+	if err := b.Settle(ctx, s.reservations(), "h1", false); !errors.Is(err, driver.ErrReservationNotFound) {
+		t.Errorf("second cancel = %v, want ErrReservationNotFound", err)
 	}
 	reserve("h2", time.Hour, 1)
-	if err := b.Settle(ctx, s.holds(), "h2", true); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h2", true); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	used("after commit", 1, 1, 1, 1)
-	if err := b.Settle(ctx, s.holds(), "h2", true); !errors.Is(err, driver.ErrHoldNotFound) {
-		t.Errorf("second commit = %v, want ErrHoldNotFound", err)
+	if err := b.Settle(ctx, s.reservations(), "h2", true); !errors.Is(err, driver.ErrReservationNotFound) {
+		t.Errorf("second commit = %v, want ErrReservationNotFound", err)
 	}
-	req := s.request(driver.OpReserve, 1, rules...)
-	req.HoldID, req.HoldTTL = "h2x", time.Hour
+	req := s.request(opReserve, 1, rules...)
+	req.ReservationID, req.ReservationTTL = "h2x", time.Hour
 	take(t, b, req)
-	if _, err := b.Take(ctx, req); err == nil || !strings.Contains(err.Error(), "hold id already in use") {
+	if _, err := b.do(ctx, req); err == nil || !strings.Contains(err.Error(), "hold id already in use") {
 		t.Errorf("reserve with a used id = %v, want an error", err)
 	}
-	if err := b.Settle(ctx, s.holds(), "h2x", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h2x", false); err != nil {
 		t.Fatal(err)
 	}
 
-	// A lapsed hold is refunded by the next call naming its keys, and
+	// A lapsed reservation is refunded by the next call naming its keys, and
 	// only for those keys.
 	reserve("h3", 30*time.Millisecond, 2)
 	used("after reserve 2", 3, 3, 3, 3)
-	partial := s.request(driver.OpInspect, 0, rules[0], rules[2])
+	partial := s.request(opInspect, 0, rules[0], rules[2])
 	eventually(t, 2*time.Second, "lapse refund", func() bool {
 		res := take(t, b, partial)
 		return res.Rules[0].Used == 1
 	})
-	plan, err := c.HGet(ctx, s.holds(), "h3").Result()
+	plan, err := c.HGet(ctx, s.reservations(), "h3").Result()
 	if err != nil || strings.Contains(plan, rules[0].Key) || !strings.Contains(plan, rules[1].Key) {
-		t.Errorf("hold after a partial lapse = %q, %v, want only the entries of keys not named", plan, err)
+		t.Errorf("reservation after a partial lapse = %q, %v, want only the entries of keys not named", plan, err)
 	}
-	if err := b.Settle(ctx, s.holds(), "h3", true); !errors.Is(err, driver.ErrHoldNotFound) {
-		t.Errorf("commit of a lapsed hold = %v, want ErrHoldNotFound", err)
+	if err := b.Settle(ctx, s.reservations(), "h3", true); !errors.Is(err, driver.ErrReservationNotFound) {
+		t.Errorf("commit of a lapsed reservation = %v, want ErrReservationNotFound", err)
 	}
 	used("after the lapse", 1, 1, 1, 1)
-	if n, _ := c.Exists(ctx, s.holds()).Result(); n != 0 {
-		t.Errorf("hold hash still exists after its last hold went")
+	if n, _ := c.Exists(ctx, s.reservations()).Result(); n != 0 {
+		t.Errorf("reservation hash still exists after its last reservation went")
 	}
 }
 
@@ -554,11 +554,11 @@ func TestPeekChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "peek")
 	rules := []driver.Rule{s.sliding("a", 5, time.Minute, 10), s.fixed("b", 5, time.Hour), s.log("c", 5, time.Hour), s.gcra("d", 10, time.Minute, 4)}
-	res := take(t, b, s.request(driver.OpPeek, 5, rules...))
+	res := take(t, b, s.request(opPeek, 5, rules...))
 	if !res.Allowed {
 		t.Errorf("peek 5 on fresh keys denied: %+v", res)
 	}
-	res = take(t, b, s.request(driver.OpPeek, 6, rules...))
+	res = take(t, b, s.request(opPeek, 6, rules...))
 	if res.Allowed {
 		t.Errorf("peek 6 allowed")
 	}
@@ -577,14 +577,14 @@ func TestReset(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "reset")
 	rules := []driver.Rule{s.fixed("a", 1, time.Hour), s.log("b", 5, time.Hour)}
-	req := s.request(driver.OpReserve, 1, rules...)
-	req.HoldID, req.HoldTTL = "h", time.Hour
+	req := s.request(opReserve, 1, rules...)
+	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
-	take(t, b, s.request(driver.OpTake, 1, rules...)) // denied: trail
-	if err := b.Reset(ctx, s.request(driver.OpTake, 1, rules...)); err != nil {
+	take(t, b, s.request(opTake, 1, rules...)) // denied: trail
+	if err := b.Reset(ctx, s.request(opTake, 1, rules...).Request); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, s.holds()).Result(); n != 0 {
+	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, s.reservations()).Result(); n != 0 {
 		t.Errorf("%d keys remain after Reset, want 0", n)
 	}
 	if n, _ := c.Exists(ctx, s.trail()).Result(); n != 1 {
@@ -608,16 +608,16 @@ func TestInvalidRequests(t *testing.T) {
 	s := newSubject(t, "bad")
 	for _, tc := range []struct {
 		name string
-		req  driver.Request
+		req  request
 	}{
-		{"cost 0", s.request(driver.OpTake, 0, s.fixed("a", 1, time.Hour))},
-		{"limit 0", s.request(driver.OpTake, 1, s.fixed("a", 0, time.Hour))},
-		{"reserve without id", s.request(driver.OpReserve, 1, s.fixed("a", 1, time.Hour))},
-		{"no keys", driver.Request{Op: driver.OpTake, Cost: 1}},
-		{"gcra tolerance beyond 2^52 µs", s.request(driver.OpTake, 1, s.gcra("g", 1, time.Hour, 1<<21))},
+		{"cost 0", s.request(opTake, 0, s.fixed("a", 1, time.Hour))},
+		{"limit 0", s.request(opTake, 1, s.fixed("a", 0, time.Hour))},
+		{"reserve without id", s.request(opReserve, 1, s.fixed("a", 1, time.Hour))},
+		{"no keys", request{op: opTake, Request: driver.Request{Cost: 1}}},
+		{"gcra tolerance beyond 2^52 µs", s.request(opTake, 1, s.gcra("g", 1, time.Hour, 1<<21))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := b.Take(context.Background(), tc.req); err == nil {
+			if _, err := b.do(context.Background(), tc.req); err == nil {
 				t.Errorf("Take(%s) error = nil, want an error", tc.name)
 			}
 		})

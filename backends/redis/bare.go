@@ -62,16 +62,16 @@ type bareRule struct {
 }
 
 // takeBare carries out req with bare TairHash commands (see above).
-func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capability.Report) (driver.Result, error) {
-	switch req.Op {
-	case driver.OpTake, driver.OpPeek, driver.OpInspect:
-	case driver.OpReserve:
+func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
+	switch o {
+	case opTake, opPeek, opInspect:
+	case opReserve:
 		return driver.Result{}, fmt.Errorf("%w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
 	default:
-		return driver.Result{}, fmt.Errorf("unknown op %d", req.Op)
+		return driver.Result{}, fmt.Errorf("unknown op %d", o)
 	}
 	c := req.Cost
-	if req.Op == driver.OpInspect {
+	if o == opInspect {
 		c = 1
 	} else if c < 1 {
 		return driver.Result{}, fmt.Errorf("cost must be >= 1, got %d", c)
@@ -91,8 +91,8 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 		}
 		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
 	}
-	trail := req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op == driver.OpTake))
-	idem := req.IdemKey != "" && req.Op == driver.OpTake
+	trail := req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
+	idem := req.IdemKey != "" && o == opTake
 	if len(rules) == 0 && !trail {
 		return driver.Result{}, errNoKeys
 	}
@@ -145,7 +145,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 	}
 
 	// 3. Consume, rule by rule, bounded by MAX; 4. compensate on failure.
-	if allowed && req.Op == driver.OpTake {
+	if allowed && o == opTake {
 		for k := range rules {
 			br := &rules[k]
 			err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
@@ -206,7 +206,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 	var tr *goredis.StringSliceCmd
 	if trail || idem {
 		p := b.c.Pipeline()
-		if trail && req.Op == driver.OpTake && !allowed {
+		if trail && o == opTake && !allowed {
 			at := strconv.FormatInt(now, 10)
 			var ent []any
 			for k := len(rules) - 1; k >= 0; k-- {
@@ -228,7 +228,7 @@ func (b *Backend) takeBare(ctx context.Context, req driver.Request, rep *capabil
 			}
 			p.Set(ctx, req.IdemKey, "|"+strings.Join(parts, ","), time.Duration(ceilMillis(req.IdemTTL))*time.Millisecond)
 		}
-		if req.Op == driver.OpInspect {
+		if o == opInspect {
 			tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
 		}
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
@@ -341,7 +341,7 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	return err
 }
 
-// replayRecord decodes an idempotency record ("<hold id>|<reply ints>,…",
+// replayRecord decodes an idempotency record ("<reservation id>|<reply ints>,…",
 // as take.lua stores it) into the replayed Result.
 func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 	hid, body, ok := strings.Cut(rec, "|")

@@ -45,6 +45,24 @@ var errReordered = errors.New("not carried out: the script cache was emptied dur
 // fits (about 25 µs of script per seed-policy decision standalone and
 // 50–60 µs on a cluster sharing 2 cores: docs/BENCHMARKS.md).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	return b.batch(ctx, asRequests(opTake, reqs))
+}
+
+// PeekBatch is TakeBatch with Peek for Take (driver.Batcher).
+func (b *Backend) PeekBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
+	return b.batch(ctx, asRequests(opPeek, reqs))
+}
+
+func asRequests(o op, reqs []driver.Request) []request {
+	out := make([]request, len(reqs))
+	for i, r := range reqs {
+		out[i] = request{op: o, Request: r}
+	}
+	return out
+}
+
+// batch carries out reqs, each with its own op, as TakeBatch describes.
+func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResult {
 	out := make([]driver.BatchResult, len(reqs))
 	if len(reqs) == 0 {
 		return out
@@ -53,7 +71,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 	rep, err := b.report(ctx)
 	if err == nil && scriptless(rep) { // Take runs bare commands, one by one
 		for i, req := range reqs {
-			out[i].Result, out[i].Err = b.Take(ctx, req)
+			out[i].Result, out[i].Err = b.decide(ctx, req.op, req.Request)
 		}
 		return out
 	}
@@ -65,7 +83,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 	}
 	todo := make([]entry, 0, len(reqs))
 	for i, req := range reqs {
-		c, err := b.prepare(ctx, req)
+		c, err := b.prepare(ctx, req.op, req.Request)
 		if err != nil {
 			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
 			continue
@@ -99,7 +117,7 @@ func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver
 			switch {
 			case err == nil:
 				ran[e.tag] = true
-				res, err := b.finish(reqs[e.i], e.call, v)
+				res, err := b.finish(reqs[e.i].op, reqs[e.i].Request, e.call, v)
 				if err != nil {
 					out[e.i].Err = fmt.Errorf("redis: take batch: %w", err)
 				} else {

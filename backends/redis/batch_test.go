@@ -44,9 +44,9 @@ func (h pipelineCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) g
 }
 
 // batchOK returns the results of a TakeBatch, failing on any entry error.
-func batchOK(t *testing.T, b *Backend, reqs []driver.Request) []driver.Result {
+func batchOK(t *testing.T, b *Backend, reqs []request) []driver.Result {
 	t.Helper()
-	out := b.TakeBatch(context.Background(), reqs)
+	out := b.batch(context.Background(), reqs)
 	if len(out) != len(reqs) {
 		t.Fatalf("TakeBatch(%d requests) = %d results, want %d", len(reqs), len(out), len(reqs))
 	}
@@ -116,17 +116,17 @@ func TestBatchClusterMasters(t *testing.T) {
 	// Round k takes 1 unit from every subject: limit 2, so round 2 is
 	// denied. Subject j starts with j%2 units used.
 	w := time.Hour
-	var reqs []driver.Request
+	var reqs []request
 	for j, s := range subs {
 		if pre := int64(j % 2); pre > 0 {
-			take(t, b, s.request(driver.OpTake, pre, s.fixed("f", 2, w)))
+			take(t, b, s.request(opTake, pre, s.fixed("f", 2, w)))
 		}
 	}
 	for k := range 3 {
 		for _, s := range subs {
-			op := driver.OpTake
+			op := opTake
 			if k == 2 {
-				op = driver.OpPeek
+				op = opPeek
 			}
 			reqs = append(reqs, s.request(op, 1, s.fixed("f", 2, w)))
 		}
@@ -188,16 +188,16 @@ func TestBatchErrorsPerEntry(t *testing.T) {
 			b := tc.b(t)
 			s := newSubject(t, "err")
 			f := s.fixed("f", 10, time.Hour)
-			held := s.request(driver.OpReserve, 1, f)
-			held.HoldID, held.HoldTTL = "h1", time.Hour
-			take(t, b, held) // hold h1 exists: a second reserve with h1 is refused by the script
-			noKeys := driver.Request{Op: driver.OpTake, Policy: "p", Cost: 1}
-			badCost := s.request(driver.OpTake, 0, f)
-			badRule := s.request(driver.OpTake, 1, s.fixed("g", 0, time.Hour))
-			reqs := []driver.Request{
-				s.request(driver.OpTake, 1, f), noKeys, badCost, held, badRule, s.request(driver.OpTake, 1, f),
+			held := s.request(opReserve, 1, f)
+			held.ReservationID, held.ReservationTTL = "h1", time.Hour
+			take(t, b, held) // reservation h1 exists: a second reserve with h1 is refused by the script
+			noKeys := request{op: opTake, Request: driver.Request{Policy: "p", Cost: 1}}
+			badCost := s.request(opTake, 0, f)
+			badRule := s.request(opTake, 1, s.fixed("g", 0, time.Hour))
+			reqs := []request{
+				s.request(opTake, 1, f), noKeys, badCost, held, badRule, s.request(opTake, 1, f),
 			}
-			out := b.TakeBatch(context.Background(), reqs)
+			out := b.batch(context.Background(), reqs)
 			if len(out) != len(reqs) {
 				t.Fatalf("TakeBatch = %d results, want %d", len(out), len(reqs))
 			}
@@ -220,18 +220,18 @@ func TestBatchErrorsPerEntry(t *testing.T) {
 
 // flushBatch: subjects × takes, each request taking 1+i%2 units; returns
 // the requests and each subject's expected total.
-func flushBatch(t *testing.T, n, takes int) ([]driver.Request, []subject, []int64) {
+func flushBatch(t *testing.T, n, takes int) ([]request, []subject, []int64) {
 	t.Helper()
 	subs := make([]subject, n)
 	want := make([]int64, n)
 	for j := range subs {
 		subs[j] = newSubject(t, fmt.Sprintf("fl%d", j))
 	}
-	var reqs []driver.Request
+	var reqs []request
 	for k := range takes {
 		for j, s := range subs {
 			cost := int64(1 + (j+k)%2)
-			reqs = append(reqs, s.request(driver.OpTake, cost, s.fixed("f", 1000, time.Hour)))
+			reqs = append(reqs, s.request(opTake, cost, s.fixed("f", 1000, time.Hour)))
 			want[j] += cost
 		}
 	}
@@ -359,13 +359,13 @@ func TestBatchNoScriptOrder(t *testing.T) {
 	a, bb, cc := newSubject(t, "a"), newSubject(t, "b"), newSubject(t, "c")
 	// A request per subject first, so every subject's later request can
 	// tell whether it ran after it: a's entries take 1, 2, 4 units.
-	req := func(s subject, cost int64) driver.Request {
-		return s.request(driver.OpTake, cost, s.fixed("f", 100, time.Hour))
+	req := func(s subject, cost int64) request {
+		return s.request(opTake, cost, s.fixed("f", 100, time.Hour))
 	}
-	reqs := []driver.Request{req(a, 1), req(a, 2), req(bb, 1), req(a, 4), req(cc, 1)}
+	reqs := []request{req(a, 1), req(a, 2), req(bb, 1), req(a, 4), req(cc, 1)}
 	take(t, b, req(cc, 1)) // loads the script
 	armed.Store(true)
-	out := b.TakeBatch(context.Background(), reqs)
+	out := b.batch(context.Background(), reqs)
 	if armed.Load() {
 		t.Fatal("the hook did not run")
 	}
@@ -402,13 +402,13 @@ func TestBatchIdempotentRetry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, c := tc.b(t)
-			var reqs []driver.Request
+			var reqs []request
 			var subs []subject
 			for j := range 12 {
 				s := newSubject(t, fmt.Sprintf("idem%d", j))
 				subs = append(subs, s)
 				for k := range 3 { // limit 2: the third is denied
-					r := s.request(driver.OpTake, 1, s.fixed("f", 2, time.Hour))
+					r := s.request(opTake, 1, s.fixed("f", 2, time.Hour))
 					r.IdemKey, r.IdemTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
 					reqs = append(reqs, r)
 				}
@@ -455,11 +455,11 @@ func TestBatchSameSubjectOrder(t *testing.T) {
 			s := newSubject(t, "order")
 			o := newSubject(t, "other")
 			f := s.fixed("f", 3, time.Hour)
-			reqs := []driver.Request{
-				o.request(driver.OpTake, 1, o.fixed("f", 3, time.Hour)),
-				s.request(driver.OpTake, tc.costs[0], f),
-				o.request(driver.OpTake, 1, o.fixed("f", 3, time.Hour)),
-				s.request(driver.OpTake, tc.costs[1], f),
+			reqs := []request{
+				o.request(opTake, 1, o.fixed("f", 3, time.Hour)),
+				s.request(opTake, tc.costs[0], f),
+				o.request(opTake, 1, o.fixed("f", 3, time.Hour)),
+				s.request(opTake, tc.costs[1], f),
 			}
 			res := batchOK(t, b, reqs)
 			for k := range 2 {
@@ -478,17 +478,17 @@ func TestBatchNoReplayAfterTimeout(t *testing.T) {
 	c, dials, blocker := replayClients(t, addr)
 	b := New(c, nil)
 	ctx := context.Background()
-	var reqs []driver.Request
+	var reqs []request
 	var keys []string
 	for j := range 5 {
 		s := newSubject(t, fmt.Sprintf("breplay%d", j))
-		reqs = append(reqs, s.request(driver.OpTake, 1, s.fixed("f", 100, time.Hour)))
+		reqs = append(reqs, s.request(opTake, 1, s.fixed("f", 100, time.Hour)))
 		keys = append(keys, s.key("f"))
 	}
 	batchOK(t, b, reqs) // loads the script, opens a connection
 
 	var out []driver.BatchResult
-	d, _ := whileBusy(t, addr, blocker, dials, func() error { out = b.TakeBatch(ctx, reqs); return nil })
+	d, _ := whileBusy(t, addr, blocker, dials, func() error { out = b.batch(ctx, reqs); return nil })
 	failed := 0
 	for _, br := range out {
 		if br.Err != nil {
@@ -520,7 +520,7 @@ func BenchmarkTakeBatch(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for k, br := range be.TakeBatch(ctx, reqs) {
+		for k, br := range be.batch(ctx, reqs) {
 			if br.Err != nil {
 				b.Fatalf("TakeBatch(…)[%d]: %v", k, br.Err)
 			}
@@ -553,11 +553,11 @@ func TestBatchEvalOnly(t *testing.T) {
 	c.AddHook(pipelineCounter{addr: srv.Addr(), mu: &mu, got: got})
 	s := newSubject(t, "evalonly")
 	r := s.fixed("f", 3, time.Hour)
-	reqs := make([]driver.Request, 5)
+	reqs := make([]request, 5)
 	for i := range reqs {
-		reqs[i] = s.request(driver.OpTake, 1, r)
+		reqs[i] = s.request(opTake, 1, r)
 	}
-	for i, res := range b.TakeBatch(ctx, reqs) {
+	for i, res := range b.batch(ctx, reqs) {
 		if res.Err != nil {
 			t.Fatalf("entry %d: %v", i, res.Err)
 		}

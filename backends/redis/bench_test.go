@@ -11,7 +11,6 @@ import (
 	"github.com/freqcap/freqcap/backends/capability"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // BenchmarkTakeSeed decides the seed policy (4 sliding-window rules) for
@@ -25,7 +24,7 @@ func BenchmarkTakeSeed(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := be.Take(ctx, reqs[i%len(reqs)]); err != nil {
+		if _, err := be.do(ctx, reqs[i%len(reqs)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -54,12 +53,12 @@ func BenchmarkBaseline(b *testing.B) {
 func BenchmarkEncode(b *testing.B) {
 	be := New(nil, nil)
 	s := subject{base: "fcb:{u1}:push:"}
-	req := s.request(driver.OpTake, 1, pushRules(s, "c1")...)
+	req := s.request(opTake, 1, pushRules(s, "c1")...)
 	now := time.Now()
 	rep := capability.Choose([]capability.Node{{Addr: "plain", Scripting: true}}, capability.Config{})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, err := be.encode(req, now, &rep); err != nil {
+		if _, err := be.encode(req.op, req.Request, now, &rep); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -67,11 +66,11 @@ func BenchmarkEncode(b *testing.B) {
 
 // seedRequests returns 1000 seed-policy take requests on distinct users
 // under prefix, with four contents between them.
-func seedRequests(prefix string) []driver.Request {
-	reqs := make([]driver.Request, 1000)
+func seedRequests(prefix string) []request {
+	reqs := make([]request, 1000)
 	for i := range reqs {
 		s := subject{base: prefix + ":{u" + strconv.Itoa(i) + "}:push:"}
-		reqs[i] = s.request(driver.OpTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
+		reqs[i] = s.request(opTake, 1, pushRules(s, "c"+strconv.Itoa(i%4))...)
 		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
 	}
 	return reqs

@@ -65,22 +65,22 @@ func TestClusterMasters(t *testing.T) {
 		t.Run(addr, func(t *testing.T) {
 			rules := pushRules(s, "c1")
 			for i := int64(1); i <= 3; i++ {
-				res := take(t, b, s.request(driver.OpTake, 1, rules...))
+				res := take(t, b, s.request(opTake, 1, rules...))
 				if want := i <= 2; res.Allowed != want {
 					t.Errorf("take #%d allowed = %v, want %v (content-59s limit 2)", i, res.Allowed, want)
 				}
 			}
-			req := s.request(driver.OpReserve, 1, pushRules(s, "c2")...)
-			req.HoldID, req.HoldTTL = "h", time.Minute
+			req := s.request(opReserve, 1, pushRules(s, "c2")...)
+			req.ReservationID, req.ReservationTTL = "h", time.Minute
 			take(t, b, req)
-			if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+			if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
 				t.Errorf("Settle: %v", err)
 			}
-			res := take(t, b, s.request(driver.OpInspect, 0, rules...))
+			res := take(t, b, s.request(opInspect, 0, rules...))
 			if len(res.Trail) != 1 || res.Trail[0].Rule != "content-59s" {
 				t.Errorf("trail = %+v, want one content-59s denial", res.Trail)
 			}
-			if err := b.Reset(ctx, s.request(driver.OpTake, 1, rules...)); err != nil {
+			if err := b.Reset(ctx, s.request(opTake, 1, rules...).Request); err != nil {
 				t.Errorf("Reset: %v", err)
 			}
 			n, _ := c.Exists(ctx, rules[0].Key).Result()
@@ -100,7 +100,7 @@ func TestClusterHostileSubject(t *testing.T) {
 		t.Fatalf("escaped base %q has more than one brace pair", s.base)
 	}
 	rules := pushRules(s, content)
-	keys := []string{s.trail(), s.holds()}
+	keys := []string{s.trail(), s.reservations()}
 	for _, r := range rules {
 		keys = append(keys, r.Key)
 	}
@@ -111,7 +111,7 @@ func TestClusterHostileSubject(t *testing.T) {
 		}
 	}
 	for i := int64(1); i <= 3; i++ {
-		res := take(t, b, s.request(driver.OpTake, 1, rules...))
+		res := take(t, b, s.request(opTake, 1, rules...))
 		if want := i <= 2; res.Allowed != want {
 			t.Errorf("take #%d allowed = %v, want %v", i, res.Allowed, want)
 		}
@@ -132,7 +132,7 @@ func TestClusterScriptFlush(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take after SCRIPT FLUSH", res.Rules[0], true, i, 10)
 	}
 }

@@ -7,23 +7,18 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// implemented lists the conformance features this backend has.
-const implemented = conformance.AllFeatures
+// runConformance runs the suite on b against the server's own clock.
+func runConformance(t *testing.T, b *Backend) {
+	t.Helper()
+	conformance.Run(t, conformance.Harness{NewBackend: func(*testing.T) driver.Backend { return b }})
+}
 
 func TestConformanceStandalone(t *testing.T) {
 	b, _ := standalone(t)
-	conformance.Run(t, conformance.Harness{
-		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Clock:      nil, // the server's clock
-		Features:   implemented,
-	})
+	runConformance(t, b)
 }
 
 func TestConformanceCluster(t *testing.T) {
 	b, _ := cluster(t)
-	conformance.Run(t, conformance.Harness{
-		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Clock:      nil,
-		Features:   implemented,
-	})
+	runConformance(t, b)
 }

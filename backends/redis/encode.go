@@ -22,19 +22,52 @@ const (
 
 var errNoKeys = errors.New("request names no key")
 
-// opCode maps a driver.Op to take.lua's ARGV[1].
-func opCode(op driver.Op) (string, error) {
-	switch op {
-	case driver.OpTake:
+// op is the driver operation a call carries out: Take, Peek, Reserve or
+// Inspect. All four run take.lua, one EVALSHA per decision; the op travels
+// as take.lua's ARGV[1].
+type op uint8
+
+const (
+	opTake op = iota
+	opPeek
+	opReserve
+	opInspect
+)
+
+func (o op) String() string {
+	switch o {
+	case opTake:
+		return "take"
+	case opPeek:
+		return "peek"
+	case opReserve:
+		return "reserve"
+	case opInspect:
+		return "inspect"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// request is one operation on one driver request: what Take, Peek,
+// Reserve and Inspect carry out, and one entry of a batch.
+type request struct {
+	op op
+	driver.Request
+}
+
+// opCode maps an op to take.lua's ARGV[1].
+func opCode(o op) (string, error) {
+	switch o {
+	case opTake:
 		return "t", nil
-	case driver.OpPeek:
+	case opPeek:
 		return "p", nil
-	case driver.OpReserve:
+	case opReserve:
 		return "r", nil
-	case driver.OpInspect:
+	case opInspect:
 		return "i", nil
 	}
-	return "", fmt.Errorf("unknown op %d", op)
+	return "", fmt.Errorf("unknown op %d", o)
 }
 
 // call is one run of take.lua: its KEYS, its EVALSHA argument list (with
@@ -49,13 +82,13 @@ type call struct {
 // encode builds the call of take.lua for req. now is the client's clock,
 // used only to pick calendar boundaries around it. rep's choices pick each
 // rule's algorithm code and key (chooseRule).
-func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Report) (call, error) {
-	op, err := opCode(req.Op)
+func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
+	code, err := opCode(o)
 	if err != nil {
 		return call{}, err
 	}
 	cost := req.Cost
-	if req.Op == driver.OpInspect {
+	if o == opInspect {
 		cost = 1
 	} else if cost < 1 {
 		return call{}, fmt.Errorf("cost must be >= 1, got %d", cost)
@@ -63,35 +96,35 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	n := len(req.Rules)
 	nk := n
 	tk, hk := 0, 0
-	if req.TrailKey != "" && (req.Op == driver.OpInspect || (req.TrailMax > 0 && req.Op != driver.OpPeek)) {
+	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
 		nk++
 		tk = nk
 	}
-	if req.HoldKey != "" {
+	if req.ReservationKey != "" {
 		nk++
 		hk = nk
 	}
 	ik := 0
-	if req.IdemKey != "" && (req.Op == driver.OpTake || req.Op == driver.OpReserve) {
+	if req.IdemKey != "" && (o == opTake || o == opReserve) {
 		if req.IdemTTL <= 0 {
 			return call{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
 		}
 		nk++
 		ik = nk
 	}
-	var holdTTL, holdKeyTTL int64
-	if req.Op == driver.OpReserve {
-		if hk == 0 || req.HoldID == "" {
-			return call{}, errors.New("reserve needs a hold key and a hold id")
+	var resTTL, resKeyTTL int64
+	if o == opReserve {
+		if hk == 0 || req.ReservationID == "" {
+			return call{}, errors.New("reserve needs a reservation key and a reservation id")
 		}
-		if req.HoldTTL <= 0 {
-			return call{}, fmt.Errorf("hold TTL must be > 0, got %v", req.HoldTTL)
+		if req.ReservationTTL <= 0 {
+			return call{}, fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
 		}
-		holdTTL = req.HoldTTL.Microseconds()
-		if holdTTL < 1 {
-			holdTTL = 1
+		resTTL = req.ReservationTTL.Microseconds()
+		if resTTL < 1 {
+			resTTL = 1
 		}
-		// The hold hash outlives its newest hold by the longest state
+		// The reservation hash outlives its newest reservation by the longest state
 		// lifetime, after which no refund can matter any more (a sliding
 		// window's cell counts for up to (K+1) cells).
 		var longest time.Duration
@@ -102,14 +135,14 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 			}
 			longest = max(longest, w)
 		}
-		holdKeyTTL = ceilMillis(req.HoldTTL + longest + time.Second)
+		resKeyTTL = ceilMillis(req.ReservationTTL + longest + time.Second)
 	}
 	if nk == 0 {
 		return call{}, errNoKeys
 	}
 
 	hdr := headerArgs
-	if req.Op == driver.OpReserve {
+	if o == opReserve {
 		hdr = reserveHeaderArgs
 	}
 	keys := make([]string, 0, nk)
@@ -131,7 +164,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 		keys = append(keys, req.TrailKey)
 	}
 	if hk > 0 {
-		keys = append(keys, req.HoldKey)
+		keys = append(keys, req.ReservationKey)
 	}
 	if ik > 0 {
 		keys = append(keys, req.IdemKey)
@@ -139,9 +172,9 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	args = append(args, op, cost, n, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy)
-	if req.Op == driver.OpReserve {
-		args = append(args, req.HoldID, holdTTL, holdKeyTTL)
+	args = append(args, code, cost, n, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy)
+	if o == opReserve {
+		args = append(args, req.ReservationID, resTTL, resKeyTTL)
 	}
 	for i := range req.Rules {
 		r := &req.Rules[i]

@@ -82,15 +82,15 @@ func dumpKey(t *testing.T, c goredis.UniversalClient, key string) string {
 }
 
 // gcraOps are the requests every GCRA path serves: each must refuse.
-func gcraOps(s subject, r driver.Rule) map[string]driver.Request {
-	reserve := s.request(driver.OpReserve, 1, r)
-	reserve.HoldID, reserve.HoldTTL = "h", time.Hour
-	idem := s.request(driver.OpTake, 1, r)
+func gcraOps(s subject, r driver.Rule) map[string]request {
+	reserve := s.request(opReserve, 1, r)
+	reserve.ReservationID, reserve.ReservationTTL = "h", time.Hour
+	idem := s.request(opTake, 1, r)
 	idem.IdemKey, idem.IdemTTL = s.base+"!i:k", time.Minute
-	return map[string]driver.Request{
-		"take":    s.request(driver.OpTake, 1, r),
-		"peek":    s.request(driver.OpPeek, 1, r),
-		"inspect": s.request(driver.OpInspect, 0, r),
+	return map[string]request{
+		"take":    s.request(opTake, 1, r),
+		"peek":    s.request(opPeek, 1, r),
+		"inspect": s.request(opInspect, 0, r),
 		"reserve": reserve,
 		"idem":    idem,
 	}
@@ -121,9 +121,9 @@ func cellReport() *capability.Report {
 
 // runAs runs req through the real take.lua as the backend would under
 // rep.
-func runAs(t *testing.T, b *Backend, rep *capability.Report, req driver.Request) error {
+func runAs(t *testing.T, b *Backend, rep *capability.Report, req request) error {
 	t.Helper()
-	c, err := b.encode(req, time.Now(), rep)
+	c, err := b.encode(req.op, req.Request, time.Now(), rep)
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
@@ -163,8 +163,8 @@ func TestCellForeignStateRefusedBeforeThrottle(t *testing.T) {
 			if after := dumpKey(t, c, key); after != before {
 				t.Errorf("the key changed on a refusal")
 			}
-			if n, _ := c.Exists(ctx, s.holds(), s.trail(), s.base+"!i:k").Result(); n != 0 {
-				t.Errorf("%d of the holds, trail and idempotency keys written on a refusal", n)
+			if n, _ := c.Exists(ctx, s.reservations(), s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the reservations, trail and idempotency keys written on a refusal", n)
 			}
 		})
 	}
@@ -204,33 +204,33 @@ func TestGCRAForeignState(t *testing.T) {
 			fs.put(t, c, r.Key)
 			before := dumpKey(t, c, r.Key)
 			for op, req := range gcraOps(s, r) {
-				_, err := b.Take(ctx, req)
+				_, err := b.do(ctx, req)
 				checkForeignErr(t, op, err, s, "g")
 			}
 			if after := dumpKey(t, c, r.Key); after != before {
 				t.Errorf("the key changed on a refusal")
 			}
-			if n, _ := c.Exists(ctx, s.holds(), s.trail(), s.base+"!i:k").Result(); n != 0 {
-				t.Errorf("%d of the holds, trail and idempotency keys written on a refusal", n)
+			if n, _ := c.Exists(ctx, s.reservations(), s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the reservations, trail and idempotency keys written on a refusal", n)
 			}
 		})
 	}
 }
 
 // TestGCRARefundLeavesForeignState: a refund (cancel, lapse) of a GCRA
-// hold whose key now holds a foreign value leaves that value alone and
-// settles the hold; a TAT of the same hold is refunded.
+// reservation whose key now holds a foreign value leaves that value alone and
+// settles the reservation; a TAT of the same reservation is refunded.
 func TestGCRARefundLeavesForeignState(t *testing.T) {
 	b, c := standalone(t)
 	ctx := context.Background()
 	s := newSubject(t, "refundforeign")
 	good := s.gcra("ok", 10, time.Minute, 4)
-	req := s.request(driver.OpReserve, 2, good)
-	req.HoldID, req.HoldTTL = "h", time.Hour
+	req := s.request(opReserve, 2, good)
+	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	if res := take(t, b, req); !res.Allowed {
 		t.Fatalf("reserve = %+v, want allowed", res)
 	}
-	plan, err := c.HGet(ctx, s.holds(), "h").Result()
+	plan, err := c.HGet(ctx, s.reservations(), "h").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +245,14 @@ func TestGCRARefundLeavesForeignState(t *testing.T) {
 		}
 		plan += "\n" + what[:1] + " " + k + " 6000000"
 	}
-	if err := c.HSet(ctx, s.holds(), "h", plan).Err(); err != nil {
+	if err := c.HSet(ctx, s.reservations(), "h", plan).Err(); err != nil {
 		t.Fatal(err)
 	}
 	dumps := map[string]string{}
 	for _, k := range keys {
 		dumps[k] = dumpKey(t, c, k)
 	}
-	if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
 		t.Fatalf("cancel = %v, want nil", err)
 	}
 	for what, k := range keys {
@@ -260,6 +260,6 @@ func TestGCRARefundLeavesForeignState(t *testing.T) {
 			t.Errorf("%s: the foreign key changed on a refund", what)
 		}
 	}
-	res := take(t, b, s.request(driver.OpPeek, 1, good))
+	res := take(t, b, s.request(opPeek, 1, good))
 	checkRule(t, "peek after cancel", res.Rules[0], true, 0, 5)
 }

@@ -106,7 +106,7 @@ func sweepBackend(t *testing.T, b *Backend) {
 	strategies := map[string]int{}
 	for _, sc := range sweepCases() {
 		var (
-			reqs []driver.Request
+			reqs []request
 			out  []driver.BatchResult
 			r    driver.Rule
 		)
@@ -115,11 +115,11 @@ func sweepBackend(t *testing.T, b *Backend) {
 		for try := 0; try < sweepTries; try++ {
 			s := newSubject(t, "sweep")
 			r = s.gcra("g", sc.count, sc.period, sc.burst)
-			reqs = make([]driver.Request, sc.burst+2)
+			reqs = make([]request, sc.burst+2)
 			for k := range reqs {
-				reqs[k] = driver.Request{Op: driver.OpTake, Policy: "p", Rules: []driver.Rule{r}, Cost: 1}
+				reqs[k] = request{op: opTake, Request: driver.Request{Policy: "p", Rules: []driver.Rule{r}, Cost: 1}}
 			}
-			out = b.TakeBatch(ctx, reqs)
+			out = b.batch(ctx, reqs)
 			for k, o := range out {
 				if o.Err != nil {
 					t.Fatalf("%v: TakeBatch[%d] error: %v", sc, k, o.Err)
@@ -144,7 +144,7 @@ func sweepBackend(t *testing.T, b *Backend) {
 			got := o.Result.Rules[0]
 			strategies[got.Strategy]++
 			clock.Set(o.Result.Now)
-			mres, err := mem.Take(ctx, reqs[k])
+			mres, err := mem.Take(ctx, reqs[k].Request)
 			if err != nil {
 				t.Fatalf("memory Take: %v", err)
 			}

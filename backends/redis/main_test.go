@@ -83,8 +83,8 @@ func (s subject) key(rule string, others ...string) string {
 	return k
 }
 
-func (s subject) trail() string { return s.base + "!t" }
-func (s subject) holds() string { return s.base + "!h" }
+func (s subject) trail() string        { return s.base + "!t" }
+func (s subject) reservations() string { return s.base + "!h" }
 
 func (s subject) fixed(name string, limit int64, w time.Duration) driver.Rule {
 	return driver.Rule{Name: name, Key: s.key(name), Algorithm: driver.FixedWindow, Limit: limit, Window: w}
@@ -102,22 +102,25 @@ func (s subject) gcra(name string, limit int64, per time.Duration, burst int64) 
 	return driver.Rule{Name: name, Key: s.key(name), Algorithm: driver.GCRA, Limit: limit, Window: per, Burst: burst}
 }
 
-func (s subject) request(op driver.Op, cost int64, rules ...driver.Rule) driver.Request {
-	return driver.Request{
-		Op: op, Policy: "p", Rules: rules, Cost: cost,
+// request returns an o of cost on rules, with the subject's trail and
+// reservation keys.
+func (s subject) request(o op, cost int64, rules ...driver.Rule) request {
+	return request{op: o, Request: driver.Request{
+		Policy: "p", Rules: rules, Cost: cost,
 		TrailKey: s.trail(), TrailMax: 5, TrailTTL: time.Hour,
-		HoldKey: s.holds(),
-	}
+		ReservationKey: s.reservations(),
+	}}
 }
 
-func take(t *testing.T, b *Backend, req driver.Request) driver.Result {
+// take carries out req (its op: Take, Peek, Reserve or Inspect).
+func take(t *testing.T, b *Backend, req request) driver.Result {
 	t.Helper()
-	res, err := b.Take(context.Background(), req)
+	res, err := b.decide(context.Background(), req.op, req.Request)
 	if err != nil {
-		t.Fatalf("Take(op %d) error: %v", req.Op, err)
+		t.Fatalf("%v error: %v", req.op, err)
 	}
 	if len(res.Rules) != len(req.Rules) {
-		t.Fatalf("Take(op %d) = %d rule results, want %d", req.Op, len(res.Rules), len(req.Rules))
+		t.Fatalf("%v = %d rule results, want %d", req.op, len(res.Rules), len(req.Rules))
 	}
 	return res
 }
@@ -156,3 +159,8 @@ func checkRule(t *testing.T, what string, got driver.RuleResult, allowed bool, u
 func goredisZ(score float64, member string) goredis.Z { return goredis.Z{Score: score, Member: member} }
 
 type goredisClient = goredis.Client
+
+// do carries out r (its op) as the driver method of that op would.
+func (b *Backend) do(ctx context.Context, r request) (driver.Result, error) {
+	return b.decide(ctx, r.op, r.Request)
+}

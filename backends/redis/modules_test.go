@@ -17,7 +17,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/capability"
-	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -72,11 +71,7 @@ func TestConformanceModules(t *testing.T) {
 		t.Run(tc.env, func(t *testing.T) {
 			b, _ := moduleBackend(t, moduleAddr(t, tc.env), capability.Config{})
 			wantStrategy(t, b, tc.algo, tc.want)
-			conformance.Run(t, conformance.Harness{
-				NewBackend: func(t *testing.T) driver.Backend { return b },
-				Clock:      nil,
-				Features:   implemented,
-			})
+			runConformance(t, b)
 		})
 	}
 }
@@ -91,10 +86,7 @@ func TestConformanceForcedPlainLua(t *testing.T) {
 			for _, a := range capability.Algorithms {
 				wantStrategy(t, b, a, capability.PlainLua)
 			}
-			conformance.Run(t, conformance.Harness{
-				NewBackend: func(t *testing.T) driver.Backend { return b },
-				Features:   implemented,
-			})
+			runConformance(t, b)
 		})
 	}
 }
@@ -119,7 +111,7 @@ func TestModuleKeys(t *testing.T) {
 			plain, _ := moduleBackend(t, addr, capability.Config{Forbid: []capability.Feature{tc.feature}})
 			s := newSubject(t, "keys")
 			r := tc.rule(s)
-			res := take(t, b, s.request(driver.OpTake, 2, r))
+			res := take(t, b, s.request(opTake, 2, r))
 			checkRule(t, "module take", res.Rules[0], true, 2, 5)
 			if typ, _ := c.Type(ctx, r.Key+tc.suffix).Result(); typ != tc.typ {
 				t.Errorf("TYPE %s = %q, want %q", tc.suffix, typ, tc.typ)
@@ -127,14 +119,14 @@ func TestModuleKeys(t *testing.T) {
 			if n, _ := c.Exists(ctx, r.Key).Result(); n != 0 {
 				t.Errorf("the plain key exists after a module take")
 			}
-			res = take(t, plain, s.request(driver.OpTake, 1, r))
+			res = take(t, plain, s.request(opTake, 1, r))
 			checkRule(t, "plain take (module forbidden: a fresh key)", res.Rules[0], true, 1, 5)
 			if n, _ := c.Exists(ctx, r.Key).Result(); n != 1 {
 				t.Errorf("the plain key is missing after a plain take")
 			}
-			res = take(t, b, s.request(driver.OpPeek, 1, r))
+			res = take(t, b, s.request(opPeek, 1, r))
 			checkRule(t, "module peek (its own state)", res.Rules[0], true, 2, 5)
-			if err := b.Reset(ctx, s.request(driver.OpTake, 1, r)); err != nil {
+			if err := b.Reset(ctx, s.request(opTake, 1, r).Request); err != nil {
 				t.Fatal(err)
 			}
 			if n, _ := c.Exists(ctx, r.Key, r.Key+tc.suffix).Result(); n != 0 {
@@ -154,8 +146,8 @@ func TestTairHashFieldExpiry(t *testing.T) {
 	wantStrategy(t, b, driver.SlidingWindow, capability.TairHashLua)
 	s := newSubject(t, "thttl")
 	r := s.sliding("s", 10, time.Hour, 10) // 6 min cells
-	req := s.request(driver.OpReserve, 3, r)
-	req.HoldID, req.HoldTTL = "h1", time.Hour
+	req := s.request(opReserve, 3, r)
+	req.ReservationID, req.ReservationTTL = "h1", time.Hour
 	res := take(t, b, req)
 	cell := (6 * time.Minute).Milliseconds()
 	i := res.Now.UnixMilli() / cell
@@ -174,9 +166,9 @@ func TestTairHashFieldExpiry(t *testing.T) {
 		}
 	}
 	check("after reserve 3", "3")
-	take(t, b, s.request(driver.OpTake, 2, r))
+	take(t, b, s.request(opTake, 2, r))
 	check("after take 2", "5")
-	if err := b.Settle(ctx, s.holds(), "h1", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h1", false); err != nil {
 		t.Fatal(err)
 	}
 	check("after cancelling the reserve (EXHINCRBY -3, then EXHPEXPIREAT again)", "2")
@@ -190,7 +182,7 @@ func TestHFEFieldExpiry(t *testing.T) {
 	wantStrategy(t, b, driver.SlidingWindow, capability.HFELua)
 	s := newSubject(t, "hfettl")
 	r := s.sliding("s", 10, time.Hour, 10) // 6 min cells
-	res := take(t, b, s.request(driver.OpTake, 3, r))
+	res := take(t, b, s.request(opTake, 3, r))
 	cell := (6 * time.Minute).Milliseconds()
 	i := res.Now.UnixMilli() / cell
 	got, err := c.Do(ctx, "hpexpiretime", r.Key+suffixHFE, "FIELDS", 1, strconv.FormatInt(i, 10)).Int64Slice()
@@ -228,7 +220,7 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 	}
 	// A peek (quantity 0) on a fresh key writes its TAT = now with a 0 ms
 	// TTL: gone by the next millisecond.
-	res := take(t, b, s.request(driver.OpPeek, 1, g1, g2))
+	res := take(t, b, s.request(opPeek, 1, g1, g2))
 	if !res.Allowed {
 		t.Errorf("a peek on fresh keys = denied, want allowed")
 	}
@@ -237,23 +229,23 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 		return n == 0
 	})
 	for k := 1; k <= 3; k++ {
-		res = take(t, b, s.request(driver.OpTake, 1, g1, g2))
+		res = take(t, b, s.request(opTake, 1, g1, g2))
 		check(fmt.Sprintf("take #%d", k))
 	}
 	if res.Allowed || res.Rules[1].Allowed || !res.Rules[0].Allowed {
 		t.Errorf("take #3 = %+v, want denied by g2 alone", res.Rules)
 	}
 	before, _ := c.Get(ctx, g1.Key+suffixCell).Result()
-	take(t, b, s.request(driver.OpTake, 1, g1, g2))
+	take(t, b, s.request(opTake, 1, g1, g2))
 	if after, _ := c.Get(ctx, g1.Key+suffixCell).Result(); after != before {
 		t.Errorf("g1's TAT changed on a request g2 denied: %s -> %s", before, after)
 	}
 	r2 := s.gcra("g3", 10, time.Minute, 4)
-	req := s.request(driver.OpReserve, 2, g1, r2)
-	req.HoldID, req.HoldTTL = "h", time.Hour
+	req := s.request(opReserve, 2, g1, r2)
+	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	check("reserve")
-	if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
 		t.Fatal(err)
 	}
 	check("cancel")
@@ -268,7 +260,7 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 // TestCellForeignState: a redis-cell rule's key holding anything
 // CL.THROTTLE did not write (which would abort the server) is refused with
 // take.lua's freqcap error by every op — take, peek, inspect, reserve, an
-// idempotent take — and nothing is written; a refund (cancel) of a hold on
+// idempotent take — and nothing is written; a refund (cancel) of a reservation on
 // such a key leaves it alone. The server answers PING after each.
 func TestCellForeignState(t *testing.T) {
 	ctx := context.Background()
@@ -288,7 +280,7 @@ func TestCellForeignState(t *testing.T) {
 			fs.put(t, c, key)
 			before := dumpKey(t, c, key)
 			for op, req := range gcraOps(s, r) {
-				res, err := b.Take(ctx, req)
+				res, err := b.do(ctx, req)
 				alive(op)
 				checkForeignErr(t, op, err, s, "g")
 				if err == nil {
@@ -298,15 +290,15 @@ func TestCellForeignState(t *testing.T) {
 			if after := dumpKey(t, c, key); after != before {
 				t.Errorf("the key changed on a refusal")
 			}
-			if n, _ := c.Exists(ctx, s.holds(), s.trail(), s.base+"!i:k").Result(); n != 0 {
-				t.Errorf("%d of the holds, trail and idempotency keys written on a refusal", n)
+			if n, _ := c.Exists(ctx, s.reservations(), s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the reservations, trail and idempotency keys written on a refusal", n)
 			}
-			// A hold taken while the key held a TAT, cancelled after it
+			// A reservation taken while the key held a TAT, cancelled after it
 			// was overwritten: the refund leaves the foreign value alone.
 			s2 := newSubject(t, "cellforeignhold")
 			r2 := s2.gcra("g", 10, time.Minute, 4)
-			req := s2.request(driver.OpReserve, 2, r2)
-			req.HoldID, req.HoldTTL = "h", time.Hour
+			req := s2.request(opReserve, 2, r2)
+			req.ReservationID, req.ReservationTTL = "h", time.Hour
 			if res := take(t, b, req); !res.Allowed {
 				t.Fatalf("reserve = %+v, want allowed", res)
 			}
@@ -315,7 +307,7 @@ func TestCellForeignState(t *testing.T) {
 			}
 			fs.put(t, c, r2.Key+suffixCell)
 			before = dumpKey(t, c, r2.Key+suffixCell)
-			if err := b.Settle(ctx, s2.holds(), "h", false); err != nil {
+			if err := b.Settle(ctx, s2.reservations(), "h", false); err != nil {
 				t.Errorf("cancel = %v, want nil", err)
 			}
 			alive("cancel")
@@ -326,7 +318,7 @@ func TestCellForeignState(t *testing.T) {
 	}
 	// The module still decides.
 	s := newSubject(t, "cellforeignafter")
-	res := take(t, b, s.request(driver.OpTake, 1, s.gcra("g", 10, time.Minute, 4)))
+	res := take(t, b, s.request(opTake, 1, s.gcra("g", 10, time.Minute, 4)))
 	checkRule(t, "take on a fresh key after the refusals", res.Rules[0], true, 1, 5)
 }
 
@@ -338,9 +330,9 @@ func TestCellRetryAfterHonest(t *testing.T) {
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	s := newSubject(t, "cellretry")
 	r := s.gcra("g", 4, time.Second, 0) // T = 250ms, one at a time
-	res := take(t, b, s.request(driver.OpTake, 1, r))
+	res := take(t, b, s.request(opTake, 1, r))
 	t0 := res.Now
-	res = take(t, b, s.request(driver.OpTake, 1, r))
+	res = take(t, b, s.request(opTake, 1, r))
 	if res.Allowed {
 		t.Fatalf("second take at once = allowed, want denied")
 	}
@@ -350,7 +342,7 @@ func TestCellRetryAfterHonest(t *testing.T) {
 	}
 	at := res.Now.Add(ra)
 	eventually(t, 2*time.Second, "the retry instant", func() bool { return !serverNow(t, c).Before(at) })
-	if res = take(t, b, s.request(driver.OpTake, 1, r)); !res.Allowed {
+	if res = take(t, b, s.request(opTake, 1, r)); !res.Allowed {
 		t.Errorf("take at Now+RetryAfter = denied (%v), want allowed", res.Rules[0].RetryAfter)
 	}
 }
@@ -442,8 +434,8 @@ func TestGCRAAgreesWithCell(t *testing.T) {
 					}
 					target = allowAt.Add(6 * time.Millisecond)
 				}
-				rp := take(t, plain, s.request(driver.OpTake, cost, r))
-				rcl := take(t, cell, s.request(driver.OpTake, cost, r))
+				rp := take(t, plain, s.request(opTake, cost, r))
+				rcl := take(t, cell, s.request(opTake, cost, r))
 				seqPlain, seqCell = append(seqPlain, rp.Allowed), append(seqCell, rcl.Allowed)
 				if rp.Allowed != rcl.Allowed {
 					t.Errorf("attempt %d (cost %d): Lua GCRA allowed=%v, CL.THROTTLE allowed=%v", k, cost, rp.Allowed, rcl.Allowed)
@@ -531,11 +523,11 @@ func TestBareTairHash(t *testing.T) {
 			t.Errorf("%s: used %d, %d; want %d, %d", what, res.Rules[0].Used, res.Rules[1].Used, ua, ub)
 		}
 	}
-	check("take 2", take(t, b, s.request(driver.OpTake, 2, a, bb)), true, 2, 2)
-	check("take 2 (b denies)", take(t, b, s.request(driver.OpTake, 2, a, bb)), false, 2, 2)
-	check("peek 1", take(t, b, s.request(driver.OpPeek, 1, a, bb)), true, 2, 2)
-	check("take 1", take(t, b, s.request(driver.OpTake, 1, a, bb)), true, 3, 3)
-	res := take(t, b, s.request(driver.OpInspect, 0, a, bb))
+	check("take 2", take(t, b, s.request(opTake, 2, a, bb)), true, 2, 2)
+	check("take 2 (b denies)", take(t, b, s.request(opTake, 2, a, bb)), false, 2, 2)
+	check("peek 1", take(t, b, s.request(opPeek, 1, a, bb)), true, 2, 2)
+	check("take 1", take(t, b, s.request(opTake, 1, a, bb)), true, 3, 3)
+	res := take(t, b, s.request(opInspect, 0, a, bb))
 	if len(res.Trail) != 1 || res.Trail[0].Rule != "b" || res.Trail[0].Used != 2 || res.Trail[0].Cost != 2 {
 		t.Errorf("Inspect trail = %+v, want one denial by b (used 2, cost 2)", res.Trail)
 	}
@@ -560,7 +552,7 @@ func TestBareTairHash(t *testing.T) {
 	if err := ar.incr(ctx, c, -1, 0); err != nil {
 		t.Fatalf("compensating decrement: %v", err)
 	}
-	check("peek after a compensated increment", take(t, b, s.request(driver.OpPeek, 1, a, bb)), false, 3, 3)
+	check("peek after a compensated increment", take(t, b, s.request(opPeek, 1, a, bb)), false, 3, 3)
 	if pttl, _ := c.Do(ctx, "exhpttl", ar.key, strconv.FormatInt(i, 10)).Int64(); pttl <= 0 {
 		t.Errorf("a's cell TTL after the compensating decrement = %d, want > 0 (EXHPEXPIREAT again)", pttl)
 	}
@@ -584,23 +576,23 @@ func TestBareTairHash(t *testing.T) {
 	// Unsupported: other algorithms, reservations.
 	for _, tc := range []struct {
 		name string
-		req  driver.Request
+		req  request
 	}{
-		{"gcra", s.request(driver.OpTake, 1, s.gcra("g", 10, time.Minute, 0))},
-		{"fixed with sliding", s.request(driver.OpTake, 1, a, s.fixed("f", 10, time.Minute))},
-		{"reserve", func() driver.Request {
-			r := s.request(driver.OpReserve, 1, a)
-			r.HoldID, r.HoldTTL = "h", time.Minute
+		{"gcra", s.request(opTake, 1, s.gcra("g", 10, time.Minute, 0))},
+		{"fixed with sliding", s.request(opTake, 1, a, s.fixed("f", 10, time.Minute))},
+		{"reserve", func() request {
+			r := s.request(opReserve, 1, a)
+			r.ReservationID, r.ReservationTTL = "h", time.Minute
 			return r
 		}()},
 	} {
-		if _, err := b.Take(ctx, tc.req); !errors.Is(err, errors.ErrUnsupported) {
+		if _, err := b.do(ctx, tc.req); !errors.Is(err, errors.ErrUnsupported) {
 			t.Errorf("Take(%s) error = %v, want errors.ErrUnsupported", tc.name, err)
 		}
 	}
 
 	// Idempotency: a retry replays the first decision.
-	req := s.request(driver.OpTake, 1, a)
+	req := s.request(opTake, 1, a)
 	req.IdemKey, req.IdemTTL = s.base+"!i:k1", time.Minute
 	first := take(t, b, req)
 	again := take(t, b, req)
@@ -611,7 +603,7 @@ func TestBareTairHash(t *testing.T) {
 	// Batches fall back to Take.
 	s2 := newSubject(t, "barebatch")
 	x := s2.sliding("x", 2, time.Hour, 10)
-	out := b.TakeBatch(ctx, []driver.Request{s2.request(driver.OpTake, 1, x), s2.request(driver.OpTake, 1, x), s2.request(driver.OpTake, 1, x)})
+	out := b.batch(ctx, []request{s2.request(opTake, 1, x), s2.request(opTake, 1, x), s2.request(opTake, 1, x)})
 	for k, want := range []bool{true, true, false} {
 		if out[k].Err != nil || out[k].Result.Allowed != want || !out[k].Result.NonAtomic {
 			t.Errorf("TakeBatch[%d] = %+v, %v; want allowed %v, NonAtomic", k, out[k].Result, out[k].Err, want)
@@ -628,7 +620,7 @@ func TestBareTairHash(t *testing.T) {
 		go func() {
 			n := 0
 			for range 4 {
-				if res, err := b.Take(ctx, s3.request(driver.OpTake, 1, q, p)); err == nil && res.Allowed {
+				if res, err := b.do(ctx, s3.request(opTake, 1, q, p)); err == nil && res.Allowed {
 					n++
 				}
 			}
@@ -639,7 +631,7 @@ func TestBareTairHash(t *testing.T) {
 	for range 32 {
 		admitted += <-done
 	}
-	res = take(t, b, s3.request(driver.OpPeek, 1, q, p))
+	res = take(t, b, s3.request(opPeek, 1, q, p))
 	if admitted != 20 || res.Rules[1].Used != 20 || res.Rules[0].Used != 20 {
 		t.Errorf("race: %d admitted, used q %d p %d; want 20, 20, 20 (compensated)", admitted, res.Rules[0].Used, res.Rules[1].Used)
 	}
@@ -660,9 +652,9 @@ func TestBareStrict(t *testing.T) {
 		r := s.sliding("r", 1, time.Second, 10)
 		j := serverNow(t, c).Truncate(cell).Add(cell) // cell j starts
 		eventually(t, time.Second, "cell j", func() bool { return !serverNow(t, c).Before(j.Add(10 * time.Millisecond)) })
-		first := take(t, b, s.request(driver.OpTake, 1, r))
+		first := take(t, b, s.request(opTake, 1, r))
 		eventually(t, 2*time.Second, "cell j+N", func() bool { return !serverNow(t, c).Before(j.Add(time.Second)) })
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		leave := j.Add(time.Second + cell)
 		if !first.Allowed || first.Now.After(j.Add(cell)) || !res.Now.Before(leave) {
 			t.Logf("attempt %d: the takes missed their cells (%v, %v); retrying", attempt, first.Now.Sub(j), res.Now.Sub(j))
@@ -672,7 +664,7 @@ func TestBareStrict(t *testing.T) {
 			t.Fatalf("take %v after the first = %+v, want denied with retry %v (until cell j stops counting)", res.Now.Sub(first.Now), res.Rules[0], leave.Sub(res.Now))
 		}
 		eventually(t, 2*time.Second, "cell j leaves", func() bool { return !serverNow(t, c).Before(leave) })
-		if res = take(t, b, s.request(driver.OpTake, 1, r)); !res.Allowed {
+		if res = take(t, b, s.request(opTake, 1, r)); !res.Allowed {
 			t.Errorf("take once cell j stopped counting = %+v, want allowed", res.Rules[0])
 		}
 		return

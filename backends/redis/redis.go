@@ -7,8 +7,8 @@
 // rule of the request against the server's clock (TIME) and consumes from
 // all of them only if all admit. State per rule is one key: a string
 // counter (fixed window), a hash of cells (sliding window), a sorted set
-// (sliding log) or a string TAT (GCRA). The denial trail is a list, holds a
-// hash; both are written by the same scripts.
+// (sliding log) or a string TAT (GCRA). The denial trail is a list, the open
+// reservations a hash; both are written by the same scripts.
 //
 // On first use the backend detects what the server can do
 // (backends/capability: TairHash, redis-cell, native hash-field expiry,
@@ -46,7 +46,10 @@ import (
 
 var (
 	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Settler    = (*Backend)(nil)
+	_ driver.Peeker     = (*Backend)(nil)
+	_ driver.Reserver   = (*Backend)(nil)
+	_ driver.Inspector  = (*Backend)(nil)
+	_ driver.Batcher    = (*Backend)(nil)
 	_ driver.Resetter   = (*Backend)(nil)
 	_ driver.Describer  = (*Backend)(nil)
 	_ driver.Idempotent = (*Backend)(nil)
@@ -72,7 +75,7 @@ type Options struct {
 	// so that the script can pick the window around the server's clock.
 	// It bounds the client/server clock skew tolerated. Default: 1.
 	CalendarSpan int
-	// SettleAttempts bounds how often Settle re-reads a hold that changed
+	// SettleAttempts bounds how often Settle re-reads a reservation that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
 	// Detect overrides capability detection: ForcePlainLua uses the plain
@@ -224,32 +227,57 @@ func isNoScript(err error) bool {
 	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Take carries out req in one EVALSHA (EVAL where the server refuses
-// EVALSHA). Where scripting is refused, it runs bare TairHash commands
-// instead (see takeBare): the Result is NonAtomic.
+// Take checks req's rules and consumes req.Cost from each if all admit
+// it, in one EVALSHA of take.lua (EVAL where the server refuses EVALSHA).
+// Where scripting is refused, it runs bare TairHash commands instead (see
+// takeBare): the Result is NonAtomic.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opTake, req)
+}
+
+// Peek reports what Take would decide, consuming nothing: the same one
+// EVALSHA (driver.Peeker).
+func (b *Backend) Peek(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opPeek, req)
+}
+
+// Reserve is Take that records a reservation in the same EVALSHA
+// (driver.Reserver). Where scripting is refused it returns an error
+// wrapping errors.ErrUnsupported.
+func (b *Backend) Reserve(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opReserve, req)
+}
+
+// Inspect is a cost-1 Peek that also returns the denial trail, in the same
+// one EVALSHA (driver.Inspector).
+func (b *Backend) Inspect(ctx context.Context, req driver.Request) (driver.Result, error) {
+	return b.decide(ctx, opInspect, req)
+}
+
+// decide carries out one operation in one EVALSHA (or bare commands).
+func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
 	if scriptless(rep) {
-		res, err := b.takeBare(ctx, req, rep)
+		res, err := b.takeBare(ctx, o, req, rep)
 		if err != nil {
-			return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+			return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 		}
 		return res, nil
 	}
-	c, err := b.encode(req, time.Now(), rep)
+	c, err := b.encode(o, req, time.Now(), rep)
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
 	v, err := run(ctx, b.c, takeScript, lua.Take, rep.EvalOnly, c.keys, c.args)
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
-	res, err := b.finish(req, c, v)
+	res, err := b.finish(o, req, c, v)
 	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: take: %w", err)
+		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
 	return res, nil
 }
@@ -259,7 +287,7 @@ func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, 
 // server's capabilities on first use; where scripting is refused it
 // fails (errors.ErrUnsupported): callers must use Take there (see
 // scriptless).
-func (b *Backend) prepare(ctx context.Context, req driver.Request) (call, error) {
+func (b *Backend) prepare(ctx context.Context, o op, req driver.Request) (call, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
 		return call{}, err
@@ -267,17 +295,17 @@ func (b *Backend) prepare(ctx context.Context, req driver.Request) (call, error)
 	if scriptless(rep) {
 		return call{}, fmt.Errorf("%w: scripting is refused (EVAL runs on %s): use Take", errors.ErrUnsupported, rep.Scripting)
 	}
-	return b.encode(req, time.Now(), rep)
+	return b.encode(o, req, time.Now(), rep)
 }
 
 // finish decodes take.lua's reply v to req, sent as c.
-func (b *Backend) finish(req driver.Request, c call, v any) (driver.Result, error) {
+func (b *Backend) finish(o op, req driver.Request, c call, v any) (driver.Result, error) {
 	res, err := parseTake(v, req.Rules)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if req.Op == driver.OpReserve && res.Allowed && !res.Replayed {
-		res.HoldID = req.HoldID
+	if o == opReserve && res.Allowed && !res.Replayed {
+		res.ReservationID = req.ReservationID
 	}
 	for i, ch := range c.rules {
 		res.Rules[i].Strategy = ch.strategy()
@@ -285,10 +313,11 @@ func (b *Backend) finish(req driver.Request, c call, v any) (driver.Result, erro
 	return res, nil
 }
 
-// Settle commits or cancels hold id under holdKey. It reads the hold first
-// to learn the keys its refund touches, then runs the settle script over
-// exactly those keys (the script re-checks them).
-func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) error {
+// Settle commits or cancels reservation id under resKey (driver.Reserver).
+// It reads the reservation first to learn the keys its refund touches,
+// then runs the settle script over exactly those keys (the script
+// re-checks them).
+func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
 	flag := "0"
 	if commit {
 		flag = "1"
@@ -301,14 +330,14 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 		return fmt.Errorf("redis: settle: %w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
 	}
 	for range b.opts.SettleAttempts {
-		plan, err := b.c.HGet(ctx, holdKey, id).Result()
+		plan, err := b.c.HGet(ctx, resKey, id).Result()
 		if errors.Is(err, goredis.Nil) {
-			return driver.ErrHoldNotFound
+			return driver.ErrReservationNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("redis: settle: %w", err)
 		}
-		keys := append([]string{holdKey}, holdKeys(plan)...)
+		keys := append([]string{resKey}, reservationKeys(plan)...)
 		args := make([]any, evalArgs, evalArgs+len(keys)+2)
 		for _, k := range keys {
 			args = append(args, k)
@@ -326,18 +355,19 @@ func (b *Backend) Settle(ctx context.Context, holdKey, id string, commit bool) e
 		case 1:
 			return nil
 		case 0:
-			return driver.ErrHoldNotFound
+			return driver.ErrReservationNotFound
 		case -1:
-			continue // the hold changed since it was read
+			continue // the reservation changed since it was read
 		default:
 			return fmt.Errorf("redis: settle: unexpected reply %d", n)
 		}
 	}
-	return fmt.Errorf("redis: settle: hold kept changing over %d attempts", b.opts.SettleAttempts)
+	return fmt.Errorf("redis: settle: reservation kept changing over %d attempts", b.opts.SettleAttempts)
 }
 
-// holdKeys returns the distinct state keys a hold value names.
-func holdKeys(plan string) []string {
+// reservationKeys returns the distinct state keys a reservation's refund
+// plan names.
+func reservationKeys(plan string) []string {
 	var keys []string
 	lines := strings.Split(plan, "\n")
 	for _, l := range lines[1:] {
@@ -359,8 +389,8 @@ func holdKeys(plan string) []string {
 	return keys
 }
 
-// Reset deletes the state of every rule in req.Rules and the holds under
-// req.HoldKey, in one DEL. It deletes the keys of every strategy a rule
+// Reset deletes the state of every rule in req.Rules and the reservations
+// under req.ReservationKey, in one DEL. It deletes the keys of every strategy a rule
 // may have used (the plain key and the module strategies' suffixed ones),
 // so it needs no detection. The denial trail is kept.
 func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
@@ -368,8 +398,8 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	for i := range req.Rules {
 		keys = append(keys, stateKeys(&req.Rules[i])...)
 	}
-	if req.HoldKey != "" {
-		keys = append(keys, req.HoldKey)
+	if req.ReservationKey != "" {
+		keys = append(keys, req.ReservationKey)
 	}
 	if len(keys) == 0 {
 		return nil

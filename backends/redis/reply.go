@@ -60,7 +60,7 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 		return driver.Result{}, err
 	}
 	// 0/1: decided now; 2/3: a replay of the decision stored under the
-	// request's idempotency key, followed by the original hold id.
+	// request's idempotency key, followed by the original reservation id.
 	if first < 0 || first > 3 {
 		return driver.Result{}, fmt.Errorf("reply: first element must be 0..3, got %d", first)
 	}
@@ -95,9 +95,9 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	rest := a[2+n*perRuleReply:]
 	if res.Replayed {
 		if len(rest) != 1 {
-			return driver.Result{}, fmt.Errorf("reply: replay: want the hold id after %d rules, got %d extra elements", n, len(rest))
+			return driver.Result{}, fmt.Errorf("reply: replay: want the reservation id after %d rules, got %d extra elements", n, len(rest))
 		}
-		if res.HoldID, err = replyString(rest[0]); err != nil {
+		if res.ReservationID, err = replyString(rest[0]); err != nil {
 			return driver.Result{}, err
 		}
 		return res, nil

@@ -47,12 +47,12 @@ func TestParseTake(t *testing.T) {
 		{name: "not an array", v: "OK", wantErr: "want an array"},
 		{name: "too short", v: ok[:5], wantErr: "want at least 6"},
 		{name: "replayed reserve", v: append(append([]any{int64(3)}, ok[1:]...), "h1"), check: func(t *testing.T, r driver.Result) {
-			if !r.Allowed || !r.Replayed || r.HoldID != "h1" || r.Rules[0].Used != 2 {
-				t.Errorf("parseTake = %+v, want allowed, replayed, hold h1, used 2", r)
+			if !r.Allowed || !r.Replayed || r.ReservationID != "h1" || r.Rules[0].Used != 2 {
+				t.Errorf("parseTake = %+v, want allowed, replayed, reservation h1, used 2", r)
 			}
 		}},
 		{name: "bad allowed", v: append([]any{int64(4)}, ok[1:]...), wantErr: "must be 0..3"},
-		{name: "replay without hold id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the hold id"},
+		{name: "replay without reservation id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the reservation id"},
 		{name: "bad flags", v: []any{int64(0), int64(1), int64(3), int64(0), int64(0), int64(0)}, wantErr: "flags must be"},
 		{name: "bad now", v: append([]any{int64(1), "x"}, rule...), wantErr: "want an integer"},
 		{name: "nil element", v: append([]any{int64(1), int64(1), nil}, rule[1:]...), wantErr: "rule 0"},
@@ -97,11 +97,11 @@ func TestReplyHelpers(t *testing.T) {
 	}
 }
 
-func TestHoldKeys(t *testing.T) {
+func TestReservationKeys(t *testing.T) {
 	plan := "1700000000000000\ns a:{x}:p:r.1 12 1 99\nf a:{x}:p:f.1 1700 1\ns a:{x}:p:r.1 13 1 99\nl a:{x}:p:l.1 m1,m2"
-	got := strings.Join(holdKeys(plan), " ")
+	got := strings.Join(reservationKeys(plan), " ")
 	want := "a:{x}:p:r.1 a:{x}:p:f.1 a:{x}:p:l.1"
 	if got != want {
-		t.Errorf("holdKeys(%q) = %q, want %q", plan, got, want)
+		t.Errorf("reservationKeys(%q) = %q, want %q", plan, got, want)
 	}
 }

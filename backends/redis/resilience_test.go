@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestScriptFlush(t *testing.T) {
@@ -24,15 +23,15 @@ func TestScriptFlush(t *testing.T) {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		res := take(t, b, s.request(driver.OpTake, 1, r))
+		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take after SCRIPT FLUSH", res.Rules[0], true, i, 10)
 	}
 	// Settle after a flush too.
-	req := s.request(driver.OpReserve, 1, r)
-	req.HoldID, req.HoldTTL = "h", time.Hour
+	req := s.request(opReserve, 1, r)
+	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	c.ScriptFlush(ctx)
-	if err := b.Settle(ctx, s.holds(), "h", false); err != nil {
+	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
 		t.Errorf("Settle after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -64,7 +63,7 @@ func TestServerRestart(t *testing.T) {
 					return
 				default:
 				}
-				_, err := b.Take(ctx, s.request(driver.OpTake, 1, r))
+				_, err := b.do(ctx, s.request(opTake, 1, r))
 				mu.Lock()
 				if err != nil {
 					bad++
@@ -109,12 +108,12 @@ func TestNoReplayAfterTimeout(t *testing.T) {
 	s := newSubject(t, "replay")
 	r := s.fixed("f", 100, time.Hour)
 	ctx := context.Background()
-	take(t, b, s.request(driver.OpTake, 1, r)) // load the script, open a connection
+	take(t, b, s.request(opTake, 1, r)) // load the script, open a connection
 	control := goredis.NewScript(`return redis.call('INCR', KEYS[1])`)
 	control.Run(ctx, c, []string{s.key("control")})
 
 	busy := func(f func() error) (int64, error) { return whileBusy(t, addr, blocker, dials, f) }
-	d, err := busy(func() error { _, err := b.Take(ctx, s.request(driver.OpTake, 1, r)); return err })
+	d, err := busy(func() error { _, err := b.do(ctx, s.request(opTake, 1, r)); return err })
 	if err == nil {
 		t.Fatal("the decision did not time out while the server ran a busy script: the replay check has nothing to check")
 	}

@@ -8,7 +8,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -28,11 +27,7 @@ func sentinelBackend(t *testing.T, z *redistest.Sentinel) (*Backend, goredis.Uni
 
 func TestConformanceSentinel(t *testing.T) {
 	b, _ := sentinelBackend(t, redistest.NewSentinel(t))
-	conformance.Run(t, conformance.Harness{
-		NewBackend: func(t *testing.T) driver.Backend { return b },
-		Clock:      nil, // the server's clock
-		Features:   implemented,
-	})
+	runConformance(t, b)
 }
 
 // TestSentinelFailover decides through a Sentinel client, fails the master
@@ -47,7 +42,7 @@ func TestSentinelFailover(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "sentinel")
 	rules := []driver.Rule{s.sliding("s", 10, time.Hour, 10), s.fixed("f", 10, time.Hour)}
-	req := s.request(driver.OpTake, 1, rules...)
+	req := s.request(opTake, 1, rules...)
 	for i := int64(1); i <= 6; i++ {
 		res := take(t, b, req)
 		checkRule(t, "before failover, sliding", res.Rules[0], true, i, 10)
@@ -68,7 +63,7 @@ func TestSentinelFailover(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after failover: %d decisions admitted, %d failed, before the deadline; want 4 admitted", used-6, failed)
 		}
-		res, err := b.Take(ctx, req)
+		res, err := b.do(ctx, req)
 		if err != nil {
 			failed++
 			time.Sleep(20 * time.Millisecond) // the client is switching masters: poll

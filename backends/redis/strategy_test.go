@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/capability"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestResultStrategy checks that every rule's result names the strategy
@@ -23,7 +22,7 @@ func TestResultStrategy(t *testing.T) {
 			sliding = capability.HFELua.String()
 		}
 		s := newSubject(t, "strategy")
-		res := take(t, b, s.request(driver.OpTake, 1,
+		res := take(t, b, s.request(opTake, 1,
 			s.fixed("f", 5, time.Minute), s.sliding("s", 5, time.Minute, 10), s.gcra("g", 10, time.Minute, 4)))
 		want := []string{capability.PlainLua.String(), sliding, capability.PlainLua.String()}
 		for i, r := range res.Rules {
@@ -37,7 +36,7 @@ func TestResultStrategy(t *testing.T) {
 		s := newSubject(t, "strategy")
 		// 10 per minute: T = 6 s, which CL.THROTTLE expresses; 3 per second:
 		// T = 333333333.3 ns, which it cannot, so that rule stays on Lua.
-		res := take(t, b, s.request(driver.OpTake, 1,
+		res := take(t, b, s.request(opTake, 1,
 			s.gcra("exact", 10, time.Minute, 4), s.gcra("inexact", 3, time.Second, 0)))
 		want := []string{capability.CellLua.String(), capability.PlainLua.String()}
 		for i, r := range res.Rules {

@@ -1,144 +1,155 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The batch cases hold a backend to driver.Batcher: one result per
-// request in input order, each request atomic by itself, requests on one
-// hash tag carried out in order, failures reported per request.
+// The batch cases hold a backend to driver.Batcher through the sdk's
+// TakeBatch and PeekBatch: one result per attempt in input order, each
+// attempt atomic by itself, attempts on one subject carried out in order,
+// failures reported per attempt.
 
-func (e *env) batcher() driver.Batcher {
-	e.t.Helper()
-	bt, ok := e.b.(driver.Batcher)
-	if !ok {
-		e.t.Fatalf("Harness.Features has Batch but %T is not a driver.Batcher", e.b)
-	}
-	return bt
+// attempt is an attempt on the test's subject (sub: on another one).
+func (e *env) attempt(cost int64, sub ...string) sdk.Attempt {
+	return sdk.Attempt{Subject: e.subject(sub...), Cost: cost}
 }
 
-// batch sends reqs in one TakeBatch and checks the number of results.
-func (e *env) batch(reqs ...driver.Request) []driver.BatchResult {
+// batch sends as in one TakeBatch (peek: PeekBatch) under the policy of
+// rules and checks the number of results.
+func (e *env) batch(peek bool, as []sdk.Attempt, rules ...sdk.Rule) []sdk.BatchResult {
 	e.t.Helper()
-	out := e.batcher().TakeBatch(bg(), reqs)
-	if len(out) != len(reqs) {
-		e.t.Fatalf("TakeBatch(%d requests) = %d results, want %d", len(reqs), len(out), len(reqs))
+	p := e.policy(rules...)
+	var out []sdk.BatchResult
+	if peek {
+		out = e.lim.PeekBatch(bg(), p, as)
+	} else {
+		out = e.lim.TakeBatch(bg(), p, as)
+	}
+	if len(out) != len(as) {
+		e.t.Fatalf("TakeBatch(%d attempts) = %d results, want %d", len(as), len(out), len(as))
 	}
 	return out
 }
 
-// ok returns br's result, failing the test on an error or a malformed
-// result.
-func (e *env) ok(label string, br driver.BatchResult, req driver.Request) driver.Result {
+// ok returns br's decision, failing the test on an error or a malformed
+// decision.
+func (e *env) ok(label string, br sdk.BatchResult, rules ...sdk.Rule) sdk.Decision {
 	e.t.Helper()
-	return e.shaped(label, req, br.Result, br.Err)
-}
-
-// inTag returns req with every key moved to hash tag e.tag+"-"+sub: the
-// keys of another subject, perhaps on another cluster node.
-func (e *env) inTag(sub string, req driver.Request) driver.Request {
-	tag := e.tag + "-" + sub
-	move := func(k string) string {
-		if k == "" {
-			return ""
-		}
-		return "ct:{" + tag + "}" + k[len("ct:{"+e.tag+"}"):]
-	}
-	rules := make([]driver.Rule, len(req.Rules))
-	for i, r := range req.Rules {
-		r.Key = move(r.Key)
-		rules[i] = r
-	}
-	req.Rules = rules
-	req.TrailKey, req.HoldKey, req.IdemKey = move(req.TrailKey), move(req.HoldKey), move(req.IdemKey)
-	return req
+	return e.shaped(label, rules, br.Decision, br.Err)
 }
 
 // batchOrder: eight subjects (eight hash tags) with 0..3 units used of 3
-// each; one batch takes a unit from each and peeks the first again.
+// each; one batch takes a unit from each, then a peek batch sees them.
 func batchOrder(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	if out := e.batcher().TakeBatch(bg(), nil); len(out) != 0 {
-		e.t.Errorf("TakeBatch(no requests) = %d results, want 0", len(out))
-	}
 	f := e.fixed("f", 3, w)
-	var reqs []driver.Request
+	if out := e.batch(false, nil, f); len(out) != 0 {
+		e.t.Errorf("TakeBatch(no attempts) = %d results, want 0", len(out))
+	}
+	var as []sdk.Attempt
 	for i := range 8 {
 		sub := fmt.Sprint(i)
 		if pre := int64(i % 4); pre > 0 {
-			e.do(e.inTag(sub, e.request(driver.OpTake, pre, f)))
+			e.takeAttempt(e.attempt(pre, sub), f)
 		}
-		reqs = append(reqs, e.inTag(sub, e.request(driver.OpTake, 1, f)))
+		as = append(as, e.attempt(1, sub))
 	}
-	reqs = append(reqs, e.inTag("0", e.request(driver.OpPeek, 1, f)))
-	out := e.batch(reqs...)
+	out := e.batch(false, as, f)
 	for i := range 8 {
 		label := fmt.Sprintf("TakeBatch entry %d (subject %d, %d of 3 used before)", i, i, i%4)
-		res := e.ok(label, out[i], reqs[i])
-		allowed := i%4 < 3
-		if res.Allowed != allowed {
-			e.t.Errorf("%s: Allowed = %t, want %t", label, res.Allowed, allowed)
+		d := e.ok(label, out[i], f)
+		if allowed := i%4 < 3; d.Allowed != allowed {
+			e.t.Errorf("%s: Allowed = %t, want %t", label, d.Allowed, allowed)
 		}
-		e.used(label, res, min(int64(i%4)+1, 3))
+		e.used(label, d, min(int64(i%4)+1, 3))
 	}
-	e.used("TakeBatch entry 8 (a peek of subject 0, after its take)", e.ok("TakeBatch entry 8", out[8], reqs[8]), 1)
+	peeks := e.batch(true, as, f)
+	for i := range 8 {
+		label := fmt.Sprintf("PeekBatch entry %d (subject %d, after the take batch)", i, i)
+		d := e.ok(label, peeks[i], f)
+		if allowed := i%4 < 2; d.Allowed != allowed {
+			e.t.Errorf("%s: Allowed = %t, want %t", label, d.Allowed, allowed)
+		}
+		e.used(label, d, min(int64(i%4)+1, 3))
+	}
 }
 
-// batchSameSubject: requests on one subject in one batch are decided in
+// batchSameSubject: attempts on one subject in one batch are decided in
 // order, each all-or-nothing.
 func batchSameSubject(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	f := e.fixed("f", 4, w)
 	g := e.log("g", 100, w)
-	reqs := []driver.Request{
-		e.request(driver.OpTake, 3, f, g),
-		e.request(driver.OpTake, 3, f, g),
-		e.request(driver.OpTake, 1, f, g),
-		e.request(driver.OpTake, 1, f, g),
-		e.request(driver.OpPeek, 1, f, g),
-	}
-	out := e.batch(reqs...)
+	out := e.batch(false, []sdk.Attempt{e.attempt(3), e.attempt(3), e.attempt(1), e.attempt(1)}, f, g)
 	wants := []struct {
 		allowed bool
 		f, g    int64
-	}{{true, 3, 3}, {false, 3, 3}, {true, 4, 4}, {false, 4, 4}, {false, 4, 4}}
+	}{{true, 3, 3}, {false, 3, 3}, {true, 4, 4}, {false, 4, 4}}
 	for i, w := range wants {
-		label := fmt.Sprintf("TakeBatch entry %d (%s)", i, opName(reqs[i]))
-		res := e.ok(label, out[i], reqs[i])
-		if res.Allowed != w.allowed {
-			e.t.Errorf("%s: Allowed = %t, want %t", label, res.Allowed, w.allowed)
+		label := fmt.Sprintf("TakeBatch entry %d", i)
+		d := e.ok(label, out[i], f, g)
+		if d.Allowed != w.allowed {
+			e.t.Errorf("%s: Allowed = %t, want %t", label, d.Allowed, w.allowed)
 		}
-		e.used(label, res, w.f, w.g)
+		e.used(label, d, w.f, w.g)
 	}
-	e.used("Peek(f+g) after the batch (a denied request took nothing from g)", e.peek(1, f, g), 4, 4)
+	peeks := e.batch(true, []sdk.Attempt{e.attempt(1), e.attempt(1)}, f, g)
+	for i := range peeks {
+		d := e.ok(fmt.Sprintf("PeekBatch entry %d", i), peeks[i], f, g)
+		e.used(fmt.Sprintf("PeekBatch entry %d (a denied attempt took nothing from g)", i), d, 4, 4)
+	}
 }
 
-// batchErrors: an invalid request fails alone.
+// batchErrors: an invalid attempt fails alone; so does an invalid request
+// the backend is sent directly (the sdk never sends one: driver.Batcher's
+// contract still holds).
 func batchErrors(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	f := e.fixed("f", 5, w)
-	bad := e.inTag("bad", e.request(driver.OpTake, 1, f))
-	bad.Cost = 0
-	reqs := []driver.Request{
-		e.request(driver.OpTake, 1, f),
-		bad,
-		e.inTag("other", e.request(driver.OpTake, 2, f)),
-		e.request(driver.OpTake, 1, f),
+	bad := sdk.Attempt{Subject: sdk.Subject{}}
+	out := e.batch(false, []sdk.Attempt{e.attempt(1), bad, e.attempt(2, "other"), {Subject: e.subject(), Cost: -1}, e.attempt(1)}, f)
+	if !errors.Is(out[1].Err, sdk.ErrInvalidSubject) {
+		e.t.Errorf("TakeBatch entry 1 (no subject) = %v, want %v", out[1].Err, sdk.ErrInvalidSubject)
 	}
-	out := e.batch(reqs...)
-	if out[1].Err == nil {
-		e.t.Errorf("TakeBatch entry 1 (cost 0) = %+v, want an error", out[1].Result)
+	if !errors.Is(out[3].Err, sdk.ErrInvalidCost) {
+		e.t.Errorf("TakeBatch entry 3 (cost -1) = %v, want %v", out[3].Err, sdk.ErrInvalidCost)
 	}
-	e.used("TakeBatch entry 0", e.ok("TakeBatch entry 0", out[0], reqs[0]), 1)
-	e.used("TakeBatch entry 2", e.ok("TakeBatch entry 2", out[2], reqs[2]), 2)
-	e.used("TakeBatch entry 3", e.ok("TakeBatch entry 3", out[3], reqs[3]), 2)
-	e.used("Peek of the invalid request's subject", e.do(e.inTag("bad", e.request(driver.OpPeek, 1, f))), 0)
+	e.used("TakeBatch entry 0", e.ok("TakeBatch entry 0", out[0], f), 1)
+	e.used("TakeBatch entry 2", e.ok("TakeBatch entry 2", out[2], f), 2)
+	e.used("TakeBatch entry 4", e.ok("TakeBatch entry 4", out[4], f), 2)
+
+	// Directly: a request of cost 0 fails alone.
+	bt := e.b.(driver.Batcher)
+	k := e.lim.Keys(e.policy(f), e.subject("direct"))
+	rule := driver.Rule{Name: "f", Key: k[0], Algorithm: driver.FixedWindow, Limit: 5, Window: w}
+	req := driver.Request{Policy: "p", Rules: []driver.Rule{rule}, Cost: 1, TrailKey: k[1], ReservationKey: k[2]}
+	zero := req
+	zero.Cost = 0
+	for _, peek := range []bool{false, true} {
+		var brs []driver.BatchResult
+		if peek {
+			brs = bt.PeekBatch(bg(), []driver.Request{req, zero, req})
+		} else {
+			brs = bt.TakeBatch(bg(), []driver.Request{req, zero, req})
+		}
+		if len(brs) != 3 || brs[1].Err == nil || brs[0].Err != nil || brs[2].Err != nil {
+			e.t.Fatalf("driver Batcher (peek %t) of [ok, cost 0, ok] = %+v, want the cost-0 request alone to fail", peek, brs)
+		}
+		// The take batch took 2 (the cost-0 request nothing); the peek
+		// batch sees them.
+		if g := brs[2].Result.Rules[0].Used; g != 2 {
+			e.t.Errorf("driver Batcher (peek %t) entry 2 = used %d, want 2", peek, g)
+		}
+	}
+	e.used("PeekBatch of the directly batched subject", e.ok("PeekBatch", e.batch(true, []sdk.Attempt{e.attempt(1, "direct")}, f)[0], f), 2)
 }
 
 // batchIdem: idempotency keys work within and across batches.
@@ -146,34 +157,34 @@ func batchIdem(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	f := e.fixed("f", 10, w)
-	a := e.idem(e.request(driver.OpTake, 1, f), "a", time.Hour)
-	reqs := []driver.Request{
+	a := sdk.Attempt{Subject: e.subject(), Cost: 1, IdempotencyKey: "a"}
+	as := []sdk.Attempt{
 		a,
-		a,                              // the same attempt again, in the same batch
-		e.inTag("b", a),                // the same key for another subject: another attempt
-		e.request(driver.OpTake, 1, f), // no key
+		a, // the same attempt again, in the same batch
+		{Subject: e.subject("b"), Cost: 1, IdempotencyKey: "a"}, // the same key for another subject: another attempt
+		e.attempt(1), // no key
 	}
-	check := func(round string, out []driver.BatchResult) []driver.Result {
+	check := func(round string, out []sdk.BatchResult) []sdk.Decision {
 		e.t.Helper()
-		res := make([]driver.Result, len(out))
+		ds := make([]sdk.Decision, len(out))
 		for i := range out {
-			res[i] = e.ok(fmt.Sprintf("%s entry %d", round, i), out[i], reqs[i])
+			ds[i] = e.ok(fmt.Sprintf("%s entry %d", round, i), out[i], f)
 		}
-		return res
+		return ds
 	}
-	r1 := check("first batch", e.batch(reqs...))
+	r1 := check("first batch", e.batch(false, as, f))
 	e.fresh("first batch entry 0", r1[0])
 	e.used("first batch entry 0", r1[0], 1)
-	e.sameResult("first batch entry 1 (key a again)", r1[1], r1[0])
+	e.sameDecision("first batch entry 1 (key a again)", r1[1], r1[0])
 	e.fresh("first batch entry 2 (key a, subject b)", r1[2])
 	e.used("first batch entry 2", r1[2], 1)
 	e.fresh("first batch entry 3 (no key)", r1[3])
 	e.used("first batch entry 3", r1[3], 2)
 
-	r2 := check("retried batch", e.batch(reqs...))
-	e.sameResult("retried batch entry 0", r2[0], r1[0])
-	e.sameResult("retried batch entry 1", r2[1], r1[0])
-	e.sameResult("retried batch entry 2", r2[2], r1[2])
+	r2 := check("retried batch", e.batch(false, as, f))
+	e.sameDecision("retried batch entry 0", r2[0], r1[0])
+	e.sameDecision("retried batch entry 1", r2[1], r1[0])
+	e.sameDecision("retried batch entry 2", r2[2], r1[2])
 	e.fresh("retried batch entry 3 (no key)", r2[3])
 	e.used("retried batch entry 3", r2[3], 3)
 	e.used("Peek(f)", e.peek(1, f), 3)

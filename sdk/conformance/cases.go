@@ -5,96 +5,96 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // groups is the suite, in the order Run runs it.
 var groups = []group{
 	{name: "Concurrency", serial: true, cases: []testCase{
-		{name: "FixedWindow", run: concurrency(driver.FixedWindow)},
-		{name: "SlidingWindow", run: concurrency(driver.SlidingWindow)},
-		{name: "SlidingLog", run: concurrency(driver.SlidingLog)},
-		{name: "GCRA", run: concurrency(driver.GCRA)},
+		{name: "FixedWindow", run: concurrency(sdk.AlgorithmFixedWindow)},
+		{name: "SlidingWindow", run: concurrency(sdk.AlgorithmSlidingWindow)},
+		{name: "SlidingLog", run: concurrency(sdk.AlgorithmSlidingLog)},
+		{name: "GCRA", run: concurrency(sdk.AlgorithmGCRA)},
 		{name: "AllRules", run: concurrency(0)},
 	}},
 	{name: "FixedWindow", cases: []testCase{
-		{name: "Boundary", run: fixedBoundary},
+		{name: "Boundary", needs: peeker, run: fixedBoundary},
 		{name: "EdgeBurst", run: fixedEdgeBurst},
 	}},
 	{name: "SlidingWindow", cases: []testCase{
-		{name: "Accuracy", run: slidingAccuracy},
+		{name: "Accuracy", needs: peeker, run: slidingAccuracy},
 		{name: "NoIntervalOverLimit", run: slidingStrict},
-		{name: "SmallestOverAdmission", run: slidingSmallest},
-		{name: "RetryAfterExact", run: slidingRetryExact},
+		{name: "SmallestOverAdmission", needs: peeker, run: slidingSmallest},
+		{name: "RetryAfterExact", needs: peeker, run: slidingRetryExact},
 	}},
 	{name: "SlidingLog", cases: []testCase{
-		{name: "Exact", run: logExact},
+		{name: "Exact", needs: peeker, run: logExact},
 		{name: "ManyAtOneInstant", run: logMany},
 	}},
 	{name: "GCRA", cases: []testCase{
 		{name: "RedisCellExample", run: gcraRedisCell},
-		{name: "BurstAndEmission", run: gcraEmission},
+		{name: "BurstAndEmission", needs: peeker, run: gcraEmission},
 	}},
 	{name: "Numbers", cases: []testCase{
-		{name: "MaxLimit", run: numbersMaxLimit},
-		{name: "MaxWindow", run: numbersMaxWindow},
+		{name: "MaxLimit", needs: peeker, run: numbersMaxLimit},
+		{name: "MaxWindow", needs: peeker, run: numbersMaxWindow},
 		{name: "GCRAMaxTolerance", run: numbersGCRAMaxTolerance},
-		{name: "GCRAMinInterval", run: numbersGCRAMinInterval},
+		{name: "GCRAMinInterval", needs: peeker, run: numbersGCRAMinInterval},
 	}},
 	{name: "Calendar", cases: []testCase{
-		{name: "DayAsiaShanghai", needs: Calendar, run: calendarShanghai},
-		{name: "DayAmericaNewYork", needs: Calendar, run: calendarNewYork},
-		{name: "DSTDayAmericaNewYork", needs: Calendar, fakeOnly: true, run: calendarDST},
-		{name: "HourAsiaKathmandu", needs: Calendar, run: calendarKathmandu},
+		{name: "DayAsiaShanghai", run: calendarShanghai},
+		{name: "DayAmericaNewYork", run: calendarNewYork},
+		{name: "DSTDayAmericaNewYork", fakeOnly: true, run: calendarDST},
+		{name: "HourAsiaKathmandu", run: calendarKathmandu},
 	}},
 	{name: "Policy", cases: []testCase{
 		{name: "CostTooHigh", run: costTooHigh},
 		{name: "CostN", run: costN},
-		{name: "AllOrNothing", run: allOrNothing},
-		{name: "PeekConsumesNothing", run: peekNothing},
-		{name: "InspectConsumesNothing", needs: Inspect, run: inspectNothing},
+		{name: "AllOrNothing", needs: peeker, run: allOrNothing},
+		{name: "PeekConsumesNothing", needs: peeker, run: peekNothing},
+		{name: "InspectConsumesNothing", needs: inspector, run: inspectNothing},
 	}},
 	{name: "Reservations", cases: []testCase{
-		{name: "Commit", needs: Reservations, run: reserveCommit},
-		{name: "Cancel", needs: Reservations, run: reserveCancel},
-		{name: "DeniedMakesNoHold", needs: Reservations, run: reserveDenied},
-		{name: "LapseRefundsAtNextTake", needs: Reservations, run: reserveLapse(driver.OpTake)},
-		{name: "LapseRefundsAtNextPeek", needs: Reservations, run: reserveLapse(driver.OpPeek)},
-		{name: "SettleLapsedOrUnknown", needs: Reservations, run: settleLapsed},
-		{name: "RefundSkipsMovedOnState", needs: Reservations, run: refundMovedOn},
+		{name: "Commit", needs: reserver | peeker, run: reserveCommit},
+		{name: "Cancel", needs: reserver | peeker, run: reserveCancel},
+		{name: "DeniedMakesNoReservation", needs: reserver | peeker, run: reserveDenied},
+		{name: "LapseRefundsAtNextTake", needs: reserver | peeker, run: reserveLapse(take)},
+		{name: "LapseRefundsAtNextPeek", needs: reserver | peeker, run: reserveLapse(peek)},
+		{name: "SettleLapsedOrUnknown", needs: reserver | peeker, run: settleLapsed},
+		{name: "RefundSkipsMovedOnState", needs: reserver | peeker, run: refundMovedOn},
 	}},
 	{name: "Reset", cases: []testCase{
-		{name: "ForgetsStateAndHolds", needs: Reset, run: resetCase},
+		{name: "ForgetsStateAndReservations", needs: resetter | peeker, run: resetCase},
 	}},
 	{name: "Trail", cases: []testCase{
-		{name: "ContentsOrderBound", needs: Inspect, run: trailContents},
-		{name: "MultiRuleAndCostTooHigh", needs: Inspect, run: trailMulti},
-		{name: "TTL", needs: Inspect, run: trailTTL},
-		{name: "Disabled", needs: Inspect, run: trailDisabled},
+		{name: "ContentsOrderBound", needs: inspector | peeker, run: trailContents},
+		{name: "MultiRuleAndCostTooHigh", needs: inspector, run: trailMulti},
+		{name: "TTL", needs: inspector, run: trailTTL},
+		{name: "Disabled", needs: inspector, run: trailDisabled},
 	}},
 	{name: "Idempotency", cases: []testCase{
-		{name: "ReplaySameDecision", needs: Idempotency, run: idemReplay},
-		{name: "DeniedReplayedAsDenied", needs: Idempotency, run: idemDenied},
-		{name: "ReserveReplaySameHold", needs: Idempotency | Reservations, run: idemReserve},
-		{name: "ExpiresAfterTTL", needs: Idempotency, run: idemExpires},
-		{name: "PeekIgnoresKey", needs: Idempotency, run: idemPeek},
-		{name: "SurvivesReset", needs: Idempotency | Reset, run: idemReset},
+		{name: "ReplaySameDecision", needs: idempotent | peeker, run: idemReplay},
+		{name: "DeniedReplayedAsDenied", needs: idempotent, run: idemDenied},
+		{name: "ReserveReplaySameReservation", needs: idempotent | reserver | peeker, run: idemReserve},
+		{name: "ExpiresAfterTTL", needs: idempotent | peeker, run: idemExpires},
+		{name: "PeekIgnoresKey", needs: idempotent | peeker, run: idemPeek},
+		{name: "SurvivesReset", needs: idempotent | resetter | peeker, run: idemReset},
 	}},
 	{name: "Batch", cases: []testCase{
-		{name: "InputOrderMixed", needs: Batch, run: batchOrder},
-		{name: "SameSubjectAtomicInOrder", needs: Batch, run: batchSameSubject},
-		{name: "ErrorIsPerRequest", needs: Batch, run: batchErrors},
-		{name: "Idempotency", needs: Batch | Idempotency, run: batchIdem},
+		{name: "InputOrderMixed", needs: batcher | peeker, run: batchOrder},
+		{name: "SameSubjectAtomicInOrder", needs: batcher | peeker, run: batchSameSubject},
+		{name: "ErrorIsPerRequest", needs: batcher | peeker, run: batchErrors},
+		{name: "Idempotency", needs: batcher | idempotent | peeker, run: batchIdem},
 	}},
 	{name: "Describe", cases: []testCase{
-		{name: "Name", needs: Describe, run: describe},
+		{name: "Name", needs: describer, run: describe},
 	}},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst
 // limit-1 at limit per w, so its reported limit is limit too).
-func (e *env) fourRules(limit int64, w time.Duration) []driver.Rule {
-	return []driver.Rule{
+func (e *env) fourRules(limit int64, w time.Duration) []sdk.Rule {
+	return []sdk.Rule{
 		e.fixed("fixed", limit, w),
 		e.sliding("sliding", limit, w, 10),
 		e.log("log", limit, w),
@@ -106,110 +106,69 @@ func (e *env) fourRules(limit int64, w time.Duration) []driver.Rule {
 
 func fixedBoundary(e *env) {
 	w := e.pick(time.Minute, time.Second)
-	r := e.fixed("f", 5, w)
 	start := e.alignTo(w, 0)
-	end := start.Add(w)
-	for i := int64(1); i <= 5; i++ {
-		res := e.take(1, r)
-		e.before(res, end, "take")
-		e.expect(fmt.Sprintf("Take(f) #%d", i), res, true, want(true, i, 5, end.Sub(res.Now), 0))
-	}
-	res := e.take(1, r)
-	e.before(res, end, "take")
-	e.expect("Take(f) #6", res, false, want(false, 5, 5, end.Sub(res.Now), end.Sub(res.Now)))
-	res = e.peek(1, r)
-	e.expect("Peek(f) after #6", res, false, want(false, 5, 5, end.Sub(res.Now), end.Sub(res.Now)))
-	if e.fake != nil {
-		e.advanceTo(end.Add(-time.Millisecond))
-		res = e.take(1, r)
-		e.expect("Take(f) 1ms before the window's end", res, false, want(false, 5, 5, time.Millisecond, time.Millisecond))
-	}
-	now := e.advanceTo(end)
-	res = e.take(1, r)
-	e.expect(fmt.Sprintf("Take(f) in the next window (%v after its start)", now.Sub(end)), res, true,
-		want(true, 1, 5, end.Add(w).Sub(res.Now), 0))
+	e.run(start, []sdk.Rule{e.fixed("f", 5, w)}, []step{
+		{by: w, op: take, want: allowed(admits(1, 5, w))},
+		{by: w, op: take, want: allowed(admits(2, 5, w))},
+		{by: w, op: take, want: allowed(admits(3, 5, w))},
+		{by: w, op: take, want: allowed(admits(4, 5, w))},
+		{by: w, op: take, want: allowed(admits(5, 5, w))},
+		{by: w, op: take, want: denied(denies(5, 5, w, w))},
+		{by: w, op: peek, want: denied(denies(5, 5, w, w))},
+		{at: w - time.Millisecond, fake: true, op: take, want: denied(denies(5, 5, w, w))},
+		{at: w, op: take, want: allowed(admits(1, 5, 2*w))},
+	})
 }
 
 func fixedEdgeBurst(e *env) {
 	w := e.pick(time.Minute, time.Second)
-	r := e.fixed("f", 5, w)
 	start := e.alignTo(w, w-e.pick(time.Second, 250*time.Millisecond))
-	end := start.Add(w)
-	var first, last time.Time
+	steps := []step{}
 	for i := int64(1); i <= 5; i++ {
-		res := e.take(1, r)
-		e.before(res, end, "take at the window's end")
-		e.expect(fmt.Sprintf("Take(f) #%d before the boundary", i), res, true, want(true, i, 5, end.Sub(res.Now), 0))
-		if i == 1 {
-			first = res.Now
-		}
+		steps = append(steps, step{by: w, op: take, want: allowed(admits(i, 5, w))})
 	}
-	res := e.take(1, r)
-	e.expect("Take(f) #6 before the boundary", res, false, want(false, 5, 5, end.Sub(res.Now), end.Sub(res.Now)))
-	e.advanceTo(end)
+	steps = append(steps, step{by: w, op: take, want: denied(denies(5, 5, w, w))})
 	for i := int64(1); i <= 5; i++ {
-		res = e.take(1, r)
-		e.before(res, end.Add(w), "take")
-		e.expect(fmt.Sprintf("Take(f) #%d after the boundary", i), res, true, want(true, i, 5, end.Add(w).Sub(res.Now), 0))
-		last = res.Now
+		steps = append(steps, step{at: w, by: 2 * w, op: take, want: allowed(admits(i, 5, 2*w))})
 	}
-	res = e.take(1, r)
-	e.expect("Take(f) #6 after the boundary", res, false,
-		want(false, 5, 5, end.Add(w).Sub(res.Now), end.Add(w).Sub(res.Now)))
-	if d := last.Sub(first); d >= w {
+	steps = append(steps, step{by: 2 * w, op: take, want: denied(denies(5, 5, 2*w, 2*w))})
+	out := e.run(start, []sdk.Rule{e.fixed("f", 5, w)}, steps)
+	if d := out[10].At.Sub(out[0].At); d >= w {
 		e.t.Errorf("2×limit admitted over %v, want within one window (%v): the edge burst", d, w)
 	}
 }
 
 // ---- SlidingWindow ----
 
+// slidingAccuracy: a cell counts until (j+N+1)·s, the partly expired
+// oldest one too: cell 0 (starting at the base) until w+s.
 func slidingAccuracy(e *env) {
 	w := e.pick(10*time.Second, time.Second)
 	s := w / 10
-	r := e.sliding("s", 10, w, 10)
-	// A cell counts until (j+N+1)·s, the partly expired oldest one too:
-	// cell 0 (starting at b) until b+w+s.
 	b := e.alignTo(w, s/2)
-	var res driver.Result
-	for i := int64(1); i <= 4; i++ {
-		res = e.take(1, r)
-		e.before(res, b.Add(s), "take in the first cell")
-		e.expect(fmt.Sprintf("Take(s) #%d in cell 0", i), res, true, want(true, i, 10, b.Add(w+s).Sub(res.Now), 0))
+	newest := 5*s + w + s // cell 5 stops counting then
+	steps := []step{}
+	for i := int64(1); i <= 4; i++ { // cell 0
+		steps = append(steps, step{by: s, op: take, want: allowed(admits(i, 10, w+s))})
 	}
-	e.advanceTo(b.Add(5*s + s/2))
-	newest := b.Add(5*s + w + s) // cell 5 stops counting then
-	for i := int64(5); i <= 10; i++ {
-		res = e.take(1, r)
-		e.before(res, b.Add(6*s), "take in cell 5")
-		e.expect(fmt.Sprintf("Take(s) #%d in cell 5", i), res, true, want(true, i, 10, newest.Sub(res.Now), 0))
+	for i := int64(5); i <= 10; i++ { // cell 5
+		steps = append(steps, step{at: 5*s + s/2, by: 6 * s, op: take, want: allowed(admits(i, 10, newest))})
 	}
-	res = e.take(1, r)
-	e.expect("Take(s) #11 (need 1: freed when cell 0 leaves)", res, false,
-		want(false, 10, 10, newest.Sub(res.Now), b.Add(w+s).Sub(res.Now)))
-	res = e.peek(5, r)
-	e.expect("Peek(s, cost 5) (need 5: cell 0 has 4, freed when cell 5 leaves)", res, false,
-		want(false, 10, 10, newest.Sub(res.Now), newest.Sub(res.Now)))
-	res = e.peek(11, r)
-	e.expect("Peek(s, cost 11)", res, false, tooHigh(10, 10, newest.Sub(res.Now)))
-	e.advanceTo(b.Add(w))
-	res = e.take(1, r)
-	e.before(res, b.Add(w+s), "take")
-	e.expect("Take(s) a window after cell 0 began (its units still count)", res, false,
-		want(false, 10, 10, newest.Sub(res.Now), b.Add(w+s).Sub(res.Now)))
-	if e.fake != nil {
-		e.advanceTo(b.Add(w + s - time.Millisecond))
-		res = e.take(1, r)
-		e.expect("Take(s) 1ms before cell 0 leaves", res, false, want(false, 10, 10, newest.Sub(res.Now), time.Millisecond))
-	}
-	e.advanceTo(b.Add(w + s))
-	res = e.take(1, r)
-	e.before(res, b.Add(w+2*s), "take")
-	end := b.Add(2*w + 2*s) // the current cell, 11, stops counting then
-	e.expect("Take(s) as cell 0 leaves (its 4 units are gone)", res, true, want(true, 7, 10, end.Sub(res.Now), 0))
-	res = e.take(3, r)
-	e.expect("Take(s, cost 3)", res, true, want(true, 10, 10, end.Sub(res.Now), 0))
-	res = e.take(1, r)
-	e.expect("Take(s) over the limit again", res, false, want(false, 10, 10, end.Sub(res.Now), newest.Sub(res.Now)))
+	steps = append(steps,
+		// need 1: freed when cell 0 leaves
+		step{by: w + s, op: take, want: denied(denies(10, 10, newest, w+s))},
+		// need 5: cell 0 has 4, freed when cell 5 leaves
+		step{by: w + s, op: peek, cost: 5, want: denied(denies(10, 10, newest, newest))},
+		step{by: w + s, op: peek, cost: 11, want: denied(never(10, 10, newest))},
+		// a window after cell 0 began, its units still count
+		step{at: w, by: w + s, op: take, want: denied(denies(10, 10, newest, w+s))},
+		step{at: w + s - time.Millisecond, fake: true, op: take, want: denied(denies(10, 10, newest, w+s))},
+		// as cell 0 leaves, its 4 units are gone; cell 11 stops counting at 2w+2s
+		step{at: w + s, by: w + 2*s, op: take, want: allowed(admits(7, 10, 2*w+2*s))},
+		step{by: w + 2*s, op: take, cost: 3, want: allowed(admits(10, 10, 2*w+2*s))},
+		step{by: w + 2*s, op: take, want: denied(denies(10, 10, 2*w+2*s, newest))},
+	)
+	e.run(b, []sdk.Rule{e.sliding("s", 10, w, 10)}, steps)
 }
 
 // ---- SlidingLog ----
@@ -219,12 +178,12 @@ func logExact(e *env) {
 	r := e.log("l", 5, w)
 	m := &logModel{limit: 5, w: w}
 	check := e.checker(m)
-	res := e.take(1, r)
-	t0 := res.Now
-	check("Take(l) #1", res, 1, true)
-	res = e.take(1, r)
-	t1 := res.Now
-	check("Take(l) #2", res, 1, true)
+	d := e.take(1, r)
+	t0 := d.At
+	check("Take(l) #1", d, 1, true)
+	d = e.take(1, r)
+	t1 := d.At
+	check("Take(l) #2", d, 1, true)
 	e.advanceTo(t0.Add(w / 2))
 	check("Take(l, cost 3) half a window later", e.take(3, r), 3, true)
 	check("Take(l) #6 (the oldest entry frees it)", e.take(1, r), 1, true)
@@ -232,20 +191,20 @@ func logExact(e *env) {
 	check("Peek(l, cost 6)", e.peek(6, r), 6, false)
 	if e.fake != nil {
 		e.advanceTo(t0.Add(w - time.Millisecond))
-		res = e.take(1, r)
-		check("Take(l) 1ms before the oldest entry leaves", res, 1, true)
-		if res.Allowed || res.Rules[0].RetryAfter != time.Millisecond {
-			e.t.Errorf("Take(l) 1ms before the oldest entry leaves = %s, want denied with retry 1ms", fmtRule(res.Rules[0]))
+		d = e.take(1, r)
+		check("Take(l) 1ms before the oldest entry leaves", d, 1, true)
+		if d.Allowed || d.Rules[0].RetryAfter != time.Millisecond {
+			e.t.Errorf("Take(l) 1ms before the oldest entry leaves = %s, want denied with retry 1ms", fmtRule(d.Rules[0]))
 		}
 	}
 	e.advanceTo(t1.Add(w)) // with a fake clock, t1 == t0
-	res = e.take(2, r)
-	check("Take(l, cost 2) as the first entries leave", res, 2, true)
+	d = e.take(2, r)
+	check("Take(l, cost 2) as the first entries leave", d, 2, true)
 	// On a fake clock t1 == t0, so both first entries have left: cost 2
 	// must fit. On a real clock the entries taken after #1 may still be
 	// live at t1+w (the model check above holds the backend to the exact
 	// answer for the instants it reported).
-	if e.fake != nil && !res.Allowed {
+	if e.fake != nil && !d.Allowed {
 		e.t.Errorf("Take(l, cost 2) one window after the first entries = denied, want allowed: entries live in (now-w, now]")
 	}
 	check("Take(l) then", e.take(1, r), 1, true)
@@ -254,24 +213,24 @@ func logExact(e *env) {
 func logMany(e *env) {
 	w := time.Hour
 	r := e.log("l", 100, w)
-	res := e.take(100, r)
-	t0 := res.Now
-	e.expect("Take(l, cost 100)", res, true, want(true, 100, 100, w, 0))
-	res = e.take(1, r)
-	e.expect("Take(l) after cost 100", res, false, want(false, 100, 100, t0.Add(w).Sub(res.Now), t0.Add(w).Sub(res.Now)))
+	d := e.take(100, r)
+	t0 := d.At
+	e.expect("Take(l, cost 100)", d, true, want(true, 100, 100, w, 0))
+	d = e.take(1, r)
+	e.expect("Take(l) after cost 100", d, false, want(false, 100, 100, t0.Add(w).Sub(d.At), t0.Add(w).Sub(d.At)))
 
 	// Many separate units at (as nearly as the clock allows) one instant:
 	// none may overwrite another.
 	r2 := e.log("l2", 50, w)
 	for i := int64(1); i <= 50; i++ {
-		res = e.take(1, r2)
-		if !res.Allowed || res.Rules[0].Used != i {
-			e.t.Fatalf("Take(l2) #%d = %s, want allowed with used %d", i, fmtRule(res.Rules[0]), i)
+		d = e.take(1, r2)
+		if !d.Allowed || d.Rules[0].Used != i {
+			e.t.Fatalf("Take(l2) #%d = %s, want allowed with used %d", i, fmtRule(d.Rules[0]), i)
 		}
 	}
-	res = e.take(1, r2)
-	e.used("Take(l2) #51", res, 50)
-	if res.Allowed {
+	d = e.take(1, r2)
+	e.used("Take(l2) #51", d, 50)
+	if d.Allowed {
 		e.t.Errorf("Take(l2) #51 = allowed, want denied")
 	}
 }
@@ -280,37 +239,32 @@ func logMany(e *env) {
 
 // gcraRedisCell checks redis-cell's documented arithmetic: burst 4, 10
 // per 60s gives [limited, limit, remaining, retry_after_s, reset_after_s]
-// [0,5,4,-1,6] … [0,5,0,-1,30] then [1,5,0,6,30].
+// [0,5,4,-1,6] … [0,5,0,-1,30] then [1,5,0,6,30]. With a fake clock it is
+// a table of exactly those numbers (the reported limit is Burst+1, the
+// sdk's translation of the rule); with a real one each call is held to the
+// reference model at the instant the backend reported.
 func gcraRedisCell(e *env) {
 	r := e.gcra("g", 10, time.Minute, 4)
-	m := newGCRAModel(r)
-	cell := []struct {
-		limited          bool
-		remaining        int64
-		retry, resetSecs int
-	}{{false, 4, -1, 6}, {false, 3, -1, 12}, {false, 2, -1, 18}, {false, 1, -1, 24}, {false, 0, -1, 30}, {true, 0, 6, 30}}
-	for i, c := range cell {
-		res := e.take(1, r)
-		label := fmt.Sprintf("Take(g) #%d", i+1)
-		wr := m.step(res.Now, 1, true)
-		e.expect(label, res, wr.Allowed, wr)
-		if e.fake == nil {
-			continue
-		}
-		exact := want(!c.limited, 5-c.remaining, 5, time.Duration(c.resetSecs)*time.Second, 0)
-		if c.limited {
-			exact.RetryAfter = time.Duration(c.retry) * time.Second
-		}
-		e.expect(label+" (redis-cell's numbers)", res, !c.limited, exact)
-	}
 	if e.fake == nil {
+		m := newGCRAModel(r)
+		for i := range 6 {
+			d := e.take(1, r)
+			wr := m.step(d.At, 1, true)
+			e.expect(fmt.Sprintf("Take(g) #%d", i+1), d, wr.Allowed, wr)
+		}
 		return // the emission interval is 6s: BurstAndEmission checks it fast
 	}
-	e.fake.Advance(6 * time.Second)
-	res := e.take(1, r)
-	e.expect("Take(g) 6s later", res, true, want(true, 5, 5, 30*time.Second, 0))
-	res = e.take(1, r)
-	e.expect("Take(g) again", res, false, want(false, 5, 5, 30*time.Second, 6*time.Second))
+	sec := time.Second
+	e.run(e.now(), []sdk.Rule{r}, []step{
+		{op: take, want: allowed(admits(1, 5, 6*sec))},
+		{op: take, want: allowed(admits(2, 5, 12*sec))},
+		{op: take, want: allowed(admits(3, 5, 18*sec))},
+		{op: take, want: allowed(admits(4, 5, 24*sec))},
+		{op: take, want: allowed(admits(5, 5, 30*sec))},
+		{op: take, want: denied(denies(5, 5, 30*sec, 6*sec))},
+		{at: 6 * sec, op: take, want: allowed(admits(5, 5, 36*sec))},
+		{op: take, want: denied(denies(5, 5, 36*sec, 12*sec))},
+	})
 }
 
 func gcraEmission(e *env) {
@@ -319,29 +273,29 @@ func gcraEmission(e *env) {
 	t := per / 10
 	m := newGCRAModel(r)
 	check := e.checker(m)
-	res := e.take(1, r)
-	t0 := res.Now
-	check("Take(g) #1", res, 1, true)
+	d := e.take(1, r)
+	t0 := d.At
+	check("Take(g) #1", d, 1, true)
 	check("Take(g) #2", e.take(1, r), 1, true)
 	check("Take(g) #3 (burst 2 + 1)", e.take(1, r), 1, true)
-	res = e.take(1, r)
-	check("Take(g) #4", res, 1, true)
-	e.before(res, t0.Add(t), "the burst")
-	if res.Allowed {
+	d = e.take(1, r)
+	check("Take(g) #4", d, 1, true)
+	e.before(d, t0.Add(t), "the burst")
+	if d.Allowed {
 		e.t.Fatalf("Take(g) #4 at once = allowed, want denied after a burst of 3")
 	}
 	check("Peek(g)", e.peek(1, r), 1, false)
 	for k := 1; k <= 3; k++ {
 		e.advanceTo(t0.Add(time.Duration(k) * t))
-		res = e.take(1, r)
-		check(fmt.Sprintf("Take(g) %d×T later", k), res, 1, true)
-		if !res.Allowed {
+		d = e.take(1, r)
+		check(fmt.Sprintf("Take(g) %d×T later", k), d, 1, true)
+		if !d.Allowed {
 			e.t.Errorf("Take(g) %d×T after the burst = denied, want one more admitted per T", k)
 		}
-		res = e.take(1, r)
-		e.before(res, t0.Add(time.Duration(k+1)*t), "the second take")
-		check(fmt.Sprintf("Take(g) again %d×T later", k), res, 1, true)
-		if res.Allowed {
+		d = e.take(1, r)
+		e.before(d, t0.Add(time.Duration(k+1)*t), "the second take")
+		check(fmt.Sprintf("Take(g) again %d×T later", k), d, 1, true)
+		if d.Allowed {
 			e.t.Errorf("Take(g) twice %d×T after the burst = allowed, want only one per T", k)
 		}
 	}
@@ -362,7 +316,7 @@ func calendarDay(e *env, zone string) {
 	if err != nil {
 		e.t.Fatalf("LoadLocation(%q) = %v", zone, err)
 	}
-	r := e.calendar("d", 3, driver.Day, loc)
+	r := e.calendar("d", 3, sdk.Day, loc)
 	if e.fake != nil {
 		// One minute before a local midnight still ahead.
 		now := e.now()
@@ -372,26 +326,26 @@ func calendarDay(e *env, zone string) {
 		}
 		e.advanceTo(mid.Add(-time.Minute))
 	}
-	var res driver.Result
+	var d sdk.Decision
 	for i := int64(1); i <= 3; i++ {
-		res = e.take(1, r)
-		mid := nextMidnight(res.Now, loc)
-		e.expect(fmt.Sprintf("Take(daily %s) #%d at %s", zone, i, res.Now.In(loc).Format(time.DateTime)), res, true,
-			want(true, i, 3, mid.Sub(res.Now), 0))
+		d = e.take(1, r)
+		mid := nextMidnight(d.At, loc)
+		e.expect(fmt.Sprintf("Take(daily %s) #%d at %s", zone, i, d.At.In(loc).Format(time.DateTime)), d, true,
+			want(true, i, 3, mid.Sub(d.At), 0))
 	}
-	mid := nextMidnight(res.Now, loc)
-	res = e.take(1, r)
-	e.before(res, mid, "take")
-	e.expect(fmt.Sprintf("Take(daily %s) #4", zone), res, false, want(false, 3, 3, mid.Sub(res.Now), mid.Sub(res.Now)))
+	mid := nextMidnight(d.At, loc)
+	d = e.take(1, r)
+	e.before(d, mid, "take")
+	e.expect(fmt.Sprintf("Take(daily %s) #4", zone), d, false, want(false, 3, 3, mid.Sub(d.At), mid.Sub(d.At)))
 	if e.fake == nil {
 		return
 	}
-	if got := res.Rules[0].RetryAfter; got != time.Minute {
+	if got := d.Rules[0].RetryAfter; got != time.Minute {
 		e.t.Errorf("Take(daily %s) at 23:59 local = retry %v, want 1m (local midnight, not UTC's)", zone, got)
 	}
 	e.advanceTo(mid)
-	res = e.take(1, r)
-	e.expect(fmt.Sprintf("Take(daily %s) at local midnight", zone), res, true,
+	d = e.take(1, r)
+	e.expect(fmt.Sprintf("Take(daily %s) at local midnight", zone), d, true,
 		want(true, 1, 3, nextMidnight(mid, loc).Sub(mid), 0))
 }
 
@@ -399,13 +353,14 @@ func calendarShanghai(e *env) { calendarDay(e, "Asia/Shanghai") }
 func calendarNewYork(e *env)  { calendarDay(e, "America/New_York") }
 
 // calendarDST checks the next two days of America/New_York that are not
-// 24 hours long (23h in spring, 25h in autumn).
+// 24 hours long (23h in spring, 25h in autumn): a table per day, from its
+// local midnight.
 func calendarDST(e *env) {
 	loc, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		e.t.Fatalf("LoadLocation = %v", err)
 	}
-	r := e.calendar("d", 2, driver.Day, loc)
+	r := e.calendar("d", 2, sdk.Day, loc)
 	for range 2 {
 		start := nextMidnight(e.now(), loc)
 		for n := 0; ; n++ {
@@ -419,19 +374,13 @@ func calendarDST(e *env) {
 		}
 		end := nextMidnight(start, loc)
 		length := end.Sub(start)
-		day := start.Format(time.DateOnly)
-		e.advanceTo(start.Add(30 * time.Minute))
-		res := e.take(2, r)
-		e.expect(fmt.Sprintf("Take(daily, cost 2) on %s (%v long) at 00:30", day, length), res, true,
-			want(true, 2, 2, length-30*time.Minute, 0))
-		e.advanceTo(end.Add(-time.Millisecond))
-		res = e.take(1, r)
-		e.expect(fmt.Sprintf("Take(daily) 1ms before %s ends", day), res, false,
-			want(false, 2, 2, time.Millisecond, time.Millisecond))
-		e.advanceTo(end)
-		res = e.take(1, r)
-		e.expect(fmt.Sprintf("Take(daily) as %s ends", day), res, true,
-			want(true, 1, 2, nextMidnight(end, loc).Sub(end), 0))
+		next := nextMidnight(end, loc).Sub(start)
+		e.t.Logf("DST day %s is %v long", start.Format(time.DateOnly), length)
+		e.run(start, []sdk.Rule{r}, []step{
+			{at: 30 * time.Minute, op: take, cost: 2, want: allowed(admits(2, 2, length))},
+			{at: length - time.Millisecond, op: take, want: denied(denies(2, 2, length, length))},
+			{at: length, op: take, want: allowed(admits(1, 2, next))},
+		})
 	}
 }
 
@@ -442,7 +391,7 @@ func calendarKathmandu(e *env) {
 	if err != nil {
 		e.t.Fatalf("LoadLocation = %v", err)
 	}
-	r := e.calendar("h", 2, driver.Hour, loc)
+	r := e.calendar("h", 2, sdk.Hour, loc)
 	hourEnd := func(t time.Time) time.Time {
 		lt := t.In(loc)
 		return time.Date(lt.Year(), lt.Month(), lt.Day(), lt.Hour()+1, 0, 0, 0, loc)
@@ -455,21 +404,21 @@ func calendarKathmandu(e *env) {
 		}
 		e.advanceTo(end.Add(-time.Second))
 	}
-	res := e.take(2, r)
-	end := hourEnd(res.Now)
+	d := e.take(2, r)
+	end := hourEnd(d.At)
 	if end.UTC().Minute() != 15 {
 		e.t.Fatalf("test bug: Kathmandu hour ends at %v", end.UTC())
 	}
-	e.expect("Take(hourly Kathmandu, cost 2)", res, true, want(true, 2, 2, end.Sub(res.Now), 0))
-	res = e.take(1, r)
-	e.before(res, end, "take")
-	e.expect("Take(hourly Kathmandu)", res, false, want(false, 2, 2, end.Sub(res.Now), end.Sub(res.Now)))
+	e.expect("Take(hourly Kathmandu, cost 2)", d, true, want(true, 2, 2, end.Sub(d.At), 0))
+	d = e.take(1, r)
+	e.before(d, end, "take")
+	e.expect("Take(hourly Kathmandu)", d, false, want(false, 2, 2, end.Sub(d.At), end.Sub(d.At)))
 	if e.fake == nil {
 		return
 	}
 	e.advanceTo(end)
-	res = e.take(1, r)
-	e.expect("Take(hourly Kathmandu) at the local hour (:15 UTC)", res, true, want(true, 1, 2, time.Hour, 0))
+	d = e.take(1, r)
+	e.expect("Take(hourly Kathmandu) at the local hour (:15 UTC)", d, true, want(true, 1, 2, time.Hour, 0))
 }
 
 // ---- Policy ----
@@ -478,47 +427,42 @@ func costTooHigh(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	rules := e.fourRules(5, w)
-	res := e.take(6, rules...)
-	e.expect("Take(all, cost 6) with limit 5", res, false,
+	d := e.take(6, rules...)
+	e.expect("Take(all, cost 6) with limit 5", d, false,
 		tooHigh(0, 5, 0), tooHigh(0, 5, 0), tooHigh(0, 5, 0), tooHigh(0, 5, 0))
-	res = e.take(5, rules...)
-	t0 := res.Now
-	gm := newGCRAModel(rules[3])
+	d = e.take(5, rules...)
+	t0 := d.At
+	gm := newGCRAModel(e.gcra("gcra", 5, w, 4))
 	g := gm.step(t0, 5, true)
-	e.expect("Take(all, cost 5) with limit 5", res, true,
+	e.expect("Take(all, cost 5) with limit 5", d, true,
 		want(true, 5, 5, windowStart(t0, w).Add(w).Sub(t0), 0),
 		want(true, 5, 5, windowStart(t0, w/10).Add(w+w/10).Sub(t0), 0),
 		want(true, 5, 5, w, 0), g)
-	res = e.take(6, rules...)
-	now := res.Now
-	e.expect("Take(all, cost 6) after using 5", res, false,
+	d = e.take(6, rules...)
+	now := d.At
+	e.expect("Take(all, cost 6) after using 5", d, false,
 		tooHigh(5, 5, windowStart(t0, w).Add(w).Sub(now)),
 		tooHigh(5, 5, windowStart(t0, w/10).Add(w+w/10).Sub(now)),
 		tooHigh(5, 5, t0.Add(w).Sub(now)), gm.step(now, 6, false))
 	// A rule that can never fit denies the request alone; the others
 	// report their honest state.
 	other := e.fixed("other", 100, w)
-	res = e.take(6, other, rules[0])
-	e.expect("Take(other+fixed, cost 6)", res, false, want(true, 0, 100, 0, 0),
-		tooHigh(5, 5, windowStart(t0, w).Add(w).Sub(res.Now)))
+	d = e.take(6, other, rules[0])
+	e.expect("Take(other+fixed, cost 6)", d, false, want(true, 0, 100, 0, 0),
+		tooHigh(5, 5, windowStart(t0, w).Add(w).Sub(d.At)))
 }
 
 func costN(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	rules := e.fourRules(10, w)
-	res := e.take(4, rules...)
-	e.used("Take(all, cost 4)", res, 4, 4, 4, 4)
-	res = e.take(6, rules...)
-	e.used("Take(all, cost 6)", res, 10, 10, 10, 10)
-	if !res.Allowed {
-		e.t.Errorf("Take(all, cost 6) after 4 of 10 = denied, want allowed")
-	}
-	res = e.take(1, rules...)
-	e.used("Take(all, cost 1) at the limit", res, 10, 10, 10, 10)
-	for i, rr := range res.Rules {
+	out := e.run(e.now(), e.fourRules(10, w), []step{
+		{op: take, cost: 4, want: counts(true, 4, 4, 4, 4)},
+		{op: take, cost: 6, want: counts(true, 10, 10, 10, 10)},
+		{op: take, cost: 1, want: counts(false, 10, 10, 10, 10)},
+	})
+	for _, rr := range out[2].Rules {
 		if rr.Allowed || rr.CostTooHigh || rr.RetryAfter <= 0 || rr.Remaining != 0 {
-			e.t.Errorf("Take(all, cost 1) at the limit rule %d = %s, want denied with a retry", i, fmtRule(rr))
+			e.t.Errorf("Take(all, cost 1) at the limit rule %s = %s, want denied with a retry", rr.Rule, fmtRule(rr))
 		}
 	}
 }
@@ -526,62 +470,57 @@ func costN(e *env) {
 func allOrNothing(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	a := e.sliding("a", 5, w, 10)
-	b := e.log("b", 2, w)
-	c := e.gcra("c", 3, w, 2) // reported limit 3
-	d := e.fixed("d", 4, w)
-	res := e.take(2, a, b, c, d)
-	e.used("Take(a+b+c+d, cost 2)", res, 2, 2, 2, 2)
-	res = e.take(1, a, b, c, d)
-	if res.Allowed {
-		e.t.Fatalf("Take(a+b+c+d) with b at its limit = allowed, want denied")
+	rules := []sdk.Rule{
+		e.sliding("a", 5, w, 10),
+		e.log("b", 2, w),
+		e.gcra("c", 3, w, 2), // reported limit 3
+		e.fixed("d", 4, w),
 	}
-	e.used("Take(a+b+c+d) denied by b", res, 2, 2, 2, 2)
-	for i, allowed := range []bool{true, false, true, true} {
-		if res.Rules[i].Allowed != allowed {
-			e.t.Errorf("Take(a+b+c+d) rule %d = %s, want allowed %t", i, fmtRule(res.Rules[i]), allowed)
+	out := e.run(e.now(), rules, []step{
+		{op: take, cost: 2, want: counts(true, 2, 2, 2, 2)},
+		{op: take, want: counts(false, 2, 2, 2, 2)}, // denied by b
+		{op: peek, want: counts(false, 2, 2, 2, 2)}, // nothing consumed
+		{op: take, only: []string{"a", "c", "d"}, want: counts(true, 3, 3, 3)},
+		{op: take, want: counts(false, 3, 2, 3, 3)}, // denied by b and c
+		{op: peek, only: []string{"a", "d"}, want: counts(true, 3, 3)},
+	})
+	for _, k := range []struct {
+		step    int
+		allowed []bool
+	}{{1, []bool{true, false, true, true}}, {4, []bool{true, false, false, true}}} {
+		for i, ok := range k.allowed {
+			if g := out[k.step].Rules[i]; g.Allowed != ok {
+				e.t.Errorf("step %d: Take(a+b+c+d) rule %s = %s, want allowed %t (every denying rule reported)",
+					k.step+1, g.Rule, fmtRule(g), ok)
+			}
 		}
 	}
-	res = e.peek(1, a, b, c, d)
-	e.used("Peek(a+b+c+d) after the denial (nothing consumed)", res, 2, 2, 2, 2)
-	res = e.take(1, a, c, d)
-	e.used("Take(a+c+d)", res, 3, 3, 3)
-	res = e.take(1, a, b, c, d)
-	e.used("Take(a+b+c+d) denied by b and c", res, 3, 2, 3, 3)
-	for i, allowed := range []bool{true, false, false, true} {
-		if res.Rules[i].Allowed != allowed {
-			e.t.Errorf("Take(a+b+c+d) rule %d = %s, want allowed %t (every denying rule reported)", i,
-				fmtRule(res.Rules[i]), allowed)
-		}
-	}
-	res = e.peek(1, a, d)
-	e.used("Peek(a+d) after the second denial", res, 3, 3)
 }
 
 func peekNothing(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	rules := e.fourRules(3, w)
-	for i := range 5 {
-		res := e.peek(3, rules...)
-		e.expect(fmt.Sprintf("Peek(all, cost 3) #%d", i+1), res, true,
-			want(true, 0, 3, 0, 0), want(true, 0, 3, 0, 0), want(true, 0, 3, 0, 0), want(true, 0, 3, 0, 0))
-	}
-	res := e.take(3, rules...)
-	e.used("Take(all, cost 3) after the peeks", res, 3, 3, 3, 3)
-	if !res.Allowed {
-		e.t.Fatalf("Take(all, cost 3) after peeks = denied, want allowed: a peek consumed")
-	}
+	fresh := allowed(admits(0, 3, 0), admits(0, 3, 0), admits(0, 3, 0), admits(0, 3, 0))
+	out := e.run(e.now(), rules, []step{
+		{op: peek, cost: 3, want: fresh},
+		{op: peek, cost: 3, want: fresh},
+		{op: peek, cost: 3, want: fresh},
+		{op: peek, cost: 3, want: fresh},
+		{op: peek, cost: 3, want: fresh},
+		{op: take, cost: 3, want: counts(true, 3, 3, 3, 3)}, // no peek consumed
+	})
 	gm := newGCRAModel(rules[3])
-	gm.step(res.Now, 3, true)
+	gm.step(out[5].At, 3, true)
 	for i := range 3 {
-		res = e.peek(1, rules...)
-		e.used(fmt.Sprintf("Peek(all) at the limit #%d", i+1), res, 3, 3, 3, 3)
-		if res.Allowed {
+		d := e.peek(1, rules...)
+		e.used(fmt.Sprintf("Peek(all) at the limit #%d", i+1), d, 3, 3, 3, 3)
+		if d.Allowed {
 			e.t.Errorf("Peek(all) at the limit = allowed, want denied")
 		}
-		e.expect("Peek(gcra) reports the state as of tat", driver.Result{Allowed: false, Rules: res.Rules[3:]}, false,
-			gm.step(res.Now, 1, false))
+		if w := gm.step(d.At, 1, false); !sameRule(d.Rules[3], w, e.tol) {
+			e.t.Errorf("Peek(gcra) at the limit = %s, want %s (the state as of its tat)", fmtRule(d.Rules[3]), fmtRule(w))
+		}
 	}
 }
 
@@ -590,131 +529,98 @@ func inspectNothing(e *env) {
 	e.ensureRoom(w, 10*time.Second)
 	rules := e.fourRules(2, w)
 	for range 3 {
-		res := e.inspect(rules...)
-		e.used("Inspect(all)", res, 0, 0, 0, 0)
-		if !res.Allowed || len(res.Trail) != 0 {
-			e.t.Errorf("Inspect(all) on fresh state = allowed %t, trail %v, want allowed and no trail", res.Allowed, res.Trail)
+		d, trail := e.inspect(rules...)
+		e.used("Inspect(all)", d, 0, 0, 0, 0)
+		if !d.Allowed || len(trail) != 0 {
+			e.t.Errorf("Inspect(all) on fresh state = allowed %t, trail %v, want allowed and no trail", d.Allowed, trail)
 		}
 	}
-	res := e.take(2, rules...)
-	e.used("Take(all, cost 2)", res, 2, 2, 2, 2)
-	res = e.inspect(rules...)
-	e.used("Inspect(all) at the limit", res, 2, 2, 2, 2)
-	if res.Allowed || len(res.Trail) != 0 {
+	d := e.take(2, rules...)
+	e.used("Take(all, cost 2)", d, 2, 2, 2, 2)
+	d, trail := e.inspect(rules...)
+	e.used("Inspect(all) at the limit", d, 2, 2, 2, 2)
+	if d.Allowed || len(trail) != 0 {
 		e.t.Errorf("Inspect(all) at the limit = allowed %t, trail %d entries, want denied (a cost-1 peek) and no trail",
-			res.Allowed, len(res.Trail))
+			d.Allowed, len(trail))
 	}
-	res = e.take(1, rules...)
-	if res.Allowed {
+	if d = e.take(1, rules...); d.Allowed {
 		e.t.Fatalf("Take(all) at the limit = allowed, want denied")
 	}
 }
 
 // ---- Reservations ----
 
+var errNotFound = sdk.ErrReservationNotFound
+
 func reserveCommit(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	rules := e.fourRules(5, w)
-	res := e.reserve("h1", time.Hour, 3, rules...)
-	e.used("Reserve(all, cost 3)", res, 3, 3, 3, 3)
-	if !res.Allowed {
-		e.t.Fatalf("Reserve(all, cost 3) = denied, want allowed")
-	}
-	if err := e.settle("h1", true); err != nil {
-		e.t.Fatalf("Settle(h1, commit) = %v, want nil", err)
-	}
-	res = e.peek(1, rules...)
-	e.used("Peek(all) after commit", res, 3, 3, 3, 3)
-	for _, commit := range []bool{true, false} {
-		if err := e.settle("h1", commit); !errors.Is(err, driver.ErrHoldNotFound) {
-			e.t.Errorf("Settle(h1, commit %t) after commit = %v, want ErrHoldNotFound", commit, err)
-		}
-	}
-	res = e.take(2, rules...)
-	e.used("Take(all, cost 2) after commit", res, 5, 5, 5, 5)
+	e.run(e.now(), e.fourRules(5, w), []step{
+		{op: reserve, id: "h1", ttl: time.Hour, cost: 3, want: counts(true, 3, 3, 3, 3)},
+		{op: commit, id: "h1"},
+		{op: peek, want: counts(true, 3, 3, 3, 3)},
+		{op: commit, id: "h1", want: verdict{err: errNotFound}},
+		{op: cancel, id: "h1", want: verdict{err: errNotFound}},
+		{op: take, cost: 2, want: counts(true, 5, 5, 5, 5)},
+	})
 }
 
 func reserveCancel(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	rules := e.fourRules(5, w)
-	res := e.reserve("h2", time.Hour, 3, rules...)
-	e.used("Reserve(all, cost 3)", res, 3, 3, 3, 3)
-	res = e.take(1, rules...)
-	e.used("Take(all) after the reservation", res, 4, 4, 4, 4)
-	if err := e.settle("h2", false); err != nil {
-		e.t.Fatalf("Settle(h2, cancel) = %v, want nil", err)
-	}
-	res = e.peek(1, rules...)
-	e.used("Peek(all) after cancel", res, 1, 1, 1, 1)
-	if err := e.settle("h2", false); !errors.Is(err, driver.ErrHoldNotFound) {
-		e.t.Errorf("Settle(h2, cancel) twice = %v, want ErrHoldNotFound", err)
-	}
-	res = e.take(4, rules...)
-	e.used("Take(all, cost 4) after cancel", res, 5, 5, 5, 5)
-	if !res.Allowed {
-		e.t.Errorf("Take(all, cost 4) after cancel = denied, want allowed: the cancel refunded nothing")
-	}
-	// Two holds: cancelling one leaves the other.
-	rules = []driver.Rule{e.fixed("f2", 10, w), e.log("l2", 10, w)}
-	e.reserve("a", time.Hour, 2, rules...)
-	e.reserve("b", time.Hour, 3, rules...)
-	if err := e.settle("a", false); err != nil {
-		e.t.Fatalf("Settle(a, cancel) = %v", err)
-	}
-	e.used("Peek(f2+l2) after cancelling a", e.peek(1, rules...), 3, 3)
-	if err := e.settle("b", false); err != nil {
-		e.t.Fatalf("Settle(b, cancel) = %v", err)
-	}
-	e.used("Peek(f2+l2) after cancelling b", e.peek(1, rules...), 0, 0)
+	all := []string{"fixed", "sliding", "log", "gcra"}
+	two := []string{"f2", "l2"}
+	rules := append(e.fourRules(5, w), e.fixed("f2", 10, w), e.log("l2", 10, w))
+	e.run(e.now(), rules, []step{
+		{op: reserve, only: all, id: "h2", ttl: time.Hour, cost: 3, want: counts(true, 3, 3, 3, 3)},
+		{op: take, only: all, want: counts(true, 4, 4, 4, 4)},
+		{op: cancel, id: "h2"},
+		{op: peek, only: all, want: counts(true, 1, 1, 1, 1)},
+		{op: cancel, id: "h2", want: verdict{err: errNotFound}},
+		{op: take, only: all, cost: 4, want: counts(true, 5, 5, 5, 5)}, // the cancel refunded
+		// Two reservations: cancelling one leaves the other.
+		{op: reserve, only: two, id: "a", ttl: time.Hour, cost: 2, want: counts(true, 2, 2)},
+		{op: reserve, only: two, id: "b", ttl: time.Hour, cost: 3, want: counts(true, 5, 5)},
+		{op: cancel, id: "a"},
+		{op: peek, only: two, want: counts(true, 3, 3)},
+		{op: cancel, id: "b"},
+		{op: peek, only: two, want: counts(true, 0, 0)},
+	})
 }
 
 func reserveDenied(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
-	rules := e.fourRules(5, w)
-	res := e.reserve("big", time.Hour, 6, rules...)
-	if res.Allowed {
-		e.t.Fatalf("Reserve(all, cost 6) with limit 5 = allowed, want denied")
-	}
-	e.take(5, rules...)
-	res = e.reserve("full", time.Hour, 1, rules...)
-	if res.Allowed {
-		e.t.Fatalf("Reserve(all) at the limit = allowed, want denied")
-	}
-	for _, id := range []string{"big", "full"} {
-		if err := e.settle(id, false); !errors.Is(err, driver.ErrHoldNotFound) {
-			e.t.Errorf("Settle(%s, cancel) of a denied reservation = %v, want ErrHoldNotFound", id, err)
-		}
-	}
-	e.used("Peek(all)", e.peek(1, rules...), 5, 5, 5, 5)
+	e.run(e.now(), e.fourRules(5, w), []step{
+		{op: reserve, id: "big", ttl: time.Hour, cost: 6, want: counts(false, 0, 0, 0, 0)},
+		{op: take, cost: 5, want: counts(true, 5, 5, 5, 5)},
+		{op: reserve, id: "full", ttl: time.Hour, want: counts(false, 5, 5, 5, 5)},
+		// A denied Reserve returns no reservation (checked by reserve).
+		{op: cancel, id: "big", want: verdict{err: errNotFound}},
+		{op: cancel, id: "full", want: verdict{err: errNotFound}},
+		{op: peek, want: counts(false, 5, 5, 5, 5)},
+	})
 }
 
-func reserveLapse(next driver.Op) func(e *env) {
+func reserveLapse(next op) func(e *env) {
 	return func(e *env) {
 		w := time.Hour
 		ttl := e.pick(30*time.Second, 300*time.Millisecond)
 		e.ensureRoom(w, ttl+10*time.Second)
 		rules := e.fourRules(5, w)
-		res := e.reserve("h3", ttl, 3, rules...)
-		e.used("Reserve(all, cost 3)", res, 3, 3, 3, 3)
-		exp := res.Now.Add(ttl)
-		if e.fake != nil {
-			e.advanceTo(exp.Add(-time.Millisecond))
-			e.used("Peek(all) 1ms before the hold lapses", e.peek(1, rules...), 3, 3, 3, 3)
+		d, r := e.reserve(ttl, 3, rules...)
+		e.used("Reserve(all, cost 3)", d, 3, 3, 3, 3)
+		steps := []step{{at: ttl - time.Millisecond, fake: true, op: peek, want: counts(true, 3, 3, 3, 3)}}
+		if next == take {
+			// the reservation lapsed (expiry <= now): its units are back
+			steps = append(steps, step{at: ttl, op: take, want: counts(true, 1, 1, 1, 1)})
+		} else {
+			// every operation processes lapsed reservations, a peek too
+			steps = append(steps, step{at: ttl, op: peek, want: counts(true, 0, 0, 0, 0)})
 		}
-		e.advanceTo(exp)
-		switch next {
-		case driver.OpTake:
-			res = e.take(1, rules...)
-			e.used("Take(all) once the hold lapsed (expiry <= now)", res, 1, 1, 1, 1)
-		default:
-			res = e.peek(1, rules...)
-			e.used("Peek(all) once the hold lapsed (driver: every call processes lapsed holds)", res, 0, 0, 0, 0)
-		}
-		if err := e.settle("h3", true); !errors.Is(err, driver.ErrHoldNotFound) {
-			e.t.Errorf("Settle(h3, commit) after it lapsed = %v, want ErrHoldNotFound", err)
+		e.run(d.At, rules, steps)
+		if err := r.Commit(bg()); !errors.Is(err, errNotFound) {
+			e.t.Errorf("Commit after the reservation lapsed = %v, want %v", err, errNotFound)
 		}
 	}
 }
@@ -723,24 +629,26 @@ func settleLapsed(e *env) {
 	w := time.Hour
 	ttl := e.pick(30*time.Second, 300*time.Millisecond)
 	e.ensureRoom(w, ttl+10*time.Second)
-	rules := []driver.Rule{e.fixed("f", 10, w), e.sliding("s", 10, w, 10)}
-	res := e.reserve("short", ttl, 2, rules...)
-	e.reserve("long", time.Hour, 3, rules...)
-	e.advanceTo(res.Now.Add(ttl))
-	// Settle processes the lapsed hold before looking up its own.
-	if err := e.settle("short", true); !errors.Is(err, driver.ErrHoldNotFound) {
-		e.t.Errorf("Settle(short, commit) after it lapsed = %v, want ErrHoldNotFound", err)
+	rules := []sdk.Rule{e.fixed("f", 10, w), e.sliding("s", 10, w, 10)}
+	d, short := e.reserve(ttl, 2, rules...)
+	_, long := e.reserve(time.Hour, 3, rules...)
+	e.advanceTo(d.At.Add(ttl))
+	// Settling processes the lapsed reservation before looking up its own.
+	if err := short.Commit(bg()); !errors.Is(err, errNotFound) {
+		e.t.Errorf("Commit(short) after it lapsed = %v, want %v", err, errNotFound)
 	}
-	if err := e.settle("long", true); err != nil {
-		e.t.Errorf("Settle(long, commit) = %v, want nil", err)
+	if err := long.Commit(bg()); err != nil {
+		e.t.Errorf("Commit(long) = %v, want nil", err)
 	}
 	e.used("Peek(f+s) after the lapse and the commit", e.peek(1, rules...), 3, 3)
-	if err := e.settle("never", false); !errors.Is(err, driver.ErrHoldNotFound) {
-		e.t.Errorf("Settle(never) = %v, want ErrHoldNotFound", err)
+	// What the sdk never sends (an id it did not make, a key without
+	// reservations), the driver contract still answers.
+	rv := e.reserver()
+	if err := rv.Settle(bg(), e.reservationKey(rules...), "never", false); !errors.Is(err, errNotFound) {
+		e.t.Errorf("Settle(never) = %v, want %v", err, errNotFound)
 	}
-	s := e.b.(driver.Settler)
-	if err := s.Settle(bg(), e.key("!h-unused"), "x", true); !errors.Is(err, driver.ErrHoldNotFound) {
-		e.t.Errorf("Settle on an unused hold key = %v, want ErrHoldNotFound", err)
+	if err := rv.Settle(bg(), e.reservationKey(rules...)+"-unused", "x", true); !errors.Is(err, errNotFound) {
+		e.t.Errorf("Settle on an unused reservation key = %v, want %v", err, errNotFound)
 	}
 }
 
@@ -748,20 +656,13 @@ func settleLapsed(e *env) {
 // reservation, nor from cells it no longer counts.
 func refundMovedOn(e *env) {
 	w := e.pick(time.Minute, time.Second)
-	f := e.fixed("f", 5, w)
-	s := e.sliding("s", 5, w, 10)
 	start := e.alignTo(w, 0)
-	res := e.reserve("old", time.Hour, 3, f, s)
-	e.before(res, start.Add(w/10), "reserve")
-	e.used("Reserve(f+s, cost 3)", res, 3, 3)
-	e.advanceTo(start.Add(w + w/10)) // s's cell 0 stops counting
-	res = e.take(2, f, s)
-	e.before(res, start.Add(w+2*w/10), "take")
-	e.used("Take(f+s, cost 2) in the next window", res, 2, 2)
-	if err := e.settle("old", false); err != nil {
-		e.t.Fatalf("Settle(old, cancel) = %v, want nil", err)
-	}
-	e.used("Peek(f+s) after cancelling a hold of the previous window", e.peek(1, f, s), 2, 2)
+	e.run(start, []sdk.Rule{e.fixed("f", 5, w), e.sliding("s", 5, w, 10)}, []step{
+		{by: w / 10, op: reserve, id: "old", ttl: time.Hour, cost: 3, want: counts(true, 3, 3)},
+		{at: w + w/10, by: w + 2*w/10, op: take, cost: 2, want: counts(true, 2, 2)}, // s's cell 0 stopped counting
+		{op: cancel, id: "old"},
+		{op: peek, want: counts(true, 2, 2)},
+	})
 }
 
 // ---- Reset ----
@@ -770,45 +671,59 @@ func resetCase(e *env) {
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	rules := e.fourRules(5, w)
+	p := e.policy(rules...)
 	e.take(3, rules...)
-	if e.h.Features&Reservations != 0 {
-		e.reserve("r1", time.Hour, 1, rules...)
-	}
+	_, rv := e.reservation(rules...)
 	e.take(5, rules...) // a denial for the trail
-	rs, ok := e.b.(driver.Resetter)
-	if !ok {
-		e.t.Fatalf("Harness.Features has Reset but %T is not a driver.Resetter", e.b)
-	}
-	if err := rs.Reset(bg(), e.request(driver.OpTake, 1, rules...)); err != nil {
+	if err := e.lim.Reset(bg(), p, e.subject()); err != nil {
 		e.t.Fatalf("Reset = %v, want nil", err)
 	}
-	res := e.peek(1, rules...)
-	e.expect("Peek(all) after Reset", res, true,
+	d := e.peek(1, rules...)
+	e.expect("Peek(all) after Reset", d, true,
 		want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0), want(true, 0, 5, 0, 0))
-	if e.h.Features&Reservations != 0 {
-		if err := e.settle("r1", true); !errors.Is(err, driver.ErrHoldNotFound) {
-			e.t.Errorf("Settle(r1) after Reset = %v, want ErrHoldNotFound", err)
+	if rv != nil {
+		if err := rv.Commit(bg()); !errors.Is(err, errNotFound) {
+			e.t.Errorf("Commit after Reset = %v, want %v (Reset forgets reservations)", err, errNotFound)
 		}
 	}
-	if e.h.Features&Inspect != 0 {
-		if res := e.inspect(rules...); len(res.Trail) == 0 {
+	if e.has(inspector) {
+		if _, trail := e.inspect(rules...); len(trail) == 0 {
 			e.t.Errorf("Inspect after Reset = no trail, want the denial kept (Reset keeps the trail)")
 		}
 	}
-	res = e.take(5, rules...)
-	e.used("Take(all, cost 5) after Reset", res, 5, 5, 5, 5)
+	e.used("Take(all, cost 5) after Reset", e.take(5, rules...), 5, 5, 5, 5)
+}
+
+// reservation reserves one unit where the backend supports reservations
+// (nil otherwise).
+func (e *env) reservation(rules ...sdk.Rule) (sdk.Decision, *sdk.Reservation) {
+	e.t.Helper()
+	if !e.has(reserver) {
+		return sdk.Decision{}, nil
+	}
+	return e.reserve(time.Hour, 1, rules...)
+}
+
+// has reports whether the backend implements f.
+func (e *env) has(f feature) bool {
+	for _, x := range features {
+		if x.f == f {
+			return x.has(e.b)
+		}
+	}
+	return false
 }
 
 // ---- Trail ----
 
-func (e *env) checkDenial(label string, got driver.Denial, at time.Time, rule string, cost int64, rr driver.RuleResult) {
+func (e *env) checkDenial(label string, got sdk.Denial, at time.Time, rule string, cost int64, rr sdk.RuleDecision) {
 	e.t.Helper()
-	wantD := driver.Denial{At: at, Policy: "p", Rule: rule, Used: rr.Used, Limit: rr.Limit, Cost: cost,
+	w := sdk.Denial{At: at, Policy: "p", Rule: rule, Used: rr.Used, Limit: rr.Limit, Cost: cost,
 		RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh}
-	if !near(got.At, at, e.tol) || got.Policy != wantD.Policy || got.Rule != rule || got.Used != wantD.Used ||
-		got.Limit != wantD.Limit || got.Cost != cost || got.CostTooHigh != wantD.CostTooHigh ||
-		!nearDur(got.RetryAfter, wantD.RetryAfter, e.tol) {
-		e.t.Errorf("%s = %+v, want %+v", label, got, wantD)
+	if !near(got.At, at, e.tol) || got.Policy != w.Policy || got.Rule != rule || got.Used != w.Used ||
+		got.Limit != w.Limit || got.Cost != cost || got.CostTooHigh != w.CostTooHigh ||
+		!nearDur(got.RetryAfter, w.RetryAfter, e.tol) {
+		e.t.Errorf("%s = %+v, want %+v", label, got, w)
 	}
 }
 
@@ -818,38 +733,36 @@ func trailContents(e *env) {
 	e.trailMax = 3
 	f := e.fixed("f", 1, w)
 	e.take(1, f)
-	if res := e.inspect(f); len(res.Trail) != 0 {
-		e.t.Fatalf("Inspect after an allowed take = trail %+v, want none (allowed requests add nothing)", res.Trail)
+	if _, trail := e.inspect(f); len(trail) != 0 {
+		e.t.Fatalf("Inspect after an allowed take = trail %+v, want none (allowed requests add nothing)", trail)
 	}
-	var denied []driver.Result
+	var denials []sdk.Decision
 	for i := range 5 {
-		if e.fake != nil {
-			e.fake.Advance(time.Millisecond)
-		} else if i > 0 {
-			e.advanceTo(denied[i-1].Now.Add(time.Millisecond))
+		if i > 0 || e.fake != nil {
+			e.advance(time.Millisecond)
 		}
-		res := e.take(1, f)
-		if res.Allowed {
+		d := e.take(1, f)
+		if d.Allowed {
 			e.t.Fatalf("Take(f) over the limit = allowed")
 		}
-		denied = append(denied, res)
+		denials = append(denials, d)
 	}
 	e.peek(1, f) // a denied peek adds nothing
-	res := e.inspect(f)
-	if len(res.Trail) != 3 {
-		e.t.Fatalf("Inspect = %d trail entries, want 3 (TrailMax): %+v", len(res.Trail), res.Trail)
+	_, trail := e.inspect(f)
+	if len(trail) != 3 {
+		e.t.Fatalf("Inspect = %d trail entries, want 3 (TrailMax): %+v", len(trail), trail)
 	}
-	for i, d := range res.Trail {
-		src := denied[4-i]
-		e.checkDenial(fmt.Sprintf("Inspect trail[%d] (newest first)", i), d, src.Now, "f", 1, src.Rules[0])
+	for i, d := range trail {
+		src := denials[4-i]
+		e.checkDenial(fmt.Sprintf("Inspect trail[%d] (newest first)", i), d, src.At, "f", 1, src.Rules[0])
 	}
-	if e.h.Features&Reservations != 0 {
-		rr := e.reserve("x", time.Hour, 1, f)
-		res = e.inspect(f)
-		if len(res.Trail) != 3 {
-			e.t.Fatalf("Inspect after a denied reserve = %d entries, want 3", len(res.Trail))
+	if e.has(reserver) {
+		rd, _ := e.reserve(time.Hour, 1, f)
+		_, trail = e.inspect(f)
+		if len(trail) != 3 {
+			e.t.Fatalf("Inspect after a denied reserve = %d entries, want 3", len(trail))
 		}
-		e.checkDenial("Inspect trail[0] after a denied reserve", res.Trail[0], rr.Now, "f", 1, rr.Rules[0])
+		e.checkDenial("Inspect trail[0] after a denied reserve", trail[0], rd.At, "f", 1, rd.Rules[0])
 	}
 }
 
@@ -860,11 +773,18 @@ func trailMulti(e *env) {
 	l := e.log("l", 1, w)
 	ok := e.fixed("ok", 100, w)
 	e.take(1, f, l)
-	res := e.take(1, ok, f, l)
-	if res.Allowed {
+	d := e.take(1, ok, f, l)
+	if d.Allowed {
 		e.t.Fatalf("Take(ok+f+l) = allowed, want denied")
 	}
-	tr := e.inspect().Trail
+	// An inspection whose subject lacks a rule's other dimension leaves
+	// that rule out (the backend is sent the rules it can be named).
+	x := sdk.FixedWindow("x", 1, w).By(dim, "other")
+	in, err := e.lim.Inspect(bg(), e.policy(ok, x), e.subject())
+	if err != nil || len(in.Rules) != 1 || len(in.Skipped) != 1 || in.Skipped[0] != "x" {
+		e.t.Fatalf("Inspect(ok+x) without x's dimension = %+v, %v, want ok inspected and x skipped", in, err)
+	}
+	tr := in.Denials
 	if len(tr) != 2 {
 		e.t.Fatalf("Inspect = %d trail entries %+v, want 2 (one per denying rule)", len(tr), tr)
 	}
@@ -872,15 +792,15 @@ func trailMulti(e *env) {
 	if tr[0].Rule == "l" {
 		tr[0], tr[1] = tr[1], tr[0]
 	}
-	e.checkDenial("trail entry of f", tr[0], res.Now, "f", 1, res.Rules[1])
-	e.checkDenial("trail entry of l", tr[1], res.Now, "l", 1, res.Rules[2])
+	e.checkDenial("trail entry of f", tr[0], d.At, "f", 1, d.Rules[1])
+	e.checkDenial("trail entry of l", tr[1], d.At, "l", 1, d.Rules[2])
 
-	res = e.take(5, f)
-	tr = e.inspect().Trail
+	d = e.take(5, f)
+	_, tr = e.inspect(f)
 	if len(tr) != 3 {
 		e.t.Fatalf("Inspect = %d trail entries, want 3", len(tr))
 	}
-	e.checkDenial("trail entry of a cost too high", tr[0], res.Now, "f", 5, res.Rules[0])
+	e.checkDenial("trail entry of a cost too high", tr[0], d.At, "f", 5, d.Rules[0])
 	if !tr[0].CostTooHigh || tr[0].RetryAfter != 0 {
 		e.t.Errorf("trail entry of a cost too high = %+v, want CostTooHigh and no retry", tr[0])
 	}
@@ -899,22 +819,18 @@ func trailTTL(e *env) {
 	f := e.fixed("f", 1, w)
 	e.take(1, f)
 	first := e.take(1, f)
-	if e.fake != nil {
-		e.fake.Advance(e.trailTTL / 2)
-	} else {
-		e.advanceTo(first.Now.Add(e.trailTTL / 2))
-	}
+	e.advanceTo(first.At.Add(e.trailTTL / 2))
 	last := e.take(1, f)
-	if late := last.Now.Sub(first.Now) - e.trailTTL/2; late > e.trailTTL/4 {
+	if late := last.At.Sub(first.At) - e.trailTTL/2; late > e.trailTTL/4 {
 		e.t.Fatalf("the second denial came %v late (planned %v after the first): the machine is too loaded for this case's timing", late, e.trailTTL/2)
 	}
-	e.advanceTo(first.Now.Add(e.trailTTL + margin))
-	if tr := e.inspect().Trail; len(tr) != 2 {
+	e.advanceTo(first.At.Add(e.trailTTL + margin))
+	if _, tr := e.inspect(f); len(tr) != 2 {
 		e.t.Errorf("Inspect %v after the first denial = %d entries, want 2 (the TTL runs from the last denial)",
 			e.trailTTL, len(tr))
 	}
-	e.advanceTo(last.Now.Add(e.trailTTL + margin))
-	if tr := e.inspect().Trail; len(tr) != 0 {
+	e.advanceTo(last.At.Add(e.trailTTL + margin))
+	if _, tr := e.inspect(f); len(tr) != 0 {
 		e.t.Errorf("Inspect TrailTTL after the last denial = %+v, want no trail", tr)
 	}
 }
@@ -922,22 +838,20 @@ func trailTTL(e *env) {
 func trailDisabled(e *env) {
 	e.trailMax = 0
 	f := e.fixed("f", 1, time.Hour)
-	e.take(1, f)
-	e.take(1, f)
-	e.take(2, f)
-	if tr := e.inspect(f).Trail; len(tr) != 0 {
-		e.t.Errorf("Inspect with TrailMax 0 = %+v, want no trail", tr)
+	e.run(e.now(), []sdk.Rule{f}, []step{
+		{op: take, want: counts(true, 1)},
+		{op: take, want: counts(false, 1)},
+		{op: take, cost: 2, want: counts(false, 1)},
+	})
+	if _, tr := e.inspect(f); len(tr) != 0 {
+		e.t.Errorf("Inspect with trail max 0 = %+v, want no trail", tr)
 	}
 }
 
 // ---- Describe ----
 
 func describe(e *env) {
-	d, ok := e.b.(driver.Describer)
-	if !ok {
-		e.t.Fatalf("Harness.Features has Describe but %T is not a driver.Describer", e.b)
-	}
-	desc, err := d.Describe(bg())
+	desc, err := e.lim.Describe(bg())
 	if err != nil || desc.Name == "" {
 		e.t.Errorf("Describe() = %+v, %v, want a name and no error", desc, err)
 	}

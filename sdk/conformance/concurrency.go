@@ -1,38 +1,36 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk"
 )
 
-func bg() context.Context { return context.Background() }
-
-// concurrency races 64 goroutines on one subject: the backend must admit
-// exactly the limit, each admitted take seeing a distinct count. alg 0
-// races one request naming a rule of every algorithm.
-func concurrency(alg driver.Algorithm) func(e *env) {
+// concurrency races 64 goroutines on one subject through one Limiter: the
+// backend must admit exactly the limit, each admitted take seeing a
+// distinct count. alg 0 races one policy with a rule of every algorithm.
+func concurrency(alg sdk.Algorithm) func(e *env) {
 	return func(e *env) {
 		const limit, workers, each = 20, 64, 4
 		w := time.Hour
 		e.ensureRoom(w, 30*time.Second)
-		var rules []driver.Rule
+		var rules []sdk.Rule
 		switch alg {
-		case driver.FixedWindow:
-			rules = []driver.Rule{e.fixed("r", limit, w)}
-		case driver.SlidingWindow:
-			rules = []driver.Rule{e.sliding("r", limit, w, 10)}
-		case driver.SlidingLog:
-			rules = []driver.Rule{e.log("r", limit, w)}
-		case driver.GCRA:
-			rules = []driver.Rule{e.gcra("r", limit, w, limit-1)}
+		case sdk.AlgorithmFixedWindow:
+			rules = []sdk.Rule{e.fixed("r", limit, w)}
+		case sdk.AlgorithmSlidingWindow:
+			rules = []sdk.Rule{e.sliding("r", limit, w, 10)}
+		case sdk.AlgorithmSlidingLog:
+			rules = []sdk.Rule{e.log("r", limit, w)}
+		case sdk.AlgorithmGCRA:
+			rules = []sdk.Rule{e.gcra("r", limit, w, limit-1)}
 		default:
 			rules = e.fourRules(limit, w)
 		}
-		req := e.request(driver.OpTake, 1, rules...)
+		p := e.policy(rules...)
+		a := sdk.Attempt{Subject: e.subject()}
 		var (
 			mu      sync.Mutex
 			admits  int
@@ -45,16 +43,16 @@ func concurrency(alg driver.Algorithm) func(e *env) {
 			wg.Go(func() {
 				<-release
 				for range each {
-					res, err := e.b.Take(bg(), req)
+					d, err := e.lim.Take(bg(), p, a)
 					mu.Lock()
 					switch {
 					case err != nil:
 						errs = append(errs, err)
-					case len(res.Rules) != len(rules):
-						errs = append(errs, fmt.Errorf("%d rule results, want %d", len(res.Rules), len(rules)))
-					case res.Allowed:
+					case len(d.Rules) != len(rules):
+						errs = append(errs, fmt.Errorf("%d rule decisions, want %d", len(d.Rules), len(rules)))
+					case d.Allowed:
 						admits++
-						seen[res.Rules[0].Used]++
+						seen[d.Rules[0].Used]++
 					}
 					mu.Unlock()
 				}
@@ -63,13 +61,13 @@ func concurrency(alg driver.Algorithm) func(e *env) {
 		close(release)
 		wg.Wait()
 		if len(errs) > 0 {
-			e.t.Fatalf("Take(%s) from %d goroutines: %d errors, first %v", opName(req), workers, len(errs), errs[0])
+			e.t.Fatalf("Take(%s) from %d goroutines: %d errors, first %v", names(rules), workers, len(errs), errs[0])
 		}
 		if admits != limit {
-			e.t.Errorf("Take(%s) from %d goroutines × %d = %d admitted, want exactly %d", opName(req), workers, each,
+			e.t.Errorf("Take(%s) from %d goroutines × %d = %d admitted, want exactly %d", names(rules), workers, each,
 				admits, limit)
 		}
-		if alg != driver.GCRA {
+		if alg != sdk.AlgorithmGCRA {
 			for u := int64(1); u <= limit; u++ {
 				if seen[u] != 1 {
 					e.t.Errorf("admitted takes reporting used %d = %d, want 1 (each admitted take sees a distinct count)",
@@ -77,10 +75,15 @@ func concurrency(alg driver.Algorithm) func(e *env) {
 				}
 			}
 		}
-		res := e.peek(1, rules...)
-		for i, rr := range res.Rules {
+		// The state after the race, by a take (every backend has one): it
+		// is denied and reports the limit used.
+		d := e.take(1, rules...)
+		if d.Allowed {
+			e.t.Errorf("Take(%s) after the race = allowed, want denied", names(rules))
+		}
+		for _, rr := range d.Rules {
 			if rr.Used != limit {
-				e.t.Errorf("Peek(%s) after the race rule %d = %s, want used %d", opName(req), i, fmtRule(rr), limit)
+				e.t.Errorf("Take(%s) after the race rule %s = %s, want used %d", names(rules), rr.Rule, fmtRule(rr), limit)
 			}
 		}
 	}

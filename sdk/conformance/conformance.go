@@ -8,27 +8,43 @@
 //			NewBackend: func(t *testing.T) driver.Backend {
 //				return memory.New(&memory.Options{Clock: clock})
 //			},
-//			Clock:    clock,
-//			Features: conformance.AllFeatures,
+//			Clock: clock,
 //		})
 //	}
 //
-// The suite holds a backend to the contract of package driver (the
-// algorithms' arithmetic, the denial trail, reservations). Every expectation is
-// computed from the backend's own clock (Result.Now), so the same cases
-// run against a fake clock (exact, instant, sequential) and against a
-// server whose clock is its own (Harness.Clock nil: short real windows,
-// time advanced by polling the backend's clock, subtests in parallel).
+// As gocloud.dev's drivertest runs the portable type, the suite drives the
+// backend through the sdk: every case builds sdk rules and policies and
+// calls an [sdk.Limiter] made with sdk.New(backend, sdk.WithPrefix(…)), so
+// the sdk's translation (keys, rule resolution, the reported GCRA limit,
+// the trail, reservations, idempotency keys, batches) is tested with the
+// backend's contract (package driver: the algorithms' arithmetic, the
+// denial trail, reservations).
 //
-// Each subtest builds its own keys in the shape of the sdk's key scheme,
-// "ct:{<random>}:p:<rule>", with a fresh random hash tag, so parallel
-// tests and shared servers never collide.
+// The optional parts of the contract are discovered by type assertion on
+// the backend (driver.Peeker, Reserver, Inspector, Resetter, Idempotent,
+// Batcher, Describer). A case needing one the backend lacks checks that
+// the sdk refuses the operation with an error wrapping
+// errors.ErrUnsupported, then is skipped with a message naming the
+// interface: it never passes silently.
+//
+// Every expectation is computed from the backend's own clock
+// (Decision.At), so the same cases run against a fake clock (exact,
+// instant, sequential) and against a server whose clock is its own
+// (Harness.Clock nil: short real windows, time advanced by polling the
+// backend's clock, subtests in parallel). On a real clock a case whose
+// call came later than an instant it needs (a late step, detected from
+// Decision.At) is retried with fresh keys, at most twice, and the retry
+// is logged; a wrong count or verdict is never retried.
+//
+// Each subtest uses its own key prefix and its own subject (a fresh
+// random hash tag), so parallel tests and shared servers never collide.
 package conformance
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -36,53 +52,10 @@ import (
 
 	_ "time/tzdata" // the calendar cases need zones on any machine
 
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
-
-// Features are the optional parts of the contract a backend implements.
-// A case needing a feature the harness does not list is skipped, with a
-// message naming the feature.
-type Features uint32
-
-const (
-	// Reservations: OpReserve and driver.Settler.
-	Reservations Features = 1 << iota
-	// Reset: driver.Resetter.
-	Reset
-	// Inspect: OpInspect and the denial trail.
-	Inspect
-	// Calendar: FixedWindow rules with a CalendarUnit and Location.
-	Calendar
-	// Idempotency: Request.IdemKey, Result.Replayed and Result.HoldID
-	// (driver.Idempotent reporting true).
-	Idempotency
-	// Batch: driver.Batcher.
-	Batch
-	// Describe: driver.Describer.
-	Describe
-
-	// AllFeatures is every feature.
-	AllFeatures = Reservations | Reset | Inspect | Calendar | Idempotency | Batch | Describe
-)
-
-// String lists the features by name, e.g. "Reservations|Inspect".
-func (f Features) String() string {
-	var names []string
-	for _, n := range []struct {
-		f    Features
-		name string
-	}{{Reservations, "Reservations"}, {Reset, "Reset"}, {Inspect, "Inspect"}, {Calendar, "Calendar"},
-		{Idempotency, "Idempotency"}, {Batch, "Batch"}, {Describe, "Describe"}} {
-		if f&n.f != 0 {
-			names = append(names, n.name)
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, "|")
-}
 
 // Harness tells Run how to test one backend.
 type Harness struct {
@@ -93,11 +66,9 @@ type Harness struct {
 	// suite. Nil means the backend has its own clock (a Redis server's
 	// TIME): the suite then uses short real windows, waits by polling the
 	// backend's clock and runs the subtests in parallel. The clock is read
-	// by peeking a scratch key with the test's own hash tag, so on a
-	// Redis Cluster it is the clock of the node holding the test's keys.
+	// by peeking a scratch rule of the test's own subject, so on a Redis
+	// Cluster it is the clock of the node holding the test's keys.
 	Clock *FakeClock
-	// Features lists the optional features the backend implements.
-	Features Features
 	// Tolerance is the slack allowed in durations and instants the
 	// backend reports (e.g. for a backend storing microseconds). Default:
 	// 0 with a fake clock, 2ms with a real one. Counts are always exact.
@@ -128,24 +99,24 @@ func Run(t *testing.T, h Harness) {
 			}
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
-					if miss := c.needs &^ h.Features; miss != 0 {
-						t.Skipf("backend lacks %v (Harness.Features)", miss)
-					}
 					if c.fakeOnly && realClock {
 						t.Skip("needs a fake clock (Harness.Clock): the instants it tests cannot be waited for")
 					}
 					if realClock && !g.serial {
 						t.Parallel()
 					}
+					if missing(t, &h, c.needs) {
+						return
+					}
 					for attempt := 1; ; attempt++ {
-						slow := runCase(t, &h, c)
-						if slow == "" {
+						late := runCase(t, &h, c)
+						if late == "" {
 							return
 						}
 						if attempt == 3 {
-							t.Fatalf("timing: %s (3 attempts): the backend is too slow for this case's real-clock windows", slow)
+							t.Fatalf("timing: %s (3 attempts): the backend is too slow for this case's real-clock windows", late)
 						}
-						t.Logf("timing: %s; retrying with fresh keys", slow)
+						t.Logf("timing: %s; retrying with fresh keys (attempt %d)", late, attempt+1)
 					}
 				})
 			}
@@ -153,21 +124,104 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
-// tooSlow is panicked by env.before with a real clock when the calls of
-// a case did not fit the instants it needs; runCase recovers it.
-type tooSlow struct{ msg string }
+// feature is an optional interface of package driver.
+type feature uint8
+
+const (
+	peeker feature = 1 << iota
+	reserver
+	inspector
+	resetter
+	idempotent
+	batcher
+	describer
+)
+
+var features = []struct {
+	f    feature
+	name string
+	has  func(driver.Backend) bool
+	// refused calls the sdk operation needing f and returns its error.
+	refused func(e *env) error
+}{
+	{peeker, "driver.Peeker", func(b driver.Backend) bool { _, ok := b.(driver.Peeker); return ok },
+		func(e *env) error {
+			_, err := e.lim.Peek(bg(), e.policy(e.fixed("f", 1, time.Hour)), sdk.Attempt{Subject: e.subject()})
+			return err
+		}},
+	{reserver, "driver.Reserver", func(b driver.Backend) bool { _, ok := b.(driver.Reserver); return ok },
+		func(e *env) error {
+			_, _, err := e.lim.Reserve(bg(), e.policy(e.fixed("f", 1, time.Hour)), sdk.Attempt{Subject: e.subject()}, time.Minute)
+			return err
+		}},
+	{inspector, "driver.Inspector", func(b driver.Backend) bool { _, ok := b.(driver.Inspector); return ok },
+		func(e *env) error {
+			_, err := e.lim.Inspect(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject())
+			return err
+		}},
+	{resetter, "driver.Resetter", func(b driver.Backend) bool { _, ok := b.(driver.Resetter); return ok },
+		func(e *env) error { return e.lim.Reset(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject()) }},
+	{idempotent, "driver.Idempotent", func(b driver.Backend) bool {
+		ib, ok := b.(driver.Idempotent)
+		return ok && ib.SupportsIdemKey()
+	}, func(e *env) error {
+		_, err := e.lim.Take(bg(), e.policy(e.fixed("f", 1, time.Hour)), sdk.Attempt{Subject: e.subject(), IdempotencyKey: "k"})
+		return err
+	}},
+	{batcher, "driver.Batcher", func(b driver.Backend) bool { _, ok := b.(driver.Batcher); return ok }, nil},
+	{describer, "driver.Describer", func(b driver.Backend) bool { _, ok := b.(driver.Describer); return ok },
+		func(e *env) error { _, err := e.lim.Describe(bg()); return err }},
+}
+
+// missing reports whether the backend lacks a feature in needs. If so, it
+// checks that the sdk refuses the operation (errors.ErrUnsupported) and
+// skips the test, naming the interface.
+func missing(t *testing.T, h *Harness, needs feature) bool {
+	t.Helper()
+	if needs == 0 {
+		return false
+	}
+	e := newEnv(t, h)
+	var names []string
+	for _, f := range features {
+		if needs&f.f == 0 || f.has(e.b) {
+			continue
+		}
+		names = append(names, f.name)
+		if f.refused == nil {
+			continue // the sdk falls back (Batcher: one call per attempt)
+		}
+		if err := f.refused(e); !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("the sdk's operation needing %s on %T (which lacks it) = %v, want an error wrapping errors.ErrUnsupported",
+				f.name, e.b, err)
+		}
+	}
+	if len(names) == 0 {
+		return false
+	}
+	if t.Failed() {
+		return true
+	}
+	t.Skipf("skipped: backend %T does not implement %s (optional; the sdk refuses it with errors.ErrUnsupported)",
+		e.b, strings.Join(names, ", "))
+	return true
+}
+
+// late is panicked by env.before with a real clock when a step was
+// decided after the instant it needed; runCase recovers it.
+type late struct{ msg string }
 
 // runCase runs c once on a fresh env. It returns why, if the attempt was
-// abandoned because the machine was too slow for real-clock windows.
-func runCase(t *testing.T, h *Harness, c testCase) (slow string) {
+// abandoned because a step was late for its real-clock window.
+func runCase(t *testing.T, h *Harness, c testCase) (why string) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
-			ts, ok := r.(tooSlow)
+			l, ok := r.(late)
 			if !ok {
 				panic(r)
 			}
-			slow = ts.msg
+			why = l.msg
 		}
 	}()
 	c.run(newEnv(t, h))
@@ -182,7 +236,7 @@ type group struct {
 
 type testCase struct {
 	name     string
-	needs    Features
+	needs    feature
 	fakeOnly bool
 	run      func(e *env)
 }
@@ -194,35 +248,54 @@ func NewTag() string {
 	return hex.EncodeToString(b[:])
 }
 
-// env is one subtest's backend, keys and clock.
+// dim is the dimension every rule of the suite is keyed by.
+const dim = "s"
+
+// env is one subtest's backend, Limiter, subject and clock.
 type env struct {
 	t        *testing.T
 	h        *Harness
 	b        driver.Backend
+	lim      *sdk.Limiter
 	fake     *FakeClock
 	tol      time.Duration
 	tag      string
 	trailMax int
 	trailTTL time.Duration
+	clockP   *sdk.Policy
 }
 
 func newEnv(t *testing.T, h *Harness) *env {
 	t.Helper()
+	tag := NewTag()
+	b := h.NewBackend(t)
 	e := &env{
-		t: t, h: h, b: h.NewBackend(t), fake: h.Clock, tol: h.Tolerance,
-		tag: NewTag(), trailMax: 20, trailTTL: time.Hour,
+		t: t, h: h, b: b, fake: h.Clock, tol: h.Tolerance,
+		lim: sdk.New(b, sdk.WithPrefix("ct-"+tag)),
+		tag: tag, trailMax: 20, trailTTL: time.Hour,
 	}
+	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", sdk.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
+	if err != nil {
+		t.Fatalf("NewPolicy(clock) = %v", err)
+	}
+	e.clockP = p
 	if e.fake != nil {
-		res := e.do(e.clockRequest())
-		if want := e.fake.Now(); !near(res.Now, want, e.tol) {
-			t.Fatalf("Harness.Clock: the backend's Result.Now = %v, want the clock's %v (does NewBackend read Clock.Now?)", res.Now, want)
+		if got, want := e.readClock(), e.fake.Now(); !near(got, want, e.tol) {
+			t.Fatalf("Harness.Clock: the backend's Decision.At = %v, want the clock's %v (does NewBackend read Clock.Now?)", got, want)
 		}
 	}
 	return e
 }
 
-// key returns this test's key for name.
-func (e *env) key(name string) string { return "ct:{" + e.tag + "}:p:" + name }
+// subject is the test's subject; sub, if given, names another one (its
+// own hash tag, perhaps on another cluster node).
+func (e *env) subject(sub ...string) sdk.Subject {
+	v := e.tag
+	if len(sub) > 0 {
+		v += "-" + sub[0]
+	}
+	return sdk.Subject{dim: v}
+}
 
 // pick returns fake with a fake clock, real with a real one.
 func (e *env) pick(fake, real time.Duration) time.Duration {
@@ -232,120 +305,178 @@ func (e *env) pick(fake, real time.Duration) time.Duration {
 	return real
 }
 
-func (e *env) fixed(name string, limit int64, w time.Duration) driver.Rule {
-	return driver.Rule{Name: name, Key: e.key(name), Algorithm: driver.FixedWindow, Limit: limit, Window: w}
+func (e *env) fixed(name string, limit int64, w time.Duration) sdk.Rule {
+	return sdk.FixedWindow(name, limit, w).By(dim)
 }
 
-func (e *env) sliding(name string, limit int64, w time.Duration, cells int) driver.Rule {
-	return driver.Rule{Name: name, Key: e.key(name), Algorithm: driver.SlidingWindow, Limit: limit, Window: w, SubWindows: cells}
+func (e *env) sliding(name string, limit int64, w time.Duration, cells int) sdk.Rule {
+	return sdk.SlidingWindow(name, limit, w).Cells(cells).By(dim)
 }
 
-func (e *env) log(name string, limit int64, w time.Duration) driver.Rule {
-	return driver.Rule{Name: name, Key: e.key(name), Algorithm: driver.SlidingLog, Limit: limit, Window: w}
+func (e *env) log(name string, limit int64, w time.Duration) sdk.Rule {
+	return sdk.SlidingLog(name, limit, w).By(dim)
 }
 
-func (e *env) gcra(name string, limit int64, per time.Duration, burst int64) driver.Rule {
-	return driver.Rule{Name: name, Key: e.key(name), Algorithm: driver.GCRA, Limit: limit, Window: per, Burst: burst}
+func (e *env) gcra(name string, limit int64, per time.Duration, burst int64) sdk.Rule {
+	return sdk.GCRA(name, limit, per, burst).By(dim)
 }
 
-func (e *env) calendar(name string, limit int64, unit driver.CalendarUnit, loc *time.Location) driver.Rule {
-	w := 24 * time.Hour
-	if unit == driver.Hour {
-		w = time.Hour
+func (e *env) calendar(name string, limit int64, unit sdk.CalendarUnit, loc *time.Location) sdk.Rule {
+	if unit == sdk.Hour {
+		return sdk.Hourly(name, limit, loc).By(dim)
 	}
-	return driver.Rule{Name: name, Key: e.key(name), Algorithm: driver.FixedWindow, Limit: limit, Window: w,
-		Calendar: unit, Location: loc}
+	return sdk.Daily(name, limit, loc).By(dim)
 }
 
-// clockRule is the scratch rule peeked to read the backend's clock.
-func (e *env) clockRule() driver.Rule { return e.fixed("clock", 1, time.Second) }
-
-func (e *env) request(op driver.Op, cost int64, rules ...driver.Rule) driver.Request {
-	return driver.Request{
-		Op: op, Policy: "p", Rules: rules, Cost: cost,
-		TrailKey: e.key("!t"), TrailMax: e.trailMax, TrailTTL: e.trailTTL,
-		HoldKey: e.key("!h"),
-	}
-}
-
-// do sends req and checks the shape of the result.
-func (e *env) do(req driver.Request) driver.Result {
+// policy returns the policy "p" of rules with the test's trail settings.
+// Policies of the same name share the state of the rules they share (a
+// rule's key depends on the policy's name and the rule's identity, not on
+// the other rules), so a case asks for any subset of its rules.
+func (e *env) policy(rules ...sdk.Rule) *sdk.Policy {
 	e.t.Helper()
-	res, err := e.b.Take(context.Background(), req)
-	return e.shaped(opName(req), req, res, err)
+	p, err := sdk.NewPolicy("p", rules, sdk.WithTrail(e.trailMax, e.trailTTL))
+	if err != nil {
+		e.t.Fatalf("NewPolicy(p) = %v", err)
+	}
+	return p
 }
 
-// shaped fails the test unless res (with err) is a result for req: no
-// error, one rule result per rule, the backend's clock.
-func (e *env) shaped(label string, req driver.Request, res driver.Result, err error) driver.Result {
+func names(rules []sdk.Rule) string {
+	s := make([]string, len(rules))
+	for i, r := range rules {
+		s[i] = r.Name
+	}
+	return strings.Join(s, "+")
+}
+
+// shaped fails the test unless d (with err) is a decision for rules: no
+// error, one rule decision per rule, in order, at the backend's clock.
+func (e *env) shaped(label string, rules []sdk.Rule, d sdk.Decision, err error) sdk.Decision {
 	e.t.Helper()
 	if err != nil {
-		e.t.Fatalf("%s = error %v, want a result", label, err)
+		e.t.Fatalf("%s = error %v, want a decision", label, err)
 	}
-	if len(res.Rules) != len(req.Rules) {
-		e.t.Fatalf("%s = %d rule results, want %d", label, len(res.Rules), len(req.Rules))
+	if len(d.Rules) != len(rules) {
+		e.t.Fatalf("%s = %d rule decisions, want %d", label, len(d.Rules), len(rules))
 	}
-	if res.Now.IsZero() {
-		e.t.Fatalf("%s: Result.Now is zero, want the backend's clock", label)
+	for i, r := range rules {
+		if d.Rules[i].Rule != r.Name {
+			e.t.Fatalf("%s rule %d = %q, want %q (policy order)", label, i, d.Rules[i].Rule, r.Name)
+		}
 	}
-	return res
+	if d.At.IsZero() || d.Degraded {
+		e.t.Fatalf("%s: At %v, Degraded %t, want the backend's clock and a real decision", label, d.At, d.Degraded)
+	}
+	return d
 }
 
-func (e *env) take(cost int64, rules ...driver.Rule) driver.Result {
+func (e *env) takeAttempt(a sdk.Attempt, rules ...sdk.Rule) sdk.Decision {
 	e.t.Helper()
-	return e.do(e.request(driver.OpTake, cost, rules...))
+	d, err := e.lim.Take(bg(), e.policy(rules...), a)
+	return e.shaped(fmt.Sprintf("Take(%s, cost %d)", names(rules), max(a.Cost, 1)), rules, d, err)
 }
 
-func (e *env) peek(cost int64, rules ...driver.Rule) driver.Result {
+func (e *env) take(cost int64, rules ...sdk.Rule) sdk.Decision {
 	e.t.Helper()
-	return e.do(e.request(driver.OpPeek, cost, rules...))
+	return e.takeAttempt(sdk.Attempt{Subject: e.subject(), Cost: cost}, rules...)
 }
 
-func (e *env) inspect(rules ...driver.Rule) driver.Result {
+func (e *env) peek(cost int64, rules ...sdk.Rule) sdk.Decision {
 	e.t.Helper()
-	return e.do(e.request(driver.OpInspect, 0, rules...))
+	d, err := e.lim.Peek(bg(), e.policy(rules...), sdk.Attempt{Subject: e.subject(), Cost: cost})
+	return e.shaped(fmt.Sprintf("Peek(%s, cost %d)", names(rules), cost), rules, d, err)
 }
 
-func (e *env) reserve(id string, ttl time.Duration, cost int64, rules ...driver.Rule) driver.Result {
+// inspect inspects the subject under the policy of rules; it returns the
+// inspection as a decision (allowed iff every rule allows a unit) and the
+// denials.
+func (e *env) inspect(rules ...sdk.Rule) (sdk.Decision, []sdk.Denial) {
 	e.t.Helper()
-	req := e.request(driver.OpReserve, cost, rules...)
-	req.HoldID, req.HoldTTL = id, ttl
-	return e.do(req)
+	in, err := e.lim.Inspect(bg(), e.policy(rules...), e.subject())
+	label := fmt.Sprintf("Inspect(%s)", names(rules))
+	if err != nil {
+		e.t.Fatalf("%s = error %v, want an inspection", label, err)
+	}
+	if in.Policy != "p" || len(in.Skipped) != 0 {
+		e.t.Fatalf("%s = policy %q, skipped %v, want p and none skipped", label, in.Policy, in.Skipped)
+	}
+	// An inspection has no summary: make one (as the sdk summarizes a
+	// decision) so that it reads like a peek's decision.
+	d := sdk.Decision{Allowed: true, Policy: in.Policy, At: in.At, Rules: in.Rules}
+	for _, r := range in.Rules {
+		d.Allowed = d.Allowed && r.Allowed
+		d.CostTooHigh = d.CostTooHigh || r.CostTooHigh
+		if !r.Allowed {
+			d.Denied = append(d.Denied, r.Rule)
+			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
+		}
+	}
+	return e.shaped(label, rules, d, nil), in.Denials
 }
 
-func (e *env) settle(id string, commit bool) error {
+func (e *env) reserveAttempt(a sdk.Attempt, ttl time.Duration, rules ...sdk.Rule) (sdk.Decision, *sdk.Reservation) {
 	e.t.Helper()
-	s, ok := e.b.(driver.Settler)
+	d, r, err := e.lim.Reserve(bg(), e.policy(rules...), a, ttl)
+	d = e.shaped(fmt.Sprintf("Reserve(%s, cost %d)", names(rules), max(a.Cost, 1)), rules, d, err)
+	if d.Allowed != (r != nil) {
+		e.t.Fatalf("Reserve(%s) = allowed %t with reservation %v, want a reservation iff allowed", names(rules), d.Allowed, r)
+	}
+	return d, r
+}
+
+func (e *env) reserve(ttl time.Duration, cost int64, rules ...sdk.Rule) (sdk.Decision, *sdk.Reservation) {
+	e.t.Helper()
+	return e.reserveAttempt(sdk.Attempt{Subject: e.subject(), Cost: cost}, ttl, rules...)
+}
+
+// reserver returns the backend's driver.Reserver, for the contract points
+// the sdk cannot reach (settling an id it never made).
+func (e *env) reserver() driver.Reserver {
+	e.t.Helper()
+	rv, ok := e.b.(driver.Reserver)
 	if !ok {
-		e.t.Fatalf("Harness.Features has Reservations but %T is not a driver.Settler", e.b)
+		e.t.Fatalf("%T is not a driver.Reserver", e.b)
 	}
-	return s.Settle(context.Background(), e.key("!h"), id, commit)
+	return rv
 }
 
-func opName(req driver.Request) string {
-	names := make([]string, len(req.Rules))
-	for i, r := range req.Rules {
-		names[i] = r.Name
+// reservationKey is the key of the subject's reservations under policy p
+// (the last of Limiter.Keys).
+func (e *env) reservationKey(rules ...sdk.Rule) string {
+	e.t.Helper()
+	keys := e.lim.Keys(e.policy(rules...), e.subject())
+	if len(keys) == 0 {
+		e.t.Fatalf("Keys(p) = none")
 	}
-	op := [...]string{"Take", "Peek", "Reserve", "Inspect"}[min(int(req.Op), 3)]
-	return fmt.Sprintf("%s(%s, cost %d)", op, strings.Join(names, "+"), req.Cost)
+	return keys[len(keys)-1]
 }
 
-// now reads the backend's clock: the fake clock, or a peek's Result.Now.
+// now reads the backend's clock: the fake clock, or a peek's Decision.At.
 func (e *env) now() time.Time {
 	e.t.Helper()
 	if e.fake != nil {
 		return e.fake.Now()
 	}
-	return e.do(e.clockRequest()).Now
+	return e.readClock()
 }
 
-// clockRequest peeks the scratch rule, with its own trail and hold keys
-// (same hash tag, so the same server and clock), so that reading the
-// clock never processes the test's holds.
-func (e *env) clockRequest() driver.Request {
-	return driver.Request{Op: driver.OpPeek, Policy: "p", Rules: []driver.Rule{e.clockRule()}, Cost: 1,
-		TrailKey: e.key("clock!t"), TrailMax: 0, TrailTTL: time.Hour, HoldKey: e.key("clock!h")}
+// readClock asks the backend for its clock: a peek (a take where the
+// backend has no Peeker) of the scratch policy "clock", whose keys share
+// the test's hash tag (so the same server) but not its policy's state.
+func (e *env) readClock() time.Time {
+	e.t.Helper()
+	a := sdk.Attempt{Subject: e.subject()}
+	var d sdk.Decision
+	var err error
+	if _, ok := e.b.(driver.Peeker); ok {
+		d, err = e.lim.Peek(bg(), e.clockP, a)
+	} else {
+		d, err = e.lim.Take(bg(), e.clockP, a)
+	}
+	if err != nil || d.At.IsZero() {
+		e.t.Fatalf("reading the backend's clock: %v (At %v)", err, d.At)
+	}
+	return d.At
 }
 
 // advanceTo moves the backend's clock to at least target: it sets the
@@ -372,6 +503,16 @@ func (e *env) advanceTo(target time.Time) time.Time {
 	return now
 }
 
+// advance moves the backend's clock d on from now.
+func (e *env) advance(d time.Duration) time.Time {
+	e.t.Helper()
+	if e.fake != nil {
+		e.fake.Advance(d)
+		return e.fake.Now()
+	}
+	return e.advanceTo(e.now().Add(d))
+}
+
 // alignTo waits for the next epoch-aligned boundary of w and then off
 // more; it returns the boundary.
 func (e *env) alignTo(w, off time.Duration) time.Time {
@@ -391,19 +532,19 @@ func (e *env) ensureRoom(w, room time.Duration) {
 	}
 }
 
-// before abandons the attempt when res was decided at or after deadline:
-// the machine was too slow for the real-clock windows. Run retries the
-// case with fresh keys, up to 3 times.
-func (e *env) before(res driver.Result, deadline time.Time, what string) {
+// before abandons the attempt when d was decided at or after deadline:
+// the step was late for its real-clock window. Run retries the case with
+// fresh keys, up to 3 times. With a fake clock it is a bug in the case.
+func (e *env) before(d sdk.Decision, deadline time.Time, what string) {
 	e.t.Helper()
-	if res.Now.Before(deadline) {
+	if d.At.Before(deadline) {
 		return
 	}
-	msg := fmt.Sprintf("%s was decided at %v, not before %v", what, res.Now, deadline)
+	msg := fmt.Sprintf("%s was decided at %v, not before %v", what, d.At, deadline)
 	if e.fake != nil {
 		e.t.Fatalf("timing: %s (a fake clock never moves by itself: a bug in the case)", msg)
 	}
-	panic(tooSlow{msg})
+	panic(late{msg})
 }
 
 func windowStart(t time.Time, w time.Duration) time.Time {
@@ -425,21 +566,21 @@ func nearDur(a, b, tol time.Duration) bool {
 	return d <= tol && d >= -tol
 }
 
-// want builds an expected rule result: Remaining follows from limit and
+// want builds an expected rule decision: Remaining follows from limit and
 // used; RetryAfter is zero when allowed.
-func want(allowed bool, used, limit int64, resetAfter, retryAfter time.Duration) driver.RuleResult {
-	return driver.RuleResult{Allowed: allowed, Used: used, Limit: limit, Remaining: max(0, limit-used),
+func want(allowed bool, used, limit int64, resetAfter, retryAfter time.Duration) sdk.RuleDecision {
+	return sdk.RuleDecision{Allowed: allowed, Used: used, Limit: limit, Remaining: max(0, limit-used),
 		ResetAfter: resetAfter, RetryAfter: retryAfter}
 }
 
 // tooHigh builds the expected result of a cost that can never fit.
-func tooHigh(used, limit int64, resetAfter time.Duration) driver.RuleResult {
+func tooHigh(used, limit int64, resetAfter time.Duration) sdk.RuleDecision {
 	r := want(false, used, limit, resetAfter, 0)
 	r.CostTooHigh = true
 	return r
 }
 
-func fmtRule(r driver.RuleResult) string {
+func fmtRule(r sdk.RuleDecision) string {
 	s := fmt.Sprintf("{allowed:%t used:%d limit:%d remaining:%d reset:%v retry:%v", r.Allowed, r.Used, r.Limit,
 		r.Remaining, r.ResetAfter, r.RetryAfter)
 	if r.CostTooHigh {
@@ -448,24 +589,7 @@ func fmtRule(r driver.RuleResult) string {
 	return s + "}"
 }
 
-// expect checks res.Allowed and each rule's result (durations within the
-// tolerance).
-func (e *env) expect(label string, res driver.Result, allowed bool, wants ...driver.RuleResult) {
-	e.t.Helper()
-	if res.Allowed != allowed {
-		e.t.Errorf("%s: Allowed = %t, want %t (rules %s)", label, res.Allowed, allowed, fmtRules(res.Rules))
-	}
-	for i, w := range wants {
-		g := res.Rules[i]
-		if g.Allowed != w.Allowed || g.Used != w.Used || g.Limit != w.Limit || g.Remaining != w.Remaining ||
-			g.CostTooHigh != w.CostTooHigh || !nearDur(g.ResetAfter, w.ResetAfter, e.tol) ||
-			!nearDur(g.RetryAfter, w.RetryAfter, e.tol) {
-			e.t.Errorf("%s rule %d = %s, want %s", label, i, fmtRule(g), fmtRule(w))
-		}
-	}
-}
-
-func fmtRules(rs []driver.RuleResult) string {
+func fmtRules(rs []sdk.RuleDecision) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = fmtRule(r)
@@ -473,12 +597,60 @@ func fmtRules(rs []driver.RuleResult) string {
 	return strings.Join(s, " ")
 }
 
+// sameRule reports whether g matches w (durations within tol; the name,
+// algorithm and strategy are not compared).
+func sameRule(g, w sdk.RuleDecision, tol time.Duration) bool {
+	return g.Allowed == w.Allowed && g.Used == w.Used && g.Limit == w.Limit && g.Remaining == w.Remaining &&
+		g.CostTooHigh == w.CostTooHigh && nearDur(g.ResetAfter, w.ResetAfter, tol) &&
+		nearDur(g.RetryAfter, w.RetryAfter, tol)
+}
+
+// expect checks d.Allowed and each rule's decision (durations within the
+// tolerance), and the sdk's summary of them (Denied, RetryAfter,
+// CostTooHigh).
+func (e *env) expect(label string, d sdk.Decision, allowed bool, wants ...sdk.RuleDecision) {
+	e.t.Helper()
+	if d.Allowed != allowed {
+		e.t.Errorf("%s: Allowed = %t, want %t (rules %s)", label, d.Allowed, allowed, fmtRules(d.Rules))
+	}
+	for i, w := range wants {
+		if g := d.Rules[i]; !sameRule(g, w, e.tol) {
+			e.t.Errorf("%s rule %d = %s, want %s", label, i, fmtRule(g), fmtRule(w))
+		}
+	}
+	e.summary(label, d)
+}
+
+// summary checks the sdk's summary of d's rules.
+func (e *env) summary(label string, d sdk.Decision) {
+	e.t.Helper()
+	var denied []string
+	var retry time.Duration
+	tooHigh := false
+	for _, r := range d.Rules {
+		tooHigh = tooHigh || r.CostTooHigh
+		if !r.Allowed {
+			denied = append(denied, r.Rule)
+			retry = max(retry, r.RetryAfter)
+		}
+	}
+	if d.Allowed {
+		retry = 0
+	}
+	if strings.Join(d.Denied, ",") != strings.Join(denied, ",") || d.CostTooHigh != tooHigh || d.RetryAfter != retry {
+		e.t.Errorf("%s: Denied %v, CostTooHigh %t, RetryAfter %v, want %v, %t, %v (from its rules)", label,
+			d.Denied, d.CostTooHigh, d.RetryAfter, denied, tooHigh, retry)
+	}
+}
+
 // used checks only the Used count of each rule.
-func (e *env) used(label string, res driver.Result, used ...int64) {
+func (e *env) used(label string, d sdk.Decision, used ...int64) {
 	e.t.Helper()
 	for i, u := range used {
-		if res.Rules[i].Used != u {
-			e.t.Errorf("%s rule %d = %s, want used %d", label, i, fmtRule(res.Rules[i]), u)
+		if d.Rules[i].Used != u {
+			e.t.Errorf("%s rule %d = %s, want used %d", label, i, fmtRule(d.Rules[i]), u)
 		}
 	}
 }
+
+func bg() context.Context { return context.Background() }

@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // The suite's reference models must agree with the numbers DESIGN.md
 // quotes, or the suite would hold backends to the wrong answers.
 func TestGCRAModelRedisCell(t *testing.T) {
-	m := newGCRAModel(driver.Rule{Limit: 10, Window: time.Minute, Burst: 4})
+	m := newGCRAModel(sdk.GCRA("g", 10, time.Minute, 4))
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	wants := []driver.RuleResult{
+	wants := []sdk.RuleDecision{
 		want(true, 1, 5, 6*time.Second, 0),
 		want(true, 2, 5, 12*time.Second, 0),
 		want(true, 3, 5, 18*time.Second, 0),
@@ -59,15 +59,6 @@ func TestWindowStart(t *testing.T) {
 		if got := windowStart(tc.t, tc.w); !got.Equal(tc.want) {
 			t.Errorf("windowStart(%v, %v) = %v, want %v", tc.t.Unix(), tc.w, got.Unix(), tc.want.Unix())
 		}
-	}
-}
-
-func TestFeaturesString(t *testing.T) {
-	if got := AllFeatures.String(); got != "Reservations|Reset|Inspect|Calendar|Idempotency|Batch|Describe" {
-		t.Errorf("AllFeatures.String() = %q", got)
-	}
-	if got := Features(0).String(); got != "none" {
-		t.Errorf("Features(0).String() = %q, want none", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package conformance
 import (
 	"time"
 
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -29,10 +30,10 @@ func (m *logModel) live(now time.Time) []time.Time {
 
 // step returns the result of cost at now, consuming when consume and
 // admitted.
-func (m *logModel) step(now time.Time, cost int64, consume bool) driver.RuleResult {
+func (m *logModel) step(now time.Time, cost int64, consume bool) sdk.RuleDecision {
 	live := m.live(now)
 	used := int64(len(live))
-	var res driver.RuleResult
+	var res sdk.RuleDecision
 	switch {
 	case cost > m.limit:
 		res = tooHigh(used, m.limit, 0)
@@ -63,8 +64,8 @@ type gcraModel struct {
 	tat    time.Time
 }
 
-func newGCRAModel(r driver.Rule) *gcraModel {
-	t, tol, limit := r.GCRAParams()
+func newGCRAModel(r sdk.Rule) *gcraModel {
+	t, tol, limit := driver.Rule{Algorithm: driver.GCRA, Limit: r.Limit, Window: r.Window, Burst: r.Burst}.GCRAParams()
 	return &gcraModel{t: t, tol: tol, limit: limit}
 }
 
@@ -82,7 +83,7 @@ func (m *gcraModel) report(tat, now time.Time) (used int64, ttl time.Duration) {
 	return m.limit - rem, ttl
 }
 
-func (m *gcraModel) step(now time.Time, cost int64, consume bool) driver.RuleResult {
+func (m *gcraModel) step(now time.Time, cost int64, consume bool) sdk.RuleDecision {
 	if cost > m.limit {
 		used, ttl := m.report(m.tat, now)
 		return tooHigh(used, m.limit, ttl)
@@ -108,15 +109,15 @@ func (m *gcraModel) step(now time.Time, cost int64, consume bool) driver.RuleRes
 // must report for a request of cost at now, and records it if consume and
 // the request is admitted.
 type model interface {
-	step(now time.Time, cost int64, consume bool) driver.RuleResult
+	step(now time.Time, cost int64, consume bool) sdk.RuleDecision
 }
 
 // checker returns a check that holds a single-rule result to m's answer
-// for the instant the backend reported (res.Now).
-func (e *env) checker(m model) func(label string, res driver.Result, cost int64, consume bool) {
-	return func(label string, res driver.Result, cost int64, consume bool) {
+// for the instant the backend reported (d.At).
+func (e *env) checker(m model) func(label string, d sdk.Decision, cost int64, consume bool) {
+	return func(label string, d sdk.Decision, cost int64, consume bool) {
 		e.t.Helper()
-		wr := m.step(res.Now, cost, consume)
-		e.expect(label, res, wr.Allowed, wr)
+		wr := m.step(d.At, cost, consume)
+		e.expect(label, d, wr.Allowed, wr)
 	}
 }

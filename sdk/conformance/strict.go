@@ -1,23 +1,22 @@
 package conformance
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"sort"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // A SlidingWindow rule is strict: no interval of length Window, closed or
 // half-open, ever holds more than Limit admitted units (docs/DESIGN.md,
 // "SlidingWindow"). These cases hold a backend to that against a
 // reference event log of what it admitted, stamped with its own clock
-// (Result.Now).
+// (Decision.At).
 
 // eventLog is the units a backend admitted for one rule, oldest first.
 type eventLog struct {
-	rule driver.Rule
+	rule sdk.Rule
 	at   []time.Time
 	n    []int64
 }
@@ -59,10 +58,10 @@ func slidingStrict(e *env) {
 	b := e.sliding("b", 4, e.pick(50*time.Second, 700*time.Millisecond), 3) // cells of 16.666s / 233ms
 	c := e.sliding("c", 3, e.pick(59*time.Second, 590*time.Millisecond), 10)
 	logs := map[string]*eventLog{}
-	for _, r := range []driver.Rule{a, b, c} {
+	for _, r := range []sdk.Rule{a, b, c} {
 		logs[r.Name] = &eventLog{rule: r}
 	}
-	subsets := [][]driver.Rule{{a, b, c}, {a, b, c}, {a}, {b, c}, {a, c}}
+	subsets := [][]sdk.Rule{{a, b, c}, {a, b, c}, {a}, {b, c}, {a, c}}
 	s := w / 10
 	steps, admitted := 0, 0
 	start := e.now()
@@ -98,21 +97,21 @@ func slidingStrict(e *env) {
 		res := e.take(cost, rules...)
 		for i, r := range rules {
 			l, rr := logs[r.Name], res.Rules[i]
-			exact := l.in(res.Now.Add(-r.Window), res.Now, true)
+			exact := l.in(res.At.Add(-r.Window), res.At, true)
 			if res.Allowed {
 				exact += cost
 			}
 			if rr.Used < exact {
 				e.t.Errorf("step %d: Take(%s, cost %d) at %v = %s, under-counts: %d units in (now-%v, now]",
-					steps, r.Name, cost, res.Now, fmtRule(rr), exact, r.Window)
+					steps, r.Name, cost, res.At, fmtRule(rr), exact, r.Window)
 			}
 			if !res.Allowed {
 				continue
 			}
-			l.add(res.Now, cost)
-			if got := l.in(res.Now.Add(-r.Window), res.Now, false); got > r.Limit {
+			l.add(res.At, cost)
+			if got := l.in(res.At.Add(-r.Window), res.At, false); got > r.Limit {
 				e.t.Fatalf("step %d: Take(%s, cost %d) admitted at %v: %d units in [now-%v, now], limit %d",
-					steps, r.Name, cost, res.Now, got, r.Window, r.Limit)
+					steps, r.Name, cost, res.At, got, r.Window, r.Limit)
 			}
 		}
 		if res.Allowed {
@@ -135,16 +134,12 @@ func slidingSmallest(e *env) {
 	s := w / 10
 	r := e.sliding("r", 1, w, 10)
 	b := e.alignTo(s, e.pick(900*time.Millisecond, 10*time.Millisecond)) // cell j starts at b
-	res := e.take(1, r)
-	e.before(res, b.Add(s), "take in cell j")
-	leave := b.Add(w + s)
-	e.expect("Take(r) in cell j", res, true, want(true, 1, 1, leave.Sub(res.Now), 0))
-	e.advanceTo(b.Add(w)) // cell j+N starts
-	res = e.take(1, r)
-	e.before(res, leave, "take in cell j+N")
-	e.expect(fmt.Sprintf("Take(r) %v after the first unit, at cell j+N", res.Now.Sub(b)), res, false,
-		want(false, 1, 1, leave.Sub(res.Now), leave.Sub(res.Now)))
-	e.crossing(r, 1, leave, true)
+	leave := w + s
+	e.run(b, []sdk.Rule{r}, []step{
+		{by: s, op: take, want: allowed(admits(1, 1, leave))},                  // in cell j
+		{at: w, by: leave, op: take, want: denied(denies(1, 1, leave, leave))}, // cell j+N starts
+	})
+	e.crossing(r, 1, b.Add(leave), true)
 }
 
 // slidingRetryExact: a denial's RetryAfter is exactly when enough frees
@@ -155,27 +150,22 @@ func slidingRetryExact(e *env) {
 	s := w / 10
 	r := e.sliding("r", 3, w, 10)
 	b := e.alignTo(s, s/4) // cell j starts at b
-	res := e.take(1, r)
-	e.before(res, b.Add(s), "take in cell j")
-	e.advanceTo(b.Add(3*s + s/2)) // cell j+3
-	res = e.take(2, r)
-	e.before(res, b.Add(4*s), "take in cell j+3")
-	e.expect("Take(r, cost 2) in cell j+3", res, true, want(true, 3, 3, b.Add(3*s+w+s).Sub(res.Now), 0))
-	res = e.take(1, r)
-	e.before(res, b.Add(4*s), "take in cell j+3")
-	leave := b.Add(w + s) // cell j's unit frees 1
-	e.expect("Take(r) at the limit (need 1: frees when cell j leaves)", res, false,
-		want(false, 3, 3, b.Add(3*s+w+s).Sub(res.Now), leave.Sub(res.Now)))
-	res = e.peek(2, r)
-	e.expect("Peek(r, cost 2) (need 2: frees when cell j+3 leaves)", res, false,
-		want(false, 3, 3, b.Add(3*s+w+s).Sub(res.Now), b.Add(3*s+w+s).Sub(res.Now)))
-	if e.h.Features&Inspect != 0 {
-		res = e.inspect(r)
-		e.expect("Inspect(r) (a peek of 1)", res, false,
-			want(false, 3, 3, b.Add(3*s+w+s).Sub(res.Now), leave.Sub(res.Now)))
+	leave := w + s         // cell j's unit frees 1
+	end := 3*s + w + s     // cell j+3 leaves
+	steps := []step{
+		{by: s, op: take, want: allowed(admits(1, 3, leave))},
+		{at: 3*s + s/2, by: 4 * s, op: take, cost: 2, want: allowed(admits(3, 3, end))},
+		// need 1: frees when cell j leaves
+		{by: 4 * s, op: take, want: denied(denies(3, 3, end, leave))},
+		// need 2: frees when cell j+3 leaves
+		{by: leave, op: peek, cost: 2, want: denied(denies(3, 3, end, end))},
 	}
-	e.crossing(r, 1, leave, false)
-	e.crossing(r, 2, b.Add(3*s+w+s), true)
+	if e.has(inspector) { // a peek of 1
+		steps = append(steps, step{by: leave, op: inspect, want: denied(denies(3, 3, end, leave))})
+	}
+	e.run(b, []sdk.Rule{r}, steps)
+	e.crossing(r, 1, b.Add(leave), false)
+	e.crossing(r, 2, b.Add(end), true)
 }
 
 // crossing checks that cost is denied before leave (with RetryAfter =
@@ -183,21 +173,21 @@ func slidingRetryExact(e *env) {
 // with a fake clock at leave-1ms and at leave exactly; with a real one by
 // peeks polled across leave (exact to the harness's tolerance), then a
 // take once past it when take.
-func (e *env) crossing(r driver.Rule, cost int64, leave time.Time, take bool) {
+func (e *env) crossing(r sdk.Rule, cost int64, leave time.Time, take bool) {
 	e.t.Helper()
-	op := e.peek
+	do := e.peek
 	name := "Peek"
 	if take {
-		op, name = e.take, "Take"
+		do, name = e.take, "Take"
 	}
 	if e.fake != nil {
 		e.advanceTo(leave.Add(-time.Millisecond))
-		res := op(cost, r)
+		res := do(cost, r)
 		if res.Allowed || res.Rules[0].RetryAfter != time.Millisecond {
 			e.t.Errorf("%s(%s, cost %d) 1ms before %v = %s, want denied with retry 1ms", name, r.Name, cost, leave, fmtRule(res.Rules[0]))
 		}
 		e.advanceTo(leave)
-		if res = op(cost, r); !res.Allowed {
+		if res = do(cost, r); !res.Allowed {
 			e.t.Errorf("%s(%s, cost %d) at %v (retry-after elapsed) = %s, want allowed", name, r.Name, cost, leave, fmtRule(res.Rules[0]))
 		}
 		return
@@ -206,7 +196,7 @@ func (e *env) crossing(r driver.Rule, cost int64, leave time.Time, take bool) {
 	before := 0
 	for {
 		res := e.peek(cost, r)
-		d := leave.Sub(res.Now)
+		d := leave.Sub(res.At)
 		switch {
 		case d > e.tol:
 			before++
@@ -229,7 +219,7 @@ func (e *env) crossing(r driver.Rule, cost int64, leave time.Time, take bool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the backend's clock reads %v, has not passed %v by the deadline", res.Now, leave)
+			e.t.Fatalf("the backend's clock reads %v, has not passed %v by the deadline", res.At, leave)
 		}
 		if d > 30*time.Millisecond {
 			time.Sleep(min(d/2, 20*time.Millisecond)) // poll; spin near the boundary

@@ -6,6 +6,33 @@
 // database/sql/driver. A backend never parses rules or builds key names: it
 // evaluates the specs it is given, against its own clock, atomically.
 //
+// # Required and optional operations
+//
+// A backend implements [Backend]: Take, the consuming, all-or-nothing
+// decision. Every other operation is an optional interface the sdk
+// discovers with a type assertion. A Limiter whose backend lacks Peeker,
+// Reserver, Inspector, Resetter, Describer or Idempotent returns an error
+// wrapping errors.ErrUnsupported from the operation that needs it,
+// consuming nothing; without Batcher or Clocked it does without (one call
+// per attempt; the system clock):
+//
+//   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
+//   - [Reserver]: Reserve and Settle, reservations (sdk Reserve, Commit, Cancel).
+//   - [Inspector]: Inspect, the state and the denial trail (sdk Inspect).
+//   - [Resetter]: Reset, forgetting a subject (sdk Reset).
+//   - [Describer]: Describe, the backend's account of itself (sdk Describe).
+//   - [Idempotent]: Request.IdemKey honoured (sdk idempotency keys).
+//   - [Batcher]: TakeBatch and PeekBatch in few round trips (without it,
+//     sdk TakeBatch and PeekBatch call Take or Peek once per attempt).
+//   - [Clocked]: the backend decides on a clock of the caller's process,
+//     which the sdk's Limiter then reads too.
+//
+// The arithmetic every backend shares is this package's too: [Rule.Cells]
+// and [CellSpan] (sliding windows), [Rule.GCRAParams] and
+// [Rule.ReportedLimit] (GCRA), and the number bounds ([MaxLimit] and its
+// siblings). The behaviour suite sdk/conformance holds a backend to this
+// contract through the sdk's Limiter.
+//
 // driver imports nothing from sdk.
 package driver
 
@@ -121,60 +148,43 @@ type Rule struct {
 	Location *time.Location
 }
 
-// Op says what a Take call does.
-type Op uint8
-
-const (
-	// OpTake checks every rule and, only if all admit Cost, consumes Cost
-	// from each.
-	OpTake Op = iota
-	// OpPeek checks every rule for Cost and consumes nothing.
-	OpPeek
-	// OpReserve is OpTake that also records a hold (HoldID) which Settle
-	// commits or cancels; a hold not settled within HoldTTL lapses and its
-	// units are given back (lazily: at the next call on HoldKey, or when
-	// the rule's state expires, whichever comes first).
-	OpReserve
-	// OpInspect is OpPeek with Cost 1 that also returns the denial trail.
-	// Rules may be left out of an inspection request (the caller cannot
-	// name their keys); every rule given is reported.
-	OpInspect
-)
-
-// Request asks a backend for one decision on one subject.
+// Request asks a backend for one decision on one subject. The same
+// Request serves every operation (Take, Peek, Reserve, Inspect); each
+// operation's doc says which fields it reads.
 type Request struct {
-	Op Op
 	// Policy is the name recorded in denial trail entries.
 	Policy string
 	Rules  []Rule
-	// Cost is the number of units to take (>= 1; OpInspect ignores it).
+	// Cost is the number of units asked for (>= 1; Inspect ignores it).
 	Cost int64
 
 	// TrailKey holds the subject's recent denials under this policy. On a
-	// denied OpTake or OpReserve the backend records one Denial per
-	// denying rule in the same atomic step, keeps at most TrailMax
-	// entries (newest first) and expires the trail TrailTTL after the last
-	// denial. TrailMax 0 disables the trail.
+	// denied Take or Reserve the backend records one Denial per denying
+	// rule in the same atomic step, keeps at most TrailMax entries (newest
+	// first) and expires the trail TrailTTL after the last denial.
+	// TrailMax 0 disables the trail.
 	TrailKey string
 	TrailMax int
 	TrailTTL time.Duration
 
-	// HoldKey holds the subject's open reservations under this policy.
-	// Every call processes the lapsed holds stored there first.
-	HoldKey string
-	// HoldID and HoldTTL describe the hold an OpReserve creates.
-	HoldID  string
-	HoldTTL time.Duration
+	// ReservationKey holds the subject's open reservations under this
+	// policy. Every operation first gives back the units of the lapsed
+	// reservations stored there (those not settled within their TTL).
+	ReservationKey string
+	// ReservationID and ReservationTTL describe the reservation a Reserve
+	// creates (other operations ignore them).
+	ReservationID  string
+	ReservationTTL time.Duration
 
-	// IdemKey, when set on an OpTake or OpReserve, makes the request
+	// IdemKey, when set on a Take or Reserve, makes the request
 	// idempotent (see Idempotent). If a live record is stored under
 	// IdemKey, the backend returns that record's Result with Replayed set
 	// and does nothing else: it consumes nothing, writes no trail entry
-	// and creates no hold. Otherwise it decides as usual and, in the same
-	// atomic step, stores the Result (allowed or denied) under IdemKey for
-	// IdemTTL. IdemKey shares the hash tag of the request's other keys.
-	// Backends ignore IdemKey on OpPeek and OpInspect (the sdk never sends
-	// it there). IdemTTL is > 0 whenever IdemKey is set.
+	// and creates no reservation. Otherwise it decides as usual and, in
+	// the same atomic step, stores the Result (allowed or denied) under
+	// IdemKey for IdemTTL. IdemKey shares the hash tag of the request's
+	// other keys. Peek and Inspect ignore it (the sdk never sends it
+	// there). IdemTTL is > 0 whenever IdemKey is set.
 	IdemKey string
 	IdemTTL time.Duration
 }
@@ -207,14 +217,14 @@ type RuleResult struct {
 
 // Result is a backend's answer to a Request.
 type Result struct {
-	// Allowed reports whether every rule admitted the cost (and, for
-	// OpTake/OpReserve, the cost was consumed from every rule).
+	// Allowed reports whether every rule admitted the cost (and, for Take
+	// and Reserve, that the cost was consumed from every rule).
 	Allowed bool
 	// Rules holds one result per Request.Rules entry, in the same order.
 	Rules []RuleResult
 	// Now is the backend's clock at the decision.
 	Now time.Time
-	// Trail is the subject's recent denials, newest first (OpInspect only).
+	// Trail is the subject's recent denials, newest first (Inspect only).
 	Trail []Denial
 	// NonAtomic reports that the backend could not make this decision
 	// all-or-nothing (it compensates instead, e.g. TairHash without Lua).
@@ -223,10 +233,11 @@ type Result struct {
 	// Request.IdemKey by an earlier request, returned unchanged (Now is
 	// that request's clock): nothing was consumed this time.
 	Replayed bool
-	// HoldID is, for an allowed OpReserve, the id of the hold it created
-	// (Request.HoldID; for a replay, the original request's HoldID). It is
-	// empty otherwise. Backends implementing Idempotent must set it.
-	HoldID string
+	// ReservationID is, for an allowed Reserve, the id of the reservation
+	// it created (Request.ReservationID; for a replay, the original
+	// request's). It is empty otherwise, and always for Take. Backends
+	// implementing Idempotent must set it.
+	ReservationID string
 }
 
 // Denial is one entry of a denial trail.
@@ -275,27 +286,63 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Backend decides. Implementations are safe for concurrent use.
+// Backend is the one interface every backend implements: Take, the
+// consuming decision. Everything else is optional (Peeker, Reserver,
+// Inspector, Resetter, Describer, Batcher, Idempotent, Clocked): the sdk
+// discovers it with a type assertion and, where it is missing, returns an
+// error wrapping errors.ErrUnsupported. Implementations are safe for
+// concurrent use.
 type Backend interface {
-	// Take carries out req (see Op). A denial is a Result, not an error;
-	// an error means the backend could not decide and nothing was
-	// consumed, or — for a timeout — that it cannot tell.
+	// Take checks every rule of req for req.Cost and, only if all admit
+	// it, consumes req.Cost from each, atomically: all rules or none. It
+	// first gives back the units of lapsed reservations under
+	// req.ReservationKey; a denial writes the trail (Request.TrailKey).
+	// A denial is a Result, not an error; an error means the backend
+	// could not decide and nothing was consumed, or — for a timeout —
+	// that it cannot tell.
 	Take(ctx context.Context, req Request) (Result, error)
 }
 
-// Settler is implemented by backends that support reservations.
-type Settler interface {
+// Peeker is implemented by backends that can decide without consuming.
+type Peeker interface {
+	// Peek reports what Take would decide for req, consuming nothing and
+	// writing no trail (lapsed reservations are still given back).
+	Peek(ctx context.Context, req Request) (Result, error)
+}
+
+// Reserver is implemented by backends that support reservations: units
+// consumed now and committed or given back later.
+type Reserver interface {
+	// Reserve is Take that also records a reservation, req.ReservationID
+	// under req.ReservationKey, which Settle commits or cancels. A
+	// reservation not settled within req.ReservationTTL lapses and its
+	// units are given back (lazily: at the next operation on
+	// ReservationKey, or when the rule's state expires, whichever comes
+	// first). A give-back never takes from a window or cell that began
+	// after the reservation. A denied Reserve records nothing.
+	Reserve(ctx context.Context, req Request) (Result, error)
 	// Settle commits (keeps the units) or cancels (gives them back) the
-	// hold id stored under holdKey. It returns ErrHoldNotFound when the
-	// hold does not exist: never made, already settled, or lapsed.
-	Settle(ctx context.Context, holdKey, id string, commit bool) error
+	// reservation id stored under reservationKey, after processing the
+	// lapsed ones there. It returns ErrReservationNotFound when the
+	// reservation does not exist: never made, already settled, or lapsed.
+	Settle(ctx context.Context, reservationKey, id string, commit bool) error
+}
+
+// Inspector is implemented by backends that can show a subject's state
+// and its denial trail.
+type Inspector interface {
+	// Inspect is Peek with cost 1 that also returns the denial trail
+	// (Result.Trail) stored under req.TrailKey. Rules may be left out of
+	// req (the caller cannot name their keys); every rule given is
+	// reported.
+	Inspect(ctx context.Context, req Request) (Result, error)
 }
 
 // Resetter is implemented by backends that can forget a subject.
 type Resetter interface {
-	// Reset deletes the state of every rule in req.Rules and every hold
-	// under req.HoldKey. The denial trail and idempotency records are
-	// kept.
+	// Reset deletes the state of every rule in req.Rules and every
+	// reservation under req.ReservationKey (without giving anything back).
+	// The denial trail and idempotency records are kept.
 	Reset(ctx context.Context, req Request) error
 }
 
@@ -324,7 +371,7 @@ type Strategy struct {
 }
 
 // Idempotent is implemented by backends that honour Request.IdemKey and
-// set Result.HoldID. The sdk sends IdemKey only to a backend whose
+// set Result.ReservationID. The sdk sends IdemKey only to a backend whose
 // SupportsIdemKey reports true, and refuses idempotency keys otherwise
 // (errors.ErrUnsupported), so a key is never silently ignored.
 type Idempotent interface {
@@ -342,18 +389,22 @@ type Batcher interface {
 	// effect); others in any order. A failure, including an invalid
 	// request, is reported in that request's Err alone.
 	TakeBatch(ctx context.Context, reqs []Request) []BatchResult
+	// PeekBatch is TakeBatch with Peek for Take. The sdk calls it only on
+	// a backend that is also a Peeker.
+	PeekBatch(ctx context.Context, reqs []Request) []BatchResult
 }
 
-// BatchResult is one request's answer in a TakeBatch: a Result, or the
-// error Take would have returned (then Result is the zero value).
+// BatchResult is one request's answer in a TakeBatch or PeekBatch: a
+// Result, or the error Take (Peek) would have returned (then Result is the
+// zero value).
 type BatchResult struct {
 	Result Result
 	Err    error
 }
 
-// ErrHoldNotFound is returned by Settle for an unknown, settled or lapsed
-// hold.
-var ErrHoldNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
+// ErrReservationNotFound is returned by Settle for an unknown, settled or
+// lapsed reservation.
+var ErrReservationNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
 
 // HashTag returns what Redis Cluster hashes of key: the text between the
 // first '{' and the next '}' when non-empty, else the whole key. Keys with

@@ -6,9 +6,9 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// hold is an open reservation: what to give back if it is cancelled or
+// reservation is an open reservation: what to give back if it is cancelled or
 // lapses (expiry <= now).
-type hold struct {
+type reservation struct {
 	exp     time.Time
 	refunds []refund
 }
@@ -38,9 +38,9 @@ func (rf refund) worthless() time.Time {
 	return rf.at
 }
 
-// hold records req.HoldID with the refund plan of the states just stored.
-func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
-	h := &hold{exp: x.now.Add(req.HoldTTL), refunds: make([]refund, len(req.Rules))}
+// reservation records req.ReservationID with the refund plan of the states just stored.
+func (x *txn) reserve(req driver.Request, next []ruleState, cost int64) {
+	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, len(req.Rules))}
 	for i, r := range req.Rules {
 		rf := refund{rule: r, cost: cost}
 		switch r.Algorithm {
@@ -55,24 +55,24 @@ func (x *txn) hold(req driver.Request, next []ruleState, cost int64) {
 		}
 		h.refunds[i] = rf
 	}
-	s := x.shard(req.HoldKey)
-	e := s.get(req.HoldKey, x.now)
-	if e == nil || e.kind != kindHolds {
-		e = &entry{key: req.HoldKey, kind: kindHolds, holds: make(map[string]*hold)} // put replaces any other
+	s := x.shard(req.ReservationKey)
+	e := s.get(req.ReservationKey, x.now)
+	if e == nil || e.kind != kindReservations {
+		e = &entry{key: req.ReservationKey, kind: kindReservations, reservations: make(map[string]*reservation)} // put replaces any other
 	}
-	e.holds[req.HoldID] = h
-	x.saveHolds(s, e)
+	e.reservations[req.ReservationID] = h
+	x.saveReservations(s, e)
 }
 
-// saveHolds stores a hold set until its last hold has lapsed and its last
+// saveReservations stores a reservation set until its last reservation has lapsed and its last
 // refund become worthless, or deletes it when empty.
-func (x *txn) saveHolds(s *shard, e *entry) {
-	if len(e.holds) == 0 {
+func (x *txn) saveReservations(s *shard, e *entry) {
+	if len(e.reservations) == 0 {
 		s.remove(e)
 		return
 	}
 	var exp time.Time
-	for _, h := range e.holds {
+	for _, h := range e.reservations {
 		exp = later(exp, h.exp)
 		for _, rf := range h.refunds {
 			exp = later(exp, rf.worthless())
@@ -88,46 +88,46 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// holds returns the live hold set under key.
-func (x *txn) holds(key string) (*shard, *entry) {
+// reservations returns the live reservation set under key.
+func (x *txn) reservations(key string) (*shard, *entry) {
 	s := x.shard(key)
 	e := s.get(key, x.now)
-	if e == nil || e.kind != kindHolds {
+	if e == nil || e.kind != kindReservations {
 		return s, nil
 	}
 	return s, e
 }
 
-// lapse refunds and deletes the lapsed holds under key.
+// lapse refunds and deletes the lapsed reservations under key.
 func (x *txn) lapse(key string) {
-	s, e := x.holds(key)
+	s, e := x.reservations(key)
 	if e == nil {
 		return
 	}
 	changed := false
-	for id, h := range e.holds {
+	for id, h := range e.reservations {
 		if h.exp.After(x.now) {
 			continue
 		}
 		for _, rf := range h.refunds {
 			x.refund(rf)
 		}
-		delete(e.holds, id)
+		delete(e.reservations, id)
 		changed = true
 	}
 	if changed {
-		x.saveHolds(s, e)
+		x.saveReservations(s, e)
 	}
 }
 
-// holdKeys lists the rule keys the holds under key would refund.
-func (x *txn) holdKeys(key string) []string {
-	_, e := x.holds(key)
+// reservationKeys lists the rule keys the reservations under key would refund.
+func (x *txn) reservationKeys(key string) []string {
+	_, e := x.reservations(key)
 	if e == nil {
 		return nil
 	}
 	var keys []string
-	for _, h := range e.holds {
+	for _, h := range e.reservations {
 		for _, rf := range h.refunds {
 			keys = append(keys, rf.rule.Key)
 		}
@@ -137,18 +137,18 @@ func (x *txn) holdKeys(key string) []string {
 
 func (x *txn) settle(key, id string, commit bool) error {
 	x.lapse(key)
-	s, e := x.holds(key)
-	if e == nil || e.holds[id] == nil {
-		return driver.ErrHoldNotFound
+	s, e := x.reservations(key)
+	if e == nil || e.reservations[id] == nil {
+		return driver.ErrReservationNotFound
 	}
-	h := e.holds[id]
-	delete(e.holds, id)
+	h := e.reservations[id]
+	delete(e.reservations, id)
 	if !commit {
 		for _, rf := range h.refunds {
 			x.refund(rf)
 		}
 	}
-	x.saveHolds(s, e)
+	x.saveReservations(s, e)
 	return nil
 }
 
