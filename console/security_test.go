@@ -464,6 +464,20 @@ func (b *flaky) Take(ctx context.Context, r driver.Request) (driver.Result, erro
 	return b.mem.Take(ctx, r)
 }
 
+func (b *flaky) Peek(ctx context.Context, r driver.Request) (driver.Result, error) {
+	if b.down.Load() {
+		return driver.Result{}, errDial
+	}
+	return b.mem.Peek(ctx, r)
+}
+
+func (b *flaky) Inspect(ctx context.Context, r driver.Request) (driver.Result, error) {
+	if b.down.Load() {
+		return driver.Result{}, errDial
+	}
+	return b.mem.Inspect(ctx, r)
+}
+
 func (b *flaky) Reset(ctx context.Context, r driver.Request) error {
 	if b.down.Load() {
 		return errDial
