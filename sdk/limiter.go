@@ -29,7 +29,8 @@ type Limiter struct {
 	now     func() time.Time
 	timeout time.Duration
 	observe func(Event)
-	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
+	rec     *Recorder // WithRecorder; nil: none
+	hot     sync.Map  // policy name -> *hotSlot: the hot-deny caches
 }
 
 // Option configures a Limiter in New.

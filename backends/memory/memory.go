@@ -44,13 +44,15 @@ type Options struct {
 }
 
 // Backend is an in-memory driver.Backend. It also implements
-// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent and
-// driver.Batcher. It is safe for concurrent use and starts no goroutines;
+// driver.Settler, driver.Resetter, driver.Describer, driver.Idempotent,
+// driver.Batcher and driver.StatsStore (statistics bounded by
+// MaxStatsKeys). It is safe for concurrent use and starts no goroutines;
 // most callers only pass it to sdk.New.
 type Backend struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards []*shard
+	stats  statsStore // the recorder's statistics (driver.StatsStore)
 }
 
 // New returns an empty Backend. Nil opts means defaults.
