@@ -83,6 +83,10 @@ type Config struct {
 	// Timeout is the client's read and write timeout (default 2s, plus
 	// 100µs per attempt in flight).
 	Timeout time.Duration
+	// Recorder also runs the policy with an sdk.Recorder (flushing every
+	// second to the same server) and reports its ratio to the run
+	// without one.
+	Recorder bool
 }
 
 // withDefaults fills in the defaults and checks cfg.
@@ -176,7 +180,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		ratios    [][2]int // indexes into runs: numerator, denominator
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
+		recs      []*sdk.Recorder
 	)
+	defer func() {
+		for _, r := range recs {
+			_ = r.Close()
+		}
+	}()
 	runLim := func() *sdk.Limiter {
 		return sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
 	}
@@ -216,6 +226,16 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}
 	} else {
 		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
+		if cfg.Recorder {
+			rec, err := sdk.NewRecorder(be, &sdk.RecorderOptions{Prefix: cfg.Prefix + "-" + strconv.Itoa(len(runs)+1)})
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			recs = append(recs, rec)
+			l := sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)), sdk.WithRecorder(rec))
+			runs = append(runs, run{"policy " + policy.Name() + ", recorder on", 1, allowOne(l, policy, gen)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 0})
+		}
 		if cfg.Batch > 0 {
 			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
@@ -294,6 +314,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			fmt.Fprintf(w, "median ratio %s / %s over %d rounds: %.2f (min %.2f, max %.2f)\n", runs[q[0]].name, runs[q[1]].name, len(v), v[len(v)/2], v[0], v[len(v)-1])
 		}
 	}
+	for _, r := range recs {
+		err := r.Close()
+		fmt.Fprintf(w, "recorder: %d counts lost to failed flushes; last flush: %v\n", r.Lost(), errText(err))
+	}
+	recs = nil
 	for _, l := range hotLims {
 		st := l.HotDenyStats(hotCached)
 		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
@@ -307,6 +332,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		fmt.Fprintf(w, "memory: %.0f bytes per subject (%d decision(s) each for %d subjects, INFO used_memory delta after FLUSHALL)\n", per, cfg.MemoryTakes, cfg.Subjects)
 	}
 	return nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
 }
 
 // describeStrategies lists the backend's strategy for each algorithm p
