@@ -269,6 +269,7 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/api/v1/check", s.apiCheck, viewer)
 	e.GET("/api/v1/inspect", s.apiInspect, viewer)
 	e.GET("/api/v1/policies", s.apiPolicies, viewer)
+	e.GET("/api/v1/stats", s.apiStats, viewer)
 	return e
 }
 

@@ -271,12 +271,13 @@ func announcement(p *Policy) string {
 	return string(b)
 }
 
-// Diff lists how a differs from b, one sentence per difference (rules
-// compared by name; nil when they run the same rules).
+// Diff lists how a ("here") differs from b ("there"), one phrase per
+// difference, rules compared by name; nil when both run the same rules
+// on the same keys with the same limits.
 func (a Announcement) Diff(b Announcement) []string {
 	var out []string
 	if !slices.Equal(a.ShardBy, b.ShardBy) {
-		out = append(out, fmt.Sprintf("shard by %v, not %v", a.ShardBy, b.ShardBy))
+		out = append(out, fmt.Sprintf("sharded by %v here, by %v there", a.ShardBy, b.ShardBy))
 	}
 	theirs := map[string]AnnouncedRule{}
 	for _, r := range b.Rules {
@@ -288,16 +289,16 @@ func (a Announcement) Diff(b Announcement) []string {
 		o, ok := theirs[r.Name]
 		switch {
 		case !ok:
-			out = append(out, fmt.Sprintf("rule %s is not in the other", r.Name))
+			out = append(out, fmt.Sprintf("rule %s is only here", r.Name))
 		case r.ID != o.ID:
-			out = append(out, fmt.Sprintf("rule %s has other keys (id %s: %s %s, not id %s: %s %s)", r.Name, r.ID, r.Algorithm, r.Window, o.ID, o.Algorithm, o.Window))
+			out = append(out, fmt.Sprintf("rule %s has other keys: id %s (%s, %s) here, id %s (%s, %s) there", r.Name, r.ID, r.Algorithm, r.Window, o.ID, o.Algorithm, o.Window))
 		case r.Limit != o.Limit || r.Burst != o.Burst:
-			out = append(out, fmt.Sprintf("rule %s has limit %d (burst %d), not %d (burst %d)", r.Name, r.Limit, r.Burst, o.Limit, o.Burst))
+			out = append(out, fmt.Sprintf("rule %s has limit %d (burst %d) here, %d (burst %d) there", r.Name, r.Limit, r.Burst, o.Limit, o.Burst))
 		}
 	}
 	for _, r := range b.Rules {
 		if !mine[r.Name] {
-			out = append(out, fmt.Sprintf("rule %s is missing", r.Name))
+			out = append(out, fmt.Sprintf("rule %s is only there", r.Name))
 		}
 	}
 	return out
