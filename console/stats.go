@@ -119,8 +119,8 @@ type Chart struct {
 }
 
 // maxChartPoints bounds the points of a chart's line: longer series are
-// summed into wider buckets (24 h of 1 min buckets: 6 min per point).
-const maxChartPoints = 240
+// summed into wider buckets (24 h of 1 min buckets: 4 min per point).
+const maxChartPoints = 360
 
 // chart lays out series as a Width×Height polyline pair (y grows down).
 func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Chart {
@@ -170,6 +170,9 @@ func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Cha
 	c.Denied = line(func(p sdk.StatsPoint) int64 { return p.Denied })
 	return c
 }
+
+// overviewTop is how many denied subjects the overview lists per policy.
+const overviewTop = 10
 
 // fleetView reads the statistics and announcements for the overview.
 func (s *Server) fleetView(ctx context.Context) FleetView {
@@ -237,6 +240,9 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) FleetPolicy {
 	}
 	shard := p.ShardBy()
 	for _, d := range hour.TopDenied {
+		if len(fp.TopDenied) == overviewTop {
+			break
+		}
 		subj := d.Subject(p)
 		if subj == nil {
 			continue

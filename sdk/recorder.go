@@ -58,10 +58,11 @@ type RecorderOptions struct {
 	// (default DefaultNearLimit; at most 1).
 	NearLimit float64
 	// TopK is the number of denied subjects each policy tracks between
-	// two flushes (the space-saving algorithm: the heaviest subjects are
-	// exact unless more than TopK distinct subjects are denied between two
-	// flushes, and counts may then be over-estimated by at most the
-	// smallest tracked count). Default DefaultRecorderTopK.
+	// two flushes (the space-saving algorithm). Counts are exact while at
+	// most TopK distinct subjects are denied between two flushes; beyond,
+	// a subject that took a tracked subject's place is counted from then
+	// on (a lower bound: the count flushed never exceeds its denials),
+	// and the heaviest subjects stay tracked. Default DefaultRecorderTopK.
 	TopK int
 	// OnError receives flush errors, from the recorder's goroutine (or
 	// Close). Default: errors are only counted (Recorder.Lost).
@@ -332,7 +333,8 @@ type topK struct {
 
 type topEntry struct {
 	subject string
-	count   int64
+	count   int64 // the space-saving count: an upper bound
+	err     int64 // the count inherited from the entry replaced: count-err is a lower bound
 }
 
 type topDone struct {
@@ -376,7 +378,7 @@ func (t *topK) add(subject string, minute int64, k int) {
 	}
 	delete(t.idx, t.ent[m].subject)
 	t.idx[subject] = m
-	t.ent[m] = topEntry{subject: subject, count: t.ent[m].count + 1}
+	t.ent[m] = topEntry{subject: subject, count: t.ent[m].count + 1, err: t.ent[m].count}
 }
 
 // drain returns the summaries counted since the last drain and empties
@@ -468,8 +470,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			top := driver.StatsTop{Key: r.coarseKey(name, cstart) + ":top", Keep: StatsTopKeep,
 				ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)}
 			for _, e := range td.ent {
-				top.Incr = append(top.Incr, driver.StatsField{Name: e.subject, Value: e.count})
-				counts += e.count
+				top.Incr = append(top.Incr, driver.StatsField{Name: e.subject, Value: e.count - e.err})
+				counts += e.count - e.err
 			}
 			batch.Tops = append(batch.Tops, top)
 		}

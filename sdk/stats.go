@@ -53,7 +53,8 @@ type StatsPoint struct {
 
 // DeniedSubject is a subject's denials: its shard values (in the order of
 // the policy's ShardBy), and how many of its decisions were denied
-// (counted by each process's top-K; an estimate, see RecorderOptions.TopK).
+// (counted by each process's top-K: a lower bound, see
+// RecorderOptions.TopK).
 type DeniedSubject struct {
 	Shard []string
 	Count int64
