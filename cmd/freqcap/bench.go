@@ -45,7 +45,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
-	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an sdk.Recorder (flushing every second to the same server) and report its ratio to the run without one")
+	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an sdk.Recorder (flushing every second to the same server) and report its ratio to the run without one (with -hot: the HotDenyCache run, every decision a cached denial counted in the top denied subjects)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "client read/write timeout (default 2s; with -batch, 2s + 100µs per attempt in flight)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -85,7 +85,8 @@ type Config struct {
 	Timeout time.Duration
 	// Recorder also runs the policy with an sdk.Recorder (flushing every
 	// second to the same server) and reports its ratio to the run
-	// without one.
+	// without one; with Hot, the HotDenyCache run with a recorder (every
+	// decision a cached denial counted in the top denied subjects).
 	Recorder bool
 }
 
@@ -190,6 +191,17 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	runLim := func() *sdk.Limiter {
 		return sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
 	}
+	// recorded is runLim with an sdk.Recorder, flushing every second to
+	// the same server under the run's prefix.
+	recorded := func() (*sdk.Limiter, error) {
+		prefix := cfg.Prefix + "-" + strconv.Itoa(len(runs)+1)
+		rec, err := sdk.NewRecorder(be, &sdk.RecorderOptions{Prefix: prefix})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		recs = append(recs, rec)
+		return sdk.New(be, sdk.WithPrefix(prefix), sdk.WithRecorder(rec)), nil
+	}
 	if cfg.Hot {
 		plain, cached, err := hotPolicies(policy, cfg.HotCache)
 		if err != nil {
@@ -224,15 +236,24 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				runs = append(runs, run{name, n, d})
 			}
 		}
+		if cfg.Recorder {
+			// The recorder's worst case: every decision a denial from the
+			// cache, each one counted in the policy's top denied subjects
+			// (under its lock), by every worker at once.
+			l, err := recorded()
+			if err != nil {
+				return err
+			}
+			runs = append(runs, run{"hot, HotDenyCache, recorder on", 1, allowOne(l, cached, hot)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 1})
+		}
 	} else {
 		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
 		if cfg.Recorder {
-			rec, err := sdk.NewRecorder(be, &sdk.RecorderOptions{Prefix: cfg.Prefix + "-" + strconv.Itoa(len(runs)+1)})
+			l, err := recorded()
 			if err != nil {
-				return fmt.Errorf("bench: %w", err)
+				return err
 			}
-			recs = append(recs, rec)
-			l := sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)), sdk.WithRecorder(rec))
 			runs = append(runs, run{"policy " + policy.Name() + ", recorder on", 1, allowOne(l, policy, gen)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}

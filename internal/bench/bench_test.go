@@ -55,6 +55,9 @@ func TestBenchModes(t *testing.T) {
 			`^policy push, recorder on: .* errors 0;`,
 			`^ratio policy push, recorder on / policy push: [0-9.]+ `,
 			`^recorder: 0 counts lost to failed flushes; last flush: ok`}},
+		{"hot recorder", Config{Hot: true, Recorder: true}, nil, []string{
+			`^hot, HotDenyCache, recorder on: .* errors 0;`,
+			`^ratio hot, HotDenyCache, recorder on / hot, HotDenyCache: [0-9.]+ `}},
 		{"hot batch", Config{Hot: true, Batch: 20}, []string{"hot, batch 20, HotDenyCache:"}, nil},
 		{"memory log", Config{Memory: true, MemoryTakes: 2, Policy: logPolicy[0]}, []string{
 			`policy "push-log"`, "sliding_log:"}, []string{`^memory: [1-9][0-9]* bytes per subject \(2 decision\(s\) each for 200 subjects`}},
@@ -84,7 +87,7 @@ func TestBenchModes(t *testing.T) {
 			if strings.Contains(out, "first error") {
 				t.Errorf("Run(%+v) reported errors:\n%s", tc.cfg, out)
 			}
-			if cfg.Recorder { // the recorded run's statistics are in Redis
+			if cfg.Recorder && !cfg.Hot { // the recorded run's statistics are in Redis
 				c := goredis.NewClient(&goredis.Options{Addr: addr})
 				defer c.Close()
 				p, err := seed.Policies()
