@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,11 @@ const (
 	// limit.
 	DefaultNearLimit = 0.1
 	// DefaultRecorderTopK is RecorderOptions.TopK's default.
-	DefaultRecorderTopK = 64
+	DefaultRecorderTopK = 16
+	// recorderStripes is the number of stripes of a policy's in-process
+	// counts: decisions are spread over them by their subject's hash, so
+	// that concurrent decisions rarely touch the same cache line or lock.
+	recorderStripes = 8
 	// announceEvery is how often a policy is announced again, so that
 	// readers see which policies are still run.
 	announceEvery = time.Minute
@@ -58,8 +63,10 @@ type RecorderOptions struct {
 	// (default DefaultNearLimit; at most 1).
 	NearLimit float64
 	// TopK is the number of denied subjects each policy tracks between
-	// two flushes (the space-saving algorithm). Counts are exact while at
-	// most TopK distinct subjects are denied between two flushes; beyond,
+	// two flushes in each of its 8 stripes (subjects are spread over the
+	// stripes by hash; the space-saving algorithm in each). Counts are
+	// exact while at most TopK distinct subjects of a stripe are denied
+	// between two flushes; beyond,
 	// a subject that took a tracked subject's place is counted from then
 	// on (a lower bound: the count flushed never exceeds its denials),
 	// and the heaviest subjects stay tracked. Default DefaultRecorderTopK.
@@ -87,9 +94,10 @@ type RecorderOptions struct {
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
 // (one per cluster node). Close stops it and flushes what is left.
 //
-// Memory per process: per policy, 2 buckets of 2+3×rules counters and a
-// top-K of TopK subjects (their shard values), for at most
-// MaxRecordedPolicies policies. Storage, per policy: one hash per
+// Memory per process: per policy, 8 stripes of 2 buckets of 2+3×rules
+// counters and a top-K of TopK subjects (their shard values; 128 per
+// policy by default), for at most MaxRecordedPolicies policies: about
+// 20 KB per policy with short subject values. Storage, per policy: one hash per
 // 10 s bucket kept 1 h (360 keys), one hash and one sorted set of at most
 // StatsTopKeep subjects per 1 min bucket kept 24 h (2 × 1440 keys), each
 // with its own expiry; plus one hash of announcements for all policies
@@ -107,7 +115,8 @@ type Recorder struct {
 	onErr  func(error)
 	tmo    time.Duration
 
-	pols sync.Map // *Policy -> *policyStats
+	seed maphash.Seed // picks a subject's stripe
+	pols sync.Map     // *Policy -> *policyStats
 	mu   sync.Mutex
 	list []*policyStats // every policyStats, in first-use order (mu)
 
@@ -121,11 +130,18 @@ type Recorder struct {
 
 // policyStats is one policy's in-process counts.
 type policyStats struct {
-	p     *Policy
-	slots [2]bucketSlot // by fine bucket parity
-	top   topK
+	p       *Policy
+	stripes [recorderStripes]stripe
 	// announced is when the policy was last announced (unix ms; 0: never).
 	announced atomic.Int64
+}
+
+// stripe is a share of a policy's counts: the decisions of the subjects
+// hashed to it.
+type stripe struct {
+	slots [2]bucketSlot // by fine bucket parity
+	top   topK
+	_     [64]byte // keeps stripes off each other's cache lines
 }
 
 // bucketSlot holds the counts of one fine bucket until a flush takes them.
@@ -153,7 +169,7 @@ func NewRecorder(b driver.Backend, opts *RecorderOptions) (*Recorder, error) {
 	if o.NearLimit < 0 || o.NearLimit > 1 || o.TopK < 0 {
 		return nil, fmt.Errorf("sdk: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
 	}
-	r := &Recorder{st: st, prefix: sanitizePrefix(o.Prefix), now: o.Now, near: o.NearLimit, topK: o.TopK,
+	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: sanitizePrefix(o.Prefix), now: o.Now, near: o.NearLimit, topK: o.TopK,
 		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{})}
 	if r.now == nil {
 		r.now = time.Now
@@ -257,7 +273,9 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 	}
 	sec := d.At.Unix()
 	b := floorDiv(sec, int64(StatsStep/time.Second))
-	s := &ps.slots[b&1]
+	tag := driver.HashTag(base)
+	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
+	s := &st.slots[b&1]
 	for {
 		old := s.bucket.Load()
 		if old >= b || s.bucket.CompareAndSwap(old, b) {
@@ -285,7 +303,7 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 		}
 	}
 	if !d.Allowed {
-		ps.top.add(driver.HashTag(base), floorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
+		st.top.add(tag, floorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
 	}
 }
 
@@ -304,8 +322,10 @@ func (r *Recorder) stats(p *Policy) *policyStats {
 		return nil
 	}
 	ps := &policyStats{p: p}
-	for i := range ps.slots {
-		ps.slots[i].rules = make([]ruleCounts, len(p.rules))
+	for k := range ps.stripes {
+		for i := range ps.stripes[k].slots {
+			ps.stripes[k].slots[i].rules = make([]ruleCounts, len(p.rules))
+		}
 	}
 	r.list = append(r.list, ps)
 	r.pols.Store(p, ps)
@@ -409,6 +429,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	var (
 		batch  driver.StatsBatch
 		hashes = map[string]int{} // key -> index in batch.Hashes
+		tops   = map[string]int{} // key -> index in batch.Tops
 		counts int64
 	)
 	hash := func(key string, exp time.Time) int {
@@ -433,8 +454,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	var ann []driver.StatsField
 	for _, ps := range list {
 		name := ps.p.name
-		for i := range ps.slots {
-			s := &ps.slots[i]
+		for i := range 2 * recorderStripes {
+			s := &ps.stripes[i/2].slots[i%2]
 			b := s.bucket.Load()
 			fields := make([]driver.StatsField, 0, 2+3*len(s.rules))
 			take := func(field string, c *atomic.Int64) {
@@ -465,15 +486,22 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				add(coarse, f.Name, f.Value)
 			}
 		}
-		for _, td := range ps.top.drain() {
-			cstart := time.Unix(td.minute*int64(StatsCoarseStep/time.Second), 0)
-			top := driver.StatsTop{Key: r.coarseKey(name, cstart) + ":top", Keep: StatsTopKeep,
-				ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)}
-			for _, e := range td.ent {
-				top.Incr = append(top.Incr, driver.StatsField{Name: e.subject, Value: e.count - e.err})
-				counts += e.count - e.err
+		for k := range ps.stripes {
+			for _, td := range ps.stripes[k].top.drain() {
+				cstart := time.Unix(td.minute*int64(StatsCoarseStep/time.Second), 0)
+				key := r.coarseKey(name, cstart) + ":top"
+				ti, ok := tops[key]
+				if !ok {
+					ti = len(batch.Tops)
+					tops[key] = ti
+					batch.Tops = append(batch.Tops, driver.StatsTop{Key: key, Keep: StatsTopKeep,
+						ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
+				}
+				for _, e := range td.ent { // stripes hold disjoint subjects
+					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, driver.StatsField{Name: e.subject, Value: e.count - e.err})
+					counts += e.count - e.err
+				}
 			}
-			batch.Tops = append(batch.Tops, top)
 		}
 		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
 			ps.announced.Store(now.UnixMilli())
