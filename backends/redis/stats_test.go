@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,26 +100,34 @@ func TestRecorder(t *testing.T) {
 			}
 
 			// Keys: per policy and bucket, with their expiry.
-			var keys []string
-			scan := func(c *goredis.Client) error {
+			var (
+				mu   sync.Mutex // ForEachMaster scans the masters concurrently
+				keys []string
+			)
+			scan := func(c *goredis.Client) (int, error) {
+				n := 0
 				it := c.Scan(ctx, 0, prefix+":stats:*", 1000).Iterator()
 				for it.Next(ctx) {
+					mu.Lock()
 					keys = append(keys, it.Val())
+					mu.Unlock()
+					n++
 				}
-				return it.Err()
+				return n, it.Err()
 			}
 			masters := map[string]bool{}
 			switch c := rc.(type) {
 			case *goredis.Client:
-				if err := scan(c); err != nil {
+				if _, err := scan(c); err != nil {
 					t.Fatal(err)
 				}
 			case *goredis.ClusterClient:
 				err := c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-					n := len(keys)
-					err := scan(m)
-					if len(keys) > n {
+					n, err := scan(m)
+					if n > 0 {
+						mu.Lock()
 						masters[m.Options().Addr] = true
+						mu.Unlock()
 					}
 					return err
 				})
