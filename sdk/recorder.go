@@ -86,8 +86,9 @@ type RecorderOptions struct {
 //
 // Only consuming decisions are counted (take, reserve, wait; not peeks,
 // inspections, replays of idempotent attempts or degraded decisions).
-// Recording a decision is an in-memory increment (atomic counters, and
-// for a denial a small per-policy top-K under a mutex): no allocation, no
+// Recording a decision is an in-memory increment (atomic counters in one
+// of the policy's 8 stripes, chosen by the subject's hash, and for a
+// denial that stripe's small top-K under its mutex): no allocation, no
 // I/O, and it never fails or delays a decision.
 //
 // The Recorder owns a goroutine (started by NewRecorder unless
