@@ -191,14 +191,17 @@ func (s *Server) fleetView(ctx context.Context) FleetView {
 		if errors.Is(err, errors.ErrUnsupported) {
 			v.Error = "The backend keeps no statistics: the fleet's traffic is not recorded."
 		} else {
-			v.Error = "Statistics could not be read: " + err.Error()
+			// The error may name backend addresses: the log gets it, viewers do not.
+			s.log.Warn("overview: reading statistics", "err", err)
+			v.Error = "Statistics could not be read: the backend failed (the console's log has the error)."
 		}
 		v.Policies = nil
 		return v
 	}
 	anns, err := lim.Announced(ctx, announcedWithin)
 	if err != nil {
-		v.Warnings = append(v.Warnings, "Announced policies could not be read: "+err.Error())
+		s.log.Warn("overview: reading announced policies", "err", err)
+		v.Warnings = append(v.Warnings, "Announced policies could not be read: the backend failed (the console's log has the error).")
 		return v
 	}
 	announced := map[string]bool{}

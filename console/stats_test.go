@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"html"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/prom"
 )
 
@@ -230,4 +232,36 @@ func sortedCopy(s []string) []string {
 		}
 	}
 	return out
+}
+
+// brokenStats is a backend whose statistics fail with an error naming
+// its address.
+type brokenStats struct{ failing }
+
+func (brokenStats) FlushStats(context.Context, driver.StatsBatch) error {
+	return errors.New("dial tcp 10.1.2.3:6379: connection refused")
+}
+
+func (brokenStats) ReadStats(context.Context, driver.StatsQuery) (driver.StatsData, error) {
+	return driver.StatsData{}, errors.New("dial tcp 10.1.2.3:6379: connection refused")
+}
+
+// TestOverviewFleetBackendDown: the panel says the statistics failed,
+// without the backend's address.
+func TestOverviewFleetBackendDown(t *testing.T) {
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Limiter: sdk.New(brokenStats{}), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, (&fixture{srv: srv}).do(t, req{path: "/"}))
+	if !strings.Contains(body, `id="fleet-error"`) || !strings.Contains(body, "Statistics could not be read") {
+		t.Errorf("overview lacks the statistics error")
+	}
+	if i := strings.Index(body, `id="fleet"`); i < 0 || strings.Contains(body[i:], "10.1.2.3") {
+		t.Errorf("the fleet panel shows the backend's address (or is missing)")
+	}
 }

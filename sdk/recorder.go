@@ -84,8 +84,11 @@ type RecorderOptions struct {
 // policy, and flushes them to a backend implementing driver.StatsStore,
 // where every process's counts add up and Limiter.Stats reads them.
 //
-// Only consuming decisions are counted (take, reserve, wait; not peeks,
-// inspections, replays of idempotent attempts or degraded decisions).
+// Only consuming decisions are counted (take, reserve, wait — each
+// attempt Wait makes, so a Wait that sleeps once counts a denial and then
+// an allowed decision; not peeks, inspections, replays of idempotent
+// attempts or degraded decisions). A cached denial (HotDenyCache) counts
+// like any denial.
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
 // denial that stripe's small top-K under its mutex): no allocation, no
