@@ -93,6 +93,10 @@ func TestRecorder(t *testing.T) {
 				if len(st.TopDenied) != 3 || !slices.Equal(st.TopDenied[0].Shard, []string{"hot"}) || st.TopDenied[0].Count != 2 {
 					t.Errorf("Stats(%s).TopDenied = %+v, want hot (2) first of 3", p.Name(), st.TopDenied)
 				}
+				day, err := reader.Stats(ctx, p, 24*time.Hour)
+				if err != nil || day.Allowed != 6 || day.Denied != 4 || len(day.Series) != 1440 || len(day.TopDenied) != 3 {
+					t.Errorf("Stats(%s, 24h) = %d allowed, %d denied, %d points, %d top, %v; want 6, 4, 1440, 3", p.Name(), day.Allowed, day.Denied, len(day.Series), len(day.TopDenied), err)
+				}
 			}
 			as, err := reader.Announced(ctx, time.Hour)
 			if err != nil || len(as) != len(pols) {
