@@ -25,8 +25,9 @@ const (
 	// StatsTopKeep is how many denied subjects are stored per policy per
 	// coarse bucket (the highest counts).
 	StatsTopKeep = 32
-	// MaxRecordedPolicies bounds the policies one Recorder counts; the
-	// decisions of policies beyond it are not recorded.
+	// MaxRecordedPolicies bounds the policies one Recorder counts (by
+	// name and rules: a policy built again with the same rules counts
+	// once); the decisions of policies beyond it are not recorded.
 	MaxRecordedPolicies = 256
 	// DefaultNearLimit is RecorderOptions.NearLimit's default: an allowed
 	// decision is near the limit for a rule left with at most 10% of its
@@ -120,7 +121,7 @@ type Recorder struct {
 	tmo    time.Duration
 
 	seed maphash.Seed // picks a subject's stripe
-	pols sync.Map     // *Policy -> *policyStats
+	pols sync.Map     // Policy.ident -> *policyStats
 	mu   sync.Mutex
 	list []*policyStats // every policyStats, in first-use order (mu)
 
@@ -312,14 +313,16 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 }
 
 // stats returns p's counts, registering p on first use (nil beyond
-// MaxRecordedPolicies).
+// MaxRecordedPolicies). Policies are told apart by their name and their
+// rules' names and ids, so a policy built again with the same rules (a
+// reload) shares the counts of the first.
 func (r *Recorder) stats(p *Policy) *policyStats {
-	if v, ok := r.pols.Load(p); ok {
+	if v, ok := r.pols.Load(p.ident); ok {
 		return v.(*policyStats)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v, ok := r.pols.Load(p); ok {
+	if v, ok := r.pols.Load(p.ident); ok {
 		return v.(*policyStats)
 	}
 	if len(r.list) >= MaxRecordedPolicies {
@@ -332,7 +335,7 @@ func (r *Recorder) stats(p *Policy) *policyStats {
 		}
 	}
 	r.list = append(r.list, ps)
-	r.pols.Store(p, ps)
+	r.pols.Store(p.ident, ps)
 	return ps
 }
 

@@ -346,3 +346,19 @@ func BenchmarkRecorderCachedDenials(b *testing.B) {
 		})
 	}
 }
+
+// TestRecorderReload: a policy built again with the same rules (a reload)
+// adds to the same counts; with other rules, it is another policy.
+func TestRecorderReload(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := memory.New(&memory.Options{Now: c.Now})
+	lim, rec := process(t, b, c)
+	first, again := recPolicy(t, time.Minute), recPolicy(t, time.Minute)
+	allowN(t, lim, first, sdk.Subject{"user": "a", "content": "x"}, 1)
+	allowN(t, lim, again, sdk.Subject{"user": "b", "content": "x"}, 1)
+	flush(t, rec)
+	if st, err := lim.Stats(ctx, first, time.Hour); err != nil || st.Allowed != 2 {
+		t.Errorf("Stats after a reload = %d allowed, %v; want 2", st.Allowed, err)
+	}
+}
