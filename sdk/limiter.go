@@ -29,8 +29,9 @@ type Limiter struct {
 	now     func() time.Time
 	timeout time.Duration
 	observe func(Event)
-	rec     *Recorder // WithRecorder; nil: none
-	hot     sync.Map  // policy name -> *hotSlot: the hot-deny caches
+	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
+
+	rec *Recorder // WithRecorder; nil: none
 }
 
 // Option configures a Limiter in New.
