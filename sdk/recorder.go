@@ -57,7 +57,9 @@ type RecorderOptions struct {
 	Now func() time.Time
 	// FlushEvery is how often the recorder's goroutine flushes (default
 	// 1s, the shortest allowed). A negative value starts no goroutine:
-	// the caller flushes (Flush) and Close only flushes.
+	// the caller flushes (Flush) and Close only flushes. Memory holds the
+	// counts of two StatsStep buckets: flush more often than every 10 s,
+	// or the counts of a bucket left unflushed are added to a later one.
 	FlushEvery time.Duration
 	// NearLimit is the fraction of a rule's limit at or below which an
 	// allowed decision's remaining units count as near the limit
