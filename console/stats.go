@@ -213,7 +213,7 @@ func (s *Server) fleetView(ctx context.Context) FleetView {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
 			continue
 		}
-		if d := sdk.Announce(p).Diff(a); len(d) > 0 {
+		if d := sdk.AnnouncementOf(p).Diff(a); len(d) > 0 {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s differently from the console's policy file (here: the console; there: the service): %s. Subject pages read the console's keys, so they may show zeros for subjects the service capped: load the same policy file as your services.", a.Policy, strings.Join(d, "; ")))
 		}
 	}

@@ -182,11 +182,11 @@ func TestRecorderAnnounce(t *testing.T) {
 	if !slices.Equal(names, []string{"idle", "msg"}) {
 		t.Fatalf("Announced = %q, want idle, msg", names)
 	}
-	if d := as[1].Diff(sdk.Announce(p)); d != nil {
+	if d := as[1].Diff(sdk.AnnouncementOf(p)); d != nil {
 		t.Errorf("Diff(same policy) = %q, want none", d)
 	}
 	console := recPolicy(t, 2*time.Minute) // another window: other keys
-	d := sdk.Announce(console).Diff(as[1])
+	d := sdk.AnnouncementOf(console).Diff(as[1])
 	if len(d) != 1 || !strings.Contains(d[0], "per-min has other keys") {
 		t.Errorf("Diff(other window) = %q, want per-min's other keys", d)
 	}

@@ -253,8 +253,8 @@ type AnnouncedRule struct {
 	Window    string `json:"window"`
 }
 
-// Announce returns the announcement of p, as a Recorder makes it.
-func Announce(p *Policy) Announcement {
+// AnnouncementOf returns the announcement of p, as a Recorder makes it.
+func AnnouncementOf(p *Policy) Announcement {
 	a := Announcement{Policy: p.Name(), ShardBy: p.ShardBy()}
 	if p == nil {
 		return a
@@ -268,7 +268,7 @@ func Announce(p *Policy) Announcement {
 
 // announcement is p's announcement as stored: a hash field.
 func announcement(p *Policy) string {
-	b, _ := json.Marshal(Announce(p)) // plain strings and numbers: never fails
+	b, _ := json.Marshal(AnnouncementOf(p)) // plain strings and numbers: never fails
 	return string(b)
 }
 
