@@ -518,7 +518,8 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 	}
 	if len(ann) > 0 {
-		batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: r.announceKey(), Set: ann, ExpireAt: now.Add(StatsCoarseRetention)})
+		day := now.UTC().Truncate(24 * time.Hour)
+		batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
 	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
 		return nil
@@ -553,10 +554,13 @@ func (r *Recorder) coarseKey(policy string, start time.Time) string {
 	return statsKey(r.prefix, policy, "1m", start)
 }
 
-func (r *Recorder) announceKey() string { return announceKey(r.prefix) }
-
 func statsKey(prefix, policy, step string, start time.Time) string {
 	return prefix + ":stats:{" + policy + ":" + step + ":" + strconv.FormatInt(start.Unix(), 10) + "}"
 }
 
-func announceKey(prefix string) string { return prefix + ":stats:{policies}" }
+// announceKey is the hash of the announcements made on the UTC day
+// starting at day: "<prefix>:stats:{policies}:<unix>", kept 2 days, so
+// that versions no longer run vanish with their day's key.
+func announceKey(prefix string, day time.Time) string {
+	return prefix + ":stats:{policies}:" + strconv.FormatInt(day.Unix(), 10)
+}

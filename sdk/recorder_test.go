@@ -200,6 +200,14 @@ func TestRecorderAnnounce(t *testing.T) {
 	if as, err := reader.Announced(ctx, time.Minute); err != nil || len(as) != 2 {
 		t.Errorf("Announced(1m) after a flush = %d, %v; want 2", len(as), err)
 	}
+	// The next UTC day, yesterday's announcements are still read.
+	c.Advance(20 * time.Hour)
+	if as, err := reader.Announced(ctx, 24*time.Hour); err != nil || len(as) != 2 {
+		t.Errorf("Announced(24h) the next day = %d, %v; want 2", len(as), err)
+	}
+	if _, err := reader.Announced(ctx, 25*time.Hour); err == nil {
+		t.Error("Announced(25h) = nil error, want one (at most 24 h)")
+	}
 }
 
 // TestRecorderClose: the recorder's own goroutine runs, and Close flushes

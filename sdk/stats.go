@@ -306,13 +306,13 @@ func (a Announcement) Diff(b Announcement) []string {
 }
 
 // Announced returns the policies announced by Recorders flushing to this
-// Limiter's storage (same prefix) within the last within (announcements
-// are renewed every minute; a process gone for within is left out), by
-// policy name, newest first for the same name. Every distinct version of
-// a policy still run is listed. The backend must implement
-// driver.StatsStore. Key read: "<prefix>:stats:{policies}", a hash of
-// announcements (JSON) to their last time (Unix ms), which expires 24 h
-// after the last announcement.
+// Limiter's storage (same prefix) within the last within (at most 24 h;
+// announcements are renewed every minute, so a process gone for within is
+// left out), by policy name, newest first for the same name. Every
+// distinct version of a policy still run is listed. The backend must
+// implement driver.StatsStore. Keys read: "<prefix>:stats:{policies}:<unix
+// day>", one hash per UTC day of announcements (JSON) to their last time
+// (Unix ms), each kept 2 days.
 func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announcement, error) {
 	st, ok := l.b.(driver.StatsStore)
 	if !ok {
@@ -320,24 +320,37 @@ func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announ
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	data, err := st.ReadStats(ctx, driver.StatsQuery{Hashes: []string{announceKey(l.prefix)}})
+	if within <= 0 || within > 24*time.Hour {
+		return nil, fmt.Errorf("sdk: announced: within must be in (0, 24h], got %v", within)
+	}
+	now := l.now()
+	since := now.Add(-within)
+	var q driver.StatsQuery
+	for day := since.UTC().Truncate(24 * time.Hour); !day.After(now); day = day.Add(24 * time.Hour) {
+		q.Hashes = append(q.Hashes, announceKey(l.prefix, day))
+	}
+	data, err := st.ReadStats(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: announced: %w", err)
 	}
-	if len(data.Hashes) != 1 {
-		return nil, fmt.Errorf("sdk: announced: backend answered %d hashes, want 1", len(data.Hashes))
+	if len(data.Hashes) != len(q.Hashes) {
+		return nil, fmt.Errorf("sdk: announced: backend answered %d hashes, want %d", len(data.Hashes), len(q.Hashes))
 	}
-	since := l.now().Add(-within)
+	latest := map[string]time.Time{} // announcement -> last seen, over the days read
+	for _, fields := range data.Hashes {
+		for _, f := range fields {
+			if t := time.UnixMilli(f.Value); t.After(latest[f.Name]) {
+				latest[f.Name] = t
+			}
+		}
+	}
 	var out []Announcement
-	for _, f := range data.Hashes[0] {
+	for field, seen := range latest {
 		var a Announcement
-		if json.Unmarshal([]byte(f.Name), &a) != nil || a.Policy == "" {
+		if json.Unmarshal([]byte(field), &a) != nil || a.Policy == "" || seen.Before(since) {
 			continue
 		}
-		a.LastSeen = time.UnixMilli(f.Value)
-		if a.LastSeen.Before(since) {
-			continue
-		}
+		a.LastSeen = seen
 		out = append(out, a)
 	}
 	slices.SortFunc(out, func(a, b Announcement) int {

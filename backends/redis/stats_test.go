@@ -158,8 +158,8 @@ func TestRecorder(t *testing.T) {
 					lo, hi = sdk.StatsFineRetention, sdk.StatsFineRetention+sdk.StatsStep
 				case strings.Contains(k, ":1m:"):
 					lo, hi = sdk.StatsCoarseRetention, sdk.StatsCoarseRetention+sdk.StatsCoarseStep
-				default: // the announcements
-					lo, hi = sdk.StatsCoarseRetention-time.Minute, sdk.StatsCoarseRetention
+				default: // the announcements: today's key, kept until the end of tomorrow
+					lo, hi = 24*time.Hour, 48*time.Hour
 				}
 				if ttl < lo-5*time.Second || ttl > hi {
 					t.Errorf("PTTL %s = %v, want in [%v, %v]", k, ttl, lo, hi)
