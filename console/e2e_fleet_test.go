@@ -45,12 +45,22 @@ func TestE2EFleet(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./examples/campaign: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "-redis", addr, "-recipients", "300", "-prefix", sdk.DefaultPrefix).CombinedOutput()
-	if err != nil {
-		t.Fatalf("campaign: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "(300 by content-59s)") {
-		t.Fatalf("campaign output:\n%s", out)
+	c := goredis.NewClient(redis.NewClientOptions(addr).Simple())
+	t.Cleanup(func() { c.Close() })
+	for attempt := 1; ; attempt++ {
+		out, err := exec.Command(bin, "-redis", addr, "-recipients", "300", "-prefix", sdk.DefaultPrefix).CombinedOutput()
+		if err == nil && strings.Contains(string(out), "(300 by content-59s)") {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("campaign: %v\n%s", err, out)
+		}
+		// On a loaded machine a batch can outlast the example client's
+		// 500 ms read timeout: start again on an empty server.
+		t.Logf("campaign attempt %d: %v\n%s", attempt, err, out)
+		if err := c.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The console, on the same server, authentication off.
@@ -58,8 +68,6 @@ func TestE2EFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := goredis.NewClient(redis.NewClientOptions(addr).Simple())
-	t.Cleanup(func() { c.Close() })
 	srv, err := New(Config{
 		Limiter:  sdk.New(redis.New(c, nil)),
 		Policies: pols,
