@@ -89,7 +89,7 @@ type FleetPolicy struct {
 	NoTraffic      bool // nothing recorded in 24 h
 	DeniedShare    string
 	NearLimit1h    int64
-	RecordedPolicy bool // some service announced it
+	RecordedPolicy bool // some service announced it within announcedWithin
 }
 
 // FleetRule is one rule's last hour, with a chart of its verdicts.

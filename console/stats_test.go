@@ -145,6 +145,13 @@ func TestOverviewFleet(t *testing.T) {
 			t.Errorf("overview lacks %q", want)
 		}
 	}
+	// push was announced (the service used it), api was not.
+	if i := strings.Index(body, `class="fleet-policy" data-policy="api"`); i < 0 || !strings.Contains(body[i:], "No service announced this policy") {
+		t.Error("overview does not say that no service announced api")
+	}
+	if i, j := strings.Index(body, `class="fleet-policy" data-policy="push"`), strings.Index(body, `class="fleet-policy" data-policy="api"`); i < 0 || j < i || strings.Contains(body[i:j], "No service announced") {
+		t.Error("overview says that no service announced push")
+	}
 	if strings.Contains(body, "u<2>") {
 		t.Error("overview shows an unescaped subject")
 	}
