@@ -284,6 +284,7 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/api/v1/reset", s.apiReset, admin)
 	get("/api/v1/inspect", s.apiInspect, viewer)
 	get("/api/v1/policies", s.apiPolicies, viewer)
+	get("/api/v1/stats", s.apiStats, viewer)
 	return e
 }
 

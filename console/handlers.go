@@ -90,6 +90,7 @@ func (s *Server) policyParam(v string) (*sdk.Policy, error) {
 func (s *Server) overview(c echo.Context) error {
 	v := OverviewView{Page: s.page(c, "overview"), Live: s.overviewLiveView()}
 	v.Title = "Overview"
+	v.Fleet = s.fleetView(c.Request().Context())
 	desc, err := s.describe(c.Request().Context())
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):

@@ -134,6 +134,7 @@ type OverviewView struct {
 	Backend  BackendView
 	Policies []PolicySummary
 	Live     OverviewLive
+	Fleet    FleetView // the services' recorded traffic (stats.go)
 }
 
 // BackendView is the backend's account of itself.

@@ -147,6 +147,7 @@ func (l *Limiter) cached(c *call) (Decision, bool) {
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
 	if ok {
+		l.record(c, d)
 		l.emit(Event{Policy: c.p.name, Op: c.op, Decision: d, Batch: c.batch})
 	}
 	return d, ok
@@ -193,6 +194,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
 		}
 	}
+	l.record(c, d)
 	l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Latency: a.lat, Batch: c.batch})
 	return d, nil
 }

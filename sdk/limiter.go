@@ -30,6 +30,8 @@ type Limiter struct {
 	timeout time.Duration
 	observe func(Event)
 	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
+
+	rec *Recorder // WithRecorder; nil: none
 }
 
 // Option configures a Limiter in New.

@@ -34,6 +34,7 @@ type Policy struct {
 	shardBy  []string
 	hotDeny  int           // hot-deny cache size; 0: none
 	idemTTL  time.Duration // how long idempotency records live: the longest window
+	ident    string        // name and every rule's name and id: the recorder's key
 }
 
 // PolicyOption configures a Policy in NewPolicy.
@@ -166,6 +167,11 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 			p.shardBy = append(p.shardBy, d)
 		}
 	}
+	ident := []string{name}
+	for i, r := range p.rules {
+		ident = append(ident, r.Name+"."+p.ids[i])
+	}
+	p.ident = strings.Join(ident, "\x00")
 	if len(p.shardBy) == 0 {
 		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
 	}

@@ -51,12 +51,15 @@ type Options struct {
 
 // Backend is an in-memory driver.Backend. It also implements every
 // optional interface of package driver: Peeker, Reserver, Inspector,
-// Resetter, Describer, Idempotent, Batcher and Clocked. It is safe for concurrent use and starts no goroutines;
+// Resetter, Describer, Idempotent, Batcher, Clocked and StatsStore
+// (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
+// starts no goroutines;
 // most callers only pass it to sdk.New.
 type Backend struct {
 	clock  driver.Clock
 	seed   maphash.Seed
 	shards []*shard
+	stats  statsStore // the recorder's statistics (driver.StatsStore)
 }
 
 // New returns an empty Backend. Nil opts means defaults.

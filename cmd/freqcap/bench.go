@@ -62,11 +62,12 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -batch or -hot: alternate the compared runs this many times (reduces noise on a shared machine); the ratios reported are medians")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -batch, -recorder or -hot: alternate the compared runs this many times (reduces noise on a shared machine); the ratios reported are medians")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
+	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an sdk.Recorder (flushing every second to the same server) and report its ratio to the run without one (with -hot: the HotDenyCache run, every decision a cached denial counted in the top denied subjects)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "client read/write timeout (default 2s; with -batch, 2s + 100µs per attempt in flight)")
 	if err := fs.Parse(args); err != nil {
 		return err

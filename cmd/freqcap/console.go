@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -193,10 +194,20 @@ func runConsole(args []string) error {
 	defer closeBackend()
 
 	metrics := console.NewMetrics(nil)
+	// The console records its own decisions (API checks, demo traffic)
+	// like any service, so that the overview's fleet charts include them.
+	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: recorderLog(log)})
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("console: recorder: %w", err)
+	}
+	if rec != nil {
+		defer rec.Close()
+	}
 	lim := sdk.New(backend,
 		sdk.WithPrefix(f.prefix),
 		sdk.WithTimeout(f.timeout),
 		sdk.WithObserver(metrics.Observe),
+		sdk.WithRecorder(rec),
 	)
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	desc, err := lim.Describe(dctx)
@@ -256,6 +267,20 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 	}
 	log.Info("audit log", "file", path, "entries_loaded", n, "lines_skipped", bad)
 	return audit, func() { af.Close() }, nil
+}
+
+// recorderLog logs the recorder's flush errors, at most one a minute.
+func recorderLog(log *slog.Logger) func(error) {
+	var mu sync.Mutex
+	var last time.Time
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := time.Now(); now.Sub(last) >= time.Minute {
+			last = now
+			log.Warn("recorder: statistics not flushed (logged at most once a minute)", "err", err)
+		}
+	}
 }
 
 // consoleBackend builds the backend the flags ask for, and its closer. A

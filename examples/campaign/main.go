@@ -9,7 +9,13 @@
 //	go run ./examples/campaign                              # embedded memory backend
 //	go run ./examples/campaign -redis 127.0.0.1:6379         # Redis (or -cluster A,B,C)
 //
-// Each run uses its own key prefix, so runs never see each other's counts.
+// Each run uses its own key prefix, so runs never see each other's counts
+// (-prefix sets one). The limiter has a recorder (sdk.NewRecorder), which
+// counts the decisions and flushes them to the backend under the key
+// prefix -stats-prefix (default "fc", the console's): a console started
+// beside the campaign on the same Redis (freqcap console --redis ADDR)
+// charts them on its overview. Give -prefix fc too, and its subject pages
+// show the campaign's recipients.
 package main
 
 import (
@@ -36,10 +42,16 @@ func main() {
 	addr := flag.String("redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
 	cluster := flag.String("cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
 	n := flag.Int("recipients", 2000, "recipients in the campaign")
+	prefix := flag.String("prefix", "campaign-"+strconv.FormatInt(time.Now().UnixNano(), 36), "key `PREFIX` of the decisions (default: one of its own per run)")
+	statsPrefix := flag.String("stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
 	flag.Parse()
 
-	prefix := "campaign-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var lim *sdk.Limiter
+	var (
+		lim *sdk.Limiter
+		rec *sdk.Recorder
+		err error
+	)
+	ropts := &sdk.RecorderOptions{Prefix: *statsPrefix}
 	switch {
 	case *addr != "" && *cluster != "":
 		fmt.Fprintln(os.Stderr, "campaign: give -redis or -cluster, not both")
@@ -52,11 +64,24 @@ func main() {
 		}
 		c := goredis.NewUniversalClient(o)
 		defer c.Close()
-		lim = sdk.New(redis.New(c, nil), sdk.WithPrefix(prefix), sdk.WithTimeout(10*time.Second))
+		b := redis.New(c, nil)
+		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
+			lim = sdk.New(b, sdk.WithPrefix(*prefix), sdk.WithTimeout(10*time.Second), sdk.WithRecorder(rec))
+		}
 	default:
-		lim = sdk.New(memory.New(nil), sdk.WithPrefix(prefix))
+		b := memory.New(nil)
+		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
+			lim = sdk.New(b, sdk.WithPrefix(*prefix), sdk.WithRecorder(rec))
+		}
 	}
-	if _, err := run(context.Background(), os.Stdout, lim, *n); err != nil {
+	if err == nil {
+		_, err = run(context.Background(), os.Stdout, lim, *n)
+		// Close flushes what the recorder counted since its last flush.
+		if cerr := rec.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("recorder: %w", cerr)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "campaign:", err)
 		os.Exit(1)
 	}
@@ -78,16 +103,21 @@ type summary struct {
 	lastDenial                         string           // the rule of recipient 0's newest denial
 }
 
-// run sends one content three times to n recipients, retries the first
-// send as after a timeout, and tries the third once more, printing what
-// each step decided.
-func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, error) {
-	push, err := sdk.NewPolicy("push", []sdk.Rule{
+// pushPolicy is the seed caps of a push platform, with a hot-deny cache.
+func pushPolicy() (*sdk.Policy, error) {
+	return sdk.NewPolicy("push", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	}, sdk.HotDenyCache(100_000))
+}
+
+// run sends one content three times to n recipients, retries the first
+// send as after a timeout, and tries the third once more, printing what
+// each step decided.
+func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, error) {
+	push, err := pushPolicy()
 	if err != nil {
 		return summary{}, err
 	}

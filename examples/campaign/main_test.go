@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -25,28 +26,46 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // the next try without the backend.
 func TestCampaign(t *testing.T) {
 	const n = 1200 // 3 batches, the last one short
+	// Each limiter has a recorder, flushed by hand, whose statistics a
+	// reader on the same storage (a console) sees.
+	withRecorder := func(t *testing.T, b driver.Backend, opts ...sdk.Option) (*sdk.Limiter, *sdk.Recorder) {
+		rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Prefix: stats(t), FlushEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sdk.New(b, append(opts, sdk.WithPrefix(t.Name()), sdk.WithRecorder(rec))...), rec
+	}
 	backends := []struct {
 		name string
-		new  func(t *testing.T) *sdk.Limiter
+		new  func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder)
 	}{
-		{"memory", func(t *testing.T) *sdk.Limiter { return sdk.New(memory.New(nil), sdk.WithPrefix(t.Name())) }},
-		{"redis", func(t *testing.T) *sdk.Limiter {
+		{"memory", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
+			b := memory.New(nil)
+			lim, rec := withRecorder(t, b)
+			return b, lim, rec
+		}},
+		{"redis", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
 			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
 			t.Cleanup(func() { c.Close() })
-			return sdk.New(redis.New(c, nil), sdk.WithPrefix(t.Name()), sdk.WithTimeout(30*time.Second))
+			b := redis.New(c, nil)
+			lim, rec := withRecorder(t, b, sdk.WithTimeout(30*time.Second))
+			return b, lim, rec
 		}},
-		{"cluster", func(t *testing.T) *sdk.Limiter {
+		{"cluster", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
 			o := redis.NewClientOptions(redistest.Cluster(t)...)
 			o.IsClusterMode = true
 			c := goredis.NewUniversalClient(o)
 			t.Cleanup(func() { c.Close() })
-			return sdk.New(redis.New(c, nil), sdk.WithPrefix(t.Name()), sdk.WithTimeout(30*time.Second))
+			b := redis.New(c, nil)
+			lim, rec := withRecorder(t, b, sdk.WithTimeout(30*time.Second))
+			return b, lim, rec
 		}},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			var out bytes.Buffer
-			s, err := run(context.Background(), &out, b.new(t), n)
+			be, lim, rec := b.new(t)
+			s, err := run(context.Background(), &out, lim, n)
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}
@@ -78,9 +97,28 @@ func TestCampaign(t *testing.T) {
 			if !strings.Contains(out.String(), "(1200 by content-59s)") {
 				t.Errorf("output lacks the denial count:\n%s", out.String())
 			}
+			// The recorder counted the consuming decisions (not the
+			// replays, nor the inspection), and the top denied recipients.
+			if err := rec.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush = %v", err)
+			}
+			push, err := pushPolicy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := sdk.New(be, sdk.WithPrefix(stats(t))).Stats(context.Background(), push, time.Hour)
+			if err != nil {
+				t.Fatalf("Stats = %v", err)
+			}
+			if st.Allowed != 2*n || st.Denied != 2*n || len(st.TopDenied) == 0 {
+				t.Errorf("Stats = %d allowed, %d denied, %d top denied; want %d, %d, some", st.Allowed, st.Denied, len(st.TopDenied), 2*n, 2*n)
+			}
 		})
 	}
 }
+
+// stats is the test's statistics prefix.
+func stats(t *testing.T) string { return t.Name() + "-stats" }
 
 // TestReadmeOutput keeps the README's transcript of the example true: the
 // memory backend's output for 2 000 recipients, line for line.

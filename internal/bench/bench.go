@@ -88,6 +88,11 @@ type Config struct {
 	// Timeout is the client's read and write timeout (default 2s, plus
 	// 100µs per attempt in flight).
 	Timeout time.Duration
+	// Recorder also runs the policy with an sdk.Recorder (flushing every
+	// second to the same server) and reports its ratio to the run
+	// without one; with Hot, the HotDenyCache run with a recorder (every
+	// decision a cached denial counted in the top denied subjects).
+	Recorder bool
 }
 
 // withDefaults fills in the defaults and checks cfg.
@@ -181,9 +186,26 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		ratios    [][2]int // indexes into runs: numerator, denominator
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
+		recs      []*sdk.Recorder
 	)
+	defer func() {
+		for _, r := range recs {
+			_ = r.Close()
+		}
+	}()
 	runLim := func() *sdk.Limiter {
 		return sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
+	}
+	// recorded is runLim with an sdk.Recorder, flushing every second to
+	// the same server under the run's prefix.
+	recorded := func() (*sdk.Limiter, error) {
+		prefix := cfg.Prefix + "-" + strconv.Itoa(len(runs)+1)
+		rec, err := sdk.NewRecorder(be, &sdk.RecorderOptions{Prefix: prefix})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		recs = append(recs, rec)
+		return sdk.New(be, sdk.WithPrefix(prefix), sdk.WithRecorder(rec)), nil
 	}
 	if cfg.Hot {
 		plain, cached, err := hotPolicies(policy, cfg.HotCache)
@@ -219,8 +241,27 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				runs = append(runs, run{name, n, d})
 			}
 		}
+		if cfg.Recorder {
+			// The recorder's worst case: every decision a denial from the
+			// cache, each one counted in the policy's top denied subjects
+			// (under its lock), by every worker at once.
+			l, err := recorded()
+			if err != nil {
+				return err
+			}
+			runs = append(runs, run{"hot, HotDenyCache, recorder on", 1, allowOne(l, cached, hot)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 1})
+		}
 	} else {
 		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
+		if cfg.Recorder {
+			l, err := recorded()
+			if err != nil {
+				return err
+			}
+			runs = append(runs, run{"policy " + policy.Name() + ", recorder on", 1, allowOne(l, policy, gen)})
+			ratios = append(ratios, [2]int{len(runs) - 1, 0})
+		}
 		if cfg.Batch > 0 {
 			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
@@ -304,6 +345,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			fmt.Fprintf(w, "median ratio %s / %s over %d rounds: %.2f (min %.2f, max %.2f)\n", runs[q[0]].name, runs[q[1]].name, len(v), v[len(v)/2], v[0], v[len(v)-1])
 		}
 	}
+	for _, r := range recs {
+		err := r.Close()
+		fmt.Fprintf(w, "recorder: %d counts lost to failed flushes; last flush: %v\n", r.Lost(), errText(err))
+	}
+	recs = nil
 	for _, l := range hotLims {
 		st := l.HotDenyStats(hotCached)
 		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
@@ -317,6 +363,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		fmt.Fprintf(w, "memory: %.0f bytes per subject (%d decision(s) each for %d subjects, INFO used_memory delta after FLUSHALL)\n", per, cfg.MemoryTakes, cfg.Subjects)
 	}
 	return nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
 }
 
 // describeStrategies lists the backend's strategy for each algorithm p

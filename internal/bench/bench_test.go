@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -53,6 +55,13 @@ func TestBenchModes(t *testing.T) {
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
 			// Most of the cached run never reaches Redis.
 			`^Redis round trips per decision: 1\.00[0-9]* without the cache, 0\.[0-4][0-9]* with it \(([5-9][0-9]|100)\.[0-9]% of decisions answered from the cache\)`}},
+		{"recorder", Config{Recorder: true}, nil, []string{
+			`^policy push, recorder on: .* errors 0;`,
+			`^ratio policy push, recorder on / policy push: [0-9.]+ `,
+			`^recorder: 0 counts lost to failed flushes; last flush: ok`}},
+		{"hot recorder", Config{Hot: true, Recorder: true}, nil, []string{
+			`^hot, HotDenyCache, recorder on: .* errors 0;`,
+			`^ratio hot, HotDenyCache, recorder on / hot, HotDenyCache: [0-9.]+ `}},
 		{"hot batch", Config{Hot: true, Batch: 20}, []string{"hot, batch 20, HotDenyCache:"}, nil},
 		{"memory log", Config{Memory: true, MemoryTakes: 2, Policy: logPolicy[0]}, []string{
 			`policy "push-log"`, "sliding_log:"}, []string{`^memory: [1-9][0-9]* bytes per subject \(2 decision\(s\) each for 200 subjects`}},
@@ -81,6 +90,18 @@ func TestBenchModes(t *testing.T) {
 			}
 			if strings.Contains(out, "first error") {
 				t.Errorf("Run(%+v) reported errors:\n%s", tc.cfg, out)
+			}
+			if cfg.Recorder && !cfg.Hot { // the recorded run's statistics are in Redis
+				c := goredis.NewClient(&goredis.Options{Addr: addr})
+				defer c.Close()
+				p, err := seed.Policies()
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := sdk.New(redis.New(c, nil), sdk.WithPrefix("bench-2")).Stats(context.Background(), p[0], time.Hour)
+				if err != nil || st.Allowed+st.Denied == 0 {
+					t.Errorf("Stats of the recorder run = %d allowed, %d denied, %v; want some", st.Allowed, st.Denied, err)
+				}
 			}
 		})
 	}

@@ -1,0 +1,119 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+var _ driver.StatsStore = (*Backend)(nil)
+
+// FlushStats applies a recorder's batch in one pipeline (on a Redis
+// Cluster, the client's pipeline sends one per master, in parallel): per
+// hash HINCRBY for each increment, one HSET for the values set and
+// PEXPIREAT; per sorted set ZINCRBY for each member, ZREMRANGEBYRANK to
+// keep the Keep highest and PEXPIREAT. The increments are marked not
+// retryable, so a lost reply never counts twice (it may count nothing).
+func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error {
+	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
+		return nil
+	}
+	pipe := b.c.Pipeline()
+	var cmds []noRetryCmd
+	do := func(args ...any) {
+		c := noRetryCmd{goredis.NewCmd(ctx, args...)}
+		cmds = append(cmds, c)
+		_ = pipe.Process(ctx, c)
+	}
+	for _, h := range batch.Hashes {
+		for _, f := range h.Incr {
+			do("hincrby", h.Key, f.Name, f.Value)
+		}
+		if len(h.Set) > 0 {
+			args := make([]any, 0, 2+2*len(h.Set))
+			args = append(args, "hset", h.Key)
+			for _, f := range h.Set {
+				args = append(args, f.Name, f.Value)
+			}
+			do(args...)
+		}
+		do("pexpireat", h.Key, h.ExpireAt.UnixMilli())
+	}
+	for _, t := range batch.Tops {
+		for _, f := range t.Incr {
+			do("zincrby", t.Key, f.Value, f.Name)
+		}
+		if t.Keep > 0 {
+			do("zremrangebyrank", t.Key, 0, -(t.Keep + 1))
+		}
+		do("pexpireat", t.Key, t.ExpireAt.UnixMilli())
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	var errs []error
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			errs = append(errs, err)
+			reloadOnNoReply(ctx, b.c, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("redis: flush stats: %d of %d commands failed, the first: %w", len(errs), len(cmds), errs[0])
+	}
+	return nil
+}
+
+// ReadStats reads the hashes (HGETALL) and the top members of the sorted
+// sets (ZRANGE … REV WITHSCORES) of q in one pipeline (one per master on a
+// cluster).
+func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
+	out := driver.StatsData{Hashes: make([][]driver.StatsField, len(q.Hashes)), Tops: make([][]driver.StatsField, len(q.Tops))}
+	if len(q.Hashes) == 0 && len(q.Tops) == 0 {
+		return out, nil
+	}
+	pipe := b.c.Pipeline()
+	hs := make([]*goredis.MapStringStringCmd, len(q.Hashes))
+	for i, k := range q.Hashes {
+		hs[i] = pipe.HGetAll(ctx, k)
+	}
+	n := int64(q.TopN)
+	if n <= 0 {
+		n = 1 << 20
+	}
+	zs := make([]*goredis.ZSliceCmd, len(q.Tops))
+	for i, k := range q.Tops {
+		zs[i] = pipe.ZRevRangeWithScores(ctx, k, 0, n-1)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, c := range hs {
+		m, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return driver.StatsData{}, fmt.Errorf("redis: read stats: %w", err)
+		}
+		for f, v := range m {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return driver.StatsData{}, fmt.Errorf("redis: read stats: field %q of %q is not an integer", f, q.Hashes[i])
+			}
+			out.Hashes[i] = append(out.Hashes[i], driver.StatsField{Name: f, Value: n})
+		}
+	}
+	for i, c := range zs {
+		zz, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return driver.StatsData{}, fmt.Errorf("redis: read stats: %w", err)
+		}
+		for _, z := range zz {
+			m, ok := z.Member.(string)
+			if !ok {
+				return driver.StatsData{}, fmt.Errorf("redis: read stats: member of %q is %T", q.Tops[i], z.Member)
+			}
+			out.Tops[i] = append(out.Tops[i], driver.StatsField{Name: m, Value: int64(z.Score)})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,263 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// The fleet's traffic: what the Recorders of every service (sdk.Recorder)
+// flushed to the backend, read with Limiter.Stats and Limiter.Announced.
+
+// announcedWithin is how recent an announcement must be to count: a
+// service renews its announcements every minute.
+const announcedWithin = 10 * time.Minute
+
+// StatsJSON is GET /api/v1/stats: a policy's decisions over the last
+// hour, summed over every process recording them.
+type StatsJSON struct {
+	Policy      string          `json:"policy"`
+	From        time.Time       `json:"from"`
+	To          time.Time       `json:"to"`
+	StepSeconds int64           `json:"step_seconds"`
+	Allowed     int64           `json:"allowed"`
+	Denied      int64           `json:"denied"`
+	Rules       []RuleStatsJSON `json:"rules"`
+}
+
+// RuleStatsJSON is one rule's verdicts in StatsJSON.
+type RuleStatsJSON struct {
+	Rule      string `json:"rule"`
+	Allowed   int64  `json:"allowed"`
+	Denied    int64  `json:"denied"`
+	NearLimit int64  `json:"near_limit"`
+}
+
+// apiStats answers GET /api/v1/stats?policy=NAME with the per-rule
+// allowed and denied totals of the last hour, across every process.
+func (s *Server) apiStats(c echo.Context) error {
+	name := c.QueryParam("policy")
+	p := s.policies[name]
+	if p == nil {
+		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
+	}
+	st, err := s.cfg.Limiter.Stats(c.Request().Context(), p, time.Hour)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return echo.NewHTTPError(http.StatusNotImplemented, "the backend keeps no statistics")
+	}
+	if err != nil {
+		return err
+	}
+	out := StatsJSON{Policy: st.Policy, From: st.From.UTC(), To: st.To.UTC(), StepSeconds: int64(st.Step / time.Second),
+		Allowed: st.Allowed, Denied: st.Denied, Rules: make([]RuleStatsJSON, 0, len(st.Rules))}
+	for _, r := range st.Rules {
+		out.Rules = append(out.Rules, RuleStatsJSON{Rule: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// FleetView is the overview's fleet panel: every policy's recorded
+// traffic, and how the services' policies differ from the console's.
+type FleetView struct {
+	// Error says why there are no statistics (empty: there are).
+	Error string
+	// Warnings are the differences between the announced policies and
+	// the console's, one sentence each.
+	Warnings []string
+	// Announced lists the policies services announced (name: services'
+	// versions).
+	Announced []string
+	Policies  []FleetPolicy
+}
+
+// FleetPolicy is one policy's charts.
+type FleetPolicy struct {
+	Name           string
+	Hour, Day      Chart
+	Rules          []FleetRule
+	TopDenied      []TopSubject
+	Allowed1h      int64
+	Denied1h       int64
+	NoTraffic      bool // nothing recorded in 24 h
+	DeniedShare    string
+	NearLimit1h    int64
+	RecordedPolicy bool // some service announced it within announcedWithin
+}
+
+// FleetRule is one rule's last hour, with a chart of its verdicts.
+type FleetRule struct {
+	Name                       string
+	Allowed, Denied, NearLimit int64
+	Chart                      Chart
+}
+
+// TopSubject is a denied subject linking to its subject page.
+type TopSubject struct {
+	Label string // "user=u42"
+	URL   string
+	Count int64
+}
+
+// Chart is an inline SVG line chart of allowed and denied counts per
+// bucket, laid out server-side.
+type Chart struct {
+	Title                 string
+	Width, Height         int
+	Allowed, Denied       string // SVG polyline points
+	Max                   int64  // the y axis' top
+	From, To              string // the x axis' ends
+	StepNote              string // e.g. "10 s buckets"
+	AllowedSum, DeniedSum int64
+}
+
+// maxChartPoints bounds the points of a chart's line: longer series are
+// summed into wider buckets (24 h of 1 min buckets: 4 min per point).
+const maxChartPoints = 360
+
+// chart lays out series as a Width×Height polyline pair (y grows down).
+func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Chart {
+	span := step * time.Duration(len(pts))
+	if k := (len(pts) + maxChartPoints - 1) / maxChartPoints; k > 1 { // sum k buckets per point
+		merged := make([]sdk.StatsPoint, 0, maxChartPoints)
+		for i := 0; i < len(pts); i += k {
+			m := sdk.StatsPoint{At: pts[i].At}
+			for _, p := range pts[i:min(i+k, len(pts))] {
+				m.Allowed += p.Allowed
+				m.Denied += p.Denied
+				m.NearLimit += p.NearLimit
+			}
+			merged = append(merged, m)
+		}
+		pts, step = merged, step*time.Duration(k)
+	}
+	c := Chart{Title: title, Width: w, Height: h, StepNote: fmtWindow(step) + " buckets"}
+	for _, p := range pts {
+		c.Max = max(c.Max, p.Allowed, p.Denied)
+		c.AllowedSum += p.Allowed
+		c.DeniedSum += p.Denied
+	}
+	if len(pts) > 0 {
+		c.From = fmtWindow(span) + " ago"
+		c.To = "now"
+	}
+	top := max(c.Max, 1)
+	line := func(v func(sdk.StatsPoint) int64) string {
+		var b strings.Builder
+		for i, p := range pts {
+			x := 0.0
+			if len(pts) > 1 {
+				x = float64(i) * float64(w) / float64(len(pts)-1)
+			}
+			y := float64(h) - float64(v(p))*float64(h-2)/float64(top) - 1
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strconv.FormatFloat(x, 'f', 1, 64))
+			b.WriteByte(',')
+			b.WriteString(strconv.FormatFloat(y, 'f', 1, 64))
+		}
+		return b.String()
+	}
+	c.Allowed = line(func(p sdk.StatsPoint) int64 { return p.Allowed })
+	c.Denied = line(func(p sdk.StatsPoint) int64 { return p.Denied })
+	return c
+}
+
+// overviewTop is how many denied subjects the overview lists per policy.
+const overviewTop = 10
+
+// fleetView reads the statistics and announcements for the overview.
+func (s *Server) fleetView(ctx context.Context) FleetView {
+	var v FleetView
+	lim := s.cfg.Limiter
+	for _, p := range s.order {
+		hour, err := lim.Stats(ctx, p, time.Hour)
+		if err == nil {
+			var day sdk.Stats
+			day, err = lim.Stats(ctx, p, 24*time.Hour)
+			if err == nil {
+				v.Policies = append(v.Policies, s.fleetPolicy(p, hour, day))
+				continue
+			}
+		}
+		if errors.Is(err, errors.ErrUnsupported) {
+			v.Error = "The backend keeps no statistics: the fleet's traffic is not recorded."
+		} else {
+			// The error may name backend addresses: the log gets it, viewers do not.
+			s.log.Warn("overview: reading statistics", "err", err)
+			v.Error = "Statistics could not be read: the backend failed (the console's log has the error)."
+		}
+		v.Policies = nil
+		return v
+	}
+	anns, err := lim.Announced(ctx, announcedWithin)
+	if err != nil {
+		s.log.Warn("overview: reading announced policies", "err", err)
+		v.Warnings = append(v.Warnings, "Announced policies could not be read: the backend failed (the console's log has the error).")
+		return v
+	}
+	announced := map[string]bool{}
+	for _, a := range anns {
+		announced[a.Policy] = true
+		v.Announced = append(v.Announced, fmt.Sprintf("%s (%d rules, last seen %s)", a.Policy, len(a.Rules), a.LastSeen.Local().Format("15:04:05")))
+		p := s.policies[a.Policy]
+		if p == nil {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
+			continue
+		}
+		if d := sdk.AnnouncementOf(p).Diff(a); len(d) > 0 {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s differently from the console's policy file (here: the console; there: the service): %s. Subject pages read the console's keys, so they may show zeros for subjects the service capped: load the same policy file as your services.", a.Policy, strings.Join(d, "; ")))
+		}
+	}
+	for i := range v.Policies {
+		v.Policies[i].RecordedPolicy = announced[v.Policies[i].Name]
+	}
+	return v
+}
+
+func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) FleetPolicy {
+	fp := FleetPolicy{
+		Name:        p.Name(),
+		Hour:        chart("Last hour", hour.Series, hour.Step, 600, 120),
+		Day:         chart("Last 24 h", day.Series, day.Step, 600, 120),
+		Allowed1h:   hour.Allowed,
+		Denied1h:    hour.Denied,
+		NoTraffic:   day.Allowed+day.Denied == 0,
+		DeniedShare: "—",
+	}
+	if tot := hour.Allowed + hour.Denied; tot > 0 {
+		fp.DeniedShare = fmt.Sprintf("%.0f%%", 100*float64(hour.Denied)/float64(tot))
+	}
+	for _, r := range hour.Rules {
+		fp.NearLimit1h += r.NearLimit
+		rc := chart(r.Rule, r.Series, hour.Step, 300, 40)
+		fp.Rules = append(fp.Rules, FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc})
+	}
+	shard := p.ShardBy()
+	for _, d := range hour.TopDenied {
+		if len(fp.TopDenied) == overviewTop {
+			break
+		}
+		subj := d.Subject(p)
+		if subj == nil {
+			continue
+		}
+		parts := make([]string, len(shard))
+		for i, dim := range shard {
+			parts[i] = dim + "=" + subj[dim]
+		}
+		fp.TopDenied = append(fp.TopDenied, TopSubject{Label: strings.Join(parts, ", "), URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
+	}
+	return fp
+}
+
+// viewBox is a chart's SVG viewBox.
+func viewBox(c Chart) string { return "0 0 " + strconv.Itoa(c.Width) + " " + strconv.Itoa(c.Height) }

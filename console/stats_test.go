@@ -1,0 +1,274 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"html"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/prom"
+)
+
+// fleetFixture is a console and a separate service (its own Limiter and
+// Recorder) on one memory backend and a fake clock.
+type fleetFixture struct {
+	*fixture
+	service *sdk.Limiter
+	rec     *sdk.Recorder
+}
+
+func newFleetFixture(t *testing.T, servicePolicies ...*sdk.Policy) *fleetFixture {
+	t.Helper()
+	clk := conformance.NewFakeClock(t0)
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := memory.New(&memory.Options{Clock: clk})
+	lim := sdk.New(mb, sdk.WithClock(clk))
+	srv, err := New(Config{Limiter: lim, Policies: pols, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := sdk.NewRecorder(mb, &sdk.RecorderOptions{Now: clk.Now, FlushEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Announce(servicePolicies...)
+	f := &fleetFixture{
+		fixture: &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}},
+		service: sdk.New(mb, sdk.WithClock(clk), sdk.WithRecorder(rec)),
+		rec:     rec,
+	}
+	for _, p := range pols {
+		f.policies[p.Name()] = p
+	}
+	return f
+}
+
+// serve makes the service decide n times for s under p, and flushes.
+func (f *fleetFixture) serve(t *testing.T, p *sdk.Policy, s sdk.Subject, n int) {
+	t.Helper()
+	for range n {
+		if _, err := f.service.Allow(context.Background(), p, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAPIStats(t *testing.T) {
+	f := newFleetFixture(t)
+	f.serve(t, f.policies["push"], push, 3) // 2 allowed, 1 denied by content-59s
+	res := f.do(t, req{path: "/api/v1/stats?policy=push"})
+	body := readBody(t, res)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/stats = %d, want 200: %s", res.StatusCode, body)
+	}
+	var got StatsJSON
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	if got.Policy != "push" || got.Allowed != 2 || got.Denied != 1 || got.StepSeconds != 10 || got.To.Sub(got.From) < 59*time.Minute {
+		t.Errorf("stats = %+v, want push: 2 allowed, 1 denied over an hour of 10 s buckets", got)
+	}
+	want := []RuleStatsJSON{{"recv-1m", 3, 0, 0}, {"recv-24h", 3, 0, 0}, {"content-59s", 2, 1, 1}, {"content-59m", 3, 0, 0}}
+	if len(got.Rules) != len(want) {
+		t.Fatalf("rules = %+v, want %+v", got.Rules, want)
+	}
+	for i := range want {
+		if got.Rules[i] != want[i] {
+			t.Errorf("rule %d = %+v, want %+v", i, got.Rules[i], want[i])
+		}
+	}
+	if res := f.do(t, req{path: "/api/v1/stats?policy=nope"}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /api/v1/stats?policy=nope = %d, want 404", res.StatusCode)
+	}
+	// A backend that keeps no statistics.
+	bare, err := New(Config{Limiter: sdk.New(failing{}), Policies: []*sdk.Policy{f.policies["push"]}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := (&fixture{srv: bare}).do(t, req{path: "/api/v1/stats?policy=push"}); res.StatusCode != http.StatusNotImplemented {
+		t.Errorf("GET /api/v1/stats on a backend without statistics = %d, want 501", res.StatusCode)
+	}
+}
+
+// TestOverviewFleet: the overview charts a separate service's decisions,
+// lists its most denied subjects with links to their pages, and warns
+// when the service runs other policies than the console's file.
+func TestOverviewFleet(t *testing.T) {
+	other, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.SlidingWindow("recv-1m", 15, 2*time.Minute).By("user"), // another window: other keys
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := sdk.NewPolicy("sms", []sdk.Rule{sdk.FixedWindow("daily", 5, 24*time.Hour).By("phone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFleetFixture(t, other, extra)
+	f.serve(t, f.policies["push"], push, 4) // 2 allowed, 2 denied
+	f.clock.Advance(20 * time.Second)
+	f.serve(t, f.policies["push"], sdk.Subject{"user": "u<2>", "content": "c"}, 1)
+
+	body := readBody(t, f.do(t, req{path: "/"}))
+	for _, want := range []string{
+		`id="fleet"`,
+		`last hour: <span class="ok fleet-allowed">3</span> allowed`,
+		`<span class="bad fleet-denied">2</span> denied (40%)`,
+		`<polyline class="denied"`,
+		`href="/subject?policy=push&amp;user=18829340001"`,
+		"user=18829340001",
+		"A service runs policy sms, which the console&#39;s policy file lacks",
+		"A service runs policy push differently from the console&#39;s policy file",
+		"rule recv-1m has other keys: id w26372 (sliding_window, 1m0s) here, id 2h5s54 (sliding_window, 2m0s) there",
+		"rule content-59s is only here",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	// push was announced (the service used it), api was not.
+	if i := strings.Index(body, `class="fleet-policy" data-policy="api"`); i < 0 || !strings.Contains(body[i:], "No service announced this policy") {
+		t.Error("overview does not say that no service announced api")
+	}
+	if i, j := strings.Index(body, `class="fleet-policy" data-policy="push"`), strings.Index(body, `class="fleet-policy" data-policy="api"`); i < 0 || j < i || strings.Contains(body[i:j], "No service announced") {
+		t.Error("overview says that no service announced push")
+	}
+	if strings.Contains(body, "u<2>") {
+		t.Error("overview shows an unescaped subject")
+	}
+	for _, want := range []string{
+		`Last hour: <span class="ok">3 allowed</span>, <span class="bad">2 denied</span>`,
+		`Last 24 h: <span class="ok">3 allowed</span>, <span class="bad">2 denied</span>`,
+	} {
+		if !strings.Contains(html.UnescapeString(body), want) {
+			t.Errorf("overview lacks the chart caption %q", want)
+		}
+	}
+}
+
+// TestPromSeriesMatchConsole: the collector of sdk/prom and the console's
+// /metrics expose the same metric families with the same labels.
+func TestPromSeriesMatchConsole(t *testing.T) {
+	m := NewMetrics(nil)
+	col := prom.New(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+	lim := sdk.New(memory.New(nil), sdk.WithObserver(func(ev sdk.Event) { m.Observe(ev); col.Observe(ev) }))
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := lim.Allow(context.Background(), pols[0], push); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken := sdk.New(failing{}, sdk.WithObserver(func(ev sdk.Event) { m.Observe(ev); col.Observe(ev) }))
+	_, _ = broken.Allow(context.Background(), pols[0], push)
+	var b strings.Builder
+	if _, err := m.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	console := map[string]string{} // family -> sorted label names
+	for _, line := range strings.Split(b.String(), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, labels, _ := strings.Cut(line, "{")
+		name = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		name, _, _ = strings.Cut(name, " ")
+		if name == "freqcap_console_start_time_seconds" {
+			continue
+		}
+		var keys []string
+		for _, kv := range strings.Split(strings.Split(labels, "}")[0], ",") {
+			if k, _, ok := strings.Cut(kv, "="); ok && k != "le" {
+				keys = append(keys, k)
+			}
+		}
+		console[name] = strings.Join(sortedCopy(keys), ",")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, mf := range mfs {
+		var keys []string
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			keys = append(keys, l.GetName())
+		}
+		got[mf.GetName()] = strings.Join(sortedCopy(keys), ",")
+	}
+	if len(got) != len(console) {
+		t.Errorf("families: prom %v, console %v", got, console)
+	}
+	for name, labels := range console {
+		if got[name] != labels {
+			t.Errorf("%s labels: prom %q, console %q", name, got[name], labels)
+		}
+	}
+}
+
+func sortedCopy(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// brokenStats is a backend whose statistics fail with an error naming
+// its address.
+type brokenStats struct{ failing }
+
+func (brokenStats) FlushStats(context.Context, driver.StatsBatch) error {
+	return errors.New("dial tcp 10.1.2.3:6379: connection refused")
+}
+
+func (brokenStats) ReadStats(context.Context, driver.StatsQuery) (driver.StatsData, error) {
+	return driver.StatsData{}, errors.New("dial tcp 10.1.2.3:6379: connection refused")
+}
+
+// TestOverviewFleetBackendDown: the panel says the statistics failed,
+// without the backend's address.
+func TestOverviewFleetBackendDown(t *testing.T) {
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Limiter: sdk.New(brokenStats{}), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, (&fixture{srv: srv}).do(t, req{path: "/"}))
+	if !strings.Contains(body, `id="fleet-error"`) || !strings.Contains(body, "Statistics could not be read") {
+		t.Errorf("overview lacks the statistics error")
+	}
+	if i := strings.Index(body, `id="fleet"`); i < 0 || strings.Contains(body[i:], "10.1.2.3") {
+		t.Errorf("the fleet panel shows the backend's address (or is missing)")
+	}
+}

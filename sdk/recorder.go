@@ -1,0 +1,572 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// The recorder's buckets, retention and bounds.
+const (
+	// StatsStep is the width of the fine buckets, kept StatsFineRetention.
+	StatsStep          = 10 * time.Second
+	StatsFineRetention = time.Hour
+	// StatsCoarseStep is the width of the coarse buckets (and of the top
+	// denied subjects' intervals), kept StatsCoarseRetention.
+	StatsCoarseStep      = time.Minute
+	StatsCoarseRetention = 24 * time.Hour
+	// StatsTopKeep is how many denied subjects are stored per policy per
+	// coarse bucket (the highest counts).
+	StatsTopKeep = 32
+	// MaxRecordedPolicies bounds the policies one Recorder counts (by
+	// name and rules: a policy built again with the same rules counts
+	// once); the decisions of policies beyond it are not recorded.
+	MaxRecordedPolicies = 256
+	// DefaultNearLimit is RecorderOptions.NearLimit's default: an allowed
+	// decision is near the limit for a rule left with at most 10% of its
+	// limit.
+	DefaultNearLimit = 0.1
+	// DefaultRecorderTopK is RecorderOptions.TopK's default.
+	DefaultRecorderTopK = 16
+	// recorderStripes is the number of stripes of a policy's in-process
+	// counts: decisions are spread over them by their subject's hash, so
+	// that concurrent decisions rarely touch the same cache line or lock.
+	recorderStripes = 8
+	// announceEvery is how often a policy is announced again, so that
+	// readers see which policies are still run.
+	announceEvery = time.Minute
+)
+
+// RecorderOptions configures a Recorder. The zero value means defaults.
+type RecorderOptions struct {
+	// Prefix is the first segment of the statistics keys (default
+	// DefaultPrefix). Readers (Limiter.Stats, the console) read the
+	// statistics of their Limiter's prefix: give the same one.
+	Prefix string
+	// Now is the clock of announcements and flush expiries (default: the
+	// backend's clock when it decides on one of this process, as the
+	// memory backend does, else time.Now). Counts are bucketed by each decision's own time
+	// (Decision.At: the backend's clock), so every process agrees on
+	// bucket boundaries.
+	Now func() time.Time
+	// FlushEvery is how often the recorder's goroutine flushes (default
+	// 1s, the shortest allowed). A negative value starts no goroutine:
+	// the caller flushes (Flush) and Close only flushes. Memory holds the
+	// counts of two StatsStep buckets: flush more often than every 10 s,
+	// or the counts of a bucket left unflushed are added to a later one.
+	FlushEvery time.Duration
+	// NearLimit is the fraction of a rule's limit at or below which an
+	// allowed decision's remaining units count as near the limit
+	// (default DefaultNearLimit; at most 1).
+	NearLimit float64
+	// TopK is the number of denied subjects each policy tracks between
+	// two flushes in each of its 8 stripes (subjects are spread over the
+	// stripes by hash; the space-saving algorithm in each). Counts are
+	// exact while at most TopK distinct subjects of a stripe are denied
+	// between two flushes; beyond,
+	// a subject that took a tracked subject's place is counted from then
+	// on (a lower bound: the count flushed never exceeds its denials),
+	// and the heaviest subjects stay tracked. Default DefaultRecorderTopK.
+	TopK int
+	// OnError receives flush errors, from the recorder's goroutine (or
+	// Close). Default: errors are only counted (Recorder.Lost).
+	OnError func(error)
+	// FlushTimeout bounds one flush (default 5s).
+	FlushTimeout time.Duration
+}
+
+// Recorder counts the decisions of the Limiters it is given to
+// (WithRecorder), per policy and rule — allowed, denied, and allowed but
+// near the limit — in StatsStep buckets, and the most denied subjects per
+// policy, and flushes them to a backend implementing driver.StatsStore,
+// where every process's counts add up and Limiter.Stats reads them.
+//
+// Only consuming decisions are counted (take, reserve, wait — each
+// attempt Wait makes, so a Wait that sleeps once counts a denial and then
+// an allowed decision; not peeks, inspections, replays of idempotent
+// attempts or degraded decisions). A cached denial (HotDenyCache) counts
+// like any denial.
+// Recording a decision is an in-memory increment (atomic counters in one
+// of the policy's 8 stripes, chosen by the subject's hash, and for a
+// denial that stripe's small top-K under its mutex): no allocation, no
+// I/O, and it never fails or delays a decision.
+//
+// The Recorder owns a goroutine (started by NewRecorder unless
+// FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
+// (one per cluster node). Close stops it and flushes what is left.
+//
+// Memory per process: per policy, 8 stripes of 2 buckets of 2+3×rules
+// counters and a top-K of TopK subjects (their shard values; 128 per
+// policy by default), for at most MaxRecordedPolicies policies: about
+// 20 KB per policy with short subject values. Storage, per policy: one hash per
+// 10 s bucket kept 1 h (360 keys), one hash and one sorted set of at most
+// StatsTopKeep subjects per 1 min bucket kept 24 h (2 × 1440 keys), each
+// with its own expiry; plus one hash of announcements for all policies
+// (see Stats for the key names). Only the shard values of denied subjects
+// are stored (those the denial trail keys already hold).
+//
+// A Recorder is safe for concurrent use and may be shared by Limiters; the
+// zero Recorder is not usable, call NewRecorder.
+type Recorder struct {
+	st     driver.StatsStore
+	prefix string
+	now    func() time.Time
+	near   float64
+	topK   int
+	onErr  func(error)
+	tmo    time.Duration
+
+	seed maphash.Seed // picks a subject's stripe
+	pols sync.Map     // Policy.ident -> *policyStats
+	mu   sync.Mutex
+	list []*policyStats // every policyStats, in first-use order (mu)
+
+	flushMu sync.Mutex // serialises flushes
+	lost    atomic.Int64
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// policyStats is one policy's in-process counts.
+type policyStats struct {
+	p       *Policy
+	stripes [recorderStripes]stripe
+	// announced is when the policy was last announced (unix ms; 0: never).
+	announced atomic.Int64
+}
+
+// stripe is a share of a policy's counts: the decisions of the subjects
+// hashed to it.
+type stripe struct {
+	slots [2]bucketSlot // by fine bucket parity
+	top   topK
+	_     [64]byte // keeps stripes off each other's cache lines
+}
+
+// bucketSlot holds the counts of one fine bucket until a flush takes them.
+type bucketSlot struct {
+	bucket          atomic.Int64 // fine bucket number: unix seconds / 10
+	allowed, denied atomic.Int64
+	rules           []ruleCounts
+}
+
+type ruleCounts struct{ allowed, denied, near atomic.Int64 }
+
+// NewRecorder returns a Recorder flushing to b, which must implement
+// driver.StatsStore (the memory and Redis backends do; else the error
+// wraps errors.ErrUnsupported). Nil opts means defaults. Unless
+// opts.FlushEvery < 0 it starts the flushing goroutine: call Close.
+func NewRecorder(b driver.Backend, opts *RecorderOptions) (*Recorder, error) {
+	st, ok := b.(driver.StatsStore)
+	if !ok {
+		return nil, fmt.Errorf("sdk: recorder: backend %T cannot store statistics: %w", b, errors.ErrUnsupported)
+	}
+	var o RecorderOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
+			o.Now = cb.Clock().Now
+		}
+	}
+	if o.NearLimit < 0 || o.NearLimit > 1 || o.TopK < 0 {
+		return nil, fmt.Errorf("sdk: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
+	}
+	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: sanitizePrefix(o.Prefix), now: o.Now, near: o.NearLimit, topK: o.TopK,
+		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{})}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.near == 0 {
+		r.near = DefaultNearLimit
+	}
+	if r.topK == 0 {
+		r.topK = DefaultRecorderTopK
+	}
+	if r.tmo <= 0 {
+		r.tmo = 5 * time.Second
+	}
+	if o.FlushEvery < 0 {
+		close(r.done)
+		return r, nil
+	}
+	every := max(o.FlushEvery, time.Second)
+	r.stop = make(chan struct{})
+	go r.loop(every)
+	return r, nil
+}
+
+// WithRecorder makes the Limiter report its consuming decisions to r
+// (counted in memory, flushed by r). A nil r records nothing.
+func WithRecorder(r *Recorder) Option {
+	return func(l *Limiter) { l.rec = r }
+}
+
+func (r *Recorder) loop(every time.Duration) {
+	defer close(r.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.flushReport()
+		}
+	}
+}
+
+// flushReport flushes under the recorder's timeout and reports an error.
+func (r *Recorder) flushReport() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.tmo)
+	defer cancel()
+	err := r.Flush(ctx)
+	if err != nil && r.onErr != nil {
+		r.onErr(err)
+	}
+	return err
+}
+
+// Close stops the flushing goroutine, waits for it, and flushes what was
+// counted since the last flush. It returns that flush's error. Decisions
+// recorded after Close stay in memory until a Flush.
+func (r *Recorder) Close() error {
+	r.once.Do(func() {
+		if r.stop != nil {
+			close(r.stop)
+		}
+	})
+	<-r.done
+	return r.flushReport()
+}
+
+// Lost returns the number of counts (decision counts and subject counts)
+// lost to failed flushes. A failed flush is not retried: its counts may
+// have been partly stored, and are never stored twice.
+func (r *Recorder) Lost() int64 { return r.lost.Load() }
+
+// Announce marks policies to be announced at the next flush (and every
+// minute after) as run by this process, so that readers (Limiter.Announced,
+// the console) can compare them with their own. Policies a recorded
+// decision used are announced without being named here.
+func (r *Recorder) Announce(ps ...*Policy) {
+	for _, p := range ps {
+		if p.valid() == nil {
+			r.stats(p)
+		}
+	}
+}
+
+// record counts one decision of c; it is the Limiter's hook.
+func (l *Limiter) record(c *call, d Decision) {
+	if l.rec == nil || c.kind == opPeek || c.kind == opInspect {
+		return
+	}
+	l.rec.record(c.p, c.base, d)
+}
+
+// record counts d, a decision of p for the subject whose key base is base.
+func (r *Recorder) record(p *Policy, base string, d Decision) {
+	if d.Degraded || d.Replayed || len(d.Rules) == 0 {
+		return
+	}
+	ps := r.stats(p)
+	if ps == nil {
+		return
+	}
+	sec := d.At.Unix()
+	b := floorDiv(sec, int64(StatsStep/time.Second))
+	tag := driver.HashTag(base)
+	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
+	s := &st.slots[b&1]
+	for {
+		old := s.bucket.Load()
+		if old >= b || s.bucket.CompareAndSwap(old, b) {
+			break
+		}
+	}
+	if d.Allowed {
+		s.allowed.Add(1)
+	} else {
+		s.denied.Add(1)
+	}
+	for i := range d.Rules {
+		if i >= len(s.rules) {
+			break
+		}
+		rd, rc := &d.Rules[i], &s.rules[i]
+		switch {
+		case !rd.Allowed:
+			rc.denied.Add(1)
+		default:
+			rc.allowed.Add(1)
+			if d.Allowed && float64(rd.Remaining) <= r.near*float64(rd.Limit) {
+				rc.near.Add(1)
+			}
+		}
+	}
+	if !d.Allowed {
+		st.top.add(tag, floorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
+	}
+}
+
+// stats returns p's counts, registering p on first use (nil beyond
+// MaxRecordedPolicies). Policies are told apart by their name and their
+// rules' names and ids, so a policy built again with the same rules (a
+// reload) shares the counts of the first.
+func (r *Recorder) stats(p *Policy) *policyStats {
+	if v, ok := r.pols.Load(p.ident); ok {
+		return v.(*policyStats)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.pols.Load(p.ident); ok {
+		return v.(*policyStats)
+	}
+	if len(r.list) >= MaxRecordedPolicies {
+		return nil
+	}
+	ps := &policyStats{p: p}
+	for k := range ps.stripes {
+		for i := range ps.stripes[k].slots {
+			ps.stripes[k].slots[i].rules = make([]ruleCounts, len(p.rules))
+		}
+	}
+	r.list = append(r.list, ps)
+	r.pols.Store(p.ident, ps)
+	return ps
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// topK is a space-saving heavy-hitters summary of one policy's denied
+// subjects (their escaped shard values) in one coarse bucket; a summary
+// of an earlier bucket waits in done for the next flush.
+type topK struct {
+	mu     sync.Mutex
+	minute int64
+	idx    map[string]int
+	ent    []topEntry
+	done   []topDone
+}
+
+type topEntry struct {
+	subject string
+	count   int64 // the space-saving count: an upper bound
+	err     int64 // the count inherited from the entry replaced: count-err is a lower bound
+}
+
+type topDone struct {
+	minute int64
+	ent    []topEntry
+}
+
+// maxTopDone bounds the summaries of past buckets waiting for a flush.
+const maxTopDone = 4
+
+func (t *topK) add(subject string, minute int64, k int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.idx == nil {
+		t.idx = make(map[string]int, k)
+		t.ent = make([]topEntry, 0, k)
+	}
+	if minute != t.minute && len(t.ent) > 0 {
+		if len(t.done) == maxTopDone {
+			t.done = t.done[1:]
+		}
+		t.done = append(t.done, topDone{minute: t.minute, ent: t.ent})
+		t.ent = make([]topEntry, 0, k)
+		clear(t.idx)
+	}
+	t.minute = minute
+	if i, ok := t.idx[subject]; ok {
+		t.ent[i].count++
+		return
+	}
+	if len(t.ent) < k {
+		t.idx[subject] = len(t.ent)
+		t.ent = append(t.ent, topEntry{subject: subject, count: 1})
+		return
+	}
+	m := 0
+	for i := range t.ent {
+		if t.ent[i].count < t.ent[m].count {
+			m = i
+		}
+	}
+	delete(t.idx, t.ent[m].subject)
+	t.idx[subject] = m
+	t.ent[m] = topEntry{subject: subject, count: t.ent[m].count + 1, err: t.ent[m].count}
+}
+
+// drain returns the summaries counted since the last drain and empties
+// the current one.
+func (t *topK) drain() []topDone {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.done
+	t.done = nil
+	if len(t.ent) > 0 {
+		out = append(out, topDone{minute: t.minute, ent: t.ent})
+		t.ent = make([]topEntry, 0, cap(t.ent))
+		clear(t.idx)
+	}
+	return out
+}
+
+// Flush sends what was counted since the last flush, in one
+// driver.StatsStore call, and the announcements that are due. Flushes are
+// serialised. On error the counts of this flush are lost (Lost).
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.mu.Lock()
+	list := r.list[:len(r.list):len(r.list)]
+	r.mu.Unlock()
+	now := r.now()
+	var (
+		batch  driver.StatsBatch
+		hashes = map[string]int{} // key -> index in batch.Hashes
+		tops   = map[string]int{} // key -> index in batch.Tops
+		counts int64
+	)
+	hash := func(key string, exp time.Time) int {
+		i, ok := hashes[key]
+		if !ok {
+			i = len(batch.Hashes)
+			hashes[key] = i
+			batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: key, ExpireAt: exp})
+		}
+		return i
+	}
+	add := func(hi int, field string, n int64) {
+		h := &batch.Hashes[hi]
+		for i := range h.Incr {
+			if h.Incr[i].Name == field {
+				h.Incr[i].Value += n
+				return
+			}
+		}
+		h.Incr = append(h.Incr, driver.StatsField{Name: field, Value: n})
+	}
+	var ann []driver.StatsField
+	for _, ps := range list {
+		name := ps.p.name
+		for i := range 2 * recorderStripes {
+			s := &ps.stripes[i/2].slots[i%2]
+			b := s.bucket.Load()
+			fields := make([]driver.StatsField, 0, 2+3*len(s.rules))
+			take := func(field string, c *atomic.Int64) {
+				if n := c.Swap(0); n != 0 {
+					fields = append(fields, driver.StatsField{Name: field, Value: n})
+					counts += n
+				}
+			}
+			take(fieldAllowed, &s.allowed)
+			take(fieldDenied, &s.denied)
+			for j, rule := range ps.p.rules {
+				take(fieldAllowed+":"+rule.Name, &s.rules[j].allowed)
+				take(fieldDenied+":"+rule.Name, &s.rules[j].denied)
+				take(fieldNear+":"+rule.Name, &s.rules[j].near)
+			}
+			if b2 := s.bucket.Load(); b2 != b { // a decision of a new bucket came in
+				b = b2
+			}
+			if len(fields) == 0 {
+				continue
+			}
+			start := time.Unix(b*int64(StatsStep/time.Second), 0)
+			fine := hash(r.fineKey(name, start), start.Add(StatsStep+StatsFineRetention))
+			cstart := start.Truncate(StatsCoarseStep)
+			coarse := hash(r.coarseKey(name, cstart), cstart.Add(StatsCoarseStep+StatsCoarseRetention))
+			for _, f := range fields {
+				add(fine, f.Name, f.Value)
+				add(coarse, f.Name, f.Value)
+			}
+		}
+		for k := range ps.stripes {
+			for _, td := range ps.stripes[k].top.drain() {
+				cstart := time.Unix(td.minute*int64(StatsCoarseStep/time.Second), 0)
+				key := r.coarseKey(name, cstart) + ":top"
+				ti, ok := tops[key]
+				if !ok {
+					ti = len(batch.Tops)
+					tops[key] = ti
+					batch.Tops = append(batch.Tops, driver.StatsTop{Key: key, Keep: StatsTopKeep,
+						ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
+				}
+				for _, e := range td.ent { // stripes hold disjoint subjects
+					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, driver.StatsField{Name: e.subject, Value: e.count - e.err})
+					counts += e.count - e.err
+				}
+			}
+		}
+		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
+			ps.announced.Store(now.UnixMilli())
+			ann = append(ann, driver.StatsField{Name: announcement(ps.p), Value: now.UnixMilli()})
+		}
+	}
+	if len(ann) > 0 {
+		day := now.UTC().Truncate(24 * time.Hour)
+		batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
+	}
+	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
+		return nil
+	}
+	if err := r.st.FlushStats(ctx, batch); err != nil {
+		r.lost.Add(counts)
+		for _, ps := range list { // announce again at the next flush
+			ps.announced.Store(0)
+		}
+		return fmt.Errorf("sdk: recorder: flush: %w", err)
+	}
+	return nil
+}
+
+// Statistics fields of a bucket's hash: decisions allowed and denied, and
+// per rule ("a:<rule>", "d:<rule>", "n:<rule>") the rule's verdicts and
+// its near-limit allowed decisions.
+const (
+	fieldAllowed = "a"
+	fieldDenied  = "d"
+	fieldNear    = "n"
+)
+
+// fineKey is the hash of a policy's 10 s bucket starting at start:
+// "<prefix>:stats:{<policy>:10s:<unix>}". The hash tag holds the policy
+// and the bucket, so one flush spreads over the cluster's nodes.
+func (r *Recorder) fineKey(policy string, start time.Time) string {
+	return statsKey(r.prefix, policy, "10s", start)
+}
+
+func (r *Recorder) coarseKey(policy string, start time.Time) string {
+	return statsKey(r.prefix, policy, "1m", start)
+}
+
+func statsKey(prefix, policy, step string, start time.Time) string {
+	return prefix + ":stats:{" + policy + ":" + step + ":" + strconv.FormatInt(start.Unix(), 10) + "}"
+}
+
+// announceKey is the hash of the announcements made on the UTC day
+// starting at day: "<prefix>:stats:{policies}:<unix>", kept 2 days, so
+// that versions no longer run vanish with their day's key.
+func announceKey(prefix string, day time.Time) string {
+	return prefix + ":stats:{policies}:" + strconv.FormatInt(day.Unix(), 10)
+}

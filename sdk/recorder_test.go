@@ -1,0 +1,372 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// recPolicy is the recorder tests' policy: 3 per minute per user, 10 per
+// hour per user and content, with a hot-deny cache (whose answers count).
+func recPolicy(t *testing.T, window time.Duration) *sdk.Policy {
+	t.Helper()
+	p, err := sdk.NewPolicy("msg", []sdk.Rule{
+		sdk.FixedWindow("per-min", 3, window).By("user"),
+		sdk.FixedWindow("per-content", 10, time.Hour).By("user", "content"),
+	}, sdk.HotDenyCache(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// process is one service: a Limiter with its own Recorder, flushed by
+// hand.
+func process(t *testing.T, b *memory.Backend, c *conformance.FakeClock) (*sdk.Limiter, *sdk.Recorder) {
+	t.Helper()
+	rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Now: c.Now, FlushEvery: -1})
+	if err != nil {
+		t.Fatalf("NewRecorder = %v", err)
+	}
+	return sdk.New(b, sdk.WithClock(c), sdk.WithRecorder(rec)), rec
+}
+
+func allowN(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject, n int) {
+	t.Helper()
+	for range n {
+		if _, err := lim.Allow(context.Background(), p, s); err != nil {
+			t.Fatalf("Allow = %v", err)
+		}
+	}
+}
+
+func flush(t *testing.T, recs ...*sdk.Recorder) {
+	t.Helper()
+	for _, r := range recs {
+		if err := r.Flush(context.Background()); err != nil {
+			t.Fatalf("Flush = %v", err)
+		}
+	}
+}
+
+// TestRecorder: two processes record into one backend; Stats sums them,
+// per rule and per bucket, with the top denied subjects; peeks are not
+// counted; fine buckets expire after an hour, coarse ones are read over
+// 24 h.
+func TestRecorder(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := memory.New(&memory.Options{Clock: c})
+	p := recPolicy(t, time.Minute)
+	limA, recA := process(t, b, c)
+	limB, recB := process(t, b, c)
+	odd := "a:b{c}%"                                                 // escaped in keys, unescaped in TopDenied
+	allowN(t, limA, p, sdk.Subject{"user": "u1", "content": "x"}, 4) // 3 allowed, 1 denied
+	allowN(t, limB, p, sdk.Subject{"user": "u2", "content": "x"}, 5) // 3 allowed, 2 denied (1 cached)
+	allowN(t, limB, p, sdk.Subject{"user": odd, "content": "x"}, 4)  // 3 allowed, 1 denied
+	if _, err := limB.Peek(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u9", "content": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, recA, recB)
+
+	reader := sdk.New(b, sdk.WithClock(c)) // a third process: the console
+	st, err := reader.Stats(ctx, p, time.Hour)
+	if err != nil {
+		t.Fatalf("Stats = %v", err)
+	}
+	if st.Allowed != 9 || st.Denied != 4 {
+		t.Errorf("Stats allowed, denied = %d, %d, want 9, 4", st.Allowed, st.Denied)
+	}
+	if st.Step != sdk.StatsStep || len(st.Series) != 360 {
+		t.Errorf("Stats step, points = %v, %d, want %v, 360", st.Step, len(st.Series), sdk.StatsStep)
+	}
+	if last := st.Series[len(st.Series)-1]; !last.At.Equal(t0) || last.Allowed != 9 || last.Denied != 4 || last.NearLimit != 3 {
+		t.Errorf("last point = %+v, want at %v: 9 allowed, 4 denied, 3 near", last, t0)
+	}
+	want := []sdk.RuleStats{
+		{Rule: "per-min", Allowed: 9, Denied: 4, NearLimit: 3},
+		{Rule: "per-content", Allowed: 13},
+	}
+	if len(st.Rules) != len(want) {
+		t.Fatalf("Stats rules = %+v, want %d", st.Rules, len(want))
+	}
+	for i, w := range want {
+		g := st.Rules[i]
+		if g.Rule != w.Rule || g.Allowed != w.Allowed || g.Denied != w.Denied || g.NearLimit != w.NearLimit {
+			t.Errorf("rule %d = %s %d/%d/%d, want %s %d/%d/%d", i, g.Rule, g.Allowed, g.Denied, g.NearLimit, w.Rule, w.Allowed, w.Denied, w.NearLimit)
+		}
+	}
+	top := st.TopDenied
+	if len(top) != 3 || top[0].Count != 2 || !slices.Equal(top[0].Shard, []string{"u2"}) {
+		t.Fatalf("TopDenied = %+v, want u2 (2) first of 3", top)
+	}
+	var found bool
+	for _, d := range top {
+		if d.Count == 1 && d.Subject(p)["user"] == odd {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("TopDenied = %+v, want %q once", top, odd)
+	}
+
+	// 30 s later: a second bucket.
+	c.Advance(30 * time.Second)
+	allowN(t, limA, p, sdk.Subject{"user": "u3", "content": "x"}, 1)
+	flush(t, recA, recB)
+	st, err = reader.Stats(ctx, p, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := st.Series[len(st.Series)-1]; !last.At.Equal(t0.Add(30*time.Second)) || last.Allowed != 1 {
+		t.Errorf("last point = %+v, want 1 allowed at +30s", last)
+	}
+	if st.Allowed != 10 {
+		t.Errorf("Stats allowed = %d, want 10", st.Allowed)
+	}
+
+	// Two hours later: the last hour is empty, the last 24 h are not.
+	c.Advance(2 * time.Hour)
+	if st, err = reader.Stats(ctx, p, time.Hour); err != nil || st.Allowed != 0 || len(st.TopDenied) != 0 {
+		t.Errorf("Stats(1h) 2h later = %d allowed, %d top, %v; want 0, 0", st.Allowed, len(st.TopDenied), err)
+	}
+	st, err = reader.Stats(ctx, p, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Step != sdk.StatsCoarseStep || st.Allowed != 10 || st.Denied != 4 || len(st.TopDenied) != 3 {
+		t.Errorf("Stats(24h) = step %v, %d allowed, %d denied, %d top; want 1m, 10, 4, 3", st.Step, st.Allowed, st.Denied, len(st.TopDenied))
+	}
+	if i := slices.IndexFunc(st.Series, func(pt sdk.StatsPoint) bool { return pt.At.Equal(t0) }); i < 0 || st.Series[i].Allowed != 10 {
+		t.Errorf("Stats(24h) has no 10-allowed point at %v", t0)
+	}
+}
+
+// TestRecorderAnnounce: policies are announced by their first flush, and
+// a reader sees how its own version differs.
+func TestRecorderAnnounce(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := memory.New(&memory.Options{Clock: c})
+	p := recPolicy(t, time.Minute)
+	lim, rec := process(t, b, c)
+	allowN(t, lim, p, sdk.Subject{"user": "u1", "content": "x"}, 1)
+	idle, err := sdk.NewPolicy("idle", []sdk.Rule{sdk.GCRA("rate", 30, time.Minute, 5).By("ip")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Announce(idle)
+	flush(t, rec)
+
+	reader := sdk.New(b, sdk.WithClock(c))
+	as, err := reader.Announced(ctx, 10*time.Minute)
+	if err != nil {
+		t.Fatalf("Announced = %v", err)
+	}
+	var names []string
+	for _, a := range as {
+		names = append(names, a.Policy)
+		if !a.LastSeen.Equal(t0) {
+			t.Errorf("%s last seen %v, want %v", a.Policy, a.LastSeen, t0)
+		}
+	}
+	if !slices.Equal(names, []string{"idle", "msg"}) {
+		t.Fatalf("Announced = %q, want idle, msg", names)
+	}
+	if d := as[1].Diff(sdk.AnnouncementOf(p)); d != nil {
+		t.Errorf("Diff(same policy) = %q, want none", d)
+	}
+	console := recPolicy(t, 2*time.Minute) // another window: other keys
+	d := sdk.AnnouncementOf(console).Diff(as[1])
+	if len(d) != 1 || !strings.Contains(d[0], "per-min has other keys") {
+		t.Errorf("Diff(other window) = %q, want per-min's other keys", d)
+	}
+	// Not announced again within the minute; gone for readers asking
+	// about the last minute after 2.
+	c.Advance(2 * time.Minute)
+	if as, err := reader.Announced(ctx, time.Minute); err != nil || len(as) != 0 {
+		t.Errorf("Announced(1m) 2m later = %d, %v; want none", len(as), err)
+	}
+	flush(t, rec)
+	if as, err := reader.Announced(ctx, time.Minute); err != nil || len(as) != 2 {
+		t.Errorf("Announced(1m) after a flush = %d, %v; want 2", len(as), err)
+	}
+	// The next UTC day, yesterday's announcements are still read.
+	c.Advance(20 * time.Hour)
+	if as, err := reader.Announced(ctx, 24*time.Hour); err != nil || len(as) != 2 {
+		t.Errorf("Announced(24h) the next day = %d, %v; want 2", len(as), err)
+	}
+	if _, err := reader.Announced(ctx, 25*time.Hour); err == nil {
+		t.Error("Announced(25h) = nil error, want one (at most 24 h)")
+	}
+}
+
+// TestRecorderClose: the recorder's own goroutine runs, and Close flushes
+// what is left.
+func TestRecorderClose(t *testing.T) {
+	ctx := context.Background()
+	b := memory.New(nil)
+	rec, err := sdk.NewRecorder(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := recPolicy(t, time.Minute)
+	lim := sdk.New(b, sdk.WithRecorder(rec))
+	allowN(t, lim, p, sdk.Subject{"user": "u1", "content": "x"}, 5)
+	if err := rec.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	st, err := lim.Stats(ctx, p, time.Hour)
+	if err != nil || st.Allowed != 3 || st.Denied != 2 {
+		t.Errorf("Stats after Close = %d allowed, %d denied, %v; want 3, 2", st.Allowed, st.Denied, err)
+	}
+}
+
+type bareBackend struct{ driver.Backend }
+
+func TestRecorderUnsupported(t *testing.T) {
+	bare := bareBackend{memory.New(nil)}
+	if _, err := sdk.NewRecorder(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("NewRecorder(no StatsStore) = %v, want ErrUnsupported", err)
+	}
+	if _, err := sdk.New(bare).Stats(context.Background(), recPolicy(t, time.Minute), time.Hour); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Stats(no StatsStore) = %v, want ErrUnsupported", err)
+	}
+	if _, err := sdk.NewRecorder(memory.New(nil), &sdk.RecorderOptions{NearLimit: 2}); err == nil {
+		t.Error("NewRecorder(NearLimit 2) = nil error")
+	}
+}
+
+// TestRecorderAllocs: recording adds no allocation to a decision, allowed
+// or denied (from the backend or the hot-deny cache).
+func TestRecorderAllocs(t *testing.T) {
+	ctx := context.Background()
+	p := recPolicy(t, time.Minute)
+	for _, tc := range []struct {
+		name string
+		n    int // Allow calls before measuring: 0 allowed, 3 denied
+	}{{"allowed", 0}, {"denied", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			measure := func(rec bool) float64 {
+				c := newClock(t0)
+				b := memory.New(&memory.Options{Clock: c})
+				opts := []sdk.Option{sdk.WithClock(c)}
+				if rec {
+					r, err := sdk.NewRecorder(b, &sdk.RecorderOptions{FlushEvery: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					opts = append(opts, sdk.WithRecorder(r))
+				}
+				lim := sdk.New(b, opts...)
+				s := sdk.Subject{"user": "u", "content": "x"}
+				allowN(t, lim, p, s, tc.n+1)
+				return testing.AllocsPerRun(200, func() {
+					if tc.n == 0 {
+						c.Advance(time.Hour) // fresh windows: allowed
+					}
+					_, _ = lim.Allow(ctx, p, s)
+				})
+			}
+			off, on := measure(false), measure(true)
+			if on > off {
+				t.Errorf("allocations per Allow = %v with the recorder, %v without; want no more", on, off)
+			}
+		})
+	}
+}
+
+// BenchmarkAllowRecorder is BenchmarkAllowSeed with a recorder.
+func BenchmarkAllowRecorder(b *testing.B) {
+	push := loadPolicies(b)["push"]
+	mb := memory.New(nil)
+	rec, err := sdk.NewRecorder(mb, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rec.Close()
+	lim := sdk.New(mb, sdk.WithRecorder(rec))
+	subjects := make([]sdk.Subject, 1000)
+	for i := range subjects {
+		subjects[i] = sdk.Subject{"user": "1882934" + strconv.Itoa(i), "content": sdk.Fingerprint(strconv.Itoa(i % 4))}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := lim.Allow(ctx, push, subjects[i%len(subjects)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRecorderCachedDenials is the recorder's worst case, without
+// I/O: every decision a denial answered by the hot-deny cache (about
+// 1 µs), by all CPUs at once on 10 subjects, each denial counted in the
+// policy's top denied subjects under its lock. Compare off and on.
+func BenchmarkRecorderCachedDenials(b *testing.B) {
+	p, err := sdk.NewPolicy("hot", []sdk.Rule{sdk.FixedWindow("daily", 1, 24*time.Hour).By("user")}, sdk.HotDenyCache(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			mb := memory.New(nil)
+			opts := []sdk.Option{}
+			if on {
+				rec, err := sdk.NewRecorder(mb, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer rec.Close()
+				opts = append(opts, sdk.WithRecorder(rec))
+			}
+			lim := sdk.New(mb, opts...)
+			ctx := context.Background()
+			subjects := make([]sdk.Subject, 10)
+			for i := range subjects {
+				subjects[i] = sdk.Subject{"user": "u" + strconv.Itoa(i)}
+				_, _ = lim.Allow(ctx, p, subjects[i])
+				_, _ = lim.Allow(ctx, p, subjects[i]) // denied: cached from now on
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					if d, err := lim.Allow(ctx, p, subjects[i%len(subjects)]); err != nil || d.Allowed || !d.Cached {
+						b.Fatalf("Allow = %+v, %v; want a cached denial", d, err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestRecorderReload: a policy built again with the same rules (a reload)
+// adds to the same counts; with other rules, it is another policy.
+func TestRecorderReload(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := memory.New(&memory.Options{Clock: c})
+	lim, rec := process(t, b, c)
+	first, again := recPolicy(t, time.Minute), recPolicy(t, time.Minute)
+	allowN(t, lim, first, sdk.Subject{"user": "a", "content": "x"}, 1)
+	allowN(t, lim, again, sdk.Subject{"user": "b", "content": "x"}, 1)
+	flush(t, rec)
+	if st, err := lim.Stats(ctx, first, time.Hour); err != nil || st.Allowed != 2 {
+		t.Errorf("Stats after a reload = %d allowed, %v; want 2", st.Allowed, err)
+	}
+}

@@ -1,0 +1,363 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Stats is a policy's recorded traffic over a window, summed over every
+// process whose Recorder flushes to the same storage (Limiter.Stats).
+type Stats struct {
+	Policy string
+	// From and To bound the window: the buckets starting at or after
+	// From, up to the one holding To.
+	From, To time.Time
+	// Step is the bucket width: StatsStep for windows up to
+	// StatsFineRetention, StatsCoarseStep beyond.
+	Step time.Duration
+	// Allowed and Denied count the policy's decisions.
+	Allowed, Denied int64
+	// Series holds the decisions per bucket, oldest first, one point per
+	// bucket of the window (zeros included).
+	Series []StatsPoint
+	// Rules holds each rule's verdicts, in the order of the policy passed
+	// to Stats, then rules only the stored statistics name (by name).
+	Rules []RuleStats
+	// TopDenied are the most denied subjects (their shard values) over the
+	// window's coarse buckets, most denied first (at most StatsTopKeep).
+	TopDenied []DeniedSubject
+}
+
+// RuleStats is one rule's verdicts: Allowed and Denied count the decisions
+// this rule admitted and refused (a decision denied by another rule
+// counts as allowed here); NearLimit counts the allowed decisions that
+// left the rule at most RecorderOptions.NearLimit of its limit.
+type RuleStats struct {
+	Rule                       string
+	Allowed, Denied, NearLimit int64
+	Series                     []StatsPoint
+}
+
+// StatsPoint is one bucket's counts.
+type StatsPoint struct {
+	At                         time.Time // the bucket's start
+	Allowed, Denied, NearLimit int64
+}
+
+// DeniedSubject is a subject's denials: its shard values (in the order of
+// the policy's ShardBy), and how many of its decisions were denied
+// (counted by each process's top-K: a lower bound, see
+// RecorderOptions.TopK).
+type DeniedSubject struct {
+	Shard []string
+	Count int64
+}
+
+// Subject returns the subject the shard values name under p (nil when p's
+// ShardBy has another length).
+func (d DeniedSubject) Subject(p *Policy) Subject {
+	dims := p.ShardBy()
+	if len(dims) != len(d.Shard) {
+		return nil
+	}
+	s := make(Subject, len(dims))
+	for i, dim := range dims {
+		s[dim] = d.Shard[i]
+	}
+	return s
+}
+
+// Stats reads the statistics Recorders flushed for policy p (by name)
+// over the window ending now (the Limiter's clock): up to
+// StatsFineRetention in StatsStep buckets, longer windows (at most
+// StatsCoarseRetention) in StatsCoarseStep buckets. The backend must implement driver.StatsStore (else
+// the error wraps errors.ErrUnsupported).
+//
+// Keys read: "<prefix>:stats:{<policy>:10s:<unix>}" or
+// "<prefix>:stats:{<policy>:1m:<unix>}" per bucket (hashes), and
+// "<prefix>:stats:{<policy>:1m:<unix>}:top" per minute (sorted sets).
+func (l *Limiter) Stats(ctx context.Context, p *Policy, window time.Duration) (Stats, error) {
+	st, ok := l.b.(driver.StatsStore)
+	if !ok {
+		return Stats{}, fmt.Errorf("sdk: stats: backend %T cannot store statistics: %w", l.b, errors.ErrUnsupported)
+	}
+	if err := p.valid(); err != nil {
+		return Stats{}, fmt.Errorf("sdk: stats: %w", err)
+	}
+	policy := p.name
+	if window <= 0 || window > StatsCoarseRetention {
+		return Stats{}, fmt.Errorf("sdk: stats: window must be in (0, %v], got %v", StatsCoarseRetention, window)
+	}
+	step, kind := StatsStep, "10s"
+	if window > StatsFineRetention {
+		step, kind = StatsCoarseStep, "1m"
+	}
+	now := l.now()
+	n := int((window + step - 1) / step)
+	last := now.Truncate(step)
+	first := last.Add(-time.Duration(n-1) * step)
+	out := Stats{Policy: policy, From: first, To: now, Step: step, Series: make([]StatsPoint, n)}
+	var q driver.StatsQuery
+	for i := range n {
+		at := first.Add(time.Duration(i) * step)
+		out.Series[i].At = at
+		q.Hashes = append(q.Hashes, statsKey(l.prefix, policy, kind, at))
+	}
+	for at := first.Truncate(StatsCoarseStep); !at.After(last); at = at.Add(StatsCoarseStep) {
+		q.Tops = append(q.Tops, statsKey(l.prefix, policy, "1m", at)+":top")
+	}
+	q.TopN = StatsTopKeep
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	data, err := st.ReadStats(ctx, q)
+	if err != nil {
+		return Stats{}, fmt.Errorf("sdk: stats: %w", err)
+	}
+	if len(data.Hashes) != len(q.Hashes) || len(data.Tops) != len(q.Tops) {
+		return Stats{}, fmt.Errorf("sdk: stats: backend answered %d hashes and %d sorted sets, want %d and %d", len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
+	}
+	rules := map[string]*RuleStats{}
+	var order []string
+	for _, r := range p.rules {
+		order = append(order, r.Name)
+	}
+	rule := func(name string) *RuleStats {
+		rs := rules[name]
+		if rs == nil {
+			rs = &RuleStats{Rule: name, Series: make([]StatsPoint, n)}
+			for i := range rs.Series {
+				rs.Series[i].At = out.Series[i].At
+			}
+			rules[name] = rs
+		}
+		return rs
+	}
+	for _, name := range order {
+		rule(name)
+	}
+	var extra []string
+	for i, fields := range data.Hashes {
+		for _, f := range fields {
+			kindOf, name, perRule := strings.Cut(f.Name, ":")
+			if !perRule {
+				switch kindOf {
+				case fieldAllowed:
+					out.Allowed += f.Value
+					out.Series[i].Allowed += f.Value
+				case fieldDenied:
+					out.Denied += f.Value
+					out.Series[i].Denied += f.Value
+				}
+				continue
+			}
+			if _, seen := rules[name]; !seen {
+				extra = append(extra, name)
+			}
+			rs := rule(name)
+			switch kindOf {
+			case fieldAllowed:
+				rs.Allowed += f.Value
+				rs.Series[i].Allowed += f.Value
+			case fieldDenied:
+				rs.Denied += f.Value
+				rs.Series[i].Denied += f.Value
+			case fieldNear:
+				rs.NearLimit += f.Value
+				rs.Series[i].NearLimit += f.Value
+				out.Series[i].NearLimit += f.Value
+			}
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range append(order, extra...) {
+		out.Rules = append(out.Rules, *rules[name])
+	}
+	top := map[string]int64{}
+	for _, members := range data.Tops {
+		for _, m := range members {
+			top[m.Name] += m.Value
+		}
+	}
+	for m, c := range top {
+		out.TopDenied = append(out.TopDenied, DeniedSubject{Shard: shardValues(m), Count: c})
+	}
+	slices.SortFunc(out.TopDenied, func(a, b DeniedSubject) int {
+		if a.Count != b.Count {
+			if a.Count > b.Count {
+				return -1
+			}
+			return 1
+		}
+		return slices.Compare(a.Shard, b.Shard)
+	})
+	if len(out.TopDenied) > StatsTopKeep {
+		out.TopDenied = out.TopDenied[:StatsTopKeep]
+	}
+	return out, nil
+}
+
+// shardValues splits a hash tag's escaped shard values and unescapes
+// them (escapeValue's inverse).
+func shardValues(tag string) []string {
+	parts := strings.Split(tag, ":")
+	for i, p := range parts {
+		parts[i] = unescapeValue(p)
+	}
+	return parts
+}
+
+func unescapeValue(v string) string {
+	if !strings.Contains(v, "%") {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '%' && i+2 < len(v) {
+			hi, lo := strings.IndexByte(hexDigits, v[i+1]), strings.IndexByte(hexDigits, v[i+2])
+			if hi >= 0 && lo >= 0 {
+				b.WriteByte(byte(hi<<4 | lo))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// Announcement is a policy as a process running it announced it (through
+// its Recorder): what decides which keys it uses and how it counts.
+type Announcement struct {
+	Policy  string          `json:"policy"`
+	ShardBy []string        `json:"shard_by"`
+	Rules   []AnnouncedRule `json:"rules"`
+	// LastSeen is when a process last announced it (its Recorder's clock).
+	LastSeen time.Time `json:"-"`
+}
+
+// AnnouncedRule is one rule of an Announcement. ID is the rule's identity
+// id (its storage keys hold it): a different ID means other keys.
+type AnnouncedRule struct {
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	Burst     int64  `json:"burst,omitempty"`
+	Window    string `json:"window"`
+}
+
+// AnnouncementOf returns the announcement of p, as a Recorder makes it.
+func AnnouncementOf(p *Policy) Announcement {
+	a := Announcement{Policy: p.Name(), ShardBy: p.ShardBy()}
+	if p == nil {
+		return a
+	}
+	for i, r := range p.rules {
+		a.Rules = append(a.Rules, AnnouncedRule{Name: r.Name, ID: p.ids[i], Algorithm: r.Algorithm.String(),
+			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String()})
+	}
+	return a
+}
+
+// announcement is p's announcement as stored: a hash field.
+func announcement(p *Policy) string {
+	b, _ := json.Marshal(AnnouncementOf(p)) // plain strings and numbers: never fails
+	return string(b)
+}
+
+// Diff lists how a ("here") differs from b ("there"), one phrase per
+// difference, rules compared by name; nil when both run the same rules
+// on the same keys with the same limits.
+func (a Announcement) Diff(b Announcement) []string {
+	var out []string
+	if !slices.Equal(a.ShardBy, b.ShardBy) {
+		out = append(out, fmt.Sprintf("sharded by %v here, by %v there", a.ShardBy, b.ShardBy))
+	}
+	theirs := map[string]AnnouncedRule{}
+	for _, r := range b.Rules {
+		theirs[r.Name] = r
+	}
+	mine := map[string]bool{}
+	for _, r := range a.Rules {
+		mine[r.Name] = true
+		o, ok := theirs[r.Name]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("rule %s is only here", r.Name))
+		case r.ID != o.ID:
+			out = append(out, fmt.Sprintf("rule %s has other keys: id %s (%s, %s) here, id %s (%s, %s) there", r.Name, r.ID, r.Algorithm, r.Window, o.ID, o.Algorithm, o.Window))
+		case r.Limit != o.Limit || r.Burst != o.Burst:
+			out = append(out, fmt.Sprintf("rule %s has limit %d (burst %d) here, %d (burst %d) there", r.Name, r.Limit, r.Burst, o.Limit, o.Burst))
+		}
+	}
+	for _, r := range b.Rules {
+		if !mine[r.Name] {
+			out = append(out, fmt.Sprintf("rule %s is only there", r.Name))
+		}
+	}
+	return out
+}
+
+// Announced returns the policies announced by Recorders flushing to this
+// Limiter's storage (same prefix) within the last within (at most 24 h;
+// announcements are renewed every minute, so a process gone for within is
+// left out), by policy name, newest first for the same name. Every
+// distinct version of a policy still run is listed. The backend must
+// implement driver.StatsStore. Keys read: "<prefix>:stats:{policies}:<unix
+// day>", one hash per UTC day of announcements (JSON) to their last time
+// (Unix ms), each kept 2 days.
+func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announcement, error) {
+	st, ok := l.b.(driver.StatsStore)
+	if !ok {
+		return nil, fmt.Errorf("sdk: announced: backend %T cannot store statistics: %w", l.b, errors.ErrUnsupported)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	if within <= 0 || within > 24*time.Hour {
+		return nil, fmt.Errorf("sdk: announced: within must be in (0, 24h], got %v", within)
+	}
+	now := l.now()
+	since := now.Add(-within)
+	var q driver.StatsQuery
+	for day := since.UTC().Truncate(24 * time.Hour); !day.After(now); day = day.Add(24 * time.Hour) {
+		q.Hashes = append(q.Hashes, announceKey(l.prefix, day))
+	}
+	data, err := st.ReadStats(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: announced: %w", err)
+	}
+	if len(data.Hashes) != len(q.Hashes) {
+		return nil, fmt.Errorf("sdk: announced: backend answered %d hashes, want %d", len(data.Hashes), len(q.Hashes))
+	}
+	latest := map[string]time.Time{} // announcement -> last seen, over the days read
+	for _, fields := range data.Hashes {
+		for _, f := range fields {
+			if t := time.UnixMilli(f.Value); t.After(latest[f.Name]) {
+				latest[f.Name] = t
+			}
+		}
+	}
+	var out []Announcement
+	for field, seen := range latest {
+		var a Announcement
+		if json.Unmarshal([]byte(field), &a) != nil || a.Policy == "" || seen.Before(since) {
+			continue
+		}
+		a.LastSeen = seen
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Announcement) int {
+		if c := strings.Compare(a.Policy, b.Policy); c != 0 {
+			return c
+		}
+		return b.LastSeen.Compare(a.LastSeen)
+	})
+	return out, nil
+}
