@@ -39,11 +39,35 @@ import (
 //go:embed static
 var staticFS embed.FS
 
+// Limiter is what the console asks of the SDK: exactly the calls it
+// makes. *sdk.Limiter implements it; tests may pass a fake.
+type Limiter interface {
+	// Take consumes a.Cost units when every rule allows (POST
+	// /api/v1/check).
+	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
+	// Peek decides without consuming (POST /api/v1/check with "peek").
+	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
+	// Inspect reads a subject's state and denial trail (the subject page,
+	// GET /api/v1/inspect).
+	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
+	// Reset deletes a subject's counters (the reset form, POST
+	// /api/v1/reset).
+	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
+	// Describe is the backend's account of itself (the overview).
+	Describe(ctx context.Context) (sdk.Description, error)
+	// Keys are the storage keys of a subject's rules, trail and
+	// reservations (the subject, policies and reset pages).
+	Keys(p *sdk.Policy, s sdk.Subject) []string
+}
+
+var _ Limiter = (*sdk.Limiter)(nil)
+
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
-	// Limiter makes the decisions. Pass Metrics.Observe to sdk.WithObserver
-	// when building it so that /metrics and the overview's rates see them.
-	Limiter *sdk.Limiter
+	// Limiter makes the decisions: usually an *sdk.Limiter. Pass
+	// Metrics.Observe to sdk.WithObserver when building it so that
+	// /metrics and the overview's rates see them.
+	Limiter Limiter
 	// Policies are the policies the console shows and the API accepts, by
 	// name (names must be unique).
 	Policies []*sdk.Policy
@@ -95,7 +119,7 @@ type Server struct {
 
 // New checks cfg and builds the console.
 func New(cfg Config) (*Server, error) {
-	if cfg.Limiter == nil {
+	if l, ok := cfg.Limiter.(*sdk.Limiter); cfg.Limiter == nil || (ok && l == nil) {
 		return nil, errors.New("console: Config.Limiter is nil")
 	}
 	if len(cfg.Policies) == 0 {
