@@ -33,6 +33,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -399,7 +400,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case isAPI(c):
 		werr = c.JSON(status, apiError{Error: msg, Status: status})
 	default:
-		werr = render(c, status, ErrorPage(s.page(c, ""), status, msg))
+		werr = render(c, status, views.ErrorPage(s.page(c, ""), status, msg))
 	}
 	if werr != nil {
 		s.log.Error("console: writing error response", "err", werr)
