@@ -34,6 +34,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -92,8 +93,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// Refresh is the live-refresh interval of the pages; 0 means 1s.
 	Refresh time.Duration
-	// Demo, when set, is mentioned on the overview (synthetic traffic is
-	// running against these policies).
+	// Demo, when set, is mentioned on the overview (synthetic traffic of
+	// package internal/demo is running against these policies), with a
+	// link to its hot user, demo.Users[0].
 	Demo bool
 }
 
@@ -159,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 		s.policies[p.Name()] = p
 		s.order = append(s.order, p)
 		if sh := p.ShardBy(); cfg.Demo && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
-			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": DemoUsers[0]})
+			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": demo.Users[0]})
 		}
 	}
 	ttl := cfg.SessionTTL

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) page(c echo.Context, nav string) views.Page {
 		CSRF:     csrfOf(c),
 		Demo:     s.cfg.Demo,
 		DemoURL:  s.demoURL,
-		DemoUser: DemoUsers[0],
+		DemoUser: demo.Users[0],
 		RefreshM: int(s.cfg.Refresh / time.Millisecond),
 	}
 	if id.Role != RoleNone {
