@@ -11,6 +11,10 @@
 //	lim := sdk.New(memory.New(nil), sdk.WithObserver(m.Observe))
 //	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
 //
+// Config.Limiter is a Limiter, the small interface of the calls the
+// console makes; *sdk.Limiter implements it. Handlers build the view
+// models of package console/views and render its templ components.
+//
 // Pages work without JavaScript; a small script refreshes the live parts.
 // Every state-changing request is protected against CSRF, all output is
 // escaped, and the server refuses to listen on a non-loopback address

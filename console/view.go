@@ -38,7 +38,7 @@ func (s *Server) page(c echo.Context, nav string) views.Page {
 // subjectFrom reads p's dimension values from get (query or form) and
 // returns the non-empty ones, and the form fields. Values are taken
 // exactly as given, as the API and the SDK take them: " 42" is not "42"
-// (the pages show such white space visibly; see idParts).
+// (the pages show such white space visibly; see views.idParts).
 func subjectFrom(p *sdk.Policy, get func(string) string) (sdk.Subject, []views.Field) {
 	shard := p.ShardBy()
 	s := sdk.Subject{}

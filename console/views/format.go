@@ -17,17 +17,23 @@ func FormatTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
+// The helpers the templates call.
+
 func fmtTime(t time.Time) string { return FormatTime(t) }
 
 func i64(v int64) string  { return strconv.FormatInt(v, 10) }
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
 func withTitle(p Page, title string) Page {
 	p.Title = title
 	return p
 }
+
 func statusText(status int) string { return http.StatusText(status) }
-func queryEscape(s string) string  { return url.QueryEscape(s) }
-func joinComma(s []string) string  { return strings.Join(s, ", ") }
+
+func queryEscape(s string) string { return url.QueryEscape(s) }
+
+func joinComma(s []string) string { return strings.Join(s, ", ") }
 
 // subjectPageURL turns a live fragment URL into its page's URL.
 func subjectPageURL(live string) string {
