@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/console/views"
 )
 
 // Role is what a console user may do. Roles are ordered: each one may do
@@ -437,7 +439,7 @@ func safeNext(next string) string {
 }
 
 func (s *Server) loginPage(c echo.Context) error {
-	return render(c, http.StatusOK, LoginPage(s.page(c, "login"), safeNext(c.QueryParam("next")), ""))
+	return render(c, http.StatusOK, views.LoginPage(s.page(c, "login"), safeNext(c.QueryParam("next")), ""))
 }
 
 func (s *Server) login(c echo.Context) error {
@@ -452,7 +454,7 @@ func (s *Server) login(c echo.Context) error {
 	if !ok {
 		n, wait := s.guard.failed(c.RealIP())
 		s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", "sign-in form", "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
-		return render(c, http.StatusUnauthorized, LoginPage(s.page(c, "login"), next, "That token is not valid."))
+		return render(c, http.StatusUnauthorized, views.LoginPage(s.page(c, "login"), next, "That token is not valid."))
 	}
 	s.guard.succeeded(c.RealIP())
 	if old, _ := c.Get(ctxSession).(string); old != "" {

@@ -11,6 +11,10 @@
 //	lim := sdk.New(memory.New(nil), sdk.WithObserver(m.Observe))
 //	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
 //
+// Config.Limiter is a Limiter, the small interface of the calls the
+// console makes; *sdk.Limiter implements it. Handlers build the view
+// models of package console/views and render its templ components.
+//
 // Pages work without JavaScript; a small script refreshes the live parts.
 // Every state-changing request is protected against CSRF, all output is
 // escaped, and the server refuses to listen on a non-loopback address
@@ -33,17 +37,49 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 )
 
 //go:embed static
 var staticFS embed.FS
 
+// Limiter is what the console asks of the SDK: exactly the calls it
+// makes. *sdk.Limiter implements it; tests may pass a fake.
+type Limiter interface {
+	// Take consumes a.Cost units when every rule allows (POST
+	// /api/v1/check).
+	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
+	// Peek decides without consuming (POST /api/v1/check with "peek").
+	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
+	// Inspect reads a subject's state and denial trail (the subject page,
+	// GET /api/v1/inspect).
+	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
+	// Reset deletes a subject's counters (the reset form, POST
+	// /api/v1/reset).
+	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
+	// Stats reads what the services' recorders counted for a policy
+	// (the overview's fleet panel, GET /api/v1/stats).
+	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error)
+	// Announced lists the policies services announced within a window
+	// (the fleet panel's policy-file warnings).
+	Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error)
+	// Describe is the backend's account of itself (the overview).
+	Describe(ctx context.Context) (sdk.Description, error)
+	// Keys are the storage keys of a subject's rules, trail and
+	// reservations (the subject, policies and reset pages).
+	Keys(p *sdk.Policy, s sdk.Subject) []string
+}
+
+var _ Limiter = (*sdk.Limiter)(nil)
+
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
-	// Limiter makes the decisions. Pass Metrics.Observe to sdk.WithObserver
-	// when building it so that /metrics and the overview's rates see them.
-	Limiter *sdk.Limiter
+	// Limiter makes the decisions: usually an *sdk.Limiter. Pass
+	// Metrics.Observe to sdk.WithObserver when building it so that
+	// /metrics and the overview's rates see them.
+	Limiter Limiter
 	// Policies are the policies the console shows and the API accepts, by
 	// name (names must be unique).
 	Policies []*sdk.Policy
@@ -67,8 +103,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// Refresh is the live-refresh interval of the pages; 0 means 1s.
 	Refresh time.Duration
-	// Demo, when set, is mentioned on the overview (synthetic traffic is
-	// running against these policies).
+	// Demo, when set, is mentioned on the overview (synthetic traffic of
+	// package internal/demo is running against these policies), with a
+	// link to its hot user, demo.Users[0].
 	Demo bool
 }
 
@@ -95,7 +132,7 @@ type Server struct {
 
 // New checks cfg and builds the console.
 func New(cfg Config) (*Server, error) {
-	if cfg.Limiter == nil {
+	if l, ok := cfg.Limiter.(*sdk.Limiter); cfg.Limiter == nil || (ok && l == nil) {
 		return nil, errors.New("console: Config.Limiter is nil")
 	}
 	if len(cfg.Policies) == 0 {
@@ -134,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 		s.policies[p.Name()] = p
 		s.order = append(s.order, p)
 		if sh := p.ShardBy(); cfg.Demo && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
-			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": DemoUsers[0]})
+			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": demo.Users[0]})
 		}
 	}
 	ttl := cfg.SessionTTL
@@ -376,7 +413,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case isAPI(c):
 		werr = c.JSON(status, apiError{Error: msg, Status: status})
 	default:
-		werr = render(c, status, ErrorPage(s.page(c, ""), status, msg))
+		werr = render(c, status, views.ErrorPage(s.page(c, ""), status, msg))
 	}
 	if werr != nil {
 		s.log.Error("console: writing error response", "err", werr)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -88,7 +90,7 @@ func (s *Server) policyParam(v string) (*sdk.Policy, error) {
 }
 
 func (s *Server) overview(c echo.Context) error {
-	v := OverviewView{Page: s.page(c, "overview"), Live: s.overviewLiveView()}
+	v := views.OverviewView{Page: s.page(c, "overview"), Live: s.overviewLiveView()}
 	v.Title = "Overview"
 	v.Fleet = s.fleetView(c.Request().Context())
 	desc, err := s.describe(c.Request().Context())
@@ -102,7 +104,7 @@ func (s *Server) overview(c echo.Context) error {
 		v.Backend = backendView(desc)
 	}
 	for _, p := range s.order {
-		ps := PolicySummary{
+		ps := views.PolicySummary{
 			Name:      p.Name(),
 			Failure:   failure(p),
 			Dims:      strings.Join(p.Dimensions(), ", "),
@@ -118,18 +120,18 @@ func (s *Server) overview(c echo.Context) error {
 		}
 		v.Policies = append(v.Policies, ps)
 	}
-	return render(c, http.StatusOK, OverviewPage(v))
+	return render(c, http.StatusOK, views.OverviewPage(v))
 }
 
 func (s *Server) overviewLive(c echo.Context) error {
-	return render(c, http.StatusOK, OverviewLiveBody(s.overviewLiveView()))
+	return render(c, http.StatusOK, views.OverviewLiveBody(s.overviewLiveView()))
 }
 
-func (s *Server) overviewLiveView() OverviewLive {
-	live := OverviewLive{URL: "/live/overview", At: fmtTime(s.now())}
+func (s *Server) overviewLiveView() views.OverviewLive {
+	live := views.OverviewLive{URL: "/live/overview", At: fmtTime(s.now())}
 	for _, p := range s.order {
 		r := s.metrics.Rates(p.Name())
-		row := RateRow{
+		row := views.RateRow{
 			Policy:        p.Name(),
 			AllowedPerSec: fmtRate(r.AllowedPerSec),
 			DeniedPerSec:  fmtRate(r.DeniedPerSec),
@@ -147,8 +149,8 @@ func (s *Server) overviewLiveView() OverviewLive {
 	return live
 }
 
-func backendView(d sdk.Description) BackendView {
-	b := BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes}
+func backendView(d sdk.Description) views.BackendView {
+	b := views.BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes}
 	algs := make([]sdk.Algorithm, 0, len(d.Strategies))
 	for a := range d.Strategies {
 		algs = append(algs, a)
@@ -156,7 +158,7 @@ func backendView(d sdk.Description) BackendView {
 	slices.Sort(algs)
 	for _, a := range algs {
 		st := d.Strategies[a]
-		b.Strategies = append(b.Strategies, StrategyRow{Algorithm: a.String(), Name: st.Name, Reason: st.Reason})
+		b.Strategies = append(b.Strategies, views.StrategyRow{Algorithm: a.String(), Name: st.Name, Reason: st.Reason})
 	}
 	return b
 }
@@ -176,7 +178,7 @@ func (s *Server) subject(c echo.Context) error {
 		return err
 	}
 	subj, fields := subjectFrom(p, c.QueryParam)
-	v := SubjectView{
+	v := views.SubjectView{
 		Page:     s.page(c, "subject"),
 		Policies: s.policyNames(),
 		Policy:   p.Name(),
@@ -199,10 +201,11 @@ func (s *Server) subject(c echo.Context) error {
 				shard[d] = subj[d]
 			}
 		}
-		v.Audit = s.audit.Filter(AuditFilter{Policy: p.Name(), Subject: shard})
-		if len(v.Audit) > subjectAuditRows {
-			v.Audit = v.Audit[:subjectAuditRows]
+		entries := s.audit.Filter(AuditFilter{Policy: p.Name(), Subject: shard})
+		if len(entries) > subjectAuditRows {
+			entries = entries[:subjectAuditRows]
 		}
+		v.Audit = auditRows(entries)
 		v.AuditURL = "/audit?" + subjectQuery(p.Name(), shard)
 	}
 	v.Title = "Subject lookup"
@@ -219,7 +222,7 @@ func (s *Server) subject(c echo.Context) error {
 			v.Error, status = v.Live.Error, http.StatusBadRequest
 		}
 	}
-	return render(c, status, SubjectPage(v))
+	return render(c, status, views.SubjectPage(v))
 }
 
 // subjectAuditRows is how many audit entries the subject page shows.
@@ -231,13 +234,13 @@ func (s *Server) subjectLive(c echo.Context) error {
 		return err
 	}
 	subj, _ := subjectFrom(p, c.QueryParam)
-	return render(c, http.StatusOK, SubjectLiveBody(s.subjectLiveView(c.Request().Context(), p, subj)))
+	return render(c, http.StatusOK, views.SubjectLiveBody(s.subjectLiveView(c.Request().Context(), p, subj)))
 }
 
 // subjectLiveView inspects subj under p. Input errors are shown in the
 // view; backend errors too (the page stays useful for the other parts).
-func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject) SubjectLive {
-	live := SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now())}
+func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject) views.SubjectLive {
+	live := views.SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now())}
 	if err := checkSubject(subj); err != nil {
 		live.Error = err.Error()
 		return live
@@ -271,7 +274,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	var retry time.Duration
 	for i, rd := range ins.Rules {
 		r := rules[rd.Rule]
-		row := RuleRow{
+		row := views.RuleRow{
 			Rule:      rd.Rule,
 			Algorithm: rd.Algorithm.String(),
 			Detail:    algorithmDetail(r),
@@ -310,7 +313,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		live.TrailKey, live.HoldKey = keys[n], keys[n+1]
 	}
 	for _, d := range ins.Denials {
-		live.Denials = append(live.Denials, DenialRow{
+		live.Denials = append(live.Denials, views.DenialRow{
 			At:          fmtTime(d.At),
 			Ago:         fmtAgo(d.At, ins.At),
 			Rule:        d.Rule,
@@ -325,7 +328,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 }
 
 func (s *Server) policiesPage(c echo.Context) error {
-	v := PoliciesView{Page: s.page(c, "policies")}
+	v := views.PoliciesView{Page: s.page(c, "policies")}
 	v.Title = "Policies"
 	desc, derr := s.describe(c.Request().Context())
 	for _, p := range s.order {
@@ -336,7 +339,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			ph[d] = "<" + d + ">"
 		}
 		keys := s.cfg.Limiter.Keys(p, ph)
-		pd := PolicyDetail{
+		pd := views.PolicyDetail{
 			Name:      p.Name(),
 			Failure:   failure(p),
 			Dims:      strings.Join(p.Dimensions(), ", "),
@@ -345,10 +348,10 @@ func (s *Server) policiesPage(c echo.Context) error {
 		}
 		rules := p.Rules()
 		for i, r := range rules {
-			row := PolicyRuleRow{
+			row := views.PolicyRuleRow{
 				Name:      r.Name,
 				Algorithm: r.Algorithm.String(),
-				Limit:     i64(shownLimit(r)),
+				Limit:     strconv.FormatInt(shownLimit(r), 10),
 				Window:    ruleWindow(r),
 				Detail:    algorithmDetail(r),
 				Dims:      strings.Join(r.Dimensions, ", "),
@@ -369,12 +372,12 @@ func (s *Server) policiesPage(c echo.Context) error {
 		}
 		v.Policies = append(v.Policies, pd)
 	}
-	return render(c, http.StatusOK, PoliciesPage(v))
+	return render(c, http.StatusOK, views.PoliciesPage(v))
 }
 
 // resetTarget reads the policy and subject of a reset request and checks
 // that the subject gives the policy's shard dimensions.
-func (s *Server) resetTarget(get func(string) string) (*sdk.Policy, sdk.Subject, []Field, error) {
+func (s *Server) resetTarget(get func(string) string) (*sdk.Policy, sdk.Subject, []views.Field, error) {
 	p, err := s.policyParam(get("policy"))
 	if err != nil {
 		return nil, nil, nil, err
@@ -422,7 +425,7 @@ func (s *Server) resetConfirm(c echo.Context) error {
 			given = append(given, f)
 		}
 	}
-	v := ResetView{
+	v := views.ResetView{
 		Page:    s.page(c, "subject"),
 		Policy:  p.Name(),
 		Fields:  given,
@@ -431,7 +434,7 @@ func (s *Server) resetConfirm(c echo.Context) error {
 	}
 	v.Title = "Reset subject"
 	v.Rules, v.Keep = resetRules(p, subj)
-	return render(c, http.StatusOK, ResetPage(v))
+	return render(c, http.StatusOK, views.ResetPage(v))
 }
 
 // reset carries out a confirmed reset and records it in the audit log.
@@ -494,6 +497,18 @@ func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject) (reset
 	return reset, keep, nil
 }
 
+// auditRows are entries as the audit table shows them.
+func auditRows(entries []AuditEntry) []views.AuditEntry {
+	out := make([]views.AuditEntry, len(entries))
+	for i, e := range entries {
+		out[i] = views.AuditEntry{
+			At: e.At, Actor: e.Actor, Action: e.Action, Policy: e.Policy,
+			Subject: e.Subject, Rules: e.Rules, Cost: e.Cost, Outcome: e.Outcome,
+		}
+	}
+	return out
+}
+
 // auditMaxRows is how many entries the audit page shows at most.
 const auditMaxRows = 500
 
@@ -507,7 +522,11 @@ func (s *Server) auditPage(c echo.Context) error {
 		Name:   c.QueryParam("who"),
 		Action: c.QueryParam("action"),
 	}
-	v := AuditView{Page: s.page(c, "audit"), Policies: s.policyNames(), Filter: f}
+	v := views.AuditView{
+		Page:     s.page(c, "audit"),
+		Policies: s.policyNames(),
+		Filter:   views.AuditFilter{Policy: f.Policy, Value: f.Value, Name: f.Name, Action: f.Action},
+	}
 	v.Title = "Audit log"
 	if f.Policy != "" {
 		p, err := s.policyParam(f.Policy)
@@ -515,7 +534,6 @@ func (s *Server) auditPage(c echo.Context) error {
 			return err
 		}
 		f.Subject, v.Fields = subjectFrom(p, c.QueryParam)
-		v.Filter.Subject = f.Subject
 	}
 	if err := checkSubject(sdk.Subject{"value": f.Value, "who": f.Name}); err != nil {
 		return err
@@ -525,6 +543,6 @@ func (s *Server) auditPage(c echo.Context) error {
 	if len(all) > auditMaxRows {
 		all = all[:auditMaxRows]
 	}
-	v.Entries = all
-	return render(c, http.StatusOK, AuditPage(v))
+	v.Entries = auditRows(all)
+	return render(c, http.StatusOK, views.AuditPage(v))
 }

@@ -24,7 +24,7 @@ import (
 // Exposed series:
 //
 //	freqcap_decisions_total{policy,op,outcome}         outcome: allowed | denied | error
-//	freqcap_rule_decisions_total{policy,rule,outcome}  consuming ops only (allow, reserve, wait)
+//	freqcap_rule_decisions_total{policy,rule,outcome}  consuming ops only (take, reserve, wait)
 //	freqcap_degraded_decisions_total{policy,op}        fail-open answers to backend failures
 //	freqcap_backend_latency_seconds{op}                histogram of backend call latency
 type Metrics struct {
@@ -197,7 +197,7 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	for _, k := range sortedKeys3(m.decisions) {
 		sample(&b, "freqcap_decisions_total", [][2]string{{"policy", k[0]}, {"op", k[1]}, {"outcome", k[2]}}, float64(m.decisions[k]))
 	}
-	family(&b, "freqcap_rule_decisions_total", "counter", "Per-rule verdicts of consuming decisions (allow, reserve, wait), by policy, rule and outcome.")
+	family(&b, "freqcap_rule_decisions_total", "counter", "Per-rule verdicts of consuming decisions (take, reserve, wait), by policy, rule and outcome.")
 	for _, k := range sortedKeys3(m.rules) {
 		sample(&b, "freqcap_rule_decisions_total", [][2]string{{"policy", k[0]}, {"rule", k[1]}, {"outcome", k[2]}}, float64(m.rules[k]))
 	}

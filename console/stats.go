@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -64,66 +65,12 @@ func (s *Server) apiStats(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// FleetView is the overview's fleet panel: every policy's recorded
-// traffic, and how the services' policies differ from the console's.
-type FleetView struct {
-	// Error says why there are no statistics (empty: there are).
-	Error string
-	// Warnings are the differences between the announced policies and
-	// the console's, one sentence each.
-	Warnings []string
-	// Announced lists the policies services announced (name: services'
-	// versions).
-	Announced []string
-	Policies  []FleetPolicy
-}
-
-// FleetPolicy is one policy's charts.
-type FleetPolicy struct {
-	Name           string
-	Hour, Day      Chart
-	Rules          []FleetRule
-	TopDenied      []TopSubject
-	Allowed1h      int64
-	Denied1h       int64
-	NoTraffic      bool // nothing recorded in 24 h
-	DeniedShare    string
-	NearLimit1h    int64
-	RecordedPolicy bool // some service announced it within announcedWithin
-}
-
-// FleetRule is one rule's last hour, with a chart of its verdicts.
-type FleetRule struct {
-	Name                       string
-	Allowed, Denied, NearLimit int64
-	Chart                      Chart
-}
-
-// TopSubject is a denied subject linking to its subject page.
-type TopSubject struct {
-	Label string // "user=u42"
-	URL   string
-	Count int64
-}
-
-// Chart is an inline SVG line chart of allowed and denied counts per
-// bucket, laid out server-side.
-type Chart struct {
-	Title                 string
-	Width, Height         int
-	Allowed, Denied       string // SVG polyline points
-	Max                   int64  // the y axis' top
-	From, To              string // the x axis' ends
-	StepNote              string // e.g. "10 s buckets"
-	AllowedSum, DeniedSum int64
-}
-
 // maxChartPoints bounds the points of a chart's line: longer series are
 // summed into wider buckets (24 h of 1 min buckets: 4 min per point).
 const maxChartPoints = 360
 
 // chart lays out series as a Width×Height polyline pair (y grows down).
-func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Chart {
+func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) views.Chart {
 	span := step * time.Duration(len(pts))
 	if k := (len(pts) + maxChartPoints - 1) / maxChartPoints; k > 1 { // sum k buckets per point
 		merged := make([]sdk.StatsPoint, 0, maxChartPoints)
@@ -138,7 +85,7 @@ func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Cha
 		}
 		pts, step = merged, step*time.Duration(k)
 	}
-	c := Chart{Title: title, Width: w, Height: h, StepNote: fmtWindow(step) + " buckets"}
+	c := views.Chart{Title: title, Width: w, Height: h, StepNote: fmtWindow(step) + " buckets"}
 	for _, p := range pts {
 		c.Max = max(c.Max, p.Allowed, p.Denied)
 		c.AllowedSum += p.Allowed
@@ -175,8 +122,8 @@ func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) Cha
 const overviewTop = 10
 
 // fleetView reads the statistics and announcements for the overview.
-func (s *Server) fleetView(ctx context.Context) FleetView {
-	var v FleetView
+func (s *Server) fleetView(ctx context.Context) views.FleetView {
+	var v views.FleetView
 	lim := s.cfg.Limiter
 	for _, p := range s.order {
 		hour, err := lim.Stats(ctx, p, time.Hour)
@@ -223,8 +170,8 @@ func (s *Server) fleetView(ctx context.Context) FleetView {
 	return v
 }
 
-func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) FleetPolicy {
-	fp := FleetPolicy{
+func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) views.FleetPolicy {
+	fp := views.FleetPolicy{
 		Name:        p.Name(),
 		Hour:        chart("Last hour", hour.Series, hour.Step, 600, 120),
 		Day:         chart("Last 24 h", day.Series, day.Step, 600, 120),
@@ -239,7 +186,7 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) FleetPolicy {
 	for _, r := range hour.Rules {
 		fp.NearLimit1h += r.NearLimit
 		rc := chart(r.Rule, r.Series, hour.Step, 300, 40)
-		fp.Rules = append(fp.Rules, FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc})
+		fp.Rules = append(fp.Rules, views.FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc})
 	}
 	shard := p.ShardBy()
 	for _, d := range hour.TopDenied {
@@ -254,10 +201,7 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) FleetPolicy {
 		for i, dim := range shard {
 			parts[i] = dim + "=" + subj[dim]
 		}
-		fp.TopDenied = append(fp.TopDenied, TopSubject{Label: strings.Join(parts, ", "), URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
+		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Label: strings.Join(parts, ", "), URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
 	}
 	return fp
 }
-
-// viewBox is a chart's SVG viewBox.
-func viewBox(c Chart) string { return "0 0 " + strconv.Itoa(c.Width) + " " + strconv.Itoa(c.Height) }

@@ -3,7 +3,6 @@ package console
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -12,208 +11,41 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// Page is what the layout of every page needs.
-type Page struct {
-	Title    string
-	Nav      string // the current navigation item
-	Who      string // the signed-in identity, for the header
-	Role     Role
-	SignedIn bool // signed in with a session (can sign out)
-	AuthOff  bool
-	CSRF     string
-	Demo     bool
-	DemoURL  string // a demo subject to look at ("": no policy sharded by user alone)
-	RefreshM int    // live refresh interval, ms
-}
-
-func (s *Server) page(c echo.Context, nav string) Page {
+// page is what the layout of c's page needs.
+func (s *Server) page(c echo.Context, nav string) views.Page {
 	id := identityOf(c)
-	p := Page{
+	p := views.Page{
 		Nav:      nav,
-		Role:     id.Role,
 		SignedIn: id.Method == "session",
 		AuthOff:  !s.auth.enabled(),
 		CSRF:     csrfOf(c),
 		Demo:     s.cfg.Demo,
 		DemoURL:  s.demoURL,
+		DemoUser: demo.Users[0],
 		RefreshM: int(s.cfg.Refresh / time.Millisecond),
 	}
 	if id.Role != RoleNone {
-		p.Who = id.String()
+		p.Who, p.Role = id.String(), id.Role.String()
 	}
 	return p
-}
-
-// Field is one dimension input of the lookup form.
-type Field struct {
-	Name  string
-	Value string
-	Shard bool // every rule uses it: required
-}
-
-// SubjectView is the subject lookup page.
-type SubjectView struct {
-	Page
-	Policies []string
-	Policy   string
-	Fields   []Field
-	Query    string // policy and dimension values, URL-encoded
-	Looked   bool   // some dimension value was given
-	Notice   string
-	Error    string
-	Live     SubjectLive
-	CanReset bool
-	Given    []Field      // the dimension values looked up
-	Audit    []AuditEntry // this subject's recent entries
-	AuditURL string       // the audit page for this subject
-}
-
-// AuditView is the audit page.
-type AuditView struct {
-	Page
-	Policies []string
-	Filter   AuditFilter
-	Fields   []Field // the filter policy's dimensions
-	Entries  []AuditEntry
-	Matched  int // entries matching, before the page's row limit
-}
-
-// SubjectLive is the part of the subject page that refreshes itself.
-type SubjectLive struct {
-	URL      string
-	Allowed  bool
-	Blocking []string // rules that would deny a request now
-	RetryIn  string
-	Rules    []RuleRow
-	Skipped  []string
-	Denials  []DenialRow
-	TrailKey string
-	HoldKey  string
-	Error    string
-	// Unavailable: the error is the backend's, not the input's.
-	Unavailable bool
-	Backend     string
-	Refreshed   string
-}
-
-// RuleRow is one rule's state for a subject.
-type RuleRow struct {
-	Rule      string
-	Algorithm string
-	Detail    string
-	Strategy  string
-	Reason    string
-	Dims      string
-	Key       string
-	Used      int64
-	Limit     int64
-	Remaining int64
-	ResetIn   string
-	RetryIn   string
-	Allowed   bool
-}
-
-// DenialRow is one entry of a denial trail.
-type DenialRow struct {
-	At          string
-	Ago         string
-	Rule        string
-	Used        int64
-	Limit       int64
-	Cost        int64
-	RetryAfter  string
-	CostTooHigh bool
-}
-
-// OverviewView is the overview page.
-type OverviewView struct {
-	Page
-	Backend  BackendView
-	Policies []PolicySummary
-	Live     OverviewLive
-	Fleet    FleetView // the services' recorded traffic (stats.go)
-}
-
-// BackendView is the backend's account of itself.
-type BackendView struct {
-	Name       string
-	Target     string
-	Strategies []StrategyRow
-	Notes      []string
-	Error      string
-}
-
-// StrategyRow is how the backend implements one algorithm.
-type StrategyRow struct {
-	Algorithm, Name, Reason string
-}
-
-// PolicySummary is a policy's line on the overview.
-type PolicySummary struct {
-	Name, Failure, Dims, ShardBy string
-	Rules                        []string
-	LookupURL                    string
-}
-
-// OverviewLive is the part of the overview that refreshes itself.
-type OverviewLive struct {
-	URL   string
-	At    string
-	Rates []RateRow
-}
-
-// RateRow is a policy's traffic.
-type RateRow struct {
-	Policy                            string
-	AllowedPerSec, DeniedPerSec       string
-	Allowed, Denied, Errors, Degraded uint64
-	DeniedShare                       string
-}
-
-// PoliciesView is the policies page.
-type PoliciesView struct {
-	Page
-	Policies []PolicyDetail
-}
-
-// PolicyDetail is one policy as configured.
-type PolicyDetail struct {
-	Name, Failure, Dims, ShardBy string
-	Rules                        []PolicyRuleRow
-	TrailKey, HoldKey            string
-	LookupURL                    string
-}
-
-// PolicyRuleRow is one rule as configured.
-type PolicyRuleRow struct {
-	Name, Algorithm, Limit, Window, Detail, Dims, Key, Strategy string
-}
-
-// ResetView is the reset confirmation page.
-type ResetView struct {
-	Page
-	Policy  string
-	Fields  []Field // the given dimension values
-	Rules   []string
-	Keep    []string // rules left alone (their dimensions are not given)
-	Keys    []string
-	BackURL string
 }
 
 // subjectFrom reads p's dimension values from get (query or form) and
 // returns the non-empty ones, and the form fields. Values are taken
 // exactly as given, as the API and the SDK take them: " 42" is not "42"
-// (the pages show such white space visibly; see idParts).
-func subjectFrom(p *sdk.Policy, get func(string) string) (sdk.Subject, []Field) {
+// (the pages show such white space visibly; see views.idParts).
+func subjectFrom(p *sdk.Policy, get func(string) string) (sdk.Subject, []views.Field) {
 	shard := p.ShardBy()
 	s := sdk.Subject{}
-	var fields []Field
+	var fields []views.Field
 	for _, d := range p.Dimensions() {
 		v := get(d)
-		fields = append(fields, Field{Name: d, Value: v, Shard: slices.Contains(shard, d)})
+		fields = append(fields, views.Field{Name: d, Value: v, Shard: slices.Contains(shard, d)})
 		if v != "" {
 			s[d] = v
 		}
@@ -337,36 +169,5 @@ func fmtAgo(t, now time.Time) string {
 
 func fmtRate(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
-func i64(v int64) string  { return strconv.FormatInt(v, 10) }
-func u64(v uint64) string { return strconv.FormatUint(v, 10) }
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
-}
-
-func withTitle(p Page, title string) Page {
-	p.Title = title
-	return p
-}
-
-func statusText(status int) string { return http.StatusText(status) }
-
-func queryEscape(s string) string { return url.QueryEscape(s) }
-
-func joinComma(s []string) string { return strings.Join(s, ", ") }
-
-// subjectPageURL turns a live fragment URL into its page's URL.
-func subjectPageURL(live string) string {
-	return strings.Replace(live, "/live/subject?", "/subject?", 1)
-}
-
-// shownOf says how many of matched entries a page shows, when not all.
-func shownOf(matched, shown int) string {
-	if shown >= matched {
-		return ""
-	}
-	return ", the newest " + strconv.Itoa(shown) + " shown"
-}
+// fmtTime formats an instant as every page shows it.
+func fmtTime(t time.Time) string { return views.FormatTime(t) }

@@ -32,9 +32,10 @@ bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 
 echo "== templ generate leaves no diff"
-if ls console/*.templ >/dev/null 2>&1; then
+# Every .templ under console/ (the views live in console/views).
+if [ -n "$(find console -name '*.templ' -print -quit)" ]; then
   go run github.com/a-h/templ/cmd/templ@v0.3.977 generate -path console >/dev/null
-  if [ -d .git ] && [ -n "$(git status --porcelain -- console)" ]; then
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- console)" ]; then
     git status --porcelain -- console; echo "templ generate changed files: commit the generated code"; exit 1
   fi
 fi

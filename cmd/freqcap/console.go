@@ -21,6 +21,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -236,8 +237,8 @@ func runConsole(args []string) error {
 		return err
 	}
 	if f.demo {
-		demo := console.StartDemo(lim, policies, console.DemoOptions{Rate: f.demoRate, Logger: log})
-		defer demo.Close()
+		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: log})
+		defer traffic.Close()
 	}
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
 		auth := "auth off (loopback only)"

@@ -1,4 +1,7 @@
-package console
+// Package demo generates synthetic traffic over a set of policies, so that
+// a new user of the console (freqcap console --demo) sees counters move and
+// denials appear at once.
+package demo
 
 import (
 	"context"
@@ -11,8 +14,8 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// DemoOptions configures synthetic traffic.
-type DemoOptions struct {
+// Options configures the traffic.
+type Options struct {
 	// Rate is the number of decisions per second; 0 means 20.
 	Rate float64
 	// Seed makes the traffic reproducible; 0 means a fixed default.
@@ -21,16 +24,16 @@ type DemoOptions struct {
 	Logger *slog.Logger
 }
 
-// DemoUsers are the featured users of the demo traffic. The first is
+// Users are the featured users of the demo traffic. The first is
 // "hot": it receives a fifth of all sends, is throttled by recv-1m within
 // seconds and exhausts recv-24h within minutes, like the user in "user
 // 18829340001 stopped receiving pushes". The other four share another
 // fifth; a long tail of generated users keeps most traffic allowed.
-var DemoUsers = []string{"18829340001", "18829340002", "18829340003", "18829340004", "18829340005"}
+var Users = []string{"18829340001", "18829340002", "18829340003", "18829340004", "18829340005"}
 
-// demoContents are the messages the demo sends; content dimensions get
-// their fingerprints.
-var demoContents = []string{
+// messages are what the demo sends; content dimensions get their
+// fingerprints.
+var messages = []string{
 	"Your parcel is out for delivery",
 	"Flash sale: 30% off today only",
 	"Your verification code is 482910",
@@ -45,21 +48,21 @@ var demoContents = []string{
 	"Your order has shipped",
 }
 
-// Demo generates synthetic traffic over a set of policies, so that a new
+// Demo is synthetic traffic over a set of policies, so that a new
 // user of the console sees counters move and denials appear at once. It
-// owns one goroutine, started by StartDemo; Close stops it and waits.
+// owns one goroutine, started by Start; Close stops it and waits.
 type Demo struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
 }
 
-// StartDemo starts sending opts.Rate decisions per second through lim,
+// Start starts sending opts.Rate decisions per second through lim,
 // cycling over policies. Each dimension of a subject takes its value from
-// a small pool: "user" from DemoUsers (weighted to one hot user) or a
+// a small pool: "user" from Users (weighted to one hot user) or a
 // long tail of generated users, "content" from the fingerprints of a few
 // messages, any other dimension from "<dim>-1" to "<dim>-3".
-func StartDemo(lim *sdk.Limiter, policies []*sdk.Policy, opts DemoOptions) *Demo {
+func Start(lim *sdk.Limiter, policies []*sdk.Policy, opts Options) *Demo {
 	if opts.Rate <= 0 {
 		opts.Rate = 20
 	}
@@ -83,14 +86,14 @@ func (d *Demo) Close() error {
 	return nil
 }
 
-func (d *Demo) run(ctx context.Context, lim *sdk.Limiter, policies []*sdk.Policy, opts DemoOptions) {
+func (d *Demo) run(ctx context.Context, lim *sdk.Limiter, policies []*sdk.Policy, opts Options) {
 	defer close(d.done)
 	if len(policies) == 0 {
 		return
 	}
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed>>1|1))
-	contents := make([]string, len(demoContents))
-	for i, c := range demoContents {
+	contents := make([]string, len(messages))
+	for i, c := range messages {
 		contents[i] = sdk.Fingerprint(c)
 	}
 	interval := time.Duration(float64(time.Second) / opts.Rate)
@@ -107,28 +110,28 @@ func (d *Demo) run(ctx context.Context, lim *sdk.Limiter, policies []*sdk.Policy
 		case <-tick.C:
 		}
 		p := policies[i%len(policies)]
-		s := demoSubject(rng, p, contents)
+		s := subject(rng, p, contents)
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := lim.Allow(cctx, p, s)
 		cancel()
 		if err != nil && ctx.Err() == nil && time.Since(lastErr) > 10*time.Second {
 			lastErr = time.Now()
-			opts.Logger.Warn("console: demo traffic: decision failed", "policy", p.Name(), "err", err)
+			opts.Logger.Warn("demo traffic: decision failed", "policy", p.Name(), "err", err)
 		}
 	}
 }
 
-// demoSubject picks one subject for p.
-func demoSubject(rng *rand.Rand, p *sdk.Policy, contents []string) sdk.Subject {
+// subject picks one subject for p.
+func subject(rng *rand.Rand, p *sdk.Policy, contents []string) sdk.Subject {
 	s := sdk.Subject{}
 	for _, dim := range p.Dimensions() {
 		switch dim {
 		case "user":
 			switch x := rng.IntN(100); {
 			case x < 20:
-				s[dim] = DemoUsers[0]
+				s[dim] = Users[0]
 			case x < 40:
-				s[dim] = DemoUsers[1+rng.IntN(len(DemoUsers)-1)]
+				s[dim] = Users[1+rng.IntN(len(Users)-1)]
 			default:
 				s[dim] = fmt.Sprintf("1882935%04d", rng.IntN(2000))
 			}

@@ -1,0 +1,49 @@
+package views
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FormatTime is how every page shows an instant: UTC, to the second
+// ("2026-11-24 04:40:22Z"); "" for the zero time.
+func FormatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// The helpers the templates call.
+
+func fmtTime(t time.Time) string { return FormatTime(t) }
+
+func i64(v int64) string  { return strconv.FormatInt(v, 10) }
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func withTitle(p Page, title string) Page {
+	p.Title = title
+	return p
+}
+
+func statusText(status int) string { return http.StatusText(status) }
+
+func queryEscape(s string) string { return url.QueryEscape(s) }
+
+func joinComma(s []string) string { return strings.Join(s, ", ") }
+
+// subjectPageURL turns a live fragment URL into its page's URL.
+func subjectPageURL(live string) string {
+	return strings.Replace(live, "/live/subject?", "/subject?", 1)
+}
+
+// shownOf says how many of matched entries a page shows, when not all.
+func shownOf(matched, shown int) string {
+	if shown >= matched {
+		return ""
+	}
+	return ", the newest " + strconv.Itoa(shown) + " shown"
+}

@@ -1,0 +1,194 @@
+// Package views holds the console's templ components and the view models
+// they render. Package console's handlers build the models; nothing here
+// reads a request or calls the SDK.
+package views
+
+import "time"
+
+// Page is what the layout of every page needs.
+type Page struct {
+	Title    string
+	Nav      string // the current navigation item
+	Who      string // the signed-in identity, for the header
+	Role     string // the identity's role; "" when not signed in
+	SignedIn bool   // signed in with a session (can sign out)
+	AuthOff  bool
+	CSRF     string
+	Demo     bool
+	DemoURL  string // a demo subject to look at ("": no policy sharded by user alone)
+	DemoUser string // the user DemoURL shows
+	RefreshM int    // live refresh interval, ms
+}
+
+// Field is one dimension input of the lookup form.
+type Field struct {
+	Name  string
+	Value string
+	Shard bool // every rule uses it: required
+}
+
+// SubjectView is the subject lookup page.
+type SubjectView struct {
+	Page
+	Policies []string
+	Policy   string
+	Fields   []Field
+	Query    string // policy and dimension values, URL-encoded
+	Looked   bool   // some dimension value was given
+	Notice   string
+	Error    string
+	Live     SubjectLive
+	CanReset bool
+	Given    []Field      // the dimension values looked up
+	Audit    []AuditEntry // this subject's recent entries
+	AuditURL string       // the audit page for this subject
+}
+
+// AuditView is the audit page.
+type AuditView struct {
+	Page
+	Policies []string
+	Filter   AuditFilter
+	Fields   []Field // the filter policy's dimensions
+	Entries  []AuditEntry
+	Matched  int // entries matching, before the page's row limit
+}
+
+// SubjectLive is the part of the subject page that refreshes itself.
+type SubjectLive struct {
+	URL      string
+	Allowed  bool
+	Blocking []string // rules that would deny a request now
+	RetryIn  string
+	Rules    []RuleRow
+	Skipped  []string
+	Denials  []DenialRow
+	TrailKey string
+	HoldKey  string
+	Error    string
+	// Unavailable: the error is the backend's, not the input's.
+	Unavailable bool
+	Backend     string
+	Refreshed   string
+}
+
+// RuleRow is one rule's state for a subject.
+type RuleRow struct {
+	Rule      string
+	Algorithm string
+	Detail    string
+	Strategy  string
+	Reason    string
+	Dims      string
+	Key       string
+	Used      int64
+	Limit     int64
+	Remaining int64
+	ResetIn   string
+	RetryIn   string
+	Allowed   bool
+}
+
+// DenialRow is one entry of a denial trail.
+type DenialRow struct {
+	At          string
+	Ago         string
+	Rule        string
+	Used        int64
+	Limit       int64
+	Cost        int64
+	RetryAfter  string
+	CostTooHigh bool
+}
+
+// OverviewView is the overview page.
+type OverviewView struct {
+	Page
+	Backend  BackendView
+	Policies []PolicySummary
+	Live     OverviewLive
+	Fleet    FleetView // the services' recorded traffic (console/stats.go)
+}
+
+// BackendView is the backend's account of itself.
+type BackendView struct {
+	Name       string
+	Target     string
+	Strategies []StrategyRow
+	Notes      []string
+	Error      string
+}
+
+// StrategyRow is how the backend implements one algorithm.
+type StrategyRow struct {
+	Algorithm, Name, Reason string
+}
+
+// PolicySummary is a policy's line on the overview.
+type PolicySummary struct {
+	Name, Failure, Dims, ShardBy string
+	Rules                        []string
+	LookupURL                    string
+}
+
+// OverviewLive is the part of the overview that refreshes itself.
+type OverviewLive struct {
+	URL   string
+	At    string
+	Rates []RateRow
+}
+
+// RateRow is a policy's traffic.
+type RateRow struct {
+	Policy                            string
+	AllowedPerSec, DeniedPerSec       string
+	Allowed, Denied, Errors, Degraded uint64
+	DeniedShare                       string
+}
+
+// PoliciesView is the policies page.
+type PoliciesView struct {
+	Page
+	Policies []PolicyDetail
+}
+
+// PolicyDetail is one policy as configured.
+type PolicyDetail struct {
+	Name, Failure, Dims, ShardBy string
+	Rules                        []PolicyRuleRow
+	TrailKey, HoldKey            string
+	LookupURL                    string
+}
+
+// PolicyRuleRow is one rule as configured.
+type PolicyRuleRow struct {
+	Name, Algorithm, Limit, Window, Detail, Dims, Key, Strategy string
+}
+
+// ResetView is the reset confirmation page.
+type ResetView struct {
+	Page
+	Policy  string
+	Fields  []Field // the given dimension values
+	Rules   []string
+	Keep    []string // rules left alone (their dimensions are not given)
+	Keys    []string
+	BackURL string
+}
+
+// AuditEntry is one audit log entry as the audit table shows it.
+type AuditEntry struct {
+	At      time.Time
+	Actor   string // who, for display: name, role and how they signed in
+	Action  string // "reset" or "check"
+	Policy  string
+	Subject map[string]string
+	Rules   []string
+	Cost    int64
+	Outcome string
+}
+
+// AuditFilter is the audit page's filter form.
+type AuditFilter struct {
+	Policy, Value, Name, Action string
+}
