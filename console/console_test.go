@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/faulty"
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 const (
@@ -62,7 +62,7 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 // newFixtureWith is newFixture with a backend (nil: memory, on the
 // fixture's clock) and an audit log (nil: a fresh one writing to
 // auditBuf).
-func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *conformance.FakeClock) driver.Backend, audit *AuditLog) *fixture {
+func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *conformance.FakeClock) *faulty.Backend, audit *AuditLog) *fixture {
 	t.Helper()
 	clk := conformance.NewFakeClock(t0)
 	pols, err := seed.Policies()
@@ -70,11 +70,11 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *conformance.F
 		t.Fatalf("seed.Policies() error: %v", err)
 	}
 	m := NewMetrics(clk.Now)
-	var b driver.Backend = memory.New(&memory.Options{Clock: clk})
+	opts := []sdk.Option{sdk.WithClock(clk), sdk.WithObserver(m.Observe)}
+	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), opts...)
 	if mk != nil {
-		b = mk(clk)
+		lim = sdk.New(mk(clk), opts...)
 	}
-	lim := sdk.New(b, sdk.WithClock(clk), sdk.WithObserver(m.Observe))
 	var buf, logs bytes.Buffer
 	if audit == nil {
 		audit = NewAuditLog(&buf, 0)
@@ -629,18 +629,14 @@ func TestAPIInspect(t *testing.T) {
 }
 
 // failing is a backend that cannot decide.
-type failing struct{}
-
-func (failing) Take(context.Context, driver.Request) (driver.Result, error) {
-	return driver.Result{}, errors.New("connection refused")
-}
+var failing = faulty.Down(errors.New("connection refused"))
 
 func TestMetrics(t *testing.T) {
 	f := newFixture(t, nil)
 	f.allow(t, "push", push, 3)
 	f.clock.Advance(3 * time.Second)
 	// A fail-open policy on a failing backend gives degraded decisions.
-	broken := sdk.New(failing{}, sdk.WithObserver(f.srv.metrics.Observe))
+	broken := sdk.New(failing, sdk.WithObserver(f.srv.metrics.Observe))
 	if d, err := broken.Allow(context.Background(), f.policies["push"], push); err != nil || !d.Degraded {
 		t.Fatalf("Allow on a failing backend = %+v, %v; want degraded", d, err)
 	}
@@ -804,7 +800,7 @@ func TestBackendDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Limiter: sdk.New(failing{}), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(Config{Limiter: sdk.New(failing), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -816,7 +812,7 @@ func TestBackendDown(t *testing.T) {
 		want   string
 	}{
 		{"subject page", req{path: "/subject?policy=push&user=1"}, http.StatusServiceUnavailable, "The backend could not answer"},
-		{"overview still renders", req{path: "/"}, http.StatusOK, "does not describe itself"},
+		{"overview still renders", req{path: "/"}, http.StatusOK, "The backend did not describe itself"},
 		{"fail-open check is degraded", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"push","subject":{"user":"u","content":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusOK, `"degraded":true`},
 		{"fail-closed check is 503", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"api","subject":{"user":"u","campaign":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusServiceUnavailable, `"status":503`},
 		{"inspect is 503", req{path: "/api/v1/inspect?policy=push&user=1"}, http.StatusServiceUnavailable, `"status":503`},

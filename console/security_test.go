@@ -11,14 +11,13 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/faulty"
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 const jsonCT = "application/json"
@@ -445,55 +444,17 @@ func TestCSRFBoundToSession(t *testing.T) {
 	}
 }
 
-// flaky is a memory backend that can be taken down: then every call fails
-// with an error that names a socket address.
-type flaky struct {
-	mem  *memory.Backend
-	down atomic.Bool
-}
-
+// errDial is an outage's error: it names a socket address, which must
+// stay in the log.
 var errDial = errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
 
-func (b *flaky) Take(ctx context.Context, r driver.Request) (driver.Result, error) {
-	if b.down.Load() {
-		return driver.Result{}, errDial
-	}
-	return b.mem.Take(ctx, r)
-}
-
-func (b *flaky) Peek(ctx context.Context, r driver.Request) (driver.Result, error) {
-	if b.down.Load() {
-		return driver.Result{}, errDial
-	}
-	return b.mem.Peek(ctx, r)
-}
-
-func (b *flaky) Inspect(ctx context.Context, r driver.Request) (driver.Result, error) {
-	if b.down.Load() {
-		return driver.Result{}, errDial
-	}
-	return b.mem.Inspect(ctx, r)
-}
-
-func (b *flaky) Reset(ctx context.Context, r driver.Request) error {
-	if b.down.Load() {
-		return errDial
-	}
-	return b.mem.Reset(ctx, r)
-}
-
-func (b *flaky) Describe(ctx context.Context) (driver.Description, error) {
-	if b.down.Load() {
-		return driver.Description{}, errDial
-	}
-	return b.mem.Describe(ctx)
-}
-
-func newFlakyFixture(t *testing.T, creds []Credential) (*fixture, *flaky) {
+// newFlakyFixture is a fixture whose memory backend can be taken down
+// (faulty.Backend): then every call fails with errDial.
+func newFlakyFixture(t *testing.T, creds []Credential) (*fixture, *faulty.Backend) {
 	t.Helper()
-	var fb *flaky
-	f := newFixtureWith(t, creds, func(clk *conformance.FakeClock) driver.Backend {
-		fb = &flaky{mem: memory.New(&memory.Options{Clock: clk})}
+	var fb *faulty.Backend
+	f := newFixtureWith(t, creds, func(clk *conformance.FakeClock) *faulty.Backend {
+		fb = faulty.New(memory.New(&memory.Options{Clock: clk}))
 		return fb
 	}, nil)
 	return f, fb
@@ -503,7 +464,7 @@ func newFlakyFixture(t *testing.T, creds []Credential) (*fixture, *flaky) {
 // logEvery, and the overview forgets the outage once the backend answers.
 func TestOutage(t *testing.T) {
 	f, fb := newFlakyFixture(t, testCredentials())
-	fb.down.Store(true)
+	fb.Fail(errDial)
 	const addr = "10.9.8.7"
 	pages := []struct {
 		name string
@@ -564,7 +525,7 @@ func TestOutage(t *testing.T) {
 	if !strings.Contains(overview(), backendUnavailable) {
 		t.Fatalf("overview during the outage does not say so:\n%s", overview())
 	}
-	fb.down.Store(false)
+	fb.Recover()
 	if res := f.do(t, req{path: "/subject?policy=push&user=u", bearer: viewerToken}); res.StatusCode != 200 {
 		t.Fatalf("subject page after recovery = %d", res.StatusCode)
 	}
@@ -572,12 +533,12 @@ func TestOutage(t *testing.T) {
 		t.Errorf("overview after the backend answered still shows the outage:\n%s", body)
 	}
 	// And without any request in between, within describeErrTTL.
-	fb.down.Store(true)
+	fb.Fail(errDial)
 	f.clock.Advance(describeTTL)
 	if !strings.Contains(overview(), backendUnavailable) {
 		t.Fatalf("overview during the second outage does not say so")
 	}
-	fb.down.Store(false)
+	fb.Recover()
 	f.clock.Advance(describeErrTTL)
 	if strings.Contains(overview(), backendUnavailable) {
 		t.Errorf("overview %v after recovery still shows the outage", describeErrTTL)

@@ -1,9 +1,10 @@
 package console
 
 import (
+	goredis "github.com/redis/go-redis/v9"
+
 	"context"
 	"encoding/json"
-	"errors"
 	"html"
 	"io"
 	"log/slog"
@@ -12,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	fcredis "github.com/freqcap/freqcap/backends/redis"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/prom"
 )
 
@@ -100,7 +102,7 @@ func TestAPIStats(t *testing.T) {
 		t.Errorf("GET /api/v1/stats?policy=nope = %d, want 404", res.StatusCode)
 	}
 	// A backend that keeps no statistics.
-	bare, err := New(Config{Limiter: sdk.New(failing{}), Policies: []*sdk.Policy{f.policies["push"]}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	bare, err := New(Config{Limiter: sdk.New(failing), Policies: []*sdk.Policy{f.policies["push"]}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func TestPromSeriesMatchConsole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	broken := sdk.New(failing{}, sdk.WithObserver(func(ev sdk.Event) { m.Observe(ev); col.Observe(ev) }))
+	broken := sdk.New(failing, sdk.WithObserver(func(ev sdk.Event) { m.Observe(ev); col.Observe(ev) }))
 	_, _ = broken.Allow(context.Background(), pols[0], push)
 	var b strings.Builder
 	if _, err := m.WriteTo(&b); err != nil {
@@ -241,18 +243,6 @@ func sortedCopy(s []string) []string {
 	return out
 }
 
-// brokenStats is a backend whose statistics fail with an error naming
-// its address.
-type brokenStats struct{ failing }
-
-func (brokenStats) FlushStats(context.Context, driver.StatsBatch) error {
-	return errors.New("dial tcp 10.1.2.3:6379: connection refused")
-}
-
-func (brokenStats) ReadStats(context.Context, driver.StatsQuery) (driver.StatsData, error) {
-	return driver.StatsData{}, errors.New("dial tcp 10.1.2.3:6379: connection refused")
-}
-
 // TestOverviewFleetBackendDown: the panel says the statistics failed,
 // without the backend's address.
 func TestOverviewFleetBackendDown(t *testing.T) {
@@ -260,7 +250,11 @@ func TestOverviewFleetBackendDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Limiter: sdk.New(brokenStats{}), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// A real Redis backend whose server is unreachable: every call,
+	// statistics included, fails with an error naming the address.
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	srv, err := New(Config{Limiter: sdk.New(fcredis.New(rdb, nil)), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +262,7 @@ func TestOverviewFleetBackendDown(t *testing.T) {
 	if !strings.Contains(body, `id="fleet-error"`) || !strings.Contains(body, "Statistics could not be read") {
 		t.Errorf("overview lacks the statistics error")
 	}
-	if i := strings.Index(body, `id="fleet"`); i < 0 || strings.Contains(body[i:], "10.1.2.3") {
+	if i := strings.Index(body, `id="fleet"`); i < 0 || strings.Contains(body[i:], "127.0.0.1:1") {
 		t.Errorf("the fleet panel shows the backend's address (or is missing)")
 	}
 }
