@@ -14,7 +14,6 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -26,45 +25,33 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // the next try without the backend.
 func TestCampaign(t *testing.T) {
 	const n = 1200 // 3 batches, the last one short
-	// Each limiter has a recorder, flushed by hand, whose statistics a
-	// reader on the same storage (a console) sees.
-	withRecorder := func(t *testing.T, b driver.Backend, opts ...sdk.Option) (*sdk.Limiter, *sdk.Recorder) {
-		rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Prefix: stats(t), FlushEvery: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sdk.New(b, append(opts, sdk.WithPrefix(t.Name()), sdk.WithRecorder(rec))...), rec
-	}
 	backends := []struct {
 		name string
-		new  func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder)
+		new  func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter)
 	}{
-		{"memory", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
+		{"memory", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
 			b := memory.New(nil)
-			lim, rec := withRecorder(t, b)
-			return b, lim, rec
+			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) })
 		}},
-		{"redis", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
+		{"redis", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
 			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
 			t.Cleanup(func() { c.Close() })
 			b := redis.New(c, nil)
-			lim, rec := withRecorder(t, b, sdk.WithTimeout(30*time.Second))
-			return b, lim, rec
+			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) }, sdk.WithTimeout(30*time.Second))
 		}},
-		{"cluster", func(t *testing.T) (driver.Backend, *sdk.Limiter, *sdk.Recorder) {
+		{"cluster", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
 			o := redis.NewClientOptions(redistest.Cluster(t)...)
 			o.IsClusterMode = true
 			c := goredis.NewUniversalClient(o)
 			t.Cleanup(func() { c.Close() })
 			b := redis.New(c, nil)
-			lim, rec := withRecorder(t, b, sdk.WithTimeout(30*time.Second))
-			return b, lim, rec
+			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) }, sdk.WithTimeout(30*time.Second))
 		}},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			var out bytes.Buffer
-			be, lim, rec := b.new(t)
+			lim, rec, reader := b.new(t)
 			s, err := run(context.Background(), &out, lim, n)
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
@@ -106,7 +93,7 @@ func TestCampaign(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := sdk.New(be, sdk.WithPrefix(stats(t))).Stats(context.Background(), push, time.Hour)
+			st, err := reader.Stats(context.Background(), push, time.Hour)
 			if err != nil {
 				t.Fatalf("Stats = %v", err)
 			}
@@ -144,4 +131,15 @@ func TestReadmeOutput(t *testing.T) {
 	if got := out.String(); got != want {
 		t.Errorf("README.md's transcript differs from the example's output:\n--- README\n%s--- go run ./examples/campaign\n%s", want, got)
 	}
+}
+
+// withRecorder returns a limiter with a recorder, flushed by hand, and a
+// reader on the same storage (a console) that sees its statistics: newLim
+// and newRec build them on the backend under test.
+func withRecorder(t *testing.T, newLim func(...sdk.Option) *sdk.Limiter, newRec func(*sdk.RecorderOptions) (*sdk.Recorder, error), opts ...sdk.Option) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+	rec, err := newRec(&sdk.RecorderOptions{Prefix: stats(t), FlushEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLim(append(opts, sdk.WithPrefix(t.Name()), sdk.WithRecorder(rec))...), rec, newLim(sdk.WithPrefix(stats(t)))
 }
