@@ -62,6 +62,9 @@ type Harness struct {
 	// NewBackend returns the backend under test. It is called once per
 	// subtest; returning one shared backend is fine (keys never collide).
 	NewBackend func(t *testing.T) driver.Backend
+	// Backend is the backend under test, shared by every subtest: set it
+	// instead of NewBackend when there is nothing to build per subtest.
+	Backend driver.Backend
 	// Clock is the fake clock the backend reads (its Now), advanced by the
 	// suite. Nil means the backend has its own clock (a Redis server's
 	// TIME): the suite then uses short real windows, waits by polling the
@@ -85,8 +88,12 @@ func NewFakeClock(t time.Time) *FakeClock { return fakeclock.New(t) }
 // behaviour (see the package documentation).
 func Run(t *testing.T, h Harness) {
 	t.Helper()
+	if h.NewBackend == nil && h.Backend != nil {
+		b := h.Backend
+		h.NewBackend = func(*testing.T) driver.Backend { return b }
+	}
 	if h.NewBackend == nil {
-		t.Fatal("conformance: Harness.NewBackend is nil")
+		t.Fatal("conformance: Harness.NewBackend and Harness.Backend are nil")
 	}
 	if h.Tolerance == 0 && h.Clock == nil {
 		h.Tolerance = 2 * time.Millisecond

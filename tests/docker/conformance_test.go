@@ -10,7 +10,6 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/conformance"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // launchers are the kinds of server the tests of this package run on: a
@@ -36,6 +35,6 @@ func TestConformanceContainers(t *testing.T) {
 	})
 }
 
-func runConformance(t *testing.T, b driver.Backend) {
-	conformance.Run(t, conformance.Harness{NewBackend: func(*testing.T) driver.Backend { return b }})
+func runConformance(t *testing.T, b *fcredis.Backend) {
+	conformance.Run(t, conformance.Harness{Backend: b})
 }
