@@ -209,13 +209,17 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	}
 	d := decide(p.name, res.rules, r)
 	l.emit(Event{Policy: p.name, Op: "inspect", Decision: d, Latency: lat})
-	return Inspection{
-		Policy:  p.name,
-		At:      r.Now,
-		Rules:   d.Rules,
-		Skipped: res.skipped,
-		Denials: denials(r.Trail),
-	}, nil
+	in := Inspection{
+		Policy:   p.name,
+		At:       r.Now,
+		Rules:    d.Rules,
+		Skipped:  res.skipped,
+		Denials:  denials(r.Trail),
+		TrailMax: p.trailMax,
+		TrailTTL: p.trailTTL,
+	}
+	in.TrailFull = p.trailMax > 0 && len(in.Denials) >= p.trailMax
+	return in, nil
 }
 
 // Description is a backend's account of itself: what it is, where it
@@ -290,15 +294,20 @@ func (l *Limiter) take(ctx context.Context, op string, dop driver.Op, p *Policy,
 
 // request builds the driver request for res.
 func (l *Limiter) request(op driver.Op, p *Policy, res resolved, n int64) driver.Request {
+	var tv string
+	if (op == driver.OpTake || op == driver.OpReserve) && p.trailMax > 0 {
+		tv = trailValues(p, res.subject)
+	}
 	return driver.Request{
-		Op:       op,
-		Policy:   p.name,
-		Rules:    res.rules,
-		Cost:     n,
-		TrailKey: res.trailKey,
-		TrailMax: p.trailMax,
-		TrailTTL: p.trailTTL,
-		HoldKey:  res.holdKey,
+		Op:          op,
+		Policy:      p.name,
+		Rules:       res.rules,
+		Cost:        n,
+		TrailKey:    res.trailKey,
+		TrailMax:    p.trailMax,
+		TrailTTL:    p.trailTTL,
+		TrailValues: tv,
+		HoldKey:     res.holdKey,
 	}
 }
 

@@ -113,7 +113,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 		hdr = reserveHeaderArgs
 	}
 	keys := make([]string, 0, nk)
-	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+2)
+	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+3)
 	choices := make([]ruleChoice, n)
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -177,7 +177,7 @@ func (b *Backend) encode(req driver.Request, now time.Time, rep *capability.Repo
 			return call{}, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
 		}
 	}
-	args = append(args, ik, ceilMillis(req.IdemTTL))
+	args = append(args, ik, ceilMillis(req.IdemTTL), req.TrailValues)
 	return call{keys: keys, args: args, rules: choices}, nil
 }
 

@@ -58,7 +58,7 @@ func TestParseTake(t *testing.T) {
 		{name: "nil element", v: append([]any{int64(1), int64(1), nil}, rule[1:]...), wantErr: "rule 0"},
 		{name: "float element", v: append([]any{int64(1), 1.5}, rule...), wantErr: "want an integer, got float64"},
 		{name: "trail not a string", v: append(append([]any{}, ok...), int64(3)), wantErr: "want a string"},
-		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 fields"},
+		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 or 9 fields"},
 		{name: "trail bad number", v: append(append([]any{}, ok...), "1|p|r|x|1|1|1|0"), wantErr: "field 3"},
 	}
 	for _, tc := range tests {
