@@ -69,6 +69,11 @@ type SubjectView struct {
 	Given    []Field      // the dimension values looked up
 	Audit    []AuditEntry // this subject's recent entries
 	AuditURL string       // the audit page for this subject
+	// FPDims are the policy's dimensions that take fingerprints
+	// (fingerprintDim): the fingerprint helper is shown for them only.
+	FPDims []string
+	// FPDone names the dimension whose value the helper just computed.
+	FPDone string
 }
 
 // AuditView is the audit page.
@@ -84,12 +89,21 @@ type AuditView struct {
 // SubjectLive is the part of the subject page that refreshes itself.
 type SubjectLive struct {
 	URL      string
-	Allowed  bool
+	Allowed  bool     // every rule evaluated (Rules) would admit a request now
 	Blocking []string // rules that would deny a request now
 	RetryIn  string
 	Rules    []RuleRow
-	Skipped  []string
-	Denials  []DenialRow
+	Skipped  []string // rules not evaluated: they need dimensions not given
+	// Evaluated names the rules in Rules.
+	Evaluated []string
+	// Missing names the dimensions the skipped rules need and the
+	// subject does not give.
+	Missing []string
+	// Blocked are the values of other dimensions the subject is still
+	// blocked for, by skipped rules (from the trail, re-checked live).
+	Blocked   []Blocked
+	Denials   []DenialRow
+	TrailNote string // how far back the trail goes
 	TrailKey string
 	HoldKey  string
 	Error    string
@@ -97,6 +111,7 @@ type SubjectLive struct {
 	Unavailable bool
 	Backend     string
 	Refreshed   string
+	CanReset    bool
 }
 
 // RuleRow is one rule's state for a subject.
@@ -116,7 +131,8 @@ type RuleRow struct {
 	Allowed   bool
 }
 
-// DenialRow is one entry of a denial trail.
+// DenialRow is one entry of a denial trail, or a group of identical
+// consecutive ones (Count > 1: At is the newest, First the oldest).
 type DenialRow struct {
 	At          string
 	Ago         string
@@ -126,6 +142,13 @@ type DenialRow struct {
 	Cost        int64
 	RetryAfter  string
 	CostTooHigh bool
+	Count       int
+	First       string
+	FirstAgo    string
+	Values      []Field // what was blocked: the attempt's other values
+	Partial     bool    // some values were left out of the entry
+	URL         string  // the subject page of the exact subject ("": no values)
+	ResetURL    string  // its reset ("": no values, or not an admin)
 }
 
 // OverviewView is the overview page.
@@ -368,4 +391,22 @@ func shownOf(matched, shown int) string {
 		return ""
 	}
 	return ", the newest " + strconv.Itoa(shown) + " shown"
+}
+
+// fieldValue returns the value of the field named name.
+func fieldValue(fs []Field, name string) string {
+	for _, f := range fs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
