@@ -104,9 +104,9 @@ type SubjectLive struct {
 	Blocked   []Blocked
 	Denials   []DenialRow
 	TrailNote string // how far back the trail goes
-	TrailKey string
-	HoldKey  string
-	Error    string
+	TrailKey  string
+	HoldKey   string
+	Error     string
 	// Unavailable: the error is the backend's, not the input's.
 	Unavailable bool
 	Backend     string
