@@ -82,6 +82,9 @@ func unhex(c byte) int {
 // It returns "" when p has no dimension beyond the shard ones, or s gives
 // none of them.
 func trailValues(p *Policy, s Subject) string {
+	if len(p.dims) == len(p.shardBy) {
+		return "" // no other dimension: the common case costs nothing
+	}
 	var b strings.Builder
 	n := 0
 	for _, d := range p.dims {
@@ -92,23 +95,29 @@ func trailValues(p *Policy, s Subject) string {
 		if !ok || v == "" {
 			continue
 		}
-		pair := escapeTrail(d) + "=" + escapeTrail(v)
+		ed, ev := escapeTrail(d), escapeTrail(v) // no copy when nothing is escaped
 		sep := 0
-		if b.Len() > 0 {
+		if n > 0 {
 			sep = 1
 		}
-		if n == MaxTrailValues || b.Len()+sep+len(pair)+len(","+trailMore) > MaxTrailValuesLen {
-			b.WriteString("," + trailMore)
+		if n == MaxTrailValues || b.Len()+sep+len(ed)+1+len(ev)+len(","+trailMore) > MaxTrailValuesLen {
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(trailMore)
 			break
 		}
-		if sep == 1 {
+		if n == 0 {
+			b.Grow(len(ed) + 1 + len(ev))
+		} else {
 			b.WriteByte(',')
 		}
-		b.WriteString(pair)
+		b.WriteString(ed)
+		b.WriteByte('=')
+		b.WriteString(ev)
 		n++
 	}
-	out := b.String()
-	return strings.TrimPrefix(out, ",") // "+" alone: not even the first pair fitted
+	return b.String()
 }
 
 // parseTrailValues decodes a values field. Malformed pairs (never written

@@ -59,3 +59,22 @@ func TestTrailValuesEncoding(t *testing.T) {
 		t.Errorf("encoded values are %d bytes, want <= %d", got, MaxTrailValuesLen)
 	}
 }
+
+// BenchmarkTrailValues is the cost a consuming request pays to record
+// what it would block (the seed's push policy: one content value).
+func BenchmarkTrailValues(b *testing.B) {
+	p, err := NewPolicy("push", []Rule{
+		SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Subject{"user": "18829340001", "content": Fingerprint("hello")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if trailValues(p, s) == "" {
+			b.Fatal("no values")
+		}
+	}
+}
