@@ -355,6 +355,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		}
 	}
 	live.Blocked = s.blockedFor(ctx, p, subj, ins, canReset)
+	live.Unrecorded = unrecorded(ins)
 	live.Denials = groupDenials(p, subj, ins.Denials, ins.At, canReset)
 	live.TrailNote = trailNote(ins)
 	return live

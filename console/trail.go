@@ -209,6 +209,19 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 	return out
 }
 
+// unrecorded names the skipped rules with a denial still in force in the
+// trail whose values were not recorded (entries written before values
+// were): the subject may be blocked for values the page cannot name.
+func unrecorded(ins sdk.Inspection) []string {
+	var out []string
+	for _, d := range ins.Denials {
+		if len(d.Values) == 0 && !d.CostTooHigh && slices.Contains(ins.Skipped, d.Rule) && d.Until().After(ins.At) && !slices.Contains(out, d.Rule) {
+			out = append(out, d.Rule)
+		}
+	}
+	return out
+}
+
 // groupDenials turns a trail (newest first) into rows, grouping identical
 // consecutive denied attempts: an attempt is the entries of one instant
 // (one per denying rule), and consecutive attempts with the same entries

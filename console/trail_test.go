@@ -83,7 +83,7 @@ func TestVerdictOtherDimensions(t *testing.T) {
 		}
 		// The trail still holds the denial; the live check drops it.
 		v := verdictOf(t, readBody(t, f.do(t, req{path: page, bearer: adminToken})))
-		if strings.Contains(v, "Blocked") || !strings.Contains(v, "A request now would pass <strong>burst</strong>") || !strings.Contains(v, "no block by them still in force") {
+		if strings.Contains(v, "Blocked") || !strings.Contains(v, "A request now would pass <strong>burst</strong>") || !strings.Contains(v, "no block by it still in force") {
 			t.Errorf("verdict after the reset = %s, want no block and the scope said", v)
 		}
 		e := f.audit.Entries()
@@ -97,7 +97,7 @@ func TestVerdictOtherDimensions(t *testing.T) {
 		g.allow(t, "api", spring, 4)
 		g.clock.Advance(16 * time.Hour) // the next Shanghai day
 		v := verdictOf(t, readBody(t, g.do(t, req{path: page})))
-		if strings.Contains(v, "Blocked") || !strings.Contains(v, "no block by them still in force") {
+		if strings.Contains(v, "Blocked") || !strings.Contains(v, "no block by it still in force") {
 			t.Errorf("verdict the next day = %s, want no block", v)
 		}
 	})
@@ -241,5 +241,32 @@ func TestFingerprintHelper(t *testing.T) {
 	res = f.do(t, req{method: http.MethodPost, path: "/fingerprint", form: url.Values{"policy": {"push"}, "fp_dim": {"content"}, "fp_text": {text}}, cookies: []*http.Cookie{cs}, bearer: viewerToken})
 	if res.StatusCode != http.StatusForbidden {
 		t.Errorf("POST /fingerprint without CSRF = %d, want 403", res.StatusCode)
+	}
+}
+
+// TestVerdictUnrecordedValues: a denial in force in a trail entry without
+// values (written before values were recorded) keeps the verdict from
+// saying the skipped rules block nothing.
+func TestVerdictUnrecordedValues(t *testing.T) {
+	at := t0
+	ins := sdk.Inspection{
+		At:      at,
+		Skipped: []string{"content-59s"},
+		Denials: []sdk.Denial{
+			{At: at.Add(-10 * time.Second), Rule: "content-59s", RetryAfter: time.Minute},
+			{At: at.Add(-time.Hour), Rule: "content-59m", RetryAfter: time.Minute}, // over
+		},
+	}
+	if got := unrecorded(ins); len(got) != 1 || got[0] != "content-59s" {
+		t.Fatalf("unrecorded(…) = %q, want [content-59s]", got)
+	}
+	var b strings.Builder
+	l := SubjectLive{Allowed: true, Evaluated: []string{"recv-1m"}, Skipped: ins.Skipped, Missing: []string{"content"}, Unrecorded: unrecorded(ins)}
+	if err := SubjectLiveBody(l).Render(t.Context(), &b); err != nil {
+		t.Fatal(err)
+	}
+	v := verdictOf(t, b.String())
+	if strings.Contains(v, "no block by") || !strings.Contains(v, `may be <span class="bad">denied for some values</span> of <strong>content</strong>`) || !strings.Contains(v, `id="unrecorded"`) {
+		t.Errorf("verdict = %s, want the unrecorded block said", v)
 	}
 }

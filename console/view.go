@@ -102,6 +102,9 @@ type SubjectLive struct {
 	// Blocked are the values of other dimensions the subject is still
 	// blocked for, by skipped rules (from the trail, re-checked live).
 	Blocked   []Blocked
+	// Unrecorded names skipped rules with a denial still in force whose
+	// values the trail did not record.
+	Unrecorded []string
 	Denials   []DenialRow
 	TrailNote string // how far back the trail goes
 	TrailKey  string
