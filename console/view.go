@@ -101,15 +101,15 @@ type SubjectLive struct {
 	Missing []string
 	// Blocked are the values of other dimensions the subject is still
 	// blocked for, by skipped rules (from the trail, re-checked live).
-	Blocked   []Blocked
+	Blocked []Blocked
 	// Unrecorded names skipped rules with a denial still in force whose
 	// values the trail did not record.
 	Unrecorded []string
-	Denials   []DenialRow
-	TrailNote string // how far back the trail goes
-	TrailKey  string
-	HoldKey   string
-	Error     string
+	Denials    []DenialRow
+	TrailNote  string // how far back the trail goes
+	TrailKey   string
+	HoldKey    string
+	Error      string
 	// Unavailable: the error is the backend's, not the input's.
 	Unavailable bool
 	Backend     string
