@@ -126,6 +126,7 @@ func TestE2EContentBlock(t *testing.T) {
 	run(t, ctx, "fingerprint submit", chromedp.Click(chromedp.ID("fp-submit")), chromedp.WaitVisible(chromedp.ID("fp-result")))
 	waitContains(t, ctx, "#fp-result", "content = "+fp+" is sdk.Fingerprint of the text you entered")
 	waitContains(t, ctx, "#verdict", "denied by content-59s")
+	screenshot(t, ctx, "subject-pair.png")
 
 	// Back to the user's page; reset the pair from the verdict's link.
 	run(t, ctx, "user page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.ID("blocked")))
@@ -145,6 +146,7 @@ func TestE2EContentBlock(t *testing.T) {
 	run(t, ctx, "user page after the reset", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.ID("verdict")))
 	waitContains(t, ctx, "#verdict", "A request now would pass recv-1m, recv-24h")
 	waitContains(t, ctx, "#verdict-scope", "no block by them still in force")
+	screenshot(t, ctx, "subject-after-pair-reset.png")
 	if n := evalInt(t, ctx, `document.querySelectorAll('#blocked').length`); n != 0 {
 		t.Errorf("after the pair's reset the verdict still lists %d blocks", n)
 	}
