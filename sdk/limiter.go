@@ -191,9 +191,12 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 }
 
 // Inspect reports the state of s under p without consuming anything: each
-// rule as a cost-1 peek, and the recent denials. s must give the shard
-// dimensions (ShardBy); rules needing other dimensions s lacks are listed
-// in Skipped. A backend failure is always returned as an error.
+// rule as a cost-1 peek, and the recent denials (each with the values it
+// blocked, Denial.Values) with how far back they go (TrailFull,
+// TrailSince). s must give the shard dimensions (ShardBy); rules needing
+// other dimensions s lacks are listed in Skipped: a denial in the trail by
+// one of them, with its Values, says which values may still be blocked. A
+// backend failure is always returned as an error.
 func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
 	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
