@@ -87,6 +87,9 @@ type DenialJSON struct {
 	Cost         int64     `json:"cost"`
 	RetryAfterMS int64     `json:"retry_after_ms"`
 	CostTooHigh  bool      `json:"cost_too_high,omitempty"`
+	// Values are the attempt's values beyond the shard ones: what was
+	// blocked (e.g. {"content": "<fingerprint>"}).
+	Values map[string]string `json:"values,omitempty"`
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -362,7 +365,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	for _, d := range ins.Denials {
 		out.Denials = append(out.Denials, DenialJSON{
 			At: d.At, Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
-			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh,
+			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh, Values: d.Values,
 		})
 	}
 	return c.JSON(http.StatusOK, out)

@@ -309,6 +309,7 @@ func (s *Server) routes() *echo.Echo {
 	get("/live/overview", s.overviewLive, viewer)
 	get("/subject", s.subject, viewer)
 	get("/live/subject", s.subjectLive, viewer)
+	e.POST("/fingerprint", s.fingerprint, viewer)
 	get("/policies", s.policiesPage, viewer)
 	get("/audit", s.auditPage, viewer)
 	get("/reset", s.resetConfirm, admin)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,8 +44,8 @@ func chromiumPath() string {
 // TestE2EBrowser drives the console in headless Chromium: an admin looks a
 // subject up, watches its counters rise as the service calls Allow, sees
 // the denial and its rule, and resets the subject after confirming; a
-// viewer can do none of the resetting. With FREQCAP_SCREENSHOT=path it
-// writes a screenshot of the subject page there (docs/console.png).
+// viewer can do none of the resetting. (TestE2EContentBlock writes the
+// README's screenshot.)
 func TestE2EBrowser(t *testing.T) {
 	chrome := chromiumPath()
 	if chrome == "" {
@@ -177,26 +176,11 @@ func TestE2EBrowser(t *testing.T) {
 		t.Fatalf("audit log = %+v, want one reset of %s by an admin", e, user)
 	}
 
-	// Traffic after the reset, for the screenshot: counters and a fresh
-	// denial.
+	// Traffic after the reset: counters and a fresh denial.
 	allow(3)
 	waitText(t, ctx, ruleCell("recv-1m", "used"), "2")
 	waitText(t, ctx, "#trail tbody tr:first-child td.rule", "content-59s")
 	waitContains(t, ctx, "#verdict", "denied by content-59s")
-	if path := os.Getenv("FREQCAP_SCREENSHOT"); path != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		if !filepath.IsAbs(path) {
-			// Relative to the repository root, not to the package.
-			path = filepath.Join("..", path)
-		}
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatalf("writing the screenshot: %v", err)
-		}
-		t.Logf("screenshot written to %s (%d bytes)", path, len(png))
-	}
 
 	// 5. A viewer, in a separate browser context (its own cookies), sees
 	// the counters but cannot reset.

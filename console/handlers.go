@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,6 +187,10 @@ func (s *Server) subject(c echo.Context) error {
 		Query:    subjectQuery(p.Name(), subj),
 		Looked:   len(subj) > 0,
 		CanReset: identityOf(c).Role >= RoleAdmin,
+		FPDims:   fingerprintDims(p),
+	}
+	if d := c.QueryParam("fp"); slices.Contains(v.FPDims, d) && subj[d] != "" {
+		v.FPDone = d
 	}
 	for _, f := range fields {
 		if f.Value != "" {
@@ -214,7 +219,7 @@ func (s *Server) subject(c echo.Context) error {
 	}
 	status := http.StatusOK
 	if v.Looked {
-		v.Live = s.subjectLiveView(c.Request().Context(), p, subj)
+		v.Live = s.subjectLiveView(c.Request().Context(), p, subj, v.CanReset)
 		switch {
 		case v.Live.Unavailable:
 			v.Error, status = v.Live.Error, http.StatusServiceUnavailable
@@ -223,6 +228,36 @@ func (s *Server) subject(c echo.Context) error {
 		}
 	}
 	return render(c, status, views.SubjectPage(v))
+}
+
+// maxFingerprintText bounds the fingerprint helper's text, in bytes (the
+// form body is bounded by maxBody too).
+const maxFingerprintText = 60000
+
+// fingerprint is POST /fingerprint, the fingerprint helper: it computes
+// sdk.Fingerprint of the text typed and sends the browser to the subject
+// page with that value in the chosen dimension, beside the subject's other
+// values. The text is posted, so that it never enters a URL or a log; it
+// is not kept.
+func (s *Server) fingerprint(c echo.Context) error {
+	p, err := s.policyParam(c.FormValue("policy"))
+	if err != nil {
+		return err
+	}
+	dim := c.FormValue("fp_dim")
+	if !slices.Contains(fingerprintDims(p), dim) {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("policy %q has no such dimension taking fingerprints", p.Name()))
+	}
+	text := c.FormValue("fp_text")
+	switch {
+	case text == "":
+		return echo.NewHTTPError(http.StatusBadRequest, "enter the text to fingerprint")
+	case len(text) > maxFingerprintText:
+		return echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("the text is longer than %d bytes", maxFingerprintText))
+	}
+	subj, _ := subjectFrom(p, c.FormValue)
+	subj[dim] = sdk.Fingerprint(text)
+	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&fp="+url.QueryEscape(dim))
 }
 
 // subjectAuditRows is how many audit entries the subject page shows.
@@ -234,13 +269,14 @@ func (s *Server) subjectLive(c echo.Context) error {
 		return err
 	}
 	subj, _ := subjectFrom(p, c.QueryParam)
-	return render(c, http.StatusOK, views.SubjectLiveBody(s.subjectLiveView(c.Request().Context(), p, subj)))
+	canReset := identityOf(c).Role >= RoleAdmin
+	return render(c, http.StatusOK, views.SubjectLiveBody(s.subjectLiveView(c.Request().Context(), p, subj, canReset)))
 }
 
 // subjectLiveView inspects subj under p. Input errors are shown in the
 // view; backend errors too (the page stays useful for the other parts).
-func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject) views.SubjectLive {
-	live := views.SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now())}
+func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Subject, canReset bool) views.SubjectLive {
+	live := views.SubjectLive{URL: "/live/subject?" + subjectQuery(p.Name(), subj), Refreshed: fmtTime(s.now()), CanReset: canReset}
 	if err := checkSubject(subj); err != nil {
 		live.Error = err.Error()
 		return live
@@ -300,6 +336,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		if i < len(keys) {
 			row.Key = keys[i]
 		}
+		live.Evaluated = append(live.Evaluated, rd.Rule)
 		if !rd.Allowed {
 			live.Allowed = false
 			live.Blocking = append(live.Blocking, rd.Rule)
@@ -310,20 +347,22 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	live.RetryIn = fmtCountdown(retry)
 	live.Skipped = ins.Skipped
 	if n := len(ins.Rules); len(keys) >= n+2 {
-		live.TrailKey, live.HoldKey = keys[n], keys[n+1]
+		live.TrailKey, live.ReservationKey = keys[n], keys[n+1]
 	}
-	for _, d := range ins.Denials {
-		live.Denials = append(live.Denials, views.DenialRow{
-			At:          fmtTime(d.At),
-			Ago:         fmtAgo(d.At, ins.At),
-			Rule:        d.Rule,
-			Used:        d.Used,
-			Limit:       d.Limit,
-			Cost:        d.Cost,
-			RetryAfter:  fmtCountdown(d.RetryAfter),
-			CostTooHigh: d.CostTooHigh,
-		})
+	for _, r := range p.Rules() {
+		if !slices.Contains(ins.Skipped, r.Name) {
+			continue
+		}
+		for _, d := range r.Dimensions {
+			if subj[d] == "" && !slices.Contains(live.Missing, d) {
+				live.Missing = append(live.Missing, d)
+			}
+		}
 	}
+	live.Blocked = s.blockedFor(ctx, p, subj, ins, canReset)
+	live.Unrecorded = unrecorded(ins)
+	live.Denials = groupDenials(p, subj, ins.Denials, ins.At, canReset)
+	live.TrailNote = trailNote(ins)
 	return live
 }
 
@@ -368,7 +407,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			pd.Rules = append(pd.Rules, row)
 		}
 		if len(keys) >= len(rules)+2 {
-			pd.TrailKey, pd.HoldKey = keys[len(rules)], keys[len(rules)+1]
+			pd.TrailKey, pd.ReservationKey = keys[len(rules)], keys[len(rules)+1]
 		}
 		v.Policies = append(v.Policies, pd)
 	}

@@ -36,11 +36,14 @@
 -- ARGV[ib+1]  ik: index of the idempotency record key in KEYS, 0 = none
 --             (ops t and r only)
 -- ARGV[ib+2]  the record's TTL, ms
+-- ARGV[ib+3]  trail: the attempt's values (driver.Request.TrailValues,
+--             opaque, never holding '|'), "" = none
 --
 -- Reply: array {allowed 0|1, now µs, then 4 integers per rule:
 --   flags (1 = allowed, 2 = cost too high), used, reset-after µs,
 --   retry-after µs; then (op i) the trail entries, newest first, strings
---   "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1"}.
+--   "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1", then
+--   "|values" when ARGV[ib+3] is not empty}.
 -- The caller knows each rule's limit, hence remaining = max(0, limit-used).
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
@@ -461,6 +464,8 @@ res[1] = allowed and 1 or 0
 if not allowed and consume and tk > 0 and tonumber(ARGV[6]) > 0 then
   local tkey = KEYS[tk]
   local at = string.format('%d', now)
+  local tv = ARGV[ib + 3] or ''
+  if tv ~= '' then tv = '|' .. tv end
   local ent = {}
   for r = n, 1, -1 do
     local o = 3 + (r - 1) * 4
@@ -468,7 +473,7 @@ if not allowed and consume and tk > 0 and tonumber(ARGV[6]) > 0 then
     if fl ~= 1 then
       local b = A + (r - 1) * 5
       ent[#ent + 1] = string.format('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[8], ARGV[b + 2],
-        res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2)
+        res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
     end
   end
   redis.call('LPUSH', tkey, unpack(ent))

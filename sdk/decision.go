@@ -86,8 +86,27 @@ type Inspection struct {
 	// Skipped names the rules needing dimension values the subject lacks.
 	Skipped []string
 	// Denials are the subject's recent denials under the policy, newest
-	// first.
+	// first: at most TrailMax of them.
 	Denials []Denial
+	// TrailMax and TrailTTL are the policy's trail settings: the trail
+	// keeps the newest TrailMax denials, and is dropped TrailTTL after the
+	// last one.
+	TrailMax int
+	TrailTTL time.Duration
+	// TrailFull reports that the trail holds TrailMax entries, so older
+	// denials may have been dropped: it goes back to the oldest entry's
+	// time only. When it is not full it holds every denial since its
+	// oldest entry, and there was none in the TrailTTL before that one.
+	TrailFull bool
+}
+
+// TrailSince returns the time of the oldest denial in the trail (zero
+// when it is empty): how far back the trail goes.
+func (in Inspection) TrailSince() time.Time {
+	if len(in.Denials) == 0 {
+		return time.Time{}
+	}
+	return in.Denials[len(in.Denials)-1].At
 }
 
 // Denial is one entry of a denial trail: an attempt that some rule
@@ -102,7 +121,20 @@ type Denial struct {
 	RetryAfter time.Duration
 	// CostTooHigh: the cost could never fit; RetryAfter is zero.
 	CostTooHigh bool
+	// Values are the attempt's values of the policy's dimensions other
+	// than the shard ones (e.g. "content": a fingerprint): what was
+	// blocked. Nil when the attempt gave none, and for entries written
+	// before values were recorded. At most MaxTrailValues of them.
+	Values map[string]string
+	// ValuesPartial reports that some of the attempt's values were left
+	// out of the entry (more than MaxTrailValues, or more than
+	// MaxTrailValuesLen bytes escaped).
+	ValuesPartial bool
 }
+
+// Until is when the rule that denied would admit the cost again, if
+// nothing more were taken: At + RetryAfter (At for CostTooHigh).
+func (d Denial) Until() time.Time { return d.At.Add(d.RetryAfter) }
 
 // denials converts a driver trail.
 func denials(tr []driver.Denial) []Denial {
@@ -111,7 +143,12 @@ func denials(tr []driver.Denial) []Denial {
 	}
 	out := make([]Denial, len(tr))
 	for i, d := range tr {
-		out[i] = Denial(d)
+		out[i] = Denial{
+			At: d.At, Policy: d.Policy, Rule: d.Rule,
+			Used: d.Used, Limit: d.Limit, Cost: d.Cost,
+			RetryAfter: d.RetryAfter, CostTooHigh: d.CostTooHigh,
+		}
+		out[i].Values, out[i].ValuesPartial = parseTrailValues(d.Values)
 	}
 	return out
 }

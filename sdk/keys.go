@@ -16,10 +16,13 @@ const hexDigits = "0123456789ABCDEF"
 // bytes below 0x21 or equal to 0x7f become %XX; everything else (unicode
 // included) passes unchanged. The result never contains a brace or a
 // colon, and distinct values give distinct results.
-func escapeValue(v string) string {
+func escapeValue(v string) string { return escapeWith(v, mustEscape) }
+
+// escapeWith replaces every byte of v for which esc is true by %XX.
+func escapeWith(v string, esc func(byte) bool) string {
 	n := 0
 	for i := 0; i < len(v); i++ {
-		if mustEscape(v[i]) {
+		if esc(v[i]) {
 			n++
 		}
 	}
@@ -30,7 +33,7 @@ func escapeValue(v string) string {
 	b.Grow(len(v) + 2*n)
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if mustEscape(c) {
+		if esc(c) {
 			b.WriteByte('%')
 			b.WriteByte(hexDigits[c>>4])
 			b.WriteByte(hexDigits[c&15])
@@ -71,6 +74,7 @@ type resolved struct {
 	rules          []driver.Rule
 	skipped        []string // rules left out (partial subjects only)
 	base           string   // the start of every key: "<prefix>:{<shard values>}:<policy>:"
+	subject        Subject  // the subject resolved (for the trail's values)
 	trailKey       string
 	reservationKey string
 }
@@ -103,6 +107,7 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 	b.WriteByte(':')
 	base := b.String()
 	res.base = base
+	res.subject = s
 	res.trailKey = base + "!t"
 	res.reservationKey = base + "!h"
 	res.rules = make([]driver.Rule, 0, len(p.rules))

@@ -194,11 +194,13 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 }
 
 // Inspect reports the state of s under p without consuming anything: each
-// rule as a cost-1 peek, and the recent denials. s must give the shard
-// dimensions (ShardBy); rules needing other dimensions s lacks are listed
-// in Skipped. A backend failure is always returned as an error. The
-// backend must support inspection (the memory and Redis backends do), else
-// the error wraps errors.ErrUnsupported.
+// rule as a cost-1 peek, and the recent denials (each with the values it
+// blocked, Denial.Values) with how far back they go (TrailFull,
+// TrailSince). s must give the shard dimensions (ShardBy); rules needing
+// other dimensions s lacks are listed in Skipped: a denial in the trail by
+// one of them, with its Values, says which values may still be blocked. A
+// backend failure is always returned as an error. The backend must support inspection (the memory and Redis
+// backends do), else the error wraps errors.ErrUnsupported.
 func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err
@@ -217,13 +219,17 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	}
 	d := decide(p.name, res.rules, r)
 	l.emit(Event{Policy: p.name, Op: "inspect", Decision: d, Latency: lat})
-	return Inspection{
-		Policy:  p.name,
-		At:      r.Now,
-		Rules:   d.Rules,
-		Skipped: res.skipped,
-		Denials: denials(r.Trail),
-	}, nil
+	in := Inspection{
+		Policy:   p.name,
+		At:       r.Now,
+		Rules:    d.Rules,
+		Skipped:  res.skipped,
+		Denials:  denials(r.Trail),
+		TrailMax: p.trailMax,
+		TrailTTL: p.trailTTL,
+	}
+	in.TrailFull = p.trailMax > 0 && len(in.Denials) >= p.trailMax
+	return in, nil
 }
 
 // Description is a backend's account of itself: what it is, where it
@@ -298,6 +304,10 @@ func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a 
 
 // request builds the driver request for res.
 func (l *Limiter) request(p *Policy, res resolved, n int64) driver.Request {
+	var tv string
+	if p.trailMax > 0 {
+		tv = trailValues(p, res.subject)
+	}
 	return driver.Request{
 		Policy:         p.name,
 		Rules:          res.rules,
@@ -305,6 +315,7 @@ func (l *Limiter) request(p *Policy, res resolved, n int64) driver.Request {
 		TrailKey:       res.trailKey,
 		TrailMax:       p.trailMax,
 		TrailTTL:       p.trailTTL,
+		TrailValues:    tv,
 		ReservationKey: res.reservationKey,
 	}
 }

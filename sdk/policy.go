@@ -11,7 +11,7 @@ import (
 // Trail defaults: the number of denials kept per subject and policy, and
 // how long the trail lives after the last denial.
 const (
-	DefaultTrailMax = 20
+	DefaultTrailMax = 100
 	DefaultTrailTTL = 24 * time.Hour
 )
 

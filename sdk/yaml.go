@@ -20,7 +20,7 @@ import (
 //	policies:
 //	  - name: push
 //	    failure: open          # open | closed (default closed)
-//	    trail: {max: 20, ttl: 24h}
+//	    trail: {max: 100, ttl: 24h}
 //	    rules:
 //	      - {name: recv-1m, algorithm: sliding_window, limit: 15, window: 1m, by: [user]}
 //	      - {name: content-59s, algorithm: sliding_window, limit: 2, window: 59s, by: [user, content]}

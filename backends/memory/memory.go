@@ -386,6 +386,7 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 			At: x.now, Policy: req.Policy, Rule: req.Rules[i].Name,
 			Used: rr.Used, Limit: rr.Limit, Cost: cost,
 			RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
+			Values: req.TrailValues,
 		})
 	}
 	slices.Reverse(add)

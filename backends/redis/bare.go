@@ -214,8 +214,12 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 				if br.res[0] == 1 {
 					continue
 				}
-				ent = append(ent, fmt.Sprintf("%s|%s|%s|%d|%d|%d|%d|%d", at, req.Policy, br.r.Name,
-					br.res[1], br.r.Limit, c, br.res[3], br.res[0]/2))
+				e := fmt.Sprintf("%s|%s|%s|%d|%d|%d|%d|%d", at, req.Policy, br.r.Name,
+					br.res[1], br.r.Limit, c, br.res[3], br.res[0]/2)
+				if req.TrailValues != "" {
+					e += "|" + req.TrailValues
+				}
+				ent = append(ent, e)
 			}
 			p.LPush(ctx, req.TrailKey, ent...)
 			p.LTrim(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +75,76 @@ func seedRequests(prefix string) []request {
 		reqs[i].TrailMax, reqs[i].TrailTTL = 20, 24*time.Hour
 	}
 	return reqs
+}
+
+// BenchmarkTrail is a denied take that writes one trail entry (with a
+// content value) to a full trail of max entries, then an inspection that
+// reads it back: the cost of a longer trail. It reports the trail key's
+// MEMORY USAGE. go test -run '^$' -bench Trail ./backends/redis/
+func BenchmarkTrail(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	be := New(c, nil)
+	ctx := context.Background()
+	for _, max := range []int{20, 50, 100, 200} {
+		s := subject{base: "fcb:{trail" + strconv.Itoa(max) + "}:push:"}
+		deny := s.request(opTake, 1, s.fixed("one", 1, time.Hour))
+		deny.TrailMax, deny.TrailTTL = max, time.Hour
+		deny.TrailValues = "content=abcdefghijklmnop"
+		ins := deny
+		ins.op = opInspect
+		for range max + 1 { // the first is allowed, then max denials fill the trail
+			if _, err := be.Take(ctx, deny.Request); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, op := range []struct {
+			name string
+			req  request
+		}{{"deny", deny}, {"inspect", ins}} {
+			b.Run(op.name+"/max="+strconv.Itoa(max), func(b *testing.B) {
+				b.ReportAllocs()
+				if err := c.ConfigResetStat(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < b.N; i++ {
+					if _, err := be.decide(ctx, op.req.op, op.req.Request); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(scriptMicros(b, c), "server-µs/op")
+				mem, err := c.MemoryUsage(ctx, s.trail()).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(mem), "trail-bytes")
+			})
+		}
+	}
+}
+
+// scriptMicros reads the server's mean time per EVALSHA since the last
+// CONFIG RESETSTAT (INFO commandstats), in µs.
+func scriptMicros(b *testing.B, c *goredis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line), ",") {
+			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return x
+			}
+		}
+	}
+	b.Fatal("INFO commandstats: no evalsha")
+	return 0
 }

@@ -146,7 +146,7 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 		hdr = reserveHeaderArgs
 	}
 	keys := make([]string, 0, nk)
-	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+2)
+	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+3)
 	choices := make([]ruleChoice, n)
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -210,7 +210,7 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 			return call{}, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
 		}
 	}
-	args = append(args, ik, ceilMillis(req.IdemTTL))
+	args = append(args, ik, ceilMillis(req.IdemTTL), req.TrailValues)
 	return call{keys: keys, args: args, rules: choices}, nil
 }
 

@@ -524,12 +524,14 @@ func TestBareTairHash(t *testing.T) {
 		}
 	}
 	check("take 2", take(t, b, s.request(opTake, 2, a, bb)), true, 2, 2)
-	check("take 2 (b denies)", take(t, b, s.request(opTake, 2, a, bb)), false, 2, 2)
+	denied := s.request(opTake, 2, a, bb)
+	denied.TrailValues = "content=x%7Cy" // stored verbatim in the trail entry
+	check("take 2 (b denies)", take(t, b, denied), false, 2, 2)
 	check("peek 1", take(t, b, s.request(opPeek, 1, a, bb)), true, 2, 2)
 	check("take 1", take(t, b, s.request(opTake, 1, a, bb)), true, 3, 3)
 	res := take(t, b, s.request(opInspect, 0, a, bb))
-	if len(res.Trail) != 1 || res.Trail[0].Rule != "b" || res.Trail[0].Used != 2 || res.Trail[0].Cost != 2 {
-		t.Errorf("Inspect trail = %+v, want one denial by b (used 2, cost 2)", res.Trail)
+	if len(res.Trail) != 1 || res.Trail[0].Rule != "b" || res.Trail[0].Used != 2 || res.Trail[0].Cost != 2 || res.Trail[0].Values != "content=x%7Cy" {
+		t.Errorf("Inspect trail = %+v, want one denial by b (used 2, cost 2, the request's values)", res.Trail)
 	}
 
 	// The MAX bound on b's key (b holds 3 of 3 in this cell).

@@ -120,11 +120,12 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 }
 
 // parseDenial decodes one trail entry:
-// "at µs|policy|rule|used|limit|cost|retry µs|ctl".
+// "at µs|policy|rule|used|limit|cost|retry µs|ctl", then "|values" when
+// the request had TrailValues (entries written before have 8 fields).
 func parseDenial(s string) (driver.Denial, error) {
 	f := strings.Split(s, "|")
-	if len(f) != 8 {
-		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 fields, got %d", len(f))
+	if len(f) != 8 && len(f) != 9 {
+		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 or 9 fields, got %d", len(f))
 	}
 	var ints [8]int64
 	for _, i := range []int{0, 3, 4, 5, 6, 7} {
@@ -134,7 +135,12 @@ func parseDenial(s string) (driver.Denial, error) {
 		}
 		ints[i] = n
 	}
+	var values string
+	if len(f) == 9 {
+		values = f[8]
+	}
 	return driver.Denial{
+		Values:      values,
 		At:          time.UnixMicro(ints[0]),
 		Policy:      f[1],
 		Rule:        f[2],

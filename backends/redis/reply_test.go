@@ -44,6 +44,13 @@ func TestParseTake(t *testing.T) {
 				t.Errorf("parseTake trail = %+v, want [%+v]", r.Trail, want)
 			}
 		}},
+		{name: "trail with values", v: append(append([]any{}, ok...), "1700000000000000|push|content-59s|2|2|1|2500|0|content=a%7Cb%2C"), check: func(t *testing.T, r driver.Result) {
+			want := driver.Denial{At: time.UnixMicro(1700000000000000), Policy: "push", Rule: "content-59s", Used: 2, Limit: 2, Cost: 1, RetryAfter: 2500 * time.Microsecond, Values: "content=a%7Cb%2C"}
+			if len(r.Trail) != 1 || r.Trail[0] != want {
+				t.Errorf("parseTake trail = %+v, want [%+v]", r.Trail, want)
+			}
+		}},
+		{name: "trail long entry", v: append(append([]any{}, ok...), "1|p|r|1|1|1|1|0|v|w"), wantErr: "want 8 or 9 fields"},
 		{name: "not an array", v: "OK", wantErr: "want an array"},
 		{name: "too short", v: ok[:5], wantErr: "want at least 6"},
 		{name: "replayed reserve", v: append(append([]any{int64(3)}, ok[1:]...), "h1"), check: func(t *testing.T, r driver.Result) {
@@ -58,7 +65,7 @@ func TestParseTake(t *testing.T) {
 		{name: "nil element", v: append([]any{int64(1), int64(1), nil}, rule[1:]...), wantErr: "rule 0"},
 		{name: "float element", v: append([]any{int64(1), 1.5}, rule...), wantErr: "want an integer, got float64"},
 		{name: "trail not a string", v: append(append([]any{}, ok...), int64(3)), wantErr: "want a string"},
-		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 fields"},
+		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 or 9 fields"},
 		{name: "trail bad number", v: append(append([]any{}, ok...), "1|p|r|x|1|1|1|0"), wantErr: "field 3"},
 	}
 	for _, tc := range tests {

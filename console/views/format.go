@@ -47,3 +47,37 @@ func shownOf(matched, shown int) string {
 	}
 	return ", the newest " + strconv.Itoa(shown) + " shown"
 }
+
+// Blocked is a (values, rule) pair the subject is blocked for: a rule the
+// page could not evaluate (it needs dimension values not given) that
+// denied the subject with these values, and still would.
+type Blocked struct {
+	Values  []Field // the other dimensions' values, in policy order
+	Rule    string
+	Until   string // when the rule admits again, UTC
+	RetryIn string
+	// Live: re-checked now with a Peek of the exact subject; else only
+	// the trail says so (the re-check was skipped or failed).
+	Live     bool
+	URL      string    // the subject page of the exact subject
+	ResetURL string    // the reset of the exact subject ("" for viewers)
+	UntilAt  time.Time // Until, for sorting
+}
+
+// fieldValue returns the value of the field named name.
+func fieldValue(fs []Field, name string) string {
+	for _, f := range fs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

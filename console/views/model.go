@@ -42,6 +42,11 @@ type SubjectView struct {
 	Given    []Field      // the dimension values looked up
 	Audit    []AuditEntry // this subject's recent entries
 	AuditURL string       // the audit page for this subject
+	// FPDims are the policy's dimensions that take fingerprints: the
+	// fingerprint helper is shown for them only.
+	FPDims []string
+	// FPDone names the dimension whose value the helper just computed.
+	FPDone string
 }
 
 // AuditView is the audit page.
@@ -57,19 +62,32 @@ type AuditView struct {
 // SubjectLive is the part of the subject page that refreshes itself.
 type SubjectLive struct {
 	URL      string
-	Allowed  bool
+	Allowed  bool     // every rule evaluated (Rules) would admit a request now
 	Blocking []string // rules that would deny a request now
 	RetryIn  string
 	Rules    []RuleRow
-	Skipped  []string
-	Denials  []DenialRow
-	TrailKey string
-	HoldKey  string
-	Error    string
+	Skipped  []string // rules not evaluated: they need dimensions not given
+	// Evaluated names the rules in Rules.
+	Evaluated []string
+	// Missing names the dimensions the skipped rules need and the
+	// subject does not give.
+	Missing []string
+	// Blocked are the values of other dimensions the subject is still
+	// blocked for, by skipped rules (from the trail, re-checked live).
+	Blocked []Blocked
+	// Unrecorded names skipped rules with a denial still in force whose
+	// values the trail did not record.
+	Unrecorded     []string
+	Denials        []DenialRow
+	TrailNote      string // how far back the trail goes
+	TrailKey       string
+	ReservationKey string
+	Error          string
 	// Unavailable: the error is the backend's, not the input's.
 	Unavailable bool
 	Backend     string
 	Refreshed   string
+	CanReset    bool
 }
 
 // RuleRow is one rule's state for a subject.
@@ -89,7 +107,8 @@ type RuleRow struct {
 	Allowed   bool
 }
 
-// DenialRow is one entry of a denial trail.
+// DenialRow is one entry of a denial trail, or a group of identical
+// consecutive ones (Count > 1: At is the newest, First the oldest).
 type DenialRow struct {
 	At          string
 	Ago         string
@@ -99,6 +118,13 @@ type DenialRow struct {
 	Cost        int64
 	RetryAfter  string
 	CostTooHigh bool
+	Count       int
+	First       string
+	FirstAgo    string
+	Values      []Field // what was blocked: the attempt's other values
+	Partial     bool    // some values were left out of the entry
+	URL         string  // the subject page of the exact subject ("": no values)
+	ResetURL    string  // its reset ("": no values, or not an admin)
 }
 
 // OverviewView is the overview page.
@@ -156,7 +182,7 @@ type PoliciesView struct {
 type PolicyDetail struct {
 	Name, Failure, Dims, ShardBy string
 	Rules                        []PolicyRuleRow
-	TrailKey, HoldKey            string
+	TrailKey, ReservationKey     string
 	LookupURL                    string
 }
 

@@ -166,6 +166,11 @@ type Request struct {
 	TrailKey string
 	TrailMax int
 	TrailTTL time.Duration
+	// TrailValues is what each trail entry this request writes records
+	// of the attempt beyond the shard values (Denial.Values): an opaque
+	// string the sdk encodes (at most 1 KiB, never holding '|' or a line
+	// break), stored and returned verbatim. Empty: none.
+	TrailValues string
 
 	// ReservationKey holds the subject's open reservations under this
 	// policy. Every operation first gives back the units of the lapsed
@@ -251,6 +256,9 @@ type Denial struct {
 	RetryAfter time.Duration
 	// CostTooHigh: the cost could never fit; RetryAfter is zero.
 	CostTooHigh bool
+	// Values is the Request.TrailValues of the denied request, verbatim
+	// ("" for entries written without).
+	Values string
 }
 
 // Clock is a source of time that can also wait: the system clock, or a
