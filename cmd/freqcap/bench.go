@@ -62,7 +62,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -batch, -recorder or -hot: alternate the compared runs this many times (reduces noise on a shared machine); the ratios reported are medians")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -batch, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")

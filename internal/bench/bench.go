@@ -74,7 +74,8 @@ type Config struct {
 	// Prefix is the key prefix (default "bench"); each run uses its own,
 	// Prefix-1, Prefix-2, …
 	Prefix string
-	// Rounds alternates the compared runs this many times (default 1);
+	// Rounds alternates the compared runs this many times (default 1),
+	// every other round in reverse order;
 	// the ratios reported are then medians.
 	Rounds int
 	// Batch also runs TakeBatch of Batch attempts per call and reports
@@ -318,7 +319,18 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			fmt.Fprintf(w, "round %d/%d\n", i+1, rounds)
 		}
 		res := make([]*benchResult, len(runs))
-		for k, r := range runs {
+		// Every other round runs the compared runs in reverse order, so
+		// that what the server accumulates over a round (keys, memory)
+		// weighs on each side alike.
+		order := make([]int, len(runs))
+		for k := range order {
+			order[k] = k
+		}
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, k := range order {
+			r := runs[k]
 			var err error
 			if res[k], err = benchRun(ctx, client, rt, cfg, r.name, r.per, r.decide); err != nil {
 				return err
