@@ -56,6 +56,26 @@ func startBrowser(t *testing.T, w, h int) context.Context {
 	return ctx
 }
 
+// serveConsole serves srv on a free loopback port until the test ends and
+// returns its base URL.
+func serveConsole(t *testing.T, srv *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
 // screenshot writes a full-page screenshot to $FREQCAP_SCREENSHOT_DIR/name
 // (default: the test's temporary directory) and logs where.
 func screenshot(t *testing.T, ctx context.Context, name string) {
@@ -93,20 +113,7 @@ func TestE2EPhone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve() = %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
+	base := serveConsole(t, srv)
 
 	subject := sdk.Subject{"user": "18829340001", "content": sdk.Fingerprint("Your parcel is out for delivery")}
 	for range 3 {

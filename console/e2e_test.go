@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -79,44 +78,9 @@ func TestE2EBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopServer := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stopServer()
-		if err := <-served; err != nil {
-			t.Errorf("Serve() = %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
+	base := serveConsole(t, srv)
 
-	// The browser, with the flags TESTING.md lists.
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // start the browser without a deadline
-		t.Fatalf("starting chromium %s: %v", chrome, err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	ctx := startBrowser(t, 1280, 900)
 
 	user := "18829340001"
 	subject := sdk.Subject{"user": user, "content": sdk.Fingerprint("Your parcel is out for delivery")}
@@ -184,7 +148,7 @@ func TestE2EBrowser(t *testing.T) {
 
 	// 5. A viewer, in a separate browser context (its own cookies), sees
 	// the counters but cannot reset.
-	vctx, cancelViewer := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	vctx, cancelViewer := chromedp.NewContext(ctx, chromedp.WithNewBrowserContext())
 	defer cancelViewer()
 	vctx, cancelV := context.WithTimeout(vctx, 60*time.Second)
 	defer cancelV()
