@@ -344,6 +344,7 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	if o == opInspect && req.TrailKey != "" {
 		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
 			res.Trail = slices.Clone(e.trail)
+			slices.Reverse(res.Trail) // stored oldest first, returned newest first
 		}
 	}
 	return res
@@ -366,8 +367,7 @@ func (x *txn) store(s *shard, e *entry, r driver.Rule, st ruleState) {
 	s.put(e, expiry(st, r), x.now)
 }
 
-// deny records one denial per denying rule in the trail, newest first
-// (rules later in the request are newer, as with Redis' LPUSH).
+// deny records one denial per denying rule in the trail.
 func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	if req.TrailKey == "" || req.TrailMax <= 0 || req.TrailTTL <= 0 {
 		return
@@ -377,24 +377,25 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	if e == nil || e.kind != kindTrail {
 		e = &entry{key: req.TrailKey, kind: kindTrail} // put replaces any other
 	}
-	var add []driver.Denial
+	// The trail is kept oldest first, so that a denial is an append and
+	// not a copy of the whole trail; rules later in the request are newer,
+	// as with Redis' LPUSH. Dropping the oldest re-slices; append's
+	// growth copies only the live entries, so the array stays within
+	// twice TrailMax.
 	for i, rr := range res.Rules {
 		if rr.Allowed {
 			continue
 		}
-		add = append(add, driver.Denial{
+		e.trail = append(e.trail, driver.Denial{
 			At: x.now, Policy: req.Policy, Rule: req.Rules[i].Name,
 			Used: rr.Used, Limit: rr.Limit, Cost: cost,
 			RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
 			Values: req.TrailValues,
 		})
 	}
-	slices.Reverse(add)
-	trail := append(add, e.trail...)
-	if len(trail) > req.TrailMax {
-		trail = trail[:req.TrailMax]
+	if n := len(e.trail); n > req.TrailMax {
+		e.trail = e.trail[n-req.TrailMax:]
 	}
-	e.trail = slices.Clip(trail)
 	s.put(e, x.now.Add(req.TrailTTL), x.now)
 }
 

@@ -48,7 +48,7 @@ type entry struct {
 	sliding      slidingState
 	log          logState
 	tat          time.Time
-	trail        []driver.Denial
+	trail        []driver.Denial // oldest first
 	reservations map[string]*reservation
 	idem         *driver.Result // the stored result of an idempotent request
 }
