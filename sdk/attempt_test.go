@@ -132,11 +132,11 @@ func TestIdempotentReserveMemory(t *testing.T) {
 	a := sdk.Attempt{Subject: s, Cost: 2, IdempotencyKey: "imp-1"}
 	d1, r1, err := lim.Reserve(ctx, p, a, time.Minute)
 	if err != nil || !d1.Allowed || r1 == nil {
-		t.Fatalf("ReserveAttempt(a) = %+v, %v, %v, want allowed", d1, r1, err)
+		t.Fatalf("Reserve(a) = %+v, %v, %v, want allowed", d1, r1, err)
 	}
 	d2, r2, err := lim.Reserve(ctx, p, a, time.Minute)
 	if err != nil || !d2.Replayed || r2 == nil || r2.ID() != r1.ID() {
-		t.Fatalf("ReserveAttempt(a) again = %+v, %v, %v, want replayed with hold %s", d2, r2, err, r1.ID())
+		t.Fatalf("Reserve(a) again = %+v, %v, %v, want replayed with hold %s", d2, r2, err, r1.ID())
 	}
 	if got := used(t, lim, p, s)["daily"]; got != 2 {
 		t.Errorf("used after the replay = %d, want 2 (no second hold)", got)
@@ -157,7 +157,7 @@ func TestIdempotentReserveMemory(t *testing.T) {
 		t.Fatalf("Take(b) = %v", err)
 	}
 	if _, res, err := lim.Reserve(ctx, p, b, time.Minute); !errors.Is(err, sdk.ErrInvalidIdempotencyKey) || res != nil {
-		t.Errorf("ReserveAttempt with a take's key = %v, %v, want %v", res, err, sdk.ErrInvalidIdempotencyKey)
+		t.Errorf("Reserve with a take's key = %v, %v, want %v", res, err, sdk.ErrInvalidIdempotencyKey)
 	}
 }
 

@@ -273,7 +273,7 @@ func TestPeekBatch(t *testing.T) {
 	p := mustPolicy(t, "p", sdk.FixedWindow("f", 2, time.Minute).By("user"))
 	lim := newMemLimiter(t, c)
 	if d, err := lim.Take(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "a"}, Cost: 2}); err != nil || !d.Allowed {
-		t.Fatalf("AllowN(a, 2) = %+v, %v", d, err)
+		t.Fatalf("Take(a, cost 2) = %+v, %v", d, err)
 	}
 	as := []sdk.Attempt{
 		{Subject: sdk.Subject{"user": "a"}},

@@ -14,8 +14,9 @@ import (
 // Decision denies with no rules; it is what the methods return alongside
 // an error (except Wait, which returns its last denial).
 type Decision struct {
-	// Allowed reports whether every rule admitted the cost (and, for Allow,
-	// AllowN, Reserve and Wait, that it was consumed from every rule).
+	// Allowed reports whether every rule admitted the cost (and, for Take,
+	// Allow, TakeBatch, Reserve and Wait, that it was consumed from every
+	// rule).
 	Allowed bool
 	// Policy is the policy's name.
 	Policy string

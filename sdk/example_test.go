@@ -171,7 +171,7 @@ func ExampleLimiter_Keys() {
 	// fc:{u%3A42}:push:!h
 }
 
-// AllowBatch decides a campaign's recipients in one backend call; each
+// TakeBatch decides a campaign's recipients in one backend call; each
 // recipient is decided on its own, and answered in input order. The
 // idempotency keys make the retry after a timeout safe: it gets the first
 // decisions back and consumes nothing more.

@@ -117,7 +117,7 @@ func TestAllowRequest(t *testing.T) {
 	lim := sdk.New(f, sdk.WithPrefix("app"))
 	d, err := lim.Take(context.Background(), p, sdk.Attempt{Subject: sdk.Subject{"user": "u:1", "content": "c{1}", "extra": "ignored"}, Cost: 3})
 	if err != nil {
-		t.Fatalf("AllowN(…) = %v", err)
+		t.Fatalf("Take(…) = %v", err)
 	}
 	req := f.last(t)
 	if req.op != "take" || req.Cost != 3 || req.Policy != "push" {
@@ -148,7 +148,7 @@ func TestAllowRequest(t *testing.T) {
 		}
 	}
 	if !d.Allowed || d.Policy != "push" || !d.At.Equal(fakeNow) || len(d.Rules) != 3 || d.Denied != nil || d.RetryAfter != 0 {
-		t.Errorf("AllowN(…) = %+v, want allowed at %v with 3 rules", d, fakeNow)
+		t.Errorf("Take(…) = %+v, want allowed at %v with 3 rules", d, fakeNow)
 	}
 	if got := lim.Keys(p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
 		t.Errorf("Keys(…) = %q, want the request's keys", got)
@@ -186,7 +186,7 @@ func TestDecisionTranslation(t *testing.T) {
 	}
 	d, err = sdk.New(f).Take(context.Background(), pushPolicy(t), sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}, Cost: 3})
 	if err != nil || !d.CostTooHigh || d.RetryAfter != time.Second || !slices.Equal(d.Denied, []string{"content-59s", "burst"}) {
-		t.Errorf("AllowN(…, 3) = %+v, %v, want cost too high, retry 1s, denied by content-59s and burst", d, err)
+		t.Errorf("Take(…, cost 3) = %+v, %v, want cost too high, retry 1s, denied by content-59s and burst", d, err)
 	}
 
 	f.result = func(req driver.Request) (driver.Result, error) {
@@ -445,7 +445,7 @@ func TestFailurePolicy(t *testing.T) {
 		}
 	})
 	t.Run("open reserve", func(t *testing.T) {
-		b := &erringSettler{errBackend: errBackend{boom}}
+		b := &erringReserver{errBackend: errBackend{boom}}
 		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.FailOpen()), sdk.Attempt{Subject: s}, time.Minute)
 		if err != nil || !d.Degraded || res == nil {
 			t.Fatalf("Reserve(…) = %+v, %v, %v, want degraded with a reservation", d, res, err)
@@ -459,12 +459,12 @@ func TestFailurePolicy(t *testing.T) {
 	})
 }
 
-type erringSettler struct {
+type erringReserver struct {
 	errBackend
 	settles int
 }
 
-func (e *erringSettler) Settle(ctx context.Context, key, id string, commit bool) error {
+func (e *erringReserver) Settle(ctx context.Context, key, id string, commit bool) error {
 	e.settles++
 	return e.err
 }

@@ -109,7 +109,7 @@ func TestCalendarAndGCRAMemory(t *testing.T) {
 	}
 	// GCRA: 15 at once, then one per 2 s; the cost 16 never fits.
 	if d, err := lim.Take(ctx, api, sdk.Attempt{Subject: sdk.Subject{"user": "v", "campaign": "x"}, Cost: 16}); err != nil || d.Allowed || !d.CostTooHigh {
-		t.Errorf("AllowN(16) = %+v, %v, want denied, cost too high", d, err)
+		t.Errorf("Take(cost 16) = %+v, %v, want denied, cost too high", d, err)
 	}
 }
 
