@@ -20,12 +20,15 @@ const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --s
 
 Load test: -workers concurrent callers take decisions of one policy for
 -duration (after -warmup) over -subjects subjects, against the Redis
-deployment named, and print throughput and latency percentiles. -baseline,
--floor, -batch, -hot and -memory add comparison runs (see each flag).
+deployment named, and print throughput and latency percentiles. -raw,
+-baseline, -floor, -batch, -recorder, -hot and -memory add comparison runs
+(see each flag); ratios are computed within the invocation.
 
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is
-its deprecated spelling). Flags take one dash or two.
+its deprecated spelling); -all runs every policy of the file in turn.
+testdata/bench-policies.yaml holds the shapes docs/BENCHMARKS.md compares.
+Flags take one dash or two.
 
 Flags:
 `
@@ -37,6 +40,7 @@ func runBench(args []string) error {
 		cfg                    bench.Config
 		server                 serverFlags
 		policyFile, policyName string
+		all                    bool
 		cpuProfile             string
 	)
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -54,6 +58,7 @@ func runBench(args []string) error {
 	fs.StringVar(&policyFile, "policies", "", "policy `FILE` (YAML), as for freqcap console; default: the seed policies (internal/seed)")
 	fs.StringVar(&policyFile, "policy", "", "deprecated: use --policies")
 	fs.StringVar(&policyName, "name", "", "policy to run from the file (default: the first)")
+	fs.BoolVar(&all, "all", false, "run every policy of the file (or of the seed policies), one after the other (with -raw: each against raw(R) for its own number of rules R)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also run raw(R): one EVALSHA doing INCRBY (PEXPIRE on the first hit) on R keys, R = the policy's rules, deciding nothing, and report the policy's ratio to it")
 	fs.BoolVar(&cfg.Floor, "floor", false, "also run internal/bench/scripts/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on 1, 2 and 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N); implies -baseline")
@@ -101,7 +106,16 @@ func runBench(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if policyFile != "" || policyName != "" {
+	switch {
+	case all && policyName != "":
+		return errors.New("bench: -all and -name exclude each other")
+	case all:
+		ps, err := benchLoadPolicies(policyFile)
+		if err != nil {
+			return err
+		}
+		cfg.Policies = ps
+	case policyFile != "" || policyName != "":
 		p, err := benchLoadPolicy(policyFile, policyName)
 		if err != nil {
 			return err
@@ -123,7 +137,9 @@ func pingAuth(o *goredis.UniversalOptions) error {
 	return checkAuth(context.Background(), c)
 }
 
-func benchLoadPolicy(file, name string) (*sdk.Policy, error) {
+// benchLoadPolicies loads the policies of file (the seed policies when
+// file is empty).
+func benchLoadPolicies(file string) ([]*sdk.Policy, error) {
 	var (
 		ps  []*sdk.Policy
 		err error
@@ -135,6 +151,16 @@ func benchLoadPolicy(file, name string) (*sdk.Policy, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return ps, nil
+}
+
+// benchLoadPolicy returns the policy named name of file (the first when
+// name is empty).
+func benchLoadPolicy(file, name string) (*sdk.Policy, error) {
+	ps, err := benchLoadPolicies(file)
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range ps {
 		if name == "" || p.Name() == name {

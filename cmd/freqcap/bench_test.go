@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,4 +88,34 @@ func captureStderr(t *testing.T, f func() error) (string, error) {
 	w.Close()
 	<-done
 	return buf.String(), ferr
+}
+
+// TestBenchAll: -all runs every policy of the file, each against raw(R)
+// for its own R, in one invocation.
+func TestBenchAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench runs take a few seconds")
+	}
+	addr := redistest.NewServer(t).Addr()
+	args := []string{"-redis", addr, "-workers", "2", "-duration", "100ms", "-warmup", "0", "-subjects", "50",
+		"--policies", "../../testdata/bench-policies.yaml", "-all", "-raw"}
+	out, err := captureStdout(t, func() error { return runBench(args) })
+	if err != nil {
+		t.Fatalf("runBench(%q) = %v, want nil\n%s", args, err, out)
+	}
+	for _, want := range []struct {
+		policy string
+		rules  int
+	}{{"fixed-1", 1}, {"fixed-4", 4}, {"gcra-4", 4}, {"sliding-4", 4}, {"log-4", 4}, {"push", 4}} {
+		l := `(?m)^ratio policy ` + want.policy + ` / raw\(` + strconv.Itoa(want.rules) + `\) INCRBY\+PEXPIRE on [0-9]+ keys: [0-9.]+ `
+		if !regexp.MustCompile(l).MatchString(out) {
+			t.Errorf("runBench(%q): no line matches %s:\n%s", args, l, out)
+		}
+	}
+	if strings.Contains(out, "first error") {
+		t.Errorf("runBench(%q) reported errors:\n%s", args, out)
+	}
+	if err := runBench([]string{"-redis", addr, "-all", "-name", "push"}); err == nil || !strings.Contains(err.Error(), "-all and -name") {
+		t.Errorf("runBench(-all -name) = %v, want an error", err)
+	}
 }

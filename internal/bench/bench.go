@@ -10,6 +10,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type Config struct {
 	// Policy is the policy measured; nil means the seed policy "push"
 	// (internal/seed).
 	Policy *sdk.Policy
+	// Policies, when not empty, are measured one after the other, each as
+	// Policy would be (so with Raw, each against raw(R) for its own R).
+	Policies []*sdk.Policy
 	// Workers is the number of concurrent workers, each one call at a
 	// time: one decision, or one TakeBatch with Batch. Default 64.
 	Workers int
@@ -144,7 +148,20 @@ func (cfg Config) withDefaults() (Config, error) {
 
 // Run runs the benchmark cfg describes against cfg.Redis and writes the
 // report to w. It returns when every run is done, or at the first error.
+// With Policies, it benchmarks each policy in turn, each under its own key
+// prefix (Prefix-<policy>).
 func Run(ctx context.Context, cfg Config, w io.Writer) error {
+	if len(cfg.Policies) > 0 {
+		for _, p := range cfg.Policies {
+			c := cfg
+			c.Policy, c.Policies = p, nil
+			c.Prefix = cmp.Or(cfg.Prefix, "bench") + "-" + p.Name()
+			if err := Run(ctx, c, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
