@@ -5,23 +5,24 @@ import (
 	"strings"
 )
 
-// The values field of a denial trail entry: what was blocked.
-//
-// This file owns its format. The sdk encodes it once per consuming request
+// The values field of a denial trail entry: what was blocked. This file
+// owns its format. The sdk encodes it once per consuming request
 // (driver.Request.TrailValues), a backend stores it verbatim as the last
 // field of each trail entry it writes ("at µs|policy|rule|used|limit|cost|
-// retry µs|ctl|values", docs/DESIGN.md) and returns it verbatim
-// (driver.Denial.Values), and denials decodes it.
-//
-// The field lists the attempt's values of the policy's dimensions other
-// than the shard ones (ShardBy: those are in the trail's key already), in
-// the policy's dimension order, as "name=value" pairs joined by ','. Names
-// and values are escaped as in storage keys (escapeValue) and also '|',
-// ',' and '=' become %XX, so neither the entry's separator nor the pairs'
-// can appear inside them. At most MaxTrailValues pairs are kept, and at
-// most MaxTrailValuesLen bytes: pairs that do not fit are left out and a
-// final "+" says so (Denial.ValuesPartial). An empty field (or an entry
-// written before values were recorded) means no values.
+// retry µs|ctl|values") and returns it verbatim (driver.Denial.Values),
+// and denials decodes it. It lists the attempt's values of the policy's
+// dimensions other than the shard ones (ShardBy: those are in the trail's
+// key already), in the policy's dimension order, as "name=value" pairs
+// joined by ','. Names and values are escaped as in storage keys
+// (escapeValue) and also '|', ',' and '=' become %XX, so neither the
+// entry's separator nor the pairs' can appear inside them. An empty field
+// (or an entry written before values were recorded) means no values.
+
+// Bounds of what a denial trail entry records of its attempt
+// (Denial.Values): the values of the policy's dimensions other than the
+// shard ones, at most MaxTrailValues of them in at most MaxTrailValuesLen
+// bytes once escaped. Values that do not fit are left out, and
+// Denial.ValuesPartial says so.
 const (
 	// MaxTrailValues is the most dimension values one trail entry records.
 	MaxTrailValues = 8

@@ -43,7 +43,8 @@ var errReordered = errors.New("not carried out: the script cache was emptied dur
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
 // fits (about 25 µs of script per seed-policy decision standalone and
-// 50–60 µs on a cluster sharing 2 cores: docs/BENCHMARKS.md).
+// 50–60 µs on a cluster sharing 2 cores, as measured on a 2-core machine
+// running client and servers together).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
 	return b.batch(ctx, asRequests(opTake, reqs))
 }
