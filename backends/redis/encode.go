@@ -55,8 +55,9 @@ type request struct {
 	driver.Request
 }
 
-// opCode maps an op to take.lua's ARGV[1].
-func opCode(o op) (string, error) {
+// opCode maps an op to take.lua's ARGV[1], boxed for the argument list
+// (a constant boxes without allocating).
+func opCode(o op) (any, error) {
 	switch o {
 	case opTake:
 		return "t", nil
@@ -67,7 +68,7 @@ func opCode(o op) (string, error) {
 	case opInspect:
 		return "i", nil
 	}
-	return "", fmt.Errorf("unknown op %d", o)
+	return nil, fmt.Errorf("unknown op %d", o)
 }
 
 // call is one run of take.lua: its KEYS, its EVALSHA argument list (with
@@ -148,17 +149,36 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 	keys := make([]string, 0, nk)
 	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+3)
 	choices := make([]ruleChoice, n)
+	// The static part of each rule's ARGV, from the Backend's cache (nil
+	// for a calendar rule, whose boundaries follow the clock).
+	var specBuf [8]*ruleSpec
+	specs := specBuf[:0]
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
 			return call{}, err
 		}
-		ch, err := chooseRule(rep, r)
+		if r.Algorithm == driver.FixedWindow && r.Calendar != driver.NoCalendar {
+			ch, err := chooseRule(rep, r)
+			if err != nil {
+				return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
+			}
+			choices[i] = ch
+			specs = append(specs, nil)
+			keys = append(keys, ch.key)
+			continue
+		}
+		sp, err := b.spec(rep, r)
 		if err != nil {
 			return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		choices[i] = ch
-		keys = append(keys, ch.key)
+		key := r.Key
+		if sp.suffix != "" {
+			key += sp.suffix
+		}
+		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
+		specs = append(specs, sp)
+		keys = append(keys, key)
 	}
 	if tk > 0 {
 		keys = append(keys, req.TrailKey)
@@ -169,49 +189,60 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 	if ik > 0 {
 		keys = append(keys, req.IdemKey)
 	}
-	for _, k := range keys {
-		args = append(args, k)
+	// The keys go in as pointers into keys (go-redis writes *string, and
+	// its cluster routing reads it), which boxes without allocating; keys
+	// has its exact capacity, so its elements never move.
+	for i := range keys {
+		args = append(args, &keys[i])
 	}
 	args = append(args, code, cost, n, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy)
 	if o == opReserve {
 		args = append(args, req.ReservationID, resTTL, resKeyTTL)
 	}
 	for i := range req.Rules {
-		r := &req.Rules[i]
-		switch r.Algorithm {
-		case driver.FixedWindow:
-			if r.Calendar != driver.NoCalendar {
-				bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
-				if err != nil {
-					return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
-				}
-				args = append(args, "c", r.Name, r.Limit, bs, 0)
-			} else {
-				args = append(args, "f", r.Name, r.Limit, r.Window.Microseconds(), 0)
-			}
-		case driver.SlidingWindow:
-			sp := r.Span(time.Microsecond)
-			code := choices[i].code // "t", "h" or plain
-			if code == "" {
-				code = "s"
-			}
-			args = append(args, code, r.Name, r.Limit, sp.Back, sp.Size)
-		case driver.SlidingLog:
-			args = append(args, "l", r.Name, r.Limit, r.Window.Microseconds(), 0)
-		case driver.GCRA:
-			// Whole µs: take.lua computes in exact integers.
-			t, tol, limit := r.GCRAParams()
-			if ch := choices[i]; ch.code == "x" {
-				args = append(args, "x", r.Name, limit, t.Microseconds(), strconv.FormatInt(ch.cellCount, 10)+":"+strconv.FormatInt(ch.cellPeriod, 10))
-				continue
-			}
-			args = append(args, "g", r.Name, limit, t.Microseconds(), tol.Microseconds())
-		default:
-			return call{}, fmt.Errorf("rule %q: unknown algorithm %d", r.Name, r.Algorithm)
+		if sp := specs[i]; sp != nil {
+			args = append(args, sp.args[:]...)
+			continue
 		}
+		r := &req.Rules[i]
+		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+		if err != nil {
+			return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		args = append(args, "c", r.Name, r.Limit, bs, 0)
 	}
 	args = append(args, ik, ceilMillis(req.IdemTTL), req.TrailValues)
 	return call{keys: keys, args: args, rules: choices}, nil
+}
+
+// staticArgs fills a with r's argsPerRule ARGV values under choice ch:
+// everything take.lua reads of a rule that depends neither on the request
+// nor on the clock. r is not a calendar rule.
+func staticArgs(r *driver.Rule, ch ruleChoice, a *[argsPerRule]any) error {
+	switch r.Algorithm {
+	case driver.FixedWindow:
+		*a = [argsPerRule]any{"f", r.Name, r.Limit, r.Window.Microseconds(), 0}
+	case driver.SlidingWindow:
+		sp := r.Span(time.Microsecond)
+		code := ch.code // "t", "h" or plain
+		if code == "" {
+			code = "s"
+		}
+		*a = [argsPerRule]any{code, r.Name, r.Limit, sp.Back, sp.Size}
+	case driver.SlidingLog:
+		*a = [argsPerRule]any{"l", r.Name, r.Limit, r.Window.Microseconds(), 0}
+	case driver.GCRA:
+		// Whole µs: take.lua computes in exact integers.
+		t, tol, limit := r.GCRAParams()
+		if ch.code == "x" {
+			*a = [argsPerRule]any{"x", r.Name, limit, t.Microseconds(), strconv.FormatInt(ch.cellCount, 10) + ":" + strconv.FormatInt(ch.cellPeriod, 10)}
+		} else {
+			*a = [argsPerRule]any{"g", r.Name, limit, t.Microseconds(), tol.Microseconds()}
+		}
+	default:
+		return fmt.Errorf("unknown algorithm %d", r.Algorithm)
+	}
+	return nil
 }
 
 // maxTolerance bounds a GCRA rule's tolerance on Redis: take.lua's

@@ -93,6 +93,8 @@ type Backend struct {
 	c    goredis.UniversalClient
 	opts Options
 	det  *capability.Detector
+	// specs caches each rule's static ARGV (see specCache).
+	specs specCache
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
@@ -223,6 +225,9 @@ func reloadOnNoReply(ctx context.Context, c goredis.UniversalClient, err error) 
 }
 
 func isNoScript(err error) bool {
+	if err == nil { // the common case, without errors.As's allocation
+		return false
+	}
 	var re goredis.Error
 	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }

@@ -1,0 +1,100 @@
+package redis
+
+import (
+	"sync"
+
+	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// specCacheMax bounds the rule specifications a Backend keeps: when a new
+// one would exceed it, the cache is emptied and refills from the rules in
+// use. A policy has a handful of rules, so a bound this size is only
+// reached by a process that keeps changing its rules.
+const specCacheMax = 1024
+
+// specKey identifies a rule's static specification: the whole driver.Rule
+// but its Key (the only per-subject field), and the strategy the server's
+// report chose for its algorithm. A rule changed in any field (limit,
+// window, cells, burst, calendar, zone) or moved to another strategy (a
+// redetection) has another key, so the cache never returns a stale spec.
+type specKey struct {
+	rule     driver.Rule
+	strategy capability.Strategy
+}
+
+// ruleSpec is what encode sends for one rule that does not depend on the
+// request: how take.lua runs it (chooseRule, without the state key but
+// with its suffix) and its argsPerRule ARGV values, boxed once.
+type ruleSpec struct {
+	code, suffix          string
+	cellCount, cellPeriod int64
+	args                  [argsPerRule]any
+}
+
+// specCache maps specKey to ruleSpec, at most specCacheMax entries. It is
+// safe for concurrent use. Calendar rules are not cached: their
+// boundaries follow the clock.
+type specCache struct {
+	mu sync.RWMutex
+	m  map[specKey]*ruleSpec
+}
+
+func (c *specCache) get(k specKey) *ruleSpec {
+	c.mu.RLock()
+	s := c.m[k]
+	c.mu.RUnlock()
+	return s
+}
+
+func (c *specCache) put(k specKey, s *ruleSpec) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[specKey]*ruleSpec)
+	}
+	if _, ok := c.m[k]; !ok && len(c.m) >= specCacheMax {
+		clear(c.m)
+	}
+	c.m[k] = s
+	c.mu.Unlock()
+}
+
+func (c *specCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
+
+// keySuffix returns the state key suffix of a module algorithm code.
+func keySuffix(code string) string {
+	switch code {
+	case "t":
+		return suffixTairHash
+	case "h":
+		return suffixHFE
+	case "x":
+		return suffixCell
+	}
+	return ""
+}
+
+// spec returns r's static specification under rep's choices, from the
+// cache or built and cached. r is already validated, and not a calendar
+// rule.
+func (b *Backend) spec(rep *capability.Report, r *driver.Rule) (*ruleSpec, error) {
+	k := specKey{rule: *r, strategy: rep.Choice(r.Algorithm).Strategy}
+	k.rule.Key = ""
+	if s := b.specs.get(k); s != nil {
+		return s, nil
+	}
+	ch, err := chooseRule(rep, r)
+	if err != nil {
+		return nil, err
+	}
+	s := &ruleSpec{code: ch.code, suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod}
+	if err := staticArgs(r, ch, &s.args); err != nil {
+		return nil, err
+	}
+	b.specs.put(k, s)
+	return s, nil
+}
