@@ -285,7 +285,7 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 		return
 	}
 	sec := d.At.Unix()
-	b := floorDiv(sec, int64(StatsStep/time.Second))
+	b := driver.FloorDiv(sec, int64(StatsStep/time.Second))
 	tag := driver.HashTag(base)
 	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
 	s := &st.slots[b&1]
@@ -316,7 +316,7 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 		}
 	}
 	if !d.Allowed {
-		st.top.add(tag, floorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
+		st.top.add(tag, driver.FloorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
 	}
 }
 
@@ -345,14 +345,6 @@ func (r *Recorder) stats(p *Policy) *policyStats {
 	r.list = append(r.list, ps)
 	r.pols.Store(p.ident, ps)
 	return ps
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
 
 // topK is a space-saving heavy-hitters summary of one policy's denied

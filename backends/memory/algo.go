@@ -36,15 +36,6 @@ func ruleResult(limit, used int64, resetAfter time.Duration, v verdict) driver.R
 	return res
 }
 
-// floorDiv is floor(a/b) for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
 // ---- FixedWindow ----
 
 // fixedState is a fixed window's counter: count units in the window that
@@ -83,7 +74,7 @@ func fixedBounds(r driver.Rule, now time.Time) (start, end time.Time) {
 		return start, end
 	}
 	w := int64(r.Window)
-	s := floorDiv(now.UnixNano(), w) * w
+	s := driver.FloorDiv(now.UnixNano(), w) * w
 	return time.Unix(0, s), time.Unix(0, s+w)
 }
 
@@ -297,7 +288,7 @@ func gcraReport(tat time.Time, r driver.Rule, now time.Time) (used int64, resetA
 	if tat.After(now) {
 		ttl = tat.Sub(now)
 	}
-	rem := floorDiv(int64(tol-ttl), int64(t))
+	rem := driver.FloorDiv(int64(tol-ttl), int64(t))
 	rem = min(max(rem, 0), limit)
 	return limit - rem, ttl
 }

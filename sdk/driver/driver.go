@@ -525,12 +525,17 @@ func (r Rule) Span(unit time.Duration) CellSpan {
 }
 
 // Index returns the cell holding t: floor(t/Size).
-func (c CellSpan) Index(t int64) int64 {
-	i := t / c.Size
-	if t%c.Size < 0 {
-		i--
+func (c CellSpan) Index(t int64) int64 { return FloorDiv(t, c.Size) }
+
+// FloorDiv is floor(a/b) for b > 0, also for a negative a (where Go's /
+// truncates toward zero): the index of the window or cell of size b
+// holding instant a.
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
 	}
-	return i
+	return q
 }
 
 // Oldest returns the oldest cell counted at cell i: i-Back.
