@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/driver"
 )

@@ -11,7 +11,7 @@
 // reservations a hash; both are written by the same scripts.
 //
 // On first use the backend detects what the server can do
-// (backends/capability: TairHash, redis-cell, native hash-field expiry,
+// (backends/redis/capability: TairHash, redis-cell, native hash-field expiry,
 // scripting; every master of a cluster) and picks a strategy per
 // algorithm: sliding windows on native hash-field expiry or TairHash
 // fields, GCRA on redis-cell's CL.THROTTLE, all called from the same
@@ -39,7 +39,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )

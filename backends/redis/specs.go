@@ -3,7 +3,7 @@ package redis
 import (
 	"sync"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 

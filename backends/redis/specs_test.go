@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 

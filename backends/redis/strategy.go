@@ -6,7 +6,7 @@ import (
 	"math/big"
 	"time"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 

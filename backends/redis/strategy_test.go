@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 )
 
 // TestResultStrategy checks that every rule's result names the strategy

@@ -11,11 +11,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 )
 
 // runDetect prints what a server or cluster can do for freqcap and which
-// strategy each algorithm would use (backends/capability).
+// strategy each algorithm would use (backends/redis/capability).
 func runDetect(args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	fs.Usage = func() {

@@ -11,7 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis"
 )
 

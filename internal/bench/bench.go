@@ -22,7 +22,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/capability"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/seed"

@@ -6,7 +6,7 @@ package capability
 // server with
 //
 //	FREQCAP_RECORD_ADDR=127.0.0.1:6379 FREQCAP_RECORD_NAME=redis-x \
-//	FREQCAP_RECORD_SERVER="Redis x.y" go test -tags record -run TestRecord ./backends/capability/
+//	FREQCAP_RECORD_SERVER="Redis x.y" go test -tags record -run TestRecord ./backends/redis/capability/
 
 import (
 	"bufio"
@@ -91,7 +91,7 @@ func TestRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "..", "testdata", "detect", name+".json")
+	path := filepath.Join("..", "..", "..", "testdata", "detect", name+".json")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}

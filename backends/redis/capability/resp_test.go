@@ -34,7 +34,7 @@ type exchange struct {
 
 func loadRecording(t *testing.T, name string) *recording {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "detect", name+".json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "detect", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
