@@ -11,8 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/backends/redis/capability"
 )
 
 // serverFlags name a Redis deployment: one standalone server, a cluster,
