@@ -1,5 +1,5 @@
 -- settle.lua: commits or cancels one hold (reservation).
--- (refund.lua is prepended.)
+-- (lua.go puts the library first: prelude, alg/, holds.lua.)
 --
 -- KEYS[1]     the hold hash
 -- KEYS[2..]   every state key the hold's entries name (the caller read the

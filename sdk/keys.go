@@ -111,6 +111,7 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 	res.trailKey = base + "!t"
 	res.reservationKey = base + "!h"
 	res.rules = make([]driver.Rule, 0, len(p.rules))
+	var seen [16]string // group keys by rule index, for the first 16 rules
 rules:
 	for i, r := range p.rules {
 		var k strings.Builder
@@ -131,9 +132,20 @@ rules:
 			k.WriteByte(':')
 			k.WriteString(escapeValue(v))
 		}
+		// Rules of one dimension set share their group key's string.
+		var group string
+		if f := p.firstOfGroup[i]; f < i && f < len(seen) && seen[f] != "" {
+			group = seen[f]
+		} else {
+			group = groupKey(base, p, i, s)
+		}
+		if i < len(seen) {
+			seen[i] = group
+		}
 		res.rules = append(res.rules, driver.Rule{
 			Name:       r.Name,
 			Key:        k.String(),
+			Group:      group,
 			Algorithm:  driver.Algorithm(r.Algorithm),
 			Limit:      r.Limit,
 			Window:     r.Window,
@@ -144,4 +156,21 @@ rules:
 		})
 	}
 	return res, nil
+}
+
+// groupKey returns the key of rule i's dimension set (driver.Rule.Group):
+// base, "=", the rule's non-shard dimensions sorted and comma-separated,
+// then ":" and each one's escaped value. Rule names never start with '=',
+// so no rule key is a group key. The values were checked by the caller.
+func groupKey(base string, p *Policy, i int, s Subject) string {
+	g := p.groups[i]
+	var b strings.Builder
+	b.Grow(len(base) + len(g) + 24*len(p.others[i]))
+	b.WriteString(base)
+	b.WriteString(g)
+	for _, d := range p.sorted[i] {
+		b.WriteByte(':')
+		b.WriteString(escapeValue(s[d]))
+	}
+	return b.String()
 }

@@ -273,10 +273,13 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 	return out, nil
 }
 
-// Keys returns the storage keys of s under p: one per rule whose
-// dimensions s gives (policy order), then the denial trail's and the
-// reservations' keys. It returns nil when s lacks a shard dimension or p is
-// invalid. It touches no backend.
+// Keys returns the keys of s under p: one per rule whose dimensions s
+// gives (policy order), the rule's own key (driver.Rule.Key), then the
+// denial trail's and the reservations' keys. A backend may keep the state
+// of the rules that share their dimensions under one key of the set
+// (driver.Rule.Group) instead of the rules' own: the Redis backend does
+// (docs/DESIGN.md, "Redis layout"). It returns nil when s lacks a shard
+// dimension or p is invalid. It touches no backend.
 func (l *Limiter) Keys(p *Policy, s Subject) []string {
 	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {

@@ -138,11 +138,15 @@ func TestAllowRequest(t *testing.T) {
 		{Name: "burst", Algorithm: driver.GCRA, Limit: 30, Window: time.Minute, Burst: 14},
 	}
 	keys := []string{`^app:\{u%3A1\}:push:recv-1m\.[a-z2-7]{6}$`, `^app:\{u%3A1\}:push:content-59s\.[a-z2-7]{6}:c%7B1%7D$`, `^app:\{u%3A1\}:push:burst\.[a-z2-7]{6}$`}
+	groups := []string{`^app:\{u%3A1\}:push:=$`, `^app:\{u%3A1\}:push:=content:c%7B1%7D$`, `^app:\{u%3A1\}:push:=$`}
 	for i, r := range req.Rules {
 		if !regexp.MustCompile(keys[i]).MatchString(r.Key) {
 			t.Errorf("rule %d key = %q, want match %s", i, r.Key, keys[i])
 		}
-		r.Key = ""
+		if !regexp.MustCompile(groups[i]).MatchString(r.Group) {
+			t.Errorf("rule %d group = %q, want match %s", i, r.Group, groups[i])
+		}
+		r.Key, r.Group = "", ""
 		if r != want[i] {
 			t.Errorf("rule %d = %+v, want %+v", i, r, want[i])
 		}

@@ -23,18 +23,23 @@ const (
 // has no rules and is rejected by the Limiter. Most callers create their
 // policies once at start-up and pass them to Limiter.Allow.
 type Policy struct {
-	name     string
-	rules    []Rule
-	ids      []string   // rule identity ids, per rule
-	others   [][]string // per rule: its dimensions not in shardBy, in rule order
-	failOpen bool
-	trailMax int
-	trailTTL time.Duration
-	dims     []string
-	shardBy  []string
-	hotDeny  int           // hot-deny cache size; 0: none
-	idemTTL  time.Duration // how long idempotency records live: the longest window
-	ident    string        // name and every rule's name and id: the recorder's key
+	name   string
+	rules  []Rule
+	ids    []string   // rule identity ids, per rule
+	groups []string   // per rule: "=" and its non-shard dimensions, sorted (driver.Rule.Group)
+	sorted [][]string // per rule: its non-shard dimensions, sorted
+	// firstOfGroup is, per rule, the index of the first rule with the
+	// same dimensions.
+	firstOfGroup []int
+	others       [][]string // per rule: its dimensions not in shardBy, in rule order
+	failOpen     bool
+	trailMax     int
+	trailTTL     time.Duration
+	dims         []string
+	shardBy      []string
+	hotDeny      int           // hot-deny cache size; 0: none
+	idemTTL      time.Duration // how long idempotency records live: the longest window
+	ident        string        // name and every rule's name and id: the recorder's key
 }
 
 // PolicyOption configures a Policy in NewPolicy.
@@ -175,12 +180,18 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 	if len(p.shardBy) == 0 {
 		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
 	}
+	p.groups = make([]string, len(p.rules))
+	p.sorted = make([][]string, len(p.rules))
+	p.firstOfGroup = make([]int, len(p.rules))
 	for i, r := range p.rules {
 		for _, d := range r.Dimensions {
 			if !slices.Contains(p.shardBy, d) {
 				p.others[i] = append(p.others[i], d)
 			}
 		}
+		p.sorted[i] = slices.Sorted(slices.Values(p.others[i]))
+		p.groups[i] = "=" + strings.Join(p.sorted[i], ",")
+		p.firstOfGroup[i] = slices.Index(p.groups, p.groups[i])
 	}
 	return p, -1, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -207,18 +206,13 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 	if trail || idem {
 		p := b.c.Pipeline()
 		if trail && o == opTake && !allowed {
-			at := strconv.FormatInt(now, 10)
 			var ent []any
 			for k := len(rules) - 1; k >= 0; k-- {
 				br := &rules[k]
 				if br.res[0] == 1 {
 					continue
 				}
-				e := fmt.Sprintf("%s|%s|%s|%d|%d|%d|%d|%d", at, req.Policy, br.r.Name,
-					br.res[1], br.r.Limit, c, br.res[3], br.res[0]/2)
-				if req.TrailValues != "" {
-					e += "|" + req.TrailValues
-				}
+				e := formatDenial(now, req.Policy, br.r.Name, br.res[1], br.r.Limit, c, br.res[3], br.res[0] == 2, req.TrailValues)
 				ent = append(ent, e)
 			}
 			p.LPush(ctx, req.TrailKey, ent...)
@@ -226,11 +220,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 			p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
 		}
 		if idem {
-			parts := make([]string, len(out))
-			for k, v := range out {
-				parts[k] = strconv.FormatInt(v, 10)
-			}
-			p.Set(ctx, req.IdemKey, "|"+strings.Join(parts, ","), time.Duration(ceilMillis(req.IdemTTL))*time.Millisecond)
+			p.Set(ctx, req.IdemKey, formatRecord("", out), time.Duration(ceilMillis(req.IdemTTL))*time.Millisecond)
 		}
 		if o == opInspect {
 			tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
@@ -345,26 +335,13 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	return err
 }
 
-// replayRecord decodes an idempotency record ("<reservation id>|<reply ints>,…",
-// as take.lua stores it) into the replayed Result.
+// replayRecord decodes an idempotency record (wire.go) into the replayed
+// Result.
 func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
-	hid, body, ok := strings.Cut(rec, "|")
-	if !ok {
-		return driver.Result{}, fmt.Errorf("idempotency record: no separator")
+	v, err := parseRecord(rec)
+	if err != nil {
+		return driver.Result{}, err
 	}
-	var v []any
-	for _, f := range strings.Split(body, ",") {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return driver.Result{}, fmt.Errorf("idempotency record: %q is not an integer", f)
-		}
-		v = append(v, n)
-	}
-	if len(v) == 0 {
-		return driver.Result{}, fmt.Errorf("idempotency record: empty")
-	}
-	v[0] = v[0].(int64) + 2
-	v = append(v, hid)
 	return bareResult(v, rules)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -24,27 +25,35 @@ const batchPasses = 3
 // reverse their order, so it is reported instead.
 var errReordered = errors.New("not carried out: the script cache was emptied during the batch and a later request on the same subject already ran")
 
-// TakeBatch carries out each of reqs as Take would, in one pipeline of
-// EVALSHA per server: on a Redis Cluster, the client's pipeline routes each
-// request by the slot of its keys (one hash tag per request) and sends one
-// pipeline per master, in parallel, keeping input order within a master,
-// so requests on the same subject run in input order. It returns one
+// batchAttempts bounds the attempts one EVALSHA decides on a standalone
+// or Sentinel server: a batch of 1000 is 8 scripts in one pipeline.
+const batchAttempts = 128
+
+// TakeBatch carries out each of reqs as Take would, and returns one
 // BatchResult per request, in input order.
 //
-// A request that cannot be encoded fails alone. Entries are never sent
-// twice after a lost reply: the commands are marked not retryable, and
-// go-redis does not retry a pipeline holding such a command (a MOVED or
-// ASK redirect, which the server answers without running the script, is
-// followed). Entries answered NOSCRIPT (a restart, a failover, SCRIPT
-// FLUSH: not carried out) are sent again after SCRIPT LOAD, in input
-// order, unless a later request on the same hash tag already ran (see
-// errReordered).
+// On a standalone or Sentinel server one EVALSHA decides up to 128
+// requests in input order, each still atomic and all-or-nothing on its
+// own (a denied request consumes nothing and does not stop the others),
+// and the EVALSHAs of a batch go in one pipeline. On a Redis Cluster each
+// request is one EVALSHA routed by the slot of its keys (one hash tag per
+// request): the client sends one pipeline per master, in parallel,
+// keeping input order within a master, so requests on the same subject
+// run in input order.
+//
+// A request that cannot be encoded, or that the script refuses (a state
+// key holding a value freqcap did not write), fails alone. Entries are
+// never sent twice after a lost reply: the commands are marked not
+// retryable, and go-redis does not retry a pipeline holding such a
+// command (a MOVED or ASK redirect, which the server answers without
+// running the script, is followed). An EVALSHA answered NOSCRIPT (a
+// restart, a failover, SCRIPT FLUSH: not carried out) is sent again after
+// SCRIPT LOAD, in input order, unless a later request on the same hash
+// tag already ran (see errReordered).
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
-// fits (about 25 µs of script per seed-policy decision standalone and
-// 50–60 µs on a cluster sharing 2 cores, as measured on a 2-core machine
-// running client and servers together).
+// fits (docs/BENCHMARKS.md gives the server time per decision).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
 	return b.batch(ctx, asRequests(opTake, reqs))
 }
@@ -68,70 +77,122 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 	if len(reqs) == 0 {
 		return out
 	}
-	// A failed detection is reported by each entry's prepare below.
 	rep, err := b.report(ctx)
-	if err == nil && scriptless(rep) { // Take runs bare commands, one by one
+	if err != nil {
+		for i := range out {
+			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+		}
+		return out
+	}
+	if scriptless(rep) { // Take runs bare commands, one by one
 		for i, req := range reqs {
 			out[i].Result, out[i].Err = b.decide(ctx, req.op, req.Request)
 		}
 		return out
 	}
-	evalFallback := err == nil && rep.EvalOnly // EVALSHA refused: EVAL in the pipeline
-	type entry struct {
-		i   int // index in reqs
-		tag string
+	evalFallback := rep.EvalOnly // EVALSHA refused: EVAL in the pipeline
+	// A unit is one EVALSHA: up to batchAttempts requests on one server,
+	// one on a cluster (each routes by its own slot).
+	type unit struct {
+		idx  []int    // indices in reqs
+		tags []string // their hash tags
 		call
 	}
-	todo := make([]entry, 0, len(reqs))
+	_, single := b.c.(*goredis.Client)
+	per := 1
+	if single {
+		per = batchAttempts
+	}
+	var (
+		todo []unit
+		enc  encoder
+		cur  unit
+	)
+	flush := func() {
+		if len(cur.idx) > 0 {
+			cur.call = enc.done()
+			todo = append(todo, cur)
+		}
+		enc, cur = encoder{}, unit{}
+	}
+	now := time.Now()
 	for i, req := range reqs {
-		c, err := b.prepare(ctx, req.op, req.Request)
-		if err != nil {
+		if err := b.add(&enc, req.op, req.Request, now, rep); err != nil {
 			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
 			continue
 		}
-		todo = append(todo, entry{i: i, tag: driver.HashTag(c.keys[0]), call: c})
+		cur.idx = append(cur.idx, i)
+		cur.tags = append(cur.tags, driver.HashTag(enc.keys[len(enc.keys)-1]))
+		if len(cur.idx) == per {
+			flush()
+		}
 	}
+	flush()
 	cmds := make([]noRetryCmd, len(todo))
 	for pass := 0; len(todo) > 0; pass++ {
 		pipe := b.c.Pipeline()
 		for k := range todo {
-			e := &todo[k]
+			u := &todo[k]
 			if pass == batchPasses-1 || evalFallback {
-				e.args[0], e.args[1] = "eval", lua.Take
+				u.args[0], u.args[1] = "eval", lua.Take
 			} else {
-				e.args[0], e.args[1] = "evalsha", takeScript.Hash()
+				u.args[0], u.args[1] = "evalsha", takeScript.Hash()
 			}
-			e.args[2] = len(e.keys)
-			cmds[k] = noRetryCmd{goredis.NewCmd(ctx, e.args...)}
+			u.args[2] = len(u.keys)
+			cmds[k] = noRetryCmd{goredis.NewCmd(ctx, u.args...)}
 			_ = pipe.Process(ctx, cmds[k])
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 
-		// An entry answered NOSCRIPT is sent again only if every later
-		// entry of its hash tag was answered NOSCRIPT too: then nothing
-		// after it on that subject ran, and order is kept.
-		var again []entry
-		ran := map[string]bool{} // hash tags with a later entry that may have run
+		// A unit answered NOSCRIPT is sent again only if every later unit
+		// with one of its hash tags was answered NOSCRIPT too: then
+		// nothing after it on those subjects ran, and order is kept.
+		var again []unit
+		ran := map[string]bool{} // hash tags with a later unit that may have run
 		for k := len(todo) - 1; k >= 0; k-- {
-			e := todo[k]
+			u := todo[k]
 			v, err := cmds[k].Result()
+			later := false
+			for _, t := range u.tags {
+				later = later || ran[t]
+			}
 			switch {
 			case err == nil:
-				ran[e.tag] = true
-				res, err := b.finish(reqs[e.i].op, reqs[e.i].Request, e.call, v)
-				if err != nil {
-					out[e.i].Err = fmt.Errorf("redis: take batch: %w", err)
-				} else {
-					out[e.i].Result = res
+				for _, t := range u.tags {
+					ran[t] = true
 				}
-			case isNoScript(err) && pass < batchPasses-1 && !ran[e.tag]:
-				again = append(again, e)
-			case isNoScript(err) && ran[e.tag]:
-				out[e.i].Err = fmt.Errorf("redis: take batch: %w (%w)", errReordered, err)
+				replies := []any{v}
+				if len(u.idx) > 1 {
+					if replies, err = replyArray(v); err == nil && len(replies) != len(u.idx) {
+						err = fmt.Errorf("reply: want %d attempts, got %d", len(u.idx), len(replies))
+					}
+				}
+				for a, i := range u.idx {
+					if err != nil {
+						out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+						continue
+					}
+					res, err := b.finish(reqs[i].op, reqs[i].Request, u.attempts[a], replies[a])
+					if err != nil {
+						out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+					} else {
+						out[i].Result = res
+					}
+				}
+			case isNoScript(err) && pass < batchPasses-1 && !later:
+				again = append(again, u)
 			default:
-				ran[e.tag] = true // a lost reply may have run
-				reloadOnNoReply(ctx, b.c, err)
-				out[e.i].Err = fmt.Errorf("redis: take batch: %w", err)
+				if isNoScript(err) && later {
+					err = fmt.Errorf("%w (%w)", errReordered, err)
+				} else {
+					reloadOnNoReply(ctx, b.c, err)
+				}
+				for _, t := range u.tags {
+					ran[t] = true // a lost reply may have run
+				}
+				for _, i := range u.idx {
+					out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+				}
 			}
 		}
 		if len(again) == 0 {

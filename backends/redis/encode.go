@@ -10,16 +10,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The ARGV layout of take.lua: header fields (more for a reserve), then
-// argsPerRule per rule.
-const (
-	headerArgs        = 8
-	reserveHeaderArgs = 11
-	argsPerRule       = 5
-	// evalArgs are the placeholders run fills: command, script, key count.
-	evalArgs = 3
-)
-
 var errNoKeys = errors.New("request names no key")
 
 // op is the driver operation a call carries out: Take, Peek, Reserve or
@@ -55,76 +45,71 @@ type request struct {
 	driver.Request
 }
 
-// opCode maps an op to take.lua's ARGV[1], boxed for the argument list
-// (a constant boxes without allocating).
-func opCode(o op) (any, error) {
-	switch o {
-	case opTake:
-		return "t", nil
-	case opPeek:
-		return "p", nil
-	case opReserve:
-		return "r", nil
-	case opInspect:
-		return "i", nil
-	}
-	return nil, fmt.Errorf("unknown op %d", o)
-}
-
-// call is one run of take.lua: its KEYS, its EVALSHA argument list (with
-// evalArgs leading placeholders, then the keys, then ARGV) and how each
-// rule is run.
+// call is one or more attempts of take.lua: its KEYS, its EVALSHA
+// argument list (with evalArgs leading placeholders, then the keys, then
+// ARGV) and, per attempt, how each rule is run.
 type call struct {
-	keys  []string
-	args  []any
-	rules []ruleChoice
+	keys     []string
+	args     []any
+	attempts [][]ruleChoice
 }
 
-// encode builds the call of take.lua for req. now is the client's clock,
-// used only to pick calendar boundaries around it. rep's choices pick each
-// rule's algorithm code and key (chooseRule).
+// encoder gathers the keys and ARGV of one or more attempts (ARGV[1], the
+// number of attempts, is added by done).
+type encoder struct {
+	keys     []string
+	argv     []any
+	attempts [][]ruleChoice
+}
+
+// encode builds the call of take.lua for one request.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
+	n := len(req.Rules)
+	e := encoder{keys: make([]string, 0, 2*n+3)}
+	var argv [headerArgs + 8*argsPerRule]any
+	e.argv = argv[:0]
+	if err := b.add(&e, o, req, now, rep); err != nil {
+		return call{}, err
+	}
+	return e.done(), nil
+}
+
+// done returns the call of the attempts added. The keys go in as pointers
+// into e.keys (go-redis writes *string, and its cluster routing reads it),
+// which boxes without allocating; e.keys is not appended to after this.
+func (e *encoder) done() call {
+	args := make([]any, evalArgs, evalArgs+len(e.keys)+1+len(e.argv))
+	for i := range e.keys {
+		args = append(args, &e.keys[i])
+	}
+	args = append(args, len(e.attempts))
+	args = append(args, e.argv...)
+	return call{keys: e.keys, args: args, attempts: e.attempts}
+}
+
+// add appends the attempt of req to e. now is the client's clock, used
+// only to pick calendar boundaries around it. rep's choices pick each
+// rule's algorithm code and key (chooseRule). On error e is unchanged.
+func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *capability.Report) error {
 	code, err := opCode(o)
 	if err != nil {
-		return call{}, err
+		return err
 	}
 	cost := req.Cost
 	if o == opInspect {
 		cost = 1
 	} else if cost < 1 {
-		return call{}, fmt.Errorf("cost must be >= 1, got %d", cost)
-	}
-	n := len(req.Rules)
-	nk := n
-	tk, hk := 0, 0
-	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
-		nk++
-		tk = nk
-	}
-	if req.ReservationKey != "" {
-		nk++
-		hk = nk
-	}
-	ik := 0
-	if req.IdemKey != "" && (o == opTake || o == opReserve) {
-		if req.IdemTTL <= 0 {
-			return call{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
-		}
-		nk++
-		ik = nk
+		return fmt.Errorf("cost must be >= 1, got %d", cost)
 	}
 	var resTTL, resKeyTTL int64
 	if o == opReserve {
-		if hk == 0 || req.ReservationID == "" {
-			return call{}, errors.New("reserve needs a reservation key and a reservation id")
+		if req.ReservationKey == "" || req.ReservationID == "" {
+			return errors.New("reserve needs a reservation key and a reservation id")
 		}
 		if req.ReservationTTL <= 0 {
-			return call{}, fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
+			return fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
 		}
-		resTTL = req.ReservationTTL.Microseconds()
-		if resTTL < 1 {
-			resTTL = 1
-		}
+		resTTL = max(1, req.ReservationTTL.Microseconds())
 		// The reservation hash outlives its newest reservation by the longest state
 		// lifetime, after which no refund can matter any more (a sliding
 		// window's cell counts for up to (K+1) cells).
@@ -138,106 +123,153 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 		}
 		resKeyTTL = ceilMillis(req.ReservationTTL + longest + time.Second)
 	}
-	if nk == 0 {
-		return call{}, errNoKeys
+	if req.IdemKey != "" && (o == opTake || o == opReserve) && req.IdemTTL <= 0 {
+		return fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
 	}
 
-	hdr := headerArgs
-	if o == opReserve {
-		hdr = reserveHeaderArgs
+	k0, a0 := len(e.keys), len(e.argv)
+	fail := func(err error) error {
+		e.keys, e.argv = e.keys[:k0], e.argv[:a0]
+		return err
 	}
-	keys := make([]string, 0, nk)
-	args := make([]any, evalArgs, evalArgs+nk+hdr+n*argsPerRule+3)
+	// index returns the attempt's index of key (1-based), adding it.
+	index := func(key string) int {
+		for i, k := range e.keys[k0:] {
+			if k == key {
+				return i + 1
+			}
+		}
+		e.keys = append(e.keys, key)
+		return len(e.keys) - k0
+	}
+	n := len(req.Rules)
+	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
+		req.TrailValues, ceilMillis(req.IdemTTL), req.ReservationID, resTTL, resKeyTTL)
 	choices := make([]ruleChoice, n)
-	// The static part of each rule's ARGV, from the Backend's cache (nil
-	// for a calendar rule, whose boundaries follow the clock).
-	var specBuf [8]*ruleSpec
-	specs := specBuf[:0]
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
-			return call{}, err
-		}
-		if r.Algorithm == driver.FixedWindow && r.Calendar != driver.NoCalendar {
-			ch, err := chooseRule(rep, r)
-			if err != nil {
-				return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
-			}
-			choices[i] = ch
-			specs = append(specs, nil)
-			keys = append(keys, ch.key)
-			continue
+			return fail(err)
 		}
 		sp, err := b.spec(rep, r)
 		if err != nil {
-			return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
+			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
 		}
-		key := r.Key
-		if sp.suffix != "" {
-			key += sp.suffix
+		var key string
+		switch {
+		case sp.suffix != "": // a module strategy: the rule's own key
+			key = r.Key + sp.suffix
+		case sp.code == codeLog:
+			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
+				sp, err := b.spec(rep, q)
+				if err != nil {
+					return "", err
+				}
+				return sp.args[staticArgs-1].(string), nil
+			}); err != nil {
+				return fail(err)
+			}
+		default:
+			key = group(r)
 		}
 		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
-		specs = append(specs, sp)
-		keys = append(keys, key)
-	}
-	if tk > 0 {
-		keys = append(keys, req.TrailKey)
-	}
-	if hk > 0 {
-		keys = append(keys, req.ReservationKey)
-	}
-	if ik > 0 {
-		keys = append(keys, req.IdemKey)
-	}
-	// The keys go in as pointers into keys (go-redis writes *string, and
-	// its cluster routing reads it), which boxes without allocating; keys
-	// has its exact capacity, so its elements never move.
-	for i := range keys {
-		args = append(args, &keys[i])
-	}
-	args = append(args, code, cost, n, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy)
-	if o == opReserve {
-		args = append(args, req.ReservationID, resTTL, resKeyTTL)
-	}
-	for i := range req.Rules {
-		if sp := specs[i]; sp != nil {
-			args = append(args, sp.args[:]...)
-			continue
+		e.argv = append(e.argv, sp.args[:]...)
+		if sp.code == codeCalendar {
+			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+			if err != nil {
+				return fail(fmt.Errorf("rule %q: %w", r.Name, err))
+			}
+			e.argv[len(e.argv)-3] = bs
 		}
-		r := &req.Rules[i]
-		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
-		if err != nil {
-			return call{}, fmt.Errorf("rule %q: %w", r.Name, err)
-		}
-		args = append(args, "c", r.Name, r.Limit, bs, 0)
+		e.argv = append(e.argv, index(key))
 	}
-	args = append(args, ik, ceilMillis(req.IdemTTL), req.TrailValues)
-	return call{keys: keys, args: args, rules: choices}, nil
+	h := e.argv[a0:]
+	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
+		h[4] = index(req.TrailKey)
+	}
+	if req.ReservationKey != "" {
+		h[5] = index(req.ReservationKey)
+	}
+	if req.IdemKey != "" && (o == opTake || o == opReserve) {
+		h[6] = index(req.IdemKey)
+	}
+	if len(e.keys) == k0 {
+		return fail(errNoKeys)
+	}
+	h[3] = len(e.keys) - k0
+	e.attempts = append(e.attempts, choices)
+	return nil
 }
 
-// staticArgs fills a with r's argsPerRule ARGV values under choice ch:
+// logKey returns the sorted set of the sliding-log rules of r's dimension
+// set among rules: the set's key, suffixLog, and a tag of those rules'
+// tags, so that a policy whose log rules change starts its logs afresh
+// (as a changed packed rule does) and two policies of one name with other
+// log rules never share a log.
+// tag gives a rule's tag (ruleTag, or the spec cache's copy of it).
+func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
+	g := group(r)
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := range rules {
+		q := &rules[i]
+		if q.Algorithm != driver.SlidingLog || group(q) != g {
+			continue
+		}
+		t, err := tag(q)
+		if err != nil {
+			return "", fmt.Errorf("rule %q: %w", q.Name, err)
+		}
+		for j := 0; j < len(t); j++ {
+			h ^= uint64(t[j])
+			h *= 1099511628211
+		}
+	}
+	var t [4]byte
+	for i := range t {
+		t[i] = tagAlphabet[h&63]
+		h >>= 6
+	}
+	return g + suffixLog + string(t[:]), nil
+}
+
+// group returns the key of r's dimension set: driver.Rule.Group, or the
+// rule's own key where the caller gave none.
+func group(r *driver.Rule) string {
+	if r.Group != "" {
+		return r.Group
+	}
+	return r.Key
+}
+
+// ruleArgs fills a with the static part of r's ARGV under choice ch:
 // everything take.lua reads of a rule that depends neither on the request
-// nor on the clock. r is not a calendar rule.
-func staticArgs(r *driver.Rule, ch ruleChoice, a *[argsPerRule]any) error {
+// nor on the clock (a calendar rule's boundaries are filled in per call).
+func ruleArgs(r *driver.Rule, ch ruleChoice, a *[staticArgs]any) error {
+	tag := ""
 	switch r.Algorithm {
 	case driver.FixedWindow:
-		*a = [argsPerRule]any{"f", r.Name, r.Limit, r.Window.Microseconds(), 0}
+		tag = ruleTag(r)
+		if r.Calendar != driver.NoCalendar {
+			*a = [staticArgs]any{codeCalendar, r.Name, r.Limit, "", 0, tag}
+		} else {
+			*a = [staticArgs]any{codeFixed, r.Name, r.Limit, r.Window.Microseconds(), 0, tag}
+		}
 	case driver.SlidingWindow:
 		sp := r.Span(time.Microsecond)
-		code := ch.code // "t", "h" or plain
+		code := ch.code // codeTairHash, codeHFE or packed
 		if code == "" {
-			code = "s"
+			code, tag = codeSliding, ruleTag(r)
 		}
-		*a = [argsPerRule]any{code, r.Name, r.Limit, sp.Back, sp.Size}
+		*a = [staticArgs]any{code, r.Name, r.Limit, sp.Back, sp.Size, tag}
 	case driver.SlidingLog:
-		*a = [argsPerRule]any{"l", r.Name, r.Limit, r.Window.Microseconds(), 0}
+		*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, ruleTag(r)}
 	case driver.GCRA:
 		// Whole µs: take.lua computes in exact integers.
 		t, tol, limit := r.GCRAParams()
-		if ch.code == "x" {
-			*a = [argsPerRule]any{"x", r.Name, limit, t.Microseconds(), strconv.FormatInt(ch.cellCount, 10) + ":" + strconv.FormatInt(ch.cellPeriod, 10)}
+		if ch.code == codeCell {
+			*a = [staticArgs]any{codeCell, r.Name, limit, t.Microseconds(), strconv.FormatInt(ch.cellCount, 10) + ":" + strconv.FormatInt(ch.cellPeriod, 10), tag}
 		} else {
-			*a = [argsPerRule]any{"g", r.Name, limit, t.Microseconds(), tol.Microseconds()}
+			*a = [staticArgs]any{codeGCRA, r.Name, limit, t.Microseconds(), tol.Microseconds(), ruleTag(r)}
 		}
 	default:
 		return fmt.Errorf("unknown algorithm %d", r.Algorithm)

@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -280,31 +281,18 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
-	res, err := b.finish(o, req, c, v)
+	res, err := b.finish(o, req, c.attempts[0], v)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
 	return res, nil
 }
 
-// prepare returns the call of take.lua for req. Every path that runs
-// take.lua (Take, batches) goes through prepare and finish. It detects the
-// server's capabilities on first use; where scripting is refused it
-// fails (errors.ErrUnsupported): callers must use Take there (see
-// scriptless).
-func (b *Backend) prepare(ctx context.Context, o op, req driver.Request) (call, error) {
-	rep, err := b.report(ctx)
-	if err != nil {
-		return call{}, err
+// finish decodes take.lua's reply v to req, whose rules ran as choices.
+func (b *Backend) finish(o op, req driver.Request, choices []ruleChoice, v any) (driver.Result, error) {
+	if err, ok := v.(error); ok { // an attempt's error in a multi-attempt reply
+		return driver.Result{}, err
 	}
-	if scriptless(rep) {
-		return call{}, fmt.Errorf("%w: scripting is refused (EVAL runs on %s): use Take", errors.ErrUnsupported, rep.Scripting)
-	}
-	return b.encode(o, req, time.Now(), rep)
-}
-
-// finish decodes take.lua's reply v to req, sent as c.
-func (b *Backend) finish(o op, req driver.Request, c call, v any) (driver.Result, error) {
 	res, err := parseTake(v, req.Rules)
 	if err != nil {
 		return driver.Result{}, err
@@ -312,7 +300,7 @@ func (b *Backend) finish(o op, req driver.Request, c call, v any) (driver.Result
 	if o == opReserve && res.Allowed && !res.Replayed {
 		res.ReservationID = req.ReservationID
 	}
-	for i, ch := range c.rules {
+	for i, ch := range choices {
 		res.Rules[i].Strategy = ch.strategy()
 	}
 	return res, nil
@@ -370,38 +358,25 @@ func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) er
 	return fmt.Errorf("redis: settle: reservation kept changing over %d attempts", b.opts.SettleAttempts)
 }
 
-// reservationKeys returns the distinct state keys a reservation's refund
-// plan names.
-func reservationKeys(plan string) []string {
-	var keys []string
-	lines := strings.Split(plan, "\n")
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
+// Reset deletes the state of every rule in req.Rules and the reservations
+// under req.ReservationKey, in one DEL: the packed values and logs of the
+// rules' dimension sets, and every key a rule may have used under another
+// strategy or the one-key-per-rule layout (the plain key and the module
+// strategies' suffixed ones), so it needs no detection. The denial trail
+// is kept.
+func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
+	keys := make([]string, 0, 5*len(req.Rules)+1)
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		lk, err := logKey(req.Rules, r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
+		if err != nil {
+			return fmt.Errorf("redis: reset: %w", err)
 		}
-		dup := false
-		for _, k := range keys {
-			if k == f[1] {
-				dup = true
-				break
+		for _, k := range append(stateKeys(r), group(r), lk) {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
 			}
 		}
-		if !dup {
-			keys = append(keys, f[1])
-		}
-	}
-	return keys
-}
-
-// Reset deletes the state of every rule in req.Rules and the reservations
-// under req.ReservationKey, in one DEL. It deletes the keys of every strategy a rule
-// may have used (the plain key and the module strategies' suffixed ones),
-// so it needs no detection. The denial trail is kept.
-func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
-	keys := make([]string, 0, 3*len(req.Rules)+1)
-	for i := range req.Rules {
-		keys = append(keys, stateKeys(&req.Rules[i])...)
 	}
 	if req.ReservationKey != "" {
 		keys = append(keys, req.ReservationKey)

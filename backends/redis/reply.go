@@ -3,7 +3,6 @@ package redis
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -41,8 +40,6 @@ func replyString(v any) (string, error) {
 	}
 	return s, nil
 }
-
-const perRuleReply = 4
 
 // parseTake decodes take.lua's reply for a request of the given rules.
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
@@ -117,37 +114,4 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// parseDenial decodes one trail entry:
-// "at µs|policy|rule|used|limit|cost|retry µs|ctl", then "|values" when
-// the request had TrailValues (entries written before have 8 fields).
-func parseDenial(s string) (driver.Denial, error) {
-	f := strings.Split(s, "|")
-	if len(f) != 8 && len(f) != 9 {
-		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 or 9 fields, got %d", len(f))
-	}
-	var ints [8]int64
-	for _, i := range []int{0, 3, 4, 5, 6, 7} {
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return driver.Denial{}, fmt.Errorf("reply: trail entry: field %d: %q is not an integer", i, f[i])
-		}
-		ints[i] = n
-	}
-	var values string
-	if len(f) == 9 {
-		values = f[8]
-	}
-	return driver.Denial{
-		Values:      values,
-		At:          time.UnixMicro(ints[0]),
-		Policy:      f[1],
-		Rule:        f[2],
-		Used:        ints[3],
-		Limit:       ints[4],
-		Cost:        ints[5],
-		RetryAfter:  time.Duration(ints[6]) * time.Microsecond,
-		CostTooHigh: ints[7] == 1,
-	}, nil
 }

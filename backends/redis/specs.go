@@ -14,7 +14,7 @@ import (
 const specCacheMax = 1024
 
 // specKey identifies a rule's static specification: the whole driver.Rule
-// but its Key (the only per-subject field), and the strategy the server's
+// but its Key and Group (the per-subject fields), and the strategy the server's
 // report chose for its algorithm. A rule changed in any field (limit,
 // window, cells, burst, calendar, zone) or moved to another strategy (a
 // redetection) has another key, so the cache never returns a stale spec.
@@ -24,17 +24,18 @@ type specKey struct {
 }
 
 // ruleSpec is what encode sends for one rule that does not depend on the
-// request: how take.lua runs it (chooseRule, without the state key but
-// with its suffix) and its argsPerRule ARGV values, boxed once.
+// request: how take.lua runs it (its algorithm code, chooseRule's choice
+// without the state key but with its suffix) and its staticArgs ARGV
+// values, boxed once (a calendar rule's boundaries are filled in per
+// call).
 type ruleSpec struct {
 	code, suffix          string
 	cellCount, cellPeriod int64
-	args                  [argsPerRule]any
+	args                  [staticArgs]any
 }
 
 // specCache maps specKey to ruleSpec, at most specCacheMax entries. It is
-// safe for concurrent use. Calendar rules are not cached: their
-// boundaries follow the clock.
+// safe for concurrent use.
 type specCache struct {
 	mu sync.RWMutex
 	m  map[specKey]*ruleSpec
@@ -65,25 +66,11 @@ func (c *specCache) len() int {
 	return len(c.m)
 }
 
-// keySuffix returns the state key suffix of a module algorithm code.
-func keySuffix(code string) string {
-	switch code {
-	case "t":
-		return suffixTairHash
-	case "h":
-		return suffixHFE
-	case "x":
-		return suffixCell
-	}
-	return ""
-}
-
 // spec returns r's static specification under rep's choices, from the
-// cache or built and cached. r is already validated, and not a calendar
-// rule.
+// cache or built and cached. r is already validated.
 func (b *Backend) spec(rep *capability.Report, r *driver.Rule) (*ruleSpec, error) {
 	k := specKey{rule: *r, strategy: rep.Choice(r.Algorithm).Strategy}
-	k.rule.Key = ""
+	k.rule.Key, k.rule.Group = "", ""
 	if s := b.specs.get(k); s != nil {
 		return s, nil
 	}
@@ -91,10 +78,11 @@ func (b *Backend) spec(rep *capability.Report, r *driver.Rule) (*ruleSpec, error
 	if err != nil {
 		return nil, err
 	}
-	s := &ruleSpec{code: ch.code, suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod}
-	if err := staticArgs(r, ch, &s.args); err != nil {
+	s := &ruleSpec{suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod}
+	if err := ruleArgs(r, ch, &s.args); err != nil {
 		return nil, err
 	}
+	s.code = s.args[0].(string)
 	b.specs.put(k, s)
 	return s, nil
 }

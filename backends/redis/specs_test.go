@@ -84,8 +84,8 @@ func TestSpecCacheNeverStale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(wire(got), wire(want)) || !reflect.DeepEqual(got.keys, want.keys) || !reflect.DeepEqual(got.rules, want.rules) {
-				t.Errorf("encode() after a cached spec = %v %v, want %v %v", wire(got), got.rules, wire(want), want.rules)
+			if !reflect.DeepEqual(wire(got), wire(want)) || !reflect.DeepEqual(got.keys, want.keys) || !reflect.DeepEqual(got.attempts, want.attempts) {
+				t.Errorf("encode() after a cached spec = %v %v, want %v %v", wire(got), got.attempts, wire(want), want.attempts)
 			}
 		})
 	}

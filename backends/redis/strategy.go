@@ -10,23 +10,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// Key suffixes of the module strategies. A rule's state under a module
-// strategy lives at driver.Rule.Key plus its suffix, so that a change of
-// strategy (a module loaded or removed, a configuration change, a rule
-// whose GCRA parameters stop fitting CL.THROTTLE) moves the rule to other
-// keys: a TairHash key read by HGETALL is WRONGTYPE, and CL.THROTTLE
-// aborts the server when its key holds anything but its own TAT.
-//
-// The suffixes begin with '%' followed by a letter that is not a hex
-// digit. The sdk escapes '%' in subject values as %XX (two hex digits), so
-// no key the sdk builds ends in one of them: a suffixed key can never be
-// another rule's or another subject's key. The hash tag is unchanged.
-const (
-	suffixTairHash = "%t"
-	suffixHFE      = "%h"
-	suffixCell     = "%x"
-)
-
 // maxExactNs bounds the nanosecond quantities the redis-cell strategy
 // sends or computes (period, tolerance): 2^53, the largest range where
 // redis-cell's float64 division and take.lua's doubles are exact.

@@ -149,7 +149,6 @@ func batchErrors(e *env) {
 			e.t.Errorf("driver Batcher (peek %t) entry 2 = used %d, want 2", peek, g)
 		}
 	}
-	e.used("PeekBatch of the directly batched subject", e.ok("PeekBatch", e.batch(true, []sdk.Attempt{e.attempt(1, "direct")}, f)[0], f), 2)
 }
 
 // batchIdem: idempotency keys work within and across batches.

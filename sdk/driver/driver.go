@@ -127,10 +127,17 @@ func (u CalendarUnit) String() string {
 type Rule struct {
 	// Name is the rule's name, unique within its policy.
 	Name string
-	// Key is the storage key of this rule's state for this subject. All
-	// keys of one Request share one Redis hash tag. A backend stores the
-	// rule's whole state under exactly this key (one key per rule).
-	Key       string
+	// Key is the storage key of this rule's state for this subject, its
+	// own: no other rule, subject or policy has it. All keys of one
+	// Request share one Redis hash tag.
+	Key string
+	// Group is the storage key of the rule's dimension set for this
+	// subject: the rules of a Request with the same Group have the same
+	// dimensions and the same values, and no other set of dimensions,
+	// subject or policy has it. A backend may keep the state of all of
+	// them under it (the Redis backend packs them into one value) or use
+	// Key. Empty: the rule is a set of its own, Key.
+	Group     string
 	Algorithm Algorithm
 	// Limit is the number of units admitted per Window (GCRA: the rate).
 	Limit int64

@@ -1,0 +1,305 @@
+package redis
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// The wire format between the backend and its scripts, in one place: the
+// encoder (encode.go), the reply parser (reply.go), bare mode (bare.go)
+// and lua/take.lua, lua/settle.lua and lua/holds.lua all follow it.
+
+// EVALSHA's argument list: evalArgs placeholders (command, script, key
+// count), the keys, then ARGV: ARGV[1] the number of attempts, then per
+// attempt headerArgs values and argsPerRule per rule (take.lua's header
+// comment gives each offset).
+const (
+	evalArgs    = 3
+	headerArgs  = 15
+	argsPerRule = 7
+	// staticArgs is the part of a rule's ARGV that depends neither on the
+	// request nor on the clock (all but the key index): cached per rule.
+	staticArgs = argsPerRule - 1
+	// perRuleReply is the integers per rule in a reply: flags, used,
+	// reset-after µs, retry-after µs.
+	perRuleReply = 4
+)
+
+// Op codes: take.lua's ARGV[a+1].
+const (
+	opCodeTake    = "t"
+	opCodePeek    = "p"
+	opCodeReserve = "r"
+	opCodeInspect = "i"
+)
+
+// opCode maps an op to its code, boxed for the argument list (a constant
+// boxes without allocating).
+func opCode(o op) (any, error) {
+	switch o {
+	case opTake:
+		return opCodeTake, nil
+	case opPeek:
+		return opCodePeek, nil
+	case opReserve:
+		return opCodeReserve, nil
+	case opInspect:
+		return opCodeInspect, nil
+	}
+	return nil, fmt.Errorf("unknown op %d", o)
+}
+
+// Algorithm codes: a rule's first ARGV value. Packed codes keep their
+// state as one entry of the dimension set's packed value (lua/prelude.lua),
+// the log code in the dimension set's sorted set, the module codes in a
+// key of the rule's own.
+const (
+	codeFixed    = "f" // fixed window, epoch-aligned: p1 = window µs
+	codeCalendar = "c" // calendar window: p1 = consecutive boundaries, ms, comma-separated
+	codeSliding  = "s" // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
+	codeGCRA     = "g" // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
+	codeLog      = "l" // sliding log: p1 = window µs
+	codeTairHash = "t" // sliding window on TairHash fields: as codeSliding
+	codeHFE      = "h" // sliding window on native hash-field expiry: as codeSliding
+	codeCell     = "x" // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
+)
+
+// packedCode reports whether code keeps its state in the packed value.
+func packedCode(code string) bool {
+	switch code {
+	case codeFixed, codeCalendar, codeSliding, codeGCRA:
+		return true
+	}
+	return false
+}
+
+// Key suffixes. A rule under a module strategy keeps its state at
+// driver.Rule.Key plus its suffix, so that a change of strategy (a module
+// loaded or removed, a configuration change, a rule whose GCRA parameters
+// stop fitting CL.THROTTLE) moves the rule to other keys: a TairHash key
+// read by HGETALL is WRONGTYPE, and CL.THROTTLE aborts the server when its
+// key holds anything but its own TAT. The sliding logs of a dimension set
+// share the set's key (driver.Rule.Group) plus suffixLog.
+//
+// The suffixes begin with '%' followed by a letter that is not a hex
+// digit. The sdk escapes '%' in subject values as %XX (two hex digits), so
+// no key the sdk builds ends in one of them: a suffixed key can never be
+// another rule's or another subject's key. The hash tag is unchanged.
+const (
+	suffixTairHash = "%t"
+	suffixHFE      = "%h"
+	suffixCell     = "%x"
+	suffixLog      = "%l"
+)
+
+// keySuffix returns the state key suffix of a module algorithm code.
+func keySuffix(code string) string {
+	switch code {
+	case codeTairHash:
+		return suffixTairHash
+	case codeHFE:
+		return suffixHFE
+	case codeCell:
+		return suffixCell
+	}
+	return ""
+}
+
+// tagAlphabet is what packed-entry tags are written in: no byte below
+// 0x21, so a tag can stand in a reservation's space-separated entries.
+const tagAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+// ruleTag returns the 4-byte tag of r's entry in a packed value: a hash
+// of what gives the state its meaning (name, algorithm, window, cells,
+// calendar unit and zone), not of the limit or burst, so a rule whose
+// limit changes keeps its counts and a rule changed otherwise starts
+// afresh. 24 bits: two rules of one dimension set collide with odds of
+// about 1 in 16 million per pair.
+func ruleTag(r *driver.Rule) string {
+	h := fnv.New64a()
+	zone := ""
+	if r.Location != nil && r.Calendar != driver.NoCalendar {
+		zone = r.Location.String()
+	}
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%d\x00%s", r.Name, r.Algorithm, int64(r.Window), r.SubWindows, r.Calendar, zone)
+	s := h.Sum64()
+	var b [4]byte
+	for i := range b {
+		b[i] = tagAlphabet[s&63]
+		s >>= 6
+	}
+	return string(b[:])
+}
+
+// Trail entries (the list at driver.Request.TrailKey), newest first:
+// "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1", then "|values"
+// when the request had TrailValues (entries written before values existed
+// have 8 fields).
+
+// formatDenial writes one trail entry (bare mode; take.lua writes the same).
+func formatDenial(at int64, policy, rule string, used, limit, cost, retry int64, tooHigh bool, values string) string {
+	ctl := 0
+	if tooHigh {
+		ctl = 1
+	}
+	e := fmt.Sprintf("%d|%s|%s|%d|%d|%d|%d|%d", at, policy, rule, used, limit, cost, retry, ctl)
+	if values != "" {
+		e += "|" + values
+	}
+	return e
+}
+
+// parseDenial decodes one trail entry.
+func parseDenial(s string) (driver.Denial, error) {
+	f := strings.Split(s, "|")
+	if len(f) != 8 && len(f) != 9 {
+		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 or 9 fields, got %d", len(f))
+	}
+	var ints [8]int64
+	for _, i := range []int{0, 3, 4, 5, 6, 7} {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return driver.Denial{}, fmt.Errorf("reply: trail entry: field %d: %q is not an integer", i, f[i])
+		}
+		ints[i] = n
+	}
+	var values string
+	if len(f) == 9 {
+		values = f[8]
+	}
+	return driver.Denial{
+		Values:      values,
+		At:          time.UnixMicro(ints[0]),
+		Policy:      f[1],
+		Rule:        f[2],
+		Used:        ints[3],
+		Limit:       ints[4],
+		Cost:        ints[5],
+		RetryAfter:  time.Duration(ints[6]) * time.Microsecond,
+		CostTooHigh: ints[7] == 1,
+	}, nil
+}
+
+// Idempotency records (driver.Request.IdemKey): "<reservation id>|<the
+// reply's integers, comma-separated>"; the id is empty for a take or a
+// denial. A replay returns the integers with 2 added to the first, then
+// the id.
+
+// formatRecord writes an idempotency record (bare mode; take.lua writes
+// the same).
+func formatRecord(id string, reply []int64) string {
+	parts := make([]string, len(reply))
+	for k, v := range reply {
+		parts[k] = strconv.FormatInt(v, 10)
+	}
+	return id + "|" + strings.Join(parts, ",")
+}
+
+// parseRecord decodes an idempotency record into a reply as a replay
+// returns it.
+func parseRecord(rec string) ([]any, error) {
+	hid, body, ok := strings.Cut(rec, "|")
+	if !ok {
+		return nil, fmt.Errorf("idempotency record: no separator")
+	}
+	var v []any
+	for _, f := range strings.Split(body, ",") {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency record: %q is not an integer", f)
+		}
+		v = append(v, n)
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("idempotency record: empty")
+	}
+	v[0] = v[0].(int64) + 2
+	return append(v, hid), nil
+}
+
+// Reservations (driver.Request.ReservationKey, a hash): field = id, value
+// = "<lapse µs>" then one "\n<entry>" per rule, "<code> <key> …"
+// (lua/holds.lua lists the entries).
+
+// reservationKeys returns the distinct keys a reservation's entries name.
+func reservationKeys(plan string) []string {
+	var keys []string
+	lines := strings.Split(plan, "\n")
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		dup := false
+		for _, k := range keys {
+			if k == f[1] {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			keys = append(keys, f[1])
+		}
+	}
+	return keys
+}
+
+// The packed value (lua/prelude.lua): packedFormat, then entries of a
+// 13-byte header (a 4-byte tag, the payload's length as 3 bytes and the
+// entry's expiry in Unix ms as 6, little-endian) and a payload of 7-byte
+// little-endian numbers.
+const (
+	packedFormat = 1
+	packedHeader = 13
+	packedInt    = 7
+	// markTag is the tag of the hold marker entry.
+	markTag = "\x00\x00\x00\x00"
+)
+
+// packedEntry is one entry of a packed value: its tag, expiry (Unix ms)
+// and payload numbers. Fixed window: {count}; GCRA: {TAT µs}; sliding
+// window: {newest cell index, then the stored cells' counts, oldest
+// first}; hold marker: none.
+type packedEntry struct {
+	Tag    string
+	Expiry int64
+	Ints   []int64
+}
+
+// decodePacked decodes a packed value, entries in stored order. Tests and
+// tools read state with it; the scripts have their own codec.
+func decodePacked(v string) ([]packedEntry, error) {
+	if len(v) == 0 || v[0] != packedFormat {
+		return nil, fmt.Errorf("packed value: want format byte %d", packedFormat)
+	}
+	le := func(b string) int64 {
+		var n int64
+		for i := len(b) - 1; i >= 0; i-- {
+			n = n<<8 | int64(b[i])
+		}
+		return n
+	}
+	var out []packedEntry
+	for p := 1; p < len(v); {
+		if p+packedHeader > len(v) {
+			return nil, fmt.Errorf("packed value: truncated header at %d", p)
+		}
+		e := packedEntry{Tag: v[p : p+4], Expiry: le(v[p+7 : p+13])}
+		n := int(le(v[p+4 : p+7]))
+		p += packedHeader
+		if p+n > len(v) || n%packedInt != 0 {
+			return nil, fmt.Errorf("packed value: bad payload of %d bytes at %d", n, p)
+		}
+		for q := p; q < p+n; q += packedInt {
+			e.Ints = append(e.Ints, le(v[q:q+packedInt]))
+		}
+		out = append(out, e)
+		p += n
+	}
+	return out, nil
+}
