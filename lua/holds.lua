@@ -1,5 +1,8 @@
--- holds.lua: reservations ("holds" in the scripts). A hold is one field of
--- the reservation hash:
+-- holds.lua: reservations ("holds" in the scripts), built on demand:
+-- holds(now) returns their functions (refund, entries, entrykey, lapse,
+-- logMark), so a decision that needs none of them does not pay for them.
+--
+-- A hold is one field of the reservation hash:
 --   field = hold id
 --   value = "<lapse µs>" followed by one "\n<entry>" per rule, where an
 --           entry gives back what the reservation took from one key:
@@ -10,118 +13,142 @@
 --     "t <key> <cell field> <cost> <dies µs>"       TairHash cell
 --     "h <key> <cell field> <cost> <dies µs>"       native-expiry hash cell
 --     "x <key> <TAT increment ns>"                  redis-cell GCRA
---   and, written before the packed layout (one key per rule) and refunded
---   the same way until they lapse: "f <key> <window end ms> <cost>",
---   "s <key> <cell field> <cost> <dies µs>", "g <key> <TAT increment µs>".
+--   and, written by the one-key-per-rule layout and refunded the same way
+--   until they lapse: "f <key> <window end ms> <cost>", "s <key> <cell
+--   field> <cost> <dies µs>", "g <key> <TAT increment µs>".
 -- Keys and tags never contain bytes below 0x21, so spaces and newlines
 -- separate.
 --
--- refund(entry, now) applies one entry's refund. It never drives a count
--- below zero and skips state that has moved on: a window that ended, a
--- cell that no longer counts (now >= dies), log members already trimmed,
--- a TAT already in the past.
+-- refund(entry) applies one entry's refund. It never drives a count below
+-- zero and skips state that has moved on: a window that ended, a cell
+-- that no longer counts (now >= dies), log members already trimmed, a TAT
+-- already in the past.
 
-local function refund(e, now)
-  local p = {}
-  for w in string.gmatch(e, '%S+') do p[#p + 1] = w end
-  local a, key = p[1], p[2]
-  if a == 'F' then
-    fixedRefund(key, p[3], tonumber(p[4]), tonumber(p[5]))
-  elseif a == 'S' then
-    slidingRefund(key, p[3], tonumber(p[4]), tonumber(p[5]), tonumber(p[6]), now)
-  elseif a == 'G' then
-    gcraRefund(key, p[3], tonumber(p[4]), now)
-  elseif a == 'l' then
-    local m = {}
-    for w in string.gmatch(p[3], '[^,]+') do m[#m + 1] = w end
-    chunked('ZREM', key, m, 1, 1)
-  elseif a == 't' then
-    modslidingRefund('EX', key, p[3], tonumber(p[4]), tonumber(p[5]), now)
-  elseif a == 'h' or a == 's' then
-    modslidingRefund('', key, p[3], tonumber(p[4]), tonumber(p[5]), now)
-  elseif a == 'x' then
-    cellRefund(key, tonumber(p[3]), now)
-  elseif a == 'f' then
-    if redis.call('PEXPIRETIME', key) == tonumber(p[3]) then
-      local v = tonumber(redis.pcall('GET', key)) or 0
-      local d = math.min(tonumber(p[4]), v)
-      if d > 0 then redis.call('DECRBY', key, fmt(d)) end
-    end
-  elseif a == 'g' then
+local function holds(now)
+  -- patch rewrites the entry tagged tag of the packed value at key with
+  -- fn(v, payload length, expiry, payload start) -> expiry, payload, or
+  -- drops it when fn returns nil; the key keeps its TTL. No entry, or a
+  -- value freqcap did not write: nothing happens.
+  local function patch(key, tag, fn)
     local v = redis.pcall('GET', key)
-    if type(v) == 'string' and tatok(v) and #v <= 16 then
-      local tat = tonumber(v)
-      if tat > now then
-        tat = tat - tonumber(p[3])
+    if type(v) ~= 'string' then return end
+    local m = unpackv(v)
+    if not m or not m[tag] then return end
+    local _, len, exp, q = struct.unpack(HDR, v, m[tag])
+    local nexp, payload = fn(v, len, exp, q)
+    m[tag] = nil
+    local ours = {}
+    if nexp then ours[1] = struct.pack(HDR, tag, #payload, nexp) .. payload end
+    redis.call('SET', key, (packv(v, m, ours, 0, 0)), 'KEEPTTL')
+  end
+
+  local function refund(e)
+    local f = {}
+    for w in string.gmatch(e, '%S+') do f[#f + 1] = w end
+    local a, key = f[1], f[2]
+    if a == 'F' then
+      --@fixed.refund
+    elseif a == 'S' then
+      --@sliding.refund
+    elseif a == 'G' then
+      --@gcra.refund
+    elseif a == 'l' then
+      --@log.refund
+    elseif a == 't' or a == 'h' or a == 's' then
+      --@modsliding.refund
+    elseif a == 'x' then
+      --@cell.refund
+    elseif a == 'f' then
+      if redis.call('PEXPIRETIME', key) == tonumber(f[3]) then
+        local u = tonumber(redis.pcall('GET', key)) or 0
+        local d = math.min(tonumber(f[4]), u)
+        if d > 0 then redis.call('DECRBY', key, sf('%d', d)) end
+      end
+    elseif a == 'g' then
+      local tv = redis.pcall('GET', key)
+      if type(tv) == 'string' and tatok(tv) and #tv <= 16 then
+        local tat = tonumber(tv)
         if tat > now then
-          redis.call('SET', key, fmt(tat), 'PX', fmt(math.ceil((tat - now) / 1000)))
-        else
-          redis.call('DEL', key)
+          tat = tat - tonumber(f[3])
+          if tat > now then
+            redis.call('SET', key, sf('%d', tat), 'PX', sf('%d', math.ceil((tat - now) / 1000)))
+          else
+            redis.call('DEL', key)
+          end
         end
       end
     end
   end
-end
 
-local function entries(v)
-  -- Splits a hold value into its lapse time (µs) and its entries.
-  local exp = tonumber(string.match(v, '^(%d+)'))
-  local list = {}
-  for line in string.gmatch(v, '\n([^\n]+)') do list[#list + 1] = line end
-  return exp, list
-end
+  -- entries splits a hold value into its lapse time (µs) and entries.
+  local function entries(hv)
+    local exp = tonumber(string.match(hv, '^(%d+)'))
+    local list = {}
+    for line in string.gmatch(hv, '\n([^\n]+)') do list[#list + 1] = line end
+    return exp, list
+  end
 
-local function entrykey(line)
-  return string.match(line, '^%a (%S+)')
-end
+  local function entrykey(line)
+    return string.match(line, '^%a (%S+)')
+  end
 
--- markKey sets the hold marker of the packed value at key to lapse (ms),
--- or removes it (lapse nil); a missing key gets none (it would have no
--- TTL).
-local function markKey(key, lapse)
-  local v = redis.pcall('GET', key)
-  if type(v) ~= 'string' then return end
-  local m = unpackv(v)
-  if not m then return end
-  m[MARK] = nil
-  local ours = {}
-  if lapse then ours[1] = {MARK, lapse, ''} end
-  redis.call('SET', key, (packv(v, m, ours, 0)), 'KEEPTTL')
-end
+  -- markKey sets the hold marker of the packed value at key to at (ms),
+  -- or removes it (at nil); a missing key gets none (it would have no
+  -- TTL).
+  local function markKey(key, at)
+    local v = redis.pcall('GET', key)
+    if type(v) ~= 'string' then return end
+    local m = unpackv(v)
+    if not m then return end
+    m[MARK] = nil
+    local ours = {}
+    if at then ours[1] = struct.pack(HDR, MARK, 0, at) end
+    redis.call('SET', key, (packv(v, m, ours, 0, 0)), 'KEEPTTL')
+  end
 
--- lapse gives back the units of the lapsed holds in hkey on the keys this
--- attempt names (x.key(1..nk)), and sets the hold marker of each packed
--- value and log it read (x.vals, x.logs) to the earliest lapse of the
--- holds still open with units there.
-local function lapse(x, hkey, nk, now)
-  local h = redis.call('HGETALL', hkey)
-  local named = {}
-  for k = 1, nk do named[x.key(k)] = k end
-  local soon = {}
-  for i = 1, #h, 2 do
-    local exp, list = entries(h[i + 1])
-    if exp <= now then
-      local rest = {}
-      for _, e in ipairs(list) do
-        if named[entrykey(e)] then refund(e, now) else rest[#rest + 1] = e end
-      end
-      if #rest == 0 then
-        redis.call('HDEL', hkey, h[i])
-      elseif #rest < #list then
-        redis.call('HSET', hkey, h[i], fmt(exp) .. '\n' .. table.concat(rest, '\n'))
-      end
-    else
-      local ms = math.ceil(exp / 1000)
-      for _, e in ipairs(list) do
-        local k = named[entrykey(e)]
-        if k and (not soon[k] or ms < soon[k]) then soon[k] = ms end
-      end
+  -- logMark sets the hold marker of the log at key (lg: as the frame
+  -- read it) to at (ms), or removes it (at nil); an empty log gets none.
+  local function logMark(key, lg, at)
+    if lg.markm then redis.call('ZREM', key, lg.markm) end
+    if at and redis.call('EXISTS', key) == 1 then
+      redis.call('ZADD', key, BIG, '!' .. sf('%d', at))
     end
   end
-  for k, m in pairs(x.vals) do
-    if m[MARK] or soon[k] then markKey(x.key(k), soon[k]) end
+
+  -- lapse gives back the units of the lapsed holds in hkey on the keys
+  -- named (key -> index), and sets the hold marker of each packed value
+  -- (vals: index -> parsed) and log (logs: index -> state) to the
+  -- earliest lapse of the holds still open with units there.
+  local function lapse(hkey, named, keyOf, vals, logs)
+    local h = redis.call('HGETALL', hkey)
+    local soon = {}
+    for i = 1, #h, 2 do
+      local exp, list = entries(h[i + 1])
+      if exp <= now then
+        local rest = {}
+        for _, e in ipairs(list) do
+          if named[entrykey(e)] then refund(e) else rest[#rest + 1] = e end
+        end
+        if #rest == 0 then
+          redis.call('HDEL', hkey, h[i])
+        elseif #rest < #list then
+          redis.call('HSET', hkey, h[i], sf('%d', exp) .. '\n' .. table.concat(rest, '\n'))
+        end
+      else
+        local ms = math.floor(exp / 1000)
+        for _, e in ipairs(list) do
+          local k = named[entrykey(e)]
+          if k and (not soon[k] or ms < soon[k]) then soon[k] = ms end
+        end
+      end
+    end
+    for k, m in pairs(vals) do
+      if m[MARK] or soon[k] then markKey(keyOf(k), soon[k]) end
+    end
+    for k, lg in pairs(logs) do
+      if lg.mark or soon[k] then logMark(keyOf(k), lg, soon[k]) end
+    end
   end
-  for k, lg in pairs(x.logs) do
-    if lg.mark or soon[k] then logMark(x.key(k), lg, soon[k]) end
-  end
+
+  return {refund = refund, entries = entries, entrykey = entrykey, lapse = lapse, logMark = logMark}
 end

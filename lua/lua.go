@@ -1,56 +1,96 @@
 // Package lua embeds the Redis scripts of the redis backend (the
 // benchmark's own scripts are in internal/bench/scripts).
 //
-// The sources are split by concern and joined here, at build time, into
-// complete scripts ready for EVAL/EVALSHA, so a decision stays one
-// EVALSHA of one script:
+// The sources are split by concern and joined here, once, into complete
+// scripts ready for EVAL/EVALSHA, so that a decision stays one EVALSHA of
+// one script:
 //
 //   - prelude.lua: the packed value's codec and small helpers;
-//   - alg/*.lua: one fragment per algorithm, each with its evaluate,
-//     commit and refund functions (fixed, sliding, gcra, log on plain
-//     data types; modsliding and cell on module commands);
-//   - holds.lua: reservations: refunds and the hold markers;
+//   - alg/*.lua: one fragment per algorithm, in sections (eval, commit,
+//     refund, and read or consume where needed): fixed, sliding, gcra and
+//     log on plain data types, modsliding and cell on module commands;
+//   - holds.lua: reservations, refunds and hold markers, built on demand;
 //   - take.lua, settle.lua: the frames, whose header comments give their
 //     KEYS, ARGV and reply.
 //
-// Scripts are never read from disk at run time.
+// A line "--@<fragment>.<section>" in a frame or in holds.lua is replaced
+// by that section's code, inline: Lua creates every function a script
+// defines on each run of it, so the algorithms are pasted into the
+// frame's branches rather than defined as functions. Scripts are never
+// read from disk at run time.
 package lua
 
 import (
-	_ "embed"
+	"embed"
+	"fmt"
+	"path"
+	"regexp"
 	"strings"
 )
 
-var (
-	//go:embed prelude.lua
-	prelude string
-	//go:embed alg/fixed.lua
-	fixed string
-	//go:embed alg/sliding.lua
-	sliding string
-	//go:embed alg/gcra.lua
-	gcra string
-	//go:embed alg/log.lua
-	log string
-	//go:embed alg/modsliding.lua
-	modsliding string
-	//go:embed alg/cell.lua
-	cell string
-	//go:embed holds.lua
-	holds string
-	//go:embed take.lua
-	take string
-	//go:embed settle.lua
-	settle string
-)
-
-// library is what both frames start with, in dependency order.
-var library = strings.Join([]string{prelude, fixed, sliding, gcra, log, modsliding, cell, holds}, "\n")
+//go:embed prelude.lua holds.lua take.lua settle.lua alg/*.lua
+var files embed.FS
 
 // Take decides one or more requests, each over all its rules (take, peek,
 // reserve, inspect): see take.lua.
-var Take = library + "\n" + take
+var Take = build("take.lua")
 
 // Settle commits or cancels one reservation ("hold" in the Lua sources):
 // see settle.lua.
-var Settle = library + "\n" + settle
+var Settle = build("settle.lua")
+
+var (
+	include = regexp.MustCompile(`(?m)^([ \t]*)--@([a-z]+)\.([a-z]+)[ \t]*$`)
+	section = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
+)
+
+// build returns prelude.lua, holds.lua and the frame, with every include
+// line replaced by its section, indented as the line is.
+func build(frame string) string {
+	var b strings.Builder
+	for _, f := range []string{"prelude.lua", "holds.lua", frame} {
+		b.WriteString(expand(read(f)))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func read(name string) string {
+	src, err := files.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(src)
+}
+
+// sections returns the sections of fragment alg/<name>.lua by name.
+func sections(name string) map[string]string {
+	src := read(path.Join("alg", name+".lua"))
+	out := map[string]string{}
+	locs := section.FindAllStringSubmatchIndex(src, -1)
+	for i, l := range locs {
+		end := len(src)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		out[src[l[2]:l[3]]] = strings.TrimSpace(src[l[1]:end])
+	}
+	return out
+}
+
+func expand(src string) string {
+	return include.ReplaceAllStringFunc(src, func(line string) string {
+		m := include.FindStringSubmatch(line)
+		body, ok := sections(m[2])[m[3]]
+		if !ok {
+			panic(fmt.Sprintf("lua: %s: no section %q in alg/%s.lua", strings.TrimSpace(line), m[3], m[2]))
+		}
+		lines := strings.Split(body, "\n")
+		for i, l := range lines {
+			if l != "" {
+				lines[i] = m[1] + l
+			}
+		}
+		return m[1] + "do\n" + m[1] + strings.Join(lines, "\n"+m[1]) + "\n" + m[1] + "end"
+	})
+}

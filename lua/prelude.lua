@@ -1,6 +1,9 @@
 -- prelude.lua: what every script of the Redis backend shares (lua.go puts
 -- it first): the packed value's codec and small helpers. It uses no KEYS
--- or ARGV itself.
+-- or ARGV itself. Every function here is created on each run of a script
+-- (Lua makes a closure per definition per run), so this file holds only
+-- what the common paths need; the reservations' code is built on demand
+-- (holds.lua) and the algorithms' code is pasted inline (alg/).
 --
 -- The packed layout (docs/DESIGN.md, "Redis layout"): the fixed-window,
 -- calendar, sliding-window and GCRA rules of one request that share their
@@ -11,61 +14,66 @@
 --           ms: when the entry stops mattering), then the payload
 --
 -- A tag is 4 bytes the backend derives from the rule's name and state
--- shape (specs.go), so a changed rule starts afresh under a new tag. An
--- entry whose tag the request does not name is copied unchanged while
--- its expiry lies ahead and dropped after that: a rule removed from the
--- policy costs memory until its state would have expired anyway, and two
--- versions of a policy running side by side (a rolling deploy) never
+-- shape (wire.go, ruleTag), so a changed rule starts afresh under a new
+-- tag. An entry whose tag the request does not name is copied unchanged
+-- while its expiry lies ahead and dropped after that: a rule removed from
+-- the policy costs memory until its state would have expired anyway, and
+-- two versions of a policy running side by side (a rolling deploy) never
 -- erase each other's counts. Payloads (numbers as '<I7', exact below
 -- 2^53) are the algorithm fragments' business. The tag MARK is the hold
--- marker: its expiry is the earliest lapse of the reservations with units
--- in this key, so a decision reads the reservations only when one may
--- have lapsed (take.lua).
+-- marker: its "expiry" is the earliest lapse (ms, rounded down) of the
+-- reservations with units in this key, so a decision reads the
+-- reservations only when one may have lapsed (take.lua).
 
-local FMT = 1
+local sf = string.format
+local FMT = '\1'
 local HDR = '<c4I3I6'
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.
 local BIG = '1152921504606846976' -- 2^60
 
--- unpackv parses a packed value: tag -> {payload start, payload length,
--- expiry ms, entry start}. No value (nil or false) is an empty map;
--- anything freqcap did not write gives nil.
+-- unpackv parses a packed value: tag -> the entry's start. No value (nil
+-- or false) is an empty map; anything freqcap did not write gives nil.
+-- struct.unpack(HDR, v, start) reads an entry's tag, payload length,
+-- expiry and payload start.
 local function unpackv(v)
   local m = {}
   if not v then return m end
   local n = #v
-  if n == 0 or string.byte(v, 1) ~= FMT then return nil end
+  if n == 0 or string.sub(v, 1, 1) ~= FMT then return nil end
   local p = 2
   while p <= n do
     if p + 12 > n then return nil end
-    local tag, len, exp, q = struct.unpack(HDR, v, p)
+    local tag, len, _, q = struct.unpack(HDR, v, p)
     if q + len - 1 > n then return nil end
-    m[tag] = {q, len, exp, p}
+    m[tag] = p
     p = q + len
   end
   return m
 end
 
--- packv builds a packed value from ours, a list of {tag, expiry ms,
--- payload}, and the entries of m (parsed from v) whose tag ours lacks and
--- whose expiry is after nowms, copied verbatim. It returns the value and
--- the latest expiry in it (the key's PXAT).
-local function packv(v, m, ours, nowms)
-  local parts, seen, top = {string.char(FMT)}, {}, 0
-  for _, e in ipairs(ours) do
-    parts[#parts + 1] = struct.pack(HDR, e[1], #e[3], e[2]) .. e[3]
-    seen[e[1]] = true
-    if e[2] > top then top = e[2] end
-  end
-  for tag, e in pairs(m) do
-    if not seen[tag] and e[3] > nowms then
-      parts[#parts + 1] = string.sub(v, e[4], e[1] + e[2] - 1)
-      if e[3] > top then top = e[3] end
+-- packv builds a packed value from ours, a list of whole entries (each
+-- starting with its tag), and the entries of m (parsed from v) whose tag
+-- ours lacks and whose expiry is after nowms (and the hold marker),
+-- copied verbatim. top is the
+-- latest expiry of ours; packv returns the value and the latest expiry in
+-- it (the key's PXAT).
+local function packv(v, m, ours, top, nowms)
+  local n = #ours
+  local seen = {}
+  for k = 1, n do seen[string.sub(ours[k], 1, 4)] = true end
+  for tag, p in pairs(m) do
+    if not seen[tag] then
+      local _, len, exp, q = struct.unpack(HDR, v, p)
+      if exp > nowms or tag == MARK then -- a marker goes only when holds.lua says
+        n = n + 1
+        ours[n] = string.sub(v, p, q + len - 1)
+        if exp > top then top = exp end
+      end
     end
   end
-  return table.concat(parts), top
+  return FMT .. table.concat(ours), top
 end
 
 -- ints reads k '<I7' numbers of v from position p: a list.
@@ -91,57 +99,32 @@ local function pints(list)
   return table.concat(parts)
 end
 
--- patch rewrites the entry tagged tag of the packed value at key (which
--- must exist) with f(v, e) -> expiry, payload, or drops it when f returns
--- nil; the key keeps its TTL. No entry, or a value freqcap did not write:
--- nothing happens.
-local function patch(key, tag, f)
-  local v = redis.pcall('GET', key)
-  if type(v) ~= 'string' then return end
-  local m = unpackv(v)
-  if not m or not m[tag] then return end
-  local exp, payload = f(v, m[tag])
-  m[tag] = nil
-  local ours = {}
-  if exp then ours[1] = {tag, exp, payload} end
-  redis.call('SET', key, (packv(v, m, ours, 0)), 'KEEPTTL')
-end
-
-local function tatok(v)
-  -- Reports whether v is a TAT as take.lua and CL.THROTTLE write it: 1 to
-  -- 19 decimal digits, no sign, at most 2^63-1. CL.THROTTLE parses its key
-  -- as an unsigned 64-bit integer and aborts the server on anything else
-  -- ("", "abc", "-5", "+5" is accepted but never written, 20 digits); its
-  -- arithmetic is in signed 64-bit ns.
-  local n = #v
-  return n >= 1 and n <= 19 and not string.find(v, '%D') and (n < 19 or v <= '9223372036854775807')
-end
-
-local function chunked(cmd, key, list, first, step)
-  -- Calls cmd key list[first..] in slices, keeping unpack within Lua's
-  -- C stack limit; step is the number of list items per element (ZADD: 2).
-  local total = 0
-  local n = #list
-  local i = first
-  while i <= n do
-    local j = math.min(n, i + 999 * step)
-    total = total + redis.call(cmd, key, unpack(list, i, j))
-    i = j + 1
+-- retryCells is how long until the oldest counted cells (cs: index ->
+-- count, from lo) holding need units stop counting, cell j at
+-- (j+K+1)*s; cells beyond i (the server clock went back): one cell.
+local function retryCells(cs, lo, i, need, K, s, now)
+  local acc = 0
+  for j = lo, i do
+    acc = acc + (cs[j] or 0)
+    if acc >= need then return (j + K + 1) * s - now end
   end
-  return total
+  return s
 end
 
--- fdiv is floor(a/b) for integers a and b > 0 held exactly (|a|, b <
--- 2^53): the double quotient, corrected by one where rounding carried it
--- across an integer.
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
+-- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
+-- long for a double) into µs, rounded up.
+local function nsup(tv)
+  local us = tonumber(string.sub(tv, 1, -4)) or 0
+  if string.sub(tv, -3) ~= string.rep('0', math.min(#tv, 3)) then us = us + 1 end
+  return us
 end
 
-local function fmt(n) return string.format('%d', n) end
+-- tatok reports whether tv is a TAT as take.lua and CL.THROTTLE write it:
+-- 1 to 19 decimal digits, no sign, at most 2^63-1. CL.THROTTLE parses its
+-- key as an unsigned 64-bit integer and aborts the server on anything else
+-- ("", "abc", "-5", "+5" is accepted but never written, 20 digits); its
+-- arithmetic is in signed 64-bit ns.
+local function tatok(tv)
+  local n = #tv
+  return n >= 1 and n <= 19 and not string.find(tv, '%D') and (n < 19 or tv <= '9223372036854775807')
+end

@@ -1,5 +1,5 @@
 -- settle.lua: commits or cancels one hold (reservation).
--- (lua.go puts the library first: prelude, alg/, holds.lua.)
+-- (lua.go puts prelude.lua and holds.lua first.)
 --
 -- KEYS[1]     the hold hash
 -- KEYS[2..]   every state key the hold's entries name (the caller read the
@@ -15,17 +15,18 @@
 local hkey, id = KEYS[1], ARGV[1]
 local v = redis.call('HGET', hkey, id)
 if not v then return 0 end
-local exp, list = entries(v)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local H = holds(now)
+local exp, list = H.entries(v)
 local named = {}
 for k = 2, #KEYS do named[KEYS[k]] = true end
 for _, e in ipairs(list) do
-  if not named[entrykey(e)] then return -1 end
+  if not named[H.entrykey(e)] then return -1 end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lapsed = exp <= now
 if lapsed or ARGV[2] ~= '1' then
-  for _, e in ipairs(list) do refund(e, now) end
+  for _, e in ipairs(list) do H.refund(e) end
 end
 redis.call('HDEL', hkey, id)
 if lapsed then return 0 end

@@ -1,7 +1,18 @@
 -- take.lua: the decide script's frame. One EVALSHA decides one or more
 -- attempts in order, each over all its rules, all-or-nothing. (lua.go
--- puts prelude.lua, the algorithm fragments of alg/ and holds.lua first;
--- backends/redis/wire.go writes what this reads.)
+-- puts prelude.lua and holds.lua first, and pastes the sections of the
+-- algorithm fragments, alg/*.lua, where a "--@<fragment>.<section>" line
+-- names them; backends/redis/wire.go writes what this reads.)
+--
+-- What the sections see: r (the rule's number), b (its ARGV offset: code
+-- b+1, name b+2, limit b+3, p1 b+4, p2 b+5, tag b+6, key index b+7),
+-- code, L (limit), tag, ki, key, c (cost), now, st (per rule: what eval
+-- hands to commit), plan (a reservation's entries, or nil); a packed
+-- rule's v (the value read) and p (its entry's start, or nil); a log
+-- rule's lg (its log's state). eval sets flags (1 admitted, 0 denied, 2
+-- cost too high), used, reset, retry (µs) and st[r]; commit gets x =
+-- st[r] and used (before), sets used and reset after consuming and, for
+-- a packed rule, ent (the whole entry) and exp (its expiry, ms).
 --
 -- ARGV[1]  m, the number of attempts; then each attempt's arguments, from
 -- offset a (the first attempt: a = 1), naming its keys from offset k
@@ -40,7 +51,7 @@
 --   retry-after µs; then (op i) the trail entries, newest first, strings
 --   "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1", then
 --   "|values" when ARGV[a+11] is not empty}.
--- The caller knows each rule's limit, hence remaining = max(0, limit-used).
+-- The caller knows each rule's limit, hence remaining = math.max(0, limit-used).
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
@@ -55,97 +66,90 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = math.floor(now / 1000)
 local HA, RA = 15, 7 -- ARGV per attempt header, per rule
-local packed = {f = true, c = true, s = true, g = true}
-
-local function foreign(name, what)
-  return redis.error_reply('freqcap: rule ' .. name .. ': ' .. what .. '; not evaluated, nothing written (delete the key or reset the subject)')
-end
 
 local function decide(kb, ab)
-  local op = ARGV[ab + 1]
   local n = tonumber(ARGV[ab + 3])
   local nk = tonumber(ARGV[ab + 4])
   local tk, hk, ik = tonumber(ARGV[ab + 5]), tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
-  local function key(i) return KEYS[kb + i] end
+  local op = ARGV[ab + 1]
 
   -- Idempotency: a live record means this attempt was decided before.
   if ik > 0 then
-    local rec = redis.call('GET', key(ik))
+    local rec = redis.call('GET', KEYS[kb + ik])
     if rec then
       local sep = string.find(rec, '|', 1, true)
       local out = {}
-      for v in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do out[#out + 1] = tonumber(v) end
+      for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do out[#out + 1] = tonumber(d) end
       out[1] = out[1] + 2
       out[#out + 1] = string.sub(rec, 1, sep - 1)
       return out
     end
   end
 
-  local rules = {}
-  local modules = false -- a rule with a key of its own (t, h, x)
-  for r = 1, n do
-    local b = ab + HA + (r - 1) * RA
-    local ru = {code = ARGV[b + 1], name = ARGV[b + 2], L = tonumber(ARGV[b + 3]), p1 = ARGV[b + 4],
-      p2 = ARGV[b + 5], tag = ARGV[b + 6], ki = tonumber(ARGV[b + 7])}
-    rules[r] = ru
-    if not packed[ru.code] and ru.code ~= 'l' then modules = true end
-  end
-  local x = {now = now, key = key}
-
-  -- read: every packed value once, every log once (trimmed), and every
-  -- redis-cell key checked, before anything is written.
-  local function read()
-    local vals, raws, logs, lw = {}, {}, {}, {}
+  -- Read: every packed value once, every log once (trimmed), and every
+  -- redis-cell key checked, before anything is written. Twice when
+  -- lapsed reservations were given back in between.
+  local vals, raws, logs, tats, own
+  for pass = 1, 2 do
+    vals, raws, logs, tats, own = {}, {}, {}, {}, false
     for r = 1, n do
-      local ru = rules[r]
-      local k = ru.ki
-      if packed[ru.code] then
-        if not vals[k] then
-          local v = redis.pcall('GET', key(k))
+      local b = ab + HA + (r - 1) * RA
+      local code = ARGV[b + 1]
+      local ki = tonumber(ARGV[b + 7])
+      local key = KEYS[kb + ki]
+      if code == 'f' or code == 's' or code == 'g' or code == 'c' then
+        if not vals[ki] then
+          local v = redis.pcall('GET', key)
           local m
           if type(v) ~= 'table' then m = unpackv(v) end
-          if not m then return foreign(ru.name, 'its state key holds a value freqcap did not write') end
-          vals[k], raws[k] = m, v or ''
+          if not m then
+            return redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')
+          end
+          vals[ki], raws[ki] = m, v
         end
-      elseif ru.code == 'l' then
-        local w = tonumber(ru.p1)
-        if not lw[k] then lw[k] = {w, ru.name} elseif lw[k][1] < w then lw[k][1] = w end
-      elseif ru.code == 'x' then
-        local e, v = cellForeign(key(k), ru.name)
-        if e then return e end
-        ru.tat = v
+      elseif code == 'l' then
+        local w = tonumber(ARGV[b + 4])
+        local lg = logs[ki]
+        if not lg then
+          logs[ki] = {w = w, name = ARGV[b + 2]}
+        elseif lg.w < w then
+          lg.w = w
+        end
+      else
+        own = true -- a rule with a key of its own (t, h, x)
+        if code == 'x' then
+          --@cell.read
+        end
       end
     end
-    for k, w in pairs(lw) do
-      local lg, e = logRead(key(k), w[1], now, w[2])
-      if not lg then return e end
-      logs[k] = lg
+    for ki, lg in pairs(logs) do
+      local key = KEYS[kb + ki]
+      --@log.read
     end
-    x.vals, x.raws, x.logs = vals, raws, logs
+    if pass == 2 or hk == 0 then break end
+    -- Lapsed reservations: their units go back (only on keys this
+    -- attempt names). The reservations are read only when a hold marker
+    -- says one may have lapsed, or a rule keeps a key of its own.
+    local need = own
+    if not need then
+      for ki, m in pairs(vals) do
+        local mp = m[MARK]
+        if mp then
+          local _, _, exp = struct.unpack(HDR, raws[ki], mp)
+          if exp * 1000 <= now then need = true end
+        end
+      end
+      for _, lg in pairs(logs) do
+        if lg.mark and lg.mark * 1000 <= now then need = true end
+      end
+    end
+    if not need then break end
+    local named = {}
+    for k = 1, nk do named[KEYS[kb + k]] = k end
+    holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
   end
-  local e = read()
-  if e then return e end
-
-  -- Lapsed reservations first: their units go back (only on keys this
-  -- attempt names). The reservations are read only when a hold marker
-  -- says one may have lapsed (or a rule keeps a key of its own).
-  if hk > 0 then
-    if op == 'r' and redis.call('HEXISTS', key(hk), ARGV[ab + 13]) == 1 then
-      return redis.error_reply('freqcap: hold id already in use')
-    end
-    local need = modules
-    for _, m in pairs(x.vals) do
-      local mk = m[MARK]
-      if mk and mk[3] <= nowms then need = true end
-    end
-    for _, lg in pairs(x.logs) do
-      if lg.mark and lg.mark <= nowms then need = true end
-    end
-    if need then
-      lapse(x, key(hk), nk, now)
-      e = read()
-      if e then return e end
-    end
+  if op == 'r' and redis.call('HEXISTS', KEYS[kb + hk], ARGV[ab + 13]) == 1 then
+    return redis.error_reply('freqcap: hold id already in use')
   end
 
   local c = 1
@@ -154,132 +158,109 @@ local function decide(kb, ab)
 
   -- Phase 1: evaluate every rule, writing nothing.
   local res = {0, now}
+  local st = {}
   local allowed = true
   for r = 1, n do
-    local ru = rules[r]
-    local code = ru.code
-    local flags, used, reset, retry
+    local b = ab + HA + (r - 1) * RA
+    local code = ARGV[b + 1]
+    local L = tonumber(ARGV[b + 3])
+    local tag = ARGV[b + 6]
+    local ki = tonumber(ARGV[b + 7])
+    local key = KEYS[kb + ki]
+    local flags, used, reset, retry = 1, 0, 0, 0
     if code == 's' then
-      flags, used, reset, retry = slidingEval(x, ru, c)
+      local v, p = raws[ki], vals[ki][tag]
+      --@sliding.eval
     elseif code == 'f' or code == 'c' then
-      flags, used, reset, retry = fixedEval(x, ru, c)
+      local v, p = raws[ki], vals[ki][tag]
+      --@fixed.eval
     elseif code == 'g' then
-      flags, used, reset, retry = gcraEval(x, ru, c)
+      local v, p = raws[ki], vals[ki][tag]
+      --@gcra.eval
     elseif code == 'l' then
-      flags, used, reset, retry = logEval(x, ru, c)
+      local lg = logs[ki]
+      --@log.eval
     elseif code == 't' or code == 'h' then
-      flags, used, reset, retry = modslidingEval(x, ru, c)
+      --@modsliding.eval
     elseif code == 'x' then
-      flags, used, reset, retry = cellEval(x, ru, c)
+      --@cell.eval
     else
       return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
     end
-    if not flags then return used end -- an error reply
     if flags ~= 1 then allowed = false end
     local o = 3 + (r - 1) * 4
     res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
   end
 
   -- Phase 2: consume from every rule, only if all admit.
-  if allowed and consume and op == 'r' then x.plan = {fmt(now + tonumber(ARGV[ab + 14]))} end
-
-  -- redis-cell rules consume first: CL.THROTTLE decides again, in
-  -- nanoseconds against its own clock, and may deny where its peek (whose
-  -- remaining is truncated to whole µs) admitted. Then the cell rules
-  -- already consumed get their exact previous TAT back (an integer string,
-  -- the only value CL.THROTTLE can read) and the request is denied with
-  -- nothing else written.
-  if allowed and consume and modules then
-    local saved, out = {}, {}
-    for r = 1, n do
-      local ru = rules[r]
-      if ru.code == 'x' then
-        local k, xs, L = key(ru.ki), ru.st, ru.L
-        local v = xs[4]
-        saved[#saved + 1] = {k, v, redis.call('PTTL', k)}
-        local cr = redis.call('CL.THROTTLE', k, L - 1, xs[1], xs[2], c)
-        local rem = tonumber(cr[3])
-        if rem < 0 then rem = 0 elseif rem > L then rem = L end
-        local o = 3 + (r - 1) * 4
-        if tonumber(cr[1]) ~= 0 then
-          for q = #saved - 1, 1, -1 do
-            local sk, sv, sttl = saved[q][1], saved[q][2], saved[q][3]
-            -- No TTL left (a peek on a fresh key leaves its TAT = now with
-            -- a 0 ms TTL, visible until the script ends): as good as none.
-            if sv and sttl > 0 then
-              redis.call('SET', sk, sv, 'PX', sttl)
-            else
-              redis.call('DEL', sk)
-            end
-          end
-          local ttl = 0
-          if v then ttl = math.max(nsup(v) - now, 0) end
-          res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, ttl + c * xs[3] - xs[3] * L)
-          res[o + 2] = ttl
-          allowed, out = false, nil
-          break
-        end
-        local nv = redis.call('GET', k)
-        out[#out + 1] = {o, L - rem, nsup(nv) - now}
-        if x.plan then x.plan[#x.plan + 1] = 'x ' .. k .. ' ' .. fmt(c * xs[3] * 1000) end
-      end
-    end
-    if out then
-      for _, q in ipairs(out) do res[q[1] + 1], res[q[1] + 2] = q[2], q[3] end
-    end
+  local plan
+  if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
+  if allowed and consume and own then
+    --@cell.consume
   end
-
   if allowed and consume then
-    local ours = {} -- key index -> the entries this attempt writes there
+    local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
     for r = 1, n do
-      local ru = rules[r]
-      local code = ru.code
-      local ent, used, reset
+      local b = ab + HA + (r - 1) * RA
+      local code = ARGV[b + 1]
+      local L = tonumber(ARGV[b + 3])
+      local tag = ARGV[b + 6]
+      local ki = tonumber(ARGV[b + 7])
+      local key = KEYS[kb + ki]
+      local o = 3 + (r - 1) * 4
+      local x = st[r]
+      local used, reset = res[o + 1], res[o + 2]
+      local ent, exp
       if code == 's' then
-        ent, used, reset = slidingCommit(x, ru, c)
+        --@sliding.commit
       elseif code == 'f' or code == 'c' then
-        ent, used, reset = fixedCommit(x, ru, c)
+        --@fixed.commit
       elseif code == 'g' then
-        ent, used, reset = gcraCommit(x, ru, c)
+        --@gcra.commit
       elseif code == 'l' then
-        ent, used, reset = logCommit(x, ru, c)
+        local lg = logs[ki]
+        --@log.commit
       elseif code == 't' or code == 'h' then
-        ent, used, reset = modslidingCommit(x, ru, c)
+        --@modsliding.commit
       end
-      if code ~= 'x' then
-        local o = 3 + (r - 1) * 4
-        res[o + 1], res[o + 2] = used, reset
-      end
+      res[o + 1], res[o + 2] = used, reset
       if ent then
-        local l = ours[ru.ki]
+        local l = ours[ki]
         if not l then
-          l = {}
-          ours[ru.ki] = l
+          ours[ki], tops[ki] = {ent}, exp
+        else
+          l[#l + 1] = ent
+          if exp > tops[ki] then tops[ki] = exp end
         end
-        l[#l + 1] = ent
       end
     end
-    -- A new hold marks every packed value and log it has units in.
-    local lapseAt
-    if x.plan then lapseAt = math.ceil(tonumber(x.plan[1]) / 1000) end
-    for k, list in pairs(ours) do
-      local m = x.vals[k]
-      if lapseAt then
-        local mk, at = m[MARK], lapseAt
-        if mk and mk[3] > nowms and mk[3] < at then at = mk[3] end
-        list[#list + 1] = {MARK, at, ''}
+    -- A new hold marks every packed value and log it has units in with
+    -- the earliest lapse of the holds there (in ms, rounded down: a marker
+    -- at or before now means one may have lapsed).
+    local at
+    if plan then at = math.floor(tonumber(plan[1]) / 1000) end
+    for ki, list in pairs(ours) do
+      local m = vals[ki]
+      if at then
+        local mat = at
+        if m[MARK] then
+          local _, _, exp = struct.unpack(HDR, raws[ki], m[MARK])
+          if exp < mat then mat = exp end
+        end
+        list[#list + 1] = struct.pack(HDR, MARK, 0, mat)
       end
-      local v, top = packv(x.raws[k], m, list, nowms)
-      redis.call('SET', key(k), v, 'PXAT', fmt(top))
+      local v, top = packv(raws[ki], m, list, tops[ki], nowms)
+      redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
     end
-    if x.plan then
-      for k, lg in pairs(x.logs) do
-        local at = lapseAt
-        if lg.mark and lg.mark > nowms and lg.mark < at then at = lg.mark end
-        logMark(key(k), lg, at)
+    if plan then
+      local H = holds(now)
+      for ki, lg in pairs(logs) do
+        local mat = at
+        if lg.mark and lg.mark < mat then mat = lg.mark end
+        H.logMark(KEYS[kb + ki], lg, mat)
       end
-      local hkey = key(hk)
-      redis.call('HSET', hkey, ARGV[ab + 13], table.concat(x.plan, '\n'))
+      local hkey = KEYS[kb + hk]
+      redis.call('HSET', hkey, ARGV[ab + 13], table.concat(plan, '\n'))
       local ttl = tonumber(ARGV[ab + 15])
       if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
     end
@@ -288,8 +269,8 @@ local function decide(kb, ab)
 
   -- The denial trail: one entry per denying rule, same atomic step.
   if not allowed and consume and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
-    local tkey = key(tk)
-    local at = fmt(now)
+    local tkey = KEYS[kb + tk]
+    local at = sf('%d', now)
     local tv = ARGV[ab + 11]
     if tv ~= '' then tv = '|' .. tv end
     local ent = {}
@@ -297,9 +278,9 @@ local function decide(kb, ab)
       local o = 3 + (r - 1) * 4
       local fl = res[o]
       if fl ~= 1 then
-        local ru = rules[r]
-        ent[#ent + 1] = string.format('%s|%s|%s|%d|%d|%d|%d|%d', at, ARGV[ab + 10], ru.name,
-          res[o + 1], ru.L, c, res[o + 3], fl / 2) .. tv
+        local b = ab + HA + (r - 1) * RA
+        ent[#ent + 1] = sf('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[ab + 10], ARGV[b + 2],
+          res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
       end
     end
     redis.call('LPUSH', tkey, unpack(ent))
@@ -310,14 +291,14 @@ local function decide(kb, ab)
   -- Store the decision for retries of the same attempt, in the same step.
   if ik > 0 and consume then
     local parts = {}
-    for k = 1, #res do parts[k] = fmt(res[k]) end
+    for k = 1, #res do parts[k] = sf('%d', res[k]) end
     local hid = ''
     if op == 'r' and allowed then hid = ARGV[ab + 13] end
-    redis.call('SET', key(ik), hid .. '|' .. table.concat(parts, ','), 'PX', ARGV[ab + 12])
+    redis.call('SET', KEYS[kb + ik], hid .. '|' .. table.concat(parts, ','), 'PX', ARGV[ab + 12])
   end
 
   if op == 'i' and tk > 0 then
-    local tr = redis.call('LRANGE', key(tk), 0, tonumber(ARGV[ab + 8]) - 1)
+    local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
     for k = 1, #tr do res[#res + 1] = tr[k] end
   end
   return res

@@ -5,70 +5,101 @@
 -- writes and creates nothing); the numbers it rounds to whole seconds are
 -- computed here from its TAT instead, never shorter than the truth.
 
--- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
--- long for a double; tatok) into µs, rounded up.
-local function nsup(v)
-  local us = tonumber(string.sub(v, 1, -4)) or 0
-  if string.sub(v, -3) ~= string.rep('0', math.min(#v, 3)) then us = us + 1 end
-  return us
-end
-
--- cellForeign returns an error reply when key, the state key of rule
--- name, holds anything but a TAT CL.THROTTLE wrote, else nil and the
--- value. It reads with pcall: a key of another type (WRONGTYPE) is
+--@read
+-- The key holds a TAT CL.THROTTLE wrote, or nothing: checked before
+-- anything is written and before any CL.THROTTLE call (which would abort
+-- the server on anything else). A key of another type (WRONGTYPE) is
 -- refused the same way. The reply names the rule, never the key.
-local function cellForeign(key, name)
-  local v = redis.pcall('GET', key)
-  local bad
-  if type(v) == 'table' and v.err then
-    bad = 'is not a string key (WRONGTYPE)'
-  elseif v and not tatok(v) then
-    bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
-  end
-  if bad then
-    return redis.error_reply('freqcap: rule ' .. name .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
-  end
-  return nil, v
+local tv = redis.pcall('GET', key)
+local bad
+if type(tv) == 'table' and tv.err then
+  bad = 'is not a string key (WRONGTYPE)'
+elseif tv and not tatok(tv) then
+  bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
 end
-
-local function cellEval(x, ru, c)
-  local L, T = ru.L, tonumber(ru.p1)
-  local key = x.key(ru.ki)
-  local cnt, per = string.match(ru.p2, '^(%d+):(%d+)$')
-  local v = ru.tat -- read by cellForeign, before anything was written
-  local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
-  local ttl = 0
-  if v then ttl = math.max(nsup(v) - x.now, 0) end
-  local rem = tonumber(pk[3])
-  local retry, flags = 0, 1
-  if c > L then
-    flags = 2
-  elseif rem < c then
-    flags, retry = 0, math.max(1, ttl + c * T - T * L)
-  end
-  if rem < 0 then rem = 0 elseif rem > L then rem = L end
-  ru.st = {cnt, per, T, v}
-  return flags, L - rem, ttl, retry
+if bad then
+  return redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
 end
+tats[r] = tv
 
--- cellRefund takes inc ns off the TAT at key. The TAT is ns since the
--- epoch: too long for a double, so it is split into seconds and
--- nanoseconds. A redis-cell key is only ever given an integer TAT or
--- deleted: CL.THROTTLE aborts the server on anything else.
-local function cellRefund(key, inc, now)
-  local v = redis.pcall('GET', key) -- a table for another type
-  if type(v) == 'string' and #v > 9 and tatok(v) then
-    local sec = tonumber(string.sub(v, 1, -10)) - math.floor(inc / 1e9)
-    local ns = tonumber(string.sub(v, -9)) - inc % 1e9
-    if ns < 0 then ns, sec = ns + 1e9, sec - 1 end
-    local left = (sec - math.floor(now / 1e6)) * 1e6 + (ns / 1000 - now % 1e6) -- µs
-    local was = left + inc / 1000
-    if was > 0 then
-      if left > 0 then
-        redis.call('SET', key, string.format('%d%09d', sec, ns), 'PX', fmt(math.ceil(left / 1000)))
-      else
-        redis.call('DEL', key)
+--@eval
+local T = tonumber(ARGV[b + 4])
+local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
+local tv = tats[r]
+local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
+local ttl = 0
+if tv then ttl = math.max(nsup(tv) - now, 0) end
+local rem = tonumber(pk[3])
+if c > L then
+  flags = 2
+elseif rem < c then
+  flags, retry = 0, math.max(1, ttl + c * T - T * L)
+end
+if rem < 0 then rem = 0 elseif rem > L then rem = L end
+used, reset = L - rem, ttl
+st[r] = {cnt, per, T, tv}
+
+--@consume
+-- redis-cell rules consume first: CL.THROTTLE decides again, in
+-- nanoseconds against its own clock, and may deny where its peek (whose
+-- remaining is truncated to whole µs) admitted. Then the cell rules
+-- already consumed get their exact previous TAT back (an integer string,
+-- the only value CL.THROTTLE can read) and the request is denied with
+-- nothing else written.
+local saved, out = {}, {}
+for r = 1, n do
+  local b = ab + HA + (r - 1) * RA
+  if ARGV[b + 1] == 'x' then
+    local key, xs, L = KEYS[kb + tonumber(ARGV[b + 7])], st[r], tonumber(ARGV[b + 3])
+    local tv = xs[4]
+    saved[#saved + 1] = {key, tv, redis.call('PTTL', key)}
+    local cr = redis.call('CL.THROTTLE', key, L - 1, xs[1], xs[2], c)
+    local rem = tonumber(cr[3])
+    if rem < 0 then rem = 0 elseif rem > L then rem = L end
+    local o = 3 + (r - 1) * 4
+    if tonumber(cr[1]) ~= 0 then
+      for q = #saved - 1, 1, -1 do
+        local sk, sv, sttl = saved[q][1], saved[q][2], saved[q][3]
+        -- No TTL left (a peek on a fresh key leaves its TAT = now with
+        -- a 0 ms TTL, visible until the script ends): as good as none.
+        if sv and sttl > 0 then
+          redis.call('SET', sk, sv, 'PX', sttl)
+        else
+          redis.call('DEL', sk)
+        end
       end
+      local ttl = 0
+      if tv then ttl = math.max(nsup(tv) - now, 0) end
+      res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, ttl + c * xs[3] - xs[3] * L)
+      res[o + 2] = ttl
+      allowed, out = false, nil
+      break
+    end
+    local nv = redis.call('GET', key)
+    out[#out + 1] = {o, L - rem, nsup(nv) - now}
+    if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. sf('%d', c * xs[3] * 1000) end
+  end
+end
+if out then
+  for _, q in ipairs(out) do res[q[1] + 1], res[q[1] + 2] = q[2], q[3] end
+end
+
+--@refund
+-- "x <key> <TAT increment ns>": the TAT is ns since the epoch, too long
+-- for a double, so it is split into seconds and nanoseconds. A redis-cell
+-- key is only ever given an integer TAT or deleted.
+local tv = redis.pcall('GET', key) -- a table for another type
+if type(tv) == 'string' and #tv > 9 and tatok(tv) then
+  local inc = tonumber(f[3])
+  local sec = tonumber(string.sub(tv, 1, -10)) - math.floor(inc / 1e9)
+  local ns = tonumber(string.sub(tv, -9)) - inc % 1e9
+  if ns < 0 then ns, sec = ns + 1e9, sec - 1 end
+  local left = (sec - math.floor(now / 1e6)) * 1e6 + (ns / 1000 - now % 1e6) -- µs
+  if left + inc / 1000 > 0 then
+    if left > 0 then
+      redis.call('SET', key, sf('%d%09d', sec, ns), 'PX', sf('%d', math.ceil(left / 1000)))
+    else
+      redis.call('DEL', key)
     end
   end
 end
