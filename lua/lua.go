@@ -7,9 +7,10 @@
 //
 //   - prelude.lua: the packed value's codec and small helpers;
 //   - alg/*.lua: one fragment per algorithm, in sections (eval, commit,
-//     refund, and read or consume where needed): fixed, sliding, gcra and
+//     refund, and read, consume or import where needed): fixed, sliding, gcra and
 //     log on plain data types, modsliding and cell on module commands;
 //   - holds.lua: reservations, refunds and hold markers, built on demand;
+//   - upgrade.lua: reading through the one-key-per-rule layout;
 //   - take.lua, settle.lua: the frames, whose header comments give their
 //     KEYS, ARGV and reply.
 //
@@ -28,7 +29,7 @@ import (
 	"strings"
 )
 
-//go:embed prelude.lua holds.lua take.lua settle.lua alg/*.lua
+//go:embed prelude.lua holds.lua upgrade.lua take.lua settle.lua alg/*.lua
 var files embed.FS
 
 // Take decides one or more requests, each over all its rules (take, peek,
@@ -44,11 +45,11 @@ var (
 	section = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
 )
 
-// build returns prelude.lua, holds.lua and the frame, with every include
+// build returns prelude.lua, holds.lua, upgrade.lua and the frame, with every include
 // line replaced by its section, indented as the line is.
 func build(frame string) string {
 	var b strings.Builder
-	for _, f := range []string{"prelude.lua", "holds.lua", frame} {
+	for _, f := range []string{"prelude.lua", "holds.lua", "upgrade.lua", frame} {
 		b.WriteString(expand(read(f)))
 		b.WriteString("\n")
 	}

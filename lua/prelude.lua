@@ -26,6 +26,9 @@
 -- reservations only when one may have lapsed (take.lua).
 
 local sf = string.format
+-- ARGV per attempt header and per rule (take.lua).
+local HA, RA = 15, 8
+
 local FMT = '\1'
 local HDR = '<c4I3I6'
 local MARK = '\0\0\0\0'

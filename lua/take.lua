@@ -5,7 +5,8 @@
 -- names them; backends/redis/wire.go writes what this reads.)
 --
 -- What the sections see: r (the rule's number), b (its ARGV offset: code
--- b+1, name b+2, limit b+3, p1 b+4, p2 b+5, tag b+6, key index b+7),
+-- b+1, name b+2, limit b+3, p1 b+4, p2 b+5, tag b+6, key index b+7,
+-- old key index b+8),
 -- code, L (limit), tag, ki, key, c (cost), now, st (per rule: what eval
 -- hands to commit), plan (a reservation's entries, or nil); a packed
 -- rule's v (the value read) and p (its entry's start, or nil); a log
@@ -32,8 +33,10 @@
 -- ARGV[a+12]  the idempotency record's TTL, ms
 -- ARGV[a+13]  op r: hold id; ARGV[a+14] its lifetime µs; ARGV[a+15] the
 --             reservations key's TTL, ms
--- then 7 per rule: code, name, limit, p1, p2, tag, ki (the index of the
--- rule's state key), where code is
+-- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
+-- rule's state key) and oi (the index of its key in the one-key-per-rule
+-- layout, read through while the packed layout has no state there:
+-- upgrade.lua; 0 = none), where code is
 --   f  fixed window, epoch-aligned   packed   (alg/fixed.lua)
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
@@ -65,7 +68,6 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = math.floor(now / 1000)
-local HA, RA = 15, 7 -- ARGV per attempt header, per rule
 
 local function decide(kb, ab)
   local n = tonumber(ARGV[ab + 3])
@@ -100,6 +102,7 @@ local function decide(kb, ab)
       if code == 'f' or code == 's' or code == 'g' or code == 'c' then
         if not vals[ki] then
           local v = redis.pcall('GET', key)
+          if not v and tonumber(ARGV[b + 8]) > 0 then v = oldState(kb, ab, n, ki, now) end
           local m
           if type(v) ~= 'table' then m = unpackv(v) end
           if not m then
@@ -111,10 +114,13 @@ local function decide(kb, ab)
         local w = tonumber(ARGV[b + 4])
         local lg = logs[ki]
         if not lg then
-          logs[ki] = {w = w, name = ARGV[b + 2]}
+          lg = {w = w, name = ARGV[b + 2], olds = {}}
+          logs[ki] = lg
         elseif lg.w < w then
           lg.w = w
         end
+        local oi = tonumber(ARGV[b + 8])
+        if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
       else
         own = true -- a rule with a key of its own (t, h, x)
         if code == 'x' then
@@ -124,6 +130,7 @@ local function decide(kb, ab)
     end
     for ki, lg in pairs(logs) do
       local key = KEYS[kb + ki]
+      oldLog(key, lg.olds, lg.w)
       --@log.read
     end
     if pass == 2 or hk == 0 then break end

@@ -181,7 +181,11 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}
 			e.argv[len(e.argv)-3] = bs
 		}
-		e.argv = append(e.argv, index(key))
+		oi := 0 // the one-key-per-rule layout's key, read through (Options.Upgrade)
+		if b.opts.Upgrade && sp.suffix == "" {
+			oi = index(r.Key)
+		}
+		e.argv = append(e.argv, index(key), oi)
 	}
 	h := e.argv[a0:]
 	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {

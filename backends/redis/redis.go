@@ -85,6 +85,16 @@ type Options struct {
 	// zero Config, which detects everything and uses what every master
 	// has.
 	Detect capability.Config
+	// Upgrade reads through the one-key-per-rule layout of freqcap before
+	// the packed layout (docs/DESIGN.md, "Upgrading to the packed
+	// layout"): where a subject's dimension set has no packed value yet,
+	// the script builds it from the rules' own keys (driver.Rule.Key:
+	// fixed-window counters, sliding-window hashes, GCRA TATs, sliding
+	// logs), so counts carry over. It costs one more read per rule the
+	// first time a subject is seen (and for subjects never seen before).
+	// Turn it on for the upgrade and off once the longest window of your
+	// policies has passed. Default: off (state starts afresh).
+	Upgrade bool
 }
 
 // Backend decides with Lua scripts (and module commands, where detected)

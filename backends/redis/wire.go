@@ -21,10 +21,11 @@ import (
 const (
 	evalArgs    = 3
 	headerArgs  = 15
-	argsPerRule = 7
+	argsPerRule = 8
 	// staticArgs is the part of a rule's ARGV that depends neither on the
-	// request nor on the clock (all but the key index): cached per rule.
-	staticArgs = argsPerRule - 1
+	// request nor on the clock (all but the two key indices): cached per
+	// rule.
+	staticArgs = argsPerRule - 2
 	// perRuleReply is the integers per rule in a reply: flags, used,
 	// reset-after µs, retry-after µs.
 	perRuleReply = 4

@@ -42,6 +42,15 @@ used, reset, exp = used + c, x[2] - now, x[1]
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
 if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
 
+--@import
+-- The one-key-per-rule layout's counter (a string whose PEXPIRETIME is its
+-- window's end): an entry of that window.
+local cnt = redis.pcall('GET', okey)
+if type(cnt) == 'string' and tonumber(cnt) then
+  local pet = redis.call('PEXPIRETIME', okey)
+  if pet > 0 then parts[#parts + 1] = struct.pack('<c4I3I6I7', tag, 7, pet, tonumber(cnt)) end
+end
+
 --@refund
 -- "F <key> <tag> <window end ms> <cost>": c units back while the entry
 -- is of that window.

@@ -40,6 +40,14 @@ used, reset, exp = L - math.min(math.max(q, 0), L), new, math.ceil(tat / 1000)
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
 if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - x[2]) end
 
+--@import
+-- The one-key-per-rule layout's TAT (µs, an integer string).
+local tv = redis.pcall('GET', okey)
+if type(tv) == 'string' and tatok(tv) and #tv <= 16 then
+  local tat = tonumber(tv)
+  if tat > now then parts[#parts + 1] = struct.pack('<c4I3I6I7', tag, 7, math.ceil(tat / 1000), tat) end
+end
+
 --@refund
 -- "G <key> <tag> <TAT increment µs>": taken off a TAT still ahead of now;
 -- an entry whose TAT falls to now or before is dropped.

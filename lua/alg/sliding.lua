@@ -56,6 +56,28 @@ if plan then
   plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
 end
 
+--@import
+-- The one-key-per-rule layout's hash, one field per cell (the same
+-- driver.CellSpan): its newest K+1 cells.
+local h = redis.pcall('HGETALL', okey)
+if type(h) == 'table' and not h.err and #h > 0 then
+  local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local cs, hi = {}, nil
+  for k = 1, #h, 2 do
+    local j, u = tonumber(h[k]), tonumber(h[k + 1])
+    if j and u and u > 0 then
+      cs[j] = u
+      if not hi or j > hi then hi = j end
+    end
+  end
+  if hi then
+    local list = {hi}
+    for j = hi - K, hi do list[#list + 1] = cs[j] or 0 end
+    local body = pints(list)
+    parts[#parts + 1] = struct.pack(HDR, tag, #body, math.ceil((hi + K + 1) * s / 1000)) .. body
+  end
+end
+
 --@refund
 -- "S <key> <tag> <cell> <cost> <dies µs>": c units back to the cell
 -- while it counts (now < dies).
