@@ -40,8 +40,8 @@ func TestFixedWindow(t *testing.T) {
 	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 || res.Rules[0].Used != 3 {
 		t.Errorf("take cost 4 = %+v, want CostTooHigh, RetryAfter 0, used 3", res.Rules[0])
 	}
-	if v, _ := c.Get(ctx, r.Key).Result(); v != "3" {
-		t.Errorf("counter = %q, want \"3\" (denials consume nothing)", v)
+	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 1 || e.Ints[0] != 3 {
+		t.Errorf("entry = %+v (present %v), want count {3} (denials consume nothing)", e, ok)
 	}
 }
 
@@ -52,15 +52,17 @@ func TestFixedWindowStaleCounter(t *testing.T) {
 	r := s.fixed("f", 3, time.Hour)
 	// A counter of another window (expiring at a different instant) must
 	// not count, whatever its TTL.
+	// The rule's entry, with the rule's own tag, at its count's limit.
 	end := serverNow(t, c).Truncate(time.Hour).Add(2*time.Hour + 7*time.Millisecond)
-	if err := c.Set(ctx, r.Key, "3", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c.PExpireAt(ctx, r.Key, end)
+	putPacked(t, c, r.Key, packedEntry{Tag: ruleTag(&r), Expiry: end.UnixMilli(), Ints: []int64{3}})
 	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take over a stale counter", res.Rules[0], true, 1, 3)
-	if v, _ := c.Get(ctx, r.Key).Result(); v != "1" {
-		t.Errorf("counter = %q, want \"1\"", v)
+	want := res.Now.Truncate(time.Hour).Add(time.Hour).UnixMilli()
+	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 1 || e.Ints[0] != 1 || e.Expiry != want {
+		t.Errorf("entry = %+v (present %v), want count {1} expiring at the window end %d", e, ok, want)
+	}
+	if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration(want)*time.Millisecond {
+		t.Errorf("PEXPIRETIME = %v, want the window end %d ms (the stale entry dropped)", pet, want)
 	}
 }
 
@@ -224,9 +226,9 @@ func TestSlidingWindow(t *testing.T) {
 	if got := res.Rules[0].RetryAfter; got != want {
 		t.Errorf("RetryAfter = %v, want %v", got, want)
 	}
-	h, _ := c.HGetAll(ctx, r.Key).Result()
-	if len(h) != 1 {
-		t.Errorf("hash = %v, want one cell", h)
+	// The entry: the newest cell's index, then one cell holding 3.
+	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 2 || e.Ints[0] != i || e.Ints[1] != 3 {
+		t.Errorf("entry = %+v (present %v), want one cell {%d, 3}", e, ok, i)
 	}
 	pttl, _ := c.PTTL(ctx, r.Key).Result()
 	if pttl <= 0 || pttl > time.Minute+2*cell {
@@ -244,11 +246,11 @@ func TestSlidingWindowCells(t *testing.T) {
 		r := s.sliding("s", 3, 10*time.Hour, 10)
 		cell := time.Hour.Microseconds()
 		i := serverNow(t, c).UnixMicro() / cell
-		f := func(j int64) string { return strconv.FormatInt(j, 10) }
-		// A dead cell (must be ignored and deleted), two counted ones: the
-		// oldest, i-N, partly expired, still counts (strict).
-		c.HSet(ctx, r.Key, f(i-11), "7", f(i-10), "1", f(i-5), "1")
-		c.PExpire(ctx, r.Key, time.Hour)
+		// A dead cell (must be ignored and dropped), two counted ones: the
+		// oldest, i-N, partly expired, still counts (strict). The entry:
+		// the newest cell's index, then the cells i-11 … i-5.
+		putPacked(t, c, r.Key, packedEntry{Tag: ruleTag(&r), Expiry: (i - 5 + 11) * cell / 1000,
+			Ints: []int64{i - 5, 7, 1, 0, 0, 0, 0, 1}})
 		res := take(t, b, s.request(opTake, 2, r))
 		if res.Now.UnixMicro()/cell != i {
 			continue
@@ -265,17 +267,39 @@ func TestSlidingWindowCells(t *testing.T) {
 		}
 		res = take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
-		if ok, _ := c.HExists(ctx, r.Key, f(i-11)).Result(); ok {
-			t.Errorf("dead cell i-11 still in the hash after a write")
+		e, ok := entryOf(t, c, r)
+		if !ok || len(e.Ints) < 2 {
+			t.Fatalf("entry after a write = %+v (present %v), want cells", e, ok)
 		}
-		if ok, _ := c.HExists(ctx, r.Key, f(i-10)).Result(); !ok {
-			t.Errorf("counted cell i-10 deleted by a write, want it kept (it counts until (i+1)·s)")
+		// Cells stored: e.Ints[0]-k+1 … e.Ints[0], oldest first.
+		k := int64(len(e.Ints) - 1)
+		oldest := e.Ints[0] - k + 1
+		cellOf := func(j int64) (int64, bool) {
+			if j < oldest || j > e.Ints[0] {
+				return 0, false
+			}
+			return e.Ints[1+j-oldest], true
 		}
-		if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration((i+12)*cell)*time.Microsecond {
-			t.Errorf("PEXPIRETIME = %v, want (i+N+2)·s: until the new cell stops counting, plus one cell", pet)
+		if e.Ints[0] != i {
+			t.Errorf("newest cell = %d, want the current cell %d", e.Ints[0], i)
 		}
-		if v, _ := c.HGet(ctx, r.Key, f(i)).Result(); v != "1" {
-			t.Errorf("current cell = %q, want \"1\"", v)
+		if _, kept := cellOf(i - 11); kept {
+			t.Errorf("dead cell i-11 still in the entry after a write: %+v", e)
+		}
+		if n, kept := cellOf(i - 10); !kept || n != 1 {
+			t.Errorf("counted cell i-10 = %d (kept %v) after a write, want 1 kept (it counts until (i+1)·s)", n, kept)
+		}
+		if n, _ := cellOf(i - 5); n != 1 {
+			t.Errorf("cell i-5 = %d, want 1", n)
+		}
+		if n, _ := cellOf(i); n != 1 {
+			t.Errorf("current cell = %d, want 1", n)
+		}
+		if want := (i + 11) * cell / 1000; e.Expiry != want {
+			t.Errorf("entry expiry = %d ms, want (i+N+1)·s = %d: when the new cell stops counting", e.Expiry, want)
+		}
+		if pet, _ := c.PExpireTime(ctx, r.Key).Result(); pet != time.Duration((i+11)*cell)*time.Microsecond {
+			t.Errorf("PEXPIRETIME = %v, want (i+N+1)·s: the latest entry expiry, when the new cell stops counting", pet)
 		}
 		return
 	}
@@ -335,9 +359,10 @@ func TestSlidingLog(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "log")
 	r := s.log("l", 6, time.Hour)
+	lk := sortedSetOf(t, []driver.Rule{r}, r)
 	res := take(t, b, s.request(opTake, 5, r))
 	checkRule(t, "take 5", res.Rules[0], true, 5, 6)
-	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 5 {
+	if n, _ := c.ZCard(ctx, lk).Result(); n != 5 {
 		t.Errorf("ZCARD after a take of 5 in one µs = %d, want 5 (unique members)", n)
 	}
 	first := res.Now
@@ -349,18 +374,18 @@ func TestSlidingLog(t *testing.T) {
 	if want := first.Add(time.Hour).Sub(res.Now); res.Rules[0].RetryAfter != want {
 		t.Errorf("RetryAfter = %v, want %v", res.Rules[0].RetryAfter, want)
 	}
-	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 6 {
+	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
 		t.Errorf("ZCARD after a denial = %d, want 6 (a denial adds nothing)", n)
 	}
 	// Old entries are trimmed.
 	old := float64(res.Now.Add(-2 * time.Hour).UnixMicro())
-	c.ZAdd(ctx, r.Key, goredisZ(old, "old1"), goredisZ(old, "old2"))
+	c.ZAdd(ctx, lk, goredisZ(old, "old1"), goredisZ(old, "old2"))
 	res = take(t, b, s.request(opPeek, 1, r))
 	checkRule(t, "peek", res.Rules[0], false, 6, 6)
-	if n, _ := c.ZCard(ctx, r.Key).Result(); n != 6 {
+	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
 		t.Errorf("ZCARD = %d, want 6 (old entries trimmed)", n)
 	}
-	pttl, _ := c.PTTL(ctx, r.Key).Result()
+	pttl, _ := c.PTTL(ctx, lk).Result()
 	if pttl <= 0 || pttl > time.Hour+time.Millisecond {
 		t.Errorf("PTTL = %v, want in (0, 1h] (+1ms: expiry rounded up to the ms)", pttl)
 	}
@@ -378,17 +403,20 @@ func TestGCRA(t *testing.T) {
 			t.Errorf("take #%d ResetAfter = %v, want about %v", i, res.Rules[0].ResetAfter, want)
 		}
 	}
-	v, err := c.Get(ctx, r.Key).Result()
-	if _, perr := strconv.ParseUint(v, 10, 64); err != nil || perr != nil {
-		t.Errorf("GCRA state = %q, %v, want an unsigned integer string", v, err)
+	// The entry: the TAT in µs, 5 emission intervals ahead; its expiry
+	// the TAT in ms, rounded up.
+	e, ok := entryOf(t, c, r)
+	if now := serverNow(t, c); !ok || len(e.Ints) != 1 || e.Ints[0] <= now.UnixMicro() || e.Ints[0] > now.Add(30*time.Second).UnixMicro() ||
+		e.Expiry != (e.Ints[0]+999)/1000 {
+		t.Errorf("GCRA entry = %+v (present %v), want {TAT} within 30s of now %d µs, expiring at the TAT", e, ok, now.UnixMicro())
 	}
 	res := take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take #6", res.Rules[0], false, 5, 5)
 	if ra := res.Rules[0].RetryAfter; ra <= 5*time.Second || ra > 6*time.Second {
 		t.Errorf("RetryAfter = %v, want about 6s", ra)
 	}
-	if v2, _ := c.Get(ctx, r.Key).Result(); v2 != v {
-		t.Errorf("state after a denial = %s, want %s unchanged", v2, v)
+	if e2, _ := entryOf(t, c, r); fmt.Sprint(e2) != fmt.Sprint(e) {
+		t.Errorf("state after a denial = %+v, want %+v unchanged", e2, e)
 	}
 	res = take(t, b, s.request(opTake, 6, r))
 	if !res.Rules[0].CostTooHigh || res.Rules[0].RetryAfter != 0 {
@@ -418,7 +446,10 @@ func TestAllOrNothing(t *testing.T) {
 	if !res.Allowed {
 		t.Fatalf("first take denied: %+v", res)
 	}
-	gcraState, _ := c.Get(ctx, rules[3].Key).Result()
+	gcraState, ok := entryOf(t, c, rules[3])
+	if !ok {
+		t.Fatalf("no GCRA entry after an admitted take")
+	}
 	res = take(t, b, s.request(opTake, 1, rules...))
 	if res.Allowed {
 		t.Fatalf("second take allowed past rule b's limit 1")
@@ -431,11 +462,11 @@ func TestAllOrNothing(t *testing.T) {
 			t.Errorf("rule %s used = %d after a denied take, want 1 (nothing consumed)", rules[i].Name, res.Rules[i].Used)
 		}
 	}
-	if n, _ := c.ZCard(ctx, rules[2].Key).Result(); n != 1 {
+	if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[2])).Result(); n != 1 {
 		t.Errorf("log size = %d, want 1", n)
 	}
-	if g, _ := c.Get(ctx, rules[3].Key).Result(); g != gcraState {
-		t.Errorf("GCRA state moved on a denied take: %s -> %s", gcraState, g)
+	if g, _ := entryOf(t, c, rules[3]); fmt.Sprint(g) != fmt.Sprint(gcraState) {
+		t.Errorf("GCRA state moved on a denied take: %+v -> %+v", gcraState, g)
 	}
 }
 
@@ -563,7 +594,7 @@ func TestPeekChangesNothing(t *testing.T) {
 		t.Errorf("peek 6 allowed")
 	}
 	for _, r := range rules {
-		if n, _ := c.Exists(ctx, r.Key).Result(); n != 0 {
+		if n, _ := c.Exists(ctx, r.Key, sortedSetOf(t, rules, r)).Result(); n != 0 {
 			t.Errorf("peek created %s", r.Name)
 		}
 	}
@@ -581,10 +612,13 @@ func TestReset(t *testing.T) {
 	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	take(t, b, s.request(opTake, 1, rules...)) // denied: trail
+	if n, _ := c.Exists(ctx, rules[0].Key, sortedSetOf(t, rules, rules[1]), s.reservations()).Result(); n != 3 {
+		t.Fatalf("%d of the state keys exist before Reset, want 3", n)
+	}
 	if err := b.Reset(ctx, s.request(opTake, 1, rules...).Request); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, s.reservations()).Result(); n != 0 {
+	if n, _ := c.Exists(ctx, rules[0].Key, sortedSetOf(t, rules, rules[1]), s.reservations()).Result(); n != 0 {
 		t.Errorf("%d keys remain after Reset, want 0", n)
 	}
 	if n, _ := c.Exists(ctx, s.trail()).Result(); n != 1 {

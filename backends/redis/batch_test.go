@@ -63,21 +63,18 @@ func batchOK(t *testing.T, b *Backend, reqs []request) []driver.Result {
 	return res
 }
 
-// counter reads a fixed-window counter (0 when absent).
-func counter(t *testing.T, c goredis.UniversalClient, key string) int64 {
+// counter reads fixed-window rule r's count: its entry in the packed
+// value of its dimension set (0 when absent).
+func counter(t *testing.T, c goredis.UniversalClient, r driver.Rule) int64 {
 	t.Helper()
-	v, err := c.Get(context.Background(), key).Result()
-	if errors.Is(err, goredis.Nil) {
+	e, ok := entryOf(t, c, r)
+	if !ok {
 		return 0
 	}
-	if err != nil {
-		t.Fatalf("GET: %v", err)
+	if len(e.Ints) != 1 {
+		t.Fatalf("rule %s: entry %+v, want a fixed window's {count}", r.Name, e)
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("GET = %q, want an integer", v)
-	}
-	return n
+	return e.Ints[0]
 }
 
 // TestBatchClusterMasters: one batch over subjects on all three masters,
@@ -254,17 +251,18 @@ func TestBatchNoScript(t *testing.T) {
 			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			reqs, subs, want := flushBatch(t, 20, 3)
+			// 300 requests: 3 scripts of up to batchAttempts each.
+			reqs, subs, want := flushBatch(t, 100, 3)
 			batchOK(t, b, reqs)
 			for j, s := range subs {
-				if got := counter(t, c, s.key("f")); got != want[j] {
+				if got := counter(t, c, s.fixed("f", 1000, time.Hour)); got != want[j] {
 					t.Errorf("round %d: subject %d counter = %d, want %d (each entry once)", round, j, got, want[j])
 				}
 			}
 		}
 		st := commandCalls(t, c)
-		if st["eval"] != 0 || st["evalsha"] != 4*60 || st["script|load"] != 2 {
-			t.Errorf("commandstats = %v, want 240 evalsha (120 NOSCRIPT + 120 run), 2 script|load, 0 eval", st)
+		if st["eval"] != 0 || st["evalsha"] != 2*2*3 || st["script|load"] != 2 {
+			t.Errorf("commandstats = %v, want 12 evalsha (2 rounds of 3 scripts, each NOSCRIPT then run), 2 script|load, 0 eval", st)
 		}
 	})
 	t.Run("SCRIPT FLUSH cluster", func(t *testing.T) {
@@ -278,7 +276,7 @@ func TestBatchNoScript(t *testing.T) {
 		reqs, subs, want := flushBatch(t, 30, 3)
 		batchOK(t, b, reqs)
 		for j, s := range subs {
-			if got := counter(t, c, s.key("f")); got != want[j] {
+			if got := counter(t, c, s.fixed("f", 1000, time.Hour)); got != want[j] {
 				t.Errorf("subject %d counter = %d, want %d (each entry once)", j, got, want[j])
 			}
 		}
@@ -297,7 +295,7 @@ func TestBatchNoScript(t *testing.T) {
 		reqs, subs, want := flushBatch(t, 20, 2)
 		batchOK(t, b, reqs)
 		for j, s := range subs {
-			if got := counter(t, c, s.key("f")); got != want[j] {
+			if got := counter(t, c, s.fixed("f", 1000, time.Hour)); got != want[j] {
 				t.Errorf("subject %d counter = %d, want %d (each entry once)", j, got, want[j])
 			}
 		}
@@ -326,7 +324,7 @@ func commandCalls(t *testing.T, c *goredis.Client) map[string]int64 {
 
 // flushMidPipeline is a hook that, on the first pipeline while armed,
 // empties the script cache after the first command and loads the script
-// again after the third: entries 2 and 3 meet NOSCRIPT, later ones run.
+// again after the third: scripts 2 and 3 meet NOSCRIPT, later ones run.
 type flushMidPipeline struct{ armed *atomic.Bool }
 
 func (h flushMidPipeline) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -346,9 +344,12 @@ func (h flushMidPipeline) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 	}
 }
 
-// TestBatchNoScriptOrder: an entry that met NOSCRIPT is sent again only
-// when no later entry on its subject ran; otherwise it is reported, so
-// requests on one subject never run out of order.
+// TestBatchNoScriptOrder: a script that met NOSCRIPT is sent again only
+// when no later script of the batch touching one of its subjects ran;
+// otherwise its entries are reported, so requests on one subject never run
+// out of order. On a standalone server one script decides up to
+// batchAttempts requests: the batch is 5 scripts, each a key request
+// followed by fillers on a subject of the script's own.
 func TestBatchNoScriptOrder(t *testing.T) {
 	srv := redistest.NewServer(t)
 	c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
@@ -360,34 +361,46 @@ func TestBatchNoScriptOrder(t *testing.T) {
 	// A request per subject first, so every subject's later request can
 	// tell whether it ran after it: a's entries take 1, 2, 4 units.
 	req := func(s subject, cost int64) request {
-		return s.request(opTake, cost, s.fixed("f", 100, time.Hour))
+		return s.request(opTake, cost, s.fixed("f", 1000, time.Hour))
 	}
-	reqs := []request{req(a, 1), req(a, 2), req(bb, 1), req(a, 4), req(cc, 1)}
+	keyed := []request{req(a, 1), req(a, 2), req(bb, 1), req(a, 4), req(cc, 1)}
+	fillers := make([]subject, len(keyed))
+	var reqs []request
+	for u, k := range keyed {
+		fillers[u] = newSubject(t, fmt.Sprintf("filler%d", u))
+		reqs = append(reqs, k)
+		for range batchAttempts - 1 {
+			reqs = append(reqs, req(fillers[u], 1))
+		}
+	}
 	take(t, b, req(cc, 1)) // loads the script
 	armed.Store(true)
 	out := b.batch(context.Background(), reqs)
 	if armed.Load() {
 		t.Fatal("the hook did not run")
 	}
-	for i, wantErr := range []bool{false, true, false, false, false} {
-		if (out[i].Err != nil) != wantErr {
-			t.Errorf("TakeBatch(…)[%d].Err = %v, want error %v", i, out[i].Err, wantErr)
+	// Scripts 1 and 2 met NOSCRIPT: script 1 (a's second request) is
+	// reported, as script 3 (a's third) ran; script 2 is sent again.
+	for i := range out {
+		u := i / batchAttempts
+		if wantErr := u == 1; (out[i].Err != nil) != wantErr {
+			t.Fatalf("TakeBatch(…)[%d] (script %d).Err = %v, want error %v", i, u, out[i].Err, wantErr)
 		}
-	}
-	if !errors.Is(out[1].Err, errReordered) {
-		t.Errorf("TakeBatch(…)[1].Err = %v, want %v", out[1].Err, errReordered)
+		if u == 1 && !errors.Is(out[i].Err, errReordered) {
+			t.Fatalf("TakeBatch(…)[%d].Err = %v, want %v", i, out[i].Err, errReordered)
+		}
 	}
 	for _, w := range []struct {
 		s    subject
 		want int64
-	}{{a, 5}, {bb, 1}, {cc, 2}} {
-		if got := counter(t, c, w.s.key("f")); got != w.want {
+	}{{a, 5}, {bb, 1}, {cc, 2}, {fillers[0], 127}, {fillers[1], 0}, {fillers[2], 127}, {fillers[3], 127}, {fillers[4], 127}} {
+		if got := counter(t, c, w.s.fixed("f", 1000, time.Hour)); got != w.want {
 			t.Errorf("counter %s = %d, want %d", w.s.base, got, w.want)
 		}
 	}
 	// b's entry met NOSCRIPT and ran on the second pipeline.
-	checkRule(t, "TakeBatch(…)[2]", out[2].Result.Rules[0], true, 1, 100)
-	checkRule(t, "TakeBatch(…)[3]", out[3].Result.Rules[0], true, 5, 100)
+	checkRule(t, "TakeBatch(…)[2·128]", out[2*batchAttempts].Result.Rules[0], true, 1, 1000)
+	checkRule(t, "TakeBatch(…)[3·128]", out[3*batchAttempts].Result.Rules[0], true, 5, 1000)
 }
 
 // TestBatchIdempotentRetry: the same batch sent again (a retry after a
@@ -428,7 +441,7 @@ func TestBatchIdempotentRetry(t *testing.T) {
 				}
 			}
 			for j, s := range subs {
-				if got := counter(t, c, s.key("f")); got != 2 {
+				if got := counter(t, c, s.fixed("f", 1000, time.Hour)); got != 2 {
 					t.Errorf("subject %d counter = %d after retries, want 2", j, got)
 				}
 			}
@@ -479,11 +492,11 @@ func TestBatchNoReplayAfterTimeout(t *testing.T) {
 	b := New(c, nil)
 	ctx := context.Background()
 	var reqs []request
-	var keys []string
+	var rules []driver.Rule
 	for j := range 5 {
 		s := newSubject(t, fmt.Sprintf("breplay%d", j))
 		reqs = append(reqs, s.request(opTake, 1, s.fixed("f", 100, time.Hour)))
-		keys = append(keys, s.key("f"))
+		rules = append(rules, s.fixed("f", 100, time.Hour))
 	}
 	batchOK(t, b, reqs) // loads the script, opens a connection
 
@@ -501,8 +514,8 @@ func TestBatchNoReplayAfterTimeout(t *testing.T) {
 	if d != 0 {
 		t.Errorf("TakeBatch timed out (%d entries failed: %v) and the client dialed %d times during it, want 0 (no replay)", failed, out[0].Err, d)
 	}
-	for i, k := range keys {
-		if n := counter(t, blocker, k); n < 1 || n > 2 {
+	for i, r := range rules {
+		if n := counter(t, blocker, r); n < 1 || n > 2 {
 			t.Errorf("entry %d counter = %d after one timed-out batch, want 1 or 2 (sent at most once)", i, n)
 		}
 	}
@@ -548,6 +561,9 @@ func TestBatchEvalOnly(t *testing.T) {
 	if err != nil || !rep.EvalOnly {
 		t.Fatalf("detection = EvalOnly %v, %v; want EvalOnly (EVALSHA refused by ACL)", rep != nil && rep.EvalOnly, err)
 	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	got := map[string][]int{}
 	c.AddHook(pipelineCounter{addr: srv.Addr(), mu: &mu, got: got})
@@ -563,7 +579,11 @@ func TestBatchEvalOnly(t *testing.T) {
 		}
 		checkRule(t, fmt.Sprintf("entry %d", i), res.Result.Rules[0], i < 3, min(int64(i+1), 3), 3)
 	}
-	if p := got[srv.Addr()]; len(p) != 1 || p[0] != 5 {
-		t.Errorf("TakeBatch of 5 sent script pipelines of sizes %v, want one of 5", p)
+	// One script deciding the 5 attempts, in one pipeline.
+	if p := got[srv.Addr()]; len(p) != 1 || p[0] != 1 {
+		t.Errorf("TakeBatch of 5 sent script pipelines of sizes %v, want one of 1 (one EVAL of 5 attempts)", p)
+	}
+	if st := commandCalls(t, admin); st["eval"] != 1 || st["evalsha"] != 0 {
+		t.Errorf("commandstats = %v, want 1 eval, 0 evalsha", st)
 	}
 }

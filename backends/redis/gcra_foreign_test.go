@@ -96,12 +96,26 @@ func gcraOps(s subject, r driver.Rule) map[string]request {
 	}
 }
 
-// checkForeignErr fails unless err is take.lua's refusal for rule name,
-// free of the subject's value.
+// checkForeignErr fails unless err is take.lua's refusal for redis-cell
+// rule name ("x": the rule's own GCRA state key), free of the subject's
+// value.
 func checkForeignErr(t *testing.T, what string, err error, s subject, name string) {
 	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), "freqcap: rule "+name+": the GCRA state key") {
-		t.Errorf("%s: error = %v, want take.lua's freqcap refusal for rule %s", what, err, name)
+	checkRefusal(t, what, err, s, "freqcap: rule "+name+": the GCRA state key")
+}
+
+// checkPackedForeignErr fails unless err is take.lua's refusal for packed
+// rule name (its dimension set's packed value is foreign), free of the
+// subject's value.
+func checkPackedForeignErr(t *testing.T, what string, err error, s subject, name string) {
+	t.Helper()
+	checkRefusal(t, what, err, s, "freqcap: rule "+name+": its state key holds a value freqcap did not write; not evaluated, nothing written")
+}
+
+func checkRefusal(t *testing.T, what string, err error, s subject, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: error = %v, want take.lua's refusal %q", what, err, want)
 		return
 	}
 	if tag := driver.HashTag(s.base); strings.Contains(err.Error(), tag) {
@@ -190,13 +204,23 @@ func TestCellForeignStateRefusedBeforeThrottle(t *testing.T) {
 	}
 }
 
-// TestGCRAForeignState: plain Lua GCRA ("g") refuses a key holding
-// anything but its integer µs TAT with the freqcap error, for every op,
-// and writes nothing.
+// TestGCRAForeignState: plain Lua GCRA ("g"), a packed entry, refuses a
+// packed key (here the rule's own key: no Group) holding anything but a
+// packed value with the freqcap error, for every op, and writes nothing:
+// the values redis-cell must not meet, a TAT as the one-key-per-rule
+// layout wrote it, and packed values that are truncated or of another
+// format.
 func TestGCRAForeignState(t *testing.T) {
 	b, c := standalone(t)
 	ctx := context.Background()
-	states := append([]foreignState{foreignString("9007199254740993")}, foreignStates...) // beyond 2^53 µs
+	good := encodePacked([]packedEntry{{Tag: "AbCd", Expiry: 1 << 46, Ints: []int64{5}}})
+	states := append([]foreignState{
+		foreignString("9007199254740993"),    // beyond 2^53 µs
+		foreignString("1795215617870091344"), // a TAT
+		foreignString(good[:len(good)-1]),    // truncated payload
+		foreignString(good[:5]),              // truncated header
+		foreignString("\x02" + good[1:]),     // another format
+	}, foreignStates...)
 	for _, fs := range states {
 		t.Run(fs.name, func(t *testing.T) {
 			s := newSubject(t, "gforeign")
@@ -205,7 +229,7 @@ func TestGCRAForeignState(t *testing.T) {
 			before := dumpKey(t, c, r.Key)
 			for op, req := range gcraOps(s, r) {
 				_, err := b.do(ctx, req)
-				checkForeignErr(t, op, err, s, "g")
+				checkPackedForeignErr(t, op, err, s, "g")
 			}
 			if after := dumpKey(t, c, r.Key); after != before {
 				t.Errorf("the key changed on a refusal")
@@ -235,15 +259,22 @@ func TestGCRARefundLeavesForeignState(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Entries for foreign keys, as a reservation made before the key was
-	// overwritten would have left.
-	keys := map[string]string{"g str": s.key("gs"), "g hash": s.key("gh"), "x str": s.key("xs") + suffixCell, "x hash": s.key("xh") + suffixCell}
+	// overwritten would have left: packed GCRA entries ("G <key> <tag>
+	// <µs>"), the one-key-per-rule layout's ("g <key> <µs>") and
+	// redis-cell's ("x <key> <ns>").
+	keys := map[string]string{"G str": s.key("Gs"), "G hash": s.key("Gh"), "g str": s.key("gs"), "g hash": s.key("gh"),
+		"x str": s.key("xs") + suffixCell, "x hash": s.key("xh") + suffixCell}
 	for what, k := range keys {
 		if strings.HasSuffix(what, "hash") {
 			c.HSet(ctx, k, "f", "1")
 		} else {
 			c.Set(ctx, k, "abcdefghijklmnopqrstu", time.Hour)
 		}
-		plan += "\n" + what[:1] + " " + k + " 6000000"
+		if what[0] == 'G' {
+			plan += "\nG " + k + " " + ruleTag(&good) + " 6000000"
+		} else {
+			plan += "\n" + what[:1] + " " + k + " 6000000"
+		}
 	}
 	if err := c.HSet(ctx, s.reservations(), "h", plan).Err(); err != nil {
 		t.Fatal(err)

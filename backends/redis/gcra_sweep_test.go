@@ -234,29 +234,43 @@ func TestGCRASweepCell(t *testing.T) {
 	t.Run("CL.THROTTLE", func(t *testing.T) { sweepCell(t, c) })
 }
 
-// luaFunction returns the source of take.lua's local function name, to
-// run it on its own.
-func luaFunction(t *testing.T, name string) string {
+// gcraFloor returns take.lua's floor division of GCRA's Remaining, as
+// the algorithm fragment (lua/alg/gcra.lua) pastes it inline: the double
+// quotient q = math.floor(left / T), corrected by one where rounding
+// carried it across an integer. Every copy in take.lua must be the same
+// (evaluate and commit).
+func gcraFloor(t *testing.T) string {
 	t.Helper()
-	i := strings.Index(lua.Take, "\nlocal function "+name+"(")
-	if i < 0 {
-		t.Fatalf("take.lua has no local function %s", name)
+	const head = "local q = math.floor(left / T)\n"
+	parts := strings.Split(lua.Take, head)
+	if len(parts) < 3 {
+		t.Fatalf("take.lua has %d copies of %q, want 2 or more (evaluate and commit)", len(parts)-1, strings.TrimSpace(head))
 	}
-	j := strings.Index(lua.Take[i:], "\nend\n")
-	if j < 0 {
-		t.Fatalf("take.lua: the end of %s not found", name)
+	line := func(p string) string { l, _, _ := strings.Cut(p, "\n"); return strings.TrimSpace(l) }
+	fix := line(parts[1])
+	if !strings.Contains(fix, "q * T > left") {
+		t.Fatalf("take.lua: %q not followed by its correction, got %q", strings.TrimSpace(head), fix)
 	}
-	return lua.Take[i : i+j+len("\nend\n")]
+	for k, p := range parts[2:] {
+		if line(p) != fix {
+			t.Fatalf("take.lua: copy %d of the floor division's correction = %q, want the first's %q", k+2, line(p), fix)
+		}
+	}
+	if !strings.Contains(lua.Take, "L - math.min(math.max(q, 0), L)") {
+		t.Fatalf("take.lua: Remaining is not clamped as L - math.min(math.max(q, 0), L)")
+	}
+	return head + fix + "\n"
 }
 
-// TestGCRAFloorDivision runs take.lua's fdiv and gcrarem on the server:
-// exact floors of negative, exact and large quotients, and Remaining
-// clamped to [0, L].
+// TestGCRAFloorDivision runs take.lua's floor division of GCRA's
+// Remaining on the server: exact floors of negative, exact and large
+// quotients, and Remaining clamped to [0, L] (take.lua reports used as L
+// minus it).
 func TestGCRAFloorDivision(t *testing.T) {
 	_, c := standalone(t)
 	ctx := context.Background()
-	src := luaFunction(t, "fdiv") + luaFunction(t, "gcrarem") +
-		"return {fdiv(tonumber(ARGV[1]), tonumber(ARGV[2])), gcrarem(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))}"
+	src := "local left, T, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" + gcraFloor(t) +
+		"return {q, math.min(math.max(q, 0), L)}"
 	floor := func(a, b int64) int64 {
 		q := a / b
 		if a%b != 0 && a < 0 {
@@ -272,14 +286,14 @@ func TestGCRAFloorDivision(t *testing.T) {
 	} {
 		got, err := c.Eval(ctx, src, nil, tc.a, tc.b, tc.l).Int64Slice()
 		if err != nil || len(got) != 2 {
-			t.Fatalf("fdiv(%d, %d) = %v, %v", tc.a, tc.b, got, err)
+			t.Fatalf("floor(%d / %d) = %v, %v", tc.a, tc.b, got, err)
 		}
 		want := floor(tc.a, tc.b)
 		if got[0] != want {
-			t.Errorf("fdiv(%d, %d) = %d, want %d", tc.a, tc.b, got[0], want)
+			t.Errorf("floor(%d / %d) = %d, want %d", tc.a, tc.b, got[0], want)
 		}
 		if rem := min(max(want, 0), tc.l); got[1] != rem {
-			t.Errorf("gcrarem(%d, %d, %d) = %d, want %d", tc.a, tc.b, tc.l, got[1], rem)
+			t.Errorf("remaining(%d, %d, %d) = %d, want %d", tc.a, tc.b, tc.l, got[1], rem)
 		}
 	}
 }

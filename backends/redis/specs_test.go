@@ -104,9 +104,15 @@ func TestSpecCacheBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// ARGV after the header: code, name, limit, window µs, 0.
-		rule := wire(c)[evalArgs+len(c.keys)+headerArgs:][:argsPerRule]
-		want := []any{"f", "r" + strconv.Itoa(i%7), int64(i + 1), time.Minute.Microseconds(), 0}
+		// ARGV: the attempt count, the header, then the rule's static
+		// values (code, name, limit, window µs, 0, tag) and its key index.
+		argv := wire(c)[evalArgs+len(c.keys):]
+		if fmt.Sprint(argv[0]) != "1" {
+			t.Fatalf("encode() ARGV[1] = %v, want 1 attempt", argv[0])
+		}
+		r := s.fixed("r"+strconv.Itoa(i%7), int64(i+1), time.Minute)
+		rule := argv[1+headerArgs:][:staticArgs+1]
+		want := []any{"f", r.Name, r.Limit, time.Minute.Microseconds(), 0, ruleTag(&r), 1}
 		if fmt.Sprint(rule) != fmt.Sprint(want) {
 			t.Fatalf("encode() rule %d ARGV = %v, want %v", i, rule, want)
 		}
