@@ -63,6 +63,7 @@ end
 -- latest expiry of ours; packv returns the value and the latest expiry in
 -- it (the key's PXAT).
 local function packv(v, m, ours, top, nowms)
+  if next(m) == nil then return FMT .. table.concat(ours), top end
   local n = #ours
   local seen = {}
   for k = 1, n do seen[string.sub(ours[k], 1, 4)] = true end

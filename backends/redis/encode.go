@@ -62,16 +62,26 @@ type encoder struct {
 	attempts [][]ruleChoice
 }
 
-// encode builds the call of take.lua for one request.
+// encode builds the call of take.lua for one request, in two
+// allocations besides the rules' (the keys and the argument list): the
+// ARGV is written into the argument list's tail, past room for the most
+// keys a request can have, and moved down once the keys are known.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	n := len(req.Rules)
-	e := encoder{keys: make([]string, 0, 2*n+3)}
-	var argv [headerArgs + 8*argsPerRule]any
-	e.argv = argv[:0]
+	most := 2*n + 3 // a state key and an old-layout key per rule, trail, reservations, record
+	e := encoder{keys: make([]string, 0, most)}
+	args := make([]any, evalArgs+most+1, evalArgs+most+1+headerArgs+n*argsPerRule)
+	e.argv = args[len(args):len(args)]
 	if err := b.add(&e, o, req, now, rep); err != nil {
 		return call{}, err
 	}
-	return e.done(), nil
+	k := len(e.keys)
+	for i := range e.keys {
+		args[evalArgs+i] = &e.keys[i]
+	}
+	args[evalArgs+k] = 1
+	args = append(args[:evalArgs+k+1], e.argv...) // within capacity: a move down
+	return call{keys: e.keys, args: args, attempts: e.attempts}, nil
 }
 
 // done returns the call of the attempts added. The keys go in as pointers
