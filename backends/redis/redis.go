@@ -5,10 +5,16 @@
 //
 // One decision is one EVALSHA of one script (lua.Take) that evaluates every
 // rule of the request against the server's clock (TIME) and consumes from
-// all of them only if all admit. State per rule is one key: a string
-// counter (fixed window), a hash of cells (sliding window), a sorted set
-// (sliding log) or a string TAT (GCRA). The denial trail is a list, the open
-// reservations a hash; both are written by the same scripts.
+// all of them only if all admit. The rules of a request that share their
+// dimensions keep their state in ONE key, the dimension set's
+// (driver.Rule.Group): fixed windows, calendar windows, sliding-window
+// counters and GCRA as entries of one packed string value, read with one
+// GET and written with one SET; sliding logs in one sorted set shared by
+// the set's log rules (docs/DESIGN.md, "Redis layout"). The denial trail is
+// a list, the open reservations a hash; both are written by the same
+// scripts. Options.Upgrade reads through the one-key-per-rule layout of
+// earlier versions. TakeBatch decides up to 128 requests per EVALSHA on a
+// standalone or Sentinel server.
 //
 // On first use the backend detects what the server can do
 // (backends/redis/capability: TairHash, redis-cell, native hash-field expiry,
@@ -16,8 +22,9 @@
 // algorithm: sliding windows on native hash-field expiry or TairHash
 // fields, GCRA on redis-cell's CL.THROTTLE, all called from the same
 // script, so decisions stay one EVALSHA and all-or-nothing. A rule under a
-// module strategy keeps its state under its key plus a suffix (%h, %t,
-// %x), so a change of strategy never hands one strategy's key to another.
+// module strategy keeps its state under its own key plus a suffix (%h,
+// %t, %x), so a change of strategy never hands one strategy's key to
+// another.
 // Where scripting is refused (Tair ESSD/SSD instances, proxies) and
 // TairHash is present, sliding-window rules run as bare TairHash commands,
 // and decisions say NonAtomic. Options.Detect overrides detection;
@@ -438,10 +445,10 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 
 // plainDetail says how the plain Lua strategy keeps each algorithm's state.
 var plainDetail = map[driver.Algorithm]string{
-	driver.FixedWindow:   "INCRBY/SET PXAT on a string counter; PEXPIRETIME tells windows apart",
-	driver.SlidingWindow: "one hash field per cell; dead cells deleted by the script",
-	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs",
-	driver.GCRA:          "TAT as an integer µs string",
+	driver.FixedWindow:   "a count per rule in the dimension set's packed value, tagged with its window's end",
+	driver.SlidingWindow: "a count per cell per rule in the dimension set's packed value",
+	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs, in one set per dimension set",
+	driver.GCRA:          "a TAT in µs per rule in the dimension set's packed value",
 }
 
 func (b *Backend) target() string {
