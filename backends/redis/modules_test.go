@@ -413,11 +413,9 @@ func TestGCRAAgreesWithCell(t *testing.T) {
 				gap := time.Duration(rng.IntN(int(2*T/time.Millisecond))) * time.Millisecond
 				target := serverNow(t, c).Add(gap)
 				// While tat > now the decision flips at allowAt = tat + cost·T - tol.
-				v, err := c.Get(ctx, r.Key).Result()
-				var tat time.Time
-				if err == nil {
-					us, _ := strconv.ParseInt(v, 10, 64)
-					tat = time.UnixMicro(us)
+				var tat time.Time // Lua GCRA's TAT: its packed entry's number
+				if e, ok := entryOf(t, c, r); ok && len(e.Ints) == 1 {
+					tat = time.UnixMicro(e.Ints[0])
 				}
 				for {
 					now := serverNow(t, c)
@@ -445,9 +443,11 @@ func TestGCRAAgreesWithCell(t *testing.T) {
 				}
 			}
 			// The two TATs agree to the time between the calls.
-			lv, _ := c.Get(ctx, r.Key).Result()
+			var lus int64
+			if e, ok := entryOf(t, c, r); ok && len(e.Ints) == 1 {
+				lus = e.Ints[0]
+			}
 			cv, _ := c.Get(ctx, r.Key+suffixCell).Result()
-			lus, _ := strconv.ParseInt(lv, 10, 64)
 			cns, _ := new(big.Int).SetString(cv, 10)
 			if cns != nil {
 				d := new(big.Int).Sub(cns, big.NewInt(lus*1000)).Int64()
