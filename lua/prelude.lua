@@ -30,6 +30,8 @@ local sf = string.format
 local HA, RA = 15, 8
 
 local FMT = '\1'
+-- The first byte of an idempotency record (take.lua).
+local REC = '\2'
 local HDR = '<c4I3I6'
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:

@@ -49,11 +49,11 @@
 -- written with one SET; tag identifies the rule's entry there ("" for the
 -- others). Unused p's are "0".
 --
--- Reply, per attempt: {allowed 0|1, now µs, then 4 integers per rule:
---   flags (1 = allowed, 2 = cost too high), used, reset-after µs,
---   retry-after µs; then (op i) the trail entries, newest first, strings
---   "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1", then
---   "|values" when ARGV[a+11] is not empty}.
+-- Reply, per attempt: {allowed 0|1, now µs, the rules' bytes: per rule
+--   struct '<Bi7i7i7' flags (1 = allowed, 0 denied, 2 = cost too high),
+--   used, reset-after µs, retry-after µs; then (op i) the trail entries,
+--   newest first, strings "at µs|policy|rule|used|limit|cost|retry
+--   µs|ctl 0|1", then "|values" when ARGV[a+11] is not empty}.
 -- The caller knows each rule's limit, hence remaining = math.max(0, limit-used).
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
@@ -76,15 +76,24 @@ local function decide(kb, ab)
   local op = ARGV[ab + 1]
 
   -- Idempotency: a live record means this attempt was decided before.
+  -- A record is REC, then struct '<Bi7I2' (allowed, now, the rules'
+  -- bytes' length), the rules' bytes as the reply has them, then the hold
+  -- id; the one-key-per-rule layout wrote "<hold id>|<the reply's
+  -- integers, comma-separated>", still read.
   if ik > 0 then
     local rec = redis.call('GET', KEYS[kb + ik])
     if rec then
+      if string.sub(rec, 1, 1) == REC then
+        local a, at, len, p = struct.unpack('<Bi7I2', rec, 2)
+        return {a + 2, at, string.sub(rec, p, p + len - 1), string.sub(rec, p + len)}
+      end
       local sep = string.find(rec, '|', 1, true)
-      local out = {}
-      for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do out[#out + 1] = tonumber(d) end
-      out[1] = out[1] + 2
-      out[#out + 1] = string.sub(rec, 1, sep - 1)
-      return out
+      local ints = {}
+      for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do ints[#ints + 1] = tonumber(d) end
+      local k = (#ints - 2) / 4
+      local bin = ''
+      if k > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', k), unpack(ints, 3)) end
+      return {ints[1] + 2, ints[2], bin, string.sub(rec, 1, sep - 1)}
     end
   end
 
@@ -295,20 +304,24 @@ local function decide(kb, ab)
     redis.call('PEXPIRE', tkey, ARGV[ab + 9])
   end
 
+  -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
+  -- rule: one string, not 4 integers a rule, for both sides to convert).
+  local bin = ''
+  if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
+  local out = {res[1], now, bin}
+
   -- Store the decision for retries of the same attempt, in the same step.
   if ik > 0 and consume then
-    local parts = {}
-    for k = 1, #res do parts[k] = sf('%d', res[k]) end
     local hid = ''
     if op == 'r' and allowed then hid = ARGV[ab + 13] end
-    redis.call('SET', KEYS[kb + ik], hid .. '|' .. table.concat(parts, ','), 'PX', ARGV[ab + 12])
+    redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', res[1], now, #bin) .. bin .. hid, 'PX', ARGV[ab + 12])
   end
 
   if op == 'i' and tk > 0 then
     local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
-    for k = 1, #tr do res[#res + 1] = tr[k] end
+    for k = 1, #tr do out[#out + 1] = tr[k] end
   end
-  return res
+  return out
 end
 
 local m = tonumber(ARGV[1])

@@ -345,10 +345,11 @@ func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 	return bareResult(v, rules)
 }
 
-// bareResult decodes a reply in take.lua's shape, made by bare mode, for
-// rules: NonAtomic, every rule on the bare TairHash strategy.
+// bareResult decodes a reply in the integer shape bare mode makes
+// (parseInts), for rules: NonAtomic, every rule on the bare TairHash
+// strategy.
 func bareResult(v []any, rules []driver.Rule) (driver.Result, error) {
-	res, err := parseTake(v, rules)
+	res, err := parseInts(v, rules)
 	if err != nil {
 		return driver.Result{}, err
 	}

@@ -41,8 +41,46 @@ func replyString(v any) (string, error) {
 	return s, nil
 }
 
-// parseTake decodes take.lua's reply for a request of the given rules.
+// parseTake decodes take.lua's reply for a request of the given rules:
+// {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
+// µs, retry µs), then trail entries or a replay's reservation id}.
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
+	a, err := replyArray(v)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if len(a) < 3 {
+		return driver.Result{}, fmt.Errorf("reply: want at least 3 elements, got %d", len(a))
+	}
+	bin, err := replyString(a[2])
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if len(bin) != len(rules)*perRuleBytes {
+		return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", len(rules)*perRuleBytes, len(rules), len(bin))
+	}
+	return parseReply(a[0], a[1], a[3:], rules, func(i int) (ints [perRuleReply]int64) {
+		b := bin[i*perRuleBytes:]
+		ints[0] = int64(b[0])
+		for j := 1; j < perRuleReply; j++ {
+			ints[j] = le7(b[1+(j-1)*7 : 1+j*7])
+		}
+		return ints
+	})
+}
+
+// le7 reads a signed 7-byte little-endian integer (struct's 'i7').
+func le7(b string) int64 {
+	var n int64
+	for i := 6; i >= 0; i-- {
+		n = n<<8 | int64(b[i])
+	}
+	return n << 8 >> 8 // sign-extend from 56 bits
+}
+
+// parseInts decodes a reply in the integer shape bare mode builds:
+// {first, now µs, then 4 integers per rule, then as parseTake}.
+func parseInts(v any, rules []driver.Rule) (driver.Result, error) {
 	n := len(rules)
 	a, err := replyArray(v)
 	if err != nil {
@@ -51,8 +89,27 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	if len(a) < 2+n*perRuleReply {
 		return driver.Result{}, fmt.Errorf("reply: want at least %d elements for %d rules, got %d", 2+n*perRuleReply, n, len(a))
 	}
+	var bad error
+	res, err := parseReply(a[0], a[1], a[2+n*perRuleReply:], rules, func(i int) (ints [perRuleReply]int64) {
+		for j := range ints {
+			var err error
+			if ints[j], err = replyInt(a[2+i*perRuleReply+j]); err != nil && bad == nil {
+				bad = fmt.Errorf("rule %d: %w", i, err)
+			}
+		}
+		return ints
+	})
+	if bad != nil {
+		return driver.Result{}, bad
+	}
+	return res, err
+}
+
+// parseReply builds a Result from a reply's first element, its clock,
+// each rule's four numbers (rule(i)) and the elements after them.
+func parseReply(f, at any, rest []any, rules []driver.Rule, rule func(int) [perRuleReply]int64) (driver.Result, error) {
 	var res driver.Result
-	first, err := replyInt(a[0])
+	first, err := replyInt(f)
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -63,21 +120,15 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	}
 	res.Allowed = first%2 == 1
 	res.Replayed = first >= 2
-	now, err := replyInt(a[1])
+	now, err := replyInt(at)
 	if err != nil {
 		return driver.Result{}, err
 	}
 	res.Now = time.UnixMicro(now)
-	res.Rules = make([]driver.RuleResult, n)
+	res.Rules = make([]driver.RuleResult, len(rules))
 	for i := range res.Rules {
 		r := &res.Rules[i]
-		e := a[2+i*perRuleReply : 2+(i+1)*perRuleReply]
-		var ints [perRuleReply]int64
-		for j := range ints {
-			if ints[j], err = replyInt(e[j]); err != nil {
-				return driver.Result{}, fmt.Errorf("rule %d: %w", i, err)
-			}
-		}
+		ints := rule(i)
 		if ints[0] < 0 || ints[0] > 2 {
 			return driver.Result{}, fmt.Errorf("rule %d: reply: flags must be 0, 1 or 2, got %d", i, ints[0])
 		}
@@ -89,10 +140,9 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond
 	}
-	rest := a[2+n*perRuleReply:]
 	if res.Replayed {
 		if len(rest) != 1 {
-			return driver.Result{}, fmt.Errorf("reply: replay: want the reservation id after %d rules, got %d extra elements", n, len(rest))
+			return driver.Result{}, fmt.Errorf("reply: replay: want the reservation id after the rules, got %d extra elements", len(rest))
 		}
 		if res.ReservationID, err = replyString(rest[0]); err != nil {
 			return driver.Result{}, err

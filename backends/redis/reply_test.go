@@ -8,7 +8,8 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-func TestParseTake(t *testing.T) {
+// TestParseInts: the integer reply shape bare mode builds.
+func TestParseInts(t *testing.T) {
 	rules := []driver.Rule{{Name: "a", Algorithm: driver.SlidingWindow, Limit: 5}}
 	gcra := []driver.Rule{{Name: "g", Algorithm: driver.GCRA, Limit: 30, Burst: 4}}
 	rule := []any{int64(1), int64(2), int64(1500), int64(0)}
@@ -74,7 +75,7 @@ func TestParseTake(t *testing.T) {
 			if rs == nil {
 				rs = rules
 			}
-			r, err := parseTake(tc.v, rs)
+			r, err := parseInts(tc.v, rs)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("parseTake(%v) error = %v, want one containing %q", tc.v, err, tc.wantErr)
@@ -86,6 +87,56 @@ func TestParseTake(t *testing.T) {
 			}
 			tc.check(t, r)
 		})
+	}
+}
+
+// binRule packs one rule's numbers as take.lua does (struct '<Bi7i7i7').
+func binRule(flags byte, used, reset, retry int64) string {
+	b := []byte{flags}
+	for _, n := range []int64{used, reset, retry} {
+		for i := 0; i < 7; i++ {
+			b = append(b, byte(n>>(8*i)))
+		}
+	}
+	return string(b)
+}
+
+// TestParseTake: take.lua's reply, the rules' numbers as bytes.
+func TestParseTake(t *testing.T) {
+	rules := []driver.Rule{{Name: "a", Algorithm: driver.SlidingWindow, Limit: 5}, {Name: "g", Algorithm: driver.GCRA, Limit: 30, Burst: 4}}
+	bin := binRule(1, 2, 1500, 0) + binRule(2, 1<<50, 1<<52-1, 0)
+	r, err := parseTake([]any{int64(0), int64(1700000000000001), bin, "1700000000000000|p|g|5|5|7|0|1"}, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []driver.RuleResult{
+		{Allowed: true, Used: 2, Limit: 5, Remaining: 3, ResetAfter: 1500 * time.Microsecond},
+		{CostTooHigh: true, Used: 1 << 50, Limit: 5, ResetAfter: (1<<52 - 1) * time.Microsecond},
+	}
+	if r.Allowed || !r.Now.Equal(time.UnixMicro(1700000000000001)) || len(r.Rules) != 2 || r.Rules[0] != want[0] || r.Rules[1] != want[1] || len(r.Trail) != 1 {
+		t.Errorf("parseTake = %+v, want denied, %+v, one trail entry", r, want)
+	}
+	// Negative numbers (a clock that went back) sign-extend.
+	r, err = parseTake([]any{int64(1), int64(5), binRule(1, 0, -3, 0)}, rules[:1])
+	if err != nil || r.Rules[0].ResetAfter != -3*time.Microsecond {
+		t.Errorf("parseTake(reset -3) = %+v, %v, want ResetAfter -3µs", r.Rules, err)
+	}
+	r, err = parseTake([]any{int64(3), int64(5), binRule(1, 1, 0, 0), "h1"}, rules[:1])
+	if err != nil || !r.Replayed || !r.Allowed || r.ReservationID != "h1" {
+		t.Errorf("parseTake(replay) = %+v, %v, want replayed with reservation h1", r, err)
+	}
+	for _, bad := range []struct {
+		v    any
+		want string
+	}{
+		{[]any{int64(1), int64(5)}, "at least 3"},
+		{[]any{int64(1), int64(5), bin[:10]}, "want 22 bytes"},
+		{[]any{int64(1), int64(5), int64(7)}, "want a string"},
+		{[]any{int64(1), int64(5), binRule(3, 0, 0, 0)}, "flags must be"},
+	} {
+		if _, err := parseTake(bad.v, rules[:1]); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("parseTake(%q) error = %v, want one containing %q", bad.v, err, bad.want)
+		}
 	}
 }
 

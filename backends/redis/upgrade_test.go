@@ -99,3 +99,23 @@ func TestUpgradeReadsThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestUpgradeReplaysOldRecord: an idempotency record the one-key-per-rule
+// layout wrote ("<hold id>|<integers>") still replays after the upgrade.
+func TestUpgradeReplaysOldRecord(t *testing.T) {
+	b, c := standalone(t)
+	s := newSubject(t, "oldrec")
+	r := s.fixed("f", 10, time.Hour)
+	req := s.request(opTake, 1, r)
+	req.IdemKey, req.IdemTTL = s.base+"!i:a", time.Hour
+	if err := c.Set(context.Background(), req.IdemKey, "|1,1700000000000001,1,4,1500,0", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := take(t, b, req)
+	if !res.Replayed || !res.Allowed || res.Rules[0].Used != 4 || res.Rules[0].ResetAfter != 1500*time.Microsecond || !res.Now.Equal(time.UnixMicro(1700000000000001)) {
+		t.Errorf("take with an old record = %+v, want the record replayed (allowed, used 4)", res)
+	}
+	if e, ok := entryOf(t, c, r); ok {
+		t.Errorf("a replay wrote state: %+v", e)
+	}
+}

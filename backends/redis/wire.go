@@ -26,9 +26,11 @@ const (
 	// request nor on the clock (all but the two key indices): cached per
 	// rule.
 	staticArgs = argsPerRule - 2
-	// perRuleReply is the integers per rule in a reply: flags, used,
-	// reset-after µs, retry-after µs.
+	// perRuleReply is the numbers per rule in a reply: flags, used,
+	// reset-after µs, retry-after µs; perRuleBytes their bytes in the
+	// reply's string (struct '<Bi7i7i7').
 	perRuleReply = 4
+	perRuleBytes = 1 + 3*7
 )
 
 // Op codes: take.lua's ARGV[a+1].
@@ -186,13 +188,15 @@ func parseDenial(s string) (driver.Denial, error) {
 	}, nil
 }
 
-// Idempotency records (driver.Request.IdemKey): "<reservation id>|<the
-// reply's integers, comma-separated>"; the id is empty for a take or a
-// denial. A replay returns the integers with 2 added to the first, then
-// the id.
+// Idempotency records (driver.Request.IdemKey). take.lua writes 0x02,
+// struct '<Bi7I2' (allowed, now µs, the rules' bytes' length), the rules'
+// bytes as its reply has them, then the reservation id (empty for a take
+// or a denial). Bare mode, and the one-key-per-rule layout, write
+// "<reservation id>|<the reply's integers, comma-separated>"; take.lua
+// reads both. A replay returns the reply with 2 added to the first
+// element, then the id.
 
-// formatRecord writes an idempotency record (bare mode; take.lua writes
-// the same).
+// formatRecord writes an idempotency record in bare mode's form.
 func formatRecord(id string, reply []int64) string {
 	parts := make([]string, len(reply))
 	for k, v := range reply {
@@ -201,8 +205,8 @@ func formatRecord(id string, reply []int64) string {
 	return id + "|" + strings.Join(parts, ",")
 }
 
-// parseRecord decodes an idempotency record into a reply as a replay
-// returns it.
+// parseRecord decodes an idempotency record in bare mode's form into a
+// reply as a replay returns it (parseInts' shape).
 func parseRecord(rec string) ([]any, error) {
 	hid, body, ok := strings.Cut(rec, "|")
 	if !ok {
