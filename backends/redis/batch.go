@@ -8,6 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -90,6 +91,21 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 		}
 		return out
 	}
+	b.scripts(ctx, reqs, rep, out)
+	for i := range out {
+		if out[i].Err != nil {
+			out[i].Err = fmt.Errorf("redis: take batch: %w", out[i].Err)
+		}
+	}
+	return out
+}
+
+// scripts carries out reqs in multi-attempt scripts of take.lua (one
+// attempt per script on a cluster) as TakeBatch describes, on a server
+// with scripting, and writes each request's outcome to out (len(reqs)),
+// its error not yet naming the operation. TakeBatch and coalescing
+// (coalesce.go) share it.
+func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.Report, out []driver.BatchResult) {
 	evalFallback := rep.EvalOnly // EVALSHA refused: EVAL in the pipeline
 	// A unit is one EVALSHA: up to batchAttempts requests on one server,
 	// one on a cluster (each routes by its own slot).
@@ -118,7 +134,7 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 	now := time.Now()
 	for i, req := range reqs {
 		if err := b.add(&enc, req.op, req.Request, now, rep); err != nil {
-			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+			out[i].Err = err
 			continue
 		}
 		cur.idx = append(cur.idx, i)
@@ -169,12 +185,12 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 				}
 				for a, i := range u.idx {
 					if err != nil {
-						out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+						out[i].Err = err
 						continue
 					}
 					res, err := b.finish(reqs[i].op, reqs[i].Request, u.attempts[a], replies[a])
 					if err != nil {
-						out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+						out[i].Err = err
 					} else {
 						out[i].Result = res
 					}
@@ -191,7 +207,7 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 					ran[t] = true // a lost reply may have run
 				}
 				for _, i := range u.idx {
-					out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+					out[i].Err = err
 				}
 			}
 		}
@@ -210,5 +226,4 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 		todo = again
 		cmds = cmds[:len(todo)]
 	}
-	return out
 }

@@ -3,6 +3,7 @@ package redis
 import (
 	"testing"
 
+	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -20,5 +21,12 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	b, _ := cluster(t)
+	runConformance(t, b)
+}
+
+// TestConformanceCoalesced: the suite's decisions, coalesced with
+// whatever runs at once, mean the same (Options.Coalesce).
+func TestConformanceCoalesced(t *testing.T) {
+	b, _ := coalescing(t, redistest.Standalone(t), 2)
 	runConformance(t, b)
 }

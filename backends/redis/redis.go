@@ -14,7 +14,8 @@
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
 // earlier versions. TakeBatch decides up to 128 requests per EVALSHA on a
-// standalone or Sentinel server.
+// standalone or Sentinel server; Options.Coalesce has the concurrent
+// single calls of a process share such scripts.
 //
 // On first use the backend detects what the server can do
 // (backends/redis/capability: TairHash, redis-cell, native hash-field expiry,
@@ -102,6 +103,41 @@ type Options struct {
 	// Turn it on for the upgrade and off once the longest window of your
 	// policies has passed. Default: off (state starts afresh).
 	Upgrade bool
+	// Coalesce, when N > 0, coalesces the concurrent single decisions
+	// (Take, Peek, Reserve, Inspect) of this Backend: calls that arrive
+	// while N scripts are in flight queue, and each script that ends
+	// carries the queued calls (up to 128, in arrival order) in one
+	// multi-attempt EVALSHA, as TakeBatch does, with at most N such
+	// scripts in flight at once (2 or 4 suit most loads). Each call still
+	// gets its own atomic, all-or-nothing decision with the same Result
+	// as without coalescing, and its own error (an attempt the script
+	// refuses fails alone). It saves round trips and per-script server
+	// work when many goroutines of one process decide at once; it adds
+	// no timer and never waits for more calls to come.
+	//
+	// Added latency: a call that finds N scripts in flight waits until
+	// the first of them ends, then goes out in the next script, so it
+	// takes at most the remainder of one in-flight script plus the script
+	// carrying it, itself at most 128 attempts long. (Only when more than
+	// 128 calls queue ahead of it does it wait for one more script per
+	// 128 of them, served N at a time.) A call finding fewer than N
+	// scripts in flight goes out at once.
+	//
+	// A call whose ctx ends while it waits returns ctx's error: if it was
+	// not sent yet nothing is consumed; if it was, its attempt may still
+	// run, as after any lost reply, and is never sent again. A script's
+	// reads are bounded by the deadline of the call that sends it (or the
+	// client's ReadTimeout), so a call whose deadline comes later may
+	// fail at the sender's. Two scripts in flight may run in either
+	// order, as concurrent calls would; the attempts within a script run
+	// in arrival order.
+	//
+	// Coalescing applies on a standalone or Sentinel client
+	// (*goredis.Client) with scripting; on a *goredis.ClusterClient or a
+	// *goredis.Ring it is ignored (Describe says so), and where scripting
+	// is refused decisions run as bare commands, one by one. Default: 0,
+	// off: one EVALSHA per call.
+	Coalesce int
 }
 
 // Backend decides with Lua scripts (and module commands, where detected)
@@ -113,6 +149,8 @@ type Backend struct {
 	det  *capability.Detector
 	// specs caches each rule's static ARGV (see specCache).
 	specs specCache
+	// co coalesces single decisions (Options.Coalesce); nil when off.
+	co *coalescer
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
@@ -128,6 +166,9 @@ func New(c goredis.UniversalClient, opts *Options) *Backend {
 	}
 	if b.opts.SettleAttempts <= 0 {
 		b.opts.SettleAttempts = 3
+	}
+	if _, single := c.(*goredis.Client); single && b.opts.Coalesce > 0 {
+		b.co = newCoalescer(b.opts.Coalesce)
 	}
 	b.det = capability.NewDetector(c, b.opts.Detect)
 	return b
@@ -277,7 +318,8 @@ func (b *Backend) Inspect(ctx context.Context, req driver.Request) (driver.Resul
 	return b.decide(ctx, opInspect, req)
 }
 
-// decide carries out one operation in one EVALSHA (or bare commands).
+// decide carries out one operation in one EVALSHA (or bare commands),
+// coalesced with concurrent calls under Options.Coalesce.
 func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
@@ -285,6 +327,13 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	}
 	if scriptless(rep) {
 		res, err := b.takeBare(ctx, o, req, rep)
+		if err != nil {
+			return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
+		}
+		return res, nil
+	}
+	if b.co != nil {
+		res, err := b.co.do(ctx, b, rep, request{op: o, Request: req})
 		if err != nil {
 			return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 		}
@@ -439,6 +488,15 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 		d.Notes = append(d.Notes, "decisions are one EVAL each (EVALSHA is refused) and are never replayed by the client after a timeout")
 	default:
 		d.Notes = append(d.Notes, "decisions are one EVALSHA each and are never replayed by the client after a timeout")
+	}
+	switch {
+	case b.opts.Coalesce <= 0:
+	case b.co == nil:
+		d.Notes = append(d.Notes, "coalescing: not applied (Options.Coalesce needs a standalone or Sentinel client; this one is a cluster or ring client)")
+	case scriptless(rep):
+		d.Notes = append(d.Notes, "coalescing: not applied (no scripting: decisions run as bare commands)")
+	default:
+		d.Notes = append(d.Notes, fmt.Sprintf("coalescing: concurrent single decisions share multi-attempt scripts of up to %d attempts, at most %d in flight (Options.Coalesce)", batchAttempts, b.opts.Coalesce))
 	}
 	return d, nil
 }

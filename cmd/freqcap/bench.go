@@ -21,8 +21,9 @@ const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --s
 Load test: -workers concurrent callers take decisions of one policy for
 -duration (after -warmup) over -subjects subjects, against the Redis
 deployment named, and print throughput and latency percentiles. -raw,
--baseline, -floor, -batch, -recorder, -hot and -memory add comparison runs
-(see each flag); ratios are computed within the invocation.
+-baseline, -floor, -batch, -coalesce, -recorder, -hot and -memory add
+comparison runs (see each flag); ratios are computed within the
+invocation.
 
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is
@@ -67,8 +68,9 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -batch, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
+	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; ignored on a cluster) and report its ratio to the uncoalesced run (with -raw, also to raw(R))")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
@@ -85,8 +87,8 @@ func runBench(args []string) error {
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive")
 	}
-	if cfg.Batch < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
-		return errors.New("bench: -batch must be >= 0, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
+	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+		return errors.New("bench: -batch must be >= 0, -coalesce >= 0, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
 	}
 	if err := server.check(); err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -2,7 +2,8 @@
 // against Redis (standalone, Sentinel or Cluster), optionally compared in
 // the same invocation with reference scripts (a trivial INCRBY+PEXPIRE
 // step and the floors of several key layouts), with a batch run, a
-// hot-subject workload and a bytes-per-subject measurement.
+// coalesced run, a hot-subject workload and a bytes-per-subject
+// measurement.
 //
 // Run prints one line per measured run (decisions/s, latency quantiles,
 // round trips, commands and server time per decision) and the ratios of
@@ -85,6 +86,12 @@ type Config struct {
 	// Batch also runs TakeBatch of Batch attempts per call and reports
 	// its ratio to one-by-one Allow (0: no batch run).
 	Batch int
+	// Coalesce also runs the policy one-by-one through a backend with
+	// redis.Options.Coalesce = Coalesce (concurrent single decisions share
+	// multi-attempt scripts, at most Coalesce in flight) and reports its
+	// ratio to the uncoalesced one-by-one run and, with Raw, to raw(R)
+	// (0: no coalesced run; on a cluster the option is ignored).
+	Coalesce int
 	// Hot is the hot-subject workload: every worker on HotSubjects
 	// subjects (default 10), without and with a hot-deny cache of
 	// HotCache entries (default 10000).
@@ -129,8 +136,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration < 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return cfg, errors.New("bench: workers, subjects, values, duration and max must be positive, warmup >= 0")
 	}
-	if cfg.Batch < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
-		return cfg, errors.New("bench: batch must be >= 0, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
+	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+		return cfg, errors.New("bench: batch must be >= 0, coalesce >= 0, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
 	}
 	cfg.Baseline = cfg.Baseline || cfg.Floor
 	if cfg.Timeout == 0 {
@@ -284,10 +291,27 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
+		coalesced := -1
+		if cfg.Coalesce > 0 {
+			// A backend of its own: the option is set at construction.
+			o := *bopts
+			o.Coalesce = cfg.Coalesce
+			cbe := redis.New(client, &o)
+			if _, err := cbe.Capabilities(ctx); err != nil { // detection, before the measured runs
+				return fmt.Errorf("bench: %w", err)
+			}
+			l := sdk.New(cbe, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
+			runs = append(runs, run{fmt.Sprintf("policy %s, coalesce %d", policy.Name(), cfg.Coalesce), 1, allowOne(l, policy, gen)})
+			coalesced = len(runs) - 1
+			ratios = append(ratios, [2]int{coalesced, 0})
+		}
 		if cfg.Raw {
 			r := len(policy.Rules())
 			runs = append(runs, run{fmt.Sprintf("raw(%d) INCRBY+PEXPIRE on %d keys", r, r), 1, scriptOne(client, scripts.Raw, cfg, "raw", r)})
 			ratios = append(ratios, [2]int{0, len(runs) - 1})
+			if coalesced >= 0 {
+				ratios = append(ratios, [2]int{coalesced, len(runs) - 1})
+			}
 		}
 		if cfg.Baseline {
 			base := len(runs)

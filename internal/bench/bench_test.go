@@ -51,6 +51,13 @@ func TestBenchModes(t *testing.T) {
 			`^raw\(4\) INCRBY\+PEXPIRE on 4 keys: .* errors 0; .* 1\.00 scripts `,
 			`^ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
 			`^median ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
+		{"coalesce", Config{Coalesce: 2, Raw: true, Rounds: 2}, nil, []string{
+			// Fewer round trips and scripts than decisions: calls shared scripts.
+			`^policy push, coalesce 2: .* errors 0; .* 0\.[0-9]+ round trips, 0\.[0-9]+ scripts `,
+			`^ratio policy push, coalesce 2 / policy push: [0-9.]+ `,
+			`^ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
+			`^median ratio policy push, coalesce 2 / policy push over 2 rounds: [0-9.]+ `,
+			`^median ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
 		{"hot", Config{Hot: true, HotSubjects: 3}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
 			// Most of the cached run never reaches Redis.
@@ -116,6 +123,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{}, "no server"},
 		{Config{Redis: srv, Workers: -1}, "must be positive"},
 		{Config{Redis: srv, Batch: -1}, "batch must be >= 0"},
+		{Config{Redis: srv, Coalesce: -1}, "coalesce >= 0"},
 		{Config{Redis: srv, Warmup: -time.Second}, "warmup >= 0"},
 	} {
 		err := Run(context.Background(), tc.cfg, io.Discard)

@@ -1,0 +1,191 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// coalescer sends the concurrent single decisions of one Backend as
+// multi-attempt scripts of take.lua (Options.Coalesce). It starts no
+// goroutine: the callers themselves send the scripts.
+//
+// A call enqueues its request. A call holding a slot (there are max) is a
+// flusher: it takes up to batchAttempts queued requests from the head of
+// the queue, sends them in one script (Backend.scripts), hands each
+// caller its outcome and, once its own request is answered, hands its
+// slot to the first queued caller that holds none (or frees it when none
+// waits). A call that finds a free slot on arrival takes it; the others
+// wait for their outcome or for a slot. So a queued call waits for the
+// first slot to come free, at most one script in flight, and is then
+// sent, unless batchAttempts calls queue before it.
+type coalescer struct {
+	max int // slots: scripts in flight at once
+
+	mu    sync.Mutex
+	queue []*waiter // not yet sent, in arrival order
+	slots int       // slots held: by flushers, or handed to a waiter not yet awake
+}
+
+// waitState is where a waiter's request is.
+type waitState uint8
+
+const (
+	queued waitState = iota // in coalescer.queue
+	sent                    // taken by a flusher
+	done                    // outcome in res
+)
+
+// waiter is one call waiting in the coalescer.
+type waiter struct {
+	req  request
+	wake chan struct{} // capacity 1: a change of state or lead
+	// Under coalescer.mu:
+	state waitState
+	lead  bool // holds a slot
+	res   driver.BatchResult
+}
+
+func newCoalescer(max int) *coalescer { return &coalescer{max: max} }
+
+// signal wakes w, without blocking (w rereads its state under mu).
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// do carries out r, coalesced with the concurrent calls, on a server with
+// scripting (rep). Its error, like Backend.scripts's, does not yet name
+// the operation.
+func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, r request) (driver.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Result{}, err
+	}
+	w := &waiter{req: r, wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, w)
+	if c.slots < c.max {
+		c.slots++
+		w.lead = true
+	}
+	for {
+		switch {
+		case w.state == done:
+			if w.lead {
+				c.pass(w)
+			}
+			c.mu.Unlock()
+			return w.res.Result, w.res.Err
+		case w.lead && w.state == queued:
+			if err := ctx.Err(); err != nil { // not sent: nothing consumed
+				c.remove(w)
+				c.pass(w)
+				c.mu.Unlock()
+				return driver.Result{}, err
+			}
+			batch := c.take()
+			c.mu.Unlock()
+			c.flush(ctx, b, rep, batch)
+			c.mu.Lock()
+			continue
+		case w.lead: // sent by another flusher: let a queued call send
+			c.pass(w)
+		}
+		c.mu.Unlock()
+		select {
+		case <-w.wake:
+			c.mu.Lock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			if w.state == done {
+				continue // the outcome arrived meanwhile: return it
+			}
+			if w.state == queued { // not sent: nothing consumed
+				c.remove(w)
+			} // else sent: it may run (as after a lost reply), never again
+			if w.lead {
+				c.pass(w)
+			}
+			c.mu.Unlock()
+			return driver.Result{}, ctx.Err()
+		}
+	}
+}
+
+// take removes up to batchAttempts requests from the head of the queue
+// and marks them sent. Called with mu held.
+func (c *coalescer) take() []*waiter {
+	n := min(len(c.queue), batchAttempts)
+	batch := make([]*waiter, n)
+	copy(batch, c.queue)
+	for _, w := range batch {
+		w.state = sent
+	}
+	clear(c.queue[:n]) // let the sent waiters go
+	c.queue = c.queue[n:]
+	if len(c.queue) == 0 {
+		c.queue = c.queue[:0:0] // the array's head is spent: start afresh
+	}
+	return batch
+}
+
+// remove takes w, which gives up before being sent, out of the queue.
+// Called with mu held.
+func (c *coalescer) remove(w *waiter) {
+	for i, q := range c.queue {
+		if q == w {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// pass hands w's slot to the first queued waiter without one, or frees
+// it. Called with mu held.
+func (c *coalescer) pass(w *waiter) {
+	w.lead = false
+	for _, q := range c.queue {
+		if !q.lead {
+			q.lead = true
+			q.signal()
+			return
+		}
+	}
+	c.slots--
+}
+
+// flush sends batch in one script and hands each waiter its outcome.
+// The script runs under flushContext(ctx): the flusher's deadline bounds
+// it, but the flusher's caller giving up does not fail the others'
+// attempts.
+func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Report, batch []*waiter) {
+	reqs := make([]request, len(batch))
+	for i, w := range batch {
+		reqs[i] = w.req
+	}
+	out := make([]driver.BatchResult, len(batch))
+	b.scripts(flushContext{ctx}, reqs, rep, out)
+	c.mu.Lock()
+	for i, w := range batch {
+		w.res, w.state = out[i], done
+		w.signal()
+	}
+	c.mu.Unlock()
+}
+
+// flushContext is ctx's values and deadline without its cancellation:
+// go-redis bounds a command's reads by its context's deadline (with
+// ContextTimeoutEnabled, else by ReadTimeout), and fails a command whose
+// context is done before it got a connection. Unlike
+// context.WithoutCancel it keeps the deadline, without starting a timer.
+type flushContext struct{ parent context.Context }
+
+func (f flushContext) Deadline() (time.Time, bool) { return f.parent.Deadline() }
+func (f flushContext) Done() <-chan struct{}       { return nil }
+func (f flushContext) Err() error                  { return nil }
+func (f flushContext) Value(key any) any           { return f.parent.Value(key) }
