@@ -78,20 +78,14 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 	if len(reqs) == 0 {
 		return out
 	}
-	rep, err := b.report(ctx)
+	e, err := b.engine(ctx)
 	if err != nil {
 		for i := range out {
 			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
 		}
 		return out
 	}
-	if scriptless(rep) { // Take runs bare commands, one by one
-		for i, req := range reqs {
-			out[i].Result, out[i].Err = b.decide(ctx, req.op, req.Request)
-		}
-		return out
-	}
-	b.scripts(ctx, reqs, rep, out)
+	e.batch(ctx, reqs, out)
 	for i := range out {
 		if out[i].Err != nil {
 			out[i].Err = fmt.Errorf("redis: take batch: %w", out[i].Err)

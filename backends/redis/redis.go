@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -151,6 +152,8 @@ type Backend struct {
 	specs specCache
 	// co coalesces single decisions (Options.Coalesce); nil when off.
 	co *coalescer
+	// eng is the engine of the latest capability report (Backend.engine).
+	eng atomic.Pointer[chosenEngine]
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
@@ -318,36 +321,15 @@ func (b *Backend) Inspect(ctx context.Context, req driver.Request) (driver.Resul
 	return b.decide(ctx, opInspect, req)
 }
 
-// decide carries out one operation in one EVALSHA (or bare commands),
-// coalesced with concurrent calls under Options.Coalesce.
+// decide carries out one operation with the engine of the server as
+// detected: one EVALSHA, coalesced with concurrent calls under
+// Options.Coalesce (scriptMode), or bare commands (bareMode).
 func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
-	rep, err := b.report(ctx)
+	e, err := b.engine(ctx)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
-	if scriptless(rep) {
-		res, err := b.takeBare(ctx, o, req, rep)
-		if err != nil {
-			return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
-		}
-		return res, nil
-	}
-	if b.co != nil {
-		res, err := b.co.do(ctx, b, rep, request{op: o, Request: req})
-		if err != nil {
-			return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
-		}
-		return res, nil
-	}
-	c, err := b.encode(o, req, time.Now(), rep)
-	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
-	}
-	v, err := run(ctx, b.c, takeScript, lua.Take, rep.EvalOnly, c.keys, c.args)
-	if err != nil {
-		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
-	}
-	res, err := b.finish(o, req, c.attempts[0], v)
+	res, err := e.decide(ctx, o, req)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
@@ -372,56 +354,19 @@ func (b *Backend) finish(o op, req driver.Request, choices []ruleChoice, v any) 
 	return res, nil
 }
 
-// Settle commits or cancels reservation id under resKey (driver.Reserver).
-// It reads the reservation first to learn the keys its refund touches,
-// then runs the settle script over exactly those keys (the script
-// re-checks them).
+// Settle commits or cancels reservation id under resKey (driver.Reserver):
+// one EVAL(SHA) of settle.lua over the keys the reservation's refund
+// touches. Where scripting is refused it returns an error wrapping
+// errors.ErrUnsupported.
 func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
-	flag := "0"
-	if commit {
-		flag = "1"
+	e, err := b.engine(ctx)
+	if err == nil {
+		err = e.settle(ctx, resKey, id, commit)
 	}
-	rep, err := b.report(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, driver.ErrReservationNotFound) {
 		return fmt.Errorf("redis: settle: %w", err)
 	}
-	if scriptless(rep) {
-		return fmt.Errorf("redis: settle: %w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
-	}
-	for range b.opts.SettleAttempts {
-		plan, err := b.c.HGet(ctx, resKey, id).Result()
-		if errors.Is(err, goredis.Nil) {
-			return driver.ErrReservationNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("redis: settle: %w", err)
-		}
-		keys := append([]string{resKey}, reservationKeys(plan)...)
-		args := make([]any, evalArgs, evalArgs+len(keys)+2)
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		args = append(args, id, flag)
-		v, err := run(ctx, b.c, settleScript, lua.Settle, rep.EvalOnly, keys, args)
-		if err != nil {
-			return fmt.Errorf("redis: settle: %w", err)
-		}
-		n, err := replyInt(v)
-		if err != nil {
-			return fmt.Errorf("redis: settle: %w", err)
-		}
-		switch n {
-		case 1:
-			return nil
-		case 0:
-			return driver.ErrReservationNotFound
-		case -1:
-			continue // the reservation changed since it was read
-		default:
-			return fmt.Errorf("redis: settle: unexpected reply %d", n)
-		}
-	}
-	return fmt.Errorf("redis: settle: reservation kept changing over %d attempts", b.opts.SettleAttempts)
+	return err
 }
 
 // Reset deletes the state of every rule in req.Rules and the reservations
@@ -481,23 +426,11 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
 		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
 	}
-	switch {
-	case scriptless(rep):
-		d.Notes = append(d.Notes, "no scripting: sliding-window rules run as bare TairHash commands, rule by rule, compensated when a later rule denies; every decision says NonAtomic; other algorithms, reservations and batches in one round trip are unavailable")
-	case rep.EvalOnly:
-		d.Notes = append(d.Notes, "decisions are one EVAL each (EVALSHA is refused) and are never replayed by the client after a timeout")
-	default:
-		d.Notes = append(d.Notes, "decisions are one EVALSHA each and are never replayed by the client after a timeout")
+	e, err := b.engine(ctx)
+	if err != nil {
+		return d, fmt.Errorf("redis: describe: %w", err)
 	}
-	switch {
-	case b.opts.Coalesce <= 0:
-	case b.co == nil:
-		d.Notes = append(d.Notes, "coalescing: not applied (Options.Coalesce needs a standalone or Sentinel client; this one is a cluster or ring client)")
-	case scriptless(rep):
-		d.Notes = append(d.Notes, "coalescing: not applied (no scripting: decisions run as bare commands)")
-	default:
-		d.Notes = append(d.Notes, fmt.Sprintf("coalescing: concurrent single decisions share multi-attempt scripts of up to %d attempts, at most %d in flight (Options.Coalesce)", batchAttempts, b.opts.Coalesce))
-	}
+	d.Notes = append(d.Notes, e.notes()...)
 	return d, nil
 }
 

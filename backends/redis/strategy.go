@@ -126,7 +126,3 @@ func describeReport(rep *capability.Report) driver.Description {
 	}
 	return d
 }
-
-// scriptless reports whether rep found a master without scripting: then
-// Take runs bare module commands and batches fall back to Take.
-func scriptless(rep *capability.Report) bool { return !rep.Scripting.All() }

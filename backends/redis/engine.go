@@ -1,0 +1,171 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// An engine carries out the backend's operations on the server as
+// detected: scriptMode (take.lua and settle.lua: every strategy, each
+// decision one EVALSHA) where every master runs scripts, bareMode
+// (bare.go: sliding windows as TairHash commands, NonAtomic) where one
+// refuses them. Backend.engine chooses it once per capability report;
+// nothing else asks whether the server runs scripts. Errors do not name
+// the operation yet: the Backend's methods do.
+type engine interface {
+	decide(ctx context.Context, o op, req driver.Request) (driver.Result, error)
+	// batch carries out reqs, writing each outcome to out (len(reqs)).
+	batch(ctx context.Context, reqs []request, out []driver.BatchResult)
+	settle(ctx context.Context, resKey, id string, commit bool) error
+	// notes say how decisions run (Describe).
+	notes() []string
+}
+
+// chosenEngine is the engine of one capability report.
+type chosenEngine struct {
+	rep *capability.Report
+	e   engine
+}
+
+// engine returns the engine for the current capability report (detecting
+// on first use), built once per report.
+func (b *Backend) engine(ctx context.Context) (engine, error) {
+	rep, err := b.report(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c := b.eng.Load(); c != nil && c.rep == rep {
+		return c.e, nil
+	}
+	var e engine = scriptMode{b: b, rep: rep}
+	if !rep.Scripting.All() {
+		e = bareMode{b: b, rep: rep}
+	}
+	b.eng.Store(&chosenEngine{rep: rep, e: e})
+	return e, nil
+}
+
+// scriptMode runs take.lua: one EVALSHA per decision (or per coalesced
+// group, Options.Coalesce), up to batchAttempts per EVALSHA in a batch.
+type scriptMode struct {
+	b   *Backend
+	rep *capability.Report
+}
+
+func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
+	b := m.b
+	if b.co != nil {
+		return b.co.do(ctx, b, m.rep, request{op: o, Request: req})
+	}
+	c, err := b.encode(o, req, time.Now(), m.rep)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	v, err := run(ctx, b.c, takeScript, lua.Take, m.rep.EvalOnly, c.keys, c.args)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	return b.finish(o, req, c.attempts[0], v)
+}
+
+func (m scriptMode) batch(ctx context.Context, reqs []request, out []driver.BatchResult) {
+	m.b.scripts(ctx, reqs, m.rep, out)
+}
+
+// settle reads the reservation first to learn the keys its refund
+// touches, then runs the settle script over exactly those keys (the
+// script re-checks them).
+func (m scriptMode) settle(ctx context.Context, resKey, id string, commit bool) error {
+	b := m.b
+	flag := "0"
+	if commit {
+		flag = "1"
+	}
+	for range b.opts.SettleAttempts {
+		plan, err := b.c.HGet(ctx, resKey, id).Result()
+		if errors.Is(err, goredis.Nil) {
+			return driver.ErrReservationNotFound
+		}
+		if err != nil {
+			return err
+		}
+		keys := append([]string{resKey}, reservationKeys(plan)...)
+		args := make([]any, evalArgs, evalArgs+len(keys)+2)
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		args = append(args, id, flag)
+		v, err := run(ctx, b.c, settleScript, lua.Settle, m.rep.EvalOnly, keys, args)
+		if err != nil {
+			return err
+		}
+		n, err := replyInt(v)
+		if err != nil {
+			return err
+		}
+		switch n {
+		case 1:
+			return nil
+		case 0:
+			return driver.ErrReservationNotFound
+		case -1:
+			continue // the reservation changed since it was read
+		default:
+			return fmt.Errorf("unexpected reply %d", n)
+		}
+	}
+	return fmt.Errorf("reservation kept changing over %d attempts", b.opts.SettleAttempts)
+}
+
+func (m scriptMode) notes() []string {
+	n := "decisions are one EVALSHA each and are never replayed by the client after a timeout"
+	if m.rep.EvalOnly {
+		n = "decisions are one EVAL each (EVALSHA is refused) and are never replayed by the client after a timeout"
+	}
+	out := []string{n}
+	switch {
+	case m.b.opts.Coalesce <= 0:
+	case m.b.co == nil:
+		out = append(out, "coalescing: not applied (Options.Coalesce needs a standalone or Sentinel client; this one is a cluster or ring client)")
+	default:
+		out = append(out, fmt.Sprintf("coalescing: concurrent single decisions share multi-attempt scripts of up to %d attempts, at most %d in flight (Options.Coalesce)", batchAttempts, m.b.opts.Coalesce))
+	}
+	return out
+}
+
+// bareMode runs sliding-window rules as bare TairHash commands where
+// scripting is refused (bare.go): NonAtomic decisions, one by one.
+type bareMode struct {
+	b   *Backend
+	rep *capability.Report
+}
+
+func (m bareMode) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
+	return m.b.takeBare(ctx, o, req, m.rep)
+}
+
+func (m bareMode) batch(ctx context.Context, reqs []request, out []driver.BatchResult) {
+	for i, req := range reqs {
+		out[i].Result, out[i].Err = m.decide(ctx, req.op, req.Request)
+	}
+}
+
+func (m bareMode) settle(context.Context, string, string, bool) error {
+	return fmt.Errorf("%w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, m.rep.Scripting)
+}
+
+func (m bareMode) notes() []string {
+	out := []string{"no scripting: sliding-window rules run as bare TairHash commands, rule by rule, compensated when a later rule denies; every decision says NonAtomic; other algorithms, reservations and batches in one round trip are unavailable"}
+	if m.b.opts.Coalesce > 0 {
+		out = append(out, "coalescing: not applied (no scripting: decisions run as bare commands)")
+	}
+	return out
+}
