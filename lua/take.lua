@@ -13,7 +13,9 @@
 -- rule's lg (its log's state). eval sets flags (1 admitted, 0 denied, 2
 -- cost too high), used, reset, retry (µs) and st[r]; commit gets x =
 -- st[r] and used (before), sets used and reset after consuming and, for
--- a packed rule, ent (the whole entry) and exp (its expiry, ms).
+-- a packed rule, ent (the whole entry) and exp (its expiry, ms). A
+-- section that refuses the attempt sets fail to the error reply and
+-- breaks out of the rule loop.
 --
 -- ARGV[1]  m, the number of attempts; then each attempt's arguments, from
 -- offset a (the first attempt: a = 1), naming its keys from offset k
@@ -69,153 +71,130 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = math.floor(now / 1000)
 
-local function decide(kb, ab)
+-- The attempts run in order in one loop (not a function per attempt: Lua
+-- would build it anew on every run of the script). An attempt ends early
+-- by setting its reply (fail, from inside a rule loop) and breaking out of
+-- its repeat block.
+local attempts = tonumber(ARGV[1])
+local replies = {}
+local kb, ab = 0, 1
+for a = 1, attempts do
   local n = tonumber(ARGV[ab + 3])
   local nk = tonumber(ARGV[ab + 4])
   local tk, hk, ik = tonumber(ARGV[ab + 5]), tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
   local op = ARGV[ab + 1]
-
-  -- Idempotency: a live record means this attempt was decided before.
-  -- A record is REC, then struct '<Bi7I2' (allowed, now, the rules'
-  -- bytes' length), the rules' bytes as the reply has them, then the hold
-  -- id; the one-key-per-rule layout wrote "<hold id>|<the reply's
-  -- integers, comma-separated>", still read.
-  if ik > 0 then
-    local rec = redis.call('GET', KEYS[kb + ik])
-    if rec then
-      if string.sub(rec, 1, 1) == REC then
-        local a, at, len, p = struct.unpack('<Bi7I2', rec, 2)
-        return {a + 2, at, string.sub(rec, p, p + len - 1), string.sub(rec, p + len)}
+  local reply, fail
+  repeat
+    -- Idempotency: a live record means this attempt was decided before.
+    -- A record is REC, then struct '<Bi7I2' (allowed, now, the rules'
+    -- bytes' length), the rules' bytes as the reply has them, then the hold
+    -- id; the one-key-per-rule layout wrote "<hold id>|<the reply's
+    -- integers, comma-separated>", still read.
+    if ik > 0 then
+      local rec = redis.call('GET', KEYS[kb + ik])
+      if rec then
+        if string.sub(rec, 1, 1) == REC then
+          local al, at, len, p = struct.unpack('<Bi7I2', rec, 2)
+          reply = {al + 2, at, string.sub(rec, p, p + len - 1), string.sub(rec, p + len)}
+          break
+        end
+        local sep = string.find(rec, '|', 1, true)
+        local ints = {}
+        for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do ints[#ints + 1] = tonumber(d) end
+        local k = (#ints - 2) / 4
+        local bin = ''
+        if k > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', k), unpack(ints, 3)) end
+        reply = {ints[1] + 2, ints[2], bin, string.sub(rec, 1, sep - 1)}
+        break
       end
-      local sep = string.find(rec, '|', 1, true)
-      local ints = {}
-      for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do ints[#ints + 1] = tonumber(d) end
-      local k = (#ints - 2) / 4
-      local bin = ''
-      if k > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', k), unpack(ints, 3)) end
-      return {ints[1] + 2, ints[2], bin, string.sub(rec, 1, sep - 1)}
     end
-  end
 
-  -- Read: every packed value once, every log once (trimmed), and every
-  -- redis-cell key checked, before anything is written. Twice when
-  -- lapsed reservations were given back in between.
-  local vals, raws, logs, tats, own
-  for pass = 1, 2 do
-    vals, raws, logs, tats, own = {}, {}, {}, {}, false
-    for r = 1, n do
-      local b = ab + HA + (r - 1) * RA
-      local code = ARGV[b + 1]
-      local ki = tonumber(ARGV[b + 7])
-      local key = KEYS[kb + ki]
-      if code == 'f' or code == 's' or code == 'g' or code == 'c' then
-        if not vals[ki] then
-          local v = redis.pcall('GET', key)
-          if not v and tonumber(ARGV[b + 8]) > 0 then v = oldState(kb, ab, n, ki, now) end
-          local m
-          if type(v) ~= 'table' then m = unpackv(v) end
-          if not m then
-            return redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')
+    -- Read: every packed value once, every log once (trimmed), and every
+    -- redis-cell key checked, before anything is written. Twice when
+    -- lapsed reservations were given back in between.
+    local vals, raws, logs, tats, own
+    for pass = 1, 2 do
+      vals, raws, logs, tats, own = {}, {}, {}, {}, false
+      for r = 1, n do
+        local b = ab + HA + (r - 1) * RA
+        local code = ARGV[b + 1]
+        local ki = tonumber(ARGV[b + 7])
+        local key = KEYS[kb + ki]
+        if code == 'f' or code == 's' or code == 'g' or code == 'c' then
+          if not vals[ki] then
+            local v = redis.pcall('GET', key)
+            if not v and tonumber(ARGV[b + 8]) > 0 then v = oldState(kb, ab, n, ki, now) end
+            local m
+            if type(v) ~= 'table' then m = unpackv(v) end
+            if not m then
+              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')
+              break
+            end
+            vals[ki], raws[ki] = m, v
           end
-          vals[ki], raws[ki] = m, v
-        end
-      elseif code == 'l' then
-        local w = tonumber(ARGV[b + 4])
-        local lg = logs[ki]
-        if not lg then
-          lg = {w = w, name = ARGV[b + 2], olds = {}}
-          logs[ki] = lg
-        elseif lg.w < w then
-          lg.w = w
-        end
-        local oi = tonumber(ARGV[b + 8])
-        if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
-      else
-        own = true -- a rule with a key of its own (t, h, x)
-        if code == 'x' then
-          --@cell.read
-        end
-      end
-    end
-    for ki, lg in pairs(logs) do
-      local key = KEYS[kb + ki]
-      oldLog(key, lg.olds, lg.w)
-      --@log.read
-    end
-    if pass == 2 or hk == 0 then break end
-    -- Lapsed reservations: their units go back (only on keys this
-    -- attempt names). The reservations are read only when a hold marker
-    -- says one may have lapsed, or a rule keeps a key of its own.
-    local need = own
-    if not need then
-      for ki, m in pairs(vals) do
-        local mp = m[MARK]
-        if mp then
-          local _, _, exp = struct.unpack(HDR, raws[ki], mp)
-          if exp * 1000 <= now then need = true end
+        elseif code == 'l' then
+          local w = tonumber(ARGV[b + 4])
+          local lg = logs[ki]
+          if not lg then
+            lg = {w = w, name = ARGV[b + 2], olds = {}}
+            logs[ki] = lg
+          elseif lg.w < w then
+            lg.w = w
+          end
+          local oi = tonumber(ARGV[b + 8])
+          if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
+        else
+          own = true -- a rule with a key of its own (t, h, x)
+          if code == 'x' then
+            --@cell.read
+          end
         end
       end
-      for _, lg in pairs(logs) do
-        if lg.mark and lg.mark * 1000 <= now then need = true end
+      if fail then break end
+      for ki, lg in pairs(logs) do
+        local key = KEYS[kb + ki]
+        oldLog(key, lg.olds, lg.w)
+        --@log.read
       end
+      if fail or pass == 2 or hk == 0 then break end
+      -- Lapsed reservations: their units go back (only on keys this
+      -- attempt names). The reservations are read only when a hold marker
+      -- says one may have lapsed, or a rule keeps a key of its own.
+      local need = own
+      if not need then
+        for ki, m in pairs(vals) do
+          local mp = m[MARK]
+          if mp then
+            local _, _, exp = struct.unpack(HDR, raws[ki], mp)
+            if exp * 1000 <= now then need = true end
+          end
+        end
+        for _, lg in pairs(logs) do
+          if lg.mark and lg.mark * 1000 <= now then need = true end
+        end
+      end
+      if not need then break end
+      local named = {}
+      for k = 1, nk do named[KEYS[kb + k]] = k end
+      holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
     end
-    if not need then break end
-    local named = {}
-    for k = 1, nk do named[KEYS[kb + k]] = k end
-    holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
-  end
-  if op == 'r' and redis.call('HEXISTS', KEYS[kb + hk], ARGV[ab + 13]) == 1 then
-    return redis.error_reply('freqcap: hold id already in use')
-  end
-
-  local c = 1
-  if op ~= 'i' then c = tonumber(ARGV[ab + 2]) end
-  local consume = op == 't' or op == 'r'
-
-  -- Phase 1: evaluate every rule, writing nothing.
-  local res = {0, now}
-  local st = {}
-  local allowed = true
-  for r = 1, n do
-    local b = ab + HA + (r - 1) * RA
-    local code = ARGV[b + 1]
-    local L = tonumber(ARGV[b + 3])
-    local tag = ARGV[b + 6]
-    local ki = tonumber(ARGV[b + 7])
-    local key = KEYS[kb + ki]
-    local flags, used, reset, retry = 1, 0, 0, 0
-    if code == 's' then
-      local v, p = raws[ki], vals[ki][tag]
-      --@sliding.eval
-    elseif code == 'f' or code == 'c' then
-      local v, p = raws[ki], vals[ki][tag]
-      --@fixed.eval
-    elseif code == 'g' then
-      local v, p = raws[ki], vals[ki][tag]
-      --@gcra.eval
-    elseif code == 'l' then
-      local lg = logs[ki]
-      --@log.eval
-    elseif code == 't' or code == 'h' then
-      --@modsliding.eval
-    elseif code == 'x' then
-      --@cell.eval
-    else
-      return redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
+    if fail then
+      reply = fail
+      break
     end
-    if flags ~= 1 then allowed = false end
-    local o = 3 + (r - 1) * 4
-    res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
-  end
+    if op == 'r' and redis.call('HEXISTS', KEYS[kb + hk], ARGV[ab + 13]) == 1 then
+      reply = redis.error_reply('freqcap: hold id already in use')
+      break
+    end
 
-  -- Phase 2: consume from every rule, only if all admit.
-  local plan
-  if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
-  if allowed and consume and own then
-    --@cell.consume
-  end
-  if allowed and consume then
-    local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
+    local c = 1
+    if op ~= 'i' then c = tonumber(ARGV[ab + 2]) end
+    local consume = op == 't' or op == 'r'
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local res = {0, now}
+    local st = {}
+    local allowed = true
     for r = 1, n do
       local b = ab + HA + (r - 1) * RA
       local code = ARGV[b + 1]
@@ -223,113 +202,154 @@ local function decide(kb, ab)
       local tag = ARGV[b + 6]
       local ki = tonumber(ARGV[b + 7])
       local key = KEYS[kb + ki]
-      local o = 3 + (r - 1) * 4
-      local x = st[r]
-      local used, reset = res[o + 1], res[o + 2]
-      local ent, exp
+      local flags, used, reset, retry = 1, 0, 0, 0
       if code == 's' then
-        --@sliding.commit
+        local v, p = raws[ki], vals[ki][tag]
+        --@sliding.eval
       elseif code == 'f' or code == 'c' then
-        --@fixed.commit
+        local v, p = raws[ki], vals[ki][tag]
+        --@fixed.eval
       elseif code == 'g' then
-        --@gcra.commit
+        local v, p = raws[ki], vals[ki][tag]
+        --@gcra.eval
       elseif code == 'l' then
         local lg = logs[ki]
-        --@log.commit
+        --@log.eval
       elseif code == 't' or code == 'h' then
-        --@modsliding.commit
+        --@modsliding.eval
+      elseif code == 'x' then
+        --@cell.eval
+      else
+        fail = redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
+        break
       end
-      res[o + 1], res[o + 2] = used, reset
-      if ent then
-        local l = ours[ki]
-        if not l then
-          ours[ki], tops[ki] = {ent}, exp
-        else
-          l[#l + 1] = ent
-          if exp > tops[ki] then tops[ki] = exp end
-        end
-      end
-    end
-    -- A new hold marks every packed value and log it has units in with
-    -- the earliest lapse of the holds there (in ms, rounded down: a marker
-    -- at or before now means one may have lapsed).
-    local at
-    if plan then at = math.floor(tonumber(plan[1]) / 1000) end
-    for ki, list in pairs(ours) do
-      local m = vals[ki]
-      if at then
-        local mat = at
-        if m[MARK] then
-          local _, _, exp = struct.unpack(HDR, raws[ki], m[MARK])
-          if exp < mat then mat = exp end
-        end
-        list[#list + 1] = struct.pack(HDR, MARK, 0, mat)
-      end
-      local v, top = packv(raws[ki], m, list, tops[ki], nowms)
-      redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
-    end
-    if plan then
-      local H = holds(now)
-      for ki, lg in pairs(logs) do
-        local mat = at
-        if lg.mark and lg.mark < mat then mat = lg.mark end
-        H.logMark(KEYS[kb + ki], lg, mat)
-      end
-      local hkey = KEYS[kb + hk]
-      redis.call('HSET', hkey, ARGV[ab + 13], table.concat(plan, '\n'))
-      local ttl = tonumber(ARGV[ab + 15])
-      if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
-    end
-  end
-  res[1] = allowed and 1 or 0
-
-  -- The denial trail: one entry per denying rule, same atomic step.
-  if not allowed and consume and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
-    local tkey = KEYS[kb + tk]
-    local at = sf('%d', now)
-    local tv = ARGV[ab + 11]
-    if tv ~= '' then tv = '|' .. tv end
-    local ent = {}
-    for r = n, 1, -1 do
+      if flags ~= 1 then allowed = false end
       local o = 3 + (r - 1) * 4
-      local fl = res[o]
-      if fl ~= 1 then
+      res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
+    end
+    if fail then
+      reply = fail
+      break
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    local plan
+    if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
+    if allowed and consume and own then
+      --@cell.consume
+    end
+    if allowed and consume then
+      local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
+      for r = 1, n do
         local b = ab + HA + (r - 1) * RA
-        ent[#ent + 1] = sf('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[ab + 10], ARGV[b + 2],
-          res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
+        local code = ARGV[b + 1]
+        local L = tonumber(ARGV[b + 3])
+        local tag = ARGV[b + 6]
+        local ki = tonumber(ARGV[b + 7])
+        local key = KEYS[kb + ki]
+        local o = 3 + (r - 1) * 4
+        local x = st[r]
+        local used, reset = res[o + 1], res[o + 2]
+        local ent, exp
+        if code == 's' then
+          --@sliding.commit
+        elseif code == 'f' or code == 'c' then
+          --@fixed.commit
+        elseif code == 'g' then
+          --@gcra.commit
+        elseif code == 'l' then
+          local lg = logs[ki]
+          --@log.commit
+        elseif code == 't' or code == 'h' then
+          --@modsliding.commit
+        end
+        res[o + 1], res[o + 2] = used, reset
+        if ent then
+          local l = ours[ki]
+          if not l then
+            ours[ki], tops[ki] = {ent}, exp
+          else
+            l[#l + 1] = ent
+            if exp > tops[ki] then tops[ki] = exp end
+          end
+        end
+      end
+      -- A new hold marks every packed value and log it has units in with
+      -- the earliest lapse of the holds there (in ms, rounded down: a marker
+      -- at or before now means one may have lapsed).
+      local at
+      if plan then at = math.floor(tonumber(plan[1]) / 1000) end
+      for ki, list in pairs(ours) do
+        local m = vals[ki]
+        if at then
+          local mat = at
+          if m[MARK] then
+            local _, _, exp = struct.unpack(HDR, raws[ki], m[MARK])
+            if exp < mat then mat = exp end
+          end
+          list[#list + 1] = struct.pack(HDR, MARK, 0, mat)
+        end
+        local v, top = packv(raws[ki], m, list, tops[ki], nowms)
+        redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
+      end
+      if plan then
+        local H = holds(now)
+        for ki, lg in pairs(logs) do
+          local mat = at
+          if lg.mark and lg.mark < mat then mat = lg.mark end
+          H.logMark(KEYS[kb + ki], lg, mat)
+        end
+        local hkey = KEYS[kb + hk]
+        redis.call('HSET', hkey, ARGV[ab + 13], table.concat(plan, '\n'))
+        local ttl = tonumber(ARGV[ab + 15])
+        if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
       end
     end
-    redis.call('LPUSH', tkey, unpack(ent))
-    redis.call('LTRIM', tkey, 0, tonumber(ARGV[ab + 8]) - 1)
-    redis.call('PEXPIRE', tkey, ARGV[ab + 9])
-  end
+    res[1] = allowed and 1 or 0
 
-  -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
-  -- rule: one string, not 4 integers a rule, for both sides to convert).
-  local bin = ''
-  if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
-  local out = {res[1], now, bin}
+    -- The denial trail: one entry per denying rule, same atomic step.
+    if not allowed and consume and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local at = sf('%d', now)
+      local tv = ARGV[ab + 11]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      for r = n, 1, -1 do
+        local o = 3 + (r - 1) * 4
+        local fl = res[o]
+        if fl ~= 1 then
+          local b = ab + HA + (r - 1) * RA
+          ent[#ent + 1] = sf('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[ab + 10], ARGV[b + 2],
+            res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
+        end
+      end
+      redis.call('LPUSH', tkey, unpack(ent))
+      redis.call('LTRIM', tkey, 0, tonumber(ARGV[ab + 8]) - 1)
+      redis.call('PEXPIRE', tkey, ARGV[ab + 9])
+    end
 
-  -- Store the decision for retries of the same attempt, in the same step.
-  if ik > 0 and consume then
-    local hid = ''
-    if op == 'r' and allowed then hid = ARGV[ab + 13] end
-    redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', res[1], now, #bin) .. bin .. hid, 'PX', ARGV[ab + 12])
-  end
+    -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
+    -- rule: one string, not 4 integers a rule, for both sides to convert).
+    local bin = ''
+    if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
+    local out = {res[1], now, bin}
 
-  if op == 'i' and tk > 0 then
-    local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
-    for k = 1, #tr do out[#out + 1] = tr[k] end
-  end
-  return out
+    -- Store the decision for retries of the same attempt, in the same step.
+    if ik > 0 and consume then
+      local hid = ''
+      if op == 'r' and allowed then hid = ARGV[ab + 13] end
+      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', res[1], now, #bin) .. bin .. hid, 'PX', ARGV[ab + 12])
+    end
+
+    if op == 'i' and tk > 0 then
+      local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
+      for k = 1, #tr do out[#out + 1] = tr[k] end
+    end
+    reply = out
+  until true
+  replies[a] = reply
+  kb = kb + nk
+  ab = ab + HA + n * RA
 end
-
-local m = tonumber(ARGV[1])
-if m == 1 then return decide(0, 1) end
-local out, kb, ab = {}, 0, 1
-for a = 1, m do
-  out[a] = decide(kb, ab)
-  kb = kb + tonumber(ARGV[ab + 4])
-  ab = ab + HA + tonumber(ARGV[ab + 3]) * RA
-end
-return out
+if attempts == 1 then return replies[1] end
+return replies

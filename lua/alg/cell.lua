@@ -18,7 +18,8 @@ elseif tv and not tatok(tv) then
   bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
 end
 if bad then
-  return redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  break
 end
 tats[r] = tv
 

@@ -21,7 +21,8 @@ else
     prev = bu
   end
   if not e then
-    return redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+    fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+    break
   end
 end
 local em = math.ceil(e / 1000)

@@ -10,7 +10,8 @@
 -- members: the newest entry and the hold marker, if any.
 local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
 if type(d) == 'table' then
-  return redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
+  fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
+  break
 end
 local z = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
 for k = 1, #z, 2 do

@@ -10,21 +10,22 @@
 -- leaves(j) = (j+K+1)*s.
 
 --@eval
+-- The stored cells as a list: cell j is list[j - base]; the counted ones
+-- are j >= lo.
 local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
 local i = math.floor(now / s)
 local lo = i - K
-local cs, newest = {}, -1
+local list, base, newest = nil, 0, -1
 if p then
   local _, len, _, q = struct.unpack(HDR, v, p)
   local k = (len - 7) / 7
-  local top = struct.unpack('<I7', v, q)
-  local list = ints(v, q + 7, k)
-  for z = 1, k do
-    local j, u = top - k + z, list[z]
-    if j >= lo and u > 0 then
-      cs[j] = u
+  list = ints(v, q + 7, k)
+  base = struct.unpack('<I7', v, q) - k
+  for z = math.max(1, lo - base), k do
+    local u = list[z]
+    if u > 0 then
       used = used + u
-      if j > newest then newest = j end
+      newest = base + z
     end
   end
 end
@@ -32,24 +33,46 @@ if newest >= 0 then reset = (newest + K + 1) * s - now end
 if c > L then
   flags = 2
 elseif used + c > L then
-  flags, retry = 0, retryCells(cs, lo, i, used + c - L, K, s, now)
-end
-st[r] = {cs, i, lo, newest, K, s}
-
---@commit
-local cs, i, lo, K, s = x[1], x[2], x[3], x[5], x[6]
-cs[i] = (cs[i] or 0) + c
-local hi = math.max(i, x[4])
-local first = hi
-for j = lo, hi do
-  if cs[j] then
-    first = j
-    break
+  -- Retry when the oldest cells holding the units over stop counting
+  -- (cells beyond i, the server clock having gone back: one cell).
+  flags, retry = 0, s
+  if list then
+    local need, acc = used + c - L, 0
+    for z = math.max(1, lo - base), math.min(#list, i - base) do
+      acc = acc + list[z]
+      if acc >= need then
+        retry = (base + z + K + 1) * s - now
+        break
+      end
+    end
   end
 end
-local list = {hi}
-for j = first, hi do list[#list + 1] = cs[j] or 0 end
-local body = pints(list)
+st[r] = {i, lo, K, s, list, base, newest}
+
+--@commit
+-- The new list: from the oldest counted cell holding units (or i) to the
+-- newest, i with c more.
+local i, lo, K, s, list, base = x[1], x[2], x[3], x[4], x[5], x[6]
+local hi = math.max(i, x[7])
+local first = i
+local k = 0
+if list then
+  k = #list
+  for z = math.max(1, lo - base), k do
+    if list[z] > 0 then
+      first = math.min(first, base + z)
+      break
+    end
+  end
+end
+local out = {hi}
+for j = first, hi do
+  local z, u = j - base, 0
+  if z >= 1 and z <= k then u = list[z] end
+  if j == i then u = u + c end
+  out[#out + 1] = u
+end
+local body = pints(out)
 used, reset, exp = used + c, (hi + K + 1) * s - now, math.ceil((hi + K + 1) * s / 1000)
 ent = struct.pack(HDR, tag, #body, exp) .. body
 if plan then
