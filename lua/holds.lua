@@ -66,6 +66,7 @@ local function holds(now)
       end
     elseif a == 'g' then
       local tv = redis.pcall('GET', key)
+      local _, tatok = mods()
       if type(tv) == 'string' and tatok(tv) and #tv <= 16 then
         local tat = tonumber(tv)
         if tat > now then

@@ -105,32 +105,25 @@ local function pints(list)
   return table.concat(parts)
 end
 
--- retryCells is how long until the oldest counted cells (cs: index ->
--- count, from lo) holding need units stop counting, cell j at
--- (j+K+1)*s; cells beyond i (the server clock went back): one cell.
-local function retryCells(cs, lo, i, need, K, s, now)
-  local acc = 0
-  for j = lo, i do
-    acc = acc + (cs[j] or 0)
-    if acc >= need then return (j + K + 1) * s - now end
+-- mods returns nsup and tatok, the module paths' helpers, built only
+-- where they are used.
+local function mods()
+  -- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
+  -- long for a double) into µs, rounded up.
+  local function nsup(tv)
+    local us = tonumber(string.sub(tv, 1, -4)) or 0
+    if string.sub(tv, -3) ~= string.rep('0', math.min(#tv, 3)) then us = us + 1 end
+    return us
   end
-  return s
-end
 
--- nsup turns a redis-cell TAT (ns since the epoch, an integer string too
--- long for a double) into µs, rounded up.
-local function nsup(tv)
-  local us = tonumber(string.sub(tv, 1, -4)) or 0
-  if string.sub(tv, -3) ~= string.rep('0', math.min(#tv, 3)) then us = us + 1 end
-  return us
-end
-
--- tatok reports whether tv is a TAT as take.lua and CL.THROTTLE write it:
--- 1 to 19 decimal digits, no sign, at most 2^63-1. CL.THROTTLE parses its
--- key as an unsigned 64-bit integer and aborts the server on anything else
--- ("", "abc", "-5", "+5" is accepted but never written, 20 digits); its
--- arithmetic is in signed 64-bit ns.
-local function tatok(tv)
-  local n = #tv
-  return n >= 1 and n <= 19 and not string.find(tv, '%D') and (n < 19 or tv <= '9223372036854775807')
+  -- tatok reports whether tv is a TAT as take.lua and CL.THROTTLE write it:
+  -- 1 to 19 decimal digits, no sign, at most 2^63-1. CL.THROTTLE parses its
+  -- key as an unsigned 64-bit integer and aborts the server on anything else
+  -- ("", "abc", "-5", "+5" is accepted but never written, 20 digits); its
+  -- arithmetic is in signed 64-bit ns.
+  local function tatok(tv)
+    local n = #tv
+    return n >= 1 and n <= 19 and not string.find(tv, '%D') and (n < 19 or tv <= '9223372036854775807')
+  end
+  return nsup, tatok
 end

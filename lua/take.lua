@@ -123,7 +123,7 @@ for a = 1, attempts do
         if code == 'f' or code == 's' or code == 'g' or code == 'c' then
           if not vals[ki] then
             local v = redis.pcall('GET', key)
-            if not v and tonumber(ARGV[b + 8]) > 0 then v = oldState(kb, ab, n, ki, now) end
+            if not v and tonumber(ARGV[b + 8]) > 0 then v = (upgrade())(kb, ab, n, ki, now) end
             local m
             if type(v) ~= 'table' then m = unpackv(v) end
             if not m then
@@ -153,7 +153,10 @@ for a = 1, attempts do
       if fail then break end
       for ki, lg in pairs(logs) do
         local key = KEYS[kb + ki]
-        oldLog(key, lg.olds, lg.w)
+        if #lg.olds > 0 then
+          local _, oldLog = upgrade()
+          oldLog(key, lg.olds, lg.w)
+        end
         --@log.read
       end
       if fail or pass == 2 or hk == 0 then break end

@@ -5,39 +5,44 @@
 -- a packed value that does not exist yet; the per-rule keys are read, not
 -- changed, and expire on their own.
 
--- oldState returns the packed value the packed rules of attempt (kb, ab)
--- stored at key index ki would have, built from their per-rule keys (the
--- rule's ARGV b+8 names it, 0 for none), or nil when none has state.
-local function oldState(kb, ab, n, ki, now)
-  local parts = {}
-  for r = 1, n do
-    local b = ab + HA + (r - 1) * RA
-    local oi = tonumber(ARGV[b + 8])
-    if oi > 0 and tonumber(ARGV[b + 7]) == ki then
-      local code, tag, okey = ARGV[b + 1], ARGV[b + 6], KEYS[kb + oi]
-      if code == 'f' or code == 'c' then
-        --@fixed.import
-      elseif code == 's' then
-        --@sliding.import
-      elseif code == 'g' then
-        --@gcra.import
+-- upgrade returns oldState and oldLog, built only where an attempt reads
+-- through (ARGV's old key indices).
+local function upgrade()
+  -- oldState returns the packed value the packed rules of attempt (kb, ab)
+  -- stored at key index ki would have, built from their per-rule keys (the
+  -- rule's ARGV b+8 names it, 0 for none), or nil when none has state.
+  local function oldState(kb, ab, n, ki, now)
+    local parts = {}
+    for r = 1, n do
+      local b = ab + HA + (r - 1) * RA
+      local oi = tonumber(ARGV[b + 8])
+      if oi > 0 and tonumber(ARGV[b + 7]) == ki then
+        local code, tag, okey = ARGV[b + 1], ARGV[b + 6], KEYS[kb + oi]
+        if code == 'f' or code == 'c' then
+          --@fixed.import
+        elseif code == 's' then
+          --@sliding.import
+        elseif code == 'g' then
+          --@gcra.import
+        end
       end
     end
+    if #parts == 0 then return nil end
+    return FMT .. table.concat(parts)
   end
-  if #parts == 0 then return nil end
-  return FMT .. table.concat(parts)
-end
 
--- oldLog fills the sorted set key, shared by the sliding-log rules whose
--- per-rule logs are olds (keys), from them when key does not exist:
--- every admission added the same member to each rule's log, so their
--- union (by member) is the shared log. It lives as long as the longest
--- window w (µs).
-local function oldLog(key, olds, w)
-  if #olds == 0 or redis.call('EXISTS', key) == 1 then return end
-  local args = {'ZUNIONSTORE', key, #olds}
-  for _, k in ipairs(olds) do args[#args + 1] = k end
-  args[#args + 1] = 'AGGREGATE'
-  args[#args + 1] = 'MAX'
-  if redis.call(unpack(args)) > 0 then redis.call('PEXPIRE', key, math.ceil(w / 1000)) end
+  -- oldLog fills the sorted set key, shared by the sliding-log rules whose
+  -- per-rule logs are olds (keys), from them when key does not exist:
+  -- every admission added the same member to each rule's log, so their
+  -- union (by member) is the shared log. It lives as long as the longest
+  -- window w (µs).
+  local function oldLog(key, olds, w)
+    if #olds == 0 or redis.call('EXISTS', key) == 1 then return end
+    local args = {'ZUNIONSTORE', key, #olds}
+    for _, k in ipairs(olds) do args[#args + 1] = k end
+    args[#args + 1] = 'AGGREGATE'
+    args[#args + 1] = 'MAX'
+    if redis.call(unpack(args)) > 0 then redis.call('PEXPIRE', key, math.ceil(w / 1000)) end
+  end
+  return oldState, oldLog
 end

@@ -10,6 +10,7 @@
 -- anything is written and before any CL.THROTTLE call (which would abort
 -- the server on anything else). A key of another type (WRONGTYPE) is
 -- refused the same way. The reply names the rule, never the key.
+local nsup, tatok = mods()
 local tv = redis.pcall('GET', key)
 local bad
 if type(tv) == 'table' and tv.err then
@@ -24,6 +25,7 @@ end
 tats[r] = tv
 
 --@eval
+local nsup, tatok = mods()
 local T = tonumber(ARGV[b + 4])
 local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
 local tv = tats[r]
@@ -47,6 +49,7 @@ st[r] = {cnt, per, T, tv}
 -- already consumed get their exact previous TAT back (an integer string,
 -- the only value CL.THROTTLE can read) and the request is denied with
 -- nothing else written.
+local nsup, tatok = mods()
 local saved, out = {}, {}
 for r = 1, n do
   local b = ab + HA + (r - 1) * RA
@@ -89,6 +92,7 @@ end
 -- "x <key> <TAT increment ns>": the TAT is ns since the epoch, too long
 -- for a double, so it is split into seconds and nanoseconds. A redis-cell
 -- key is only ever given an integer TAT or deleted.
+local nsup, tatok = mods()
 local tv = redis.pcall('GET', key) -- a table for another type
 if type(tv) == 'string' and #tv > 9 and tatok(tv) then
   local inc = tonumber(f[3])

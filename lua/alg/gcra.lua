@@ -42,6 +42,7 @@ if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new 
 
 --@import
 -- The one-key-per-rule layout's TAT (µs, an integer string).
+local nsup, tatok = mods()
 local tv = redis.pcall('GET', okey)
 if type(tv) == 'string' and tatok(tv) and #tv <= 16 then
   local tat = tonumber(tv)

@@ -28,7 +28,17 @@ if newest >= 0 then reset = (newest + K + 1) * s - now end
 if c > L then
   flags = 2
 elseif used + c > L then
-  flags, retry = 0, retryCells(cs, lo, i, used + c - L, K, s, now)
+  -- Retry when the oldest cells holding the units over stop counting
+  -- (cells beyond i, the server clock having gone back: one cell).
+  flags, retry = 0, s
+  local need, acc = used + c - L, 0
+  for j = lo, i do
+    acc = acc + (cs[j] or 0)
+    if acc >= need then
+      retry = (j + K + 1) * s - now
+      break
+    end
+  end
 end
 st[r] = {i, (i + K + 1) * s}
 
