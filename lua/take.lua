@@ -77,6 +77,7 @@ local nowms = math.floor(now / 1000)
 -- its repeat block.
 local attempts = tonumber(ARGV[1])
 local replies = {}
+local NONE = {} -- no logs (most attempts): read-only
 local kb, ab = 0, 1
 for a = 1, attempts do
   local n = tonumber(ARGV[ab + 3])
@@ -114,7 +115,7 @@ for a = 1, attempts do
     -- lapsed reservations were given back in between.
     local vals, raws, logs, tats, own
     for pass = 1, 2 do
-      vals, raws, logs, tats, own = {}, {}, {}, {}, false
+      vals, raws, logs, tats, own = {}, {}, NONE, nil, false
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + 1]
@@ -134,6 +135,7 @@ for a = 1, attempts do
           end
         elseif code == 'l' then
           local w = tonumber(ARGV[b + 4])
+          if logs == NONE then logs = {} end
           local lg = logs[ki]
           if not lg then
             lg = {w = w, name = ARGV[b + 2], olds = {}}
@@ -335,7 +337,8 @@ for a = 1, attempts do
     -- rule: one string, not 4 integers a rule, for both sides to convert).
     local bin = ''
     if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
-    local out = {res[1], now, bin}
+    -- res becomes the reply: {allowed, now, bin, trail entries…}.
+    res[3], res[4] = bin, nil
 
     -- Store the decision for retries of the same attempt, in the same step.
     if ik > 0 and consume then
@@ -346,13 +349,14 @@ for a = 1, attempts do
 
     if op == 'i' and tk > 0 then
       local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
-      for k = 1, #tr do out[#out + 1] = tr[k] end
+      for k = 1, #tr do res[3 + k] = tr[k] end
+      res[4 + #tr] = nil
     end
-    reply = out
+    reply = res
   until true
+  if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + nk
   ab = ab + HA + n * RA
 end
-if attempts == 1 then return replies[1] end
 return replies

@@ -22,6 +22,7 @@ if bad then
   fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
   break
 end
+if not tats then tats = {} end
 tats[r] = tv
 
 --@eval
