@@ -330,8 +330,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			}
 			if cfg.Floor {
 				// All four rules in one hash, one hash per set of
-				// dimensions, then one key per rule as take.lua keeps
-				// them: 2 fields per rule.
+				// dimensions, then one key per rule (the layout before
+				// the packed one): 2 fields per rule.
 				runs = append(runs, run{"floor, 1 hash x 8 fields", 1, scriptOne(client, scripts.Floor, cfg, "floor1", 1)})
 				ratios = append(ratios, [2]int{len(runs) - 1, base})
 				runs = append(runs, run{"floor, 2 keys x 4 fields", 1, scriptOne(client, scripts.Floor, cfg, "floor2", 2)})
