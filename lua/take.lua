@@ -257,6 +257,7 @@ for a = 1, attempts do
         local used, reset = res[o + 1], res[o + 2]
         local ent, exp
         if code == 's' then
+          local v = raws[ki]
           --@sliding.commit
         elseif code == 'f' or code == 'c' then
           --@fixed.commit

@@ -226,9 +226,10 @@ func TestSlidingWindow(t *testing.T) {
 	if got := res.Rules[0].RetryAfter; got != want {
 		t.Errorf("RetryAfter = %v, want %v", got, want)
 	}
-	// The entry: the newest cell's index, then one cell holding 3.
-	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 2 || e.Ints[0] != i || e.Ints[1] != 3 {
-		t.Errorf("entry = %+v (present %v), want one cell {%d, 3}", e, ok, i)
+	// The entry: the newest cell's index, the cells' sum, then one cell
+	// holding 3.
+	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 3 || e.Ints[0] != i || e.Ints[1] != 3 || e.Ints[2] != 3 {
+		t.Errorf("entry = %+v (present %v), want one cell {%d, 3, 3}", e, ok, i)
 	}
 	pttl, _ := c.PTTL(ctx, r.Key).Result()
 	if pttl <= 0 || pttl > time.Minute+2*cell {
@@ -248,9 +249,10 @@ func TestSlidingWindowCells(t *testing.T) {
 		i := serverNow(t, c).UnixMicro() / cell
 		// A dead cell (must be ignored and dropped), two counted ones: the
 		// oldest, i-N, partly expired, still counts (strict). The entry:
-		// the newest cell's index, then the cells i-11 … i-5.
+		// the newest cell's index, the cells' sum, then the cells i-11 …
+		// i-5.
 		putPacked(t, c, r.Key, packedEntry{Tag: ruleTag(&r), Expiry: (i - 5 + 11) * cell / 1000,
-			Ints: []int64{i - 5, 7, 1, 0, 0, 0, 0, 1}})
+			Ints: []int64{i - 5, 9, 7, 1, 0, 0, 0, 0, 1}})
 		res := take(t, b, s.request(opTake, 2, r))
 		if res.Now.UnixMicro()/cell != i {
 			continue
@@ -268,17 +270,21 @@ func TestSlidingWindowCells(t *testing.T) {
 		res = take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
 		e, ok := entryOf(t, c, r)
-		if !ok || len(e.Ints) < 2 {
+		if !ok || len(e.Ints) < 3 {
 			t.Fatalf("entry after a write = %+v (present %v), want cells", e, ok)
 		}
-		// Cells stored: e.Ints[0]-k+1 … e.Ints[0], oldest first.
-		k := int64(len(e.Ints) - 1)
+		// Cells stored: e.Ints[0]-k+1 … e.Ints[0], oldest first, after
+		// the index and the sum.
+		k := int64(len(e.Ints) - 2)
 		oldest := e.Ints[0] - k + 1
 		cellOf := func(j int64) (int64, bool) {
 			if j < oldest || j > e.Ints[0] {
 				return 0, false
 			}
-			return e.Ints[1+j-oldest], true
+			return e.Ints[2+j-oldest], true
+		}
+		if sum(e.Ints[2:]) != e.Ints[1] {
+			t.Errorf("entry %+v: the sum is not the cells' sum", e)
 		}
 		if e.Ints[0] != i {
 			t.Errorf("newest cell = %d, want the current cell %d", e.Ints[0], i)

@@ -169,13 +169,6 @@ func TestPackedSharedKey(t *testing.T) {
 	for _, e := range es {
 		byTag[e.Tag] = e
 	}
-	sum := func(xs []int64) int64 {
-		var n int64
-		for _, x := range xs {
-			n += x
-		}
-		return n
-	}
 	now := res.Now.UnixMilli()
 	var top int64
 	for _, r := range rules {
@@ -197,9 +190,9 @@ func TestPackedSharedKey(t *testing.T) {
 				t.Errorf("rule %s: entry expiry %d, want the window end %d", r.Name, e.Expiry, end)
 			}
 		case driver.SlidingWindow:
-			// {newest cell, counts oldest first}: both takes in one cell
-			// (6s) or two adjacent ones.
-			if len(e.Ints) < 2 || sum(e.Ints[1:]) != 3 {
+			// {newest cell, sum, counts oldest first}: both takes in one
+			// cell (6s) or two adjacent ones.
+			if len(e.Ints) < 3 || sum(e.Ints[2:]) != 3 || e.Ints[1] != 3 {
 				t.Errorf("rule %s: entry %+v, want cells summing to 3", r.Name, e)
 			}
 			if i := res.Now.UnixMicro() / (6 * time.Second).Microseconds(); len(e.Ints) > 0 && e.Ints[0] != i {
@@ -222,10 +215,19 @@ func TestPackedSharedKey(t *testing.T) {
 		t.Fatalf("packed value after a take without c = %+v, want 3 entries (c kept)", es)
 	}
 	after, ok := entryOf(t, c, rules[2])
-	if !ok || len(after.Ints) < 2 || after.Expiry != before.Expiry || sum(after.Ints[1:]) != 3 || after.Ints[0] != before.Ints[0] {
+	if !ok || len(after.Ints) < 3 || after.Expiry != before.Expiry || sum(after.Ints[2:]) != 3 || after.Ints[1] != 3 || after.Ints[0] != before.Ints[0] {
 		t.Errorf("rule c's entry after a take without it = %+v (present %v), want %+v unchanged", after, ok, before)
 	}
 	res = take(t, b, s.request(opPeek, 1, rules...))
 	checkRule(t, "peek with c again, rule c", res.Rules[2], true, 3, 7)
 	checkRule(t, "peek with c again, rule a", res.Rules[0], true, 4, 5)
+}
+
+// sum adds xs.
+func sum(xs []int64) int64 {
+	var n int64
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }

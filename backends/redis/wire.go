@@ -268,8 +268,8 @@ const (
 
 // packedEntry is one entry of a packed value: its tag, expiry (Unix ms)
 // and payload numbers. Fixed window: {count}; GCRA: {TAT µs}; sliding
-// window: {newest cell index, then the stored cells' counts, oldest
-// first}; hold marker: none.
+// window: {newest stored cell's index, the stored cells' sum, then their
+// counts, oldest first}; hold marker: none.
 type packedEntry struct {
 	Tag    string
 	Expiry int64

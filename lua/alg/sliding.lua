@@ -1,8 +1,12 @@
 -- sliding.lua: sliding window counters ('s': p1 = K, the cells counted
 -- behind the current one, p2 = cell µs; driver.CellSpan) in a packed
--- entry. Payload: '<I7' the newest stored cell's index, then '<I7' per
--- stored cell, oldest first, ending at the newest. The entry's expiry is
--- when its newest cell stops counting, leaves(newest) in ms.
+-- entry. Payload: '<I7I7' the newest stored cell's index (top) and the
+-- sum of the stored cells, then '<I7' per stored cell, oldest first,
+-- ending at top. The entry's expiry is when top stops counting,
+-- leaves(top) in ms. While every stored cell still counts, the sum is
+-- the rule's count and the common decision neither decodes nor rebuilds
+-- the cells: it reads the sum and the newest count and rewrites the
+-- entry around them.
 --
 -- Strict (driver.CellSpan): at cell i = math.floor(now/s) the cells j >= i-K
 -- count, the partly expired oldest one too, so no interval of the window
@@ -10,22 +14,30 @@
 -- leaves(j) = (j+K+1)*s.
 
 --@eval
--- The stored cells as a list: cell j is list[j - base]; the counted ones
--- are j >= lo.
+-- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
+-- (jb = top - k); the counted ones are j >= lo.
 local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
 local i = math.floor(now / s)
 local lo = i - K
-local list, base, newest = nil, 0, -1
+local newest, k, top, q, list = -1, 0, -1, 0, nil
 if p then
-  local _, len, _, q = struct.unpack(HDR, v, p)
-  local k = (len - 7) / 7
-  list = ints(v, q + 7, k)
-  base = struct.unpack('<I7', v, q) - k
-  for z = math.max(1, lo - base), k do
-    local u = list[z]
-    if u > 0 then
-      used = used + u
-      newest = base + z
+  local _, len
+  _, len, _, q = struct.unpack(HDR, v, p)
+  k = (len - 14) / 7
+  local sum
+  top, sum = struct.unpack('<I7I7', v, q)
+  if top - k + 1 >= lo and top <= i and (k == 0 or struct.unpack('<I7', v, q + 7 * (k + 1)) > 0) then
+    -- every stored cell counts, the newest holds units: the sum is the count
+    used = sum
+    if k > 0 then newest = top end
+  else
+    list = ints(v, q + 14, k)
+    for z = math.max(1, lo - (top - k)), k do
+      local u = list[z]
+      if u > 0 then
+        used = used + u
+        newest = top - k + z
+      end
     end
   end
 end
@@ -36,43 +48,51 @@ elseif used + c > L then
   -- Retry when the oldest cells holding the units over stop counting
   -- (cells beyond i, the server clock having gone back: one cell).
   flags, retry = 0, s
-  if list then
+  if p then
+    list = list or ints(v, q + 14, k)
     local need, acc = used + c - L, 0
-    for z = math.max(1, lo - base), math.min(#list, i - base) do
+    for z = math.max(1, lo - (top - k)), math.min(k, i - (top - k)) do
       acc = acc + list[z]
       if acc >= need then
-        retry = (base + z + K + 1) * s - now
+        retry = (top - k + z + K + 1) * s - now
         break
       end
     end
   end
 end
-st[r] = {i, lo, K, s, list, base, newest}
+st[r] = {i, lo, K, s, list, top, newest, k, q}
 
 --@commit
--- The new list: from the oldest counted cell holding units (or i) to the
--- newest, i with c more.
-local i, lo, K, s, list, base = x[1], x[2], x[3], x[4], x[5], x[6]
-local hi = math.max(i, x[7])
-local first = i
-local k = 0
-if list then
-  k = #list
-  for z = math.max(1, lo - base), k do
-    if list[z] > 0 then
-      first = math.min(first, base + z)
-      break
+-- The fast ways: the same cell gets c more, or a new cell c, the stored
+-- bytes copied around them; otherwise the cells are rebuilt from the
+-- oldest counted one holding units (or i) to the newest.
+local i, lo, K, s, list, top, newest, k, q = x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]
+local hi, body = math.max(i, newest)
+if not list and k > 0 and top == i then
+  local last = struct.unpack('<I7', v, q + 7 * (k + 1))
+  body = struct.pack('<I7I7', i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
+elseif not list and k > 0 and top < i then
+  body = struct.pack('<I7I7', i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
+else
+  local first, jb = i, top - k
+  if list or k > 0 then
+    list = list or ints(v, q + 14, k)
+    for z = math.max(1, lo - jb), k do
+      if list[z] > 0 then
+        first = math.min(first, jb + z)
+        break
+      end
     end
   end
+  local out = {hi, used + c}
+  for j = first, hi do
+    local z, u = j - jb, 0
+    if z >= 1 and z <= k then u = list[z] end
+    if j == i then u = u + c end
+    out[#out + 1] = u
+  end
+  body = pints(out)
 end
-local out = {hi}
-for j = first, hi do
-  local z, u = j - base, 0
-  if z >= 1 and z <= k then u = list[z] end
-  if j == i then u = u + c end
-  out[#out + 1] = u
-end
-local body = pints(out)
 used, reset, exp = used + c, (hi + K + 1) * s - now, math.ceil((hi + K + 1) * s / 1000)
 ent = struct.pack(HDR, tag, #body, exp) .. body
 if plan then
@@ -94,8 +114,12 @@ if type(h) == 'table' and not h.err and #h > 0 then
     end
   end
   if hi then
-    local list = {hi}
-    for j = hi - K, hi do list[#list + 1] = cs[j] or 0 end
+    local list, sum = {hi, 0}, 0
+    for j = hi - K, hi do
+      list[#list + 1] = cs[j] or 0
+      sum = sum + (cs[j] or 0)
+    end
+    list[2] = sum
     local body = pints(list)
     parts[#parts + 1] = struct.pack(HDR, tag, #body, math.ceil((hi + K + 1) * s / 1000)) .. body
   end
@@ -103,15 +127,19 @@ end
 
 --@refund
 -- "S <key> <tag> <cell> <cost> <dies µs>": c units back to the cell
--- while it counts (now < dies).
+-- while it counts (now < dies), and off the sum.
 local i, c, dies = tonumber(f[4]), tonumber(f[5]), tonumber(f[6])
 if now < dies then
   patch(key, f[3], function(v, len, exp, q)
-    local k = (len - 7) / 7
-    local top = struct.unpack('<I7', v, q)
-    local list = ints(v, q + 7, k)
+    local k = (len - 14) / 7
+    local top, sum = struct.unpack('<I7I7', v, q)
+    local list = ints(v, q + 14, k)
     local z = i - (top - k + 1) + 1
-    if z >= 1 and z <= k then list[z] = list[z] - math.min(list[z], c) end
+    if z >= 1 and z <= k then
+      local d = math.min(list[z], c)
+      list[z], sum = list[z] - d, sum - d
+    end
+    table.insert(list, 1, sum)
     table.insert(list, 1, top)
     return exp, pints(list)
   end)
