@@ -26,7 +26,9 @@ if p then
   k = (len - 14) / 7
   local sum
   top, sum = struct.unpack('<I7I7', v, q)
-  if top - k + 1 >= lo and top <= i and (k == 0 or struct.unpack('<I7', v, q + 7 * (k + 1)) > 0) then
+  if top < lo then
+    k = 0 -- every stored cell stopped counting: as if none were stored
+  elseif top - k + 1 >= lo and top <= i and (k == 0 or struct.unpack('<I7', v, q + 7 * (k + 1)) > 0) then
     -- every stored cell counts, the newest holds units: the sum is the count
     used = sum
     if k > 0 then newest = top end
