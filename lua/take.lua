@@ -113,7 +113,7 @@ for a = 1, attempts do
     -- Read: every packed value once, every log once (trimmed), and every
     -- redis-cell key checked, before anything is written. Twice when
     -- lapsed reservations were given back in between.
-    local vals, raws, logs, tats, own
+    local vals, raws, logs, tats, own, built
     for pass = 1, 2 do
       vals, raws, logs, tats, own = {}, {}, NONE, nil, false
       for r = 1, n do
@@ -124,7 +124,13 @@ for a = 1, attempts do
         if code == 'f' or code == 's' or code == 'g' or code == 'c' then
           if not vals[ki] then
             local v = redis.pcall('GET', key)
-            if not v and tonumber(ARGV[b + 8]) > 0 then v = (upgrade())(kb, ab, n, ki, now) end
+            if not v and tonumber(ARGV[b + 8]) > 0 then
+              v = (upgrade())(kb, ab, n, ki, now)
+              if v then
+                built = built or {}
+                built[ki] = true -- not stored yet: written whole
+              end
+            end
             local m
             if type(v) ~= 'table' then m = unpackv(v) end
             if not m then
@@ -295,8 +301,32 @@ for a = 1, attempts do
           end
           list[#list + 1] = struct.pack(HDR, MARK, 0, mat)
         end
-        local v, top = packv(raws[ki], m, list, tops[ki], nowms)
-        redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
+        -- In place (SETRANGE, the TTL kept) when the new entries have the
+        -- old ones' places, lengths and expiries and nothing else is
+        -- stored: the same window, the same cell, as most decisions.
+        local raw, pos = raws[ki], 2
+        if raw and not at and not (built and built[ki]) then
+          for e = 1, #list do
+            local ent = list[e]
+            local _, len, exp = struct.unpack(HDR, ent, 1)
+            if m[string.sub(ent, 1, 4)] ~= pos then
+              pos = nil
+              break
+            end
+            local _, olen, oexp = struct.unpack(HDR, raw, pos)
+            if olen ~= len or oexp ~= exp then
+              pos = nil
+              break
+            end
+            pos = pos + 13 + len
+          end
+        end
+        if raw and not at and not (built and built[ki]) and pos == #raw + 1 then
+          redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
+        else
+          local v, top = packv(raw, m, list, tops[ki], nowms)
+          redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
+        end
       end
       if plan then
         local H = holds(now)

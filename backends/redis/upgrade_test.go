@@ -82,6 +82,10 @@ func TestUpgradeReadsThrough(t *testing.T) {
 			if n, err := c.Exists(ctx, s.base+"=").Result(); err != nil || n != 1 {
 				t.Errorf("EXISTS packed key = %d, %v, want 1", n, err)
 			}
+			// Built from the old keys, then written whole: with its TTL.
+			if ttl, err := c.PTTL(ctx, s.base+"=").Result(); err != nil || ttl <= 0 {
+				t.Errorf("PTTL packed key = %v, %v, want > 0", ttl, err)
+			}
 			if v, err := c.Get(ctx, rules[0].Key).Result(); err != nil || v != "3" {
 				t.Errorf("the old fixed-window counter = %q, %v, want \"3\" (read, never changed)", v, err)
 			}
