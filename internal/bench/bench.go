@@ -65,7 +65,9 @@ type Config struct {
 	Raw bool
 	// Floor also runs scripts.Floor on 1, 2 and 4 keys per subject and
 	// reports their ratios to the baseline (with Batch, also the 4-key
-	// step in pipelines of Batch). It implies Baseline.
+	// step in pipelines of Batch); with Raw, also scripts.PackedFloor for
+	// the policy's R rules (1 to 9), reporting the policy's ratio to it
+	// and its ratio to raw(R). It implies Baseline.
 	Floor bool
 	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
 	// per subject, INFO memory delta. It DESTROYS ALL DATA on the target.
@@ -308,9 +310,16 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		if cfg.Raw {
 			r := len(policy.Rules())
 			runs = append(runs, run{fmt.Sprintf("raw(%d) INCRBY+PEXPIRE on %d keys", r, r), 1, scriptOne(client, scripts.Raw, cfg, "raw", r)})
-			ratios = append(ratios, [2]int{0, len(runs) - 1})
+			raw := len(runs) - 1
+			ratios = append(ratios, [2]int{0, raw})
 			if coalesced >= 0 {
-				ratios = append(ratios, [2]int{coalesced, len(runs) - 1})
+				ratios = append(ratios, [2]int{coalesced, raw})
+			}
+			if cfg.Floor && r >= 1 && r <= 9 {
+				// The packed layout's floor for R rules: the policy
+				// against it, it against raw(R).
+				runs = append(runs, run{fmt.Sprintf("packed floor(%d): %d counters in one value", r, r), 1, packedFloor(client, cfg, r)})
+				ratios = append(ratios, [2]int{0, len(runs) - 1}, [2]int{len(runs) - 1, raw})
 			}
 		}
 		if cfg.Baseline {

@@ -51,6 +51,11 @@ func TestBenchModes(t *testing.T) {
 			`^raw\(4\) INCRBY\+PEXPIRE on 4 keys: .* errors 0; .* 1\.00 scripts `,
 			`^ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
 			`^median ratio policy push / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
+		{"raw floor", Config{Raw: true, Floor: true}, nil, []string{
+			// The packed layout's floor: TIME, GET, SET per decision.
+			`^packed floor\(4\): 4 counters in one value: .* errors 0; .* 1\.00 scripts \(EVALSHA/EVAL\), 3\.00 commands inside scripts`,
+			`^ratio policy push / packed floor\(4\): 4 counters in one value: [0-9.]+ `,
+			`^ratio packed floor\(4\): 4 counters in one value / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `}},
 		{"coalesce", Config{Coalesce: 2, Raw: true, Rounds: 2}, nil, []string{
 			// Fewer round trips and scripts than decisions: calls shared scripts.
 			`^policy push, coalesce 2: .* errors 0; .* 0\.[0-9]+ round trips, 0\.[0-9]+ scripts `,

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -85,6 +86,18 @@ func scriptOne(c goredis.UniversalClient, src string, cfg Config, name string, n
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		var o outcome
 		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000).Err(), true, false)
+		return o
+	}
+}
+
+// packedFloor runs scripts.PackedFloor for r rules on the packed key of a
+// random subject per call.
+func packedFloor(c goredis.UniversalClient, cfg Config, r int) decideFunc {
+	keys := scriptKeys(cfg, "packed"+strconv.Itoa(r), 1)
+	script := goredis.NewScript(scripts.PackedFloor)
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
+		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000, r).Err(), true, false)
 		return o
 	}
 }

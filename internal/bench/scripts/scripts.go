@@ -22,3 +22,11 @@ var Floor string
 //
 //go:embed raw.lua
 var Raw string
+
+// PackedFloor is the floor of the packed layout: R fixed-window counters
+// in one packed value per subject, decided all-or-nothing with nothing
+// else, that `freqcap bench -raw -floor` runs beside raw(R): see
+// packedfloor.lua.
+//
+//go:embed packedfloor.lua
+var PackedFloor string
