@@ -70,6 +70,10 @@ type Limiter interface {
 	// Keys are the storage keys of a subject's rules, trail and
 	// reservations (the subject, policies and reset pages).
 	Keys(p *sdk.Policy, s sdk.Subject) []string
+	// GroupKeys are the keys of the sets of dimensions of a subject's
+	// rules, where the Redis backend keeps their state (the subject and
+	// policies pages).
+	GroupKeys(p *sdk.Policy, s sdk.Subject) []string
 }
 
 var _ Limiter = (*sdk.Limiter)(nil)

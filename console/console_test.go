@@ -764,6 +764,8 @@ func TestPoliciesPage(t *testing.T) {
 	for _, want := range []string{
 		`id="policy-push"`, "fc:{&lt;user&gt;}:push:recv-1m.", "fc:{&lt;user&gt;}:push:content-59s.", ":&lt;content&gt;",
 		"calendar day in Asia/Shanghai", "rate 30 per 1m, burst 14: up to 15 at once (the limit shown), then one every 2s", "fc:{&lt;user&gt;}:push:!t",
+		// The keys of the rules' sets of dimensions, where Redis keeps them.
+		"<td class=\"mono\">fc:{&lt;user&gt;}:push:=</td>", "<td class=\"mono\">fc:{&lt;user&gt;}:push:=content:&lt;content&gt;</td>",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("policies page lacks %q", want)

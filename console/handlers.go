@@ -302,6 +302,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	desc, derr := s.describe(ctx)
 	live.Backend = desc.Name
 	keys := s.cfg.Limiter.Keys(p, subj)
+	groups := s.cfg.Limiter.GroupKeys(p, subj)
 	rules := map[string]sdk.Rule{}
 	for _, r := range p.Rules() {
 		rules[r.Name] = r
@@ -335,6 +336,9 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		}
 		if i < len(keys) {
 			row.Key = keys[i]
+		}
+		if i < len(groups) {
+			row.GroupKey = groups[i]
 		}
 		live.Evaluated = append(live.Evaluated, rd.Rule)
 		if !rd.Allowed {
@@ -378,6 +382,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			ph[d] = "<" + d + ">"
 		}
 		keys := s.cfg.Limiter.Keys(p, ph)
+		groups := s.cfg.Limiter.GroupKeys(p, ph)
 		pd := views.PolicyDetail{
 			Name:      p.Name(),
 			Failure:   failure(p),
@@ -398,6 +403,9 @@ func (s *Server) policiesPage(c echo.Context) error {
 			}
 			if i < len(keys) {
 				row.Key = keys[i]
+			}
+			if i < len(groups) {
+				row.GroupKey = groups[i]
 			}
 			if derr == nil {
 				if st, ok := desc.Strategies[r.Algorithm]; ok {
@@ -468,7 +476,7 @@ func (s *Server) resetConfirm(c echo.Context) error {
 		Page:    s.page(c, "subject"),
 		Policy:  p.Name(),
 		Fields:  given,
-		Keys:    s.cfg.Limiter.Keys(p, subj),
+		Keys:    s.resetKeys(p, subj),
 		BackURL: "/subject?" + subjectQuery(p.Name(), subj),
 	}
 	v.Title = "Reset subject"
@@ -584,4 +592,23 @@ func (s *Server) auditPage(c echo.Context) error {
 	}
 	v.Entries = auditRows(all)
 	return render(c, http.StatusOK, views.AuditPage(v))
+}
+
+// resetKeys lists what a reset deletes: the keys of the rules' sets of
+// dimensions (the Redis layout), the rules' own keys (other layouts and
+// module strategies) and the reservations' key; not the denial trail's,
+// which a reset keeps.
+func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject) []string {
+	var out []string
+	for _, k := range s.cfg.Limiter.GroupKeys(p, subj) {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	keys := s.cfg.Limiter.Keys(p, subj)
+	if len(keys) < 2 {
+		return out
+	}
+	out = append(out, keys[:len(keys)-2]...)
+	return append(out, keys[len(keys)-1])
 }

@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,38 @@ func TestFingerprint(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^[a-z2-7]{16}$`).MatchString(a) {
 		t.Errorf("Fingerprint(hello) = %q, want 16 lowercase base32 characters", a)
+	}
+}
+
+// TestGroupKeys: rules with the same dimensions share their set's key,
+// whatever the order of the dimensions; other sets, subjects and policies
+// have other keys; no group key is a rule key.
+func TestGroupKeys(t *testing.T) {
+	p := mustPolicy(t, "push",
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content", "channel"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("channel", "content", "user"),
+	)
+	lim := sdk.New(nil)
+	s := sdk.Subject{"user": "u:1", "content": "c{1}", "channel": "sms"}
+	g := lim.GroupKeys(p, s)
+	want := []string{"fc:{u%3A1}:push:=", "fc:{u%3A1}:push:=", "fc:{u%3A1}:push:=channel,content:sms:c%7B1%7D", "fc:{u%3A1}:push:=channel,content:sms:c%7B1%7D"}
+	if !slices.Equal(g, want) {
+		t.Errorf("GroupKeys(…) = %q, want %q", g, want)
+	}
+	for _, k := range lim.Keys(p, s) {
+		if slices.Contains(g, k) {
+			t.Errorf("key %q is both a rule's key and a group key", k)
+		}
+	}
+	if other := lim.GroupKeys(p, sdk.Subject{"user": "u:2", "content": "c{1}", "channel": "sms"}); other[0] == g[0] || other[2] == g[2] {
+		t.Errorf("GroupKeys of another user = %q, want other keys than %q", other, g)
+	}
+	if got := lim.GroupKeys(p, sdk.Subject{"user": "u:1"}); len(got) != 2 {
+		t.Errorf("GroupKeys(user only) = %q, want the 2 rules on user", got)
+	}
+	if got := lim.GroupKeys(p, sdk.Subject{"content": "c"}); got != nil {
+		t.Errorf("GroupKeys(no user) = %q, want nil", got)
 	}
 }

@@ -99,6 +99,9 @@ type RuleRow struct {
 	Reason    string
 	Dims      string
 	Key       string
+	// GroupKey is the key of the rule's set of dimensions, where the
+	// Redis backend keeps its state (sdk.Limiter.GroupKeys).
+	GroupKey  string
 	Used      int64
 	Limit     int64
 	Remaining int64
@@ -189,6 +192,8 @@ type PolicyDetail struct {
 // PolicyRuleRow is one rule as configured.
 type PolicyRuleRow struct {
 	Name, Algorithm, Limit, Window, Detail, Dims, Key, Strategy string
+	// GroupKey is the key of the rule's set of dimensions (Redis).
+	GroupKey string
 }
 
 // ResetView is the reset confirmation page.
