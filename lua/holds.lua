@@ -25,21 +25,36 @@
 -- already in the past.
 
 local function holds(now)
-  -- patch rewrites the entry tagged tag of the packed value at key with
-  -- fn(v, payload length, expiry, payload start) -> expiry, payload, or
-  -- drops it when fn returns nil; the key keeps its TTL. No entry, or a
-  -- value freqcap did not write: nothing happens.
-  local function patch(key, tag, fn)
+  -- put replaces the entry tagged tag of the packed value at key (which
+  -- must exist; the key keeps its TTL) with the one fn returns, or drops
+  -- it when fn returns nil: fn(v, payload length, expiry, payload start)
+  -- -> expiry, payload, called with nothing (nil) when there is no such
+  -- entry. A value freqcap did not write is left alone.
+  local function put(key, tag, fn)
     local v = redis.pcall('GET', key)
     if type(v) ~= 'string' then return end
     local m = unpackv(v)
-    if not m or not m[tag] then return end
-    local _, len, exp, q = struct.unpack(HDR, v, m[tag])
-    local nexp, payload = fn(v, len, exp, q)
+    if not m then return end
+    local nexp, payload
+    if m[tag] then
+      local _, len, exp, q = struct.unpack(HDR, v, m[tag])
+      nexp, payload = fn(v, len, exp, q)
+    else
+      nexp, payload = fn()
+      if not nexp then return end -- nothing there, nothing to add
+    end
     m[tag] = nil
     local ours = {}
     if nexp then ours[1] = struct.pack(HDR, tag, #payload, nexp) .. payload end
     redis.call('SET', key, (packv(v, m, ours, 0, 0)), 'KEEPTTL')
+  end
+
+  -- patch rewrites (or drops) the entry tagged tag as put does; without
+  -- such an entry nothing happens.
+  local function patch(key, tag, fn)
+    put(key, tag, function(v, ...)
+      if v then return fn(v, ...) end
+    end)
   end
 
   local function refund(e)
@@ -94,17 +109,11 @@ local function holds(now)
   end
 
   -- markKey sets the hold marker of the packed value at key to at (ms),
-  -- or removes it (at nil); a missing key gets none (it would have no
-  -- TTL).
+  -- or removes it (at nil).
   local function markKey(key, at)
-    local v = redis.pcall('GET', key)
-    if type(v) ~= 'string' then return end
-    local m = unpackv(v)
-    if not m then return end
-    m[MARK] = nil
-    local ours = {}
-    if at then ours[1] = struct.pack(HDR, MARK, 0, at) end
-    redis.call('SET', key, (packv(v, m, ours, 0, 0)), 'KEEPTTL')
+    put(key, MARK, function()
+      if at then return at, '' end
+    end)
   end
 
   -- logMark sets the hold marker of the log at key (lg: as the frame

@@ -156,6 +156,9 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
 		req.TrailValues, ceilMillis(req.IdemTTL), req.ReservationID, resTTL, resKeyTTL)
 	choices := make([]ruleChoice, n)
+	// The log key of the last sliding-log rule's set of dimensions: the
+	// set's other log rules share it (logKey hashes them all).
+	var lastLog, lastLogGroup string
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
@@ -169,6 +172,8 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		switch {
 		case sp.suffix != "": // a module strategy: the rule's own key
 			key = r.Key + sp.suffix
+		case sp.code == codeLog && lastLog != "" && lastLogGroup == group(r):
+			key = lastLog // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
 			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
 				sp, err := b.spec(rep, q)
@@ -179,6 +184,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}); err != nil {
 				return fail(err)
 			}
+			lastLog, lastLogGroup = key, group(r)
 		default:
 			key = group(r)
 		}
