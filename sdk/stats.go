@@ -243,7 +243,8 @@ type Announcement struct {
 }
 
 // AnnouncedRule is one rule of an Announcement. ID is the rule's identity
-// id (its storage keys hold it): a different ID means other keys.
+// id (the rule's own storage key holds it): a different ID means the rule
+// counts in other state, from scratch.
 type AnnouncedRule struct {
 	Name      string `json:"name"`
 	ID        string `json:"id"`

@@ -50,7 +50,8 @@ const batchAttempts = 128
 // running the script, is followed). An EVALSHA answered NOSCRIPT (a
 // restart, a failover, SCRIPT FLUSH: not carried out) is sent again after
 // SCRIPT LOAD, in input order, unless a later request on the same hash
-// tag already ran (see errReordered).
+// tag already ran: it then fails with an error saying it was not carried
+// out.
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time

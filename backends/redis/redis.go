@@ -9,7 +9,8 @@
 // dimensions keep their state in ONE key, the dimension set's
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
-// GET and written with one SET; sliding logs in one sorted set shared by
+// GET and written with one SET (or, when the entries keep their places,
+// one SETRANGE); sliding logs in one sorted set shared by
 // the set's log rules (docs/DESIGN.md, "Redis layout"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
@@ -99,8 +100,11 @@ type Options struct {
 	// layout"): where a subject's dimension set has no packed value yet,
 	// the script builds it from the rules' own keys (driver.Rule.Key:
 	// fixed-window counters, sliding-window hashes, GCRA TATs, sliding
-	// logs), so counts carry over. It costs one more read per rule the
-	// first time a subject is seen (and for subjects never seen before).
+	// logs), so counts carry over. It costs one or two more commands per
+	// rule (GET and PEXPIRETIME of a counter, HGETALL of a hash, GET of a
+	// TAT, EXISTS and ZUNIONSTORE of the logs) on every decision that
+	// finds no packed value: the first on each subject after the upgrade,
+	// and every one on a subject never seen before.
 	// Turn it on for the upgrade and off once the longest window of your
 	// policies has passed. Default: off (state starts afresh).
 	Upgrade bool
@@ -295,9 +299,10 @@ func isNoScript(err error) bool {
 }
 
 // Take checks req's rules and consumes req.Cost from each if all admit
-// it, in one EVALSHA of take.lua (EVAL where the server refuses EVALSHA).
-// Where scripting is refused, it runs bare TairHash commands instead (see
-// takeBare): the Result is NonAtomic.
+// it, in one EVALSHA of take.lua (EVAL where the server refuses EVALSHA;
+// shared with concurrent calls under Options.Coalesce). Where scripting is
+// refused, it runs bare TairHash commands instead (docs/MODULES.md, "Bare
+// mode"): the Result is NonAtomic.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
 	return b.decide(ctx, opTake, req)
 }
