@@ -71,11 +71,7 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 
 // le7 reads a signed 7-byte little-endian integer (struct's 'i7').
 func le7(b string) int64 {
-	var n int64
-	for i := 6; i >= 0; i-- {
-		n = n<<8 | int64(b[i])
-	}
-	return n << 8 >> 8 // sign-extend from 56 bits
+	return leUint(b[:7]) << 8 >> 8 // sign-extend from 56 bits
 }
 
 // parseInts decodes a reply in the integer shape bare mode builds:

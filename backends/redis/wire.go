@@ -282,29 +282,32 @@ func decodePacked(v string) ([]packedEntry, error) {
 	if len(v) == 0 || v[0] != packedFormat {
 		return nil, fmt.Errorf("packed value: want format byte %d", packedFormat)
 	}
-	le := func(b string) int64 {
-		var n int64
-		for i := len(b) - 1; i >= 0; i-- {
-			n = n<<8 | int64(b[i])
-		}
-		return n
-	}
 	var out []packedEntry
 	for p := 1; p < len(v); {
 		if p+packedHeader > len(v) {
 			return nil, fmt.Errorf("packed value: truncated header at %d", p)
 		}
-		e := packedEntry{Tag: v[p : p+4], Expiry: le(v[p+7 : p+13])}
-		n := int(le(v[p+4 : p+7]))
+		e := packedEntry{Tag: v[p : p+4], Expiry: leUint(v[p+7 : p+13])}
+		n := int(leUint(v[p+4 : p+7]))
 		p += packedHeader
 		if p+n > len(v) || n%packedInt != 0 {
 			return nil, fmt.Errorf("packed value: bad payload of %d bytes at %d", n, p)
 		}
 		for q := p; q < p+n; q += packedInt {
-			e.Ints = append(e.Ints, le(v[q:q+packedInt]))
+			e.Ints = append(e.Ints, leUint(v[q:q+packedInt]))
 		}
 		out = append(out, e)
 		p += n
 	}
 	return out, nil
+}
+
+// leUint reads an unsigned little-endian integer of len(b) <= 8 bytes
+// (struct's 'I<n>').
+func leUint(b string) int64 {
+	var n int64
+	for i := len(b) - 1; i >= 0; i-- {
+		n = n<<8 | int64(b[i])
+	}
+	return n
 }
