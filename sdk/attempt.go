@@ -107,7 +107,7 @@ func (l *Limiter) prepare(op string, dop opKind, p *Policy, a Attempt, ttl time.
 	if n > MaxLimit {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", op, ErrInvalidCost, MaxLimit, n)
 	}
-	res, err := resolve(l.prefix, p, a.Subject, false)
+	res, err := resolve(l.prefix, p, a.Subject, false, l.groups)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", op, err)
 	}

@@ -81,9 +81,11 @@ type resolved struct {
 
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
-// dimensions are always required, and a value given must be valid. Errors wrap ErrInvalidSubject and
+// dimensions are always required, and a value given must be valid. With
+// groups set, each rule gets its dimension set's key (driver.Rule.Group).
+// Errors wrap ErrInvalidSubject and
 // ErrInvalidPolicy and never contain values.
-func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error) {
+func resolve(prefix string, p *Policy, s Subject, partial, groups bool) (resolved, error) {
 	var res resolved
 	if err := p.valid(); err != nil {
 		return res, err
@@ -132,11 +134,14 @@ rules:
 			k.WriteByte(':')
 			k.WriteString(escapeValue(v))
 		}
-		// Rules of one dimension set share their group key's string.
+		// Rules of one dimension set share their group key's string;
+		// only a driver.Grouped backend gets one (groups).
 		var group string
-		if f := p.firstOfGroup[i]; f < i && f < len(seen) && seen[f] != "" {
+		switch f := p.firstOfGroup[i]; {
+		case !groups:
+		case f < i && f < len(seen) && seen[f] != "":
 			group = seen[f]
-		} else {
+		default:
 			group = groupKey(base, p, i, s)
 		}
 		if i < len(seen) {

@@ -32,6 +32,9 @@ type Limiter struct {
 	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
 
 	rec *Recorder // WithRecorder; nil: none
+	// groups: the backend keeps rules by set of dimensions
+	// (driver.Grouped), so requests carry driver.Rule.Group.
+	groups bool
 }
 
 // Option configures a Limiter in New.
@@ -85,6 +88,9 @@ func New(b driver.Backend, opts ...Option) *Limiter {
 	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()
+	}
+	if g, ok := b.(driver.Grouped); ok {
+		l.groups = g.UsesGroups()
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -177,7 +183,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	if !ok {
 		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, l.groups)
 	if err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
@@ -205,7 +211,7 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, l.groups)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
@@ -281,7 +287,7 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 // (docs/DESIGN.md, "Redis layout"). It returns nil when s lacks a shard
 // dimension or p is invalid. It touches no backend.
 func (l *Limiter) Keys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, false)
 	if err != nil {
 		return nil
 	}
@@ -301,7 +307,7 @@ func (l *Limiter) Keys(p *Policy, s Subject) []string {
 // returns nil when s lacks a shard dimension or p is invalid. It touches
 // no backend.
 func (l *Limiter) GroupKeys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, true)
 	if err != nil {
 		return nil
 	}

@@ -64,7 +64,13 @@ var (
 	_ driver.Resetter   = (*Backend)(nil)
 	_ driver.Describer  = (*Backend)(nil)
 	_ driver.Idempotent = (*Backend)(nil)
+	_ driver.Grouped    = (*Backend)(nil)
 )
+
+// UsesGroups reports that the backend keeps the rules of a request that
+// share their dimensions under driver.Rule.Group (driver.Grouped): the sdk
+// fills it in.
+func (b *Backend) UsesGroups() bool { return true }
 
 // SupportsIdemKey reports that take.lua honours Request.IdemKey: the
 // decision is stored under it in the same script, and a retry returns it.

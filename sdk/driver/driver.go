@@ -136,7 +136,8 @@ type Rule struct {
 	// dimensions and the same values, and no other set of dimensions,
 	// subject or policy has it. A backend may keep the state of all of
 	// them under it (the Redis backend packs them into one value) or use
-	// Key. Empty: the rule is a set of its own, Key.
+	// Key. The sdk fills it only for a backend that implements Grouped.
+	// Empty: the rule is a set of its own, Key.
 	Group     string
 	Algorithm Algorithm
 	// Limit is the number of units admitted per Window (GCRA: the rate).
@@ -274,6 +275,14 @@ type Clock interface {
 	Now() time.Time
 	// Sleep returns after d, or with ctx's error when ctx is done first.
 	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Grouped is implemented by backends that keep the state of the rules of
+// a Request that share their dimensions together, under Rule.Group (the
+// Redis backend). The sdk builds Rule.Group only for them: other backends
+// get it empty and key each rule by Rule.Key.
+type Grouped interface {
+	UsesGroups() bool
 }
 
 // Clocked is implemented by backends that decide on a clock of the
