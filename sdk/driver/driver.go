@@ -13,8 +13,8 @@
 // discovers with a type assertion. A Limiter whose backend lacks Peeker,
 // Reserver, Inspector, Resetter, Describer or Idempotent returns an error
 // wrapping errors.ErrUnsupported from the operation that needs it,
-// consuming nothing; without Batcher or Clocked it does without (one call
-// per attempt; the system clock):
+// consuming nothing; without Batcher, Clocked or Grouped it does without
+// (one call per attempt; the system clock; no Rule.Group):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
 //   - [Reserver]: Reserve and Settle, reservations (sdk Reserve, Commit, Cancel).
@@ -26,6 +26,8 @@
 //     sdk TakeBatch and PeekBatch call Take or Peek once per attempt).
 //   - [Clocked]: the backend decides on a clock of the caller's process,
 //     which the sdk's Limiter then reads too.
+//   - [Grouped]: the backend keeps the rules that share their dimensions
+//     together, under Rule.Group, which the sdk then fills in.
 //
 // The arithmetic every backend shares is this package's too: [Rule.Cells]
 // and [CellSpan] (sliding windows), [Rule.GCRAParams] and
