@@ -243,6 +243,11 @@ func TestSubjectLookupShowsCountersAndTrail(t *testing.T) {
 			if !strings.Contains(body, "fc:{18829340001}:push:recv-1m.") {
 				t.Errorf("keys not shown:\n%s", body)
 			}
+			// The key of the rule's set of dimensions, as a key (not as
+			// template text), where the Redis backend keeps it.
+			if !strings.Contains(body, "fc:{18829340001}:push:=<") || strings.Contains(body, "@idText") {
+				t.Errorf("dimension-set keys not shown:\n%s", body)
+			}
 		})
 	}
 }
