@@ -29,7 +29,7 @@ import (
 	"strings"
 )
 
-//go:embed prelude.lua holds.lua upgrade.lua take.lua settle.lua alg/*.lua
+//go:embed *.lua alg/*.lua
 var files embed.FS
 
 // Take decides one or more requests, each over all its rules (take, peek,
@@ -43,6 +43,7 @@ var Settle = build("settle.lua")
 var (
 	include = regexp.MustCompile(`(?m)^([ \t]*)--@([a-z]+)\.([a-z]+)[ \t]*$`)
 	section = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
+	saveLoad = regexp.MustCompile(`(?m)^([ \t]*)--@(save|load) ([a-zA-Z_][a-zA-Z_0-9]*(?:, [a-zA-Z_][a-zA-Z_0-9]*)*)[ \t]*$`)
 )
 
 // build returns prelude.lua, holds.lua, upgrade.lua and the frame, with every include
@@ -79,6 +80,20 @@ func sections(name string) map[string]string {
 	return out
 }
 
+// carry replaces a section's "--@save a, b" line (eval: the values
+// commit needs) with save(names) and its "--@load a, b" line (commit:
+// the same names as locals) with load(names).
+func carry(body string, save, load func(names []string) string) string {
+	return saveLoad.ReplaceAllStringFunc(body, func(line string) string {
+		m := saveLoad.FindStringSubmatch(line)
+		names := strings.Split(m[3], ", ")
+		if m[2] == "save" {
+			return m[1] + save(names)
+		}
+		return m[1] + load(names)
+	})
+}
+
 func expand(src string) string {
 	return include.ReplaceAllStringFunc(src, func(line string) string {
 		m := include.FindStringSubmatch(line)
@@ -86,6 +101,17 @@ func expand(src string) string {
 		if !ok {
 			panic(fmt.Sprintf("lua: %s: no section %q in alg/%s.lua", strings.TrimSpace(line), m[3], m[2]))
 		}
+		// What eval saves for commit goes through st[r] (the rule loops
+		// are separate loops).
+		body = carry(body, func(names []string) string {
+			return "st[r] = {" + strings.Join(names, ", ") + "}"
+		}, func(names []string) string {
+			xs := make([]string, len(names))
+			for i := range names {
+				xs[i] = fmt.Sprintf("x[%d]", i+1)
+			}
+			return "local " + strings.Join(names, ", ") + " = " + strings.Join(xs, ", ")
+		})
 		lines := strings.Split(body, "\n")
 		for i, l := range lines {
 			if l != "" {
@@ -95,3 +121,4 @@ func expand(src string) string {
 		return m[1] + "do\n" + m[1] + strings.Join(lines, "\n"+m[1]) + "\n" + m[1] + "end"
 	})
 }
+

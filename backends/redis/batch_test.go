@@ -373,7 +373,10 @@ func TestBatchNoScriptOrder(t *testing.T) {
 			reqs = append(reqs, req(fillers[u], 1))
 		}
 	}
-	take(t, b, req(cc, 1)) // loads the script
+	take(t, b, req(cc, 1))
+	if err := c.ScriptLoad(context.Background(), lua.Take).Err(); err != nil { // batches run take.lua
+		t.Fatal(err)
+	}
 	armed.Store(true)
 	out := b.batch(context.Background(), reqs)
 	if armed.Load() {

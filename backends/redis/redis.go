@@ -160,6 +160,10 @@ type Backend struct {
 	det  *capability.Detector
 	// specs caches each rule's static ARGV (see specCache).
 	specs specCache
+	// fast caches the fast scripts built for the policies in use (fast.go);
+	// noFast turns them off (tests comparing them with take.lua).
+	fast   fastCache
+	noFast bool
 	// co coalesces single decisions (Options.Coalesce); nil when off.
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).

@@ -36,10 +36,11 @@ if c > L then
 elseif used + c > L then
   flags, retry = 0, e - now
 end
-st[r] = {em, e}
+--@save em, e
 
 --@commit
-used, reset, exp = used + c, x[2] - now, x[1]
+--@load em, e
+used, reset, exp = used + c, e - now, em
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
 if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
 

@@ -28,17 +28,17 @@ local left = tol - ttl
 local q = math.floor(left / T)
 if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
 used, reset = L - math.min(math.max(q, 0), L), ttl
-st[r] = {new, ttl, T, tol}
+--@save new, ttl, T, tol
 
 --@commit
-local new, T, tol = x[1], x[3], x[4]
+--@load new, ttl, T, tol
 local tat = now + new
 local left = tol - new
 local q = math.floor(left / T)
 if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
 used, reset, exp = L - math.min(math.max(q, 0), L), new, math.ceil(tat / 1000)
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
-if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - x[2]) end
+if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) end
 
 --@import
 -- The one-key-per-rule layout's TAT (µs, an integer string).

@@ -62,13 +62,13 @@ elseif used + c > L then
     end
   end
 end
-st[r] = {i, lo, K, s, list, top, newest, k, q}
+--@save i, lo, K, s, list, top, newest, k, q
 
 --@commit
 -- The fast ways: the same cell gets c more, or a new cell c, the stored
 -- bytes copied around them; otherwise the cells are rebuilt from the
 -- oldest counted one holding units (or i) to the newest.
-local i, lo, K, s, list, top, newest, k, q = x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]
+--@load i, lo, K, s, list, top, newest, k, q
 local hi, body = math.max(i, newest)
 if not list and k > 0 and top == i then
   local last = struct.unpack('<I7', v, q + 7 * (k + 1))

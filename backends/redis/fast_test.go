@@ -1,0 +1,232 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// decidingScript returns the SHA1 of the script that decides req on b:
+// its fast script, or take.lua.
+func decidingScript(t *testing.T, b *Backend, req request) string {
+	t.Helper()
+	rep, err := b.report(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc, ok := b.encodeFast(req.op, req.Request, rep); ok {
+		return fc.s.script.Hash()
+	}
+	return takeScript.Hash()
+}
+
+// scriptCounter is a go-redis hook counting the EVALSHA and EVAL commands
+// a client sends one by one.
+type scriptCounter struct{ n *atomic.Int64 }
+
+func (h scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// fastPolicies are the rule sets TestFastMatchesTake runs, on subject s:
+// windows of an hour or more, so that two decisions a few hundred µs
+// apart see the same windows and cells.
+func fastPolicies(s subject) map[string][]driver.Rule {
+	in := func(g string, rs ...driver.Rule) []driver.Rule {
+		for i := range rs {
+			rs[i].Group = s.base + g
+		}
+		return rs
+	}
+	return map[string][]driver.Rule{
+		"fixed-1": {s.fixed("f", 4, time.Hour)},
+		"fixed-4": in("u", s.fixed("a", 2, time.Hour), s.fixed("b", 4, 2*time.Hour), s.fixed("c", 6, 24*time.Hour), s.fixed("d", 9, 48*time.Hour)),
+		"gcra-2":  in("u", s.gcra("a", 5, time.Hour, 2), s.gcra("b", 20, 24*time.Hour, 0)),
+		"sliding": append(in("u", s.sliding("a", 3, time.Hour, 6), s.sliding("b", 7, 24*time.Hour, 10), s.sliding("c", 9, 48*time.Hour, 4)),
+			in("uc", s.sliding("d", 2, 2*time.Hour, 10))...),
+		"mixed": append(in("u", s.fixed("a", 1, time.Hour), s.sliding("b", 6, 3*time.Hour, 10)),
+			in("uc", s.gcra("c", 4, time.Hour, 1), s.fixed("d", 8, 24*time.Hour))...),
+	}
+}
+
+// TestFastMatchesTake runs the same random takes and peeks through fast
+// scripts (subject A), through take.lua alone (B) and alternating between
+// the two on one subject (C), and wants the same decisions, counts and
+// denial trails: the fast script is take.lua specialised, and each reads
+// what the other wrote. The values hold a rule of an older policy version
+// (kept until it expires) and a live reservation's hold marker in one
+// run (shared=true), so the writes that keep other entries run too, and
+// none in the other, where values are rewritten in place or whole.
+func TestFastMatchesTake(t *testing.T) {
+	fast, _ := plainStandalone(t)
+	slow, _ := plainStandalone(t)
+	slow.noFast = true
+	ctx := context.Background()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for name := range fastPolicies(newSubject(t, "x")) {
+		for _, shared := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shared=%v", name, shared), func(t *testing.T) {
+				subs := []subject{newSubject(t, "a"), newSubject(t, "b"), newSubject(t, "c")}
+				rules := make([][]driver.Rule, 3)
+				for i, s := range subs {
+					rules[i] = fastPolicies(s)[name]
+					if !shared {
+						continue
+					}
+					// An older version of the policy's rule in the first dimension
+					// set, then a reservation (take.lua) holding a unit.
+					old := driver.Rule{Name: "old", Key: s.key("old"), Group: rules[i][0].Group, Algorithm: driver.FixedWindow, Limit: 100, Window: time.Hour}
+					take(t, slow, s.request(opTake, 1, old))
+					hold := s.request(opReserve, 1, rules[i]...)
+					hold.ReservationID, hold.ReservationTTL = "h", time.Hour
+					if res := take(t, slow, hold); !res.Allowed {
+						t.Fatalf("reserve denied: %+v", res)
+					}
+				}
+				req := subs[0].request(opTake, 1, rules[0]...)
+				if decidingScript(t, fast, req) == takeScript.Hash() {
+					t.Fatalf("policy %s: no fast script", name)
+				}
+				for step := range 40 {
+					o, cost := opTake, int64(1+rnd.IntN(3))
+					if rnd.IntN(5) == 0 {
+						o = opPeek
+					}
+					var got [3]driver.Result
+					for i, s := range subs {
+						b := slow
+						if i == 0 || (i == 2 && step%2 == 0) {
+							b = fast
+						}
+						r := s.request(o, cost, rules[i]...)
+						r.TrailValues = "v=" + strconv.Itoa(step)
+						res, err := b.do(ctx, r)
+						if err != nil {
+							t.Fatalf("step %d: %v subject %d: %v", step, o, i, err)
+						}
+						got[i] = res
+					}
+					for _, i := range []int{0, 2} {
+						sameResult(t, fmt.Sprintf("step %d (%v, cost %d): subject %d", step, o, cost, i), got[i], got[1])
+					}
+				}
+				trails := make([][]string, 3)
+				for i, s := range subs {
+					tr, err := fast.c.LRange(ctx, s.trail(), 0, -1).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range tr {
+						f := strings.Split(e, "|")
+						f[0], f[6] = "", "" // the time, retry-after
+						trails[i] = append(trails[i], strings.Join(f, "|"))
+					}
+				}
+				if !slices.Equal(trails[0], trails[1]) || !slices.Equal(trails[2], trails[1]) {
+					t.Errorf("trails differ:\nfast        %q\ntake.lua    %q\nalternating %q", trails[0], trails[1], trails[2])
+				}
+				if len(trails[1]) == 0 {
+					t.Errorf("no denial in 40 steps: the policy does not test denials")
+				}
+			})
+		}
+	}
+}
+
+// sameResult compares two decisions taken a few hundred µs apart: equal
+// but for reset and retry-after, which may differ by that time.
+func sameResult(t *testing.T, what string, a, b driver.Result) {
+	t.Helper()
+	if a.Allowed != b.Allowed || a.Replayed != b.Replayed || len(a.Rules) != len(b.Rules) {
+		t.Fatalf("%s: allowed %v replayed %v rules %d, want %v %v %d", what, a.Allowed, a.Replayed, len(a.Rules), b.Allowed, b.Replayed, len(b.Rules))
+	}
+	near := func(x, y time.Duration) bool { return (x - y).Abs() < 50*time.Millisecond }
+	for i := range a.Rules {
+		x, y := a.Rules[i], b.Rules[i]
+		if x.Allowed != y.Allowed || x.Used != y.Used || x.Limit != y.Limit || x.Remaining != y.Remaining ||
+			x.Strategy != y.Strategy || !near(x.ResetAfter, y.ResetAfter) || x.CostTooHigh != y.CostTooHigh || !near(x.RetryAfter, y.RetryAfter) {
+			t.Fatalf("%s: rule %d = %+v, want %+v", what, i, x, y)
+		}
+	}
+}
+
+// TestFastHandsBack: a fast script hands an attempt back to take.lua when
+// a reservation there may have lapsed (take.lua gives its units back) and
+// when the value is not freqcap's (take.lua refuses it): two EVALSHAs, and
+// take.lua's decision.
+func TestFastHandsBack(t *testing.T) {
+	srv := redistest.NewServer(t)
+	c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
+	defer c.Close()
+	var n atomic.Int64
+	c.AddHook(scriptCounter{&n})
+	b := New(c, &Options{Detect: capability.Config{ForcePlainLua: true}})
+	ctx := context.Background()
+	s := newSubject(t, "back")
+	rules := []driver.Rule{s.fixed("f", 3, time.Hour), s.sliding("s", 3, time.Hour, 10)}
+	take(t, b, s.request(opPeek, 1, rules...)) // loads the fast script
+	t0 := serverNow(t, c)
+	hold := s.request(opReserve, 2, rules...)
+	hold.ReservationID, hold.ReservationTTL = "h", time.Millisecond
+	if res := take(t, b, hold); !res.Allowed {
+		t.Fatalf("reserve denied: %+v", res)
+	}
+	eventually(t, 5*time.Second, "the reservation's lapse on the server clock", func() bool {
+		return serverNow(t, c).Sub(t0) > 5*time.Millisecond
+	})
+	n.Store(0)
+	res := take(t, b, s.request(opTake, 3, rules...))
+	if !res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+		t.Errorf("take 3 after the lapse = %+v, want admitted, 3 used by each rule (the 2 held given back)", res)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("%d scripts for a decision after a lapse, want 2 (fast, handed back to take.lua)", got)
+	}
+	n.Store(0)
+	if res := take(t, b, s.request(opTake, 1, rules...)); res.Allowed {
+		t.Errorf("take 1 more = allowed, want denied")
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("%d scripts for a plain decision, want 1", got)
+	}
+
+	// A value freqcap did not write: take.lua's error, nothing written.
+	other := newSubject(t, "foreign")
+	rs := []driver.Rule{other.fixed("f", 3, time.Hour)}
+	if err := c.Set(ctx, rs[0].Key, "hello", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	take(t, b, newSubject(t, "warm").request(opPeek, 1, newSubject(t, "warm").fixed("f", 3, time.Hour))) // loads its fast script
+	n.Store(0)
+	_, err := b.do(ctx, other.request(opTake, 1, rs...))
+	if err == nil || !strings.Contains(err.Error(), "holds a value freqcap did not write") {
+		t.Errorf("take on a foreign value = %v, want take.lua's refusal", err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("%d scripts for a foreign value, want 2", got)
+	}
+	if v, _ := c.Get(ctx, rs[0].Key).Result(); v != "hello" {
+		t.Errorf("foreign value = %q after the refusal, want it untouched", v)
+	}
+}

@@ -1,0 +1,240 @@
+package lua
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// FastRule is one rule of a script Fast builds: what take.lua reads of
+// it from ARGV (code, name, limit, p1, p2, tag) and Key, the index
+// (1-based) of its dimension set's key among the attempt's keys.
+type FastRule struct {
+	Code   string // "f", "s" or "g"
+	Name   string
+	Limit  int64
+	P1, P2 int64
+	Tag    string
+	Key    int
+}
+
+// FastMax bounds the rules of a script Fast builds (Lua allows 200 locals
+// in a function; a rule takes up to 17).
+const FastMax = 8
+
+// FastCode reports whether Fast runs rules of algorithm code (take.lua's
+// codes): fixed windows, sliding window counters and GCRA, packed.
+func FastCode(code string) bool {
+	return code == "f" || code == "s" || code == "g"
+}
+
+// Fast returns fast.lua filled in for rules, prelude.lua first: take.lua's
+// take and peek on exactly these rules, with their ARGV written in as
+// constants and the rule loops unrolled (see fast.lua). rules holds 1 to
+// FastMax rules whose Code FastCode accepts, with distinct tags, and Keys
+// numbered from 1 in order of first use.
+func Fast(rules []FastRule) (string, error) {
+	if len(rules) == 0 || len(rules) > FastMax {
+		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
+	}
+	secs := map[string]map[string]string{}
+	var groups [][]int // per key index, its rules (0-based)
+	tags := map[string]bool{}
+	for i, r := range rules {
+		if !FastCode(r.Code) {
+			return "", fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
+		}
+		if r.Key < 1 || r.Key > len(groups)+1 {
+			return "", fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
+		}
+		if len(r.Tag) != 4 || tags[r.Tag] || r.Tag == "\x00\x00\x00\x00" {
+			return "", fmt.Errorf("lua: Fast: rule %q: tag %q is not 4 bytes, or repeated, or the hold marker's", r.Name, r.Tag)
+		}
+		tags[r.Tag] = true
+		if r.Key > len(groups) {
+			groups = append(groups, nil)
+		}
+		groups[r.Key-1] = append(groups[r.Key-1], i)
+		if f := fragment(r.Code); secs[f] == nil {
+			secs[f] = sections(f)
+		}
+	}
+	var reads, decls, eval, commit, writes, trail strings.Builder
+	for g, rs := range groups {
+		g++
+		fmt.Fprintf(&reads, "local V%d = redis.pcall('GET', KEYS[kb + %d])\nlocal O%d = false\n", g, g, g)
+		fmt.Fprintf(&reads, "if V%[1]d then\n  if type(V%[1]d) ~= 'string' or string.byte(V%[1]d, 1) ~= 1 then\n    defer = true\n  else\n"+
+			"    local q, n = 2, #V%[1]d\n    while q <= n do\n      if q + 12 > n then defer = true break end\n"+
+			"      local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n      if d + len - 1 > n then defer = true break end\n      ", g)
+		for j, i := range rs {
+			if j > 0 {
+				reads.WriteString("else")
+			}
+			fmt.Fprintf(&reads, "if tag == %s then P%d = q\n      ", quote(rules[i].Tag), i+1)
+		}
+		fmt.Fprintf(&reads, "else\n        O%d = true\n        if tag == MARK and held and exp * 1000 <= now then defer = true break end\n      end\n"+
+			"      q = d + len\n    end\n  end\nend\n", g)
+	}
+	// P<r> are declared before the reads fill them.
+	var ps []string
+	for i := range rules {
+		ps = append(ps, fmt.Sprintf("P%d", i+1))
+	}
+	readsSrc := "local " + strings.Join(ps, ", ") + "\n" + reads.String()
+
+	for i, r := range rules {
+		n := i + 1
+		sec := secs[fragment(r.Code)]
+		head := fmt.Sprintf("local r, code, L, tag, ki = %d, %q, %d, %s, %d\nlocal key = KEYS[kb + ki]\n",
+			n, r.Code, r.Limit, quote(r.Tag), r.Key)
+		var saved []string
+		fill := func(section string) string {
+			body := constants(sec[section], r)
+			return carry(body, func(names []string) string {
+				saved = names
+				return suffixed(names, n) + " = " + strings.Join(names, ", ")
+			}, func(names []string) string {
+				return "local " + strings.Join(names, ", ") + " = " + suffixed(names, n)
+			})
+		}
+		ev := fill("eval")
+		cm := fill("commit")
+		fmt.Fprintf(&decls, "local F%[1]d, U%[1]d, Z%[1]d, Y%[1]d, E%[1]d, X%[1]d\n", n)
+		if len(saved) > 0 {
+			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
+		}
+		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\nlocal v, p = V%d, P%d\n%s\n"+
+			"if flags ~= 1 then allowed = false end\nF%[5]d, U%[5]d, Z%[5]d, Y%[5]d = flags, used, reset, retry\nuntil true end\n",
+			head, r.Key, n, ev, n)
+		fmt.Fprintf(&commit, "do\n%slocal v, used, reset = V%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[3]d, Z%[3]d, E%[3]d, X%[3]d = used, reset, ent, exp\nend\n",
+			head, r.Key, n, n, cm)
+	}
+	for g, rs := range groups {
+		g++
+		var body, inplace []string
+		pos := "2"
+		fmt.Fprintf(&writes, "do\n  local top = X%d\n", rs[0]+1)
+		for _, i := range rs {
+			n := i + 1
+			body = append(body, fmt.Sprintf("E%d", n))
+			if i != rs[0] {
+				fmt.Fprintf(&writes, "  if X%[1]d > top then top = X%[1]d end\n", n)
+			}
+			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and string.sub(V%[3]d, P%[1]d, P%[1]d + 12) == string.sub(E%[1]d, 1, 13)", n, pos, g))
+			pos = fmt.Sprintf("P%d + #E%d", n, n)
+		}
+		fmt.Fprintf(&writes, "  local body = %s\n", strings.Join(body, " .. "))
+		fmt.Fprintf(&writes, "  if V%[1]d and not O%[1]d and #V%[1]d == 1 + #body and %[2]s then\n"+
+			"    redis.call('SETRANGE', KEYS[kb + %[1]d], 1, body)\n"+
+			"  elseif not O%[1]d then\n"+
+			"    redis.call('SET', KEYS[kb + %[1]d], FMT .. body, 'PXAT', sf('%%d', top))\n"+
+			"  else\n"+
+			"    local v, vtop = packv(V%[1]d, unpackv(V%[1]d), {%[3]s}, top, nowms)\n"+
+			"    redis.call('SET', KEYS[kb + %[1]d], v, 'PXAT', sf('%%d', vtop))\n"+
+			"  end\nend\n", g, strings.Join(inplace, "\n      and "), strings.Join(body, ", "))
+	}
+	var results []string
+	for i := len(rules) - 1; i >= 0; i-- {
+		n := i + 1
+		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf('%%s|%%s|%%s|%%d|%%d|%%d|%%d|%%d', at, ARGV[ab + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+			n, quote(rules[i].Name), rules[i].Limit)
+	}
+	for i := range rules {
+		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
+	}
+	reply := fmt.Sprintf("reply = {allowed and 1 or 0, now, struct.pack('<%s',\n  %s)}",
+		strings.Repeat("Bi7i7i7", len(rules)), strings.Join(results, ",\n  "))
+	fill := map[string]string{
+		"reads": readsSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
+		"writes": writes.String(), "trail": trail.String(), "reply": reply,
+	}
+	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
+		m := fastLine.FindStringSubmatch(line)
+		body, ok := fill[m[2]]
+		if !ok {
+			panic("lua: fast.lua: unknown line " + line)
+		}
+		return indent(body, m[1])
+	})
+	src = strings.Replace(src, "kb = kb + G + ", fmt.Sprintf("kb = kb + %d + ", len(groups)), 1)
+	return expand(read("prelude.lua")) + "\n" + src, nil
+}
+
+var (
+	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(reads|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
+	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
+)
+
+// constants replaces a section's reads of r's ARGV (take.lua's offsets
+// b+2 to b+6) with r's values.
+func constants(body string, r FastRule) string {
+	return argv.ReplaceAllStringFunc(body, func(s string) string {
+		m := argv.FindStringSubmatch(s)
+		var val string
+		switch m[1] + m[2] {
+		case "2":
+			return quote(r.Name)
+		case "3":
+			val = fmt.Sprint(r.Limit)
+		case "4":
+			val = fmt.Sprint(r.P1)
+		case "5":
+			val = fmt.Sprint(r.P2)
+		case "6":
+			return quote(r.Tag)
+		default:
+			panic(fmt.Sprintf("lua: Fast: %s reads ARGV[b + %s%s]", r.Code, m[1], m[2]))
+		}
+		if m[1] == "" {
+			return quote(val) // read as a string
+		}
+		return val
+	})
+}
+
+// suffixed returns names, each with _n appended, comma-separated.
+func suffixed(names []string, n int) string {
+	out := make([]string, len(names))
+	for i, s := range names {
+		out[i] = fmt.Sprintf("%s_%d", s, n)
+	}
+	return strings.Join(out, ", ")
+}
+
+// fragment names the alg/ fragment of a packed code.
+func fragment(code string) string {
+	switch code {
+	case "s":
+		return "sliding"
+	case "g":
+		return "gcra"
+	}
+	return "fixed"
+}
+
+// quote writes s as a Lua string literal, every byte outside printable
+// ASCII (and the quote and backslash) as a decimal escape.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('\'')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '\'' || c == '\\' {
+			fmt.Fprintf(&b, "\\%03d", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+func indent(body, pre string) string {
+	lines := strings.Split(strings.TrimRight(body, "\n"), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = pre + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}
