@@ -41,8 +41,8 @@ var Take = build("take.lua")
 var Settle = build("settle.lua")
 
 var (
-	include = regexp.MustCompile(`(?m)^([ \t]*)--@([a-z]+)\.([a-z]+)[ \t]*$`)
-	section = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
+	include  = regexp.MustCompile(`(?m)^([ \t]*)--@([a-z]+)\.([a-z]+)[ \t]*$`)
+	section  = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
 	saveLoad = regexp.MustCompile(`(?m)^([ \t]*)--@(save|load) ([a-zA-Z_][a-zA-Z_0-9]*(?:, [a-zA-Z_][a-zA-Z_0-9]*)*)[ \t]*$`)
 )
 
@@ -121,4 +121,3 @@ func expand(src string) string {
 		return m[1] + "do\n" + m[1] + strings.Join(lines, "\n"+m[1]) + "\n" + m[1] + "end"
 	})
 }
-

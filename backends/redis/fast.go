@@ -187,4 +187,3 @@ func isDeferred(v any) bool {
 	n, ok := v.(int64)
 	return ok && n == -1
 }
-
