@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -225,30 +226,58 @@ func newGate() gate {
 }
 
 func (g gate) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
-func (g gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (g gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if g.hold([]goredis.Cmder{cmd}) {
+			<-g.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
 func (g gate) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if n := cmds[0].Name(); n != "evalsha" && n != "eval" {
-			return next(ctx, cmds)
+		if g.hold(cmds) {
+			<-g.release
 		}
-		var attempts []int64
-		for _, cmd := range cmds {
-			a := cmd.Args()
-			nk, _ := a[2].(int)
-			m, _ := a[3+nk].(int)
-			attempts = append(attempts, int64(m))
-		}
-		g.entered <- attempts
-		<-g.release
 		return next(ctx, cmds)
 	}
 }
 
-// gated returns a backend with Options.Coalesce 1 whose script pipelines
-// wait at g.
-func gated(t *testing.T) (*Backend, gate) {
+// hold reports the attempts of cmds' scripts, if they are scripts (a
+// fast script alone, take.lua's in pipelines), and says whether to hold
+// them.
+func (g gate) hold(cmds []goredis.Cmder) bool {
+	if n := cmds[0].Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	var attempts []int64
+	for _, cmd := range cmds {
+		a := cmd.Args()
+		nk, _ := a[2].(int)
+		m, _ := a[3+nk].(int)
+		attempts = append(attempts, int64(m))
+	}
+	g.entered <- attempts
+	return true
+}
+
+// gated returns a backend with Options.Coalesce 1 whose scripts wait at
+// g: take.lua's only, or (fast) the fast scripts too, with the fast
+// script of a rule fixed("f", 10, time.Hour) and take.lua loaded, so that
+// no script meets NOSCRIPT.
+func gated(t *testing.T, fast bool) (*Backend, gate) {
 	t.Helper()
 	b, c := coalescing(t, redistest.Standalone(t), 1)
+	if fast {
+		s := newSubject(t, "warm")
+		take(t, b, s.request(opPeek, 1, s.fixed("f", 10, time.Hour)))
+		if err := c.ScriptLoad(context.Background(), lua.Take).Err(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		b.noFast = true
+	}
 	g := newGate()
 	c.AddHook(g)
 	return b, g
@@ -293,7 +322,16 @@ func holdFirst(t *testing.T, b *Backend, g gate) <-chan outcome {
 // flight go out in one three-attempt script; the one on a key holding a
 // foreign value fails alone, the others are decided.
 func TestCoalesceErrorPerCaller(t *testing.T) {
-	b, g := gated(t)
+	for _, fast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) { testCoalesceErrorPerCaller(t, fast) })
+	}
+}
+
+// testCoalesceErrorPerCaller: with fast scripts, the three attempts go
+// in one fast script, which hands the foreign one back with the one
+// after it, and those two go in one of take.lua.
+func testCoalesceErrorPerCaller(t *testing.T, fast bool) {
+	b, g := gated(t, fast)
 	c := b.c.(*goredis.Client)
 	first := holdFirst(t, b, g)
 
@@ -311,9 +349,15 @@ func TestCoalesceErrorPerCaller(t *testing.T) {
 		t.Fatalf("first Take = %+v, %v; want allowed", o.res, o.err)
 	}
 	if got := <-g.entered; len(got) != 1 || got[0] != 3 {
-		t.Fatalf("second script pipeline = attempts %v, want [3]", got)
+		t.Fatalf("second script = attempts %v, want [3]", got)
 	}
 	g.release <- struct{}{}
+	if fast {
+		if got := <-g.entered; len(got) != 1 || got[0] != 2 {
+			t.Fatalf("take.lua after the fast script = attempts %v, want [2]", got)
+		}
+		g.release <- struct{}{}
+	}
 	for k, ch := range chs {
 		o := <-ch
 		if k == 1 {
@@ -342,7 +386,7 @@ func TestCoalesceCancel(t *testing.T) {
 		return take(t, b, s.request(opPeek, 1, s.fixed("f", 10, time.Hour))).Rules[0].Used
 	}
 	t.Run("queued", func(t *testing.T) {
-		b, g := gated(t)
+		b, g := gated(t, false)
 		first := holdFirst(t, b, g)
 		gone, kept := newSubject(t, "gone"), newSubject(t, "kept")
 		ctx, cancel := context.WithCancel(context.Background())
@@ -371,7 +415,7 @@ func TestCoalesceCancel(t *testing.T) {
 		<-g.entered
 	})
 	t.Run("sent", func(t *testing.T) {
-		b, g := gated(t)
+		b, g := gated(t, false)
 		first := holdFirst(t, b, g)
 		lead, gone := newSubject(t, "lead"), newSubject(t, "gone")
 		leadCh := async(context.Background(), b, lead.request(opTake, 1, lead.fixed("f", 10, time.Hour)))
@@ -399,7 +443,7 @@ func TestCoalesceCancel(t *testing.T) {
 		<-g.entered
 	})
 	t.Run("sender", func(t *testing.T) {
-		b, g := gated(t)
+		b, g := gated(t, false)
 		first := holdFirst(t, b, g)
 		lead, other := newSubject(t, "lead"), newSubject(t, "other")
 		ctx, cancel := context.WithCancel(context.Background())

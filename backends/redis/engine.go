@@ -65,13 +65,13 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 	if b.co != nil {
 		return b.co.do(ctx, b, m.rep, request{op: o, Request: req})
 	}
-	if fc, ok := b.encodeFast(o, req, m.rep); ok {
-		v, err := run(ctx, b.c, fc.s.script, fc.s.src, m.rep.EvalOnly, fc.keys, fc.args)
+	if a, ok := b.fastAttempt(o, req, m.rep); ok {
+		v, err := run(ctx, b.c, a.s.script, a.s.src, m.rep.EvalOnly, a.keys, a.args())
 		if err != nil {
 			return driver.Result{}, err
 		}
 		if !isDeferred(v) {
-			return b.finish(o, req, fc.s.choices, v)
+			return b.finish(o, req, a.s.choices, v)
 		}
 		// Handed back before writing anything: take.lua decides.
 	}

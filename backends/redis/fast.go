@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -67,21 +69,22 @@ func (c *fastCache) put(k *fastKey, s *fastScript) {
 	c.mu.Unlock()
 }
 
-// fastCall is one attempt of a fast script, ready for run.
-type fastCall struct {
+// fastAttempt is one request's part of a fast script's call: its keys
+// (dimension sets, then its trail if tk > 0) and its ARGV.
+type fastAttempt struct {
 	s    *fastScript
 	keys []string
-	args []any
+	argv [fastArgs]any
 }
 
-// encodeFast returns the fast call of req, or false where take.lua must
-// decide it (an op, rule or option fast scripts do not cover, or a
+// fastAttempt returns the fast attempt of req, or false where take.lua
+// must decide it (an op, rule or option fast scripts do not cover, or a
 // request take.lua would refuse: take.lua's encoder then says why).
-func (b *Backend) encodeFast(o op, req driver.Request, rep *capability.Report) (fastCall, bool) {
+func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
 		(o != opTake && o != opPeek) || (o == opTake && req.IdemKey != "") {
-		return fastCall{}, false
+		return fastAttempt{}, false
 	}
 	var k fastKey
 	k.n = n
@@ -90,11 +93,11 @@ func (b *Backend) encodeFast(o op, req driver.Request, rep *capability.Report) (
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
-			return fastCall{}, false
+			return fastAttempt{}, false
 		}
 		sp, err := b.spec(rep, r)
 		if err != nil || sp.suffix != "" || !lua.FastCode(sp.code) {
-			return fastCall{}, false
+			return fastAttempt{}, false
 		}
 		k.specs[i] = sp
 		key := group(r)
@@ -116,7 +119,7 @@ func (b *Backend) encodeFast(o op, req driver.Request, rep *capability.Report) (
 	if s == nil {
 		var err error
 		if s, err = buildFast(&k); err != nil {
-			return fastCall{}, false
+			return fastAttempt{}, false
 		}
 		b.fast.put(&k, s)
 	}
@@ -136,12 +139,81 @@ func (b *Backend) encodeFast(o op, req driver.Request, rep *capability.Report) (
 		held = 1
 	}
 	code, _ := opCode(o)
-	args := make([]any, evalArgs, evalArgs+nk+1+fastArgs)
+	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, held, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
+}
+
+// args returns the EVALSHA argument list of a's script for a alone.
+func (a *fastAttempt) args() []any {
+	args := make([]any, evalArgs, evalArgs+len(a.keys)+1+fastArgs)
+	for i := range a.keys {
+		args = append(args, &a.keys[i])
+	}
+	args = append(args, 1)
+	return append(args, a.argv[:]...)
+}
+
+// fastScripts decides what it can of reqs (one script's worth at most,
+// the coalescer's) with fast scripts: the requests sharing the first fast
+// request's script, in one multi-attempt EVALSHA, their outcomes written
+// to out. It returns the indices of the requests left to take.lua (other
+// scripts or none, and those the script handed back).
+func (b *Backend) fastScripts(ctx context.Context, reqs []request, rep *capability.Report, out []driver.BatchResult) []int {
+	var (
+		rest []int
+		idx  []int
+		atts []fastAttempt
+		nk   int
+	)
+	for i, r := range reqs {
+		if len(idx) < batchAttempts {
+			if a, ok := b.fastAttempt(r.op, r.Request, rep); ok && (len(atts) == 0 || a.s == atts[0].s) {
+				idx, atts = append(idx, i), append(atts, a)
+				nk += len(a.keys)
+				continue
+			}
+		}
+		rest = append(rest, i)
+	}
+	if len(idx) == 0 {
+		return rest
+	}
+	keys := make([]string, 0, nk)
+	for _, a := range atts {
+		keys = append(keys, a.keys...)
+	}
+	args := make([]any, evalArgs, evalArgs+nk+1+fastArgs*len(atts))
 	for i := range keys {
 		args = append(args, &keys[i])
 	}
-	args = append(args, 1, code, req.Cost, tk, held, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues)
-	return fastCall{s: s, keys: keys, args: args}, true
+	args = append(args, len(atts))
+	for i := range atts {
+		args = append(args, atts[i].argv[:]...)
+	}
+	s := atts[0].s
+	v, err := run(ctx, b.c, s.script, s.src, rep.EvalOnly, keys, args)
+	if err != nil {
+		for _, i := range idx {
+			out[i].Err = err
+		}
+		return rest
+	}
+	var replies []any
+	if len(atts) == 1 {
+		replies = []any{v}
+	} else if replies, _ = v.([]any); replies == nil {
+		for _, i := range idx {
+			out[i].Err = fmt.Errorf("unexpected reply %T", v)
+		}
+		return rest
+	}
+	for k, i := range idx {
+		if k >= len(replies) || isDeferred(replies[k]) {
+			rest = append(rest, i) // handed back, or after one handed back: not run
+			continue
+		}
+		out[i].Result, out[i].Err = b.finish(reqs[i].op, reqs[i].Request, s.choices, replies[k])
+	}
+	return rest
 }
 
 // buildFast builds the fast script of k's rules.

@@ -26,8 +26,8 @@ func decidingScript(t *testing.T, b *Backend, req request) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc, ok := b.encodeFast(req.op, req.Request, rep); ok {
-		return fc.s.script.Hash()
+	if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {
+		return a.s.script.Hash()
 	}
 	return takeScript.Hash()
 }
