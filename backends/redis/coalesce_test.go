@@ -225,7 +225,7 @@ func newGate() gate {
 	return gate{entered: make(chan []int64, 16), release: make(chan struct{})}
 }
 
-func (g gate) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (g gate) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (g gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if g.hold([]goredis.Cmder{cmd}) {
