@@ -62,25 +62,40 @@ func Fast(rules []FastRule) (string, error) {
 	var reads, decls, eval, commit, writes, trail strings.Builder
 	for g, rs := range groups {
 		g++
-		fmt.Fprintf(&reads, "local V%d = redis.pcall('GET', KEYS[kb + %d])\nlocal O%d = false\n", g, g, g)
-		fmt.Fprintf(&reads, "if V%[1]d then\n  if type(V%[1]d) ~= 'string' or string.byte(V%[1]d, 1) ~= 1 then\n    defer = true\n  else\n"+
-			"    local q, n = 2, #V%[1]d\n    while q <= n do\n      if q + 12 > n then defer = true break end\n"+
-			"      local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n      if d + len - 1 > n then defer = true break end\n      ", g)
+		fmt.Fprintf(&reads, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
+		fmt.Fprintf(&reads, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
+			"  local q = 2\n  if n == 0 or string.byte(V%[1]d, 1) ~= 1 then q = nil end\n"+
+			"  while q and q <= n do\n    if q + 12 > n then q = nil break end\n"+
+			"    local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n    if d + len - 1 > n then q = nil break end\n    ", g)
 		for j, i := range rs {
 			if j > 0 {
 				reads.WriteString("else")
 			}
-			fmt.Fprintf(&reads, "if tag == %s then P%d = q\n      ", quote(rules[i].Tag), i+1)
+			fmt.Fprintf(&reads, "if tag == %s then P%d = q\n    ", quote(rules[i].Tag), i+1)
 		}
-		fmt.Fprintf(&reads, "else\n        O%d = true\n        if tag == MARK and held and exp * 1000 <= now then defer = true break end\n      end\n"+
-			"      q = d + len\n    end\n  end\nend\n", g)
+		fmt.Fprintf(&reads, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
+			"    q = d + len\n  end\n  if not q then\n"+
+			"    fail = redis.error_reply('freqcap: rule ' .. %s .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')\n"+
+			"  end\nend\n", g, quote(rules[rs[0]].Name))
 	}
+	var lapse strings.Builder
+	lapse.WriteString("local named, vals = {}, {}\n")
+	for g := range groups {
+		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
+	}
+	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, {})\n")
+	lapse.WriteString("look = false -- read once more, markers aside\n")
 	// P<r> are declared before the reads fill them.
 	var ps []string
 	for i := range rules {
 		ps = append(ps, fmt.Sprintf("P%d", i+1))
 	}
-	readsSrc := "local " + strings.Join(ps, ", ") + "\n" + reads.String()
+	var vs []string
+	for g := range groups {
+		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
+	}
+	readsSrc := "local " + strings.Join(ps, ", ") + "\nlocal " + strings.Join(vs, ", ") + "\n" + reads.String()
+	lapseSrc := lapse.String() + strings.Join(ps, ", ") + " = nil\n" + reads.String()
 
 	for i, r := range rules {
 		n := i + 1
@@ -145,7 +160,7 @@ func Fast(rules []FastRule) (string, error) {
 	reply := fmt.Sprintf("reply = {allowed and 1 or 0, now, struct.pack('<%s',\n  %s)}",
 		strings.Repeat("Bi7i7i7", len(rules)), strings.Join(results, ",\n  "))
 	fill := map[string]string{
-		"reads": readsSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
+		"reads": readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
 		"writes": writes.String(), "trail": trail.String(), "reply": reply,
 	}
 	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
@@ -157,11 +172,11 @@ func Fast(rules []FastRule) (string, error) {
 		return indent(body, m[1])
 	})
 	src = strings.Replace(src, "kb = kb + G + ", fmt.Sprintf("kb = kb + %d + ", len(groups)), 1)
-	return expand(read("prelude.lua")) + "\n" + src, nil
+	return expand(read("prelude.lua")) + "\n" + expand(read("holds.lua")) + "\n" + src, nil
 }
 
 var (
-	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(reads|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
+	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(reads|lapse|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
 	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
 )
 

@@ -1,22 +1,19 @@
 -- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua comes first). It
--- takes and peeks on packed rules only (fixed windows, sliding window
--- counters, GCRA), running the same eval and commit sections of
+-- it in per set of rule specifications (prelude.lua and holds.lua come
+-- first). It takes and peeks on packed rules only (fixed windows, sliding
+-- window counters, GCRA), running the same eval and commit sections of
 -- alg/fixed.lua, alg/sliding.lua and alg/gcra.lua as take.lua, but with
 -- each rule's code, limit, parameters and tag written in as constants,
 -- the rule loops unrolled and what eval hands to commit kept in locals:
 -- the interpreter does the decision's arithmetic and little else. Its
--- replies are take.lua's, byte for byte.
---
--- What it does not do it hands back before writing anything: an attempt
--- whose value freqcap did not write (or not in this format), or whose
--- hold marker says a reservation may have lapsed, replies the integer -1
--- and ends the script there; the caller runs take.lua for that attempt
--- and the ones after it.
+-- replies and errors are take.lua's, byte for byte, and so are its
+-- writes, lapsed reservations included (holds.lua, as take.lua runs it).
 --
 -- The lines lua.Fast fills in: "--@reads" reads every dimension set's
 -- value (V<g>, one GET each) and finds its rules' entries (P<r>; O<g>:
--- anything else is stored there); "--@decls" declares each rule's locals;
+-- anything else is stored there; lapsed: a hold marker there says a
+-- reservation may have lapsed); "--@lapse" gives lapsed reservations
+-- back and reads again; "--@decls" declares each rule's locals;
 -- "--@each.eval" and "--@each.commit" are every rule's section in turn,
 -- each in its own block that sees take.lua's rule variables (r, code, L,
 -- tag, ki, key, v, p, flags, used, reset, retry; ent, exp in commit);
@@ -30,11 +27,11 @@
 -- ARGV[a+1]  op: t take, p peek
 -- ARGV[a+2]  cost (>= 1)
 -- ARGV[a+3]  tk: index of the trail (list) among the attempt's keys, 0 = none
--- ARGV[a+4]  1 when the request names its reservations (their lapses
---            are take.lua's business), else 0
+-- ARGV[a+4]  hk: index of the reservations (hash), 0 = none
 -- ARGV[a+5]  trail: max entries; ARGV[a+6] its TTL, ms
 -- ARGV[a+7]  policy name; ARGV[a+8] the attempt's trail values
--- KEYS per attempt: its dimension-set keys, then its trail if tk > 0.
+-- KEYS per attempt: its dimension-set keys, then its trail if tk > 0,
+-- then its reservations if hk > 0.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -47,14 +44,19 @@ local kb, ab = 0, 1
 for a = 1, attempts do
   local op = ARGV[ab + 1]
   local c = tonumber(ARGV[ab + 2])
-  local tk = tonumber(ARGV[ab + 3])
-  local held = ARGV[ab + 4] == '1'
-  local reply, fail, defer
+  local tk, hk = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4])
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
   repeat
     --@reads
-    if defer then
-      reply = -1
+    if fail then
+      reply = fail
       break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      --@lapse
     end
 
     -- Phase 1: evaluate every rule, writing nothing.
@@ -88,8 +90,7 @@ for a = 1, attempts do
   until true
   if attempts == 1 then return reply end
   replies[a] = reply
-  if reply == -1 then return replies end
-  kb = kb + G + (tk > 0 and 1 or 0)
+  kb = kb + G + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
   ab = ab + 8
 end
 return replies

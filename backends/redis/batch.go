@@ -95,8 +95,10 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 	return out
 }
 
-// scripts carries out reqs in multi-attempt scripts of take.lua (one
-// attempt per script on a cluster) as TakeBatch describes, on a server
+// scripts carries out reqs in multi-attempt scripts (one attempt per
+// script on a cluster) as TakeBatch describes: consecutive requests
+// sharing a fast script (fast.go) in scripts of it, the others in
+// take.lua's, on a server
 // with scripting, and writes each request's outcome to out (len(reqs)),
 // its error not yet naming the operation. TakeBatch and coalescing
 // (coalesce.go) share it.
@@ -105,8 +107,9 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 	// A unit is one EVALSHA: up to batchAttempts requests on one server,
 	// one on a cluster (each routes by its own slot).
 	type unit struct {
-		idx  []int    // indices in reqs
-		tags []string // their hash tags
+		idx  []int       // indices in reqs
+		tags []string    // their hash tags
+		fs   *fastScript // the fast script all of them run, or nil: take.lua
 		call
 	}
 	_, single := b.c.(*goredis.Client)
@@ -117,17 +120,38 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 	var (
 		todo []unit
 		enc  encoder
+		fenc fastEncoder
 		cur  unit
 	)
 	flush := func() {
 		if len(cur.idx) > 0 {
-			cur.call = enc.done()
+			if cur.fs != nil {
+				cur.call = fenc.done(cur.fs)
+			} else {
+				cur.call = enc.done()
+			}
 			todo = append(todo, cur)
 		}
-		enc, cur = encoder{}, unit{}
+		enc, fenc, cur = encoder{}, fastEncoder{}, unit{}
 	}
 	now := time.Now()
 	for i, req := range reqs {
+		if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {
+			if len(cur.idx) > 0 && cur.fs != a.s {
+				flush()
+			}
+			cur.fs = a.s
+			fenc.add(&a)
+			cur.idx = append(cur.idx, i)
+			cur.tags = append(cur.tags, driver.HashTag(a.keys[0]))
+			if len(cur.idx) == per {
+				flush()
+			}
+			continue
+		}
+		if cur.fs != nil {
+			flush()
+		}
 		if err := b.add(&enc, req.op, req.Request, now, rep); err != nil {
 			out[i].Err = err
 			continue
@@ -139,15 +163,30 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 	}
 	flush()
+	// A fast script this process has not loaded yet is loaded before the
+	// pipeline: otherwise its first batch would meet NOSCRIPT, and a unit
+	// of it followed by a take.lua unit on the same subject could not be
+	// sent again.
+	for _, u := range todo {
+		if u.fs != nil && !evalFallback && !u.fs.loaded.Load() {
+			if err := b.c.ScriptLoad(ctx, u.fs.src).Err(); err == nil {
+				u.fs.loaded.Store(true)
+			}
+		}
+	}
 	cmds := make([]noRetryCmd, len(todo))
 	for pass := 0; len(todo) > 0; pass++ {
 		pipe := b.c.Pipeline()
 		for k := range todo {
 			u := &todo[k]
+			script, src := takeScript, lua.Take
+			if u.fs != nil {
+				script, src = u.fs.script, u.fs.src
+			}
 			if pass == batchPasses-1 || evalFallback {
-				u.args[0], u.args[1] = "eval", lua.Take
+				u.args[0], u.args[1] = "eval", src
 			} else {
-				u.args[0], u.args[1] = "evalsha", takeScript.Hash()
+				u.args[0], u.args[1] = "evalsha", script.Hash()
 			}
 			u.args[2] = len(u.keys)
 			cmds[k] = noRetryCmd{goredis.NewCmd(ctx, u.args...)}
@@ -213,9 +252,21 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 			again[l], again[r] = again[r], again[l]
 		}
 		if !evalFallback {
-			// Loads on every server (ClusterClient: every shard).
-			if err := b.c.ScriptLoad(ctx, lua.Take).Err(); err != nil {
-				evalFallback = true
+			// Loads on every server (ClusterClient: every shard) each
+			// script met NOSCRIPT.
+			loaded := map[*fastScript]bool{}
+			for _, u := range again {
+				if loaded[u.fs] {
+					continue
+				}
+				loaded[u.fs] = true
+				src := lua.Take
+				if u.fs != nil {
+					src = u.fs.src
+				}
+				if err := b.c.ScriptLoad(ctx, src).Err(); err != nil {
+					evalFallback = true
+				}
 			}
 		}
 		todo = again

@@ -169,19 +169,7 @@ func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Repor
 		reqs[i] = w.req
 	}
 	out := make([]driver.BatchResult, len(batch))
-	// The requests sharing a fast script go in one script of it; the
-	// others, and those it hands back, in one of take.lua.
-	if rest := b.fastScripts(flushContext{ctx}, reqs, rep, out); len(rest) > 0 {
-		left := make([]request, len(rest))
-		for k, i := range rest {
-			left[k] = reqs[i]
-		}
-		res := make([]driver.BatchResult, len(rest))
-		b.scripts(flushContext{ctx}, left, rep, res)
-		for k, i := range rest {
-			out[i] = res[k]
-		}
-	}
+	b.scripts(flushContext{ctx}, reqs, rep, out)
 	c.mu.Lock()
 	for i, w := range batch {
 		w.res, w.state = out[i], done

@@ -70,10 +70,7 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 		if err != nil {
 			return driver.Result{}, err
 		}
-		if !isDeferred(v) {
-			return b.finish(o, req, a.s.choices, v)
-		}
-		// Handed back before writing anything: take.lua decides.
+		return b.finish(o, req, a.s.choices, v)
 	}
 	c, err := b.encode(o, req, time.Now(), m.rep)
 	if err != nil {

@@ -1,9 +1,8 @@
 package redis
 
 import (
-	"context"
-	"fmt"
 	"sync"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -41,6 +40,9 @@ type fastScript struct {
 	src     string
 	groups  int
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
+	// loaded: SCRIPT LOAD succeeded once (batches load a script before
+	// their first pipeline).
+	loaded atomic.Bool
 }
 
 // fastCache maps fastKey to fastScript, at most specCacheMax entries (it
@@ -123,23 +125,26 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 		b.fast.put(&k, s)
 	}
-	tk := 0
+	tk, hk := 0, 0
 	nk := g
 	if o == opTake && req.TrailKey != "" && req.TrailMax > 0 {
 		nk++
 		tk = nk
+	}
+	if req.ReservationKey != "" {
+		nk++
+		hk = nk
 	}
 	keys := make([]string, nk)
 	copy(keys, groups[:g])
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
 	}
-	held := 0
-	if req.ReservationKey != "" {
-		held = 1
+	if hk > 0 {
+		keys[hk-1] = req.ReservationKey
 	}
 	code, _ := opCode(o)
-	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, held, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
+	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
 }
 
 // args returns the EVALSHA argument list of a's script for a alone.
@@ -152,68 +157,32 @@ func (a *fastAttempt) args() []any {
 	return append(args, a.argv[:]...)
 }
 
-// fastScripts decides what it can of reqs (one script's worth at most,
-// the coalescer's) with fast scripts: the requests sharing the first fast
-// request's script, in one multi-attempt EVALSHA, their outcomes written
-// to out. It returns the indices of the requests left to take.lua (other
-// scripts or none, and those the script handed back).
-func (b *Backend) fastScripts(ctx context.Context, reqs []request, rep *capability.Report, out []driver.BatchResult) []int {
-	var (
-		rest []int
-		idx  []int
-		atts []fastAttempt
-		nk   int
-	)
-	for i, r := range reqs {
-		if len(idx) < batchAttempts {
-			if a, ok := b.fastAttempt(r.op, r.Request, rep); ok && (len(atts) == 0 || a.s == atts[0].s) {
-				idx, atts = append(idx, i), append(atts, a)
-				nk += len(a.keys)
-				continue
-			}
-		}
-		rest = append(rest, i)
+// fastEncoder gathers the keys and ARGV of attempts of one fast script.
+type fastEncoder struct {
+	keys []string
+	argv []any
+	n    int
+}
+
+func (e *fastEncoder) add(a *fastAttempt) {
+	e.keys = append(e.keys, a.keys...)
+	e.argv = append(e.argv, a.argv[:]...)
+	e.n++
+}
+
+// done returns the call of the attempts added, which run fs.
+func (e *fastEncoder) done(fs *fastScript) call {
+	args := make([]any, evalArgs, evalArgs+len(e.keys)+1+len(e.argv))
+	for i := range e.keys {
+		args = append(args, &e.keys[i])
 	}
-	if len(idx) == 0 {
-		return rest
+	args = append(args, e.n)
+	args = append(args, e.argv...)
+	attempts := make([][]ruleChoice, e.n)
+	for i := range attempts {
+		attempts[i] = fs.choices
 	}
-	keys := make([]string, 0, nk)
-	for _, a := range atts {
-		keys = append(keys, a.keys...)
-	}
-	args := make([]any, evalArgs, evalArgs+nk+1+fastArgs*len(atts))
-	for i := range keys {
-		args = append(args, &keys[i])
-	}
-	args = append(args, len(atts))
-	for i := range atts {
-		args = append(args, atts[i].argv[:]...)
-	}
-	s := atts[0].s
-	v, err := run(ctx, b.c, s.script, s.src, rep.EvalOnly, keys, args)
-	if err != nil {
-		for _, i := range idx {
-			out[i].Err = err
-		}
-		return rest
-	}
-	var replies []any
-	if len(atts) == 1 {
-		replies = []any{v}
-	} else if replies, _ = v.([]any); replies == nil {
-		for _, i := range idx {
-			out[i].Err = fmt.Errorf("unexpected reply %T", v)
-		}
-		return rest
-	}
-	for k, i := range idx {
-		if k >= len(replies) || isDeferred(replies[k]) {
-			rest = append(rest, i) // handed back, or after one handed back: not run
-			continue
-		}
-		out[i].Result, out[i].Err = b.finish(reqs[i].op, reqs[i].Request, s.choices, replies[k])
-	}
-	return rest
+	return call{keys: e.keys, args: args, attempts: attempts}
 }
 
 // buildFast builds the fast script of k's rules.
@@ -251,11 +220,4 @@ func toInt64(v any) int64 {
 		return int64(x)
 	}
 	panic("redis: fast script: unexpected argument type")
-}
-
-// isDeferred reports whether a fast script handed its attempt back to
-// take.lua (the reply -1).
-func isDeferred(v any) bool {
-	n, ok := v.(int64)
-	return ok && n == -1
 }
