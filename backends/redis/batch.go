@@ -34,7 +34,8 @@ const batchAttempts = 128
 // BatchResult per request, in input order.
 //
 // On a standalone or Sentinel server one EVALSHA decides up to 128
-// requests in input order, each still atomic and all-or-nothing on its
+// requests in input order (consecutive requests that share a fast script,
+// see the package doc, in a script of it; the others in take.lua's), each still atomic and all-or-nothing on its
 // own (a denied request consumes nothing and does not stop the others),
 // and the EVALSHAs of a batch go in one pipeline. On a Redis Cluster each
 // request is one EVALSHA routed by the slot of its keys (one hash tag per

@@ -10,7 +10,8 @@ import (
 )
 
 // coalescer sends the concurrent single decisions of one Backend as
-// multi-attempt scripts of take.lua (Options.Coalesce). It starts no
+// multi-attempt scripts (take.lua's or a fast script's, as batches:
+// Backend.scripts) (Options.Coalesce). It starts no
 // goroutine: the callers themselves send the scripts.
 //
 // A call enqueues its request. A call holding a slot (there are max) is a

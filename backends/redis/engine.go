@@ -53,7 +53,7 @@ func (b *Backend) engine(ctx context.Context) (engine, error) {
 	return e, nil
 }
 
-// scriptMode runs take.lua: one EVALSHA per decision (or per coalesced
+// scriptMode runs take.lua or a fast script (fast.go): one EVALSHA per decision (or per coalesced
 // group, Options.Coalesce), up to batchAttempts per EVALSHA in a batch.
 type scriptMode struct {
 	b   *Backend

@@ -3,9 +3,15 @@
 // scripts on plain data types and, where the server has them, module
 // commands.
 //
-// One decision is one EVALSHA of one script (lua.Take) that evaluates every
-// rule of the request against the server's clock (TIME) and consumes from
-// all of them only if all admit. The rules of a request that share their
+// One decision is one EVALSHA of one script that evaluates every rule of
+// the request against the server's clock (TIME) and consumes from all of
+// them only if all admit: lua.Take, or, for a take or peek whose rules
+// are all fixed windows, sliding-window counters or GCRA on plain Lua (at
+// most lua.FastMax, no idempotency key, no Options.Upgrade), the fast
+// script built for that set of rules (lua.Fast: lua.Take's own
+// arithmetic with the rules written in as constants; the same replies,
+// writes and errors, at a fraction of the interpreter's work; each is
+// built and loaded once per process and server). The rules of a request that share their
 // dimensions keep their state in ONE key, the dimension set's
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
@@ -309,7 +315,8 @@ func isNoScript(err error) bool {
 }
 
 // Take checks req's rules and consumes req.Cost from each if all admit
-// it, in one EVALSHA of take.lua (EVAL where the server refuses EVALSHA;
+// it, in one EVALSHA of take.lua or of the fast script of req's rules
+// (see the package doc; EVAL where the server refuses EVALSHA;
 // shared with concurrent calls under Options.Coalesce). Where scripting is
 // refused, it runs bare TairHash commands instead (docs/MODULES.md, "Bare
 // mode"): the Result is NonAtomic.
