@@ -19,8 +19,9 @@ type FastRule struct {
 }
 
 // FastMax bounds the rules of a script Fast builds (Lua allows 200 locals
-// in a function; a rule takes up to 17).
-const FastMax = 8
+// in a function: a rule takes up to 19 of them, and a block of its own
+// up to 25 more while it runs).
+const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
 // codes): fixed windows, sliding window counters and GCRA, packed.
@@ -71,7 +72,7 @@ func Fast(rules []FastRule) (string, error) {
 			if j > 0 {
 				reads.WriteString("else")
 			}
-			fmt.Fprintf(&reads, "if tag == %s then P%d = q\n    ", quote(rules[i].Tag), i+1)
+			fmt.Fprintf(&reads, "if tag == %s then P%[2]d, N%[2]d, T%[2]d = q, len, exp\n    ", quote(rules[i].Tag), i+1)
 		}
 		fmt.Fprintf(&reads, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
 			"    q = d + len\n  end\n  if not q then\n"+
@@ -86,9 +87,9 @@ func Fast(rules []FastRule) (string, error) {
 	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, {})\n")
 	lapse.WriteString("look = false -- read once more, markers aside\n")
 	// P<r> are declared before the reads fill them.
-	var ps []string
+	var ps []string // each rule's entry: its start, payload length, expiry
 	for i := range rules {
-		ps = append(ps, fmt.Sprintf("P%d", i+1))
+		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
 	}
 	var vs []string
 	for g := range groups {
@@ -135,7 +136,7 @@ func Fast(rules []FastRule) (string, error) {
 			if i != rs[0] {
 				fmt.Fprintf(&writes, "  if X%[1]d > top then top = X%[1]d end\n", n)
 			}
-			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and string.sub(V%[3]d, P%[1]d, P%[1]d + 12) == string.sub(E%[1]d, 1, 13)", n, pos, g))
+			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and N%[1]d == #E%[1]d - 13 and T%[1]d == X%[1]d", n, pos))
 			pos = fmt.Sprintf("P%d + #E%d", n, n)
 		}
 		fmt.Fprintf(&writes, "  local body = %s\n", strings.Join(body, " .. "))

@@ -10,7 +10,8 @@
 -- writes, lapsed reservations included (holds.lua, as take.lua runs it).
 --
 -- The lines lua.Fast fills in: "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>; O<g>:
+-- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
+-- their payload lengths N<r> and expiries T<r>; O<g>:
 -- anything else is stored there; lapsed: a hold marker there says a
 -- reservation may have lapsed); "--@lapse" gives lapsed reservations
 -- back and reads again; "--@decls" declares each rule's locals;

@@ -15,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -232,5 +233,33 @@ func TestFastLapseAndForeign(t *testing.T) {
 	}
 	if v, _ := c.Get(ctx, rs[0].Key).Result(); v != "hello" {
 		t.Errorf("foreign value = %q after the refusal, want it untouched", v)
+	}
+}
+
+// TestFastScriptsLoad: the largest fast scripts (lua.FastMax rules, in one
+// dimension set or each in its own) compile on the server: Lua's limit of
+// 200 locals per function holds.
+func TestFastScriptsLoad(t *testing.T) {
+	_, c := standalone(t)
+	for _, code := range []string{"f", "s", "g"} {
+		for _, spread := range []bool{false, true} {
+			rules := make([]lua.FastRule, lua.FastMax)
+			for i := range rules {
+				rules[i] = lua.FastRule{Code: code, Name: fmt.Sprintf("r%d", i), Limit: 10, P1: 1000000, P2: 100000, Tag: fmt.Sprintf("t%03d", i), Key: 1}
+				if spread {
+					rules[i].Key = i + 1
+				}
+			}
+			src, err := lua.Fast(rules)
+			if err != nil {
+				t.Fatalf("Fast(%d %q rules): %v", len(rules), code, err)
+			}
+			if err := c.ScriptLoad(context.Background(), src).Err(); err != nil {
+				t.Errorf("SCRIPT LOAD of %d %q rules (each in its own key: %v): %v", len(rules), code, spread, err)
+			}
+		}
+	}
+	if _, err := lua.Fast(make([]lua.FastRule, lua.FastMax+1)); err == nil {
+		t.Errorf("Fast(%d rules) = nil error, want one", lua.FastMax+1)
 	}
 }
