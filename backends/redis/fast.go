@@ -16,10 +16,9 @@ import (
 // windows, calendar excepted; sliding window counters; GCRA on plain
 // Lua), at most lua.FastMax of them, without an idempotency key and
 // without Options.Upgrade, runs the script built for its rules, loaded
-// once per server like take.lua. The script hands an attempt it cannot
-// decide back before writing anything (a value freqcap did not write, a
-// reservation that may have lapsed): the backend then runs take.lua for
-// it, so a decision is one EVALSHA as before, two in those cases.
+// once per server like take.lua, single, batched (Backend.scripts) or
+// coalesced. It decides, writes and errs exactly as take.lua would
+// (lapsed reservations included), so a decision stays one EVALSHA.
 
 // fastArgs is the ARGV per attempt of a fast script (lua/fast.lua).
 const fastArgs = 8
