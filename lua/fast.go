@@ -119,7 +119,7 @@ func Fast(rules []FastRule) (string, error) {
 		if len(saved) > 0 {
 			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
 		}
-		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\nlocal v, p = V%d, P%d\n%s\n"+
+		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\nlocal v, p, pl, pe, pq = V%[2]d, P%[3]d, N%[3]d, T%[3]d, P%[3]d and P%[3]d + 13\n%[4]s\n"+
 			"if flags ~= 1 then allowed = false end\nF%[5]d, U%[5]d, Z%[5]d, Y%[5]d = flags, used, reset, retry\nuntil true end\n",
 			head, r.Key, n, ev, n)
 		fmt.Fprintf(&commit, "do\n%slocal v, used, reset = V%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[3]d, Z%[3]d, E%[3]d, X%[3]d = used, reset, ent, exp\nend\n",

@@ -17,7 +17,8 @@
 -- back and reads again; "--@decls" declares each rule's locals;
 -- "--@each.eval" and "--@each.commit" are every rule's section in turn,
 -- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, flags, used, reset, retry; ent, exp in commit);
+-- tag, ki, key, v, p, pl, pe, pq, flags, used, reset, retry; ent, exp in
+-- commit);
 -- "--@writes" writes each dimension set's value (SETRANGE in place when
 -- the entries keep their places, lengths and expiries, as take.lua);
 -- "--@trail" and "--@reply" build the denial trail's entries and the

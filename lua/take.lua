@@ -9,7 +9,8 @@
 -- old key index b+8),
 -- code, L (limit), tag, ki, key, c (cost), now, st (per rule: what eval
 -- hands to commit), plan (a reservation's entries, or nil); a packed
--- rule's v (the value read) and p (its entry's start, or nil); a log
+-- rule's v (the value read) and p (its entry's start, or nil) with, when
+-- p, the entry's payload length pl, expiry pe and payload start pq; a log
 -- rule's lg (its log's state). eval sets flags (1 admitted, 0 denied, 2
 -- cost too high), used, reset, retry (µs) and st[r]; commit gets x =
 -- st[r] and used (before), sets used and reset after consuming and, for
@@ -216,12 +217,18 @@ for a = 1, attempts do
       local flags, used, reset, retry = 1, 0, 0, 0
       if code == 's' then
         local v, p = raws[ki], vals[ki][tag]
+        local _, pl, pe, pq
+        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         --@sliding.eval
       elseif code == 'f' or code == 'c' then
         local v, p = raws[ki], vals[ki][tag]
+        local _, pl, pe, pq
+        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         --@fixed.eval
       elseif code == 'g' then
         local v, p = raws[ki], vals[ki][tag]
+        local _, pl, pe, pq
+        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         --@gcra.eval
       elseif code == 'l' then
         local lg = logs[ki]

@@ -26,10 +26,7 @@ else
   end
 end
 local em = math.ceil(e / 1000)
-if p then
-  local _, _, exp, q = struct.unpack(HDR, v, p)
-  if exp == em then used = struct.unpack('<I7', v, q) end
-end
+if p and pe == em then used = struct.unpack('<I7', v, pq) end
 if used > 0 then reset = e - now end
 if c > L then
   flags = 2

@@ -13,10 +13,7 @@
 --@eval
 local T, tol = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
 local ttl = 0
-if p then
-  local _, _, _, q = struct.unpack(HDR, v, p)
-  ttl = math.max(struct.unpack('<I7', v, q) - now, 0)
-end
+if p then ttl = math.max(struct.unpack('<I7', v, pq) - now, 0) end
 local new = ttl
 if c > L then
   flags = 2

@@ -21,9 +21,8 @@ local i = math.floor(now / s)
 local lo = i - K
 local newest, k, top, q, list = -1, 0, -1, 0, nil
 if p then
-  local _, len
-  _, len, _, q = struct.unpack(HDR, v, p)
-  k = (len - 14) / 7
+  q = pq
+  k = (pl - 14) / 7
   local sum
   top, sum = struct.unpack('<I7I7', v, q)
   if top < lo then
