@@ -12,8 +12,10 @@
 -- rule's v (the value read) and p (its entry's start, or nil) with, when
 -- p, the entry's payload length pl, expiry pe and payload start pq; a log
 -- rule's lg (its log's state). eval sets flags (1 admitted, 0 denied, 2
--- cost too high), used, reset, retry (µs) and st[r]; commit gets x =
--- st[r] and used (before), sets used and reset after consuming and, for
+-- cost too high), used, reset and retry (µs), and saves what commit
+-- needs with a line "--@save a, b" (here st[r] = {a, b}; lua.go); commit
+-- gets them back with "--@load a, b" (here from x = st[r]) and used
+-- (before), sets used and reset after consuming and, for
 -- a packed rule, ent (the whole entry) and exp (its expiry, ms). A
 -- section that refuses the attempt sets fail to the error reply and
 -- breaks out of the rule loop.
