@@ -20,9 +20,6 @@ import (
 // coalesced. It decides, writes and errs exactly as take.lua would
 // (lapsed reservations included), so a decision stays one EVALSHA.
 
-// fastArgs is the ARGV per attempt of a fast script (lua/fast.lua).
-const fastArgs = 8
-
 // fastKey identifies a fast script: its rules' specifications (the spec
 // cache's pointers: one per distinct static specification while cached)
 // and each rule's dimension-set index.

@@ -33,7 +33,13 @@ const (
 	perRuleBytes = 1 + 3*7
 )
 
-// Op codes: take.lua's ARGV[a+1].
+// fastArgs is the ARGV per attempt of a fast script (lua/fast.lua's
+// header, fast.go's fastAttempt): op code, cost, the trail's and the
+// reservations' key indexes, trail max and TTL (ms), policy name, trail
+// values; its reply is take.lua's.
+const fastArgs = 8
+
+// Op codes: take.lua's (and fast scripts') ARGV[a+1].
 const (
 	opCodeTake    = "t"
 	opCodePeek    = "p"
