@@ -68,12 +68,14 @@ end
 -- bytes copied around them; otherwise the cells are rebuilt from the
 -- oldest counted one holding units (or i) to the newest.
 --@load i, lo, K, s, list, top, newest, k, q
-local hi, body = math.max(i, newest)
+local hi = math.max(i, newest)
+exp = math.ceil((hi + K + 1) * s / 1000)
 if not list and k > 0 and top == i then
+  -- The entry's header and top and sum in one pack, the cells copied.
   local last = struct.unpack('<I7', v, q + 7 * (k + 1))
-  body = struct.pack('<I7I7', i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
+  ent = struct.pack('<c4I3I6I7I7', tag, 7 * (k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
 elseif not list and k > 0 and top < i then
-  body = struct.pack('<I7I7', i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
+  ent = struct.pack('<c4I3I6I7I7', tag, 7 * (i - top + k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
 else
   local first, jb = i, top - k
   if list or k > 0 then
@@ -92,10 +94,10 @@ else
     if j == i then u = u + c end
     out[#out + 1] = u
   end
-  body = pints(out)
+  local body = pints(out)
+  ent = struct.pack(HDR, tag, #body, exp) .. body
 end
-used, reset, exp = used + c, (hi + K + 1) * s - now, math.ceil((hi + K + 1) * s / 1000)
-ent = struct.pack(HDR, tag, #body, exp) .. body
+used, reset = used + c, (hi + K + 1) * s - now
 if plan then
   plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
 end
