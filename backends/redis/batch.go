@@ -164,16 +164,15 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 	}
 	flush()
-	// A fast script this process has not loaded yet is loaded before the
-	// pipeline: otherwise its first batch would meet NOSCRIPT, and a unit
-	// of it followed by a take.lua unit on the same subject could not be
-	// sent again.
-	for _, u := range todo {
-		if u.fs != nil && !evalFallback && !u.fs.loaded.Load() {
-			if err := b.c.ScriptLoad(ctx, u.fs.src).Err(); err == nil {
-				u.fs.loaded.Store(true)
-			}
-		}
+	// A batch mixing scripts first makes sure the server has them all
+	// (SCRIPT EXISTS, then SCRIPT LOAD of the missing; on a cluster, every
+	// master): otherwise one the server never ran would meet NOSCRIPT
+	// while units of another ran, and its units could not be sent again
+	// (a later request on the same subject may have run). A batch of one
+	// script meets NOSCRIPT, if at all, in every unit, and all are sent
+	// again.
+	if !evalFallback {
+		loadScripts(ctx, b.c, todo, func(u unit) *fastScript { return u.fs })
 	}
 	cmds := make([]noRetryCmd, len(todo))
 	for pass := 0; len(todo) > 0; pass++ {
@@ -272,5 +271,41 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 		todo = again
 		cmds = cmds[:len(todo)]
+	}
+}
+
+// loadScripts makes sure the server has every script the units of a batch
+// run (their fast scripts, nil for take.lua) when they are not all the
+// same: one SCRIPT EXISTS, then SCRIPT LOAD of each missing. Errors are
+// left to the pipeline (NOSCRIPT is handled there).
+func loadScripts[U any](ctx context.Context, c goredis.UniversalClient, units []U, fs func(U) *fastScript) {
+	var (
+		srcs   []string
+		hashes []string
+		seen   = map[*fastScript]bool{}
+	)
+	for _, u := range units {
+		f := fs(u)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		if f == nil {
+			srcs, hashes = append(srcs, lua.Take), append(hashes, takeScript.Hash())
+		} else {
+			srcs, hashes = append(srcs, f.src), append(hashes, f.script.Hash())
+		}
+	}
+	if len(hashes) < 2 {
+		return
+	}
+	ok, err := c.ScriptExists(ctx, hashes...).Result()
+	if err != nil || len(ok) != len(hashes) {
+		return
+	}
+	for i, there := range ok {
+		if !there {
+			_ = c.ScriptLoad(ctx, srcs[i]).Err()
+		}
 	}
 }

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"sync"
-	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -36,9 +35,6 @@ type fastScript struct {
 	src     string
 	groups  int
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
-	// loaded: SCRIPT LOAD succeeded once (batches load a script before
-	// their first pipeline).
-	loaded atomic.Bool
 }
 
 // fastCache maps fastKey to fastScript, at most specCacheMax entries (it

@@ -23,14 +23,20 @@ import (
 // its fast script, or take.lua.
 func decidingScript(t *testing.T, b *Backend, req request) string {
 	t.Helper()
+	return goredis.NewScript(decidingSource(t, b, req)).Hash()
+}
+
+// decidingSource returns the source of the script that decides req on b.
+func decidingSource(t *testing.T, b *Backend, req request) string {
+	t.Helper()
 	rep, err := b.report(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {
-		return a.s.script.Hash()
+		return a.s.src
 	}
-	return takeScript.Hash()
+	return lua.Take
 }
 
 // scriptCounter is a go-redis hook counting the EVALSHA and EVAL commands
@@ -261,5 +267,60 @@ func TestFastScriptsLoad(t *testing.T) {
 	}
 	if _, err := lua.Fast(make([]lua.FastRule, lua.FastMax+1)); err == nil {
 		t.Errorf("Fast(%d rules) = nil error, want one", lua.FastMax+1)
+	}
+}
+
+// TestBatchMixedScriptsFirstUse: a batch mixing take.lua (idempotent
+// takes) and a fast script on one subject, on a server that has run the
+// fast script but never take.lua, is carried out whole, in order: the
+// backend loads both scripts first, so take.lua does not meet NOSCRIPT
+// while the fast script runs. (The cluster's scripts are flushed first.)
+func TestBatchMixedScriptsFirstUse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    func(t *testing.T) *Backend
+	}{
+		{"standalone", func(t *testing.T) *Backend {
+			c := goredis.NewClient(NewClientOptions(redistest.NewServer(t).Addr()).Simple())
+			t.Cleanup(func() { c.Close() })
+			return New(c, nil)
+		}},
+		{"cluster", func(t *testing.T) *Backend {
+			b, c := cluster(t)
+			if err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *goredis.Client) error {
+				return m.ScriptFlush(ctx).Err()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.b(t)
+			s := newSubject(t, "mixed")
+			f := s.fixed("f", 10, time.Hour)
+			var reqs []request
+			for i := range 6 {
+				r := s.request(opTake, 1, f)
+				if i%2 == 0 {
+					r.IdemKey, r.IdemTTL = s.base+"idem"+strconv.Itoa(i), time.Hour
+				}
+				reqs = append(reqs, r)
+			}
+			if decidingScript(t, b, reqs[1]) == takeScript.Hash() || decidingScript(t, b, reqs[0]) != takeScript.Hash() {
+				t.Fatal("the batch does not mix take.lua and a fast script")
+			}
+			// A single decision first: the server has the fast script, not
+			// take.lua.
+			other := newSubject(t, "other")
+			take(t, b, other.request(opPeek, 1, other.fixed("f", 10, time.Hour)))
+			out := b.batch(context.Background(), reqs)
+			for i, o := range out {
+				if o.Err != nil {
+					t.Fatalf("TakeBatch(…)[%d].Err = %v, want a decision", i, o.Err)
+				}
+				checkRule(t, fmt.Sprintf("TakeBatch(…)[%d]", i), o.Result.Rules[0], true, int64(i+1), 10)
+			}
+		})
 	}
 }
