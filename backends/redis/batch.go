@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -172,7 +173,11 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 	// script meets NOSCRIPT, if at all, in every unit, and all are sent
 	// again.
 	if !evalFallback {
-		loadScripts(ctx, b.c, todo, func(u unit) *fastScript { return u.fs })
+		fss := make([]*fastScript, len(todo))
+		for k, u := range todo {
+			fss[k] = u.fs
+		}
+		b.loadScripts(ctx, fss)
 	}
 	cmds := make([]noRetryCmd, len(todo))
 	for pass := 0; len(todo) > 0; pass++ {
@@ -205,6 +210,9 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 			later := false
 			for _, t := range u.tags {
 				later = later || ran[t]
+			}
+			if isNoScript(err) {
+				b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
 			}
 			switch {
 			case err == nil:
@@ -276,36 +284,41 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 
 // loadScripts makes sure the server has every script the units of a batch
 // run (their fast scripts, nil for take.lua) when they are not all the
-// same: one SCRIPT EXISTS, then SCRIPT LOAD of each missing. Errors are
-// left to the pipeline (NOSCRIPT is handled there).
-func loadScripts[U any](ctx context.Context, c goredis.UniversalClient, units []U, fs func(U) *fastScript) {
+// same: one SCRIPT EXISTS, then SCRIPT LOAD of each missing, unless every
+// one of them was found or loaded since the backend last met NOSCRIPT
+// (Backend.noScripts). Errors are left to the pipeline (NOSCRIPT is
+// handled there).
+func (b *Backend) loadScripts(ctx context.Context, fss []*fastScript) {
 	var (
 		srcs   []string
 		hashes []string
+		marks  []*atomic.Uint64
 		seen   = map[*fastScript]bool{}
 	)
-	for _, u := range units {
-		f := fs(u)
+	gen := b.noScripts.Load()
+	stale := false
+	for _, f := range fss {
 		if seen[f] {
 			continue
 		}
 		seen[f] = true
-		if f == nil {
-			srcs, hashes = append(srcs, lua.Take), append(hashes, takeScript.Hash())
-		} else {
-			srcs, hashes = append(srcs, f.src), append(hashes, f.script.Hash())
+		src, hash, mark := lua.Take, takeScript.Hash(), &b.takeThere
+		if f != nil {
+			src, hash, mark = f.src, f.script.Hash(), &f.there
 		}
+		srcs, hashes, marks = append(srcs, src), append(hashes, hash), append(marks, mark)
+		stale = stale || mark.Load() != gen+1
 	}
-	if len(hashes) < 2 {
+	if len(hashes) < 2 || !stale {
 		return
 	}
-	ok, err := c.ScriptExists(ctx, hashes...).Result()
+	ok, err := b.c.ScriptExists(ctx, hashes...).Result()
 	if err != nil || len(ok) != len(hashes) {
 		return
 	}
 	for i, there := range ok {
-		if !there {
-			_ = c.ScriptLoad(ctx, srcs[i]).Err()
+		if there || b.c.ScriptLoad(ctx, srcs[i]).Err() == nil {
+			marks[i].Store(gen + 1)
 		}
 	}
 }

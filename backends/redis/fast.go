@@ -2,6 +2,7 @@ package redis
 
 import (
 	"sync"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -35,6 +36,9 @@ type fastScript struct {
 	src     string
 	groups  int
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
+	// there is the owning Backend's noScripts+1 when the server was found
+	// to have this script since its last NOSCRIPT (loadScripts).
+	there atomic.Uint64
 }
 
 // fastCache maps fastKey to fastScript, at most specCacheMax entries (it

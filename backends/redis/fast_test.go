@@ -324,3 +324,74 @@ func TestBatchMixedScriptsFirstUse(t *testing.T) {
 		})
 	}
 }
+
+// commandCounter is a go-redis hook counting the commands of one name
+// sent one by one (SCRIPT EXISTS: "script").
+type commandCounter struct {
+	name string
+	n    *atomic.Int64
+}
+
+func (h commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() == h.name && len(cmd.Args()) > 1 && cmd.Args()[1] == "exists" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestBatchMixedScriptsChecked: a batch mixing scripts asks the server for
+// them (SCRIPT EXISTS) only until it has found them all, and again after
+// the backend met NOSCRIPT (here: SCRIPT FLUSH, then a single decision
+// that reloads the fast script alone), so that batch is carried out whole.
+func TestBatchMixedScriptsChecked(t *testing.T) {
+	c := goredis.NewClient(NewClientOptions(redistest.NewServer(t).Addr()).Simple())
+	defer c.Close()
+	var exists atomic.Int64
+	c.AddHook(commandCounter{name: "script", n: &exists})
+	b := New(c, nil)
+	ctx := context.Background()
+	s := newSubject(t, "checked")
+	f := s.fixed("f", 1000, time.Hour)
+	used := int64(0)
+	mixed := func(what string) {
+		t.Helper()
+		var reqs []request
+		for i := range 4 {
+			r := s.request(opTake, 1, f)
+			if i%2 == 0 {
+				r.IdemKey, r.IdemTTL = s.base+what+strconv.Itoa(i), time.Hour
+			}
+			reqs = append(reqs, r)
+		}
+		for i, o := range b.batch(ctx, reqs) {
+			used++
+			if o.Err != nil {
+				t.Fatalf("%s: TakeBatch(…)[%d].Err = %v, want a decision", what, i, o.Err)
+			}
+			checkRule(t, fmt.Sprintf("%s: TakeBatch(…)[%d]", what, i), o.Result.Rules[0], true, used, 1000)
+		}
+	}
+	mixed("first")
+	if n := exists.Swap(0); n != 1 {
+		t.Errorf("first mixed batch: %d SCRIPT EXISTS, want 1", n)
+	}
+	mixed("second")
+	if n := exists.Swap(0); n != 0 {
+		t.Errorf("second mixed batch: %d SCRIPT EXISTS, want 0 (both scripts found already)", n)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	used++
+	checkRule(t, "single take after SCRIPT FLUSH", take(t, b, s.request(opTake, 1, f)).Rules[0], true, used, 1000)
+	mixed("after flush")
+	if n := exists.Swap(0); n != 1 {
+		t.Errorf("mixed batch after NOSCRIPT: %d SCRIPT EXISTS, want 1", n)
+	}
+}

@@ -170,6 +170,11 @@ type Backend struct {
 	// noFast turns them off (tests comparing them with take.lua).
 	fast   fastCache
 	noFast bool
+	// noScripts counts the NOSCRIPT replies the backend met; takeThere
+	// (and each fast script's there) is noScripts+1 when take.lua was
+	// found or loaded on the server since the last one (loadScripts).
+	noScripts atomic.Uint64
+	takeThere atomic.Uint64
 	// co coalesces single decisions (Options.Coalesce); nil when off.
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).
@@ -263,8 +268,9 @@ func (noRetryCmd) NoRetry() bool { return true }
 // restart, a failover, SCRIPT FLUSH), EVAL with the source; with
 // evalOnly (a server that refuses EVALSHA: capability.Report.EvalOnly),
 // EVAL at once. args starts with 3 placeholders for the command name,
-// script and key count.
-func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
+// script and key count. A NOSCRIPT reply is counted in noScripts (if not
+// nil: Backend.noScripts).
+func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, evalOnly bool, keys []string, args []any, noScripts *atomic.Uint64) (any, error) {
 	args[2] = len(keys)
 	var (
 		v   any
@@ -272,6 +278,9 @@ func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src 
 	)
 	if !evalOnly {
 		v, err = send(ctx, c, args, "evalsha", s.Hash())
+	}
+	if !evalOnly && isNoScript(err) && noScripts != nil {
+		noScripts.Add(1)
 	}
 	if evalOnly || isNoScript(err) {
 		v, err = send(ctx, c, args, "eval", src)
