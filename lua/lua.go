@@ -12,13 +12,17 @@
 //   - holds.lua: reservations, refunds and hold markers, built on demand;
 //   - upgrade.lua: reading through the one-key-per-rule layout;
 //   - take.lua, settle.lua: the frames, whose header comments give their
-//     KEYS, ARGV and reply.
+//     KEYS, ARGV and reply;
+//   - fast.lua: the frame of the fast scripts, take.lua specialised to one
+//     set of rules, which Fast fills in at run time (once per set).
 //
 // A line "--@<fragment>.<section>" in a frame or in holds.lua is replaced
 // by that section's code, inline: Lua creates every function a script
 // defines on each run of it, so the algorithms are pasted into the
-// frame's branches rather than defined as functions. Scripts are never
-// read from disk at run time.
+// frame's branches rather than defined as functions. Within a section,
+// "--@save a, b" (eval) and "--@load a, b" (commit) carry values from
+// eval to commit: through a table per rule in take.lua, through locals in
+// a fast script. Scripts are never read from disk at run time.
 package lua
 
 import (
