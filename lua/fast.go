@@ -76,7 +76,7 @@ func Fast(rules []FastRule) (string, error) {
 		}
 		fmt.Fprintf(&reads, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
 			"    q = d + len\n  end\n  if not q then\n"+
-			"    fail = redis.error_reply('freqcap: rule ' .. %s .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')\n"+
+			"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
 			"  end\nend\n", g, quote(rules[rs[0]].Name))
 	}
 	var lapse strings.Builder
@@ -152,7 +152,7 @@ func Fast(rules []FastRule) (string, error) {
 	var results []string
 	for i := len(rules) - 1; i >= 0; i-- {
 		n := i + 1
-		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf('%%s|%%s|%%s|%%d|%%d|%%d|%%d|%%d', at, ARGV[ab + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, at, ARGV[ab + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
 			n, quote(rules[i].Name), rules[i].Limit)
 	}
 	for i := range rules {
@@ -161,7 +161,8 @@ func Fast(rules []FastRule) (string, error) {
 	reply := fmt.Sprintf("reply = {allowed and 1 or 0, now, struct.pack('<%s',\n  %s)}",
 		strings.Repeat("Bi7i7i7", len(rules)), strings.Join(results, ",\n  "))
 	fill := map[string]string{
-		"reads": readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
+		"consts": fmt.Sprintf("local G = %d -- dimension sets (keys) per attempt", len(groups)),
+		"reads":  readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
 		"writes": writes.String(), "trail": trail.String(), "reply": reply,
 	}
 	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
@@ -172,12 +173,11 @@ func Fast(rules []FastRule) (string, error) {
 		}
 		return indent(body, m[1])
 	})
-	src = strings.Replace(src, "kb = kb + G + ", fmt.Sprintf("kb = kb + %d + ", len(groups)), 1)
 	return expand(read("prelude.lua")) + "\n" + expand(read("holds.lua")) + "\n" + src, nil
 }
 
 var (
-	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(reads|lapse|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
+	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(consts|reads|lapse|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
 	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
 )
 

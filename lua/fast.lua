@@ -9,7 +9,8 @@
 -- replies and errors are take.lua's, byte for byte, and so are its
 -- writes, lapsed reservations included (holds.lua, as take.lua runs it).
 --
--- The lines lua.Fast fills in: "--@reads" reads every dimension set's
+-- The lines lua.Fast fills in: "--@consts" sets G, the number of
+-- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
 -- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
 -- their payload lengths N<r> and expiries T<r>; O<g>:
 -- anything else is stored there; lapsed: a hold marker there says a
@@ -39,6 +40,7 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = math.floor(now / 1000)
 local plan -- reservations are take.lua's: the commit sections see none
+--@consts
 
 local attempts = tonumber(ARGV[1])
 local replies = {}

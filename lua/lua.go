@@ -116,12 +116,6 @@ func expand(src string) string {
 			}
 			return "local " + strings.Join(names, ", ") + " = " + strings.Join(xs, ", ")
 		})
-		lines := strings.Split(body, "\n")
-		for i, l := range lines {
-			if l != "" {
-				lines[i] = m[1] + l
-			}
-		}
-		return m[1] + "do\n" + m[1] + strings.Join(lines, "\n"+m[1]) + "\n" + m[1] + "end"
+		return m[1] + "do\n" + indent(body, m[1]+"  ") + "\n" + m[1] + "end"
 	})
 }

@@ -33,6 +33,12 @@ local FMT = '\1'
 -- The first byte of an idempotency record (take.lua).
 local REC = '\2'
 local HDR = '<c4I3I6'
+-- FOREIGN ends the error for a state key holding a value freqcap did not
+-- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
+-- entry (at µs, policy, rule, used, limit, cost, retry µs, cost too high
+-- 0|1), then "|values" (take.lua's header).
+local FOREIGN = ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)'
+local TRAIL = '%s|%s|%s|%d|%s|%d|%d|%d'
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.

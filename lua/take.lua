@@ -137,7 +137,7 @@ for a = 1, attempts do
             local m
             if type(v) ~= 'table' then m = unpackv(v) end
             if not m then
-              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)')
+              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. FOREIGN)
               break
             end
             vals[ki], raws[ki] = m, v
@@ -217,20 +217,16 @@ for a = 1, attempts do
       local ki = tonumber(ARGV[b + 7])
       local key = KEYS[kb + ki]
       local flags, used, reset, retry = 1, 0, 0, 0
-      if code == 's' then
-        local v, p = raws[ki], vals[ki][tag]
-        local _, pl, pe, pq
+      local v, p, _, pl, pe, pq -- a packed rule's value and entry
+      if vals[ki] then
+        v, p = raws[ki], vals[ki][tag]
         if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
+      end
+      if code == 's' then
         --@sliding.eval
       elseif code == 'f' or code == 'c' then
-        local v, p = raws[ki], vals[ki][tag]
-        local _, pl, pe, pq
-        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         --@fixed.eval
       elseif code == 'g' then
-        local v, p = raws[ki], vals[ki][tag]
-        local _, pl, pe, pq
-        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         --@gcra.eval
       elseif code == 'l' then
         local lg = logs[ki]
@@ -364,7 +360,7 @@ for a = 1, attempts do
         local fl = res[o]
         if fl ~= 1 then
           local b = ab + HA + (r - 1) * RA
-          ent[#ent + 1] = sf('%s|%s|%s|%d|%s|%d|%d|%d', at, ARGV[ab + 10], ARGV[b + 2],
+          ent[#ent + 1] = sf(TRAIL, at, ARGV[ab + 10], ARGV[b + 2],
             res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
         end
       end

@@ -145,7 +145,7 @@ func TestCalendarSkewTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = run(context.Background(), b.c, takeScript, lua.Take, false, c.keys, c.args, nil)
+	_, err = b.run(context.Background(), takeScript, lua.Take, false, c.keys, c.args)
 	if err == nil || !strings.Contains(err.Error(), "calendar boundaries") {
 		t.Errorf("take with boundaries 5h off = %v, want a calendar boundaries error", err)
 	}

@@ -122,19 +122,14 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 	var (
 		todo []unit
 		enc  encoder
-		fenc fastEncoder
 		cur  unit
 	)
 	flush := func() {
 		if len(cur.idx) > 0 {
-			if cur.fs != nil {
-				cur.call = fenc.done(cur.fs)
-			} else {
-				cur.call = enc.done()
-			}
+			cur.call = enc.done()
 			todo = append(todo, cur)
 		}
-		enc, fenc, cur = encoder{}, fastEncoder{}, unit{}
+		enc, cur = encoder{}, unit{}
 	}
 	now := time.Now()
 	for i, req := range reqs {
@@ -143,7 +138,7 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 				flush()
 			}
 			cur.fs = a.s
-			fenc.add(&a)
+			enc.addFast(&a)
 			cur.idx = append(cur.idx, i)
 			cur.tags = append(cur.tags, driver.HashTag(a.keys[0]))
 			if len(cur.idx) == per {

@@ -88,13 +88,18 @@ func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capabilit
 // into e.keys (go-redis writes *string, and its cluster routing reads it),
 // which boxes without allocating; e.keys is not appended to after this.
 func (e *encoder) done() call {
-	args := make([]any, evalArgs, evalArgs+len(e.keys)+1+len(e.argv))
-	for i := range e.keys {
-		args = append(args, &e.keys[i])
+	return call{keys: e.keys, args: argList(e.keys, len(e.attempts), e.argv), attempts: e.attempts}
+}
+
+// argList returns EVALSHA's argument list: evalArgs placeholders, the
+// keys (as pointers into keys), the number of attempts m, then argv.
+func argList(keys []string, m int, argv []any) []any {
+	args := make([]any, evalArgs, evalArgs+len(keys)+1+len(argv))
+	for i := range keys {
+		args = append(args, &keys[i])
 	}
-	args = append(args, len(e.attempts))
-	args = append(args, e.argv...)
-	return call{keys: e.keys, args: args, attempts: e.attempts}
+	args = append(args, m)
+	return append(args, argv...)
 }
 
 // add appends the attempt of req to e. now is the client's clock, used

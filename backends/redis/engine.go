@@ -66,7 +66,7 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 		return b.co.do(ctx, b, m.rep, request{op: o, Request: req})
 	}
 	if a, ok := b.fastAttempt(o, req, m.rep); ok {
-		v, err := run(ctx, b.c, a.s.script, a.s.src, m.rep.EvalOnly, a.keys, a.args(), &b.noScripts)
+		v, err := b.run(ctx, a.s.script, a.s.src, m.rep.EvalOnly, a.keys, a.args())
 		if err != nil {
 			return driver.Result{}, err
 		}
@@ -76,7 +76,7 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 	if err != nil {
 		return driver.Result{}, err
 	}
-	v, err := run(ctx, b.c, takeScript, lua.Take, m.rep.EvalOnly, c.keys, c.args, &b.noScripts)
+	v, err := b.run(ctx, takeScript, lua.Take, m.rep.EvalOnly, c.keys, c.args)
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -110,7 +110,7 @@ func (m scriptMode) settle(ctx context.Context, resKey, id string, commit bool) 
 			args = append(args, k)
 		}
 		args = append(args, id, flag)
-		v, err := run(ctx, b.c, settleScript, lua.Settle, m.rep.EvalOnly, keys, args, nil)
+		v, err := b.run(ctx, settleScript, lua.Settle, m.rep.EvalOnly, keys, args)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,6 @@ type fastKey struct {
 type fastScript struct {
 	script  *goredis.Script
 	src     string
-	groups  int
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
@@ -83,6 +82,11 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
 		(o != opTake && o != opPeek) || (o == opTake && req.IdemKey != "") {
 		return fastAttempt{}, false
+	}
+	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here
+		if !fastCandidate(rep, &req.Rules[i]) {
+			return fastAttempt{}, false
+		}
 	}
 	var k fastKey
 	k.n = n
@@ -144,48 +148,19 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 }
 
 // args returns the EVALSHA argument list of a's script for a alone.
-func (a *fastAttempt) args() []any {
-	args := make([]any, evalArgs, evalArgs+len(a.keys)+1+fastArgs)
-	for i := range a.keys {
-		args = append(args, &a.keys[i])
-	}
-	args = append(args, 1)
-	return append(args, a.argv[:]...)
-}
+func (a *fastAttempt) args() []any { return argList(a.keys, 1, a.argv[:]) }
 
-// fastEncoder gathers the keys and ARGV of attempts of one fast script.
-type fastEncoder struct {
-	keys []string
-	argv []any
-	n    int
-}
-
-func (e *fastEncoder) add(a *fastAttempt) {
+// addFast appends fast attempt a to e, whose attempts all run a's script.
+func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
 	e.argv = append(e.argv, a.argv[:]...)
-	e.n++
-}
-
-// done returns the call of the attempts added, which run fs.
-func (e *fastEncoder) done(fs *fastScript) call {
-	args := make([]any, evalArgs, evalArgs+len(e.keys)+1+len(e.argv))
-	for i := range e.keys {
-		args = append(args, &e.keys[i])
-	}
-	args = append(args, e.n)
-	args = append(args, e.argv...)
-	attempts := make([][]ruleChoice, e.n)
-	for i := range attempts {
-		attempts[i] = fs.choices
-	}
-	return call{keys: e.keys, args: args, attempts: attempts}
+	e.attempts = append(e.attempts, a.s.choices)
 }
 
 // buildFast builds the fast script of k's rules.
 func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
-	g := 0
 	for i := range k.n {
 		a := &k.specs[i].args
 		rules[i] = lua.FastRule{
@@ -198,13 +173,12 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Key:   int(k.keys[i]),
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
-		g = max(g, rules[i].Key)
 	}
 	src, err := lua.Fast(rules)
 	if err != nil {
 		return nil, err
 	}
-	return &fastScript{script: goredis.NewScript(src), src: src, groups: g, choices: choices}, nil
+	return &fastScript{script: goredis.NewScript(src), src: src, choices: choices}, nil
 }
 
 // toInt64 reads a rule's numeric ARGV value as ruleArgs boxes it.
@@ -216,4 +190,19 @@ func toInt64(v any) int64 {
 		return int64(x)
 	}
 	panic("redis: fast script: unexpected argument type")
+}
+
+// fastCandidate reports whether r may run in a fast script: a fixed window
+// (not a calendar one), a sliding window on plain Lua, or GCRA (redis-cell
+// takes only some GCRA rules: the spec says which).
+func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
+	switch r.Algorithm {
+	case driver.FixedWindow:
+		return r.Calendar == driver.NoCalendar
+	case driver.SlidingWindow:
+		return rep.Choice(r.Algorithm).Strategy == capability.PlainLua
+	case driver.GCRA:
+		return true
+	}
+	return false
 }

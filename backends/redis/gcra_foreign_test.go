@@ -141,7 +141,7 @@ func runAs(t *testing.T, b *Backend, rep *capability.Report, req request) error 
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
-	_, err = run(context.Background(), b.c, takeScript, lua.Take, false, c.keys, c.args, nil)
+	_, err = b.run(context.Background(), takeScript, lua.Take, false, c.keys, c.args)
 	return err
 }
 

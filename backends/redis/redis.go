@@ -268,9 +268,9 @@ func (noRetryCmd) NoRetry() bool { return true }
 // restart, a failover, SCRIPT FLUSH), EVAL with the source; with
 // evalOnly (a server that refuses EVALSHA: capability.Report.EvalOnly),
 // EVAL at once. args starts with 3 placeholders for the command name,
-// script and key count. A NOSCRIPT reply is counted in noScripts (if not
-// nil: Backend.noScripts).
-func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src string, evalOnly bool, keys []string, args []any, noScripts *atomic.Uint64) (any, error) {
+// script and key count. A NOSCRIPT reply is counted in b.noScripts.
+func (b *Backend) run(ctx context.Context, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
+	c := b.c
 	args[2] = len(keys)
 	var (
 		v   any
@@ -279,8 +279,8 @@ func run(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, src 
 	if !evalOnly {
 		v, err = send(ctx, c, args, "evalsha", s.Hash())
 	}
-	if !evalOnly && isNoScript(err) && noScripts != nil {
-		noScripts.Add(1)
+	if !evalOnly && isNoScript(err) {
+		b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
 	}
 	if evalOnly || isNoScript(err) {
 		v, err = send(ctx, c, args, "eval", src)
