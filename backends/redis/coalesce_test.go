@@ -219,10 +219,11 @@ func TestCoalesceManySubjects(t *testing.T) {
 type gate struct {
 	entered chan []int64  // attempts per script of a pipeline held
 	release chan struct{} // one receive lets one pipeline go
+	sha     chan string   // the SHA1 of the first script of each held (the first 16)
 }
 
 func newGate() gate {
-	return gate{entered: make(chan []int64, 16), release: make(chan struct{})}
+	return gate{entered: make(chan []int64, 16), release: make(chan struct{}), sha: make(chan string, 16)}
 }
 
 func (g gate) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -257,6 +258,14 @@ func (g gate) hold(cmds []goredis.Cmder) bool {
 		nk, _ := a[2].(int)
 		m, _ := a[3+nk].(int)
 		attempts = append(attempts, int64(m))
+	}
+	sha, _ := cmds[0].Args()[1].(string)
+	if cmds[0].Name() == "eval" {
+		sha = goredis.NewScript(sha).Hash()
+	}
+	select {
+	case g.sha <- sha: // tests that do not read them drop the rest
+	default:
 	}
 	g.entered <- attempts
 	return true
@@ -349,6 +358,14 @@ func testCoalesceErrorPerCaller(t *testing.T, fast bool) {
 	}
 	if got := <-g.entered; len(got) != 1 || got[0] != 3 {
 		t.Fatalf("second script = attempts %v, want [3]", got)
+	}
+	<-g.sha // the first script's
+	want := takeScript.Hash()
+	if fast {
+		want = decidingScript(t, b, good1.request(opTake, 2, good1.fixed("f", 10, time.Hour)))
+	}
+	if got := <-g.sha; got != want {
+		t.Fatalf("second script = %s, want %s (fast %v)", got, want, fast)
 	}
 	g.release <- struct{}{}
 	for k, ch := range chs {
