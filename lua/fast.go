@@ -18,9 +18,10 @@ type FastRule struct {
 	Key    int
 }
 
-// FastMax bounds the rules of a script Fast builds (Lua allows 200 locals
-// in a function: a rule takes up to 19 of them, and a block of its own
-// up to 25 more while it runs).
+// FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
+// in a function, and 7 sliding-window rules exceed it (the largest script
+// of each algorithm is loaded on a server by backends/redis's
+// TestFastScriptsLoad).
 const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
@@ -29,11 +30,12 @@ func FastCode(code string) bool {
 	return code == "f" || code == "s" || code == "g"
 }
 
-// Fast returns fast.lua filled in for rules, prelude.lua first: take.lua's
-// take and peek on exactly these rules, with their ARGV written in as
-// constants and the rule loops unrolled (see fast.lua). rules holds 1 to
-// FastMax rules whose Code FastCode accepts, with distinct tags, and Keys
-// numbered from 1 in order of first use.
+// Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
+// first: take.lua's take and peek on exactly these rules, with their ARGV
+// written in as constants and the rule loops unrolled (see fast.lua). rules
+// must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
+// 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
+// of first use; otherwise Fast returns an error.
 func Fast(rules []FastRule) (string, error) {
 	if len(rules) == 0 || len(rules) > FastMax {
 		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)

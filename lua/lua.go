@@ -1,9 +1,10 @@
 // Package lua embeds the Redis scripts of the redis backend (the
 // benchmark's own scripts are in internal/bench/scripts).
 //
-// The sources are split by concern and joined here, once, into complete
-// scripts ready for EVAL/EVALSHA, so that a decision stays one EVALSHA of
-// one script:
+// The sources are split by concern and joined here into complete scripts
+// ready for EVAL/EVALSHA (Take and Settle once, at init; a fast script
+// each time Fast is called), so that a decision stays one EVALSHA of one
+// script:
 //
 //   - prelude.lua: the packed value's codec and small helpers;
 //   - alg/*.lua: one fragment per algorithm, in sections (eval, commit,

@@ -35,9 +35,9 @@ const batchAttempts = 128
 // BatchResult per request, in input order.
 //
 // On a standalone or Sentinel server one EVALSHA decides up to 128
-// requests in input order (consecutive requests that share a fast script,
-// see the package doc, in a script of it; the others in take.lua's), each still atomic and all-or-nothing on its
-// own (a denied request consumes nothing and does not stop the others),
+// requests in input order (consecutive requests that share a fast
+// script, see the package doc, in a script of it; the others in
+// take.lua's), each still atomic and all-or-nothing on its own (a denied request consumes nothing and does not stop the others),
 // and the EVALSHAs of a batch go in one pipeline. On a Redis Cluster each
 // request is one EVALSHA routed by the slot of its keys (one hash tag per
 // request): the client sends one pipeline per master, in parallel,
@@ -53,7 +53,10 @@ const batchAttempts = 128
 // restart, a failover, SCRIPT FLUSH: not carried out) is sent again after
 // SCRIPT LOAD, in input order, unless a later request on the same hash
 // tag already ran: it then fails with an error saying it was not carried
-// out.
+// out. A batch that mixes take.lua and fast scripts first makes sure the
+// server has each (SCRIPT EXISTS, then SCRIPT LOAD of the missing), until
+// it has found them all and again after the backend met NOSCRIPT, so that
+// one script is not refused while another runs later requests.
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time

@@ -6,12 +6,13 @@
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
 // them only if all admit: lua.Take, or, for a take or peek whose rules
-// are all fixed windows, sliding-window counters or GCRA on plain Lua (at
-// most lua.FastMax, no idempotency key, no Options.Upgrade), the fast
-// script built for that set of rules (lua.Fast: lua.Take's own
-// arithmetic with the rules written in as constants; the same replies,
-// writes and errors, at a fraction of the interpreter's work; each is
-// built and loaded once per process and server). The rules of a request that share their
+// are all fixed windows (not calendar ones), sliding-window counters or
+// GCRA on plain Lua (at most lua.FastMax, no idempotency key, no
+// Options.Upgrade), the fast script built for that set of rules
+// (lua.Fast: lua.Take's own arithmetic with the rules written in as
+// constants; the same replies, writes and errors for less server time,
+// docs/BENCHMARKS.md). A fast script is built once per process and set of
+// rules (cached) and loaded on a server at its first use there. The rules of a request that share their
 // dimensions keep their state in ONE key, the dimension set's
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
@@ -123,9 +124,10 @@ type Options struct {
 	// Coalesce, when N > 0, coalesces the concurrent single decisions
 	// (Take, Peek, Reserve, Inspect) of this Backend: calls that arrive
 	// while N scripts are in flight queue, and each script that ends
-	// carries the queued calls (up to 128, in arrival order) in one
-	// multi-attempt EVALSHA, as TakeBatch does, with at most N such
-	// scripts in flight at once (2 or 4 suit most loads). Each call still
+	// carries the queued calls (up to 128, in arrival order) in
+	// multi-attempt EVALSHAs of one pipeline, as TakeBatch does (one per
+	// run of calls sharing a script: a fast script or take.lua), with at
+	// most N such pipelines in flight at once (2 or 4 suit most loads). Each call still
 	// gets its own atomic, all-or-nothing decision with the same Result
 	// as without coalescing, and its own error (an attempt the script
 	// refuses fails alone). It saves round trips and per-script server
