@@ -65,9 +65,11 @@ type Config struct {
 	Raw bool
 	// Floor also runs scripts.Floor on 1, 2 and 4 keys per subject and
 	// reports their ratios to the baseline (with Batch, also the 4-key
-	// step in pipelines of Batch); with Raw, also scripts.PackedFloor for
-	// the policy's R rules (1 to 9), reporting the policy's ratio to it
-	// and its ratio to raw(R). It implies Baseline.
+	// step in pipelines of Batch); with Raw, also the floor of the
+	// policy's layout for its R rules, reporting the policy's ratio to it
+	// and its ratio to raw(R): scripts.LogFloor when the rules are all
+	// sliding logs on the same dimensions, else scripts.PackedFloor (1 to
+	// 9 rules). It implies Baseline.
 	Floor bool
 	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
 	// per subject, INFO memory delta. It DESTROYS ALL DATA on the target.
@@ -315,7 +317,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			if coalesced >= 0 {
 				ratios = append(ratios, [2]int{coalesced, raw})
 			}
-			if cfg.Floor && r >= 1 && r <= 9 {
+			if windows := logWindows(policy); cfg.Floor && windows != nil {
+				// The sliding-log layout's floor for R logs.
+				runs = append(runs, run{fmt.Sprintf("log floor(%d): %d logs in one sorted set", r, r), 1, logFloor(client, cfg, windows)})
+				ratios = append(ratios, [2]int{0, len(runs) - 1}, [2]int{len(runs) - 1, raw})
+			} else if cfg.Floor && r >= 1 && r <= 9 {
 				// The packed layout's floor for R rules: the policy
 				// against it, it against raw(R).
 				runs = append(runs, run{fmt.Sprintf("packed floor(%d): %d counters in one value", r, r), 1, packedFloor(client, cfg, r)})

@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"cmp"
 	goredis "github.com/redis/go-redis/v9"
 
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/sdk"
@@ -98,6 +101,22 @@ func packedFloor(c goredis.UniversalClient, cfg Config, r int) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		var o outcome
 		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], 60000, r).Err(), true, false)
+		return o
+	}
+}
+
+// logFloor runs scripts.LogFloor with windows (the longest first) on the
+// sorted set of a random subject per call.
+func logFloor(c goredis.UniversalClient, cfg Config, windows []time.Duration) decideFunc {
+	keys := scriptKeys(cfg, "log"+strconv.Itoa(len(windows)), 1)
+	script := goredis.NewScript(scripts.LogFloor)
+	args := make([]any, len(windows))
+	for i, w := range windows {
+		args[i] = w.Milliseconds()
+	}
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
+		o.add(script.Run(ctx, c, keys[rng.IntN(len(keys))], args...).Err(), true, false)
 		return o
 	}
 }
@@ -216,4 +235,20 @@ func (s *subjects) subject(j, k int) sdk.Subject {
 		sub[d] = s.otherVals[k%len(s.otherVals)]
 	}
 	return sub
+}
+
+// logWindows returns the windows of policy's rules, the longest first, if
+// they are all sliding logs on the same dimensions (one sorted set per
+// subject), else nil.
+func logWindows(policy *sdk.Policy) []time.Duration {
+	var ws []time.Duration
+	rules := policy.Rules()
+	for _, r := range rules {
+		if r.Algorithm != sdk.AlgorithmSlidingLog || !slices.Equal(r.Dimensions, rules[0].Dimensions) {
+			return nil
+		}
+		ws = append(ws, r.Window)
+	}
+	slices.SortFunc(ws, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	return ws
 }

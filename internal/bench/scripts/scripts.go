@@ -30,3 +30,11 @@ var Raw string
 //
 //go:embed packedfloor.lua
 var PackedFloor string
+
+// LogFloor is the floor of the sliding-log layout: R sliding logs in one
+// sorted set per subject, decided all-or-nothing with nothing else, that
+// `freqcap bench -raw -floor` runs beside raw(R) for a policy of sliding
+// logs: see logfloor.lua.
+//
+//go:embed logfloor.lua
+var LogFloor string
