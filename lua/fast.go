@@ -10,7 +10,7 @@ import (
 // it from ARGV (code, name, limit, p1, p2, tag) and Key, the index
 // (1-based) of its dimension set's key among the attempt's keys.
 type FastRule struct {
-	Code   string // "f", "s" or "g"
+	Code   string // "f", "s", "g" or "l"
 	Name   string
 	Limit  int64
 	P1, P2 int64
@@ -25,9 +25,10 @@ type FastRule struct {
 const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
-// codes): fixed windows, sliding window counters and GCRA, packed.
+// codes): fixed windows, sliding window counters and GCRA, packed, and
+// sliding logs.
 func FastCode(code string) bool {
-	return code == "f" || code == "s" || code == "g"
+	return code == "f" || code == "s" || code == "g" || code == "l"
 }
 
 // Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
@@ -35,13 +36,15 @@ func FastCode(code string) bool {
 // written in as constants and the rule loops unrolled (see fast.lua). rules
 // must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
 // 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
-// of first use; otherwise Fast returns an error.
+// of first use, a key's rules all sliding logs (its sorted set) or none
+// (its packed value); otherwise Fast returns an error.
 func Fast(rules []FastRule) (string, error) {
 	if len(rules) == 0 || len(rules) > FastMax {
 		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	secs := map[string]map[string]string{}
 	var groups [][]int // per key index, its rules (0-based)
+	var logs []bool    // per key index, whether it is a sliding log
 	tags := map[string]bool{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
@@ -56,6 +59,10 @@ func Fast(rules []FastRule) (string, error) {
 		tags[r.Tag] = true
 		if r.Key > len(groups) {
 			groups = append(groups, nil)
+			logs = append(logs, r.Code == "l")
+		}
+		if logs[r.Key-1] != (r.Code == "l") {
+			return "", fmt.Errorf("lua: Fast: rule %q: key index %d mixes sliding logs with packed rules", r.Name, r.Key)
 		}
 		groups[r.Key-1] = append(groups[r.Key-1], i)
 		if f := fragment(r.Code); secs[f] == nil {
@@ -64,6 +71,9 @@ func Fast(rules []FastRule) (string, error) {
 	}
 	var reads, decls, eval, commit, writes, trail strings.Builder
 	for g, rs := range groups {
+		if logs[g] {
+			continue
+		}
 		g++
 		fmt.Fprintf(&reads, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
 		fmt.Fprintf(&reads, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
@@ -81,24 +91,53 @@ func Fast(rules []FastRule) (string, error) {
 			"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
 			"  end\nend\n", g, quote(rules[rs[0]].Name))
 	}
-	var lapse strings.Builder
-	lapse.WriteString("local named, vals = {}, {}\n")
-	for g := range groups {
-		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
+	// The logs after the packed values, as take.lua reads them: each
+	// trimmed, its newest member and hold marker read (LG<g>: take.lua's
+	// lg, w its longest window, name its first rule's).
+	for g, rs := range groups {
+		if !logs[g] {
+			continue
+		}
+		w := rules[rs[0]].P1
+		for _, i := range rs {
+			w = max(w, rules[i].P1)
+		}
+		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s}\n  LG%[1]d = lg\n%[4]s\n"+
+			"  if look and lg.mark and lg.mark * 1000 <= now then lapsed = true end\nuntil true end\n",
+			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "))
 	}
-	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, {})\n")
+	var lapse strings.Builder
+	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
+	for g := range groups {
+		if logs[g] {
+			fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], logs[%[1]d] = %[1]d, LG%[1]d\n", g+1)
+		} else {
+			fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
+		}
+	}
+	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)\n")
 	lapse.WriteString("look = false -- read once more, markers aside\n")
 	// P<r> are declared before the reads fill them.
-	var ps []string // each rule's entry: its start, payload length, expiry
-	for i := range rules {
-		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
+	var ps []string // each packed rule's entry: its start, payload length, expiry
+	for i, r := range rules {
+		if r.Code != "l" {
+			ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
+		}
 	}
 	var vs []string
 	for g := range groups {
-		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
+		if logs[g] {
+			vs = append(vs, fmt.Sprintf("LG%d", g+1))
+		} else {
+			vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
+		}
 	}
-	readsSrc := "local " + strings.Join(ps, ", ") + "\nlocal " + strings.Join(vs, ", ") + "\n" + reads.String()
-	lapseSrc := lapse.String() + strings.Join(ps, ", ") + " = nil\n" + reads.String()
+	readsSrc := "local " + strings.Join(vs, ", ") + "\n" + reads.String()
+	lapseSrc := lapse.String() + reads.String()
+	if len(ps) > 0 {
+		readsSrc = "local " + strings.Join(ps, ", ") + "\n" + readsSrc
+		lapseSrc = lapse.String() + strings.Join(ps, ", ") + " = nil\n" + reads.String()
+	}
 
 	for i, r := range rules {
 		n := i + 1
@@ -121,13 +160,23 @@ func Fast(rules []FastRule) (string, error) {
 		if len(saved) > 0 {
 			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
 		}
-		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\nlocal v, p, pl, pe, pq = V%[2]d, P%[3]d, N%[3]d, T%[3]d, P%[3]d and P%[3]d + 13\n%[4]s\n"+
-			"if flags ~= 1 then allowed = false end\nF%[5]d, U%[5]d, Z%[5]d, Y%[5]d = flags, used, reset, retry\nuntil true end\n",
-			head, r.Key, n, ev, n)
-		fmt.Fprintf(&commit, "do\n%slocal v, used, reset = V%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[3]d, Z%[3]d, E%[3]d, X%[3]d = used, reset, ent, exp\nend\n",
-			head, r.Key, n, n, cm)
+		// A packed rule sees its value and entry (v, p, pl, pe, pq), a log
+		// rule its log's state (lg).
+		state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + 13\n", r.Key, n)
+		own := "v"
+		if r.Code == "l" {
+			state, own = fmt.Sprintf("local lg = LG%d\n", r.Key), "lg"
+		}
+		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
+			"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
+			head, state, ev, n)
+		fmt.Fprintf(&commit, "do\n%slocal %s, used, reset = %s%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[5]d, Z%[5]d, E%[5]d, X%[5]d = used, reset, ent, exp\nend\n",
+			head, own, strings.ToUpper(own), r.Key, n, n, cm)
 	}
 	for g, rs := range groups {
+		if logs[g] {
+			continue // its commit section wrote it
+		}
 		g++
 		var body, inplace []string
 		pos := "2"
@@ -226,6 +275,8 @@ func fragment(code string) string {
 		return "sliding"
 	case "g":
 		return "gcra"
+	case "l":
+		return "log"
 	}
 	return "fixed"
 }

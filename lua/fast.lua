@@ -1,8 +1,9 @@
 -- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
 -- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules only (fixed windows, sliding
--- window counters, GCRA), running the same eval and commit sections of
--- alg/fixed.lua, alg/sliding.lua and alg/gcra.lua as take.lua, but with
+-- first). It takes and peeks on packed rules (fixed windows, sliding
+-- window counters, GCRA) and sliding logs, running the same read, eval and
+-- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
+-- alg/log.lua as take.lua, but with
 -- each rule's code, limit, parameters and tag written in as constants,
 -- the rule loops unrolled and what eval hands to commit kept in locals:
 -- the interpreter does the decision's arithmetic and little else. Its
@@ -14,13 +15,14 @@
 -- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
 -- their payload lengths N<r> and expiries T<r>; O<g>:
 -- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed); "--@lapse" gives lapsed reservations
+-- reservation may have lapsed), then trims and reads every log (LG<g>,
+-- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
 -- back and reads again; "--@decls" declares each rule's locals;
 -- "--@each.eval" and "--@each.commit" are every rule's section in turn,
 -- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq, flags, used, reset, retry; ent, exp in
--- commit);
--- "--@writes" writes each dimension set's value (SETRANGE in place when
+-- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
+-- retry; ent, exp in commit; a log's commit writes its sorted set);
+-- "--@writes" writes each dimension set's packed value (SETRANGE in place when
 -- the entries keep their places, lengths and expiries, as take.lua);
 -- "--@trail" and "--@reply" build the denial trail's entries and the
 -- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>

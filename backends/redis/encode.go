@@ -234,7 +234,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 // tag gives a rule's tag (ruleTag, or the spec cache's copy of it).
 func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
 	g := group(r)
-	h := uint64(14695981039346656037) // FNV-1a
+	lt := newLogTag()
 	for i := range rules {
 		q := &rules[i]
 		if q.Algorithm != driver.SlidingLog || group(q) != g {
@@ -244,17 +244,33 @@ func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string,
 		if err != nil {
 			return "", fmt.Errorf("rule %q: %w", q.Name, err)
 		}
-		for j := 0; j < len(t); j++ {
-			h ^= uint64(t[j])
-			h *= 1099511628211
-		}
+		lt.add(t)
 	}
+	return g + lt.suffix(), nil
+}
+
+// logTag hashes the tags of a dimension set's sliding-log rules, in rule
+// order (FNV-1a), into the suffix of the set's log key (logKey); start
+// from newLogTag.
+type logTag uint64
+
+func newLogTag() logTag { return 14695981039346656037 }
+
+func (l *logTag) add(tag string) {
+	for j := 0; j < len(tag); j++ {
+		*l ^= logTag(tag[j])
+		*l *= 1099511628211
+	}
+}
+
+// suffix returns suffixLog and the 4-character tag of the hash.
+func (l logTag) suffix() string {
 	var t [4]byte
 	for i := range t {
-		t[i] = tagAlphabet[h&63]
-		h >>= 6
+		t[i] = tagAlphabet[l&63]
+		l >>= 6
 	}
-	return g + suffixLog + string(t[:]), nil
+	return suffixLog + string(t[:])
 }
 
 // group returns the key of r's dimension set: driver.Rule.Group, or the

@@ -14,7 +14,7 @@ import (
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
-// Lua), at most lua.FastMax of them, without an idempotency key and
+// Lua) or sliding logs, at most lua.FastMax of them, without an idempotency key and
 // without Options.Upgrade, runs the script built for its rules, loaded
 // once per server like take.lua, single, batched (Backend.scripts) or
 // coalesced. It decides, writes and errs exactly as take.lua would
@@ -35,6 +35,9 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
+	// logs holds, per dimension set (key index - 1), the suffix of its
+	// log key (logKey) when its rules are sliding logs, else "".
+	logs [lua.FastMax]string
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -91,6 +94,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	var k fastKey
 	k.n = n
 	var groups [lua.FastMax]string
+	var logs [lua.FastMax]bool // a dimension set's packed value and its log are two keys
 	g := 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -102,16 +106,16 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 			return fastAttempt{}, false
 		}
 		k.specs[i] = sp
-		key := group(r)
+		key, log := group(r), sp.code == codeLog
 		ki := 0
 		for j := range g {
-			if groups[j] == key {
+			if groups[j] == key && logs[j] == log {
 				ki = j + 1
 				break
 			}
 		}
 		if ki == 0 {
-			groups[g] = key
+			groups[g], logs[g] = key, log
 			g++
 			ki = g
 		}
@@ -137,6 +141,11 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	keys := make([]string, nk)
 	copy(keys, groups[:g])
+	for j := range g {
+		if logs[j] {
+			keys[j] += s.logs[j]
+		}
+	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
 	}
@@ -161,6 +170,9 @@ func (e *encoder) addFast(a *fastAttempt) {
 func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
+	var isLog [lua.FastMax]bool
+	var tags [lua.FastMax]logTag // each log's key suffix, from its rules' tags in order (logKey)
+	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
 		rules[i] = lua.FastRule{
@@ -173,12 +185,24 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Key:   int(k.keys[i]),
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
+		if g := k.keys[i] - 1; rules[i].Code == codeLog {
+			if !isLog[g] {
+				isLog[g], tags[g] = true, newLogTag()
+			}
+			tags[g].add(rules[i].Tag)
+		}
+	}
+	for g := range isLog {
+		if isLog[g] {
+			s.logs[g] = tags[g].suffix()
+		}
 	}
 	src, err := lua.Fast(rules)
 	if err != nil {
 		return nil, err
 	}
-	return &fastScript{script: goredis.NewScript(src), src: src, choices: choices}, nil
+	s.script, s.src, s.choices = goredis.NewScript(src), src, choices
+	return &s, nil
 }
 
 // toInt64 reads a rule's numeric ARGV value as ruleArgs boxes it.
@@ -193,15 +217,15 @@ func toInt64(v any) int64 {
 }
 
 // fastCandidate reports whether r may run in a fast script: a fixed window
-// (not a calendar one), a sliding window on plain Lua, or GCRA (redis-cell
-// takes only some GCRA rules: the spec says which).
+// (not a calendar one), a sliding window on plain Lua, a sliding log, or
+// GCRA (redis-cell takes only some GCRA rules: the spec says which).
 func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
 	switch r.Algorithm {
 	case driver.FixedWindow:
 		return r.Calendar == driver.NoCalendar
 	case driver.SlidingWindow:
 		return rep.Choice(r.Algorithm).Strategy == capability.PlainLua
-	case driver.GCRA:
+	case driver.GCRA, driver.SlidingLog:
 		return true
 	}
 	return false

@@ -74,6 +74,11 @@ func fastPolicies(s subject) map[string][]driver.Rule {
 			in("uc", s.sliding("d", 2, 2*time.Hour, 10))...),
 		"mixed": append(in("u", s.fixed("a", 1, time.Hour), s.sliding("b", 6, 3*time.Hour, 10)),
 			in("uc", s.gcra("c", 4, time.Hour, 1), s.fixed("d", 8, 24*time.Hour))...),
+		"log-4": in("u", s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour), s.log("c", 7, 24*time.Hour), s.log("d", 9, 48*time.Hour)),
+		// A dimension set's log beside its packed value (two keys), and a
+		// log of its own.
+		"logs-mixed": append(in("u", s.fixed("a", 4, time.Hour), s.log("b", 6, 3*time.Hour), s.sliding("c", 8, 24*time.Hour, 10)),
+			in("uc", s.log("d", 3, time.Hour), s.log("e", 5, 2*time.Hour))...),
 	}
 }
 
@@ -189,32 +194,46 @@ func TestFastLapseAndForeign(t *testing.T) {
 	c.AddHook(scriptCounter{&n})
 	b := New(c, &Options{Detect: capability.Config{ForcePlainLua: true}})
 	ctx := context.Background()
-	s := newSubject(t, "back")
-	rules := []driver.Rule{s.fixed("f", 3, time.Hour), s.sliding("s", 3, time.Hour, 10)}
-	take(t, b, s.request(opPeek, 1, rules...)) // loads the fast script
-	t0 := serverNow(t, c)
-	hold := s.request(opReserve, 2, rules...)
-	hold.ReservationID, hold.ReservationTTL = "h", time.Millisecond
-	if res := take(t, b, hold); !res.Allowed {
-		t.Fatalf("reserve denied: %+v", res)
-	}
-	eventually(t, 5*time.Second, "the reservation's lapse on the server clock", func() bool {
-		return serverNow(t, c).Sub(t0) > 5*time.Millisecond
-	})
-	n.Store(0)
-	res := take(t, b, s.request(opTake, 3, rules...))
-	if !res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
-		t.Errorf("take 3 after the lapse = %+v, want admitted, 3 used by each rule (the 2 held given back)", res)
-	}
-	if got := n.Load(); got != 1 {
-		t.Errorf("%d scripts for a decision after a lapse, want 1", got)
-	}
-	n.Store(0)
-	if res := take(t, b, s.request(opTake, 1, rules...)); res.Allowed {
-		t.Errorf("take 1 more = allowed, want denied")
-	}
-	if got := n.Load(); got != 1 {
-		t.Errorf("%d scripts for a plain decision, want 1", got)
+	// Packed values and a log; a log alone, whose only hold marker is
+	// the sorted set's.
+	for _, tc := range []struct {
+		name  string
+		rules func(s subject) []driver.Rule
+	}{
+		{"packed+log", func(s subject) []driver.Rule {
+			return []driver.Rule{s.fixed("f", 3, time.Hour), s.sliding("s", 3, time.Hour, 10), s.log("l", 3, time.Hour)}
+		}},
+		{"log", func(s subject) []driver.Rule {
+			return []driver.Rule{s.log("l", 3, time.Hour), s.log("m", 5, 2*time.Hour)}
+		}},
+	} {
+		s := newSubject(t, "back-"+tc.name)
+		rules := tc.rules(s)
+		take(t, b, s.request(opPeek, 1, rules...)) // loads the fast script
+		t0 := serverNow(t, c)
+		hold := s.request(opReserve, 2, rules...)
+		hold.ReservationID, hold.ReservationTTL = "h", time.Millisecond
+		if res := take(t, b, hold); !res.Allowed {
+			t.Fatalf("%s: reserve denied: %+v", tc.name, res)
+		}
+		eventually(t, 5*time.Second, "the reservation's lapse on the server clock", func() bool {
+			return serverNow(t, c).Sub(t0) > 5*time.Millisecond
+		})
+		n.Store(0)
+		res := take(t, b, s.request(opTake, 3, rules...))
+		if !res.Allowed || slices.ContainsFunc(res.Rules, func(r driver.RuleResult) bool { return r.Used != 3 }) {
+			t.Errorf("%s: take 3 after the lapse = %+v, want admitted, 3 used by each rule (the 2 held given back)", tc.name, res)
+		}
+		if got := n.Load(); got != 1 {
+			t.Errorf("%s: %d scripts for a decision after a lapse, want 1", tc.name, got)
+		}
+		n.Store(0)
+		if res := take(t, b, s.request(opTake, 1, rules...)); res.Allowed {
+			t.Errorf("%s: take 1 more = allowed, want denied", tc.name)
+		}
+		if got := n.Load(); got != 1 {
+			t.Errorf("%s: %d scripts for a plain decision, want 1", tc.name, got)
+		}
 	}
 
 	// A value freqcap did not write: take.lua's error, nothing written.
@@ -240,6 +259,40 @@ func TestFastLapseAndForeign(t *testing.T) {
 	if v, _ := c.Get(ctx, rs[0].Key).Result(); v != "hello" {
 		t.Errorf("foreign value = %q after the refusal, want it untouched", v)
 	}
+
+	// A log key that is not a sorted set: take.lua's refusal too.
+	b.noFast = false
+	lo := newSubject(t, "wrongtype")
+	lr := []driver.Rule{lo.log("l", 3, time.Hour)}
+	rep, err := b.report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, ok := b.fastAttempt(opTake, lo.request(opTake, 1, lr...).Request, rep)
+	if !ok {
+		t.Fatal("no fast script for a sliding log")
+	}
+	if err := c.Set(ctx, fa.keys[0], "hello", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	warm := newSubject(t, "warmlog")
+	take(t, b, warm.request(opPeek, 1, warm.log("l", 3, time.Hour))) // loads its fast script
+	n.Store(0)
+	_, err = b.do(ctx, lo.request(opTake, 1, lr...))
+	if err == nil || !strings.Contains(err.Error(), "is not a sorted set (WRONGTYPE)") {
+		t.Errorf("take on a log key holding a string = %v, want take.lua's refusal", err)
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("%d scripts for a log key of another type, want 1", got)
+	}
+	b.noFast = true
+	_, errSlow = b.do(ctx, lo.request(opTake, 1, lr...))
+	if errSlow == nil || err.Error() != errSlow.Error() {
+		t.Errorf("take on a log key holding a string = %v, take.lua's = %v; want the same", err, errSlow)
+	}
+	if v, _ := c.Get(ctx, fa.keys[0]).Result(); v != "hello" {
+		t.Errorf("log key = %q after the refusal, want it untouched", v)
+	}
 }
 
 // TestFastScriptsLoad: the largest fast scripts (lua.FastMax rules, in one
@@ -247,7 +300,7 @@ func TestFastLapseAndForeign(t *testing.T) {
 // 200 locals per function holds.
 func TestFastScriptsLoad(t *testing.T) {
 	_, c := standalone(t)
-	for _, code := range []string{"f", "s", "g"} {
+	for _, code := range []string{"f", "s", "g", "l"} {
 		for _, spread := range []bool{false, true} {
 			rules := make([]lua.FastRule, lua.FastMax)
 			for i := range rules {

@@ -7,8 +7,8 @@
 // the request against the server's clock (TIME) and consumes from all of
 // them only if all admit: lua.Take, or, for a take or peek whose rules
 // are all fixed windows (not calendar ones), sliding-window counters or
-// GCRA on plain Lua (at most lua.FastMax, no idempotency key, no
-// Options.Upgrade), the fast script built for that set of rules
+// GCRA on plain Lua, or sliding logs (at most lua.FastMax, no idempotency
+// key, no Options.Upgrade), the fast script built for that set of rules
 // (lua.Fast: lua.Take's own arithmetic with the rules written in as
 // constants; the same replies, writes and errors for less server time,
 // docs/BENCHMARKS.md). A fast script is built once per process and set of

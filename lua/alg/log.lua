@@ -3,7 +3,9 @@
 -- them: the set's key, "%l" and a tag of its log rules): one member per
 -- admitted unit, scored by server µs, trimmed to the longest of their
 -- windows; each rule counts its own window (ZCOUNT). The hold marker is
--- the member '!<lapse ms>' scored BIG (prelude.lua).
+-- the member '!<lapse ms>' scored BIG (prelude.lua). take.lua and the fast
+-- scripts (fast.lua) paste the read section once per log, with lg.w its
+-- longest window and lg.name its first rule's name.
 
 --@read
 -- The log at key, trimmed to its longest window w, and its two highest
@@ -34,7 +36,6 @@ elseif used + c > L then
   local z = redis.call('ZRANGEBYSCORE', key, lo, '(' .. BIG, 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
   retry = tonumber(z[2]) + W - now
 end
-st[r] = W
 
 --@commit
 -- c members, once per log however many rules share it.
@@ -59,7 +60,7 @@ if not lg.done then
   redis.call('PEXPIREAT', key, sf('%d', math.ceil((now + lg.w) / 1000)))
   if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. table.concat(ms, ',') end
 end
-used, reset = used + c, x
+used, reset = used + c, tonumber(ARGV[b + 4])
 
 --@refund
 -- "l <key> <member>,<member>,...": the members go.
