@@ -439,8 +439,10 @@ func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.Can
 	if l.timeout > 0 {
 		return context.WithTimeout(ctx, l.timeout)
 	}
-	return context.WithCancel(ctx)
+	return ctx, noCancel // no deadline to release: no context of its own
 }
+
+func noCancel() {}
 
 // now reads the Limiter's clock.
 func (l *Limiter) now() time.Time { return l.clock.Now() }
