@@ -88,8 +88,8 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       --@trail
-      redis.call('LPUSH', tkey, unpack(ent))
-      redis.call('LTRIM', tkey, 0, tonumber(ARGV[ab + 5]) - 1)
+      local max = tonumber(ARGV[ab + 5])
+      if redis.call('LPUSH', tkey, unpack(ent)) > max then redis.call('LTRIM', tkey, 0, max - 1) end
       redis.call('PEXPIRE', tkey, ARGV[ab + 6])
     end
     --@reply

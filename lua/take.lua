@@ -364,8 +364,9 @@ for a = 1, attempts do
             res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
         end
       end
-      redis.call('LPUSH', tkey, unpack(ent))
-      redis.call('LTRIM', tkey, 0, tonumber(ARGV[ab + 8]) - 1)
+      -- Trimmed only once it holds more than its max.
+      local max = tonumber(ARGV[ab + 8])
+      if redis.call('LPUSH', tkey, unpack(ent)) > max then redis.call('LTRIM', tkey, 0, max - 1) end
       redis.call('PEXPIRE', tkey, ARGV[ab + 9])
     end
 
