@@ -47,7 +47,8 @@ type Config struct {
 	// time: one decision, or one TakeBatch with Batch. Default 64.
 	Workers int
 	// Duration is the length of each measured run (default 10s); Warmup
-	// the unmeasured run before it (0: none).
+	// the unmeasured run before it (0: a single unmeasured call, which loads the
+	// scripts the run uses).
 	Duration, Warmup time.Duration
 	// Subjects is the number of distinct subjects (values of the policy's
 	// shard dimensions, default 100000); Values the number of values of
