@@ -88,9 +88,7 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       --@trail
-      local max = tonumber(ARGV[ab + 5])
-      if redis.call('LPUSH', tkey, unpack(ent)) > max then redis.call('LTRIM', tkey, 0, max - 1) end
-      redis.call('PEXPIRE', tkey, ARGV[ab + 6])
+      pushTrail(tkey, ent, tonumber(ARGV[ab + 5]), ARGV[ab + 6])
     end
     --@reply
   until true

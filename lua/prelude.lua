@@ -44,6 +44,14 @@ local MARK = '\0\0\0\0'
 -- above every timestamp, so counts and trims (scores below BIG) skip it.
 local BIG = '1152921504606846976' -- 2^60
 
+-- pushTrail writes a denial's trail entries ent (TRAIL, newest last) to
+-- the list at key, newest first, keeps its newest max (LTRIM only once it
+-- holds more) and sets its TTL, ttl ms (take.lua and fast.lua).
+local function pushTrail(key, ent, max, ttl)
+  if redis.call('LPUSH', key, unpack(ent)) > max then redis.call('LTRIM', key, 0, max - 1) end
+  redis.call('PEXPIRE', key, ttl)
+end
+
 -- unpackv parses a packed value: tag -> the entry's start. No value (nil
 -- or false) is an empty map; anything freqcap did not write gives nil.
 -- struct.unpack(HDR, v, start) reads an entry's tag, payload length,

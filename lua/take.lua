@@ -364,10 +364,7 @@ for a = 1, attempts do
             res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
         end
       end
-      -- Trimmed only once it holds more than its max.
-      local max = tonumber(ARGV[ab + 8])
-      if redis.call('LPUSH', tkey, unpack(ent)) > max then redis.call('LTRIM', tkey, 0, max - 1) end
-      redis.call('PEXPIRE', tkey, ARGV[ab + 9])
+      pushTrail(tkey, ent, tonumber(ARGV[ab + 8]), ARGV[ab + 9])
     end
 
     -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per

@@ -182,10 +182,7 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		pipe := b.c.Pipeline()
 		for k := range todo {
 			u := &todo[k]
-			script, src := takeScript, lua.Take
-			if u.fs != nil {
-				script, src = u.fs.script, u.fs.src
-			}
+			script, src, _ := b.scriptOf(u.fs)
 			if pass == batchPasses-1 || evalFallback {
 				u.args[0], u.args[1] = "eval", src
 			} else {
@@ -266,10 +263,7 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 					continue
 				}
 				loaded[u.fs] = true
-				src := lua.Take
-				if u.fs != nil {
-					src = u.fs.src
-				}
+				_, src, _ := b.scriptOf(u.fs)
 				if err := b.c.ScriptLoad(ctx, src).Err(); err != nil {
 					evalFallback = true
 				}
@@ -278,6 +272,16 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		todo = again
 		cmds = cmds[:len(todo)]
 	}
+}
+
+// scriptOf returns what a unit of fast script fs runs (take.lua for nil):
+// the script, its source and the mark of its presence on the server
+// (loadScripts).
+func (b *Backend) scriptOf(fs *fastScript) (*goredis.Script, string, *atomic.Uint64) {
+	if fs == nil {
+		return takeScript, lua.Take, &b.takeThere
+	}
+	return fs.script, fs.src, &fs.there
 }
 
 // loadScripts makes sure the server has every script the units of a batch
@@ -300,11 +304,8 @@ func (b *Backend) loadScripts(ctx context.Context, fss []*fastScript) {
 			continue
 		}
 		seen[f] = true
-		src, hash, mark := lua.Take, takeScript.Hash(), &b.takeThere
-		if f != nil {
-			src, hash, mark = f.src, f.script.Hash(), &f.there
-		}
-		srcs, hashes, marks = append(srcs, src), append(hashes, hash), append(marks, mark)
+		script, src, mark := b.scriptOf(f)
+		srcs, hashes, marks = append(srcs, src), append(hashes, script.Hash()), append(marks, mark)
 		stale = stale || mark.Load() != gen+1
 	}
 	if len(hashes) < 2 || !stale {
