@@ -52,7 +52,7 @@ func runBench(args []string) error {
 	server.register(fs)
 	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers (each one call at a time: one decision, or one TakeBatch with -batch)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured run length (per run)")
-	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up before each run (0: a single unmeasured call, which loads the run's scripts)")
 	fs.IntVar(&cfg.Subjects, "subjects", 100000, "distinct subjects (values of the policy's shard dimensions)")
 	fs.IntVar(&cfg.Values, "values", 4, "distinct values of each other dimension (e.g. content) per run")
 	fs.Int64Var(&cfg.MaxDecisions, "max", 50_000_000, "stop a run after this many decisions")
