@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -90,67 +91,75 @@ func resolve(prefix string, p *Policy, s Subject, partial, groups bool) (resolve
 	if err := p.valid(); err != nil {
 		return res, err
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + len(p.name) + 4 + 24*len(p.shardBy))
-	b.WriteString(prefix)
-	b.WriteString(":{")
+	// Every key is written into one buffer and cut out of one string: a
+	// decision's keys cost one allocation, not one each. buf's size is a
+	// guess (an escaped value may be longer); append grows it if needed,
+	// and the offsets stay valid.
+	buf := make([]byte, 0, p.keyBytes+(3+2*len(p.rules))*len(prefix))
+	buf = append(buf, prefix...)
+	buf = append(buf, ":{"...)
 	for i, d := range p.shardBy {
 		v, err := s.value(d)
 		if err != nil {
 			return res, err
 		}
 		if i > 0 {
-			b.WriteByte(':')
+			buf = append(buf, ':')
 		}
-		b.WriteString(escapeValue(v))
+		buf = appendEscaped(buf, v)
 	}
-	b.WriteString("}:")
-	b.WriteString(p.name)
-	b.WriteByte(':')
-	base := b.String()
-	res.base = base
+	buf = append(buf, "}:"...)
+	buf = append(buf, p.name...)
+	buf = append(buf, ':')
+	nb := len(buf)
+	// The trail's key starts with base (base is its prefix), the
+	// reservations' has its own copy.
+	buf = append(buf, "!t"...)
+	buf = append(buf, buf[:nb]...)
+	buf = append(buf, "!h"...)
+	type span struct{ key, group [2]int } // zero key: the rule was skipped
+	var arr [16]span
+	spans := arr[:0]
 	res.subject = s
-	res.trailKey = base + "!t"
-	res.reservationKey = base + "!h"
 	res.rules = make([]driver.Rule, 0, len(p.rules))
-	var seen [16]string // group keys by rule index, for the first 16 rules
 rules:
 	for i, r := range p.rules {
-		var k strings.Builder
-		k.Grow(len(base) + len(r.Name) + 8 + 24*len(p.others[i]))
-		k.WriteString(base)
-		k.WriteString(r.Name)
-		k.WriteByte('.')
-		k.WriteString(p.ids[i])
+		var sp span
+		sp.key[0] = len(buf)
+		buf = append(buf, buf[:nb]...)
+		buf = append(buf, r.Name...)
+		buf = append(buf, '.')
+		buf = append(buf, p.ids[i]...)
 		for _, d := range p.others[i] {
 			v, err := s.value(d)
 			if err != nil {
 				if _, given := s[d]; partial && !given {
 					res.skipped = append(res.skipped, r.Name)
+					buf = buf[:sp.key[0]]
+					spans = append(spans, span{})
 					continue rules
 				}
 				return res, err
 			}
-			k.WriteByte(':')
-			k.WriteString(escapeValue(v))
+			buf = append(buf, ':')
+			buf = appendEscaped(buf, v)
 		}
-		// Rules of one dimension set share their group key's string;
-		// only a driver.Grouped backend gets one (groups).
-		var group string
-		switch f := p.firstOfGroup[i]; {
-		case !groups:
-		case f < i && f < len(seen) && seen[f] != "":
-			group = seen[f]
-		default:
-			group = groupKey(base, p, i, s)
+		sp.key[1] = len(buf)
+		// Rules of one dimension set share their group key (the first
+		// rule's, unless it was skipped); only a driver.Grouped backend
+		// gets one (groups).
+		if groups {
+			if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
+				sp.group = spans[f].group
+			} else {
+				sp.group[0] = len(buf)
+				buf = appendGroupKey(buf, buf[:nb], p, i, s)
+				sp.group[1] = len(buf)
+			}
 		}
-		if i < len(seen) {
-			seen[i] = group
-		}
+		spans = append(spans, sp)
 		res.rules = append(res.rules, driver.Rule{
 			Name:       r.Name,
-			Key:        k.String(),
-			Group:      group,
 			Algorithm:  driver.Algorithm(r.Algorithm),
 			Limit:      r.Limit,
 			Window:     r.Window,
@@ -160,22 +169,46 @@ rules:
 			Location:   r.Location,
 		})
 	}
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	res.base = all[:nb]
+	res.trailKey = all[:nb+2]
+	res.reservationKey = all[nb+2 : 2*nb+4]
+	j := 0
+	for _, sp := range spans {
+		if sp.key[1] == 0 {
+			continue // skipped
+		}
+		res.rules[j].Key = all[sp.key[0]:sp.key[1]]
+		res.rules[j].Group = all[sp.group[0]:sp.group[1]]
+		j++
+	}
 	return res, nil
 }
 
-// groupKey returns the key of rule i's dimension set (driver.Rule.Group):
-// base, "=", the rule's non-shard dimensions sorted and comma-separated,
-// then ":" and each one's escaped value. Rule names never start with '=',
-// so no rule key is a group key. The values were checked by the caller.
-func groupKey(base string, p *Policy, i int, s Subject) string {
-	g := p.groups[i]
-	var b strings.Builder
-	b.Grow(len(base) + len(g) + 24*len(p.others[i]))
-	b.WriteString(base)
-	b.WriteString(g)
-	for _, d := range p.sorted[i] {
-		b.WriteByte(':')
-		b.WriteString(escapeValue(s[d]))
+// appendEscaped appends escapeValue(v) to buf.
+func appendEscaped(buf []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if mustEscape(c) {
+			buf = append(buf, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			buf = append(buf, c)
+		}
 	}
-	return b.String()
+	return buf
+}
+
+// appendGroupKey appends the key of rule i's dimension set
+// (driver.Rule.Group) to buf: base, "=", the rule's non-shard dimensions
+// sorted and comma-separated, then ":" and each one's escaped value. Rule
+// names never start with '=', so no rule key is a group key. The values
+// were checked by the caller. base may alias buf.
+func appendGroupKey(buf, base []byte, p *Policy, i int, s Subject) []byte {
+	buf = append(buf, base...)
+	buf = append(buf, p.groups[i]...)
+	for _, d := range p.sorted[i] {
+		buf = append(buf, ':')
+		buf = appendEscaped(buf, s[d])
+	}
+	return buf
 }

@@ -32,6 +32,7 @@ type Policy struct {
 	// same dimensions.
 	firstOfGroup []int
 	others       [][]string // per rule: its dimensions not in shardBy, in rule order
+	keyBytes     int        // what resolve writes besides the prefix and values: a guess of its buffer
 	failOpen     bool
 	trailMax     int
 	trailTTL     time.Duration
@@ -192,7 +193,11 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		p.sorted[i] = slices.Sorted(slices.Values(p.others[i]))
 		p.groups[i] = "=" + strings.Join(p.sorted[i], ",")
 		p.firstOfGroup[i] = slices.Index(p.groups, p.groups[i])
+		// A rule key and a group key, each after base, with values of up
+		// to 24 bytes.
+		p.keyBytes += 3*len(name) + len(r.Name) + 1 + len(p.ids[i]) + len(p.groups[i]) + 50*len(r.Dimensions) + 32
 	}
+	p.keyBytes += 3*len(name) + 50*len(p.shardBy) + 16
 	return p, -1, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,6 +393,7 @@ func (t *topK) add(subject string, minute int64, k int) {
 		t.ent[i].count++
 		return
 	}
+	subject = strings.Clone(subject) // kept: not the decision's key buffer
 	if len(t.ent) < k {
 		t.idx[subject] = len(t.ent)
 		t.ent = append(t.ent, topEntry{subject: subject, count: 1})

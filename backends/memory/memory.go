@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -361,7 +362,7 @@ func cloneResult(r driver.Result) driver.Result {
 // another algorithm's state, which put replaces).
 func (x *txn) store(s *shard, e *entry, r driver.Rule, st ruleState) {
 	if e == nil {
-		e = &entry{key: r.Key, kind: kindOf(r.Algorithm)}
+		e = &entry{key: strings.Clone(r.Key), kind: kindOf(r.Algorithm)} // kept: not the caller's buffer
 	}
 	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
 	s.put(e, expiry(st, r), x.now)
@@ -375,7 +376,7 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	s := x.shard(req.TrailKey)
 	e := s.get(req.TrailKey, x.now)
 	if e == nil || e.kind != kindTrail {
-		e = &entry{key: req.TrailKey, kind: kindTrail} // put replaces any other
+		e = &entry{key: strings.Clone(req.TrailKey), kind: kindTrail} // put replaces any other; kept: not the caller's buffer
 	}
 	// The trail is kept oldest first, so that a denial is an append and
 	// not a copy of the whole trail; rules later in the request are newer,

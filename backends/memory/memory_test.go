@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -484,5 +485,38 @@ func TestResultStrategy(t *testing.T) {
 		if want := desc.Strategies[rules[i].Algorithm].Name; r.Strategy != want || want == "" {
 			t.Errorf("Take() rule %q strategy = %q, want %q", rules[i].Name, r.Strategy, want)
 		}
+	}
+}
+
+// TestKeysNotRetained: the sdk cuts a request's keys out of one string
+// (driver.Rule.Group's doc), so an entry must keep a copy of its key, not
+// the caller's string.
+func TestKeysNotRetained(t *testing.T) {
+	b := New(nil)
+	req := policy("u1")
+	given := map[*byte]string{}
+	for _, r := range req.Rules {
+		given[unsafe.StringData(r.Key)] = r.Key
+	}
+	given[unsafe.StringData(req.TrailKey)] = req.TrailKey
+	given[unsafe.StringData(req.ReservationKey)] = req.ReservationKey
+	for _, o := range []op{opReserve, opTake} { // the take is denied: a trail
+		if _, err := b.decide(context.Background(), o, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for _, s := range b.shards {
+		for k, e := range s.entries {
+			n++
+			for _, p := range []*byte{unsafe.StringData(k), unsafe.StringData(e.key)} {
+				if key, ok := given[p]; ok {
+					t.Errorf("entry %q keeps the request's string %q", e.key, key)
+				}
+			}
+		}
+	}
+	if n != 6 {
+		t.Errorf("%d entries, want 6 (4 rules, trail, reservations)", n)
 	}
 }

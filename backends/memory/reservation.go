@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"strings"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -58,7 +59,7 @@ func (x *txn) reserve(req driver.Request, next []ruleState, cost int64) {
 	s := x.shard(req.ReservationKey)
 	e := s.get(req.ReservationKey, x.now)
 	if e == nil || e.kind != kindReservations {
-		e = &entry{key: req.ReservationKey, kind: kindReservations, reservations: make(map[string]*reservation)} // put replaces any other
+		e = &entry{key: strings.Clone(req.ReservationKey), kind: kindReservations, reservations: make(map[string]*reservation)} // put replaces any other
 	}
 	e.reservations[req.ReservationID] = h
 	x.saveReservations(s, e)

@@ -140,6 +140,11 @@ type Rule struct {
 	// them under it (the Redis backend packs them into one value) or use
 	// Key. The sdk fills it only for a backend that implements Grouped.
 	// Empty: the rule is a set of its own, Key.
+	//
+	// The sdk cuts every key of one Request (Key, Group, TrailKey,
+	// ReservationKey) out of one string, so keeping any of them keeps
+	// them all: a backend that stores a key beyond the call (as a map
+	// key, say) stores strings.Clone of it.
 	Group     string
 	Algorithm Algorithm
 	// Limit is the number of units admitted per Window (GCRA: the rate).
