@@ -67,6 +67,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.MemoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even where the server has modules (TairHash, native hash-field expiry, redis-cell)")
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
+	fs.BoolVar(&cfg.Keep, "keep", false, "leave the runs' keys on the server (default: delete them when done, SCAN MATCH prefix then UNLINK)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")

@@ -84,6 +84,12 @@ type Config struct {
 	// Prefix is the key prefix (default "bench"); each run uses its own,
 	// Prefix-1, Prefix-2, …
 	Prefix string
+	// Keep leaves the runs' keys on the server. By default Run deletes
+	// them when it returns (SCAN MATCH on every master, UNLINK): the keys
+	// under Prefix: and each run's Prefix-<k>:, so that a later run, or
+	// the next policy of Policies, does not decide on a server swollen by
+	// this one's state, and nothing is left behind.
+	Keep bool
 	// Rounds alternates the compared runs this many times (default 1),
 	// every other round in reverse order;
 	// the ratios reported are then medians.
@@ -188,6 +194,20 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	rt := countRoundTrips(client)
 	if err := client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("bench: ping: %w", err)
+	}
+	var nruns int // the runs whose keys (Prefix-1 … Prefix-nruns) are deleted on return
+	if !cfg.Keep {
+		defer func() {
+			patterns := []string{globQuote(cfg.Prefix) + ":*"}
+			for k := 1; k <= nruns; k++ {
+				patterns = append(patterns, globQuote(cfg.Prefix+"-"+strconv.Itoa(k))+":*")
+			}
+			// Not the caller's context: a canceled run still cleans up.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			defer cancel()
+			n, err := deleteKeys(cctx, client, patterns)
+			fmt.Fprintf(w, "cleanup: deleted %d keys under %s (-keep leaves them): %s\n", n, strings.Join(patterns, " "), errText(err))
+		}()
 	}
 
 	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua}}
@@ -366,6 +386,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			}
 		}
 	}
+	nruns = len(runs) // each run made its Limiter with prefix Prefix-<its index + 1>
 	rounds := max(1, cfg.Rounds)
 	if len(runs) == 1 {
 		rounds = 1

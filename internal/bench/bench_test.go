@@ -67,7 +67,7 @@ func TestBenchModes(t *testing.T) {
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
 			// Most of the cached run never reaches Redis.
 			`^Redis round trips per decision: 1\.00[0-9]* without the cache, 0\.[0-4][0-9]* with it \(([5-9][0-9]|100)\.[0-9]% of decisions answered from the cache\)`}},
-		{"recorder", Config{Recorder: true}, nil, []string{
+		{"recorder", Config{Recorder: true, Keep: true}, nil, []string{
 			`^policy push, recorder on: .* errors 0;`,
 			`^ratio policy push, recorder on / policy push: [0-9.]+ `,
 			`^recorder: 0 counts lost to failed flushes; last flush: ok`}},
@@ -103,6 +103,17 @@ func TestBenchModes(t *testing.T) {
 			if strings.Contains(out, "first error") {
 				t.Errorf("Run(%+v) reported errors:\n%s", tc.cfg, out)
 			}
+			// Without Keep, nothing of any run is left (the runs of
+			// earlier subtests kept share these prefixes and go too).
+			left := keysLeft(t, addr, "bench*")
+			switch {
+			case cfg.Keep && left == 0:
+				t.Errorf("Run(%+v) with Keep left no keys", tc.cfg)
+			case !cfg.Keep && left > 0:
+				t.Errorf("Run(%+v) left %d keys matching bench*, want 0\n%s", tc.cfg, left, out)
+			case !cfg.Keep && !regexp.MustCompile(`(?m)^cleanup: deleted [1-9][0-9]* keys under bench:\* bench-1:\* .*: ok$`).MatchString(out):
+				t.Errorf("Run(%+v): no cleanup line:\n%s", tc.cfg, out)
+			}
 			if cfg.Recorder && !cfg.Hot { // the recorded run's statistics are in Redis
 				c := goredis.NewClient(&goredis.Options{Addr: addr})
 				defer c.Close()
@@ -136,4 +147,20 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("Run(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// keysLeft counts the keys matching pattern on the server at addr.
+func keysLeft(t *testing.T, addr, pattern string) int {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	n := 0
+	iter := c.Scan(context.Background(), 0, pattern, 1000).Iterator()
+	for iter.Next(context.Background()) {
+		n++
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

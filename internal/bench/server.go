@@ -156,3 +156,49 @@ func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 	})
 	return total.Load(), err
 }
+
+// deleteKeys deletes every key matching one of patterns on every master
+// (SCAN MATCH, COUNT 1000, then UNLINK of each batch) and returns how many
+// it deleted.
+func deleteKeys(ctx context.Context, c goredis.UniversalClient, patterns []string) (int64, error) {
+	var total atomic.Int64
+	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+		for _, pat := range patterns {
+			var cursor uint64
+			for {
+				keys, next, err := n.Scan(ctx, cursor, pat, 1000).Result()
+				if err != nil {
+					return err
+				}
+				if len(keys) > 0 {
+					d, err := n.Unlink(ctx, keys...).Result()
+					if err != nil {
+						return err
+					}
+					total.Add(d)
+				}
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("bench: deleting the runs' keys: %w", err)
+	}
+	return total.Load(), err
+}
+
+// globQuote escapes the glob characters of SCAN MATCH in s.
+func globQuote(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
