@@ -6,7 +6,8 @@
 -- leaves(top) in ms. While every stored cell still counts, the sum is
 -- the rule's count and the common decision neither decodes nor rebuilds
 -- the cells: it reads the sum and the newest count and rewrites the
--- entry around them.
+-- entry around them; when the oldest stored cells have stopped counting,
+-- it decodes just those, takes them off the sum and drops them.
 --
 -- Strict (driver.CellSpan): at cell i = math.floor(now/s) the cells j >= i-K
 -- count, the partly expired oldest one too, so no interval of the window
@@ -27,10 +28,18 @@ if p then
   top, sum = struct.unpack('<I7I7', v, q)
   if top < lo then
     k = 0 -- every stored cell stopped counting: as if none were stored
-  elseif top - k + 1 >= lo and top <= i and (k == 0 or struct.unpack('<I7', v, q + 7 * (k + 1)) > 0) then
-    -- every stored cell counts, the newest holds units: the sum is the count
-    used = sum
-    if k > 0 then newest = top end
+  elseif top <= i and k > 0 and struct.unpack('<I7', v, q + 7 * (k + 1)) > 0 then
+    -- The newest stored cell holds units: the count is the sum less the
+    -- oldest d stored cells, those that stopped counting, which are
+    -- dropped (q and k then describe the kept cells, for commit).
+    local d = lo - (top - k + 1)
+    if d > 0 then
+      for z = 0, d - 1 do sum = sum - struct.unpack('<I7', v, q + 14 + 7 * z) end
+      q, k = q + 7 * d, k - d
+    end
+    used, newest = sum, top
+  elseif top <= i and k == 0 then
+    used = sum -- no cells: nothing counts
   else
     list = ints(v, q + 14, k)
     for z = math.max(1, lo - (top - k)), k do
