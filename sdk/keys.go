@@ -92,10 +92,10 @@ func resolve(prefix string, p *Policy, s Subject, partial, groups bool) (resolve
 		return res, err
 	}
 	// Every key is written into one buffer and cut out of one string: a
-	// decision's keys cost one allocation, not one each. buf's size is a
-	// guess (an escaped value may be longer); append grows it if needed,
-	// and the offsets stay valid.
-	buf := make([]byte, 0, p.keyBytes+(3+2*len(p.rules))*len(prefix))
+	// decision's keys cost one allocation, not one each. buf's size is the
+	// most the policy's keys have taken so far (p.keyCap); append grows it
+	// where a subject's are longer, and the offsets stay valid.
+	buf := make([]byte, 0, max(p.keyCap.Load(), 128))
 	buf = append(buf, prefix...)
 	buf = append(buf, ":{"...)
 	for i, d := range p.shardBy {
@@ -168,6 +168,11 @@ rules:
 			Calendar:   driver.CalendarUnit(r.Calendar),
 			Location:   r.Location,
 		})
+	}
+	for n := int64(len(buf)); ; {
+		if c := p.keyCap.Load(); n <= c || p.keyCap.CompareAndSwap(c, n) {
+			break
+		}
 	}
 	all := unsafe.String(unsafe.SliceData(buf), len(buf))
 	res.base = all[:nb]

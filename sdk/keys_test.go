@@ -236,3 +236,30 @@ func TestGroupKeys(t *testing.T) {
 		t.Errorf("GroupKeys(no user) = %q, want nil", got)
 	}
 }
+
+// TestKeysLongerThanSeen: the keys of a subject longer than any seen
+// before (the buffer they are cut from grows) are whole and right, and
+// so are those of a shorter one after it.
+func TestKeysLongerThanSeen(t *testing.T) {
+	p := mustPolicy(t, "push",
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+	)
+	lim := sdk.New(nil)
+	short := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
+	id := strings.TrimPrefix(short[0], "fc:{u1}:push:recv-1m.")
+	cid := strings.TrimSuffix(strings.TrimPrefix(short[1], "fc:{u1}:push:content-59s."), ":c1")
+	for _, n := range []int{1, 60, 3, sdk.MaxValueLen / 2, 2} { // "c:" * n is at most MaxValueLen
+		u, c := strings.Repeat("u", n), strings.Repeat("c:", n)
+		got := lim.Keys(p, sdk.Subject{"user": u, "content": c})
+		ce := strings.Repeat("c%3A", n)
+		want := []string{"fc:{" + u + "}:push:recv-1m." + id, "fc:{" + u + "}:push:content-59s." + cid + ":" + ce, "fc:{" + u + "}:push:!t", "fc:{" + u + "}:push:!h"}
+		if !slices.Equal(got, want) {
+			t.Errorf("Keys(user of %d bytes) = %q, want %q", n, got, want)
+		}
+		g := lim.GroupKeys(p, sdk.Subject{"user": u, "content": c})
+		if wg := []string{"fc:{" + u + "}:push:=", "fc:{" + u + "}:push:=content:" + ce}; !slices.Equal(g, wg) {
+			t.Errorf("GroupKeys(user of %d bytes) = %q, want %q", n, g, wg)
+		}
+	}
+}

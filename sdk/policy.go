@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,8 +32,8 @@ type Policy struct {
 	// firstOfGroup is, per rule, the index of the first rule with the
 	// same dimensions.
 	firstOfGroup []int
-	others       [][]string // per rule: its dimensions not in shardBy, in rule order
-	keyBytes     int        // what resolve writes besides the prefix and values: a guess of its buffer
+	others       [][]string    // per rule: its dimensions not in shardBy, in rule order
+	keyCap       *atomic.Int64 // resolve's buffer size: the most bytes a request's keys have taken (nil: the zero Policy)
 	failOpen     bool
 	trailMax     int
 	trailTTL     time.Duration
@@ -193,11 +194,8 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		p.sorted[i] = slices.Sorted(slices.Values(p.others[i]))
 		p.groups[i] = "=" + strings.Join(p.sorted[i], ",")
 		p.firstOfGroup[i] = slices.Index(p.groups, p.groups[i])
-		// A rule key and a group key, each after base, with values of up
-		// to 24 bytes.
-		p.keyBytes += 3*len(name) + len(r.Name) + 1 + len(p.ids[i]) + len(p.groups[i]) + 50*len(r.Dimensions) + 32
 	}
-	p.keyBytes += 3*len(name) + 50*len(p.shardBy) + 16
+	p.keyCap = new(atomic.Int64)
 	return p, -1, nil
 }
 
