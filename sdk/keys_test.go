@@ -20,13 +20,20 @@ func mustPolicy(t *testing.T, name string, rules ...sdk.Rule) *sdk.Policy {
 	return p
 }
 
-var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a-z2-7]{6})(:[^{}:]+)?$`)
-
-func TestKeysScheme(t *testing.T) {
-	p := mustPolicy(t, "push",
+// keysPolicy is the key tests' policy: one rule by user, one by user and
+// content.
+func keysPolicy(t *testing.T) *sdk.Policy {
+	t.Helper()
+	return mustPolicy(t, "push",
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	)
+}
+
+var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a-z2-7]{6})(:[^{}:]+)?$`)
+
+func TestKeysScheme(t *testing.T) {
+	p := keysPolicy(t)
 	lim := sdk.New(nil)
 	keys := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
 	if len(keys) != 4 {
@@ -55,10 +62,7 @@ func TestKeysScheme(t *testing.T) {
 }
 
 func TestKeysEscaping(t *testing.T) {
-	p := mustPolicy(t, "push",
-		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
-		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
-	)
+	p := keysPolicy(t)
 	values := []string{
 		"a", "b", "{", "}", "{a}", "}{", ":", "a:b", "a%3Ab", "%", "%25", "%7B", "a b", " ", "\t", "\n",
 		"\x00", "\x7f", "x\x20y", "用户", "ユーザー}", "😀", "é", "e\u0301", "a\xffb", "{}:%", "a{b}c:d%e f",
@@ -241,10 +245,7 @@ func TestGroupKeys(t *testing.T) {
 // before (the buffer they are cut from grows) are whole and right, and
 // so are those of a shorter one after it.
 func TestKeysLongerThanSeen(t *testing.T) {
-	p := mustPolicy(t, "push",
-		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
-		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
-	)
+	p := keysPolicy(t)
 	lim := sdk.New(nil)
 	short := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
 	id := strings.TrimPrefix(short[0], "fc:{u1}:push:recv-1m.")
