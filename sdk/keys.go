@@ -30,19 +30,21 @@ func escapeWith(v string, esc func(byte) bool) string {
 	if n == 0 {
 		return v
 	}
-	var b strings.Builder
-	b.Grow(len(v) + 2*n)
+	buf := appendEscapedWith(make([]byte, 0, len(v)+2*n), v, esc)
+	return unsafe.String(unsafe.SliceData(buf), len(buf))
+}
+
+// appendEscapedWith appends v to buf with every byte for which esc is
+// true replaced by %XX.
+func appendEscapedWith(buf []byte, v string, esc func(byte) bool) []byte {
 	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if esc(c) {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
+		if c := v[i]; esc(c) {
+			buf = append(buf, '%', hexDigits[c>>4], hexDigits[c&15])
 		} else {
-			b.WriteByte(c)
+			buf = append(buf, c)
 		}
 	}
-	return b.String()
+	return buf
 }
 
 func mustEscape(c byte) bool {
@@ -191,17 +193,7 @@ rules:
 }
 
 // appendEscaped appends escapeValue(v) to buf.
-func appendEscaped(buf []byte, v string) []byte {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if mustEscape(c) {
-			buf = append(buf, '%', hexDigits[c>>4], hexDigits[c&15])
-		} else {
-			buf = append(buf, c)
-		}
-	}
-	return buf
-}
+func appendEscaped(buf []byte, v string) []byte { return appendEscapedWith(buf, v, mustEscape) }
 
 // appendGroupKey appends the key of rule i's dimension set
 // (driver.Rule.Group) to buf: base, "=", the rule's non-shard dimensions
