@@ -203,13 +203,13 @@ func Fast(rules []FastRule) (string, error) {
 	var results []string
 	for i := len(rules) - 1; i >= 0; i-- {
 		n := i + 1
-		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, at, ARGV[ab + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, at, ARGV[tb + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
 			n, quote(rules[i].Name), rules[i].Limit)
 	}
 	for i := range rules {
 		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
 	}
-	reply := fmt.Sprintf("reply = {allowed and 1 or 0, now, struct.pack('<%s',\n  %s)}",
+	reply := fmt.Sprintf("reply = struct.pack('<Bi7%s', allowed and 1 or 0, now,\n  %s)",
 		strings.Repeat("Bi7i7i7", len(rules)), strings.Join(results, ",\n  "))
 	fill := map[string]string{
 		"consts": fmt.Sprintf("local G = %d -- dimension sets (keys) per attempt", len(groups)),
@@ -224,7 +224,8 @@ func Fast(rules []FastRule) (string, error) {
 		}
 		return indent(body, m[1])
 	})
-	return expand(read("prelude.lua")) + "\n" + expand(read("holds.lua")) + "\n" + src, nil
+	helpers, src := lazy(src)
+	return helpers + "\n" + src, nil
 }
 
 var (
@@ -306,4 +307,89 @@ func indent(body, pre string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// helperDef is one top-level function of prelude.lua or holds.lua: its
+// name and its text (the comment above it, then the definition).
+type helperDef struct{ name, text string }
+
+var helperStart = regexp.MustCompile(`(?m)^local function ([A-Za-z_][A-Za-z_0-9]*)\(`)
+
+// splitHelpers splits src (prelude.lua's or holds.lua's source) into the
+// text before its first top-level function and its top-level functions,
+// each with the comment lines right above it. Anything else after the
+// first function (a top-level statement) panics: lazy would drop it.
+func splitHelpers(src string) (string, []helperDef) {
+	locs := helperStart.FindAllStringSubmatchIndex(src, -1)
+	if len(locs) == 0 {
+		return src, nil
+	}
+	start := func(at int) int { // back over the comment lines right above at
+		for at > 0 {
+			prev := strings.LastIndexByte(src[:at-1], '\n') + 1
+			if !strings.HasPrefix(src[prev:at], "--") {
+				break
+			}
+			at = prev
+		}
+		return at
+	}
+	head := src[:start(locs[0][0])]
+	var defs []helperDef
+	at := len(head)
+	for _, l := range locs {
+		s := start(l[0])
+		if strings.TrimSpace(src[at:s]) != "" {
+			panic(fmt.Sprintf("lua: a top-level statement between helpers: %q", src[at:s]))
+		}
+		end := strings.Index(src[l[1]:], "\nend\n")
+		if end < 0 {
+			panic("lua: helper " + src[l[2]:l[3]] + " has no end at column 0")
+		}
+		end += l[1] + len("\nend\n")
+		defs = append(defs, helperDef{name: src[l[2]:l[3]], text: src[s:end]})
+		at = end
+	}
+	if strings.TrimSpace(src[at:]) != "" {
+		panic(fmt.Sprintf("lua: a top-level statement after the helpers: %q", src[at:]))
+	}
+	return head, defs
+}
+
+// eagerHelpers are the helpers a fast script defines at its top when its
+// own code calls them (the algorithms' common paths: sliding windows'
+// cells); they capture no local of the script, so each costs one closure.
+var eagerHelpers = map[string]bool{"ints": true, "pints": true}
+
+// lazy returns prelude.lua and holds.lua for a fast script whose own code
+// is body, and body with its calls of their functions rewritten: Lua
+// creates every function a script defines on each run, with an upvalue
+// per local it captures, so the helpers a decision rarely needs (foreign
+// entries, lapsed reservations, the trail, module TATs) are defined
+// inside L(), built on a run's first call of one of them; body calls
+// L().name(...) instead of name(...). The eager helpers body calls stay
+// plain locals.
+func lazy(body string) (string, string) {
+	head, defs := splitHelpers(expand(read("prelude.lua")))
+	hh, hdefs := splitHelpers(expand(read("holds.lua")))
+	defs = append(defs, hdefs...)
+	var eager, lib strings.Builder
+	var names []string
+	for _, d := range defs {
+		if eagerHelpers[d.name] && regexp.MustCompile(`(^|[^.\w])`+d.name+`\(`).MatchString(body) {
+			eager.WriteString(d.text + "\n")
+			continue
+		}
+		lib.WriteString(indent(d.text, "  ") + "\n\n")
+		names = append(names, d.name)
+	}
+	call := regexp.MustCompile(`(^|[^.\w])(` + strings.Join(names, "|") + `)\(`)
+	body = call.ReplaceAllString(body, "${1}L().${2}(")
+	fields := make([]string, len(names))
+	for i, n := range names {
+		fields[i] = n + " = " + n
+	}
+	return head + hh + eager.String() +
+		"-- The helpers built on first use (lua.Fast, lazy): L() returns them.\nlocal lib\nlocal function L()\n  if lib then return lib end\n" +
+		lib.String() + "  lib = {" + strings.Join(fields, ", ") + "}\n  return lib\nend\n", body
 }

@@ -7,8 +7,11 @@
 -- each rule's code, limit, parameters and tag written in as constants,
 -- the rule loops unrolled and what eval hands to commit kept in locals:
 -- the interpreter does the decision's arithmetic and little else. Its
--- replies and errors are take.lua's, byte for byte, and so are its
--- writes, lapsed reservations included (holds.lua, as take.lua runs it).
+-- decisions, errors and writes are take.lua's, byte for byte, lapsed
+-- reservations included (holds.lua, as take.lua runs it); its ARGV and
+-- reply are shorter encodings of take.lua's (below). The helpers of
+-- prelude.lua and holds.lua that a decision rarely needs are built on
+-- first use (L(), lua.Fast's lazy).
 --
 -- The lines lua.Fast fills in: "--@consts" sets G, the number of
 -- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
@@ -28,6 +31,7 @@
 -- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
 -- retry).
 --
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
 -- ARGV[a+1]  op: t take, p peek
 -- ARGV[a+2]  cost (>= 1)
@@ -37,6 +41,15 @@
 -- ARGV[a+7]  policy name; ARGV[a+8] the attempt's trail values
 -- KEYS per attempt: its dimension-set keys, then its trail if tk > 0,
 -- then its reservations if hk > 0.
+-- The short form, one attempt without reservations: ARGV[1] op, ARGV[2]
+-- cost, then, with a trail (its key after the dimension sets), ARGV[3]
+-- max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail values. Redis
+-- builds the ARGV table on every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -44,13 +57,21 @@ local nowms = math.floor(now / 1000)
 local plan -- reservations are take.lua's: the commit sections see none
 --@consts
 
-local attempts = tonumber(ARGV[1])
-local replies = {}
-local kb, ab = 0, 1
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+end
 for a = 1, attempts do
   local op = ARGV[ab + 1]
   local c = tonumber(ARGV[ab + 2])
-  local tk, hk = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4])
+  local tk, hk = 0, 0
+  if short then
+    if ARGV[3] then tk = G + 1 end
+  else
+    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+  end
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
   repeat
@@ -81,14 +102,14 @@ for a = 1, attempts do
     end
 
     -- The denial trail, as take.lua writes it.
-    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[ab + 5]) > 0 then
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
       local tkey = KEYS[kb + tk]
       local at = sf('%d', now)
-      local tv = ARGV[ab + 8]
+      local tv = ARGV[tb + 8]
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       --@trail
-      pushTrail(tkey, ent, tonumber(ARGV[ab + 5]), ARGV[ab + 6])
+      pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end
     --@reply
   until true

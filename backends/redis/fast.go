@@ -156,8 +156,23 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
 }
 
-// args returns the EVALSHA argument list of a's script for a alone.
-func (a *fastAttempt) args() []any { return argList(a.keys, 1, a.argv[:]) }
+// args returns the EVALSHA argument list of a's script for a alone: the
+// short form of ARGV (fastArgs) when a has no reservations key.
+func (a *fastAttempt) args() []any {
+	v := &a.argv
+	if v[3] != 0 { // hk: the full form
+		return argList(a.keys, 1, v[:])
+	}
+	args := make([]any, evalArgs, evalArgs+len(a.keys)+6)
+	for i := range a.keys {
+		args = append(args, &a.keys[i])
+	}
+	args = append(args, v[0], v[1])
+	if v[2] != 0 { // tk: the trail's max, TTL, policy and values
+		args = append(args, v[4:]...)
+	}
+	return args
+}
 
 // addFast appends fast attempt a to e, whose attempts all run a's script.
 func (e *encoder) addFast(a *fastAttempt) {

@@ -166,6 +166,95 @@ func TestFastMatchesTake(t *testing.T) {
 	}
 }
 
+// argsRecorder is a go-redis hook keeping the argument count of the last
+// EVALSHA a client sent one by one.
+type argsRecorder struct{ n *atomic.Int64 }
+
+func (h argsRecorder) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h argsRecorder) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			h.n.Store(int64(len(cmd.Args())))
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h argsRecorder) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestFastShortForm: a lone fast attempt without reservations goes in
+// the short ARGV (wire.go's fastArgs), with and without a trail, and
+// decides, counts and writes the trail as take.lua does.
+func TestFastShortForm(t *testing.T) {
+	fast, c := plainStandalone(t)
+	slow, _ := plainStandalone(t)
+	slow.noFast = true
+	var args atomic.Int64
+	c.AddHook(argsRecorder{&args})
+	ctx := context.Background()
+	for _, trail := range []bool{true, false} {
+		t.Run(fmt.Sprintf("trail=%v", trail), func(t *testing.T) {
+			subs := []subject{newSubject(t, "a"), newSubject(t, "b")}
+			for step := range 4 {
+				var got [2]driver.Result
+				o := opTake
+				if step == 1 {
+					o = opPeek
+				}
+				for i, s := range subs {
+					b := []*Backend{fast, slow}[i]
+					f, g := s.fixed("f", 2, time.Hour), s.fixed("g", 5, 2*time.Hour)
+					f.Group, g.Group = s.base+"u", s.base+"u" // one dimension set
+					r := s.request(o, 1, f, g)
+					r.ReservationKey = ""
+					if !trail {
+						r.TrailKey = ""
+					}
+					r.TrailValues = "v=" + strconv.Itoa(step)
+					res, err := b.do(ctx, r)
+					if err != nil {
+						t.Fatalf("step %d: subject %d: %v", step, i, err)
+					}
+					got[i] = res
+					if i == 0 {
+						// EVALSHA, SHA, key count, the keys (dimension set, a take's trail), op, cost, then the trail's 4.
+						want := int64(3 + 1 + 2)
+						if trail && o == opTake {
+							want += 1 + 4
+						}
+						if n := args.Load(); n != want {
+							t.Fatalf("step %d: the fast EVALSHA has %d arguments, want %d (the short form)", step, n, want)
+						}
+					}
+				}
+				sameResult(t, fmt.Sprintf("step %d", step), got[0], got[1])
+				if wantAllowed := step < 3; got[0].Allowed != wantAllowed {
+					t.Fatalf("step %d: allowed %v, want %v", step, got[0].Allowed, wantAllowed)
+				}
+			}
+			var trails [2][]string
+			for i, s := range subs {
+				tr, err := c.LRange(ctx, s.trail(), 0, -1).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range tr {
+					f := strings.Split(e, "|")
+					f[0], f[6] = "", ""
+					trails[i] = append(trails[i], strings.Join(f, "|"))
+				}
+			}
+			if !slices.Equal(trails[0], trails[1]) {
+				t.Errorf("trails differ: fast %q, take.lua %q", trails[0], trails[1])
+			}
+			if want := map[bool]int{true: 1, false: 0}[trail]; len(trails[0]) != want {
+				t.Errorf("trail holds %d entries, want %d", len(trails[0]), want)
+			}
+		})
+	}
+}
+
 // sameResult compares two decisions taken a few hundred µs apart: equal
 // but for reset and retry-after, which may differ by that time.
 func sameResult(t *testing.T, what string, a, b driver.Result) {

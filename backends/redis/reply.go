@@ -43,8 +43,18 @@ func replyString(v any) (string, error) {
 
 // parseTake decodes take.lua's reply for a request of the given rules:
 // {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
-// µs, retry µs), then trail entries or a replay's reservation id}.
+// µs, retry µs), then trail entries or a replay's reservation id}; or a
+// fast script's, one string: first and now in fastHead bytes, then the
+// rules' bytes.
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
+	if s, ok := v.(string); ok {
+		if len(s) != fastHead+len(rules)*perRuleBytes {
+			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", fastHead+len(rules)*perRuleBytes, len(rules), len(s))
+		}
+		return parseReply(int64(s[0]), le7(s[1:fastHead]), nil, rules, func(i int) [perRuleReply]int64 {
+			return ruleInts(s[fastHead+i*perRuleBytes:])
+		})
+	}
 	a, err := replyArray(v)
 	if err != nil {
 		return driver.Result{}, err
@@ -59,14 +69,18 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	if len(bin) != len(rules)*perRuleBytes {
 		return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", len(rules)*perRuleBytes, len(rules), len(bin))
 	}
-	return parseReply(a[0], a[1], a[3:], rules, func(i int) (ints [perRuleReply]int64) {
-		b := bin[i*perRuleBytes:]
-		ints[0] = int64(b[0])
-		for j := 1; j < perRuleReply; j++ {
-			ints[j] = le7(b[1+(j-1)*7 : 1+j*7])
-		}
-		return ints
+	return parseArrayReply(a[0], a[1], a[3:], rules, func(i int) [perRuleReply]int64 {
+		return ruleInts(bin[i*perRuleBytes:])
 	})
+}
+
+// ruleInts reads one rule's numbers from the perRuleBytes at b's start.
+func ruleInts(b string) (ints [perRuleReply]int64) {
+	ints[0] = int64(b[0])
+	for j := 1; j < perRuleReply; j++ {
+		ints[j] = le7(b[1+(j-1)*7 : 1+j*7])
+	}
+	return ints
 }
 
 // le7 reads a signed 7-byte little-endian integer (struct's 'i7').
@@ -86,7 +100,7 @@ func parseInts(v any, rules []driver.Rule) (driver.Result, error) {
 		return driver.Result{}, fmt.Errorf("reply: want at least %d elements for %d rules, got %d", 2+n*perRuleReply, n, len(a))
 	}
 	var bad error
-	res, err := parseReply(a[0], a[1], a[2+n*perRuleReply:], rules, func(i int) (ints [perRuleReply]int64) {
+	res, err := parseArrayReply(a[0], a[1], a[2+n*perRuleReply:], rules, func(i int) (ints [perRuleReply]int64) {
 		for j := range ints {
 			var err error
 			if ints[j], err = replyInt(a[2+i*perRuleReply+j]); err != nil && bad == nil {
@@ -101,14 +115,24 @@ func parseInts(v any, rules []driver.Rule) (driver.Result, error) {
 	return res, err
 }
 
-// parseReply builds a Result from a reply's first element, its clock,
-// each rule's four numbers (rule(i)) and the elements after them.
-func parseReply(f, at any, rest []any, rules []driver.Rule, rule func(int) [perRuleReply]int64) (driver.Result, error) {
-	var res driver.Result
+// parseArrayReply is parseReply of a reply's first element and clock.
+func parseArrayReply(f, at any, rest []any, rules []driver.Rule, rule func(int) [perRuleReply]int64) (driver.Result, error) {
 	first, err := replyInt(f)
 	if err != nil {
 		return driver.Result{}, err
 	}
+	now, err := replyInt(at)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	return parseReply(first, now, rest, rules, rule)
+}
+
+// parseReply builds a Result from a reply's first element, its clock (µs),
+// each rule's four numbers (rule(i)) and the elements after them.
+func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int) [perRuleReply]int64) (driver.Result, error) {
+	var res driver.Result
+	var err error
 	// 0/1: decided now; 2/3: a replay of the decision stored under the
 	// request's idempotency key, followed by the original reservation id.
 	if first < 0 || first > 3 {
@@ -116,10 +140,6 @@ func parseReply(f, at any, rest []any, rules []driver.Rule, rule func(int) [perR
 	}
 	res.Allowed = first%2 == 1
 	res.Replayed = first >= 2
-	now, err := replyInt(at)
-	if err != nil {
-		return driver.Result{}, err
-	}
 	res.Now = time.UnixMicro(now)
 	res.Rules = make([]driver.RuleResult, len(rules))
 	for i := range res.Rules {

@@ -125,10 +125,20 @@ func TestParseTake(t *testing.T) {
 	if err != nil || !r.Replayed || !r.Allowed || r.ReservationID != "h1" {
 		t.Errorf("parseTake(replay) = %+v, %v, want replayed with reservation h1", r, err)
 	}
+	// A fast script's reply: one string, first and now then the rules.
+	head := func(first byte, now int64) string { return binRule(first, now, 0, 0)[:fastHead] }
+	r, err = parseTake(head(0, 1700000000000001)+bin, rules)
+	if err != nil || r.Allowed || !r.Now.Equal(time.UnixMicro(1700000000000001)) || len(r.Rules) != 2 || r.Rules[0] != want[0] || r.Rules[1] != want[1] || r.Trail != nil {
+		t.Errorf("parseTake(fast) = %+v, %v, want denied, %+v", r, err, want)
+	}
 	for _, bad := range []struct {
 		v    any
 		want string
 	}{
+		{head(1, 5) + bin[:10], "want 30 bytes for 1 rules, got 18"},
+		{"OK", "want 30 bytes"},
+		{head(4, 5) + bin[:perRuleBytes], "must be 0..3"},
+		{head(1, 5) + binRule(3, 0, 0, 0), "flags must be"},
 		{[]any{int64(1), int64(5)}, "at least 3"},
 		{[]any{int64(1), int64(5), bin[:10]}, "want 22 bytes"},
 		{[]any{int64(1), int64(5), int64(7)}, "want a string"},

@@ -33,11 +33,21 @@ const (
 	perRuleBytes = 1 + 3*7
 )
 
-// fastArgs is the ARGV per attempt of a fast script (lua/fast.lua's
-// header, fast.go's fastAttempt): op code, cost, the trail's and the
-// reservations' key indexes, trail max and TTL (ms), policy name, trail
-// values; its reply is take.lua's.
-const fastArgs = 8
+// fastArgs is the ARGV per attempt of a fast script in its full form
+// (lua/fast.lua's header, fast.go's fastAttempt): op code, cost, the
+// trail's and the reservations' key indexes, trail max and TTL (ms),
+// policy name, trail values. A lone attempt without reservations goes in
+// the short form instead: no attempt count, op code and cost, then, with
+// a trail (its key after the dimension sets), its max, TTL, policy name
+// and values (fastAttempt.args).
+//
+// A fast script replies per attempt one string (parseTake): fastHead
+// bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
+// rule; m > 1 attempts get a table of them.
+const (
+	fastArgs = 8
+	fastHead = 1 + 7
+)
 
 // Op codes: take.lua's (and fast scripts') ARGV[a+1].
 const (
