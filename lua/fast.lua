@@ -41,10 +41,11 @@
 -- ARGV[a+7]  policy name; ARGV[a+8] the attempt's trail values
 -- KEYS per attempt: its dimension-set keys, then its trail if tk > 0,
 -- then its reservations if hk > 0.
--- The short form, one attempt without reservations: ARGV[1] op, ARGV[2]
--- cost, then, with a trail (its key after the dimension sets), ARGV[3]
--- max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail values. Redis
--- builds the ARGV table on every call, and a short one costs less.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
+-- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
+-- values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
 --
 -- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
 -- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
@@ -68,7 +69,9 @@ for a = 1, attempts do
   local c = tonumber(ARGV[ab + 2])
   local tk, hk = 0, 0
   if short then
-    if ARGV[3] then tk = G + 1 end
+    local nk = G
+    if ARGV[3] then tk, nk = G + 1, G + 1 end
+    if #KEYS > nk then hk = #KEYS end
   else
     tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
   end

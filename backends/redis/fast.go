@@ -156,13 +156,12 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
 }
 
-// args returns the EVALSHA argument list of a's script for a alone: the
-// short form of ARGV (fastArgs) when a has no reservations key.
+// args returns the EVALSHA argument list of a's script for a alone, in
+// the short form of ARGV (fastArgs): its keys, then its op and cost, and
+// its trail's settings if it has a trail (the reservations key, after
+// the trail's, needs no index there).
 func (a *fastAttempt) args() []any {
 	v := &a.argv
-	if v[3] != 0 { // hk: the full form
-		return argList(a.keys, 1, v[:])
-	}
 	args := make([]any, evalArgs, evalArgs+len(a.keys)+6)
 	for i := range a.keys {
 		args = append(args, &a.keys[i])

@@ -183,9 +183,9 @@ func (h argsRecorder) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 	return next
 }
 
-// TestFastShortForm: a lone fast attempt without reservations goes in
-// the short ARGV (wire.go's fastArgs), with and without a trail, and
-// decides, counts and writes the trail as take.lua does.
+// TestFastShortForm: a lone fast attempt goes in the short ARGV
+// (wire.go's fastArgs), with and without a trail and a reservations key,
+// and decides, counts and writes the trail as take.lua does.
 func TestFastShortForm(t *testing.T) {
 	fast, c := plainStandalone(t)
 	slow, _ := plainStandalone(t)
@@ -193,8 +193,9 @@ func TestFastShortForm(t *testing.T) {
 	var args atomic.Int64
 	c.AddHook(argsRecorder{&args})
 	ctx := context.Background()
-	for _, trail := range []bool{true, false} {
-		t.Run(fmt.Sprintf("trail=%v", trail), func(t *testing.T) {
+	for _, tc := range []struct{ trail, holds bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+		trail := tc.trail
+		t.Run(fmt.Sprintf("trail=%v/holds=%v", tc.trail, tc.holds), func(t *testing.T) {
 			subs := []subject{newSubject(t, "a"), newSubject(t, "b")}
 			for step := range 4 {
 				var got [2]driver.Result
@@ -207,7 +208,9 @@ func TestFastShortForm(t *testing.T) {
 					f, g := s.fixed("f", 2, time.Hour), s.fixed("g", 5, 2*time.Hour)
 					f.Group, g.Group = s.base+"u", s.base+"u" // one dimension set
 					r := s.request(o, 1, f, g)
-					r.ReservationKey = ""
+					if !tc.holds {
+						r.ReservationKey = ""
+					}
 					if !trail {
 						r.TrailKey = ""
 					}
@@ -218,10 +221,14 @@ func TestFastShortForm(t *testing.T) {
 					}
 					got[i] = res
 					if i == 0 {
-						// EVALSHA, SHA, key count, the keys (dimension set, a take's trail), op, cost, then the trail's 4.
+						// EVALSHA, SHA, key count, the keys (dimension set, a take's trail,
+						// reservations), op, cost, then the trail's 4.
 						want := int64(3 + 1 + 2)
 						if trail && o == opTake {
 							want += 1 + 4
+						}
+						if tc.holds {
+							want++
 						}
 						if n := args.Load(); n != want {
 							t.Fatalf("step %d: the fast EVALSHA has %d arguments, want %d (the short form)", step, n, want)

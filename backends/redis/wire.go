@@ -36,10 +36,10 @@ const (
 // fastArgs is the ARGV per attempt of a fast script in its full form
 // (lua/fast.lua's header, fast.go's fastAttempt): op code, cost, the
 // trail's and the reservations' key indexes, trail max and TTL (ms),
-// policy name, trail values. A lone attempt without reservations goes in
-// the short form instead: no attempt count, op code and cost, then, with
-// a trail (its key after the dimension sets), its max, TTL, policy name
-// and values (fastAttempt.args).
+// policy name, trail values. A lone attempt goes in the short form
+// instead: no attempt count, op code and cost, then, with a trail (its
+// key after the dimension sets), its max, TTL, policy name and values;
+// a reservations key is the last key, after them (fastAttempt.args).
 //
 // A fast script replies per attempt one string (parseTake): fastHead
 // bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
