@@ -54,7 +54,7 @@
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local nowms = math.floor(now / 1000)
+local nowms = (now - now % 1000) / 1000
 local plan -- reservations are take.lua's: the commit sections see none
 --@consts
 

@@ -236,31 +236,40 @@ func TestGCRASweepCell(t *testing.T) {
 
 // gcraFloor returns take.lua's floor division of GCRA's Remaining, as
 // the algorithm fragment (lua/alg/gcra.lua) pastes it inline: the double
-// quotient q = math.floor(left / T), corrected by one where rounding
-// carried it across an integer. Every copy in take.lua must be the same
-// (evaluate and commit).
+// quotient q = left / T floored inline (q - q % 1), corrected by one
+// where rounding carried it across an integer, then clamped to [0, L]
+// (gcraClamp). Every copy in take.lua must be the same (evaluate and
+// commit).
 func gcraFloor(t *testing.T) string {
 	t.Helper()
-	const head = "local q = math.floor(left / T)\n"
+	const head, floor = "local q = left / T\n", "q = q - q % 1"
 	parts := strings.Split(lua.Take, head)
 	if len(parts) < 3 {
 		t.Fatalf("take.lua has %d copies of %q, want 2 or more (evaluate and commit)", len(parts)-1, strings.TrimSpace(head))
 	}
-	line := func(p string) string { l, _, _ := strings.Cut(p, "\n"); return strings.TrimSpace(l) }
-	fix := line(parts[1])
+	lines := func(p string) []string {
+		l := strings.SplitN(p, "\n", 4)
+		for i := range l {
+			l[i] = strings.TrimSpace(l[i])
+		}
+		return l
+	}
+	fix := lines(parts[1])[1]
 	if !strings.Contains(fix, "q * T > left") {
 		t.Fatalf("take.lua: %q not followed by its correction, got %q", strings.TrimSpace(head), fix)
 	}
-	for k, p := range parts[2:] {
-		if line(p) != fix {
-			t.Fatalf("take.lua: copy %d of the floor division's correction = %q, want the first's %q", k+2, line(p), fix)
+	for k, p := range parts[1:] {
+		l := lines(p)
+		if l[0] != floor || l[1] != fix || l[2]+"\n" != gcraClamp {
+			t.Fatalf("take.lua: copy %d of the floor division = %q, want %q, %q, %q", k+1, l[:3], floor, fix, gcraClamp)
 		}
 	}
-	if !strings.Contains(lua.Take, "L - math.min(math.max(q, 0), L)") {
-		t.Fatalf("take.lua: Remaining is not clamped as L - math.min(math.max(q, 0), L)")
-	}
-	return head + fix + "\n"
+	return head + floor + "\n" + fix + "\n"
 }
+
+// gcraClamp is the line after gcraFloor's: Remaining q clamped to [0, L].
+const gcraClamp = "if q < 0 then q = 0 elseif q > L then q = L end\n"
+
 
 // TestGCRAFloorDivision runs take.lua's floor division of GCRA's
 // Remaining on the server: exact floors of negative, exact and large
@@ -270,7 +279,7 @@ func TestGCRAFloorDivision(t *testing.T) {
 	_, c := standalone(t)
 	ctx := context.Background()
 	src := "local left, T, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n" + gcraFloor(t) +
-		"return {q, math.min(math.max(q, 0), L)}"
+		"local floor = q\n" + gcraClamp + "return {floor, q}"
 	floor := func(a, b int64) int64 {
 		q := a / b
 		if a%b != 0 && a < 0 {

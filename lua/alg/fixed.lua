@@ -25,7 +25,8 @@ else
     break
   end
 end
-local em = math.ceil(e / 1000)
+local em = e / 1000 -- ms, rounded up (inline: no call)
+if em % 1 ~= 0 then em = em - em % 1 + 1 end
 if p and pe == em then used = struct.unpack('<I7', v, pq) end
 if used > 0 then reset = e - now end
 if c > L then

@@ -8,12 +8,17 @@
 -- hold integers exactly below 2^53 (the backend bounds tol), and only a
 -- division needs care: Remaining = math.floor(left/T) clamped to [0, L], left
 -- = tol - ttl, where the double quotient is corrected by one where
--- rounding carried it across an integer.
+-- rounding carried it across an integer. Floors, ceilings and clamps are
+-- written inline (x - x % 1 is math.floor(x)): a call of math.* costs the
+-- server several times the arithmetic.
 
 --@eval
 local T, tol = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
 local ttl = 0
-if p then ttl = math.max(struct.unpack('<I7', v, pq) - now, 0) end
+if p then
+  ttl = struct.unpack('<I7', v, pq) - now
+  if ttl < 0 then ttl = 0 end
+end
 local new = ttl
 if c > L then
   flags = 2
@@ -22,18 +27,24 @@ else
   if new > tol then flags, retry = 0, new - tol end
 end
 local left = tol - ttl
-local q = math.floor(left / T)
+local q = left / T
+q = q - q % 1
 if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-used, reset = L - math.min(math.max(q, 0), L), ttl
+if q < 0 then q = 0 elseif q > L then q = L end
+used, reset = L - q, ttl
 --@save new, ttl, T, tol
 
 --@commit
 --@load new, ttl, T, tol
 local tat = now + new
 local left = tol - new
-local q = math.floor(left / T)
+local q = left / T
+q = q - q % 1
 if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-used, reset, exp = L - math.min(math.max(q, 0), L), new, math.ceil(tat / 1000)
+if q < 0 then q = 0 elseif q > L then q = L end
+exp = tat / 1000
+if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+used, reset = L - q, new
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
 if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) end
 

@@ -18,7 +18,7 @@
 -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
 -- (jb = top - k); the counted ones are j >= lo.
 local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-local i = math.floor(now / s)
+local i = (now - now % s) / s -- math.floor(now / s), inline: no call
 local lo = i - K
 local newest, k, top, q, list = -1, 0, -1, 0, nil
 if p then
@@ -77,8 +77,10 @@ end
 -- bytes copied around them; otherwise the cells are rebuilt from the
 -- oldest counted one holding units (or i) to the newest.
 --@load i, lo, K, s, list, top, newest, k, q
-local hi = math.max(i, newest)
-exp = math.ceil((hi + K + 1) * s / 1000)
+local hi = i
+if newest > i then hi = newest end
+exp = (hi + K + 1) * s / 1000 -- ms, rounded up
+if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
 if not list and k > 0 and top == i then
   -- The entry's header and top and sum in one pack, the cells copied.
   local last = struct.unpack('<I7', v, q + 7 * (k + 1))
