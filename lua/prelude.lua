@@ -43,6 +43,7 @@ local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.
 local BIG = '1152921504606846976' -- 2^60
+local BELOW = '(' .. BIG -- ZCOUNT's and ZRANGEBYSCORE's bound below BIG
 
 -- pushTrail writes a denial's trail entries ent (TRAIL, newest last) to
 -- the list at key, newest first, keeps its newest max (LTRIM only once it

@@ -26,14 +26,14 @@ end
 
 --@eval
 local W = tonumber(ARGV[b + 4])
-local lo = '(' .. sf('%d', now - W)
-used = redis.call('ZCOUNT', key, lo, '(' .. BIG)
+local lo = sf('(%d', now - W)
+used = redis.call('ZCOUNT', key, lo, BELOW)
 if used > 0 then reset = lg.newest + W - now end
 if c > L then
   flags = 2
 elseif used + c > L then
   flags = 0
-  local z = redis.call('ZRANGEBYSCORE', key, lo, '(' .. BIG, 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
+  local z = redis.call('ZRANGEBYSCORE', key, lo, BELOW, 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
   retry = tonumber(z[2]) + W - now
 end
 
@@ -48,17 +48,28 @@ if not lg.done then
     -- continue after it.
     seq = tonumber(string.sub(lg.top, #pre + 2)) or 0
   end
-  local za, ms = {}, {}
-  for k = 1, c do
-    local q = tostring(seq + k)
-    local m = pre .. #q .. q -- length-prefixed: sorts numerically
-    za[#za + 1] = pre
-    za[#za + 1] = m
-    ms[k] = m
+  local ms
+  if c == 1 then -- the common case, without the lists
+    local q = tostring(seq + 1)
+    ms = pre .. #q .. q
+    redis.call('ZADD', key, pre, ms)
+  else
+    local za = {}
+    ms = {}
+    for k = 1, c do
+      local q = tostring(seq + k)
+      local m = pre .. #q .. q -- length-prefixed: sorts numerically
+      za[#za + 1] = pre
+      za[#za + 1] = m
+      ms[k] = m
+    end
+    for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
+    ms = table.concat(ms, ',')
   end
-  for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
-  redis.call('PEXPIREAT', key, sf('%d', math.ceil((now + lg.w) / 1000)))
-  if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. table.concat(ms, ',') end
+  local at = (now + lg.w) / 1000 -- ms, rounded up
+  if at % 1 ~= 0 then at = at - at % 1 + 1 end
+  redis.call('PEXPIREAT', key, sf('%d', at))
+  if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. ms end
 end
 used, reset = used + c, tonumber(ARGV[b + 4])
 
