@@ -270,7 +270,6 @@ func gcraFloor(t *testing.T) string {
 // gcraClamp is the line after gcraFloor's: Remaining q clamped to [0, L].
 const gcraClamp = "if q < 0 then q = 0 elseif q > L then q = L end\n"
 
-
 // TestGCRAFloorDivision runs take.lua's floor division of GCRA's
 // Remaining on the server: exact floors of negative, exact and large
 // quotients, and Remaining clamped to [0, L] (take.lua reports used as L
