@@ -32,8 +32,10 @@ func FastCode(code string) bool {
 }
 
 // Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
-// first: take.lua's take and peek on exactly these rules, with their ARGV
-// written in as constants and the rule loops unrolled (see fast.lua). rules
+// first (their rarely needed functions built on first use: lazy): take.lua's
+// take and peek on exactly these rules, with their ARGV written in as
+// constants and the rule loops unrolled (see fast.lua), in shorter
+// encodings of take.lua's ARGV and reply (fast.lua's header). rules
 // must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
 // 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
 // of first use, a key's rules all sliding logs (its sorted set) or none
