@@ -21,7 +21,7 @@ import (
 // client, capabilities detected.
 func coalescing(t *testing.T, addr string, n int) (*Backend, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(NewClientOptions(addr).Simple())
+	c := goredis.NewClient(patient(NewClientOptions(addr)).Simple())
 	t.Cleanup(func() { c.Close() })
 	b := New(c, &Options{Coalesce: n})
 	if b.co == nil {

@@ -40,7 +40,7 @@ func moduleAddr(t *testing.T, env string) string {
 // moduleBackend returns a backend on addr with cfg, and its client.
 func moduleBackend(t *testing.T, addr string, cfg capability.Config) (*Backend, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(NewClientOptions(addr).Simple())
+	c := goredis.NewClient(patient(NewClientOptions(addr)).Simple())
 	t.Cleanup(func() { c.Close() })
 	return New(c, &Options{Detect: cfg}), c
 }

@@ -15,7 +15,7 @@ import (
 // master through its Sentinel, as a Sentinel deployment connects.
 func sentinelBackend(t *testing.T, z *redistest.Sentinel) (*Backend, goredis.UniversalClient) {
 	t.Helper()
-	o := NewClientOptions(z.Addr())
+	o := patient(NewClientOptions(z.Addr()))
 	o.MasterName = z.Name
 	c := goredis.NewUniversalClient(o)
 	if _, ok := c.(*goredis.Client); !ok {
