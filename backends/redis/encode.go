@@ -94,12 +94,18 @@ func (e *encoder) done() call {
 // argList returns EVALSHA's argument list: evalArgs placeholders, the
 // keys (as pointers into keys), the number of attempts m, then argv.
 func argList(keys []string, m int, argv []any) []any {
-	args := make([]any, evalArgs, evalArgs+len(keys)+1+len(argv))
+	return append(append(keyArgs(keys, 1+len(argv)), m), argv...)
+}
+
+// keyArgs returns the start of an EVALSHA argument list: evalArgs
+// placeholders, then the keys (as pointers into keys), with room for
+// more values after them.
+func keyArgs(keys []string, more int) []any {
+	args := make([]any, evalArgs, evalArgs+len(keys)+more)
 	for i := range keys {
 		args = append(args, &keys[i])
 	}
-	args = append(args, m)
-	return append(args, argv...)
+	return args
 }
 
 // add appends the attempt of req to e. now is the client's clock, used

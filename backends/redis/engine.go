@@ -105,11 +105,7 @@ func (m scriptMode) settle(ctx context.Context, resKey, id string, commit bool) 
 			return err
 		}
 		keys := append([]string{resKey}, reservationKeys(plan)...)
-		args := make([]any, evalArgs, evalArgs+len(keys)+2)
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		args = append(args, id, flag)
+		args := append(keyArgs(keys, 2), id, flag)
 		v, err := b.run(ctx, settleScript, lua.Settle, m.rep.EvalOnly, keys, args)
 		if err != nil {
 			return err

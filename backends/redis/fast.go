@@ -70,11 +70,19 @@ func (c *fastCache) put(k *fastKey, s *fastScript) {
 }
 
 // fastAttempt is one request's part of a fast script's call: its keys
-// (dimension sets, then its trail if tk > 0) and its ARGV.
+// (dimension sets, then its trail if tk > 0, then its reservations if
+// hk > 0) and what its ARGV is made of, boxed only as args (a lone
+// attempt, the short form) or full (in a batch or coalesced group)
+// sends it.
 type fastAttempt struct {
-	s    *fastScript
-	keys []string
-	argv [fastArgs]any
+	s              *fastScript
+	keys           []string
+	op             any // opCode's boxed constant
+	cost           int64
+	tk, hk         int // the trail's and the reservations' key index, 0 = none
+	trailMax       int
+	trailTTL       int64 // ms
+	policy, values string
 }
 
 // fastAttempt returns the fast attempt of req, or false where take.lua
@@ -153,7 +161,8 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		keys[hk-1] = req.ReservationKey
 	}
 	code, _ := opCode(o)
-	return fastAttempt{s: s, keys: keys, argv: [fastArgs]any{code, req.Cost, tk, hk, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy, req.TrailValues}}, true
+	return fastAttempt{s: s, keys: keys, op: code, cost: req.Cost, tk: tk, hk: hk,
+		trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL), policy: req.Policy, values: req.TrailValues}, true
 }
 
 // args returns the EVALSHA argument list of a's script for a alone, in
@@ -161,22 +170,23 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 // its trail's settings if it has a trail (the reservations key, after
 // the trail's, needs no index there).
 func (a *fastAttempt) args() []any {
-	v := &a.argv
-	args := make([]any, evalArgs, evalArgs+len(a.keys)+6)
-	for i := range a.keys {
-		args = append(args, &a.keys[i])
-	}
-	args = append(args, v[0], v[1])
-	if v[2] != 0 { // tk: the trail's max, TTL, policy and values
-		args = append(args, v[4:]...)
+	args := append(keyArgs(a.keys, 6), a.op, a.cost)
+	if a.tk > 0 {
+		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
 	return args
+}
+
+// full returns a's ARGV in the full form (fastArgs).
+func (a *fastAttempt) full() [fastArgs]any {
+	return [fastArgs]any{a.op, a.cost, a.tk, a.hk, a.trailMax, a.trailTTL, a.policy, a.values}
 }
 
 // addFast appends fast attempt a to e, whose attempts all run a's script.
 func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
-	e.argv = append(e.argv, a.argv[:]...)
+	f := a.full()
+	e.argv = append(e.argv, f[:]...)
 	e.attempts = append(e.attempts, a.s.choices)
 }
 
