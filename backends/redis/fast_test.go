@@ -40,14 +40,18 @@ func decidingSource(t *testing.T, b *Backend, req request) string {
 }
 
 // scriptCounter is a go-redis hook counting the EVALSHA and EVAL commands
-// a client sends one by one.
-type scriptCounter struct{ n *atomic.Int64 }
+// a client sends one by one (n), and keeping the argument count of the
+// last of them (args, if not nil).
+type scriptCounter struct{ n, args *atomic.Int64 }
 
 func (h scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if n := cmd.Name(); n == "evalsha" || n == "eval" {
 			h.n.Add(1)
+			if h.args != nil {
+				h.args.Store(int64(len(cmd.Args())))
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -166,23 +170,6 @@ func TestFastMatchesTake(t *testing.T) {
 	}
 }
 
-// argsRecorder is a go-redis hook keeping the argument count of the last
-// EVALSHA a client sent one by one.
-type argsRecorder struct{ n *atomic.Int64 }
-
-func (h argsRecorder) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h argsRecorder) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if cmd.Name() == "evalsha" {
-			h.n.Store(int64(len(cmd.Args())))
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h argsRecorder) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
-
 // TestFastShortForm: a lone fast attempt goes in the short ARGV
 // (wire.go's fastArgs), with and without a trail and a reservations key,
 // and decides, counts and writes the trail as take.lua does.
@@ -190,8 +177,8 @@ func TestFastShortForm(t *testing.T) {
 	fast, c := plainStandalone(t)
 	slow, _ := plainStandalone(t)
 	slow.noFast = true
-	var args atomic.Int64
-	c.AddHook(argsRecorder{&args})
+	var n, args atomic.Int64
+	c.AddHook(scriptCounter{&n, &args})
 	ctx := context.Background()
 	for _, tc := range []struct{ trail, holds bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
 		trail := tc.trail
@@ -230,8 +217,8 @@ func TestFastShortForm(t *testing.T) {
 						if tc.holds {
 							want++
 						}
-						if n := args.Load(); n != want {
-							t.Fatalf("step %d: the fast EVALSHA has %d arguments, want %d (the short form)", step, n, want)
+						if got := args.Load(); got != want {
+							t.Fatalf("step %d: the fast EVALSHA has %d arguments, want %d (the short form)", step, got, want)
 						}
 					}
 				}
@@ -287,7 +274,7 @@ func TestFastLapseAndForeign(t *testing.T) {
 	c := goredis.NewClient(NewClientOptions(srv.Addr()).Simple())
 	defer c.Close()
 	var n atomic.Int64
-	c.AddHook(scriptCounter{&n})
+	c.AddHook(scriptCounter{n: &n})
 	b := New(c, &Options{Detect: capability.Config{ForcePlainLua: true}})
 	ctx := context.Background()
 	// Packed values and a log; a log alone, whose only hold marker is
