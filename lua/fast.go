@@ -363,6 +363,25 @@ func splitHelpers(src string) (string, []helperDef) {
 // cells); they capture no local of the script, so each costs one closure.
 var eagerHelpers = map[string]bool{"ints": true, "pints": true}
 
+// helperHead, helperText and helperDefs are prelude.lua and holds.lua
+// split once for lazy: prelude.lua's text before its functions (its
+// constants), holds.lua's, and their top-level functions in order;
+// helperCall matches a call of one of those functions.
+var (
+	helperHead, helperText, helperDefs = func() (string, string, []helperDef) {
+		head, defs := splitHelpers(expand(read("prelude.lua")))
+		text, hdefs := splitHelpers(expand(read("holds.lua")))
+		return head, text, append(defs, hdefs...)
+	}()
+	helperCall = func() *regexp.Regexp {
+		names := make([]string, len(helperDefs))
+		for i, d := range helperDefs {
+			names[i] = d.name
+		}
+		return regexp.MustCompile(`(^|[^.\w])(` + strings.Join(names, "|") + `)\(`)
+	}()
+)
+
 // lazy returns prelude.lua and holds.lua for a fast script whose own code
 // is body, and body with its calls of their functions rewritten: Lua
 // creates every function a script defines on each run, with an upvalue
@@ -372,26 +391,28 @@ var eagerHelpers = map[string]bool{"ints": true, "pints": true}
 // L().name(...) instead of name(...). The eager helpers body calls stay
 // plain locals.
 func lazy(body string) (string, string) {
-	head, defs := splitHelpers(expand(read("prelude.lua")))
-	hh, hdefs := splitHelpers(expand(read("holds.lua")))
-	defs = append(defs, hdefs...)
-	var eager, lib strings.Builder
-	var names []string
-	for _, d := range defs {
-		if eagerHelpers[d.name] && regexp.MustCompile(`(^|[^.\w])`+d.name+`\(`).MatchString(body) {
-			eager.WriteString(d.text + "\n")
+	eager := map[string]bool{}
+	for _, m := range helperCall.FindAllStringSubmatch(body, -1) {
+		eager[m[2]] = eagerHelpers[m[2]]
+	}
+	var top, lib strings.Builder
+	var fields []string
+	for _, d := range helperDefs {
+		if eager[d.name] {
+			top.WriteString(d.text + "\n")
 			continue
 		}
 		lib.WriteString(indent(d.text, "  ") + "\n\n")
-		names = append(names, d.name)
+		fields = append(fields, d.name+" = "+d.name)
 	}
-	call := regexp.MustCompile(`(^|[^.\w])(` + strings.Join(names, "|") + `)\(`)
-	body = call.ReplaceAllString(body, "${1}L().${2}(")
-	fields := make([]string, len(names))
-	for i, n := range names {
-		fields[i] = n + " = " + n
-	}
-	return head + hh + eager.String() +
+	body = helperCall.ReplaceAllStringFunc(body, func(call string) string {
+		m := helperCall.FindStringSubmatch(call)
+		if eager[m[2]] {
+			return call
+		}
+		return m[1] + "L()." + m[2] + "("
+	})
+	return helperHead + helperText + top.String() +
 		"-- The helpers built on first use (lua.Fast, lazy): L() returns them.\nlocal lib\nlocal function L()\n  if lib then return lib end\n" +
 		lib.String() + "  lib = {" + strings.Join(fields, ", ") + "}\n  return lib\nend\n", body
 }
