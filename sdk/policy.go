@@ -33,7 +33,7 @@ type Policy struct {
 	// same dimensions.
 	firstOfGroup []int
 	others       [][]string    // per rule: its dimensions not in shardBy, in rule order
-	keyCap       *atomic.Int64 // resolve's buffer size: the most bytes a request's keys have taken (nil: the zero Policy)
+	keyCap       *atomic.Int64 // resolve's buffer size: the most bytes a request's keys have taken (nil in the zero Policy, which valid refuses first)
 	failOpen     bool
 	trailMax     int
 	trailTTL     time.Duration
