@@ -39,7 +39,8 @@ const (
 // policy name, trail values. A lone attempt goes in the short form
 // instead: no attempt count, op code and cost, then, with a trail (its
 // key after the dimension sets), its max, TTL, policy name and values;
-// a reservations key is the last key, after them (fastAttempt.args).
+// a reservations key is the last key, after them (fastAttempt.args
+// builds the short form, fastAttempt.full the full one).
 //
 // A fast script replies per attempt one string (parseTake): fastHead
 // bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
