@@ -32,7 +32,8 @@ func FastCode(code string) bool {
 }
 
 // Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
-// first (their rarely needed functions built on first use: lazy): take.lua's
+// first (the functions of theirs a decision rarely needs are built on
+// their first call in a run, inside the script's L()): take.lua's
 // take and peek on exactly these rules, with their ARGV written in as
 // constants and the rule loops unrolled (see fast.lua), in shorter
 // encodings of take.lua's ARGV and reply (fast.lua's header). rules

@@ -10,7 +10,8 @@
 // GCRA on plain Lua, or sliding logs (at most lua.FastMax, no idempotency
 // key, no Options.Upgrade), the fast script built for that set of rules
 // (lua.Fast: lua.Take's own arithmetic with the rules written in as
-// constants; the same replies, writes and errors for less server time,
+// constants; the same decisions, writes and errors, in shorter encodings of its
+// arguments and reply, for less server time,
 // docs/BENCHMARKS.md). A fast script is built once per process and set of
 // rules (cached) and loaded on a server at its first use there. The rules of a request that share their
 // dimensions keep their state in ONE key, the dimension set's
@@ -369,7 +370,8 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	return res, nil
 }
 
-// finish decodes take.lua's reply v to req, whose rules ran as choices.
+// finish decodes take.lua's or a fast script's reply v (parseTake) to
+// req, whose rules ran as choices.
 func (b *Backend) finish(o op, req driver.Request, choices []ruleChoice, v any) (driver.Result, error) {
 	if err, ok := v.(error); ok { // an attempt's error in a multi-attempt reply
 		return driver.Result{}, err
