@@ -31,6 +31,31 @@ func BenchmarkTakeSeed(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeFixed1 decides one fixed-window rule without a trail (the
+// common API limit; the bench's fixed-1) for random subjects, at the
+// driver level: a fast script's short form without trail settings.
+func BenchmarkTakeFixed1(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	be := New(c, nil)
+	reqs := make([]request, 1000)
+	for i := range reqs {
+		s := subject{base: "fcb:{f" + strconv.Itoa(i) + "}:api:"}
+		r := s.fixed("per-min", 1<<40, time.Minute)
+		r.Group = s.base + "="
+		reqs[i] = s.request(opTake, 1, r)
+		reqs[i].TrailKey, reqs[i].TrailMax = "", 0
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := be.do(ctx, reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkBaseline is one INCRBY+PEXPIRE EVALSHA per iteration.
 func BenchmarkBaseline(b *testing.B) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
