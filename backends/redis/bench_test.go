@@ -16,11 +16,14 @@ import (
 
 // BenchmarkTakeSeed decides the seed policy (4 sliding-window rules) for
 // random subjects, at the driver level (no sdk).
-func BenchmarkTakeSeed(b *testing.B) {
+func BenchmarkTakeSeed(b *testing.B) { benchTake(b, seedRequests("fcb")) }
+
+// benchTake decides reqs in turn, one per iteration, on a standalone
+// server through one client.
+func benchTake(b *testing.B, reqs []request) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
 	defer c.Close()
 	be := New(c, nil)
-	reqs := seedRequests("fcb")
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -35,9 +38,6 @@ func BenchmarkTakeSeed(b *testing.B) {
 // common API limit; the bench's fixed-1) for random subjects, at the
 // driver level: a fast script's short form without trail settings.
 func BenchmarkTakeFixed1(b *testing.B) {
-	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
-	defer c.Close()
-	be := New(c, nil)
 	reqs := make([]request, 1000)
 	for i := range reqs {
 		s := subject{base: "fcb:{f" + strconv.Itoa(i) + "}:api:"}
@@ -46,14 +46,7 @@ func BenchmarkTakeFixed1(b *testing.B) {
 		reqs[i] = s.request(opTake, 1, r)
 		reqs[i].TrailKey, reqs[i].TrailMax = "", 0
 	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := be.do(ctx, reqs[i%len(reqs)]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchTake(b, reqs)
 }
 
 // BenchmarkBaseline is one INCRBY+PEXPIRE EVALSHA per iteration.
