@@ -17,7 +17,6 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// standalone returns a backend and its client on the shared server.
 // patient raises o's read and write timeouts from NewClientOptions' 500 ms
 // to 5 s, for the suites that test what a decision does, not how fast:
 // `go test -race` runs other packages beside them on the 2 cores (docker,
@@ -29,6 +28,7 @@ func patient(o *goredis.UniversalOptions) *goredis.UniversalOptions {
 	return o
 }
 
+// standalone returns a backend and its client on the shared server.
 func standalone(t *testing.T) (*Backend, *goredis.Client) {
 	t.Helper()
 	o := patient(NewClientOptions(redistest.Standalone(t))).Simple()
