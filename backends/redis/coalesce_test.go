@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -21,7 +22,7 @@ import (
 // client, capabilities detected.
 func coalescing(t *testing.T, addr string, n int) (*Backend, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(patient(NewClientOptions(addr)).Simple())
+	c := goredis.NewClient(testserver.Patient(NewClientOptions(addr)).Simple())
 	t.Cleanup(func() { c.Close() })
 	b := New(c, &Options{Coalesce: n})
 	if b.co == nil {

@@ -12,26 +12,16 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// patient raises o's read and write timeouts from NewClientOptions' 500 ms
-// to 5 s, for the suites that test what a decision does, not how fast:
-// `go test -race` runs other packages beside them on the 2 cores (docker,
-// a browser), and a goroutine of the conformance suite's 64 can then wait
-// past 500 ms between go-redis setting a deadline and writing. The tests
-// of timeouts themselves (resilience_test.go) set their own.
-func patient(o *goredis.UniversalOptions) *goredis.UniversalOptions {
-	o.ReadTimeout, o.WriteTimeout = 5*time.Second, 5*time.Second
-	return o
-}
-
 // standalone returns a backend and its client on the shared server.
 func standalone(t *testing.T) (*Backend, *goredis.Client) {
 	t.Helper()
-	o := patient(NewClientOptions(redistest.Standalone(t))).Simple()
+	o := testserver.Patient(NewClientOptions(redistest.Standalone(t))).Simple()
 	c := goredis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return New(c, nil), c
@@ -48,7 +38,7 @@ func plainStandalone(t *testing.T) (*Backend, *goredis.Client) {
 // cluster returns a backend and its client on the shared 3-master cluster.
 func cluster(t *testing.T) (*Backend, *goredis.ClusterClient) {
 	t.Helper()
-	o := patient(NewClientOptions(redistest.Cluster(t)...)).Cluster()
+	o := testserver.Patient(NewClientOptions(redistest.Cluster(t)...)).Cluster()
 	c := goredis.NewClusterClient(o)
 	t.Cleanup(func() { c.Close() })
 	return New(c, nil), c

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -40,7 +41,7 @@ func moduleAddr(t *testing.T, env string) string {
 // moduleBackend returns a backend on addr with cfg, and its client.
 func moduleBackend(t *testing.T, addr string, cfg capability.Config) (*Backend, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(patient(NewClientOptions(addr)).Simple())
+	c := goredis.NewClient(testserver.Patient(NewClientOptions(addr)).Simple())
 	t.Cleanup(func() { c.Close() })
 	return New(c, &Options{Detect: cfg}), c
 }

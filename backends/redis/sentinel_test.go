@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -15,7 +16,7 @@ import (
 // master through its Sentinel, as a Sentinel deployment connects.
 func sentinelBackend(t *testing.T, z *redistest.Sentinel) (*Backend, goredis.UniversalClient) {
 	t.Helper()
-	o := patient(NewClientOptions(z.Addr()))
+	o := testserver.Patient(NewClientOptions(z.Addr()))
 	o.MasterName = z.Name
 	c := goredis.NewUniversalClient(o)
 	if _, ok := c.(*goredis.Client); !ok {

@@ -4,7 +4,12 @@
 // server it needs once and runs on either.
 package testserver
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
 
 // Server is one standalone Redis server a test started and controls.
 type Server interface {
@@ -27,4 +32,15 @@ type Launcher interface {
 	// Cluster returns the seed addresses of a Redis Cluster of 3 masters
 	// (possibly shared by the tests of one binary: use unique keys).
 	Cluster(t testing.TB) []string
+}
+
+// Patient raises o's read and write timeouts to 5 s (from the 500 ms of
+// backends/redis.NewClientOptions), for suites that test what a decision
+// does, not how fast: under `go test -race` other packages run beside
+// them on the same cores (docker, a browser), and a goroutine of the
+// conformance suite's 64 can then wait past 500 ms between go-redis
+// setting a deadline and writing. Tests of timeouts set their own.
+func Patient(o *goredis.UniversalOptions) *goredis.UniversalOptions {
+	o.ReadTimeout, o.WriteTimeout = 5*time.Second, 5*time.Second
+	return o
 }
