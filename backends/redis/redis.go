@@ -18,7 +18,7 @@
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
 // GET and written with one SET (or, when the entries keep their places,
-// one SETRANGE); sliding logs in one sorted set shared by
+// lengths and expiries, one SETRANGE); sliding logs in one sorted set shared by
 // the set's log rules (docs/DESIGN.md, "Redis layout"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
