@@ -6,18 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v chromium >/dev/null || need+=(chromium)
-if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
-  need+=(docker-compose)
-fi
-if [ ${#need[@]} -gt 0 ]; then
-  echo "== installing ${need[*]}"
+# What is missing: redis-server, redis-tools, chromium, and docker-compose
+# when no Compose is installed (scripts/missing-packages.sh).
+need=$(scripts/missing-packages.sh)
+if [ -n "$need" ]; then
+  echo "== installing" $need
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # shellcheck disable=SC2086 # one package name per word
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
 
 if [ -x scripts/build-images.sh ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
