@@ -3,12 +3,14 @@ module github.com/freqcap/freqcap
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/a-h/templ v0.3.977
 	github.com/chromedp/chromedp v0.22.1
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/ory/dockertest/v3 v3.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )
 
@@ -56,6 +58,5 @@ require (
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )

@@ -10,6 +10,14 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v chromium >/dev/null || need+=(chromium)
+# protoc and the well-known types: scripts/gen-proto.sh (checked below).
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
+# The non-Go client of serve's end-to-end test (Debian's Python 3).
+/usr/bin/python3 -c 'import grpc' 2>/dev/null || need+=(python3-grpcio)
+/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need+=(python3-protobuf)
+/usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || need+=(python3-grpc-tools)
+command -v curl >/dev/null || need+=(curl)
 if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
   need+=(docker-compose)
 fi
@@ -38,6 +46,12 @@ if [ -n "$(find console -name '*.templ' -print -quit)" ]; then
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- console)" ]; then
     git status --porcelain -- console; echo "templ generate changed files: commit the generated code"; exit 1
   fi
+fi
+
+echo "== gen-proto leaves no diff"
+scripts/gen-proto.sh
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- gen proto)" ]; then
+  git status --porcelain -- gen proto; echo "scripts/gen-proto.sh changed files: commit the generated code"; exit 1
 fi
 
 echo "== go vet"
