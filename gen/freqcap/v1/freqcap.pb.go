@@ -1805,10 +1805,12 @@ func (x *ResetRequest) GetSubject() map[string]string {
 }
 
 type ResetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Reset_        []string               `protobuf:"bytes,2,rep,name=reset,proto3" json:"reset,omitempty"`
-	Kept          []string               `protobuf:"bytes,3,rep,name=kept,proto3" json:"kept,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// reset_rules are the rules whose state was deleted; kept_rules those
+	// left alone (the subject lacks one of their dimensions).
+	ResetRules    []string `protobuf:"bytes,2,rep,name=reset_rules,json=resetRules,proto3" json:"reset_rules,omitempty"`
+	KeptRules     []string `protobuf:"bytes,3,rep,name=kept_rules,json=keptRules,proto3" json:"kept_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1850,16 +1852,16 @@ func (x *ResetResponse) GetPolicy() string {
 	return ""
 }
 
-func (x *ResetResponse) GetReset_() []string {
+func (x *ResetResponse) GetResetRules() []string {
 	if x != nil {
-		return x.Reset_
+		return x.ResetRules
 	}
 	return nil
 }
 
-func (x *ResetResponse) GetKept() []string {
+func (x *ResetResponse) GetKeptRules() []string {
 	if x != nil {
-		return x.Kept
+		return x.KeptRules
 	}
 	return nil
 }
@@ -2323,11 +2325,13 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\asubject\x18\x02 \x03(\v2%.freqcap.v1.ResetRequest.SubjectEntryR\asubject\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"g\n" +
 	"\rResetResponse\x12\x16\n" +
-	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
-	"\x05reset\x18\x02 \x03(\tR\x05reset\x12\x12\n" +
-	"\x04kept\x18\x03 \x03(\tR\x04kept\"\x15\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
+	"\vreset_rules\x18\x02 \x03(\tR\n" +
+	"resetRules\x12\x1d\n" +
+	"\n" +
+	"kept_rules\x18\x03 \x03(\tR\tkeptRules\"\x15\n" +
 	"\x13ListPoliciesRequest\"F\n" +
 	"\x14ListPoliciesResponse\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.freqcap.v1.PolicyR\bpolicies\"\x97\x02\n" +
