@@ -133,4 +133,3 @@ func (l *logLimiter) allow(kind string) bool {
 	l.last[kind] = now
 	return true
 }
-
