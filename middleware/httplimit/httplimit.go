@@ -12,7 +12,7 @@
 //	…
 //	http.ListenAndServe(addr, lim.Handler(mux))
 //
-// Routers built on net/http middleware (chi's Use, gorilla/mux's Use) take
+// Routers that take net/http middleware, such as chi (Use, With), take
 // lim.Handler as it is; middleware/echolimit and middleware/ginlimit adapt
 // it to echo and gin.
 //
