@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -97,13 +96,6 @@ func ceilMS(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-func ceilSec(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(math.Ceil(d.Seconds()))
 }
 
 func rulesJSON(rds []sdk.RuleDecision) []RuleJSON {
@@ -234,7 +226,7 @@ func (s *Server) apiCheck(c echo.Context) error {
 	} else {
 		s.backendAnswered()
 	}
-	setRateLimitHeaders(c.Response().Header(), p, d)
+	ratelimitheaders.Set(c.Response().Header(), p, d)
 	out := decisionJSON(d)
 	status := http.StatusOK
 	switch {
@@ -250,9 +242,7 @@ func (s *Server) apiCheck(c echo.Context) error {
 		out.Error = fmt.Sprintf("cost %d exceeds the limit of %s: this request can never be allowed, do not retry it", req.Cost, strings.Join(rules, ", "))
 	default:
 		status = http.StatusTooManyRequests
-		if d.RetryAfter > 0 {
-			c.Response().Header().Set("Retry-After", strconv.FormatInt(ceilSec(d.RetryAfter), 10))
-		}
+		ratelimitheaders.SetRetryAfter(c.Response().Header(), d)
 	}
 	return c.JSON(status, out)
 }
@@ -419,67 +409,4 @@ func (s *Server) apiPolicies(c echo.Context) error {
 		out = append(out, pj)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"policies": out})
-}
-
-// setRateLimitHeaders sets the headers of draft-ietf-httpapi-ratelimit-
-// headers: RateLimit-Policy lists every rule of the decision as a quota
-// policy ("recv-1m";q=15;w=60), and RateLimit gives the most restrictive
-// one ("recv-1m";r=3;t=12): when denied, the denying rule with the longest
-// wait (t is its retry-after); when allowed, the rule with the fewest
-// units remaining (t is its reset time). Seconds are rounded up. A
-// degraded decision has no rule states and gets no headers.
-func setRateLimitHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
-	if len(d.Rules) == 0 {
-		return
-	}
-	cfg := map[string]sdk.Rule{}
-	for _, r := range p.Rules() {
-		cfg[r.Name] = r
-	}
-	items := make([]string, 0, len(d.Rules))
-	for _, rd := range d.Rules {
-		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", rd.Rule, rd.Limit, quotaWindow(cfg[rd.Rule])))
-	}
-	h.Set("RateLimit-Policy", strings.Join(items, ", "))
-
-	best := -1
-	for i, rd := range d.Rules {
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := d.Rules[best]
-		if !d.Allowed {
-			// Prefer denying rules, then the longest wait.
-			if rd.Allowed != b.Allowed {
-				if !rd.Allowed {
-					best = i
-				}
-				continue
-			}
-			if rd.RetryAfter > b.RetryAfter {
-				best = i
-			}
-			continue
-		}
-		if rd.Remaining < b.Remaining || (rd.Remaining == b.Remaining && rd.ResetAfter > b.ResetAfter) {
-			best = i
-		}
-	}
-	rd := d.Rules[best]
-	t := rd.ResetAfter
-	if !rd.Allowed {
-		t = rd.RetryAfter
-	}
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", rd.Rule, rd.Remaining, ceilSec(t)))
-}
-
-// quotaWindow is a rule's quota window in seconds as RateLimit-Policy
-// states it: the window; for GCRA the time the reported limit (Burst+1
-// units) takes to accrue at the rule's rate.
-func quotaWindow(r sdk.Rule) int64 {
-	if r.Algorithm == sdk.AlgorithmGCRA && r.Limit > 0 {
-		return ceilSec(time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1)))
-	}
-	return ceilSec(r.Window)
 }

@@ -7,8 +7,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What is missing: redis-server, redis-tools, chromium, and docker-compose
-# when no Compose is installed (scripts/missing-packages.sh).
+# when no Compose is installed (scripts/missing-packages.sh); then protoc and
+# the well-known types (scripts/gen-proto.sh, checked below), and the
+# non-Go clients of serve's end-to-end tests (Debian's Python 3 gRPC, curl).
 need=$(scripts/missing-packages.sh)
+command -v protoc >/dev/null || need="$need protobuf-compiler"
+[ -f /usr/include/google/protobuf/duration.proto ] || need="$need libprotobuf-dev"
+/usr/bin/python3 -c 'import grpc' 2>/dev/null || need="$need python3-grpcio"
+/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need="$need python3-protobuf"
+/usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || need="$need python3-grpc-tools"
+command -v curl >/dev/null || need="$need curl"
+need=$(echo $need)
 if [ -n "$need" ]; then
   echo "== installing" $need
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -35,6 +44,12 @@ if [ -n "$(find console -name '*.templ' -print -quit)" ]; then
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- console)" ]; then
     git status --porcelain -- console; echo "templ generate changed files: commit the generated code"; exit 1
   fi
+fi
+
+echo "== gen-proto leaves no diff"
+scripts/gen-proto.sh
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- gen proto)" ]; then
+  git status --porcelain -- gen proto; echo "scripts/gen-proto.sh changed files: commit the generated code"; exit 1
 fi
 
 echo "== go vet"

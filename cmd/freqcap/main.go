@@ -1,7 +1,8 @@
-// Command freqcap is the freqcap binary: the support console, the load
-// generator and the server capability report.
+// Command freqcap is the freqcap binary: the support console, the
+// decision server, the load generator and the server capability report.
 //
 //	freqcap console [--demo] [SERVER]
+//	freqcap serve   [SERVER] [--token name:secret:grant…]
 //	freqcap bench   SERVER [-workers 64 -duration 10s …]
 //	freqcap detect  SERVER
 //
@@ -22,6 +23,7 @@ const usage = `freqcap — frequency capping and rate limiting on Redis and Tair
 
 Usage:
   freqcap console [flags]   serve the support console and JSON API
+  freqcap serve [flags]     serve decisions over gRPC and HTTP/JSON
   freqcap bench [flags]     run a load test against a backend
   freqcap detect [flags]    report what a Redis server or cluster can do
 
@@ -48,6 +50,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "console":
 		return runConsole(args[1:])
+	case "serve":
+		return runServe(args[1:])
 	case "bench":
 		return runBench(args[1:])
 	case "detect":

@@ -13,7 +13,11 @@ func TestRun(t *testing.T) {
 	}{
 		{name: "help", args: []string{"help"}},
 		{name: "no command", args: nil, wantErr: "no command given"},
-		{name: "unknown command", args: []string{"serve"}, wantErr: `unknown command "serve"`},
+		{name: "unknown command", args: []string{"nope"}, wantErr: `unknown command "nope"`},
+		{name: "serve: two deployments", args: []string{"serve", "--redis", "a:1", "--cluster", "b:1"}, wantErr: "give one of --redis, --cluster and --sentinel"},
+		{name: "serve: tls cert without key", args: []string{"serve", "--tls-cert", "c.pem"}, wantErr: "give both --tls-cert and --tls-key"},
+		{name: "serve: non-loopback without credentials", args: []string{"serve", "--addr", "0.0.0.0:0"}, wantErr: "loopback only"},
+		{name: "serve: bad credential", args: []string{"serve", "--token", "a:short:take@push"}, wantErr: "at least 8 bytes"},
 		{name: "console bad flag", args: []string{"console", "--no-such-flag"}, wantErr: "no-such-flag"},
 		{name: "console: two deployments", args: []string{"console", "--redis", "a:1", "--cluster", "b:1"}, wantErr: "give one of --redis, --cluster and --sentinel"},
 		{name: "console: bad forbid", args: []string{"console", "--redis", "127.0.0.1:1", "--forbid", "nope"}, wantErr: "--forbid"},

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/prom"
+	"github.com/freqcap/freqcap/serve"
+)
+
+const serveUsage = `Usage: freqcap serve [flags]
+
+Serves decisions over the network (docs/SERVE.md): gRPC, gRPC-Web and
+HTTP/JSON from one schema (proto/freqcap/v1/freqcap.proto), plus /healthz,
+/readyz (ready while the backend answers) and Prometheus /metrics.
+
+With no --redis, --cluster or --sentinel, state lives in memory (lost on
+exit). With Redis, concurrent calls share scripts (--coalesce). Every
+consuming decision is recorded for the console's fleet charts (--recorder).
+On SIGTERM or SIGINT it refuses new calls, finishes those in flight and
+exits.
+
+Callers, each "name:secret:grant[;grant…]" with a grant
+"op[,op…]@policy[,policy…]", ops take, peek, reserve, inspect, reset or *,
+policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push" and
+"support:An0therOne:*@*". Secrets are at least 8 bytes, no two alike.
+  --token CREDENTIAL (repeatable), or FREQCAP_SERVE_TOKENS (credentials
+  separated by white space; the flag wins). Prefer the environment: flags
+  show up in ps, and help output never shows either.
+Without credentials freqcap serve listens on loopback only and answers
+loopback clients only, all of them allowed everything (as "local").
+
+Flags:
+`
+
+type serveFlags struct {
+	addr, policies           string
+	server                   serverFlags
+	prefix                   string
+	timeout, requestTimeout  time.Duration
+	grace                    time.Duration
+	maxBatch, maxRequest     int
+	coalesce                 int
+	recorder                 bool
+	tokens                   []string
+	tlsCert, tlsKey          string
+	auditFile                string
+	forcePlain               bool
+	forbid, logFormat, level string
+	set                      map[string]bool
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, serveUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "listen address; a non-loopback address needs credentials")
+	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
+	f.server.register(fs)
+	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix (the console reads the same one)")
+	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
+	fs.DurationVar(&f.requestTimeout, "request-timeout", serve.DefaultTimeout, "longest time one call may take, whatever the caller's deadline")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish")
+	fs.IntVar(&f.maxBatch, "max-batch", serve.DefaultMaxBatch, "most attempts in one TakeBatch or PeekBatch")
+	fs.IntVar(&f.maxRequest, "max-request-bytes", serve.DefaultMaxRequestSize, "largest request message, in bytes")
+	fs.IntVar(&f.coalesce, "coalesce", 4, "Redis: concurrent single calls share scripts, at most `N` in flight (redis.Options.Coalesce; 0: off; ignored on a cluster)")
+	fs.BoolVar(&f.recorder, "recorder", true, "record consuming decisions for the console's fleet charts (sdk.Recorder)")
+	fs.Func("token", "a credential `name:secret:grant[;grant…]`; repeatable (default $FREQCAP_SERVE_TOKENS)", func(v string) error {
+		f.tokens = append(f.tokens, v) // checked later: the flag package would print a secret
+		return nil
+	})
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `FILE` (PEM; with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `FILE` (PEM; with --tls-cert)")
+	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset to this file")
+	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
+	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.level, "log-level", "info", "log level: debug (one line per call), info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.server.check(); err != nil {
+		return f, fmt.Errorf("serve: %w", err)
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return f, errors.New("serve: give both --tls-cert and --tls-key")
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return f, fmt.Errorf("serve: --log-format %q: want text or json", f.logFormat)
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return f, nil
+}
+
+// callers reads the credentials: the --token flags, or else
+// $FREQCAP_SERVE_TOKENS (getenv).
+func (f serveFlags) callers(getenv func(string) string) ([]serve.Caller, error) {
+	list := getenv("FREQCAP_SERVE_TOKENS")
+	if f.set["token"] {
+		list = strings.Join(f.tokens, " ")
+	}
+	cs, err := serve.ParseCallers(list)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --token / FREQCAP_SERVE_TOKENS: %w", err)
+	}
+	return cs, nil
+}
+
+func (f serveFlags) logger(w io.Writer) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(f.level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	if f.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+func runServe(args []string) error {
+	f, err := parseServeFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	log := f.logger(os.Stderr)
+	callers, err := f.callers(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := serve.CheckAddr(f.addr, len(callers) > 0); err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return fmt.Errorf("serve: TLS: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	var policies []*sdk.Policy
+	if f.policies != "" {
+		policies, err = sdk.LoadPolicyFile(f.policies)
+	} else {
+		policies, err = seed.Policies()
+	}
+	if err != nil {
+		return fmt.Errorf("serve: policies: %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	backend, ready, closeBackend, err := serveBackend(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	col := prom.New(nil)
+	reg.MustRegister(col)
+	var rec *sdk.Recorder
+	if f.recorder {
+		rec, err = sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: recorderLog(log)})
+		if err != nil {
+			return fmt.Errorf("serve: recorder: %w", err)
+		}
+		rec.Announce(policies...)
+		defer rec.Close() // after the server stopped: flushes the last counts
+	}
+	lim := sdk.New(backend,
+		sdk.WithPrefix(f.prefix),
+		sdk.WithTimeout(f.timeout),
+		sdk.WithObserver(col.Observe),
+		sdk.WithRecorder(rec),
+	)
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	desc, err := lim.Describe(dctx)
+	cancel()
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("serve: backend: %w", err)
+	}
+	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
+
+	audit, closeAudit, err := openAudit(f.auditFile, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+
+	srv, err := serve.New(serve.Config{
+		Limiter:        lim,
+		Policies:       policies,
+		Callers:        callers,
+		Audit:          auditTo(audit, len(callers) > 0),
+		Ready:          ready,
+		Registry:       reg,
+		Logger:         log,
+		MaxBatch:       f.maxBatch,
+		MaxRequestSize: f.maxRequest,
+		Timeout:        f.requestTimeout,
+		TLS:            tlsCfg,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	scheme, auth := "http", "auth off (loopback only)"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	if len(callers) > 0 {
+		auth = fmt.Sprintf("%d credential(s)", len(callers))
+	}
+	fmt.Fprintf(os.Stderr, "freqcap serve on %s://%s (%s backend, %s, %d policies)\n", scheme, ln.Addr(), desc.Name, auth, len(policies))
+
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("serve: shutting down: refusing new calls, finishing those in flight", "grace", f.grace)
+	sctx, cancel := context.WithTimeout(context.Background(), f.grace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	log.Info("serve: stopped")
+	return err
+}
+
+// auditTo records serve's resets in the console's audit log format, so
+// that `freqcap console --audit FILE` can show them.
+func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) error {
+	via := "none"
+	if withCredentials {
+		via = "token"
+	}
+	return func(e serve.AuditEntry) error {
+		return a.Record(console.AuditEntry{
+			At: e.At, Actor: e.Caller + " (freqcap serve)", Name: e.Caller, Role: "serve", Via: via,
+			Action: "reset", Policy: e.Policy, Subject: e.Subject, Rules: e.Rules,
+			Outcome: e.Outcome, Remote: e.Remote,
+		})
+	}
+}
+
+// serveBackend builds the backend the flags ask for, the readiness probe
+// (nil for memory: always ready) and the closer. Redis gets coalescing.
+func serveBackend(ctx context.Context, f serveFlags) (driver.Backend, func(context.Context) error, func(), error) {
+	if !f.server.given() {
+		return memory.New(nil), nil, func() {}, nil
+	}
+	forbid, err := parseForbid(f.forbid)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}, Coalesce: f.coalesce}
+	c := goredis.NewUniversalClient(f.server.options())
+	if err := checkAuth(ctx, c); err != nil {
+		c.Close()
+		return nil, nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	return redis.New(c, ro), func(ctx context.Context) error { return pingAll(ctx, c) }, func() { c.Close() }, nil
+}
+
+// pingAll pings every master of a cluster, or the one server.
+func pingAll(ctx context.Context, c goredis.UniversalClient) error {
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+	}
+	return c.Ping(ctx).Err()
+}

@@ -1,0 +1,87 @@
+package wire
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// Classify returns the code and reason of an error the sdk returned. A
+// backend failure (anything it does not recognise) is Unavailable: no
+// decision was made. It never looks at the error's text.
+func Classify(err error) (connect.Code, freqcapv1.Reason) {
+	switch {
+	case errors.Is(err, sdk.ErrReservationNotFound):
+		return connect.CodeNotFound, freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND
+	case errors.Is(err, sdk.ErrInvalidSubject):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_SUBJECT
+	case errors.Is(err, sdk.ErrInvalidCost):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_COST
+	case errors.Is(err, sdk.ErrInvalidIdempotencyKey):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
+	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ARGUMENT
+	case errors.Is(err, errors.ErrUnsupported):
+		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded, freqcapv1.Reason_REASON_DEADLINE_EXCEEDED
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, freqcapv1.Reason_REASON_UNSPECIFIED
+	}
+	return connect.CodeUnavailable, freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE
+}
+
+// NewError is a connect error with its ErrorDetail. msg must hold no
+// subject value and no server address.
+func NewError(code connect.Code, reason freqcapv1.Reason, msg string) *connect.Error {
+	e := connect.NewError(code, errors.New(msg))
+	if d, err := connect.NewErrorDetail(&freqcapv1.ErrorDetail{Reason: reason}); err == nil {
+		e.AddDetail(d)
+	}
+	return e
+}
+
+// ReasonOf reads the reason of a connect error (REASON_UNSPECIFIED when
+// it has none: a transport error, or another server).
+func ReasonOf(err error) freqcapv1.Reason {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return freqcapv1.Reason_REASON_UNSPECIFIED
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if ed, ok := v.(*freqcapv1.ErrorDetail); ok {
+			return ed.GetReason()
+		}
+	}
+	return freqcapv1.Reason_REASON_UNSPECIFIED
+}
+
+// Sentinel is the sdk error a reason stands for (nil when none does), so
+// that errors.Is works alike on the in-process and the remote limiter.
+func Sentinel(r freqcapv1.Reason) error {
+	switch r {
+	case freqcapv1.Reason_REASON_INVALID_SUBJECT:
+		return sdk.ErrInvalidSubject
+	case freqcapv1.Reason_REASON_INVALID_COST:
+		return sdk.ErrInvalidCost
+	case freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY:
+		return sdk.ErrInvalidIdempotencyKey
+	case freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND:
+		return sdk.ErrReservationNotFound
+	case freqcapv1.Reason_REASON_UNKNOWN_POLICY:
+		return sdk.ErrInvalidPolicy
+	case freqcapv1.Reason_REASON_UNSUPPORTED:
+		return errors.ErrUnsupported
+	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
+		return context.DeadlineExceeded
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+// Package wire translates between the sdk's types and the messages of
+// proto/freqcap/v1 (package freqcapv1), both ways: freqcap serve answers
+// with them and package client reads them back. It also holds the JSON
+// codec both use. It is the one owner of that mapping.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/ratelimitheaders"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// DegradedReason is what a degraded decision says instead of the
+// backend's error, which names servers.
+const DegradedReason = "decided without the backend: the backend is unavailable (details are in the server's log)"
+
+// ErrDegraded stands for the backend error behind a degraded decision
+// read from the wire (sdk.Decision.Err): the server keeps the real one in
+// its log.
+var ErrDegraded = errors.New(DegradedReason)
+
+func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// fromDur and fromTS read optional fields (nil is zero).
+func fromDur(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.AsDuration()
+}
+
+func fromTS(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
+// Rules converts rule decisions to the wire.
+func Rules(rds []sdk.RuleDecision) []*freqcapv1.RuleDecision {
+	if len(rds) == 0 {
+		return nil
+	}
+	out := make([]*freqcapv1.RuleDecision, len(rds))
+	for i, rd := range rds {
+		out[i] = &freqcapv1.RuleDecision{
+			Rule: rd.Rule, Algorithm: freqcapv1.Algorithm(rd.Algorithm), Allowed: rd.Allowed,
+			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
+			ResetAfter: dur(rd.ResetAfter), RetryAfter: dur(rd.RetryAfter),
+			CostTooHigh: rd.CostTooHigh, Strategy: rd.Strategy,
+		}
+	}
+	return out
+}
+
+// FromRules reads rule decisions from the wire.
+func FromRules(in []*freqcapv1.RuleDecision) []sdk.RuleDecision {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]sdk.RuleDecision, len(in))
+	for i, rd := range in {
+		out[i] = sdk.RuleDecision{
+			Rule: rd.GetRule(), Algorithm: sdk.Algorithm(rd.GetAlgorithm()), Allowed: rd.GetAllowed(),
+			Used: rd.GetUsed(), Limit: rd.GetLimit(), Remaining: rd.GetRemaining(),
+			ResetAfter: fromDur(rd.GetResetAfter()), RetryAfter: fromDur(rd.GetRetryAfter()),
+			CostTooHigh: rd.GetCostTooHigh(), Strategy: rd.GetStrategy(),
+		}
+	}
+	return out
+}
+
+// Decision converts d to the wire. A degraded decision's error is not
+// sent (it names servers): DegradedReason is.
+func Decision(d sdk.Decision) *freqcapv1.Decision {
+	out := &freqcapv1.Decision{
+		Allowed: d.Allowed, Policy: d.Policy, At: ts(d.At), Rules: Rules(d.Rules),
+		Denied: d.Denied, RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
+		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Replayed: d.Replayed, Cached: d.Cached,
+	}
+	if d.Degraded {
+		out.DegradedReason = DegradedReason
+	}
+	return out
+}
+
+// FromDecision reads a decision from the wire. A degraded decision's Err
+// is ErrDegraded.
+func FromDecision(in *freqcapv1.Decision) sdk.Decision {
+	if in == nil {
+		return sdk.Decision{}
+	}
+	d := sdk.Decision{
+		Allowed: in.GetAllowed(), Policy: in.GetPolicy(), At: fromTS(in.GetAt()),
+		Rules: FromRules(in.GetRules()), Denied: in.GetDenied(), RetryAfter: fromDur(in.GetRetryAfter()),
+		CostTooHigh: in.GetCostTooHigh(), Degraded: in.GetDegraded(), NonAtomic: in.GetNonAtomic(),
+		Replayed: in.GetReplayed(), Cached: in.GetCached(),
+	}
+	if d.Degraded {
+		d.Err = ErrDegraded
+	}
+	return d
+}
+
+// Attempts reads a batch's attempts.
+func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
+	out := make([]sdk.Attempt, len(in))
+	for i, a := range in {
+		out[i] = sdk.Attempt{Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey()}
+	}
+	return out
+}
+
+// ToAttempts converts a batch's attempts to the wire.
+func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
+	out := make([]*freqcapv1.Attempt, len(in))
+	for i, a := range in {
+		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey}
+	}
+	return out
+}
+
+// Inspection converts in to the wire.
+func Inspection(in sdk.Inspection) *freqcapv1.InspectResponse {
+	out := &freqcapv1.InspectResponse{
+		Policy: in.Policy, At: ts(in.At), Rules: Rules(in.Rules), Skipped: in.Skipped,
+		TrailMax: int32(in.TrailMax), TrailTtl: dur(in.TrailTTL), TrailFull: in.TrailFull,
+	}
+	for _, d := range in.Denials {
+		out.Denials = append(out.Denials, &freqcapv1.Denial{
+			At: ts(d.At), Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
+			RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
+			Values: d.Values, ValuesPartial: d.ValuesPartial,
+		})
+	}
+	return out
+}
+
+// FromInspection reads an inspection from the wire.
+func FromInspection(in *freqcapv1.InspectResponse) sdk.Inspection {
+	out := sdk.Inspection{
+		Policy: in.GetPolicy(), At: fromTS(in.GetAt()), Rules: FromRules(in.GetRules()),
+		Skipped: in.GetSkipped(), TrailMax: int(in.GetTrailMax()), TrailTTL: fromDur(in.GetTrailTtl()),
+		TrailFull: in.GetTrailFull(),
+	}
+	for _, d := range in.GetDenials() {
+		out.Denials = append(out.Denials, sdk.Denial{
+			At: fromTS(d.GetAt()), Policy: in.GetPolicy(), Rule: d.GetRule(), Used: d.GetUsed(),
+			Limit: d.GetLimit(), Cost: d.GetCost(), RetryAfter: fromDur(d.GetRetryAfter()),
+			CostTooHigh: d.GetCostTooHigh(), Values: d.GetValues(), ValuesPartial: d.GetValuesPartial(),
+		})
+	}
+	return out
+}
+
+// Policy converts p to the wire.
+func Policy(p *sdk.Policy) *freqcapv1.Policy {
+	tmax, tttl := p.Trail()
+	out := &freqcapv1.Policy{
+		Name: p.Name(), FailOpen: p.FailOpen(), Dimensions: p.Dimensions(), ShardBy: p.ShardBy(),
+		HotDenyCache: int32(p.HotDenyCache()), TrailMax: int32(tmax), TrailTtl: dur(tttl),
+	}
+	for _, r := range p.Rules() {
+		rj := &freqcapv1.Rule{
+			Name: r.Name, Algorithm: freqcapv1.Algorithm(r.Algorithm), Limit: r.Limit,
+			Window: dur(r.Window), Dimensions: r.Dimensions, SubWindows: int32(r.SubWindows),
+			Burst: r.Burst, Calendar: freqcapv1.Calendar(r.Calendar),
+			Quota: r.Limit, QuotaWindow: dur(ratelimitheaders.QuotaWindow(r)),
+		}
+		if r.Algorithm == sdk.AlgorithmGCRA {
+			rj.Quota = r.Burst + 1
+		}
+		if r.Calendar != sdk.NoCalendar && r.Location != nil {
+			rj.Timezone = r.Location.String()
+		}
+		out.Rules = append(out.Rules, rj)
+	}
+	return out
+}
+
+// FromPolicy builds the policy the wire describes, as the server loaded
+// it (its rules, failure mode, trail and hot-deny cache).
+func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
+	rules := make([]sdk.Rule, 0, len(in.GetRules()))
+	for _, r := range in.GetRules() {
+		sr := sdk.Rule{
+			Name: r.GetName(), Algorithm: sdk.Algorithm(r.GetAlgorithm()), Limit: r.GetLimit(),
+			Window: fromDur(r.GetWindow()), Dimensions: r.GetDimensions(), SubWindows: int(r.GetSubWindows()),
+			Burst: r.GetBurst(), Calendar: sdk.CalendarUnit(r.GetCalendar()),
+		}
+		if tz := r.GetTimezone(); tz != "" {
+			loc, err := time.LoadLocation(tz)
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: rule %q: %w", in.GetName(), r.GetName(), err)
+			}
+			sr.Location = loc
+		}
+		rules = append(rules, sr)
+	}
+	opts := []sdk.PolicyOption{sdk.WithTrail(int(in.GetTrailMax()), fromDur(in.GetTrailTtl()))}
+	if in.GetFailOpen() {
+		opts = append(opts, sdk.FailOpen())
+	}
+	if n := in.GetHotDenyCache(); n > 0 {
+		opts = append(opts, sdk.HotDenyCache(int(n)))
+	}
+	return sdk.NewPolicy(in.GetName(), rules, opts...)
+}

@@ -1,0 +1,235 @@
+package serve
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Op is an operation a caller may be granted.
+type Op string
+
+// The operations. Take covers Take and TakeBatch, Peek covers Peek and
+// PeekBatch, Reserve covers Reserve, Commit and Cancel. ListPolicies
+// needs no grant: it lists the policies the caller has any grant on.
+const (
+	OpTake    Op = "take"
+	OpPeek    Op = "peek"
+	OpReserve Op = "reserve"
+	OpInspect Op = "inspect"
+	OpReset   Op = "reset"
+)
+
+// Ops are every operation, in the order they are listed.
+var Ops = []Op{OpTake, OpPeek, OpReserve, OpInspect, OpReset}
+
+// MinSecretLen is the shortest secret a caller may have, in bytes.
+const MinSecretLen = 8
+
+// Grant lets a caller do Ops on Policies. A "*" in either means all.
+type Grant struct {
+	Ops      []Op
+	Policies []string
+}
+
+// Caller is a named credential: a bearer secret and what it may do. The
+// name is what logs and the audit log record (never the secret).
+type Caller struct {
+	Name   string
+	Secret string
+	Grants []Grant
+}
+
+// allows reports whether c may do op on policy.
+func (c *Caller) allows(op Op, policy string) bool {
+	for _, g := range c.Grants {
+		if (slices.Contains(g.Ops, op) || slices.Contains(g.Ops, "*")) &&
+			(slices.Contains(g.Policies, policy) || slices.Contains(g.Policies, "*")) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayUse reports whether c has any grant on policy.
+func (c *Caller) mayUse(policy string) bool {
+	for _, g := range c.Grants {
+		if slices.Contains(g.Policies, policy) || slices.Contains(g.Policies, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseCaller reads one credential, "name:secret:grant[;grant…]", where a
+// grant is "op[,op…]@policy[,policy…]" ("*" for all operations or all
+// policies): "sender:S3cretS3cret:take,peek@push;peek@email",
+// "support:…:*@*". Errors never contain the secret.
+func ParseCaller(s string) (Caller, error) {
+	name, rest, ok1 := strings.Cut(s, ":")
+	secret, grants, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return Caller{}, errors.New(`a credential is "name:secret:grant[;grant…]"`)
+	}
+	if !validCallerName(name) {
+		return Caller{}, fmt.Errorf("credential name %q: want [A-Za-z0-9_.@-]{1,64}", name)
+	}
+	if len(secret) < MinSecretLen {
+		return Caller{}, fmt.Errorf("credential %q: the secret must be at least %d bytes", name, MinSecretLen)
+	}
+	if strings.ContainsAny(secret, " \t\r\n") {
+		return Caller{}, fmt.Errorf("credential %q: the secret may not contain spaces", name)
+	}
+	c := Caller{Name: name, Secret: secret}
+	for _, gs := range strings.Split(grants, ";") {
+		ops, pols, ok := strings.Cut(gs, "@")
+		if !ok {
+			return Caller{}, fmt.Errorf(`credential %q: grant %q: want "op[,op…]@policy[,policy…]"`, name, gs)
+		}
+		var g Grant
+		for _, o := range strings.Split(ops, ",") {
+			op := Op(strings.TrimSpace(o))
+			if op != "*" && !slices.Contains(Ops, op) {
+				return Caller{}, fmt.Errorf("credential %q: unknown operation %q (want take, peek, reserve, inspect, reset or *)", name, op)
+			}
+			g.Ops = append(g.Ops, op)
+		}
+		for _, p := range strings.Split(pols, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				return Caller{}, fmt.Errorf("credential %q: grant %q: empty policy name", name, gs)
+			}
+			g.Policies = append(g.Policies, p)
+		}
+		c.Grants = append(c.Grants, g)
+	}
+	return c, nil
+}
+
+// ParseCallers reads credentials separated by white space (the form of
+// $FREQCAP_SERVE_TOKENS). An empty list is no credentials.
+func ParseCallers(list string) ([]Caller, error) {
+	var out []Caller
+	for _, f := range strings.Fields(list) {
+		c, err := ParseCaller(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func validCallerName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.@-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// callers authenticates bearer secrets.
+type callers struct {
+	list   []Caller
+	hashes [][sha256.Size]byte
+}
+
+func newCallers(list []Caller) (*callers, error) {
+	cs := &callers{list: list}
+	names := map[string]bool{}
+	for _, c := range list {
+		if !validCallerName(c.Name) {
+			return nil, fmt.Errorf("serve: credential name %q: want [A-Za-z0-9_.@-]{1,64}", c.Name)
+		}
+		if names[c.Name] {
+			return nil, fmt.Errorf("serve: two credentials are named %q", c.Name)
+		}
+		names[c.Name] = true
+		if len(c.Secret) < MinSecretLen {
+			return nil, fmt.Errorf("serve: credential %q: the secret must be at least %d bytes", c.Name, MinSecretLen)
+		}
+		h := sha256.Sum256([]byte(c.Secret))
+		if slices.Contains(cs.hashes, h) {
+			return nil, fmt.Errorf("serve: credential %q has the secret of another one", c.Name)
+		}
+		cs.hashes = append(cs.hashes, h)
+	}
+	return cs, nil
+}
+
+// find returns the caller whose secret is given, comparing it with every
+// secret in constant time (hashes of equal length, no early exit), or nil.
+func (cs *callers) find(secret string) *Caller {
+	h := sha256.Sum256([]byte(secret))
+	found := -1
+	for i := range cs.hashes {
+		if subtle.ConstantTimeCompare(h[:], cs.hashes[i][:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil
+	}
+	return &cs.list[found]
+}
+
+// local is the caller of a server without credentials (loopback only):
+// everything is allowed.
+var local = &Caller{Name: "local", Grants: []Grant{{Ops: []Op{"*"}, Policies: []string{"*"}}}}
+
+// bearer returns the token of an "Authorization: Bearer …" header.
+func bearer(h http.Header) (string, bool) {
+	v := h.Get("Authorization")
+	scheme, tok, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// isLoopback reports whether host (a name or an IP, no port) is a
+// loopback name: localhost, 127.0.0.0/8, ::1.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHostport reports whether a Host header or remote address
+// ("host:port" or a bare host) names a loopback host.
+func loopbackHostport(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	return host != "" && isLoopback(host)
+}
+
+// ErrInsecureAddr is returned for a non-loopback listen address on a
+// server without credentials.
+var ErrInsecureAddr = errors.New("serve: without credentials (--token or $FREQCAP_SERVE_TOKENS) freqcap serve listens on loopback only")
+
+// CheckAddr refuses a listen address that is not loopback when the
+// server has no credentials.
+func CheckAddr(addr string, withCredentials bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("serve: address %q: %w", addr, err)
+	}
+	if withCredentials || isLoopback(host) {
+		return nil
+	}
+	return ErrInsecureAddr
+}

@@ -1,0 +1,135 @@
+package serve
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/wire"
+)
+
+// RequestDuration is the histogram of the server's calls, labelled by
+// operation (the method: Take, TakeBatch…) and code ("ok", or the error's
+// code: "invalid_argument", "unavailable"…). A denial is "ok".
+const RequestDuration = "freqcap_serve_request_duration_seconds"
+
+// InFlight is the gauge of calls being served.
+const InFlight = "freqcap_serve_requests_in_flight"
+
+type metrics struct {
+	duration *prometheus.HistogramVec
+	inflight prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    RequestDuration,
+			Help:    "Time freqcap serve took to answer a call, by operation and code (a denial is ok).",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+		}, []string{"op", "code"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: InFlight,
+			Help: "Calls freqcap serve is answering now.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.duration, m.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// callerKey holds the authenticated *Caller in a call's context.
+type callerKey struct{}
+
+func callerOf(ctx context.Context) *Caller {
+	c, _ := ctx.Value(callerKey{}).(*Caller)
+	return c
+}
+
+// interceptor authenticates, refuses calls while draining, bounds each
+// call's time, and measures and logs it.
+func (s *Server) interceptor() connect.UnaryInterceptorFunc {
+	warn := newLogLimiter(10 * time.Second)
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			op := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
+			start := time.Now()
+			s.metrics.inflight.Inc()
+			defer s.metrics.inflight.Dec()
+			caller, res, err := s.call(ctx, req, next)
+			code := "ok"
+			if err != nil {
+				code = connect.CodeOf(err).String()
+			}
+			s.metrics.duration.WithLabelValues(op, code).Observe(time.Since(start).Seconds())
+			name := ""
+			if caller != nil {
+				name = caller.Name
+			}
+			switch connect.CodeOf(err) {
+			case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
+				if err != nil && wire.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN && warn.allow(op+code) {
+					s.log.Warn("serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
+				}
+			}
+			if s.log.Enabled(ctx, -4) { // slog.LevelDebug
+				s.log.Debug("serve: call", "op", op, "code", code, "caller", name, "took", time.Since(start))
+			}
+			return res, err
+		}
+	}
+}
+
+func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (*Caller, connect.AnyResponse, error) {
+	if s.draining.Load() {
+		return nil, nil, wire.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
+			"the server is shutting down: nothing was done, retry on another replica")
+	}
+	caller := local
+	if s.callers != nil {
+		tok, ok := bearer(req.Header())
+		if !ok {
+			return nil, nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+				`no credential: send "Authorization: Bearer <secret>"`)
+		}
+		if caller = s.callers.find(tok); caller == nil {
+			s.log.Warn("serve: unknown credential", "remote", req.Peer().Addr)
+			return nil, nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+				"unknown credential")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
+	defer cancel()
+	res, err := next(ctx, req)
+	return caller, res, err
+}
+
+// logLimiter lets one log line of a kind through per interval.
+type logLimiter struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  map[string]time.Time
+}
+
+func newLogLimiter(every time.Duration) *logLimiter {
+	return &logLimiter{every: every, last: map[string]time.Time{}}
+}
+
+func (l *logLimiter) allow(kind string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
+		return false
+	}
+	l.last[kind] = now
+	return true
+}

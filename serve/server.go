@@ -1,0 +1,303 @@
+// Package serve is freqcap's decision server: the sdk's operations over
+// the network, for senders in any language. One schema
+// (proto/freqcap/v1/freqcap.proto) is served by one handler as gRPC,
+// gRPC-Web and the Connect protocol's HTTP/JSON (connectrpc.com/connect).
+//
+// A Server is stateless: every count lives in the Limiter's backend, so
+// any number of replicas may serve the same Redis deployment, and a
+// reservation made through one is committed through another. It
+// authenticates callers by bearer secret (Caller), each granted some
+// operations on some policies; without callers it answers loopback
+// clients only. It serves /healthz, /readyz and /metrics beside the
+// calls, bounds request sizes, batch lengths and each request's time, and
+// shuts down gracefully: Shutdown refuses new calls and waits for those in
+// flight, so that no decision is made without its answer being sent.
+//
+//	srv, err := serve.New(serve.Config{Limiter: lim, Policies: policies, Callers: callers})
+//	go srv.Serve(ln)
+//	…
+//	srv.Shutdown(ctx)
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
+	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// Defaults of Config's bounds.
+const (
+	DefaultMaxBatch       = 1000
+	DefaultMaxRequestSize = 1 << 20
+	DefaultTimeout        = 2 * time.Second
+	DefaultMaxReserveTTL  = time.Hour
+)
+
+// Config configures a Server. Limiter and Policies are required.
+type Config struct {
+	// Limiter decides. Give it the Recorder and observer the service
+	// should have (cmd/freqcap's serve gives both).
+	Limiter *sdk.Limiter
+	// Policies are the policies served, by name.
+	Policies []*sdk.Policy
+	// Callers are the credentials. None: every loopback client may do
+	// everything (as the caller named "local"); others are refused.
+	Callers []Caller
+	// Audit records each reset (nil: resets are only logged). An
+	// error recording it fails the call with Internal, after the reset.
+	Audit func(AuditEntry) error
+	// Ready reports whether the backend answers (/readyz). Nil: always.
+	Ready func(context.Context) error
+	// Registry receives the server's metrics (request latency by
+	// operation and code) and is served at /metrics. Nil: a new one.
+	Registry *prometheus.Registry
+	// Logger gets structured logs, never subject values. Nil: discarded.
+	Logger *slog.Logger
+	// MaxBatch bounds the attempts of one TakeBatch or PeekBatch
+	// (default DefaultMaxBatch).
+	MaxBatch int
+	// MaxRequestSize bounds a request message, in bytes (default
+	// DefaultMaxRequestSize). A larger one is refused with
+	// ResourceExhausted, gRPC's code for a message above the limit.
+	MaxRequestSize int
+	// Timeout bounds each call's work, whatever deadline the caller
+	// asked for (default DefaultTimeout).
+	Timeout time.Duration
+	// MaxReserveTTL bounds a reservation's ttl (default
+	// DefaultMaxReserveTTL).
+	MaxReserveTTL time.Duration
+	// TLS, when set, is the server's TLS configuration (Serve then
+	// speaks TLS; HTTP/2 is negotiated by ALPN). Without it HTTP/2 is
+	// spoken in clear text (h2c) beside HTTP/1.1.
+	TLS *tls.Config
+}
+
+// AuditEntry is one reset, as the audit log records it.
+type AuditEntry struct {
+	At time.Time
+	// Caller is the credential's name ("local" without credentials).
+	Caller string
+	// Remote is the client's address.
+	Remote  string
+	Policy  string
+	Subject sdk.Subject
+	// Rules are the rules reset; Kept those left alone.
+	Rules, Kept []string
+	// Outcome is "ok" or "failed: …" (never a backend's address).
+	Outcome string
+}
+
+// Server serves decisions. Create one with New; it is safe for
+// concurrent use.
+type Server struct {
+	cfg      Config
+	policies map[string]*sdk.Policy
+	order    []*sdk.Policy
+	callers  *callers // nil: no credentials
+	log      *slog.Logger
+	metrics  *metrics
+	handler  http.Handler
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	servers  []*http.Server
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("serve: no Limiter")
+	}
+	if len(cfg.Policies) == 0 {
+		return nil, errors.New("serve: no policies")
+	}
+	s := &Server{cfg: cfg, policies: map[string]*sdk.Policy{}, log: cfg.Logger}
+	for _, p := range cfg.Policies {
+		if p == nil {
+			return nil, errors.New("serve: a nil policy")
+		}
+		if s.policies[p.Name()] != nil {
+			return nil, fmt.Errorf("serve: two policies are named %q", p.Name())
+		}
+		s.policies[p.Name()] = p
+		s.order = append(s.order, p)
+	}
+	if len(cfg.Callers) > 0 {
+		cs, err := newCallers(cfg.Callers)
+		if err != nil {
+			return nil, err
+		}
+		s.callers = cs
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.cfg.MaxBatch <= 0 {
+		s.cfg.MaxBatch = DefaultMaxBatch
+	}
+	if s.cfg.MaxRequestSize <= 0 {
+		s.cfg.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if s.cfg.Timeout <= 0 {
+		s.cfg.Timeout = DefaultTimeout
+	}
+	if s.cfg.MaxReserveTTL <= 0 {
+		s.cfg.MaxReserveTTL = DefaultMaxReserveTTL
+	}
+	if s.cfg.Registry == nil {
+		s.cfg.Registry = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(s.cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+
+	var opts []connect.HandlerOption
+	for _, o := range wire.JSONCodecs() {
+		opts = append(opts, o)
+	}
+	opts = append(opts,
+		connect.WithInterceptors(s.interceptor()),
+		connect.WithReadMaxBytes(s.cfg.MaxRequestSize),
+	)
+	path, h := freqcapv1connect.NewFreqcapServiceHandler(newService(s), opts...)
+	mux := http.NewServeMux()
+	mux.Handle(path, s.guard(h))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.guard(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the server's handler: the calls under
+// /freqcap.v1.FreqcapService/, /healthz, /readyz and /metrics. Serve
+// uses it; a program with its own http.Server may mount it (it then
+// shuts that server down itself, after Drain).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// guard refuses, on a server without credentials, clients that are not on
+// loopback and requests whose Host is not a loopback name (a DNS
+// rebinding page).
+func (s *Server) guard(h http.Handler) http.Handler {
+	if s.callers != nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHostport(r.RemoteAddr) || !loopbackHostport(r.Host) {
+			http.Error(w, "freqcap serve without credentials answers loopback clients only", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readyz is 200 while the backend answers and the server takes calls,
+// else 503 (draining, or the backend failed: its error goes to the log).
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "shutting down")
+		return
+	}
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+		err := s.cfg.Ready(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("serve: not ready: the backend does not answer", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "the backend does not answer")
+			return
+		}
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Serve accepts connections on ln until Shutdown, with the server's
+// timeouts; TLS when Config.TLS is set, else HTTP/1.1 and clear-text
+// HTTP/2 (gRPC needs HTTP/2). It returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.Timeout + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Protocols:         new(http.Protocols),
+	}
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetHTTP2(true)
+	if s.cfg.TLS != nil {
+		hs.TLSConfig = s.cfg.TLS.Clone()
+		ln = tls.NewListener(ln, hs.TLSConfig)
+		if len(hs.TLSConfig.NextProtos) == 0 {
+			hs.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+		}
+	} else {
+		hs.Protocols.SetUnencryptedHTTP2(true)
+	}
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// Drain makes the server refuse new calls (Unavailable, reason
+// SHUTTING_DOWN: nothing consumed, retry elsewhere) and /readyz answer
+// 503. Calls already started finish.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Shutdown drains the server, stops accepting connections and waits,
+// until ctx ends, for the calls in flight to finish and their answers to
+// be written. A call still running when ctx ends is cut off (its
+// connection closed): give ctx more time than Config.Timeout.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.Drain()
+	servers := s.servers
+	s.mu.Unlock()
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			hs.Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("serve: shutdown: %w", err)
+	}
+	return nil
+}
