@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -259,7 +260,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(s.warn.writer("http-server", "console: http server"), "", 0),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -386,7 +387,7 @@ func isAPI(c echo.Context) bool {
 // page otherwise. Internal errors are logged, not shown.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
-		s.log.Error("console: error after response started", "path", c.Request().URL.Path, "err", err)
+		s.warn.Error("response-started", "console: error after response started", "path", c.Request().URL.Path, "err", err)
 		return
 	}
 	status, msg := http.StatusInternalServerError, "internal error"
@@ -406,7 +407,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		status, msg = http.StatusGatewayTimeout, "backend timed out"
 	}
 	if status >= 500 && he == nil { // handlers log the HTTP errors they make
-		s.log.Error("console: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "err", err)
+		s.warn.Error("request-failed "+c.Path(), "console: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "err", err)
 	}
 	if status == http.StatusUnauthorized && isAPI(c) {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="freqcap"`)
@@ -421,7 +422,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		werr = render(c, status, views.ErrorPage(s.page(c, ""), status, msg))
 	}
 	if werr != nil {
-		s.log.Error("console: writing error response", "err", werr)
+		s.warn.Error("error-response", "console: writing error response", "err", werr)
 	}
 }
 

@@ -126,18 +126,19 @@ func runBench(args []string) error {
 		cfg.Policy = p
 	}
 	cfg.Redis = server.options()
-	if err := pingAuth(cfg.Redis); err != nil {
+	if err := ping(cfg.Redis, server); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	cfg.Target = server.describe()
 	return bench.Run(context.Background(), cfg, os.Stdout)
 }
 
-// pingAuth checks the credentials of o's deployment once (checkAuth).
-func pingAuth(o *goredis.UniversalOptions) error {
+// ping checks once that o's deployment answers and takes its
+// credentials (connect).
+func ping(o *goredis.UniversalOptions, s serverFlags) error {
 	c := goredis.NewUniversalClient(o)
 	defer c.Close()
-	return checkAuth(context.Background(), c)
+	return connect(context.Background(), c, s)
 }
 
 // benchLoadPolicies loads the policies of file (the seed policies when

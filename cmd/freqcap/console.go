@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/internal/demo"
+	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -161,12 +161,34 @@ func (f consoleFlags) credentials(getenv func(string) string) ([]console.Credent
 }
 
 func runConsole(args []string) error {
-	f, err := parseConsoleFlags(args, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveConsole(ctx, args, consoleEnv{stderr: os.Stderr, getenv: os.Getenv, now: time.Now})
+}
+
+// consoleEnv is what the console command takes from its process; tests
+// give their own.
+type consoleEnv struct {
+	stderr io.Writer           // logs and the banner
+	getenv func(string) string // credentials' variables
+	now    func() time.Time    // the console's and the log limiter's clock
+	ready  func(net.Addr)      // nil, or called once listening
+}
+
+// serveConsole is freqcap console: it serves until ctx ends.
+func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
+	f, err := parseConsoleFlags(args, env.stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	creds, err := f.credentials(os.Getenv)
+	log := slog.New(slog.NewTextHandler(env.stderr, nil))
+	// Lines about failures that repeat during an outage (go-redis's own,
+	// the recorder's, the demo's) pass through one limiter: one line of a
+	// kind every lograte.Every, with the count held back. The console
+	// limits its own the same way (console.Config.Logger).
+	rate := lograte.New(env.now, lograte.Every)
+	limited := slog.New(lograte.NewHandler(log.Handler(), rate))
+	creds, err := f.credentials(env.getenv)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -185,19 +207,22 @@ func runConsole(args []string) error {
 		return fmt.Errorf("console: policies: %w", err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	backend, closeBackend, err := consoleBackend(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer closeBackend()
+	if f.server.given() {
+		goredis.SetLogger(lograte.Printer{Log: log, Lim: rate, Msg: "redis client"})
+		defer goredis.SetLogger(quietRedis{})
+	}
 
 	metrics := console.NewMetrics(nil)
 	// The console records its own decisions (API checks, demo traffic)
 	// like any service, so that the overview's fleet charts include them.
-	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: recorderLog(log)})
+	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: func(err error) {
+		limited.Warn("recorder: statistics not flushed", "err", err)
+	}})
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("console: recorder: %w", err)
 	}
@@ -231,13 +256,14 @@ func runConsole(args []string) error {
 		Audit:       audit,
 		Credentials: creds,
 		Logger:      log,
+		Now:         env.now,
 		Demo:        f.demo,
 	})
 	if err != nil {
 		return err
 	}
 	if f.demo {
-		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: log})
+		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
 		defer traffic.Close()
 	}
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
@@ -245,7 +271,10 @@ func runConsole(args []string) error {
 		if len(creds) > 0 {
 			auth = fmt.Sprintf("%d credential(s)", len(creds))
 		}
-		fmt.Fprintf(os.Stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
+		fmt.Fprintf(env.stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
+		if env.ready != nil {
+			env.ready(a)
+		}
 	})
 }
 
@@ -270,23 +299,9 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 	return audit, func() { af.Close() }, nil
 }
 
-// recorderLog logs the recorder's flush errors, at most one a minute.
-func recorderLog(log *slog.Logger) func(error) {
-	var mu sync.Mutex
-	var last time.Time
-	return func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if now := time.Now(); now.Sub(last) >= time.Minute {
-			last = now
-			log.Warn("recorder: statistics not flushed (logged at most once a minute)", "err", err)
-		}
-	}
-}
-
 // consoleBackend builds the backend the flags ask for, and its closer. A
-// Redis deployment is pinged first, so that a wrong password reads as
-// such (see checkAuth).
+// Redis deployment is pinged first, so that an unreachable server or a
+// wrong password reads as such (see connect).
 func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
@@ -297,7 +312,7 @@ func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func()
 	}
 	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}}
 	c := goredis.NewUniversalClient(f.server.options())
-	if err := checkAuth(ctx, c); err != nil {
+	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("console: %w", err)
 	}

@@ -58,7 +58,7 @@ func runDetect(args []string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := checkAuth(ctx, c); err != nil {
+	if err := connect(ctx, c, server); err != nil {
 		return fmt.Errorf("detect: %w", err)
 	}
 	r, err := capability.Probe(ctx, c, cfg)
