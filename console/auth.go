@@ -414,11 +414,17 @@ func csrfOf(c echo.Context) string {
 	return t
 }
 
-// crossOrigin wraps h in net/http's cross-origin protection: non-safe
-// requests that a browser marks as cross-site (Sec-Fetch-Site, Origin) are
-// rejected with 403 before they reach a handler.
-func crossOrigin(h http.Handler) http.Handler {
-	return http.NewCrossOriginProtection().Handler(h)
+// crossOrigin rejects with 403, through the central error handler (JSON
+// for the API), the non-safe requests that a browser marks as
+// cross-site (Sec-Fetch-Site, Origin), before authentication or a
+// handler sees them: net/http's CrossOriginProtection decides.
+func (s *Server) crossOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.cop.Check(c.Request()); err != nil {
+			return echo.NewHTTPError(http.StatusForbidden, err.Error())
+		}
+		return next(c)
+	}
 }
 
 // safeNext returns next if it is a path on this site, else "/". It must

@@ -129,6 +129,7 @@ type Server struct {
 	auth     *authenticator
 	guard    *guard   // failed authentication attempts per address
 	warn     *rateLog // backend failures, at most one line per kind every logEvery
+	cop      *http.CrossOriginProtection
 	echo     *echo.Echo
 	handler  http.Handler
 
@@ -143,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Policies) == 0 {
 		return nil, errors.New("console: no policies")
 	}
+	cfg.Limiter = markedLimiter{cfg.Limiter}
 	s := &Server{
 		cfg:      cfg,
 		now:      cfg.Now,
@@ -189,9 +191,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.auth = a
 	s.guard = newGuard(s.now)
+	s.cop = http.NewCrossOriginProtection()
 	s.warn = newRateLog(s.log, s.now, logEvery)
 	s.echo = s.routes()
-	s.handler = crossOrigin(s.echo)
+	s.handler = s.echo
 	return s, nil
 }
 
@@ -289,7 +292,7 @@ func (s *Server) routes() *echo.Echo {
 	// The audit log records the peer's address, never a forwarded header
 	// a client can forge.
 	e.IPExtractor = echo.ExtractIPDirect()
-	e.Use(s.securityHeaders, s.recoverPanic, s.checkHost, s.authenticate, s.checkCSRF)
+	e.Use(s.securityHeaders, s.recoverPanic, s.crossOrigin, s.checkHost, s.authenticate, s.checkCSRF)
 
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -299,7 +302,7 @@ func (s *Server) routes() *echo.Echo {
 	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, path, h, m...)
 	}
-	get("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
+	get("/static/*", staticFiles(static))
 	get("/favicon.ico", s.favicon)
 	get("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 
@@ -329,6 +332,20 @@ func (s *Server) routes() *echo.Echo {
 	get("/api/v1/policies", s.apiPolicies, viewer)
 	get("/api/v1/stats", s.apiStats, viewer)
 	return e
+}
+
+// staticFiles serves the files of fsys under /static/: files only, never
+// a directory's listing (404, as for a file that does not exist).
+func staticFiles(fsys fs.FS) echo.HandlerFunc {
+	files := http.StripPrefix("/static/", http.FileServer(http.FS(fsys)))
+	return func(c echo.Context) error {
+		name := strings.TrimPrefix(c.Request().URL.Path, "/static/")
+		if st, err := fs.Stat(fsys, name); err != nil || st.IsDir() {
+			return echo.ErrNotFound
+		}
+		files.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
 }
 
 // favicon serves the console's icon (an SVG) for browsers that ask for
@@ -403,6 +420,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.Is(err, sdk.ErrInvalidSubject), errors.Is(err, sdk.ErrInvalidCost):
 		// sdk errors never contain subject values.
 		status, msg = http.StatusBadRequest, err.Error()
+	case errors.As(err, new(*backendError)):
+		// The text names socket addresses: the log gets it.
+		status, msg = http.StatusServiceUnavailable, backendUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		status, msg = http.StatusGatewayTimeout, "backend timed out"
 	}
