@@ -77,6 +77,10 @@ type consoleFlags struct {
 	set          map[string]bool // flags given on the command line
 }
 
+// maxDemoRate is the fastest --demo-rate: internal/demo decides at most
+// once a millisecond.
+const maxDemoRate = 1000
+
 func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	var f consoleFlags
 	fs := flag.NewFlagSet("console", flag.ContinueOnError)
@@ -88,10 +92,10 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback address needs credentials")
 	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
-	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second")
+	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second (above 0, at most 1000)")
 	f.server.register(fs) // none given: the in-memory backend
 	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
-	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
+	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call (positive)")
 	// No secret is ever a flag's default: -h prints defaults, and a flag
 	// error prints the usage. The environment is read after parsing.
 	fs.Func("token", "a named token `name:secret:role` (role viewer, checker or admin); repeatable (default $FREQCAP_TOKENS)", func(v string) error {
@@ -110,7 +114,15 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 		return f, err
 	}
 	if fs.NArg() > 0 {
-		return f, fmt.Errorf("console: unexpected argument %q", fs.Arg(0))
+		// A stray argument is often a second credential given to one
+		// --token, secret and all.
+		return f, unexpectedArg("console", args, fs, "give each credential its own --token, and every flag before any other argument")
+	}
+	switch {
+	case !(f.demoRate > 0 && f.demoRate <= maxDemoRate): // NaN too
+		return f, fmt.Errorf("console: --demo-rate must be above 0 and at most %d decisions per second", maxDemoRate)
+	case f.timeout <= 0:
+		return f, errors.New("console: --timeout must be positive")
 	}
 	if err := f.server.check(); err != nil {
 		return f, fmt.Errorf("console: %w", err)

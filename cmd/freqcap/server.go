@@ -106,6 +106,14 @@ func splitAddrs(list string) []string {
 	return out
 }
 
+// unexpectedArg is the error for the first argument fs left unparsed in
+// args. It names the argument by its position, never by its text, which
+// may be a secret (a second credential given to one flag, a password
+// with a space).
+func unexpectedArg(cmd string, args []string, fs *flag.FlagSet, hint string) error {
+	return fmt.Errorf("%s: unexpected argument #%d after %q (not shown: it may hold a secret); %s", cmd, len(args)-fs.NArg()+1, cmd, hint)
+}
+
 // parseForbid parses a --forbid list: comma-separated features never to
 // use (tairhash, redis-cell, hfe).
 func parseForbid(list string) ([]capability.Feature, error) {
