@@ -102,7 +102,11 @@ type Config struct {
 	// Now is the clock for sessions, the audit log and countdowns; nil
 	// means time.Now.
 	Now func() time.Time
-	// Logger receives errors and access problems; nil means slog.Default().
+	// Logger receives errors and access problems; nil means
+	// slog.Default(). Lines about failures come at most one of a kind
+	// (where, and which kind of error) every 10 s, the next one carrying
+	// "suppressed": how many were held back. Failed sign-ins and resets
+	// are each logged.
 	Logger *slog.Logger
 	// SessionTTL is how long a console login lasts; 0 means 12h.
 	SessionTTL time.Duration
