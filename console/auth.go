@@ -271,39 +271,44 @@ var errBadCredentials = echo.NewHTTPError(http.StatusUnauthorized, "invalid cred
 // authenticate resolves the request's identity: an Authorization header
 // (bearer or basic) first, then the session cookie. With authentication
 // off, every request is the local admin. Failed attempts are counted per
-// remote address (see guard): past a few, that address must wait.
+// remote address, and basic auth's also per user name tried (see guard):
+// past a few, that address or name must wait, however many of its
+// attempts succeed in between.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := identity{}
 		if !s.auth.enabled() {
 			id = identity{Role: RoleAdmin, Name: "local", Method: "none"}
 		} else if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
-			if err := s.guard.check(c); err != nil {
+			keys := []guardKey{addrKey(c.RealIP())}
+			scheme, rest, _ := strings.Cut(h, " ")
+			user, pass, basicOK := c.Request().BasicAuth()
+			if basicOK {
+				keys = append(keys, userKey(user))
+			}
+			if err := s.guard.check(c, keys...); err != nil {
 				return err
 			}
-			scheme, rest, _ := strings.Cut(h, " ")
 			switch strings.ToLower(scheme) {
 			case "bearer":
 				cr, ok := s.auth.match("", strings.TrimSpace(rest))
 				if !ok {
-					return s.authFailed(c, "bearer")
+					return s.authFailed(c, "bearer", keys)
 				}
 				id = identity{Role: cr.Role, Name: cr.Name, Method: "token"}
 			case "basic":
-				user, pass, ok := c.Request().BasicAuth()
-				if !ok {
-					return s.authFailed(c, "basic")
+				if !basicOK {
+					return s.authFailed(c, "basic", keys)
 				}
 				cr, ok := s.auth.match(user, pass)
 				if !ok {
 					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Basic realm="freqcap console", charset="UTF-8"`)
-					return s.authFailed(c, "basic")
+					return s.authFailed(c, "basic", keys)
 				}
 				id = identity{Role: cr.Role, Name: cr.Name, Method: "basic"}
 			default:
-				return s.authFailed(c, "unknown scheme")
+				return s.authFailed(c, "unknown scheme", keys)
 			}
-			s.guard.succeeded(c.RealIP())
 		} else if v := cookieValue(c, sessionCookie); v != "" {
 			if sid, ok := s.auth.session(v); ok {
 				id = sid
@@ -316,12 +321,19 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authFailed counts and logs a failed attempt and answers 401. Every
-// failure is logged (the guard bounds how many one address can make).
-func (s *Server) authFailed(c echo.Context, method string) error {
-	n, wait := s.guard.failed(c.RealIP())
-	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
+// authFailed counts a failed attempt against keys, logs it and answers
+// 401. Every failure is logged (the guard bounds how many one address
+// can make). The user name tried is not logged: people type passwords
+// into it.
+func (s *Server) authFailed(c echo.Context, method string, keys []guardKey) error {
+	s.countFailure(c, method, keys)
 	return errBadCredentials
+}
+
+// countFailure counts a failed attempt against keys and logs it.
+func (s *Server) countFailure(c echo.Context, method string, keys []guardKey) {
+	n, wait := s.guard.failed(keys...)
+	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
 }
 
 func identityOf(c echo.Context) identity {
@@ -402,11 +414,17 @@ func csrfOf(c echo.Context) string {
 	return t
 }
 
-// crossOrigin wraps h in net/http's cross-origin protection: non-safe
-// requests that a browser marks as cross-site (Sec-Fetch-Site, Origin) are
-// rejected with 403 before they reach a handler.
-func crossOrigin(h http.Handler) http.Handler {
-	return http.NewCrossOriginProtection().Handler(h)
+// crossOrigin rejects with 403, through the central error handler (JSON
+// for the API), the non-safe requests that a browser marks as
+// cross-site (Sec-Fetch-Site, Origin), before authentication or a
+// handler sees them: net/http's CrossOriginProtection decides.
+func (s *Server) crossOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.cop.Check(c.Request()); err != nil {
+			return echo.NewHTTPError(http.StatusForbidden, err.Error())
+		}
+		return next(c)
+	}
 }
 
 // safeNext returns next if it is a path on this site, else "/". It must
@@ -447,16 +465,17 @@ func (s *Server) login(c echo.Context) error {
 	if !s.auth.enabled() {
 		return c.Redirect(http.StatusSeeOther, next)
 	}
-	if err := s.guard.check(c); err != nil {
+	// The form asks for a token only: it claims no identity beyond the
+	// address.
+	keys := []guardKey{addrKey(c.RealIP())}
+	if err := s.guard.check(c, keys...); err != nil {
 		return err
 	}
 	cr, ok := s.auth.match("", c.FormValue("token"))
 	if !ok {
-		n, wait := s.guard.failed(c.RealIP())
-		s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", "sign-in form", "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
+		s.countFailure(c, "sign-in form", keys)
 		return render(c, http.StatusUnauthorized, views.LoginPage(s.page(c, "login"), next, "That token is not valid."))
 	}
-	s.guard.succeeded(c.RealIP())
 	if old, _ := c.Get(ctxSession).(string); old != "" {
 		s.auth.endSession(old)
 	}

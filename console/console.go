@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,7 +102,11 @@ type Config struct {
 	// Now is the clock for sessions, the audit log and countdowns; nil
 	// means time.Now.
 	Now func() time.Time
-	// Logger receives errors and access problems; nil means slog.Default().
+	// Logger receives errors and access problems; nil means
+	// slog.Default(). Lines about failures come at most one of a kind
+	// (where, and which kind of error) every 10 s, the next one carrying
+	// "suppressed": how many were held back. Failed sign-ins and resets
+	// are each logged.
 	Logger *slog.Logger
 	// SessionTTL is how long a console login lasts; 0 means 12h.
 	SessionTTL time.Duration
@@ -128,6 +133,7 @@ type Server struct {
 	auth     *authenticator
 	guard    *guard   // failed authentication attempts per address
 	warn     *rateLog // backend failures, at most one line per kind every logEvery
+	cop      *http.CrossOriginProtection
 	echo     *echo.Echo
 	handler  http.Handler
 
@@ -142,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Policies) == 0 {
 		return nil, errors.New("console: no policies")
 	}
+	cfg.Limiter = markedLimiter{cfg.Limiter}
 	s := &Server{
 		cfg:      cfg,
 		now:      cfg.Now,
@@ -188,9 +195,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.auth = a
 	s.guard = newGuard(s.now)
+	s.cop = http.NewCrossOriginProtection()
 	s.warn = newRateLog(s.log, s.now, logEvery)
 	s.echo = s.routes()
-	s.handler = crossOrigin(s.echo)
+	s.handler = s.echo
 	return s, nil
 }
 
@@ -259,7 +267,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(s.warn.writer("http-server", "console: http server"), "", 0),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -288,7 +296,7 @@ func (s *Server) routes() *echo.Echo {
 	// The audit log records the peer's address, never a forwarded header
 	// a client can forge.
 	e.IPExtractor = echo.ExtractIPDirect()
-	e.Use(s.securityHeaders, s.recoverPanic, s.checkHost, s.authenticate, s.checkCSRF)
+	e.Use(s.securityHeaders, s.recoverPanic, s.crossOrigin, s.checkHost, s.authenticate, s.checkCSRF)
 
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -298,7 +306,7 @@ func (s *Server) routes() *echo.Echo {
 	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.Match([]string{http.MethodGet, http.MethodHead}, path, h, m...)
 	}
-	get("/static/*", echo.WrapHandler(http.StripPrefix("/static/", http.FileServer(http.FS(static)))))
+	get("/static/*", staticFiles(static))
 	get("/favicon.ico", s.favicon)
 	get("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 
@@ -328,6 +336,20 @@ func (s *Server) routes() *echo.Echo {
 	get("/api/v1/policies", s.apiPolicies, viewer)
 	get("/api/v1/stats", s.apiStats, viewer)
 	return e
+}
+
+// staticFiles serves the files of fsys under /static/: files only, never
+// a directory's listing (404, as for a file that does not exist).
+func staticFiles(fsys fs.FS) echo.HandlerFunc {
+	files := http.StripPrefix("/static/", http.FileServer(http.FS(fsys)))
+	return func(c echo.Context) error {
+		name := strings.TrimPrefix(c.Request().URL.Path, "/static/")
+		if st, err := fs.Stat(fsys, name); err != nil || st.IsDir() {
+			return echo.ErrNotFound
+		}
+		files.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
 }
 
 // favicon serves the console's icon (an SVG) for browsers that ask for
@@ -386,7 +408,7 @@ func isAPI(c echo.Context) bool {
 // page otherwise. Internal errors are logged, not shown.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
-		s.log.Error("console: error after response started", "path", c.Request().URL.Path, "err", err)
+		s.warn.Error("response-started", "console: error after response started", "path", c.Request().URL.Path, "err", err)
 		return
 	}
 	status, msg := http.StatusInternalServerError, "internal error"
@@ -402,11 +424,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.Is(err, sdk.ErrInvalidSubject), errors.Is(err, sdk.ErrInvalidCost):
 		// sdk errors never contain subject values.
 		status, msg = http.StatusBadRequest, err.Error()
+	case errors.As(err, new(*backendError)):
+		// The text names socket addresses: the log gets it.
+		status, msg = http.StatusServiceUnavailable, backendUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		status, msg = http.StatusGatewayTimeout, "backend timed out"
 	}
 	if status >= 500 && he == nil { // handlers log the HTTP errors they make
-		s.log.Error("console: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "err", err)
+		s.warn.Error("request-failed "+c.Path(), "console: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status, "err", err)
 	}
 	if status == http.StatusUnauthorized && isAPI(c) {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="freqcap"`)
@@ -421,7 +446,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		werr = render(c, status, views.ErrorPage(s.page(c, ""), status, msg))
 	}
 	if werr != nil {
-		s.log.Error("console: writing error response", "err", werr)
+		s.warn.Error("error-response", "console: writing error response", "err", werr)
 	}
 }
 

@@ -121,6 +121,7 @@ type req struct {
 	cookies      []*http.Cookie
 	header       map[string]string
 	host         string // "" means 127.0.0.1:8080
+	remote       string // the peer's address; "" means httptest's 192.0.2.1:1234
 	tls          *tls.ConnectionState
 }
 
@@ -138,6 +139,9 @@ func (f *fixture) do(t *testing.T, r req) *http.Response {
 	}
 	hr := httptest.NewRequest(method, r.path, body)
 	hr.TLS = r.tls
+	if r.remote != "" {
+		hr.RemoteAddr = r.remote
+	}
 	hr.Host = "127.0.0.1:8080"
 	if r.host != "" {
 		hr.Host = r.host

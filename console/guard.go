@@ -10,20 +10,33 @@ import (
 )
 
 // guard slows down guessing: it counts failed authentication attempts
-// (bearer, basic auth, the sign-in form) per remote address. The first
-// freeFailures cost nothing; each one after locks the address out for
-// twice as long as the one before (1s, 2s, 4s … at most maxLockout),
-// during which every attempt from it is answered 429 without checking
-// the credentials. A success forgets the address; so does forgetAfter
-// without failures. At most maxEntries addresses are tracked: memory is
-// bounded, whatever the number of attackers. It is safe for concurrent
-// use and reads time only from now.
+// (bearer, basic auth, the sign-in form) per remote address, and basic
+// auth's also per user name tried (the identity a guess claims; a bearer
+// token or the sign-in form claims none beyond its address). The first
+// freeFailures of a key cost nothing; each one after locks the key out
+// for twice as long as the one before (1s, 2s, 4s … at most maxLockout),
+// during which every attempt on it is answered 429 without checking the
+// credentials. A success does not lower a count: only forgetAfter
+// without failures does, so good credentials from the same address
+// cannot buy more guesses. At most maxEntries keys are tracked: memory
+// is bounded, whatever the number of attackers. It is safe for
+// concurrent use and reads time only from now.
 type guard struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	m  map[string]*attempts
+	m  map[guardKey]*attempts
 }
+
+// guardKey is what failures are counted against: an address, or the
+// hash of a user name tried (so a long name costs no more memory).
+type guardKey struct {
+	user bool
+	v    string
+}
+
+func addrKey(addr string) guardKey { return guardKey{v: addr} }
+func userKey(name string) guardKey { return guardKey{user: true, v: hashKey(name)} }
 
 type attempts struct {
 	fails int
@@ -40,67 +53,73 @@ const (
 )
 
 func newGuard(now func() time.Time) *guard {
-	return &guard{now: now, m: map[string]*attempts{}}
+	return &guard{now: now, m: map[guardKey]*attempts{}}
 }
 
-// check returns a 429 error when addr is locked out.
-func (g *guard) check(c echo.Context) error {
-	addr := c.RealIP()
-	g.mu.Lock()
-	a, ok := g.m[addr]
+// check returns a 429 error when any of keys is locked out, with the
+// longest wait.
+func (g *guard) check(c echo.Context, keys ...guardKey) error {
+	now := g.now()
 	var wait time.Duration
-	if ok {
-		wait = a.until.Sub(g.now())
+	user := false
+	g.mu.Lock()
+	for _, k := range keys {
+		if a, ok := g.m[k]; ok {
+			if w := a.until.Sub(now); w > wait {
+				wait, user = w, k.user
+			}
+		}
 	}
 	g.mu.Unlock()
 	if wait <= 0 {
 		return nil
 	}
-	secs := int64((wait + time.Second - 1) / time.Second)
-	c.Response().Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	return echo.NewHTTPError(http.StatusTooManyRequests, "too many failed sign-in attempts from your address: try again in "+strconv.FormatInt(secs, 10)+"s")
+	secs := strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
+	c.Response().Header().Set("Retry-After", secs)
+	who := "from your address"
+	if user {
+		who = "for this user name"
+	}
+	return echo.NewHTTPError(http.StatusTooManyRequests, "too many failed sign-in attempts "+who+": try again in "+secs+"s")
 }
 
-// failed records a failure from addr and returns the failures counted
-// and the lockout it starts (0 for none).
-func (g *guard) failed(addr string) (int, time.Duration) {
+// failed records a failure against each of keys and returns the highest
+// count among them and the longest lockout it starts (0 for none).
+func (g *guard) failed(keys ...guardKey) (int, time.Duration) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	a, ok := g.m[addr]
-	if ok && now.Sub(a.last) > forgetAfter {
-		a.fails = 0
-	}
-	if !ok {
-		if len(g.m) >= maxEntries {
-			g.prune(now)
+	most, longest := 0, time.Duration(0)
+	for _, k := range keys {
+		a, ok := g.m[k]
+		if ok && now.Sub(a.last) > forgetAfter {
+			a.fails = 0
 		}
-		a = &attempts{}
-		g.m[addr] = a
-	}
-	a.fails++
-	a.last = now
-	var wait time.Duration
-	if n := a.fails - freeFailures; n > 0 {
-		wait = maxLockout
-		if n <= 20 {
-			wait = min(baseLockout<<(n-1), maxLockout)
+		if !ok {
+			if len(g.m) >= maxEntries {
+				g.prune(now)
+			}
+			a = &attempts{}
+			g.m[k] = a
 		}
-		a.until = now.Add(wait)
+		a.fails++
+		a.last = now
+		if n := a.fails - freeFailures; n > 0 {
+			wait := maxLockout
+			if n <= 20 {
+				wait = min(baseLockout<<(n-1), maxLockout)
+			}
+			a.until = now.Add(wait)
+			longest = max(longest, wait)
+		}
+		most = max(most, a.fails)
 	}
-	return a.fails, wait
+	return most, longest
 }
 
-// succeeded forgets addr.
-func (g *guard) succeeded(addr string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.m, addr)
-}
-
-// prune drops idle addresses, and when none is idle, enough others to
-// make room: an attacker with many addresses can only shorten the memory
-// of the others' failures, never grow it.
+// prune drops idle keys, and when none is idle, enough others to make
+// room: an attacker with many addresses or names can only shorten the
+// memory of the others' failures, never grow it.
 func (g *guard) prune(now time.Time) {
 	for k, a := range g.m {
 		if now.Sub(a.last) > forgetAfter && !now.Before(a.until) {

@@ -1,57 +1,56 @@
 package console
 
 import (
+	"bytes"
+	"io"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/freqcap/freqcap/internal/lograte"
 )
 
-// rateLog writes at most one line per key every `every`: during an
-// outage every failed request fails the same way, and one line with a
-// count says as much as thousands. A line that follows suppressed ones
-// carries "suppressed": their number. Keys are a fixed set of call
-// sites, so its memory is bounded. It is safe for concurrent use.
+// rateLog writes the console's failure lines: at most one line of a kind
+// every `every`, where a kind is the call site's key and the kind of the
+// error among the line's arguments (lograte.ErrorKind: a refused dial, a
+// timeout …). During an outage every request fails the same way, and one
+// line with a count says as much as thousands: a line that follows held
+// back ones carries "suppressed", their number. Every line about a
+// failure goes through it: handlers' backend errors, the central error
+// handler's, the overview's and the HTTP server's own. Failed sign-ins
+// do not (each is logged: the guard bounds them), nor do audit lines. It
+// is safe for concurrent use.
 type rateLog struct {
-	log   *slog.Logger
-	now   func() time.Time
-	every time.Duration
-
-	mu   sync.Mutex
-	keys map[string]*rateState
-}
-
-type rateState struct {
-	last       time.Time
-	suppressed int
+	log *slog.Logger
+	lim *lograte.Limiter
 }
 
 // logEvery is the console's interval between two lines of one kind.
-const logEvery = 10 * time.Second
+const logEvery = lograte.Every
 
 func newRateLog(log *slog.Logger, now func() time.Time, every time.Duration) *rateLog {
-	return &rateLog{log: log, now: now, every: every, keys: map[string]*rateState{}}
+	return &rateLog{log: log, lim: lograte.New(now, every)}
 }
 
-// Warn logs msg with args at level WARN unless a line of key was written
-// less than r.every ago; then it only counts it.
+// Warn logs msg with args at level WARN unless a line of its kind was
+// written less than the interval ago; then it only counts it.
 func (r *rateLog) Warn(key, msg string, args ...any) {
-	now := r.now()
-	r.mu.Lock()
-	st, ok := r.keys[key]
-	if !ok {
-		st = &rateState{}
-		r.keys[key] = st
-	}
-	if ok && now.Sub(st.last) < r.every {
-		st.suppressed++
-		r.mu.Unlock()
-		return
-	}
-	n := st.suppressed
-	st.last, st.suppressed = now, 0
-	r.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	r.log.Warn(msg, args...)
+	r.lim.Log(r.log, slog.LevelWarn, key, msg, args...)
+}
+
+// Error is Warn at level ERROR.
+func (r *rateLog) Error(key, msg string, args ...any) {
+	r.lim.Log(r.log, slog.LevelError, key, msg, args...)
+}
+
+// writer returns a writer for a log.Logger (http.Server.ErrorLog): each
+// line written is logged as msg, with the line as "detail", under key.
+func (r *rateLog) writer(key, msg string) io.Writer {
+	return lineWriter(func(line string) { r.Warn(key, msg, "detail", line) })
+}
+
+type lineWriter func(string)
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
 }

@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -360,23 +362,100 @@ func TestBruteForce(t *testing.T) {
 	if got := f.do(t, req{path: "/api/v1/policies", bearer: viewerToken}).StatusCode; got != 200 {
 		t.Fatalf("good token after the lockout = %d, want 200", got)
 	}
-	if got := bad(); got != http.StatusUnauthorized { // the success forgot the failures
+	// The success forgot nothing: the next failure locks for 4s.
+	if got := bad(); got != http.StatusUnauthorized {
 		t.Errorf("bad attempt after a success = %d, want 401", got)
 	}
+	if res := f.do(t, req{path: "/api/v1/policies", bearer: viewerToken}); res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "4" {
+		t.Errorf("after a success and one more failure = %d (Retry-After %q), want 429 for 4s", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	// forgetAfter without failures forgets the address.
+	f.clock.Advance(forgetAfter + time.Second)
+	for i := range freeFailures {
+		if got := bad(); got != http.StatusUnauthorized {
+			t.Fatalf("bad attempt %d after %v = %d, want 401", i+1, forgetAfter, got)
+		}
+	}
+	if got := f.do(t, req{path: "/api/v1/policies", bearer: viewerToken}).StatusCode; got != 200 {
+		t.Errorf("good token after %d fresh failures = %d, want 200", freeFailures, got)
+	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, `msg="console: failed authentication"`); n != freeFailures+3 {
-		t.Errorf("%d failed-authentication lines, want %d:\n%s", n, freeFailures+3, logs)
+	if n := strings.Count(logs, `msg="console: failed authentication"`); n != 2*freeFailures+3 {
+		t.Errorf("%d failed-authentication lines, want %d:\n%s", n, 2*freeFailures+3, logs)
 	}
 	if !strings.Contains(logs, "remote=192.0.2.1") || strings.Contains(logs, "wrong-token-xyz") {
 		t.Errorf("log lines must name the address and never the attempted secret:\n%s", logs)
 	}
-	// Memory stays bounded whatever the number of addresses.
+	// Memory stays bounded whatever the number of addresses and names.
 	g := newGuard(f.clock.Now)
 	for i := range maxEntries + 500 {
-		g.failed("10.0." + string(rune('a'+i%26)) + "." + strings.Repeat("x", i%7) + time.Duration(i).String())
+		g.failed(addrKey("10.0."+strconv.Itoa(i)), userKey("user-"+strconv.Itoa(i)))
 	}
 	if n := g.size(); n > maxEntries {
-		t.Errorf("guard tracks %d addresses, want at most %d", n, maxEntries)
+		t.Errorf("guard tracks %d keys, want at most %d", n, maxEntries)
+	}
+}
+
+// TestLockoutIgnoresSuccesses: good credentials between guesses buy no
+// more guesses. The attack of issue 22 (5 wrong bearer tokens, then one
+// valid viewer token, over and over) gets 429 after the free failures;
+// guesses at one basic-auth user from many addresses lock that user
+// name; a legitimate user from a clean address still signs in.
+func TestLockoutIgnoresSuccesses(t *testing.T) {
+	f := newFixture(t, testCredentials())
+	const attacker = "198.51.100.7:4000"
+	guess := func(tok, remote string) int {
+		return f.do(t, req{path: "/api/v1/policies", bearer: tok, remote: remote}).StatusCode
+	}
+	var codes []int
+	guesses, limited := 0, 0
+	for round := range 20 {
+		for i := range freeFailures {
+			code := guess(fmt.Sprintf("guess-%d-%d-admin", round, i), attacker)
+			if code == http.StatusUnauthorized {
+				guesses++
+			}
+			if code == http.StatusTooManyRequests {
+				limited++
+			}
+		}
+		codes = append(codes, guess(viewerToken, attacker))
+	}
+	if guesses > freeFailures+1 || limited == 0 {
+		t.Errorf("alternating attack: %d guesses checked and %d answered 429 (valid-token answers %v), want at most %d checked", guesses, limited, codes, freeFailures+1)
+	}
+	if codes[0] != http.StatusOK || codes[len(codes)-1] != http.StatusTooManyRequests {
+		t.Errorf("valid-token answers %v, want 200 first, then 429 once locked", codes)
+	}
+	// Another address is not affected.
+	if got := guess(viewerToken, "203.0.113.9:5000"); got != http.StatusOK {
+		t.Errorf("valid token from a clean address = %d, want 200", got)
+	}
+	// Basic auth: guesses at alice spread over addresses lock the name,
+	// not those addresses for others.
+	for i := range freeFailures + 1 {
+		res := f.do(t, req{path: "/api/v1/policies", basic: [2]string{"alice", fmt.Sprintf("wrong-password-%d", i)}, remote: fmt.Sprintf("198.18.0.%d:1", i+1)})
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("basic guess %d at alice = %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	res := f.do(t, req{path: "/api/v1/policies", basic: [2]string{"alice", "another-guess"}, remote: "198.18.0.99:1"})
+	if body := readBody(t, res); res.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "for this user name") {
+		t.Errorf("basic guess at alice from a new address after %d failures = %d %s, want 429 for the user name", freeFailures+1, res.StatusCode, body)
+	}
+	if got := f.do(t, req{path: "/api/v1/policies", bearer: adminToken, remote: "198.18.0.1:1"}).StatusCode; got != http.StatusOK {
+		t.Errorf("alice's bearer token from an address that guessed once = %d, want 200", got)
+	}
+	// The sign-in form shares the address's count.
+	form := func(remote, tok string) int {
+		pre := f.csrf(t)
+		return f.do(t, req{method: http.MethodPost, path: "/login", remote: remote, cookies: []*http.Cookie{pre}, form: url.Values{csrfField: {f.tok(pre)}, "token": {tok}}}).StatusCode
+	}
+	if got := form(attacker, viewerToken); got != http.StatusTooManyRequests {
+		t.Errorf("sign-in form from the locked address = %d, want 429", got)
+	}
+	if got := form("203.0.113.10:6000", viewerToken); got != http.StatusSeeOther {
+		t.Errorf("sign-in form from a clean address = %d, want 303", got)
 	}
 }
 

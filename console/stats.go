@@ -139,7 +139,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 			v.Error = "The backend keeps no statistics: the fleet's traffic is not recorded."
 		} else {
 			// The error may name backend addresses: the log gets it, viewers do not.
-			s.log.Warn("overview: reading statistics", "err", err)
+			s.warn.Warn("overview-stats", "overview: reading statistics", "err", err)
 			v.Error = "Statistics could not be read: the backend failed (the console's log has the error)."
 		}
 		v.Policies = nil
@@ -147,7 +147,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	}
 	anns, err := lim.Announced(ctx, announcedWithin)
 	if err != nil {
-		s.log.Warn("overview: reading announced policies", "err", err)
+		s.warn.Warn("overview-announced", "overview: reading announced policies", "err", err)
 		v.Warnings = append(v.Warnings, "Announced policies could not be read: the backend failed (the console's log has the error).")
 		return v
 	}

@@ -81,12 +81,12 @@ func runBench(args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q (flags after it would be ignored)", fs.Arg(0))
+		return unexpectedArg("bench", args, fs, "flags after it would be ignored")
 	}
 	// Zero means "the default" in bench.Config; on the command line it
 	// is a mistake.
-	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 {
-		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive")
+	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
+		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive, -warmup >= 0")
 	}
 	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
 		return errors.New("bench: -batch must be >= 0, -coalesce >= 0, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
@@ -126,18 +126,19 @@ func runBench(args []string) error {
 		cfg.Policy = p
 	}
 	cfg.Redis = server.options()
-	if err := pingAuth(cfg.Redis); err != nil {
+	if err := ping(cfg.Redis, server); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	cfg.Target = server.describe()
 	return bench.Run(context.Background(), cfg, os.Stdout)
 }
 
-// pingAuth checks the credentials of o's deployment once (checkAuth).
-func pingAuth(o *goredis.UniversalOptions) error {
+// ping checks once that o's deployment answers and takes its
+// credentials (connect).
+func ping(o *goredis.UniversalOptions, s serverFlags) error {
 	c := goredis.NewUniversalClient(o)
 	defer c.Close()
-	return checkAuth(context.Background(), c)
+	return connect(context.Background(), c, s)
 }
 
 // benchLoadPolicies loads the policies of file (the seed policies when

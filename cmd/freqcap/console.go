@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/internal/demo"
+	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -77,6 +77,10 @@ type consoleFlags struct {
 	set          map[string]bool // flags given on the command line
 }
 
+// maxDemoRate is the fastest --demo-rate: internal/demo decides at most
+// once a millisecond.
+const maxDemoRate = 1000
+
 func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	var f consoleFlags
 	fs := flag.NewFlagSet("console", flag.ContinueOnError)
@@ -88,10 +92,10 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback address needs credentials")
 	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
-	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second")
+	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second (above 0, at most 1000)")
 	f.server.register(fs) // none given: the in-memory backend
 	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
-	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
+	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call (positive)")
 	// No secret is ever a flag's default: -h prints defaults, and a flag
 	// error prints the usage. The environment is read after parsing.
 	fs.Func("token", "a named token `name:secret:role` (role viewer, checker or admin); repeatable (default $FREQCAP_TOKENS)", func(v string) error {
@@ -110,7 +114,15 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 		return f, err
 	}
 	if fs.NArg() > 0 {
-		return f, fmt.Errorf("console: unexpected argument %q", fs.Arg(0))
+		// A stray argument is often a second credential given to one
+		// --token, secret and all.
+		return f, unexpectedArg("console", args, fs, "give each credential its own --token, and every flag before any other argument")
+	}
+	switch {
+	case !(f.demoRate > 0 && f.demoRate <= maxDemoRate): // NaN too
+		return f, fmt.Errorf("console: --demo-rate must be above 0 and at most %d decisions per second", maxDemoRate)
+	case f.timeout <= 0:
+		return f, errors.New("console: --timeout must be positive")
 	}
 	if err := f.server.check(); err != nil {
 		return f, fmt.Errorf("console: %w", err)
@@ -161,12 +173,34 @@ func (f consoleFlags) credentials(getenv func(string) string) ([]console.Credent
 }
 
 func runConsole(args []string) error {
-	f, err := parseConsoleFlags(args, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveConsole(ctx, args, consoleEnv{stderr: os.Stderr, getenv: os.Getenv, now: time.Now})
+}
+
+// consoleEnv is what the console command takes from its process; tests
+// give their own.
+type consoleEnv struct {
+	stderr io.Writer           // logs and the banner
+	getenv func(string) string // credentials' variables
+	now    func() time.Time    // the console's and the log limiter's clock
+	ready  func(net.Addr)      // nil, or called once listening
+}
+
+// serveConsole is freqcap console: it serves until ctx ends.
+func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
+	f, err := parseConsoleFlags(args, env.stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	creds, err := f.credentials(os.Getenv)
+	log := slog.New(slog.NewTextHandler(env.stderr, nil))
+	// Lines about failures that repeat during an outage (go-redis's own,
+	// the recorder's, the demo's) pass through one limiter: one line of a
+	// kind every lograte.Every, with the count held back. The console
+	// limits its own the same way (console.Config.Logger).
+	rate := lograte.New(env.now, lograte.Every)
+	limited := slog.New(lograte.NewHandler(log.Handler(), rate))
+	creds, err := f.credentials(env.getenv)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -185,19 +219,22 @@ func runConsole(args []string) error {
 		return fmt.Errorf("console: policies: %w", err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	backend, closeBackend, err := consoleBackend(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer closeBackend()
+	if f.server.given() {
+		goredis.SetLogger(lograte.Printer{Log: log, Lim: rate, Msg: "redis client"})
+		defer goredis.SetLogger(quietRedis{})
+	}
 
 	metrics := console.NewMetrics(nil)
 	// The console records its own decisions (API checks, demo traffic)
 	// like any service, so that the overview's fleet charts include them.
-	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: recorderLog(log)})
+	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: func(err error) {
+		limited.Warn("recorder: statistics not flushed", "err", err)
+	}})
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("console: recorder: %w", err)
 	}
@@ -231,13 +268,14 @@ func runConsole(args []string) error {
 		Audit:       audit,
 		Credentials: creds,
 		Logger:      log,
+		Now:         env.now,
 		Demo:        f.demo,
 	})
 	if err != nil {
 		return err
 	}
 	if f.demo {
-		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: log})
+		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
 		defer traffic.Close()
 	}
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
@@ -245,7 +283,10 @@ func runConsole(args []string) error {
 		if len(creds) > 0 {
 			auth = fmt.Sprintf("%d credential(s)", len(creds))
 		}
-		fmt.Fprintf(os.Stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
+		fmt.Fprintf(env.stderr, "freqcap console on http://%s (%s backend, %s, demo %v)\n", a, desc.Name, auth, f.demo)
+		if env.ready != nil {
+			env.ready(a)
+		}
 	})
 }
 
@@ -270,23 +311,9 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 	return audit, func() { af.Close() }, nil
 }
 
-// recorderLog logs the recorder's flush errors, at most one a minute.
-func recorderLog(log *slog.Logger) func(error) {
-	var mu sync.Mutex
-	var last time.Time
-	return func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if now := time.Now(); now.Sub(last) >= time.Minute {
-			last = now
-			log.Warn("recorder: statistics not flushed (logged at most once a minute)", "err", err)
-		}
-	}
-}
-
 // consoleBackend builds the backend the flags ask for, and its closer. A
-// Redis deployment is pinged first, so that a wrong password reads as
-// such (see checkAuth).
+// Redis deployment is pinged first, so that an unreachable server or a
+// wrong password reads as such (see connect).
 func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
@@ -297,7 +324,7 @@ func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func()
 	}
 	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}}
 	c := goredis.NewUniversalClient(f.server.options())
-	if err := checkAuth(ctx, c); err != nil {
+	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("console: %w", err)
 	}

@@ -50,6 +50,8 @@ func TestConsoleFlagsHideSecrets(t *testing.T) {
 		{"unknown flag", []string{"--no-such-flag"}},
 		{"bad value", []string{"--timeout", "soon"}},
 		{"bad value after a token", []string{"--token", "carol:cmdline-secret-7:admin", "--demo-rate", "x"}},
+		{"two credentials to one --token", []string{"--token", "carol:cmdline-secret-7:admin", "dave:cmdline-secret-7b:viewer"}},
+		{"a secret after the flags", []string{"--demo", "cmdline-secret-7c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out strings.Builder
@@ -76,6 +78,32 @@ func TestConsoleFlagsHideSecrets(t *testing.T) {
 	}
 	if _, err := f.credentials(os.Getenv); err == nil || strings.Contains(err.Error(), "secret-7") || strings.Contains(err.Error(), "r00t") {
 		t.Errorf("credentials() with a bad role = %v, want an error without the entry", err)
+	}
+}
+
+// TestConsoleFlagValues: numeric flags whose value means nothing are
+// refused, not taken silently (--demo-rate -5 used to start the console).
+func TestConsoleFlagValues(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--demo", "--demo-rate", "-5"}, "--demo-rate must be above 0 and at most 1000 decisions per second"},
+		{[]string{"--demo-rate", "0"}, "--demo-rate must be above 0"},
+		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be above 0"},
+		{[]string{"--demo-rate", "5000"}, "at most 1000 decisions per second"},
+		{[]string{"--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"--timeout", "-1s"}, "--timeout must be positive"},
+		{[]string{"--demo", "--demo-rate", "1000", "--timeout", "1ms"}, ""},
+		{[]string{"--demo-rate", "0.5"}, ""},
+	} {
+		_, err := parseConsoleFlags(tc.args, io.Discard)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("parseConsoleFlags(%q) = %v, want nil", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("parseConsoleFlags(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
+		}
 	}
 }
 

@@ -33,7 +33,10 @@ func runDetect(args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("detect: unexpected argument %q", fs.Arg(0))
+		return unexpectedArg("detect", args, fs, "every flag goes before any other argument")
+	}
+	if *timeout <= 0 {
+		return errors.New("detect: --timeout must be positive")
 	}
 	if err := server.check(); err != nil {
 		return fmt.Errorf("detect: %w", err)
@@ -58,7 +61,7 @@ func runDetect(args []string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := checkAuth(ctx, c); err != nil {
+	if err := connect(ctx, c, server); err != nil {
 		return fmt.Errorf("detect: %w", err)
 	}
 	r, err := capability.Probe(ctx, c, cfg)

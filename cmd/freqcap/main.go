@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"os"
 	_ "time/tzdata" // calendar rules name zones; containers may lack zoneinfo
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 const usage = `freqcap — frequency capping and rate limiting on Redis and Tair
@@ -43,6 +45,10 @@ func main() {
 }
 
 func run(args []string) error {
+	// go-redis's own log lines are not printed raw: the console routes
+	// them through its log limiter once connected (serveConsole), and
+	// bench and detect report failures themselves.
+	goredis.SetLogger(quietRedis{})
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return errors.New("no command given")

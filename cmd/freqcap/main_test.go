@@ -24,7 +24,12 @@ func TestRun(t *testing.T) {
 		{name: "detect: no deployment", args: []string{"detect"}, wantErr: "give one of --redis, --cluster and --sentinel"},
 		{name: "detect: sentinel without master", args: []string{"detect", "--sentinel", "a:1"}, wantErr: "--sentinel needs --master NAME"},
 		{name: "bench: master without sentinel", args: []string{"bench", "-redis", "a:1", "-master", "m"}, wantErr: "--master is for --sentinel"},
-		{name: "bench: stray argument", args: []string{"bench", "-redis", "a:1", "extra", "-workers", "8"}, wantErr: `unexpected argument "extra"`},
+		{name: "bench: stray argument", args: []string{"bench", "-redis", "a:1", "extra", "-workers", "8"}, wantErr: `unexpected argument #3 after "bench" (not shown: it may hold a secret); flags after it would be ignored`},
+		{name: "console: two credentials to one --token", args: []string{"console", "--token", "a:secret-one:admin", "b:secret-two:viewer"}, wantErr: `unexpected argument #3 after "console" (not shown: it may hold a secret); give each credential its own --token`},
+		{name: "detect: stray argument", args: []string{"detect", "--redis", "a:1", "--password", "two", "words"}, wantErr: `unexpected argument #5 after "detect"`},
+		{name: "detect: zero timeout", args: []string{"detect", "--redis", "a:1", "--timeout", "0s"}, wantErr: "--timeout must be positive"},
+		{name: "bench: negative warmup", args: []string{"bench", "-redis", "a:1", "-warmup", "-1s"}, wantErr: "-warmup >= 0"},
+		{name: "bench: zero workers", args: []string{"bench", "-redis", "a:1", "-workers", "0"}, wantErr: "must be positive"},
 		{name: "bench: empty cluster list", args: []string{"bench", "-cluster", " , "}, wantErr: "--cluster: no addresses"},
 	}
 	for _, tc := range tests {

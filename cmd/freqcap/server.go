@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -104,6 +106,14 @@ func splitAddrs(list string) []string {
 	return out
 }
 
+// unexpectedArg is the error for the first argument fs left unparsed in
+// args. It names the argument by its position, never by its text, which
+// may be a secret (a second credential given to one flag, a password
+// with a space).
+func unexpectedArg(cmd string, args []string, fs *flag.FlagSet, hint string) error {
+	return fmt.Errorf("%s: unexpected argument #%d after %q (not shown: it may hold a secret); %s", cmd, len(args)-fs.NArg()+1, cmd, hint)
+}
+
 // parseForbid parses a --forbid list: comma-separated features never to
 // use (tairhash, redis-cell, hfe).
 func parseForbid(list string) ([]capability.Feature, error) {
@@ -121,21 +131,75 @@ func parseForbid(list string) ([]capability.Feature, error) {
 // errAuthFailed is returned when the server refuses the credentials.
 var errAuthFailed = errors.New("authentication failed: the server refused the user name or password (--user, --password or $FREQCAP_REDIS_PASSWORD)")
 
-// checkAuth sends one PING so that a wrong password or a missing one
-// reads as "authentication failed" instead of whatever the first real
-// command makes of a connection that could not be set up (the capability
-// probe used to report "COMMAND INFO: unexpected reply <nil>"). Other
-// failures are left to the caller's first real command, which reports
-// them with more context.
-func checkAuth(ctx context.Context, c goredis.UniversalClient) error {
+// unreachableError says that a deployment could not be reached at all:
+// where, and why in a few words; it wraps the client's error.
+type unreachableError struct {
+	where string // "at host:port", "cluster at a,b", …
+	err   error
+}
+
+func (e *unreachableError) Error() string {
+	var errno syscall.Errno
+	var dns *net.DNSError
+	var ne net.Error
+	why := e.err.Error()
+	switch {
+	case errors.As(e.err, &dns):
+		why = "cannot resolve " + dns.Name + ": " + dns.Err
+	case errors.Is(e.err, context.DeadlineExceeded), errors.As(e.err, &ne) && ne.Timeout():
+		why = "no answer in time"
+	case errors.As(e.err, &errno):
+		why = errno.Error()
+	}
+	return "cannot reach Redis " + e.where + ": " + why
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// where names the deployment for an error: "at host:port", "cluster at
+// a,b", or `master "m" via Sentinel at a,b`.
+func (s serverFlags) where() string {
+	switch {
+	case s.cluster != "":
+		return "cluster at " + strings.Join(splitAddrs(s.cluster), ",")
+	case s.sentinel != "":
+		return fmt.Sprintf("master %q via Sentinel at %s", s.master, strings.Join(splitAddrs(s.sentinel), ","))
+	}
+	return "at " + s.redis
+}
+
+// connect sends one PING, so that the commands fail at once, in one
+// line, when the deployment cannot be used: a PING with no reply at all
+// (a refused or timed-out connection, an unknown host, no Sentinel
+// answering) reads "cannot reach Redis at …: connection refused", and a
+// wrong password or a missing one "authentication failed" (instead of
+// whatever the first real command makes of a connection that could not
+// be set up: the capability probe used to report "COMMAND INFO:
+// unexpected reply <nil>"). Other replies are left to the caller's
+// first real command, which reports them with more context.
+func connect(ctx context.Context, c goredis.UniversalClient, s serverFlags) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := c.Ping(ctx).Err()
-	if isAuthError(err) {
+	var reply goredis.Error
+	switch {
+	case err == nil:
+		return nil
+	case isAuthError(err):
 		return fmt.Errorf("%w: %w", errAuthFailed, err)
+	case !errors.As(err, &reply):
+		return &unreachableError{where: s.where(), err: err}
 	}
 	return nil
 }
+
+// quietRedis is go-redis's logger until a command routes its lines
+// elsewhere: the commands report failures themselves, in one line, and
+// go-redis's own ("pool.go:…: failed to dial after 5 attempts", once per
+// command tried) would only bury it.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // isAuthError reports whether err is the server's refusal of the
 // connection's credentials. Redis says so only in text: WRONGPASS (Redis

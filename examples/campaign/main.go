@@ -38,44 +38,78 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-func main() {
-	addr := flag.String("redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
-	cluster := flag.String("cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
-	n := flag.Int("recipients", 2000, "recipients in the campaign")
-	prefix := flag.String("prefix", "campaign-"+strconv.FormatInt(time.Now().UnixNano(), 36), "key `PREFIX` of the decisions (default: one of its own per run)")
-	statsPrefix := flag.String("stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
-	flag.Parse()
+// options are the command's flags.
+type options struct {
+	addr, cluster       string
+	recipients          int
+	prefix, statsPrefix string
+}
 
+// parseFlags parses args (without the program name); -h prints each
+// flag with its default once.
+func parseFlags(args []string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("campaign", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.addr, "redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
+	fs.StringVar(&o.cluster, "cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
+	fs.IntVar(&o.recipients, "recipients", 2000, "recipients in the campaign")
+	// The default is made after parsing, so that -h shows what it is
+	// rather than one run's random value beside it.
+	fs.StringVar(&o.prefix, "prefix", "", "key `PREFIX` of the decisions (default: campaign-<random>, one of its own per run)")
+	fs.StringVar(&o.statsPrefix, "stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, errors.New("arguments after the flags are not accepted")
+	case o.addr != "" && o.cluster != "":
+		return o, errors.New("give -redis or -cluster, not both")
+	case o.recipients < 1:
+		return o, errors.New("-recipients must be at least 1")
+	}
+	if o.prefix == "" {
+		o.prefix = "campaign-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "campaign:", err)
+		os.Exit(2)
+	}
 	var (
 		lim *sdk.Limiter
 		rec *sdk.Recorder
-		err error
 	)
-	ropts := &sdk.RecorderOptions{Prefix: *statsPrefix}
+	ropts := &sdk.RecorderOptions{Prefix: o.statsPrefix}
 	switch {
-	case *addr != "" && *cluster != "":
-		fmt.Fprintln(os.Stderr, "campaign: give -redis or -cluster, not both")
-		os.Exit(2)
-	case *addr != "" || *cluster != "":
-		o := redis.NewClientOptions(*addr)
-		if *cluster != "" {
-			o = redis.NewClientOptions(strings.Split(*cluster, ",")...)
-			o.IsClusterMode = true
+	case o.addr != "" || o.cluster != "":
+		co := redis.NewClientOptions(o.addr)
+		if o.cluster != "" {
+			co = redis.NewClientOptions(strings.Split(o.cluster, ",")...)
+			co.IsClusterMode = true
 		}
-		c := goredis.NewUniversalClient(o)
+		c := goredis.NewUniversalClient(co)
 		defer c.Close()
 		b := redis.New(c, nil)
 		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
-			lim = sdk.New(b, sdk.WithPrefix(*prefix), sdk.WithTimeout(10*time.Second), sdk.WithRecorder(rec))
+			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithTimeout(10*time.Second), sdk.WithRecorder(rec))
 		}
 	default:
 		b := memory.New(nil)
 		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
-			lim = sdk.New(b, sdk.WithPrefix(*prefix), sdk.WithRecorder(rec))
+			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithRecorder(rec))
 		}
 	}
 	if err == nil {
-		_, err = run(context.Background(), os.Stdout, lim, *n)
+		_, err = run(context.Background(), os.Stdout, lim, o.recipients)
 		// Close flushes what the recorder counted since its last flush.
 		if cerr := rec.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("recorder: %w", cerr)

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -142,4 +145,31 @@ func withRecorder(t *testing.T, newLim func(...sdk.Option) *sdk.Limiter, newRec 
 		t.Fatal(err)
 	}
 	return newLim(append(opts, sdk.WithPrefix(t.Name()), sdk.WithRecorder(rec))...), rec, newLim(sdk.WithPrefix(stats(t)))
+}
+
+// TestHelp: -h prints each flag's default once (-prefix printed its own
+// description of the default and one run's random value), and bad
+// flags are refused.
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parseFlags(-h) = %v, want flag.ErrHelp", err)
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Count(line, "(default") > 1 {
+			t.Errorf("-h prints two defaults: %q", line)
+		}
+	}
+	if !strings.Contains(out.String(), "(default: campaign-<random>, one of its own per run)") {
+		t.Errorf("-h does not describe -prefix's default:\n%s", out.String())
+	}
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || !strings.HasPrefix(o.prefix, "campaign-") || o.recipients != 2000 {
+		t.Errorf("parseFlags() = %+v, %v; want a campaign- prefix and 2000 recipients", o, err)
+	}
+	for _, args := range [][]string{{"-recipients", "0"}, {"-redis", "a:1", "-cluster", "b:1"}, {"extra"}} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) = nil error", args)
+		}
+	}
 }

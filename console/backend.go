@@ -1,0 +1,72 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// backendError is an error a Limiter call returned. The central error
+// handler answers it 503 with backendUnavailable and logs its text,
+// which names socket addresses. It wraps the call's error, so errors.Is
+// still tells bad input (sdk.ErrInvalidSubject: 400) and missing
+// features (errors.ErrUnsupported) apart.
+type backendError struct{ err error }
+
+func (e *backendError) Error() string { return e.err.Error() }
+func (e *backendError) Unwrap() error { return e.err }
+
+func marked(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &backendError{err: err}
+}
+
+// markedLimiter is the Limiter the console calls: Config.Limiter, with
+// every error it returns a *backendError, so that no handler can pass a
+// backend failure on as an internal error (500).
+type markedLimiter struct{ l Limiter }
+
+var _ Limiter = markedLimiter{}
+
+func (m markedLimiter) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
+	d, err := m.l.Take(ctx, p, a)
+	return d, marked(err)
+}
+
+func (m markedLimiter) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
+	d, err := m.l.Peek(ctx, p, a)
+	return d, marked(err)
+}
+
+func (m markedLimiter) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
+	ins, err := m.l.Inspect(ctx, p, s)
+	return ins, marked(err)
+}
+
+func (m markedLimiter) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error {
+	return marked(m.l.Reset(ctx, p, s))
+}
+
+func (m markedLimiter) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error) {
+	st, err := m.l.Stats(ctx, p, window)
+	return st, marked(err)
+}
+
+func (m markedLimiter) Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error) {
+	a, err := m.l.Announced(ctx, within)
+	return a, marked(err)
+}
+
+func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {
+	d, err := m.l.Describe(ctx)
+	return d, marked(err)
+}
+
+func (m markedLimiter) Keys(p *sdk.Policy, s sdk.Subject) []string { return m.l.Keys(p, s) }
+
+func (m markedLimiter) GroupKeys(p *sdk.Policy, s sdk.Subject) []string {
+	return m.l.GroupKeys(p, s)
+}
