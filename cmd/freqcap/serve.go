@@ -23,6 +23,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -188,13 +189,24 @@ func runServe(args []string) error {
 	}
 	defer closeBackend()
 
+	// One line per kind of failure every lograte.Every, as in the console;
+	// go-redis's own lines go through the same limit.
+	rate := lograte.New(time.Now, lograte.Every)
+	limited := slog.New(lograte.NewHandler(log.Handler(), rate))
+	if f.server.given() {
+		goredis.SetLogger(lograte.Printer{Log: log, Lim: rate, Msg: "redis client"})
+		defer goredis.SetLogger(quietRedis{})
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	col := prom.New(nil)
 	reg.MustRegister(col)
 	var rec *sdk.Recorder
 	if f.recorder {
-		rec, err = sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: recorderLog(log)})
+		rec, err = sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: func(err error) {
+			limited.Warn("recorder: statistics not flushed", "err", err)
+		}})
 		if err != nil {
 			return fmt.Errorf("serve: recorder: %w", err)
 		}
@@ -296,7 +308,7 @@ func serveBackend(ctx context.Context, f serveFlags) (driver.Backend, func(conte
 	}
 	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}, Coalesce: f.coalesce}
 	c := goredis.NewUniversalClient(f.server.options())
-	if err := checkAuth(ctx, c); err != nil {
+	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
