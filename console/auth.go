@@ -286,28 +286,34 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			if basicOK {
 				keys = append(keys, userKey(user))
 			}
-			if err := s.guard.check(c, keys...); err != nil {
+			method := strings.ToLower(scheme)
+			var cr Credential
+			verify := func() bool {
+				var ok bool
+				switch method {
+				case "bearer":
+					cr, ok = s.auth.match("", strings.TrimSpace(rest))
+				case "basic":
+					ok = basicOK
+					if ok {
+						cr, ok = s.auth.match(user, pass)
+					}
+				}
+				return ok
+			}
+			ok, err := s.judge(c, method, verify, keys)
+			if err != nil {
 				return err
 			}
-			switch strings.ToLower(scheme) {
-			case "bearer":
-				cr, ok := s.auth.match("", strings.TrimSpace(rest))
-				if !ok {
-					return s.authFailed(c, "bearer", keys)
-				}
-				id = identity{Role: cr.Role, Name: cr.Name, Method: "token"}
-			case "basic":
-				if !basicOK {
-					return s.authFailed(c, "basic", keys)
-				}
-				cr, ok := s.auth.match(user, pass)
-				if !ok {
+			if !ok {
+				if method == "basic" && basicOK {
 					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Basic realm="freqcap console", charset="UTF-8"`)
-					return s.authFailed(c, "basic", keys)
 				}
-				id = identity{Role: cr.Role, Name: cr.Name, Method: "basic"}
-			default:
-				return s.authFailed(c, "unknown scheme", keys)
+				return errBadCredentials
+			}
+			id = identity{Role: cr.Role, Name: cr.Name, Method: "token"}
+			if method == "basic" {
+				id.Method = "basic"
 			}
 		} else if v := cookieValue(c, sessionCookie); v != "" {
 			if sid, ok := s.auth.session(v); ok {
@@ -321,19 +327,24 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authFailed counts a failed attempt against keys, logs it and answers
-// 401. Every failure is logged (the guard bounds how many one address
-// can make). The user name tried is not logged: people type passwords
-// into it.
-func (s *Server) authFailed(c echo.Context, method string, keys []guardKey) error {
-	s.countFailure(c, method, keys)
-	return errBadCredentials
-}
-
-// countFailure counts a failed attempt against keys and logs it.
-func (s *Server) countFailure(c echo.Context, method string, keys []guardKey) {
-	n, wait := s.guard.failed(keys...)
+// judge checks one authentication attempt through the guard (see
+// guard.try) and logs a failure. Every failure is logged (the guard
+// bounds how many one address can make). The user name tried is not
+// logged: people type passwords into it. method names the scheme in the
+// log ("bearer", "basic", "sign-in form"; any other is logged as
+// "unknown scheme" and always fails).
+func (s *Server) judge(c echo.Context, method string, verify func() bool, keys []guardKey) (bool, error) {
+	ok, n, wait, err := s.guard.try(c, verify, keys...)
+	if err != nil || ok {
+		return ok, err
+	}
+	switch method {
+	case "bearer", "basic", "sign-in form":
+	default:
+		method = "unknown scheme"
+	}
 	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
+	return false, nil
 }
 
 func identityOf(c echo.Context) identity {
@@ -468,12 +479,17 @@ func (s *Server) login(c echo.Context) error {
 	// The form asks for a token only: it claims no identity beyond the
 	// address.
 	keys := []guardKey{addrKey(c.RealIP())}
-	if err := s.guard.check(c, keys...); err != nil {
+	token := c.FormValue("token") // read before the guard's lock: it reads the body
+	var cr Credential
+	ok, err := s.judge(c, "sign-in form", func() bool {
+		var ok bool
+		cr, ok = s.auth.match("", token)
+		return ok
+	}, keys)
+	if err != nil {
 		return err
 	}
-	cr, ok := s.auth.match("", c.FormValue("token"))
 	if !ok {
-		s.countFailure(c, "sign-in form", keys)
 		return render(c, http.StatusUnauthorized, views.LoginPage(s.page(c, "login"), next, "That token is not valid."))
 	}
 	if old, _ := c.Get(ctxSession).(string); old != "" {

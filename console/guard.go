@@ -56,13 +56,34 @@ func newGuard(now func() time.Time) *guard {
 	return &guard{now: now, m: map[guardKey]*attempts{}}
 }
 
-// check returns a 429 error when any of keys is locked out, with the
-// longest wait.
-func (g *guard) check(c echo.Context, keys ...guardKey) error {
+// try judges one authentication attempt: it answers a 429 error,
+// without calling verify, when any of keys is locked out (with the
+// longest wait); else it calls verify and, when verify says no, records
+// the failure against each of keys, returning the highest count among
+// them and the lockout it starts (0 for none). verify runs under the
+// guard's lock, so concurrent attempts are judged one after another and
+// each sees the failures of those before it: a burst of simultaneous
+// guesses gets no more through than the same guesses in a row. verify
+// must be quick (credentials are compared in memory).
+func (g *guard) try(c echo.Context, verify func() bool, keys ...guardKey) (ok bool, fails int, wait time.Duration, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	now := g.now()
+	if err := g.lockedOut(c, now, keys); err != nil {
+		return false, 0, 0, err
+	}
+	if verify() {
+		return true, 0, 0, nil
+	}
+	fails, wait = g.failed(now, keys)
+	return false, fails, wait, nil
+}
+
+// lockedOut returns a 429 error when any of keys is locked out at now,
+// with the longest wait. g.mu is held.
+func (g *guard) lockedOut(c echo.Context, now time.Time, keys []guardKey) error {
 	var wait time.Duration
 	user := false
-	g.mu.Lock()
 	for _, k := range keys {
 		if a, ok := g.m[k]; ok {
 			if w := a.until.Sub(now); w > wait {
@@ -70,7 +91,6 @@ func (g *guard) check(c echo.Context, keys ...guardKey) error {
 			}
 		}
 	}
-	g.mu.Unlock()
 	if wait <= 0 {
 		return nil
 	}
@@ -83,12 +103,10 @@ func (g *guard) check(c echo.Context, keys ...guardKey) error {
 	return echo.NewHTTPError(http.StatusTooManyRequests, "too many failed sign-in attempts "+who+": try again in "+secs+"s")
 }
 
-// failed records a failure against each of keys and returns the highest
-// count among them and the longest lockout it starts (0 for none).
-func (g *guard) failed(keys ...guardKey) (int, time.Duration) {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// failed records a failure at now against each of keys and returns the
+// highest count among them and the longest lockout it starts (0 for
+// none). g.mu is held.
+func (g *guard) failed(now time.Time, keys []guardKey) (int, time.Duration) {
 	most, longest := 0, time.Duration(0)
 	for _, k := range keys {
 		a, ok := g.m[k]

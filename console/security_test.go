@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -389,10 +390,42 @@ func TestBruteForce(t *testing.T) {
 	// Memory stays bounded whatever the number of addresses and names.
 	g := newGuard(f.clock.Now)
 	for i := range maxEntries + 500 {
-		g.failed(addrKey("10.0."+strconv.Itoa(i)), userKey("user-"+strconv.Itoa(i)))
+		g.try(nil, func() bool { return false }, addrKey("10.0."+strconv.Itoa(i)), userKey("user-"+strconv.Itoa(i)))
 	}
 	if n := g.size(); n > maxEntries {
 		t.Errorf("guard tracks %d keys, want at most %d", n, maxEntries)
+	}
+}
+
+// TestLockoutConcurrentGuesses: guesses sent all at once from one
+// address get no more checked than the same guesses in a row: the free
+// failures, then 429s (each attempt is judged after the failures of
+// those before it, not beside them).
+func TestLockoutConcurrentGuesses(t *testing.T) {
+	f := newFixture(t, testCredentials())
+	const n = 200
+	codes := make(chan int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			codes <- f.do(t, req{path: "/api/v1/policies", bearer: "wrong-token-" + strconv.Itoa(i), remote: "203.0.113.9:5000"}).StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	// The clock does not move: after the free failures the sixth starts a
+	// lockout, and every later attempt is refused unchecked.
+	if count[http.StatusUnauthorized] != freeFailures+1 || count[http.StatusTooManyRequests] != n-freeFailures-1 {
+		t.Errorf("%d simultaneous guesses from one address: %v, want %d checked (401) and the rest 429", n, count, freeFailures+1)
 	}
 }
 
