@@ -6,10 +6,12 @@
 // Detection never trusts a version string (Valkey 8 reports
 // redis_version 7.2.4 and has no HEXPIRE). Probe asks every master, in one
 // pipelined round trip each, for COMMAND INFO of the commands the module
-// strategies need, runs a trivial script, and reads MODULE LIST and INFO
-// modules as extra evidence where the server permits them. Choose turns
-// those findings into a Report; it does no I/O, so it can be tested on
-// replies recorded from real servers (testdata/detect).
+// strategies need, runs a trivial script, reads MODULE LIST and INFO
+// modules as extra evidence where the server permits them, and asks INFO
+// replication whether the node is a replica (no strategy runs on one:
+// Report.Writable). Choose turns those findings into a Report; it does no
+// I/O, so it can be tested on replies recorded from real servers
+// (testdata/detect).
 //
 // Most callers want a Detector, which probes on first use and caches the
 // report.
