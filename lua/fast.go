@@ -206,7 +206,7 @@ func Fast(rules []FastRule) (string, error) {
 	var results []string
 	for i := len(rules) - 1; i >= 0; i-- {
 		n := i + 1
-		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, at, ARGV[tb + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
 			n, quote(rules[i].Name), rules[i].Limit)
 	}
 	for i := range rules {

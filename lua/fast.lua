@@ -107,7 +107,6 @@ for a = 1, attempts do
     -- The denial trail, as take.lua writes it.
     if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
       local tkey = KEYS[kb + tk]
-      local at = sf('%d', now)
       local tv = ARGV[tb + 8]
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}

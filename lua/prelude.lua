@@ -25,6 +25,12 @@
 -- reservations with units in this key, so a decision reads the
 -- reservations only when one may have lapsed (take.lua).
 
+-- sf('%d', n) is how a script writes an integer as text, exact to 2^53
+-- (the bounds keep every number below it): tostring(n) and n .. '' write
+-- a number as '%.14g', 1e+14 for 10^14 and 1.1258999068426e+15 for
+-- MaxLimit. Every number a script writes goes through a '%d' of sf (or
+-- TRAIL), or struct.pack; redis.call converts a number argument itself,
+-- exactly when it is an integer.
 local sf = string.format
 -- ARGV per attempt header and per rule (take.lua).
 local HA, RA = 15, 8
@@ -36,9 +42,10 @@ local HDR = '<c4I3I6'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
 -- entry (at µs, policy, rule, used, limit, cost, retry µs, cost too high
--- 0|1), then "|values" (take.lua's header).
+-- 0|1; every number with '%d', a number or a numeral string), then
+-- "|values" (take.lua's header).
 local FOREIGN = ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)'
-local TRAIL = '%s|%s|%s|%d|%s|%d|%d|%d'
+local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.

@@ -351,7 +351,6 @@ for a = 1, attempts do
     -- The denial trail: one entry per denying rule, same atomic step.
     if not allowed and consume and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
       local tkey = KEYS[kb + tk]
-      local at = sf('%d', now)
       local tv = ARGV[ab + 11]
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
@@ -360,7 +359,7 @@ for a = 1, attempts do
         local fl = res[o]
         if fl ~= 1 then
           local b = ab + HA + (r - 1) * RA
-          ent[#ent + 1] = sf(TRAIL, at, ARGV[ab + 10], ARGV[b + 2],
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + 10], ARGV[b + 2],
             res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
         end
       end

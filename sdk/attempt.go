@@ -86,7 +86,8 @@ func (l *Limiter) Reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 // call is one decision in the making: the checked input, the request for
 // the backend and what the hot-deny cache needs.
 type call struct {
-	op     string // names the operation in errors and events
+	op     string // names the operation in events (Event.Op)
+	name   string // names it in errors: op, or "<op> batch" in a batch
 	kind   opKind // the driver operation
 	p      *Policy
 	req    driver.Request // req.Rules are the resolved rules
@@ -98,23 +99,28 @@ type call struct {
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
-// is ignored for peeks.
-func (l *Limiter) prepare(op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
+// is ignored for peeks. In a batch, errors name the operation "<op>
+// batch".
+func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
+	name := op
+	if batch {
+		name += " batch"
+	}
 	if a.Cost < 0 {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", op, ErrInvalidCost, a.Cost)
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", name, ErrInvalidCost, a.Cost)
 	}
 	n, idem := a.cost(), a.IdempotencyKey
 	if n > MaxLimit {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", op, ErrInvalidCost, MaxLimit, n)
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, MaxLimit, n)
 	}
 	res, err := resolve(l.prefix, p, a.Subject, false, l.groups)
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %s: %w", op, err)
+		return nil, fmt.Errorf("sdk: %s: %w", name, err)
 	}
-	if err := l.supports(op, dop); err != nil {
+	if err := l.supports(name, dop); err != nil {
 		return nil, err
 	}
-	c := &call{op: op, kind: dop, p: p, req: l.request(p, res, n), base: res.base}
+	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl
@@ -122,10 +128,10 @@ func (l *Limiter) prepare(op string, dop opKind, p *Policy, a Attempt, ttl time.
 	consume := dop == opTake || dop == opReserve
 	if consume && idem != "" {
 		if len(idem) > MaxIdempotencyKeyLen {
-			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", op, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
+			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", name, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
 		}
 		if ib, ok := l.b.(driver.Idempotent); !ok || !ib.SupportsIdemKey() {
-			return nil, fmt.Errorf("sdk: %s: backend %T does not support idempotency keys: %w", op, l.b, errors.ErrUnsupported)
+			return nil, fmt.Errorf("sdk: %s: backend %T does not support idempotency keys: %w", name, l.b, errors.ErrUnsupported)
 		}
 		c.req.IdemKey = c.base + "!i:" + escapeValue(idem)
 		c.req.IdemTTL = p.idemTTL
@@ -163,7 +169,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
 			return d, nil
 		}
-		err := fmt.Errorf("sdk: %s: %w", c.op, a.err)
+		err := fmt.Errorf("sdk: %s: %w", c.name, a.err)
 		l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
 		return Decision{}, err
 	}
@@ -172,9 +178,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		var err error
 		switch {
 		case c.kind == opTake && r.ReservationID != "":
-			err = fmt.Errorf("sdk: %s: %w: it was first used by a reservation", c.op, ErrInvalidIdempotencyKey)
+			err = fmt.Errorf("sdk: %s: %w: it was first used by a reservation", c.name, ErrInvalidIdempotencyKey)
 		case c.kind == opReserve && r.Allowed && r.ReservationID == "":
-			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.op, ErrInvalidIdempotencyKey)
+			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.name, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
 			l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})

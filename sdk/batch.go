@@ -9,7 +9,9 @@ import (
 )
 
 // BatchResult is one attempt's outcome in TakeBatch or PeekBatch: its
-// Decision, or the error Take (or Peek) would have returned for it alone.
+// Decision, or the error Take (or Peek) would have returned for it alone,
+// naming the operation "take batch" (or "peek batch") instead: "sdk: peek
+// batch: …".
 type BatchResult struct {
 	Decision Decision
 	Err      error
@@ -47,7 +49,7 @@ func (l *Limiter) batch(ctx context.Context, op string, dop opKind, p *Policy, a
 	calls := make([]*call, 0, len(as))
 	idx := make([]int, 0, len(as))
 	for i, a := range as {
-		c, err := l.prepare(op, dop, p, a, 0)
+		c, err := l.prepare(op, true, dop, p, a, 0)
 		if err != nil {
 			out[i].Err = err
 			continue

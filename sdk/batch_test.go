@@ -241,8 +241,8 @@ func TestTakeBatchFailures(t *testing.T) {
 			if g := outcomes(got); !slices.Equal(g, tc.want) {
 				t.Errorf("TakeBatch(…) = %q, want %q", g, tc.want)
 			}
-			if !tc.short && !tc.failOpen && (!errors.Is(got[1].Err, boom) || !strings.HasPrefix(got[1].Err.Error(), "sdk: take: ")) {
-				t.Errorf("TakeBatch(…)[1].Err = %v, want sdk: take: … wrapping %v", got[1].Err, boom)
+			if !tc.short && !tc.failOpen && (!errors.Is(got[1].Err, boom) || !strings.HasPrefix(got[1].Err.Error(), "sdk: take batch: ")) {
+				t.Errorf("TakeBatch(…)[1].Err = %v, want sdk: take batch: … wrapping %v", got[1].Err, boom)
 			}
 			if tc.failOpen && !tc.short && !errors.Is(got[1].Decision.Err, boom) {
 				t.Errorf("TakeBatch(…)[1].Decision.Err = %v, want %v", got[1].Decision.Err, boom)

@@ -205,11 +205,11 @@ func ExampleLimiter_TakeBatch() {
 	// try 1
 	//   0: allowed=true used=1 replayed=false
 	//   1: allowed=false used=2 replayed=false
-	//   2: error: sdk: take: invalid subject: dimension "user" is empty
+	//   2: error: sdk: take batch: invalid subject: dimension "user" is empty
 	//   3: allowed=true used=1 replayed=false
 	// try 2
 	//   0: allowed=true used=1 replayed=true
 	//   1: allowed=false used=2 replayed=true
-	//   2: error: sdk: take: invalid subject: dimension "user" is empty
+	//   2: error: sdk: take batch: invalid subject: dimension "user" is empty
 	//   3: allowed=true used=1 replayed=true
 }

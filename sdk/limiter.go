@@ -320,7 +320,7 @@ func (l *Limiter) GroupKeys(p *Policy, s Subject) []string {
 
 // take makes one decision (op names it for errors and events).
 func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
-	c, err := l.prepare(op, dop, p, a, ttl)
+	c, err := l.prepare(op, false, dop, p, a, ttl)
 	if err != nil {
 		return Decision{}, nil, err
 	}

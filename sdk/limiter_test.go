@@ -421,8 +421,8 @@ func TestFailurePolicy(t *testing.T) {
 			{"peek", func() error { _, err := lim.Peek(ctx, pushPolicy(t), a); return err }()},
 			{"wait", func() error { _, err := lim.Wait(ctx, pushPolicy(t), a); return err }()},
 			{"inspect", func() error { _, err := lim.Inspect(ctx, pushPolicy(t), s); return err }()},
-			{"peek", lim.PeekBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
-			{"take", lim.TakeBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
+			{"peek batch", lim.PeekBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
+			{"take batch", lim.TakeBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
 		} {
 			if !errors.Is(tc.err, boom) || !strings.HasPrefix(tc.err.Error(), "sdk: "+tc.op+": ") {
 				t.Errorf("%s: error %v, want \"sdk: %s: …\" wrapping %v", tc.op, tc.err, tc.op, boom)

@@ -79,25 +79,39 @@ func asRequests(o op, reqs []driver.Request) []request {
 }
 
 // batch carries out reqs, each with its own op, as TakeBatch describes.
+// Its errors name the operation: "redis: take batch: …" (or "peek
+// batch", or "batch" for mixed ops).
 func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResult {
 	out := make([]driver.BatchResult, len(reqs))
 	if len(reqs) == 0 {
 		return out
 	}
+	name := batchName(reqs)
 	e, err := b.engine(ctx)
 	if err != nil {
 		for i := range out {
-			out[i].Err = fmt.Errorf("redis: take batch: %w", err)
+			out[i].Err = fmt.Errorf("redis: %s: %w", name, err)
 		}
 		return out
 	}
 	e.batch(ctx, reqs, out)
 	for i := range out {
 		if out[i].Err != nil {
-			out[i].Err = fmt.Errorf("redis: take batch: %w", out[i].Err)
+			out[i].Err = fmt.Errorf("redis: %s: %w", name, out[i].Err)
 		}
 	}
 	return out
+}
+
+// batchName names a batch of reqs in errors: "<op> batch" when they
+// share their op (TakeBatch, PeekBatch), else "batch".
+func batchName(reqs []request) string {
+	for _, r := range reqs[1:] {
+		if r.op != reqs[0].op {
+			return "batch"
+		}
+	}
+	return reqs[0].op.String() + " batch"
 }
 
 // scripts carries out reqs in multi-attempt scripts (one attempt per

@@ -15,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -591,5 +592,49 @@ func TestBatchEvalOnly(t *testing.T) {
 	}
 	if st := commandCalls(t, admin); st["eval"] != 1 || st["evalsha"] != 0 {
 		t.Errorf("commandstats = %v, want 1 eval, 0 evalsha", st)
+	}
+}
+
+// TestBatchErrorsNameTheOperation: a failed TakeBatch or PeekBatch entry
+// names its operation at every layer ("sdk: peek batch: redis: peek
+// batch: …"), whether the failure comes before detection or from the
+// batch's scripts.
+func TestBatchErrorsNameTheOperation(t *testing.T) {
+	addr := redistest.Standalone(t)
+	p, err := sdk.NewPolicy("names", []sdk.Rule{sdk.FixedWindow("f", 5, time.Hour).By("user")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := []sdk.Attempt{{Subject: sdk.Subject{"user": "u"}}, {Subject: sdk.Subject{"user": "v"}}}
+	for _, tc := range []struct {
+		name     string
+		detected bool // whether detection ran before the client closed
+		batch    func(l *sdk.Limiter) []sdk.BatchResult
+		want     string
+	}{
+		{"take batch undetected", false, func(l *sdk.Limiter) []sdk.BatchResult { return l.TakeBatch(context.Background(), p, a) }, "sdk: take batch: redis: take batch: "},
+		{"peek batch undetected", false, func(l *sdk.Limiter) []sdk.BatchResult { return l.PeekBatch(context.Background(), p, a) }, "sdk: peek batch: redis: peek batch: "},
+		{"take batch", true, func(l *sdk.Limiter) []sdk.BatchResult { return l.TakeBatch(context.Background(), p, a) }, "sdk: take batch: redis: take batch: "},
+		{"peek batch", true, func(l *sdk.Limiter) []sdk.BatchResult { return l.PeekBatch(context.Background(), p, a) }, "sdk: peek batch: redis: peek batch: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := goredis.NewClient(NewClientOptions(addr).Simple())
+			b := New(c, nil)
+			if tc.detected {
+				if _, err := b.Capabilities(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Close()
+			out := tc.batch(sdk.New(b))
+			if len(out) != len(a) {
+				t.Fatalf("%d results, want %d", len(out), len(a))
+			}
+			for i, r := range out {
+				if !errors.Is(r.Err, goredis.ErrClosed) || !strings.HasPrefix(r.Err.Error(), tc.want) {
+					t.Errorf("entry %d: error %v, want %q… wrapping %v", i, r.Err, tc.want, goredis.ErrClosed)
+				}
+			}
+		})
 	}
 }

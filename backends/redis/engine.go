@@ -29,28 +29,36 @@ type engine interface {
 	notes() []string
 }
 
-// chosenEngine is the engine of one capability report.
+// chosenEngine is the engine of one capability report, or why there is
+// none (a replica: capability.Report.Writable).
 type chosenEngine struct {
 	rep *capability.Report
 	e   engine
+	err error
 }
 
 // engine returns the engine for the current capability report (detecting
-// on first use), built once per report.
+// on first use), built once per report. A report of a replica has none:
+// its error names the master (rather than READONLY at the first write).
 func (b *Backend) engine(ctx context.Context) (engine, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if c := b.eng.Load(); c != nil && c.rep == rep {
-		return c.e, nil
+		return c.e, c.err
 	}
-	var e engine = scriptMode{b: b, rep: rep}
-	if !rep.Scripting.All() {
-		e = bareMode{b: b, rep: rep}
+	c := &chosenEngine{rep: rep}
+	switch {
+	case rep.Writable() != nil:
+		c.err = fmt.Errorf("detect: %w", rep.Writable())
+	case !rep.Scripting.All():
+		c.e = bareMode{b: b, rep: rep}
+	default:
+		c.e = scriptMode{b: b, rep: rep}
 	}
-	b.eng.Store(&chosenEngine{rep: rep, e: e})
-	return e, nil
+	b.eng.Store(c)
+	return c.e, c.err
 }
 
 // scriptMode runs take.lua or a fast script (fast.go): one EVALSHA per decision (or per coalesced

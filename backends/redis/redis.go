@@ -28,7 +28,7 @@
 //
 // On first use the backend detects what the server can do
 // (backends/redis/capability: TairHash, redis-cell, native hash-field expiry,
-// scripting; every master of a cluster) and picks a strategy per
+// scripting, whether it is a replica; every master of a cluster) and picks a strategy per
 // algorithm: sliding windows on native hash-field expiry or TairHash
 // fields, GCRA on redis-cell's CL.THROTTLE, all called from the same
 // script, so decisions stay one EVALSHA and all-or-nothing. A rule under a
@@ -37,8 +37,12 @@
 // another.
 // Where scripting is refused (Tair ESSD/SSD instances, proxies) and
 // TairHash is present, sliding-window rules run as bare TairHash commands,
-// and decisions say NonAtomic. Options.Detect overrides detection;
-// Describe reports it; Redetect runs it again.
+// and decisions say NonAtomic. On a replica every decision (Take, Peek,
+// Reserve, Inspect, batches) and Settle fails with an error wrapping a
+// *capability.ReplicaError, which names the master; each such call
+// detects again, so a replica promoted to master is used at once.
+// Options.Detect overrides detection; Describe reports it; Redetect runs
+// it again.
 //
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
@@ -460,6 +464,9 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	}
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
 		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
+	}
+	if rep.Writable() != nil {
+		return d, nil // a replica: the report's notes and reasons say so, and no engine runs
 	}
 	e, err := b.engine(ctx)
 	if err != nil {

@@ -3,7 +3,8 @@
 // Standalone and Cluster return the address(es) of a server shared by the
 // whole test binary (started on first use, stopped by Main), so give each
 // test its own keys. NewServer starts a dedicated server that a test may
-// restart or stop; NewSentinel a master, its replica and a Sentinel.
+// restart or stop; NewReplica a replica of such a server; NewSentinel a
+// master, its replica and a Sentinel.
 //
 // Environment:
 //   - FREQCAP_TEST_REDIS=host:port: Standalone uses that server instead.
@@ -160,6 +161,20 @@ func NewServer(t testing.TB) *Server {
 	s, err := start(t.TempDir(), false)
 	if err != nil {
 		t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	t.Cleanup(s.kill)
+	return s
+}
+
+// NewReplica starts a dedicated server replicating master (--replicaof),
+// stopped when t ends. It answers at once; its sync with master may still
+// be under way. REPLICAOF NO ONE promotes it.
+func NewReplica(t testing.TB, master *Server) *Server {
+	t.Helper()
+	requireBinaries(t, "redis-server")
+	s, err := startLike(serverConfig{dir: t.TempDir(), extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}})
+	if err != nil {
+		t.Fatalf("redistest: start a replica: %v", err)
 	}
 	t.Cleanup(s.kill)
 	return s

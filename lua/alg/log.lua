@@ -50,14 +50,14 @@ if not lg.done then
   end
   local ms
   if c == 1 then -- the common case, without the lists
-    local q = tostring(seq + 1)
+    local q = sf('%d', seq + 1)
     ms = pre .. #q .. q
     redis.call('ZADD', key, pre, ms)
   else
     local za = {}
     ms = {}
     for k = 1, c do
-      local q = tostring(seq + k)
+      local q = sf('%d', seq + k)
       local m = pre .. #q .. q -- length-prefixed: sorts numerically
       za[#za + 1] = pre
       za[#za + 1] = m

@@ -6,10 +6,12 @@
 // Detection never trusts a version string (Valkey 8 reports
 // redis_version 7.2.4 and has no HEXPIRE). Probe asks every master, in one
 // pipelined round trip each, for COMMAND INFO of the commands the module
-// strategies need, runs a trivial script, and reads MODULE LIST and INFO
-// modules as extra evidence where the server permits them. Choose turns
-// those findings into a Report; it does no I/O, so it can be tested on
-// replies recorded from real servers (testdata/detect).
+// strategies need, runs a trivial script, reads MODULE LIST and INFO
+// modules as extra evidence where the server permits them, and asks INFO
+// replication whether the node is a replica (no strategy runs on one:
+// Report.Writable). Choose turns those findings into a Report; it does no
+// I/O, so it can be tested on replies recorded from real servers
+// (testdata/detect).
 //
 // Most callers want a Detector, which probes on first use and caches the
 // report.
@@ -211,6 +213,40 @@ type Node struct {
 	// module register. The default (scan-mode) build crashes the server
 	// under the per-field-expiry write pattern.
 	TairHashIndex bool `json:"tairhash_index"`
+	// Replica reports that INFO replication says the node is a replica
+	// (role:slave), and Master is then its master's address (host:port,
+	// from master_host and master_port; "" if not given). Every decision
+	// writes, and a replica refuses writes (READONLY) or, made writable,
+	// keeps them from its master and loses them at its next sync: no
+	// strategy runs there. False when INFO replication was refused.
+	Replica bool   `json:"replica,omitempty"`
+	Master  string `json:"master,omitempty"`
+}
+
+// ReplicaError is Report.Writable's error: the probed node Addr is a
+// replica of Master ("" if INFO replication did not say), where freqcap
+// cannot decide. Match it with errors.As.
+type ReplicaError struct {
+	Addr, Master string
+}
+
+func (e *ReplicaError) Error() string { return "capability: " + e.sentence() }
+
+// sentence says what e means: the report's note on a replica.
+func (e *ReplicaError) sentence() string {
+	return fmt.Sprintf("%s is a replica of %s: it takes no writes of its own, and every decision writes; point the client at the master", e.Addr, e.master())
+}
+
+// reason is every strategy's reason on a replica.
+func (e *ReplicaError) reason() string {
+	return e.Addr + " is a replica of " + e.master() + " (see notes)"
+}
+
+func (e *ReplicaError) master() string {
+	if e.Master == "" {
+		return "an unknown master"
+	}
+	return e.Master
 }
 
 func (n *Node) hasCommand(name string) bool {
@@ -354,6 +390,27 @@ func (r *Report) Choice(a driver.Algorithm) Choice {
 		}
 	}
 	return Choice{Algorithm: a, Strategy: Unavailable, Reason: "not detected"}
+}
+
+// Writable returns nil when no probed node is a replica, else a
+// *ReplicaError naming the first replica (by address) and its master.
+// The Redis backend refuses to decide on a report that is not writable.
+func (r *Report) Writable() error {
+	if e := firstReplica(r.Nodes); e != nil {
+		return e
+	}
+	return nil
+}
+
+// firstReplica returns the ReplicaError of the first of ns that is a
+// replica, or nil.
+func firstReplica(ns []Node) *ReplicaError {
+	for i := range ns {
+		if n := &ns[i]; n.Replica {
+			return &ReplicaError{Addr: n.Addr, Master: n.Master}
+		}
+	}
+	return nil
 }
 
 // Feature returns the presence of f across the masters.

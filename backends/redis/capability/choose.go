@@ -16,7 +16,8 @@ import (
 // native hash-field expiry, else TairHash, else plain Lua; GCRA uses
 // redis-cell, else plain Lua; fixed windows and sliding logs use plain Lua.
 // Without scripting only bare TairHash commands remain, for sliding
-// windows, and the report is NonAtomic.
+// windows, and the report is NonAtomic. Where a node is a replica no
+// feature is usable and no algorithm has a strategy (Report.Writable).
 func Choose(nodes []Node, cfg Config) Report {
 	ns := slices.Clone(nodes)
 	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.Addr, b.Addr) })
@@ -38,6 +39,7 @@ func Choose(nodes []Node, cfg Config) Report {
 	for i := range ns {
 		r.Notes = append(r.Notes, nodeNotes(&ns[i])...)
 	}
+	replica := firstReplica(ns)
 
 	// Features, counted over the masters.
 	for _, f := range Features {
@@ -53,7 +55,7 @@ func Choose(nodes []Node, cfg Config) Report {
 				unsafe = true
 			}
 		}
-		fc.Usable = fc.All() && !fc.Forbidden && !unsafe
+		fc.Usable = fc.All() && !fc.Forbidden && !unsafe && replica == nil
 		if fc.Have > 0 && fc.Have < fc.Of {
 			r.Notes = append(r.Notes, fmt.Sprintf("masters disagree on %s: %s on %s (missing on %s); only what every master has is used",
 				f, commandList(f), fc.Count, strings.Join(fc.Missing, ", ")))
@@ -83,7 +85,11 @@ func Choose(nodes []Node, cfg Config) Report {
 	}
 
 	for _, a := range Algorithms {
-		r.Choices = append(r.Choices, choose(&r, a, cfg))
+		c := choose(&r, a, cfg)
+		if replica != nil {
+			c.Strategy, c.Reason = Unavailable, replica.reason()
+		}
+		r.Choices = append(r.Choices, c)
 	}
 	for _, c := range r.Choices {
 		if c.Strategy.NonAtomic() {
@@ -112,6 +118,9 @@ func nodeNotes(n *Node) []string {
 				notes = append(notes, fmt.Sprintf("%s lists the %s module, but COMMAND INFO does not find %s (renamed?): it is not used", n.Addr, name, commandList(f)))
 			}
 		}
+	}
+	if n.Replica {
+		notes = append(notes, (&ReplicaError{Addr: n.Addr, Master: n.Master}).sentence())
 	}
 	if n.has(TairHash) && n.tairHashScanMode() {
 		notes = append(notes, fmt.Sprintf("%s runs the open-source TairHash module's default scan-mode build (INFO modules has no tairhash_ sections), which crashes the server when a write meets an expired, unreclaimed field: TairHash is not used; build the module with SORT_MODE", n.Addr))

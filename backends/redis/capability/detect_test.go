@@ -136,6 +136,16 @@ func TestProbeRecorded(t *testing.T) {
 			scripting: "0/1 master",
 		},
 		{
+			// Recordings made before the probe asked INFO replication
+			// answer it "unknown command" (replay): the role is unknown,
+			// taken as a master, as above.
+			name: "replica", files: []string{"redis-7.0.15-replica"},
+			want:      strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: Unavailable},
+			reasons:   map[driver.Algorithm]string{driver.FixedWindow: "is a replica of 127.0.0.1:7701", driver.GCRA: "is a replica of 127.0.0.1:7701"},
+			scripting: "1/1 master",
+			notes:     []string{"is a replica of 127.0.0.1:7701: it takes no writes of its own"},
+		},
+		{
 			name: "force plain lua", files: []string{"redis-7.0.15-tairhash"}, cfg: Config{ForcePlainLua: true}, want: allLua,
 			reasons:  map[driver.Algorithm]string{driver.SlidingWindow: "plain Lua forced by configuration"},
 			features: map[Feature]string{TairHash: "1/1 master"},

@@ -12,7 +12,10 @@ import (
 // the method most callers want; Refresh re-probes (after a module was
 // loaded, a failover, a resharding).
 //
-// A failed probe is not cached: the next call probes again.
+// A failed probe is not cached: the next call probes again. Nor does a
+// report of a replica (Report.Writable) last: Report probes again on each
+// call while the server is a replica (calls that wait on the same probe
+// share it), so a replica promoted to master is used without Refresh.
 type Detector struct {
 	c   goredis.UniversalClient
 	cfg Config
@@ -44,8 +47,9 @@ func (d *Detector) Refresh(ctx context.Context) (*Report, error) {
 func (d *Detector) Cached() *Report { return d.rep.Load() }
 
 func (d *Detector) get(ctx context.Context, refresh bool) (*Report, error) {
-	if r := d.rep.Load(); r != nil && !refresh {
-		return r, nil
+	seen := d.rep.Load()
+	if seen != nil && !refresh && seen.Writable() == nil {
+		return seen, nil
 	}
 	select {
 	case d.sem <- struct{}{}:
@@ -53,7 +57,7 @@ func (d *Detector) get(ctx context.Context, refresh bool) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	defer func() { <-d.sem }()
-	if r := d.rep.Load(); r != nil && !refresh {
+	if r := d.rep.Load(); r != seen && !refresh {
 		return r, nil // another caller probed while this one waited
 	}
 	r, err := Probe(ctx, d.c, d.cfg)

@@ -2,6 +2,9 @@ package capability
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -107,4 +110,89 @@ func TestLiveWrongPassword(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "unexpected reply") {
 		t.Errorf("Probe with a wrong password = %v, want the server's WRONGPASS refusal", err)
 	}
+}
+
+// TestLiveReplica: a client pointed at a replica gets a report that says
+// so and names its master, with no usable feature and no strategy, in
+// both protocols; the Detector probes again while the server is a
+// replica, so once it is promoted (REPLICAOF NO ONE) the next Report is a
+// master's, without Refresh. The master itself is no replica.
+func TestLiveReplica(t *testing.T) {
+	master := redistest.NewServer(t)
+	replica := redistest.NewReplica(t, master)
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			c := goredis.NewClient(&goredis.Options{Addr: replica.Addr(), Protocol: proto, MaxRetries: -1})
+			defer c.Close()
+			r, err := Probe(ctx, c, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Nodes) != 1 || !r.Nodes[0].Replica || r.Nodes[0].Master != master.Addr() {
+				t.Fatalf("Probe(replica).Nodes = %+v, want one replica of %s", r.Nodes, master.Addr())
+			}
+			var re *ReplicaError
+			if err := r.Writable(); !errors.As(err, &re) || re.Addr != replica.Addr() || re.Master != master.Addr() {
+				t.Errorf("Writable() = %v, want a *ReplicaError naming %s and its master %s", err, replica.Addr(), master.Addr())
+			}
+			for _, c := range r.Choices {
+				if c.Strategy != Unavailable || !strings.Contains(c.Reason, "replica of "+master.Addr()) {
+					t.Errorf("Choice(%v) = %v (%s), want unavailable, naming the master", c.Algorithm, c.Strategy, c.Reason)
+				}
+			}
+			for _, f := range r.Features {
+				if f.Usable {
+					t.Errorf("feature %v usable on a replica", f.Feature)
+				}
+			}
+			text := r.String()
+			for _, want := range []string{"server " + replica.Addr() + " (1 replica)", replica.Addr() + " (replica of " + master.Addr() + ")", "nodes:"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("String() lacks %q:\n%s", want, text)
+				}
+			}
+			for _, bad := range []string{"master)", "masters:", " lua ", "usable"} {
+				if strings.Contains(text, bad) {
+					t.Errorf("String() has %q:\n%s", bad, text)
+				}
+			}
+			js, err := json.Marshal(r)
+			if err != nil || !strings.Contains(string(js), `"replica":true,"master":"`+master.Addr()+`"`) {
+				t.Errorf("JSON = %s, %v; want the node's replica and master fields", js, err)
+			}
+		})
+	}
+
+	t.Run("master", func(t *testing.T) {
+		c := goredis.NewClient(&goredis.Options{Addr: master.Addr(), MaxRetries: -1})
+		defer c.Close()
+		r, err := Probe(ctx, c, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Nodes[0].Replica || r.Writable() != nil || r.Choice(driver.FixedWindow).Strategy != PlainLua {
+			t.Errorf("Probe(master) = %+v, Writable %v; want a master with strategies", r.Nodes[0], r.Writable())
+		}
+	})
+
+	t.Run("promoted", func(t *testing.T) {
+		c := goredis.NewClient(&goredis.Options{Addr: replica.Addr(), MaxRetries: -1})
+		defer c.Close()
+		d := NewDetector(c, Config{})
+		r, err := d.Report(ctx)
+		if err != nil || r.Writable() == nil {
+			t.Fatalf("Report() = %v, %v; want a replica's report", r, err)
+		}
+		if err := c.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := d.Report(ctx)
+		if err != nil || r2.Writable() != nil || r2.Choice(driver.FixedWindow).Strategy != PlainLua {
+			t.Fatalf("Report() after REPLICAOF NO ONE = %v, %v; want the master's report, with strategies", r2, err)
+		}
+		if r3, _ := d.Report(ctx); r3 != r2 {
+			t.Error("a master's report is not cached")
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +21,9 @@ const (
 )
 
 // probeCommands returns the commands sent to one node, in pipeline order:
-// COMMAND INFO, EVAL, EVALSHA, MODULE LIST, INFO modules. key is the key
-// the scripting probe names ("" for none: cluster masters).
+// COMMAND INFO, EVAL, EVALSHA, MODULE LIST, INFO modules, INFO
+// replication. key is the key the scripting probe names ("" for none:
+// cluster masters).
 func probeCommands(key string) [][]string {
 	info := append([]string{"COMMAND", "INFO"}, probedCommands...)
 	keys := []string{"0"}
@@ -34,11 +36,14 @@ func probeCommands(key string) [][]string {
 		append([]string{"EVALSHA", probeSHA}, keys...),
 		{"MODULE", "LIST"},
 		{"INFO", "modules"},
+		{"INFO", "replication"},
 	}
 }
 
 // Probe asks every master of c what it can do — one pipelined round trip
-// per master — and chooses strategies with cfg (see Choose).
+// per master — and chooses strategies with cfg (see Choose). It also asks
+// each node whether it is a replica (INFO replication): a client pointed
+// at a replica gets a report saying so, with no strategy (Report.Writable).
 //
 // c may be a *redis.Client (a server, a proxy, or a failover client), a
 // *redis.ClusterClient (every master is probed) or a *redis.Ring (every
@@ -111,7 +116,7 @@ func probeNode(ctx context.Context, nc *goredis.Client, addr, key string) (Node,
 			return Node{}, fmt.Errorf("connecting: %w", err)
 		}
 	}
-	return parseNode(addr, res[0], res[1], res[2], res[3], res[4])
+	return parseNode(addr, res[0], res[1], res[2], res[3], res[4], res[5])
 }
 
 // reply is a command's value, or the server's refusal of it. Any other
@@ -135,7 +140,7 @@ func reply(cmd *goredis.Cmd) (val any, refused string, err error) {
 	return nil, "", fmt.Errorf("%s: %w", strings.ToUpper(fmt.Sprint(cmd.Args()[0])), err)
 }
 
-func parseNode(addr string, info, eval, evalsha, modList, infoMods *goredis.Cmd) (Node, error) {
+func parseNode(addr string, info, eval, evalsha, modList, infoMods, infoRepl *goredis.Cmd) (Node, error) {
 	n := Node{Addr: addr}
 
 	v, refused, err := reply(info)
@@ -204,7 +209,46 @@ func parseNode(addr string, info, eval, evalsha, modList, infoMods *goredis.Cmd)
 		return n, fmt.Errorf("INFO modules: %w", err)
 	}
 	slices.SortFunc(n.Modules, func(a, b Module) int { return strings.Compare(a.Name, b.Name) })
+
+	// INFO replication: whether the node is a replica, and of what. Any
+	// error reply (a proxy or an ACL refusing INFO) leaves the role
+	// unknown, taken as a master: writes then say what they meet.
+	if err := infoRepl.Err(); err == nil {
+		s, ok := infoRepl.Val().(string)
+		if !ok {
+			return n, fmt.Errorf("INFO replication: unexpected reply %T", infoRepl.Val())
+		}
+		n.Replica, n.Master = parseInfoReplication(s)
+	} else if !errors.As(err, &rerr) {
+		return n, fmt.Errorf("INFO replication: %w", err)
+	}
 	return n, nil
+}
+
+// parseInfoReplication reads INFO replication: whether role is "slave"
+// (the word Redis and Valkey use for a replica), and then its master's
+// address from master_host and master_port ("" when they are missing).
+func parseInfoReplication(s string) (replica bool, master string) {
+	var host, port string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "role":
+			replica = v == "slave"
+		case "master_host":
+			host = v
+		case "master_port":
+			port = v
+		}
+	}
+	if replica && host != "" && port != "" {
+		master = net.JoinHostPort(host, port)
+	}
+	return replica, master
 }
 
 // isRefusal reports whether err is a server's (or a proxy's) outright

@@ -13,13 +13,32 @@ func (r *Report) String() string {
 	if r.Cluster {
 		kind = "cluster"
 	}
-	fmt.Fprintf(&b, "%s %s (%d master", kind, r.Target, len(r.Nodes))
-	if len(r.Nodes) != 1 {
-		b.WriteString("s")
+	// A replica is no master: the report names nodes instead, and each
+	// replica's master.
+	replicas := 0
+	for _, n := range r.Nodes {
+		if n.Replica {
+			replicas++
+		}
 	}
-	b.WriteString(")\n\nmasters:\n")
+	node, heading := "master", "masters"
+	if replicas > 0 {
+		node, heading = "node", "nodes"
+	}
+	var counts []string
+	if masters := len(r.Nodes) - replicas; masters > 0 || replicas == 0 {
+		counts = append(counts, plural(masters, "master"))
+	}
+	if replicas > 0 {
+		counts = append(counts, plural(replicas, "replica"))
+	}
+	fmt.Fprintf(&b, "%s %s (%s)\n\n%s:\n", kind, r.Target, strings.Join(counts, ", "), heading)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, n := range r.Nodes {
+		addr := n.Addr
+		if n.Replica {
+			addr += " (replica of " + (&ReplicaError{Master: n.Master}).master() + ")"
+		}
 		cmds := strings.ToUpper(strings.Join(n.Commands, " "))
 		if n.CommandInfoRefused != "" {
 			cmds = "COMMAND INFO refused: " + n.CommandInfoRefused
@@ -43,11 +62,11 @@ func (r *Report) String() string {
 		case modText == "":
 			modText = "no modules"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Addr, script, cmds, modText)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", addr, script, cmds, modText)
 	}
 	tw.Flush()
 
-	b.WriteString("\nfeatures (masters that have them):\n")
+	fmt.Fprintf(&b, "\nfeatures (%s that have them):\n", heading)
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, f := range r.Features {
 		state := "not used"
@@ -57,9 +76,9 @@ func (r *Report) String() string {
 		case f.Forbidden:
 			state = "forbidden by configuration"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.Feature, f.Count, commandList(f.Feature), state)
+		fmt.Fprintf(tw, "  %s\t%d/%s\t%s\t%s\n", f.Feature, f.Have, plural(f.Of, node), commandList(f.Feature), state)
 	}
-	fmt.Fprintf(tw, "  scripting\t%s\tEVAL\t\n", r.Scripting)
+	fmt.Fprintf(tw, "  scripting\t%d/%s\tEVAL\t\n", r.Scripting.Have, plural(r.Scripting.Of, node))
 	tw.Flush()
 
 	b.WriteString("\nstrategies:\n")
@@ -88,4 +107,12 @@ func (r *Report) String() string {
 		}
 	}
 	return b.String()
+}
+
+// plural writes n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
