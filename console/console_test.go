@@ -463,9 +463,11 @@ func TestReset(t *testing.T) {
 	if body := readBody(t, f.do(t, req{path: "/subject?" + subjectQuery("push", push), bearer: viewerToken})); strings.Contains(body, `id="reset"`) || !strings.Contains(body, `id="reset-denied"`) {
 		t.Errorf("viewer's subject page offers a reset")
 	}
-	// Confirmation page carries the CSRF token and the subject.
+	// Confirmation page carries the CSRF token and the subject; the form
+	// without a rules field (the wider of its two) resets every rule the
+	// subject gives the dimensions of (TestResetPair has the other).
 	body := readBody(t, f.do(t, req{path: "/reset?" + subjectQuery("push", push), bearer: adminToken, cookies: []*http.Cookie{cs}}))
-	for _, want := range []string{`name="_csrf" value="` + f.tok(cs) + `"`, `name="user" value="18829340001"`, `id="reset-rules">recv-1m, recv-24h, content-59s, content-59m<`} {
+	for _, want := range []string{`name="_csrf" value="` + f.tok(cs) + `"`, `name="user" value="18829340001"`, `id="wider-rules">recv-1m, recv-24h, content-59s, content-59m<`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("confirmation page lacks %q:\n%s", want, body)
 		}

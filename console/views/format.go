@@ -35,6 +35,9 @@ func queryEscape(s string) string { return url.QueryEscape(s) }
 
 func joinComma(s []string) string { return strings.Join(s, ", ") }
 
+// joinRules joins rule names as the reset form posts them ("a,b").
+func joinRules(s []string) string { return strings.Join(s, ",") }
+
 // subjectPageURL turns a live fragment URL into its page's URL.
 func subjectPageURL(live string) string {
 	return strings.Replace(live, "/live/subject?", "/subject?", 1)

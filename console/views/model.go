@@ -199,11 +199,21 @@ type PolicyRuleRow struct {
 // ResetView is the reset confirmation page.
 type ResetView struct {
 	Page
-	Policy  string
-	Fields  []Field // the given dimension values
-	Rules   []string
-	Keep    []string // rules left alone (their dimensions are not given)
-	Keys    []string
+	Policy string
+	Fields []Field // the given dimension values
+	// Rules are the rules a whole reset deletes (every rule whose
+	// dimensions are given), with the open reservations; Keys its keys.
+	Rules []string
+	Keep  []string // rules left alone (their dimensions are not given)
+	Keys  []string
+	// Exact, when not empty, are the rules keyed by exactly the given
+	// dimensions (a pair's own), fewer than Rules: the page offers to
+	// reset only them (ExactKeys), keeping ExactKeeps and the rest.
+	Exact, ExactKeys, ExactKeeps []string
+	// Wider says what a whole reset does beyond Exact, one sentence per
+	// set of dimensions ("recv-1m and recv-24h are keyed by user only …");
+	// empty when Rules are all keyed by exactly the given dimensions.
+	Wider   []string
 	BackURL string
 }
 
