@@ -1,6 +1,7 @@
 package views
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -75,6 +76,14 @@ func fieldValue(fs []Field, name string) string {
 		}
 	}
 	return ""
+}
+
+// count returns n and the noun for it: "1 entry", "2 entries".
+func count[N int | int64 | uint64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // plural returns one when n is 1, else many.
