@@ -197,11 +197,11 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) views.FleetPoli
 		if subj == nil {
 			continue
 		}
-		parts := make([]string, len(shard))
+		vals := make([]views.Field, len(shard))
 		for i, dim := range shard {
-			parts[i] = dim + "=" + subj[dim]
+			vals[i] = views.Field{Name: dim, Value: subj[dim]}
 		}
-		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Label: strings.Join(parts, ", "), URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
+		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Values: vals, URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
 	}
 	return fp
 }
