@@ -328,6 +328,13 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			RetryIn:   fmtCountdown(rd.RetryAfter),
 			Allowed:   rd.Allowed,
 			Strategy:  "—",
+			ResetNote: cellNote(r, rd.ResetAfter),
+		}
+		if !rd.Allowed {
+			row.RetryNote = cellNote(r, rd.RetryAfter)
+		}
+		if row.ResetNote != "" || row.RetryNote != "" {
+			live.CellsNote = cellsNote
 		}
 		if derr == nil {
 			if st, ok := desc.Strategies[rd.Algorithm]; ok {
@@ -349,6 +356,12 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		if !rd.Allowed {
 			live.Allowed = false
 			live.Blocking = append(live.Blocking, rd.Rule)
+			if rd.RetryAfter > retry {
+				live.RetryNote = ""
+				if row.RetryNote != "" {
+					live.RetryNote = rd.Rule + ": " + row.RetryNote
+				}
+			}
 			retry = max(retry, rd.RetryAfter)
 		}
 		live.Rules = append(live.Rules, row)

@@ -189,6 +189,9 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 		if canReset {
 			b.ResetURL = "/reset?" + subjectQuery(p.Name(), ex)
 		}
+		if r, ok := ruleNamed(p, x.rule); ok {
+			b.RetryNote = cellNote(r, x.until.Sub(ins.At))
+		}
 		out = append(out, b)
 	}
 	return out
@@ -256,6 +259,9 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 			}
 			if row.Count > 1 {
 				row.First, row.FirstAgo = fmtTime(first), fmtAgo(first, now)
+			}
+			if r, ok := ruleNamed(p, d.Rule); ok && !d.CostTooHigh {
+				row.RetryNote = cellNote(r, d.RetryAfter)
 			}
 			if len(d.Values) > 0 {
 				ex := exact(p, subj, d.Values)

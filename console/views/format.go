@@ -36,6 +36,14 @@ func queryEscape(s string) string { return url.QueryEscape(s) }
 
 func joinComma(s []string) string { return strings.Join(s, ", ") }
 
+// suffix returns sep and s, or "" when s is empty.
+func suffix(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}
+
 // joinRules joins rule names as the reset form posts them ("a,b").
 func joinRules(s []string) string { return strings.Join(s, ",") }
 
@@ -62,10 +70,11 @@ type Blocked struct {
 	RetryIn string
 	// Live: re-checked now with a Peek of the exact subject; else only
 	// the trail says so (the re-check was skipped or failed).
-	Live     bool
-	URL      string    // the subject page of the exact subject
-	ResetURL string    // the reset of the exact subject ("" for viewers)
-	UntilAt  time.Time // Until, for sorting
+	Live      bool
+	RetryNote string    // why RetryIn is longer than the rule's window (RuleRow.RetryNote)
+	URL       string    // the subject page of the exact subject
+	ResetURL  string    // the reset of the exact subject ("" for viewers)
+	UntilAt   time.Time // Until, for sorting
 }
 
 // fieldValue returns the value of the field named name.
