@@ -199,7 +199,7 @@ func (f *fixture) tok(c *http.Cookie) string { return f.srv.auth.csrfToken(c.Val
 // ruleRow extracts used/limit/remaining of a rule from a subject page.
 func ruleRow(t *testing.T, body, rule string) (used, limit, remaining string) {
 	t.Helper()
-	re := regexp.MustCompile(`data-rule="` + regexp.QuoteMeta(rule) + `"[^>]*>.*?<td class="num used">(\d+)</td><td class="num limit">(\d+)</td><td class="num remaining">(?:<span class="bad">)?(\d+)`)
+	re := regexp.MustCompile(`data-rule="` + regexp.QuoteMeta(rule) + `"[^>]*>.*?<td class="num used"[^>]*>(\d+)</td><td class="num limit"[^>]*>(\d+)</td><td class="num remaining"[^>]*>(?:<span class="bad">)?(\d+)`)
 	m := re.FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("no row for rule %s in page:\n%s", rule, body)
@@ -234,7 +234,7 @@ func TestSubjectLookupShowsCountersAndTrail(t *testing.T) {
 					t.Errorf("rule %s: used/limit/remaining = %s/%s/%s, want %s/%s/%s", tc.rule, u, l, r, tc.used, tc.limit, tc.remaining)
 				}
 			}
-			if !regexp.MustCompile(`(?s)<table id="trail">.*<td class="rule"><strong>content-59s</strong></td><td class="num">2 / 2</td>`).MatchString(body) {
+			if !regexp.MustCompile(`(?s)<table id="trail"[^>]*>.*<td class="rule"[^>]*><strong>content-59s</strong></td><td class="num used"[^>]*>2 / 2</td>`).MatchString(body) {
 				t.Errorf("denial trail does not show content-59s at 2 / 2:\n%s", body)
 			}
 			if !strings.Contains(body, "would be <span class=\"bad\">denied</span> by <strong>content-59s</strong>") {
@@ -483,7 +483,7 @@ func TestReset(t *testing.T) {
 			t.Errorf("after reset, %s used = %s, want 0", rule, u)
 		}
 	}
-	if !strings.Contains(body, `id="notice"`) || !strings.Contains(body, "alice (admin, token)") || !strings.Contains(body, "<table id=\"trail\">") {
+	if !strings.Contains(body, `id="notice"`) || !strings.Contains(body, "alice (admin, token)") || !strings.Contains(body, "<table id=\"trail\"") {
 		t.Errorf("after reset, page lacks the notice, the audit entry or the kept trail:\n%s", body)
 	}
 	entries := f.audit.Entries()

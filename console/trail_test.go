@@ -125,7 +125,7 @@ func TestTrailRows(t *testing.T) {
 	f.allow(t, "push", y, 3) // one denial of another content
 	page := "/subject?" + subjectQuery("push", sdk.Subject{"user": "u2"})
 	body := readBody(t, f.do(t, req{path: page, bearer: adminToken}))
-	rows := regexp.MustCompile(`(?s)<tr[^>]*>\s*<td class="when">.*?</tr>`).FindAllString(body, -1)
+	rows := regexp.MustCompile(`(?s)<tr[^>]*>\s*<td class="when"[^>]*>.*?</tr>`).FindAllString(body, -1)
 	if len(rows) != 2 {
 		t.Fatalf("trail has %d rows, want 2 (y, then x grouped):\n%s", len(rows), body)
 	}
