@@ -154,7 +154,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	announced := map[string]bool{}
 	for _, a := range anns {
 		announced[a.Policy] = true
-		v.Announced = append(v.Announced, fmt.Sprintf("%s (%d rules, last seen %s)", a.Policy, len(a.Rules), a.LastSeen.Local().Format("15:04:05")))
+		v.Announced = append(v.Announced, fmt.Sprintf("%s (%s, last seen %s)", a.Policy, views.Count(len(a.Rules), "rule", "rules"), a.LastSeen.Local().Format("15:04:05")))
 		p := s.policies[a.Policy]
 		if p == nil {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))

@@ -100,7 +100,7 @@ func algorithmDetail(r sdk.Rule) string {
 	switch r.Algorithm {
 	case sdk.AlgorithmSlidingWindow:
 		size, n := cells(r)
-		return fmt.Sprintf("%d cells of %s", n, fmtWindow(size))
+		return views.Count(n, "cell", "cells") + " of " + fmtWindow(size)
 	case sdk.AlgorithmGCRA:
 		return fmt.Sprintf("rate %d per %s, burst %d: up to %d at once (the limit shown), then one every %s", r.Limit, fmtWindow(r.Window), r.Burst, r.Burst+1, fmtWindow(r.Window/time.Duration(max(r.Limit, 1))))
 	case sdk.AlgorithmFixedWindow:

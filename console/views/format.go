@@ -87,8 +87,9 @@ func fieldValue(fs []Field, name string) string {
 	return ""
 }
 
-// count returns n and the noun for it: "1 entry", "2 entries".
-func count[N int | int64 | uint64](n N, one, many string) string {
+// Count returns n and the noun for it, "1 entry", "2 entries": every
+// count the pages print goes through it (or plural).
+func Count[N int | int64 | uint64](n N, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
