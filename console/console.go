@@ -131,8 +131,10 @@ type Server struct {
 	auth     *authenticator
 	guard    *guard   // failed authentication attempts per address
 	warn     *rateLog // backend failures, at most one line per kind every logEvery
-	echo     *echo.Echo
-	handler  http.Handler
+	// malformed holds the malformed-announcement reports already logged.
+	malformed onceSet
+	echo      *echo.Echo
+	handler   http.Handler
 
 	descCache describeCache
 }

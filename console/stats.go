@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -146,7 +147,16 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 		return v
 	}
 	anns, err := lim.Announced(ctx, announcedWithin)
-	if err != nil {
+	var bad *sdk.MalformedError
+	switch {
+	case errors.As(err, &bad):
+		// Some fields no recorder wrote: the others still count.
+		if s.malformed.first(err.Error()) {
+			s.log.Warn("overview: skipped malformed announcements (logged once)", "err", err)
+		}
+		v.Warnings = append(v.Warnings, fmt.Sprintf("%s in the backend could not be read and %s skipped (the console's log names the keys); the other services' announcements are shown.",
+			views.Count(bad.Fields, "announcement", "announcements"), views.Plural(bad.Fields, "was", "were")))
+	case err != nil:
 		s.log.Warn("overview: reading announced policies", "err", err)
 		v.Warnings = append(v.Warnings, "Announced policies could not be read: the backend failed (the console's log has the error).")
 		return v
@@ -204,4 +214,27 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) views.FleetPoli
 		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Values: vals, URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
 	}
 	return fp
+}
+
+// onceSet remembers, up to onceMax of them, the messages already
+// logged, so that each is logged once however often the page is read.
+type onceSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+const onceMax = 64
+
+// first reports whether msg is new (and remembers it).
+func (o *onceSet) first(msg string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[msg] {
+		return false
+	}
+	if o.seen == nil || len(o.seen) >= onceMax {
+		o.seen = map[string]bool{}
+	}
+	o.seen[msg] = true
+	return true
 }

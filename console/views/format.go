@@ -88,7 +88,7 @@ func fieldValue(fs []Field, name string) string {
 }
 
 // Count returns n and the noun for it, "1 entry", "2 entries": every
-// count the pages print goes through it (or plural).
+// count the pages print goes through it (or Plural).
 func Count[N int | int64 | uint64](n N, one, many string) string {
 	if n == 1 {
 		return "1 " + one
@@ -96,8 +96,8 @@ func Count[N int | int64 | uint64](n N, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// plural returns one when n is 1, else many.
-func plural(n int, one, many string) string {
+// Plural returns one when n is 1, else many.
+func Plural(n int, one, many string) string {
 	if n == 1 {
 		return one
 	}

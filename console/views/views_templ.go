@@ -1961,7 +1961,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var100 string
-					templ_7745c5c3_Var100, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "needs", "need"))
+					templ_7745c5c3_Var100, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "needs", "need"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 345, Col: 89}
 					}
@@ -1987,7 +1987,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var102 string
-					templ_7745c5c3_Var102, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "it was", "they were"))
+					templ_7745c5c3_Var102, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "it was", "they were"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 345, Col: 198}
 					}
@@ -2037,7 +2037,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var105 string
-					templ_7745c5c3_Var105, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "needs", "need"))
+					templ_7745c5c3_Var105, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "needs", "need"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 350, Col: 89}
 					}
@@ -2063,7 +2063,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var107 string
-					templ_7745c5c3_Var107, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "it was", "they were"))
+					templ_7745c5c3_Var107, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "it was", "they were"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 350, Col: 198}
 					}
@@ -2076,7 +2076,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var108 string
-					templ_7745c5c3_Var108, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "it", "them"))
+					templ_7745c5c3_Var108, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "it", "them"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 350, Col: 291}
 					}
@@ -2107,7 +2107,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var110 string
-					templ_7745c5c3_Var110, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "needs", "need"))
+					templ_7745c5c3_Var110, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "needs", "need"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 352, Col: 89}
 					}
@@ -2133,7 +2133,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var112 string
-					templ_7745c5c3_Var112, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(l.Skipped), "it was", "they were"))
+					templ_7745c5c3_Var112, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(l.Skipped), "it was", "they were"))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 352, Col: 198}
 					}
@@ -3817,7 +3817,7 @@ func ResetPage(v ResetView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var205 string
-				templ_7745c5c3_Var205, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(v.Exact), "rule", "rules"))
+				templ_7745c5c3_Var205, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(v.Exact), "rule", "rules"))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 656, Col: 137}
 				}
@@ -3843,7 +3843,7 @@ func ResetPage(v ResetView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var207 string
-				templ_7745c5c3_Var207, templ_7745c5c3_Err = templ.JoinStringErrs(plural(len(v.ExactKeeps), "keeps its", "keep their"))
+				templ_7745c5c3_Var207, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(len(v.ExactKeeps), "keeps its", "keep their"))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/views.templ`, Line: 656, Col: 302}
 				}
