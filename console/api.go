@@ -254,13 +254,17 @@ type ResetRequest struct {
 	// others: the rules whose dimensions it all gives are reset, as in
 	// the console's reset form.
 	Subject sdk.Subject `json:"subject"`
+	// Rules, when given, resets only these rules (sdk.Limiter.ResetRules:
+	// every rule keyed by the same dimensions as one named must be named
+	// too) and keeps the open reservations.
+	Rules []string `json:"rules,omitempty"`
 }
 
 // ResetJSON is the answer of POST /api/v1/reset.
 type ResetJSON struct {
 	Policy string   `json:"policy"`
 	Reset  []string `json:"reset"` // rules whose counters were deleted
-	Kept   []string `json:"kept"`  // rules left alone: a dimension was not given
+	Kept   []string `json:"kept"`  // rules left alone: a dimension was not given, or not named in rules
 }
 
 // apiReset is POST /api/v1/reset (admin): the reset form as JSON, with the
@@ -287,7 +291,7 @@ func (s *Server) apiReset(c echo.Context) error {
 			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("policy %q has no dimension %q", p.Name(), k))
 		}
 	}
-	rules, keep, err := s.doReset(c, p, subj)
+	rules, keep, err := s.doReset(c, p, subj, req.Rules)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,10 @@ func (m markedLimiter) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) 
 	return marked(m.l.Reset(ctx, p, s))
 }
 
+func (m markedLimiter) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error {
+	return marked(m.l.ResetRules(ctx, p, s, rules...))
+}
+
 func (m markedLimiter) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error) {
 	st, err := m.l.Stats(ctx, p, window)
 	return st, marked(err)

@@ -60,6 +60,9 @@ type Limiter interface {
 	// Reset deletes a subject's counters (the reset form, POST
 	// /api/v1/reset).
 	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
+	// ResetRules deletes a subject's counters of some rules only (the
+	// reset of a pair, POST /api/v1/reset with "rules").
+	ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error
 	// Stats reads what the services' recorders counted for a policy
 	// (the overview's fleet panel, GET /api/v1/stats).
 	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error)
@@ -134,8 +137,10 @@ type Server struct {
 	guard    *guard   // failed authentication attempts per address
 	warn     *rateLog // backend failures, at most one line per kind every logEvery
 	cop      *http.CrossOriginProtection
-	echo     *echo.Echo
-	handler  http.Handler
+	// malformed holds the malformed-announcement reports already logged.
+	malformed onceSet
+	echo      *echo.Echo
+	handler   http.Handler
 
 	descCache describeCache
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +174,91 @@ func TestE2EPhone(t *testing.T) {
 	}
 	run(t, ctx, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("main")))
 	screenshot(t, ctx, "phone-overview.png")
+}
+
+// TestE2EPhoneTables: at a phone's width (390 CSS px) the subject page's
+// counters and denial trail show their key cells — a denying rule's
+// "retry in", each denial's "what was blocked", "retry after" and links —
+// on the screen, not in a sideways scroller: the rows reflow into stacked
+// cells, each with its column's name. The overview's tables, the audit
+// log and the policies page fit as well.
+func TestE2EPhoneTables(t *testing.T) {
+	pols, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sdk.New(memory.New(nil))
+	srv, err := New(Config{
+		Limiter:  lim,
+		Policies: pols,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Refresh:  150 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveConsole(t, srv)
+	user := "18829340001"
+	parcel := sdk.Subject{"user": user, "content": sdk.Fingerprint("Your parcel is out for delivery")}
+	code := sdk.Subject{"user": user, "content": sdk.Fingerprint("Your login code is 482913")}
+	for _, s := range []sdk.Subject{parcel, parcel, parcel, code, code, code, code} {
+		if _, err := lim.Allow(context.Background(), pols[0], s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ctx := startBrowser(t, 390, 844)
+	// inView fails unless every element sel matches lies within the
+	// viewport's width, with nothing scrolled sideways.
+	inView := func(page, sel string, atLeast int) {
+		t.Helper()
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+			const out = [];
+			document.querySelectorAll(`+strconv.Quote(sel)+`).forEach(el => {
+				const r = el.getBoundingClientRect();
+				out.push(r.width > 0 && r.left >= 0 && r.right <= window.innerWidth + 0.5 ? "in" :
+					"out: " + Math.round(r.left) + ".." + Math.round(r.right) + " of " + window.innerWidth + ": " + el.textContent.trim().slice(0, 40));
+			});
+			return out;
+		})()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) < atLeast {
+			t.Errorf("%s: %d elements %s, want at least %d", page, len(got), sel, atLeast)
+		}
+		for _, g := range got {
+			if g != "in" {
+				t.Errorf("%s: %s is off-screen (%s)", page, sel, g)
+			}
+		}
+	}
+	for _, s := range []sdk.Subject{parcel, {"user": user}} {
+		page := "/subject?" + subjectQuery("push", s)
+		run(t, ctx, "open "+page, chromedp.Navigate(base+page), chromedp.WaitVisible(chromedp.ID("rules")))
+		if s["content"] != "" {
+			inView(page, "#rules tr.denying td.reset .retry", 1)
+			inView(page, "#rules td.remaining", 4)
+		} else {
+			inView(page, "#rules td.remaining", 2)
+		}
+		inView(page, "#rules td.reset", 1)
+		inView(page, "#trail td.values", 2)
+		inView(page, "#trail td.retry-after", 2)
+		inView(page, "#trail td.actions a", 2)
+		inView(page, "#trail td.rule", 2)
+		w := evalInt(t, ctx, `document.documentElement.scrollWidth`)
+		if w > 390 {
+			t.Errorf("%s is %d px wide at 390 px", page, w)
+		}
+		// Each stacked cell says what it is.
+		if label, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector('#trail td.values'), '::before').content`)); err != nil || !strings.Contains(label, "What was blocked") {
+			t.Errorf("%s: the trail's values cell is labelled %q (%v), want \"What was blocked\"", page, label, err)
+		}
+		name := "phone-subject-pair.png"
+		if s["content"] == "" {
+			name = "phone-subject-user.png"
+		}
+		screenshot(t, ctx, name)
+	}
 }

@@ -120,14 +120,18 @@ func TestE2EBrowser(t *testing.T) {
 	waitContains(t, ctx, "#verdict", "denied by content-59s")
 	waitText(t, ctx, ruleCell("recv-1m", "used"), "2") // a denial consumes nothing
 
-	// 4. Reset, after confirming.
+	// 4. Reset, after confirming: the wider of the two resets the page
+	// offers for a user and a content (TestE2EPairReset has the other),
+	// which says it counts every content.
 	run(t, ctx, "admin opens the reset confirmation",
 		chromedp.Click(chromedp.ID("reset")),
-		chromedp.WaitVisible(chromedp.ID("confirm-reset")),
+		chromedp.WaitVisible(chromedp.ID("confirm-reset-all")),
 	)
-	waitText(t, ctx, "#reset-rules", "recv-1m, recv-24h, content-59s, content-59m")
-	run(t, ctx, "admin confirms the reset",
-		chromedp.Click(chromedp.ID("confirm-reset")),
+	waitText(t, ctx, "#reset-rules", "content-59s, content-59m")
+	waitText(t, ctx, "#wider-rules", "recv-1m, recv-24h, content-59s, content-59m")
+	waitContains(t, ctx, "#reset-wider .wider-note", "for every content of this user")
+	run(t, ctx, "admin confirms the wider reset",
+		chromedp.Click(chromedp.ID("confirm-reset-all")),
 		chromedp.WaitVisible(chromedp.ID("notice")),
 	)
 	for _, rule := range []string{"recv-1m", "recv-24h", "content-59s", "content-59m"} {

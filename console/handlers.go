@@ -214,8 +214,13 @@ func (s *Server) subject(c echo.Context) error {
 		v.AuditURL = "/audit?" + subjectQuery(p.Name(), shard)
 	}
 	v.Title = "Subject lookup"
-	if c.QueryParam("done") == "reset" {
+	switch c.QueryParam("done") {
+	case "reset":
 		v.Notice = "Subject reset: its counters start from zero. The denial trail is kept; the reset is in the audit log below."
+	case "reset-rules":
+		if exact := planReset(p, subj).exact; len(exact) > 0 {
+			v.Notice = "Reset " + strings.Join(exact, ", ") + " for these values: their counters start from zero; every other rule's counters are kept. The denial trail is kept; the reset is in the audit log below."
+		}
 	}
 	status := http.StatusOK
 	if v.Looked {
@@ -323,6 +328,13 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			RetryIn:   fmtCountdown(rd.RetryAfter),
 			Allowed:   rd.Allowed,
 			Strategy:  "—",
+			ResetNote: cellNote(r, rd.ResetAfter),
+		}
+		if !rd.Allowed {
+			row.RetryNote = cellNote(r, rd.RetryAfter)
+		}
+		if row.ResetNote != "" || row.RetryNote != "" {
+			live.CellsNote = cellsNote
 		}
 		if derr == nil {
 			if st, ok := desc.Strategies[rd.Algorithm]; ok {
@@ -344,6 +356,12 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		if !rd.Allowed {
 			live.Allowed = false
 			live.Blocking = append(live.Blocking, rd.Rule)
+			if rd.RetryAfter > retry {
+				live.RetryNote = ""
+				if row.RetryNote != "" {
+					live.RetryNote = rd.Rule + ": " + row.RetryNote
+				}
+			}
 			retry = max(retry, rd.RetryAfter)
 		}
 		live.Rules = append(live.Rules, row)
@@ -460,7 +478,73 @@ func resetRules(p *sdk.Policy, subj sdk.Subject) (reset, keep []string) {
 	return reset, keep
 }
 
-// resetConfirm shows what a reset will do and asks for confirmation.
+// resetPlan is what a reset of a subject under a policy can do.
+type resetPlan struct {
+	// all are the rules the subject gives every dimension of, keep the
+	// others: a whole reset (Limiter.Reset) deletes all.
+	all, keep []string
+	// exact are the rules keyed by exactly the dimensions the subject
+	// gives (a user and content pair's own rules): what
+	// Limiter.ResetRules deletes when the page resets "this pair".
+	exact []string
+}
+
+func planReset(p *sdk.Policy, subj sdk.Subject) resetPlan {
+	var pl resetPlan
+	pl.all, pl.keep = resetRules(p, subj)
+	var given []string
+	for _, d := range p.Dimensions() {
+		if subj[d] != "" {
+			given = append(given, d)
+		}
+	}
+	pl.exact = p.SameDimensions(given...)
+	return pl
+}
+
+// widerNotes says, for the rules a whole reset of subj deletes beyond
+// exact, what that means: one sentence per set of dimensions, naming the
+// dimensions the rules are not keyed by, whose every value they count.
+func widerNotes(p *sdk.Policy, subj sdk.Subject, all, exact []string) []string {
+	var given []string
+	for _, d := range p.Dimensions() {
+		if subj[d] != "" {
+			given = append(given, d)
+		}
+	}
+	var notes []string
+	done := map[string]bool{}
+	for _, r := range p.Rules() {
+		if !slices.Contains(all, r.Name) || slices.Contains(exact, r.Name) || done[r.Name] {
+			continue
+		}
+		same := p.SameDimensions(r.Dimensions...)
+		for _, n := range same {
+			done[n] = true
+		}
+		var lacks []string
+		for _, d := range given {
+			if !slices.Contains(r.Dimensions, d) {
+				lacks = append(lacks, d)
+			}
+		}
+		verb, them, their := "is", "it", "its"
+		if len(same) > 1 {
+			verb, them, their = "are", "them", "their"
+		}
+		notes = append(notes, fmt.Sprintf("%s %s keyed by %s only, not by %s: resetting %s lifts %s limits for every %s of this %s, not only for the values above.",
+			strings.Join(same, " and "), verb, strings.Join(r.Dimensions, " and "), strings.Join(lacks, " or "),
+			them, their, strings.Join(lacks, " and "), strings.Join(r.Dimensions, " and ")))
+	}
+	return notes
+}
+
+// resetConfirm shows what a reset will do and asks for confirmation. Where
+// the subject gives more dimensions than the shard's (a user and a
+// content), it offers to reset the rules keyed by exactly those (the
+// pair's own) and, separately, every rule the subject gives the
+// dimensions of, saying which rules that adds and that they count every
+// other value too.
 func (s *Server) resetConfirm(c echo.Context) error {
 	p, subj, fields, err := s.resetTarget(c.QueryParam)
 	if err != nil {
@@ -472,19 +556,36 @@ func (s *Server) resetConfirm(c echo.Context) error {
 			given = append(given, f)
 		}
 	}
+	pl := planReset(p, subj)
 	v := views.ResetView{
 		Page:    s.page(c, "subject"),
 		Policy:  p.Name(),
 		Fields:  given,
-		Keys:    s.resetKeys(p, subj),
+		Rules:   pl.all,
+		Keep:    pl.keep,
+		Keys:    s.resetKeys(p, subj, nil),
 		BackURL: "/subject?" + subjectQuery(p.Name(), subj),
 	}
 	v.Title = "Reset subject"
-	v.Rules, v.Keep = resetRules(p, subj)
+	if len(pl.exact) < len(pl.all) {
+		v.Title = "Reset"
+		v.Wider = widerNotes(p, subj, pl.all, pl.exact)
+		if len(pl.exact) > 0 {
+			v.Exact = pl.exact
+			v.ExactKeys = s.resetKeys(p, subj, pl.exact)
+			for _, r := range pl.all {
+				if !slices.Contains(pl.exact, r) {
+					v.ExactKeeps = append(v.ExactKeeps, r)
+				}
+			}
+		}
+	}
 	return render(c, http.StatusOK, views.ResetPage(v))
 }
 
-// reset carries out a confirmed reset and records it in the audit log.
+// reset carries out a confirmed reset and records it in the audit log:
+// the rules the form names (rules=a,b: Limiter.ResetRules), or without
+// that field every rule the subject gives the dimensions of.
 func (s *Server) reset(c echo.Context) error {
 	p, subj, _, err := s.resetTarget(c.FormValue)
 	if err != nil {
@@ -493,10 +594,20 @@ func (s *Server) reset(c echo.Context) error {
 	if c.FormValue("confirm") != "yes" {
 		return echo.NewHTTPError(http.StatusBadRequest, "the reset was not confirmed")
 	}
-	if _, _, err := s.doReset(c, p, subj); err != nil {
+	var only []string
+	done := "reset"
+	if form, err := c.FormParams(); err == nil && form.Has("rules") {
+		only, done = []string{}, "reset-rules"
+		for _, r := range strings.Split(form.Get("rules"), ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				only = append(only, r)
+			}
+		}
+	}
+	if _, _, err := s.doReset(c, p, subj, only); err != nil {
 		return err
 	}
-	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done=reset")
+	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done="+done)
 }
 
 // auditEntry starts an audit entry for an action of c's identity.
@@ -515,13 +626,35 @@ func (s *Server) auditEntry(c echo.Context, action string, p *sdk.Policy, subj s
 	}
 }
 
-// doReset resets subj under p (the rules it gives every dimension of) and
-// records it in the audit log, for the form and the API alike.
-func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject) (reset, keep []string, err error) {
-	reset, keep = resetRules(p, subj)
+// doReset resets subj under p and records it in the audit log, for the
+// form and the API alike: with only nil, every rule subj gives the
+// dimensions of and the open reservations (Limiter.Reset); else exactly
+// the rules only names (Limiter.ResetRules: whole sets of dimensions,
+// reservations kept). reset and keep name the rules reset and kept, in
+// policy order.
+func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject, only []string) (reset, keep []string, err error) {
+	ctx := c.Request().Context()
+	var rerr error
+	if only == nil {
+		reset, keep = resetRules(p, subj)
+		rerr = s.cfg.Limiter.Reset(ctx, p, subj)
+	} else {
+		rerr = s.cfg.Limiter.ResetRules(ctx, p, subj, only...)
+		if errors.Is(rerr, sdk.ErrInvalidRule) || errors.Is(rerr, sdk.ErrInvalidSubject) {
+			// Nothing was reset: the request named rules it cannot reset.
+			// sdk errors never contain subject values.
+			return nil, nil, echo.NewHTTPError(http.StatusBadRequest, rerr.Error())
+		}
+		for _, r := range p.Rules() {
+			if slices.Contains(only, r.Name) {
+				reset = append(reset, r.Name)
+			} else {
+				keep = append(keep, r.Name)
+			}
+		}
+	}
 	entry := s.auditEntry(c, "reset", p, subj)
 	entry.Rules, entry.Outcome = reset, "ok"
-	rerr := s.cfg.Limiter.Reset(c.Request().Context(), p, subj)
 	if rerr != nil {
 		entry.Outcome = "failed: backend error"
 		if errors.Is(rerr, errors.ErrUnsupported) {
@@ -596,12 +729,17 @@ func (s *Server) auditPage(c echo.Context) error {
 
 // resetKeys lists what a reset deletes: the keys of the rules' sets of
 // dimensions (the Redis layout), the rules' own keys (other layouts and
-// module strategies) and the reservations' key; not the denial trail's,
-// which a reset keeps.
-func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject) []string {
+// module strategies) and, for a whole reset (only nil), the reservations'
+// key; not the denial trail's, which a reset keeps. With only, the keys
+// of those rules alone.
+func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject, only []string) []string {
+	// Keys and GroupKeys list the rules subj gives the dimensions of, in
+	// policy order: resetRules' first list.
+	names, _ := resetRules(p, subj)
+	pick := func(i int) bool { return only == nil || (i < len(names) && slices.Contains(only, names[i])) }
 	var out []string
-	for _, k := range s.cfg.Limiter.GroupKeys(p, subj) {
-		if !slices.Contains(out, k) {
+	for i, k := range s.cfg.Limiter.GroupKeys(p, subj) {
+		if pick(i) && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}
@@ -609,6 +747,13 @@ func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject) []string {
 	if len(keys) < 2 {
 		return out
 	}
-	out = append(out, keys[:len(keys)-2]...)
+	for i, k := range keys[:len(keys)-2] {
+		if pick(i) {
+			out = append(out, k)
+		}
+	}
+	if only != nil {
+		return out
+	}
 	return append(out, keys[len(keys)-1])
 }

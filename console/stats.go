@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -146,7 +147,16 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 		return v
 	}
 	anns, err := lim.Announced(ctx, announcedWithin)
-	if err != nil {
+	var bad *sdk.MalformedError
+	switch {
+	case errors.As(err, &bad):
+		// Some fields no recorder wrote: the others still count.
+		if s.malformed.first(err.Error()) {
+			s.log.Warn("overview: skipped malformed announcements (logged once)", "err", err)
+		}
+		v.Warnings = append(v.Warnings, fmt.Sprintf("%s in the backend could not be read and %s skipped (the console's log names the keys); the other services' announcements are shown.",
+			views.Count(bad.Fields, "announcement", "announcements"), views.Plural(bad.Fields, "was", "were")))
+	case err != nil:
 		s.warn.Warn("overview-announced", "overview: reading announced policies", "err", err)
 		v.Warnings = append(v.Warnings, "Announced policies could not be read: the backend failed (the console's log has the error).")
 		return v
@@ -154,7 +164,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	announced := map[string]bool{}
 	for _, a := range anns {
 		announced[a.Policy] = true
-		v.Announced = append(v.Announced, fmt.Sprintf("%s (%d rules, last seen %s)", a.Policy, len(a.Rules), a.LastSeen.Local().Format("15:04:05")))
+		v.Announced = append(v.Announced, fmt.Sprintf("%s (%s, last seen %s)", a.Policy, views.Count(len(a.Rules), "rule", "rules"), a.LastSeen.Local().Format("15:04:05")))
 		p := s.policies[a.Policy]
 		if p == nil {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
@@ -197,11 +207,34 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) views.FleetPoli
 		if subj == nil {
 			continue
 		}
-		parts := make([]string, len(shard))
+		vals := make([]views.Field, len(shard))
 		for i, dim := range shard {
-			parts[i] = dim + "=" + subj[dim]
+			vals[i] = views.Field{Name: dim, Value: subj[dim]}
 		}
-		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Label: strings.Join(parts, ", "), URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
+		fp.TopDenied = append(fp.TopDenied, views.TopSubject{Values: vals, URL: "/subject?" + subjectQuery(p.Name(), subj), Count: d.Count})
 	}
 	return fp
+}
+
+// onceSet remembers, up to onceMax of them, the messages already
+// logged, so that each is logged once however often the page is read.
+type onceSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+const onceMax = 64
+
+// first reports whether msg is new (and remembers it).
+func (o *onceSet) first(msg string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[msg] {
+		return false
+	}
+	if o.seen == nil || len(o.seen) >= onceMax {
+		o.seen = map[string]bool{}
+	}
+	o.seen[msg] = true
+	return true
 }

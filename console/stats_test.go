@@ -266,3 +266,30 @@ func TestOverviewFleetBackendDown(t *testing.T) {
 		t.Errorf("the fleet panel shows the backend's address (or is missing)")
 	}
 }
+
+// TestOverviewOwnTraffic: with traffic decided by another Limiter (a
+// service's, recorded) and none by the console, the overview's fleet panel
+// shows it and the console's own counts, at zero, say they are the
+// console's own: no panel reads as the fleet's traffic at 0.0 / 0.0.
+func TestOverviewOwnTraffic(t *testing.T) {
+	f := newFleetFixture(t)
+	f.serve(t, f.policies["push"], push, 3) // 2 allowed, 1 denied
+	body := readBody(t, f.do(t, req{path: "/"}))
+	for _, want := range []string{
+		`last hour: <span class="ok fleet-allowed">2</span> allowed`,
+		`<h2 id="own-traffic">This console's own decisions</h2>`,
+		`Your services' decisions are not counted here: <a href="#fleet">Fleet traffic</a> above sums what their recorders flushed.`,
+		`policy <strong>push</strong>, through this console, last 10 s`,
+		`since this console started: 0 allowed, 0 denied (—), 0 degraded, 0 errors`,
+	} {
+		if !strings.Contains(html.UnescapeString(body), want) {
+			t.Errorf("overview lacks %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "<h2>Traffic</h2>") {
+		t.Error("overview still has a panel headed Traffic, which reads as the fleet's")
+	}
+	if i, j := strings.Index(body, `id="fleet"`), strings.Index(body, `id="own-traffic"`); i < 0 || j < i {
+		t.Errorf("the console's own decisions (at %d) come before the fleet's (at %d)", j, i)
+	}
+}

@@ -189,6 +189,9 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 		if canReset {
 			b.ResetURL = "/reset?" + subjectQuery(p.Name(), ex)
 		}
+		if r, ok := ruleNamed(p, x.rule); ok {
+			b.RetryNote = cellNote(r, x.until.Sub(ins.At))
+		}
 		out = append(out, b)
 	}
 	return out
@@ -257,6 +260,9 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 			if row.Count > 1 {
 				row.First, row.FirstAgo = fmtTime(first), fmtAgo(first, now)
 			}
+			if r, ok := ruleNamed(p, d.Rule); ok && !d.CostTooHigh {
+				row.RetryNote = cellNote(r, d.RetryAfter)
+			}
 			if len(d.Values) > 0 {
 				ex := exact(p, subj, d.Values)
 				row.URL = "/subject?" + subjectQuery(p.Name(), ex)
@@ -276,7 +282,7 @@ func trailNote(ins sdk.Inspection) string {
 	if ins.TrailMax == 0 {
 		return "This policy keeps no denial trail."
 	}
-	keep := fmt.Sprintf("The trail keeps the newest %d denials, for %s after the last one.", ins.TrailMax, fmtWindow(ins.TrailTTL))
+	keep := fmt.Sprintf("The trail keeps the newest %s, for %s after the last one.", views.Count(ins.TrailMax, "denial", "denials"), fmtWindow(ins.TrailTTL))
 	if len(ins.Denials) == 0 {
 		return keep
 	}
@@ -284,5 +290,5 @@ func trailNote(ins sdk.Inspection) string {
 	if ins.TrailFull {
 		return fmt.Sprintf("%s It is full: it goes back to %s only, older denials were dropped.", keep, since)
 	}
-	return fmt.Sprintf("%s It holds every denial since %s (%d entries), and there was none in the %s before that.", keep, since, len(ins.Denials), fmtWindow(ins.TrailTTL))
+	return fmt.Sprintf("%s It holds every denial since %s (%s), and there was none in the %s before that.", keep, since, views.Count(len(ins.Denials), "entry", "entries"), fmtWindow(ins.TrailTTL))
 }

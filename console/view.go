@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // page is what the layout of c's page needs.
@@ -62,15 +63,44 @@ func subjectQuery(policy string, s sdk.Subject) string {
 	return q.Encode()
 }
 
+// cells returns a sliding-window rule's cell length and count, as every
+// backend counts them (driver.Rule.Cells).
+func cells(r sdk.Rule) (time.Duration, int64) {
+	return driver.Rule{Algorithm: driver.SlidingWindow, Window: r.Window, SubWindows: r.SubWindows}.Cells()
+}
+
+// cellNote explains, briefly, why a wait of a sliding-window rule r, d
+// long, is longer than the rule's window, when it is ("" when it is not,
+// or r is no sliding window): the rule counts in cells, and a unit counts
+// until its whole cell has left the window (docs/DESIGN.md,
+// "SlidingWindow"). The pages explain it at length once (cellsNote).
+func cellNote(r sdk.Rule, d time.Duration) string {
+	if r.Algorithm != sdk.AlgorithmSlidingWindow || d <= r.Window {
+		return ""
+	}
+	size, _ := cells(r)
+	return fmt.Sprintf("longer than the %s window: a unit counts until its whole %s cell has left it", fmtWindow(r.Window), fmtWindow(size))
+}
+
+// cellsNote is the long explanation of the cellNotes a page shows.
+const cellsNote = "Why a wait can be longer than its window: a sliding window counts in cells, and a unit counts until its whole cell has left the window, up to one cell longer than the window (two when the cells do not divide it). In exchange no span of the window's length ever holds more than the limit."
+
+// ruleNamed returns p's rule called name.
+func ruleNamed(p *sdk.Policy, name string) (sdk.Rule, bool) {
+	for _, r := range p.Rules() {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return sdk.Rule{}, false
+}
+
 // algorithmDetail describes a rule's parameters beyond limit and window.
 func algorithmDetail(r sdk.Rule) string {
 	switch r.Algorithm {
 	case sdk.AlgorithmSlidingWindow:
-		n := r.SubWindows
-		if n == 0 {
-			n = sdk.DefaultSubWindows
-		}
-		return fmt.Sprintf("%d cells of %s", n, fmtWindow(r.Window/time.Duration(n)))
+		size, n := cells(r)
+		return views.Count(n, "cell", "cells") + " of " + fmtWindow(size)
 	case sdk.AlgorithmGCRA:
 		return fmt.Sprintf("rate %d per %s, burst %d: up to %d at once (the limit shown), then one every %s", r.Limit, fmtWindow(r.Window), r.Burst, r.Burst+1, fmtWindow(r.Window/time.Duration(max(r.Limit, 1))))
 	case sdk.AlgorithmFixedWindow:

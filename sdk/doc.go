@@ -33,7 +33,7 @@
 //
 // [Limiter.Inspect] explains a subject's state and recent denials
 // ([Denial]); [Limiter.Keys] shows where it is stored; [Limiter.Reset]
-// forgets it. Policies can also be loaded from YAML ([LoadPolicies],
+// forgets it, [Limiter.ResetRules] only some of its rules. Policies can also be loaded from YAML ([LoadPolicies],
 // [LoadPolicyFile]).
 //
 // # Decisions and errors

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -195,6 +196,60 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	req := l.request(p, res, 1)
 	if err := rs.Reset(ctx, req); err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
+	}
+	return nil
+}
+
+// ResetRules is Reset limited to the named rules of p: it deletes the
+// state of s under those rules and nothing else. Every other rule's
+// counts, the subject's open reservations and its denial trail are kept
+// (a reservation made before and cancelled or lapsed after still gives its
+// units back to every rule it took from, the ones reset included, never
+// below zero). s must give the shard dimensions and every dimension of the
+// named rules, else the error wraps ErrInvalidSubject.
+//
+// Rules keyed by the same dimensions share their state on some backends
+// (the Redis backend keeps a set of dimensions in one value and one
+// sorted set), so they are reset together: the names must include every
+// rule of p keyed by exactly the dimensions of a rule named. An unknown
+// name, no name at all, or a set of dimensions named in part is an error
+// wrapping ErrInvalidRule, and nothing is reset. The backend must support
+// resets, as for Reset.
+func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ...string) error {
+	rs, ok := l.b.(driver.Resetter)
+	if !ok {
+		return fmt.Errorf("sdk: reset rules: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
+	}
+	if err := p.valid(); err != nil {
+		return fmt.Errorf("sdk: reset rules: %w", err)
+	}
+	if err := p.checkResetSet(rules); err != nil {
+		return fmt.Errorf("sdk: reset rules: %w", err)
+	}
+	res, err := resolve(l.prefix, p, s, true, l.groups)
+	if err != nil {
+		return fmt.Errorf("sdk: reset rules: %w", err)
+	}
+	chosen := make([]driver.Rule, 0, len(rules))
+	for _, r := range res.rules {
+		if slices.Contains(rules, r.Name) {
+			chosen = append(chosen, r)
+		}
+	}
+	for _, name := range res.skipped {
+		if slices.Contains(rules, name) {
+			return fmt.Errorf("sdk: reset rules: %w: rule %q needs dimensions the subject does not give", ErrInvalidSubject, name)
+		}
+	}
+	if h := l.hotCacheOf(p); h != nil {
+		h.evictSubject(res.base)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	req := l.request(p, res, 1)
+	req.Rules, req.ReservationKey = chosen, ""
+	if err := rs.Reset(ctx, req); err != nil {
+		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
 	return nil
 }

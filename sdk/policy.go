@@ -277,6 +277,51 @@ func (p *Policy) ShardBy() []string {
 	return slices.Clone(p.shardBy)
 }
 
+// checkResetSet checks the rule names of a ResetRules call: at least one,
+// each a rule of p, and with every rule of p keyed by the same dimensions
+// as one named (rules of one set of dimensions share their state on some
+// backends, so they are reset together). Errors wrap ErrInvalidRule.
+func (p *Policy) checkResetSet(names []string) error {
+	if len(names) == 0 {
+		return fmt.Errorf("%w: no rule named", ErrInvalidRule)
+	}
+	for _, n := range names {
+		i := slices.IndexFunc(p.rules, func(r Rule) bool { return r.Name == n })
+		if i < 0 {
+			return fmt.Errorf("%w: policy %q has no rule %q", ErrInvalidRule, p.name, n)
+		}
+		for j, r := range p.rules {
+			if p.firstOfGroup[j] == p.firstOfGroup[i] && !slices.Contains(names, r.Name) {
+				return fmt.Errorf("%w: rule %q is keyed by the same dimensions as rule %q, which shares its state: name both to reset them", ErrInvalidRule, r.Name, n)
+			}
+		}
+	}
+	return nil
+}
+
+// SameDimensions returns the names of p's rules keyed by exactly the
+// dimensions named (in any order; the shard dimensions included), in
+// policy order: the sets Limiter.ResetRules resets whole.
+func (p *Policy) SameDimensions(dims ...string) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range p.rules {
+		same := true
+		for _, d := range r.Dimensions {
+			same = same && slices.Contains(dims, d)
+		}
+		for _, d := range dims {
+			same = same && slices.Contains(r.Dimensions, d)
+		}
+		if same {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
 // valid reports whether p can be used by a Limiter.
 func (p *Policy) valid() error {
 	if p == nil || len(p.rules) == 0 {

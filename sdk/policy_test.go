@@ -94,3 +94,36 @@ func TestPolicyAccessors(t *testing.T) {
 		t.Error("nil *Policy accessors did not return zero values")
 	}
 }
+
+// TestSameDimensions: the rules keyed by exactly the dimensions given, in
+// any order, for the seed policy push (the sets ResetRules takes whole).
+func TestSameDimensions(t *testing.T) {
+	p, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		dims []string
+		want string
+	}{
+		{[]string{"user"}, "recv-1m,recv-24h"},
+		{[]string{"user", "content"}, "content-59s,content-59m"},
+		{[]string{"content", "user"}, "content-59s,content-59m"},
+		{[]string{"content"}, ""},
+		{[]string{"user", "content", "campaign"}, ""},
+		{nil, ""},
+	}
+	for _, tc := range tests {
+		if got := strings.Join(p.SameDimensions(tc.dims...), ","); got != tc.want {
+			t.Errorf("SameDimensions(%q) = %q, want %q", tc.dims, got, tc.want)
+		}
+	}
+	if got := (*sdk.Policy)(nil).SameDimensions("user"); got != nil {
+		t.Errorf("nil policy: SameDimensions = %q, want nil", got)
+	}
+}

@@ -370,3 +370,76 @@ func TestRecorderReload(t *testing.T) {
 		t.Errorf("Stats after a reload = %d allowed, %v; want 2", st.Allowed, err)
 	}
 }
+
+// TestAnnouncedSkipsMalformed: fields of the announcements hash that no
+// Recorder wrote (not JSON, a policy or rule name NewPolicy refuses, an
+// empty policy) are skipped and counted in a *MalformedError, wrapping
+// ErrMalformedStats, that comes with every other announcement; a backend
+// reporting a field whose value is not a number (driver.StatsData's
+// Malformed) counts too. Stats, on the other hand, fails on a malformed
+// field.
+func TestAnnouncedSkipsMalformed(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := memory.New(&memory.Options{Clock: c})
+	_, rec := process(t, b, c)
+	p := recPolicy(t, time.Minute)
+	rec.Announce(p)
+	flush(t, rec)
+	key := "fc:stats:{policies}:" + strconv.FormatInt(t0.UTC().Truncate(24*time.Hour).Unix(), 10)
+	var set []driver.StatsField
+	for _, f := range []string{
+		`garbage`,
+		`{"policy":"sms\u202Etxt","shard_by":["phone"],"rules":[]}`,
+		`{"policy":"","rules":[]}`,
+		`{"policy":"sms","shard_by":["phone"],"rules":[{"name":"a b","id":"x","algorithm":"gcra","limit":1,"window":"1s"}]}`,
+	} {
+		set = append(set, driver.StatsField{Name: f, Value: t0.UnixMilli()})
+	}
+	if err := b.FlushStats(ctx, driver.StatsBatch{Hashes: []driver.StatsHash{{Key: key, Set: set, ExpireAt: t0.Add(48 * time.Hour)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		b      driver.Backend
+		fields int
+	}{
+		{"bad names", b, 4},
+		{"and a value not a number", malformedValue{b, key}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			as, err := sdk.New(tc.b, sdk.WithClock(c)).Announced(ctx, 10*time.Minute)
+			var me *sdk.MalformedError
+			if !errors.As(err, &me) || !errors.Is(err, sdk.ErrMalformedStats) || me.Fields != tc.fields || !slices.Equal(me.Keys, []string{key}) {
+				t.Errorf("Announced error = %v, want a *MalformedError of %d fields in %s", err, tc.fields, key)
+			}
+			if len(as) != 1 || as[0].Policy != "msg" {
+				t.Errorf("Announced = %+v, want msg's announcement", as)
+			}
+			if strings.Contains(err.Error(), "sms") || strings.Contains(err.Error(), "garbage") {
+				t.Errorf("Announced error = %q, shows a field's contents", err)
+			}
+		})
+	}
+	if _, err := sdk.New(malformedValue{b, "fc:stats:{msg:10s:"}, sdk.WithClock(c)).Stats(ctx, p, time.Hour); !errors.Is(err, sdk.ErrMalformedStats) {
+		t.Errorf("Stats with a malformed field = %v, want ErrMalformedStats", err)
+	}
+}
+
+// malformedValue is a backend whose ReadStats also reports a malformed
+// field in the first hash asked whose key starts with key.
+type malformedValue struct {
+	*memory.Backend
+	key string
+}
+
+func (m malformedValue) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
+	d, err := m.Backend.ReadStats(ctx, q)
+	for _, k := range q.Hashes {
+		if strings.HasPrefix(k, m.key) {
+			d.Malformed = append(d.Malformed, driver.StatsMalformed{Key: k, Field: "f"})
+			break
+		}
+	}
+	return d, err
+}

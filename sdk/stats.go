@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -122,6 +123,9 @@ func (l *Limiter) Stats(ctx context.Context, p *Policy, window time.Duration) (S
 	}
 	if len(data.Hashes) != len(q.Hashes) || len(data.Tops) != len(q.Tops) {
 		return Stats{}, fmt.Errorf("sdk: stats: backend answered %d hashes and %d sorted sets, want %d and %d", len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
+	}
+	if m := data.Malformed; len(m) > 0 {
+		return Stats{}, fmt.Errorf("sdk: stats: %w: %d fields are not numbers, the first %q of %q", ErrMalformedStats, len(m), m[0].Field, m[0].Key)
 	}
 	rules := map[string]*RuleStats{}
 	var order []string
@@ -314,6 +318,12 @@ func (a Announcement) Diff(b Announcement) []string {
 // implement driver.StatsStore. Keys read: "<prefix>:stats:{policies}:<unix
 // day>", one hash per UTC day of announcements (JSON) to their last time
 // (Unix ms), each kept 2 days.
+//
+// A field no Recorder wrote (its value not a time, its name not an
+// announcement, or a policy or rule name NewPolicy refuses) is skipped:
+// Announced then returns every other announcement together with a
+// *MalformedError (wrapping ErrMalformedStats) that counts the fields
+// skipped and names their keys (not their contents).
 func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announcement, error) {
 	st, ok := l.b.(driver.StatsStore)
 	if !ok {
@@ -338,17 +348,28 @@ func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announ
 		return nil, fmt.Errorf("sdk: announced: backend answered %d hashes, want %d", len(data.Hashes), len(q.Hashes))
 	}
 	latest := map[string]time.Time{} // announcement -> last seen, over the days read
-	for _, fields := range data.Hashes {
+	keyOf := map[string]string{}     // announcement -> a key holding it
+	badKeys := map[string]bool{}     // keys holding malformed fields
+	bad := map[[2]string]bool{}      // the malformed fields, by key and name
+	for i, fields := range data.Hashes {
 		for _, f := range fields {
 			if t := time.UnixMilli(f.Value); t.After(latest[f.Name]) {
 				latest[f.Name] = t
+				keyOf[f.Name] = q.Hashes[i]
 			}
 		}
 	}
+	for _, m := range data.Malformed {
+		bad[[2]string{m.Key, m.Field}], badKeys[m.Key] = true, true
+	}
 	var out []Announcement
 	for field, seen := range latest {
-		var a Announcement
-		if json.Unmarshal([]byte(field), &a) != nil || a.Policy == "" || seen.Before(since) {
+		a, ok := parseAnnouncement(field)
+		if !ok {
+			bad[[2]string{keyOf[field], field}], badKeys[keyOf[field]] = true, true
+			continue
+		}
+		if seen.Before(since) {
 			continue
 		}
 		a.LastSeen = seen
@@ -360,5 +381,45 @@ func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announ
 		}
 		return b.LastSeen.Compare(a.LastSeen)
 	})
+	if len(bad) > 0 {
+		return out, &MalformedError{Op: "announced", Fields: len(bad), Keys: slices.Sorted(maps.Keys(badKeys))}
+	}
 	return out, nil
+}
+
+// MalformedError is the error Announced returns, with the announcements
+// it could read, when it skipped fields no Recorder wrote. It wraps
+// ErrMalformedStats. Keys name where the fields are; their contents,
+// written by something else, are left out.
+type MalformedError struct {
+	Op     string   // the operation: "announced"
+	Fields int      // how many fields were skipped
+	Keys   []string // the keys holding them, sorted
+}
+
+func (e *MalformedError) Error() string {
+	return fmt.Sprintf("sdk: %s: %v: %d fields skipped, in %s", e.Op, ErrMalformedStats, e.Fields, strings.Join(e.Keys, ", "))
+}
+
+// Unwrap returns ErrMalformedStats.
+func (e *MalformedError) Unwrap() error { return ErrMalformedStats }
+
+// parseAnnouncement decodes an announcement field as a Recorder writes it
+// (announcement): JSON naming a valid policy and valid rules.
+func parseAnnouncement(field string) (Announcement, bool) {
+	var a Announcement
+	if json.Unmarshal([]byte(field), &a) != nil || !validName(a.Policy) {
+		return Announcement{}, false
+	}
+	for _, d := range a.ShardBy {
+		if !validName(d) {
+			return Announcement{}, false
+		}
+	}
+	for _, r := range a.Rules {
+		if !validName(r.Name) || !validName(r.ID) || !validName(r.Algorithm) || !validName(r.Window) {
+			return Announcement{}, false
+		}
+	}
+	return a, true
 }

@@ -69,7 +69,8 @@ func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error
 
 // ReadStats reads the hashes (HGETALL) and the top members of the sorted
 // sets (ZRANGE … REV WITHSCORES) of q in one pipeline (one per master on a
-// cluster).
+// cluster). A hash field whose value is not an integer is left out and
+// listed in the answer's Malformed.
 func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
 	out := driver.StatsData{Hashes: make([][]driver.StatsField, len(q.Hashes)), Tops: make([][]driver.StatsField, len(q.Tops))}
 	if len(q.Hashes) == 0 && len(q.Tops) == 0 {
@@ -97,7 +98,8 @@ func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.St
 		for f, v := range m {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				return driver.StatsData{}, fmt.Errorf("redis: read stats: field %q of %q is not an integer", f, q.Hashes[i])
+				out.Malformed = append(out.Malformed, driver.StatsMalformed{Key: q.Hashes[i], Field: f})
+				continue
 			}
 			out.Hashes[i] = append(out.Hashes[i], driver.StatsField{Name: f, Value: n})
 		}

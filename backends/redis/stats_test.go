@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestRecorder: two processes (clients, Limiters and Recorders of their
@@ -166,5 +167,31 @@ func TestRecorder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadStatsMalformed: a hash field whose value is not an integer is
+// left out and listed in Malformed; the hash's other fields and the other
+// hashes are read.
+func TestReadStatsMalformed(t *testing.T) {
+	b, c := standalone(t)
+	ctx := context.Background()
+	k1, k2 := "rsm-"+fmt.Sprint(time.Now().UnixNano())+":a", "rsm-"+fmt.Sprint(time.Now().UnixNano())+":b"
+	if err := c.HSet(ctx, k1, "good", "5", "bad", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, k2, "also", "7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.ReadStats(ctx, driver.StatsQuery{Hashes: []string{k1, k2}})
+	if err != nil {
+		t.Fatalf("ReadStats = %v, want the fields it can read", err)
+	}
+	if len(d.Hashes) != 2 || len(d.Hashes[0]) != 1 || d.Hashes[0][0] != (driver.StatsField{Name: "good", Value: 5}) ||
+		len(d.Hashes[1]) != 1 || d.Hashes[1][0].Value != 7 {
+		t.Errorf("ReadStats hashes = %+v, want good=5 and also=7", d.Hashes)
+	}
+	if len(d.Malformed) != 1 || d.Malformed[0] != (driver.StatsMalformed{Key: k1, Field: "bad"}) {
+		t.Errorf("ReadStats malformed = %+v, want %s's bad", d.Malformed, k1)
 	}
 }

@@ -39,9 +39,9 @@ type FleetRule struct {
 
 // TopSubject is a denied subject linking to its subject page.
 type TopSubject struct {
-	Label string // "user=u42"
-	URL   string
-	Count int64
+	Values []Field // its shard values, in policy order: user=u42
+	URL    string
+	Count  int64
 }
 
 // Chart is an inline SVG line chart of allowed and denied counts per

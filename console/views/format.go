@@ -1,6 +1,7 @@
 package views
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -35,6 +36,17 @@ func queryEscape(s string) string { return url.QueryEscape(s) }
 
 func joinComma(s []string) string { return strings.Join(s, ", ") }
 
+// suffix returns sep and s, or "" when s is empty.
+func suffix(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}
+
+// joinRules joins rule names as the reset form posts them ("a,b").
+func joinRules(s []string) string { return strings.Join(s, ",") }
+
 // subjectPageURL turns a live fragment URL into its page's URL.
 func subjectPageURL(live string) string {
 	return strings.Replace(live, "/live/subject?", "/subject?", 1)
@@ -58,10 +70,11 @@ type Blocked struct {
 	RetryIn string
 	// Live: re-checked now with a Peek of the exact subject; else only
 	// the trail says so (the re-check was skipped or failed).
-	Live     bool
-	URL      string    // the subject page of the exact subject
-	ResetURL string    // the reset of the exact subject ("" for viewers)
-	UntilAt  time.Time // Until, for sorting
+	Live      bool
+	RetryNote string    // why RetryIn is longer than the rule's window (RuleRow.RetryNote)
+	URL       string    // the subject page of the exact subject
+	ResetURL  string    // the reset of the exact subject ("" for viewers)
+	UntilAt   time.Time // Until, for sorting
 }
 
 // fieldValue returns the value of the field named name.
@@ -74,8 +87,17 @@ func fieldValue(fs []Field, name string) string {
 	return ""
 }
 
-// plural returns one when n is 1, else many.
-func plural(n int, one, many string) string {
+// Count returns n and the noun for it, "1 entry", "2 entries": every
+// count the pages print goes through it (or Plural).
+func Count[N int | int64 | uint64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// Plural returns one when n is 1, else many.
+func Plural(n int, one, many string) string {
 	if n == 1 {
 		return one
 	}

@@ -16,18 +16,35 @@ type idPart struct {
 }
 
 // hiddenRune reports whether r would be invisible or change how the text
-// around it reads: control characters, format characters (the bidi
+// around it reads: control characters; format characters (the bidi
 // overrides and isolates U+202A–U+202E and U+2066–U+2069, zero-width
-// spaces and joiners, the BOM), and white space other than a space.
+// spaces and joiners, the BOM, the soft hyphen); the other default-ignorable
+// code points (Unicode's Default_Ignorable_Code_Point: the combining
+// grapheme joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and
+// U+FFA0, variation selectors, …), which fonts draw as nothing; letters
+// and symbols drawn blank (blankRunes); unassigned and private-use code
+// points, which a font may draw as nothing too; and white space other
+// than a space.
 func hiddenRune(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) ||
+		blankRunes[r] || unicode.Is(unicode.Co, r) || unicode.Is(unicode.Cn, r) ||
 		(unicode.IsSpace(r) && r != ' ') || unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) ||
 		r == utf8.RuneError
 }
 
+// blankRunes are assigned letters and symbols, not default-ignorable,
+// that fonts draw as an empty cell: they pass for a space or nothing.
+var blankRunes = map[rune]bool{
+	0x2800: true, // BRAILLE PATTERN BLANK
+}
+
 // idParts splits id for display: each hidden rune, and each space at
 // either end, becomes an escaped part (\u202E, \u0020) that the page
-// marks, so that "user\u202Eexe.txt" cannot pass for "usertxt.exe".
+// marks, so that "user\u202Eexe.txt" cannot pass for "usertxt.exe" nor
+// "a\u3164b" for "ab". It is the pages' one marking of ids: every id
+// shown (subject values, keys, the audit's and the header's names, the
+// overview's most denied subjects) goes through idText, its template.
 func idParts(id string) []idPart {
 	var parts []idPart
 	var plain strings.Builder

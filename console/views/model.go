@@ -65,8 +65,14 @@ type SubjectLive struct {
 	Allowed  bool     // every rule evaluated (Rules) would admit a request now
 	Blocking []string // rules that would deny a request now
 	RetryIn  string
-	Rules    []RuleRow
-	Skipped  []string // rules not evaluated: they need dimensions not given
+	// RetryNote explains RetryIn when it is longer than the window of the
+	// sliding-window rule it waits for (RuleRow.RetryNote).
+	RetryNote string
+	// CellsNote, when some rule's reset or retry has a note, explains
+	// them at length under the rules.
+	CellsNote string
+	Rules     []RuleRow
+	Skipped   []string // rules not evaluated: they need dimensions not given
 	// Evaluated names the rules in Rules.
 	Evaluated []string
 	// Missing names the dimensions the skipped rules need and the
@@ -107,7 +113,10 @@ type RuleRow struct {
 	Remaining int64
 	ResetIn   string
 	RetryIn   string
-	Allowed   bool
+	// ResetNote and RetryNote explain a sliding window's reset or retry
+	// longer than its window (its cells); "" when there is none to explain.
+	ResetNote, RetryNote string
+	Allowed              bool
 }
 
 // DenialRow is one entry of a denial trail, or a group of identical
@@ -120,6 +129,7 @@ type DenialRow struct {
 	Limit       int64
 	Cost        int64
 	RetryAfter  string
+	RetryNote   string // why RetryAfter is longer than the rule's window (RuleRow.RetryNote)
 	CostTooHigh bool
 	Count       int
 	First       string
@@ -199,11 +209,21 @@ type PolicyRuleRow struct {
 // ResetView is the reset confirmation page.
 type ResetView struct {
 	Page
-	Policy  string
-	Fields  []Field // the given dimension values
-	Rules   []string
-	Keep    []string // rules left alone (their dimensions are not given)
-	Keys    []string
+	Policy string
+	Fields []Field // the given dimension values
+	// Rules are the rules a whole reset deletes (every rule whose
+	// dimensions are given), with the open reservations; Keys its keys.
+	Rules []string
+	Keep  []string // rules left alone (their dimensions are not given)
+	Keys  []string
+	// Exact, when not empty, are the rules keyed by exactly the given
+	// dimensions (a pair's own), fewer than Rules: the page offers to
+	// reset only them (ExactKeys), keeping ExactKeeps and the rest.
+	Exact, ExactKeys, ExactKeeps []string
+	// Wider says what a whole reset does beyond Exact, one sentence per
+	// set of dimensions ("recv-1m and recv-24h are keyed by user only …");
+	// empty when Rules are all keyed by exactly the given dimensions.
+	Wider   []string
 	BackURL string
 }
 

@@ -65,6 +65,7 @@ var groups = []group{
 	}},
 	{name: "Reset", cases: []testCase{
 		{name: "ForgetsStateAndReservations", needs: resetter | peeker, run: resetCase},
+		{name: "RulesResetOnlyThose", needs: resetter | peeker, run: resetRulesCase},
 	}},
 	{name: "Trail", cases: []testCase{
 		{name: "ContentsOrderBound", needs: inspector | peeker, run: trailContents},
@@ -692,6 +693,78 @@ func resetCase(e *env) {
 		}
 	}
 	e.used("Take(all, cost 5) after Reset", e.take(5, rules...), 5, 5, 5, 5)
+}
+
+// resetRulesCase: ResetRules forgets the named rules (a whole set of
+// dimensions: one of each algorithm keyed by s and c) and nothing else:
+// not the rules keyed by s alone, nor by s and d, nor the open
+// reservations. A name unknown, missing, or naming part of a set of
+// dimensions, or a subject lacking a named rule's dimension, resets
+// nothing.
+func resetRulesCase(e *env) {
+	w := time.Hour
+	e.ensureRoom(w, 30*time.Second)
+	by := func(r sdk.Rule, dims ...string) sdk.Rule { return r.By(append([]string{dim}, dims...)...) }
+	rules := []sdk.Rule{
+		e.fixed("u-fixed", 9, w),
+		e.sliding("u-sliding", 9, w, 10),
+		e.log("u-log", 9, w),
+		by(sdk.FixedWindow("c-fixed", 9, w), "c"),
+		by(sdk.SlidingWindow("c-sliding", 9, w).Cells(10), "c"),
+		by(sdk.SlidingLog("c-log", 9, w), "c"),
+		by(sdk.GCRA("c-gcra", 9, w, 8), "c"),
+		by(sdk.FixedWindow("d-fixed", 9, w), "d"),
+		by(sdk.SlidingLog("d-log", 9, w), "d"),
+	}
+	pair := []string{"c-fixed", "c-sliding", "c-log", "c-gcra"}
+	p := e.policy(rules...)
+	subj := sdk.Subject{dim: e.tag, "c": "x", "d": "y"}
+	peek := func(label string, used ...int64) {
+		e.t.Helper()
+		d, err := e.lim.Peek(bg(), p, sdk.Attempt{Subject: subj})
+		e.used(label, e.shaped(label, rules, d, err), used...)
+	}
+	d, err := e.lim.Take(bg(), p, sdk.Attempt{Subject: subj, Cost: 3})
+	e.shaped("Take(all, cost 3)", rules, d, err)
+	held := int64(0)
+	var rv *sdk.Reservation
+	if e.has(reserver) {
+		d, rv, err = e.lim.Reserve(bg(), p, sdk.Attempt{Subject: subj}, time.Hour)
+		if e.shaped("Reserve(all, cost 1)", rules, d, err); rv == nil {
+			e.t.Fatalf("Reserve(all, cost 1) = no reservation, want one")
+		}
+		held = 1
+	}
+	refused := []struct {
+		label string
+		subj  sdk.Subject
+		names []string
+		want  error
+	}{
+		{"no rule", subj, nil, sdk.ErrInvalidRule},
+		{"an unknown rule", subj, []string{"c-fixed", "c-sliding", "c-log", "c-gcra", "nope"}, sdk.ErrInvalidRule},
+		{"part of a set of dimensions", subj, []string{"c-fixed", "c-log"}, sdk.ErrInvalidRule},
+		{"a subject without c", sdk.Subject{dim: e.tag, "d": "y"}, pair, sdk.ErrInvalidSubject},
+	}
+	for _, tc := range refused {
+		if err := e.lim.ResetRules(bg(), p, tc.subj, tc.names...); !errors.Is(err, tc.want) {
+			e.t.Errorf("ResetRules(%s) = %v, want an error wrapping %v", tc.label, err, tc.want)
+		}
+	}
+	n := 3 + held
+	peek("Peek(all) after the refused ResetRules", n, n, n, n, n, n, n, n, n)
+	if err := e.lim.ResetRules(bg(), p, subj, pair...); err != nil {
+		e.t.Fatalf("ResetRules(%v) = %v, want nil", pair, err)
+	}
+	peek("Peek(all) after ResetRules(c-*)", n, n, n, 0, 0, 0, 0, n, n)
+	if rv != nil {
+		if err := rv.Commit(bg()); err != nil {
+			e.t.Errorf("Commit after ResetRules = %v, want nil (ResetRules keeps reservations)", err)
+		}
+	}
+	d, err = e.lim.Take(bg(), p, sdk.Attempt{Subject: subj, Cost: 5})
+	e.used("Take(all, cost 5) after ResetRules", e.shaped("Take(all, cost 5)", rules, d, err),
+		n+5, n+5, n+5, 5, 5, 5, 5, n+5, n+5)
 }
 
 // reservation reserves one unit where the backend supports reservations

@@ -372,8 +372,11 @@ type Inspector interface {
 // Resetter is implemented by backends that can forget a subject.
 type Resetter interface {
 	// Reset deletes the state of every rule in req.Rules and every
-	// reservation under req.ReservationKey (without giving anything back).
-	// The denial trail and idempotency records are kept.
+	// reservation under req.ReservationKey (without giving anything back;
+	// an empty ReservationKey keeps them). The denial trail and
+	// idempotency records are kept. The sdk names either every rule of a
+	// set of dimensions (Rule.Group) or none of it, so a backend keeping
+	// a set's state under one key may delete that key whole.
 	Reset(ctx context.Context, req Request) error
 }
 

@@ -66,8 +66,17 @@ type StatsQuery struct {
 
 // StatsData answers a StatsQuery: one entry per key asked, in the same
 // order (nil for a missing key). Hash fields come in any order; sorted-set
-// members highest score first.
+// members highest score first. A hash field whose value is not an
+// integer (something other than the sdk wrote it) is left out of Hashes
+// and listed in Malformed, so that one bad field spoils nothing else.
 type StatsData struct {
-	Hashes [][]StatsField
-	Tops   [][]StatsField
+	Hashes    [][]StatsField
+	Tops      [][]StatsField
+	Malformed []StatsMalformed
+}
+
+// StatsMalformed is a hash field ReadStats left out: its value is not an
+// integer.
+type StatsMalformed struct {
+	Key, Field string
 }
