@@ -120,8 +120,8 @@ func Run(t *testing.T, h Harness) {
 						if late == "" {
 							return
 						}
-						if attempt == 3 {
-							t.Fatalf("timing: %s (3 attempts): the backend is too slow for this case's real-clock windows", late)
+						if attempt == lateAttempts {
+							t.Fatalf("timing: %s (%d attempts): the backend is too slow for this case's real-clock windows", late, lateAttempts)
 						}
 						t.Logf("timing: %s; retrying with fresh keys (attempt %d)", late, attempt+1)
 					}
@@ -213,6 +213,11 @@ func missing(t *testing.T, h *Harness, needs feature) bool {
 		e.b, strings.Join(names, ", "))
 	return true
 }
+
+// lateAttempts is how many times Run tries a real-clock case whose steps
+// came late (a loaded machine: each try has fresh keys, and each checks
+// everything the first does).
+const lateAttempts = 5
 
 // late is panicked by env.before with a real clock when a step was
 // decided after the instant it needed; runCase recovers it.
@@ -541,7 +546,7 @@ func (e *env) ensureRoom(w, room time.Duration) {
 
 // before abandons the attempt when d was decided at or after deadline:
 // the step was late for its real-clock window. Run retries the case with
-// fresh keys, up to 3 times. With a fake clock it is a bug in the case.
+// fresh keys, up to lateAttempts times. With a fake clock it is a bug in the case.
 func (e *env) before(d sdk.Decision, deadline time.Time, what string) {
 	e.t.Helper()
 	if d.At.Before(deadline) {

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -208,7 +209,9 @@ func (e *env) crossing(r sdk.Rule, cost int64, leave time.Time, take bool) {
 				e.t.Fatalf("Peek(%s, cost %d) %v after %v = %s, want allowed", r.Name, cost, -d, leave, fmtRule(res.Rules[0]))
 			}
 			if before == 0 {
-				e.t.Errorf("no peek before %v: nothing was checked before the boundary", leave)
+				// The first peek came after the boundary: late, as a step
+				// decided past its deadline (Run retries with fresh keys).
+				panic(late{fmt.Sprintf("Peek(%s, cost %d): the first peek was decided %v after %v, none before the boundary", r.Name, cost, -d, leave)})
 			}
 			if take {
 				res = e.take(cost, r)
