@@ -21,7 +21,8 @@ func TestConformanceOwnImage(t *testing.T) {
 		// Your image, repository:tag. This one is the Debian Redis that
 		// freqcap's scripts/build-images.sh makes without a registry.
 		Image: "freqcap/redis:7.0-debian",
-		// Images made by docker import have no command of their own.
+		// The server's command line. Nil runs redis-server with these
+		// settings; images made by docker import have no command of their own.
 		Cmd: []string{"redis-server", "--bind", "0.0.0.0", "--protected-mode", "no",
 			"--save", "", "--appendonly", "no"},
 		Args: []string{"--maxmemory-policy", "noeviction"},

@@ -23,9 +23,9 @@
 // # Skips
 //
 // Without a Docker engine, or when the image is neither present nor
-// pullable, the test is skipped with a message saying what is missing and
-// how to get it — unless FREQCAP_REQUIRE_SERVERS=1 ([Required]), which
-// turns every such skip into a failure (freqcap's CI sets it).
+// pullable, the test is skipped with a message saying what is missing —
+// unless FREQCAP_REQUIRE_SERVERS=1 ([Required]), which turns every such
+// skip into a failure (freqcap's CI sets it).
 //
 // # Cleanup
 //
@@ -72,7 +72,7 @@ import (
 	"testing"
 	"time"
 
-	dt "github.com/ory/dockertest/v3"
+	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -105,8 +105,9 @@ type Spec struct {
 	// (see the package documentation).
 	Image string
 	// Cmd is the command the container runs. Nil means redis-server
-	// --bind 0.0.0.0 --protected-mode no --save "" --appendonly no. Images
-	// made by docker import have no command of their own: give one.
+	// --bind 0.0.0.0 --protected-mode no --save "" --appendonly no. The
+	// command is always given to the container, so images made by docker
+	// import, which have none of their own, run too.
 	Cmd []string
 	// ImageCmd runs the image's own command (its CMD) instead of Cmd: for
 	// an image whose configuration loads its modules.
@@ -178,17 +179,17 @@ func unavailable(t testing.TB, format string, args ...any) {
 
 var (
 	poolOnce sync.Once
-	pool     *dt.Pool
+	pool     *dockertest.Pool
 	poolErr  error
 )
 
 // Pool returns the connection to the Docker engine this package shares,
 // for what the package itself does not do. Without an engine it skips t
 // (or fails it, see Required).
-func Pool(t testing.TB) *dt.Pool {
+func Pool(t testing.TB) *dockertest.Pool {
 	t.Helper()
 	poolOnce.Do(func() {
-		p, err := dt.NewPool("")
+		p, err := dockertest.NewPool("")
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err = p.Client.PingWithContext(ctx)
@@ -207,7 +208,9 @@ func Pool(t testing.TB) *dt.Pool {
 	return pool
 }
 
-// Server is a running server container.
+// Server is a running server container. Its methods (but Addr and Logs)
+// fail the test that started it on error: call them from that test's
+// goroutine.
 type Server struct {
 	// Name is the container's name, ID its ID and Image the image it runs.
 	Name, ID, Image string
@@ -219,7 +222,7 @@ type Server struct {
 
 	addr string
 	spec Spec
-	pool *dt.Pool
+	pool *dockertest.Pool
 }
 
 // Addr is where the test process reaches the server, host:port:
@@ -286,7 +289,7 @@ func Start(t testing.TB, s Spec) *Server {
 }
 
 // redisImage returns the image of a Spec without Image.
-func redisImage(p *dt.Pool) string {
+func redisImage(p *dockertest.Pool) string {
 	if v := os.Getenv(EnvImageRedis); v != "" {
 		return v
 	}
@@ -297,7 +300,7 @@ func redisImage(p *dt.Pool) string {
 }
 
 // ensureImage finds image locally, pulling it only when it is missing.
-func ensureImage(p *dt.Pool, image string) error {
+func ensureImage(p *dockertest.Pool, image string) error {
 	if _, err := p.Client.InspectImage(image); err == nil {
 		return nil
 	}
