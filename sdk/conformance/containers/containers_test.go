@@ -250,7 +250,9 @@ func TestRestartKeepsAddr(t *testing.T) {
 // TestCleanup: containers and networks are gone once their test ends.
 func TestCleanup(t *testing.T) {
 	var id, netID string
+	skipped := false
 	t.Run("inner", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
 		n := NewNetwork(t)
 		srv := Start(t, Spec{Network: n})
 		if strings.HasPrefix(srv.Addr(), "127.") {
@@ -258,6 +260,9 @@ func TestCleanup(t *testing.T) {
 		}
 		id, netID = srv.ID, n.ID
 	})
+	if skipped {
+		t.Skip("SKIPPED: the inner test was skipped; its message says why")
+	}
 	if id == "" {
 		t.Fatal("inner test did not start a container")
 	}
