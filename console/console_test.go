@@ -22,7 +22,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 const (
@@ -37,7 +37,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type fixture struct {
 	srv      *Server
 	lim      *sdk.Limiter
-	clock    *conformance.FakeClock
+	clock    *fakeclock.Clock
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
 	auditBuf *bytes.Buffer
@@ -62,9 +62,9 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 // newFixtureWith is newFixture with a backend (nil: memory, on the
 // fixture's clock) and an audit log (nil: a fresh one writing to
 // auditBuf).
-func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *conformance.FakeClock) *faulty.Backend, audit *AuditLog) *fixture {
+func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) *faulty.Backend, audit *AuditLog) *fixture {
 	t.Helper()
-	clk := conformance.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatalf("seed.Policies() error: %v", err)

@@ -20,7 +20,7 @@ import (
 	"github.com/freqcap/freqcap/backends/faulty"
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 const jsonCT = "application/json"
@@ -565,7 +565,7 @@ var errDial = errors.New("dial tcp 10.9.8.7:6379: connect: connection refused")
 func newFlakyFixture(t *testing.T, creds []Credential) (*fixture, *faulty.Backend) {
 	t.Helper()
 	var fb *faulty.Backend
-	f := newFixtureWith(t, creds, func(clk *conformance.FakeClock) *faulty.Backend {
+	f := newFixtureWith(t, creds, func(clk *fakeclock.Clock) *faulty.Backend {
 		fb = faulty.New(memory.New(&memory.Options{Clock: clk}))
 		return fb
 	}, nil)

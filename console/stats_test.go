@@ -20,7 +20,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/prom"
 )
 
@@ -34,7 +34,7 @@ type fleetFixture struct {
 
 func newFleetFixture(t *testing.T, servicePolicies ...*sdk.Policy) *fleetFixture {
 	t.Helper()
-	clk := conformance.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	pols, err := seed.Policies()
 	if err != nil {
 		t.Fatal(err)

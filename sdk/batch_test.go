@@ -12,8 +12,8 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // countingBackend is the memory backend counting the requests it gets, by
@@ -78,7 +78,7 @@ func (c *countingBackend) calls() int {
 	return n
 }
 
-func newCounting(c *conformance.FakeClock) *countingBackend {
+func newCounting(c *fakeclock.Clock) *countingBackend {
 	return &countingBackend{Backend: memory.New(&memory.Options{Clock: c})}
 }
 

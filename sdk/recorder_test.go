@@ -11,8 +11,8 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // recPolicy is the recorder tests' policy: 3 per minute per user, 10 per
@@ -31,7 +31,7 @@ func recPolicy(t *testing.T, window time.Duration) *sdk.Policy {
 
 // process is one service: a Limiter with its own Recorder, flushed by
 // hand.
-func process(t *testing.T, b *memory.Backend, c *conformance.FakeClock) (*sdk.Limiter, *sdk.Recorder) {
+func process(t *testing.T, b *memory.Backend, c *fakeclock.Clock) (*sdk.Limiter, *sdk.Recorder) {
 	t.Helper()
 	rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Now: c.Now, FlushEvery: -1})
 	if err != nil {

@@ -11,12 +11,12 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // newClock returns a settable clock for the memory backend and the
 // Limiter.
-func newClock(t time.Time) *conformance.FakeClock { return conformance.NewFakeClock(t) }
+func newClock(t time.Time) *fakeclock.Clock { return fakeclock.New(t) }
 
 // t0 is the test epoch.
 var t0 = time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
@@ -34,7 +34,7 @@ func loadPolicies(t testing.TB) map[string]*sdk.Policy {
 	return m
 }
 
-func newMemLimiter(t *testing.T, c *conformance.FakeClock) *sdk.Limiter {
+func newMemLimiter(t *testing.T, c *fakeclock.Clock) *sdk.Limiter {
 	t.Helper()
 	return sdk.New(memory.New(&memory.Options{Clock: c}))
 }

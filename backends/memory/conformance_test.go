@@ -7,10 +7,11 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 func TestConformance(t *testing.T) {
-	clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return memory.New(&memory.Options{Clock: clock}) },
 		Clock:      clock,

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // TestStats: increments add up, values replace, sorted sets keep their
@@ -17,7 +17,7 @@ import (
 func TestStats(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := conformance.NewFakeClock(t0)
+	c := fakeclock.New(t0)
 	b := New(&Options{Clock: c})
 	exp := t0.Add(time.Minute)
 	batch := driver.StatsBatch{

@@ -1,7 +1,8 @@
 // Package testserver is what a test asks of a Redis it starts, however the
 // server runs: a redis-server process (internal/redistest) or a container
-// (internal/dockertest). A test written against a Launcher names the
-// server it needs once and runs on either.
+// (the public kit, sdk/conformance/containers, whose *Server is a Server).
+// A test written against a Launcher names the server it needs once and
+// runs on either.
 package testserver
 
 import (

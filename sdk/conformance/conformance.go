@@ -3,7 +3,7 @@
 // A backend's test runs it in a few lines:
 //
 //	func TestConformance(t *testing.T) {
-//		clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+//		clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 //		conformance.Run(t, conformance.Harness{
 //			NewBackend: func(t *testing.T) driver.Backend {
 //				return memory.New(&memory.Options{Clock: clock})
@@ -38,6 +38,11 @@
 //
 // Each subtest uses its own key prefix and its own subject (a fresh
 // random hash tag), so parallel tests and shared servers never collide.
+//
+// To run the suite against a server in a container — a Redis, a Redis
+// Cluster, a Sentinel deployment or an image of your own — start it with
+// package containers (sdk/conformance/containers) and build the backend
+// on the addresses it returns.
 package conformance
 
 import (
@@ -60,40 +65,29 @@ import (
 // Harness tells Run how to test one backend.
 type Harness struct {
 	// NewBackend returns the backend under test. It is called once per
-	// subtest; returning one shared backend is fine (keys never collide).
+	// subtest, with the subtest's t, so each may get a fresh backend (and
+	// register its cleanup with t); returning one shared backend is fine
+	// too (keys never collide). Required.
 	NewBackend func(t *testing.T) driver.Backend
-	// Backend is the backend under test, shared by every subtest: set it
-	// instead of NewBackend when there is nothing to build per subtest.
-	Backend driver.Backend
 	// Clock is the fake clock the backend reads (its Now), advanced by the
 	// suite. Nil means the backend has its own clock (a Redis server's
 	// TIME): the suite then uses short real windows, waits by polling the
 	// backend's clock and runs the subtests in parallel. The clock is read
 	// by peeking a scratch rule of the test's own subject, so on a Redis
 	// Cluster it is the clock of the node holding the test's keys.
-	Clock *FakeClock
+	Clock *fakeclock.Clock
 	// Tolerance is the slack allowed in durations and instants the
 	// backend reports (e.g. for a backend storing microseconds). Default:
 	// 0 with a fake clock, 2ms with a real one. Counts are always exact.
 	Tolerance time.Duration
 }
 
-// FakeClock is the suite's fake clock: a fakeclock.Clock.
-type FakeClock = fakeclock.Clock
-
-// NewFakeClock returns a fake clock reading t (fakeclock.New).
-func NewFakeClock(t time.Time) *FakeClock { return fakeclock.New(t) }
-
 // Run runs the suite against the backend h describes, one subtest per
 // behaviour (see the package documentation).
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.NewBackend == nil && h.Backend != nil {
-		b := h.Backend
-		h.NewBackend = func(*testing.T) driver.Backend { return b }
-	}
 	if h.NewBackend == nil {
-		t.Fatal("conformance: Harness.NewBackend and Harness.Backend are nil")
+		t.Fatal("conformance: Harness.NewBackend is nil")
 	}
 	if h.Tolerance == 0 && h.Clock == nil {
 		h.Tolerance = 2 * time.Millisecond
@@ -269,7 +263,7 @@ type env struct {
 	h        *Harness
 	b        driver.Backend
 	lim      *sdk.Limiter
-	fake     *FakeClock
+	fake     *fakeclock.Clock
 	tol      time.Duration
 	tag      string
 	trailMax int

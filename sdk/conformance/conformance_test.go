@@ -61,16 +61,3 @@ func TestWindowStart(t *testing.T) {
 		}
 	}
 }
-
-func TestFakeClock(t *testing.T) {
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	c := NewFakeClock(t0)
-	c.Advance(time.Minute)
-	if got := c.Now(); !got.Equal(t0.Add(time.Minute)) {
-		t.Errorf("Now() after Advance(1m) = %v, want %v", got, t0.Add(time.Minute))
-	}
-	c.Set(t0)
-	if got := c.Now(); !got.Equal(t0) {
-		t.Errorf("Now() after Set = %v, want %v", got, t0)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // takeOnly is a backend with Take alone: it hides every optional
@@ -25,7 +26,7 @@ func (t takeOnly) Take(ctx context.Context, req driver.Request) (driver.Result, 
 // interface: the cases needing one check that the sdk refuses the
 // operation (errors.ErrUnsupported) and are skipped; the rest pass.
 func TestTakeOnlyBackend(t *testing.T) {
-	clock := conformance.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	b := takeOnly{memory.New(&memory.Options{Clock: clock})}
 	conformance.Run(t, conformance.Harness{
 		NewBackend: func(t *testing.T) driver.Backend { return b },

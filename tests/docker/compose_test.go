@@ -19,7 +19,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/internal/dockertest"
+	"github.com/freqcap/freqcap/sdk/conformance/containers"
 )
 
 // repoRoot is the repository's top directory (this file is tests/docker/…).
@@ -44,7 +44,7 @@ func composeCommand(t *testing.T) []string {
 		return []string{"docker", "compose"}
 	}
 	msg := "neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)"
-	if dockertest.Required() {
+	if containers.Required() {
 		t.Fatal(msg)
 	}
 	t.Skip("SKIPPED: " + msg)
@@ -216,7 +216,7 @@ func localImage(t *testing.T, env, def string) string {
 	}
 	if exec.Command("docker", "image", "inspect", img).Run() != nil {
 		msg := fmt.Sprintf("image %s (%s) is not present; run scripts/build-images.sh", img, env)
-		if dockertest.Required() {
+		if containers.Required() {
 			t.Fatal(msg)
 		}
 		t.Skip("SKIPPED: " + msg)
@@ -239,8 +239,8 @@ func freePort(t *testing.T) int {
 // its API needs a token, and that a check through it lands in the compose
 // Redis; then the docs' `down` commands, without the token variables.
 func TestComposeUp(t *testing.T) {
-	dockertest.Pool(t) // skips without an engine
-	redisImage := localImage(t, "FREQCAP_IMAGE_REDIS", dockertest.LocalRedisImage)
+	containers.Pool(t) // skips without an engine
+	redisImage := localImage(t, "FREQCAP_IMAGE_REDIS", containers.LocalRedisImage)
 	consoleImage := localImage(t, "FREQCAP_IMAGE_CONSOLE", "freqcap/console:dev")
 	redisPort, consolePort := freePort(t), freePort(t)
 	ups, downs := documentedRuns(t, "up"), documentedRuns(t, "down")

@@ -13,9 +13,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
-	"github.com/freqcap/freqcap/internal/dockertest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/conformance/containers"
 )
 
 // TestPause freezes the Redis container during a decision loop. Every call
@@ -31,7 +31,7 @@ func TestPause(t *testing.T) {
 		workers    = 4
 		perWorker  = 6
 	)
-	srv := dockertest.Start(t, dockertest.Redis())
+	srv := containers.Start(t, containers.Spec{})
 	baseOurs, _ := ourGoroutines()
 	rdb := goredis.NewClient(func() *goredis.Options {
 		o := fcredis.NewClientOptions(srv.Addr()).Simple()
@@ -220,7 +220,7 @@ func TestClusterFailover(t *testing.T) {
 		resumeBound = 15 * time.Second
 		sdkTimeout  = time.Second
 	)
-	cl := dockertest.StartCluster(t, dockertest.ClusterSpec{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	cl := containers.StartCluster(t, containers.ClusterSpec{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
 	o := fcredis.NewClientOptions(cl.Addrs()...).Cluster()
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	// go-redis' default periodic reload (60 s) is left alone: decisions are
@@ -278,7 +278,7 @@ func TestClusterFailover(t *testing.T) {
 }
 
 // replicaOf returns the address of a replica of the master at addr.
-func replicaOf(t *testing.T, cl *dockertest.Cluster, addr string) string {
+func replicaOf(t *testing.T, cl *containers.Cluster, addr string) string {
 	t.Helper()
 	nodes, err := cl.ClusterNodes(addr)
 	if err != nil {
@@ -299,7 +299,7 @@ func replicaOf(t *testing.T, cl *dockertest.Cluster, addr string) string {
 	return ""
 }
 
-func isMaster(nodes []dockertest.ClusterNode, addr string) bool {
+func isMaster(nodes []containers.ClusterNode, addr string) bool {
 	for _, n := range nodes {
 		if n.Addr == addr {
 			return n.Master && !n.Fail

@@ -1,4 +1,4 @@
-package dockertest
+package containers
 
 import (
 	"context"
@@ -8,12 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
-// ClusterSpec describes a Redis Cluster on its own docker network.
+// ClusterSpec describes a Redis Cluster on its own docker network. The
+// zero ClusterSpec is 3 masters of the default Redis image.
 type ClusterSpec struct {
+	// Node is every node's spec (image, command, modules); StartCluster
+	// appends the cluster options to its Args and sets its Network and
+	// Name. The image must have redis-cli, which joins the nodes.
+	Node Spec
 	// Masters is the number of masters; 0 means 3.
 	Masters int
 	// Replicas is the number of replicas per master (0 by default).
@@ -27,6 +30,7 @@ type ClusterSpec struct {
 // and announce their addresses there; the test process reaches them on
 // those addresses (Linux hosts route to docker bridge networks).
 type Cluster struct {
+	// Network is the nodes' network.
 	Network *Network
 	// Nodes are the servers, masters first as created (roles change after a
 	// failover; ask the cluster, not this order).
@@ -34,9 +38,9 @@ type Cluster struct {
 }
 
 // StartCluster starts the nodes of cs on a new network, joins them with
-// redis-cli --cluster create and waits until every node reports
+// redis-cli --cluster create and polls until every node reports
 // cluster_state:ok and every replica is in sync. Everything is removed when
-// t ends.
+// t ends. Give a cluster client Addrs.
 func StartCluster(t testing.TB, cs ClusterSpec) *Cluster {
 	t.Helper()
 	if cs.Masters == 0 {
@@ -46,12 +50,13 @@ func StartCluster(t testing.TB, cs ClusterSpec) *Cluster {
 		cs.NodeTimeout = time.Second
 	}
 	if cs.Masters < 3 {
-		t.Fatalf("dockertest: a cluster needs at least 3 masters, got %d", cs.Masters)
+		t.Fatalf("containers: a cluster needs at least 3 masters, got %d", cs.Masters)
 	}
 	c := &Cluster{Network: NewNetwork(t)}
 	n := cs.Masters * (1 + cs.Replicas)
 	for i := 0; i < n; i++ {
-		spec := Redis(
+		spec := cs.Node
+		spec.Args = append(append([]string{}, cs.Node.Args...),
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(cs.NodeTimeout.Milliseconds(), 10),
@@ -69,11 +74,11 @@ func StartCluster(t testing.TB, cs ClusterSpec) *Cluster {
 	for _, s := range c.Nodes {
 		// Announce the address on the cluster's network explicitly, so
 		// MOVED replies and CLUSTER SLOTS name addresses the test can reach.
-		rdb := c.node(s.Addr())
+		rdb := client(s.Addr())
 		err := rdb.ConfigSet(ctx, "cluster-announce-ip", s.IP).Err()
 		rdb.Close()
 		if err != nil {
-			t.Fatalf("dockertest: %s: CONFIG SET cluster-announce-ip: %v", s.Name, err)
+			t.Fatalf("containers: %s: CONFIG SET cluster-announce-ip: %v", s.Name, err)
 		}
 		args = append(args, s.Addr())
 	}
@@ -103,30 +108,13 @@ func (c *Cluster) Node(addr string) *Server {
 	return nil
 }
 
-// node returns a one-connection client for the node at addr; the caller
-// closes it.
-func (c *Cluster) node(addr string) *goredis.Client {
-	return goredis.NewClient(&goredis.Options{
-		Addr: addr, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
-		MaxRetries: -1, PoolSize: 1, Protocol: 2,
-	})
-}
-
-// WaitHealthy polls until every running node reports cluster_state:ok with
-// all slots served and every replica's link to its master is up.
+// WaitHealthy polls until every node reports cluster_state:ok with all
+// slots served and all nodes known, and every replica's link to its master
+// is up, or fails t after d.
 func (c *Cluster) WaitHealthy(t testing.TB, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var last error
-	for {
-		last = c.healthy()
-		if last == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dockertest: cluster not healthy within %v: %v", d, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := poll(d, c.healthy); err != nil {
+		t.Fatalf("containers: cluster not healthy within %v: %v", d, err)
 	}
 }
 
@@ -135,7 +123,7 @@ func (c *Cluster) healthy() error {
 	defer cancel()
 	for _, s := range c.Nodes {
 		err := func() error {
-			rdb := c.node(s.Addr())
+			rdb := client(s.Addr())
 			defer rdb.Close()
 			info, err := rdb.ClusterInfo(ctx).Result()
 			if err != nil {
@@ -173,7 +161,7 @@ type ClusterNode struct {
 // ClusterNodes returns the cluster's view of its nodes as seen by the node
 // at addr.
 func (c *Cluster) ClusterNodes(addr string) ([]ClusterNode, error) {
-	rdb := c.node(addr)
+	rdb := client(addr)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
