@@ -169,3 +169,11 @@ func (e *env) used(t testing.TB, policy string, s sdk.Subject, rule string) int6
 	t.Fatalf("Inspect: no rule %q", rule)
 	return 0
 }
+
+// redisBackend is a Redis backend on addr with coalescing, as serve runs
+// it, and its readiness probe.
+func redisBackend(t testing.TB, addr string) (driver.Backend, func(context.Context) error) {
+	c := goredis.NewUniversalClient(testserver.Patient(redis.NewClientOptions(addr)))
+	t.Cleanup(func() { c.Close() })
+	return redis.New(c, &redis.Options{Coalesce: 4}), func(ctx context.Context) error { return c.Ping(ctx).Err() }
+}

@@ -288,6 +288,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.Drain()
 	servers := s.servers
+	s.servers = nil // a second Shutdown has nothing left to do
 	s.mu.Unlock()
 	var errs []error
 	for _, hs := range servers {
