@@ -49,7 +49,10 @@ func TestAuthScopes(t *testing.T) {
 					user := "auth-" + pr.name
 					s := sdk.Subject{"user": user, "content": "c"}
 					as := sdk.Subject{"user": user, "campaign": "k"}
-					take := func(c *client.Client, p *sdk.Policy, s sdk.Subject) error { _, err := c.Take(ctx, p, sdk.Attempt{Subject: s}); return err }
+					take := func(c *client.Client, p *sdk.Policy, s sdk.Subject) error {
+						_, err := c.Take(ctx, p, sdk.Attempt{Subject: s})
+						return err
+					}
 					for _, tc := range []struct {
 						name string
 						call func() error

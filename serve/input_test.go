@@ -84,7 +84,10 @@ func TestBadInput(t *testing.T) {
 							return err
 						}, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
 						{"negative cost", func() error { _, err := c.Take(ctx, push, sdk.Attempt{Subject: s, Cost: -1}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
-						{"cost above MaxLimit", func() error { _, err := c.Take(ctx, bulk, sdk.Attempt{Subject: sdk.Subject{"user": user}, Cost: sdk.MaxLimit + 1}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
+						{"cost above MaxLimit", func() error {
+							_, err := c.Take(ctx, bulk, sdk.Attempt{Subject: sdk.Subject{"user": user}, Cost: sdk.MaxLimit + 1})
+							return err
+						}, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
 						{"peek cost above MaxLimit", func() error { _, err := c.Peek(ctx, push, sdk.Attempt{Subject: s, Cost: sdk.MaxLimit + 1}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
 						{"idempotency key too long", func() error {
 							_, err := c.Take(ctx, push, sdk.Attempt{Subject: s, IdempotencyKey: strings.Repeat("k", sdk.MaxIdempotencyKeyLen+1)})
