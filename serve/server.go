@@ -254,10 +254,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	hs.Protocols.SetHTTP2(true)
 	if s.cfg.TLS != nil {
 		hs.TLSConfig = s.cfg.TLS.Clone()
-		ln = tls.NewListener(ln, hs.TLSConfig)
 		if len(hs.TLSConfig.NextProtos) == 0 {
 			hs.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
 		}
+		ln = tls.NewListener(ln, hs.TLSConfig)
 	} else {
 		hs.Protocols.SetUnencryptedHTTP2(true)
 	}

@@ -3,6 +3,7 @@
 Generate the stubs from the repository's schema first (Debian: apt-get
 install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools):
 
+    mkdir gen-py
     protoc -I proto -I /usr/include --python_out=gen-py freqcap/v1/freqcap.proto
     python3 -m grpc_tools.protoc -I proto -I /usr/include --grpc_python_out=gen-py freqcap/v1/freqcap.proto
     PYTHONPATH=gen-py FREQCAP_ADDR=127.0.0.1:8081 FREQCAP_TOKEN=… python3 examples/python/sender.py
