@@ -107,6 +107,22 @@ func TestMetricsAndHeaders(t *testing.T) {
 	if hs[0].Get("Retry-After") != "" || hs[2].Get("Retry-After") == "" {
 		t.Errorf("Retry-After = %q then %q, want none when allowed, set when denied", hs[0].Get("Retry-After"), hs[2].Get("Retry-After"))
 	}
+	// A small answer is not gzipped, even for a client that accepts it
+	// (it costs more CPU than it saves).
+	req, err := http.NewRequest(http.MethodPost, e.url+"/freqcap.v1.FreqcapService/Peek", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept-Encoding", "gzip")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Encoding") != "" {
+		t.Errorf("Peek with Accept-Encoding gzip = %d, Content-Encoding %q, want 200 uncompressed", res.StatusCode, res.Header.Get("Content-Encoding"))
+	}
 	post(t, e.url, "Take", `{"policy":"nope","subject":{"user":"h"}}`, "")
 	st, m := get(t, e.url+"/metrics")
 	if st != 200 {

@@ -48,6 +48,10 @@ const (
 	DefaultMaxReserveTTL  = time.Hour
 )
 
+// compressMinBytes is the smallest answer gzipped for a client that
+// accepts it.
+const compressMinBytes = 16 << 10
+
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
 	// Limiter decides. Give it the Recorder and observer the service
@@ -175,6 +179,10 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts,
 		connect.WithInterceptors(s.interceptor()),
 		connect.WithReadMaxBytes(s.cfg.MaxRequestSize),
+		// Answers are small: gzip costs more CPU than it saves on a
+		// LAN. Only large batch answers are compressed (when the
+		// client accepts gzip).
+		connect.WithCompressMinBytes(compressMinBytes),
 	)
 	path, h := freqcapv1connect.NewFreqcapServiceHandler(newService(s), opts...)
 	mux := http.NewServeMux()
