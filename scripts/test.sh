@@ -6,26 +6,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v chromium >/dev/null || need+=(chromium)
+# What is missing: redis-server, redis-tools, chromium, and docker-compose
+# when no Compose is installed (scripts/missing-packages.sh).
+need=$(scripts/missing-packages.sh)
 # protoc and the well-known types: scripts/gen-proto.sh (checked below).
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-[ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
+command -v protoc >/dev/null || need+=" protobuf-compiler"
+[ -f /usr/include/google/protobuf/duration.proto ] || need+=" libprotobuf-dev"
 # The non-Go client of serve's end-to-end test (Debian's Python 3).
-/usr/bin/python3 -c 'import grpc' 2>/dev/null || need+=(python3-grpcio)
-/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need+=(python3-protobuf)
-/usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || need+=(python3-grpc-tools)
-command -v curl >/dev/null || need+=(curl)
-if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
-  need+=(docker-compose)
-fi
-if [ ${#need[@]} -gt 0 ]; then
-  echo "== installing ${need[*]}"
+/usr/bin/python3 -c 'import grpc' 2>/dev/null || need+=" python3-grpcio"
+/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need+=" python3-protobuf"
+/usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || need+=" python3-grpc-tools"
+command -v curl >/dev/null || need+=" curl"
+if [ -n "${need// /}" ]; then
+  echo "== installing" $need
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # shellcheck disable=SC2086 # one package name per word
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
 
 if [ -x scripts/build-images.sh ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
