@@ -8,6 +8,7 @@
 //
 //	go run ./examples/campaign                              # embedded memory backend
 //	go run ./examples/campaign -redis 127.0.0.1:6379         # Redis (or -cluster A,B,C)
+//	FREQCAP_TOKEN=… go run ./examples/campaign -serve http://127.0.0.1:8091   # through freqcap serve
 //
 // Each run uses its own key prefix, so runs never see each other's counts
 // (-prefix sets one). The limiter has a recorder (sdk.NewRecorder), which
@@ -16,6 +17,17 @@
 // beside the campaign on the same Redis (freqcap console --redis ADDR)
 // charts them on its overview. Give -prefix fc too, and its subject pages
 // show the campaign's recipients.
+//
+// With -serve URL the campaign sends through a freqcap serve (for
+// instance a replica of docker-compose.yml's) instead of deciding
+// in-process: the same code, with client.New in place of sdk.New (run
+// takes a client.Limiter, which both satisfy). The caller's secret comes
+// from $FREQCAP_TOKEN (a credential with take and inspect on push); the
+// server's policy "push" decides (its caps are the seed's; its hot-deny
+// cache, if any, is the server's), its keys live under the server's
+// --prefix and the server's recorder counts the decisions. So that runs
+// do not see each other's counts there, the recipients' ids carry the
+// run's -prefix ("campaign-…/user-0").
 package main
 
 import (
@@ -35,16 +47,54 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/sdk"
 )
 
 func main() {
-	addr := flag.String("redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
-	cluster := flag.String("cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
-	n := flag.Int("recipients", 2000, "recipients in the campaign")
-	prefix := flag.String("prefix", "campaign-"+strconv.FormatInt(time.Now().UnixNano(), 36), "key `PREFIX` of the decisions (default: one of its own per run)")
-	statsPrefix := flag.String("stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
-	flag.Parse()
+	if err := campaign(os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "campaign:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// campaign parses args, builds the limiter they name (reading the serve
+// token with getenv) and runs the campaign, writing to w.
+func campaign(args []string, getenv func(string) string, w io.Writer) error {
+	fs := flag.NewFlagSet("campaign", flag.ContinueOnError)
+	addr := fs.String("redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
+	cluster := fs.String("cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
+	serveURL := fs.String("serve", "", "send through the freqcap serve at `URL` (e.g. http://127.0.0.1:8091), with the secret in $FREQCAP_TOKEN")
+	n := fs.Int("recipients", 2000, "recipients in the campaign")
+	prefix := fs.String("prefix", "campaign-"+strconv.FormatInt(time.Now().UnixNano(), 36), "key `PREFIX` of the decisions (default: one of its own per run; through serve, the recipients' ids start with it)")
+	statsPrefix := fs.String("stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	given := 0
+	for _, f := range []string{*addr, *cluster, *serveURL} {
+		if f != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		return fmt.Errorf("%w: give one of -redis, -cluster and -serve", errUsage)
+	}
+	if *serveURL != "" {
+		// The server decides, records and keeps the keys; the same
+		// run, through client.New instead of sdk.New.
+		lim := client.New(*serveURL, &client.Options{Token: getenv("FREQCAP_TOKEN"), Timeout: 30 * time.Second})
+		_, err := run(context.Background(), w, lim, *n, *prefix+"/")
+		return err
+	}
 
 	var (
 		lim *sdk.Limiter
@@ -53,9 +103,6 @@ func main() {
 	)
 	ropts := &sdk.RecorderOptions{Prefix: *statsPrefix}
 	switch {
-	case *addr != "" && *cluster != "":
-		fmt.Fprintln(os.Stderr, "campaign: give -redis or -cluster, not both")
-		os.Exit(2)
 	case *addr != "" || *cluster != "":
 		o := redis.NewClientOptions(*addr)
 		if *cluster != "" {
@@ -74,17 +121,15 @@ func main() {
 			lim = sdk.New(b, sdk.WithPrefix(*prefix), sdk.WithRecorder(rec))
 		}
 	}
-	if err == nil {
-		_, err = run(context.Background(), os.Stdout, lim, *n)
-		// Close flushes what the recorder counted since its last flush.
-		if cerr := rec.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("recorder: %w", cerr)
-		}
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "campaign:", err)
-		os.Exit(1)
+		return err
 	}
+	_, err = run(context.Background(), w, lim, *n, "")
+	// Close flushes what the recorder counted since its last flush.
+	if cerr := rec.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("recorder: %w", cerr)
+	}
+	return err
 }
 
 // batchSize is the number of recipients per TakeBatch call.
@@ -115,14 +160,15 @@ func pushPolicy() (*sdk.Policy, error) {
 
 // run sends one content three times to n recipients, retries the first
 // send as after a timeout, and tries the third once more, printing what
-// each step decided.
-func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, error) {
+// each step decided. lim decides in-process (*sdk.Limiter) or through
+// freqcap serve (*client.Client); recipients' ids start with users.
+func run(ctx context.Context, w io.Writer, lim client.Limiter, n int, users string) (summary, error) {
 	push, err := pushPolicy()
 	if err != nil {
 		return summary{}, err
 	}
 	content := sdk.Fingerprint("Spring sale: 20% off everything until midnight")
-	user := func(i int) string { return "user-" + strconv.Itoa(i) }
+	user := func(i int) string { return users + "user-" + strconv.Itoa(i) }
 
 	// send decides the content for every recipient, in batches; with
 	// idem, the attempt for recipient i is named "<step>/<user>".
