@@ -7,8 +7,9 @@
 // any number of replicas may serve the same Redis deployment, and a
 // reservation made through one is committed through another. It
 // authenticates callers by bearer secret (Caller), each granted some
-// operations on some policies; without callers it answers loopback
-// clients only. It serves /healthz, /readyz and /metrics beside the
+// operations on some policies, and locks out for a growing time an
+// address that keeps sending unknown secrets; without callers it answers
+// loopback clients only. It serves /healthz, /readyz and /metrics beside the
 // calls, bounds request sizes, batch lengths and each request's time, and
 // shuts down gracefully: Shutdown refuses new calls and waits for those in
 // flight, so that no decision is made without its answer being sent.
@@ -89,6 +90,9 @@ type Config struct {
 	// speaks TLS; HTTP/2 is negotiated by ALPN). Without it HTTP/2 is
 	// spoken in clear text (h2c) beside HTTP/1.1.
 	TLS *tls.Config
+	// Now is the clock of the lockout after failed credentials
+	// (default time.Now).
+	Now func() time.Time
 }
 
 // AuditEntry is one reset, as the audit log records it.
@@ -113,6 +117,7 @@ type Server struct {
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
 	callers  *callers // nil: no credentials
+	lockout  *lockout // of addresses sending unknown credentials
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
@@ -148,6 +153,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.callers = cs
 	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
+	}
+	s.lockout = newLockout(s.cfg.Now)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
