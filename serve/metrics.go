@@ -102,6 +102,7 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 			return nil, nil, err
 		}
 	}
+	annotate(ctx, AttrCaller.String(caller.Name))
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
 	defer cancel()
 	res, err := next(ctx, req)

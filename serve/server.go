@@ -35,6 +35,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/internal/wire"
@@ -93,6 +95,15 @@ type Config struct {
 	// Now is the clock of the lockout after failed credentials
 	// (default time.Now).
 	Now func() time.Time
+	// TracerProvider and MeterProvider, when set, make the server emit
+	// OpenTelemetry traces and metrics of its calls
+	// (connectrpc.com/otelconnect): one server span per call, named
+	// after its method (freqcap.v1.FreqcapService/Take), with the
+	// caller's name and the policy (AttrCaller, AttrPolicy), and the
+	// rpc.server.* metrics by method and code; never a subject value or
+	// message contents. Nil: none (the default).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // AuditEntry is one reset, as the audit log records it.
@@ -185,8 +196,16 @@ func New(cfg Config) (*Server, error) {
 	for _, o := range wire.JSONCodecs() {
 		opts = append(opts, o)
 	}
+	interceptors := []connect.Interceptor{s.interceptor()}
+	otel, err := otelInterceptor(s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: OpenTelemetry: %w", err)
+	}
+	if otel != nil {
+		interceptors = append([]connect.Interceptor{otel}, interceptors...) // outermost: refusals are spans too
+	}
 	opts = append(opts,
-		connect.WithInterceptors(s.interceptor()),
+		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(s.cfg.MaxRequestSize),
 		// Answers are small: gzip costs more CPU than it saves on a
 		// LAN. Only large batch answers are compressed (when the
