@@ -212,9 +212,12 @@ func New(cfg Config) (*Server, error) {
 		// client accepts gzip).
 		connect.WithCompressMinBytes(compressMinBytes),
 	)
-	path, h := freqcapv1connect.NewFreqcapServiceHandler(newService(s), opts...)
+	svc := newService(s)
+	path, h := freqcapv1connect.NewFreqcapServiceHandler(svc, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, s.guard(h))
+	epath, eh := envoyHandler(svc, opts...)
+	mux.Handle(epath, s.guard(eh))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.guard(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
