@@ -224,4 +224,3 @@ func clampUint32(n int64) uint32 {
 func envoyHandler(svc *service, opts ...connect.HandlerOption) (string, http.Handler) {
 	return ratelimitv3connect.NewRateLimitServiceHandler(&envoyService{svc: svc}, opts...)
 }
-
