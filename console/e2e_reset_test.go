@@ -14,7 +14,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // TestE2EPairReset drives the reset of one content in headless Chromium
@@ -32,7 +32,7 @@ func TestE2EPairReset(t *testing.T) {
 	push := pols[0]
 	// A fake clock from now (the browser drops cookies that expired by
 	// its own clock), moved by the test only.
-	clk := conformance.NewFakeClock(time.Now().Truncate(time.Second))
+	clk := fakeclock.New(time.Now().Truncate(time.Second))
 	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), sdk.WithClock(clk))
 	audit := NewAuditLog(nil, 0)
 	srv, err := New(Config{

@@ -12,7 +12,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 func TestCount(t *testing.T) {
@@ -33,7 +33,7 @@ var onePlural = regexp.MustCompile(`\b1 (entries|denials|rules|cells|errors|matc
 // singular: one trail entry, a trail of one denial, one audit entry, a
 // rule of one cell, an announced policy of one rule, one error.
 func TestPlurals(t *testing.T) {
-	clk := conformance.NewFakeClock(t0)
+	clk := fakeclock.New(t0)
 	one, err := sdk.NewPolicy("one", []sdk.Rule{sdk.SlidingWindow("s", 1, time.Minute).Cells(1).By("user")}, sdk.WithTrail(2, time.Hour))
 	if err != nil {
 		t.Fatal(err)

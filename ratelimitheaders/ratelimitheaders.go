@@ -36,6 +36,21 @@ func Set(h http.Header, p *sdk.Policy, d sdk.Decision) {
 	}
 	h.Set("RateLimit-Policy", strings.Join(items, ", "))
 
+	best := Governing(d)
+	rd := d.Rules[best]
+	t := rd.ResetAfter
+	if !rd.Allowed {
+		t = rd.RetryAfter
+	}
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", rd.Rule, rd.Remaining, Seconds(t)))
+}
+
+// Governing is the index in d.Rules of the rule RateLimit reports, the
+// most restrictive one: when d denies, the denying rule with the longest
+// wait; when it allows, the rule with the fewest units remaining (of
+// those, the one resetting last). -1 when d has no rule states (a
+// degraded decision).
+func Governing(d sdk.Decision) int {
 	best := -1
 	for i, rd := range d.Rules {
 		if best < 0 {
@@ -60,12 +75,7 @@ func Set(h http.Header, p *sdk.Policy, d sdk.Decision) {
 			best = i
 		}
 	}
-	rd := d.Rules[best]
-	t := rd.ResetAfter
-	if !rd.Allowed {
-		t = rd.RetryAfter
-	}
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", rd.Rule, rd.Remaining, Seconds(t)))
+	return best
 }
 
 // SetRetryAfter sets Retry-After (whole seconds, rounded up) when d

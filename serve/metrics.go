@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/ratelimitheaders"
 )
 
 // RequestDuration is the histogram of the server's calls, labelled by
@@ -95,21 +97,51 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 	}
 	caller := local
 	if s.callers != nil {
-		tok, ok := bearer(req.Header())
-		if !ok {
-			return nil, nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
-				`no credential: send "Authorization: Bearer <secret>"`)
-		}
-		if caller = s.callers.find(tok); caller == nil {
-			s.log.Warn("serve: unknown credential", "remote", req.Peer().Addr)
-			return nil, nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
-				"unknown credential")
+		var err error
+		if caller, err = s.authenticate(req); err != nil {
+			return nil, nil, err
 		}
 	}
+	annotate(ctx, AttrCaller.String(caller.Name))
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
 	defer cancel()
 	res, err := next(ctx, req)
 	return caller, res, err
+}
+
+// authenticate returns the caller whose secret req sends. A call that
+// sends none is refused; one that sends a credential from an address
+// locked out (see lockout) is refused unchecked, with ResourceExhausted
+// and Retry-After; an unknown credential, or an Authorization header that
+// is not a bearer token, counts a failure against the address.
+func (s *Server) authenticate(req connect.AnyRequest) (*Caller, error) {
+	noCredential := wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+		`no credential: send "Authorization: Bearer <secret>"`)
+	if req.Header().Get("Authorization") == "" {
+		return nil, noCredential
+	}
+	remote := addrHost(req.Peer().Addr)
+	if wait := s.lockout.wait(remote); wait > 0 {
+		secs := strconv.FormatInt(ratelimitheaders.Seconds(wait), 10)
+		e := wire.NewError(connect.CodeResourceExhausted, freqcapv1.Reason_REASON_LOCKED_OUT,
+			"too many failed credentials from your address: try again in "+secs+"s")
+		e.Meta().Set("Retry-After", secs)
+		return nil, e
+	}
+	var caller *Caller
+	tok, ok := bearer(req.Header())
+	if ok {
+		caller = s.callers.find(tok)
+	}
+	if caller == nil {
+		n, wait := s.lockout.failed(remote)
+		s.log.Warn("serve: failed credential", "remote", remote, "failures", n, "locked_for", wait)
+		if !ok {
+			return nil, noCredential
+		}
+		return nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "unknown credential")
+	}
+	return caller, nil
 }
 
 // logLimiter lets one log line of a kind through per interval.

@@ -7,8 +7,9 @@
 // any number of replicas may serve the same Redis deployment, and a
 // reservation made through one is committed through another. It
 // authenticates callers by bearer secret (Caller), each granted some
-// operations on some policies; without callers it answers loopback
-// clients only. It serves /healthz, /readyz and /metrics beside the
+// operations on some policies, and locks out for a growing time an
+// address that keeps sending unknown secrets; without callers it answers
+// loopback clients only. It serves /healthz, /readyz and /metrics beside the
 // calls, bounds request sizes, batch lengths and each request's time, and
 // shuts down gracefully: Shutdown refuses new calls and waits for those in
 // flight, so that no decision is made without its answer being sent.
@@ -34,6 +35,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/internal/wire"
@@ -47,6 +50,10 @@ const (
 	DefaultTimeout        = 2 * time.Second
 	DefaultMaxReserveTTL  = time.Hour
 )
+
+// compressMinBytes is the smallest answer gzipped for a client that
+// accepts it.
+const compressMinBytes = 16 << 10
 
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
@@ -85,6 +92,18 @@ type Config struct {
 	// speaks TLS; HTTP/2 is negotiated by ALPN). Without it HTTP/2 is
 	// spoken in clear text (h2c) beside HTTP/1.1.
 	TLS *tls.Config
+	// Now is the clock of the lockout after failed credentials
+	// (default time.Now).
+	Now func() time.Time
+	// TracerProvider and MeterProvider, when set, make the server emit
+	// OpenTelemetry traces and metrics of its calls
+	// (connectrpc.com/otelconnect): one server span per call, named
+	// after its method (freqcap.v1.FreqcapService/Take), with the
+	// caller's name and the policy (AttrCaller, AttrPolicy), and the
+	// rpc.server.* metrics by method and code; never a subject value or
+	// message contents. Nil: none (the default).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // AuditEntry is one reset, as the audit log records it.
@@ -109,6 +128,7 @@ type Server struct {
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
 	callers  *callers // nil: no credentials
+	lockout  *lockout // of addresses sending unknown credentials
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
@@ -144,6 +164,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.callers = cs
 	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
+	}
+	s.lockout = newLockout(s.cfg.Now)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -172,13 +196,28 @@ func New(cfg Config) (*Server, error) {
 	for _, o := range wire.JSONCodecs() {
 		opts = append(opts, o)
 	}
+	interceptors := []connect.Interceptor{s.interceptor()}
+	otel, err := otelInterceptor(s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: OpenTelemetry: %w", err)
+	}
+	if otel != nil {
+		interceptors = append([]connect.Interceptor{otel}, interceptors...) // outermost: refusals are spans too
+	}
 	opts = append(opts,
-		connect.WithInterceptors(s.interceptor()),
+		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(s.cfg.MaxRequestSize),
+		// Answers are small: gzip costs more CPU than it saves on a
+		// LAN. Only large batch answers are compressed (when the
+		// client accepts gzip).
+		connect.WithCompressMinBytes(compressMinBytes),
 	)
-	path, h := freqcapv1connect.NewFreqcapServiceHandler(newService(s), opts...)
+	svc := newService(s)
+	path, h := freqcapv1connect.NewFreqcapServiceHandler(svc, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, s.guard(h))
+	epath, eh := envoyHandler(svc, opts...)
+	mux.Handle(epath, s.guard(eh))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.guard(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
@@ -254,10 +293,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	hs.Protocols.SetHTTP2(true)
 	if s.cfg.TLS != nil {
 		hs.TLSConfig = s.cfg.TLS.Clone()
-		ln = tls.NewListener(ln, hs.TLSConfig)
 		if len(hs.TLSConfig.NextProtos) == 0 {
 			hs.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
 		}
+		ln = tls.NewListener(ln, hs.TLSConfig)
 	} else {
 		hs.Protocols.SetUnencryptedHTTP2(true)
 	}
@@ -288,6 +327,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.Drain()
 	servers := s.servers
+	s.servers = nil // a second Shutdown has nothing left to do
 	s.mu.Unlock()
 	var errs []error
 	for _, hs := range servers {

@@ -39,6 +39,7 @@ func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy
 	if name == "" {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "policy is required")
 	}
+	annotate(ctx, AttrPolicy.String(name))
 	c := callerOf(ctx)
 	if c == nil || !c.allows(op, name) {
 		who := "this caller"

@@ -1,10 +1,12 @@
 // Command freqcap is the freqcap binary: the support console, the
-// decision server, the load generator and the server capability report.
+// decision server, the load generator, the server capability report and a
+// health probe for containers.
 //
 //	freqcap console [--demo] [SERVER]
 //	freqcap serve   [SERVER] [--token name:secret:grant…]
 //	freqcap bench   SERVER [-workers 64 -duration 10s …]
 //	freqcap detect  SERVER
+//	freqcap probe   URL
 //
 // where SERVER is --redis ADDR, --cluster ADDR,… or --sentinel ADDR,…
 // --master NAME, with --user and --password (or $FREQCAP_REDIS_PASSWORD)
@@ -28,6 +30,7 @@ Usage:
   freqcap serve [flags]     serve decisions over gRPC and HTTP/JSON
   freqcap bench [flags]     run a load test against a backend
   freqcap detect [flags]    report what a Redis server or cluster can do
+  freqcap probe URL         exit 0 if URL answers 2xx (a container health check)
 
 A Redis deployment is named by --redis ADDR, --cluster ADDR,… or
 --sentinel ADDR,… --master NAME (and --user, --password or
@@ -62,6 +65,8 @@ func run(args []string) error {
 		return runBench(args[1:])
 	case "detect":
 		return runDetect(args[1:])
+	case "probe":
+		return runProbe(args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/sdk/conformance"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 // syncBuffer is a bytes.Buffer safe for the console's goroutines.
@@ -130,7 +130,7 @@ var logLineRE = regexp.MustCompile(`(?m)^.*level=(?:WARN|ERROR) msg=("[^"]*"|\S+
 // passed the next line of a kind says how many were held back.
 func TestConsoleOutageLogs(t *testing.T) {
 	srv := redistest.NewServer(t)
-	clock := conformance.NewFakeClock(time.Now())
+	clock := fakeclock.New(time.Now())
 	base, logs := startConsole(t, clock.Now, "--redis", srv.Addr(), "--timeout", "2s")
 	if n := consoleLoad(t, base, 2); n == 0 {
 		t.Fatal("no request answered with Redis up")

@@ -52,6 +52,12 @@ policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push" and
   show up in ps, and help output never shows either.
 Without credentials freqcap serve listens on loopback only and answers
 loopback clients only, all of them allowed everything (as "local").
+Failed credentials lock the client's address out after 5: 1s, 2s, 4s …
+at most 5m (resource_exhausted, Retry-After).
+
+OpenTelemetry traces and metrics of every call go to an OTLP/HTTP
+receiver with --otlp-endpoint URL (or $OTEL_EXPORTER_OTLP_ENDPOINT); off
+by default.
 
 Flags:
 `
@@ -70,6 +76,8 @@ type serveFlags struct {
 	auditFile                string
 	forcePlain               bool
 	forbid, logFormat, level string
+	otlpEndpoint             string
+	otlpInterval             time.Duration
 	set                      map[string]bool
 }
 
@@ -103,6 +111,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.level, "log-level", "info", "log level: debug (one line per call), info, warn or error")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces and metrics of every call to the OTLP/HTTP receiver at this base `URL` (e.g. http://127.0.0.1:4318; default $OTEL_EXPORTER_OTLP_ENDPOINT; none: off)")
+	fs.DurationVar(&f.otlpInterval, "otlp-interval", 0, "with --otlp-endpoint: export metrics every `D` (default $OTEL_METRIC_EXPORT_INTERVAL or 60s)")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -227,13 +237,32 @@ func runServe(args []string) error {
 	}
 	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
 
+	var tel *otlp
+	if endpoint := f.otlpEndpoint; endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
+		if endpoint == "" {
+			endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		}
+		if tel, err = newOTLP(ctx, endpoint, f.otlpInterval); err != nil {
+			return err
+		}
+		log.Info("serve: OpenTelemetry traces and metrics to an OTLP receiver", "endpoint", endpoint)
+		defer func() {
+			// After the server stopped: the last spans and metrics.
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tel.shutdown(sctx); err != nil {
+				log.Warn("serve: OpenTelemetry: the last export failed", "err", err)
+			}
+		}()
+	}
+
 	audit, closeAudit, err := openAudit(f.auditFile, log)
 	if err != nil {
 		return err
 	}
 	defer closeAudit()
 
-	srv, err := serve.New(serve.Config{
+	cfg := serve.Config{
 		Limiter:        lim,
 		Policies:       policies,
 		Callers:        callers,
@@ -245,7 +274,11 @@ func runServe(args []string) error {
 		MaxRequestSize: f.maxRequest,
 		Timeout:        f.requestTimeout,
 		TLS:            tlsCfg,
-	})
+	}
+	if tel != nil {
+		cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
+	}
+	srv, err := serve.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@
 //
 //	go run ./examples/campaign                              # embedded memory backend
 //	go run ./examples/campaign -redis 127.0.0.1:6379         # Redis (or -cluster A,B,C)
+//	FREQCAP_TOKEN=… go run ./examples/campaign -serve http://127.0.0.1:8091   # through freqcap serve
 //
 // Each run uses its own key prefix, so runs never see each other's counts
 // (-prefix sets one). The limiter has a recorder (sdk.NewRecorder), which
@@ -16,6 +17,17 @@
 // beside the campaign on the same Redis (freqcap console --redis ADDR)
 // charts them on its overview. Give -prefix fc too, and its subject pages
 // show the campaign's recipients.
+//
+// With -serve URL the campaign sends through a freqcap serve (for
+// instance a replica of docker-compose.yml's) instead of deciding
+// in-process: the same code, with client.New in place of sdk.New (run
+// takes a client.Limiter, which both satisfy). The caller's secret comes
+// from $FREQCAP_TOKEN (a credential with take and inspect on push); the
+// server's policy "push" decides (its caps are the seed's; its hot-deny
+// cache, if any, is the server's), its keys live under the server's
+// --prefix and the server's recorder counts the decisions. So that runs
+// do not see each other's counts there, the recipients' ids carry the
+// run's -prefix ("campaign-…/user-0").
 package main
 
 import (
@@ -35,14 +47,15 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/sdk"
 )
 
 // options are the command's flags.
 type options struct {
-	addr, cluster       string
-	recipients          int
-	prefix, statsPrefix string
+	addr, cluster, serve string
+	recipients           int
+	prefix, statsPrefix  string
 }
 
 // parseFlags parses args (without the program name); -h prints each
@@ -53,19 +66,26 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&o.addr, "redis", "", "standalone Redis `ADDR` (default: the embedded memory backend)")
 	fs.StringVar(&o.cluster, "cluster", "", "Redis Cluster seed `ADDRS`, comma-separated")
+	fs.StringVar(&o.serve, "serve", "", "send through the freqcap serve at `URL` (e.g. http://127.0.0.1:8091), with the secret in $FREQCAP_TOKEN")
 	fs.IntVar(&o.recipients, "recipients", 2000, "recipients in the campaign")
 	// The default is made after parsing, so that -h shows what it is
 	// rather than one run's random value beside it.
-	fs.StringVar(&o.prefix, "prefix", "", "key `PREFIX` of the decisions (default: campaign-<random>, one of its own per run)")
+	fs.StringVar(&o.prefix, "prefix", "", "key `PREFIX` of the decisions (default: campaign-<random>, one of its own per run; through serve, the recipients' ids start with it)")
 	fs.StringVar(&o.statsPrefix, "stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	given := 0
+	for _, f := range []string{o.addr, o.cluster, o.serve} {
+		if f != "" {
+			given++
+		}
+	}
 	switch {
 	case fs.NArg() > 0:
 		return o, errors.New("arguments after the flags are not accepted")
-	case o.addr != "" && o.cluster != "":
-		return o, errors.New("give -redis or -cluster, not both")
+	case given > 1:
+		return o, errors.New("give one of -redis, -cluster and -serve")
 	case o.recipients < 1:
 		return o, errors.New("-recipients must be at least 1")
 	}
@@ -76,14 +96,38 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 }
 
 func main() {
-	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if err := campaign(os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "campaign:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// campaign parses args, builds the limiter they name (reading the serve
+// token with getenv) and runs the campaign, writing to w.
+func campaign(args []string, getenv func(string) string, w io.Writer) error {
+	o, err := parseFlags(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+		return err
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "campaign:", err)
-		os.Exit(2)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	if o.serve != "" {
+		// The server decides, records and keeps the keys; the same
+		// run, through client.New instead of sdk.New.
+		lim := client.New(o.serve, &client.Options{Token: getenv("FREQCAP_TOKEN"), Timeout: 30 * time.Second})
+		_, err := run(context.Background(), w, lim, o.recipients, o.prefix+"/")
+		return err
+	}
+
 	var (
 		lim *sdk.Limiter
 		rec *sdk.Recorder
@@ -108,17 +152,15 @@ func main() {
 			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithRecorder(rec))
 		}
 	}
-	if err == nil {
-		_, err = run(context.Background(), os.Stdout, lim, o.recipients)
-		// Close flushes what the recorder counted since its last flush.
-		if cerr := rec.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("recorder: %w", cerr)
-		}
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "campaign:", err)
-		os.Exit(1)
+		return err
 	}
+	_, err = run(context.Background(), w, lim, o.recipients, "")
+	// Close flushes what the recorder counted since its last flush.
+	if cerr := rec.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("recorder: %w", cerr)
+	}
+	return err
 }
 
 // batchSize is the number of recipients per TakeBatch call.
@@ -149,14 +191,15 @@ func pushPolicy() (*sdk.Policy, error) {
 
 // run sends one content three times to n recipients, retries the first
 // send as after a timeout, and tries the third once more, printing what
-// each step decided.
-func run(ctx context.Context, w io.Writer, lim *sdk.Limiter, n int) (summary, error) {
+// each step decided. lim decides in-process (*sdk.Limiter) or through
+// freqcap serve (*client.Client); recipients' ids start with users.
+func run(ctx context.Context, w io.Writer, lim client.Limiter, n int, users string) (summary, error) {
 	push, err := pushPolicy()
 	if err != nil {
 		return summary{}, err
 	}
 	content := sdk.Fingerprint("Spring sale: 20% off everything until midnight")
-	user := func(i int) string { return "user-" + strconv.Itoa(i) }
+	user := func(i int) string { return users + "user-" + strconv.Itoa(i) }
 
 	// send decides the content for every recipient, in batches; with
 	// idem, the attempt for recipient i is named "<step>/<user>".

@@ -55,7 +55,7 @@ func TestCampaign(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			var out bytes.Buffer
 			lim, rec, reader := b.new(t)
-			s, err := run(context.Background(), &out, lim, n)
+			s, err := run(context.Background(), &out, lim, n, "")
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}
@@ -128,7 +128,7 @@ func TestReadmeOutput(t *testing.T) {
 	}
 	var out bytes.Buffer
 	lim := sdk.New(memory.New(nil), sdk.WithPrefix("readme"))
-	if _, err := run(context.Background(), &out, lim, 2000); err != nil {
+	if _, err := run(context.Background(), &out, lim, 2000, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); got != want {
@@ -140,6 +140,7 @@ func TestReadmeOutput(t *testing.T) {
 // reader on the same storage (a console) that sees its statistics: newLim
 // and newRec build them on the backend under test.
 func withRecorder(t *testing.T, newLim func(...sdk.Option) *sdk.Limiter, newRec func(*sdk.RecorderOptions) (*sdk.Recorder, error), opts ...sdk.Option) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+	t.Helper()
 	rec, err := newRec(&sdk.RecorderOptions{Prefix: stats(t), FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	fqclient "github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -116,6 +117,13 @@ type Config struct {
 	// without one; with Hot, the HotDenyCache run with a recorder (every
 	// decision a cached denial counted in the top denied subjects).
 	Recorder bool
+	// Serve also runs the policy through a freqcap serve on loopback
+	// (package serve, over its own Redis backend with Coalesce, 4 unless
+	// Coalesce says otherwise, as `freqcap serve` runs), called by the
+	// Go client over gRPC by the same workers, and reports its ratio to
+	// the in-process run and the p99 it adds; with Batch, also TakeBatch
+	// through serve against one-by-one through serve.
+	Serve bool
 }
 
 // withDefaults fills in the defaults and checks cfg.
@@ -233,6 +241,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	var (
 		runs      []run
+		serveOne  = -1     // the run through serve, one decision per call
+		stops     []func() // the servers of the runs through serve
 		ratios    [][2]int // indexes into runs: numerator, denominator
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
@@ -241,6 +251,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	defer func() {
 		for _, r := range recs {
 			_ = r.Close()
+		}
+		for _, stop := range stops {
+			stop()
 		}
 	}()
 	runLim := func() *sdk.Limiter {
@@ -329,6 +342,36 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			runs = append(runs, run{fmt.Sprintf("policy %s, coalesce %d", policy.Name(), cfg.Coalesce), 1, allowOne(l, policy, gen)})
 			coalesced = len(runs) - 1
 			ratios = append(ratios, [2]int{coalesced, 0})
+		}
+		if cfg.Serve {
+			// The same workload through a freqcap serve on loopback, as
+			// `freqcap serve` runs it (coalescing on), one server per
+			// run so that each run has its own keys.
+			through := func(name string, per int, mk func(c *fqclient.Client) decideFunc) error {
+				url, stop, err := startServe(ctx, client, bopts, cfg, cfg.Prefix+"-"+strconv.Itoa(len(runs)+1), policy)
+				if err != nil {
+					return err
+				}
+				stops = append(stops, stop)
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout})
+				runs = append(runs, run{name, per, mk(c)})
+				return nil
+			}
+			err := through(fmt.Sprintf("policy %s through serve (gRPC, loopback, coalesce %d)", policy.Name(), serveCoalesce(cfg)), 1,
+				func(c *fqclient.Client) decideFunc { return allowOne(c, policy, gen) })
+			if err != nil {
+				return err
+			}
+			serveOne = len(runs) - 1
+			ratios = append(ratios, [2]int{serveOne, 0})
+			if cfg.Batch > 0 {
+				err := through(fmt.Sprintf("policy %s through serve, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch,
+					func(c *fqclient.Client) decideFunc { return takeBatch(c, policy, gen, cfg.Batch) })
+				if err != nil {
+					return err
+				}
+				ratios = append(ratios, [2]int{len(runs) - 1, serveOne})
+			}
 		}
 		if cfg.Raw {
 			r := len(policy.Rules())
@@ -419,6 +462,10 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			v := res[q[0]].rate() / res[q[1]].rate()
 			got[k] = append(got[k], v)
 			fmt.Fprintf(w, "ratio %s / %s: %.2f (decisions/s)\n", runs[q[0]].name, runs[q[1]].name, v)
+		}
+		if serveOne >= 0 {
+			fmt.Fprintf(w, "p99 added by serve: %v (%v through serve, %v in-process)\n",
+				res[serveOne].lat.quantile(0.99)-res[0].lat.quantile(0.99), res[serveOne].lat.quantile(0.99), res[0].lat.quantile(0.99))
 		}
 		if cfg.Hot {
 			for k := 0; k+1 < len(runs); k += 2 {

@@ -63,6 +63,12 @@ func TestBenchModes(t *testing.T) {
 			`^ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
 			`^median ratio policy push, coalesce 2 / policy push over 2 rounds: [0-9.]+ `,
 			`^median ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
+		{"serve", Config{Serve: true, Batch: 20}, nil, []string{
+			`^policy push through serve \(gRPC, loopback, coalesce 4\): .* errors 0;`,
+			`^policy push through serve, TakeBatch of 20: .* \(\d+ calls of 20\) .* errors 0;`,
+			`^ratio policy push through serve \(gRPC, loopback, coalesce 4\) / policy push: [0-9.]+ `,
+			`^ratio policy push through serve, TakeBatch of 20 / policy push through serve \(gRPC, loopback, coalesce 4\): [0-9.]+ `,
+			`^p99 added by serve: -?[0-9.]+[µm]?s \(`}},
 		{"hot", Config{Hot: true, HotSubjects: 3}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{
 			// Most of the cached run never reaches Redis.

@@ -53,8 +53,15 @@ func (o *outcome) add(err error, allowed, cached bool) {
 	}
 }
 
+// limiter is what the runs call: an *sdk.Limiter in-process, or a
+// *client.Client through freqcap serve.
+type limiter interface {
+	Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Decision, error)
+	TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult
+}
+
 // allowOne decides one random subject per call with Allow.
-func allowOne(lim *sdk.Limiter, p *sdk.Policy, gen *subjects) decideFunc {
+func allowOne(lim limiter, p *sdk.Policy, gen *subjects) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		var o outcome
 		d, err := lim.Allow(ctx, p, gen.pick(rng))
@@ -149,7 +156,7 @@ func scriptPipelined(ctx context.Context, c goredis.UniversalClient, src string,
 }
 
 // takeBatch decides n random subjects per call with one TakeBatch.
-func takeBatch(lim *sdk.Limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
+func takeBatch(lim limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		as := make([]sdk.Attempt, n)
 		for i := range as {

@@ -97,6 +97,8 @@ const (
 	testAdminToken   = "admin-token-for-compose-test"
 	testCheckerToken = "checker-token-for-compose-test"
 	testViewerToken  = "viewer-token-for-compose-test"
+	testServeSecret  = "sender-secret-for-compose-test"
+	testServeTokens  = "sender:" + testServeSecret + ":take,peek,reserve,inspect@*"
 )
 
 // TestComposeConfig validates docker-compose.yml with `config`: with and
@@ -131,7 +133,7 @@ func TestComposeConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("compose %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
-			for _, svc := range []string{"redis:", "console:"} {
+			for _, svc := range []string{"redis:", "console:", "serve-1:", "serve-2:"} {
 				if !strings.Contains(out, "\n  "+svc) {
 					t.Errorf("compose config lacks service %s\n%s", svc, out)
 				}
@@ -150,8 +152,8 @@ func TestComposeConfig(t *testing.T) {
 				}
 			}
 			ports := publishedPorts(out)
-			if len(ports) < 2 {
-				t.Errorf("compose config publishes %q, want at least redis and console", ports)
+			if len(ports) < 4 {
+				t.Errorf("compose config publishes %q, want at least redis, console and the two serve replicas", ports)
 			}
 			for _, p := range ports {
 				if !strings.HasPrefix(p, "127.0.0.1:") && !strings.Contains(p, "host_ip: 127.0.0.1") {
@@ -243,12 +245,15 @@ func TestComposeUp(t *testing.T) {
 	redisImage := localImage(t, "FREQCAP_IMAGE_REDIS", containers.LocalRedisImage)
 	consoleImage := localImage(t, "FREQCAP_IMAGE_CONSOLE", "freqcap/console:dev")
 	redisPort, consolePort := freePort(t), freePort(t)
+	servePorts := []int{freePort(t), freePort(t)}
 	ups, downs := documentedRuns(t, "up"), documentedRuns(t, "down")
 	c := newCompose(t,
 		"FREQCAP_IMAGE_REDIS="+redisImage, "FREQCAP_IMAGE_CONSOLE="+consoleImage,
 		"FREQCAP_REDIS_PORT="+strconv.Itoa(redisPort), "FREQCAP_CONSOLE_PORT="+strconv.Itoa(consolePort),
 		"FREQCAP_ADMIN_TOKEN="+testAdminToken, "FREQCAP_VIEWER_TOKEN="+testViewerToken,
 		"FREQCAP_CHECKER_TOKEN="+testCheckerToken, "FREQCAP_DEMO=false",
+		"FREQCAP_SERVE_TOKENS="+testServeTokens,
+		"FREQCAP_SERVE_1_PORT="+strconv.Itoa(servePorts[0]), "FREQCAP_SERVE_2_PORT="+strconv.Itoa(servePorts[1]),
 	)
 	t.Cleanup(func() {
 		// down needs none of the tokens.
@@ -342,6 +347,8 @@ func TestComposeUp(t *testing.T) {
 	if n, err := rdb.DBSize(ctx).Result(); err != nil || n == 0 {
 		t.Errorf("compose redis DBSIZE after a check = %d, %v; want keys written by the console", n, err)
 	}
+
+	checkServeReplicas(t, c, hc, base, servePorts)
 }
 
 func httpDo(t *testing.T, hc *http.Client, method, url, token string, body []byte) (int, []byte) {

@@ -8,9 +8,11 @@
 // "content": "<fingerprint>"}. A denial is a normal answer (a Decision with
 // allowed false), never an error. An error means no decision was made; its
 // code says why (INVALID_ARGUMENT, NOT_FOUND for an unknown policy or
-// reservation, UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE when the
-// backend failed or the server is shutting down, DEADLINE_EXCEEDED), and
-// its ErrorDetail says which of freqcap's errors it is.
+// reservation, UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED for a
+// request too large or an address locked out after failed credentials,
+// UNAVAILABLE when the backend failed or the server is shutting down,
+// DEADLINE_EXCEEDED), and its ErrorDetail says which of freqcap's errors
+// it is.
 //
 // Durations and instants use the well-known types (JSON: "12.5s" and RFC
 // 3339). 64-bit integers are JSON strings in the proto3 JSON mapping
@@ -185,6 +187,11 @@ const (
 	Reason_REASON_PERMISSION_DENIED Reason = 12
 	// The request's deadline passed before a decision was made.
 	Reason_REASON_DEADLINE_EXCEEDED Reason = 13
+	// Too many failed credentials came from the client's address: every
+	// call from it that sends a credential is refused, unchecked, until the
+	// lockout ends (RESOURCE_EXHAUSTED, with a Retry-After header or
+	// metadata in whole seconds). Nothing was done.
+	Reason_REASON_LOCKED_OUT Reason = 14
 )
 
 // Enum value maps for Reason.
@@ -204,6 +211,7 @@ var (
 		11: "REASON_UNAUTHENTICATED",
 		12: "REASON_PERMISSION_DENIED",
 		13: "REASON_DEADLINE_EXCEEDED",
+		14: "REASON_LOCKED_OUT",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":             0,
@@ -220,6 +228,7 @@ var (
 		"REASON_UNAUTHENTICATED":         11,
 		"REASON_PERMISSION_DENIED":       12,
 		"REASON_DEADLINE_EXCEEDED":       13,
+		"REASON_LOCKED_OUT":              14,
 	}
 )
 
@@ -2371,7 +2380,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\x93\x03\n" +
+	"\rCALENDAR_HOUR\x10\x02*\xaa\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -2387,7 +2396,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x12\x1a\n" +
 	"\x16REASON_UNAUTHENTICATED\x10\v\x12\x1c\n" +
 	"\x18REASON_PERMISSION_DENIED\x10\f\x12\x1c\n" +
-	"\x18REASON_DEADLINE_EXCEEDED\x10\r2\xb5\x05\n" +
+	"\x18REASON_DEADLINE_EXCEEDED\x10\r\x12\x15\n" +
+	"\x11REASON_LOCKED_OUT\x10\x0e2\xb5\x05\n" +
 	"\x0eFreqcapService\x129\n" +
 	"\x04Take\x12\x17.freqcap.v1.TakeRequest\x1a\x18.freqcap.v1.TakeResponse\x129\n" +
 	"\x04Peek\x12\x17.freqcap.v1.PeekRequest\x1a\x18.freqcap.v1.PeekResponse\x12B\n" +

@@ -8,9 +8,11 @@
 // "content": "<fingerprint>"}. A denial is a normal answer (a Decision with
 // allowed false), never an error. An error means no decision was made; its
 // code says why (INVALID_ARGUMENT, NOT_FOUND for an unknown policy or
-// reservation, UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE when the
-// backend failed or the server is shutting down, DEADLINE_EXCEEDED), and
-// its ErrorDetail says which of freqcap's errors it is.
+// reservation, UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED for a
+// request too large or an address locked out after failed credentials,
+// UNAVAILABLE when the backend failed or the server is shutting down,
+// DEADLINE_EXCEEDED), and its ErrorDetail says which of freqcap's errors
+// it is.
 //
 // Durations and instants use the well-known types (JSON: "12.5s" and RFC
 // 3339). 64-bit integers are JSON strings in the proto3 JSON mapping

@@ -1,0 +1,77 @@
+"""A sender in Python asking freqcap serve before each push, over gRPC.
+
+Generate the stubs from the repository's schema first (Debian: apt-get
+install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools):
+
+    mkdir gen-py
+    protoc -I proto -I /usr/include --python_out=gen-py freqcap/v1/freqcap.proto
+    python3 -m grpc_tools.protoc -I proto -I /usr/include --grpc_python_out=gen-py freqcap/v1/freqcap.proto
+    PYTHONPATH=gen-py FREQCAP_ADDR=127.0.0.1:8081 FREQCAP_TOKEN=… python3 examples/python/sender.py
+"""
+import hashlib
+import base64
+import os
+import random
+import time
+
+import grpc
+
+from freqcap.v1 import freqcap_pb2 as pb
+from freqcap.v1 import freqcap_pb2_grpc as rpc
+
+# Codes worth a retry: the call may not have been decided (or its answer
+# was lost): retry with the same idempotency key, which never counts twice.
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def fingerprint(text):
+    """sdk.Fingerprint: the first 10 bytes of SHA-256, base32, lower case."""
+    digest = hashlib.sha256(text.encode()).digest()[:10]
+    return base64.b32encode(digest).decode().lower().rstrip("=")
+
+
+def may_send(stub, token, user, text, message_id, tries=4):
+    """Takes one unit of policy "push" for (user, content); returns the
+    Decision. Retries transient failures with exponential back-off and
+    jitter, with the message id as idempotency key."""
+    request = pb.TakeRequest(
+        policy="push",
+        subject={"user": user, "content": fingerprint(text)},
+        idempotency_key=message_id,
+    )
+    for attempt in range(tries):
+        try:
+            return stub.Take(request, timeout=2.0,
+                             metadata=[("authorization", "Bearer " + token)]).decision
+        except grpc.RpcError as err:
+            if err.code() not in RETRYABLE or attempt == tries - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
+
+
+def main():
+    channel = grpc.insecure_channel(os.environ.get("FREQCAP_ADDR", "127.0.0.1:8081"))
+    stub = rpc.FreqcapServiceStub(channel)
+    token = os.environ["FREQCAP_TOKEN"]
+    user = os.environ.get("FREQCAP_USER", "18829340001")
+    for n in range(1, 4):
+        d = may_send(stub, token, user, "Your parcel is on its way", "parcel-%d" % n)
+        if d.allowed:
+            print("send #%d: allowed, %d of %d left this minute"
+                  % (n, d.rules[0].remaining, d.rules[0].limit))
+        else:
+            print("send #%d: blocked by %s, retry in %.0fs"
+                  % (n, ",".join(d.denied), d.retry_after.ToTimedelta().total_seconds()))
+    # A retry of a message already decided gets its first decision back.
+    d = may_send(stub, token, user, "Your parcel is on its way", "parcel-1")
+    print("retry of #1: allowed=%s replayed=%s" % (d.allowed, d.replayed))
+    # Refusals are errors with a code, never a crash.
+    try:
+        stub.Reset(pb.ResetRequest(policy="push", subject={"user": user}),
+                   metadata=[("authorization", "Bearer " + token)])
+    except grpc.RpcError as err:
+        print("reset: %s" % err.code().name)
+
+
+if __name__ == "__main__":
+    main()

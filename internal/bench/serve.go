@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/serve"
+)
+
+// serveCoalesce is the coalescing of the server the runs through serve
+// use: cfg.Coalesce, or freqcap serve's default, 4.
+func serveCoalesce(cfg Config) int {
+	if cfg.Coalesce > 0 {
+		return cfg.Coalesce
+	}
+	return 4
+}
+
+// startServe starts a freqcap serve on a loopback port over its own
+// backend on c (bopts plus coalescing) with key prefix prefix, serving p
+// (no credentials: loopback only). It returns its URL and a stop func.
+func startServe(ctx context.Context, c goredis.UniversalClient, bopts *redis.Options, cfg Config, prefix string, p *sdk.Policy) (string, func(), error) {
+	o := *bopts
+	o.Coalesce = serveCoalesce(cfg)
+	be := redis.New(c, &o)
+	if _, err := be.Capabilities(ctx); err != nil { // detection, before the measured runs
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	srv, err := serve.New(serve.Config{
+		Limiter:  sdk.New(be, sdk.WithPrefix(prefix)),
+		Policies: []*sdk.Policy{p},
+		MaxBatch: max(serve.DefaultMaxBatch, cfg.Batch),
+		Timeout:  cfg.Timeout + time.Second,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}

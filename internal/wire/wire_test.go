@@ -1,0 +1,70 @@
+package wire_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// A decision and an inspection survive the trip to the wire and back.
+func TestRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 24, 9, 0, 0, 123456789, time.UTC)
+	d := sdk.Decision{
+		Allowed: false, Policy: "push", At: at, Denied: []string{"b"}, RetryAfter: 1500 * time.Millisecond,
+		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true,
+		Rules: []sdk.RuleDecision{
+			{Rule: "a", Algorithm: sdk.AlgorithmGCRA, Allowed: true, Used: 1, Limit: 15, Remaining: 14, ResetAfter: time.Second, Strategy: "gcra-tat"},
+			{Rule: "b", Algorithm: sdk.AlgorithmSlidingLog, Used: 5, Limit: 5, ResetAfter: time.Minute, RetryAfter: 1500 * time.Millisecond, CostTooHigh: true},
+		},
+	}
+	if got := wire.FromDecision(wire.Decision(d)); !reflect.DeepEqual(got, d) {
+		t.Errorf("round trip = %+v, want %+v", got, d)
+	}
+	deg := sdk.Decision{Allowed: true, Policy: "push", At: at, Degraded: true, Err: errors.New("dial tcp 10.0.0.1:6379: refused")}
+	w := wire.Decision(deg)
+	if w.GetDegradedReason() != wire.DegradedReason {
+		t.Errorf("degraded reason = %q: the backend's error must not travel", w.GetDegradedReason())
+	}
+	if got := wire.FromDecision(w); !got.Degraded || !errors.Is(got.Err, wire.ErrDegraded) {
+		t.Errorf("degraded round trip = %+v", got)
+	}
+	in := sdk.Inspection{
+		Policy: "push", At: at, Skipped: []string{"c"}, TrailMax: 100, TrailTTL: 24 * time.Hour, TrailFull: true,
+		Rules:   d.Rules,
+		Denials: []sdk.Denial{{At: at, Policy: "push", Rule: "b", Used: 5, Limit: 5, Cost: 1, RetryAfter: time.Second, Values: map[string]string{"content": "x"}, ValuesPartial: true}},
+	}
+	if got := wire.FromInspection(wire.Inspection(in)); !reflect.DeepEqual(got, in) {
+		t.Errorf("inspection round trip = %+v, want %+v", got, in)
+	}
+}
+
+// The seed policies (a calendar rule in a time zone, GCRA, fail-open, a
+// trail) are rebuilt from the wire as they were.
+func TestPolicyRoundTrip(t *testing.T) {
+	ps, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		got, err := wire.FromPolicy(wire.Policy(p))
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name(), err)
+		}
+		if diff := sdk.AnnouncementOf(got).Diff(sdk.AnnouncementOf(p)); diff != nil {
+			t.Errorf("%s: %v", p.Name(), diff)
+		}
+		if !reflect.DeepEqual(got.Rules(), p.Rules()) || got.FailOpen() != p.FailOpen() || got.HotDenyCache() != p.HotDenyCache() {
+			t.Errorf("%s: rebuilt as %+v, want %+v", p.Name(), got.Rules(), p.Rules())
+		}
+		gm, gt := got.Trail()
+		wm, wt := p.Trail()
+		if gm != wm || gt != wt {
+			t.Errorf("%s: trail %d %v, want %d %v", p.Name(), gm, gt, wm, wt)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package serve_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/client"
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/serve"
+)
+
+// BenchmarkServeMemory measures freqcap serve on the memory backend, with
+// the push policy (4 sliding windows, the seed's shape) and 100 000
+// subjects:
+//
+//   - InProcess: sdk.Limiter.Take in this process, the reference;
+//   - GRPC/Take: client.Client.Take over gRPC on loopback, 64 callers;
+//   - GRPC/TakeBatch100: TakeBatch of 100 attempts per call, 64 callers
+//     (decisions/s counts attempts);
+//   - Handler/Take: one Take request (Connect protocol, binary protobuf)
+//     through the server's http.Handler, without a network or a client:
+//     its allocs/op are the server's allocations per request.
+//
+// Each reports decisions/s. Client and server share this process (and
+// the machine's cores) in the gRPC runs, so their allocs/op count both.
+//
+//	go test -run '^$' -bench ServeMemory -benchmem ./serve/
+func BenchmarkServeMemory(b *testing.B) {
+	const subjects = 100_000
+	subject := func(i int64) sdk.Subject {
+		return sdk.Subject{"user": "u" + strconv.FormatInt(i%subjects, 10), "content": "c" + strconv.FormatInt(i%4, 10)}
+	}
+	decisionsPerSecond := func(b *testing.B, n int64) {
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "decisions/s")
+	}
+
+	b.Run("InProcess", func(b *testing.B) {
+		lim := sdk.New(memory.New(nil))
+		push := loadPolicies(b)[0]
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if _, err := lim.Take(ctx, push, sdk.Attempt{Subject: subject(seq.Add(1))}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		decisionsPerSecond(b, int64(b.N))
+	})
+
+	for _, batch := range []int{1, 100} {
+		name := "GRPC/Take"
+		if batch > 1 {
+			name = "GRPC/TakeBatch" + strconv.Itoa(batch)
+		}
+		b.Run(name, func(b *testing.B) {
+			e := start(b, memory.New(nil), serve.Config{})
+			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second})
+			push := e.policies["push"]
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32) // 64 callers on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				as := make([]sdk.Attempt, batch)
+				for pb.Next() {
+					if batch == 1 {
+						if _, err := c.Take(ctx, push, sdk.Attempt{Subject: subject(seq.Add(1))}); err != nil {
+							b.Error(err)
+							return
+						}
+						continue
+					}
+					for i := range as {
+						as[i] = sdk.Attempt{Subject: subject(seq.Add(1))}
+					}
+					for _, r := range c.TakeBatch(ctx, push, as) {
+						if r.Err != nil {
+							b.Error(r.Err)
+							return
+						}
+					}
+				}
+			})
+			decisionsPerSecond(b, int64(b.N)*int64(batch))
+		})
+	}
+
+	b.Run("Handler/Take", func(b *testing.B) {
+		e := start(b, memory.New(nil), serve.Config{})
+		h := e.srv.Handler()
+		bodies := make([][]byte, 1024)
+		for i := range bodies {
+			m := &freqcapv1.TakeRequest{Policy: "push", Subject: subject(int64(i))}
+			var err error
+			if bodies[i], err = proto.Marshal(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		body := &rewindBody{}
+		req, err := http.NewRequest("POST", "http://127.0.0.1/freqcap.v1.FreqcapService/Take", body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.RemoteAddr = "127.0.0.1:40000"
+		req.Header.Set("Content-Type", "application/proto")
+		w := &discardWriter{h: http.Header{}}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			body.Reset(bodies[i%len(bodies)])
+			req.ContentLength = int64(len(bodies[i%len(bodies)]))
+			clear(w.h)
+			w.code = 0
+			h.ServeHTTP(w, req)
+			if w.code != http.StatusOK {
+				b.Fatalf("Take through the handler = %d", w.code)
+			}
+		}
+		decisionsPerSecond(b, int64(b.N))
+	})
+}
+
+// rewindBody is a request body read again for every request.
+type rewindBody struct{ bytes.Reader }
+
+func (*rewindBody) Close() error { return nil }
+
+// discardWriter is a ResponseWriter that keeps only the status.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(p), nil
+}
+func (w *discardWriter) WriteHeader(code int) { w.code = code }

@@ -1,0 +1,252 @@
+package serve_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
+	"github.com/freqcap/freqcap/serve"
+)
+
+// docsFile is serve's manual; its examples are replayed here.
+const docsFile = "../docs/SERVE.md"
+
+// docsTokens are the credentials the manual's examples use; the manual
+// shows freqcap serve started with exactly this FREQCAP_SERVE_TOKENS.
+const docsTokens = "sender:sender-secret-1:take,peek,reserve@push support:support-secret-1:*@*"
+
+type docExample struct {
+	line              int
+	request, response string
+}
+
+// docExamples returns the manual's ```http request / ```http response
+// pairs, in order.
+func docExamples(t *testing.T, md string) []docExample {
+	t.Helper()
+	var out []docExample
+	var block strings.Builder
+	kind := ""
+	sc := bufio.NewScanner(strings.NewReader(md))
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case kind == "" && line == "```http request":
+			kind = "request"
+			out = append(out, docExample{line: n})
+			block.Reset()
+		case kind == "" && line == "```http response":
+			if len(out) == 0 || out[len(out)-1].response != "" {
+				t.Fatalf("%s:%d: a response block without a request block before it", docsFile, n)
+			}
+			kind = "response"
+			block.Reset()
+		case kind != "" && line == "```":
+			if kind == "request" {
+				out[len(out)-1].request = block.String()
+			} else {
+				out[len(out)-1].response = block.String()
+			}
+			kind = ""
+		case kind != "":
+			block.WriteString(line + "\n")
+		}
+	}
+	for _, ex := range out {
+		if ex.response == "" {
+			t.Fatalf("%s:%d: request block without a response block", docsFile, ex.line)
+		}
+	}
+	return out
+}
+
+// split parses a block: first line, headers, body.
+func split(block string) (string, http.Header, string) {
+	head, body, _ := strings.Cut(block, "\n\n")
+	lines := strings.Split(head, "\n")
+	h := http.Header{}
+	for _, l := range lines[1:] {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+	}
+	return lines[0], h, body
+}
+
+// jsonMatch reports whether got equals want, where a string "…" in want
+// matches any value.
+func jsonMatch(want, got any) bool {
+	switch w := want.(type) {
+	case string:
+		if w == "…" {
+			return true
+		}
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for k, v := range w {
+			gv, ok := g[k]
+			if !ok || !jsonMatch(v, gv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !jsonMatch(w[i], g[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(want, got)
+}
+
+// TestServeDocExamples replays every request of docs/SERVE.md, in order,
+// against a live freqcap serve over the seed policies, the memory backend
+// and a fixed clock, with the manual's credentials, and compares each
+// answer with the manual's: the status line, each header the manual
+// shows, and the JSON body as JSON ("…" matches any value: reservation
+// ids are random). RESERVATION_ID in a request stands for the last
+// reservation_id answered.
+func TestServeDocExamples(t *testing.T) {
+	data, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(data)
+	if !strings.Contains(md, `FREQCAP_SERVE_TOKENS="`+docsTokens+`"`) {
+		t.Errorf("%s does not show freqcap serve started with FREQCAP_SERVE_TOKENS=%q, the credentials its examples use", docsFile, docsTokens)
+	}
+	callers, err := serve.ParseCallers(docsTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := seed.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	srv, err := serve.New(serve.Config{Limiter: sdk.New(memory.New(&memory.Options{Clock: clk})), Policies: policies, Callers: callers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	base := "http://" + ln.Addr().String()
+
+	examples := docExamples(t, md)
+	if len(examples) < 14 {
+		t.Fatalf("%s has %d examples, want at least 14 (one per call and the errors)", docsFile, len(examples))
+	}
+	var dump []map[string]any
+	if name := os.Getenv("FREQCAP_DOCS_DUMP"); name != "" {
+		dump = []map[string]any{}
+		defer func() {
+			b, _ := json.MarshalIndent(dump, "", "  ")
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	reservation := ""
+	seen := map[string]bool{}
+	for _, ex := range examples {
+		first, h, body := split(ex.request)
+		method, target, _ := strings.Cut(strings.TrimSuffix(first, " HTTP/1.1"), " ")
+		seen[target] = true
+		t.Run(fmt.Sprintf("line %d %s", ex.line, target), func(t *testing.T) {
+			body = strings.ReplaceAll(body, "RESERVATION_ID", reservation)
+			req, err := http.NewRequest(method, base+target, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, vs := range h {
+				if k != "Host" {
+					req.Header[k] = vs
+				}
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			raw, err := io.ReadAll(res.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatalf("answer is not JSON: %q", raw)
+			}
+			if m, ok := got.(map[string]any); ok {
+				if id, ok := m["reservation_id"].(string); ok && id != "" {
+					reservation = id
+				}
+			}
+			if dump != nil {
+				dump = append(dump, map[string]any{"line": ex.line, "status": res.StatusCode, "header": res.Header, "body": got})
+			}
+			wantFirst, wantH, wantBody := split(ex.response)
+			if gotFirst := fmt.Sprintf("HTTP/1.1 %d %s", res.StatusCode, http.StatusText(res.StatusCode)); gotFirst != wantFirst {
+				t.Errorf("status = %q, want %q (body %s)", gotFirst, wantFirst, raw)
+			}
+			for k, want := range wantH {
+				if have := res.Header.Values(k); !reflect.DeepEqual(have, want) {
+					t.Errorf("header %s = %q, want %q", k, have, want)
+				}
+			}
+			var want any
+			if err := json.Unmarshal([]byte(wantBody), &want); err != nil {
+				t.Fatalf("%s:%d: the response body is not JSON: %v", docsFile, ex.line, err)
+			}
+			if !jsonMatch(want, got) {
+				t.Errorf("body = %s\nwant %s", raw, wantBody)
+			}
+		})
+	}
+	for _, m := range []string{"Take", "Peek", "Reserve", "Commit", "Cancel", "TakeBatch", "PeekBatch", "Inspect", "Reset", "ListPolicies"} {
+		if !seen["/freqcap.v1.FreqcapService/"+m] {
+			t.Errorf("%s has no example of %s", docsFile, m)
+		}
+	}
+}
+
+// The manual's Python sender is examples/python/sender.py, which
+// TestPythonSender runs.
+func TestServeDocsPythonSnippet(t *testing.T) {
+	md, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../examples/python/sender.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "```python\n"+string(src)+"```\n") {
+		t.Errorf("%s does not show examples/python/sender.py verbatim in a ```python block", docsFile)
+	}
+}
