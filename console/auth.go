@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/lockout"
 )
 
 // Role is what a console user may do. Roles are ordered: each one may do
@@ -280,11 +281,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.auth.enabled() {
 			id = identity{Role: RoleAdmin, Name: "local", Method: "none"}
 		} else if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
-			keys := []guardKey{addrKey(c.RealIP())}
+			keys := []lockout.Key{lockout.Addr(c.RealIP())}
 			scheme, rest, _ := strings.Cut(h, " ")
 			user, pass, basicOK := c.Request().BasicAuth()
 			if basicOK {
-				keys = append(keys, userKey(user))
+				keys = append(keys, lockout.User(user))
 			}
 			method := strings.ToLower(scheme)
 			var cr Credential
@@ -328,22 +329,22 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // judge checks one authentication attempt through the guard (see
-// guard.try) and logs a failure. Every failure is logged (the guard
+// Server.tryAuth) and logs a failure. Every failure is logged (the guard
 // bounds how many one address can make). The user name tried is not
 // logged: people type passwords into it. method names the scheme in the
 // log ("bearer", "basic", "sign-in form"; any other is logged as
 // "unknown scheme" and always fails).
-func (s *Server) judge(c echo.Context, method string, verify func() bool, keys []guardKey) (bool, error) {
-	ok, n, wait, err := s.guard.try(c, verify, keys...)
-	if err != nil || ok {
-		return ok, err
+func (s *Server) judge(c echo.Context, method string, verify func() bool, keys []lockout.Key) (bool, error) {
+	v, err := s.tryAuth(c, verify, keys...)
+	if err != nil || v.OK {
+		return v.OK, err
 	}
 	switch method {
 	case "bearer", "basic", "sign-in form":
 	default:
 		method = "unknown scheme"
 	}
-	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", n, "locked_for", wait)
+	s.log.Warn("console: failed authentication", "remote", c.RealIP(), "method", method, "path", c.Request().URL.Path, "failures", v.Failures, "locked_for", v.Wait)
 	return false, nil
 }
 
@@ -478,7 +479,7 @@ func (s *Server) login(c echo.Context) error {
 	}
 	// The form asks for a token only: it claims no identity beyond the
 	// address.
-	keys := []guardKey{addrKey(c.RealIP())}
+	keys := []lockout.Key{lockout.Addr(c.RealIP())}
 	token := c.FormValue("token") // read before the guard's lock: it reads the body
 	var cr Credential
 	ok, err := s.judge(c, "sign-in form", func() bool {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/internal/demo"
+	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -134,8 +135,8 @@ type Server struct {
 	metrics  *Metrics
 	audit    *AuditLog
 	auth     *authenticator
-	guard    *guard   // failed authentication attempts per address
-	warn     *rateLog // backend failures, at most one line per kind every logEvery
+	guard    *lockout.Guard // failed authentication attempts per address and user name
+	warn     *rateLog       // backend failures, at most one line per kind every logEvery
 	cop      *http.CrossOriginProtection
 	// malformed holds the malformed-announcement reports already logged.
 	malformed onceSet
@@ -199,7 +200,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.auth = a
-	s.guard = newGuard(s.now)
+	s.guard = lockout.New(s.now)
 	s.cop = http.NewCrossOriginProtection()
 	s.warn = newRateLog(s.log, s.now, logEvery)
 	s.echo = s.routes()

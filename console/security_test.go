@@ -19,6 +19,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/faulty"
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -339,7 +340,7 @@ func TestHiddenCharactersShown(t *testing.T) {
 func TestBruteForce(t *testing.T) {
 	f := newFixture(t, testCredentials())
 	bad := func() int { return f.do(t, req{path: "/api/v1/policies", bearer: "wrong-token-xyz"}).StatusCode }
-	for i := range freeFailures + 1 {
+	for i := range lockout.FreeFailures + 1 {
 		if got := bad(); got != http.StatusUnauthorized {
 			t.Fatalf("bad attempt %d = %d, want 401", i+1, got)
 		}
@@ -370,30 +371,22 @@ func TestBruteForce(t *testing.T) {
 	if res := f.do(t, req{path: "/api/v1/policies", bearer: viewerToken}); res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "4" {
 		t.Errorf("after a success and one more failure = %d (Retry-After %q), want 429 for 4s", res.StatusCode, res.Header.Get("Retry-After"))
 	}
-	// forgetAfter without failures forgets the address.
-	f.clock.Advance(forgetAfter + time.Second)
-	for i := range freeFailures {
+	// lockout.ForgetAfter without failures forgets the address.
+	f.clock.Advance(lockout.ForgetAfter + time.Second)
+	for i := range lockout.FreeFailures {
 		if got := bad(); got != http.StatusUnauthorized {
-			t.Fatalf("bad attempt %d after %v = %d, want 401", i+1, forgetAfter, got)
+			t.Fatalf("bad attempt %d after %v = %d, want 401", i+1, lockout.ForgetAfter, got)
 		}
 	}
 	if got := f.do(t, req{path: "/api/v1/policies", bearer: viewerToken}).StatusCode; got != 200 {
-		t.Errorf("good token after %d fresh failures = %d, want 200", freeFailures, got)
+		t.Errorf("good token after %d fresh failures = %d, want 200", lockout.FreeFailures, got)
 	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, `msg="console: failed authentication"`); n != 2*freeFailures+3 {
-		t.Errorf("%d failed-authentication lines, want %d:\n%s", n, 2*freeFailures+3, logs)
+	if n := strings.Count(logs, `msg="console: failed authentication"`); n != 2*lockout.FreeFailures+3 {
+		t.Errorf("%d failed-authentication lines, want %d:\n%s", n, 2*lockout.FreeFailures+3, logs)
 	}
 	if !strings.Contains(logs, "remote=192.0.2.1") || strings.Contains(logs, "wrong-token-xyz") {
 		t.Errorf("log lines must name the address and never the attempted secret:\n%s", logs)
-	}
-	// Memory stays bounded whatever the number of addresses and names.
-	g := newGuard(f.clock.Now)
-	for i := range maxEntries + 500 {
-		g.try(nil, func() bool { return false }, addrKey("10.0."+strconv.Itoa(i)), userKey("user-"+strconv.Itoa(i)))
-	}
-	if n := g.size(); n > maxEntries {
-		t.Errorf("guard tracks %d keys, want at most %d", n, maxEntries)
 	}
 }
 
@@ -424,8 +417,8 @@ func TestLockoutConcurrentGuesses(t *testing.T) {
 	}
 	// The clock does not move: after the free failures the sixth starts a
 	// lockout, and every later attempt is refused unchecked.
-	if count[http.StatusUnauthorized] != freeFailures+1 || count[http.StatusTooManyRequests] != n-freeFailures-1 {
-		t.Errorf("%d simultaneous guesses from one address: %v, want %d checked (401) and the rest 429", n, count, freeFailures+1)
+	if count[http.StatusUnauthorized] != lockout.FreeFailures+1 || count[http.StatusTooManyRequests] != n-lockout.FreeFailures-1 {
+		t.Errorf("%d simultaneous guesses from one address: %v, want %d checked (401) and the rest 429", n, count, lockout.FreeFailures+1)
 	}
 }
 
@@ -443,7 +436,7 @@ func TestLockoutIgnoresSuccesses(t *testing.T) {
 	var codes []int
 	guesses, limited := 0, 0
 	for round := range 20 {
-		for i := range freeFailures {
+		for i := range lockout.FreeFailures {
 			code := guess(fmt.Sprintf("guess-%d-%d-admin", round, i), attacker)
 			if code == http.StatusUnauthorized {
 				guesses++
@@ -454,8 +447,8 @@ func TestLockoutIgnoresSuccesses(t *testing.T) {
 		}
 		codes = append(codes, guess(viewerToken, attacker))
 	}
-	if guesses > freeFailures+1 || limited == 0 {
-		t.Errorf("alternating attack: %d guesses checked and %d answered 429 (valid-token answers %v), want at most %d checked", guesses, limited, codes, freeFailures+1)
+	if guesses > lockout.FreeFailures+1 || limited == 0 {
+		t.Errorf("alternating attack: %d guesses checked and %d answered 429 (valid-token answers %v), want at most %d checked", guesses, limited, codes, lockout.FreeFailures+1)
 	}
 	if codes[0] != http.StatusOK || codes[len(codes)-1] != http.StatusTooManyRequests {
 		t.Errorf("valid-token answers %v, want 200 first, then 429 once locked", codes)
@@ -466,7 +459,7 @@ func TestLockoutIgnoresSuccesses(t *testing.T) {
 	}
 	// Basic auth: guesses at alice spread over addresses lock the name,
 	// not those addresses for others.
-	for i := range freeFailures + 1 {
+	for i := range lockout.FreeFailures + 1 {
 		res := f.do(t, req{path: "/api/v1/policies", basic: [2]string{"alice", fmt.Sprintf("wrong-password-%d", i)}, remote: fmt.Sprintf("198.18.0.%d:1", i+1)})
 		if res.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("basic guess %d at alice = %d, want 401", i+1, res.StatusCode)
@@ -474,7 +467,7 @@ func TestLockoutIgnoresSuccesses(t *testing.T) {
 	}
 	res := f.do(t, req{path: "/api/v1/policies", basic: [2]string{"alice", "another-guess"}, remote: "198.18.0.99:1"})
 	if body := readBody(t, res); res.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "for this user name") {
-		t.Errorf("basic guess at alice from a new address after %d failures = %d %s, want 429 for the user name", freeFailures+1, res.StatusCode, body)
+		t.Errorf("basic guess at alice from a new address after %d failures = %d %s, want 429 for the user name", lockout.FreeFailures+1, res.StatusCode, body)
 	}
 	if got := f.do(t, req{path: "/api/v1/policies", bearer: adminToken, remote: "198.18.0.1:1"}).StatusCode; got != http.StatusOK {
 		t.Errorf("alice's bearer token from an address that guessed once = %d, want 200", got)

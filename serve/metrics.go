@@ -2,15 +2,17 @@ package serve
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/ratelimitheaders"
 )
@@ -59,7 +61,6 @@ func callerOf(ctx context.Context) *Caller {
 // interceptor authenticates, refuses calls while draining, bounds each
 // call's time, and measures and logs it.
 func (s *Server) interceptor() connect.UnaryInterceptorFunc {
-	warn := newLogLimiter(10 * time.Second)
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			op := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
@@ -78,8 +79,8 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 			}
 			switch connect.CodeOf(err) {
 			case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-				if err != nil && wire.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN && warn.allow(op+code) {
-					s.log.Warn("serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
+				if err != nil && wire.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
+					s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
 				}
 			}
 			if s.log.Enabled(ctx, -4) { // slog.LevelDebug
@@ -111,7 +112,7 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 
 // authenticate returns the caller whose secret req sends. A call that
 // sends none is refused; one that sends a credential from an address
-// locked out (see lockout) is refused unchecked, with ResourceExhausted
+// locked out (package lockout, the console's rule) is refused unchecked, with ResourceExhausted
 // and Retry-After; an unknown credential, or an Authorization header that
 // is not a bearer token, counts a failure against the address.
 func (s *Server) authenticate(req connect.AnyRequest) (*Caller, error) {
@@ -121,21 +122,23 @@ func (s *Server) authenticate(req connect.AnyRequest) (*Caller, error) {
 		return nil, noCredential
 	}
 	remote := addrHost(req.Peer().Addr)
-	if wait := s.lockout.wait(remote); wait > 0 {
-		secs := strconv.FormatInt(ratelimitheaders.Seconds(wait), 10)
+	var caller *Caller
+	tok, ok := bearer(req.Header())
+	v := s.lockout.Try(func() bool {
+		if ok {
+			caller = s.callers.find(tok)
+		}
+		return caller != nil
+	}, lockout.Addr(remote))
+	if v.Locked > 0 {
+		secs := strconv.FormatInt(ratelimitheaders.Seconds(v.Locked), 10)
 		e := wire.NewError(connect.CodeResourceExhausted, freqcapv1.Reason_REASON_LOCKED_OUT,
 			"too many failed credentials from your address: try again in "+secs+"s")
 		e.Meta().Set("Retry-After", secs)
 		return nil, e
 	}
-	var caller *Caller
-	tok, ok := bearer(req.Header())
-	if ok {
-		caller = s.callers.find(tok)
-	}
-	if caller == nil {
-		n, wait := s.lockout.failed(remote)
-		s.log.Warn("serve: failed credential", "remote", remote, "failures", n, "locked_for", wait)
+	if !v.OK {
+		s.log.Warn("serve: failed credential", "remote", remote, "failures", v.Failures, "locked_for", v.Wait)
 		if !ok {
 			return nil, noCredential
 		}
@@ -144,24 +147,10 @@ func (s *Server) authenticate(req connect.AnyRequest) (*Caller, error) {
 	return caller, nil
 }
 
-// logLimiter lets one log line of a kind through per interval.
-type logLimiter struct {
-	every time.Duration
-	mu    sync.Mutex
-	last  map[string]time.Time
-}
-
-func newLogLimiter(every time.Duration) *logLimiter {
-	return &logLimiter{every: every, last: map[string]time.Time{}}
-}
-
-func (l *logLimiter) allow(kind string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		return false
+// addrHost is the host of a remote address ("host:port"), or the address.
+func addrHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
 	}
-	l.last[kind] = now
-	return true
+	return addr
 }

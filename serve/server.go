@@ -39,6 +39,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
+	"github.com/freqcap/freqcap/internal/lockout"
+	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -92,7 +94,8 @@ type Config struct {
 	// speaks TLS; HTTP/2 is negotiated by ALPN). Without it HTTP/2 is
 	// spoken in clear text (h2c) beside HTTP/1.1.
 	TLS *tls.Config
-	// Now is the clock of the lockout after failed credentials
+	// Now is the clock of the lockout after failed credentials and of the
+	// log's limit on failure lines
 	// (default time.Now).
 	Now func() time.Time
 	// TracerProvider and MeterProvider, when set, make the server emit
@@ -127,8 +130,9 @@ type Server struct {
 	cfg      Config
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
-	callers  *callers // nil: no credentials
-	lockout  *lockout // of addresses sending unknown credentials
+	callers  *callers         // nil: no credentials
+	lockout  *lockout.Guard   // of addresses sending unknown credentials
+	logRate  *lograte.Limiter // failure lines: one of a kind every lograte.Every
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
@@ -167,7 +171,8 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Now == nil {
 		s.cfg.Now = time.Now
 	}
-	s.lockout = newLockout(s.cfg.Now)
+	s.lockout = lockout.New(s.cfg.Now)
+	s.logRate = lograte.New(s.cfg.Now, lograte.Every)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -20,13 +21,12 @@ import (
 // service implements the generated handler interface over the Server's
 // Limiter and policies.
 type service struct {
-	s    *Server
-	warn *logLimiter
+	s *Server
 }
 
 var _ freqcapv1connect.FreqcapServiceHandler = (*service)(nil)
 
-func newService(s *Server) *service { return &service{s: s, warn: newLogLimiter(10 * time.Second)} }
+func newService(s *Server) *service { return &service{s: s} }
 
 func invalid(reason freqcapv1.Reason, format string, args ...any) *connect.Error {
 	return wire.NewError(connect.CodeInvalidArgument, reason, fmt.Sprintf(format, args...))
@@ -77,9 +77,7 @@ func (svc *service) failed(op string, p *sdk.Policy, err error) error {
 	msg := err.Error() // the sdk's own errors: no subject values
 	switch reason {
 	case freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE:
-		if svc.warn.allow("backend-" + op) {
-			svc.s.log.Warn("serve: backend failed (one line per operation every 10 s)", "op", op, "policy", p.Name(), "err", err)
-		}
+		svc.s.logRate.Log(svc.s.log, slog.LevelWarn, "backend-"+op, "serve: backend failed (one line per operation every 10 s)", "op", op, "policy", p.Name(), "err", err)
 		msg = "could not decide: the backend is unavailable (details are in the server's log); a consuming call may have been applied: retry it with the same idempotency key"
 	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
 		msg = "the call's deadline passed before an answer (a consuming call may have been applied: retry it with the same idempotency key)"
