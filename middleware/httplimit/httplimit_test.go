@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/middleware"
 	"github.com/freqcap/freqcap/middleware/httplimit"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
+	"github.com/freqcap/freqcap/serve"
 )
 
 // start is the tests' instant: a whole minute, so the fixed window's
@@ -345,13 +348,54 @@ func TestFailure(t *testing.T) {
 // TestRedis: the middleware on a live redis-server: allowed requests get
 // the headers, the third is denied with Retry-After equal to RateLimit's
 // t, and the count is the server's.
+// TestRedis: the same requests answered alike through the in-process
+// Limiter on a real redis-server and through the remote client of a
+// freqcap serve deciding on that server (middleware.Taker is either).
 func TestRedis(t *testing.T) {
 	srv := redistest.NewServer(t)
 	rdb := goredis.NewUniversalClient(redis.NewClientOptions(srv.Addr()))
 	defer rdb.Close()
 	p := apiPolicy(t)
 	lim := sdk.New(redis.New(rdb, nil), sdk.WithPrefix("httplimit-test"), sdk.WithTimeout(10*time.Second))
-	mw, err := httplimit.New(lim, p, byHeader)
+
+	// A freqcap serve over the same server, and its remote client.
+	ss, err := serve.New(serve.Config{Limiter: lim, Policies: []*sdk.Policy{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ss.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ss.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		<-done
+	})
+	remote := client.New("http://"+ln.Addr().String(), &client.Options{Timeout: 10 * time.Second})
+
+	for _, tc := range []struct {
+		name   string
+		taker  middleware.Taker
+		client string
+	}{
+		{"in-process", lim, "redis-c1"},
+		{"remote", remote, "redis-c2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { redisSequence(t, tc.taker, p, tc.client) })
+	}
+}
+
+// redisSequence sends three requests of one client through the
+// middleware over taker: two allowed, the third denied, each with the
+// IETF headers.
+func redisSequence(t *testing.T, taker middleware.Taker, p *sdk.Policy, clientID string) {
+	mw, err := httplimit.New(taker, p, byHeader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +407,7 @@ func TestRedis(t *testing.T) {
 		status    int
 		remaining string
 	}{{200, "1"}, {200, "0"}, {429, "0"}} {
-		got := get(t, hs.URL, map[string]string{"X-Client": "redis-c1"})
+		got := get(t, hs.URL, map[string]string{"X-Client": clientID})
 		if got.status != want.status {
 			t.Fatalf("request %d: status %d, want %d (%v)", i+1, got.status, want.status, got)
 		}
