@@ -405,11 +405,18 @@ func TestGCRA(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "gcra")
 	r := s.gcra("g", 10, time.Minute, 4) // T = 6s, limit 5
+	var first time.Time
 	for i := int64(1); i <= 5; i++ {
 		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 5)
-		if want := time.Duration(i) * 6 * time.Second; res.Rules[0].ResetAfter > want || res.Rules[0].ResetAfter < want-100*time.Millisecond {
-			t.Errorf("take #%d ResetAfter = %v, want about %v", i, res.Rules[0].ResetAfter, want)
+		if i == 1 {
+			first = res.Now
+		}
+		// The TAT runs i emission intervals past the first take (each take
+		// comes before the TAT), whatever the time between the takes.
+		want := first.Add(time.Duration(i) * 6 * time.Second).Sub(res.Now)
+		if d := res.Rules[0].ResetAfter - want; d > time.Millisecond || d < -time.Millisecond {
+			t.Errorf("take #%d ResetAfter = %v, want %v (%v after the first take)", i, res.Rules[0].ResetAfter, want, res.Now.Sub(first))
 		}
 	}
 	// The entry: the TAT in µs, 5 emission intervals ahead; its expiry

@@ -161,7 +161,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("-h prints two defaults: %q", line)
 		}
 	}
-	if !strings.Contains(out.String(), "(default: campaign-<random>, one of its own per run)") {
+	if !strings.Contains(out.String(), "(default: campaign-<random>, one of its own per run;") {
 		t.Errorf("-h does not describe -prefix's default:\n%s", out.String())
 	}
 	o, err := parseFlags(nil, io.Discard)
