@@ -60,17 +60,27 @@
 // # Concurrency
 //
 // A Limiter is safe for concurrent use; create one per backend and share
-// it. Policies and rules are immutable values once built. Every decision
-// is atomic in the backend, so any number of processes may share one
-// Redis deployment: nothing is lost or counted twice between them.
+// it. Policies and rules are immutable values once built. A decision is
+// one atomic step in the backend (the memory backend, or a script on
+// Redis), so any number of processes may share one Redis deployment:
+// nothing is lost or counted twice between them. The exception is the
+// Redis backend's bare mode (servers without scripting, see
+// docs/MODULES.md): other clients may briefly see units a denied request
+// consumed and then gave back, and such a decision says so
+// ([Decision].NonAtomic).
 //
 // # Time
 //
-// Decisions use the backend's clock: a Redis server's own (so clients'
-// clocks never matter), or, for the memory backend, the clock it was
-// given (memory.Options.Clock). The Limiter reads that same clock for
-// what it times itself (degraded decisions, Wait's deadline check and
-// sleeps, the hot-deny cache), unless [WithClock] sets another; see
+// Decisions use the backend's clock: a Redis server's own, or, for the
+// memory backend, the clock it was given (memory.Options.Clock). On Redis
+// a calendar rule ([Daily], [Hourly]) also needs the clients' clocks
+// roughly right: the client sends the window boundaries around its own
+// time and the script picks the one around the server's, so a client
+// clock off by more than redis.Options.CalendarSpan units (default 1: a
+// day or an hour) makes the decision fail with an error. The Limiter
+// reads the backend's clock for what it times itself (degraded
+// decisions, Wait's deadline check and sleeps, the hot-deny cache),
+// unless [WithClock] sets another; see
 // [Clock]. A *fakeclock.Clock (package sdk/fakeclock) given to the memory
 // backend makes a test deterministic: time moves only when the test moves
 // it, and Wait advances it instead of sleeping.
