@@ -33,8 +33,8 @@
 //
 // [Limiter.Inspect] explains a subject's state and recent denials
 // ([Denial]); [Limiter.Keys] shows where it is stored; [Limiter.Reset]
-// forgets it, [Limiter.ResetRules] only some of its rules. Policies can also be loaded from YAML ([LoadPolicies],
-// [LoadPolicyFile]).
+// forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
+// policies from YAML.
 //
 // # Decisions and errors
 //
@@ -53,8 +53,8 @@
 // Numbers are bounded so that no backend overflows an int64 or rounds a
 // double for their size: Limit, Burst+1 and a cost at most [MaxLimit],
 // Window at most [MaxWindow], a GCRA rule's emission interval at least
-// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy],
-// [LoadPolicies] and the calls refuse anything beyond with an error that
+// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy]
+// and the calls refuse anything beyond with an error that
 // names the field and the bound.
 //
 // # Concurrency

@@ -19,7 +19,7 @@ const (
 // Policy is a named set of rules checked together: a request is allowed
 // only if every rule admits it, and a denied request consumes nothing.
 //
-// Build one with NewPolicy or load them with LoadPolicies. A Policy is
+// Build one with NewPolicy or load them with package sdk/policyfile. A Policy is
 // validated and immutable, and safe for concurrent use; the zero Policy
 // has no rules and is rejected by the Limiter. Most callers create their
 // policies once at start-up and pass them to Limiter.Allow.

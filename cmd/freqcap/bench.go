@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/internal/bench"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]
@@ -151,7 +152,7 @@ func benchLoadPolicies(file string) ([]*sdk.Policy, error) {
 	if file == "" {
 		ps, err = seed.Policies()
 	} else {
-		ps, err = sdk.LoadPolicyFile(file)
+		ps, err = policyfile.LoadFile(file)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const consoleUsage = `Usage: freqcap console [flags]
@@ -211,7 +212,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 
 	var policies []*sdk.Policy
 	if f.policies != "" {
-		policies, err = sdk.LoadPolicyFile(f.policies)
+		policies, err = policyfile.LoadFile(f.policies)
 	} else {
 		policies, err = seed.Policies()
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -172,7 +173,7 @@ func runServe(args []string) error {
 	}
 	var policies []*sdk.Policy
 	if f.policies != "" {
-		policies, err = sdk.LoadPolicyFile(f.policies)
+		policies, err = policyfile.LoadFile(f.policies)
 	} else {
 		policies, err = seed.Policies()
 	}

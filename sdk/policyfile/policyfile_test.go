@@ -1,4 +1,4 @@
-package sdk_test
+package policyfile_test
 
 import (
 	"errors"
@@ -9,10 +9,11 @@ import (
 	_ "time/tzdata" // zones load on machines without zoneinfo
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 func TestLoadPolicyFile(t *testing.T) {
-	ps, err := sdk.LoadPolicyFile("../internal/seed/policies.yaml")
+	ps, err := policyfile.LoadFile("../../internal/seed/policies.yaml")
 	if err != nil {
 		t.Fatalf("LoadPolicyFile = %v", err)
 	}
@@ -68,7 +69,7 @@ policies:
       - {name: c, algorithm: fixed_window, calendar: hour, timezone: Asia/Kolkata, limit: 2, by: [user]}
       - {name: d, algorithm: fixed_window, limit: 2, window: 2d, by: [user]}
 `
-	ps, err := sdk.LoadPolicies(strings.NewReader(doc))
+	ps, err := policyfile.Load(strings.NewReader(doc))
 	if err != nil {
 		t.Fatalf("LoadPolicies = %v", err)
 	}
@@ -143,7 +144,7 @@ func TestLoadPoliciesErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ps, err := sdk.LoadPolicies(strings.NewReader(tc.doc))
+			ps, err := policyfile.Load(strings.NewReader(tc.doc))
 			if ps != nil || !errors.Is(err, tc.want) {
 				t.Fatalf("LoadPolicies(%q) = %v, %v, want nil, %v", tc.doc, ps, err, tc.want)
 			}
@@ -157,10 +158,19 @@ func TestLoadPoliciesErrors(t *testing.T) {
 }
 
 func TestLoadPoliciesNil(t *testing.T) {
-	if _, err := sdk.LoadPolicies(nil); !errors.Is(err, sdk.ErrInvalidPolicy) {
+	if _, err := policyfile.Load(nil); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("LoadPolicies(nil) = %v, want %v", err, sdk.ErrInvalidPolicy)
 	}
-	if _, err := sdk.LoadPolicyFile("testdata/does-not-exist.yaml"); err == nil {
+	if _, err := policyfile.LoadFile("testdata/does-not-exist.yaml"); err == nil {
 		t.Error("LoadPolicyFile(missing) = nil error, want one")
 	}
+}
+
+func shanghai(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatalf("no tzdata: %v", err)
+	}
+	return loc
 }
