@@ -296,8 +296,8 @@ func TestPeekBatch(t *testing.T) {
 		t.Fatalf("PeekBatch sent %d requests to the backend, want %d", len(f.reqs), len(as))
 	}
 	for _, req := range f.reqs {
-		if req.IdemKey != "" || req.op != "peek" {
-			t.Errorf("PeekBatch sent %+v, want a peek without IdemKey", req)
+		if req.IdempotencyKey != "" || req.op != "peek" {
+			t.Errorf("PeekBatch sent %+v, want a peek without IdempotencyKey", req)
 		}
 	}
 }

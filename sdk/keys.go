@@ -84,11 +84,11 @@ type resolved struct {
 
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
-// dimensions are always required, and a value given must be valid. With
-// groups set, each rule gets its dimension set's key (driver.Rule.Group).
+// dimensions are always required, and a value given must be valid. Each
+// rule gets its own key and its dimension set's (driver.Rule.Group).
 // Errors wrap ErrInvalidSubject and
 // ErrInvalidPolicy and never contain values.
-func resolve(prefix string, p *Policy, s Subject, partial, groups bool) (resolved, error) {
+func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error) {
 	var res resolved
 	if err := p.valid(); err != nil {
 		return res, err
@@ -148,16 +148,13 @@ rules:
 		}
 		sp.key[1] = len(buf)
 		// Rules of one dimension set share their group key (the first
-		// rule's, unless it was skipped); only a driver.Grouped backend
-		// gets one (groups).
-		if groups {
-			if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
-				sp.group = spans[f].group
-			} else {
-				sp.group[0] = len(buf)
-				buf = appendGroupKey(buf, buf[:nb], p, i, s)
-				sp.group[1] = len(buf)
-			}
+		// rule's, unless it was skipped).
+		if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
+			sp.group = spans[f].group
+		} else {
+			sp.group[0] = len(buf)
+			buf = appendGroupKey(buf, buf[:nb], p, i, s)
+			sp.group[1] = len(buf)
 		}
 		spans = append(spans, sp)
 		res.rules = append(res.rules, driver.Rule{

@@ -33,9 +33,6 @@ type Limiter struct {
 	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
 
 	rec *Recorder // WithRecorder; nil: none
-	// groups: the backend keeps rules by set of dimensions
-	// (driver.Grouped), so requests carry driver.Rule.Group.
-	groups bool
 }
 
 // Option configures a Limiter in New.
@@ -52,11 +49,7 @@ func WithPrefix(p string) Option {
 // Clock is where a Limiter reads the time (degraded decisions, Wait's
 // deadline check, Event.Latency, the hot-deny cache) and how Wait sleeps.
 // A *fakeclock.Clock is one for tests: its Sleep advances it at once.
-type Clock interface {
-	Now() time.Time
-	// Sleep returns after d, or with ctx's error when ctx is done first.
-	Sleep(ctx context.Context, d time.Duration) error
-}
+type Clock = driver.Clock
 
 // WithClock sets the Limiter's clock. By default a Limiter reads its
 // backend's clock when the backend decides on one of this process (the
@@ -89,9 +82,6 @@ func New(b driver.Backend, opts ...Option) *Limiter {
 	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()
-	}
-	if g, ok := b.(driver.Grouped); ok {
-		l.groups = g.UsesGroups()
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -184,7 +174,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	if !ok {
 		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
@@ -226,7 +216,7 @@ func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ..
 	if err := p.checkResetSet(rules); err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
@@ -266,7 +256,7 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
@@ -295,22 +285,11 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 
 // Description is a backend's account of itself: what it is, where it
 // keeps state and how it implements each algorithm (Limiter.Describe).
-type Description struct {
-	// Name is the backend's kind, e.g. "memory" or "redis".
-	Name string
-	// Target says where it stores state, e.g. "127.0.0.1:6379".
-	Target string
-	// Strategies maps an algorithm to the strategy in use and why.
-	Strategies map[Algorithm]Strategy
-	// Notes are further findings, one sentence each.
-	Notes []string
-}
+type Description = driver.Description
 
 // Strategy is how a backend implements one algorithm, e.g. "tairhash"
 // because "EXHINCRBY on 3/3 masters".
-type Strategy struct {
-	Name, Reason string
-}
+type Strategy = driver.Strategy
 
 // Describe returns the backend's account of itself. Not every backend can
 // describe itself (the memory and Redis backends can); one that cannot
@@ -326,12 +305,7 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 	if err != nil {
 		return Description{}, fmt.Errorf("sdk: describe: %w", err)
 	}
-	out := Description{Name: desc.Name, Target: desc.Target, Notes: desc.Notes,
-		Strategies: make(map[Algorithm]Strategy, len(desc.Strategies))}
-	for a, st := range desc.Strategies {
-		out.Strategies[Algorithm(a)] = Strategy(st)
-	}
-	return out, nil
+	return desc, nil
 }
 
 // Keys returns the keys of s under p: one per rule whose dimensions s
@@ -342,7 +316,7 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 // (docs/DESIGN.md, "Redis layout"). It returns nil when s lacks a shard
 // dimension or p is invalid. It touches no backend.
 func (l *Limiter) Keys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true, false)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return nil
 	}
@@ -362,7 +336,7 @@ func (l *Limiter) Keys(p *Policy, s Subject) []string {
 // returns nil when s lacks a shard dimension or p is invalid. It touches
 // no backend.
 func (l *Limiter) GroupKeys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true, true)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return nil
 	}

@@ -24,11 +24,7 @@ type fakeBackend struct {
 	mu     sync.Mutex
 	reqs   []sent
 	result func(driver.Request) (driver.Result, error)
-	// grouped is what UsesGroups reports (driver.Grouped).
-	grouped bool
 }
-
-func (f *fakeBackend) UsesGroups() bool { return f.grouped }
 
 // sent is a request a fake backend got, with the operation it was sent to.
 type sent struct {
@@ -116,7 +112,7 @@ func pushPolicy(t *testing.T, opts ...sdk.PolicyOption) *sdk.Policy {
 }
 
 func TestAllowRequest(t *testing.T) {
-	f := &fakeBackend{grouped: true}
+	f := &fakeBackend{}
 	p := pushPolicy(t, sdk.WithTrail(7, time.Hour))
 	lim := sdk.New(f, sdk.WithPrefix("app"))
 	d, err := lim.Take(context.Background(), p, sdk.Attempt{Subject: sdk.Subject{"user": "u:1", "content": "c{1}", "extra": "ignored"}, Cost: 3})
@@ -541,20 +537,4 @@ func (c *tickingClock) Now() time.Time { c.now = c.now.Add(time.Millisecond); re
 func (c *tickingClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.now = c.now.Add(d)
 	return ctx.Err()
-}
-
-// TestGroupsOnlyForGroupedBackends: a backend that does not keep rules by
-// set of dimensions (driver.Grouped false) gets no Rule.Group: the sdk
-// does not build keys nobody reads.
-func TestGroupsOnlyForGroupedBackends(t *testing.T) {
-	f := &fakeBackend{}
-	lim := sdk.New(f)
-	if _, err := lim.Take(context.Background(), pushPolicy(t), sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range f.last(t).Rules {
-		if r.Group != "" || r.Key == "" {
-			t.Errorf("rule %s: Key %q, Group %q; want a key and no group", r.Name, r.Key, r.Group)
-		}
-	}
 }

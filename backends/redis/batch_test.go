@@ -429,7 +429,7 @@ func TestBatchIdempotentRetry(t *testing.T) {
 				subs = append(subs, s)
 				for k := range 3 { // limit 2: the third is denied
 					r := s.request(opTake, 1, s.fixed("f", 2, time.Hour))
-					r.IdemKey, r.IdemTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
+					r.IdempotencyKey, r.IdempotencyTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
 					reqs = append(reqs, r)
 				}
 			}

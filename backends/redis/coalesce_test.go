@@ -155,7 +155,7 @@ func TestCoalesceManySubjects(t *testing.T) {
 				r.ReservationID, r.ReservationTTL = st.id, time.Hour
 			}
 			if st.idem != "" {
-				r.IdemKey, r.IdemTTL = s.base+"!i:"+st.idem, time.Hour
+				r.IdempotencyKey, r.IdempotencyTTL = s.base+"!i:"+st.idem, time.Hour
 			}
 			out[i] = r
 		}

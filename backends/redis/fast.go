@@ -91,7 +91,7 @@ type fastAttempt struct {
 func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
-		(o != opTake && o != opPeek) || (o == opTake && req.IdemKey != "") {
+		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") {
 		return fastAttempt{}, false
 	}
 	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here

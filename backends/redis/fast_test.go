@@ -439,7 +439,7 @@ func TestBatchMixedScriptsFirstUse(t *testing.T) {
 			for i := range 6 {
 				r := s.request(opTake, 1, f)
 				if i%2 == 0 {
-					r.IdemKey, r.IdemTTL = s.base+"idem"+strconv.Itoa(i), time.Hour
+					r.IdempotencyKey, r.IdempotencyTTL = s.base+"idem"+strconv.Itoa(i), time.Hour
 				}
 				reqs = append(reqs, r)
 			}
@@ -501,7 +501,7 @@ func TestBatchMixedScriptsChecked(t *testing.T) {
 		for i := range 4 {
 			r := s.request(opTake, 1, f)
 			if i%2 == 0 {
-				r.IdemKey, r.IdemTTL = s.base+what+strconv.Itoa(i), time.Hour
+				r.IdempotencyKey, r.IdempotencyTTL = s.base+what+strconv.Itoa(i), time.Hour
 			}
 			reqs = append(reqs, r)
 		}

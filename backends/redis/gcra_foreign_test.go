@@ -86,7 +86,7 @@ func gcraOps(s subject, r driver.Rule) map[string]request {
 	reserve := s.request(opReserve, 1, r)
 	reserve.ReservationID, reserve.ReservationTTL = "h", time.Hour
 	idem := s.request(opTake, 1, r)
-	idem.IdemKey, idem.IdemTTL = s.base+"!i:k", time.Minute
+	idem.IdempotencyKey, idem.IdempotencyTTL = s.base+"!i:k", time.Minute
 	return map[string]request{
 		"take":    s.request(opTake, 1, r),
 		"peek":    s.request(opPeek, 1, r),

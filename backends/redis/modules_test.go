@@ -596,7 +596,7 @@ func TestBareTairHash(t *testing.T) {
 
 	// Idempotency: a retry replays the first decision.
 	req := s.request(opTake, 1, a)
-	req.IdemKey, req.IdemTTL = s.base+"!i:k1", time.Minute
+	req.IdempotencyKey, req.IdempotencyTTL = s.base+"!i:k1", time.Minute
 	first := take(t, b, req)
 	again := take(t, b, req)
 	if !again.Replayed || again.Allowed != first.Allowed || again.Rules[0].Used != first.Rules[0].Used {

@@ -68,25 +68,14 @@ import (
 )
 
 var (
-	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Peeker     = (*Backend)(nil)
-	_ driver.Reserver   = (*Backend)(nil)
-	_ driver.Inspector  = (*Backend)(nil)
-	_ driver.Batcher    = (*Backend)(nil)
-	_ driver.Resetter   = (*Backend)(nil)
-	_ driver.Describer  = (*Backend)(nil)
-	_ driver.Idempotent = (*Backend)(nil)
-	_ driver.Grouped    = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Peeker    = (*Backend)(nil)
+	_ driver.Reserver  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
+	_ driver.Batcher   = (*Backend)(nil)
+	_ driver.Resetter  = (*Backend)(nil)
+	_ driver.Describer = (*Backend)(nil)
 )
-
-// UsesGroups reports that the backend keeps the rules of a request that
-// share their dimensions under driver.Rule.Group (driver.Grouped): the sdk
-// fills it in.
-func (b *Backend) UsesGroups() bool { return true }
-
-// SupportsIdemKey reports that take.lua honours Request.IdemKey: the
-// decision is stored under it in the same script, and a retry returns it.
-func (b *Backend) SupportsIdemKey() bool { return true }
 
 // Scripts, built once: NewScript computes the SHA1 EVALSHA sends.
 var (

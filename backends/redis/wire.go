@@ -205,7 +205,7 @@ func parseDenial(s string) (driver.Denial, error) {
 	}, nil
 }
 
-// Idempotency records (driver.Request.IdemKey). take.lua writes 0x02,
+// Idempotency records (driver.Request.IdempotencyKey). take.lua writes 0x02,
 // struct '<Bi7I2' (allowed, now µs, the rules' bytes' length), the rules'
 // bytes as its reply has them, then the reservation id (empty for a take
 // or a denial). Bare mode, and the one-key-per-rule layout, write
