@@ -39,7 +39,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
-	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -115,10 +114,10 @@ type Config struct {
 	SessionTTL time.Duration
 	// Refresh is the live-refresh interval of the pages; 0 means 1s.
 	Refresh time.Duration
-	// Demo, when set, is mentioned on the overview (synthetic traffic of
-	// package internal/demo is running against these policies), with a
-	// link to its hot user, demo.Users[0].
-	Demo bool
+	// DemoUser, when set, says synthetic traffic is running against these
+	// policies (freqcap console --demo): the overview mentions it, with a
+	// link to this user, the traffic's hot one.
+	DemoUser string
 }
 
 // Server is the console: an echo application plus its sessions. It is safe
@@ -130,7 +129,7 @@ type Server struct {
 	log      *slog.Logger
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
-	demoURL  string // the demo banner's example subject (Config.Demo)
+	demoURL  string // the demo banner's example subject (Config.DemoUser)
 	metrics  *Metrics
 	audit    *AuditLog
 	auth     *authenticator
@@ -186,8 +185,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.policies[p.Name()] = p
 		s.order = append(s.order, p)
-		if sh := p.ShardBy(); cfg.Demo && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
-			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": demo.Users[0]})
+		if sh := p.ShardBy(); cfg.DemoUser != "" && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
+			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": cfg.DemoUser})
 		}
 	}
 	ttl := cfg.SessionTTL

@@ -229,7 +229,7 @@ func TestTakeBatchFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts []sdk.PolicyOption
 			if tc.failOpen {
-				opts = append(opts, sdk.FailOpen())
+				opts = append(opts, sdk.WithFailOpen())
 			}
 			p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 5, time.Minute).By("user")}, opts...)
 			if err != nil {

@@ -28,7 +28,7 @@
 // and commits or cancels later ([Reservation]). [Limiter.TakeBatch] and
 // [Limiter.PeekBatch] decide many attempts in few round trips. An
 // attempt's IdempotencyKey makes a retry after a timeout return the first
-// decision instead of consuming twice; a policy's [HotDenyCache] answers
+// decision instead of consuming twice; a policy's [WithHotDenyCache] answers
 // recently denied subjects without a backend call.
 //
 // [Limiter.Inspect] explains a subject's state and recent denials
@@ -42,7 +42,7 @@
 // rule ([RuleDecision]), used, limit, remaining, when the window resets
 // and when to retry, and which rules denied. An error means no decision
 // was made: invalid input, or a backend failure under a fail-closed
-// policy (a fail-open policy, [FailOpen], answers Allowed with Degraded
+// policy (a fail-open policy, [WithFailOpen], answers Allowed with Degraded
 // set instead). Errors name the operation ("sdk: peek: …") and wrap the
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],

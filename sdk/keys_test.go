@@ -158,7 +158,7 @@ func TestRuleIdentity(t *testing.T) {
 	base := sdk.SlidingWindow("r", 10, time.Minute)
 	same := []sdk.Rule{
 		sdk.SlidingWindow("r", 11, time.Minute),
-		base.Cells(10),
+		base.WithSubWindows(10),
 	}
 	for _, r := range same {
 		if got, want := key(r), key(base); got != want {
@@ -170,7 +170,7 @@ func TestRuleIdentity(t *testing.T) {
 	}
 	differ := []sdk.Rule{
 		sdk.SlidingWindow("r", 10, 2*time.Minute),
-		base.Cells(6),
+		base.WithSubWindows(6),
 		sdk.FixedWindow("r", 10, time.Minute),
 		sdk.SlidingLog("r", 10, time.Minute),
 		sdk.GCRA("r", 10, time.Minute, 0),

@@ -157,7 +157,11 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 	}
 	ctx, cancel := r.l.withTimeout(ctx)
 	defer cancel()
-	if err := r.st.Settle(ctx, r.key, r.id, commit); err != nil {
+	settle := r.st.Cancel
+	if commit {
+		settle = r.st.Commit
+	}
+	if err := settle(ctx, r.key, r.id); err != nil {
 		return fmt.Errorf("sdk: %s: %w", op, err)
 	}
 	return nil

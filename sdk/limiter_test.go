@@ -82,8 +82,13 @@ type fullBackend struct {
 	reset   []driver.Request
 }
 
-func (f *fullBackend) Settle(ctx context.Context, key, id string, commit bool) error {
-	f.settled = append(f.settled, key+" "+id+" "+map[bool]string{true: "commit", false: "cancel"}[commit])
+func (f *fullBackend) Commit(ctx context.Context, key, id string) error {
+	f.settled = append(f.settled, key+" "+id+" commit")
+	return nil
+}
+
+func (f *fullBackend) Cancel(ctx context.Context, key, id string) error {
+	f.settled = append(f.settled, key+" "+id+" cancel")
 	return nil
 }
 
@@ -428,7 +433,7 @@ func TestFailurePolicy(t *testing.T) {
 	t.Run("open", func(t *testing.T) {
 		var events []sdk.Event
 		lim := sdk.New(errBackend{boom}, sdk.WithClock(clock), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
-		p := pushPolicy(t, sdk.FailOpen())
+		p := pushPolicy(t, sdk.WithFailOpen())
 		d, err := lim.Allow(ctx, p, s)
 		if err != nil || !d.Allowed || !d.Degraded || !errors.Is(d.Err, boom) || !d.At.Equal(fakeNow) || d.Policy != "push" {
 			t.Errorf("Allow(…) = %+v, %v, want allowed, degraded, Err %v, At %v", d, err, boom, fakeNow)
@@ -450,7 +455,7 @@ func TestFailurePolicy(t *testing.T) {
 	})
 	t.Run("open reserve", func(t *testing.T) {
 		b := &erringReserver{errBackend: errBackend{boom}}
-		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.FailOpen()), sdk.Attempt{Subject: s}, time.Minute)
+		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.WithFailOpen()), sdk.Attempt{Subject: s}, time.Minute)
 		if err != nil || !d.Degraded || res == nil {
 			t.Fatalf("Reserve(…) = %+v, %v, %v, want degraded with a reservation", d, res, err)
 		}
@@ -468,7 +473,12 @@ type erringReserver struct {
 	settles int
 }
 
-func (e *erringReserver) Settle(ctx context.Context, key, id string, commit bool) error {
+func (e *erringReserver) Commit(ctx context.Context, key, id string) error {
+	e.settles++
+	return e.err
+}
+
+func (e *erringReserver) Cancel(ctx context.Context, key, id string) error {
 	e.settles++
 	return e.err
 }

@@ -26,7 +26,7 @@ const (
 	// arithmetic, which dropped the oldest cell, over-admitted 3.2% (73
 	// units in 24h against 50). Measured in this repository with
 	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells (Rule.Cells) shorten the extra time a unit counts: with
+	// Finer cells (Rule.WithSubWindows) shorten the extra time a unit counts: with
 	// 60 cells per window the same traffic paid 2.7% (1,586 attempts).
 	AlgorithmSlidingWindow = driver.SlidingWindow
 	// AlgorithmSlidingLog keeps one entry per unit: exact, memory grows
@@ -166,8 +166,9 @@ func (r Rule) By(dims ...string) Rule {
 	return r
 }
 
-// Cells returns a copy of r with n sub-windows (SlidingWindow rules).
-func (r Rule) Cells(n int) Rule {
+// WithSubWindows returns a copy of r with SubWindows n: the number of
+// cells of a SlidingWindow rule.
+func (r Rule) WithSubWindows(n int) Rule {
 	r.SubWindows = n
 	return r
 }

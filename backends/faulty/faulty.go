@@ -112,8 +112,17 @@ func (f *Backend) Reserve(ctx context.Context, req driver.Request) (driver.Resul
 	return r.Reserve(ctx, req)
 }
 
-// Settle passes the call on, or fails.
-func (f *Backend) Settle(ctx context.Context, key, id string, commit bool) error {
+// Commit passes the call on, or fails.
+func (f *Backend) Commit(ctx context.Context, key, id string) error {
+	return f.settle(ctx, key, id, true)
+}
+
+// Cancel passes the call on, or fails.
+func (f *Backend) Cancel(ctx context.Context, key, id string) error {
+	return f.settle(ctx, key, id, false)
+}
+
+func (f *Backend) settle(ctx context.Context, key, id string, commit bool) error {
 	if err := f.down(); err != nil {
 		return err
 	}
@@ -121,7 +130,10 @@ func (f *Backend) Settle(ctx context.Context, key, id string, commit bool) error
 	if !ok {
 		return unsupported("settle", f.b)
 	}
-	return r.Settle(ctx, key, id, commit)
+	if commit {
+		return r.Commit(ctx, key, id)
+	}
+	return r.Cancel(ctx, key, id)
 }
 
 // Inspect passes req on, or fails.

@@ -33,7 +33,7 @@ func TestFailAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err := sdk.NewPolicy("o", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user")}, sdk.FailOpen())
+	open, err := sdk.NewPolicy("o", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user")}, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -396,9 +396,18 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	s.put(e, x.now.Add(req.TrailTTL), x.now)
 }
 
-// Settle commits or cancels the reservation id under resKey. Lapsed reservations under
-// resKey are refunded first.
-func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
+// Commit keeps the units of the reservation id under resKey. Lapsed
+// reservations under resKey are refunded first.
+func (b *Backend) Commit(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, true)
+}
+
+// Cancel is Commit that gives the units back.
+func (b *Backend) Cancel(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, false)
+}
+
+func (b *Backend) settle(ctx context.Context, resKey, id string, commit bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: settle: %w", err)
 	}

@@ -341,8 +341,8 @@ func TestCrossShardRequest(t *testing.T) {
 	if res, err := b.Reserve(ctx, req); err != nil || !res.Allowed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
-	if err := b.Settle(ctx, "reservations", "x", false); err != nil {
-		t.Fatalf("Settle(cancel) = %v", err)
+	if err := b.Cancel(ctx, "reservations", "x"); err != nil {
+		t.Fatalf("Cancel = %v", err)
 	}
 	for range 8 {
 		<-done

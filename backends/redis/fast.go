@@ -7,12 +7,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
-// lua/fast.lua). A take or peek whose rules are all packed (fixed
+// internal/lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
 // Lua) or sliding logs, at most lua.FastMax of them, without an idempotency key and
 // without Options.Upgrade, runs the script built for its rules, loaded

@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -283,7 +283,7 @@ func TestGCRARefundLeavesForeignState(t *testing.T) {
 	for _, k := range keys {
 		dumps[k] = dumpKey(t, c, k)
 	}
-	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
 		t.Fatalf("cancel = %v, want nil", err)
 	}
 	for what, k := range keys {

@@ -38,7 +38,7 @@
 // Where scripting is refused (Tair ESSD/SSD instances, proxies) and
 // TairHash is present, sliding-window rules run as bare TairHash commands,
 // and decisions say NonAtomic. On a replica every decision (Take, Peek,
-// Reserve, Inspect, batches) and Settle fails with an error wrapping a
+// Reserve, Inspect, batches) and Commit and Cancel fail with an error wrapping a
 // *capability.ReplicaError, which names the master; each such call
 // detects again, so a replica promoted to master is used at once.
 // Options.Detect overrides detection; Describe reports it; Redetect runs
@@ -63,7 +63,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -382,11 +382,20 @@ func (b *Backend) finish(o op, req driver.Request, choices []ruleChoice, v any) 
 	return res, nil
 }
 
-// Settle commits or cancels reservation id under resKey (driver.Reserver):
-// one EVAL(SHA) of settle.lua over the keys the reservation's refund
-// touches. Where scripting is refused it returns an error wrapping
-// errors.ErrUnsupported.
-func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
+// Commit keeps the units of reservation id under resKey
+// (driver.Reserver): one EVAL(SHA) of settle.lua over the keys the
+// reservation's refund touches. Where scripting is refused it returns an
+// error wrapping errors.ErrUnsupported.
+func (b *Backend) Commit(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, true)
+}
+
+// Cancel is Commit that gives the units back.
+func (b *Backend) Cancel(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, false)
+}
+
+func (b *Backend) settle(ctx context.Context, resKey, id string, commit bool) error {
 	e, err := b.engine(ctx)
 	if err == nil {
 		err = e.settle(ctx, resKey, id, commit)

@@ -270,7 +270,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		Credentials: creds,
 		Logger:      log,
 		Now:         env.now,
-		Demo:        f.demo,
+		DemoUser:    demoUser(f.demo),
 	})
 	if err != nil {
 		return err
@@ -340,4 +340,13 @@ func strategies(d sdk.Description) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// demoUser is the user the console's demo banner links to: the demo
+// traffic's hot one, or none without --demo.
+func demoUser(on bool) string {
+	if !on {
+		return ""
+	}
+	return demo.Users[0]
 }

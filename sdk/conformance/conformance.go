@@ -324,7 +324,7 @@ func (e *env) fixed(name string, limit int64, w time.Duration) sdk.Rule {
 }
 
 func (e *env) sliding(name string, limit int64, w time.Duration, cells int) sdk.Rule {
-	return sdk.SlidingWindow(name, limit, w).Cells(cells).By(dim)
+	return sdk.SlidingWindow(name, limit, w).WithSubWindows(cells).By(dim)
 }
 
 func (e *env) log(name string, limit int64, w time.Duration) sdk.Rule {

@@ -17,7 +17,8 @@
 // attempt; the system clock):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
-//   - [Reserver]: Reserve and Settle, reservations (sdk Reserve, Commit, Cancel).
+//   - [Reserver]: Reserve, Commit and Cancel, reservations (sdk Reserve,
+//     Reservation.Commit and Cancel).
 //   - [Inspector]: Inspect, the state and the denial trail (sdk Inspect).
 //   - [Resetter]: Reset, forgetting a subject (sdk Reset).
 //   - [Describer]: Describe, the backend's account of itself (sdk Describe).
@@ -46,6 +47,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/freqcap/freqcap/internal/arith"
 )
 
 // Algorithm names the counting algorithm of a rule.
@@ -339,18 +342,20 @@ type Peeker interface {
 // consumed now and committed or given back later.
 type Reserver interface {
 	// Reserve is Take that also records a reservation, req.ReservationID
-	// under req.ReservationKey, which Settle commits or cancels. A
+	// under req.ReservationKey, which Commit or Cancel settles. A
 	// reservation not settled within req.ReservationTTL lapses and its
 	// units are given back (lazily: at the next operation on
 	// ReservationKey, or when the rule's state expires, whichever comes
 	// first). A give-back never takes from a window or cell that began
 	// after the reservation. A denied Reserve records nothing.
 	Reserve(ctx context.Context, req Request) (Result, error)
-	// Settle commits (keeps the units) or cancels (gives them back) the
-	// reservation id stored under reservationKey, after processing the
-	// lapsed ones there. It returns ErrReservationNotFound when the
-	// reservation does not exist: never made, already settled, or lapsed.
-	Settle(ctx context.Context, reservationKey, id string, commit bool) error
+	// Commit keeps the units of the reservation id stored under
+	// reservationKey and forgets it, after processing the lapsed ones
+	// there. It returns ErrReservationNotFound when the reservation does
+	// not exist: never made, already settled, or lapsed.
+	Commit(ctx context.Context, reservationKey, id string) error
+	// Cancel is Commit that gives the units back.
+	Cancel(ctx context.Context, reservationKey, id string) error
 }
 
 // Inspector is implemented by backends that can show a subject's state
@@ -537,18 +542,7 @@ func (r Rule) Span(unit time.Duration) CellSpan {
 }
 
 // Index returns the cell holding t: floor(t/Size).
-func (c CellSpan) Index(t int64) int64 { return FloorDiv(t, c.Size) }
-
-// FloorDiv is floor(a/b) for b > 0, also for a negative a (where Go's /
-// truncates toward zero): the index of the window or cell of size b
-// holding instant a.
-func FloorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
-}
+func (c CellSpan) Index(t int64) int64 { return arith.FloorDiv(t, c.Size) }
 
 // Oldest returns the oldest cell counted at cell i: i-Back.
 func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }

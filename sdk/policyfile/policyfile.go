@@ -214,7 +214,7 @@ func (fp filePolicy) build() (*sdk.Policy, int, error) {
 	switch fp.Failure {
 	case "", "closed":
 	case "open":
-		opts = append(opts, sdk.FailOpen())
+		opts = append(opts, sdk.WithFailOpen())
 	default:
 		return nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, sdk.ErrInvalidPolicy, fp.Failure)
 	}
@@ -229,7 +229,7 @@ func (fp filePolicy) build() (*sdk.Policy, int, error) {
 		opts = append(opts, sdk.WithTrail(tmax, ttl))
 	}
 	if fp.HotDeny != 0 {
-		opts = append(opts, sdk.HotDenyCache(fp.HotDeny))
+		opts = append(opts, sdk.WithHotDenyCache(fp.HotDeny))
 	}
 	rules := make([]sdk.Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {

@@ -81,7 +81,7 @@ policies:
 		t.Fatal(err)
 	}
 	assertRules(t, ps[0].Rules(), []sdk.Rule{
-		sdk.SlidingWindow("a", 3, 36*time.Hour).Cells(6).By("user"),
+		sdk.SlidingWindow("a", 3, 36*time.Hour).WithSubWindows(6).By("user"),
 		sdk.SlidingLog("b", 2, 90*time.Second).By("user"),
 		sdk.Hourly("c", 2, kolkata).By("user"),
 		sdk.FixedWindow("d", 2, 48*time.Hour).By("user"),
