@@ -70,13 +70,10 @@ type Limiter interface {
 	Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error)
 	// Describe is the backend's account of itself (the overview).
 	Describe(ctx context.Context) (sdk.Description, error)
-	// Keys are the storage keys of a subject's rules, trail and
-	// reservations (the subject, policies and reset pages).
-	Keys(p *sdk.Policy, s sdk.Subject) []string
-	// GroupKeys are the keys of the sets of dimensions of a subject's
-	// rules, where the Redis backend keeps their state (the subject and
-	// policies pages).
-	GroupKeys(p *sdk.Policy, s sdk.Subject) []string
+	// KeyLayout is where a subject's state is kept: its rules' sets of
+	// dimensions and own keys, its trail and reservations (the subject,
+	// policies and reset pages).
+	KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout
 }
 
 var _ Limiter = (*sdk.Limiter)(nil)

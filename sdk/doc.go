@@ -32,7 +32,7 @@
 // recently denied subjects without a backend call.
 //
 // [Limiter.Inspect] explains a subject's state and recent denials
-// ([Denial]); [Limiter.Keys] shows where it is stored; [Limiter.Reset]
+// ([Denial]); [Limiter.KeyLayout] shows where it is stored (which key holds what); [Limiter.Reset]
 // forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
 // policies from YAML.
 //

@@ -117,22 +117,32 @@ func ExampleLimiter_Reserve() {
 	// after commit, used: 1
 }
 
-// Keys shows where a subject's state lives (one Redis hash tag per
-// subject, so one decision touches one cluster slot).
-func ExampleLimiter_Keys() {
+// KeyLayout shows where a subject's state lives (one Redis hash tag per
+// subject, so one decision touches one cluster slot): the rules by set of
+// dimensions, each set's key (where the Redis backend keeps its rules)
+// and each rule's own (where the memory backend keeps it).
+func ExampleLimiter_KeyLayout() {
 	push, _ := sdk.NewPolicy("push", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	})
 	lim := sdk.New(memory.New(nil))
-	for _, k := range lim.Keys(push, sdk.Subject{"user": "u:42", "content": "c1"}) {
-		fmt.Println(k)
+	l := lim.KeyLayout(push, sdk.Subject{"user": "u:42", "content": "c1"})
+	for _, set := range l.Sets {
+		fmt.Println("set", set.Dimensions, set.Key)
+		for _, r := range set.Rules {
+			fmt.Println("  rule", r.Rule, r.Key)
+		}
 	}
+	fmt.Println("trail", l.Trail)
+	fmt.Println("reservations", l.Reservations)
 	// Output:
-	// fc:{u%3A42}:push:recv-1m.w26372
-	// fc:{u%3A42}:push:content-59s.gh4q2k:c1
-	// fc:{u%3A42}:push:!t
-	// fc:{u%3A42}:push:!h
+	// set [user] fc:{u%3A42}:push:=
+	//   rule recv-1m fc:{u%3A42}:push:recv-1m.w26372
+	// set [content user] fc:{u%3A42}:push:=content:c1
+	//   rule content-59s fc:{u%3A42}:push:content-59s.gh4q2k:c1
+	// trail fc:{u%3A42}:push:!t
+	// reservations fc:{u%3A42}:push:!h
 }
 
 // TakeBatch decides a campaign's recipients in one backend call; each

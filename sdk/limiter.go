@@ -312,45 +312,6 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 	return desc, nil
 }
 
-// Keys returns the keys of s under p: one per rule whose dimensions s
-// gives (policy order), the rule's own key (driver.Rule.Key), then the
-// denial trail's and the reservations' keys. A backend may keep the state
-// of the rules that share their dimensions under one key of the set
-// (driver.Rule.Group) instead of the rules' own: the Redis backend does
-// (docs/DESIGN.md, "Redis layout"). It returns nil when s lacks a shard
-// dimension or p is invalid. It touches no backend.
-func (l *Limiter) Keys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true)
-	if err != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(res.rules)+2)
-	for _, r := range res.rules {
-		keys = append(keys, r.Key)
-	}
-	return append(keys, res.trailKey, res.reservationKey)
-}
-
-// GroupKeys returns, for each rule of p whose dimensions s gives (policy
-// order, as Keys), the key of the rule's set of dimensions
-// (driver.Rule.Group): rules with the same dimensions have the same key.
-// The Redis backend keeps the state of those rules there (a sliding
-// log's in a sorted set at that key plus a suffix; a rule on a module
-// strategy under its own key plus a suffix: docs/DESIGN.md, "Keys"). It
-// returns nil when s lacks a shard dimension or p is invalid. It touches
-// no backend.
-func (l *Limiter) GroupKeys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true)
-	if err != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(res.rules))
-	for _, r := range res.rules {
-		keys = append(keys, r.Group)
-	}
-	return keys
-}
-
 // take makes one decision (op names it for errors and events).
 func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
 	c, err := l.prepare(op, false, dop, p, a, ttl)

@@ -159,8 +159,11 @@ func TestAllowRequest(t *testing.T) {
 	if !d.Allowed || d.Policy != "push" || !d.At.Equal(fakeNow) || len(d.Rules) != 3 || d.Denied != nil || d.RetryAfter != 0 {
 		t.Errorf("Take(…) = %+v, want allowed at %v with 3 rules", d, fakeNow)
 	}
-	if got := lim.Keys(p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
-		t.Errorf("Keys(…) = %q, want the request's keys", got)
+	if got := ownKeys(lim, p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
+		t.Errorf("KeyLayout(…) = %q, want the request's keys", got)
+	}
+	if got := setKeys(lim, p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, []string{req.Rules[0].Group, req.Rules[1].Group, req.Rules[2].Group}) {
+		t.Errorf("KeyLayout(…) sets = %q, want the request's groups", got)
 	}
 }
 

@@ -455,14 +455,14 @@ func (e *env) reserver() driver.Reserver {
 }
 
 // reservationKey is the key of the subject's reservations under policy p
-// (the last of Limiter.Keys).
+// (KeyLayout.Reservations).
 func (e *env) reservationKey(rules ...sdk.Rule) string {
 	e.t.Helper()
-	keys := e.lim.Keys(e.policy(rules...), e.subject())
-	if len(keys) == 0 {
-		e.t.Fatalf("Keys(p) = none")
+	k := e.lim.KeyLayout(e.policy(rules...), e.subject()).Reservations
+	if k == "" {
+		e.t.Fatalf("KeyLayout(p) = none")
 	}
-	return keys[len(keys)-1]
+	return k
 }
 
 // now reads the backend's clock: the fake clock, or a peek's Decision.At.
