@@ -77,8 +77,12 @@ func WithObserver(f func(Event)) Option {
 	return func(l *Limiter) { l.observe = f }
 }
 
+// Backend is what a Limiter decides with: backends/memory, backends/redis,
+// or any implementation of package sdk/driver's contract.
+type Backend = driver.Backend
+
 // New returns a Limiter that decides with b.
-func New(b driver.Backend, opts ...Option) *Limiter {
+func New(b Backend, opts ...Option) *Limiter {
 	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()

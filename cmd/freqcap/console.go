@@ -24,7 +24,6 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
@@ -315,7 +314,7 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 // consoleBackend builds the backend the flags ask for, and its closer. A
 // Redis deployment is pinged first, so that an unreachable server or a
 // wrong password reads as such (see connect).
-func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
+func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
 	}
