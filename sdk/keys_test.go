@@ -37,34 +37,30 @@ func ownKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
 	if l.Trail == "" {
 		return nil
 	}
-	var out []string
-	for _, r := range p.Rules() {
-		for _, set := range l.Sets {
-			for _, rk := range set.Rules {
-				if rk.Rule == r.Name {
-					out = append(out, rk.Key)
-				}
-			}
-		}
-	}
-	return append(out, l.Trail, l.Reservations)
+	own, _ := ruleKeys(l, p)
+	return append(own, l.Trail, l.Reservations)
 }
 
 // setKeys is, for each rule of lim.KeyLayout(p, s) in policy order, its
 // set's key (nil: no layout).
 func setKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
-	l := lim.KeyLayout(p, s)
-	var out []string
+	_, sets := ruleKeys(lim.KeyLayout(p, s), p)
+	return sets
+}
+
+// ruleKeys lists, for each rule of l in p's order, its own key and its
+// set's key.
+func ruleKeys(l sdk.KeyLayout, p *sdk.Policy) (own, sets []string) {
 	for _, r := range p.Rules() {
 		for _, set := range l.Sets {
 			for _, rk := range set.Rules {
 				if rk.Rule == r.Name {
-					out = append(out, set.Key)
+					own, sets = append(own, rk.Key), append(sets, set.Key)
 				}
 			}
 		}
 	}
-	return out
+	return own, sets
 }
 
 var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a-z2-7]{6})(:[^{}:]+)?$`)

@@ -34,7 +34,10 @@ func TestLoadPolicyFile(t *testing.T) {
 		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	}
 	assertRules(t, push.Rules(), want)
-	loc := shanghai(t)
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatalf("no tzdata: %v", err)
+	}
 	assertRules(t, api.Rules(), []sdk.Rule{
 		sdk.GCRA("burst", 30, time.Minute, 14).By("user"),
 		sdk.Daily("daily", 3, loc).By("user", "campaign"),
@@ -164,13 +167,4 @@ func TestLoadPoliciesNil(t *testing.T) {
 	if _, err := policyfile.LoadFile("testdata/does-not-exist.yaml"); err == nil {
 		t.Error("LoadPolicyFile(missing) = nil error, want one")
 	}
-}
-
-func shanghai(t *testing.T) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation("Asia/Shanghai")
-	if err != nil {
-		t.Fatalf("no tzdata: %v", err)
-	}
-	return loc
 }
