@@ -5,11 +5,11 @@
 //
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
-// them only if all admit: lua.Take, or, for a take or peek whose rules
-// are all fixed windows (not calendar ones), sliding-window counters or
-// GCRA on plain Lua, or sliding logs (at most lua.FastMax, no idempotency
-// key, no Options.Upgrade), the fast script built for that set of rules
-// (lua.Fast: lua.Take's own arithmetic with the rules written in as
+// them only if all admit: take.lua (package internal/lua), or, for a
+// take or peek whose rules are all fixed windows (not calendar ones),
+// sliding-window counters or GCRA on plain Lua, or sliding logs (at most
+// 6 rules, no idempotency key, no Options.Upgrade), the fast script built
+// for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its
 // arguments and reply, for less server time,
 // docs/BENCHMARKS.md). A fast script is built once per process and set of
@@ -93,7 +93,7 @@ type Options struct {
 	// so that the script can pick the window around the server's clock.
 	// It bounds the client/server clock skew tolerated. Default: 1.
 	CalendarSpan int
-	// SettleAttempts bounds how often Settle re-reads a reservation that changed
+	// SettleAttempts bounds how often Commit or Cancel re-reads a reservation that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
 	// Detect overrides capability detection: ForcePlainLua uses the plain

@@ -427,7 +427,7 @@ type BatchResult struct {
 	Err    error
 }
 
-// ErrReservationNotFound is returned by Settle for an unknown, settled or
+// ErrReservationNotFound is returned by Commit and Cancel for an unknown, settled or
 // lapsed reservation.
 var ErrReservationNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
 
