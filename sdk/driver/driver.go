@@ -64,16 +64,9 @@ const (
 	// interval of length Window, closed or half-open, ever holds more than
 	// Limit admitted units. The price: a unit counts for up to one cell
 	// longer than Window (two when the cells do not divide it), so some
-	// requests an exact log would admit are denied. On the seed policy
-	// (3 simulated days, 200 users, seeded bursty traffic) 6,456 of 58,133
-	// attempts (11.1%) were denied that an exact log of the same admitted
-	// history would admit, nearly all by the 24h rule's 2.4h cells; the
-	// earlier arithmetic, which dropped the partly expired oldest cell,
-	// over-admitted 1,840 (3.2%), up to 73 units in 24h against a limit of
-	// 50. With 60 cells per window instead of 10 the price fell to 1,586
-	// attempts (2.7%). Measured by:
-	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells shorten the extra time a unit counts.
+	// requests an exact log would admit are denied (measured on the seed
+	// policy: sdk.AlgorithmSlidingWindow). Finer cells shorten the extra
+	// time a unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
 	// (now-Window, now]: exact, memory grows with Limit.
