@@ -11,7 +11,7 @@
 // name decides (Policies returns the server's policies). Errors wrap the
 // sdk's sentinels where the server reports one (errors.Is(err,
 // sdk.ErrInvalidSubject) holds alike), and the connect error with the
-// call's code (connect.CodeOf). A policy built with sdk.FailOpen answers
+// call's code (connect.CodeOf). A policy built with sdk.WithFailOpen answers
 // allowed and Degraded when the server cannot be reached or cannot decide,
 // as the in-process Limiter does when its backend fails.
 package client

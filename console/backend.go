@@ -69,8 +69,6 @@ func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {
 	return d, marked(err)
 }
 
-func (m markedLimiter) Keys(p *sdk.Policy, s sdk.Subject) []string { return m.l.Keys(p, s) }
-
-func (m markedLimiter) GroupKeys(p *sdk.Policy, s sdk.Subject) []string {
-	return m.l.GroupKeys(p, s)
+func (m markedLimiter) KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout {
+	return m.l.KeyLayout(p, s)
 }

@@ -39,7 +39,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
-	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -72,13 +71,10 @@ type Limiter interface {
 	Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error)
 	// Describe is the backend's account of itself (the overview).
 	Describe(ctx context.Context) (sdk.Description, error)
-	// Keys are the storage keys of a subject's rules, trail and
-	// reservations (the subject, policies and reset pages).
-	Keys(p *sdk.Policy, s sdk.Subject) []string
-	// GroupKeys are the keys of the sets of dimensions of a subject's
-	// rules, where the Redis backend keeps their state (the subject and
-	// policies pages).
-	GroupKeys(p *sdk.Policy, s sdk.Subject) []string
+	// KeyLayout is where a subject's state is kept: its rules' sets of
+	// dimensions and own keys, its trail and reservations (the subject,
+	// policies and reset pages).
+	KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout
 }
 
 var _ Limiter = (*sdk.Limiter)(nil)
@@ -116,10 +112,10 @@ type Config struct {
 	SessionTTL time.Duration
 	// Refresh is the live-refresh interval of the pages; 0 means 1s.
 	Refresh time.Duration
-	// Demo, when set, is mentioned on the overview (synthetic traffic of
-	// package internal/demo is running against these policies), with a
-	// link to its hot user, demo.Users[0].
-	Demo bool
+	// DemoUser, when set, says synthetic traffic is running against these
+	// policies (freqcap console --demo): the overview mentions it, with a
+	// link to this user, the traffic's hot one.
+	DemoUser string
 }
 
 // Server is the console: an echo application plus its sessions. It is safe
@@ -131,7 +127,7 @@ type Server struct {
 	log      *slog.Logger
 	policies map[string]*sdk.Policy
 	order    []*sdk.Policy
-	demoURL  string // the demo banner's example subject (Config.Demo)
+	demoURL  string // the demo banner's example subject (Config.DemoUser)
 	metrics  *Metrics
 	audit    *AuditLog
 	auth     *authenticator
@@ -187,8 +183,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.policies[p.Name()] = p
 		s.order = append(s.order, p)
-		if sh := p.ShardBy(); cfg.Demo && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
-			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": demo.Users[0]})
+		if sh := p.ShardBy(); cfg.DemoUser != "" && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
+			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": cfg.DemoUser})
 		}
 	}
 	ttl := cfg.SessionTTL

@@ -911,7 +911,7 @@ func TestDemoBanner(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, err := New(Config{Limiter: sdk.New(memory.New(nil)), Policies: tc.policies, Demo: true,
+			srv, err := New(Config{Limiter: sdk.New(memory.New(nil)), Policies: tc.policies, DemoUser: "18829340001",
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)

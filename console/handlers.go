@@ -306,15 +306,15 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	s.backendAnswered()
 	desc, derr := s.describe(ctx)
 	live.Backend = desc.Name
-	keys := s.cfg.Limiter.Keys(p, subj)
-	groups := s.cfg.Limiter.GroupKeys(p, subj)
+	layout := s.cfg.Limiter.KeyLayout(p, subj)
+	keys := ruleKeysOf(layout)
 	rules := map[string]sdk.Rule{}
 	for _, r := range p.Rules() {
 		rules[r.Name] = r
 	}
 	live.Allowed = true
 	var retry time.Duration
-	for i, rd := range ins.Rules {
+	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]
 		row := views.RuleRow{
 			Rule:      rd.Rule,
@@ -346,11 +346,8 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			// redis-cell cannot express stays on plain Lua).
 			row.Strategy, row.Reason = rd.Strategy, ""
 		}
-		if i < len(keys) {
-			row.Key = keys[i]
-		}
-		if i < len(groups) {
-			row.GroupKey = groups[i]
+		if k, ok := keys[rd.Rule]; ok {
+			row.Key, row.GroupKey = k.own, k.set
 		}
 		live.Evaluated = append(live.Evaluated, rd.Rule)
 		if !rd.Allowed {
@@ -368,9 +365,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	}
 	live.RetryIn = fmtCountdown(retry)
 	live.Skipped = ins.Skipped
-	if n := len(ins.Rules); len(keys) >= n+2 {
-		live.TrailKey, live.ReservationKey = keys[n], keys[n+1]
-	}
+	live.TrailKey, live.ReservationKey = layout.Trail, layout.Reservations
 	for _, r := range p.Rules() {
 		if !slices.Contains(ins.Skipped, r.Name) {
 			continue
@@ -399,8 +394,8 @@ func (s *Server) policiesPage(c echo.Context) error {
 		for _, d := range p.Dimensions() {
 			ph[d] = "<" + d + ">"
 		}
-		keys := s.cfg.Limiter.Keys(p, ph)
-		groups := s.cfg.Limiter.GroupKeys(p, ph)
+		layout := s.cfg.Limiter.KeyLayout(p, ph)
+		keys := ruleKeysOf(layout)
 		pd := views.PolicyDetail{
 			Name:      p.Name(),
 			Failure:   failure(p),
@@ -408,8 +403,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			ShardBy:   strings.Join(p.ShardBy(), ", "),
 			LookupURL: "/subject?" + subjectQuery(p.Name(), nil),
 		}
-		rules := p.Rules()
-		for i, r := range rules {
+		for _, r := range p.Rules() {
 			row := views.PolicyRuleRow{
 				Name:      r.Name,
 				Algorithm: r.Algorithm.String(),
@@ -419,11 +413,8 @@ func (s *Server) policiesPage(c echo.Context) error {
 				Dims:      strings.Join(r.Dimensions, ", "),
 				Strategy:  "—",
 			}
-			if i < len(keys) {
-				row.Key = keys[i]
-			}
-			if i < len(groups) {
-				row.GroupKey = groups[i]
+			if k, ok := keys[r.Name]; ok {
+				row.Key, row.GroupKey = k.own, k.set
 			}
 			if derr == nil {
 				if st, ok := desc.Strategies[r.Algorithm]; ok {
@@ -432,9 +423,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			}
 			pd.Rules = append(pd.Rules, row)
 		}
-		if len(keys) >= len(rules)+2 {
-			pd.TrailKey, pd.ReservationKey = keys[len(rules)], keys[len(rules)+1]
-		}
+		pd.TrailKey, pd.ReservationKey = layout.Trail, layout.Reservations
 		v.Policies = append(v.Policies, pd)
 	}
 	return render(c, http.StatusOK, views.PoliciesPage(v))
@@ -733,27 +722,36 @@ func (s *Server) auditPage(c echo.Context) error {
 // key; not the denial trail's, which a reset keeps. With only, the keys
 // of those rules alone.
 func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject, only []string) []string {
-	// Keys and GroupKeys list the rules subj gives the dimensions of, in
-	// policy order: resetRules' first list.
-	names, _ := resetRules(p, subj)
-	pick := func(i int) bool { return only == nil || (i < len(names) && slices.Contains(only, names[i])) }
+	layout := s.cfg.Limiter.KeyLayout(p, subj)
+	keys := ruleKeysOf(layout)
+	pick := func(rule string) bool { return only == nil || slices.Contains(only, rule) }
 	var out []string
-	for i, k := range s.cfg.Limiter.GroupKeys(p, subj) {
-		if pick(i) && !slices.Contains(out, k) {
-			out = append(out, k)
+	for _, r := range p.Rules() {
+		if k, ok := keys[r.Name]; ok && pick(r.Name) && !slices.Contains(out, k.set) {
+			out = append(out, k.set)
 		}
 	}
-	keys := s.cfg.Limiter.Keys(p, subj)
-	if len(keys) < 2 {
-		return out
-	}
-	for i, k := range keys[:len(keys)-2] {
-		if pick(i) {
-			out = append(out, k)
+	for _, r := range p.Rules() {
+		if k, ok := keys[r.Name]; ok && pick(r.Name) {
+			out = append(out, k.own)
 		}
 	}
-	if only != nil {
+	if only != nil || layout.Reservations == "" {
 		return out
 	}
-	return append(out, keys[len(keys)-1])
+	return append(out, layout.Reservations)
+}
+
+// ruleKey is a rule's own key and its set of dimensions' key.
+type ruleKey struct{ own, set string }
+
+// ruleKeysOf maps the name of each rule of l to its keys.
+func ruleKeysOf(l sdk.KeyLayout) map[string]ruleKey {
+	m := map[string]ruleKey{}
+	for _, set := range l.Sets {
+		for _, r := range set.Rules {
+			m[r.Rule] = ruleKey{own: r.Key, set: set.Key}
+		}
+	}
+	return m
 }

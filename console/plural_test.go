@@ -34,7 +34,7 @@ var onePlural = regexp.MustCompile(`\b1 (entries|denials|rules|cells|errors|matc
 // rule of one cell, an announced policy of one rule, one error.
 func TestPlurals(t *testing.T) {
 	clk := fakeclock.New(t0)
-	one, err := sdk.NewPolicy("one", []sdk.Rule{sdk.SlidingWindow("s", 1, time.Minute).Cells(1).By("user")}, sdk.WithTrail(2, time.Hour))
+	one, err := sdk.NewPolicy("one", []sdk.Rule{sdk.SlidingWindow("s", 1, time.Minute).WithSubWindows(1).By("user")}, sdk.WithTrail(2, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
-	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -25,9 +24,9 @@ func (s *Server) page(c echo.Context, nav string) views.Page {
 		SignedIn: id.Method == "session",
 		AuthOff:  !s.auth.enabled(),
 		CSRF:     csrfOf(c),
-		Demo:     s.cfg.Demo,
+		Demo:     s.cfg.DemoUser != "",
 		DemoURL:  s.demoURL,
-		DemoUser: demo.Users[0],
+		DemoUser: s.cfg.DemoUser,
 		RefreshM: int(s.cfg.Refresh / time.Millisecond),
 	}
 	if id.Role != RoleNone {

@@ -56,7 +56,7 @@ type Failure int
 
 const (
 	// FailurePolicy, the default, follows the policy: a fail-open policy
-	// (sdk.FailOpen) lets the request through, a fail-closed one refuses
+	// (sdk.WithFailOpen) lets the request through, a fail-closed one refuses
 	// it as Unavailable. A degraded decision passes (only a fail-open
 	// policy yields one).
 	FailurePolicy Failure = iota

@@ -33,7 +33,7 @@ func policies(t *testing.T) (closed, open *sdk.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err = sdk.NewPolicy("api", rules, sdk.FailOpen())
+	open, err = sdk.NewPolicy("api", rules, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -113,7 +112,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if n > MaxLimit {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, MaxLimit, n)
 	}
-	res, err := resolve(l.prefix, p, a.Subject, false, l.groups)
+	res, err := resolve(l.prefix, p, a.Subject, false)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", name, err)
 	}
@@ -130,11 +129,8 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		if len(idem) > MaxIdempotencyKeyLen {
 			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", name, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
 		}
-		if ib, ok := l.b.(driver.Idempotent); !ok || !ib.SupportsIdemKey() {
-			return nil, fmt.Errorf("sdk: %s: backend %T does not support idempotency keys: %w", name, l.b, errors.ErrUnsupported)
-		}
-		c.req.IdemKey = c.base + "!i:" + escapeValue(idem)
-		c.req.IdemTTL = p.idemTTL
+		c.req.IdempotencyKey = c.base + "!i:" + escapeValue(idem)
+		c.req.IdempotencyTTL = p.idemTTL
 	}
 	if consume {
 		if h := l.hotCacheFor(p); h != nil {
@@ -148,7 +144,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 // idempotency key always go to the backend (a retry must get its first
 // decision, whatever happened since).
 func (l *Limiter) cached(c *call) (Decision, bool) {
-	if c.hot == nil || c.req.IdemKey != "" {
+	if c.hot == nil || c.req.IdempotencyKey != "" {
 		return Decision{}, false
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())

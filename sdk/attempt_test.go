@@ -9,13 +9,10 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// idemBackend is a fullBackend that claims idempotency support.
+// idemBackend is a fullBackend: it records the idempotency keys sent.
 type idemBackend struct{ fullBackend }
-
-func (*idemBackend) SupportsIdemKey() bool { return true }
 
 func TestIdempotencyRequest(t *testing.T) {
 	ctx := context.Background()
@@ -58,20 +55,11 @@ func TestIdempotencyRequest(t *testing.T) {
 			if tc.key == "" {
 				wantTTL = 0
 			}
-			if req.IdemKey != tc.wantKey || req.IdemTTL != wantTTL || req.Cost != 1 {
-				t.Errorf("request = {IdemKey %q, IdemTTL %v, Cost %d}, want {%q, %v, 1}", req.IdemKey, req.IdemTTL, req.Cost, tc.wantKey, wantTTL)
+			if req.IdempotencyKey != tc.wantKey || req.IdempotencyTTL != wantTTL || req.Cost != 1 {
+				t.Errorf("request = {IdempotencyKey %q, IdempotencyTTL %v, Cost %d}, want {%q, %v, 1}", req.IdempotencyKey, req.IdempotencyTTL, req.Cost, tc.wantKey, wantTTL)
 			}
 		})
 	}
-	t.Run("unsupported", func(t *testing.T) {
-		_, err := sdk.New(&fullBackend{}).Take(ctx, p, sdk.Attempt{Subject: s, IdempotencyKey: "k"})
-		if !errors.Is(err, errors.ErrUnsupported) {
-			t.Errorf("Take(key k) on a backend without driver.Idempotent = %v, want %v", err, errors.ErrUnsupported)
-		}
-		if _, err := sdk.New(&fullBackend{}).Take(ctx, p, sdk.Attempt{Subject: s}); err != nil {
-			t.Errorf("Take(no key) on a backend without driver.Idempotent = %v, want nil", err)
-		}
-	})
 	t.Run("cost", func(t *testing.T) {
 		if _, err := lim.Take(ctx, p, sdk.Attempt{Subject: s, Cost: -1}); !errors.Is(err, sdk.ErrInvalidCost) {
 			t.Errorf("Take(cost -1) = %v, want %v", err, sdk.ErrInvalidCost)
@@ -187,8 +175,6 @@ func TestIdempotentBatchMemory(t *testing.T) {
 		}
 	}
 }
-
-var _ driver.Idempotent = (*idemBackend)(nil)
 
 // TestZeroCostMeansOne: every operation reads Attempt.Cost 0 as 1.
 func TestZeroCostMeansOne(t *testing.T) {

@@ -229,7 +229,7 @@ func TestTakeBatchFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts []sdk.PolicyOption
 			if tc.failOpen {
-				opts = append(opts, sdk.FailOpen())
+				opts = append(opts, sdk.WithFailOpen())
 			}
 			p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 5, time.Minute).By("user")}, opts...)
 			if err != nil {
@@ -296,8 +296,8 @@ func TestPeekBatch(t *testing.T) {
 		t.Fatalf("PeekBatch sent %d requests to the backend, want %d", len(f.reqs), len(as))
 	}
 	for _, req := range f.reqs {
-		if req.IdemKey != "" || req.op != "peek" {
-			t.Errorf("PeekBatch sent %+v, want a peek without IdemKey", req)
+		if req.IdempotencyKey != "" || req.op != "peek" {
+			t.Errorf("PeekBatch sent %+v, want a peek without IdempotencyKey", req)
 		}
 	}
 }

@@ -28,13 +28,13 @@
 // and commits or cancels later ([Reservation]). [Limiter.TakeBatch] and
 // [Limiter.PeekBatch] decide many attempts in few round trips. An
 // attempt's IdempotencyKey makes a retry after a timeout return the first
-// decision instead of consuming twice; a policy's [HotDenyCache] answers
+// decision instead of consuming twice; a policy's [WithHotDenyCache] answers
 // recently denied subjects without a backend call.
 //
 // [Limiter.Inspect] explains a subject's state and recent denials
-// ([Denial]); [Limiter.Keys] shows where it is stored; [Limiter.Reset]
-// forgets it, [Limiter.ResetRules] only some of its rules. Policies can also be loaded from YAML ([LoadPolicies],
-// [LoadPolicyFile]).
+// ([Denial]); [Limiter.KeyLayout] shows where it is stored (which key holds what); [Limiter.Reset]
+// forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
+// policies from YAML.
 //
 // # Decisions and errors
 //
@@ -42,7 +42,7 @@
 // rule ([RuleDecision]), used, limit, remaining, when the window resets
 // and when to retry, and which rules denied. An error means no decision
 // was made: invalid input, or a backend failure under a fail-closed
-// policy (a fail-open policy, [FailOpen], answers Allowed with Degraded
+// policy (a fail-open policy, [WithFailOpen], answers Allowed with Degraded
 // set instead). Errors name the operation ("sdk: peek: …") and wrap the
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
@@ -53,24 +53,34 @@
 // Numbers are bounded so that no backend overflows an int64 or rounds a
 // double for their size: Limit, Burst+1 and a cost at most [MaxLimit],
 // Window at most [MaxWindow], a GCRA rule's emission interval at least
-// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy],
-// [LoadPolicies] and the calls refuse anything beyond with an error that
+// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy]
+// and the calls refuse anything beyond with an error that
 // names the field and the bound.
 //
 // # Concurrency
 //
 // A Limiter is safe for concurrent use; create one per backend and share
-// it. Policies and rules are immutable values once built. Every decision
-// is atomic in the backend, so any number of processes may share one
-// Redis deployment: nothing is lost or counted twice between them.
+// it. Policies and rules are immutable values once built. A decision is
+// one atomic step in the backend (the memory backend, or a script on
+// Redis), so any number of processes may share one Redis deployment:
+// nothing is lost or counted twice between them. The exception is the
+// Redis backend's bare mode (servers without scripting, see
+// docs/MODULES.md): other clients may briefly see units a denied request
+// consumed and then gave back, and such a decision says so
+// ([Decision].NonAtomic).
 //
 // # Time
 //
-// Decisions use the backend's clock: a Redis server's own (so clients'
-// clocks never matter), or, for the memory backend, the clock it was
-// given (memory.Options.Clock). The Limiter reads that same clock for
-// what it times itself (degraded decisions, Wait's deadline check and
-// sleeps, the hot-deny cache), unless [WithClock] sets another; see
+// Decisions use the backend's clock: a Redis server's own, or, for the
+// memory backend, the clock it was given (memory.Options.Clock). On Redis
+// a calendar rule ([Daily], [Hourly]) also needs the clients' clocks
+// roughly right: the client sends the window boundaries around its own
+// time and the script picks the one around the server's, so a client
+// clock off by more than redis.Options.CalendarSpan units (default 1: a
+// day or an hour) makes the decision fail with an error. The Limiter
+// reads the backend's clock for what it times itself (degraded
+// decisions, Wait's deadline check and sleeps, the hot-deny cache),
+// unless [WithClock] sets another; see
 // [Clock]. A *fakeclock.Clock (package sdk/fakeclock) given to the memory
 // backend makes a test deterministic: time moves only when the test moves
 // it, and Wait advances it instead of sleeping.

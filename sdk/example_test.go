@@ -117,58 +117,32 @@ func ExampleLimiter_Reserve() {
 	// after commit, used: 1
 }
 
-func ExampleLoadPolicies() {
-	const file = `
-policies:
-  - name: push
-    failure: open
-    rules:
-      - {name: recv-1m, algorithm: sliding_window, limit: 15, window: 1m, by: [user]}
-      - {name: content-59s, algorithm: sliding_window, limit: 2, window: 59s, by: [user, content]}
-  - name: api
-    rules:
-      - {name: burst, algorithm: gcra, limit: 30, window: 60s, burst: 14, by: [user]}
-      - {name: daily, algorithm: fixed_window, calendar: day, timezone: UTC, limit: 1000, by: [user]}
-`
-	policies, err := sdk.LoadPolicies(strings.NewReader(file))
-	if err != nil {
-		panic(err)
-	}
-	for _, p := range policies {
-		fmt.Printf("%s (fail-open %v, shard by %v)\n", p.Name(), p.FailOpen(), p.ShardBy())
-		for _, r := range p.Rules() {
-			fmt.Printf("  %s: %v %d per %v by %v\n", r.Name, r.Algorithm, r.Limit, r.Window, r.Dimensions)
-		}
-	}
-
-	_, err = sdk.LoadPolicies(strings.NewReader("policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, windw: 1m}\n"))
-	fmt.Println(err)
-	// Output:
-	// push (fail-open true, shard by [user])
-	//   recv-1m: sliding_window 15 per 1m0s by [user]
-	//   content-59s: sliding_window 2 per 59s by [user content]
-	// api (fail-open false, shard by [user])
-	//   burst: gcra 30 per 1m0s by [user]
-	//   daily: fixed_window 1000 per 24h0m0s by [user]
-	// sdk: policies: line 4: invalid policy: unknown key "windw"
-}
-
-// Keys shows where a subject's state lives (one Redis hash tag per
-// subject, so one decision touches one cluster slot).
-func ExampleLimiter_Keys() {
+// KeyLayout shows where a subject's state lives (one Redis hash tag per
+// subject, so one decision touches one cluster slot): the rules by set of
+// dimensions, each set's key (where the Redis backend keeps its rules)
+// and each rule's own (where the memory backend keeps it).
+func ExampleLimiter_KeyLayout() {
 	push, _ := sdk.NewPolicy("push", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	})
 	lim := sdk.New(memory.New(nil))
-	for _, k := range lim.Keys(push, sdk.Subject{"user": "u:42", "content": "c1"}) {
-		fmt.Println(k)
+	l := lim.KeyLayout(push, sdk.Subject{"user": "u:42", "content": "c1"})
+	for _, set := range l.Sets {
+		fmt.Println("set", set.Dimensions, set.Key)
+		for _, r := range set.Rules {
+			fmt.Println("  rule", r.Rule, r.Key)
+		}
 	}
+	fmt.Println("trail", l.Trail)
+	fmt.Println("reservations", l.Reservations)
 	// Output:
-	// fc:{u%3A42}:push:recv-1m.w26372
-	// fc:{u%3A42}:push:content-59s.gh4q2k:c1
-	// fc:{u%3A42}:push:!t
-	// fc:{u%3A42}:push:!h
+	// set [user] fc:{u%3A42}:push:=
+	//   rule recv-1m fc:{u%3A42}:push:recv-1m.w26372
+	// set [content user] fc:{u%3A42}:push:=content:c1
+	//   rule content-59s fc:{u%3A42}:push:content-59s.gh4q2k:c1
+	// trail fc:{u%3A42}:push:!t
+	// reservations fc:{u%3A42}:push:!h
 }
 
 // TakeBatch decides a campaign's recipients in one backend call; each

@@ -13,7 +13,7 @@ import (
 
 func hotPolicy(t *testing.T, size int, rules ...sdk.Rule) *sdk.Policy {
 	t.Helper()
-	p, err := sdk.NewPolicy("hot", rules, sdk.HotDenyCache(size))
+	p, err := sdk.NewPolicy("hot", rules, sdk.WithHotDenyCache(size))
 	if err != nil {
 		t.Fatalf("NewPolicy(hot) = %v", err)
 	}
@@ -22,8 +22,8 @@ func hotPolicy(t *testing.T, size int, rules ...sdk.Rule) *sdk.Policy {
 
 func TestHotDenyCacheOption(t *testing.T) {
 	for _, size := range []int{0, -1} {
-		if _, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 1, time.Minute).By("user")}, sdk.HotDenyCache(size)); !errors.Is(err, sdk.ErrInvalidPolicy) {
-			t.Errorf("NewPolicy(…, HotDenyCache(%d)) = %v, want %v", size, err, sdk.ErrInvalidPolicy)
+		if _, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 1, time.Minute).By("user")}, sdk.WithHotDenyCache(size)); !errors.Is(err, sdk.ErrInvalidPolicy) {
+			t.Errorf("NewPolicy(…, WithHotDenyCache(%d)) = %v, want %v", size, err, sdk.ErrInvalidPolicy)
 		}
 	}
 	if got := hotPolicy(t, 7, sdk.FixedWindow("f", 1, time.Minute).By("user")).HotDenyCache(); got != 7 {

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -84,11 +85,11 @@ type resolved struct {
 
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
-// dimensions are always required, and a value given must be valid. With
-// groups set, each rule gets its dimension set's key (driver.Rule.Group).
+// dimensions are always required, and a value given must be valid. Each
+// rule gets its own key and its dimension set's (driver.Rule.Group).
 // Errors wrap ErrInvalidSubject and
 // ErrInvalidPolicy and never contain values.
-func resolve(prefix string, p *Policy, s Subject, partial, groups bool) (resolved, error) {
+func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error) {
 	var res resolved
 	if err := p.valid(); err != nil {
 		return res, err
@@ -148,16 +149,13 @@ rules:
 		}
 		sp.key[1] = len(buf)
 		// Rules of one dimension set share their group key (the first
-		// rule's, unless it was skipped); only a driver.Grouped backend
-		// gets one (groups).
-		if groups {
-			if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
-				sp.group = spans[f].group
-			} else {
-				sp.group[0] = len(buf)
-				buf = appendGroupKey(buf, buf[:nb], p, i, s)
-				sp.group[1] = len(buf)
-			}
+		// rule's, unless it was skipped).
+		if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
+			sp.group = spans[f].group
+		} else {
+			sp.group[0] = len(buf)
+			buf = appendGroupKey(buf, buf[:nb], p, i, s)
+			sp.group[1] = len(buf)
 		}
 		spans = append(spans, sp)
 		res.rules = append(res.rules, driver.Rule{
@@ -208,4 +206,60 @@ func appendGroupKey(buf, base []byte, p *Policy, i int, s Subject) []byte {
 		buf = appendEscaped(buf, s[d])
 	}
 	return buf
+}
+
+// KeyLayout is where a subject's state under a policy is kept, key by
+// key (Limiter.KeyLayout). Every key shares the subject's hash tag.
+type KeyLayout struct {
+	// Sets are the rules the subject gives the dimensions of, by set of
+	// dimensions, in policy order of each set's first rule.
+	Sets []KeySet
+	// Trail holds the subject's recent denials (a list on Redis).
+	Trail string
+	// Reservations holds the subject's open reservations (a hash on
+	// Redis).
+	Reservations string
+}
+
+// KeySet is the rules of a policy that share their dimensions, for one
+// subject.
+type KeySet struct {
+	// Dimensions are the rules' dimensions, sorted.
+	Dimensions []string
+	// Key is the set's key. The Redis backend keeps the state of the
+	// set's rules there: fixed windows, sliding-window counters and GCRA
+	// packed into one string; sliding logs in a sorted set at Key plus a
+	// suffix; a rule on a module strategy under its own key plus a suffix
+	// (docs/DESIGN.md, "Keys").
+	Key string
+	// Rules are the set's rules, in policy order, each with its own key:
+	// where the memory backend keeps the rule's state.
+	Rules []RuleKey
+}
+
+// RuleKey is a rule's own key for one subject.
+type RuleKey struct {
+	Rule string
+	Key  string
+}
+
+// KeyLayout returns the keys of s under p (see KeyLayout), for the
+// rules s gives the dimensions of. It returns the zero KeyLayout when s
+// lacks a shard dimension or p is invalid. It touches no backend.
+func (l *Limiter) KeyLayout(p *Policy, s Subject) KeyLayout {
+	res, err := resolve(l.prefix, p, s, true)
+	if err != nil {
+		return KeyLayout{}
+	}
+	out := KeyLayout{Trail: res.trailKey, Reservations: res.reservationKey}
+	for _, r := range res.rules {
+		i := slices.IndexFunc(out.Sets, func(k KeySet) bool { return k.Key == r.Group })
+		if i < 0 {
+			j := slices.IndexFunc(p.rules, func(pr Rule) bool { return pr.Name == r.Name })
+			out.Sets = append(out.Sets, KeySet{Dimensions: slices.Sorted(slices.Values(p.rules[j].Dimensions)), Key: r.Group})
+			i = len(out.Sets) - 1
+		}
+		out.Sets[i].Rules = append(out.Sets[i].Rules, RuleKey{Rule: r.Name, Key: r.Key})
+	}
+	return out
 }

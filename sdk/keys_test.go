@@ -30,12 +30,45 @@ func keysPolicy(t *testing.T) *sdk.Policy {
 	)
 }
 
+// ownKeys flattens lim.KeyLayout(p, s) into the rules' own keys in policy
+// order, then the trail's and the reservations' keys (nil: no layout).
+func ownKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
+	l := lim.KeyLayout(p, s)
+	if l.Trail == "" {
+		return nil
+	}
+	own, _ := ruleKeys(l, p)
+	return append(own, l.Trail, l.Reservations)
+}
+
+// setKeys is, for each rule of lim.KeyLayout(p, s) in policy order, its
+// set's key (nil: no layout).
+func setKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
+	_, sets := ruleKeys(lim.KeyLayout(p, s), p)
+	return sets
+}
+
+// ruleKeys lists, for each rule of l in p's order, its own key and its
+// set's key.
+func ruleKeys(l sdk.KeyLayout, p *sdk.Policy) (own, sets []string) {
+	for _, r := range p.Rules() {
+		for _, set := range l.Sets {
+			for _, rk := range set.Rules {
+				if rk.Rule == r.Name {
+					own, sets = append(own, rk.Key), append(sets, set.Key)
+				}
+			}
+		}
+	}
+	return own, sets
+}
+
 var keyRE = regexp.MustCompile(`^fc:\{([^{}]*)\}:push:(recv-1m|content-59s)\.([a-z2-7]{6})(:[^{}:]+)?$`)
 
 func TestKeysScheme(t *testing.T) {
 	p := keysPolicy(t)
 	lim := sdk.New(nil)
-	keys := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
+	keys := ownKeys(lim, p, sdk.Subject{"user": "u1", "content": "c1"})
 	if len(keys) != 4 {
 		t.Fatalf("Keys(…) = %q, want 4 keys", keys)
 	}
@@ -45,18 +78,18 @@ func TestKeysScheme(t *testing.T) {
 		}
 	}
 	// A partial subject gives the keys it can; a missing shard value none.
-	if got := lim.Keys(p, sdk.Subject{"user": "u1"}); len(got) != 3 || !strings.Contains(got[0], "recv-1m") {
+	if got := ownKeys(lim, p, sdk.Subject{"user": "u1"}); len(got) != 3 || !strings.Contains(got[0], "recv-1m") {
 		t.Errorf("Keys(user only) = %q, want recv-1m, trail and hold keys", got)
 	}
-	if got := lim.Keys(p, sdk.Subject{"content": "c1"}); got != nil {
+	if got := ownKeys(lim, p, sdk.Subject{"content": "c1"}); got != nil {
 		t.Errorf("Keys(no user) = %q, want nil", got)
 	}
-	if got := lim.Keys(nil, sdk.Subject{"user": "u1"}); got != nil {
+	if got := ownKeys(lim, nil, sdk.Subject{"user": "u1"}); got != nil {
 		t.Errorf("Keys(nil policy) = %q, want nil", got)
 	}
 	// Multi-value hash tag: shard values in ShardBy order, ':'-separated.
 	p2 := mustPolicy(t, "ads", sdk.FixedWindow("a", 3, time.Hour).By("campaign", "user"))
-	if got, want := sdk.New(nil).Keys(p2, sdk.Subject{"user": "u", "campaign": "c"})[0], "fc:{c:u}:ads:a."; !strings.HasPrefix(got, want) {
+	if got, want := ownKeys(sdk.New(nil), p2, sdk.Subject{"user": "u", "campaign": "c"})[0], "fc:{c:u}:ads:a."; !strings.HasPrefix(got, want) {
 		t.Errorf("Keys(ads)[0] = %q, want prefix %q", got, want)
 	}
 }
@@ -72,7 +105,7 @@ func TestKeysEscaping(t *testing.T) {
 	for _, u := range values {
 		for _, c := range values {
 			s := sdk.Subject{"user": u, "content": c}
-			keys := lim.Keys(p, s)
+			keys := ownKeys(lim, p, s)
 			if len(keys) != 4 {
 				t.Fatalf("Keys(%q, %q) = %q, want 4 keys", u, c, keys)
 			}
@@ -131,7 +164,7 @@ func TestKeysPrefix(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.prefix, func(t *testing.T) {
-			keys := sdk.New(nil, sdk.WithPrefix(tc.prefix)).Keys(p, sdk.Subject{"user": "u"})
+			keys := ownKeys(sdk.New(nil, sdk.WithPrefix(tc.prefix)), p, sdk.Subject{"user": "u"})
 			if len(keys) == 0 || !strings.HasPrefix(keys[0], tc.want) {
 				t.Fatalf("Keys(WithPrefix(%q)) = %q, want prefix %q", tc.prefix, keys, tc.want)
 			}
@@ -153,12 +186,12 @@ func TestRuleIdentity(t *testing.T) {
 	key := func(r sdk.Rule) string {
 		t.Helper()
 		p := mustPolicy(t, "p", r.By("user"))
-		return sdk.New(nil).Keys(p, sdk.Subject{"user": "u"})[0]
+		return ownKeys(sdk.New(nil), p, sdk.Subject{"user": "u"})[0]
 	}
 	base := sdk.SlidingWindow("r", 10, time.Minute)
 	same := []sdk.Rule{
 		sdk.SlidingWindow("r", 11, time.Minute),
-		base.Cells(10),
+		base.WithSubWindows(10),
 	}
 	for _, r := range same {
 		if got, want := key(r), key(base); got != want {
@@ -170,7 +203,7 @@ func TestRuleIdentity(t *testing.T) {
 	}
 	differ := []sdk.Rule{
 		sdk.SlidingWindow("r", 10, 2*time.Minute),
-		base.Cells(6),
+		base.WithSubWindows(6),
 		sdk.FixedWindow("r", 10, time.Minute),
 		sdk.SlidingLog("r", 10, time.Minute),
 		sdk.GCRA("r", 10, time.Minute, 0),
@@ -208,10 +241,10 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
-// TestGroupKeys: rules with the same dimensions share their set's key,
+// TestSetKeys: rules with the same dimensions share their set's key,
 // whatever the order of the dimensions; other sets, subjects and policies
 // have other keys; no group key is a rule key.
-func TestGroupKeys(t *testing.T) {
+func TestSetKeys(t *testing.T) {
 	p := mustPolicy(t, "push",
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
@@ -220,23 +253,23 @@ func TestGroupKeys(t *testing.T) {
 	)
 	lim := sdk.New(nil)
 	s := sdk.Subject{"user": "u:1", "content": "c{1}", "channel": "sms"}
-	g := lim.GroupKeys(p, s)
+	g := setKeys(lim, p, s)
 	want := []string{"fc:{u%3A1}:push:=", "fc:{u%3A1}:push:=", "fc:{u%3A1}:push:=channel,content:sms:c%7B1%7D", "fc:{u%3A1}:push:=channel,content:sms:c%7B1%7D"}
 	if !slices.Equal(g, want) {
 		t.Errorf("GroupKeys(…) = %q, want %q", g, want)
 	}
-	for _, k := range lim.Keys(p, s) {
+	for _, k := range ownKeys(lim, p, s) {
 		if slices.Contains(g, k) {
 			t.Errorf("key %q is both a rule's key and a group key", k)
 		}
 	}
-	if other := lim.GroupKeys(p, sdk.Subject{"user": "u:2", "content": "c{1}", "channel": "sms"}); other[0] == g[0] || other[2] == g[2] {
+	if other := setKeys(lim, p, sdk.Subject{"user": "u:2", "content": "c{1}", "channel": "sms"}); other[0] == g[0] || other[2] == g[2] {
 		t.Errorf("GroupKeys of another user = %q, want other keys than %q", other, g)
 	}
-	if got := lim.GroupKeys(p, sdk.Subject{"user": "u:1"}); len(got) != 2 {
+	if got := setKeys(lim, p, sdk.Subject{"user": "u:1"}); len(got) != 2 {
 		t.Errorf("GroupKeys(user only) = %q, want the 2 rules on user", got)
 	}
-	if got := lim.GroupKeys(p, sdk.Subject{"content": "c"}); got != nil {
+	if got := setKeys(lim, p, sdk.Subject{"content": "c"}); got != nil {
 		t.Errorf("GroupKeys(no user) = %q, want nil", got)
 	}
 }
@@ -247,20 +280,50 @@ func TestGroupKeys(t *testing.T) {
 func TestKeysLongerThanSeen(t *testing.T) {
 	p := keysPolicy(t)
 	lim := sdk.New(nil)
-	short := lim.Keys(p, sdk.Subject{"user": "u1", "content": "c1"})
+	short := ownKeys(lim, p, sdk.Subject{"user": "u1", "content": "c1"})
 	id := strings.TrimPrefix(short[0], "fc:{u1}:push:recv-1m.")
 	cid := strings.TrimSuffix(strings.TrimPrefix(short[1], "fc:{u1}:push:content-59s."), ":c1")
 	for _, n := range []int{1, 60, 3, sdk.MaxValueLen / 2, 2} { // "c:" * n is at most MaxValueLen
 		u, c := strings.Repeat("u", n), strings.Repeat("c:", n)
-		got := lim.Keys(p, sdk.Subject{"user": u, "content": c})
+		got := ownKeys(lim, p, sdk.Subject{"user": u, "content": c})
 		ce := strings.Repeat("c%3A", n)
 		want := []string{"fc:{" + u + "}:push:recv-1m." + id, "fc:{" + u + "}:push:content-59s." + cid + ":" + ce, "fc:{" + u + "}:push:!t", "fc:{" + u + "}:push:!h"}
 		if !slices.Equal(got, want) {
 			t.Errorf("Keys(user of %d bytes) = %q, want %q", n, got, want)
 		}
-		g := lim.GroupKeys(p, sdk.Subject{"user": u, "content": c})
+		g := setKeys(lim, p, sdk.Subject{"user": u, "content": c})
 		if wg := []string{"fc:{" + u + "}:push:=", "fc:{" + u + "}:push:=content:" + ce}; !slices.Equal(g, wg) {
 			t.Errorf("GroupKeys(user of %d bytes) = %q, want %q", n, g, wg)
 		}
+	}
+}
+
+// TestKeyLayout: the layout groups the rules by set of dimensions (sets
+// in order of their first rule, rules in policy order), says each set's
+// sorted dimensions, and names the trail and the reservations.
+func TestKeyLayout(t *testing.T) {
+	p := mustPolicy(t, "push",
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
+	)
+	l := sdk.New(nil).KeyLayout(p, sdk.Subject{"user": "u:1", "content": "c1"})
+	if l.Trail != "fc:{u%3A1}:push:!t" || l.Reservations != "fc:{u%3A1}:push:!h" {
+		t.Errorf("Trail, Reservations = %q, %q, want fc:{u%%3A1}:push:!t and !h", l.Trail, l.Reservations)
+	}
+	if len(l.Sets) != 2 {
+		t.Fatalf("Sets = %+v, want 2", l.Sets)
+	}
+	user, content := l.Sets[0], l.Sets[1]
+	if user.Key != "fc:{u%3A1}:push:=" || !slices.Equal(user.Dimensions, []string{"user"}) || len(user.Rules) != 2 ||
+		user.Rules[0].Rule != "recv-1m" || user.Rules[1].Rule != "recv-24h" {
+		t.Errorf("Sets[0] = %+v, want key fc:{u%%3A1}:push:=, [user], recv-1m and recv-24h", user)
+	}
+	if content.Key != "fc:{u%3A1}:push:=content:c1" || !slices.Equal(content.Dimensions, []string{"content", "user"}) ||
+		len(content.Rules) != 1 || content.Rules[0].Rule != "content-59s" || !strings.HasSuffix(content.Rules[0].Key, ":c1") {
+		t.Errorf("Sets[1] = %+v, want key fc:{u%%3A1}:push:=content:c1, [content user], content-59s", content)
+	}
+	if got := sdk.New(nil).KeyLayout(p, sdk.Subject{"content": "c1"}); got.Sets != nil || got.Trail != "" {
+		t.Errorf("KeyLayout(no user) = %+v, want the zero layout", got)
 	}
 }

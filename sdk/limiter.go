@@ -33,9 +33,6 @@ type Limiter struct {
 	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
 
 	rec *Recorder // WithRecorder; nil: none
-	// groups: the backend keeps rules by set of dimensions
-	// (driver.Grouped), so requests carry driver.Rule.Group.
-	groups bool
 }
 
 // Option configures a Limiter in New.
@@ -52,11 +49,7 @@ func WithPrefix(p string) Option {
 // Clock is where a Limiter reads the time (degraded decisions, Wait's
 // deadline check, Event.Latency, the hot-deny cache) and how Wait sleeps.
 // A *fakeclock.Clock is one for tests: its Sleep advances it at once.
-type Clock interface {
-	Now() time.Time
-	// Sleep returns after d, or with ctx's error when ctx is done first.
-	Sleep(ctx context.Context, d time.Duration) error
-}
+type Clock = driver.Clock
 
 // WithClock sets the Limiter's clock. By default a Limiter reads its
 // backend's clock when the backend decides on one of this process (the
@@ -84,14 +77,15 @@ func WithObserver(f func(Event)) Option {
 	return func(l *Limiter) { l.observe = f }
 }
 
+// Backend is what a Limiter decides with: backends/memory, backends/redis,
+// or any implementation of package sdk/driver's contract.
+type Backend = driver.Backend
+
 // New returns a Limiter that decides with b.
-func New(b driver.Backend, opts ...Option) *Limiter {
+func New(b Backend, opts ...Option) *Limiter {
 	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()
-	}
-	if g, ok := b.(driver.Grouped); ok {
-		l.groups = g.UsesGroups()
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -167,7 +161,11 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 	}
 	ctx, cancel := r.l.withTimeout(ctx)
 	defer cancel()
-	if err := r.st.Settle(ctx, r.key, r.id, commit); err != nil {
+	settle := r.st.Cancel
+	if commit {
+		settle = r.st.Commit
+	}
+	if err := settle(ctx, r.key, r.id); err != nil {
 		return fmt.Errorf("sdk: %s: %w", op, err)
 	}
 	return nil
@@ -184,7 +182,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	if !ok {
 		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
@@ -226,7 +224,7 @@ func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ..
 	if err := p.checkResetSet(rules); err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
@@ -266,7 +264,7 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err
 	}
-	res, err := resolve(l.prefix, p, s, true, l.groups)
+	res, err := resolve(l.prefix, p, s, true)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
@@ -295,22 +293,11 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 
 // Description is a backend's account of itself: what it is, where it
 // keeps state and how it implements each algorithm (Limiter.Describe).
-type Description struct {
-	// Name is the backend's kind, e.g. "memory" or "redis".
-	Name string
-	// Target says where it stores state, e.g. "127.0.0.1:6379".
-	Target string
-	// Strategies maps an algorithm to the strategy in use and why.
-	Strategies map[Algorithm]Strategy
-	// Notes are further findings, one sentence each.
-	Notes []string
-}
+type Description = driver.Description
 
 // Strategy is how a backend implements one algorithm, e.g. "tairhash"
 // because "EXHINCRBY on 3/3 masters".
-type Strategy struct {
-	Name, Reason string
-}
+type Strategy = driver.Strategy
 
 // Describe returns the backend's account of itself. Not every backend can
 // describe itself (the memory and Redis backends can); one that cannot
@@ -326,51 +313,7 @@ func (l *Limiter) Describe(ctx context.Context) (Description, error) {
 	if err != nil {
 		return Description{}, fmt.Errorf("sdk: describe: %w", err)
 	}
-	out := Description{Name: desc.Name, Target: desc.Target, Notes: desc.Notes,
-		Strategies: make(map[Algorithm]Strategy, len(desc.Strategies))}
-	for a, st := range desc.Strategies {
-		out.Strategies[Algorithm(a)] = Strategy(st)
-	}
-	return out, nil
-}
-
-// Keys returns the keys of s under p: one per rule whose dimensions s
-// gives (policy order), the rule's own key (driver.Rule.Key), then the
-// denial trail's and the reservations' keys. A backend may keep the state
-// of the rules that share their dimensions under one key of the set
-// (driver.Rule.Group) instead of the rules' own: the Redis backend does
-// (docs/DESIGN.md, "Redis layout"). It returns nil when s lacks a shard
-// dimension or p is invalid. It touches no backend.
-func (l *Limiter) Keys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true, false)
-	if err != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(res.rules)+2)
-	for _, r := range res.rules {
-		keys = append(keys, r.Key)
-	}
-	return append(keys, res.trailKey, res.reservationKey)
-}
-
-// GroupKeys returns, for each rule of p whose dimensions s gives (policy
-// order, as Keys), the key of the rule's set of dimensions
-// (driver.Rule.Group): rules with the same dimensions have the same key.
-// The Redis backend keeps the state of those rules there (a sliding
-// log's in a sorted set at that key plus a suffix; a rule on a module
-// strategy under its own key plus a suffix: docs/DESIGN.md, "Keys"). It
-// returns nil when s lacks a shard dimension or p is invalid. It touches
-// no backend.
-func (l *Limiter) GroupKeys(p *Policy, s Subject) []string {
-	res, err := resolve(l.prefix, p, s, true, true)
-	if err != nil {
-		return nil
-	}
-	keys := make([]string, 0, len(res.rules))
-	for _, r := range res.rules {
-		keys = append(keys, r.Group)
-	}
-	return keys
+	return desc, nil
 }
 
 // take makes one decision (op names it for errors and events).

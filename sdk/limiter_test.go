@@ -24,11 +24,7 @@ type fakeBackend struct {
 	mu     sync.Mutex
 	reqs   []sent
 	result func(driver.Request) (driver.Result, error)
-	// grouped is what UsesGroups reports (driver.Grouped).
-	grouped bool
 }
-
-func (f *fakeBackend) UsesGroups() bool { return f.grouped }
 
 // sent is a request a fake backend got, with the operation it was sent to.
 type sent struct {
@@ -86,8 +82,13 @@ type fullBackend struct {
 	reset   []driver.Request
 }
 
-func (f *fullBackend) Settle(ctx context.Context, key, id string, commit bool) error {
-	f.settled = append(f.settled, key+" "+id+" "+map[bool]string{true: "commit", false: "cancel"}[commit])
+func (f *fullBackend) Commit(ctx context.Context, key, id string) error {
+	f.settled = append(f.settled, key+" "+id+" commit")
+	return nil
+}
+
+func (f *fullBackend) Cancel(ctx context.Context, key, id string) error {
+	f.settled = append(f.settled, key+" "+id+" cancel")
 	return nil
 }
 
@@ -116,7 +117,7 @@ func pushPolicy(t *testing.T, opts ...sdk.PolicyOption) *sdk.Policy {
 }
 
 func TestAllowRequest(t *testing.T) {
-	f := &fakeBackend{grouped: true}
+	f := &fakeBackend{}
 	p := pushPolicy(t, sdk.WithTrail(7, time.Hour))
 	lim := sdk.New(f, sdk.WithPrefix("app"))
 	d, err := lim.Take(context.Background(), p, sdk.Attempt{Subject: sdk.Subject{"user": "u:1", "content": "c{1}", "extra": "ignored"}, Cost: 3})
@@ -158,8 +159,11 @@ func TestAllowRequest(t *testing.T) {
 	if !d.Allowed || d.Policy != "push" || !d.At.Equal(fakeNow) || len(d.Rules) != 3 || d.Denied != nil || d.RetryAfter != 0 {
 		t.Errorf("Take(…) = %+v, want allowed at %v with 3 rules", d, fakeNow)
 	}
-	if got := lim.Keys(p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
-		t.Errorf("Keys(…) = %q, want the request's keys", got)
+	if got := ownKeys(lim, p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, append([]string{req.Rules[0].Key, req.Rules[1].Key, req.Rules[2].Key}, req.TrailKey, req.ReservationKey)) {
+		t.Errorf("KeyLayout(…) = %q, want the request's keys", got)
+	}
+	if got := setKeys(lim, p, sdk.Subject{"user": "u:1", "content": "c{1}"}); !slices.Equal(got, []string{req.Rules[0].Group, req.Rules[1].Group, req.Rules[2].Group}) {
+		t.Errorf("KeyLayout(…) sets = %q, want the request's groups", got)
 	}
 }
 
@@ -432,7 +436,7 @@ func TestFailurePolicy(t *testing.T) {
 	t.Run("open", func(t *testing.T) {
 		var events []sdk.Event
 		lim := sdk.New(errBackend{boom}, sdk.WithClock(clock), sdk.WithObserver(func(e sdk.Event) { events = append(events, e) }))
-		p := pushPolicy(t, sdk.FailOpen())
+		p := pushPolicy(t, sdk.WithFailOpen())
 		d, err := lim.Allow(ctx, p, s)
 		if err != nil || !d.Allowed || !d.Degraded || !errors.Is(d.Err, boom) || !d.At.Equal(fakeNow) || d.Policy != "push" {
 			t.Errorf("Allow(…) = %+v, %v, want allowed, degraded, Err %v, At %v", d, err, boom, fakeNow)
@@ -454,7 +458,7 @@ func TestFailurePolicy(t *testing.T) {
 	})
 	t.Run("open reserve", func(t *testing.T) {
 		b := &erringReserver{errBackend: errBackend{boom}}
-		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.FailOpen()), sdk.Attempt{Subject: s}, time.Minute)
+		d, res, err := sdk.New(b).Reserve(ctx, pushPolicy(t, sdk.WithFailOpen()), sdk.Attempt{Subject: s}, time.Minute)
 		if err != nil || !d.Degraded || res == nil {
 			t.Fatalf("Reserve(…) = %+v, %v, %v, want degraded with a reservation", d, res, err)
 		}
@@ -472,7 +476,12 @@ type erringReserver struct {
 	settles int
 }
 
-func (e *erringReserver) Settle(ctx context.Context, key, id string, commit bool) error {
+func (e *erringReserver) Commit(ctx context.Context, key, id string) error {
+	e.settles++
+	return e.err
+}
+
+func (e *erringReserver) Cancel(ctx context.Context, key, id string) error {
 	e.settles++
 	return e.err
 }
@@ -541,20 +550,4 @@ func (c *tickingClock) Now() time.Time { c.now = c.now.Add(time.Millisecond); re
 func (c *tickingClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.now = c.now.Add(d)
 	return ctx.Err()
-}
-
-// TestGroupsOnlyForGroupedBackends: a backend that does not keep rules by
-// set of dimensions (driver.Grouped false) gets no Rule.Group: the sdk
-// does not build keys nobody reads.
-func TestGroupsOnlyForGroupedBackends(t *testing.T) {
-	f := &fakeBackend{}
-	lim := sdk.New(f)
-	if _, err := lim.Take(context.Background(), pushPolicy(t), sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range f.last(t).Rules {
-		if r.Group != "" || r.Key == "" {
-			t.Errorf("rule %s: Key %q, Group %q; want a key and no group", r.Name, r.Key, r.Group)
-		}
-	}
 }

@@ -19,7 +19,7 @@ const (
 // Policy is a named set of rules checked together: a request is allowed
 // only if every rule admits it, and a denied request consumes nothing.
 //
-// Build one with NewPolicy or load them with LoadPolicies. A Policy is
+// Build one with NewPolicy or load them with package sdk/policyfile. A Policy is
 // validated and immutable, and safe for concurrent use; the zero Policy
 // has no rules and is rejected by the Limiter. Most callers create their
 // policies once at start-up and pass them to Limiter.Allow.
@@ -54,10 +54,10 @@ type policyOptions struct {
 	hotDeny  int
 }
 
-// FailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
+// WithFailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
 // when the backend fails, instead of returning the error. Use it where a
 // missed cap is cheaper than a missed request.
-func FailOpen() PolicyOption {
+func WithFailOpen() PolicyOption {
 	return func(o *policyOptions) error {
 		o.failOpen = true
 		return nil
@@ -80,7 +80,7 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 	}
 }
 
-// HotDenyCache makes every Limiter keep, per process, up to size recent
+// WithHotDenyCache makes every Limiter keep, per process, up to size recent
 // denials of this policy and answer a repeated request for a denied
 // subject locally, without a backend call, until the denial's RetryAfter
 // has passed (Decision.Cached). A
@@ -88,7 +88,7 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 // over-deny when units are given back elsewhere (a Reset or Cancel in
 // another process, a lapsed reservation) before RetryAfter; Reset and Cancel
 // through the same Limiter evict it. size must be > 0.
-func HotDenyCache(size int) PolicyOption {
+func WithHotDenyCache(size int) PolicyOption {
 	return func(o *policyOptions) error {
 		if size <= 0 {
 			return fmt.Errorf("%w: hot-deny cache size must be > 0, got %d", ErrInvalidPolicy, size)

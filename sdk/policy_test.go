@@ -75,7 +75,7 @@ func TestNewPolicyErrors(t *testing.T) {
 
 func TestPolicyAccessors(t *testing.T) {
 	rules := []sdk.Rule{sdk.SlidingWindow("s", 5, time.Minute).By("user")}
-	p, err := sdk.NewPolicy("push", rules, sdk.FailOpen())
+	p, err := sdk.NewPolicy("push", rules, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/arith"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -286,7 +287,7 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 		return
 	}
 	sec := d.At.Unix()
-	b := driver.FloorDiv(sec, int64(StatsStep/time.Second))
+	b := arith.FloorDiv(sec, int64(StatsStep/time.Second))
 	tag := driver.HashTag(base)
 	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
 	s := &st.slots[b&1]
@@ -317,7 +318,7 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 		}
 	}
 	if !d.Allowed {
-		st.top.add(tag, driver.FloorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
+		st.top.add(tag, arith.FloorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
 	}
 }
 

@@ -22,7 +22,7 @@ func recPolicy(t *testing.T, window time.Duration) *sdk.Policy {
 	p, err := sdk.NewPolicy("msg", []sdk.Rule{
 		sdk.FixedWindow("per-min", 3, window).By("user"),
 		sdk.FixedWindow("per-content", 10, time.Hour).By("user", "content"),
-	}, sdk.HotDenyCache(100))
+	}, sdk.WithHotDenyCache(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func BenchmarkAllowRecorder(b *testing.B) {
 // 1 µs), by all CPUs at once on 10 subjects, each denial counted in the
 // policy's top denied subjects under its lock. Compare off and on.
 func BenchmarkRecorderCachedDenials(b *testing.B) {
-	p, err := sdk.NewPolicy("hot", []sdk.Rule{sdk.FixedWindow("daily", 1, 24*time.Hour).By("user")}, sdk.HotDenyCache(100))
+	p, err := sdk.NewPolicy("hot", []sdk.Rule{sdk.FixedWindow("daily", 1, 24*time.Hour).By("user")}, sdk.WithHotDenyCache(100))
 	if err != nil {
 		b.Fatal(err)
 	}

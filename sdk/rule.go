@@ -8,14 +8,14 @@ import (
 )
 
 // Algorithm names the counting algorithm of a rule.
-type Algorithm uint8
+type Algorithm = driver.Algorithm
 
 // The algorithms.
 const (
 	// AlgorithmFixedWindow counts units in windows aligned to the Unix
 	// epoch, or to a calendar (Rule.Calendar). Cheap; allows up to 2x
 	// Limit across a window edge.
-	AlgorithmFixedWindow Algorithm = iota + 1
+	AlgorithmFixedWindow = driver.FixedWindow
 	// AlgorithmSlidingWindow sums cells of Window/SubWindows, the partly
 	// expired oldest one included: constant memory, and strict: no
 	// interval of length Window ever holds more than Limit admitted
@@ -26,39 +26,31 @@ const (
 	// arithmetic, which dropped the oldest cell, over-admitted 3.2% (73
 	// units in 24h against 50). Measured in this repository with
 	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells (Rule.Cells) shorten the extra time a unit counts: with
+	// Finer cells (Rule.WithSubWindows) shorten the extra time a unit counts: with
 	// 60 cells per window the same traffic paid 2.7% (1,586 attempts).
-	AlgorithmSlidingWindow
+	AlgorithmSlidingWindow = driver.SlidingWindow
 	// AlgorithmSlidingLog keeps one entry per unit: exact, memory grows
 	// with Limit.
-	AlgorithmSlidingLog
+	AlgorithmSlidingLog = driver.SlidingLog
 	// AlgorithmGCRA is the generic cell rate algorithm (a leaky bucket /
 	// token bucket): Limit units per Window with Burst extra units at
 	// once.
-	AlgorithmGCRA
+	AlgorithmGCRA = driver.GCRA
 )
 
-// String returns the algorithm's name as written in policy files:
-// fixed_window, sliding_window, sliding_log or gcra.
-func (a Algorithm) String() string { return driver.Algorithm(a).String() }
-
 // CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone.
-type CalendarUnit uint8
+type CalendarUnit = driver.CalendarUnit
 
 // The calendar units.
 const (
 	// NoCalendar: windows are Window long and aligned to the Unix epoch.
-	NoCalendar CalendarUnit = iota
+	NoCalendar = driver.NoCalendar
 	// Day: one window per natural day (local midnight to midnight) in
 	// Rule.Location; a DST day is 23 or 25 hours long.
-	Day
+	Day = driver.Day
 	// Hour: one window per local hour in Rule.Location.
-	Hour
+	Hour = driver.Hour
 )
-
-// String returns the unit as written in policy files ("day", "hour"; ""
-// for NoCalendar).
-func (u CalendarUnit) String() string { return driver.CalendarUnit(u).String() }
 
 // DefaultSubWindows is the number of cells of a SlidingWindow rule whose
 // SubWindows is 0.
@@ -174,8 +166,9 @@ func (r Rule) By(dims ...string) Rule {
 	return r
 }
 
-// Cells returns a copy of r with n sub-windows (SlidingWindow rules).
-func (r Rule) Cells(n int) Rule {
+// WithSubWindows returns a copy of r with SubWindows n: the number of
+// cells of a SlidingWindow rule.
+func (r Rule) WithSubWindows(n int) Rule {
 	r.SubWindows = n
 	return r
 }

@@ -30,7 +30,7 @@ func TestRuleValidation(t *testing.T) {
 	}{
 		{"fixed", sdk.FixedWindow("f", 10, time.Minute).By("user"), nil, ""},
 		{"sliding", sdk.SlidingWindow("s", 10, time.Minute).By("user"), nil, ""},
-		{"sliding zero cells defaults", sdk.SlidingWindow("s", 10, time.Minute).Cells(0).By("user"), nil, ""},
+		{"sliding zero cells defaults", sdk.SlidingWindow("s", 10, time.Minute).WithSubWindows(0).By("user"), nil, ""},
 		{"log", sdk.SlidingLog("l", 10, time.Minute).By("user"), nil, ""},
 		{"rate", sdk.GCRA("r", 30, time.Minute, 14).By("user"), nil, ""},
 		{"daily", sdk.Daily("d", 3, loc).By("user"), nil, ""},
@@ -67,9 +67,9 @@ func TestRuleValidation(t *testing.T) {
 		{"unknown algorithm 9", sdk.Rule{Name: "f", Algorithm: 9, Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
 		{"negative burst", sdk.GCRA("r", 1, time.Second, -1).By("user"), sdk.ErrInvalidRule, "burst must be >= 0, got -1"},
 		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
-		{"cells below 1ms", sdk.SlidingWindow("s", 1, 10*time.Millisecond).Cells(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
-		{"negative cells", sdk.SlidingWindow("s", 1, time.Second).Cells(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
-		{"cells on log", sdk.SlidingLog("l", 1, time.Second).Cells(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
+		{"cells below 1ms", sdk.SlidingWindow("s", 1, 10*time.Millisecond).WithSubWindows(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
+		{"negative cells", sdk.SlidingWindow("s", 1, time.Second).WithSubWindows(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
+		{"cells on log", sdk.SlidingLog("l", 1, time.Second).WithSubWindows(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
 		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: sdk.AlgorithmSlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
 		{"calendar without location", sdk.Daily("d", 1, nil).By("user"), sdk.ErrInvalidRule, "requires a location"},
 		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
@@ -102,7 +102,7 @@ func TestRuleValidation(t *testing.T) {
 
 func TestRuleHelpers(t *testing.T) {
 	r := sdk.SlidingWindow("s", 5, time.Minute)
-	r2 := r.By("user", "content").Cells(6)
+	r2 := r.By("user", "content").WithSubWindows(6)
 	if r.Dimensions != nil || r.SubWindows != sdk.DefaultSubWindows {
 		t.Errorf("By/Cells changed the receiver: %+v", r)
 	}

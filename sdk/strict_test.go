@@ -44,7 +44,7 @@ func TestStrictnessCost(t *testing.T) {
 	// per window: finer cells, a smaller price.
 	fine := make([]sdk.Rule, 0, len(seed.Rules()))
 	for _, r := range seed.Rules() {
-		fine = append(fine, r.Cells(60))
+		fine = append(fine, r.WithSubWindows(60))
 	}
 	push60, err := sdk.NewPolicy("push", fine)
 	if err != nil {

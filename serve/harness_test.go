@@ -20,6 +20,7 @@ import (
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -48,7 +49,7 @@ policies:
 
 func loadPolicies(t testing.TB) []*sdk.Policy {
 	t.Helper()
-	ps, err := sdk.LoadPolicies(strings.NewReader(testPolicies))
+	ps, err := policyfile.Load(strings.NewReader(testPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}

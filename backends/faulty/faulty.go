@@ -23,7 +23,7 @@ import (
 // Backend wraps a backend and fails while told to. It implements every
 // optional interface of package driver; one the wrapped backend lacks
 // answers errors.ErrUnsupported (as the sdk would say for it), and
-// SupportsIdemKey reports the wrapped backend's answer. It is safe for
+// idempotency keys are the wrapped backend's to honour or refuse. It is safe for
 // concurrent use.
 type Backend struct {
 	b   driver.Backend
@@ -31,15 +31,14 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Peeker     = (*Backend)(nil)
-	_ driver.Reserver   = (*Backend)(nil)
-	_ driver.Inspector  = (*Backend)(nil)
-	_ driver.Resetter   = (*Backend)(nil)
-	_ driver.Describer  = (*Backend)(nil)
-	_ driver.Idempotent = (*Backend)(nil)
-	_ driver.Batcher    = (*Backend)(nil)
-	_ driver.Clocked    = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Peeker    = (*Backend)(nil)
+	_ driver.Reserver  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
+	_ driver.Resetter  = (*Backend)(nil)
+	_ driver.Describer = (*Backend)(nil)
+	_ driver.Batcher   = (*Backend)(nil)
+	_ driver.Clocked   = (*Backend)(nil)
 )
 
 // New returns a Backend that passes every call to b until Fail.
@@ -113,8 +112,17 @@ func (f *Backend) Reserve(ctx context.Context, req driver.Request) (driver.Resul
 	return r.Reserve(ctx, req)
 }
 
-// Settle passes the call on, or fails.
-func (f *Backend) Settle(ctx context.Context, key, id string, commit bool) error {
+// Commit passes the call on, or fails.
+func (f *Backend) Commit(ctx context.Context, key, id string) error {
+	return f.settle(ctx, key, id, true)
+}
+
+// Cancel passes the call on, or fails.
+func (f *Backend) Cancel(ctx context.Context, key, id string) error {
+	return f.settle(ctx, key, id, false)
+}
+
+func (f *Backend) settle(ctx context.Context, key, id string, commit bool) error {
 	if err := f.down(); err != nil {
 		return err
 	}
@@ -122,7 +130,10 @@ func (f *Backend) Settle(ctx context.Context, key, id string, commit bool) error
 	if !ok {
 		return unsupported("settle", f.b)
 	}
-	return r.Settle(ctx, key, id, commit)
+	if commit {
+		return r.Commit(ctx, key, id)
+	}
+	return r.Cancel(ctx, key, id)
 }
 
 // Inspect passes req on, or fails.
@@ -159,13 +170,6 @@ func (f *Backend) Describe(ctx context.Context) (driver.Description, error) {
 		return driver.Description{}, unsupported("describe itself", f.b)
 	}
 	return d.Describe(ctx)
-}
-
-// SupportsIdemKey reports whether the wrapped backend honours idempotency
-// keys.
-func (f *Backend) SupportsIdemKey() bool {
-	i, ok := f.b.(driver.Idempotent)
-	return ok && i.SupportsIdemKey()
 }
 
 // TakeBatch passes reqs on (one Take each when the wrapped backend has no

@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestFailAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err := sdk.NewPolicy("o", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user")}, sdk.FailOpen())
+	open, err := sdk.NewPolicy("o", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user")}, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +80,17 @@ func TestUnsupported(t *testing.T) {
 	if _, err := sdk.New(b).Peek(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Peek through a take-only backend = %v, want errors.ErrUnsupported", err)
 	}
-	if b.SupportsIdemKey() {
-		t.Error("SupportsIdemKey of a take-only backend = true")
+	k := sdk.Attempt{Subject: sdk.Subject{"user": "u"}, IdempotencyKey: "k"}
+	if _, err := sdk.New(b).Take(ctx, p, k); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Take with a key through a take-only backend = %v, want errors.ErrUnsupported", err)
 	}
 }
 
 type takeOnly struct{ m *memory.Backend }
 
 func (b takeOnly) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	if req.IdempotencyKey != "" {
+		return driver.Result{}, fmt.Errorf("take-only: idempotency keys: %w", errors.ErrUnsupported)
+	}
 	return b.m.Take(ctx, req)
 }

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/arith"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -74,7 +75,7 @@ func fixedBounds(r driver.Rule, now time.Time) (start, end time.Time) {
 		return start, end
 	}
 	w := int64(r.Window)
-	s := driver.FloorDiv(now.UnixNano(), w) * w
+	s := arith.FloorDiv(now.UnixNano(), w) * w
 	return time.Unix(0, s), time.Unix(0, s+w)
 }
 
@@ -288,7 +289,7 @@ func gcraReport(tat time.Time, r driver.Rule, now time.Time) (used int64, resetA
 	if tat.After(now) {
 		ttl = tat.Sub(now)
 	}
-	rem := driver.FloorDiv(int64(tol-ttl), int64(t))
+	rem := arith.FloorDiv(int64(tol-ttl), int64(t))
 	rem = min(max(rem, 0), limit)
 	return limit - rem, ttl
 }

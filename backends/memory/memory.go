@@ -24,15 +24,14 @@ import (
 )
 
 var (
-	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Peeker     = (*Backend)(nil)
-	_ driver.Reserver   = (*Backend)(nil)
-	_ driver.Inspector  = (*Backend)(nil)
-	_ driver.Resetter   = (*Backend)(nil)
-	_ driver.Describer  = (*Backend)(nil)
-	_ driver.Idempotent = (*Backend)(nil)
-	_ driver.Batcher    = (*Backend)(nil)
-	_ driver.Clocked    = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Peeker    = (*Backend)(nil)
+	_ driver.Reserver  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
+	_ driver.Resetter  = (*Backend)(nil)
+	_ driver.Describer = (*Backend)(nil)
+	_ driver.Batcher   = (*Backend)(nil)
+	_ driver.Clocked   = (*Backend)(nil)
 )
 
 // sweepBatch is how many expired entries each call deletes from every
@@ -52,7 +51,7 @@ type Options struct {
 
 // Backend is an in-memory driver.Backend. It also implements every
 // optional interface of package driver: Peeker, Reserver, Inspector,
-// Resetter, Describer, Idempotent, Batcher, Clocked and StatsStore
+// Resetter, Describer, Batcher, Clocked and StatsStore
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -252,15 +251,12 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 		keys = append(keys, req.ReservationKey)
 	}
 	if idempotent(o, req) {
-		keys = append(keys, req.IdemKey)
+		keys = append(keys, req.IdempotencyKey)
 	}
 	x := b.begin(keys)
 	defer x.end()
 	return x.take(o, req), nil
 }
-
-// SupportsIdemKey reports true: Take honours driver.Request.IdemKey.
-func (b *Backend) SupportsIdemKey() bool { return true }
 
 // TakeBatch carries out each request as Take does, in input order, each
 // under its own shard locks (so each is atomic by itself, and other
@@ -284,14 +280,14 @@ func (b *Backend) batch(ctx context.Context, o op, reqs []driver.Request) []driv
 
 // idempotent reports whether req carries an idempotency key that counts.
 func idempotent(o op, req driver.Request) bool {
-	return req.IdemKey != "" && o.consumes()
+	return req.IdempotencyKey != "" && o.consumes()
 }
 
 func (x *txn) take(o op, req driver.Request) driver.Result {
 	now := x.now
 	if idempotent(o, req) {
-		s := x.shard(req.IdemKey)
-		if e := s.get(req.IdemKey, now); e != nil && e.kind == kindIdem {
+		s := x.shard(req.IdempotencyKey)
+		if e := s.get(req.IdempotencyKey, now); e != nil && e.kind == kindIdem {
 			res := cloneResult(*e.idem)
 			res.Replayed = true
 			return res
@@ -338,9 +334,9 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 		res.ReservationID = req.ReservationID
 	}
 	if idempotent(o, req) {
-		s := x.shard(req.IdemKey)
+		s := x.shard(req.IdempotencyKey)
 		stored := cloneResult(res)
-		s.put(&entry{key: req.IdemKey, kind: kindIdem, idem: &stored}, now.Add(req.IdemTTL), now)
+		s.put(&entry{key: req.IdempotencyKey, kind: kindIdem, idem: &stored}, now.Add(req.IdempotencyTTL), now)
 	}
 	if o == opInspect && req.TrailKey != "" {
 		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
@@ -400,9 +396,18 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	s.put(e, x.now.Add(req.TrailTTL), x.now)
 }
 
-// Settle commits or cancels the reservation id under resKey. Lapsed reservations under
-// resKey are refunded first.
-func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
+// Commit keeps the units of the reservation id under resKey. Lapsed
+// reservations under resKey are refunded first.
+func (b *Backend) Commit(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, true)
+}
+
+// Cancel is Commit that gives the units back.
+func (b *Backend) Cancel(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, false)
+}
+
+func (b *Backend) settle(ctx context.Context, resKey, id string, commit bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: settle: %w", err)
 	}
@@ -528,8 +533,8 @@ func validate(o op, req driver.Request) error {
 			return fmt.Errorf("memory: %v: rule %q: %w", o, r.Name, err)
 		}
 	}
-	if idempotent(o, req) && req.IdemTTL <= 0 {
-		return fmt.Errorf("memory: %v: idempotency ttl must be > 0, got %v", o, req.IdemTTL)
+	if idempotent(o, req) && req.IdempotencyTTL <= 0 {
+		return fmt.Errorf("memory: %v: idempotency ttl must be > 0, got %v", o, req.IdempotencyTTL)
 	}
 	if o == opReserve {
 		switch {

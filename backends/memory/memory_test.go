@@ -341,8 +341,8 @@ func TestCrossShardRequest(t *testing.T) {
 	if res, err := b.Reserve(ctx, req); err != nil || !res.Allowed {
 		t.Fatalf("Reserve = %+v, %v", res, err)
 	}
-	if err := b.Settle(ctx, "reservations", "x", false); err != nil {
-		t.Fatalf("Settle(cancel) = %v", err)
+	if err := b.Cancel(ctx, "reservations", "x"); err != nil {
+		t.Fatalf("Cancel = %v", err)
 	}
 	for range 8 {
 		<-done
@@ -436,7 +436,7 @@ func BenchmarkTake(b *testing.B) {
 }
 
 // TestIdemRecordBounded: an idempotency record is one entry per key, kept
-// for IdemTTL, then swept like any other state.
+// for IdempotencyTTL, then swept like any other state.
 func TestIdemRecordBounded(t *testing.T) {
 	clock := fakeclock.New(t0)
 	b := New(&Options{Clock: clock})
@@ -444,7 +444,7 @@ func TestIdemRecordBounded(t *testing.T) {
 	r := driver.Rule{Name: "f", Key: "fc:{u}:p:f", Algorithm: driver.FixedWindow, Limit: 100, Window: time.Minute}
 	for i := range 10 {
 		req := driver.Request{Policy: "p", Rules: []driver.Rule{r}, Cost: 1,
-			IdemKey: fmt.Sprint("fc:{u}:p:!i:", i), IdemTTL: time.Hour}
+			IdempotencyKey: fmt.Sprint("fc:{u}:p:!i:", i), IdempotencyTTL: time.Hour}
 		if _, err := b.Take(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -455,11 +455,11 @@ func TestIdemRecordBounded(t *testing.T) {
 	clock.Advance(time.Hour)
 	b.Sweep()
 	if got := b.Len(); got != 0 {
-		t.Errorf("Len() after IdemTTL = %d, want 0", got)
+		t.Errorf("Len() after IdempotencyTTL = %d, want 0", got)
 	}
-	bad := driver.Request{Rules: []driver.Rule{r}, Cost: 1, IdemKey: "fc:{u}:p:!i:x"}
+	bad := driver.Request{Rules: []driver.Rule{r}, Cost: 1, IdempotencyKey: "fc:{u}:p:!i:x"}
 	if _, err := b.Take(ctx, bad); err == nil {
-		t.Error("Take(IdemKey without IdemTTL) = nil error, want one")
+		t.Error("Take(IdempotencyKey without IdempotencyTTL) = nil error, want one")
 	}
 }
 

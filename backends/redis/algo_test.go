@@ -10,7 +10,7 @@ import (
 	"time"
 	_ "time/tzdata" // zones load on machines without zoneinfo
 
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -549,19 +549,19 @@ func TestReservations(t *testing.T) {
 		t.Fatalf("reserve denied: %+v", res)
 	}
 	used("after reserve 2", 2, 2, 2, 2)
-	if err := b.Settle(ctx, s.reservations(), "h1", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h1"); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	used("after cancel", 0, 0, 0, 0)
-	if err := b.Settle(ctx, s.reservations(), "h1", false); !errors.Is(err, driver.ErrReservationNotFound) {
+	if err := b.Cancel(ctx, s.reservations(), "h1"); !errors.Is(err, driver.ErrReservationNotFound) {
 		t.Errorf("second cancel = %v, want ErrReservationNotFound", err)
 	}
 	reserve("h2", time.Hour, 1)
-	if err := b.Settle(ctx, s.reservations(), "h2", true); err != nil {
+	if err := b.Commit(ctx, s.reservations(), "h2"); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	used("after commit", 1, 1, 1, 1)
-	if err := b.Settle(ctx, s.reservations(), "h2", true); !errors.Is(err, driver.ErrReservationNotFound) {
+	if err := b.Commit(ctx, s.reservations(), "h2"); !errors.Is(err, driver.ErrReservationNotFound) {
 		t.Errorf("second commit = %v, want ErrReservationNotFound", err)
 	}
 	req := s.request(opReserve, 1, rules...)
@@ -570,7 +570,7 @@ func TestReservations(t *testing.T) {
 	if _, err := b.do(ctx, req); err == nil || !strings.Contains(err.Error(), "hold id already in use") {
 		t.Errorf("reserve with a used id = %v, want an error", err)
 	}
-	if err := b.Settle(ctx, s.reservations(), "h2x", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h2x"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -587,7 +587,7 @@ func TestReservations(t *testing.T) {
 	if err != nil || strings.Contains(plan, rules[0].Key) || !strings.Contains(plan, rules[1].Key) {
 		t.Errorf("reservation after a partial lapse = %q, %v, want only the entries of keys not named", plan, err)
 	}
-	if err := b.Settle(ctx, s.reservations(), "h3", true); !errors.Is(err, driver.ErrReservationNotFound) {
+	if err := b.Commit(ctx, s.reservations(), "h3"); !errors.Is(err, driver.ErrReservationNotFound) {
 		t.Errorf("commit of a lapsed reservation = %v, want ErrReservationNotFound", err)
 	}
 	used("after the lapse", 1, 1, 1, 1)

@@ -91,12 +91,12 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
 	}
 	trail := req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
-	idem := req.IdemKey != "" && o == opTake
+	idem := req.IdempotencyKey != "" && o == opTake
 	if len(rules) == 0 && !trail {
 		return driver.Result{}, errNoKeys
 	}
-	if idem && req.IdemTTL <= 0 {
-		return driver.Result{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
+	if idem && req.IdempotencyTTL <= 0 {
+		return driver.Result{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
 	}
 
 	// 1. The snapshot (and a stored decision, for a retry).
@@ -104,7 +104,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 	tm := pipe.Time(ctx)
 	var rec *goredis.StringCmd
 	if idem {
-		rec = pipe.Get(ctx, req.IdemKey)
+		rec = pipe.Get(ctx, req.IdempotencyKey)
 	}
 	all := make([]*goredis.Cmd, len(rules))
 	for k := range rules {
@@ -220,7 +220,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 			p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
 		}
 		if idem {
-			p.Set(ctx, req.IdemKey, formatRecord("", out), time.Duration(ceilMillis(req.IdemTTL))*time.Millisecond)
+			p.Set(ctx, req.IdempotencyKey, formatRecord("", out), time.Duration(ceilMillis(req.IdempotencyTTL))*time.Millisecond)
 		}
 		if o == opInspect {
 			tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)

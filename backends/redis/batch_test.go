@@ -13,8 +13,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -429,7 +429,7 @@ func TestBatchIdempotentRetry(t *testing.T) {
 				subs = append(subs, s)
 				for k := range 3 { // limit 2: the third is denied
 					r := s.request(opTake, 1, s.fixed("f", 2, time.Hour))
-					r.IdemKey, r.IdemTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
+					r.IdempotencyKey, r.IdempotencyTTL = s.base+"!i:"+strconv.Itoa(k), time.Hour
 					reqs = append(reqs, r)
 				}
 			}

@@ -73,8 +73,8 @@ func TestClusterMasters(t *testing.T) {
 			req := s.request(opReserve, 1, pushRules(s, "c2")...)
 			req.ReservationID, req.ReservationTTL = "h", time.Minute
 			take(t, b, req)
-			if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
-				t.Errorf("Settle: %v", err)
+			if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
+				t.Errorf("Cancel: %v", err)
 			}
 			res := take(t, b, s.request(opInspect, 0, rules...))
 			if len(res.Trail) != 1 || res.Trail[0].Rule != "content-59s" {

@@ -12,9 +12,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
-	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -155,7 +155,7 @@ func TestCoalesceManySubjects(t *testing.T) {
 				r.ReservationID, r.ReservationTTL = st.id, time.Hour
 			}
 			if st.idem != "" {
-				r.IdemKey, r.IdemTTL = s.base+"!i:"+st.idem, time.Hour
+				r.IdempotencyKey, r.IdempotencyTTL = s.base+"!i:"+st.idem, time.Hour
 			}
 			out[i] = r
 		}

@@ -144,8 +144,8 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		}
 		resKeyTTL = ceilMillis(req.ReservationTTL + longest + time.Second)
 	}
-	if req.IdemKey != "" && (o == opTake || o == opReserve) && req.IdemTTL <= 0 {
-		return fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdemTTL)
+	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) && req.IdempotencyTTL <= 0 {
+		return fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
 	}
 
 	k0, a0 := len(e.keys), len(e.argv)
@@ -165,7 +165,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
-		req.TrailValues, ceilMillis(req.IdemTTL), req.ReservationID, resTTL, resKeyTTL)
+		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL)
 	choices := make([]ruleChoice, n)
 	// The log key of the last sliding-log rule's set of dimensions: the
 	// set's other log rules share it (logKey hashes them all).
@@ -221,8 +221,8 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	if req.ReservationKey != "" {
 		h[5] = index(req.ReservationKey)
 	}
-	if req.IdemKey != "" && (o == opTake || o == opReserve) {
-		h[6] = index(req.IdemKey)
+	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
+		h[6] = index(req.IdempotencyKey)
 	}
 	if len(e.keys) == k0 {
 		return fail(errNoKeys)

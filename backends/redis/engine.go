@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 

@@ -7,12 +7,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
-// lua/fast.lua). A take or peek whose rules are all packed (fixed
+// internal/lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
 // Lua) or sliding logs, at most lua.FastMax of them, without an idempotency key and
 // without Options.Upgrade, runs the script built for its rules, loaded
@@ -91,7 +91,7 @@ type fastAttempt struct {
 func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
-		(o != opTake && o != opPeek) || (o == opTake && req.IdemKey != "") {
+		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") {
 		return fastAttempt{}, false
 	}
 	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here

@@ -14,8 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -468,7 +468,7 @@ func TestBatchMixedScriptsFirstUse(t *testing.T) {
 			for i := range 6 {
 				r := s.request(opTake, 1, f)
 				if i%2 == 0 {
-					r.IdemKey, r.IdemTTL = s.base+"idem"+strconv.Itoa(i), time.Hour
+					r.IdempotencyKey, r.IdempotencyTTL = s.base+"idem"+strconv.Itoa(i), time.Hour
 				}
 				reqs = append(reqs, r)
 			}
@@ -530,7 +530,7 @@ func TestBatchMixedScriptsChecked(t *testing.T) {
 		for i := range 4 {
 			r := s.request(opTake, 1, f)
 			if i%2 == 0 {
-				r.IdemKey, r.IdemTTL = s.base+what+strconv.Itoa(i), time.Hour
+				r.IdempotencyKey, r.IdempotencyTTL = s.base+what+strconv.Itoa(i), time.Hour
 			}
 			reqs = append(reqs, r)
 		}

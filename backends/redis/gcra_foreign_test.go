@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -86,7 +86,7 @@ func gcraOps(s subject, r driver.Rule) map[string]request {
 	reserve := s.request(opReserve, 1, r)
 	reserve.ReservationID, reserve.ReservationTTL = "h", time.Hour
 	idem := s.request(opTake, 1, r)
-	idem.IdemKey, idem.IdemTTL = s.base+"!i:k", time.Minute
+	idem.IdempotencyKey, idem.IdempotencyTTL = s.base+"!i:k", time.Minute
 	return map[string]request{
 		"take":    s.request(opTake, 1, r),
 		"peek":    s.request(opPeek, 1, r),
@@ -283,7 +283,7 @@ func TestGCRARefundLeavesForeignState(t *testing.T) {
 	for _, k := range keys {
 		dumps[k] = dumpKey(t, c, k)
 	}
-	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
 		t.Fatalf("cancel = %v, want nil", err)
 	}
 	for what, k := range keys {

@@ -169,7 +169,7 @@ func TestTairHashFieldExpiry(t *testing.T) {
 	check("after reserve 3", "3")
 	take(t, b, s.request(opTake, 2, r))
 	check("after take 2", "5")
-	if err := b.Settle(ctx, s.reservations(), "h1", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h1"); err != nil {
 		t.Fatal(err)
 	}
 	check("after cancelling the reserve (EXHINCRBY -3, then EXHPEXPIREAT again)", "2")
@@ -246,7 +246,7 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	check("reserve")
-	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
+	if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
 		t.Fatal(err)
 	}
 	check("cancel")
@@ -308,7 +308,7 @@ func TestCellForeignState(t *testing.T) {
 			}
 			fs.put(t, c, r2.Key+suffixCell)
 			before = dumpKey(t, c, r2.Key+suffixCell)
-			if err := b.Settle(ctx, s2.reservations(), "h", false); err != nil {
+			if err := b.Cancel(ctx, s2.reservations(), "h"); err != nil {
 				t.Errorf("cancel = %v, want nil", err)
 			}
 			alive("cancel")
@@ -596,7 +596,7 @@ func TestBareTairHash(t *testing.T) {
 
 	// Idempotency: a retry replays the first decision.
 	req := s.request(opTake, 1, a)
-	req.IdemKey, req.IdemTTL = s.base+"!i:k1", time.Minute
+	req.IdempotencyKey, req.IdempotencyTTL = s.base+"!i:k1", time.Minute
 	first := take(t, b, req)
 	again := take(t, b, req)
 	if !again.Replayed || again.Allowed != first.Allowed || again.Rules[0].Used != first.Rules[0].Used {

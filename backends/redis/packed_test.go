@@ -12,7 +12,7 @@ import (
 )
 
 // Helpers for tests that read or plant raw state in the packed layout
-// (lua/prelude.lua, wire.go): the fixed-window, calendar, sliding-window
+// (internal/lua/prelude.lua, wire.go): the fixed-window, calendar, sliding-window
 // and GCRA rules of a dimension set keep one entry each in the string
 // value at group(&r).
 

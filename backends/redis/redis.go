@@ -5,11 +5,12 @@
 //
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
-// them only if all admit: lua.Take, or, for a take or peek whose rules
-// are all fixed windows (not calendar ones), sliding-window counters or
-// GCRA on plain Lua, or sliding logs (at most lua.FastMax, no idempotency
-// key, no Options.Upgrade), the fast script built for that set of rules
-// (lua.Fast: lua.Take's own arithmetic with the rules written in as
+// them only if all admit: take.lua (package internal/lua), or, for a
+// take or peek whose rules are all fixed windows (not calendar ones),
+// sliding-window counters or GCRA on plain Lua, or sliding logs (at most
+// internal/lua's FastMax rules, no idempotency key, no Options.Upgrade),
+// the fast script built
+// for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its
 // arguments and reply, for less server time,
 // docs/BENCHMARKS.md). A fast script is built once per process and set of
@@ -38,7 +39,7 @@
 // Where scripting is refused (Tair ESSD/SSD instances, proxies) and
 // TairHash is present, sliding-window rules run as bare TairHash commands,
 // and decisions say NonAtomic. On a replica every decision (Take, Peek,
-// Reserve, Inspect, batches) and Settle fails with an error wrapping a
+// Reserve, Inspect, batches) and Commit and Cancel fail with an error wrapping a
 // *capability.ReplicaError, which names the master; each such call
 // detects again, so a replica promoted to master is used at once.
 // Options.Detect overrides detection; Describe reports it; Redetect runs
@@ -63,30 +64,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/lua"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 var (
-	_ driver.Backend    = (*Backend)(nil)
-	_ driver.Peeker     = (*Backend)(nil)
-	_ driver.Reserver   = (*Backend)(nil)
-	_ driver.Inspector  = (*Backend)(nil)
-	_ driver.Batcher    = (*Backend)(nil)
-	_ driver.Resetter   = (*Backend)(nil)
-	_ driver.Describer  = (*Backend)(nil)
-	_ driver.Idempotent = (*Backend)(nil)
-	_ driver.Grouped    = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Peeker    = (*Backend)(nil)
+	_ driver.Reserver  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
+	_ driver.Batcher   = (*Backend)(nil)
+	_ driver.Resetter  = (*Backend)(nil)
+	_ driver.Describer = (*Backend)(nil)
 )
-
-// UsesGroups reports that the backend keeps the rules of a request that
-// share their dimensions under driver.Rule.Group (driver.Grouped): the sdk
-// fills it in.
-func (b *Backend) UsesGroups() bool { return true }
-
-// SupportsIdemKey reports that take.lua honours Request.IdemKey: the
-// decision is stored under it in the same script, and a retry returns it.
-func (b *Backend) SupportsIdemKey() bool { return true }
 
 // Scripts, built once: NewScript computes the SHA1 EVALSHA sends.
 var (
@@ -104,7 +94,7 @@ type Options struct {
 	// so that the script can pick the window around the server's clock.
 	// It bounds the client/server clock skew tolerated. Default: 1.
 	CalendarSpan int
-	// SettleAttempts bounds how often Settle re-reads a reservation that changed
+	// SettleAttempts bounds how often Commit or Cancel re-reads a reservation that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
 	// Detect overrides capability detection: ForcePlainLua uses the plain
@@ -393,11 +383,20 @@ func (b *Backend) finish(o op, req driver.Request, choices []ruleChoice, v any) 
 	return res, nil
 }
 
-// Settle commits or cancels reservation id under resKey (driver.Reserver):
-// one EVAL(SHA) of settle.lua over the keys the reservation's refund
-// touches. Where scripting is refused it returns an error wrapping
-// errors.ErrUnsupported.
-func (b *Backend) Settle(ctx context.Context, resKey, id string, commit bool) error {
+// Commit keeps the units of reservation id under resKey
+// (driver.Reserver): one EVAL(SHA) of settle.lua over the keys the
+// reservation's refund touches. Where scripting is refused it returns an
+// error wrapping errors.ErrUnsupported.
+func (b *Backend) Commit(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, true)
+}
+
+// Cancel is Commit that gives the units back.
+func (b *Backend) Cancel(ctx context.Context, resKey, id string) error {
+	return b.settle(ctx, resKey, id, false)
+}
+
+func (b *Backend) settle(ctx context.Context, resKey, id string, commit bool) error {
 	e, err := b.engine(ctx)
 	if err == nil {
 		err = e.settle(ctx, resKey, id, commit)

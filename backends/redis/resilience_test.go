@@ -25,13 +25,13 @@ func TestScriptFlush(t *testing.T) {
 		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take after SCRIPT FLUSH", res.Rules[0], true, i, 10)
 	}
-	// Settle after a flush too.
+	// Cancel after a flush too.
 	req := s.request(opReserve, 1, r)
 	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	c.ScriptFlush(ctx)
-	if err := b.Settle(ctx, s.reservations(), "h", false); err != nil {
-		t.Errorf("Settle after SCRIPT FLUSH: %v", err)
+	if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
+		t.Errorf("Cancel after SCRIPT FLUSH: %v", err)
 	}
 }
 

@@ -59,8 +59,7 @@ func TestTrailValues(t *testing.T) {
 
 	t.Run("old entries", func(t *testing.T) {
 		u := sdk.Subject{"user": "old"}
-		keys := lim.Keys(p, u)
-		trail := keys[len(keys)-2]
+		trail := lim.KeyLayout(p, u).Trail
 		// An entry as written before values were recorded.
 		old := "1700000000000000|msg|content-1h|1|1|1|5000000|0"
 		if err := c.LPush(ctx, trail, old).Err(); err != nil {
@@ -95,8 +94,7 @@ func TestTrailValues(t *testing.T) {
 		if err != nil || len(ins.Denials) != 3 || !ins.TrailFull || ins.Denials[0].Values["content"] != "e" || ins.Denials[2].Values["content"] != "c" {
 			t.Fatalf("Inspect(…) = %+v (full %v), %v; want the newest 3 (e, d, c), full", ins.Denials, ins.TrailFull, err)
 		}
-		keys := lim.Keys(p, u)
-		if n, err := c.LLen(ctx, keys[len(keys)-2]).Result(); err != nil || n != 3 {
+		if n, err := c.LLen(ctx, lim.KeyLayout(p, u).Trail).Result(); err != nil || n != 3 {
 			t.Errorf("LLEN trail = %d, %v, want 3", n, err)
 		}
 	})

@@ -111,8 +111,8 @@ func TestUpgradeReplaysOldRecord(t *testing.T) {
 	s := newSubject(t, "oldrec")
 	r := s.fixed("f", 10, time.Hour)
 	req := s.request(opTake, 1, r)
-	req.IdemKey, req.IdemTTL = s.base+"!i:a", time.Hour
-	if err := c.Set(context.Background(), req.IdemKey, "|1,1700000000000001,1,4,1500,0", time.Hour).Err(); err != nil {
+	req.IdempotencyKey, req.IdempotencyTTL = s.base+"!i:a", time.Hour
+	if err := c.Set(context.Background(), req.IdempotencyKey, "|1,1700000000000001,1,4,1500,0", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	res := take(t, b, req)

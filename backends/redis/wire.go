@@ -12,7 +12,7 @@ import (
 
 // The wire format between the backend and its scripts, in one place: the
 // encoder (encode.go), the reply parser (reply.go), bare mode (bare.go)
-// and lua/take.lua, lua/settle.lua and lua/holds.lua all follow it.
+// and internal/lua/take.lua, internal/lua/settle.lua and internal/lua/holds.lua all follow it.
 
 // EVALSHA's argument list: evalArgs placeholders (command, script, key
 // count), the keys, then ARGV: ARGV[1] the number of attempts, then per
@@ -34,7 +34,7 @@ const (
 )
 
 // fastArgs is the ARGV per attempt of a fast script in its full form
-// (lua/fast.lua's header, fast.go's fastAttempt): op code, cost, the
+// (internal/lua/fast.lua's header, fast.go's fastAttempt): op code, cost, the
 // trail's and the reservations' key indexes, trail max and TTL (ms),
 // policy name, trail values. A lone attempt goes in the short form
 // instead: no attempt count, op code and cost, then, with a trail (its
@@ -75,7 +75,7 @@ func opCode(o op) (any, error) {
 }
 
 // Algorithm codes: a rule's first ARGV value. Packed codes keep their
-// state as one entry of the dimension set's packed value (lua/prelude.lua),
+// state as one entry of the dimension set's packed value (internal/lua/prelude.lua),
 // the log code in the dimension set's sorted set, the module codes in a
 // key of the rule's own.
 const (
@@ -205,7 +205,7 @@ func parseDenial(s string) (driver.Denial, error) {
 	}, nil
 }
 
-// Idempotency records (driver.Request.IdemKey). take.lua writes 0x02,
+// Idempotency records (driver.Request.IdempotencyKey). take.lua writes 0x02,
 // struct '<Bi7I2' (allowed, now µs, the rules' bytes' length), the rules'
 // bytes as its reply has them, then the reservation id (empty for a take
 // or a denial). Bare mode, and the one-key-per-rule layout, write
@@ -246,7 +246,7 @@ func parseRecord(rec string) ([]any, error) {
 
 // Reservations (driver.Request.ReservationKey, a hash): field = id, value
 // = "<lapse µs>" then one "\n<entry>" per rule, "<code> <key> …"
-// (lua/holds.lua lists the entries).
+// (internal/lua/holds.lua lists the entries).
 
 // reservationKeys returns the distinct keys a reservation's entries name.
 func reservationKeys(plan string) []string {
@@ -271,7 +271,7 @@ func reservationKeys(plan string) []string {
 	return keys
 }
 
-// The packed value (lua/prelude.lua): packedFormat, then entries of a
+// The packed value (internal/lua/prelude.lua): packedFormat, then entries of a
 // 13-byte header (a 4-byte tag, the payload's length as 3 bytes and the
 // entry's expiry in Unix ms as 6, little-endian) and a payload of 7-byte
 // little-endian numbers.

@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/internal/bench"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]
@@ -72,7 +73,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
 	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; ignored on a cluster) and report its ratio to the uncoalesced run (with -raw, also to raw(R))")
-	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.HotDenyCache); reports Redis round trips per decision for each")
+	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.WithHotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
 	fs.BoolVar(&cfg.Serve, "serve", false, "also run the policy through a freqcap serve on loopback (coalesce 4, or -coalesce N), called over gRPC by the same workers, and report its ratio to the in-process run and the p99 it adds (with -batch N, also TakeBatch of N through serve against one-by-one through serve)")
@@ -152,7 +153,7 @@ func benchLoadPolicies(file string) ([]*sdk.Policy, error) {
 	if file == "" {
 		ps, err = seed.Policies()
 	} else {
-		ps, err = sdk.LoadPolicyFile(file)
+		ps, err = policyfile.LoadFile(file)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

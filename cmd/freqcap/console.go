@@ -24,7 +24,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const consoleUsage = `Usage: freqcap console [flags]
@@ -211,7 +211,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 
 	var policies []*sdk.Policy
 	if f.policies != "" {
-		policies, err = sdk.LoadPolicyFile(f.policies)
+		policies, err = policyfile.LoadFile(f.policies)
 	} else {
 		policies, err = seed.Policies()
 	}
@@ -269,7 +269,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		Credentials: creds,
 		Logger:      log,
 		Now:         env.now,
-		Demo:        f.demo,
+		DemoUser:    demoUser(f.demo),
 	})
 	if err != nil {
 		return err
@@ -314,7 +314,7 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 // consoleBackend builds the backend the flags ask for, and its closer. A
 // Redis deployment is pinged first, so that an unreachable server or a
 // wrong password reads as such (see connect).
-func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
+func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
 	}
@@ -339,4 +339,13 @@ func strategies(d sdk.Description) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// demoUser is the user the console's demo banner links to: the demo
+// traffic's hot one, or none without --demo.
+func demoUser(on bool) string {
+	if !on {
+		return ""
+	}
+	return demo.Users[0]
 }

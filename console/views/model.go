@@ -106,7 +106,7 @@ type RuleRow struct {
 	Dims      string
 	Key       string
 	// GroupKey is the key of the rule's set of dimensions, where the
-	// Redis backend keeps its state (sdk.Limiter.GroupKeys).
+	// Redis backend keeps its state (sdk.KeySet.Key).
 	GroupKey  string
 	Used      int64
 	Limit     int64

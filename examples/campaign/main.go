@@ -186,7 +186,7 @@ func pushPolicy() (*sdk.Policy, error) {
 		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
-	}, sdk.HotDenyCache(100_000))
+	}, sdk.WithHotDenyCache(100_000))
 }
 
 // run sends one content three times to n recipients, retries the first

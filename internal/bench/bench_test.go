@@ -13,6 +13,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +24,7 @@ func TestBenchModes(t *testing.T) {
 		t.Skip("bench runs take a few seconds")
 	}
 	addr := redistest.NewServer(t).Addr()
-	logPolicy, err := sdk.LoadPolicyFile("../../testdata/seed-log.yaml")
+	logPolicy, err := policyfile.LoadFile("../../testdata/seed-log.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

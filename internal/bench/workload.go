@@ -175,12 +175,12 @@ func takeBatch(lim limiter, p *sdk.Policy, gen *subjects, n int) decideFunc {
 func hotPolicies(p *sdk.Policy, size int) (plain, cached *sdk.Policy, err error) {
 	var opts []sdk.PolicyOption
 	if p.FailOpen() {
-		opts = append(opts, sdk.FailOpen())
+		opts = append(opts, sdk.WithFailOpen())
 	}
 	if plain, err = sdk.NewPolicy(p.Name(), p.Rules(), opts...); err != nil {
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
-	if cached, err = sdk.NewPolicy(p.Name(), p.Rules(), append(opts, sdk.HotDenyCache(size))...); err != nil {
+	if cached, err = sdk.NewPolicy(p.Name(), p.Rules(), append(opts, sdk.WithHotDenyCache(size))...); err != nil {
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	return plain, cached, nil

@@ -9,14 +9,15 @@ import (
 	_ "embed"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
-// YAML is the policy file, as sdk.LoadPolicies reads it.
+// YAML is the policy file, as policyfile.Load reads it.
 //
 //go:embed policies.yaml
 var YAML []byte
 
 // Policies parses YAML.
 func Policies() ([]*sdk.Policy, error) {
-	return sdk.LoadPolicies(bytes.NewReader(YAML))
+	return policyfile.Load(bytes.NewReader(YAML))
 }

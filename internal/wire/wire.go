@@ -213,10 +213,10 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	}
 	opts := []sdk.PolicyOption{sdk.WithTrail(int(in.GetTrailMax()), fromDur(in.GetTrailTtl()))}
 	if in.GetFailOpen() {
-		opts = append(opts, sdk.FailOpen())
+		opts = append(opts, sdk.WithFailOpen())
 	}
 	if n := in.GetHotDenyCache(); n > 0 {
-		opts = append(opts, sdk.HotDenyCache(int(n)))
+		opts = append(opts, sdk.WithHotDenyCache(int(n)))
 	}
 	return sdk.NewPolicy(in.GetName(), rules, opts...)
 }

@@ -278,9 +278,9 @@ func TestFailure(t *testing.T) {
 		want answer
 	}{
 		{name: "fail-closed policy", p: apiPolicy(t), want: unavailable},
-		{name: "fail-open policy", p: apiPolicy(t, sdk.FailOpen()), want: through},
+		{name: "fail-open policy", p: apiPolicy(t, sdk.WithFailOpen()), want: through},
 		{name: "FailOpen over a fail-closed policy", p: apiPolicy(t), opts: []connectlimit.Option{connectlimit.WithFailure(middleware.FailOpen)}, want: through},
-		{name: "FailClosed over a fail-open policy", p: apiPolicy(t, sdk.FailOpen()), opts: []connectlimit.Option{connectlimit.WithFailure(middleware.FailClosed)}, want: unavailable},
+		{name: "FailClosed over a fail-open policy", p: apiPolicy(t, sdk.WithFailOpen()), opts: []connectlimit.Option{connectlimit.WithFailure(middleware.FailClosed)}, want: unavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

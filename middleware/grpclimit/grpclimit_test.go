@@ -295,10 +295,10 @@ func TestFailure(t *testing.T) {
 	}{
 		{name: "fail-closed policy", p: apiPolicy(t), want: unavailable},
 		{name: "fail-closed policy, stream", p: apiPolicy(t), stream: true, want: unavailable},
-		{name: "fail-open policy", p: apiPolicy(t, sdk.FailOpen()), want: through},
-		{name: "fail-open policy, stream", p: apiPolicy(t, sdk.FailOpen()), stream: true, want: through},
+		{name: "fail-open policy", p: apiPolicy(t, sdk.WithFailOpen()), want: through},
+		{name: "fail-open policy, stream", p: apiPolicy(t, sdk.WithFailOpen()), stream: true, want: through},
 		{name: "FailOpen over a fail-closed policy", p: apiPolicy(t), opts: []grpclimit.Option{grpclimit.WithFailure(middleware.FailOpen)}, want: through},
-		{name: "FailClosed over a fail-open policy", p: apiPolicy(t, sdk.FailOpen()), opts: []grpclimit.Option{grpclimit.WithFailure(middleware.FailClosed)}, want: unavailable},
+		{name: "FailClosed over a fail-open policy", p: apiPolicy(t, sdk.WithFailOpen()), opts: []grpclimit.Option{grpclimit.WithFailure(middleware.FailClosed)}, want: unavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -309,9 +309,9 @@ func TestFailure(t *testing.T) {
 		served int64
 	}{
 		{name: "fail-closed policy: 503", p: apiPolicy(t), want: unavailable},
-		{name: "fail-open policy: through", p: apiPolicy(t, sdk.FailOpen()), want: through, served: 1},
+		{name: "fail-open policy: through", p: apiPolicy(t, sdk.WithFailOpen()), want: through, served: 1},
 		{name: "FailOpen over a fail-closed policy: through", p: apiPolicy(t), opts: []httplimit.Option{httplimit.WithFailure(middleware.FailOpen)}, want: through, served: 1},
-		{name: "FailClosed over a fail-open policy: 503", p: apiPolicy(t, sdk.FailOpen()), opts: []httplimit.Option{httplimit.WithFailure(middleware.FailClosed)}, want: unavailable},
+		{name: "FailClosed over a fail-open policy: 503", p: apiPolicy(t, sdk.WithFailOpen()), opts: []httplimit.Option{httplimit.WithFailure(middleware.FailClosed)}, want: unavailable},
 		{
 			name: "error handler",
 			p:    apiPolicy(t),

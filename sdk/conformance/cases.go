@@ -645,11 +645,11 @@ func settleLapsed(e *env) {
 	// What the sdk never sends (an id it did not make, a key without
 	// reservations), the driver contract still answers.
 	rv := e.reserver()
-	if err := rv.Settle(bg(), e.reservationKey(rules...), "never", false); !errors.Is(err, errNotFound) {
-		e.t.Errorf("Settle(never) = %v, want %v", err, errNotFound)
+	if err := rv.Cancel(bg(), e.reservationKey(rules...), "never"); !errors.Is(err, errNotFound) {
+		e.t.Errorf("Cancel(never) = %v, want %v", err, errNotFound)
 	}
-	if err := rv.Settle(bg(), e.reservationKey(rules...)+"-unused", "x", true); !errors.Is(err, errNotFound) {
-		e.t.Errorf("Settle on an unused reservation key = %v, want %v", err, errNotFound)
+	if err := rv.Commit(bg(), e.reservationKey(rules...)+"-unused", "x"); !errors.Is(err, errNotFound) {
+		e.t.Errorf("Commit on an unused reservation key = %v, want %v", err, errNotFound)
 	}
 }
 
@@ -710,7 +710,7 @@ func resetRulesCase(e *env) {
 		e.sliding("u-sliding", 9, w, 10),
 		e.log("u-log", 9, w),
 		by(sdk.FixedWindow("c-fixed", 9, w), "c"),
-		by(sdk.SlidingWindow("c-sliding", 9, w).Cells(10), "c"),
+		by(sdk.SlidingWindow("c-sliding", 9, w).WithSubWindows(10), "c"),
 		by(sdk.SlidingLog("c-log", 9, w), "c"),
 		by(sdk.GCRA("c-gcra", 9, w, 8), "c"),
 		by(sdk.FixedWindow("d-fixed", 9, w), "d"),

@@ -21,8 +21,9 @@
 // denial trail, reservations).
 //
 // The optional parts of the contract are discovered by type assertion on
-// the backend (driver.Peeker, Reserver, Inspector, Resetter, Idempotent,
-// Batcher, Describer). A case needing one the backend lacks checks that
+// the backend (driver.Peeker, Reserver, Inspector, Resetter, Batcher,
+// Describer); idempotency keys by asking (a backend without them refuses
+// a key with errors.ErrUnsupported). A case needing one the backend lacks checks that
 // the sdk refuses the operation with an error wrapping
 // errors.ErrUnsupported, then is skipped with a message naming the
 // interface: it never passes silently.
@@ -141,7 +142,7 @@ const (
 var features = []struct {
 	f    feature
 	name string
-	has  func(driver.Backend) bool
+	has  func(driver.Backend) bool // nil: found by calling refused
 	// refused calls the sdk operation needing f and returns its error.
 	refused func(e *env) error
 }{
@@ -162,10 +163,7 @@ var features = []struct {
 		}},
 	{resetter, "driver.Resetter", func(b driver.Backend) bool { _, ok := b.(driver.Resetter); return ok },
 		func(e *env) error { return e.lim.Reset(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject()) }},
-	{idempotent, "driver.Idempotent", func(b driver.Backend) bool {
-		ib, ok := b.(driver.Idempotent)
-		return ok && ib.SupportsIdemKey()
-	}, func(e *env) error {
+	{idempotent, "idempotency keys", nil, func(e *env) error {
 		_, err := e.lim.Take(bg(), e.policy(e.fixed("f", 1, time.Hour)), sdk.Attempt{Subject: e.subject(), IdempotencyKey: "k"})
 		return err
 	}},
@@ -185,7 +183,16 @@ func missing(t *testing.T, h *Harness, needs feature) bool {
 	e := newEnv(t, h)
 	var names []string
 	for _, f := range features {
-		if needs&f.f == 0 || f.has(e.b) {
+		if needs&f.f == 0 {
+			continue
+		}
+		if f.has == nil { // no interface: a backend without it refuses the operation
+			if err := f.refused(e); errors.Is(err, errors.ErrUnsupported) {
+				names = append(names, f.name)
+			}
+			continue
+		}
+		if f.has(e.b) {
 			continue
 		}
 		names = append(names, f.name)
@@ -316,7 +323,7 @@ func (e *env) fixed(name string, limit int64, w time.Duration) sdk.Rule {
 }
 
 func (e *env) sliding(name string, limit int64, w time.Duration, cells int) sdk.Rule {
-	return sdk.SlidingWindow(name, limit, w).Cells(cells).By(dim)
+	return sdk.SlidingWindow(name, limit, w).WithSubWindows(cells).By(dim)
 }
 
 func (e *env) log(name string, limit int64, w time.Duration) sdk.Rule {
@@ -447,14 +454,14 @@ func (e *env) reserver() driver.Reserver {
 }
 
 // reservationKey is the key of the subject's reservations under policy p
-// (the last of Limiter.Keys).
+// (KeyLayout.Reservations).
 func (e *env) reservationKey(rules ...sdk.Rule) string {
 	e.t.Helper()
-	keys := e.lim.Keys(e.policy(rules...), e.subject())
-	if len(keys) == 0 {
-		e.t.Fatalf("Keys(p) = none")
+	k := e.lim.KeyLayout(e.policy(rules...), e.subject()).Reservations
+	if k == "" {
+		e.t.Fatalf("KeyLayout(p) = none")
 	}
-	return keys[len(keys)-1]
+	return k
 }
 
 // now reads the backend's clock: the fake clock, or a peek's Decision.At.

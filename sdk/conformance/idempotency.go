@@ -8,7 +8,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// The idempotency cases hold a backend to driver.Request.IdemKey through
+// The idempotency cases hold a backend to driver.Request.IdempotencyKey through
 // the sdk's Attempt.IdempotencyKey: the first attempt with a key decides
 // and stores its decision; a later one with the same key, for the
 // policy's IdempotencyTTL (its longest window), gets that decision back

@@ -11,23 +11,26 @@
 // A backend implements [Backend]: Take, the consuming, all-or-nothing
 // decision. Every other operation is an optional interface the sdk
 // discovers with a type assertion. A Limiter whose backend lacks Peeker,
-// Reserver, Inspector, Resetter, Describer or Idempotent returns an error
-// wrapping errors.ErrUnsupported from the operation that needs it,
-// consuming nothing; without Batcher, Clocked or Grouped it does without
-// (one call per attempt; the system clock; no Rule.Group):
+// Reserver, Inspector, Resetter or Describer returns an error wrapping
+// errors.ErrUnsupported from the operation that needs it, consuming
+// nothing; without Batcher or Clocked it does without (one call per
+// attempt; the system clock):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
-//   - [Reserver]: Reserve and Settle, reservations (sdk Reserve, Commit, Cancel).
+//   - [Reserver]: Reserve, Commit and Cancel, reservations (sdk Reserve,
+//     Reservation.Commit and Cancel).
 //   - [Inspector]: Inspect, the state and the denial trail (sdk Inspect).
 //   - [Resetter]: Reset, forgetting a subject (sdk Reset).
 //   - [Describer]: Describe, the backend's account of itself (sdk Describe).
-//   - [Idempotent]: Request.IdemKey honoured (sdk idempotency keys).
 //   - [Batcher]: TakeBatch and PeekBatch in few round trips (without it,
 //     sdk TakeBatch and PeekBatch call Take or Peek once per attempt).
 //   - [Clocked]: the backend decides on a clock of the caller's process,
 //     which the sdk's Limiter then reads too.
-//   - [Grouped]: the backend keeps the rules that share their dimensions
-//     together, under Rule.Group, which the sdk then fills in.
+//
+// A backend that does not honour Request.IdempotencyKey (sdk idempotency
+// keys) refuses a Take or Reserve that carries one with an error wrapping
+// errors.ErrUnsupported, consuming nothing: a key is never silently
+// ignored.
 //
 // The arithmetic every backend shares is this package's too: [Rule.Cells]
 // and [CellSpan] (sliding windows), [Rule.GCRAParams] and
@@ -44,6 +47,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/freqcap/freqcap/internal/arith"
 )
 
 // Algorithm names the counting algorithm of a rule.
@@ -59,16 +64,9 @@ const (
 	// interval of length Window, closed or half-open, ever holds more than
 	// Limit admitted units. The price: a unit counts for up to one cell
 	// longer than Window (two when the cells do not divide it), so some
-	// requests an exact log would admit are denied. On the seed policy
-	// (3 simulated days, 200 users, seeded bursty traffic) 6,456 of 58,133
-	// attempts (11.1%) were denied that an exact log of the same admitted
-	// history would admit, nearly all by the 24h rule's 2.4h cells; the
-	// earlier arithmetic, which dropped the partly expired oldest cell,
-	// over-admitted 1,840 (3.2%), up to 73 units in 24h against a limit of
-	// 50. With 60 cells per window instead of 10 the price fell to 1,586
-	// attempts (2.7%). Measured by:
-	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells shorten the extra time a unit counts.
+	// requests an exact log would admit are denied (measured on the seed
+	// policy: sdk.AlgorithmSlidingWindow). Finer cells shorten the extra
+	// time a unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
 	// (now-Window, now]: exact, memory grows with Limit.
@@ -138,8 +136,7 @@ type Rule struct {
 	// dimensions and the same values, and no other set of dimensions,
 	// subject or policy has it. A backend may keep the state of all of
 	// them under it (the Redis backend packs them into one value) or use
-	// Key. The sdk fills it only for a backend that implements Grouped.
-	// Empty: the rule is a set of its own, Key.
+	// Key (the memory backend).
 	//
 	// The sdk cuts every key of one Request (Key, Group, TrailKey,
 	// ReservationKey) out of one string, so keeping any of them keeps
@@ -196,17 +193,18 @@ type Request struct {
 	ReservationID  string
 	ReservationTTL time.Duration
 
-	// IdemKey, when set on a Take or Reserve, makes the request
-	// idempotent (see Idempotent). If a live record is stored under
-	// IdemKey, the backend returns that record's Result with Replayed set
+	// IdempotencyKey, when set on a Take or Reserve, makes the request
+	// idempotent (a backend that cannot refuses it: see the package doc).
+	// If a live record is stored under IdempotencyKey, the backend returns that record's Result with Replayed set
 	// and does nothing else: it consumes nothing, writes no trail entry
 	// and creates no reservation. Otherwise it decides as usual and, in
 	// the same atomic step, stores the Result (allowed or denied) under
-	// IdemKey for IdemTTL. IdemKey shares the hash tag of the request's
-	// other keys. Peek and Inspect ignore it (the sdk never sends it
-	// there). IdemTTL is > 0 whenever IdemKey is set.
-	IdemKey string
-	IdemTTL time.Duration
+	// IdempotencyKey for IdempotencyTTL. IdempotencyKey shares the hash
+	// tag of the request's other keys. Peek and Inspect ignore it (the
+	// sdk never sends it there). IdempotencyTTL is > 0 whenever
+	// IdempotencyKey is set.
+	IdempotencyKey string
+	IdempotencyTTL time.Duration
 }
 
 // RuleResult is one rule's part of a Result.
@@ -250,13 +248,13 @@ type Result struct {
 	// all-or-nothing (it compensates instead, e.g. TairHash without Lua).
 	NonAtomic bool
 	// Replayed reports that this Result is the one stored under
-	// Request.IdemKey by an earlier request, returned unchanged (Now is
+	// Request.IdempotencyKey by an earlier request, returned unchanged (Now is
 	// that request's clock): nothing was consumed this time.
 	Replayed bool
 	// ReservationID is, for an allowed Reserve, the id of the reservation
 	// it created (Request.ReservationID; for a replay, the original
 	// request's). It is empty otherwise, and always for Take. Backends
-	// implementing Idempotent must set it.
+	// honouring IdempotencyKey must set it.
 	ReservationID string
 }
 
@@ -282,14 +280,6 @@ type Clock interface {
 	Now() time.Time
 	// Sleep returns after d, or with ctx's error when ctx is done first.
 	Sleep(ctx context.Context, d time.Duration) error
-}
-
-// Grouped is implemented by backends that keep the state of the rules of
-// a Request that share their dimensions together, under Rule.Group (the
-// Redis backend). The sdk builds Rule.Group only for them: other backends
-// get it empty and key each rule by Rule.Key.
-type Grouped interface {
-	UsesGroups() bool
 }
 
 // Clocked is implemented by backends that decide on a clock of the
@@ -319,7 +309,7 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 
 // Backend is the one interface every backend implements: Take, the
 // consuming decision. Everything else is optional (Peeker, Reserver,
-// Inspector, Resetter, Describer, Batcher, Idempotent, Clocked): the sdk
+// Inspector, Resetter, Describer, Batcher, Clocked): the sdk
 // discovers it with a type assertion and, where it is missing, returns an
 // error wrapping errors.ErrUnsupported. Implementations are safe for
 // concurrent use.
@@ -345,18 +335,20 @@ type Peeker interface {
 // consumed now and committed or given back later.
 type Reserver interface {
 	// Reserve is Take that also records a reservation, req.ReservationID
-	// under req.ReservationKey, which Settle commits or cancels. A
+	// under req.ReservationKey, which Commit or Cancel settles. A
 	// reservation not settled within req.ReservationTTL lapses and its
 	// units are given back (lazily: at the next operation on
 	// ReservationKey, or when the rule's state expires, whichever comes
 	// first). A give-back never takes from a window or cell that began
 	// after the reservation. A denied Reserve records nothing.
 	Reserve(ctx context.Context, req Request) (Result, error)
-	// Settle commits (keeps the units) or cancels (gives them back) the
-	// reservation id stored under reservationKey, after processing the
-	// lapsed ones there. It returns ErrReservationNotFound when the
-	// reservation does not exist: never made, already settled, or lapsed.
-	Settle(ctx context.Context, reservationKey, id string, commit bool) error
+	// Commit keeps the units of the reservation id stored under
+	// reservationKey and forgets it, after processing the lapsed ones
+	// there. It returns ErrReservationNotFound when the reservation does
+	// not exist: never made, already settled, or lapsed.
+	Commit(ctx context.Context, reservationKey, id string) error
+	// Cancel is Commit that gives the units back.
+	Cancel(ctx context.Context, reservationKey, id string) error
 }
 
 // Inspector is implemented by backends that can show a subject's state
@@ -404,14 +396,6 @@ type Strategy struct {
 	Reason string // e.g. "EXHINCRBY on 3/3 masters"
 }
 
-// Idempotent is implemented by backends that honour Request.IdemKey and
-// set Result.ReservationID. The sdk sends IdemKey only to a backend whose
-// SupportsIdemKey reports true, and refuses idempotency keys otherwise
-// (errors.ErrUnsupported), so a key is never silently ignored.
-type Idempotent interface {
-	SupportsIdemKey() bool
-}
-
 // Batcher is implemented by backends that can carry out many requests in
 // few round trips (e.g. one pipeline per Redis Cluster node).
 type Batcher interface {
@@ -436,7 +420,7 @@ type BatchResult struct {
 	Err    error
 }
 
-// ErrReservationNotFound is returned by Settle for an unknown, settled or
+// ErrReservationNotFound is returned by Commit and Cancel for an unknown, settled or
 // lapsed reservation.
 var ErrReservationNotFound = errors.New("freqcap: reservation not found (settled or lapsed)")
 
@@ -551,18 +535,7 @@ func (r Rule) Span(unit time.Duration) CellSpan {
 }
 
 // Index returns the cell holding t: floor(t/Size).
-func (c CellSpan) Index(t int64) int64 { return FloorDiv(t, c.Size) }
-
-// FloorDiv is floor(a/b) for b > 0, also for a negative a (where Go's /
-// truncates toward zero): the index of the window or cell of size b
-// holding instant a.
-func FloorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
-}
+func (c CellSpan) Index(t int64) int64 { return arith.FloorDiv(t, c.Size) }
 
 // Oldest returns the oldest cell counted at cell i: i-Back.
 func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }

@@ -46,7 +46,7 @@ func TestCollector(t *testing.T) {
 	if _, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s}); err != nil {
 		t.Fatal(err)
 	}
-	open, err := sdk.NewPolicy("open", []sdk.Rule{sdk.FixedWindow("r", 1, time.Minute).By("user")}, sdk.FailOpen())
+	open, err := sdk.NewPolicy("open", []sdk.Rule{sdk.FixedWindow("r", 1, time.Minute).By("user")}, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
 	}

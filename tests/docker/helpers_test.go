@@ -30,7 +30,7 @@ func policy(t *testing.T, name string, limit int64, open bool) *sdk.Policy {
 	t.Helper()
 	var opts []sdk.PolicyOption
 	if open {
-		opts = append(opts, sdk.FailOpen())
+		opts = append(opts, sdk.WithFailOpen())
 	}
 	p, err := sdk.NewPolicy(name, []sdk.Rule{
 		sdk.FixedWindow("per-hour", limit, time.Hour).By("user"),

@@ -1,4 +1,6 @@
-package sdk
+// Package policyfile reads freqcap policies from YAML, the format of
+// freqcap's --policies file. Errors give the line at fault.
+package policyfile
 
 import (
 	"bytes"
@@ -13,9 +15,11 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/freqcap/freqcap/sdk"
 )
 
-// LoadPolicies reads policies from YAML:
+// Load reads policies from YAML:
 //
 //	policies:
 //	  - name: push
@@ -35,21 +39,21 @@ import (
 // (sliding_window cells), burst (gcra), calendar (day | hour, with
 // timezone, an IANA zone name). Numbers (limit, burst, sub_windows,
 // hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
-// limits and bursts beyond MaxLimit. Unknown keys are errors. Every error
-// wraps ErrInvalidPolicy or ErrInvalidRule and gives the line.
-func LoadPolicies(r io.Reader) ([]*Policy, error) {
-	return loadPolicies(r, "policies")
+// limits and bursts beyond [sdk.MaxLimit]. Unknown keys are errors. Every
+// error wraps [sdk.ErrInvalidPolicy] or [sdk.ErrInvalidRule] and gives the
+// line.
+func Load(r io.Reader) ([]*sdk.Policy, error) {
+	return load(r, "policies")
 }
 
-// LoadPolicyFile reads policies from the YAML file at path (see
-// LoadPolicies).
-func LoadPolicyFile(path string) ([]*Policy, error) {
+// LoadFile reads policies from the YAML file at path (see [Load]).
+func LoadFile(path string) ([]*sdk.Policy, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("sdk: load policies: %w", err)
+		return nil, fmt.Errorf("policyfile: load: %w", err)
 	}
 	defer f.Close()
-	return loadPolicies(f, path)
+	return load(f, path)
 }
 
 type filePolicies struct {
@@ -89,11 +93,11 @@ type fileDuration time.Duration
 
 func (d *fileDuration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: %w: want a duration such as 90s or 1d", n.Line, ErrInvalidPolicy)
+		return fmt.Errorf("line %d: %w: want a duration such as 90s or 1d", n.Line, sdk.ErrInvalidPolicy)
 	}
 	v, err := parseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w: %v", n.Line, ErrInvalidPolicy, err)
+		return fmt.Errorf("line %d: %w: %v", n.Line, sdk.ErrInvalidPolicy, err)
 	}
 	*d = fileDuration(v)
 	return nil
@@ -129,15 +133,15 @@ var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
 
-func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
-	fail := func(line int, err error) ([]*Policy, error) {
+func load(r io.Reader, source string) ([]*sdk.Policy, error) {
+	fail := func(line int, err error) ([]*sdk.Policy, error) {
 		if line > 0 {
-			return nil, fmt.Errorf("sdk: %s: line %d: %w", source, line, err)
+			return nil, fmt.Errorf("policyfile: %s: line %d: %w", source, line, err)
 		}
-		return nil, fmt.Errorf("sdk: %s: %w", source, err)
+		return nil, fmt.Errorf("policyfile: %s: %w", source, err)
 	}
 	if r == nil {
-		return fail(0, fmt.Errorf("%w: nil reader", ErrInvalidPolicy))
+		return fail(0, fmt.Errorf("%w: nil reader", sdk.ErrInvalidPolicy))
 	}
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -157,7 +161,7 @@ func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return fail(0, fmt.Errorf("%w: no policies", ErrInvalidPolicy))
+			return fail(0, fmt.Errorf("%w: no policies", sdk.ErrInvalidPolicy))
 		}
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
@@ -171,63 +175,63 @@ func loadPolicies(r io.Reader, source string) ([]*Policy, error) {
 			if len(msgs) == 1 {
 				if sm := lineRE.FindStringSubmatch(msgs[0]); sm != nil {
 					line, _ := strconv.Atoi(sm[1])
-					return fail(line, fmt.Errorf("%w: %s", ErrInvalidPolicy, sm[2]))
+					return fail(line, fmt.Errorf("%w: %s", sdk.ErrInvalidPolicy, sm[2]))
 				}
 			}
-			return fail(0, fmt.Errorf("%w: %s", ErrInvalidPolicy, strings.Join(msgs, "; ")))
+			return fail(0, fmt.Errorf("%w: %s", sdk.ErrInvalidPolicy, strings.Join(msgs, "; ")))
 		}
-		if errors.Is(err, ErrInvalidPolicy) {
+		if errors.Is(err, sdk.ErrInvalidPolicy) {
 			return fail(0, err)
 		}
-		return fail(0, fmt.Errorf("%w: %v", ErrInvalidPolicy, err))
+		return fail(0, fmt.Errorf("%w: %v", sdk.ErrInvalidPolicy, err))
 	}
 	// The line of each policy and rule, from the node tree.
 	if parsed {
 		setLines(&root, &doc)
 	}
 	if len(doc.Policies) == 0 {
-		return fail(0, fmt.Errorf("%w: no policies", ErrInvalidPolicy))
+		return fail(0, fmt.Errorf("%w: no policies", sdk.ErrInvalidPolicy))
 	}
-	out := make([]*Policy, 0, len(doc.Policies))
+	out := make([]*sdk.Policy, 0, len(doc.Policies))
 	seen := make(map[string]bool, len(doc.Policies))
 	for _, fp := range doc.Policies {
 		p, line, err := fp.build()
 		if err != nil {
 			return fail(line, err)
 		}
-		if seen[p.name] {
-			return fail(fp.line, fmt.Errorf("policy %q: %w: duplicate policy name", p.name, ErrInvalidPolicy))
+		if seen[p.Name()] {
+			return fail(fp.line, fmt.Errorf("policy %q: %w: duplicate policy name", p.Name(), sdk.ErrInvalidPolicy))
 		}
-		seen[p.name] = true
+		seen[p.Name()] = true
 		out = append(out, p)
 	}
 	return out, nil
 }
 
 // build turns fp into a Policy; on error it returns the line at fault.
-func (fp filePolicy) build() (*Policy, int, error) {
-	var opts []PolicyOption
+func (fp filePolicy) build() (*sdk.Policy, int, error) {
+	var opts []sdk.PolicyOption
 	switch fp.Failure {
 	case "", "closed":
 	case "open":
-		opts = append(opts, FailOpen())
+		opts = append(opts, sdk.WithFailOpen())
 	default:
-		return nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, ErrInvalidPolicy, fp.Failure)
+		return nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, sdk.ErrInvalidPolicy, fp.Failure)
 	}
 	if fp.Trail != nil {
-		tmax, ttl := DefaultTrailMax, DefaultTrailTTL
+		tmax, ttl := sdk.DefaultTrailMax, sdk.DefaultTrailTTL
 		if fp.Trail.Max != nil {
 			tmax = *fp.Trail.Max
 		}
 		if fp.Trail.TTL != nil {
 			ttl = time.Duration(*fp.Trail.TTL)
 		}
-		opts = append(opts, WithTrail(tmax, ttl))
+		opts = append(opts, sdk.WithTrail(tmax, ttl))
 	}
 	if fp.HotDeny != 0 {
-		opts = append(opts, HotDenyCache(fp.HotDeny))
+		opts = append(opts, sdk.WithHotDenyCache(fp.HotDeny))
 	}
-	rules := make([]Rule, len(fp.Rules))
+	rules := make([]sdk.Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {
 		r, err := fr.rule()
 		if err != nil {
@@ -235,23 +239,38 @@ func (fp filePolicy) build() (*Policy, int, error) {
 		}
 		rules[i] = r
 	}
-	p, i, err := newPolicy(fp.Name, rules, opts...)
+	p, err := sdk.NewPolicy(fp.Name, rules, opts...)
 	if err != nil {
-		line := fp.line
-		if i >= 0 {
-			line = fp.Rules[i].line
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // without NewPolicy's "sdk: ": the line goes before it
 		}
-		return nil, line, err
+		return nil, faultLine(fp, rules, opts), err
 	}
 	return p, 0, nil
 }
 
-// rule converts the text fields of fr; NewPolicy checks the rest.
-func (fr fileRule) rule() (Rule, error) {
-	bad := func(format string, args ...any) (Rule, error) {
-		return Rule{}, fmt.Errorf("rule %q: %w: "+format, append([]any{fr.Name, ErrInvalidRule}, args...)...)
+// faultLine is the line of what made NewPolicy refuse fp: a rule that
+// fails on its own or repeats an earlier rule's name, else the policy.
+func faultLine(fp filePolicy, rules []sdk.Rule, opts []sdk.PolicyOption) int {
+	if _, err := sdk.NewPolicy(fp.Name, []sdk.Rule{sdk.FixedWindow("x", 1, time.Second).By("x")}, opts...); err != nil {
+		return fp.line // the name or an option
 	}
-	r := Rule{
+	seen := make(map[string]bool, len(rules))
+	for i, r := range rules {
+		if _, err := sdk.NewPolicy(fp.Name, []sdk.Rule{r}, opts...); err != nil || seen[r.Name] {
+			return fp.Rules[i].line
+		}
+		seen[r.Name] = true
+	}
+	return fp.line
+}
+
+// rule converts the text fields of fr; NewPolicy checks the rest.
+func (fr fileRule) rule() (sdk.Rule, error) {
+	bad := func(format string, args ...any) (sdk.Rule, error) {
+		return sdk.Rule{}, fmt.Errorf("rule %q: %w: "+format, append([]any{fr.Name, sdk.ErrInvalidRule}, args...)...)
+	}
+	r := sdk.Rule{
 		Name:       fr.Name,
 		Limit:      fr.Limit,
 		Window:     time.Duration(fr.Window),
@@ -261,13 +280,13 @@ func (fr fileRule) rule() (Rule, error) {
 	}
 	switch fr.Algorithm {
 	case "fixed_window":
-		r.Algorithm = AlgorithmFixedWindow
+		r.Algorithm = sdk.AlgorithmFixedWindow
 	case "sliding_window":
-		r.Algorithm = AlgorithmSlidingWindow
+		r.Algorithm = sdk.AlgorithmSlidingWindow
 	case "sliding_log":
-		r.Algorithm = AlgorithmSlidingLog
+		r.Algorithm = sdk.AlgorithmSlidingLog
 	case "gcra":
-		r.Algorithm = AlgorithmGCRA
+		r.Algorithm = sdk.AlgorithmGCRA
 	case "":
 		return bad("algorithm missing (fixed_window, sliding_window, sliding_log or gcra)")
 	default:
@@ -276,14 +295,14 @@ func (fr fileRule) rule() (Rule, error) {
 	switch fr.Calendar {
 	case "":
 	case "day":
-		r.Calendar = Day
+		r.Calendar = sdk.Day
 	case "hour":
-		r.Calendar = Hour
+		r.Calendar = sdk.Hour
 	default:
 		return bad("calendar must be day or hour, got %q", fr.Calendar)
 	}
 	if fr.Timezone != "" {
-		if r.Calendar == NoCalendar {
+		if r.Calendar == sdk.NoCalendar {
 			return bad("timezone is only for calendar rules")
 		}
 		loc, err := time.LoadLocation(fr.Timezone)
@@ -304,7 +323,7 @@ type intKey struct {
 }
 
 var (
-	ruleInts   = []intKey{{"limit", MaxLimit, "MaxLimit"}, {"burst", MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
+	ruleInts   = []intKey{{"limit", sdk.MaxLimit, "MaxLimit"}, {"burst", sdk.MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
 	policyInts = []intKey{{"hot_deny_cache", math.MaxInt, ""}}
 	trailInts  = []intKey{{"max", math.MaxInt, ""}}
 )
@@ -325,7 +344,7 @@ func checkIntegers(root *yaml.Node) (int, error) {
 	for _, pn := range pols.Content {
 		pname := scalarValue(mapValue(pn, "name"))
 		bad := func(line int, format string, args ...any) (int, error) {
-			return line, fmt.Errorf("policy %q: %w: "+format, append([]any{pname, ErrInvalidPolicy}, args...)...)
+			return line, fmt.Errorf("policy %q: %w: "+format, append([]any{pname, sdk.ErrInvalidPolicy}, args...)...)
 		}
 		if line, msg := checkInts(pn, policyInts); msg != "" {
 			return bad(line, "%s", msg)
@@ -339,7 +358,7 @@ func checkIntegers(root *yaml.Node) (int, error) {
 		}
 		for _, rn := range rules.Content {
 			if line, msg := checkInts(rn, ruleInts); msg != "" {
-				return line, fmt.Errorf("policy %q: rule %q: %w: %s", pname, scalarValue(mapValue(rn, "name")), ErrInvalidRule, msg)
+				return line, fmt.Errorf("policy %q: rule %q: %w: %s", pname, scalarValue(mapValue(rn, "name")), sdk.ErrInvalidRule, msg)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package sdk_test
+package policyfile_test
 
 import (
 	"errors"
@@ -9,10 +9,11 @@ import (
 	_ "time/tzdata" // zones load on machines without zoneinfo
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 func TestLoadPolicyFile(t *testing.T) {
-	ps, err := sdk.LoadPolicyFile("../internal/seed/policies.yaml")
+	ps, err := policyfile.LoadFile("../../internal/seed/policies.yaml")
 	if err != nil {
 		t.Fatalf("LoadPolicyFile = %v", err)
 	}
@@ -33,7 +34,10 @@ func TestLoadPolicyFile(t *testing.T) {
 		sdk.SlidingWindow("content-59m", 5, 59*time.Minute).By("user", "content"),
 	}
 	assertRules(t, push.Rules(), want)
-	loc := shanghai(t)
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatalf("no tzdata: %v", err)
+	}
 	assertRules(t, api.Rules(), []sdk.Rule{
 		sdk.GCRA("burst", 30, time.Minute, 14).By("user"),
 		sdk.Daily("daily", 3, loc).By("user", "campaign"),
@@ -68,7 +72,7 @@ policies:
       - {name: c, algorithm: fixed_window, calendar: hour, timezone: Asia/Kolkata, limit: 2, by: [user]}
       - {name: d, algorithm: fixed_window, limit: 2, window: 2d, by: [user]}
 `
-	ps, err := sdk.LoadPolicies(strings.NewReader(doc))
+	ps, err := policyfile.Load(strings.NewReader(doc))
 	if err != nil {
 		t.Fatalf("LoadPolicies = %v", err)
 	}
@@ -80,7 +84,7 @@ policies:
 		t.Fatal(err)
 	}
 	assertRules(t, ps[0].Rules(), []sdk.Rule{
-		sdk.SlidingWindow("a", 3, 36*time.Hour).Cells(6).By("user"),
+		sdk.SlidingWindow("a", 3, 36*time.Hour).WithSubWindows(6).By("user"),
 		sdk.SlidingLog("b", 2, 90*time.Second).By("user"),
 		sdk.Hourly("c", 2, kolkata).By("user"),
 		sdk.FixedWindow("d", 2, 48*time.Hour).By("user"),
@@ -143,7 +147,7 @@ func TestLoadPoliciesErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ps, err := sdk.LoadPolicies(strings.NewReader(tc.doc))
+			ps, err := policyfile.Load(strings.NewReader(tc.doc))
 			if ps != nil || !errors.Is(err, tc.want) {
 				t.Fatalf("LoadPolicies(%q) = %v, %v, want nil, %v", tc.doc, ps, err, tc.want)
 			}
@@ -157,10 +161,10 @@ func TestLoadPoliciesErrors(t *testing.T) {
 }
 
 func TestLoadPoliciesNil(t *testing.T) {
-	if _, err := sdk.LoadPolicies(nil); !errors.Is(err, sdk.ErrInvalidPolicy) {
+	if _, err := policyfile.Load(nil); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("LoadPolicies(nil) = %v, want %v", err, sdk.ErrInvalidPolicy)
 	}
-	if _, err := sdk.LoadPolicyFile("testdata/does-not-exist.yaml"); err == nil {
+	if _, err := policyfile.LoadFile("testdata/does-not-exist.yaml"); err == nil {
 		t.Error("LoadPolicyFile(missing) = nil error, want one")
 	}
 }
