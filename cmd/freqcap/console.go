@@ -247,13 +247,10 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		sdk.WithObserver(metrics.Observe),
 		sdk.WithRecorder(rec),
 	)
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	desc, err := lim.Describe(dctx)
-	cancel()
-	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+	desc, err := describeBackend(ctx, lim, log)
+	if err != nil {
 		return fmt.Errorf("console: backend: %w", err)
 	}
-	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
 
 	audit, closeAudit, err := openAudit(f.auditFile, log)
 	if err != nil {

@@ -229,13 +229,10 @@ func runServe(args []string) error {
 		sdk.WithObserver(col.Observe),
 		sdk.WithRecorder(rec),
 	)
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	desc, err := lim.Describe(dctx)
-	cancel()
-	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+	desc, err := describeBackend(ctx, lim, log)
+	if err != nil {
 		return fmt.Errorf("serve: backend: %w", err)
 	}
-	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
 
 	var tel *otlp
 	if endpoint := f.otlpEndpoint; endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {

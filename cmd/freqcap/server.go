@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // serverFlags name a Redis deployment: one standalone server, a cluster,
@@ -215,4 +217,18 @@ func isAuthError(err error) bool {
 	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
 		strings.HasPrefix(msg, "ERR invalid password") || strings.HasPrefix(msg, "ERR invalid username-password") ||
 		strings.HasPrefix(msg, "ERR AUTH")
+}
+
+// describeBackend asks lim what its backend is (at most 5 s) and logs
+// it, as the console and serve do at start; a backend that cannot
+// describe itself is not an error.
+func describeBackend(ctx context.Context, lim *sdk.Limiter, log *slog.Logger) (sdk.Description, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	desc, err := lim.Describe(ctx)
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return desc, err
+	}
+	log.Info("backend", "name", desc.Name, "target", desc.Target, "strategies", strategies(desc))
+	return desc, nil
 }
