@@ -29,6 +29,8 @@ import (
 //   - GRPC/Take4Conns: the same over 4 connections (Options.Conns);
 //   - GRPC/TakeBatch100: TakeBatch of 100 attempts per call, 64 callers
 //     (decisions/s counts attempts);
+//   - ConnectProto/Take: GRPC/Take in the Connect protocol, binary
+//     protobuf (HTTP/1.1 on a clear-text URL: a connection per caller);
 //   - GRPC/Floor: Peek of 64 subjects that stay in memory (a map
 //     lookup, nothing written), as GRPC/Take calls it: about the RPC
 //     layer's own cost ("decisions/s" counts calls);
@@ -80,15 +82,17 @@ func BenchmarkServeMemory(b *testing.B) {
 	for _, run := range []struct {
 		name         string
 		batch, conns int
+		proto        client.Protocol
 	}{
-		{"GRPC/Take", 1, client.DefaultConns},
-		{"GRPC/Take4Conns", 1, 4},
-		{"GRPC/TakeBatch100", 100, client.DefaultConns},
+		{"GRPC/Take", 1, client.DefaultConns, client.GRPC},
+		{"GRPC/Take4Conns", 1, 4, client.GRPC},
+		{"GRPC/TakeBatch100", 100, client.DefaultConns, client.GRPC},
+		{"ConnectProto/Take", 1, client.DefaultConns, client.ConnectProto},
 	} {
 		batch := run.batch
 		b.Run(run.name, func(b *testing.B) {
 			e := start(b, memory.New(nil), serve.Config{})
-			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Conns: run.conns})
+			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Conns: run.conns, Protocol: run.proto})
 			push := e.policies["push"]
 			var seq atomic.Int64
 			b.ReportAllocs()
