@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -83,13 +84,33 @@ type Options struct {
 	TLSConfig *tls.Config
 	// Timeout bounds each call (0: only ctx does).
 	Timeout time.Duration
+	// Conns is the number of HTTP clients (each with its own
+	// connections) the default HTTP client is made of, each call taking
+	// the next in turn (default DefaultConns). Over HTTP/2 the calls of
+	// one connection share its one writer and reader; more connections
+	// may help where client and server have cores to spare (on loopback
+	// on 2 shared cores, 4 connections cost as much CPU per call as one:
+	// docs/BENCHMARKS.md). Ignored with HTTPClient.
+	Conns int
 }
+
+// DefaultConns is Options.Conns's default.
+const DefaultConns = 1
 
 // Client calls one freqcap serve (or a load balancer in front of
 // replicas). It is safe for concurrent use; create one and share it.
 type Client struct {
-	rpc     freqcapv1connect.FreqcapServiceClient
+	rpcs    []freqcapv1connect.FreqcapServiceClient // one per connection (Options.Conns)
+	next    atomic.Uint32
 	timeout time.Duration
+}
+
+// rpc returns the stub of the next connection in turn.
+func (c *Client) rpc() freqcapv1connect.FreqcapServiceClient {
+	if len(c.rpcs) == 1 {
+		return c.rpcs[0]
+	}
+	return c.rpcs[c.next.Add(1)%uint32(len(c.rpcs))]
 }
 
 // ErrShuttingDown is wrapped by the errors of calls a server refused
@@ -104,21 +125,16 @@ func New(baseURL string, opts *Options) *Client {
 	if opts != nil {
 		o = *opts
 	}
-	hc := o.HTTPClient
-	if hc == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = o.TLSConfig
-		t.MaxIdleConnsPerHost = 256
-		t.Protocols = new(http.Protocols)
-		t.Protocols.SetHTTP1(true)
-		t.Protocols.SetHTTP2(true)
-		if o.Protocol == GRPC && strings.HasPrefix(baseURL, "http://") {
-			// gRPC needs HTTP/2: in clear text, with prior knowledge.
-			t.Protocols = new(http.Protocols)
-			t.Protocols.SetUnencryptedHTTP2(true)
+	hcs := []connect.HTTPClient{o.HTTPClient}
+	if o.HTTPClient == nil {
+		n := o.Conns
+		if n <= 0 {
+			n = DefaultConns
 		}
-		t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		hc = &http.Client{Transport: t}
+		hcs = make([]connect.HTTPClient, n)
+		for i := range hcs {
+			hcs[i] = newHTTPClient(baseURL, &o) // its own Transport: its own connection
+		}
 	}
 	var copts []connect.ClientOption
 	switch o.Protocol {
@@ -136,7 +152,29 @@ func New(baseURL string, opts *Options) *Client {
 			}
 		})))
 	}
-	return &Client{rpc: freqcapv1connect.NewFreqcapServiceClient(hc, strings.TrimRight(baseURL, "/"), copts...), timeout: o.Timeout}
+	c := &Client{timeout: o.Timeout}
+	for _, hc := range hcs {
+		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, strings.TrimRight(baseURL, "/"), copts...))
+	}
+	return c
+}
+
+// newHTTPClient is the default HTTP client of New: HTTP/2, in clear
+// text with prior knowledge for gRPC to an http:// URL.
+func newHTTPClient(baseURL string, o *Options) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = o.TLSConfig
+	t.MaxIdleConnsPerHost = 256
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	t.Protocols.SetHTTP2(true)
+	if o.Protocol == GRPC && strings.HasPrefix(baseURL, "http://") {
+		// gRPC needs HTTP/2: in clear text, with prior knowledge.
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Transport: t}
 }
 
 func (c *Client) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -191,7 +229,7 @@ func (c *Client) Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.D
 func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.Take(ctx, connect.NewRequest(&freqcapv1.TakeRequest{
+	res, err := c.rpc().Take(ctx, connect.NewRequest(&freqcapv1.TakeRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
 	}))
 	if err != nil {
@@ -208,7 +246,7 @@ func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.De
 func (c *Client) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{
+	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost,
 	}))
 	if err != nil {
@@ -256,13 +294,13 @@ func (r *Reservation) settle(ctx context.Context, commit bool) error {
 	ctx, cancel := r.c.ctx(ctx)
 	defer cancel()
 	if commit {
-		_, err := r.c.rpc.Commit(ctx, connect.NewRequest(&freqcapv1.CommitRequest{Policy: r.policy, Subject: r.subject, ReservationId: r.id}))
+		_, err := r.c.rpc().Commit(ctx, connect.NewRequest(&freqcapv1.CommitRequest{Policy: r.policy, Subject: r.subject, ReservationId: r.id}))
 		if err != nil {
 			return wrap("commit", err)
 		}
 		return nil
 	}
-	_, err := r.c.rpc.Cancel(ctx, connect.NewRequest(&freqcapv1.CancelRequest{Policy: r.policy, Subject: r.subject, ReservationId: r.id}))
+	_, err := r.c.rpc().Cancel(ctx, connect.NewRequest(&freqcapv1.CancelRequest{Policy: r.policy, Subject: r.subject, ReservationId: r.id}))
 	if err != nil {
 		return wrap("cancel", err)
 	}
@@ -275,7 +313,7 @@ func (r *Reservation) settle(ctx context.Context, commit bool) error {
 func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl time.Duration) (sdk.Decision, *Reservation, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.Reserve(ctx, connect.NewRequest(&freqcapv1.ReserveRequest{
+	res, err := c.rpc().Reserve(ctx, connect.NewRequest(&freqcapv1.ReserveRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey, Ttl: durationpb.New(ttl),
 	}))
 	if err != nil {
@@ -340,7 +378,7 @@ func (c *Client) batchResults(p *sdk.Policy, op string, n int, rs []*freqcapv1.B
 func (c *Client) TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.TakeBatch(ctx, connect.NewRequest(&freqcapv1.TakeBatchRequest{Policy: name(p), Attempts: wire.ToAttempts(as)}))
+	res, err := c.rpc().TakeBatch(ctx, connect.NewRequest(&freqcapv1.TakeBatchRequest{Policy: name(p), Attempts: wire.ToAttempts(as)}))
 	var rs []*freqcapv1.BatchResult
 	if err == nil {
 		rs = res.Msg.GetResults()
@@ -352,7 +390,7 @@ func (c *Client) TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 func (c *Client) PeekBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.PeekBatch(ctx, connect.NewRequest(&freqcapv1.PeekBatchRequest{Policy: name(p), Attempts: wire.ToAttempts(as)}))
+	res, err := c.rpc().PeekBatch(ctx, connect.NewRequest(&freqcapv1.PeekBatchRequest{Policy: name(p), Attempts: wire.ToAttempts(as)}))
 	var rs []*freqcapv1.BatchResult
 	if err == nil {
 		rs = res.Msg.GetResults()
@@ -364,7 +402,7 @@ func (c *Client) PeekBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 func (c *Client) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.Inspect(ctx, connect.NewRequest(&freqcapv1.InspectRequest{Policy: name(p), Subject: s}))
+	res, err := c.rpc().Inspect(ctx, connect.NewRequest(&freqcapv1.InspectRequest{Policy: name(p), Subject: s}))
 	if err != nil {
 		return sdk.Inspection{}, wrap("inspect", err)
 	}
@@ -383,7 +421,7 @@ func (c *Client) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error 
 func (c *Client) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject) (reset, kept []string, err error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.Reset(ctx, connect.NewRequest(&freqcapv1.ResetRequest{Policy: name(p), Subject: s}))
+	res, err := c.rpc().Reset(ctx, connect.NewRequest(&freqcapv1.ResetRequest{Policy: name(p), Subject: s}))
 	if err != nil {
 		return nil, nil, wrap("reset", err)
 	}
@@ -395,7 +433,7 @@ func (c *Client) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject) (
 func (c *Client) Policies(ctx context.Context) ([]*sdk.Policy, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	res, err := c.rpc.ListPolicies(ctx, connect.NewRequest(&freqcapv1.ListPoliciesRequest{}))
+	res, err := c.rpc().ListPolicies(ctx, connect.NewRequest(&freqcapv1.ListPoliciesRequest{}))
 	if err != nil {
 		return nil, wrap("policies", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
@@ -26,6 +27,12 @@ func Set(h http.Header, p *sdk.Policy, d sdk.Decision) {
 	if len(d.Rules) == 0 {
 		return
 	}
+	h.Set("RateLimit-Policy", policyValue(p, d))
+	setRateLimit(h, d)
+}
+
+// policyValue is RateLimit-Policy's value for d under p.
+func policyValue(p *sdk.Policy, d sdk.Decision) string {
 	cfg := map[string]sdk.Rule{}
 	for _, r := range p.Rules() {
 		cfg[r.Name] = r
@@ -34,15 +41,68 @@ func Set(h http.Header, p *sdk.Policy, d sdk.Decision) {
 	for _, rd := range d.Rules {
 		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", rd.Rule, rd.Limit, Seconds(QuotaWindow(cfg[rd.Rule]))))
 	}
-	h.Set("RateLimit-Policy", strings.Join(items, ", "))
+	return strings.Join(items, ", ")
+}
 
+// Cache sets the same headers as Set, remembering each policy's last
+// RateLimit-Policy value: the next decision under the policy with the
+// same rules and limits, in the same order, reuses it instead of
+// formatting it again. The zero Cache is ready; it is safe for concurrent
+// use. A server answering many decisions under few policies keeps one.
+type Cache struct{ m sync.Map } // *sdk.Policy → *cachedPolicy
+
+var policyKey = http.CanonicalHeaderKey("RateLimit-Policy")
+
+type cachedPolicy struct {
+	rules  []string
+	limits []int64
+	value  string
+}
+
+func (c *cachedPolicy) fits(d sdk.Decision) bool {
+	if len(c.rules) != len(d.Rules) {
+		return false
+	}
+	for i, rd := range d.Rules {
+		if c.rules[i] != rd.Rule || c.limits[i] != rd.Limit {
+			return false
+		}
+	}
+	return true
+}
+
+// Set is Set with p's RateLimit-Policy value remembered.
+func (c *Cache) Set(h http.Header, p *sdk.Policy, d sdk.Decision) {
+	if len(d.Rules) == 0 {
+		return
+	}
+	v, ok := c.m.Load(p)
+	if !ok || !v.(*cachedPolicy).fits(d) {
+		cp := &cachedPolicy{rules: make([]string, len(d.Rules)), limits: make([]int64, len(d.Rules)), value: policyValue(p, d)}
+		for i, rd := range d.Rules {
+			cp.rules[i], cp.limits[i] = rd.Rule, rd.Limit
+		}
+		c.m.Store(p, cp)
+		v = cp
+	}
+	h[policyKey] = []string{v.(*cachedPolicy).value}
+	setRateLimit(h, d)
+}
+
+// setRateLimit sets RateLimit for d (which has rule states).
+func setRateLimit(h http.Header, d sdk.Decision) {
 	best := Governing(d)
 	rd := d.Rules[best]
 	t := rd.ResetAfter
 	if !rd.Allowed {
 		t = rd.RetryAfter
 	}
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", rd.Rule, rd.Remaining, Seconds(t)))
+	b := strconv.AppendQuote(make([]byte, 0, 32+len(rd.Rule)), rd.Rule) // as %q
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, rd.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(t), 10)
+	h.Set("RateLimit", string(b))
 }
 
 // Governing is the index in d.Rules of the rule RateLimit reports, the

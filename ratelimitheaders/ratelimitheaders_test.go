@@ -65,3 +65,61 @@ func TestHeaders(t *testing.T) {
 		t.Errorf("headers of a degraded decision = %v, want none", h)
 	}
 }
+
+// TestCache: Cache.Set writes what Set writes, whatever rules each
+// decision carries (a changed rule set or limit is formatted again, two
+// policies do not share a value), and allocates less doing it.
+func TestCache(t *testing.T) {
+	p1, err := sdk.NewPolicy("api", []sdk.Rule{
+		sdk.GCRA("burst", 30, time.Minute, 14).By("user"),
+		sdk.FixedWindow("hourly", 3, time.Hour).By("user"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.FixedWindow("burst", 7, time.Second).By("user"),
+		sdk.SlidingWindow("hourly", 9, 2*time.Hour).By("user"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := func(rule string, limit, remaining int64, allowed bool) sdk.RuleDecision {
+		return sdk.RuleDecision{Rule: rule, Allowed: allowed, Limit: limit, Used: limit - remaining, Remaining: remaining, ResetAfter: 90 * time.Second, RetryAfter: 5 * time.Second}
+	}
+	both := sdk.Decision{Allowed: true, Rules: []sdk.RuleDecision{rd("burst", 15, 3, true), rd("hourly", 3, 2, true)}}
+	steps := []struct {
+		p *sdk.Policy
+		d sdk.Decision
+	}{
+		{p1, both},
+		{p1, both},
+		{p1, sdk.Decision{Allowed: false, Rules: []sdk.RuleDecision{rd("hourly", 3, 0, false)}}},                         // fewer rules
+		{p1, sdk.Decision{Allowed: true, Rules: []sdk.RuleDecision{rd("burst", 16, 3, true), rd("hourly", 3, 2, true)}}}, // another limit
+		{p2, both}, // same rules and limits, another policy: its own windows
+		{p1, sdk.Decision{Allowed: true, Rules: []sdk.RuleDecision{rd("hourly", 3, 2, true), rd("burst", 15, 3, true)}}}, // another order
+		{p1, both},
+		{p1, sdk.Decision{Allowed: true, Degraded: true}},
+	}
+	var c ratelimitheaders.Cache
+	for i, st := range steps {
+		want, got := http.Header{}, http.Header{}
+		ratelimitheaders.Set(want, st.p, st.d)
+		c.Set(got, st.p, st.d)
+		for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
+			if got.Get(k) != want.Get(k) {
+				t.Errorf("step %d: %s = %q through the Cache, %q from Set", i, k, got.Get(k), want.Get(k))
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("step %d: headers %v through the Cache, %v from Set", i, got, want)
+		}
+	}
+	h := http.Header{}
+	set := testing.AllocsPerRun(100, func() { ratelimitheaders.Set(h, p1, both) })
+	cached := testing.AllocsPerRun(100, func() { c.Set(h, p1, both) })
+	if cached >= set {
+		t.Errorf("allocations per call: %v through the Cache, %v from Set; want fewer", cached, set)
+	}
+	t.Logf("allocations per call: %v through the Cache, %v from Set", cached, set)
+}

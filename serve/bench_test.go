@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,9 +24,16 @@ import (
 // subjects:
 //
 //   - InProcess: sdk.Limiter.Take in this process, the reference;
-//   - GRPC/Take: client.Client.Take over gRPC on loopback, 64 callers;
+//   - GRPC/Take: client.Client.Take over gRPC on loopback, 64 callers,
+//     client.DefaultConns connections;
+//   - GRPC/Take4Conns: the same over 4 connections (Options.Conns);
 //   - GRPC/TakeBatch100: TakeBatch of 100 attempts per call, 64 callers
 //     (decisions/s counts attempts);
+//   - ConnectProto/Take: GRPC/Take in the Connect protocol, binary
+//     protobuf (HTTP/1.1 on a clear-text URL: a connection per caller);
+//   - GRPC/Floor: Peek of 64 subjects that stay in memory (a map
+//     lookup, nothing written), as GRPC/Take calls it: about the RPC
+//     layer's own cost ("decisions/s" counts calls);
 //   - Handler/Take: one Take request (Connect protocol, binary protobuf)
 //     through the server's http.Handler, without a network or a client:
 //     its allocs/op are the server's allocations per request.
@@ -39,8 +47,17 @@ func BenchmarkServeMemory(b *testing.B) {
 	subject := func(i int64) sdk.Subject {
 		return sdk.Subject{"user": "u" + strconv.FormatInt(i%subjects, 10), "content": "c" + strconv.FormatInt(i%4, 10)}
 	}
+	// Each run reports decisions/s and the process's CPU time (user and
+	// system, every thread: client and server) per decision, which
+	// other jobs on the machine move far less than the rate.
+	var cpu0 time.Duration
+	startCPU := func(b *testing.B) {
+		b.ResetTimer()
+		cpu0 = processCPU(b)
+	}
 	decisionsPerSecond := func(b *testing.B, n int64) {
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "decisions/s")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(n), "cpu-µs/decision")
 	}
 
 	b.Run("InProcess", func(b *testing.B) {
@@ -48,6 +65,7 @@ func BenchmarkServeMemory(b *testing.B) {
 		push := loadPolicies(b)[0]
 		var seq atomic.Int64
 		b.ReportAllocs()
+		startCPU(b)
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
@@ -61,17 +79,24 @@ func BenchmarkServeMemory(b *testing.B) {
 		decisionsPerSecond(b, int64(b.N))
 	})
 
-	for _, batch := range []int{1, 100} {
-		name := "GRPC/Take"
-		if batch > 1 {
-			name = "GRPC/TakeBatch" + strconv.Itoa(batch)
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, run := range []struct {
+		name         string
+		batch, conns int
+		proto        client.Protocol
+	}{
+		{"GRPC/Take", 1, client.DefaultConns, client.GRPC},
+		{"GRPC/Take4Conns", 1, 4, client.GRPC},
+		{"GRPC/TakeBatch100", 100, client.DefaultConns, client.GRPC},
+		{"ConnectProto/Take", 1, client.DefaultConns, client.ConnectProto},
+	} {
+		batch := run.batch
+		b.Run(run.name, func(b *testing.B) {
 			e := start(b, memory.New(nil), serve.Config{})
-			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second})
+			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Conns: run.conns, Protocol: run.proto})
 			push := e.policies["push"]
 			var seq atomic.Int64
 			b.ReportAllocs()
+			startCPU(b)
 			b.SetParallelism(32) // 64 callers on 2 cores
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
@@ -99,6 +124,26 @@ func BenchmarkServeMemory(b *testing.B) {
 		})
 	}
 
+	b.Run("GRPC/Floor", func(b *testing.B) {
+		e := start(b, memory.New(nil), serve.Config{})
+		c := client.New(e.url, &client.Options{Timeout: 30 * time.Second})
+		push := e.policies["push"]
+		var seq atomic.Int64
+		b.ReportAllocs()
+		startCPU(b)
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if _, err := c.Peek(ctx, push, sdk.Attempt{Subject: subject(seq.Add(1) % 64)}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		decisionsPerSecond(b, int64(b.N))
+	})
+
 	b.Run("Handler/Take", func(b *testing.B) {
 		e := start(b, memory.New(nil), serve.Config{})
 		h := e.srv.Handler()
@@ -119,7 +164,7 @@ func BenchmarkServeMemory(b *testing.B) {
 		req.Header.Set("Content-Type", "application/proto")
 		w := &discardWriter{h: http.Header{}}
 		b.ReportAllocs()
-		b.ResetTimer()
+		startCPU(b)
 		for i := 0; i < b.N; i++ {
 			body.Reset(bodies[i%len(bodies)])
 			req.ContentLength = int64(len(bodies[i%len(bodies)]))
@@ -132,6 +177,15 @@ func BenchmarkServeMemory(b *testing.B) {
 		}
 		decisionsPerSecond(b, int64(b.N))
 	})
+}
+
+// processCPU is the process's CPU time so far, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rewindBody is a request body read again for every request.

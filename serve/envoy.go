@@ -111,7 +111,7 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 		}
 	}
 	h := http.Header{}
-	setHeaders(h, p, decisions[gov])
+	e.svc.setHeaders(h, p, decisions[gov])
 	for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
 		if v := h.Get(k); v != "" {
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})

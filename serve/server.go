@@ -42,6 +42,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -136,6 +137,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
+	headers  ratelimitheaders.Cache // each policy's RateLimit-Policy, formatted once
 
 	draining atomic.Bool
 	mu       sync.Mutex

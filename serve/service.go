@@ -85,8 +85,8 @@ func (svc *service) failed(op string, p *sdk.Policy, err error) error {
 	return wire.NewError(code, reason, msg)
 }
 
-func setHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
-	ratelimitheaders.Set(h, p, d)
+func (svc *service) setHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
+	svc.s.headers.Set(h, p, d)
 	ratelimitheaders.SetRetryAfter(h, d)
 }
 
@@ -104,7 +104,7 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 		return nil, svc.failed("take", p, err)
 	}
 	res := connect.NewResponse(&freqcapv1.TakeResponse{Decision: wire.Decision(d)})
-	setHeaders(res.Header(), p, d)
+	svc.setHeaders(res.Header(), p, d)
 	return res, nil
 }
 
@@ -122,7 +122,7 @@ func (svc *service) Peek(ctx context.Context, req *connect.Request[freqcapv1.Pee
 		return nil, svc.failed("peek", p, err)
 	}
 	res := connect.NewResponse(&freqcapv1.PeekResponse{Decision: wire.Decision(d)})
-	setHeaders(res.Header(), p, d)
+	svc.setHeaders(res.Header(), p, d)
 	return res, nil
 }
 
@@ -150,7 +150,7 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 		return nil, svc.failed("reserve", p, err)
 	}
 	res := connect.NewResponse(&freqcapv1.ReserveResponse{Decision: wire.Decision(d), ReservationId: r.ID()})
-	setHeaders(res.Header(), p, d)
+	svc.setHeaders(res.Header(), p, d)
 	return res, nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	fqclient "github.com/freqcap/freqcap/client"
@@ -121,8 +122,11 @@ type Config struct {
 	// (package serve, over its own Redis backend with Coalesce, 4 unless
 	// Coalesce says otherwise, as `freqcap serve` runs), called by the
 	// Go client over gRPC by the same workers, and reports its ratio to
-	// the in-process run and the p99 it adds; with Batch, also TakeBatch
-	// through serve against one-by-one through serve.
+	// the in-process run and the p99 it adds; and serve's floor: the
+	// same calls as Peek through a serve on the memory backend, deciding
+	// nothing (the RPC layer's own cost at that load), with its ratio to
+	// the in-process run and that of the run through serve to it. With
+	// Batch, also TakeBatch through serve against one-by-one through serve.
 	Serve bool
 }
 
@@ -364,6 +368,19 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			}
 			serveOne = len(runs) - 1
 			ratios = append(ratios, [2]int{serveOne, 0})
+			{
+				// serve's floor: the same calls deciding nothing (a Peek
+				// on the memory backend finding no state), the RPC
+				// layer's own cost at the same load.
+				url, stop, err := startServeOn(sdk.New(memory.New(nil)), cfg, policy)
+				if err != nil {
+					return err
+				}
+				stops = append(stops, stop)
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout})
+				runs = append(runs, run{"serve floor: Peek through serve on the memory backend, nothing decided", 1, peekOne(c, policy, gen)})
+				ratios = append(ratios, [2]int{len(runs) - 1, 0}, [2]int{serveOne, len(runs) - 1})
+			}
 			if cfg.Batch > 0 {
 				err := through(fmt.Sprintf("policy %s through serve, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch,
 					func(c *fqclient.Client) decideFunc { return takeBatch(c, policy, gen, cfg.Batch) })

@@ -69,6 +69,9 @@ func TestBenchModes(t *testing.T) {
 			`^policy push through serve, TakeBatch of 20: .* \(\d+ calls of 20\) .* errors 0;`,
 			`^ratio policy push through serve \(gRPC, loopback, coalesce 4\) / policy push: [0-9.]+ `,
 			`^ratio policy push through serve, TakeBatch of 20 / policy push through serve \(gRPC, loopback, coalesce 4\): [0-9.]+ `,
+			`^serve floor: Peek through serve on the memory backend, nothing decided: .* errors 0;`,
+			`^ratio serve floor: Peek through serve on the memory backend, nothing decided / policy push: [0-9.]+ `,
+			`^ratio policy push through serve \(gRPC, loopback, coalesce 4\) / serve floor: Peek through serve on the memory backend, nothing decided: [0-9.]+ `,
 			`^p99 added by serve: -?[0-9.]+[µm]?s \(`}},
 		{"hot", Config{Hot: true, HotSubjects: 3}, []string{
 			"hot, no cache:", "hot, HotDenyCache:", "hot-deny cache: size 10000"}, []string{

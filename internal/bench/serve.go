@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	fqclient "github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -32,8 +34,14 @@ func startServe(ctx context.Context, c goredis.UniversalClient, bopts *redis.Opt
 	if _, err := be.Capabilities(ctx); err != nil { // detection, before the measured runs
 		return "", nil, fmt.Errorf("bench: %w", err)
 	}
+	return startServeOn(sdk.New(be, sdk.WithPrefix(prefix)), cfg, p)
+}
+
+// startServeOn starts a freqcap serve on a loopback port deciding with
+// lim, serving p.
+func startServeOn(lim *sdk.Limiter, cfg Config, p *sdk.Policy) (string, func(), error) {
 	srv, err := serve.New(serve.Config{
-		Limiter:  sdk.New(be, sdk.WithPrefix(prefix)),
+		Limiter:  lim,
 		Policies: []*sdk.Policy{p},
 		MaxBatch: max(serve.DefaultMaxBatch, cfg.Batch),
 		Timeout:  cfg.Timeout + time.Second,
@@ -54,4 +62,16 @@ func startServe(ctx context.Context, c goredis.UniversalClient, bopts *redis.Opt
 		<-done
 	}
 	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// peekOne peeks at one random subject per call: on the memory backend,
+// where no subject has been taken, a lookup that finds nothing. Through
+// serve it is the RPC layer's own cost per call (serve's floor).
+func peekOne(c *fqclient.Client, p *sdk.Policy, gen *subjects) decideFunc {
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		var o outcome
+		d, err := c.Peek(ctx, p, sdk.Attempt{Subject: gen.pick(rng)})
+		o.add(err, d.Allowed, d.Cached)
+		return o
+	}
 }
