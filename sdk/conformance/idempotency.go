@@ -173,8 +173,13 @@ func idemExpires(e *env) {
 	again := e.takeAttempt(e.keyed("x", 1), l)
 	e.fresh(fmt.Sprintf("Take(l, key x) %v after the first", ttl), again)
 	e.used("Take(l, key x) after the ttl (decided afresh: the first unit has left)", again, 1)
-	e.sameDecision("Take(l, key x) once more (the new record)", e.takeAttempt(e.keyed("x", 1), l), again)
-	e.used("Peek(l)", e.peek(1, l), 1)
+	// Both within ttl of again, or late (the record and its unit left).
+	once := e.takeAttempt(e.keyed("x", 1), l)
+	e.before(once, again.At.Add(ttl), "Take(l, key x) once more")
+	e.sameDecision("Take(l, key x) once more (the new record)", once, again)
+	peek := e.peek(1, l)
+	e.before(peek, again.At.Add(ttl), "Peek(l)")
+	e.used("Peek(l)", peek, 1)
 }
 
 func idemPeek(e *env) {
