@@ -159,10 +159,6 @@ func mainErr(cfg config) error {
 		fmt.Fprintf(os.Stderr, "cleanup: deleted %d keys under peers-*: %v\n", n, err)
 	}()
 
-	runs, err := buildRuns(c, cfg)
-	if err != nil {
-		return err
-	}
 	version := "?"
 	if info, err := c.Info(ctx, "server").Result(); err == nil {
 		for _, l := range strings.Split(info, "\r\n") {
@@ -176,6 +172,10 @@ func mainErr(cfg config) error {
 		version, cfg.addr, cfg.workers, cfg.subjects, cfg.duration, cfg.maxDecisions, cfg.rounds,
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(strings.Fields(string(load))[:3], " "))
 
+	runs, err := buildRuns(c, cfg)
+	if err != nil {
+		return err
+	}
 	// Warm up: one decision per run (loads the scripts).
 	for _, r := range runs {
 		if _, err := r.decide(ctx, rand.New(rand.NewPCG(1, 2)), 0); err != nil {
@@ -243,6 +243,13 @@ func buildRuns(c goredis.UniversalClient, cfg config) ([]run, error) {
 	}
 
 	lim := sdk.New(redis.New(c, nil), sdk.WithPrefix("peers-fq"))
+	if d, err := lim.Describe(context.Background()); err == nil {
+		fmt.Printf("freqcap's strategies:")
+		for _, a := range []sdk.Algorithm{sdk.AlgorithmFixedWindow, sdk.AlgorithmSlidingWindow, sdk.AlgorithmGCRA, sdk.AlgorithmSlidingLog} {
+			fmt.Printf(" %s %s;", a, d.Strategies[a].Name)
+		}
+		fmt.Println()
+	}
 	algs := []struct {
 		name string
 		rule func(r rate) sdk.Rule
