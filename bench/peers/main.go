@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -125,13 +126,13 @@ func main() {
 	flag.Int64Var(&cfg.maxDecisions, "max", 5_000_000, "stop a run after this many decisions")
 	flag.StringVar(&cfg.only, "only", "", `"freqcap": only raw(R) and freqcap's runs (for servers the peers are not about)`)
 	flag.Parse()
-	if err := mainErr(cfg); err != nil {
+	if err := mainErr(cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(cfg config) error {
+func mainErr(cfg config, w io.Writer) error {
 	if cfg.workers < 1 || cfg.subjects < 1 || cfg.rounds < 1 || cfg.duration <= 0 || cfg.maxDecisions < 1 {
 		return errors.New("workers, subjects, rounds, duration and max must be > 0")
 	}
@@ -168,11 +169,11 @@ func mainErr(cfg config) error {
 		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("peers: redis %s at %s, %d workers, %d subjects (random), %v per run (at most %d decisions), %d rounds, %s, load average at start %s\n",
+	fmt.Fprintf(w, "peers: redis %s at %s, %d workers, %d subjects (random), %v per run (at most %d decisions), %d rounds, %s, load average at start %s\n",
 		version, cfg.addr, cfg.workers, cfg.subjects, cfg.duration, cfg.maxDecisions, cfg.rounds,
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(strings.Fields(string(load))[:3], " "))
 
-	runs, err := buildRuns(c, cfg)
+	runs, err := buildRuns(c, cfg, w)
 	if err != nil {
 		return err
 	}
@@ -206,21 +207,21 @@ func mainErr(cfg config) error {
 			raw[r.rules] = i
 		}
 	}
-	fmt.Println()
-	fmt.Println("| run | rules | decisions/s | ÷ raw(R) |")
-	fmt.Println("|---|---:|---:|---:|")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| run | rules | decisions/s | ÷ raw(R) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
 	for i, r := range runs {
 		ratios := make([]float64, cfg.rounds)
 		for k := range ratios {
 			ratios[k] = rps[i][k] / rps[raw[r.rules]][k]
 		}
-		fmt.Printf("| %s | %d | %.0f | %.2f |\n", r.name, r.rules, median(rps[i]), median(ratios))
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.2f |\n", r.name, r.rules, median(rps[i]), median(ratios))
 	}
 	return nil
 }
 
 // buildRuns returns the runs measured, in order.
-func buildRuns(c goredis.UniversalClient, cfg config) ([]run, error) {
+func buildRuns(c goredis.UniversalClient, cfg config, w io.Writer) ([]run, error) {
 	ids := make([]string, cfg.subjects)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
@@ -244,11 +245,11 @@ func buildRuns(c goredis.UniversalClient, cfg config) ([]run, error) {
 
 	lim := sdk.New(redis.New(c, nil), sdk.WithPrefix("peers-fq"))
 	if d, err := lim.Describe(context.Background()); err == nil {
-		fmt.Printf("freqcap's strategies:")
+		fmt.Fprintf(w, "freqcap's strategies:")
 		for _, a := range []sdk.Algorithm{sdk.AlgorithmFixedWindow, sdk.AlgorithmSlidingWindow, sdk.AlgorithmGCRA, sdk.AlgorithmSlidingLog} {
-			fmt.Printf(" %s %s;", a, d.Strategies[a].Name)
+			fmt.Fprintf(w, " %s %s;", a, d.Strategies[a].Name)
 		}
-		fmt.Println()
+		fmt.Fprintln(w)
 	}
 	algs := []struct {
 		name string
