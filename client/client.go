@@ -90,7 +90,7 @@ type Options struct {
 	// one connection share its one writer and reader; more connections
 	// may help where client and server have cores to spare (on loopback
 	// on 2 shared cores, 4 connections cost as much CPU per call as one:
-	// docs/BENCHMARKS.md). Ignored with HTTPClient.
+	// docs/benchmarks/HISTORY.md). Ignored with HTTPClient.
 	Conns int
 }
 

@@ -60,7 +60,7 @@ const batchAttempts = 128
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
-// fits (docs/BENCHMARKS.md gives the server time per decision).
+// fits (docs/benchmarks/HISTORY.md gives the server time per decision).
 func (b *Backend) TakeBatch(ctx context.Context, reqs []driver.Request) []driver.BatchResult {
 	return b.batch(ctx, asRequests(opTake, reqs))
 }

@@ -13,7 +13,7 @@
 // for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its
 // arguments and reply, for less server time,
-// docs/BENCHMARKS.md). A fast script is built once per process and set of
+// docs/benchmarks/HISTORY.md). A fast script is built once per process and set of
 // rules (cached) and loaded on a server at its first use there. The rules of a request that share their
 // dimensions keep their state in ONE key, the dimension set's
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window

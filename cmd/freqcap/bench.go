@@ -29,7 +29,7 @@ invocation.
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is
 its deprecated spelling); -all runs every policy of the file in turn.
-testdata/bench-policies.yaml holds the shapes docs/BENCHMARKS.md compares.
+testdata/bench-policies.yaml holds the shapes docs/benchmarks/HISTORY.md compares.
 Flags take one dash or two.
 
 Flags:

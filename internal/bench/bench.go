@@ -7,7 +7,7 @@
 //
 // Run prints one line per measured run (decisions/s, latency quantiles,
 // round trips, commands and server time per decision) and the ratios of
-// the compared runs; docs/BENCHMARKS.md explains the figures.
+// the compared runs; docs/BENCHMARKS.md and docs/benchmarks/HISTORY.md explain the figures.
 package bench
 
 import (
