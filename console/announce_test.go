@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -40,7 +41,7 @@ func TestOverviewMalformedAnnouncement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: prefix, FlushEvery: -1})
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: prefix, FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestOverviewMalformedAnnouncement(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
-	srv, err := New(Config{Limiter: sdk.New(backend, sdk.WithPrefix(prefix)), Policies: pols,
+	srv, err := New(Config{Limiter: sdk.New(backend, sdk.WithPrefix(prefix)), Fleet: fleetOf(backend, &fleet.Options{Prefix: prefix}), Policies: pols,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

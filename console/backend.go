@@ -2,8 +2,11 @@ package console
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -54,14 +57,33 @@ func (m markedLimiter) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subj
 	return marked(m.l.ResetRules(ctx, p, s, rules...))
 }
 
-func (m markedLimiter) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error) {
-	st, err := m.l.Stats(ctx, p, window)
+// markedFleet is the Fleet the console calls: Config.Fleet, with every
+// error it returns a *backendError (a *fleet.MalformedError stays
+// reachable with errors.As).
+type markedFleet struct{ f Fleet }
+
+var _ Fleet = markedFleet{}
+
+func (m markedFleet) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.Stats, error) {
+	st, err := m.f.Stats(ctx, p, window)
 	return st, marked(err)
 }
 
-func (m markedLimiter) Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error) {
-	a, err := m.l.Announced(ctx, within)
+func (m markedFleet) Announced(ctx context.Context, within time.Duration) ([]fleet.Announcement, error) {
+	a, err := m.f.Announced(ctx, within)
 	return a, marked(err)
+}
+
+// noFleet is the Fleet of a console given none: the backend keeps no
+// statistics.
+type noFleet struct{}
+
+func (noFleet) Stats(context.Context, *sdk.Policy, time.Duration) (fleet.Stats, error) {
+	return fleet.Stats{}, fmt.Errorf("console: stats: no Config.Fleet: %w", errors.ErrUnsupported)
+}
+
+func (noFleet) Announced(context.Context, time.Duration) ([]fleet.Announcement, error) {
+	return nil, fmt.Errorf("console: announced: no Config.Fleet: %w", errors.ErrUnsupported)
 }
 
 func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {

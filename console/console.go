@@ -12,7 +12,9 @@
 //	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
 //
 // Config.Limiter is a Limiter, the small interface of the calls the
-// console makes; *sdk.Limiter implements it. Handlers build the view
+// console makes; *sdk.Limiter implements it. Config.Fleet, usually a
+// *fleet.Reader, gives the overview's fleet panel the services'
+// statistics and announcements. Handlers build the view
 // models of package console/views and render its templ components.
 //
 // Pages work without JavaScript; a small script refreshes the live parts.
@@ -39,6 +41,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -63,12 +66,6 @@ type Limiter interface {
 	// ResetRules deletes a subject's counters of some rules only (the
 	// reset of a pair, POST /api/v1/reset with "rules").
 	ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error
-	// Stats reads what the services' recorders counted for a policy
-	// (the overview's fleet panel, GET /api/v1/stats).
-	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (sdk.Stats, error)
-	// Announced lists the policies services announced within a window
-	// (the fleet panel's policy-file warnings).
-	Announced(ctx context.Context, within time.Duration) ([]sdk.Announcement, error)
 	// Describe is the backend's account of itself (the overview).
 	Describe(ctx context.Context) (sdk.Description, error)
 	// KeyLayout is where a subject's state is kept: its rules' sets of
@@ -79,12 +76,31 @@ type Limiter interface {
 
 var _ Limiter = (*sdk.Limiter)(nil)
 
+// Fleet is what the console reads of the fleet's telemetry: what the
+// services' fleet.Recorders flushed to the backend. *fleet.Reader
+// implements it; tests may pass a fake.
+type Fleet interface {
+	// Stats reads what the services' recorders counted for a policy
+	// (the overview's fleet panel, GET /api/v1/stats).
+	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.Stats, error)
+	// Announced lists the policies services announced within a window
+	// (the fleet panel's policy-file warnings).
+	Announced(ctx context.Context, within time.Duration) ([]fleet.Announcement, error)
+}
+
+var _ Fleet = (*fleet.Reader)(nil)
+
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
 	// Limiter makes the decisions: usually an *sdk.Limiter. Pass
 	// Metrics.Observe to sdk.WithObserver when building it so that
 	// /metrics and the overview's rates see them.
 	Limiter Limiter
+	// Fleet reads the services' statistics and announcements: usually a
+	// *fleet.Reader of the Limiter's backend, with the services'
+	// Recorders' prefix. Nil means the backend keeps none: the overview
+	// says so and GET /api/v1/stats answers 501.
+	Fleet Fleet
 	// Policies are the policies the console shows and the API accepts, by
 	// name (names must be unique).
 	Policies []*sdk.Policy
@@ -151,6 +167,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("console: no policies")
 	}
 	cfg.Limiter = markedLimiter{cfg.Limiter}
+	if cfg.Fleet == nil {
+		cfg.Fleet = noFleet{}
+	}
+	cfg.Fleet = markedFleet{cfg.Fleet}
 	s := &Server{
 		cfg:      cfg,
 		now:      cfg.Now,

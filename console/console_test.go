@@ -20,6 +20,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/faulty"
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -71,16 +72,18 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 	}
 	m := NewMetrics(clk.Now)
 	opts := []sdk.Option{sdk.WithClock(clk), sdk.WithObserver(m.Observe)}
-	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), opts...)
+	var be sdk.Backend = memory.New(&memory.Options{Clock: clk})
 	if mk != nil {
-		lim = sdk.New(mk(clk), opts...)
+		be = mk(clk)
 	}
+	lim := sdk.New(be, opts...)
 	var buf, logs bytes.Buffer
 	if audit == nil {
 		audit = NewAuditLog(&buf, 0)
 	}
 	srv, err := New(Config{
 		Limiter:     lim,
+		Fleet:       fleetOf(be, &fleet.Options{Now: clk.Now}),
 		Policies:    pols,
 		Metrics:     m,
 		Audit:       audit,
@@ -925,4 +928,13 @@ func TestDemoBanner(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fleetOf is a Reader of b, or nil when b keeps no statistics.
+func fleetOf(b sdk.Backend, o *fleet.Options) Fleet {
+	r, err := fleet.NewReader(b, o)
+	if err != nil {
+		return nil
+	}
+	return r
 }

@@ -68,6 +68,7 @@ func TestE2EFleet(t *testing.T) {
 	}
 	srv, err := New(Config{
 		Limiter:  sdk.New(redis.New(c, nil)),
+		Fleet:    fleetOf(redis.New(c, nil), nil),
 		Policies: pols,
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -33,13 +34,13 @@ func TestE2EHiddenCharacters(t *testing.T) {
 	}
 	push := pols[0]
 	mb := memory.New(nil)
-	rec, err := sdk.NewRecorder(mb, &sdk.RecorderOptions{FlushEvery: -1})
+	rec, err := fleet.NewRecorder(mb, &fleet.Options{FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rec.Close() })
-	service := sdk.New(mb, sdk.WithRecorder(rec))
-	srv, err := New(Config{Limiter: sdk.New(mb), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	service := sdk.New(mb, sdk.WithObserver(rec.Observe))
+	srv, err := New(Config{Limiter: sdk.New(mb), Fleet: fleetOf(mb, nil), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -91,7 +92,8 @@ func TestBackendDown503(t *testing.T) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: server.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { rdb.Close() })
 	var logs bytes.Buffer
-	srv, err := New(Config{Limiter: sdk.New(fcredis.New(rdb, nil), sdk.WithPrefix("fc-down503")), Policies: pols,
+	srv, err := New(Config{Limiter: sdk.New(fcredis.New(rdb, nil), sdk.WithPrefix("fc-down503")),
+		Fleet: fleetOf(fcredis.New(rdb, nil), &fleet.Options{Prefix: "fc-down503"}), Policies: pols,
 		Credentials: testCredentials(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

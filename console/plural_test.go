@@ -11,6 +11,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -40,17 +41,17 @@ func TestPlurals(t *testing.T) {
 	}
 	mb := memory.New(&memory.Options{Clock: clk})
 	lim := sdk.New(mb, sdk.WithClock(clk))
-	srv, err := New(Config{Limiter: lim, Policies: []*sdk.Policy{one}, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(Config{Limiter: lim, Fleet: fleetOf(mb, nil), Policies: []*sdk.Policy{one}, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := sdk.NewRecorder(mb, &sdk.RecorderOptions{Now: clk.Now, FlushEvery: -1})
+	rec, err := fleet.NewRecorder(mb, &fleet.Options{Now: clk.Now, FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rec.Close() })
 	rec.Announce(one)
-	service := sdk.New(mb, sdk.WithClock(clk), sdk.WithRecorder(rec))
+	service := sdk.New(mb, sdk.WithClock(clk), sdk.WithObserver(rec.Observe))
 	for range 2 { // one allowed, one denied: one trail entry
 		if _, err := service.Allow(context.Background(), one, sdk.Subject{"user": "u1"}); err != nil {
 			t.Fatal(err)

@@ -13,11 +13,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// The fleet's traffic: what the Recorders of every service (sdk.Recorder)
-// flushed to the backend, read with Limiter.Stats and Limiter.Announced.
+// The fleet's traffic: what the Recorders of every service (fleet.Recorder)
+// flushed to the backend, read with Config.Fleet's Stats and Announced.
 
 // announcedWithin is how recent an announcement must be to count: a
 // service renews its announcements every minute.
@@ -51,7 +52,7 @@ func (s *Server) apiStats(c echo.Context) error {
 	if p == nil {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
-	st, err := s.cfg.Limiter.Stats(c.Request().Context(), p, time.Hour)
+	st, err := s.cfg.Fleet.Stats(c.Request().Context(), p, time.Hour)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return echo.NewHTTPError(http.StatusNotImplemented, "the backend keeps no statistics")
 	}
@@ -71,12 +72,12 @@ func (s *Server) apiStats(c echo.Context) error {
 const maxChartPoints = 360
 
 // chart lays out series as a Width×Height polyline pair (y grows down).
-func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) views.Chart {
+func chart(title string, pts []fleet.StatsPoint, step time.Duration, w, h int) views.Chart {
 	span := step * time.Duration(len(pts))
 	if k := (len(pts) + maxChartPoints - 1) / maxChartPoints; k > 1 { // sum k buckets per point
-		merged := make([]sdk.StatsPoint, 0, maxChartPoints)
+		merged := make([]fleet.StatsPoint, 0, maxChartPoints)
 		for i := 0; i < len(pts); i += k {
-			m := sdk.StatsPoint{At: pts[i].At}
+			m := fleet.StatsPoint{At: pts[i].At}
 			for _, p := range pts[i:min(i+k, len(pts))] {
 				m.Allowed += p.Allowed
 				m.Denied += p.Denied
@@ -97,7 +98,7 @@ func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) vie
 		c.To = "now"
 	}
 	top := max(c.Max, 1)
-	line := func(v func(sdk.StatsPoint) int64) string {
+	line := func(v func(fleet.StatsPoint) int64) string {
 		var b strings.Builder
 		for i, p := range pts {
 			x := 0.0
@@ -114,8 +115,8 @@ func chart(title string, pts []sdk.StatsPoint, step time.Duration, w, h int) vie
 		}
 		return b.String()
 	}
-	c.Allowed = line(func(p sdk.StatsPoint) int64 { return p.Allowed })
-	c.Denied = line(func(p sdk.StatsPoint) int64 { return p.Denied })
+	c.Allowed = line(func(p fleet.StatsPoint) int64 { return p.Allowed })
+	c.Denied = line(func(p fleet.StatsPoint) int64 { return p.Denied })
 	return c
 }
 
@@ -125,11 +126,11 @@ const overviewTop = 10
 // fleetView reads the statistics and announcements for the overview.
 func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	var v views.FleetView
-	lim := s.cfg.Limiter
+	lim := s.cfg.Fleet
 	for _, p := range s.order {
 		hour, err := lim.Stats(ctx, p, time.Hour)
 		if err == nil {
-			var day sdk.Stats
+			var day fleet.Stats
 			day, err = lim.Stats(ctx, p, 24*time.Hour)
 			if err == nil {
 				v.Policies = append(v.Policies, s.fleetPolicy(p, hour, day))
@@ -147,7 +148,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 		return v
 	}
 	anns, err := lim.Announced(ctx, announcedWithin)
-	var bad *sdk.MalformedError
+	var bad *fleet.MalformedError
 	switch {
 	case errors.As(err, &bad):
 		// Some fields no recorder wrote: the others still count.
@@ -170,7 +171,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
 			continue
 		}
-		if d := sdk.AnnouncementOf(p).Diff(a); len(d) > 0 {
+		if d := fleet.AnnouncementOf(p).Diff(a); len(d) > 0 {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s differently from the console's policy file (here: the console; there: the service): %s. Subject pages read the console's keys, so they may show zeros for subjects the service capped: load the same policy file as your services.", a.Policy, strings.Join(d, "; ")))
 		}
 	}
@@ -180,7 +181,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	return v
 }
 
-func (s *Server) fleetPolicy(p *sdk.Policy, hour, day sdk.Stats) views.FleetPolicy {
+func (s *Server) fleetPolicy(p *sdk.Policy, hour, day fleet.Stats) views.FleetPolicy {
 	fp := views.FleetPolicy{
 		Name:        p.Name(),
 		Hour:        chart("Last hour", hour.Series, hour.Step, 600, 120),

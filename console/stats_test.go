@@ -14,6 +14,7 @@ import (
 	"time"
 
 	fcredis "github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,7 +30,7 @@ import (
 type fleetFixture struct {
 	*fixture
 	service *sdk.Limiter
-	rec     *sdk.Recorder
+	rec     *fleet.Recorder
 }
 
 func newFleetFixture(t *testing.T, servicePolicies ...*sdk.Policy) *fleetFixture {
@@ -41,18 +42,18 @@ func newFleetFixture(t *testing.T, servicePolicies ...*sdk.Policy) *fleetFixture
 	}
 	mb := memory.New(&memory.Options{Clock: clk})
 	lim := sdk.New(mb, sdk.WithClock(clk))
-	srv, err := New(Config{Limiter: lim, Policies: pols, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(Config{Limiter: lim, Fleet: fleetOf(mb, nil), Policies: pols, Now: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := sdk.NewRecorder(mb, &sdk.RecorderOptions{Now: clk.Now, FlushEvery: -1})
+	rec, err := fleet.NewRecorder(mb, &fleet.Options{Now: clk.Now, FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.Announce(servicePolicies...)
 	f := &fleetFixture{
 		fixture: &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}},
-		service: sdk.New(mb, sdk.WithClock(clk), sdk.WithRecorder(rec)),
+		service: sdk.New(mb, sdk.WithClock(clk), sdk.WithObserver(rec.Observe)),
 		rec:     rec,
 	}
 	for _, p := range pols {
@@ -254,7 +255,7 @@ func TestOverviewFleetBackendDown(t *testing.T) {
 	// statistics included, fails with an error naming the address.
 	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	srv, err := New(Config{Limiter: sdk.New(fcredis.New(rdb, nil)), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := New(Config{Limiter: sdk.New(fcredis.New(rdb, nil)), Fleet: fleetOf(fcredis.New(rdb, nil), nil), Policies: pols, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,8 +149,7 @@ func (l *Limiter) cached(c *call) (Decision, bool) {
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
 	if ok {
-		l.record(c, d)
-		l.emit(Event{Policy: c.p.name, Op: c.op, Decision: d, Batch: c.batch})
+		l.emit(Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Batch: c.batch})
 	}
 	return d, ok
 }
@@ -162,11 +161,11 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if a.err != nil {
 		if p.failOpen {
 			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: a.err}
-			l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
+			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
 			return d, nil
 		}
 		err := fmt.Errorf("sdk: %s: %w", c.name, a.err)
-		l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+		l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
 		return Decision{}, err
 	}
 	r := a.r
@@ -179,7 +178,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.name, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
-			l.emit(Event{Policy: p.name, Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
 			return Decision{}, err
 		}
 	}
@@ -196,7 +195,6 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
 		}
 	}
-	l.record(c, d)
-	l.emit(Event{Policy: p.name, Op: c.op, Decision: d, Latency: a.lat, Batch: c.batch})
+	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Latency: a.lat, Batch: c.batch})
 	return d, nil
 }

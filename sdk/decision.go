@@ -154,12 +154,19 @@ func denials(tr []driver.Denial) []Denial {
 	return out
 }
 
-// Event reports one decision to the observer set by WithObserver.
+// Event reports one decision to the observers set by WithObserver.
 type Event struct {
 	// Policy is the policy's name; Op is the operation: "take" (Take,
 	// Allow, TakeBatch), "peek" (Peek, PeekBatch), "reserve", "wait"
 	// (one event per attempt Wait makes) or "inspect".
 	Policy, Op string
+	// PolicyRef is the policy decided under (the one passed to the call).
+	PolicyRef *Policy
+	// Shard is the subject's shard values as its storage keys hold them
+	// (each escaped, joined by ':'; the keys' hash tag), for every Op but
+	// "inspect" (empty). It shares the decision's key buffer: copy it to
+	// keep it.
+	Shard string
 	// Decision is the decision made (zero when Err is set and the policy
 	// is fail-closed).
 	Decision Decision

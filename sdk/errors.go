@@ -32,12 +32,6 @@ var (
 	// ErrWaitTooLong is returned by Wait when the request cannot be
 	// admitted before the context's deadline. Nothing was consumed.
 	ErrWaitTooLong = errors.New("cannot be admitted before the context deadline")
-	// ErrMalformedStats: the backend holds statistics or announcements
-	// that no Recorder wrote (a value that is not a number, a field that
-	// is not an announcement). Announced returns the announcements it
-	// could read with a *MalformedError wrapping it; Stats returns only
-	// the error.
-	ErrMalformedStats = errors.New("malformed statistics")
 	// ErrReservationNotFound is returned by Reservation.Commit and Cancel
 	// when the reservation no longer exists: already settled, or lapsed.
 	ErrReservationNotFound = driver.ErrReservationNotFound

@@ -2,9 +2,9 @@ package sdk
 
 import (
 	"slices"
-	"strings"
 	"unsafe"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -12,7 +12,7 @@ import (
 // otherwise.
 const DefaultPrefix = "fc"
 
-const hexDigits = "0123456789ABCDEF"
+const hexDigits = keyname.Hex
 
 // escapeValue escapes a subject value for a key: '%', '{', '}', ':' and
 // bytes below 0x21 or equal to 0x7f become %XX; everything else (unicode
@@ -52,26 +52,9 @@ func mustEscape(c byte) bool {
 	return c < 0x21 || c == 0x7f || c == '%' || c == '{' || c == '}' || c == ':'
 }
 
-// sanitizePrefix keeps [A-Za-z0-9_.-] and escapes every other byte as %XX,
-// so a prefix can neither open a hash tag nor add a separator, and distinct
-// prefixes stay distinct. An empty prefix means DefaultPrefix.
-func sanitizePrefix(p string) string {
-	if p == "" {
-		return DefaultPrefix
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if nameByte(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	return b.String()
-}
+// sanitizePrefix escapes a prefix as keyname.Prefix does (an empty prefix
+// means DefaultPrefix).
+func sanitizePrefix(p string) string { return keyname.Prefix(p, DefaultPrefix) }
 
 // resolved is a policy applied to a subject: the driver rules and keys.
 type resolved struct {

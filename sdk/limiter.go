@@ -29,10 +29,8 @@ type Limiter struct {
 	prefix  string
 	clock   Clock
 	timeout time.Duration
-	observe func(Event)
-	hot     sync.Map // policy name -> *hotSlot: the hot-deny caches
-
-	rec *Recorder // WithRecorder; nil: none
+	observe []func(Event) // WithObserver, in the order given
+	hot     sync.Map      // policy name -> *hotSlot: the hot-deny caches
 }
 
 // Option configures a Limiter in New.
@@ -70,11 +68,17 @@ func WithTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.timeout = max(d, 0) }
 }
 
-// WithObserver sets a function called after every decision, with its
-// outcome and latency (for metrics). It runs on the caller's goroutine
-// and must be quick and safe for concurrent use.
+// WithObserver adds a function called after every decision, with its
+// outcome and latency (for metrics, or a fleet.Recorder's Observe). It
+// runs on the caller's goroutine and must be quick and safe for
+// concurrent use. Several observers are called in the order given; a nil
+// f is ignored.
 func WithObserver(f func(Event)) Option {
-	return func(l *Limiter) { l.observe = f }
+	return func(l *Limiter) {
+		if f != nil {
+			l.observe = append(l.observe, f)
+		}
+	}
 }
 
 // Backend is what a Limiter decides with: backends/memory, backends/redis,
@@ -273,11 +277,11 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	r, lat, err := a.r, a.lat, a.err
 	if err != nil {
 		err = fmt.Errorf("sdk: inspect: %w", err)
-		l.emit(Event{Policy: p.name, Op: "inspect", Err: err, Latency: lat})
+		l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Err: err, Latency: lat})
 		return Inspection{}, err
 	}
 	d := decide(p.name, res.rules, r)
-	l.emit(Event{Policy: p.name, Op: "inspect", Decision: d, Latency: lat})
+	l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Decision: d, Latency: lat})
 	in := Inspection{
 		Policy:   p.name,
 		At:       r.Now,
@@ -446,8 +450,8 @@ func noCancel() {}
 func (l *Limiter) now() time.Time { return l.clock.Now() }
 
 func (l *Limiter) emit(e Event) {
-	if l.observe != nil {
-		l.observe(e)
+	for _, f := range l.observe {
+		f(e)
 	}
 }
 

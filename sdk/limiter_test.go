@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -550,4 +551,37 @@ func (c *tickingClock) Now() time.Time { c.now = c.now.Add(time.Millisecond); re
 func (c *tickingClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.now = c.now.Add(d)
 	return ctx.Err()
+}
+
+// TestObservers: every observer given to New sees every event, in the
+// order given, with the policy itself and the subject's shard values as
+// its keys hold them (escaped), except for an inspection.
+func TestObservers(t *testing.T) {
+	p, err := sdk.NewPolicy("obs", []sdk.Rule{sdk.FixedWindow("m", 1, time.Minute).By("user")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	var seen []sdk.Event
+	lim := sdk.New(memory.New(nil),
+		sdk.WithObserver(func(e sdk.Event) { order = append(order, "first"); seen = append(seen, e) }),
+		sdk.WithObserver(nil),
+		sdk.WithObserver(func(sdk.Event) { order = append(order, "second") }))
+	ctx := context.Background()
+	s := sdk.Subject{"user": "a:b"}
+	if _, err := lim.Allow(ctx, p, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.Inspect(ctx, p, s); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"first", "second", "first", "second"}; !slices.Equal(order, want) {
+		t.Fatalf("observers called %v, want %v", order, want)
+	}
+	if e := seen[0]; e.PolicyRef != p || e.Shard != "a%3Ab" || e.Op != "take" {
+		t.Errorf("take event = PolicyRef %p, Shard %q, Op %q; want %p, %q, take", e.PolicyRef, e.Shard, e.Op, p, "a%3Ab")
+	}
+	if e := seen[1]; e.PolicyRef != p || e.Shard != "" || e.Op != "inspect" {
+		t.Errorf("inspect event = PolicyRef %p, Shard %q, Op %q; want %p, empty, inspect", e.PolicyRef, e.Shard, e.Op, p)
+	}
 }

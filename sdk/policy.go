@@ -41,7 +41,6 @@ type Policy struct {
 	shardBy      []string
 	hotDeny      int           // hot-deny cache size; 0: none
 	idemTTL      time.Duration // how long idempotency records live: the longest window
-	ident        string        // name and every rule's name and id: the recorder's key
 }
 
 // PolicyOption configures a Policy in NewPolicy.
@@ -174,11 +173,6 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 			p.shardBy = append(p.shardBy, d)
 		}
 	}
-	ident := []string{name}
-	for i, r := range p.rules {
-		ident = append(ident, r.Name+"."+p.ids[i])
-	}
-	p.ident = strings.Join(ident, "\x00")
 	if len(p.shardBy) == 0 {
 		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
 	}
@@ -235,6 +229,16 @@ func (p *Policy) Rules() []Rule {
 		out[i] = r
 	}
 	return out
+}
+
+// RuleIDs returns each rule's identity id, in policy order: the rule's
+// own storage key holds it, so a rule whose id changes (another
+// algorithm, window or calendar) counts from scratch.
+func (p *Policy) RuleIDs() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.ids)
 }
 
 // FailOpen reports whether a backend failure yields an allowed, degraded

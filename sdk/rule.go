@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -174,22 +175,7 @@ func (r Rule) WithSubWindows(n int) Rule {
 }
 
 // validName reports whether s matches [A-Za-z0-9_.-]{1,64}.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !nameByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func nameByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '_' || c == '.' || c == '-'
-}
+func validName(s string) bool { return keyname.Valid(s, MaxNameLen) }
 
 // nominal returns the nominal window of a calendar unit.
 func nominal(u CalendarUnit) time.Duration {

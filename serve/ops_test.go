@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/freqcap/freqcap/client"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -235,8 +236,8 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 		}
 		for _, p := range ps {
 			want := e.policies[p.Name()]
-			if want == nil || !slices.Equal(sdk.AnnouncementOf(p).Diff(sdk.AnnouncementOf(want)), nil) || p.FailOpen() != want.FailOpen() {
-				t.Errorf("policy %q differs from the server's: %v", p.Name(), sdk.AnnouncementOf(p).Diff(sdk.AnnouncementOf(want)))
+			if want == nil || !slices.Equal(fleet.AnnouncementOf(p).Diff(fleet.AnnouncementOf(want)), nil) || p.FailOpen() != want.FailOpen() {
+				t.Errorf("policy %q differs from the server's: %v", p.Name(), fleet.AnnouncementOf(p).Diff(fleet.AnnouncementOf(want)))
 			}
 		}
 	})

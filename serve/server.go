@@ -60,8 +60,9 @@ const compressMinBytes = 16 << 10
 
 // Config configures a Server. Limiter and Policies are required.
 type Config struct {
-	// Limiter decides. Give it the Recorder and observer the service
-	// should have (cmd/freqcap's serve gives both).
+	// Limiter decides. Give it the observers the service should have
+	// (cmd/freqcap's serve gives a prom.Collector's and a
+	// fleet.Recorder's).
 	Limiter *sdk.Limiter
 	// Policies are the policies served, by name.
 	Policies []*sdk.Policy

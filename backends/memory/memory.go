@@ -51,7 +51,7 @@ type Options struct {
 
 // Backend is an in-memory driver.Backend. It also implements every
 // optional interface of package driver: Peeker, Reserver, Inspector,
-// Resetter, Describer, Batcher, Clocked and StatsStore
+// Resetter, Describer, Batcher, Clocked, and store.Counters (package fleet/store)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -59,7 +59,7 @@ type Backend struct {
 	clock  driver.Clock
 	seed   maphash.Seed
 	shards []*shard
-	stats  statsStore // the recorder's statistics (driver.StatsStore)
+	stats  statsStore // the recorder's statistics (store.Counters)
 }
 
 // New returns an empty Backend. Nil opts means defaults.

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/fleet/store"
 )
 
-var _ driver.StatsStore = (*Backend)(nil)
+var _ store.Counters = (*Backend)(nil)
 
 // MaxStatsKeys bounds the statistics keys a Backend keeps (hashes and
 // sorted sets together). Expired keys are deleted at every flush; a flush
@@ -35,7 +35,7 @@ type statsKey struct {
 }
 
 // FlushStats applies b in one step, under one lock.
-func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error {
+func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -103,12 +103,12 @@ func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error
 }
 
 // ReadStats reads the live keys q names.
-func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
+func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
 	if err := ctx.Err(); err != nil {
-		return driver.StatsData{}, err
+		return store.Data{}, err
 	}
 	now := b.clock.Now().Round(0)
-	out := driver.StatsData{Hashes: make([][]driver.StatsField, len(q.Hashes)), Tops: make([][]driver.StatsField, len(q.Tops))}
+	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops))}
 	st := &b.stats
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -122,7 +122,7 @@ func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.St
 	for i, key := range q.Hashes {
 		if k := live(key); k != nil {
 			for f, v := range k.fields {
-				out.Hashes[i] = append(out.Hashes[i], driver.StatsField{Name: f, Value: v})
+				out.Hashes[i] = append(out.Hashes[i], store.Field{Name: f, Value: v})
 			}
 		}
 	}
@@ -140,12 +140,12 @@ func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.St
 
 // sortedFields returns m's fields highest value first (ties: by name,
 // descending, as Redis ranks a sorted set in reverse).
-func sortedFields(m map[string]int64) []driver.StatsField {
-	fs := make([]driver.StatsField, 0, len(m))
+func sortedFields(m map[string]int64) []store.Field {
+	fs := make([]store.Field, 0, len(m))
 	for f, v := range m {
-		fs = append(fs, driver.StatsField{Name: f, Value: v})
+		fs = append(fs, store.Field{Name: f, Value: v})
 	}
-	slices.SortFunc(fs, func(a, b driver.StatsField) int {
+	slices.SortFunc(fs, func(a, b store.Field) int {
 		if c := cmp.Compare(b.Value, a.Value); c != 0 {
 			return c
 		}

@@ -8,10 +8,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/fleet/store"
 )
 
-var _ driver.StatsStore = (*Backend)(nil)
+var _ store.Counters = (*Backend)(nil)
 
 // FlushStats applies a recorder's batch in one pipeline (on a Redis
 // Cluster, the client's pipeline sends one per master, in parallel): per
@@ -19,7 +19,7 @@ var _ driver.StatsStore = (*Backend)(nil)
 // PEXPIREAT; per sorted set ZINCRBY for each member, ZREMRANGEBYRANK to
 // keep the Keep highest and PEXPIREAT. The increments are marked not
 // retryable, so a lost reply never counts twice (it may count nothing).
-func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error {
+func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
 		return nil
 	}
@@ -71,8 +71,8 @@ func (b *Backend) FlushStats(ctx context.Context, batch driver.StatsBatch) error
 // sets (ZRANGE … REV WITHSCORES) of q in one pipeline (one per master on a
 // cluster). A hash field whose value is not an integer is left out and
 // listed in the answer's Malformed.
-func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
-	out := driver.StatsData{Hashes: make([][]driver.StatsField, len(q.Hashes)), Tops: make([][]driver.StatsField, len(q.Tops))}
+func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
+	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops))}
 	if len(q.Hashes) == 0 && len(q.Tops) == 0 {
 		return out, nil
 	}
@@ -93,28 +93,28 @@ func (b *Backend) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.St
 	for i, c := range hs {
 		m, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return driver.StatsData{}, fmt.Errorf("redis: read stats: %w", err)
+			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		for f, v := range m {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				out.Malformed = append(out.Malformed, driver.StatsMalformed{Key: q.Hashes[i], Field: f})
+				out.Malformed = append(out.Malformed, store.Malformed{Key: q.Hashes[i], Field: f})
 				continue
 			}
-			out.Hashes[i] = append(out.Hashes[i], driver.StatsField{Name: f, Value: n})
+			out.Hashes[i] = append(out.Hashes[i], store.Field{Name: f, Value: n})
 		}
 	}
 	for i, c := range zs {
 		zz, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return driver.StatsData{}, fmt.Errorf("redis: read stats: %w", err)
+			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		for _, z := range zz {
 			m, ok := z.Member.(string)
 			if !ok {
-				return driver.StatsData{}, fmt.Errorf("redis: read stats: member of %q is %T", q.Tops[i], z.Member)
+				return store.Data{}, fmt.Errorf("redis: read stats: member of %q is %T", q.Tops[i], z.Member)
 			}
-			out.Tops[i] = append(out.Tops[i], driver.StatsField{Name: m, Value: int64(z.Score)})
+			out.Tops[i] = append(out.Tops[i], store.Field{Name: m, Value: int64(z.Score)})
 		}
 	}
 	return out, nil

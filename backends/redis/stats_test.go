@@ -11,8 +11,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestRecorder: two processes (clients, Limiters and Recorders of their
@@ -44,15 +45,15 @@ func TestRecorder(t *testing.T) {
 				pols = append(pols, p)
 			}
 			procs := make([]*sdk.Limiter, 2)
-			recs := make([]*sdk.Recorder, 2)
+			recs := make([]*fleet.Recorder, 2)
 			for i := range procs {
 				b, _ := setup.new(t)
-				rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Prefix: prefix, FlushEvery: -1})
+				rec, err := fleet.NewRecorder(b, &fleet.Options{Prefix: prefix, FlushEvery: -1})
 				if err != nil {
 					t.Fatal(err)
 				}
 				recs[i] = rec
-				procs[i] = sdk.New(b, sdk.WithPrefix(prefix), sdk.WithRecorder(rec))
+				procs[i] = sdk.New(b, sdk.WithPrefix(prefix), sdk.WithObserver(rec.Observe))
 			}
 			// Each process: user-<i> 3 times (2 allowed, 1 denied) on
 			// every policy; process 1 also "hot" 4 times (2 allowed, 2
@@ -79,7 +80,10 @@ func TestRecorder(t *testing.T) {
 				}
 			}
 			rb, rc := setup.new(t)
-			reader := sdk.New(rb, sdk.WithPrefix(prefix))
+			reader, err := fleet.NewReader(rb, &fleet.Options{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, p := range pols {
 				st, err := reader.Stats(ctx, p, time.Hour)
 				if err != nil {
@@ -143,10 +147,11 @@ func TestRecorder(t *testing.T) {
 					t.Errorf("statistics keys on %d masters, want them spread", len(masters))
 				}
 			}
-			// Per policy: a 10 s hash (or 2, across a boundary), a 1 min
-			// hash and sorted set; and the announcements.
-			if len(keys) < 3*len(pols)+1 || len(keys) > 5*len(pols)+1 {
-				t.Errorf("%d statistics keys, want 3 to 5 per policy and 1: %q", len(keys), keys)
+			// Per policy: a 10 s hash, a 1 min hash and sorted set (2 of
+			// each across a minute boundary, which is a 10 s one too);
+			// and the announcements.
+			if len(keys) < 3*len(pols)+1 || len(keys) > 6*len(pols)+1 {
+				t.Errorf("%d statistics keys, want 3 to 6 per policy and 1: %q", len(keys), keys)
 			}
 			for _, k := range keys {
 				ttl, err := rc.PTTL(ctx, k).Result()
@@ -156,9 +161,9 @@ func TestRecorder(t *testing.T) {
 				var lo, hi time.Duration
 				switch {
 				case strings.Contains(k, ":10s:"):
-					lo, hi = sdk.StatsFineRetention, sdk.StatsFineRetention+sdk.StatsStep
+					lo, hi = fleet.StatsFineRetention, fleet.StatsFineRetention+fleet.StatsStep
 				case strings.Contains(k, ":1m:"):
-					lo, hi = sdk.StatsCoarseRetention, sdk.StatsCoarseRetention+sdk.StatsCoarseStep
+					lo, hi = fleet.StatsCoarseRetention, fleet.StatsCoarseRetention+fleet.StatsCoarseStep
 				default: // the announcements: today's key, kept until the end of tomorrow
 					lo, hi = 24*time.Hour, 48*time.Hour
 				}
@@ -183,15 +188,15 @@ func TestReadStatsMalformed(t *testing.T) {
 	if err := c.HSet(ctx, k2, "also", "7").Err(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := b.ReadStats(ctx, driver.StatsQuery{Hashes: []string{k1, k2}})
+	d, err := b.ReadStats(ctx, store.Query{Hashes: []string{k1, k2}})
 	if err != nil {
 		t.Fatalf("ReadStats = %v, want the fields it can read", err)
 	}
-	if len(d.Hashes) != 2 || len(d.Hashes[0]) != 1 || d.Hashes[0][0] != (driver.StatsField{Name: "good", Value: 5}) ||
+	if len(d.Hashes) != 2 || len(d.Hashes[0]) != 1 || d.Hashes[0][0] != (store.Field{Name: "good", Value: 5}) ||
 		len(d.Hashes[1]) != 1 || d.Hashes[1][0].Value != 7 {
 		t.Errorf("ReadStats hashes = %+v, want good=5 and also=7", d.Hashes)
 	}
-	if len(d.Malformed) != 1 || d.Malformed[0] != (driver.StatsMalformed{Key: k1, Field: "bad"}) {
+	if len(d.Malformed) != 1 || d.Malformed[0] != (store.Malformed{Key: k1, Field: "bad"}) {
 		t.Errorf("ReadStats malformed = %+v, want %s's bad", d.Malformed, k1)
 	}
 }

@@ -77,7 +77,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
 	fs.BoolVar(&cfg.Serve, "serve", false, "also run the policy through a freqcap serve on loopback (coalesce 4, or -coalesce N), called over gRPC by the same workers, and report its ratio to the in-process run and the p99 it adds, and serve's floor: the same calls as Peek through a serve on the memory backend, deciding nothing (with -batch N, also TakeBatch of N through serve against one-by-one through serve)")
-	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an sdk.Recorder (flushing every second to the same server) and report its ratio to the run without one (with -hot: the HotDenyCache run, every decision a cached denial counted in the top denied subjects)")
+	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an fleet.Recorder (flushing every second to the same server) and report its ratio to the run without one (with -hot: the HotDenyCache run, every decision a cached denial counted in the top denied subjects)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "client read/write timeout (default 2s; with -batch, 2s + 100µs per attempt in flight)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/demo"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
@@ -232,21 +233,24 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	metrics := console.NewMetrics(nil)
 	// The console records its own decisions (API checks, demo traffic)
 	// like any service, so that the overview's fleet charts include them.
-	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: func(err error) {
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, OnError: func(err error) {
 		limited.Warn("recorder: statistics not flushed", "err", err)
 	}})
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("console: recorder: %w", err)
 	}
+	opts := []sdk.Option{sdk.WithPrefix(f.prefix), sdk.WithTimeout(f.timeout), sdk.WithObserver(metrics.Observe)}
+	var reader console.Fleet // nil: the backend keeps no statistics
 	if rec != nil {
 		defer rec.Close()
+		opts = append(opts, sdk.WithObserver(rec.Observe))
+		r, err := fleet.NewReader(backend, &fleet.Options{Prefix: f.prefix, Timeout: f.timeout})
+		if err != nil {
+			return fmt.Errorf("console: fleet reader: %w", err)
+		}
+		reader = r
 	}
-	lim := sdk.New(backend,
-		sdk.WithPrefix(f.prefix),
-		sdk.WithTimeout(f.timeout),
-		sdk.WithObserver(metrics.Observe),
-		sdk.WithRecorder(rec),
-	)
+	lim := sdk.New(backend, opts...)
 	desc, err := describeBackend(ctx, lim, log)
 	if err != nil {
 		return fmt.Errorf("console: backend: %w", err)
@@ -260,6 +264,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 
 	srv, err := console.New(console.Config{
 		Limiter:     lim,
+		Fleet:       reader,
 		Policies:    policies,
 		Metrics:     metrics,
 		Audit:       audit,

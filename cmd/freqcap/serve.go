@@ -23,6 +23,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -99,7 +100,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.IntVar(&f.maxBatch, "max-batch", serve.DefaultMaxBatch, "most attempts in one TakeBatch or PeekBatch")
 	fs.IntVar(&f.maxRequest, "max-request-bytes", serve.DefaultMaxRequestSize, "largest request message, in bytes")
 	fs.IntVar(&f.coalesce, "coalesce", 4, "Redis: concurrent single calls share scripts, at most `N` in flight (redis.Options.Coalesce; 0: off; ignored on a cluster)")
-	fs.BoolVar(&f.recorder, "recorder", true, "record consuming decisions for the console's fleet charts (sdk.Recorder)")
+	fs.BoolVar(&f.recorder, "recorder", true, "record consuming decisions for the console's fleet charts (fleet.Recorder)")
 	fs.Func("token", "a credential `name:secret:grant[;grant…]`; repeatable (default $FREQCAP_SERVE_TOKENS)", func(v string) error {
 		f.tokens = append(f.tokens, v) // checked later: the flag package would print a secret
 		return nil
@@ -212,9 +213,10 @@ func runServe(args []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	col := prom.New(nil)
 	reg.MustRegister(col)
-	var rec *sdk.Recorder
+	opts := []sdk.Option{sdk.WithPrefix(f.prefix), sdk.WithTimeout(f.timeout), sdk.WithObserver(col.Observe)}
 	if f.recorder {
-		rec, err = sdk.NewRecorder(backend, &sdk.RecorderOptions{Prefix: f.prefix, OnError: func(err error) {
+		var rec *fleet.Recorder
+		rec, err = fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, OnError: func(err error) {
 			limited.Warn("recorder: statistics not flushed", "err", err)
 		}})
 		if err != nil {
@@ -222,13 +224,9 @@ func runServe(args []string) error {
 		}
 		rec.Announce(policies...)
 		defer rec.Close() // after the server stopped: flushes the last counts
+		opts = append(opts, sdk.WithObserver(rec.Observe))
 	}
-	lim := sdk.New(backend,
-		sdk.WithPrefix(f.prefix),
-		sdk.WithTimeout(f.timeout),
-		sdk.WithObserver(col.Observe),
-		sdk.WithRecorder(rec),
-	)
+	lim := sdk.New(backend, opts...)
 	desc, err := describeBackend(ctx, lim, log)
 	if err != nil {
 		return fmt.Errorf("serve: backend: %w", err)

@@ -11,7 +11,7 @@
 //	FREQCAP_TOKEN=… go run ./examples/campaign -serve http://127.0.0.1:8091   # through freqcap serve
 //
 // Each run uses its own key prefix, so runs never see each other's counts
-// (-prefix sets one). The limiter has a recorder (sdk.NewRecorder), which
+// (-prefix sets one). The limiter has a recorder (fleet.NewRecorder), which
 // counts the decisions and flushes them to the backend under the key
 // prefix -stats-prefix (default "fc", the console's): a console started
 // beside the campaign on the same Redis (freqcap console --redis ADDR)
@@ -48,6 +48,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/client"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -130,9 +131,9 @@ func campaign(args []string, getenv func(string) string, w io.Writer) error {
 
 	var (
 		lim *sdk.Limiter
-		rec *sdk.Recorder
+		rec *fleet.Recorder
 	)
-	ropts := &sdk.RecorderOptions{Prefix: o.statsPrefix}
+	ropts := &fleet.Options{Prefix: o.statsPrefix}
 	switch {
 	case o.addr != "" || o.cluster != "":
 		co := redis.NewClientOptions(o.addr)
@@ -143,13 +144,13 @@ func campaign(args []string, getenv func(string) string, w io.Writer) error {
 		c := goredis.NewUniversalClient(co)
 		defer c.Close()
 		b := redis.New(c, nil)
-		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
-			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithTimeout(10*time.Second), sdk.WithRecorder(rec))
+		if rec, err = fleet.NewRecorder(b, ropts); err == nil {
+			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithTimeout(10*time.Second), sdk.WithObserver(rec.Observe))
 		}
 	default:
 		b := memory.New(nil)
-		if rec, err = sdk.NewRecorder(b, ropts); err == nil {
-			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithRecorder(rec))
+		if rec, err = fleet.NewRecorder(b, ropts); err == nil {
+			lim = sdk.New(b, sdk.WithPrefix(o.prefix), sdk.WithObserver(rec.Observe))
 		}
 	}
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -30,25 +31,25 @@ func TestCampaign(t *testing.T) {
 	const n = 1200 // 3 batches, the last one short
 	backends := []struct {
 		name string
-		new  func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter)
+		new  func(t *testing.T) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader)
 	}{
-		{"memory", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+		{"memory", func(t *testing.T) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
 			b := memory.New(nil)
-			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) })
+			return withRecorder(t, b)
 		}},
-		{"redis", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+		{"redis", func(t *testing.T) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
 			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
 			t.Cleanup(func() { c.Close() })
 			b := redis.New(c, nil)
-			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) }, sdk.WithTimeout(30*time.Second))
+			return withRecorder(t, b, sdk.WithTimeout(30*time.Second))
 		}},
-		{"cluster", func(t *testing.T) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+		{"cluster", func(t *testing.T) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
 			o := redis.NewClientOptions(redistest.Cluster(t)...)
 			o.IsClusterMode = true
 			c := goredis.NewUniversalClient(o)
 			t.Cleanup(func() { c.Close() })
 			b := redis.New(c, nil)
-			return withRecorder(t, func(o ...sdk.Option) *sdk.Limiter { return sdk.New(b, o...) }, func(o *sdk.RecorderOptions) (*sdk.Recorder, error) { return sdk.NewRecorder(b, o) }, sdk.WithTimeout(30*time.Second))
+			return withRecorder(t, b, sdk.WithTimeout(30*time.Second))
 		}},
 	}
 	for _, b := range backends {
@@ -136,16 +137,19 @@ func TestReadmeOutput(t *testing.T) {
 	}
 }
 
-// withRecorder returns a limiter with a recorder, flushed by hand, and a
-// reader on the same storage (a console) that sees its statistics: newLim
-// and newRec build them on the backend under test.
-func withRecorder(t *testing.T, newLim func(...sdk.Option) *sdk.Limiter, newRec func(*sdk.RecorderOptions) (*sdk.Recorder, error), opts ...sdk.Option) (*sdk.Limiter, *sdk.Recorder, *sdk.Limiter) {
+// withRecorder returns a limiter on b with a recorder, flushed by hand,
+// and a reader on the same storage (a console) that sees its statistics.
+func withRecorder(t *testing.T, b sdk.Backend, opts ...sdk.Option) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
 	t.Helper()
-	rec, err := newRec(&sdk.RecorderOptions{Prefix: stats(t), FlushEvery: -1})
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Prefix: stats(t), FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLim(append(opts, sdk.WithPrefix(t.Name()), sdk.WithRecorder(rec))...), rec, newLim(sdk.WithPrefix(stats(t)))
+	reader, err := fleet.NewReader(b, &fleet.Options{Prefix: stats(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sdk.New(b, append(opts, sdk.WithPrefix(t.Name()), sdk.WithObserver(rec.Observe))...), rec, reader
 }
 
 // TestHelp: -h prints each flag's default once (-prefix printed its own

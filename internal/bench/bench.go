@@ -27,6 +27,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	fqclient "github.com/freqcap/freqcap/client"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -113,7 +114,7 @@ type Config struct {
 	// Timeout is the client's read and write timeout (default 2s, plus
 	// 100µs per attempt in flight).
 	Timeout time.Duration
-	// Recorder also runs the policy with an sdk.Recorder (flushing every
+	// Recorder also runs the policy with an fleet.Recorder (flushing every
 	// second to the same server) and reports its ratio to the run
 	// without one; with Hot, the HotDenyCache run with a recorder (every
 	// decision a cached denial counted in the top denied subjects).
@@ -250,7 +251,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		ratios    [][2]int // indexes into runs: numerator, denominator
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
-		recs      []*sdk.Recorder
+		recs      []*fleet.Recorder
 	)
 	defer func() {
 		for _, r := range recs {
@@ -263,16 +264,16 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	runLim := func() *sdk.Limiter {
 		return sdk.New(be, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
 	}
-	// recorded is runLim with an sdk.Recorder, flushing every second to
+	// recorded is runLim with an fleet.Recorder, flushing every second to
 	// the same server under the run's prefix.
 	recorded := func() (*sdk.Limiter, error) {
 		prefix := cfg.Prefix + "-" + strconv.Itoa(len(runs)+1)
-		rec, err := sdk.NewRecorder(be, &sdk.RecorderOptions{Prefix: prefix})
+		rec, err := fleet.NewRecorder(be, &fleet.Options{Prefix: prefix})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		recs = append(recs, rec)
-		return sdk.New(be, sdk.WithPrefix(prefix), sdk.WithRecorder(rec)), nil
+		return sdk.New(be, sdk.WithPrefix(prefix), sdk.WithObserver(rec.Observe)), nil
 	}
 	if cfg.Hot {
 		plain, cached, err := hotPolicies(policy, cfg.HotCache)

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
-	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -131,7 +131,11 @@ func TestBenchModes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				st, err := sdk.New(redis.New(c, nil), sdk.WithPrefix("bench-2")).Stats(context.Background(), p[0], time.Hour)
+				reader, err := fleet.NewReader(redis.New(c, nil), &fleet.Options{Prefix: "bench-2"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := reader.Stats(context.Background(), p[0], time.Hour)
 				if err != nil || st.Allowed+st.Denied == 0 {
 					t.Errorf("Stats of the recorder run = %d allowed, %d denied, %v; want some", st.Allowed, st.Denied, err)
 				}

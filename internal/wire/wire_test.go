@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
@@ -55,7 +56,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name(), err)
 		}
-		if diff := sdk.AnnouncementOf(got).Diff(sdk.AnnouncementOf(p)); diff != nil {
+		if diff := fleet.AnnouncementOf(got).Diff(fleet.AnnouncementOf(p)); diff != nil {
 			t.Errorf("%s: %v", p.Name(), diff)
 		}
 		if !reflect.DeepEqual(got.Rules(), p.Rules()) || got.FailOpen() != p.FailOpen() || got.HotDenyCache() != p.HotDenyCache() {

@@ -1,4 +1,4 @@
-package sdk
+package fleet
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/internal/keyname"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // Stats is a policy's recorded traffic over a window, summed over every
-// process whose Recorder flushes to the same storage (Limiter.Stats).
+// process whose Recorder flushes to the same storage (Reader.Stats).
 type Stats struct {
 	Policy string
 	// From and To bound the window: the buckets starting at or after
@@ -39,7 +41,7 @@ type Stats struct {
 // RuleStats is one rule's verdicts: Allowed and Denied count the decisions
 // this rule admitted and refused (a decision denied by another rule
 // counts as allowed here); NearLimit counts the allowed decisions that
-// left the rule at most RecorderOptions.NearLimit of its limit.
+// left the rule at most Options.NearLimit of its limit.
 type RuleStats struct {
 	Rule                       string
 	Allowed, Denied, NearLimit int64
@@ -55,7 +57,7 @@ type StatsPoint struct {
 // DeniedSubject is a subject's denials: its shard values (in the order of
 // the policy's ShardBy), and how many of its decisions were denied
 // (counted by each process's top-K: a lower bound, see
-// RecorderOptions.TopK).
+// Options.TopK).
 type DeniedSubject struct {
 	Shard []string
 	Count int64
@@ -63,73 +65,107 @@ type DeniedSubject struct {
 
 // Subject returns the subject the shard values name under p (nil when p's
 // ShardBy has another length).
-func (d DeniedSubject) Subject(p *Policy) Subject {
+func (d DeniedSubject) Subject(p *sdk.Policy) sdk.Subject {
 	dims := p.ShardBy()
 	if len(dims) != len(d.Shard) {
 		return nil
 	}
-	s := make(Subject, len(dims))
+	s := make(sdk.Subject, len(dims))
 	for i, dim := range dims {
 		s[dim] = d.Shard[i]
 	}
 	return s
 }
 
+// ErrMalformedStats: the backend holds statistics or announcements that
+// no Recorder wrote (a value that is not a number, a field that is not an
+// announcement). Reader.Announced returns the announcements it could read
+// with a *MalformedError wrapping it; Reader.Stats returns only the error.
+var ErrMalformedStats = errors.New("malformed statistics")
+
+// Reader reads what the Recorders of one prefix flushed to one storage.
+// It is safe for concurrent use.
+type Reader struct {
+	st      store.Counters
+	prefix  string
+	now     func() time.Time
+	timeout time.Duration
+}
+
+// NewReader returns a Reader of b, which must implement store.Counters
+// (else the error wraps errors.ErrUnsupported). Of opts (nil means
+// defaults) it reads Prefix, Now and Timeout.
+func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	st, now, err := open(b, &o, "reader")
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, timeout: max(o.Timeout, 0)}, nil
+}
+
+// withTimeout bounds ctx by the Reader's timeout, if any.
+func (rd *Reader) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if rd.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, rd.timeout)
+}
+
 // Stats reads the statistics Recorders flushed for policy p (by name)
-// over the window ending now (the Limiter's clock): up to
+// over the window ending now (the Reader's clock): up to
 // StatsFineRetention in StatsStep buckets, longer windows (at most
-// StatsCoarseRetention) in StatsCoarseStep buckets. The backend must implement driver.StatsStore (else
-// the error wraps errors.ErrUnsupported).
+// StatsCoarseRetention) in StatsCoarseStep buckets.
 //
 // Keys read: "<prefix>:stats:{<policy>:10s:<unix>}" or
 // "<prefix>:stats:{<policy>:1m:<unix>}" per bucket (hashes), and
 // "<prefix>:stats:{<policy>:1m:<unix>}:top" per minute (sorted sets).
-func (l *Limiter) Stats(ctx context.Context, p *Policy, window time.Duration) (Stats, error) {
-	st, ok := l.b.(driver.StatsStore)
-	if !ok {
-		return Stats{}, fmt.Errorf("sdk: stats: backend %T cannot store statistics: %w", l.b, errors.ErrUnsupported)
+func (rd *Reader) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (Stats, error) {
+	st := rd.st
+	if p.Name() == "" {
+		return Stats{}, fmt.Errorf("fleet: stats: %w: nil or empty policy (build it with NewPolicy)", sdk.ErrInvalidPolicy)
 	}
-	if err := p.valid(); err != nil {
-		return Stats{}, fmt.Errorf("sdk: stats: %w", err)
-	}
-	policy := p.name
+	policy := p.Name()
 	if window <= 0 || window > StatsCoarseRetention {
-		return Stats{}, fmt.Errorf("sdk: stats: window must be in (0, %v], got %v", StatsCoarseRetention, window)
+		return Stats{}, fmt.Errorf("fleet: stats: window must be in (0, %v], got %v", StatsCoarseRetention, window)
 	}
 	step, kind := StatsStep, "10s"
 	if window > StatsFineRetention {
 		step, kind = StatsCoarseStep, "1m"
 	}
-	now := l.now()
+	now := rd.now()
 	n := int((window + step - 1) / step)
 	last := now.Truncate(step)
 	first := last.Add(-time.Duration(n-1) * step)
 	out := Stats{Policy: policy, From: first, To: now, Step: step, Series: make([]StatsPoint, n)}
-	var q driver.StatsQuery
+	var q store.Query
 	for i := range n {
 		at := first.Add(time.Duration(i) * step)
 		out.Series[i].At = at
-		q.Hashes = append(q.Hashes, statsKey(l.prefix, policy, kind, at))
+		q.Hashes = append(q.Hashes, statsKey(rd.prefix, policy, kind, at))
 	}
 	for at := first.Truncate(StatsCoarseStep); !at.After(last); at = at.Add(StatsCoarseStep) {
-		q.Tops = append(q.Tops, statsKey(l.prefix, policy, "1m", at)+":top")
+		q.Tops = append(q.Tops, statsKey(rd.prefix, policy, "1m", at)+":top")
 	}
 	q.TopN = StatsTopKeep
-	ctx, cancel := l.withTimeout(ctx)
+	ctx, cancel := rd.withTimeout(ctx)
 	defer cancel()
 	data, err := st.ReadStats(ctx, q)
 	if err != nil {
-		return Stats{}, fmt.Errorf("sdk: stats: %w", err)
+		return Stats{}, fmt.Errorf("fleet: stats: %w", err)
 	}
 	if len(data.Hashes) != len(q.Hashes) || len(data.Tops) != len(q.Tops) {
-		return Stats{}, fmt.Errorf("sdk: stats: backend answered %d hashes and %d sorted sets, want %d and %d", len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
+		return Stats{}, fmt.Errorf("fleet: stats: backend answered %d hashes and %d sorted sets, want %d and %d", len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
 	}
 	if m := data.Malformed; len(m) > 0 {
-		return Stats{}, fmt.Errorf("sdk: stats: %w: %d fields are not numbers, the first %q of %q", ErrMalformedStats, len(m), m[0].Field, m[0].Key)
+		return Stats{}, fmt.Errorf("fleet: stats: %w: %d fields are not numbers, the first %q of %q", ErrMalformedStats, len(m), m[0].Field, m[0].Key)
 	}
 	rules := map[string]*RuleStats{}
 	var order []string
-	for _, r := range p.rules {
+	for _, r := range p.Rules() {
 		order = append(order, r.Name)
 	}
 	rule := func(name string) *RuleStats {
@@ -208,32 +244,13 @@ func (l *Limiter) Stats(ctx context.Context, p *Policy, window time.Duration) (S
 }
 
 // shardValues splits a hash tag's escaped shard values and unescapes
-// them (escapeValue's inverse).
+// them (the inverse of sdk's escape of subject values).
 func shardValues(tag string) []string {
 	parts := strings.Split(tag, ":")
 	for i, p := range parts {
-		parts[i] = unescapeValue(p)
+		parts[i] = keyname.Unescape(p)
 	}
 	return parts
-}
-
-func unescapeValue(v string) string {
-	if !strings.Contains(v, "%") {
-		return v
-	}
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		if v[i] == '%' && i+2 < len(v) {
-			hi, lo := strings.IndexByte(hexDigits, v[i+1]), strings.IndexByte(hexDigits, v[i+2])
-			if hi >= 0 && lo >= 0 {
-				b.WriteByte(byte(hi<<4 | lo))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(v[i])
-	}
-	return b.String()
 }
 
 // Announcement is a policy as a process running it announced it (through
@@ -259,20 +276,21 @@ type AnnouncedRule struct {
 }
 
 // AnnouncementOf returns the announcement of p, as a Recorder makes it.
-func AnnouncementOf(p *Policy) Announcement {
+func AnnouncementOf(p *sdk.Policy) Announcement {
 	a := Announcement{Policy: p.Name(), ShardBy: p.ShardBy()}
 	if p == nil {
 		return a
 	}
-	for i, r := range p.rules {
-		a.Rules = append(a.Rules, AnnouncedRule{Name: r.Name, ID: p.ids[i], Algorithm: r.Algorithm.String(),
+	ids := p.RuleIDs()
+	for i, r := range p.Rules() {
+		a.Rules = append(a.Rules, AnnouncedRule{Name: r.Name, ID: ids[i], Algorithm: r.Algorithm.String(),
 			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String()})
 	}
 	return a
 }
 
 // announcement is p's announcement as stored: a hash field.
-func announcement(p *Policy) string {
+func announcement(p *sdk.Policy) string {
 	b, _ := json.Marshal(AnnouncementOf(p)) // plain strings and numbers: never fails
 	return string(b)
 }
@@ -311,11 +329,10 @@ func (a Announcement) Diff(b Announcement) []string {
 }
 
 // Announced returns the policies announced by Recorders flushing to this
-// Limiter's storage (same prefix) within the last within (at most 24 h;
+// Reader's storage (same prefix) within the last within (at most 24 h;
 // announcements are renewed every minute, so a process gone for within is
 // left out), by policy name, newest first for the same name. Every
-// distinct version of a policy still run is listed. The backend must
-// implement driver.StatsStore. Keys read: "<prefix>:stats:{policies}:<unix
+// distinct version of a policy still run is listed. Keys read: "<prefix>:stats:{policies}:<unix
 // day>", one hash per UTC day of announcements (JSON) to their last time
 // (Unix ms), each kept 2 days.
 //
@@ -324,28 +341,25 @@ func (a Announcement) Diff(b Announcement) []string {
 // Announced then returns every other announcement together with a
 // *MalformedError (wrapping ErrMalformedStats) that counts the fields
 // skipped and names their keys (not their contents).
-func (l *Limiter) Announced(ctx context.Context, within time.Duration) ([]Announcement, error) {
-	st, ok := l.b.(driver.StatsStore)
-	if !ok {
-		return nil, fmt.Errorf("sdk: announced: backend %T cannot store statistics: %w", l.b, errors.ErrUnsupported)
-	}
-	ctx, cancel := l.withTimeout(ctx)
+func (rd *Reader) Announced(ctx context.Context, within time.Duration) ([]Announcement, error) {
+	st := rd.st
+	ctx, cancel := rd.withTimeout(ctx)
 	defer cancel()
 	if within <= 0 || within > 24*time.Hour {
-		return nil, fmt.Errorf("sdk: announced: within must be in (0, 24h], got %v", within)
+		return nil, fmt.Errorf("fleet: announced: within must be in (0, 24h], got %v", within)
 	}
-	now := l.now()
+	now := rd.now()
 	since := now.Add(-within)
-	var q driver.StatsQuery
+	var q store.Query
 	for day := since.UTC().Truncate(24 * time.Hour); !day.After(now); day = day.Add(24 * time.Hour) {
-		q.Hashes = append(q.Hashes, announceKey(l.prefix, day))
+		q.Hashes = append(q.Hashes, announceKey(rd.prefix, day))
 	}
 	data, err := st.ReadStats(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("sdk: announced: %w", err)
+		return nil, fmt.Errorf("fleet: announced: %w", err)
 	}
 	if len(data.Hashes) != len(q.Hashes) {
-		return nil, fmt.Errorf("sdk: announced: backend answered %d hashes, want %d", len(data.Hashes), len(q.Hashes))
+		return nil, fmt.Errorf("fleet: announced: backend answered %d hashes, want %d", len(data.Hashes), len(q.Hashes))
 	}
 	latest := map[string]time.Time{} // announcement -> last seen, over the days read
 	keyOf := map[string]string{}     // announcement -> a key holding it
@@ -398,14 +412,15 @@ type MalformedError struct {
 }
 
 func (e *MalformedError) Error() string {
-	return fmt.Sprintf("sdk: %s: %v: %d fields skipped, in %s", e.Op, ErrMalformedStats, e.Fields, strings.Join(e.Keys, ", "))
+	return fmt.Sprintf("fleet: %s: %v: %d fields skipped, in %s", e.Op, ErrMalformedStats, e.Fields, strings.Join(e.Keys, ", "))
 }
 
 // Unwrap returns ErrMalformedStats.
 func (e *MalformedError) Unwrap() error { return ErrMalformedStats }
 
 // parseAnnouncement decodes an announcement field as a Recorder writes it
-// (announcement): JSON naming a valid policy and valid rules.
+// (announcement): JSON naming a valid policy and valid rules (as
+// sdk.NewPolicy checks names).
 func parseAnnouncement(field string) (Announcement, bool) {
 	var a Announcement
 	if json.Unmarshal([]byte(field), &a) != nil || !validName(a.Policy) {
@@ -423,3 +438,6 @@ func parseAnnouncement(field string) (Announcement, bool) {
 	}
 	return a, true
 }
+
+// validName reports whether s is a name sdk.NewPolicy accepts.
+func validName(s string) bool { return keyname.Valid(s, sdk.MaxNameLen) }

@@ -1,4 +1,12 @@
-package sdk
+// Package fleet is the decision telemetry of every process sharing a
+// storage: a Recorder, fed by a Limiter's observer hook
+// (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule
+// and the most denied subjects, and announces the policies it sees; a
+// Reader reads what every process's Recorder flushed (Stats) and which
+// policies they run (Announced). The storage is a backend implementing
+// package fleet/store's optional interface (backends/memory and
+// backends/redis do).
+package fleet
 
 import (
 	"context"
@@ -11,8 +19,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/arith"
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/internal/keyname"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // The recorder's buckets, retention and bounds.
@@ -31,12 +41,12 @@ const (
 	// name and rules: a policy built again with the same rules counts
 	// once); the decisions of policies beyond it are not recorded.
 	MaxRecordedPolicies = 256
-	// DefaultNearLimit is RecorderOptions.NearLimit's default: an allowed
+	// DefaultNearLimit is Options.NearLimit's default: an allowed
 	// decision is near the limit for a rule left with at most 10% of its
 	// limit.
 	DefaultNearLimit = 0.1
-	// DefaultRecorderTopK is RecorderOptions.TopK's default.
-	DefaultRecorderTopK = 16
+	// DefaultTopK is Options.TopK's default.
+	DefaultTopK = 16
 	// recorderStripes is the number of stripes of a policy's in-process
 	// counts: decisions are spread over them by their subject's hash, so
 	// that concurrent decisions rarely touch the same cache line or lock.
@@ -46,18 +56,23 @@ const (
 	announceEvery = time.Minute
 )
 
-// RecorderOptions configures a Recorder. The zero value means defaults.
-type RecorderOptions struct {
+// Options configures a Recorder or a Reader (which reads only Prefix, Now
+// and Timeout). The zero value means defaults.
+type Options struct {
 	// Prefix is the first segment of the statistics keys (default
-	// DefaultPrefix). Readers (Limiter.Stats, the console) read the
-	// statistics of their Limiter's prefix: give the same one.
+	// sdk.DefaultPrefix), escaped as sdk.WithPrefix escapes it. A Reader
+	// reads what the Recorders of its prefix flushed: give them the same
+	// one (the Limiters' own, by convention).
 	Prefix string
-	// Now is the clock of announcements and flush expiries (default: the
-	// backend's clock when it decides on one of this process, as the
-	// memory backend does, else time.Now). Counts are bucketed by each decision's own time
-	// (Decision.At: the backend's clock), so every process agrees on
-	// bucket boundaries.
+	// Now is the clock of announcements and flush expiries, and a
+	// Reader's "now" (default: the backend's clock when it decides on one
+	// of this process, as the memory backend does, else time.Now). Counts
+	// are bucketed by each decision's own time (Decision.At: the
+	// backend's clock), so every process agrees on bucket boundaries.
 	Now func() time.Time
+	// Timeout bounds each of a Reader's reads (0, the default: only the
+	// caller's context does).
+	Timeout time.Duration
 	// FlushEvery is how often the recorder's goroutine flushes (default
 	// 1s, the shortest allowed). A negative value starts no goroutine:
 	// the caller flushes (Flush) and Close only flushes. Memory holds the
@@ -75,7 +90,7 @@ type RecorderOptions struct {
 	// between two flushes; beyond,
 	// a subject that took a tracked subject's place is counted from then
 	// on (a lower bound: the count flushed never exceeds its denials),
-	// and the heaviest subjects stay tracked. Default DefaultRecorderTopK.
+	// and the heaviest subjects stay tracked. Default DefaultTopK.
 	TopK int
 	// OnError receives flush errors, from the recorder's goroutine (or
 	// Close). Default: errors are only counted (Recorder.Lost).
@@ -84,17 +99,18 @@ type RecorderOptions struct {
 	FlushTimeout time.Duration
 }
 
-// Recorder counts the decisions of the Limiters it is given to
-// (WithRecorder), per policy and rule — allowed, denied, and allowed but
-// near the limit — in StatsStep buckets, and the most denied subjects per
-// policy, and flushes them to a backend implementing driver.StatsStore,
-// where every process's counts add up and Limiter.Stats reads them.
+// Recorder counts the decisions of the Limiters that observe with it
+// (sdk.WithObserver(rec.Observe)), per policy and rule — allowed, denied,
+// and allowed but near the limit — in StatsStep buckets, and the most
+// denied subjects per policy, and flushes them to a backend implementing
+// store.Counters, where every process's counts add up and Reader.Stats
+// reads them.
 //
 // Only consuming decisions are counted (take, reserve, wait — each
 // attempt Wait makes, so a Wait that sleeps once counts a denial and then
 // an allowed decision; not peeks, inspections, replays of idempotent
-// attempts or degraded decisions). A cached denial (HotDenyCache) counts
-// like any denial.
+// attempts, degraded decisions or errors). A cached denial
+// (sdk.Policy.HotDenyCache) counts like any denial.
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
 // denial that stripe's small top-K under its mutex): no allocation, no
@@ -111,13 +127,13 @@ type RecorderOptions struct {
 // 10 s bucket kept 1 h (360 keys), one hash and one sorted set of at most
 // StatsTopKeep subjects per 1 min bucket kept 24 h (2 × 1440 keys), each
 // with its own expiry; plus one hash of announcements for all policies
-// (see Stats for the key names). Only the shard values of denied subjects
+// (see Reader.Stats for the key names). Only the shard values of denied subjects
 // are stored (those the denial trail keys already hold).
 //
 // A Recorder is safe for concurrent use and may be shared by Limiters; the
 // zero Recorder is not usable, call NewRecorder.
 type Recorder struct {
-	st     driver.StatsStore
+	st     store.Counters
 	prefix string
 	now    func() time.Time
 	near   float64
@@ -125,10 +141,11 @@ type Recorder struct {
 	onErr  func(error)
 	tmo    time.Duration
 
-	seed maphash.Seed // picks a subject's stripe
-	pols sync.Map     // Policy.ident -> *policyStats
-	mu   sync.Mutex
-	list []*policyStats // every policyStats, in first-use order (mu)
+	seed   maphash.Seed // picks a subject's stripe
+	pols   sync.Map     // *sdk.Policy -> *policyStats
+	mu     sync.Mutex
+	idents map[string]*policyStats // ident(p) -> its counts (mu)
+	list   []*policyStats          // every policyStats, in first-use order (mu)
 
 	flushMu sync.Mutex // serialises flushes
 	lost    atomic.Int64
@@ -140,7 +157,9 @@ type Recorder struct {
 
 // policyStats is one policy's in-process counts.
 type policyStats struct {
-	p       *Policy
+	p       *sdk.Policy
+	name    string   // p's name
+	rules   []string // p's rule names
 	stripes [recorderStripes]stripe
 	// announced is when the policy was last announced (unix ms; 0: never).
 	announced atomic.Int64
@@ -164,36 +183,28 @@ type bucketSlot struct {
 type ruleCounts struct{ allowed, denied, near atomic.Int64 }
 
 // NewRecorder returns a Recorder flushing to b, which must implement
-// driver.StatsStore (the memory and Redis backends do; else the error
+// store.Counters (the memory and Redis backends do; else the error
 // wraps errors.ErrUnsupported). Nil opts means defaults. Unless
 // opts.FlushEvery < 0 it starts the flushing goroutine: call Close.
-func NewRecorder(b driver.Backend, opts *RecorderOptions) (*Recorder, error) {
-	st, ok := b.(driver.StatsStore)
-	if !ok {
-		return nil, fmt.Errorf("sdk: recorder: backend %T cannot store statistics: %w", b, errors.ErrUnsupported)
-	}
-	var o RecorderOptions
+func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	if o.Now == nil {
-		if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
-			o.Now = cb.Clock().Now
-		}
+	st, now, err := open(b, &o, "recorder")
+	if err != nil {
+		return nil, err
 	}
 	if o.NearLimit < 0 || o.NearLimit > 1 || o.TopK < 0 {
-		return nil, fmt.Errorf("sdk: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
+		return nil, fmt.Errorf("fleet: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
 	}
-	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: sanitizePrefix(o.Prefix), now: o.Now, near: o.NearLimit, topK: o.TopK,
-		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{})}
-	if r.now == nil {
-		r.now = time.Now
-	}
+	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
+		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{}}
 	if r.near == 0 {
 		r.near = DefaultNearLimit
 	}
 	if r.topK == 0 {
-		r.topK = DefaultRecorderTopK
+		r.topK = DefaultTopK
 	}
 	if r.tmo <= 0 {
 		r.tmo = 5 * time.Second
@@ -208,10 +219,20 @@ func NewRecorder(b driver.Backend, opts *RecorderOptions) (*Recorder, error) {
 	return r, nil
 }
 
-// WithRecorder makes the Limiter report its consuming decisions to r
-// (counted in memory, flushed by r). A nil r records nothing.
-func WithRecorder(r *Recorder) Option {
-	return func(l *Limiter) { l.rec = r }
+// open returns b's statistics store and the clock o names (b's own when
+// o names none and b decides on one of this process, else time.Now).
+func open(b sdk.Backend, o *Options, op string) (store.Counters, func() time.Time, error) {
+	st, ok := b.(store.Counters)
+	if !ok {
+		return nil, nil, fmt.Errorf("fleet: %s: backend %T cannot store statistics: %w", op, b, errors.ErrUnsupported)
+	}
+	if o.Now != nil {
+		return st, o.Now, nil
+	}
+	if cb, ok := b.(interface{ Clock() sdk.Clock }); ok && cb.Clock() != nil {
+		return st, cb.Clock().Now, nil
+	}
+	return st, time.Now, nil
 }
 
 func (r *Recorder) loop(every time.Duration) {
@@ -258,37 +279,35 @@ func (r *Recorder) Close() error {
 func (r *Recorder) Lost() int64 { return r.lost.Load() }
 
 // Announce marks policies to be announced at the next flush (and every
-// minute after) as run by this process, so that readers (Limiter.Announced,
+// minute after) as run by this process, so that readers (Reader.Announced,
 // the console) can compare them with their own. Policies a recorded
 // decision used are announced without being named here.
-func (r *Recorder) Announce(ps ...*Policy) {
+func (r *Recorder) Announce(ps ...*sdk.Policy) {
 	for _, p := range ps {
-		if p.valid() == nil {
+		if p.Name() != "" { // built by sdk.NewPolicy
 			r.stats(p)
 		}
 	}
 }
 
-// record counts one decision of c; it is the Limiter's hook.
-func (l *Limiter) record(c *call, d Decision) {
-	if l.rec == nil || c.kind == opPeek || c.kind == opInspect {
+// Observe counts one decision; pass it to sdk.WithObserver. It counts
+// the consuming decisions only (see Recorder) and never blocks on I/O.
+func (r *Recorder) Observe(e sdk.Event) {
+	switch e.Op {
+	case "peek", "inspect":
 		return
 	}
-	l.rec.record(c.p, c.base, d)
-}
-
-// record counts d, a decision of p for the subject whose key base is base.
-func (r *Recorder) record(p *Policy, base string, d Decision) {
-	if d.Degraded || d.Replayed || len(d.Rules) == 0 {
+	d := &e.Decision
+	if e.PolicyRef == nil || e.Err != nil || d.Degraded || d.Replayed || len(d.Rules) == 0 {
 		return
 	}
-	ps := r.stats(p)
+	ps := r.stats(e.PolicyRef)
 	if ps == nil {
 		return
 	}
 	sec := d.At.Unix()
 	b := arith.FloorDiv(sec, int64(StatsStep/time.Second))
-	tag := driver.HashTag(base)
+	tag := e.Shard
 	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
 	s := &st.slots[b&1]
 	for {
@@ -326,26 +345,39 @@ func (r *Recorder) record(p *Policy, base string, d Decision) {
 // MaxRecordedPolicies). Policies are told apart by their name and their
 // rules' names and ids, so a policy built again with the same rules (a
 // reload) shares the counts of the first.
-func (r *Recorder) stats(p *Policy) *policyStats {
-	if v, ok := r.pols.Load(p.ident); ok {
+func (r *Recorder) stats(p *sdk.Policy) *policyStats {
+	if v, ok := r.pols.Load(p); ok {
 		return v.(*policyStats)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v, ok := r.pols.Load(p.ident); ok {
+	if v, ok := r.pols.Load(p); ok {
 		return v.(*policyStats)
+	}
+	var rules []string
+	ident := []string{p.Name()}
+	ids := p.RuleIDs()
+	for i, rule := range p.Rules() {
+		rules = append(rules, rule.Name)
+		ident = append(ident, rule.Name+"."+ids[i])
+	}
+	key := strings.Join(ident, "\x00")
+	if ps, ok := r.idents[key]; ok {
+		r.pols.Store(p, ps)
+		return ps
 	}
 	if len(r.list) >= MaxRecordedPolicies {
 		return nil
 	}
-	ps := &policyStats{p: p}
+	ps := &policyStats{p: p, name: p.Name(), rules: rules}
 	for k := range ps.stripes {
 		for i := range ps.stripes[k].slots {
-			ps.stripes[k].slots[i].rules = make([]ruleCounts, len(p.rules))
+			ps.stripes[k].slots[i].rules = make([]ruleCounts, len(rules))
 		}
 	}
 	r.list = append(r.list, ps)
-	r.pols.Store(p.ident, ps)
+	r.idents[key] = ps
+	r.pols.Store(p, ps)
 	return ps
 }
 
@@ -427,7 +459,7 @@ func (t *topK) drain() []topDone {
 }
 
 // Flush sends what was counted since the last flush, in one
-// driver.StatsStore call, and the announcements that are due. Flushes are
+// store.Counters call, and the announcements that are due. Flushes are
 // serialised. On error the counts of this flush are lost (Lost).
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
@@ -437,7 +469,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Unlock()
 	now := r.now()
 	var (
-		batch  driver.StatsBatch
+		batch  store.Batch
 		hashes = map[string]int{} // key -> index in batch.Hashes
 		tops   = map[string]int{} // key -> index in batch.Tops
 		counts int64
@@ -447,7 +479,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		if !ok {
 			i = len(batch.Hashes)
 			hashes[key] = i
-			batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: key, ExpireAt: exp})
+			batch.Hashes = append(batch.Hashes, store.Hash{Key: key, ExpireAt: exp})
 		}
 		return i
 	}
@@ -459,27 +491,27 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				return
 			}
 		}
-		h.Incr = append(h.Incr, driver.StatsField{Name: field, Value: n})
+		h.Incr = append(h.Incr, store.Field{Name: field, Value: n})
 	}
-	var ann []driver.StatsField
+	var ann []store.Field
 	for _, ps := range list {
-		name := ps.p.name
+		name := ps.name
 		for i := range 2 * recorderStripes {
 			s := &ps.stripes[i/2].slots[i%2]
 			b := s.bucket.Load()
-			fields := make([]driver.StatsField, 0, 2+3*len(s.rules))
+			fields := make([]store.Field, 0, 2+3*len(s.rules))
 			take := func(field string, c *atomic.Int64) {
 				if n := c.Swap(0); n != 0 {
-					fields = append(fields, driver.StatsField{Name: field, Value: n})
+					fields = append(fields, store.Field{Name: field, Value: n})
 					counts += n
 				}
 			}
 			take(fieldAllowed, &s.allowed)
 			take(fieldDenied, &s.denied)
-			for j, rule := range ps.p.rules {
-				take(fieldAllowed+":"+rule.Name, &s.rules[j].allowed)
-				take(fieldDenied+":"+rule.Name, &s.rules[j].denied)
-				take(fieldNear+":"+rule.Name, &s.rules[j].near)
+			for j, rule := range ps.rules {
+				take(fieldAllowed+":"+rule, &s.rules[j].allowed)
+				take(fieldDenied+":"+rule, &s.rules[j].denied)
+				take(fieldNear+":"+rule, &s.rules[j].near)
 			}
 			if b2 := s.bucket.Load(); b2 != b { // a decision of a new bucket came in
 				b = b2
@@ -504,23 +536,23 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				if !ok {
 					ti = len(batch.Tops)
 					tops[key] = ti
-					batch.Tops = append(batch.Tops, driver.StatsTop{Key: key, Keep: StatsTopKeep,
+					batch.Tops = append(batch.Tops, store.Top{Key: key, Keep: StatsTopKeep,
 						ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
 				}
 				for _, e := range td.ent { // stripes hold disjoint subjects
-					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, driver.StatsField{Name: e.subject, Value: e.count - e.err})
+					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, store.Field{Name: e.subject, Value: e.count - e.err})
 					counts += e.count - e.err
 				}
 			}
 		}
 		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
 			ps.announced.Store(now.UnixMilli())
-			ann = append(ann, driver.StatsField{Name: announcement(ps.p), Value: now.UnixMilli()})
+			ann = append(ann, store.Field{Name: announcement(ps.p), Value: now.UnixMilli()})
 		}
 	}
 	if len(ann) > 0 {
 		day := now.UTC().Truncate(24 * time.Hour)
-		batch.Hashes = append(batch.Hashes, driver.StatsHash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
+		batch.Hashes = append(batch.Hashes, store.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
 	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
 		return nil
@@ -530,7 +562,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		for _, ps := range list { // announce again at the next flush
 			ps.announced.Store(0)
 		}
-		return fmt.Errorf("sdk: recorder: flush: %w", err)
+		return fmt.Errorf("fleet: recorder: flush: %w", err)
 	}
 	return nil
 }

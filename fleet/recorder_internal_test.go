@@ -1,4 +1,4 @@
-package sdk
+package fleet
 
 import (
 	"strconv"
@@ -6,23 +6,24 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // BenchmarkRecord is the recorder's own cost per decision (what a Limiter
 // with a recorder adds to a decision), on all CPUs at once, for an
 // allowed and a denied decision of a 4-rule policy over 1000 subjects.
 func BenchmarkRecord(b *testing.B) {
-	var rules []Rule
+	var rules []sdk.Rule
 	for i := range 4 {
-		rules = append(rules, SlidingWindow("r"+strconv.Itoa(i), 15, time.Minute).By("user"))
+		rules = append(rules, sdk.SlidingWindow("r"+strconv.Itoa(i), 15, time.Minute).By("user"))
 	}
-	p, err := NewPolicy("push", rules)
+	p, err := sdk.NewPolicy("push", rules)
 	if err != nil {
 		b.Fatal(err)
 	}
 	bases := make([]string, 1000)
 	for i := range bases {
-		bases[i] = "fc:{1882934" + strconv.Itoa(i) + "}:push:"
+		bases[i] = "1882934" + strconv.Itoa(i) // the subjects' shard values
 	}
 	for _, allowed := range []bool{true, false} {
 		name := "denied"
@@ -30,18 +31,18 @@ func BenchmarkRecord(b *testing.B) {
 			name = "allowed"
 		}
 		b.Run(name, func(b *testing.B) {
-			r, err := NewRecorder(memory.New(nil), &RecorderOptions{FlushEvery: -1})
+			r, err := NewRecorder(memory.New(nil), &Options{FlushEvery: -1})
 			if err != nil {
 				b.Fatal(err)
 			}
-			d := Decision{Allowed: allowed, Policy: "push", At: time.Now()}
+			d := sdk.Decision{Allowed: allowed, Policy: "push", At: time.Now()}
 			for i := range rules {
-				d.Rules = append(d.Rules, RuleDecision{Rule: rules[i].Name, Allowed: allowed || i > 0, Limit: 15, Remaining: 3})
+				d.Rules = append(d.Rules, sdk.RuleDecision{Rule: rules[i].Name, Allowed: allowed || i > 0, Limit: 15, Remaining: 3})
 			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for i := 0; pb.Next(); i++ {
-					r.record(p, bases[i%len(bases)], d)
+					r.Observe(sdk.Event{Policy: "push", PolicyRef: p, Op: "take", Shard: bases[i%len(bases)], Decision: d})
 				}
 			})
 		})

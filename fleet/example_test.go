@@ -1,4 +1,4 @@
-package sdk_test
+package fleet_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -16,12 +17,12 @@ import (
 func ExampleRecorder() {
 	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	backend := memory.New(&memory.Options{Clock: clock}) // the Limiters and the recorder read it too
-	rec, err := sdk.NewRecorder(backend, &sdk.RecorderOptions{FlushEvery: -1})
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{FlushEvery: -1})
 	if err != nil {
 		panic(err)
 	}
 	defer rec.Close()
-	lim := sdk.New(backend, sdk.WithRecorder(rec))
+	lim := sdk.New(backend, sdk.WithObserver(rec.Observe))
 	push, _ := sdk.NewPolicy("push", []sdk.Rule{sdk.SlidingWindow("recv-1m", 3, time.Minute).By("user")})
 
 	ctx := context.Background()
@@ -32,7 +33,7 @@ func ExampleRecorder() {
 		panic(err)
 	}
 
-	console := sdk.New(backend) // another process
+	console, _ := fleet.NewReader(backend, nil) // another process
 	st, _ := console.Stats(ctx, push, time.Hour)
 	fmt.Printf("last hour: %d allowed, %d denied\n", st.Allowed, st.Denied)
 	for _, r := range st.Rules {

@@ -1,4 +1,4 @@
-package sdk_test
+package fleet_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -31,13 +33,13 @@ func recPolicy(t *testing.T, window time.Duration) *sdk.Policy {
 
 // process is one service: a Limiter with its own Recorder, flushed by
 // hand.
-func process(t *testing.T, b *memory.Backend, c *fakeclock.Clock) (*sdk.Limiter, *sdk.Recorder) {
+func process(t *testing.T, b *memory.Backend, c *fakeclock.Clock) (*sdk.Limiter, *fleet.Recorder) {
 	t.Helper()
-	rec, err := sdk.NewRecorder(b, &sdk.RecorderOptions{Now: c.Now, FlushEvery: -1})
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1})
 	if err != nil {
 		t.Fatalf("NewRecorder = %v", err)
 	}
-	return sdk.New(b, sdk.WithClock(c), sdk.WithRecorder(rec)), rec
+	return sdk.New(b, sdk.WithClock(c), sdk.WithObserver(rec.Observe)), rec
 }
 
 func allowN(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject, n int) {
@@ -49,7 +51,7 @@ func allowN(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject, n int)
 	}
 }
 
-func flush(t *testing.T, recs ...*sdk.Recorder) {
+func flush(t *testing.T, recs ...*fleet.Recorder) {
 	t.Helper()
 	for _, r := range recs {
 		if err := r.Flush(context.Background()); err != nil {
@@ -78,7 +80,7 @@ func TestRecorder(t *testing.T) {
 	}
 	flush(t, recA, recB)
 
-	reader := sdk.New(b, sdk.WithClock(c)) // a third process: the console
+	reader := newReader(t, b, c) // a third process: the console
 	st, err := reader.Stats(ctx, p, time.Hour)
 	if err != nil {
 		t.Fatalf("Stats = %v", err)
@@ -86,13 +88,13 @@ func TestRecorder(t *testing.T) {
 	if st.Allowed != 9 || st.Denied != 4 {
 		t.Errorf("Stats allowed, denied = %d, %d, want 9, 4", st.Allowed, st.Denied)
 	}
-	if st.Step != sdk.StatsStep || len(st.Series) != 360 {
-		t.Errorf("Stats step, points = %v, %d, want %v, 360", st.Step, len(st.Series), sdk.StatsStep)
+	if st.Step != fleet.StatsStep || len(st.Series) != 360 {
+		t.Errorf("Stats step, points = %v, %d, want %v, 360", st.Step, len(st.Series), fleet.StatsStep)
 	}
 	if last := st.Series[len(st.Series)-1]; !last.At.Equal(t0) || last.Allowed != 9 || last.Denied != 4 || last.NearLimit != 3 {
 		t.Errorf("last point = %+v, want at %v: 9 allowed, 4 denied, 3 near", last, t0)
 	}
-	want := []sdk.RuleStats{
+	want := []fleet.RuleStats{
 		{Rule: "per-min", Allowed: 9, Denied: 4, NearLimit: 3},
 		{Rule: "per-content", Allowed: 13},
 	}
@@ -143,10 +145,10 @@ func TestRecorder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Step != sdk.StatsCoarseStep || st.Allowed != 10 || st.Denied != 4 || len(st.TopDenied) != 3 {
+	if st.Step != fleet.StatsCoarseStep || st.Allowed != 10 || st.Denied != 4 || len(st.TopDenied) != 3 {
 		t.Errorf("Stats(24h) = step %v, %d allowed, %d denied, %d top; want 1m, 10, 4, 3", st.Step, st.Allowed, st.Denied, len(st.TopDenied))
 	}
-	if i := slices.IndexFunc(st.Series, func(pt sdk.StatsPoint) bool { return pt.At.Equal(t0) }); i < 0 || st.Series[i].Allowed != 10 {
+	if i := slices.IndexFunc(st.Series, func(pt fleet.StatsPoint) bool { return pt.At.Equal(t0) }); i < 0 || st.Series[i].Allowed != 10 {
 		t.Errorf("Stats(24h) has no 10-allowed point at %v", t0)
 	}
 }
@@ -167,7 +169,7 @@ func TestRecorderAnnounce(t *testing.T) {
 	rec.Announce(idle)
 	flush(t, rec)
 
-	reader := sdk.New(b, sdk.WithClock(c))
+	reader := newReader(t, b, c)
 	as, err := reader.Announced(ctx, 10*time.Minute)
 	if err != nil {
 		t.Fatalf("Announced = %v", err)
@@ -182,11 +184,11 @@ func TestRecorderAnnounce(t *testing.T) {
 	if !slices.Equal(names, []string{"idle", "msg"}) {
 		t.Fatalf("Announced = %q, want idle, msg", names)
 	}
-	if d := as[1].Diff(sdk.AnnouncementOf(p)); d != nil {
+	if d := as[1].Diff(fleet.AnnouncementOf(p)); d != nil {
 		t.Errorf("Diff(same policy) = %q, want none", d)
 	}
 	console := recPolicy(t, 2*time.Minute) // another window: other keys
-	d := sdk.AnnouncementOf(console).Diff(as[1])
+	d := fleet.AnnouncementOf(console).Diff(as[1])
 	if len(d) != 1 || !strings.Contains(d[0], "per-min has other keys") {
 		t.Errorf("Diff(other window) = %q, want per-min's other keys", d)
 	}
@@ -215,33 +217,33 @@ func TestRecorderAnnounce(t *testing.T) {
 func TestRecorderClose(t *testing.T) {
 	ctx := context.Background()
 	b := memory.New(nil)
-	rec, err := sdk.NewRecorder(b, nil)
+	rec, err := fleet.NewRecorder(b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := recPolicy(t, time.Minute)
-	lim := sdk.New(b, sdk.WithRecorder(rec))
+	lim := sdk.New(b, sdk.WithObserver(rec.Observe))
 	allowN(t, lim, p, sdk.Subject{"user": "u1", "content": "x"}, 5)
 	if err := rec.Close(); err != nil {
 		t.Fatalf("Close = %v", err)
 	}
-	st, err := lim.Stats(ctx, p, time.Hour)
+	st, err := newReader(t, b, nil).Stats(ctx, p, time.Hour)
 	if err != nil || st.Allowed != 3 || st.Denied != 2 {
 		t.Errorf("Stats after Close = %d allowed, %d denied, %v; want 3, 2", st.Allowed, st.Denied, err)
 	}
 }
 
-type bareBackend struct{ driver.Backend }
+type bareBackend struct{ sdk.Backend }
 
 func TestRecorderUnsupported(t *testing.T) {
 	bare := bareBackend{memory.New(nil)}
-	if _, err := sdk.NewRecorder(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("NewRecorder(no StatsStore) = %v, want ErrUnsupported", err)
+	if _, err := fleet.NewRecorder(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("NewRecorder(no store.Counters) = %v, want ErrUnsupported", err)
 	}
-	if _, err := sdk.New(bare).Stats(context.Background(), recPolicy(t, time.Minute), time.Hour); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Stats(no StatsStore) = %v, want ErrUnsupported", err)
+	if _, err := fleet.NewReader(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("NewReader(no store.Counters) = %v, want ErrUnsupported", err)
 	}
-	if _, err := sdk.NewRecorder(memory.New(nil), &sdk.RecorderOptions{NearLimit: 2}); err == nil {
+	if _, err := fleet.NewRecorder(memory.New(nil), &fleet.Options{NearLimit: 2}); err == nil {
 		t.Error("NewRecorder(NearLimit 2) = nil error")
 	}
 }
@@ -261,11 +263,11 @@ func TestRecorderAllocs(t *testing.T) {
 				b := memory.New(&memory.Options{Clock: c})
 				opts := []sdk.Option{sdk.WithClock(c)}
 				if rec {
-					r, err := sdk.NewRecorder(b, &sdk.RecorderOptions{FlushEvery: -1})
+					r, err := fleet.NewRecorder(b, &fleet.Options{FlushEvery: -1})
 					if err != nil {
 						t.Fatal(err)
 					}
-					opts = append(opts, sdk.WithRecorder(r))
+					opts = append(opts, sdk.WithObserver(r.Observe))
 				}
 				lim := sdk.New(b, opts...)
 				s := sdk.Subject{"user": "u", "content": "x"}
@@ -289,12 +291,12 @@ func TestRecorderAllocs(t *testing.T) {
 func BenchmarkAllowRecorder(b *testing.B) {
 	push := loadPolicies(b)["push"]
 	mb := memory.New(nil)
-	rec, err := sdk.NewRecorder(mb, nil)
+	rec, err := fleet.NewRecorder(mb, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rec.Close()
-	lim := sdk.New(mb, sdk.WithRecorder(rec))
+	lim := sdk.New(mb, sdk.WithObserver(rec.Observe))
 	subjects := make([]sdk.Subject, 1000)
 	for i := range subjects {
 		subjects[i] = sdk.Subject{"user": "1882934" + strconv.Itoa(i), "content": sdk.Fingerprint(strconv.Itoa(i % 4))}
@@ -327,12 +329,12 @@ func BenchmarkRecorderCachedDenials(b *testing.B) {
 			mb := memory.New(nil)
 			opts := []sdk.Option{}
 			if on {
-				rec, err := sdk.NewRecorder(mb, nil)
+				rec, err := fleet.NewRecorder(mb, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer rec.Close()
-				opts = append(opts, sdk.WithRecorder(rec))
+				opts = append(opts, sdk.WithObserver(rec.Observe))
 			}
 			lim := sdk.New(mb, opts...)
 			ctx := context.Background()
@@ -366,7 +368,7 @@ func TestRecorderReload(t *testing.T) {
 	allowN(t, lim, first, sdk.Subject{"user": "a", "content": "x"}, 1)
 	allowN(t, lim, again, sdk.Subject{"user": "b", "content": "x"}, 1)
 	flush(t, rec)
-	if st, err := lim.Stats(ctx, first, time.Hour); err != nil || st.Allowed != 2 {
+	if st, err := newReader(t, b, c).Stats(ctx, first, time.Hour); err != nil || st.Allowed != 2 {
 		t.Errorf("Stats after a reload = %d allowed, %v; want 2", st.Allowed, err)
 	}
 }
@@ -375,7 +377,7 @@ func TestRecorderReload(t *testing.T) {
 // Recorder wrote (not JSON, a policy or rule name NewPolicy refuses, an
 // empty policy) are skipped and counted in a *MalformedError, wrapping
 // ErrMalformedStats, that comes with every other announcement; a backend
-// reporting a field whose value is not a number (driver.StatsData's
+// reporting a field whose value is not a number (store.Data's
 // Malformed) counts too. Stats, on the other hand, fails on a malformed
 // field.
 func TestAnnouncedSkipsMalformed(t *testing.T) {
@@ -387,30 +389,30 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 	rec.Announce(p)
 	flush(t, rec)
 	key := "fc:stats:{policies}:" + strconv.FormatInt(t0.UTC().Truncate(24*time.Hour).Unix(), 10)
-	var set []driver.StatsField
+	var set []store.Field
 	for _, f := range []string{
 		`garbage`,
 		`{"policy":"sms\u202Etxt","shard_by":["phone"],"rules":[]}`,
 		`{"policy":"","rules":[]}`,
 		`{"policy":"sms","shard_by":["phone"],"rules":[{"name":"a b","id":"x","algorithm":"gcra","limit":1,"window":"1s"}]}`,
 	} {
-		set = append(set, driver.StatsField{Name: f, Value: t0.UnixMilli()})
+		set = append(set, store.Field{Name: f, Value: t0.UnixMilli()})
 	}
-	if err := b.FlushStats(ctx, driver.StatsBatch{Hashes: []driver.StatsHash{{Key: key, Set: set, ExpireAt: t0.Add(48 * time.Hour)}}}); err != nil {
+	if err := b.FlushStats(ctx, store.Batch{Hashes: []store.Hash{{Key: key, Set: set, ExpireAt: t0.Add(48 * time.Hour)}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name   string
-		b      driver.Backend
+		b      sdk.Backend
 		fields int
 	}{
 		{"bad names", b, 4},
 		{"and a value not a number", malformedValue{b, key}, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			as, err := sdk.New(tc.b, sdk.WithClock(c)).Announced(ctx, 10*time.Minute)
-			var me *sdk.MalformedError
-			if !errors.As(err, &me) || !errors.Is(err, sdk.ErrMalformedStats) || me.Fields != tc.fields || !slices.Equal(me.Keys, []string{key}) {
+			as, err := newReader(t, tc.b, c).Announced(ctx, 10*time.Minute)
+			var me *fleet.MalformedError
+			if !errors.As(err, &me) || !errors.Is(err, fleet.ErrMalformedStats) || me.Fields != tc.fields || !slices.Equal(me.Keys, []string{key}) {
 				t.Errorf("Announced error = %v, want a *MalformedError of %d fields in %s", err, tc.fields, key)
 			}
 			if len(as) != 1 || as[0].Policy != "msg" {
@@ -421,7 +423,7 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 			}
 		})
 	}
-	if _, err := sdk.New(malformedValue{b, "fc:stats:{msg:10s:"}, sdk.WithClock(c)).Stats(ctx, p, time.Hour); !errors.Is(err, sdk.ErrMalformedStats) {
+	if _, err := newReader(t, malformedValue{b, "fc:stats:{msg:10s:"}, c).Stats(ctx, p, time.Hour); !errors.Is(err, fleet.ErrMalformedStats) {
 		t.Errorf("Stats with a malformed field = %v, want ErrMalformedStats", err)
 	}
 }
@@ -433,13 +435,44 @@ type malformedValue struct {
 	key string
 }
 
-func (m malformedValue) ReadStats(ctx context.Context, q driver.StatsQuery) (driver.StatsData, error) {
+func (m malformedValue) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
 	d, err := m.Backend.ReadStats(ctx, q)
 	for _, k := range q.Hashes {
 		if strings.HasPrefix(k, m.key) {
-			d.Malformed = append(d.Malformed, driver.StatsMalformed{Key: k, Field: "f"})
+			d.Malformed = append(d.Malformed, store.Malformed{Key: k, Field: "f"})
 			break
 		}
 	}
 	return d, err
+}
+
+// newReader is a Reader of b on clock c (nil: b's own).
+func newReader(t testing.TB, b sdk.Backend, c *fakeclock.Clock) *fleet.Reader {
+	t.Helper()
+	var o fleet.Options
+	if c != nil {
+		o.Now = c.Now
+	}
+	r, err := fleet.NewReader(b, &o)
+	if err != nil {
+		t.Fatalf("NewReader = %v", err)
+	}
+	return r
+}
+
+func newClock(t time.Time) *fakeclock.Clock { return fakeclock.New(t) }
+
+var t0 = time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+
+func loadPolicies(t testing.TB) map[string]*sdk.Policy {
+	t.Helper()
+	ps, err := seed.Policies()
+	if err != nil {
+		t.Fatalf("seed.Policies() = %v", err)
+	}
+	m := map[string]*sdk.Policy{}
+	for _, p := range ps {
+		m[p.Name()] = p
+	}
+	return m
 }

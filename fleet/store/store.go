@@ -1,0 +1,87 @@
+// Package store is the contract of a backend that keeps the fleet's
+// decision statistics (package fleet's Recorder writes them, its Reader
+// reads them). It imports only the standard library, so that a backend
+// implements it without importing sdk or fleet.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Counters is implemented by backends that keep the decision statistics
+// a fleet.Recorder flushes, where every process using the same storage
+// adds to them and any process reads them (optional: package fleet
+// discovers it with a type assertion; the memory and Redis backends
+// implement it).
+//
+// Package fleet builds every key and field; a backend stores plain counters:
+// hashes of int64 fields and sorted sets of members by score, each key
+// expiring at the instant given. Keys of one Hash or Top never
+// span hash tags; a batch may (one pipeline per cluster node).
+type Counters interface {
+	// FlushStats applies every update of b. It need not be atomic: on an
+	// error some updates may have been applied. An update must not be
+	// applied twice (a Redis backend marks its commands not retryable).
+	FlushStats(ctx context.Context, b Batch) error
+	// ReadStats reads the keys q names; a missing or expired key reads as
+	// empty.
+	ReadStats(ctx context.Context, q Query) (Data, error)
+}
+
+// Batch is one flush: updates of hashes and of sorted sets.
+type Batch struct {
+	Hashes []Hash
+	Tops   []Top
+}
+
+// Field is a hash field or sorted-set member and its value or score.
+type Field struct {
+	Name  string
+	Value int64
+}
+
+// Hash updates one hash of counters: Incr adds to fields (Redis:
+// HINCRBY), Set replaces them (HSET), and the key expires at ExpireAt
+// (PEXPIREAT; each update sets it again).
+type Hash struct {
+	Key      string
+	Incr     []Field
+	Set      []Field
+	ExpireAt time.Time
+}
+
+// Top updates one sorted set: Incr adds to members' scores (ZINCRBY),
+// then only the Keep highest-scored members are kept (ZREMRANGEBYRANK;
+// Keep 0 keeps all), and the key expires at ExpireAt.
+type Top struct {
+	Key      string
+	Incr     []Field
+	Keep     int
+	ExpireAt time.Time
+}
+
+// Query names what ReadStats reads: whole hashes, and the TopN
+// highest-scored members of sorted sets.
+type Query struct {
+	Hashes []string
+	Tops   []string
+	TopN   int
+}
+
+// Data answers a Query: one entry per key asked, in the same
+// order (nil for a missing key). Hash fields come in any order; sorted-set
+// members highest score first. A hash field whose value is not an
+// integer (something other than package fleet wrote it) is left out of Hashes
+// and listed in Malformed, so that one bad field spoils nothing else.
+type Data struct {
+	Hashes    [][]Field
+	Tops      [][]Field
+	Malformed []Malformed
+}
+
+// Malformed is a hash field ReadStats left out: its value is not an
+// integer.
+type Malformed struct {
+	Key, Field string
+}
