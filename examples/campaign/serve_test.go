@@ -14,7 +14,6 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -29,10 +28,10 @@ func TestCampaignThroughServe(t *testing.T) {
 	const n = 1200
 	backends := []struct {
 		name string
-		new  func(t *testing.T) driver.Backend
+		new  func(t *testing.T) sdk.Backend
 	}{
-		{"memory", func(t *testing.T) driver.Backend { return memory.New(nil) }},
-		{"redis", func(t *testing.T) driver.Backend {
+		{"memory", func(t *testing.T) sdk.Backend { return memory.New(nil) }},
+		{"redis", func(t *testing.T) sdk.Backend {
 			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
 			t.Cleanup(func() { c.Close() })
 			return redis.New(c, &redis.Options{Coalesce: 4})
