@@ -200,3 +200,18 @@ func (v Verdict) Message() string {
 	}
 	return ""
 }
+
+// CheckNew is the check every adapter's New makes of what it was given:
+// a limiter, a policy and a key function are required. pkg names the
+// adapter in the error ("httplimit", "grpclimit", …).
+func CheckNew(pkg string, t Taker, p *sdk.Policy, keyGiven bool) error {
+	switch {
+	case t == nil:
+		return fmt.Errorf("%s: new: nil limiter", pkg)
+	case p == nil:
+		return fmt.Errorf("%s: new: %w: nil policy", pkg, sdk.ErrInvalidPolicy)
+	case !keyGiven:
+		return fmt.Errorf("%s: new: nil key function", pkg)
+	}
+	return nil
+}

@@ -25,7 +25,6 @@ package connectlimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -81,13 +80,8 @@ func WithKeyError(f func(ctx context.Context, err error) error) Option {
 // New returns an Interceptor that limits calls with t under p, keyed by
 // key. t, p and key are required.
 func New(t middleware.Taker, p *sdk.Policy, key KeyFunc, opts ...Option) (*Interceptor, error) {
-	switch {
-	case t == nil:
-		return nil, errors.New("connectlimit: new: nil limiter")
-	case p == nil:
-		return nil, fmt.Errorf("connectlimit: new: %w: nil policy", sdk.ErrInvalidPolicy)
-	case key == nil:
-		return nil, errors.New("connectlimit: new: nil key function")
+	if err := middleware.CheckNew("connectlimit", t, p, key != nil); err != nil {
+		return nil, err
 	}
 	i := &Interceptor{t: t, p: p, key: key}
 	for _, o := range opts {

@@ -35,8 +35,6 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -95,13 +93,8 @@ func WithKeyError(f func(ctx context.Context, err error) error) Option {
 // New returns the interceptors' Limiter: calls are limited with t under
 // p, keyed by key. t, p and key are required.
 func New(t middleware.Taker, p *sdk.Policy, key KeyFunc, opts ...Option) (*Limiter, error) {
-	switch {
-	case t == nil:
-		return nil, errors.New("grpclimit: new: nil limiter")
-	case p == nil:
-		return nil, fmt.Errorf("grpclimit: new: %w: nil policy", sdk.ErrInvalidPolicy)
-	case key == nil:
-		return nil, errors.New("grpclimit: new: nil key function")
+	if err := middleware.CheckNew("grpclimit", t, p, key != nil); err != nil {
+		return nil, err
 	}
 	l := &Limiter{t: t, p: p, key: key}
 	for _, o := range opts {

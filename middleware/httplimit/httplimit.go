@@ -37,8 +37,6 @@ package httplimit
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/freqcap/freqcap/middleware"
@@ -106,13 +104,8 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d sdk.Deci
 // New returns middleware that limits requests with t under p, keyed by
 // key. t, p and key are required.
 func New(t middleware.Taker, p *sdk.Policy, key KeyFunc, opts ...Option) (*Limiter, error) {
-	switch {
-	case t == nil:
-		return nil, errors.New("httplimit: new: nil limiter")
-	case p == nil:
-		return nil, fmt.Errorf("httplimit: new: %w: nil policy", sdk.ErrInvalidPolicy)
-	case key == nil:
-		return nil, errors.New("httplimit: new: nil key function")
+	if err := middleware.CheckNew("httplimit", t, p, key != nil); err != nil {
+		return nil, err
 	}
 	l := &Limiter{t: t, p: p, key: key}
 	for _, o := range opts {
