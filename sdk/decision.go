@@ -49,6 +49,13 @@ type Decision struct {
 	// without a backend call: the counts are those of the cached denial,
 	// the timings are reduced by the time since (At is advanced by it).
 	Cached bool
+	// ShadowDenied names the shadow rules (Rule.Shadow) that would have
+	// denied, in policy order; they never deny (Denied leaves them out).
+	ShadowDenied []string
+	// Override is the per-person override that decided this decision
+	// (a Block or an Exempt) or changed one of its rules' limits; its ID
+	// is 0 when none applied (see Limiter.SetOverride).
+	Override Override
 }
 
 // RuleDecision is one rule's part of a Decision.
@@ -72,6 +79,13 @@ type RuleDecision struct {
 	// Strategy names how the backend evaluated the rule (its storage
 	// strategy, e.g. "lua-hash" or "tairhash"); empty if it does not say.
 	Strategy string
+	// Shadow reports a shadow rule (Rule.Shadow): Allowed says what it
+	// would have decided; it never denies.
+	Shadow bool
+	// Before, when nonzero, reports the rule as it was before the change
+	// of that policy-store version (WithChange): enforced beside its
+	// successor (same Rule name) until its state proves nothing more.
+	Before int64
 }
 
 // Inspection is a read-only view of a subject under a policy: each rule's
@@ -131,6 +145,13 @@ type Denial struct {
 	// out of the entry (more than MaxTrailValues, or more than
 	// MaxTrailValuesLen bytes escaped).
 	ValuesPartial bool
+	// Shadow reports a shadow rule's denial: the rule would have denied,
+	// the attempt may well have been allowed.
+	Shadow bool
+	// Override, when nonzero, is the Block override that denied ("denied
+	// by block until …"): Rule is empty, Until is when the block ends
+	// (At for a block without end).
+	Override int64
 }
 
 // Until is when the rule that denied would admit the cost again, if
@@ -224,3 +245,24 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 	}
 	return out
 }
+
+// Override is one per-person exception to a policy (Limiter.SetOverride):
+// exempt (never denied; counted or not), block (denied until a time, with
+// a reason), or other limits for named rules.
+type Override = driver.Override
+
+// OverrideKind is what an Override does.
+type OverrideKind = driver.OverrideKind
+
+// The override kinds.
+const (
+	// OverrideExempt admits every attempt; Override.Counted says whether
+	// its units are still consumed from the rules.
+	OverrideExempt = driver.Exempt
+	// OverrideBlock denies every attempt until Override.Until (zero:
+	// until deleted), with Override.Reason.
+	OverrideBlock = driver.Block
+	// OverrideLimit gives the rules named in Override.Limits other limits
+	// (a VIP tier, a partner quota).
+	OverrideLimit = driver.Limit
+)

@@ -36,3 +36,7 @@ var (
 	// when the reservation no longer exists: already settled, or lapsed.
 	ErrReservationNotFound = driver.ErrReservationNotFound
 )
+
+// ErrOverrideNotFound is returned by Limiter.DeleteOverride for an
+// unknown, deleted or ended override.
+var ErrOverrideNotFound = driver.ErrOverrideNotFound

@@ -51,6 +51,10 @@ type policyOptions struct {
 	trailMax int
 	trailTTL time.Duration
 	hotDeny  int
+	// changes are the recorded identity changes per rule name, newest
+	// first (WithChange); overrides is WithOverrides.
+	changes   map[string][]Change
+	overrides bool
 }
 
 // WithFailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
@@ -93,6 +97,50 @@ func WithHotDenyCache(size int) PolicyOption {
 			return fmt.Errorf("%w: hot-deny cache size must be > 0, got %d", ErrInvalidPolicy, size)
 		}
 		o.hotDeny = size
+		return nil
+	}
+}
+
+// Change says that a rule's identity (algorithm, window, sub-windows,
+// calendar, zone) changed at At, in policy-store version Version: From is
+// the rule as it was (its own Epoch included). sdk/policyfile derives
+// changes from a store's versions; code may give them too.
+//
+// While From's state can still prove anything (From's reach after At: its
+// window, plus a cell for a sliding window, its tolerance for GCRA), every
+// decision also evaluates From, under its own keys and enforced (reported
+// with RuleDecision.Before = Version), and the changed rule, while it has
+// no state of its own, starts from the units From counts, placed at the
+// decision's time. So a person capped before the change stays capped as
+// long as the old or the new rule would cap them, and the change admits
+// no one past the new limit. From must have the rule's dimensions (a
+// re-keyed rule cannot carry: NewPolicy refuses such a change).
+type Change struct {
+	From    Rule
+	At      time.Time
+	Version int64
+}
+
+// WithChange records the changes of the rule named rule, newest first:
+// every change whose reach has not passed is enforced, the newest one
+// seeds the rule (see Change).
+func WithChange(rule string, changes ...Change) PolicyOption {
+	return func(o *policyOptions) error {
+		if o.changes == nil {
+			o.changes = map[string][]Change{}
+		}
+		o.changes[rule] = append(o.changes[rule], changes...)
+		return nil
+	}
+}
+
+// WithOverrides makes the policy's decisions read the subject's
+// per-person overrides (Limiter.SetOverride), in the same atomic step:
+// one more key read per decision. Without it overrides are neither read
+// nor settable for the policy.
+func WithOverrides() PolicyOption {
+	return func(o *policyOptions) error {
+		o.overrides = true
 		return nil
 	}
 }

@@ -123,6 +123,17 @@ type Rule struct {
 	Calendar CalendarUnit
 	// Location is the time zone of a calendar rule.
 	Location *time.Location
+	// Shadow makes the rule a trial: it is evaluated, counted and recorded
+	// (RuleDecision.Shadow, trail entries marked Shadow, the observer's
+	// events) but never denies. Turning it on or off keeps the rule's
+	// counts: it is not part of the rule's identity. See AsShadow.
+	Shadow bool
+	// Epoch is the policy-store version that gave the rule its current
+	// identity (sdk/policyfile sets it; 0 for rules built in code). It is
+	// part of the rule's identity: a rule whose window, cells, calendar or
+	// algorithm changed in a store version starts under new keys, from what
+	// its former self proves (WithChange).
+	Epoch int64
 }
 
 // FixedWindow returns an AlgorithmFixedWindow rule: limit units per
@@ -164,6 +175,13 @@ func Hourly(name string, limit int64, loc *time.Location) Rule {
 // By returns a copy of r keyed by dims.
 func (r Rule) By(dims ...string) Rule {
 	r.Dimensions = append([]string(nil), dims...)
+	return r
+}
+
+// AsShadow returns a copy of r marked Shadow: evaluated and recorded,
+// never denying.
+func (r Rule) AsShadow() Rule {
+	r.Shadow = true
 	return r
 }
 

@@ -158,6 +158,35 @@ type Rule struct {
 	// Calendar and Location align a FixedWindow rule to a time zone.
 	Calendar CalendarUnit
 	Location *time.Location
+
+	// Shadow marks a rule that is evaluated and reported but never
+	// denies: the Result's Allowed ignores it. Its RuleResult says what it
+	// would have decided. It consumes only when it admits the cost and the
+	// request is allowed and consumed (it counts what it would have let
+	// through had it been enforced). On a Take or Reserve that it would
+	// have denied, the backend writes one trail entry for it with
+	// Denial.Shadow set, in the same atomic step, whether the request was
+	// allowed or not.
+	Shadow bool
+	// Seed, when > 0, is the 1-based index in Request.Rules of an earlier
+	// rule this rule's state starts from: the rule as it was before its
+	// identity changed (sdk.WithChange). When the rule has no live state
+	// (its entry is absent or expired), the backend first gives it the
+	// state a Take of u units at the decision's time would have left on
+	// empty state, where u is the Seed rule's Used before this request
+	// (what its RuleResult reports for a request that does not consume
+	// from it). The carried units are thus placed at the latest instant
+	// they may have happened, and count as long as they can: a change
+	// never admits more than the new rule would with them. The seeded state
+	// is stored only with the request's own write (an allowed Take or
+	// Reserve); a denied request or a Peek stores nothing.
+	Seed int
+	// Epoch salts the rule's identity: the policy-store version that
+	// introduced the rule's current identity (0 outside a store). Keys
+	// already hold it (the sdk salts them); a backend deriving an
+	// identity of its own from a rule's fields (the Redis backend's
+	// packed tag) includes it.
+	Epoch int64
 }
 
 // Request asks a backend for one decision on one subject. The same
@@ -205,7 +234,138 @@ type Request struct {
 	// IdempotencyKey is set.
 	IdempotencyKey string
 	IdempotencyTTL time.Duration
+
+	// OverrideKey, when set, holds the subject's overrides under this
+	// policy (Overrider). Take, Peek, Reserve and Inspect read them in the
+	// same atomic step and apply the live ones (Until zero or ahead of the
+	// backend's clock), in this order of precedence:
+	//   - a Block denies: Result.Allowed is false, nothing is consumed,
+	//     every rule is still reported as evaluated, and a Take or Reserve
+	//     writes one trail entry with Denial.Override set (Rule empty,
+	//     RetryAfter until the block ends, zero for a block without end);
+	//   - else an Exempt admits: Result.Allowed is true whatever the
+	//     rules say; a Counted exempt consumes the cost from every rule
+	//     (Used may exceed Limit), an uncounted one consumes nothing;
+	//   - Limit overrides replace the limits of the rules they name
+	//     (Override.Limits; several: the latest ID wins per rule) before
+	//     the rules are evaluated; the RuleResults report the limits used.
+	// Result.Override is the override that decided (Block, Exempt) or,
+	// failing those, the latest Limit override that changed a rule of the
+	// request. Empty: no override is read (the key costs nothing).
+	OverrideKey string
 }
+
+// OverrideKind is what an Override does.
+type OverrideKind uint8
+
+const (
+	// Exempt admits every attempt (Override.Counted: consuming).
+	Exempt OverrideKind = iota + 1
+	// Block denies every attempt until Override.Until.
+	Block
+	// Limit gives the rules named in Override.Limits other limits.
+	Limit
+)
+
+// String returns the kind as the CLI, the API and the console write it.
+func (k OverrideKind) String() string {
+	switch k {
+	case Exempt:
+		return "exempt"
+	case Block:
+		return "block"
+	case Limit:
+		return "limit"
+	}
+	return "unknown"
+}
+
+// Override is one per-person exception to a policy's rules, kept by the
+// backend under a subject's Request.OverrideKey.
+type Override struct {
+	// ID is the override's number, unique in the backend (assigned by
+	// SetOverride), so decisions and trail entries can name it
+	// ("allowed by override #12").
+	ID   int64
+	Kind OverrideKind
+	// Counted: an Exempt override's attempts are still consumed from the
+	// rules (so the counters stay true); without it they are not counted.
+	Counted bool
+	// Limits maps rule names to the limit that replaces theirs (a GCRA
+	// rule's rate, per its Window; Burst is kept). Kind Limit only.
+	Limits map[string]int64
+	// Until is when the override ends; zero: never (until deleted).
+	Until time.Time
+	// Reason, By and Created say why, who set it, and when (backend
+	// clock); audited with the person.
+	Reason  string
+	By      string
+	Created time.Time
+}
+
+// Overrider is implemented by backends that keep per-person overrides.
+type Overrider interface {
+	// SetOverride stores o under key (a Request.OverrideKey) with a new
+	// ID (o.ID is ignored) and Created set to the backend's clock, and
+	// returns it as stored. An override whose Until has passed is
+	// refused. The key lives until the latest Until of its overrides
+	// (forever while one has none).
+	SetOverride(ctx context.Context, key string, o Override) (Override, error)
+	// DeleteOverride removes override id from key; ErrOverrideNotFound
+	// when it is not there (never set, deleted, or ended).
+	DeleteOverride(ctx context.Context, key string, id int64) error
+	// Overrides returns the live overrides under key, by ID.
+	Overrides(ctx context.Context, key string) ([]Override, error)
+}
+
+// ErrOverrideNotFound is returned by DeleteOverride for an unknown, deleted
+// or ended override.
+var ErrOverrideNotFound = errors.New("freqcap: override not found")
+
+// PolicyVersion is one version of a policy store's document.
+type PolicyVersion struct {
+	// Version numbers the store's versions from 1, one more per apply.
+	Version int64
+	// Document is what the sdk stored (sdk/policyfile: the policy file
+	// as applied and what it derived from it), verbatim.
+	Document []byte
+	// At is when it was applied (the backend's clock); By and Reason who
+	// applied it and why.
+	At     time.Time
+	By     string
+	Reason string
+}
+
+// PolicyStore is implemented by backends that keep versioned policy
+// documents, applied whole, for every limiter sharing the backend to
+// follow.
+type PolicyStore interface {
+	// PutPolicies stores v as version prev+1, atomically, if the store's
+	// current version is prev (0: empty); otherwise it returns an error
+	// wrapping ErrVersionConflict and stores nothing. v.Version and v.At
+	// are set by the store. It then notifies the watchers of key.
+	PutPolicies(ctx context.Context, key string, prev int64, v PolicyVersion) (PolicyVersion, error)
+	// GetPolicies returns version n of key's store (0: the current one);
+	// ErrNoPolicyVersion when there is none.
+	GetPolicies(ctx context.Context, key string, n int64) (PolicyVersion, error)
+	// PolicyHistory returns up to max versions of key's store, newest
+	// first (max <= 0: all).
+	PolicyHistory(ctx context.Context, key string, max int) ([]PolicyVersion, error)
+	// WatchPolicies returns a channel that receives the store's current
+	// version number soon after each PutPolicies on key (by any process
+	// sharing the backend), and is closed when ctx is done. Notifications
+	// may be coalesced or, if the backend loses its connection, missed:
+	// watchers also poll GetPolicies (sdk/policyfile does).
+	WatchPolicies(ctx context.Context, key string) (<-chan int64, error)
+}
+
+// ErrVersionConflict is returned by PutPolicies when the store's current
+// version is not the one the caller read: someone else applied in between.
+var ErrVersionConflict = errors.New("freqcap: policy store: version conflict")
+
+// ErrNoPolicyVersion is returned by GetPolicies for a version the store
+// does not hold (or an empty store).
+var ErrNoPolicyVersion = errors.New("freqcap: policy store: no such version")
 
 // RuleResult is one rule's part of a Result.
 type RuleResult struct {
@@ -256,6 +416,9 @@ type Result struct {
 	// request's). It is empty otherwise, and always for Take. Backends
 	// honouring IdempotencyKey must set it.
 	ReservationID string
+	// Override is the override that decided this Result or changed one of
+	// its rules' limits (Request.OverrideKey); ID 0 when none applied.
+	Override Override
 }
 
 // Denial is one entry of a denial trail.
@@ -269,6 +432,12 @@ type Denial struct {
 	RetryAfter time.Duration
 	// CostTooHigh: the cost could never fit; RetryAfter is zero.
 	CostTooHigh bool
+	// Shadow: a shadow rule (Rule.Shadow) would have denied; the attempt
+	// itself may have been allowed.
+	Shadow bool
+	// Override, when nonzero, is the Block override that denied (Rule is
+	// empty; RetryAfter runs until the block ends, zero without end).
+	Override int64
 	// Values is the Request.TrailValues of the denied request, verbatim
 	// ("" for entries written without).
 	Values string
