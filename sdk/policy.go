@@ -200,10 +200,10 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		}
 	}
 	p := &Policy{
-		name:     name,
-		rules:    make([]Rule, len(rules)),
-		ids:      make([]string, len(rules)),
-		others:   make([][]string, len(rules)),
+		name:      name,
+		rules:     make([]Rule, len(rules)),
+		ids:       make([]string, len(rules)),
+		others:    make([][]string, len(rules)),
 		failOpen:  o.failOpen,
 		trailMax:  o.trailMax,
 		trailTTL:  o.trailTTL,
