@@ -90,6 +90,7 @@ var groups = []group{
 	{name: "Describe", cases: []testCase{
 		{name: "Name", needs: describer, run: describe},
 	}},
+	{name: "Transitions", cases: transitionCases()},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst
