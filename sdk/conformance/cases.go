@@ -91,6 +91,7 @@ var groups = []group{
 		{name: "Name", needs: describer, run: describe},
 	}},
 	{name: "Transitions", cases: transitionCases()},
+	{name: "Shadow", cases: shadowCases()},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst
