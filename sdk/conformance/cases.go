@@ -92,6 +92,7 @@ var groups = []group{
 	}},
 	{name: "Transitions", cases: transitionCases()},
 	{name: "Shadow", cases: shadowCases()},
+	{name: "Overrides", cases: overrideCases()},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst

@@ -277,10 +277,14 @@ func runTransition(tr transition) func(e *env) {
 	}
 }
 
-// peekP peeks a cost of 1 for the subject sub under p.
+// peekP peeks a cost of 1 for the subject sub ("": the test's) under p.
 func (e *env) peekP(p *sdk.Policy, sub string) sdk.Decision {
 	e.t.Helper()
-	d, err := e.lim.Peek(bg(), p, sdk.Attempt{Subject: e.subject(sub)})
+	s := e.subject()
+	if sub != "" {
+		s = e.subject(sub)
+	}
+	d, err := e.lim.Peek(bg(), p, sdk.Attempt{Subject: s})
 	if err != nil {
 		e.t.Fatalf("Peek(%s) = %v", sub, err)
 	}
