@@ -135,3 +135,48 @@ func TestChangePredecessors(t *testing.T) {
 		t.Errorf("Allow() at +24h: Rules[].Before = %v, want %v", got, want)
 	}
 }
+
+// TestChangeReset: Reset and ResetRules forget a rule's predecessors too.
+func TestChangeReset(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := fakeclock.New(at)
+	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+	ctx := context.Background()
+	old := sdk.FixedWindow("recv", 5, time.Hour).By("user")
+	s := sdk.Subject{"user": "u1"}
+	oldP := mustPolicy(t, "p", old)
+	for range 5 {
+		if _, err := lim.Allow(ctx, oldP, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := sdk.SlidingWindow("recv", 5, time.Hour).By("user")
+	now.Epoch = 2
+	p, err := sdk.NewPolicy("p", []sdk.Rule{now}, sdk.WithChange("recv", sdk.Change{From: old, At: at, Version: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reset := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Reset", func() error { return lim.Reset(ctx, p, s) }},
+		{"ResetRules", func() error { return lim.ResetRules(ctx, p, s, "recv") }},
+	} {
+		if d, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s}); err != nil || d.Allowed || d.Rules[0].Used != 5 {
+			t.Fatalf("Peek before %s = %+v, %v, want denied by the predecessor at 5", reset.name, d, err)
+		}
+		if err := reset.do(); err != nil {
+			t.Fatalf("%s = %v", reset.name, err)
+		}
+		d, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s})
+		if err != nil || !d.Allowed || d.Rules[0].Used != 0 || d.Rules[0].Before != 2 {
+			t.Errorf("Peek after %s = allowed %t, rules %+v, %v, want the predecessor forgotten (0)", reset.name, d.Allowed, d.Rules, err)
+		}
+		for range 5 {
+			if _, err := lim.Allow(ctx, oldP, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
