@@ -57,6 +57,7 @@ func TestWithChangeValidation(t *testing.T) {
 		{"shadow from", "recv", sdk.FixedWindow("recv", 9, time.Hour).By("user").AsShadow(), ""},
 		{"epoch only", "recv", func() sdk.Rule { r := rule; r.Epoch = 1; return r }(), ""},
 		{"name filled in", "recv", sdk.FixedWindow("", 9, time.Hour).By("user"), ""},
+		{"no changes", "recv", sdk.Rule{}, "-"},
 		{"unknown rule", "nope", sdk.FixedWindow("nope", 9, time.Hour).By("user"), "no such rule"},
 		{"invalid from", "recv", sdk.FixedWindow("recv", 0, time.Hour).By("user"), "limit must be > 0"},
 		{"other dimensions", "recv", sdk.FixedWindow("recv", 9, time.Hour).By("user", "content"), "other dimensions"},
@@ -64,7 +65,11 @@ func TestWithChangeValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := sdk.NewPolicy("p", []sdk.Rule{rule}, sdk.WithChange(tc.rule, sdk.Change{From: tc.from, At: at, Version: 2}))
+			opt := sdk.WithChange(tc.rule, sdk.Change{From: tc.from, At: at, Version: 2})
+			if tc.wantErr == "-" { // no change at all
+				opt, tc.wantErr = sdk.WithChange(tc.rule), ""
+			}
+			_, err := sdk.NewPolicy("p", []sdk.Rule{rule}, opt)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("NewPolicy(WithChange(%s)) = %v, want nil", tc.name, err)
