@@ -534,8 +534,9 @@ type Inspector interface {
 type Resetter interface {
 	// Reset deletes the state of every rule in req.Rules and every
 	// reservation under req.ReservationKey (without giving anything back;
-	// an empty ReservationKey keeps them). The denial trail and
-	// idempotency records are kept. The sdk names either every rule of a
+	// an empty ReservationKey keeps them). The denial trail, idempotency
+	// records and overrides (req.OverrideKey) are kept. req.Rules may hold
+	// a changed rule's predecessors (Rule.Seed): their state is deleted too. The sdk names either every rule of a
 	// set of dimensions (Rule.Group) or none of it, so a backend keeping
 	// a set's state under one key may delete that key whole.
 	Reset(ctx context.Context, req Request) error
