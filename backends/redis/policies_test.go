@@ -351,12 +351,15 @@ func TestPolicyWatchReconnect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	key := policyKey(t)
+	// Put first, then watch: the watcher's only read is the one after
+	// its subscription, so once it delivered 1 it reads nothing more
+	// until a message or a resubscription.
+	storePut(t, writer, key, 0, "one")
 	ch, err := watcher.WatchPolicies(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	storePut(t, writer, key, 0, "one")
-	receiveVersion(t, "after put 1", ch, 1)
+	receiveVersion(t, "at start", ch, 1)
 
 	// A put whose notification the watcher misses: published elsewhere.
 	keys := []string{key, policyVersionKey(key, 2)}
@@ -476,4 +479,42 @@ func BenchmarkPolicyNotify(b *testing.B) {
 	b.ReportMetric(q(0.50), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(q(1), "max-ms")
+}
+
+// TestPolicyStoreSentinel: the store through a Sentinel client, and a
+// watcher that follows a failover: versions written before it survive
+// (replicated), and a put on the new master reaches the watcher.
+func TestPolicyStoreSentinel(t *testing.T) {
+	z := redistest.NewSentinel(t)
+	writer, _ := sentinelBackend(t, z)
+	watcher, _ := sentinelBackend(t, z)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := policyKey(t)
+	ch, err := watcher.WatchPolicies(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storePut(t, writer, key, 0, "one")
+	receiveVersion(t, "before the failover", ch, 1)
+	if _, err := writer.PutPolicies(ctx, key, 0, driver.PolicyVersion{}); !errors.Is(err, driver.ErrVersionConflict) {
+		t.Errorf("PutPolicies(prev 0) with current 1 = %v, want ErrVersionConflict", err)
+	}
+
+	z.WaitSynced(t)
+	z.Failover(t)
+	var v driver.PolicyVersion
+	eventually(t, 30*time.Second, "a put on the new master", func() bool {
+		v, err = writer.PutPolicies(ctx, key, 1, driver.PolicyVersion{Document: []byte("two")})
+		return err == nil
+	})
+	if v.Version != 2 {
+		t.Fatalf("the put after the failover = version %d, want 2 (version 1 replicated)", v.Version)
+	}
+	receiveVersion(t, "after the failover", ch, 2)
+	if h, err := writer.PolicyHistory(ctx, key, 0); err != nil || len(h) != 2 || string(h[0].Document) != "two" || string(h[1].Document) != "one" {
+		t.Errorf("PolicyHistory after the failover = %v, %v, want two, one", h, err)
+	}
+	cancel()
+	waitClosed(t, "watcher", ch)
 }
