@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -524,6 +526,113 @@ func TestPolicyStoreSentinel(t *testing.T) {
 	if h, err := writer.PolicyHistory(ctx, key, 0); err != nil || len(h) != 2 || string(h[0].Document) != "two" || string(h[1].Document) != "one" {
 		t.Errorf("PolicyHistory after the failover = %v, %v, want two, one", h, err)
 	}
+	cancel()
+	waitClosed(t, "watcher", ch)
+}
+
+// blackHole is a TCP proxy to a server whose connections can be made to
+// drop all traffic silently, as behind a lost route: the sockets stay
+// open, nothing arrives either way. Connections made later work.
+type blackHole struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []*holeConn
+}
+
+type holeConn struct {
+	client, server net.Conn
+	dead           atomic.Bool
+}
+
+func newBlackHole(t *testing.T, target string) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blackHole{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.conns {
+			c.client.Close()
+			c.server.Close()
+		}
+	})
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", target)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			c := &holeConn{client: cc, server: sc}
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						dst.Close()
+						return
+					}
+					if !c.dead.Load() {
+						if _, err := dst.Write(buf[:n]); err != nil {
+							src.Close()
+							return
+						}
+					}
+				}
+			}
+			go pipe(sc, cc)
+			go pipe(cc, sc)
+		}
+	}()
+	return h
+}
+
+func (h *blackHole) Addr() string { return h.ln.Addr().String() }
+
+// drop makes every connection open now drop its traffic.
+func (h *blackHole) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.dead.Store(true)
+	}
+}
+
+// TestPolicyWatchSilentDeath: a watcher whose connection stops carrying
+// anything, without an error, notices the missing pong, subscribes anew
+// and catches up on the version it missed.
+func TestPolicyWatchSilentDeath(t *testing.T) {
+	addr := redistest.Standalone(t)
+	h := newBlackHole(t, addr)
+	wc := goredis.NewClient(NewClientOptions(h.Addr()).Simple())
+	defer wc.Close()
+	writer, _ := standalone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := policyKey(t)
+	storePut(t, writer, key, 0, "one")
+	tm := watchTimings{ping: 200 * time.Millisecond, backoffMin: 20 * time.Millisecond, backoffMax: 200 * time.Millisecond}
+	ch, err := New(wc, nil).watchPolicies(ctx, key, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveVersion(t, "at start", ch, 1)
+	h.drop()
+	storePut(t, writer, key, 1, "two") // its PUBLISH is lost in the hole
+	receiveVersion(t, "after the connection went silent", ch, 2)
+	storePut(t, writer, key, 2, "three")
+	receiveVersion(t, "on the new connection", ch, 3)
 	cancel()
 	waitClosed(t, "watcher", ch)
 }
