@@ -245,7 +245,7 @@ func toInt64(v any) int64 {
 // GCRA (redis-cell takes only some GCRA rules: the spec says which); not
 // a shadow rule or a seeded one (take.lua's alone).
 func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
-	if r.Shadow || r.Seed > 0 {
+	if r.Shadow || r.Seed != 0 {
 		return false
 	}
 	switch r.Algorithm {
