@@ -261,7 +261,7 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		// prelude.lua's overrides only when it holds any.
 		overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
 			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
-			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = L().overrides(h, now)\n  end\nend", len(groups)+1)
+			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+1)
 		decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
 			"    if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
 		ls := make([]string, len(rules))
@@ -427,8 +427,9 @@ func splitHelpers(src string) (string, []helperDef) {
 
 // eagerHelpers are the helpers a fast script defines at its top when its
 // own code calls them (the algorithms' common paths: sliding windows'
-// cells); they capture no local of the script, so each costs one closure.
-var eagerHelpers = map[string]bool{"ints": true, "pints": true}
+// cells; the overrides' parse, in a script that reads them); they capture
+// no local of the script, so each costs one closure.
+var eagerHelpers = map[string]bool{"ints": true, "pints": true, "overrides": true}
 
 // helperHead, helperText and helperDefs are prelude.lua and holds.lua
 // split once for lazy: prelude.lua's text before its functions (its
