@@ -65,8 +65,8 @@ func ruleTagV0(r *driver.Rule) string {
 
 // TestSeed: a rule with a seed and no state starts from its seed rule's
 // used (placed at now), for each algorithm; its seeded state is written
-// only with an allowed take; once it has state of its own, the seed is
-// not applied again.
+// by a take, allowed or denied (the carried units alone), never by a
+// peek; once it has state of its own, the seed is not applied again.
 func TestSeed(t *testing.T) {
 	b, c := standalone(t)
 	for _, tc := range []struct {
@@ -91,16 +91,19 @@ func TestSeed(t *testing.T) {
 			nw.Key, nw.Group = s.key("r")+"~2", old.Group
 			rules := []driver.Rule{old, nw}
 
-			// A peek and a denied take store nothing.
+			// A peek stores nothing, a denied take the carried units.
 			res := take(t, b, s.request(opPeek, 1, rules...))
 			checkRule(t, "peek: new rule seeded", res.Rules[1], true, 3, 5)
+			if stored(t, c, s, rules, nw) != 0 {
+				t.Fatalf("a peek stored the seeded state")
+			}
 			res = take(t, b, s.request(opTake, 3, rules...))
 			if res.Allowed {
 				t.Fatalf("Take(cost 3) = allowed, want denied by the seeded rule (3+3 > 5)")
 			}
 			checkRule(t, "denied: new rule seeded", res.Rules[1], false, 3, 5)
-			if _, ok := entryOf(t, c, nw); ok && nw.Algorithm != driver.SlidingLog {
-				t.Fatalf("a denied take stored the seeded entry")
+			if got := stored(t, c, s, rules, nw); got != 3 {
+				t.Fatalf("after a denied take the new rule's state holds %d units, want the 3 carried", got)
 			}
 
 			res = take(t, b, s.request(opTake, 1, rules...))
@@ -178,4 +181,31 @@ func TestSeedBatchCluster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stored returns the units r's state holds: a packed entry's count (fixed
+// window), cells' sum (sliding window) or TAT in units of T (GCRA), or its
+// log's members; 0 without state.
+func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r driver.Rule) int64 {
+	t.Helper()
+	if r.Algorithm == driver.SlidingLog {
+		n, err := c.ZCount(context.Background(), sortedSetOf(t, rules, r), "-inf", "+inf").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e, ok := entryOf(t, c, r)
+	if !ok {
+		return 0
+	}
+	switch r.Algorithm {
+	case driver.SlidingWindow:
+		return e.Ints[1]
+	case driver.GCRA:
+		tp, _, _ := r.GCRAParams()
+		now := serverNow(t, c).UnixMicro()
+		return (e.Ints[0] - now + tp.Microseconds() - 1) / tp.Microseconds()
+	}
+	return e.Ints[0]
 }
