@@ -181,9 +181,9 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
 	anyGCRA = anyGCRA && req.OverrideKey != ""
-	// The log key of the last sliding-log rule's set of dimensions: the
-	// set's other log rules share it (logKey hashes them all).
-	var lastLog, lastLogGroup string
+	// The previous layout's log key (prevLogKey) of the last sliding-log
+	// rule's set of dimensions: the set's other log rules share it.
+	var lastPrev, lastLogGroup string
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
@@ -213,14 +213,15 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}
 			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
 		}
-		var key string
+		var key, prev string
 		switch {
 		case sp.suffix != "": // a module strategy: the rule's own key
 			key = r.Key + sp.suffix
-		case sp.code == codeLog && lastLog != "" && lastLogGroup == group(r):
-			key = lastLog // the same set of dimensions as the previous log rule
+		case sp.code == codeLog && lastPrev != "" && lastLogGroup == group(r):
+			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
-			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
+			key = logKey(r)
+			if prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
 				sp, err := b.spec(rep, q, plainOnly(&req, q))
 				if err != nil {
 					return "", err
@@ -229,12 +230,15 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}); err != nil {
 				return fail(err)
 			}
-			lastLog, lastLogGroup = key, group(r)
+			lastPrev, lastLogGroup = prev, group(r)
 		default:
 			key = group(r)
 		}
 		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
 		e.argv = append(e.argv, sp.args[:]...)
+		if prev != "" {
+			e.argv[len(e.argv)-2] = index(prev) // p2: the previous layout's log, read through
+		}
 		if sp.code == codeCalendar {
 			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
 			if err != nil {
@@ -291,13 +295,21 @@ func plainOnly(req *driver.Request, r *driver.Rule) bool {
 	return req.OverrideKey != "" || r.Seed > 0 || r.Epoch > 0
 }
 
-// logKey returns the sorted set of the sliding-log rules of r's dimension
-// set among rules: the set's key, suffixLog, and a tag of those rules'
-// tags, so that a policy whose log rules change starts its logs afresh
-// (as a changed packed rule does) and two policies of one name with other
-// log rules never share a log.
-// tag gives a rule's tag (ruleTag, or the spec cache's copy of it).
-func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
+// logKey returns the sorted set of the sliding-log rule r: its dimension
+// set's key, suffixLog, "." and its name. The log rules of a request with
+// the same name share it (a rule and its predecessor: sdk.WithChange),
+// each counting its own window in it, so a log rule changed (a new window,
+// a new epoch, a rollback) keeps its counts, and a log rule added or
+// removed beside it changes nothing of them; log rules of other names,
+// and other rules of the set, never share it.
+func logKey(r *driver.Rule) string { return group(r) + suffixLog + "." + r.Name }
+
+// prevLogKey returns the set's log as the previous layout named it: the
+// set's key, suffixLog, and a tag of its log rules' tags among rules. A
+// log found empty is filled from it (alg/log.lua's read), so that counts
+// carry over the upgrade. tag gives a rule's tag (ruleTag, or the spec
+// cache's copy of it).
+func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
 	g := group(r)
 	lt := newLogTag()
 	for i := range rules {

@@ -31,6 +31,9 @@ type fastKey struct {
 	keys  [lua.FastMax]uint8
 	// ov: the script reads the subject's overrides (lua.FastOverrides).
 	ov bool
+	// sets numbers each rule's dimension set (driver.Rule.Group) from 1:
+	// a log's key in the previous layout hashes its set's log rules.
+	sets [lua.FastMax]uint8
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -39,9 +42,12 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
-	// logs holds, per dimension set (key index - 1), the suffix of its
-	// log key (logKey) when its rules are sliding logs, else "".
+	// logs holds, per key (index - 1), the suffix of its dimension set's
+	// log key in the previous layout (prevLogKey) when it is a sliding
+	// log (logKey), else "".
 	logs [lua.FastMax]string
+	// nlogs is the number of its dimension sets that are logs.
+	nlogs int
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -105,9 +111,11 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	var k fastKey
 	k.n, k.ov = n, req.OverrideKey != ""
-	var groups [lua.FastMax]string
-	var logs [lua.FastMax]bool // a dimension set's packed value and its log are two keys
-	g := 0
+	var groups [lua.FastMax]string // a dimension set's packed value, or a log rule's log
+	var logs [lua.FastMax]bool
+	var dims [lua.FastMax]string // each key's dimension set
+	var sets [lua.FastMax]string
+	g, ns := 0, 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
@@ -119,6 +127,23 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 		k.specs[i] = sp
 		key, log := group(r), sp.code == codeLog
+		dim := key
+		if log {
+			key = logKey(r)
+		}
+		si := 0
+		for j := range ns {
+			if sets[j] == dim {
+				si = j + 1
+				break
+			}
+		}
+		if si == 0 {
+			sets[ns] = dim
+			ns++
+			si = ns
+		}
+		k.sets[i] = uint8(si)
 		ki := 0
 		for j := range g {
 			if groups[j] == key && logs[j] == log {
@@ -127,7 +152,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 			}
 		}
 		if ki == 0 {
-			groups[g], logs[g] = key, log
+			groups[g], logs[g], dims[g] = key, log, dim
 			g++
 			ki = g
 		}
@@ -142,7 +167,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		b.fast.put(&k, s)
 	}
 	tk, hk := 0, 0
-	nk := g
+	nk := g + s.nlogs // the dimension sets, the previous layout's logs
 	if k.ov {
 		nk++ // the overrides, after the dimension sets
 	}
@@ -156,13 +181,15 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	keys := make([]string, nk)
 	copy(keys, groups[:g])
+	p := g
 	for j := range g {
 		if logs[j] {
-			keys[j] += s.logs[j]
+			keys[p] = dims[j] + s.logs[j]
+			p++
 		}
 	}
 	if k.ov {
-		keys[g] = req.OverrideKey
+		keys[p] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -205,7 +232,8 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
 	var isLog [lua.FastMax]bool
-	var tags [lua.FastMax]logTag // each log's key suffix, from its rules' tags in order (logKey)
+	var tags [lua.FastMax]logTag // per dimension set, its log rules' tags in order (prevLogKey)
+	var set [lua.FastMax]int     // per key, its dimension set (index - 1)
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
@@ -220,17 +248,28 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
-		if g := k.keys[i] - 1; rules[i].Code == codeLog {
-			if !isLog[g] {
-				isLog[g], tags[g] = true, newLogTag()
+		if g, d := k.keys[i]-1, k.sets[i]-1; rules[i].Code == codeLog {
+			if tags[d] == 0 {
+				tags[d] = newLogTag()
 			}
-			tags[g].add(rules[i].Tag)
+			isLog[g], set[g] = true, int(d)
+			tags[d].add(rules[i].Tag)
 		}
 	}
+	ng := 0
+	for i := range k.n {
+		ng = max(ng, int(k.keys[i]))
+	}
+	var prev [lua.FastMax]int
 	for g := range isLog {
 		if isLog[g] {
-			s.logs[g] = tags[g].suffix()
+			s.logs[g] = tags[set[g]].suffix()
+			s.nlogs++
+			prev[g] = ng + s.nlogs
 		}
+	}
+	for i := range k.n {
+		rules[i].Prev = prev[k.keys[i]-1]
 	}
 	build := lua.Fast
 	if k.ov {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"testing"
 	"time"
 
@@ -208,4 +209,81 @@ func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r dr
 		return (e.Ints[0] - now + tp.Microseconds() - 1) / tp.Microseconds()
 	}
 	return e.Ints[0]
+}
+
+// TestLogKeyStable: a dimension set's sliding logs share one sorted set
+// whatever its log rules, so a log rule added beside a capped one, or a
+// log rule's successor (new window, new epoch) beside its predecessor,
+// counts what was admitted before: nothing is uncapped. Through fast
+// scripts and take.lua.
+func TestLogKeyStable(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
+			b, _ := standalone(t)
+			b.noFast = noFast
+			s := newSubject(t, "log-stable")
+			grp := s.base + "=u"
+			in := func(r driver.Rule) driver.Rule { r.Group = grp; return r }
+			capped := in(s.log("a", 3, time.Hour))
+			take(t, b, s.request(opTake, 3, capped))
+			// A log rule added beside it.
+			added := in(s.log("b", 10, 2*time.Hour))
+			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 {
+				t.Errorf("Take(capped, added) = %+v, want denied by a at 3", res)
+			}
+			// Its window changed (epoch 2), its predecessor beside it.
+			nw := in(s.log("a", 3, 2*time.Hour))
+			nw.Epoch, nw.Seed, nw.Key = 2, 1, nw.Key+"~2"
+			res := take(t, b, s.request(opTake, 1, capped, nw))
+			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(predecessor, successor) = %+v, want denied, both at 3", res)
+			}
+			// The successor alone (the predecessor's reach passed).
+			nw.Seed = 0
+			if res := take(t, b, s.request(opTake, 1, nw)); res.Allowed || res.Rules[0].Used != 3 {
+				t.Errorf("Take(successor) = %+v, want denied at 3", res)
+			}
+		})
+	}
+}
+
+// TestLogReadThrough: a log found empty is filled from the set's log as
+// the previous layout named it (a hash of its log rules' tags), so an
+// upgrade keeps the counts; a log with members of its own is not.
+func TestLogReadThrough(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
+			b, c := standalone(t)
+			b.noFast = noFast
+			ctx := context.Background()
+			s := newSubject(t, "log-prev")
+			grp := s.base + "=u"
+			rules := []driver.Rule{s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour)}
+			for i := range rules {
+				rules[i].Group = grp
+			}
+			now := serverNow(t, c).UnixMicro()
+			prev := prevSortedSetOf(t, rules, rules[0])
+			for k := range 3 {
+				at := strconv.FormatInt(now-int64(k+1)*1000, 10)
+				c.ZAdd(ctx, prev, goredisZ(float64(now-int64(k+1)*1000), at+"11"))
+			}
+			c.Expire(ctx, prev, time.Hour)
+			res := take(t, b, s.request(opTake, 1, rules...))
+			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Fatalf("Take = %+v, want denied by a at 3 (read through)", res)
+			}
+			if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[0])).Result(); n != 3 {
+				t.Errorf("the log holds %d members, want the 3 read through", n)
+			}
+			if ttl, _ := c.PTTL(ctx, sortedSetOf(t, rules, rules[0])).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
+				t.Errorf("the log's PTTL = %v, want in (0, 2h+1s]", ttl)
+			}
+			// Members of its own: the previous log is not read again.
+			c.ZAdd(ctx, prev, goredisZ(float64(now), strconv.FormatInt(now, 10)+"19"))
+			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 3 {
+				t.Errorf("Peek = %+v, want a at 3 (not read through again)", res)
+			}
+		})
+	}
 }

@@ -19,6 +19,11 @@ type FastRule struct {
 	// Window is the rule's window in µs: a GCRA rule's rate under a
 	// limit override (FastOverrides) needs it.
 	Window int64
+	// Prev is, for a sliding log, the index of its dimension set's log in
+	// the previous layout (read through when the log is empty: alg/log.lua),
+	// among the keys after the dimension sets, in the order of the logs'
+	// first use; 0 = none.
+	Prev int
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -83,6 +88,15 @@ func fast(rules []FastRule, ov bool) (string, error) {
 			secs[f] = sections(f)
 		}
 	}
+	nprev := 0 // the previous layout's logs, after the dimension sets
+	for g, rs := range groups {
+		if p := rules[rs[0]].Prev; logs[g] && p > 0 {
+			nprev++
+			if p != len(groups)+nprev {
+				return "", fmt.Errorf("lua: Fast: rule %q: previous log key index %d out of order", rules[rs[0]].Name, p)
+			}
+		}
+	}
 	var reads, decls, eval, commit, writes, trail strings.Builder
 	for g, rs := range groups {
 		if logs[g] {
@@ -116,9 +130,13 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		for _, i := range rs {
 			w = max(w, rules[i].P1)
 		}
-		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s}\n  LG%[1]d = lg\n%[4]s\n"+
+		prev := ""
+		if p := rules[rs[0]].Prev; p > 0 {
+			prev = fmt.Sprintf(", prev = KEYS[kb + %d]", p)
+		}
+		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s%[5]s}\n  LG%[1]d = lg\n%[4]s\n"+
 			"  if look and lg.mark and lg.mark * 1000 <= now then lapsed = true end\nuntil true end\n",
-			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "))
+			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "), prev)
 	}
 	var lapse strings.Builder
 	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
@@ -253,15 +271,15 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	for i := range rules {
 		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
 	}
-	first, keysBefore := "allowed and 1 or 0", len(groups)
+	first, keysBefore := "allowed and 1 or 0", len(groups)+nprev
 	var overrides, decide, reported string
 	if ov {
-		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+1
+		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+nprev+1
 		// As take.lua: the overrides key read once (HGETALL), parsed by
 		// prelude.lua's overrides only when it holds any.
 		overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
 			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
-			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+1)
+			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+nprev+1)
 		decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
 			"    if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
 		ls := make([]string, len(rules))

@@ -54,7 +54,9 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log                   the dimension set's log (alg/log.lua)
+--   l  sliding log                   the rule's log (alg/log.lua;
+--                                    p2: the index of its key in the
+--                                    previous layout, read through)
 --   t  sliding window on TairHash    own key  (alg/modsliding.lua)
 --   h  sliding window on native hash-field expiry  own key
 --   x  GCRA on redis-cell            own key  (alg/cell.lua)
@@ -188,6 +190,8 @@ for a = 1, attempts do
           end
           local oi = tonumber(ARGV[b + 8])
           if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
+          local pk = tonumber(ARGV[b + 5]) -- the previous layout's log (log.lua's read)
+          if pk > 0 then lg.prev = KEYS[kb + pk] end
         else
           own = true -- a rule with a key of its own (t, h, x)
           if code == 'x' then
