@@ -182,7 +182,8 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	}
 	anyGCRA = anyGCRA && req.OverrideKey != ""
 	// The previous layout's log key (prevLogKey) of the last sliding-log
-	// rule's set of dimensions: the set's other log rules share it.
+	// rule's set of dimensions: the set's other log rules share it, as
+	// they share its log (logKey).
 	var lastPrev, lastLogGroup string
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -295,14 +296,15 @@ func plainOnly(req *driver.Request, r *driver.Rule) bool {
 	return req.OverrideKey != "" || r.Seed > 0 || r.Epoch > 0
 }
 
-// logKey returns the sorted set of the sliding-log rule r: its dimension
-// set's key, suffixLog, "." and its name. The log rules of a request with
-// the same name share it (a rule and its predecessor: sdk.WithChange),
-// each counting its own window in it, so a log rule changed (a new window,
-// a new epoch, a rollback) keeps its counts, and a log rule added or
-// removed beside it changes nothing of them; log rules of other names,
-// and other rules of the set, never share it.
-func logKey(r *driver.Rule) string { return group(r) + suffixLog + "." + r.Name }
+// logKey returns the sorted set of the sliding-log rules of r's dimension
+// set: the set's key and suffixLog, whatever its log rules (as the set's
+// packed value is one whatever its packed rules). Every log rule of the
+// set counts its own window in it, so a log rule changed (a new window, a
+// new epoch, a rollback) keeps its counts, and a log rule added or removed
+// beside others changes nothing of theirs. Two policies of one name (two
+// versions side by side) share it too: each counts everything admitted
+// through the set's logs (conservative).
+func logKey(r *driver.Rule) string { return group(r) + suffixLog }
 
 // prevLogKey returns the set's log as the previous layout named it: the
 // set's key, suffixLog, and a tag of its log rules' tags among rules. A
@@ -327,7 +329,8 @@ func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (str
 }
 
 // logTag hashes the tags of a dimension set's sliding-log rules, in rule
-// order (FNV-1a), into the suffix of the set's log key (logKey); start
+// order (FNV-1a), into the suffix of the set's log key in the previous
+// layout (prevLogKey); start
 // from newLogTag.
 type logTag uint64
 

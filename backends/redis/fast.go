@@ -31,9 +31,6 @@ type fastKey struct {
 	keys  [lua.FastMax]uint8
 	// ov: the script reads the subject's overrides (lua.FastOverrides).
 	ov bool
-	// sets numbers each rule's dimension set (driver.Rule.Group) from 1:
-	// a log's key in the previous layout hashes its set's log rules.
-	sets [lua.FastMax]uint8
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -111,11 +108,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	var k fastKey
 	k.n, k.ov = n, req.OverrideKey != ""
-	var groups [lua.FastMax]string // a dimension set's packed value, or a log rule's log
+	var groups [lua.FastMax]string // a dimension set's packed value, or its log
 	var logs [lua.FastMax]bool
 	var dims [lua.FastMax]string // each key's dimension set
-	var sets [lua.FastMax]string
-	g, ns := 0, 0
+	g := 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
@@ -131,19 +127,6 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if log {
 			key = logKey(r)
 		}
-		si := 0
-		for j := range ns {
-			if sets[j] == dim {
-				si = j + 1
-				break
-			}
-		}
-		if si == 0 {
-			sets[ns] = dim
-			ns++
-			si = ns
-		}
-		k.sets[i] = uint8(si)
 		ki := 0
 		for j := range g {
 			if groups[j] == key && logs[j] == log {
@@ -232,8 +215,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
 	var isLog [lua.FastMax]bool
-	var tags [lua.FastMax]logTag // per dimension set, its log rules' tags in order (prevLogKey)
-	var set [lua.FastMax]int     // per key, its dimension set (index - 1)
+	var tags [lua.FastMax]logTag // per log, its rules' tags in order (prevLogKey)
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
@@ -248,12 +230,11 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
-		if g, d := k.keys[i]-1, k.sets[i]-1; rules[i].Code == codeLog {
-			if tags[d] == 0 {
-				tags[d] = newLogTag()
+		if g := k.keys[i] - 1; rules[i].Code == codeLog {
+			if !isLog[g] {
+				isLog[g], tags[g] = true, newLogTag()
 			}
-			isLog[g], set[g] = true, int(d)
-			tags[d].add(rules[i].Tag)
+			tags[g].add(rules[i].Tag)
 		}
 	}
 	ng := 0
@@ -263,7 +244,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	var prev [lua.FastMax]int
 	for g := range isLog {
 		if isLog[g] {
-			s.logs[g] = tags[set[g]].suffix()
+			s.logs[g] = tags[g].suffix()
 			s.nlogs++
 			prev[g] = ng + s.nlogs
 		}

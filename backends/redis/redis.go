@@ -21,9 +21,9 @@
 // counters and GCRA as entries of one packed string value, read with one
 // GET and written with one SET (or, when the entries keep their places,
 // lengths and expiries, one SETRANGE); sliding logs in one sorted set per
-// log rule, named by its dimension set and its name (logKey; a log found
-// empty is read through from the previous layout's one set per dimension
-// set) (docs/DESIGN.md, "Redis layout"). The denial trail is
+// dimension set, whatever its log rules (logKey; a log found empty is read
+// through once from the previous layout's, named by its log rules' tags)
+// (docs/DESIGN.md, "Redis layout"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
 // earlier versions. TakeBatch decides up to 128 requests per EVALSHA on a
@@ -482,7 +482,7 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 var plainDetail = map[driver.Algorithm]string{
 	driver.FixedWindow:   "a count per rule in the dimension set's packed value, tagged with its window's end",
 	driver.SlidingWindow: "a count per cell per rule in the dimension set's packed value",
-	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs, in one set per rule (its dimension set and name)",
+	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs, in one set per dimension set",
 	driver.GCRA:          "a TAT in µs per rule in the dimension set's packed value",
 }
 

@@ -13,8 +13,8 @@ import (
 
 // TestEpochTag: a rule's packed tag includes its epoch when > 0, and is
 // unchanged for epoch 0, so existing state stays valid and a new epoch
-// starts afresh (a sliding log's, named by its rule's name, is shared by
-// its epochs).
+// starts afresh (a sliding log's is not: its dimension set's one log is
+// shared by all its log rules, epochs included).
 func TestEpochTag(t *testing.T) {
 	b, _ := standalone(t)
 	s := newSubject(t, "epoch")
@@ -46,8 +46,8 @@ func TestEpochTag(t *testing.T) {
 			nw.Epoch = 7
 			res := take(t, b, s.request(opPeek, 1, nw))
 			if tc.r.Algorithm == driver.SlidingLog {
-				// A log rule's log is named by its name: a new epoch of it
-				// counts the same units (TestLogKeyStable).
+				// A dimension set has one log whatever its log rules: a
+				// new epoch counts the same units (TestLogKeyStable).
 				if res.Allowed || res.Rules[0].Used != 1 {
 					t.Fatalf("Peek(log, epoch 7) = %+v, want denied on the same log", res)
 				}
@@ -224,12 +224,13 @@ func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r dr
 // TestLogKeyStable: a dimension set's sliding logs share one sorted set
 // whatever its log rules, so a log rule added beside a capped one, or a
 // log rule's successor (new window, new epoch) beside its predecessor,
-// counts what was admitted before: nothing is uncapped. Through fast
+// counts what was admitted before: nothing is uncapped, and removing the
+// added rule or rolling the change back keeps the count. Through fast
 // scripts and take.lua.
 func TestLogKeyStable(t *testing.T) {
 	for _, noFast := range []bool{false, true} {
 		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
-			b, _ := standalone(t)
+			b, c := standalone(t)
 			b.noFast = noFast
 			s := newSubject(t, "log-stable")
 			grp := s.base + "=u"
@@ -238,8 +239,12 @@ func TestLogKeyStable(t *testing.T) {
 			take(t, b, s.request(opTake, 3, capped))
 			// A log rule added beside it.
 			added := in(s.log("b", 10, 2*time.Hour))
-			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 {
-				t.Errorf("Take(capped, added) = %+v, want denied by a at 3", res)
+			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(capped, added) = %+v, want denied by a at 3, b counting the same 3", res)
+			}
+			// And removed again.
+			if res := take(t, b, s.request(opTake, 1, capped)); res.Allowed || res.Rules[0].Used != 3 {
+				t.Errorf("Take(capped) after b = %+v, want denied at 3", res)
 			}
 			// Its window changed (epoch 2), its predecessor beside it.
 			nw := in(s.log("a", 3, 2*time.Hour))
@@ -252,6 +257,17 @@ func TestLogKeyStable(t *testing.T) {
 			nw.Seed = 0
 			if res := take(t, b, s.request(opTake, 1, nw)); res.Allowed || res.Rules[0].Used != 3 {
 				t.Errorf("Take(successor) = %+v, want denied at 3", res)
+			}
+			// Rolled back to the predecessor (epoch 3, seeded from the
+			// successor): the same log, still capped, nothing seeded over it.
+			back := in(s.log("a", 3, time.Hour))
+			back.Epoch, back.Seed, back.Key = 3, 1, back.Key+"~3"
+			nw.Seed = 0
+			if res := take(t, b, s.request(opTake, 1, nw, back)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(successor, rollback) = %+v, want denied, both at 3", res)
+			}
+			if n, _ := c.ZCard(context.Background(), logKey(&back)).Result(); n != 3 {
+				t.Errorf("the log holds %d members, want the 3 admitted (no seed added)", n)
 			}
 		})
 	}

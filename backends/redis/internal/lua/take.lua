@@ -54,7 +54,7 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log                   the rule's log (alg/log.lua;
+--   l  sliding log                   the dimension set's log (alg/log.lua;
 --                                    p2: the index of its key in the
 --                                    previous layout, read through)
 --   t  sliding window on TairHash    own key  (alg/modsliding.lua)

@@ -1,10 +1,9 @@
 -- log.lua: sliding logs ('l': p1 = window µs, p2 = the index of the
--- set's log in the previous layout, 0 = none). Each log rule has its
--- sorted set, named by its dimension set and its name (backends/redis
--- logKey); the rules of a request with one name (a rule and its
--- predecessor) share it: one member per admitted unit, scored by server
--- µs, trimmed to the longest of their windows; each rule counts its own
--- window (ZCOUNT). The hold marker is
+-- set's log in the previous layout, 0 = none). The log rules of a
+-- dimension set share ONE sorted set, whatever they are (backends/redis
+-- logKey: the set's key and "%l"): one member per admitted unit, scored
+-- by server µs, trimmed to the longest window of the request's log rules
+-- of the set; each rule counts its own window (ZCOUNT). The hold marker is
 -- the member '!<lapse ms>' scored BIG (prelude.lua). take.lua and the fast
 -- scripts (fast.lua) paste the read section once per log, with lg.w its
 -- longest window and lg.name its first rule's name.
@@ -13,9 +12,8 @@
 -- The log at key, trimmed to its longest window w, and its two highest
 -- members: the newest entry and the hold marker, if any. A log found
 -- empty is first filled from lg.prev, when given: the dimension set's log
--- as the previous layout named it (one sorted set per dimension set,
--- named by a hash of its log rules' tags, counted by each), copied
--- (ZUNIONSTORE, nothing when it is gone), then read again.
+-- as the previous layout named it ("%l" and a hash of its log rules'
+-- tags), copied (ZUNIONSTORE, nothing when it is gone), then read again.
 for pass = 1, 2 do
   local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
   if type(d) == 'table' then
