@@ -68,7 +68,7 @@ type encoder struct {
 // keys a request can have, and moved down once the keys are known.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	n := len(req.Rules)
-	most := 2*n + 3 // a state key and an old-layout key per rule, trail, reservations, record
+	most := 2*n + 4 // a state key and an old-layout key per rule, trail, reservations, record, overrides
 	e := encoder{keys: make([]string, 0, most)}
 	args := make([]any, evalArgs+most+1, evalArgs+most+1+headerArgs+n*argsPerRule)
 	e.argv = args[len(args):len(args)]
@@ -165,29 +165,65 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
-		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL)
+		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
-	// The log key of the last sliding-log rule's set of dimensions: the
-	// set's other log rules share it (logKey hashes them all).
-	var lastLog, lastLogGroup string
+	// Shadow rules, seeds and GCRA windows under overrides (take.lua's
+	// ARGV[a+17] to ARGV[a+19]): each "" unless some rule needs it.
+	var shadows, seeds, windows []byte
+	var anyShadow, anySeed, anyGCRA bool
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if r.Seed < 0 || r.Seed > i {
+			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
+		}
+		anyShadow = anyShadow || r.Shadow
+		anySeed = anySeed || r.Seed > 0
+		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
+	}
+	anyGCRA = anyGCRA && req.OverrideKey != ""
+	// The previous layout's log key (prevLogKey) of the last sliding-log
+	// rule's set of dimensions: the set's other log rules share it, as
+	// they share its log (logKey).
+	var lastPrev, lastLogGroup string
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
 			return fail(err)
 		}
-		sp, err := b.spec(rep, r)
+		plain := plainOnly(&req, r)
+		sp, err := b.spec(rep, r, plain)
 		if err != nil {
 			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
 		}
-		var key string
+		if anyShadow {
+			shadow := byte('0')
+			if r.Shadow {
+				shadow = '1'
+			}
+			shadows = append(shadows, shadow)
+		}
+		if anySeed {
+			if i > 0 {
+				seeds = append(seeds, ',')
+			}
+			seeds = strconv.AppendInt(seeds, int64(r.Seed), 10)
+		}
+		if anyGCRA {
+			if i > 0 {
+				windows = append(windows, ',')
+			}
+			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
+		}
+		var key, prev string
 		switch {
 		case sp.suffix != "": // a module strategy: the rule's own key
 			key = r.Key + sp.suffix
-		case sp.code == codeLog && lastLog != "" && lastLogGroup == group(r):
-			key = lastLog // the same set of dimensions as the previous log rule
+		case sp.code == codeLog && lastPrev != "" && lastLogGroup == group(r):
+			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
-			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
-				sp, err := b.spec(rep, q)
+			key = logKey(r)
+			if prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
+				sp, err := b.spec(rep, q, plainOnly(&req, q))
 				if err != nil {
 					return "", err
 				}
@@ -195,12 +231,15 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}); err != nil {
 				return fail(err)
 			}
-			lastLog, lastLogGroup = key, group(r)
+			lastPrev, lastLogGroup = prev, group(r)
 		default:
 			key = group(r)
 		}
 		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
 		e.argv = append(e.argv, sp.args[:]...)
+		if prev != "" {
+			e.argv[len(e.argv)-2] = index(prev) // p2: the previous layout's log, read through
+		}
 		if sp.code == codeCalendar {
 			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
 			if err != nil {
@@ -224,6 +263,18 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
 		h[6] = index(req.IdempotencyKey)
 	}
+	if req.OverrideKey != "" {
+		h[15] = index(req.OverrideKey)
+	}
+	if anyShadow {
+		h[16] = string(shadows)
+	}
+	if anySeed {
+		h[17] = string(seeds)
+	}
+	if anyGCRA {
+		h[18] = string(windows)
+	}
 	if len(e.keys) == k0 {
 		return fail(errNoKeys)
 	}
@@ -232,13 +283,35 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	return nil
 }
 
+// plainOnly reports whether r must run on a plain Lua strategy in req,
+// whatever the server's modules: a rule with a seed or an epoch (its
+// seeding is the packed fragments' and the logs', and an epoch's rule
+// may have been seeded: kept on the same keys for its whole identity,
+// never moved to a module key when its seed ends), and every rule of a
+// request that reads overrides (a limit override replaces a GCRA rule's
+// rate, which CL.THROTTLE's arguments cannot follow; exempt counted
+// consumes past the limit). Shadow rules keep their strategy (turning a
+// rule shadow keeps its state).
+func plainOnly(req *driver.Request, r *driver.Rule) bool {
+	return req.OverrideKey != "" || r.Seed > 0 || r.Epoch > 0
+}
+
 // logKey returns the sorted set of the sliding-log rules of r's dimension
-// set among rules: the set's key, suffixLog, and a tag of those rules'
-// tags, so that a policy whose log rules change starts its logs afresh
-// (as a changed packed rule does) and two policies of one name with other
-// log rules never share a log.
-// tag gives a rule's tag (ruleTag, or the spec cache's copy of it).
-func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
+// set: the set's key and suffixLog, whatever its log rules (as the set's
+// packed value is one whatever its packed rules). Every log rule of the
+// set counts its own window in it, so a log rule changed (a new window, a
+// new epoch, a rollback) keeps its counts, and a log rule added or removed
+// beside others changes nothing of theirs. Two policies of one name (two
+// versions side by side) share it too: each counts everything admitted
+// through the set's logs (conservative).
+func logKey(r *driver.Rule) string { return group(r) + suffixLog }
+
+// prevLogKey returns the set's log as the previous layout named it: the
+// set's key, suffixLog, and a tag of its log rules' tags among rules. A
+// log found empty is filled from it (alg/log.lua's read), so that counts
+// carry over the upgrade. tag gives a rule's tag (ruleTag, or the spec
+// cache's copy of it).
+func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
 	g := group(r)
 	lt := newLogTag()
 	for i := range rules {
@@ -256,7 +329,8 @@ func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string,
 }
 
 // logTag hashes the tags of a dimension set's sliding-log rules, in rule
-// order (FNV-1a), into the suffix of the set's log key (logKey); start
+// order (FNV-1a), into the suffix of the set's log key in the previous
+// layout (prevLogKey); start
 // from newLogTag.
 type logTag uint64
 

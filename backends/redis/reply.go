@@ -43,15 +43,24 @@ func replyString(v any) (string, error) {
 
 // parseTake decodes take.lua's reply for a request of the given rules:
 // {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
-// µs, retry µs), then trail entries or a replay's reservation id}; or a
-// fast script's, one string: first and now in fastHead bytes, then the
-// rules' bytes.
+// µs, retry µs), then, first >= 4, the override element, then trail
+// entries or a replay's reservation id}; or a fast script's, one string:
+// first and now in fastHead bytes, then the rules' bytes ({that string,
+// the override element} where an override applied).
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
+	var rest []any
+	if a, ok := v.([]any); ok && len(a) == 2 {
+		// A fast script's reply where an override applied: {its string,
+		// the override element}.
+		if _, ok := a[0].(string); ok {
+			v, rest = a[0], a[1:]
+		}
+	}
 	if s, ok := v.(string); ok {
 		if len(s) != fastHead+len(rules)*perRuleBytes {
 			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", fastHead+len(rules)*perRuleBytes, len(rules), len(s))
 		}
-		return parseReply(int64(s[0]), le7(s[1:fastHead]), nil, rules, func(i int) [perRuleReply]int64 {
+		return parseReply(int64(s[0]), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
 			return ruleInts(s[fastHead+i*perRuleBytes:])
 		})
 	}
@@ -134,9 +143,24 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	var res driver.Result
 	var err error
 	// 0/1: decided now; 2/3: a replay of the decision stored under the
-	// request's idempotency key, followed by the original reservation id.
-	if first < 0 || first > 3 {
-		return driver.Result{}, fmt.Errorf("reply: first element must be 0..3, got %d", first)
+	// request's idempotency key, followed by the original reservation id;
+	// plus 4: an override applied, its element first after the rules.
+	if first < 0 || first > 7 {
+		return driver.Result{}, fmt.Errorf("reply: first element must be 0..7, got %d", first)
+	}
+	var lims []int64
+	if first >= 4 {
+		if len(rest) == 0 {
+			return driver.Result{}, fmt.Errorf("reply: want the override element after the rules")
+		}
+		s, err := replyString(rest[0])
+		if err != nil {
+			return driver.Result{}, err
+		}
+		if res.Override, lims, err = parseOverrideElement(s, len(rules)); err != nil {
+			return driver.Result{}, err
+		}
+		rest, first = rest[1:], first-4
 	}
 	res.Allowed = first%2 == 1
 	res.Replayed = first >= 2
@@ -152,6 +176,9 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		r.CostTooHigh = ints[0] == 2
 		r.Used = ints[1]
 		r.Limit = rules[i].ReportedLimit()
+		if lims != nil {
+			r.Limit = lims[i]
+		}
 		r.Remaining = max(0, r.Limit-r.Used)
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond

@@ -33,7 +33,7 @@
 -- exactly when it is an integer.
 local sf = string.format
 -- ARGV per attempt header and per rule (take.lua).
-local HA, RA = 15, 8
+local HA, RA = 19, 8
 
 local FMT = '\1'
 -- The first byte of an idempotency record (take.lua).
@@ -41,9 +41,10 @@ local REC = '\2'
 local HDR = '<c4I3I6'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
--- entry (at µs, policy, rule, used, limit, cost, retry µs, cost too high
--- 0|1; every number with '%d', a number or a numeral string), then
--- "|values" (take.lua's header).
+-- entry (at µs, policy, rule, used, limit, cost, retry µs, flags: 1 cost
+-- too high, 2 shadow, 4 override block (then the rule field is the
+-- override's ID); every number with '%d', a number or a numeral string),
+-- then "|values" (take.lua's header; backends/redis/wire.go owns it).
 local FOREIGN = ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)'
 local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
 local MARK = '\0\0\0\0'
@@ -125,6 +126,48 @@ local function pints(list)
   local parts = {}
   for q = 1, k do parts[q] = struct.pack('<I7', list[q]) end
   return table.concat(parts)
+end
+
+-- overrides parses a subject's overrides h (HGETALL of
+-- driver.Request.OverrideKey: ID, value, …; backends/redis/wire.go's
+-- format, of which it reads "<kind>|<counted>|<until µs>|<created µs>|
+-- <limits>|") and returns the live ones (until 0 or after now) that
+-- decide: the latest block {ID, value, until}, the latest exempt {ID,
+-- value, counted}, and per rule name the latest limit {ID, limit,
+-- value} (nil for none of a kind).
+local function overrides(h, now)
+  local blk, ex, lims
+  for k = 1, #h, 2 do
+    local id = tonumber(h[k])
+    local kd, cn, un, lm = string.match(h[k + 1], '^(%a)|(%d)|(%d+)|%d+|([^|]*)|')
+    if id and kd and (un == '0' or tonumber(un) > now) then
+      if kd == 'b' then
+        if not blk or id > blk[1] then blk = {id, h[k + 1], tonumber(un)} end
+      elseif kd == 'e' then
+        if not ex or id > ex[1] then ex = {id, h[k + 1], cn == '1'} end
+      elseif kd == 'l' then
+        lims = lims or {}
+        for nm, lv in string.gmatch(lm, '([^,=]+)=(%d+)') do
+          local cur = lims[nm]
+          if not cur or id > cur[1] then lims[nm] = {id, tonumber(lv), h[k + 1]} end
+        end
+      end
+    end
+  end
+  return blk, ex, lims
+end
+
+-- gcraRate returns a GCRA rule's emission interval and tolerance (µs)
+-- under a limit override of lv per window w µs, its reported limit L
+-- (burst+1) kept: driver.Rule.GCRAParams' T = floor(w/lv), at least 1,
+-- and T*L, bounded at 2^52 µs.
+local function gcraRate(w, lv, L)
+  local T = w / lv
+  T = T - T % 1
+  if T < 1 then T = 1 end
+  local tol = T * L
+  if tol > 4503599627370496 then tol = 4503599627370496 end
+  return T, tol
 end
 
 -- mods returns nsup and tatok, the module paths' helpers, built only
