@@ -54,6 +54,14 @@ const (
 	// announceEvery is how often a policy is announced again, so that
 	// readers see which policies are still run.
 	announceEvery = time.Minute
+	// ShadowPeopleStep is the width of the buckets of the distinct
+	// subjects a shadow rule would have denied (one HyperLogLog per rule
+	// per bucket), kept StatsCoarseRetention.
+	ShadowPeopleStep = 10 * time.Minute
+	// maxPeoplePending bounds the distinct (rule, bucket, subject) triples
+	// a stripe holds between two flushes; beyond, subjects are not counted
+	// as people (their attempts still are) and Lost counts them.
+	maxPeoplePending = 1 << 14
 )
 
 // Options configures a Recorder or a Reader (which reads only Prefix, Now
@@ -101,10 +109,12 @@ type Options struct {
 
 // Recorder counts the decisions of the Limiters that observe with it
 // (sdk.WithObserver(rec.Observe)), per policy and rule — allowed, denied,
-// and allowed but near the limit — in StatsStep buckets, and the most
-// denied subjects per policy, and flushes them to a backend implementing
-// store.Counters, where every process's counts add up and Reader.Stats
-// reads them.
+// and allowed but near the limit; for a shadow rule, what it would have
+// denied — in StatsStep buckets, the decisions per-person overrides
+// decided by kind, the most denied subjects per policy, and the distinct
+// subjects each shadow rule would have denied per ShadowPeopleStep, and
+// flushes them to a backend implementing store.Counters, where every
+// process's counts add up and Reader.Stats and Reader.Shadow read them.
 //
 // Only consuming decisions are counted (take, reserve, wait — each
 // attempt Wait makes, so a Wait that sleeps once counts a denial and then
@@ -113,8 +123,9 @@ type Options struct {
 // (sdk.Policy.HotDenyCache) counts like any denial.
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
-// denial that stripe's small top-K under its mutex): no allocation, no
-// I/O, and it never fails or delays a decision.
+// denial that stripe's small top-K under its mutex, for a shadow denial
+// a set of subject hashes): no I/O, no allocation but a map's growth,
+// and it never fails or delays a decision.
 //
 // The Recorder owns a goroutine (started by NewRecorder unless
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
@@ -141,11 +152,12 @@ type Recorder struct {
 	onErr  func(error)
 	tmo    time.Duration
 
-	seed   maphash.Seed // picks a subject's stripe
-	pols   sync.Map     // *sdk.Policy -> *policyStats
-	mu     sync.Mutex
-	idents map[string]*policyStats // ident(p) -> its counts (mu)
-	list   []*policyStats          // every policyStats, in first-use order (mu)
+	seed    maphash.Seed // picks a subject's stripe
+	version atomic.Int64 // SetPolicyVersion
+	pols    sync.Map     // *sdk.Policy -> *policyStats
+	mu      sync.Mutex
+	idents  map[string]*policyStats // ident(p) -> its counts (mu)
+	list    []*policyStats          // every policyStats, in first-use order (mu)
 
 	flushMu sync.Mutex // serialises flushes
 	lost    atomic.Int64
@@ -168,19 +180,25 @@ type policyStats struct {
 // stripe is a share of a policy's counts: the decisions of the subjects
 // hashed to it.
 type stripe struct {
-	slots [2]bucketSlot // by fine bucket parity
-	top   topK
-	_     [64]byte // keeps stripes off each other's cache lines
+	slots  [2]bucketSlot // by fine bucket parity
+	top    topK
+	people peopleSet
+	_      [64]byte // keeps stripes off each other's cache lines
 }
 
 // bucketSlot holds the counts of one fine bucket until a flush takes them.
 type bucketSlot struct {
 	bucket          atomic.Int64 // fine bucket number: unix seconds / 10
 	allowed, denied atomic.Int64
-	rules           []ruleCounts
+	// overrides counts the decisions an override decided or changed, by
+	// kind (Exempt, Block, Limit: index kind-1).
+	overrides [3]atomic.Int64
+	rules     []ruleCounts
 }
 
-type ruleCounts struct{ allowed, denied, near atomic.Int64 }
+// ruleCounts are one rule's verdicts; shadow counts what a shadow rule
+// would have denied, shadowAllowed those of them the decision allowed.
+type ruleCounts struct{ allowed, denied, near, shadow, shadowAllowed atomic.Int64 }
 
 // NewRecorder returns a Recorder flushing to b, which must implement
 // store.Counters (the memory and Redis backends do; else the error
@@ -321,20 +339,36 @@ func (r *Recorder) Observe(e sdk.Event) {
 	} else {
 		s.denied.Add(1)
 	}
+	if o := d.Override; o.ID != 0 && o.Kind >= sdk.OverrideExempt && o.Kind <= sdk.OverrideLimit {
+		s.overrides[o.Kind-sdk.OverrideExempt].Add(1)
+	}
+	j, formerDenied := 0, false // j: the rule's index in ps.rules
 	for i := range d.Rules {
-		if i >= len(s.rules) {
+		rd := &d.Rules[i]
+		if rd.Before != 0 { // a rule's former self, enforced beside it: part of its verdict
+			formerDenied = formerDenied || !rd.Allowed
+			continue
+		}
+		if j >= len(s.rules) || rd.Rule != ps.rules[j] {
 			break
 		}
-		rd, rc := &d.Rules[i], &s.rules[i]
+		rc, allowed := &s.rules[j], rd.Allowed && !formerDenied
 		switch {
-		case !rd.Allowed:
+		case rd.Shadow && !allowed:
+			rc.shadow.Add(1)
+			if d.Allowed {
+				rc.shadowAllowed.Add(1)
+			}
+			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: subjectHash(tag)}, &r.lost)
+		case !allowed:
 			rc.denied.Add(1)
 		default:
 			rc.allowed.Add(1)
-			if d.Allowed && float64(rd.Remaining) <= r.near*float64(rd.Limit) {
+			if d.Allowed && !rd.Shadow && float64(rd.Remaining) <= r.near*float64(rd.Limit) {
 				rc.near.Add(1)
 			}
 		}
+		j, formerDenied = j+1, false
 	}
 	if !d.Allowed {
 		st.top.add(tag, arith.FloorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
@@ -508,10 +542,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			}
 			take(fieldAllowed, &s.allowed)
 			take(fieldDenied, &s.denied)
+			for k, f := range overrideFields {
+				take(f, &s.overrides[k])
+			}
 			for j, rule := range ps.rules {
 				take(fieldAllowed+":"+rule, &s.rules[j].allowed)
 				take(fieldDenied+":"+rule, &s.rules[j].denied)
 				take(fieldNear+":"+rule, &s.rules[j].near)
+				take(fieldShadow+":"+rule, &s.rules[j].shadow)
+				take(fieldShadowAllowed+":"+rule, &s.rules[j].shadowAllowed)
 			}
 			if b2 := s.bucket.Load(); b2 != b { // a decision of a new bucket came in
 				b = b2
@@ -545,16 +584,21 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				}
 			}
 		}
+		for k := range ps.stripes {
+			batch.Uniques = r.appendPeople(batch.Uniques, ps, ps.stripes[k].people.drain())
+		}
 		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
 			ps.announced.Store(now.UnixMilli())
-			ann = append(ann, store.Field{Name: announcement(ps.p), Value: now.UnixMilli()})
+			a := AnnouncementOf(ps.p)
+			a.Version = r.version.Load()
+			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
 		}
 	}
 	if len(ann) > 0 {
 		day := now.UTC().Truncate(24 * time.Hour)
 		batch.Hashes = append(batch.Hashes, store.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
-	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
+	if batch.Empty() {
 		return nil
 	}
 	if err := r.st.FlushStats(ctx, batch); err != nil {
@@ -567,14 +611,22 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Statistics fields of a bucket's hash: decisions allowed and denied, and
+// Statistics fields of a bucket's hash: decisions allowed and denied, the
+// decisions overrides decided or changed by kind ("oe", "ob", "ol"), and
 // per rule ("a:<rule>", "d:<rule>", "n:<rule>") the rule's verdicts and
-// its near-limit allowed decisions.
+// its near-limit allowed decisions, and for a shadow rule ("s:<rule>",
+// "sa:<rule>") the decisions it would have denied and those of them that
+// were allowed.
 const (
-	fieldAllowed = "a"
-	fieldDenied  = "d"
-	fieldNear    = "n"
+	fieldAllowed       = "a"
+	fieldDenied        = "d"
+	fieldNear          = "n"
+	fieldShadow        = "s"
+	fieldShadowAllowed = "sa"
 )
+
+// overrideFields are the fields of the override counts, by kind - 1.
+var overrideFields = [3]string{"oe", "ob", "ol"}
 
 // fineKey is the hash of a policy's 10 s bucket starting at start:
 // "<prefix>:stats:{<policy>:10s:<unix>}". The hash tag holds the policy
