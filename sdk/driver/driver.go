@@ -175,7 +175,10 @@ type Rule struct {
 	// state a Take of u units at the decision's time would have left on
 	// empty state, where u is the Seed rule's Used before this request
 	// (what its RuleResult reports for a request that does not consume
-	// from it). The carried units are thus placed at the latest instant
+	// from it), taken whatever this rule's limit (u may exceed it: all u
+	// units are counted, Used may then exceed Limit; a backend may cap
+	// them at Limit where it stores one entry per unit, which denies
+	// alike). The carried units are thus placed at the latest instant
 	// they may have happened, and count as long as they can: a change
 	// never admits more than the new rule would with them. The seeded state
 	// is stored only with the request's own write (an allowed Take or
@@ -538,8 +541,9 @@ type Inspector interface {
 type Resetter interface {
 	// Reset deletes the state of every rule in req.Rules and every
 	// reservation under req.ReservationKey (without giving anything back;
-	// an empty ReservationKey keeps them). The denial trail and
-	// idempotency records are kept. The sdk names either every rule of a
+	// an empty ReservationKey keeps them). The denial trail, idempotency
+	// records and overrides (req.OverrideKey) are kept. req.Rules may hold
+	// a changed rule's predecessors (Rule.Seed): their state is deleted too. The sdk names either every rule of a
 	// set of dimensions (Rule.Group) or none of it, so a backend keeping
 	// a set's state under one key may delete that key whole.
 	Reset(ctx context.Context, req Request) error
@@ -715,3 +719,33 @@ func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }
 
 // Leaves returns when cell j stops counting: (j+Back+1)*Size.
 func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
+
+// Reach is how long r's state can prove anything after its last write:
+// the longest a unit admitted at an instant t still counts, measured from
+// t. A rule replaced at At (sdk.Change) is still enforced, and seeds its
+// successor, until At+Reach. Per algorithm:
+//   - FixedWindow: Window (the window holding At ends at most Window
+//     later); a calendar rule: its nominal window plus one hour, for a
+//     25-hour DST day (or an hour that a zone shift lengthens);
+//   - SlidingWindow: (Back+1) cells (CellSpan): a unit added in cell i
+//     counts until Leaves(i), at most (Back+1)*Size after it;
+//   - SlidingLog: Window;
+//   - GCRA: the tolerance (GCRAParams): a stored theoretical arrival time
+//     is at most tol ahead of the instant it was admitted at.
+func (r Rule) Reach() time.Duration {
+	switch r.Algorithm {
+	case FixedWindow:
+		if r.Calendar != NoCalendar {
+			return r.Window + time.Hour
+		}
+		return r.Window
+	case SlidingWindow:
+		size, _ := r.Cells()
+		back := (r.Window + size - 1) / size
+		return (back + 1) * size
+	case GCRA:
+		_, tol, _ := r.GCRAParams()
+		return tol
+	}
+	return r.Window
+}
