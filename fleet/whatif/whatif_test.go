@@ -328,3 +328,77 @@ func TestEstimateBound(t *testing.T) {
 		})
 	}
 }
+
+// TestEstimateShadowAndOverrides: a proposed shadow rule denies nothing
+// in the replay but reports what it would have denied; attempts decided
+// by exempt and block overrides are left out of both versions' denials
+// and counted as overridden.
+func TestEstimateShadowAndOverrides(t *testing.T) {
+	ctx := context.Background()
+	c := fakeclock.New(time.Now().Truncate(time.Hour).Add(-2 * time.Hour))
+	b := memory.New(&memory.Options{Clock: c})
+	cur, err := sdk.NewPolicy("tried", []sdk.Rule{sdk.FixedWindow("cap", 5, 24*time.Hour).By("user")}, sdk.WithOverrides())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop, err := sdk.NewPolicy("tried", []sdk.Rule{
+		sdk.FixedWindow("cap", 5, 24*time.Hour).By("user"),
+		sdk.FixedWindow("trial", 3, 24*time.Hour).By("user").AsShadow(),
+	}, sdk.WithOverrides())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1, Sample: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(rec.Observe))
+	for _, o := range []struct {
+		user string
+		kind sdk.OverrideKind
+	}{{"vip", sdk.OverrideExempt}, {"abuser", sdk.OverrideBlock}} {
+		if _, err := lim.SetOverride(ctx, cur, sdk.Subject{"user": o.user}, sdk.Override{Kind: o.kind, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// u0..u3: 7 attempts each (cap denies 2 each, trial would deny 4
+	// each); vip 8 (exempt), abuser 2 (blocked).
+	for _, u := range []string{"u0", "u1", "u2", "u3", "vip", "abuser"} {
+		n := map[string]int{"vip": 8, "abuser": 2}[u]
+		if n == 0 {
+			n = 7
+		}
+		for range n {
+			c.Advance(time.Second)
+			if _, err := lim.Allow(ctx, cur, sdk.Subject{"user": u}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := fleet.NewReader(b, &fleet.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := whatif.Estimate(ctx, rd, []*sdk.Policy{cur}, []*sdk.Policy{prop})
+	if err != nil {
+		t.Fatalf("Estimate = %v", err)
+	}
+	pr := rep.Policies[0]
+	if pr.Overridden != 10 || pr.Replayed != 38 {
+		t.Errorf("Estimate = %d overridden of %d replayed, want 10 of 38", pr.Overridden, pr.Replayed)
+	}
+	for _, w := range pr.Windows { // the default windows: 1 h and 24 h
+		if w.Recorded.Denied.Value != 10 || w.Current.Denied.Value != 8 || w.Proposed.Denied.Value != 8 || w.Proposed.People.Value != 4 {
+			t.Errorf("%v: denied recorded %v, current %v, proposed %v (%v people); want 10 (2 blocked), 8, 8 (4)", w.Window, w.Recorded.Denied, w.Current.Denied, w.Proposed.Denied, w.Proposed.People)
+		}
+		if len(w.Proposed.Rules) != 2 || !w.Proposed.Rules[1].Shadow || w.Proposed.Rules[1].Denied.Value != 16 || w.Proposed.Rules[1].People.Value != 4 {
+			t.Errorf("%v: proposed rules = %+v, want trial (shadow) would deny 16 attempts of 4 people", w.Window, w.Proposed.Rules)
+		}
+	}
+	if s := rep.String(); !strings.Contains(s, "trial would deny (shadow) 16 attempts, 4 people") || !strings.Contains(s, "overrides") {
+		t.Errorf("String() = %q, want trial's shadow denials and the overrides' note", s)
+	}
+}
