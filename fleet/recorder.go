@@ -1,11 +1,14 @@
 // Package fleet is the decision telemetry of every process sharing a
 // storage: a Recorder, fed by a Limiter's observer hook
-// (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule
-// and the most denied subjects, and announces the policies it sees; a
-// Reader reads what every process's Recorder flushed (Stats) and which
-// policies they run (Announced). The storage is a backend implementing
-// package fleet/store's optional interface (backends/memory and
-// backends/redis do).
+// (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule,
+// what shadow rules would have denied and the decisions overrides
+// decided, the most denied subjects, logs the attempts of a sample of
+// subjects, and announces the policies it sees and the policy-store
+// version it runs; a Reader reads what every process's Recorder flushed
+// (Stats, Shadow, Traffic) and which policies they run (Announced).
+// Package fleet/whatif replays the sample through proposed policies. The
+// storage is a backend implementing package fleet/store's optional
+// interface (backends/memory and backends/redis do).
 package fleet
 
 import (
@@ -143,7 +146,7 @@ type Options struct {
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
 // (one per cluster node). Close stops it and flushes what is left.
 //
-// Memory per process: per policy, 8 stripes of 2 buckets of 5+5×rules
+// Memory per process: per policy, 8 stripes of 2 buckets of 6+5×rules
 // counters and a top-K of TopK subjects (their shard values; 128 per
 // policy by default), for at most MaxRecordedPolicies policies: about
 // 20 KB per policy with short subject values; between two flushes, the
