@@ -67,8 +67,8 @@ const (
 	maxPeoplePending = 1 << 14
 )
 
-// Options configures a Recorder or a Reader (which reads only Prefix, Now
-// and Timeout). The zero value means defaults.
+// Options configures a Recorder or a Reader (which reads only Prefix, Now,
+// Timeout and SampleKeep). The zero value means defaults.
 type Options struct {
 	// Prefix is the first segment of the statistics keys (default
 	// sdk.DefaultPrefix), escaped as sdk.WithPrefix escapes it. A Reader

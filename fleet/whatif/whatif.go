@@ -172,7 +172,7 @@ func Estimate(ctx context.Context, rd *fleet.Reader, current, proposed []*sdk.Po
 	rep := Report{Windows: slices.Clone(windows)}
 	var full, overridden, partial bool
 	for _, name := range names {
-		tr, err := rd.Traffic(ctx, name, fleet.SampleStep+fleet.SampleRetention, 0)
+		tr, err := rd.Traffic(ctx, name, fleet.SampleStep+fleet.SampleRetention)
 		if err != nil {
 			return Report{}, fmt.Errorf("whatif: estimate: %w", err)
 		}
