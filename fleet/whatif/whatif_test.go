@@ -402,3 +402,85 @@ func TestEstimateShadowAndOverrides(t *testing.T) {
 		t.Errorf("String() = %q, want trial's shadow denials and the overrides' note", s)
 	}
 }
+
+// TestEstimateVersions: a proposed rule keyed by a dimension the
+// attempts never gave cannot replay them (counted, noted); a policy only
+// proposed has no traffic (noted); one only current denies nothing
+// proposed; bad windows and repeated names are refused.
+func TestEstimateVersions(t *testing.T) {
+	ctx := context.Background()
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	b := memory.New(&memory.Options{Clock: c})
+	mk := func(name string, rules ...sdk.Rule) *sdk.Policy {
+		t.Helper()
+		p, err := sdk.NewPolicy(name, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := mk("a", sdk.FixedWindow("r", 1, time.Hour).By("user"))
+	gone := mk("gone", sdk.FixedWindow("r", 1, time.Hour).By("user"))
+	aRegion := mk("a", sdk.FixedWindow("r", 1, time.Hour).By("user", "region"))
+	fresh := mk("fresh", sdk.FixedWindow("r", 1, time.Hour).By("user"))
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1, Sample: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(rec.Observe))
+	for _, p := range []*sdk.Policy{a, gone} {
+		for range 3 {
+			c.Advance(time.Second)
+			if _, err := lim.Allow(ctx, p, sdk.Subject{"user": "u"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := fleet.NewReader(b, &fleet.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := whatif.Estimate(ctx, rd, []*sdk.Policy{a, gone}, []*sdk.Policy{aRegion, fresh}, time.Hour)
+	if err != nil {
+		t.Fatalf("Estimate = %v", err)
+	}
+	if len(rep.Policies) != 3 {
+		t.Fatalf("Estimate policies = %+v, want a, fresh, gone", rep.Policies)
+	}
+	pa, pf, pg := rep.Policies[0], rep.Policies[1], rep.Policies[2]
+	if pa.Policy != "a" || pa.UnreplayableProposed != 3 || pa.UnreplayableCurrent != 0 || pa.Windows[0].Current.Denied.Value != 2 || pa.Windows[0].Proposed.Denied.Value != 0 {
+		t.Errorf("a = %+v, want 3 unreplayable proposed, current denying 2", pa)
+	}
+	if pf.Policy != "fresh" || pf.InCurrent || !pf.InProposed || pf.Replayed != 0 {
+		t.Errorf("fresh = %+v, want only proposed, nothing replayed", pf)
+	}
+	if pg.Policy != "gone" || !pg.InCurrent || pg.InProposed || pg.Windows[0].Current.Denied.Value != 2 || pg.Windows[0].Proposed.Denied.Value != 0 {
+		t.Errorf("gone = %+v, want only current, denying 2, proposed 0", pg)
+	}
+	notes := strings.Join(rep.Notes, "\n")
+	for _, want := range []string{"policy fresh: no sampled traffic", "could not be replayed"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q, want %q", notes, want)
+		}
+	}
+	if s := rep.String(); !strings.Contains(s, "policy fresh (new)") || !strings.Contains(s, "policy gone (removed)") {
+		t.Errorf("String() = %q, want fresh new and gone removed", s)
+	}
+	for _, tc := range []struct {
+		name              string
+		current, proposed []*sdk.Policy
+		windows           []time.Duration
+	}{
+		{"window too long", []*sdk.Policy{a}, nil, []time.Duration{25 * time.Hour}},
+		{"window zero", []*sdk.Policy{a}, nil, []time.Duration{0}},
+		{"name twice", []*sdk.Policy{a, aRegion}, nil, nil},
+		{"nil policy", nil, []*sdk.Policy{nil}, nil},
+	} {
+		if _, err := whatif.Estimate(ctx, rd, tc.current, tc.proposed, tc.windows...); err == nil {
+			t.Errorf("Estimate(%s) = nil error, want one", tc.name)
+		}
+	}
+}
