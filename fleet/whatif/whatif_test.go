@@ -25,8 +25,9 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // storages are the backends the sample is recorded to: memory (following
-// the test's fake clock) and a standalone Redis (expiring by its own
-// clock: the tests' traffic ends at the real time).
+// the test's fake clock), a standalone Redis and a 3-master cluster
+// (expiring by their own clock: the tests' traffic ends near the real
+// time).
 var storages = []struct {
 	name string
 	new  func(t *testing.T, c *fakeclock.Clock) sdk.Backend
@@ -35,6 +36,12 @@ var storages = []struct {
 	{"redis", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Standalone(t))).Simple()
 		c := goredis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		return redis.New(c, nil)
+	}},
+	{"cluster", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
+		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...)).Cluster()
+		c := goredis.NewClusterClient(o)
 		t.Cleanup(func() { c.Close() })
 		return redis.New(c, nil)
 	}},
