@@ -58,12 +58,13 @@ const (
 	// readers see which policies are still run.
 	announceEvery = time.Minute
 	// ShadowPeopleStep is the width of the buckets of the distinct
-	// subjects a shadow rule would have denied (one HyperLogLog per rule
-	// per bucket), kept StatsCoarseRetention.
+	// subjects a rule denied, or a shadow rule would have denied (one
+	// HyperLogLog per rule per bucket), kept StatsCoarseRetention.
 	ShadowPeopleStep = 10 * time.Minute
-	// maxPeoplePending bounds the distinct (rule, bucket, subject) triples
-	// a stripe holds between two flushes; beyond, subjects are not counted
-	// as people (their attempts still are) and Lost counts them.
+	// maxPeoplePending bounds the distinct (rule, bucket, subject,
+	// enforced) keys a stripe holds between two flushes; beyond, subjects
+	// are not counted as people (their attempts still are) and Lost
+	// counts them.
 	maxPeoplePending = 1 << 14
 )
 
@@ -418,6 +419,10 @@ func (r *Recorder) Observe(e sdk.Event) {
 			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: h}, &r.lost)
 		case !allowed:
 			rc.denied.Add(1)
+			if !hashed {
+				h, hashed = subjectHash(tag), true
+			}
+			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: h, enforced: true}, &r.lost)
 		default:
 			rc.allowed.Add(1)
 			if d.Allowed && !rd.Shadow && float64(rd.Remaining) <= r.near*float64(rd.Limit) {

@@ -51,12 +51,14 @@ func subjectHash(shard string) uint64 {
 	return h
 }
 
-// peopleKey is a subject a shadow rule would have denied: the rule's
-// index in its policy, the ShadowPeopleStep bucket, the subject's hash.
+// peopleKey is a subject a rule denied (enforced) or a shadow rule would
+// have denied: the rule's index in its policy, the ShadowPeopleStep
+// bucket, the subject's hash.
 type peopleKey struct {
-	rule    int32
-	bucket  int64
-	subject uint64
+	rule     int32
+	enforced bool
+	bucket   int64
+	subject  uint64
 }
 
 // peopleSet holds a stripe's peopleKeys until a flush takes them.
@@ -97,7 +99,7 @@ func (r *Recorder) appendPeople(us []store.Unique, ps *policyStats, m map[people
 			continue
 		}
 		start := time.Unix(k.bucket*int64(ShadowPeopleStep/time.Second), 0)
-		key := peopleKeyName(r.prefix, ps.name, ps.rules[k.rule], start)
+		key := peopleKeyName(r.prefix, ps.name, peopleKind(k.enforced), ps.rules[k.rule], start)
 		i := len(us) - 1
 		for ; i >= 0 && us[i].Key != key; i-- {
 		}
@@ -110,13 +112,21 @@ func (r *Recorder) appendPeople(us []store.Unique, ps *policyStats, m map[people
 	return us
 }
 
-// peopleKeyName is the distinct-subject counter of a shadow rule's
-// ShadowPeopleStep bucket starting at start:
-// "<prefix>:stats:{<policy>:shadow:<rule>}:<unix>". The hash tag holds the
-// policy and the rule, so that one PFCOUNT counts a window's buckets on a
-// cluster.
-func peopleKeyName(prefix, policy, rule string, start time.Time) string {
-	return prefix + ":stats:{" + policy + ":shadow:" + rule + "}:" + strconv.FormatInt(start.Unix(), 10)
+// peopleKeyName is the distinct-subject counter of a rule's
+// ShadowPeopleStep bucket starting at start, of kind "shadow" (would have
+// denied) or "denied": "<prefix>:stats:{<policy>:<kind>:<rule>}:<unix>".
+// The hash tag holds the policy, the kind and the rule, so that one
+// PFCOUNT counts a window's buckets on a cluster.
+func peopleKeyName(prefix, policy, kind, rule string, start time.Time) string {
+	return prefix + ":stats:{" + policy + ":" + kind + ":" + rule + "}:" + strconv.FormatInt(start.Unix(), 10)
+}
+
+// peopleKind names a people counter's kind in its key.
+func peopleKind(enforced bool) string {
+	if enforced {
+		return "denied"
+	}
+	return "shadow"
 }
 
 // ShadowStats is what a policy's shadow rules would have denied over a
@@ -129,6 +139,18 @@ type ShadowStats struct {
 	// Rules holds the policy's shadow rules in policy order, then any
 	// other rule that was shadow during the window (by name).
 	Rules []ShadowRuleStats
+	// Enforced holds, to compare with, the denials of the policy's other
+	// rules over the same window, in policy order.
+	Enforced []RuleDenials
+}
+
+// RuleDenials is what an enforced rule denied over a window: Attempts
+// as RuleStats.Denied counts them, People the distinct subjects among
+// them, counted as ShadowRuleStats.People is.
+type RuleDenials struct {
+	Rule             string
+	Attempts, People int64
+	PeopleFrom       time.Time
 }
 
 // ShadowRuleStats is what one shadow rule would have denied.
@@ -152,9 +174,12 @@ type ShadowRuleStats struct {
 
 // Shadow reads what the shadow rules of policy p (by name) would have
 // denied over the window ending now (at most StatsCoarseRetention):
-// attempts, from the statistics Stats reads, and distinct people. Keys
-// read beyond Stats's: "<prefix>:stats:{<policy>:shadow:<rule>}:<unix>",
-// one HyperLogLog per rule per ShadowPeopleStep.
+// attempts, from the statistics Stats reads, and distinct people; and,
+// beside them, what p's enforced rules denied. People are read only when
+// the window has shadow rules. Keys read beyond Stats's:
+// "<prefix>:stats:{<policy>:shadow:<rule>}:<unix>" and
+// "<prefix>:stats:{<policy>:denied:<rule>}:<unix>", one HyperLogLog per
+// rule per ShadowPeopleStep.
 func (rd *Reader) Shadow(ctx context.Context, p *sdk.Policy, window time.Duration) (ShadowStats, error) {
 	st, err := rd.stats(ctx, "shadow", p, window)
 	if err != nil {
@@ -170,17 +195,35 @@ func (rd *Reader) Shadow(ctx context.Context, p *sdk.Policy, window time.Duratio
 			out.Rules = append(out.Rules, ShadowRuleStats{Rule: rs.Rule, Shadow: shadow[rs.Rule], Attempts: rs.ShadowDenied, Allowed: rs.ShadowAllowed})
 		}
 	}
+	for _, r := range p.Rules() {
+		if !r.Shadow {
+			out.Enforced = append(out.Enforced, RuleDenials{Rule: r.Name})
+		}
+	}
+	for i := range out.Enforced {
+		for _, rs := range st.Rules {
+			if rs.Rule == out.Enforced[i].Rule {
+				out.Enforced[i].Attempts = rs.Denied
+			}
+		}
+	}
 	if len(out.Rules) == 0 {
 		return out, nil
 	}
 	from := st.To.Add(-window).Truncate(ShadowPeopleStep)
 	var q store.Query
-	for _, r := range out.Rules {
-		var group []string
+	group := func(kind, rule string) []string {
+		var g []string
 		for at := from; !at.After(st.To); at = at.Add(ShadowPeopleStep) {
-			group = append(group, peopleKeyName(rd.prefix, st.Policy, r.Rule, at))
+			g = append(g, peopleKeyName(rd.prefix, st.Policy, kind, rule, at))
 		}
-		q.Uniques = append(q.Uniques, group)
+		return g
+	}
+	for _, r := range out.Rules {
+		q.Uniques = append(q.Uniques, group(peopleKind(false), r.Rule))
+	}
+	for _, r := range out.Enforced {
+		q.Uniques = append(q.Uniques, group(peopleKind(true), r.Rule))
 	}
 	ctx, cancel := rd.withTimeout(ctx)
 	defer cancel()
@@ -193,6 +236,9 @@ func (rd *Reader) Shadow(ctx context.Context, p *sdk.Policy, window time.Duratio
 	}
 	for i := range out.Rules {
 		out.Rules[i].People, out.Rules[i].PeopleFrom = data.Uniques[i], from
+	}
+	for i := range out.Enforced {
+		out.Enforced[i].People, out.Enforced[i].PeopleFrom = data.Uniques[len(out.Rules)+i], from
 	}
 	return out, nil
 }

@@ -129,7 +129,7 @@ func TestRecorderShadow(t *testing.T) {
 				t.Errorf("last point shadow-denied = %d, want 40", last.ShadowDenied)
 			}
 
-			check := func(window time.Duration, attempts, allowed, people int64) {
+			check := func(window time.Duration, attempts, allowed, people, capDenied, capPeople int64) {
 				t.Helper()
 				sh, err := reader.Shadow(ctx, p, window)
 				if err != nil {
@@ -145,9 +145,14 @@ func TestRecorderShadow(t *testing.T) {
 				if g.PeopleFrom.After(sh.To.Add(-window)) {
 					t.Errorf("Shadow(%v) people from %v, want at or before %v", window, g.PeopleFrom, sh.To.Add(-window))
 				}
+				if len(sh.Enforced) != 1 || sh.Enforced[0].Rule != "cap" || sh.Enforced[0].Attempts != capDenied || sh.Enforced[0].People != capPeople {
+					t.Errorf("Shadow(%v) enforced = %+v, want cap: %d attempts, %d people", window, sh.Enforced, capDenied, capPeople)
+				}
 			}
-			check(time.Hour, 40, 30, 15)
-			check(24*time.Hour, 40, 30, 15)
+			// cap denied u0..u9 once each, v1 (its former self) and o
+			// (the block's decision reports cap denying).
+			check(time.Hour, 40, 30, 15, 12, 12)
+			check(24*time.Hour, 40, 30, 15, 12, 12)
 
 			// Two hours later: nothing in the last hour, all in 24 h.
 			c.Advance(2 * time.Hour)
@@ -156,8 +161,8 @@ func TestRecorderShadow(t *testing.T) {
 			if err := recs[0].Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			check(time.Hour, 2, 2, 2)
-			check(24*time.Hour, 42, 32, 16)
+			check(time.Hour, 2, 2, 2, 0, 0)
+			check(24*time.Hour, 42, 32, 16, 12, 12)
 
 			// The rule enforced again: its shadow denials of the window
 			// are still listed, as a former shadow rule.
@@ -308,6 +313,9 @@ func TestRecorderShadowLimiter(t *testing.T) {
 			}
 			if len(sh.Rules) != 1 || sh.Rules[0].Rule != "trial" || sh.Rules[0].Attempts != 12 || sh.Rules[0].Allowed != 8 || sh.Rules[0].People != 4 {
 				t.Errorf("Shadow = %+v, want trial: 12 attempts, 8 allowed, 4 people", sh.Rules)
+			}
+			if len(sh.Enforced) != 1 || sh.Enforced[0].Attempts != 4 || sh.Enforced[0].People != 4 {
+				t.Errorf("Shadow enforced = %+v, want cap: 4 attempts, 4 people", sh.Enforced)
 			}
 			stats, err := reader.Stats(ctx, p, time.Hour)
 			if err != nil {
