@@ -175,8 +175,7 @@ type ShadowRuleStats struct {
 // Shadow reads what the shadow rules of policy p (by name) would have
 // denied over the window ending now (at most StatsCoarseRetention):
 // attempts, from the statistics Stats reads, and distinct people; and,
-// beside them, what p's enforced rules denied. People are read only when
-// the window has shadow rules. Keys read beyond Stats's:
+// beside them, what p's enforced rules denied. Keys read beyond Stats's:
 // "<prefix>:stats:{<policy>:shadow:<rule>}:<unix>" and
 // "<prefix>:stats:{<policy>:denied:<rule>}:<unix>", one HyperLogLog per
 // rule per ShadowPeopleStep.
@@ -207,7 +206,7 @@ func (rd *Reader) Shadow(ctx context.Context, p *sdk.Policy, window time.Duratio
 			}
 		}
 	}
-	if len(out.Rules) == 0 {
+	if len(out.Rules)+len(out.Enforced) == 0 {
 		return out, nil
 	}
 	from := st.To.Add(-window).Truncate(ShadowPeopleStep)
