@@ -177,6 +177,9 @@ func TestRecorderShadow(t *testing.T) {
 			if err != nil || len(sh.Rules) != 1 || sh.Rules[0].Shadow || sh.Rules[0].Attempts != 42 {
 				t.Errorf("Shadow(enforced policy) = %+v, %v; want trial, not shadow now, 42 attempts", sh.Rules, err)
 			}
+			if len(sh.Enforced) != 2 || sh.Enforced[0].People != 12 || sh.Enforced[1].Rule != "trial" || sh.Enforced[1].People != 0 {
+				t.Errorf("Shadow(enforced policy) enforced = %+v, want cap (12 people), trial (0)", sh.Enforced)
+			}
 		})
 	}
 }
