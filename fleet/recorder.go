@@ -181,6 +181,7 @@ type Recorder struct {
 
 	seed    maphash.Seed // picks a subject's stripe
 	version atomic.Int64 // SetPolicyVersion
+	gen     atomic.Int64 // how many times SetPolicyVersion changed the version
 	pols    sync.Map     // *sdk.Policy -> *policyStats
 	mu      sync.Mutex
 	idents  map[string]*policyStats // ident(p) -> its counts (mu)
@@ -196,12 +197,16 @@ type Recorder struct {
 
 // policyStats is one policy's in-process counts.
 type policyStats struct {
-	p       *sdk.Policy
-	name    string   // p's name
-	rules   []string // p's rule names
+	p       atomic.Pointer[sdk.Policy] // the latest build (Announce, stats)
+	name    string                     // p's name
+	rules   []string                   // p's rule names
 	stripes [recorderStripes]stripe
 	// announced is when the policy was last announced (unix ms; 0: never).
 	announced atomic.Int64
+	// gen is the Recorder's gen when the policy was last named by
+	// Announce or used by a decision: it is announced while gen is the
+	// Recorder's.
+	gen atomic.Int64
 	// sample holds the sampled attempts until a flush.
 	sample samplePending
 }
@@ -345,11 +350,22 @@ func (r *Recorder) Lost() int64 { return r.lost.Load() }
 // Announce marks policies to be announced at the next flush (and every
 // minute after) as run by this process, so that readers (Reader.Announced,
 // the console) can compare them with their own. Policies a recorded
-// decision used are announced without being named here.
+// decision used are announced without being named here. Of a policy
+// built again with the same rules (see Recorder), the latest build given
+// here or decided with is announced.
+//
+// After SetPolicyVersion, only the policies named here or used by a
+// decision since are announced: call Announce with the new version's
+// policies right after SetPolicyVersion.
 func (r *Recorder) Announce(ps ...*sdk.Policy) {
+	g := r.gen.Load()
 	for _, p := range ps {
-		if p.Name() != "" { // built by sdk.NewPolicy
-			r.stats(p)
+		if p.Name() == "" { // not built by sdk.NewPolicy
+			continue
+		}
+		if st := r.stats(p); st != nil {
+			st.p.Store(p)
+			st.gen.Store(g)
 		}
 	}
 }
@@ -368,6 +384,9 @@ func (r *Recorder) Observe(e sdk.Event) {
 	ps := r.stats(e.PolicyRef)
 	if ps == nil {
 		return
+	}
+	if g := r.gen.Load(); ps.gen.Load() != g { // read-mostly: no write per decision
+		ps.gen.Store(g)
 	}
 	sec := d.At.Unix()
 	b := arith.FloorDiv(sec, int64(StatsStep/time.Second))
@@ -459,12 +478,15 @@ func (r *Recorder) stats(p *sdk.Policy) *policyStats {
 	key := strings.Join(ident, "\x00")
 	if ps, ok := r.idents[key]; ok {
 		r.pols.Store(p, ps)
+		ps.p.Store(p) // the newest build is announced (its limits, shadow flags)
 		return ps
 	}
 	if len(r.list) >= MaxRecordedPolicies {
 		return nil
 	}
-	ps := &policyStats{p: p, name: p.Name(), rules: rules}
+	ps := &policyStats{name: p.Name(), rules: rules}
+	ps.p.Store(p)
+	ps.gen.Store(r.gen.Load())
 	for k := range ps.stripes {
 		for i := range ps.stripes[k].slots {
 			ps.stripes[k].slots[i].rules = make([]ruleCounts, len(rules))
@@ -589,6 +611,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		h.Incr = append(h.Incr, store.Field{Name: field, Value: n})
 	}
 	var ann []store.Field
+	gen := r.gen.Load() // only the policies of the current set are announced
 	for _, ps := range list {
 		name := ps.name
 		for i := range 2 * recorderStripes {
@@ -651,9 +674,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		var n int
 		batch.Logs, n = r.appendSample(batch.Logs, ps)
 		counts += int64(n)
-		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
+		if last := ps.announced.Load(); ps.gen.Load() == gen && (last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery) {
 			ps.announced.Store(now.UnixMilli())
-			a := AnnouncementOf(ps.p)
+			a := AnnouncementOf(ps.p.Load())
 			a.Version = r.version.Load()
 			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
 		}

@@ -185,7 +185,9 @@ func TestRecorderShadow(t *testing.T) {
 }
 
 // TestRecorderPolicyVersion: announcements carry the version the process
-// runs and shadow rules; a new version is announced at the next flush;
+// runs and shadow rules; a new version is announced at the next flush
+// with the policies announced for it (the newest build of a policy with
+// the same rules: its limits), not with those of the former version;
 // announcements written before versions read as version 0.
 func TestRecorderPolicyVersion(t *testing.T) {
 	for _, sg := range storages {
@@ -200,8 +202,9 @@ func TestRecorderPolicyVersion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			dropped := shadowPolicy(t, "dropped") // in version 7 only
 			rec.SetPolicyVersion(7)
-			rec.Announce(p)
+			rec.Announce(p, dropped)
 			if err := rec.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -210,14 +213,32 @@ func TestRecorderPolicyVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			as, err := reader.Announced(ctx, time.Hour)
-			if err != nil || len(as) != 1 || as[0].Version != 7 || !as[0].Rules[1].Shadow || as[0].Rules[0].Shadow {
-				t.Fatalf("Announced = %+v, %v; want versioned at 7 with trial shadow", as, err)
+			if err != nil || len(as) != 2 || as[1].Policy != "versioned" || as[1].Version != 7 || !as[1].Rules[1].Shadow || as[1].Rules[0].Shadow {
+				t.Fatalf("Announced = %+v, %v; want dropped and versioned at 7 with trial shadow", as, err)
 			}
-			// Version 8 within the minute: announced at once.
+			// Version 8 within the minute: announced at once, with cap
+			// at 45 and without "dropped".
 			c.Advance(time.Second)
 			rec.SetPolicyVersion(8)
+			p45, err := sdk.NewPolicy("versioned", []sdk.Rule{
+				sdk.FixedWindow("cap", 45, 24*time.Hour).By("user"),
+				sdk.FixedWindow("trial", 40, 24*time.Hour).By("user").AsShadow(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Announce(p45)
 			if err := rec.Flush(ctx); err != nil {
 				t.Fatal(err)
+			}
+			// Two minutes on, only version 8's set is announced again.
+			c.Advance(2 * time.Minute)
+			if err := rec.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			as, err = reader.Announced(ctx, time.Minute)
+			if err != nil || len(as) != 1 || as[0].Policy != "versioned" || as[0].Version != 8 || as[0].Rules[0].Limit != 45 {
+				t.Fatalf("Announced(last minute) = %+v, %v; want versioned at 8, cap 45, only", as, err)
 			}
 			// An announcement of the former format (no version, no
 			// shadow), as a Recorder of an earlier release wrote it.
@@ -229,9 +250,13 @@ func TestRecorderPolicyVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			as, err = reader.Announced(ctx, time.Hour)
-			if err != nil || len(as) != 3 {
-				t.Fatalf("Announced = %+v, %v; want 3", as, err)
+			if err != nil || len(as) != 4 {
+				t.Fatalf("Announced = %+v, %v; want 4", as, err)
 			}
+			if as[0].Policy != "dropped" || as[0].Version != 7 {
+				t.Errorf("first announcement = %+v, want dropped at 7", as[0])
+			}
+			as = as[1:]
 			if as[0].Policy != "legacy" || as[0].Version != 0 || as[0].Rules[0].Shadow {
 				t.Errorf("legacy announcement = %+v, want version 0, not shadow", as[0])
 			}
@@ -249,11 +274,22 @@ func TestRecorderPolicyVersion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := fleet.AnnouncementOf(enforced).Diff(as[1]); len(d) != 1 || !strings.Contains(d[0], "trial is enforced here, shadow there") {
+			// Against version 7 (cap 50, trial shadow).
+			if d := fleet.AnnouncementOf(enforced).Diff(as[2]); len(d) != 1 || !strings.Contains(d[0], "trial is enforced here, shadow there") {
 				t.Errorf("Diff(enforced, shadow) = %q, want trial's mode", d)
 			}
-			if d := as[1].Diff(as[2]); d != nil {
-				t.Errorf("Diff(v8, v7 of the same rules) = %q, want none", d)
+			if d := as[1].Diff(as[2]); len(d) != 1 || !strings.Contains(d[0], "cap has limit 45") {
+				t.Errorf("Diff(v8, v7) = %q, want cap's limit only (versions are no difference)", d)
+			}
+			// A decision under a policy of the former set makes it run
+			// again: announced with version 8.
+			rec.Observe(shadowEvent(dropped, c.Now(), "u", true, true))
+			if err := rec.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			as, err = reader.Announced(ctx, time.Minute)
+			if err != nil || len(as) != 3 || as[0].Policy != "dropped" || as[0].Version != 8 || as[2].Version != 8 {
+				t.Errorf("Announced(last minute) after a decision = %+v, %v; want dropped at 8, legacy, versioned at 8", as, err)
 			}
 		})
 	}
