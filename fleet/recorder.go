@@ -412,8 +412,10 @@ func (r *Recorder) Observe(e sdk.Event) {
 	} else {
 		s.denied.Add(1)
 	}
+	exempt := false // an exempt decided: the rules' verdicts denied no one
 	if o := d.Override; o.ID != 0 && o.Kind >= sdk.OverrideExempt && o.Kind <= sdk.OverrideLimit {
 		s.overrides[o.Kind-sdk.OverrideExempt].Add(1)
+		exempt = o.Kind == sdk.OverrideExempt
 	}
 	j, formerDenied := 0, false // j: the rule's index in ps.rules
 	for i := range d.Rules {
@@ -425,7 +427,7 @@ func (r *Recorder) Observe(e sdk.Event) {
 		if j >= len(s.rules) || rd.Rule != ps.rules[j] {
 			break
 		}
-		rc, allowed := &s.rules[j], rd.Allowed && !formerDenied
+		rc, allowed := &s.rules[j], rd.Allowed && !formerDenied || exempt
 		switch {
 		case rd.Shadow && !allowed:
 			rc.shadow.Add(1)

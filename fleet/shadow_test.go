@@ -91,6 +91,9 @@ func TestRecorderShadow(t *testing.T) {
 			for i, k := range []sdk.OverrideKind{sdk.OverrideExempt, sdk.OverrideExempt, sdk.OverrideBlock, sdk.OverrideLimit, sdk.OverrideLimit, sdk.OverrideLimit} {
 				e := shadowEvent(p, c.Now(), "o", k != sdk.OverrideBlock, true)
 				e.Decision.Override = sdk.Override{ID: int64(i + 1), Kind: k}
+				if i == 0 { // the exempt admits what cap would deny: no denial of cap
+					e.Decision.Rules[0].Allowed = false
+				}
 				recs[1].Observe(e)
 			}
 			for _, r := range recs {

@@ -51,7 +51,8 @@ type OverrideCounts struct {
 // RuleStats is one rule's verdicts: Allowed and Denied count the decisions
 // this rule admitted and refused (a decision denied by another rule
 // counts as allowed here; a rule's former self, enforced beside it after
-// a change, denies as the rule); NearLimit counts the allowed decisions
+// a change, denies as the rule; under an exempt override every rule
+// admits); NearLimit counts the allowed decisions
 // that left the rule at most Options.NearLimit of its limit. A shadow
 // rule (sdk.Rule.Shadow) never denies: the decisions it would have denied
 // count in ShadowDenied, not Denied, and ShadowAllowed counts those of
