@@ -25,8 +25,10 @@ func TestTrafficSample(t *testing.T) {
 			b := sg.new(t, c)
 			c.Set(time.Now().Truncate(time.Millisecond))
 			p, err := sdk.NewPolicy("sampled", []sdk.Rule{
-				sdk.FixedWindow("per-day", 2, 24*time.Hour).By("user"), // Redis decides by its clock: no boundary in a test's run
-				sdk.FixedWindow("per-content", 5, 24*time.Hour).By("user", "content"),
+				// Exact logs: Redis decides by its own clock, and no
+				// window boundary may fall within a user's attempts.
+				sdk.SlidingLog("per-day", 2, 24*time.Hour).By("user"),
+				sdk.SlidingLog("per-content", 5, 24*time.Hour).By("user", "content"),
 			})
 			if err != nil {
 				t.Fatal(err)
