@@ -127,10 +127,12 @@ type Options struct {
 // (sdk.WithObserver(rec.Observe)), per policy and rule — allowed, denied,
 // and allowed but near the limit; for a shadow rule, what it would have
 // denied — in StatsStep buckets, the decisions per-person overrides
-// decided by kind, the most denied subjects per policy, and the distinct
-// subjects each shadow rule would have denied per ShadowPeopleStep, and
-// flushes them to a backend implementing store.Counters, where every
-// process's counts add up and Reader.Stats and Reader.Shadow read them.
+// decided by kind, the most denied subjects per policy, the distinct
+// subjects each rule denied (or, shadow, would have) per
+// ShadowPeopleStep, and every attempt of a sample of subjects
+// (Options.Sample), and flushes them to a backend implementing
+// store.Counters, where every process's counts add up and Reader.Stats,
+// Reader.Shadow and Reader.Traffic read them.
 //
 // Only consuming decisions are counted (take, reserve, wait — each
 // attempt Wait makes, so a Wait that sleeps once counts a denial and then
@@ -139,9 +141,10 @@ type Options struct {
 // (sdk.Policy.HotDenyCache) counts like any denial.
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
-// denial that stripe's small top-K under its mutex, for a shadow denial
-// a set of subject hashes): no I/O, no allocation but a map's growth,
-// and it never fails or delays a decision.
+// denial that stripe's small top-K and a set of subject hashes under
+// their mutexes; for a subject of the sample, its entry): no I/O, no
+// allocation for a subject outside the sample but a map's growth, and it
+// never fails or delays a decision.
 //
 // The Recorder owns a goroutine (started by NewRecorder unless
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
@@ -155,8 +158,9 @@ type Options struct {
 // per stripe) and the sampled attempts (at most 16 384 per policy).
 // Storage, per policy: one hash per 10 s bucket kept 1 h (360 keys), one
 // hash and one sorted set of at most StatsTopKeep subjects per 1 min
-// bucket kept 24 h (2 × 1440 keys), per shadow rule one HyperLogLog per
-// ShadowPeopleStep kept 24 h (at most 145 keys of up to 12 KB), and one
+// bucket kept 24 h (2 × 1440 keys), per rule one HyperLogLog per
+// ShadowPeopleStep with a denial in it, kept 24 h (at most 145 keys of up
+// to 12 KB; a shadow rule's would-be denials have their own), and one
 // list of at most SampleKeep sampled attempts per SampleStep kept
 // SampleRetention after it (25 lists; an entry takes about 60 bytes plus
 // 20 per subject value), each with its own expiry; plus one hash of
