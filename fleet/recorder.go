@@ -121,6 +121,12 @@ type Options struct {
 	// SampleStep): the newest SampleKeep entries are kept (default
 	// DefaultSampleKeep).
 	SampleKeep int
+	// Service names this process in its announcements
+	// (Announcement.Service), so that readers tell which service runs
+	// which version, e.g. "push-api/host-3": at most MaxServiceLen
+	// printable ASCII bytes, no spaces. Empty (the default): announcements
+	// name no process.
+	Service string
 }
 
 // Recorder counts the decisions of the Limiters that observe with it
@@ -182,6 +188,7 @@ type Recorder struct {
 	tmo    time.Duration
 	// sampleN is Options.Sample (0: no log), sampleKeep SampleKeep.
 	sampleN, sampleKeep int
+	service             string // Options.Service
 
 	seed    maphash.Seed // picks a subject's stripe
 	version atomic.Int64 // SetPolicyVersion
@@ -262,6 +269,9 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 	case o.Sample&(o.Sample-1) != 0:
 		return nil, fmt.Errorf("fleet: recorder: sample must be a power of two, got %d", o.Sample)
 	}
+	if o.Service != "" && !validService(o.Service) {
+		return nil, fmt.Errorf("fleet: recorder: service must be 1 to %d printable ASCII bytes without spaces", MaxServiceLen)
+	}
 	if o.SampleKeep < 0 {
 		return nil, fmt.Errorf("fleet: recorder: sample keep must be >= 0, got %d", o.SampleKeep)
 	}
@@ -270,7 +280,7 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 	}
 	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
 		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{},
-		sampleN: o.Sample, sampleKeep: o.SampleKeep}
+		sampleN: o.Sample, sampleKeep: o.SampleKeep, service: o.Service}
 	if r.near == 0 {
 		r.near = DefaultNearLimit
 	}
@@ -683,7 +693,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		if last := ps.announced.Load(); ps.gen.Load() == gen && (last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery) {
 			ps.announced.Store(now.UnixMilli())
 			a := AnnouncementOf(ps.p.Load())
-			a.Version = r.version.Load()
+			a.Version, a.Service = r.version.Load(), r.service
 			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
 		}
 	}

@@ -372,3 +372,44 @@ func TestRecorderShadowLimiter(t *testing.T) {
 		})
 	}
 }
+
+// TestRecorderService: processes that name themselves are told apart in
+// the announcements, each with the version it runs; a name with a space
+// is refused.
+func TestRecorderService(t *testing.T) {
+	ctx := context.Background()
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	b := memory.New(&memory.Options{Clock: c})
+	p := shadowPolicy(t, "served")
+	for i, svc := range []string{"push-api/host-1", "push-api/host-2"} {
+		rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1, Service: svc})
+		if err != nil {
+			t.Fatalf("NewRecorder(service %q) = %v", svc, err)
+		}
+		rec.SetPolicyVersion(int64(7 + i))
+		rec.Announce(p)
+		if err := rec.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader, err := fleet.NewReader(b, &fleet.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := reader.Announced(ctx, time.Minute)
+	if err != nil || len(as) != 2 {
+		t.Fatalf("Announced = %+v, %v; want 2", as, err)
+	}
+	got := map[string]int64{}
+	for _, a := range as {
+		got[a.Service] = a.Version
+	}
+	if got["push-api/host-1"] != 7 || got["push-api/host-2"] != 8 {
+		t.Errorf("Announced services = %v, want host-1 at 7, host-2 at 8", got)
+	}
+	for _, bad := range []string{"push api", strings.Repeat("x", fleet.MaxServiceLen+1), "caf\u00e9"} {
+		if _, err := fleet.NewRecorder(b, &fleet.Options{FlushEvery: -1, Service: bad}); err == nil {
+			t.Errorf("NewRecorder(service %q) = nil error, want one", bad)
+		}
+	}
+}

@@ -305,6 +305,10 @@ type Announcement struct {
 	// (Recorder.SetPolicyVersion); 0 when it runs no store's version (or
 	// announced before versions were announced).
 	Version int64 `json:"version,omitempty"`
+	// Service names the announcing process (Options.Service); empty when
+	// it gave none (processes running the same policies then share one
+	// announcement).
+	Service string `json:"service,omitempty"`
 	// LastSeen is when a process last announced it (its Recorder's clock).
 	LastSeen time.Time `json:"-"`
 }
@@ -478,7 +482,7 @@ func (e *MalformedError) Unwrap() error { return ErrMalformedStats }
 // sdk.NewPolicy checks names).
 func parseAnnouncement(field string) (Announcement, bool) {
 	var a Announcement
-	if json.Unmarshal([]byte(field), &a) != nil || !validName(a.Policy) {
+	if json.Unmarshal([]byte(field), &a) != nil || !validName(a.Policy) || (a.Service != "" && !validService(a.Service)) {
 		return Announcement{}, false
 	}
 	for _, d := range a.ShardBy {
@@ -492,6 +496,23 @@ func parseAnnouncement(field string) (Announcement, bool) {
 		}
 	}
 	return a, true
+}
+
+// MaxServiceLen bounds Options.Service, in bytes.
+const MaxServiceLen = 128
+
+// validService reports whether s may name a service: 1 to MaxServiceLen
+// printable ASCII bytes other than space.
+func validService(s string) bool {
+	if len(s) == 0 || len(s) > MaxServiceLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // validName reports whether s is a name sdk.NewPolicy accepts.
