@@ -599,6 +599,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	list := r.list[:len(r.list):len(r.list)]
+	// The current set and its version, read together (SetPolicyVersion
+	// changes them under r.mu): only the policies of the set are announced.
+	gen, version := r.gen.Load(), r.version.Load()
 	r.mu.Unlock()
 	now := r.now()
 	var (
@@ -627,7 +630,6 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		h.Incr = append(h.Incr, store.Field{Name: field, Value: n})
 	}
 	var ann []store.Field
-	gen := r.gen.Load() // only the policies of the current set are announced
 	for _, ps := range list {
 		name := ps.name
 		for i := range 2 * recorderStripes {
@@ -693,7 +695,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		if last := ps.announced.Load(); ps.gen.Load() == gen && (last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery) {
 			ps.announced.Store(now.UnixMilli())
 			a := AnnouncementOf(ps.p.Load())
-			a.Version, a.Service = r.version.Load(), r.service
+			a.Version, a.Service = version, r.service
 			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
 		}
 	}
