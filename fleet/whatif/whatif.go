@@ -100,6 +100,11 @@ type PolicyReport struct {
 // Report.At.
 type WindowReport struct {
 	Window time.Duration
+	// Covered is how much of the window the sample covers: from the
+	// oldest sampled attempt (or the window's start, if later) to
+	// Report.At. Less than Window when the log starts inside the window
+	// (recording began later, or the lists expired).
+	Covered time.Duration
 	// Attempts and People are the attempts made and the distinct people
 	// who made them.
 	Attempts, People Figure
@@ -186,6 +191,11 @@ func Estimate(ctx context.Context, rd *fleet.Reader, current, proposed []*sdk.Po
 		partial = partial || pr.UnreplayableCurrent > 0 || pr.UnreplayableProposed > 0
 		if pr.Replayed == 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s: no sampled traffic (a new policy, or no Recorder samples it): nothing to replay", name))
+		}
+		for _, w := range pr.Windows {
+			if pr.Replayed > 0 && w.Covered < w.Window {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s: the sample covers only the last %v of the %v window", name, w.Covered.Round(time.Minute), w.Window))
+			}
 		}
 		rep.Policies = append(rep.Policies, pr)
 	}
@@ -316,7 +326,10 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 		for _, c := range wt.attempts {
 			peak = max(peak, c)
 		}
-		wr := WindowReport{Window: w, Attempts: scale(wt.attempts, n, false, peak), People: scale(wt.attempts, n, true, 1)}
+		wr := WindowReport{Window: w, Covered: w, Attempts: scale(wt.attempts, n, false, peak), People: scale(wt.attempts, n, true, 1)}
+		if start := tr.To.Add(-w); pr.Since.After(start) {
+			wr.Covered = tr.To.Sub(pr.Since)
+		}
 		wr.Recorded = Outcome{Denied: scale(wt.recorded, n, false, peak), People: scale(wt.recorded, n, true, 1)}
 		outs := [2]*Outcome{&wr.Current, &wr.Proposed}
 		for v, r := range reps {
@@ -447,7 +460,11 @@ func (r Report) String() string {
 		}
 		b.WriteByte('\n')
 		for _, w := range p.Windows {
-			fmt.Fprintf(&b, "  last %v: %s attempts by %s people\n", w.Window, w.Attempts, w.People)
+			fmt.Fprintf(&b, "  last %v", w.Window)
+			if w.Covered < w.Window {
+				fmt.Fprintf(&b, " (the sample covers %v)", w.Covered.Round(time.Minute))
+			}
+			fmt.Fprintf(&b, ": %s attempts by %s people\n", w.Attempts, w.People)
 			fmt.Fprintf(&b, "    recorded: denied %s attempts, %s people\n", w.Recorded.Denied, w.Recorded.People)
 			for _, o := range []struct {
 				name string

@@ -248,8 +248,11 @@ func TestEstimateExact(t *testing.T) {
 					}
 				}
 			}
+			if pr.Windows[0].Covered != time.Hour || pr.Windows[1].Covered > 3*time.Hour || pr.Windows[1].Covered < 2*time.Hour {
+				t.Errorf("covered = %v, %v; want 1h, the 3h of traffic", pr.Windows[0].Covered, pr.Windows[1].Covered)
+			}
 			s := rep.String()
-			for _, want := range []string{"policy msgs: 1 subject in 1 sampled", "last 1h0m0s:", "proposed: denies", "hourly denies", "note: "} {
+			for _, want := range []string{"policy msgs: 1 subject in 1 sampled", "last 1h0m0s:", "proposed: denies", "hourly denies", "note: ", "covers only the last"} {
 				if !strings.Contains(s, want) {
 					t.Errorf("String() = %q, want it to contain %q", s, want)
 				}
