@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"hash/maphash"
 	"math"
 	"math/bits"
 )
@@ -22,11 +21,23 @@ const (
 	uniqueExactMax = 4096
 )
 
-// uniqueSeed hashes the members of every Backend's sets: counts are only
-// compared within one process.
-var uniqueSeed = maphash.MakeSeed()
-
-func uniqueHash(member string) uint64 { return maphash.String(uniqueSeed, member) }
+// uniqueHash is a member's 64-bit hash: FNV-1a, then the SplitMix64
+// finaliser to spread its bits over the registers' index and rank. It is
+// deterministic (no per-process seed), so a count is the same in every
+// run.
+func uniqueHash(member string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(member); i++ {
+		h ^= uint64(member[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
 
 // add adds a member's hash.
 func (u *uniqueSet) add(h uint64) {
