@@ -114,6 +114,12 @@ type WindowReport struct {
 	Recorded Outcome
 	// Current and Proposed are the replays' denials.
 	Current, Proposed Outcome
+	// Added is Proposed.Denied − Current.Denied: the attempts the
+	// proposed version denies beyond the current one (negative: fewer),
+	// with the interval of that difference (the sampled people's
+	// differences, paired, so it is narrower than the two intervals
+	// apart). Zero when a version lacks the policy.
+	Added Figure
 }
 
 // Outcome is what one version denied in a window.
@@ -344,6 +350,9 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 			}
 			*outs[v] = out
 		}
+		if reps[0] != nil && reps[1] != nil {
+			wr.Added = scaleDiff(wt.versions[0].denied, wt.versions[1].denied, n)
+		}
 		pr.Windows = append(pr.Windows, wr)
 	}
 	return pr, nil
@@ -390,6 +399,32 @@ func scale(t tally, n int, people bool, peak int64) Figure {
 	sd := math.Sqrt(nf * (nf - 1) * sq)
 	return Figure{Value: int64(math.Round(v)), Sampled: int64(s),
 		Low: max(int64(s), int64(math.Floor(v-z95*sd))), High: int64(math.Ceil(v + z95*sd))}
+}
+
+// scaleDiff is the Figure of Σ(after − before) over the people of a 1/n
+// sample: n·Σdᵢ ± 1.96·√(n(n−1)·Σdᵢ²), dᵢ each person's difference.
+func scaleDiff(before, after tally, n int) Figure {
+	var s, sq float64
+	seen := map[uint64]bool{}
+	for _, t := range []tally{before, after} {
+		for person := range t {
+			if seen[person] {
+				continue
+			}
+			seen[person] = true
+			d := float64(after[person] - before[person])
+			s += d
+			sq += d * d
+		}
+	}
+	if n <= 1 {
+		v := int64(s)
+		return Figure{Value: v, Low: v, High: v, Sampled: v}
+	}
+	nf := float64(n)
+	sd := math.Sqrt(nf * (nf - 1) * sq)
+	v := nf * s
+	return Figure{Value: int64(math.Round(v)), Sampled: int64(s), Low: int64(math.Floor(v - z95*sd)), High: int64(math.Ceil(v + z95*sd))}
 }
 
 // replayer replays attempts through one policy on a memory backend
@@ -474,7 +509,11 @@ func (r Report) String() string {
 				if !o.has {
 					continue
 				}
-				fmt.Fprintf(&b, "    %s: denies %s attempts, %s people\n", o.name, o.out.Denied, o.out.People)
+				fmt.Fprintf(&b, "    %s: denies %s attempts, %s people", o.name, o.out.Denied, o.out.People)
+				if o.name == "proposed" && p.InCurrent {
+					fmt.Fprintf(&b, " (added: %s attempts)", w.Added)
+				}
+				b.WriteByte('\n')
 				for _, ru := range o.out.Rules {
 					verb := "denies"
 					if ru.Shadow {

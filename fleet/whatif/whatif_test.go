@@ -236,6 +236,7 @@ func TestEstimateExact(t *testing.T) {
 				exact(fmt.Sprint(w.Window, " people"), w.People, tw.people)
 				exact(fmt.Sprint(w.Window, " recorded denied"), w.Recorded.Denied, tw.denied[0])
 				exact(fmt.Sprint(w.Window, " recorded people"), w.Recorded.People, tw.deniedPpl[0])
+				exact(fmt.Sprint(w.Window, " added"), w.Added, tw.denied[1]-tw.denied[0])
 				for v, out := range []whatif.Outcome{w.Current, w.Proposed} {
 					exact(fmt.Sprint(w.Window, " version ", v, " denied"), out.Denied, tw.denied[v])
 					exact(fmt.Sprint(w.Window, " version ", v, " people"), out.People, tw.deniedPpl[v])
@@ -252,7 +253,7 @@ func TestEstimateExact(t *testing.T) {
 				t.Errorf("covered = %v, %v; want 1h, the 3h of traffic", pr.Windows[0].Covered, pr.Windows[1].Covered)
 			}
 			s := rep.String()
-			for _, want := range []string{"policy msgs: 1 subject in 1 sampled", "last 1h0m0s:", "proposed: denies", "hourly denies", "note: ", "covers only the last"} {
+			for _, want := range []string{"policy msgs: 1 subject in 1 sampled", "last 1h0m0s:", "proposed: denies", "(added: ", "hourly denies", "note: ", "covers only the last"} {
 				if !strings.Contains(s, want) {
 					t.Errorf("String() = %q, want it to contain %q", s, want)
 				}
@@ -317,6 +318,7 @@ func TestEstimateBound(t *testing.T) {
 					add("current people", w.Current.People, tw.deniedPpl[0])
 					add("proposed denied", w.Proposed.Denied, tw.denied[1])
 					add("proposed people", w.Proposed.People, tw.deniedPpl[1])
+					add("added", w.Added, tw.denied[1]-tw.denied[0])
 				}
 			}
 			inside := 0
