@@ -21,8 +21,10 @@
 // what the sample itself shows; for people, the score (Wilson) interval
 // of a binomial count, wider above (about [0, 3.84·N] when the sample
 // shows none; attempts then get that bound times the most attempts any
-// sampled person made in the window). With N = 1 the figures are exact replays and the interval is
-// empty. What no interval covers, and each Report says: the state before
+// sampled person made in the window); the difference between the
+// versions (WindowReport.Added) has the interval of the sampled people's
+// paired differences, N·Σdᵢ ± 1.96·√(N(N−1)·Σdᵢ²). With N = 1 the figures
+// are exact replays and the interval is empty. What no interval covers, and each Report says: the state before
 // the replay's first attempt (a 24 h rule's count from the day before the
 // log starts: the first hours of the log start at zero, so both versions'
 // denials are undercounted until then); the traffic of services that do
