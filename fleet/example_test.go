@@ -47,3 +47,43 @@ func ExampleRecorder() {
 	// recv-1m: 3 allowed, 2 denied, 1 near the limit
 	// most denied: map[user:u42] (2)
 }
+
+// A team tries 3 a day beside the enforced 5 a day: the shadow rule
+// never denies, and the reader tells what it would have denied, against
+// what the enforced rule denied.
+func ExampleReader_Shadow() {
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	backend := memory.New(&memory.Options{Clock: clock})
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{FlushEvery: -1})
+	if err != nil {
+		panic(err)
+	}
+	defer rec.Close()
+	lim := sdk.New(backend, sdk.WithObserver(rec.Observe))
+	push, _ := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.FixedWindow("daily", 5, 24*time.Hour).By("user"),
+		sdk.FixedWindow("daily-trial", 3, 24*time.Hour).By("user").AsShadow(),
+	})
+
+	ctx := context.Background()
+	for i := range 3 { // u0 sends 4 pushes, u1 5, u2 6
+		for range 4 + i {
+			lim.Allow(ctx, push, sdk.Subject{"user": fmt.Sprint("u", i)})
+		}
+	}
+	if err := rec.Flush(ctx); err != nil {
+		panic(err)
+	}
+
+	console, _ := fleet.NewReader(backend, nil)
+	sh, _ := console.Shadow(ctx, push, 24*time.Hour)
+	for _, r := range sh.Rules {
+		fmt.Printf("%s would have denied %d attempts (%d of them allowed) of %d people\n", r.Rule, r.Attempts, r.Allowed, r.People)
+	}
+	for _, r := range sh.Enforced {
+		fmt.Printf("%s denied %d attempts of %d people\n", r.Rule, r.Attempts, r.People)
+	}
+	// Output:
+	// daily-trial would have denied 6 attempts (5 of them allowed) of 3 people
+	// daily denied 1 attempts of 1 people
+}
