@@ -131,13 +131,14 @@ func reach(r sdk.Rule) time.Duration {
 // derive computes the lineage of version (the one after prev, whose
 // lineage is prevLin; prev is nil for the first version) for the policies
 // next, at now, and what changes per policy and rule, with warnings.
+// Rules added by version 1 get epoch 0, later ones the version.
 // It is pure: no backend, no clock.
 func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now time.Time) (lineage, []PolicyDiff, []string) {
 	lin := lineage{}
 	var diffs []PolicyDiff
 	var warns []string
 	addedEpoch := version
-	if prev == nil {
+	if version == 1 {
 		// The first version keeps the keys a policy file gives the same
 		// rules: moving from --policies to the store keeps the counts.
 		addedEpoch = 0
