@@ -20,6 +20,8 @@ type Backend interface {
 	WatchPolicies(ctx context.Context) (<-chan int64, error)
 }
 
+var _ Backend = (*sdk.Limiter)(nil)
+
 // ErrRekeyNotConfirmed is returned by Apply for a plan that re-keys rules
 // (their counts start afresh) without Plan.ConfirmRekey.
 var ErrRekeyNotConfirmed = errors.New("policyfile: plan re-keys rules (their counts start afresh) and is not confirmed")

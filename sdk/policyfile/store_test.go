@@ -15,30 +15,11 @@ import (
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
-// keyed is one store of a driver.PolicyStore, as a Limiter gives it.
-type keyed struct {
-	ps  driver.PolicyStore
-	key string
-}
-
-func (k keyed) PutPolicies(ctx context.Context, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error) {
-	return k.ps.PutPolicies(ctx, k.key, prev, v)
-}
-func (k keyed) GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error) {
-	return k.ps.GetPolicies(ctx, k.key, n)
-}
-func (k keyed) PolicyHistory(ctx context.Context, max int) ([]driver.PolicyVersion, error) {
-	return k.ps.PolicyHistory(ctx, k.key, max)
-}
-func (k keyed) WatchPolicies(ctx context.Context) (<-chan int64, error) {
-	return k.ps.WatchPolicies(ctx, k.key)
-}
-
 // memoryStore is a store on a fresh memory backend with a fake clock.
 func memoryStore(t *testing.T) (policyfile.Backend, *fakeclock.Clock) {
 	t.Helper()
 	clock := fakeclock.New(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	return keyed{ps: memory.New(&memory.Options{Clock: clock}), key: "fc:{!policies}"}, clock
+	return sdk.New(memory.New(&memory.Options{Clock: clock})), clock
 }
 
 const (
