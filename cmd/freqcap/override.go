@@ -26,8 +26,6 @@ subject is given by its shard dimensions (DIM=VALUE, e.g. user=u42); the
 policy comes from the policy store (or --policies FILE). -until is an
 RFC 3339 time or a duration from now (90m, 7d); without it the override
 lasts until deleted. Flags may come before or after the arguments.
-
-Flags:
 `
 
 // overrideFlags are what every override subcommand takes.
@@ -69,7 +67,7 @@ func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Li
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), overrideUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), overrideUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var f overrideFlags
 	f.backendFlags.register(fs)
 	fs.StringVar(&f.policies, "policies", "", "read the policy from this policy `FILE` instead of the policy store")

@@ -32,8 +32,6 @@ follows the current version within 2 s. apply and rollback print the plan
 (what changes per rule, and what its counts carry) and apply it with -yes;
 a plan that re-keys rules (their counts start afresh) also needs -rekey.
 diff prints the plan only. Flags may come before or after the arguments.
-
-Flags:
 `
 
 // backendFlags are the flags of the commands that act on a deployment's
@@ -145,7 +143,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 	sub := args[0]
 	cmd := "policy " + sub
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), policyUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), policyUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var bf backendFlags
 	bf.register(fs)
 	var by, reason string
