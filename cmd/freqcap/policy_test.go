@@ -147,3 +147,31 @@ func TestPolicyOverrideArgs(t *testing.T) {
 		t.Errorf("policy -h = %v, want flag.ErrHelp", err)
 	}
 }
+
+// TestPolicyCommandsCluster: apply, history and show on a Redis Cluster.
+func TestPolicyCommandsCluster(t *testing.T) {
+	addrs := strings.Join(redistest.Cluster(t), ",")
+	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "v2.yaml": cliV2})
+	prefix := "cli" + strings.ReplaceAll(t.Name(), "/", "-")
+	for _, st := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply", f["v1.yaml"], "-yes"}, "applied version 1"},
+		{[]string{"apply", f["v2.yaml"], "-yes"}, "applied version 2"},
+		{[]string{"history"}, "bob"},
+		{[]string{"show", "1"}, cliV1},
+	} {
+		args := append([]string{st.args[0], "--cluster", addrs, "--prefix", prefix, "-by", "bob"}, st.args[1:]...)
+		if st.args[0] == "history" || st.args[0] == "show" {
+			args = append([]string{st.args[0], "--cluster", addrs, "--prefix", prefix}, st.args[1:]...)
+		}
+		var out bytes.Buffer
+		if err := policyMain(context.Background(), args, &out, nil); err != nil {
+			t.Fatalf("policy %q = %v\n%s", args, err, out.String())
+		}
+		if !strings.Contains(out.String(), st.want) {
+			t.Errorf("policy %q output lacks %q:\n%s", args, st.want, out.String())
+		}
+	}
+}
