@@ -9,16 +9,8 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
-
-// takeOnlyBackend hides every optional interface of a memory backend.
-type takeOnlyBackend struct{ b *memory.Backend }
-
-func (t takeOnlyBackend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
-	return t.b.Take(ctx, req)
-}
 
 func TestSetOverrideValidation(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -82,7 +74,7 @@ func TestSetOverrideValidation(t *testing.T) {
 	if err := lim.DeleteOverride(context.Background(), plain, s, 1); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("DeleteOverride(policy without overrides) = %v, want ErrInvalidPolicy", err)
 	}
-	bare := sdk.New(takeOnlyBackend{memory.New(nil)})
+	bare := sdk.New(takeOnlyBackend{}) // store_test.go: no optional interface
 	if _, err := bare.SetOverride(context.Background(), p, s, o); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetOverride(backend without overrides) = %v, want errors.ErrUnsupported", err)
 	}
