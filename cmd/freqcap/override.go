@@ -49,12 +49,11 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // runOverride runs "freqcap override …".
 func runOverride(args []string) error {
-	return overrideMain(context.Background(), args, os.Stdout, nil)
+	return overrideMain(context.Background(), args, os.Stdout)
 }
 
-// overrideMain runs an override subcommand, printing to out; lim, when
-// set, is used instead of the backend the flags name (tests).
-func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limiter) error {
+// overrideMain runs an override subcommand, printing to out.
+func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "set" && args[0] != "list" && args[0] != "delete") {
 		fmt.Fprint(os.Stderr, overrideUsage)
 		if len(args) == 0 {
@@ -95,13 +94,11 @@ func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Li
 	if err != nil {
 		return fmt.Errorf("override %s: %w", sub, err)
 	}
-	if lim == nil {
-		var closeLim func()
-		if lim, closeLim, err = f.limiter(ctx, "override "+sub); err != nil {
-			return err
-		}
-		defer closeLim()
+	lim, closeLim, err := f.limiter(ctx, "override "+sub)
+	if err != nil {
+		return err
 	}
+	defer closeLim()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	p, err := findPolicy(ctx, lim, f.policies, name)

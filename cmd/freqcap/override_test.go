@@ -23,7 +23,7 @@ func TestOverrideCommands(t *testing.T) {
 	ctx := context.Background()
 	addr := redistest.NewServer(t).Addr()
 	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "plain.yaml": strings.Replace(cliV1, "    overrides: true\n", "", 1)})
-	if err := policyMain(ctx, []string{"apply", f["v1.yaml"], "--redis", addr, "-yes"}, &bytes.Buffer{}, nil); err != nil {
+	if err := policyMain(ctx, []string{"apply", f["v1.yaml"], "--redis", addr, "-yes"}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
@@ -111,7 +111,7 @@ func TestOverrideCommands(t *testing.T) {
 		}
 		args = append([]string{args[0], "--redis", addr}, args[1:]...)
 		var out bytes.Buffer
-		err := overrideMain(ctx, args, &out, nil)
+		err := overrideMain(ctx, args, &out)
 		switch {
 		case st.wantErr == "" && err != nil:
 			t.Fatalf("%s: override %q = %v\n%s", st.name, args, err, out.String())

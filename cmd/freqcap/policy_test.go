@@ -10,7 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const (
@@ -99,7 +105,7 @@ func TestPolicyCommands(t *testing.T) {
 	for _, st := range steps {
 		var out bytes.Buffer
 		args := append([]string{st.args[0], "--redis", addr}, st.args[1:]...)
-		err := policyMain(context.Background(), args, &out, nil)
+		err := policyMain(context.Background(), args, &out)
 		switch {
 		case st.wantErr == "" && err != nil:
 			t.Fatalf("%s: policy %q = %v\n%s", st.name, args, err, out.String())
@@ -167,11 +173,71 @@ func TestPolicyCommandsCluster(t *testing.T) {
 			args = append([]string{st.args[0], "--cluster", addrs, "--prefix", prefix}, st.args[1:]...)
 		}
 		var out bytes.Buffer
-		if err := policyMain(context.Background(), args, &out, nil); err != nil {
+		if err := policyMain(context.Background(), args, &out); err != nil {
 			t.Fatalf("policy %q = %v\n%s", args, err, out.String())
 		}
 		if !strings.Contains(out.String(), st.want) {
 			t.Errorf("policy %q output lacks %q:\n%s", args, st.want, out.String())
 		}
+	}
+}
+
+// TestPolicyDiffWhatIf: diff prints, beside the plan, what the proposed
+// version would have denied of the traffic a recording service sampled.
+func TestPolicyDiffWhatIf(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.NewServer(t).Addr()
+	tighter := strings.Replace(cliV1, "limit: 5,", "limit: 3,", 1)
+	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "tighter.yaml": tighter})
+	if err := policyMain(ctx, []string{"apply", f["v1.yaml"], "--redis", addr, "-yes"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A service running version 1 records every subject's attempts.
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	be := redis.New(c, nil)
+	rec, err := fleet.NewRecorder(be, &fleet.Options{FlushEvery: -1, Sample: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	lim := sdk.New(be, sdk.WithObserver(rec.Observe))
+	v, err := policyfile.NewStore(lim).Version(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := v.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 { // minute allows 5: 3 denied; 3 a minute would deny 5
+		if _, err := lim.Allow(ctx, ps[0], sdk.Subject{"user": "u0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	if err := policyMain(ctx, []string{"diff", f["tighter.yaml"], "--redis", addr}, &out); err != nil {
+		t.Fatalf("policy diff = %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"rule minute: modified: limit 5 → 3; carries exactly",
+		"what-if at",
+		"1 subject in 1 sampled, 8 attempts replayed",
+		"last 1h0m0s: 8 attempts by 1 people",
+		"current: denies 3 attempts, 1 people",
+		"proposed: denies 5 attempts, 1 people",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("policy diff output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := policyMain(ctx, []string{"diff", f["tighter.yaml"], "--redis", addr, "-whatif=false"}, &out); err != nil || strings.Contains(out.String(), "what-if") {
+		t.Errorf("policy diff -whatif=false = %v, printed:\n%s", err, out.String())
 	}
 }
