@@ -96,22 +96,23 @@ func TestLiveRedis(t *testing.T) {
 // BenchmarkPropagation measures how long a new version takes to reach 10
 // watchers (10 limiters, each with its own client) on a real server:
 // from Apply's return until every Live's Current is the new version.
-// Variants: notifications (pub/sub) with the 1 s poll, and the poll alone
-// (notifications lost).
+// Variants: notifications (pub/sub) with the 1 s poll, the poll alone
+// (notifications lost), and notifications on a 3-master cluster.
 func BenchmarkPropagation(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		deaf bool
-	}{{"pubsub", false}, {"poll-only", true}} {
+		name    string
+		deaf    bool
+		cluster bool
+	}{{"pubsub", false, false}, {"poll-only", true, false}, {"cluster-pubsub", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
 			prefix := uniquePrefix(b)
-			s := policyfile.NewStore(redisLimiter(b, false, prefix))
+			s := policyfile.NewStore(redisLimiter(b, tc.cluster, prefix))
 			mustApplyB(b, s, 0)
 			const watchers = 10
 			reached := make(chan int64, watchers*4)
 			for range watchers {
-				var be policyfile.Backend = redisLimiter(b, false, prefix)
+				var be policyfile.Backend = redisLimiter(b, tc.cluster, prefix)
 				if tc.deaf {
 					be = deaf{be}
 				}
