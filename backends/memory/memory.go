@@ -60,6 +60,8 @@ type Backend struct {
 	seed   maphash.Seed
 	shards []*shard
 	stats  statsStore // the recorder's statistics (store.Counters)
+
+	policies policyStores // the policy stores (driver.PolicyStore, policies.go)
 }
 
 // New returns an empty Backend. Nil opts means defaults.
