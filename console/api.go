@@ -52,6 +52,12 @@ type DecisionJSON struct {
 	Error     string     `json:"error,omitempty"`
 	NonAtomic bool       `json:"non_atomic,omitempty"`
 	Rules     []RuleJSON `json:"rules"`
+	// ShadowDenied names the shadow rules that would have denied (they
+	// never deny).
+	ShadowDenied []string `json:"shadow_denied,omitempty"`
+	// Override is the per-person override that decided (block, exempt) or
+	// changed a rule's limit; absent when none applied.
+	Override *OverrideJSON `json:"override,omitempty"`
 }
 
 // RuleJSON is one rule's part of a decision or inspection.
@@ -65,6 +71,10 @@ type RuleJSON struct {
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	CostTooHigh  bool   `json:"cost_too_high,omitempty"`
+	// Shadow: a shadow rule (never denies). Before: the rule as it was
+	// before that policy-store version, enforced beside its successor.
+	Shadow bool  `json:"shadow,omitempty"`
+	Before int64 `json:"before,omitempty"`
 }
 
 // InspectionJSON is the answer of GET /api/v1/inspect.
@@ -105,7 +115,7 @@ func rulesJSON(rds []sdk.RuleDecision) []RuleJSON {
 			Rule: rd.Rule, Algorithm: rd.Algorithm.String(), Allowed: rd.Allowed,
 			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
 			ResetAfterMS: ceilMS(rd.ResetAfter), RetryAfterMS: ceilMS(rd.RetryAfter),
-			CostTooHigh: rd.CostTooHigh,
+			CostTooHigh: rd.CostTooHigh, Shadow: rd.Shadow, Before: rd.Before,
 		})
 	}
 	return out
@@ -119,6 +129,11 @@ func decisionJSON(d sdk.Decision) DecisionJSON {
 	}
 	if out.Denied == nil {
 		out.Denied = []string{}
+	}
+	out.ShadowDenied = d.ShadowDenied
+	if d.Override.ID != 0 {
+		o := overrideJSON(d.Override)
+		out.Override = &o
 	}
 	if d.Err != nil {
 		// The backend's error names its address: logged, not sent.
@@ -177,7 +192,7 @@ func (s *Server) apiCheck(c echo.Context) error {
 	if req.Policy == "" {
 		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
 	}
-	p, ok := s.policies[req.Policy]
+	p, ok := s.snap().byName[req.Policy]
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -212,6 +227,15 @@ func (s *Server) apiCheck(c echo.Context) error {
 			e.Outcome = "allowed"
 		default:
 			e.Outcome, e.Rules = "denied", d.Denied
+		}
+		switch {
+		case err != nil || d.Override.ID == 0:
+		case d.Override.Kind == sdk.OverrideBlock:
+			e.Outcome = fmt.Sprintf("denied by block #%d", d.Override.ID)
+		case d.Override.Kind == sdk.OverrideExempt:
+			e.Outcome = fmt.Sprintf("allowed by override #%d", d.Override.ID)
+		default:
+			e.Detail = fmt.Sprintf("limits of override #%d", d.Override.ID)
 		}
 		if aerr := s.audit.Record(e); aerr != nil {
 			return fmt.Errorf("check of policy %q: recording the audit entry: %w", p.Name(), aerr)
@@ -327,7 +351,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	if name == "" {
 		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
 	}
-	p, ok := s.policies[name]
+	p, ok := s.snap().byName[name]
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -395,8 +419,8 @@ type PolicyRuleJSON struct {
 }
 
 func (s *Server) apiPolicies(c echo.Context) error {
-	out := make([]PolicyJSON, 0, len(s.order))
-	for _, p := range s.order {
+	out := make([]PolicyJSON, 0, len(s.snap().order))
+	for _, p := range s.snap().order {
 		pj := PolicyJSON{Name: p.Name(), Failure: failure(p), Dimensions: p.Dimensions(), ShardBy: p.ShardBy()}
 		for _, r := range p.Rules() {
 			rj := PolicyRuleJSON{

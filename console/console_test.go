@@ -65,6 +65,14 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 // auditBuf).
 func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) *faulty.Backend, audit *AuditLog) *fixture {
 	t.Helper()
+	return newFixtureCfg(t, creds, mk, audit, nil)
+}
+
+// newFixtureCfg is newFixtureWith with a hook that completes the
+// console's Config (nil: none) before New, given the fixture's backend
+// and limiter.
+func newFixtureCfg(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) *faulty.Backend, audit *AuditLog, hook func(*Config, sdk.Backend, *sdk.Limiter)) *fixture {
+	t.Helper()
 	clk := fakeclock.New(t0)
 	pols, err := seed.Policies()
 	if err != nil {
@@ -81,7 +89,7 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 	if audit == nil {
 		audit = NewAuditLog(&buf, 0)
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		Limiter:     lim,
 		Fleet:       fleetOf(be, &fleet.Options{Now: clk.Now}),
 		Policies:    pols,
@@ -90,7 +98,11 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 		Credentials: creds,
 		Now:         clk.Now,
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	}
+	if hook != nil {
+		hook(&cfg, be, lim)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New() error: %v", err)
 	}

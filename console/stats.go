@@ -48,7 +48,7 @@ type RuleStatsJSON struct {
 // allowed and denied totals of the last hour, across every process.
 func (s *Server) apiStats(c echo.Context) error {
 	name := c.QueryParam("policy")
-	p := s.policies[name]
+	p := s.snap().byName[name]
 	if p == nil {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -127,7 +127,7 @@ const overviewTop = 10
 func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	var v views.FleetView
 	lim := s.cfg.Fleet
-	for _, p := range s.order {
+	for _, p := range s.snap().order {
 		hour, err := lim.Stats(ctx, p, time.Hour)
 		if err == nil {
 			var day fleet.Stats
@@ -166,7 +166,7 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	for _, a := range anns {
 		announced[a.Policy] = true
 		v.Announced = append(v.Announced, fmt.Sprintf("%s (%s, last seen %s)", a.Policy, views.Count(len(a.Rules), "rule", "rules"), a.LastSeen.Local().Format("15:04:05")))
-		p := s.policies[a.Policy]
+		p := s.snap().byName[a.Policy]
 		if p == nil {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
 			continue
