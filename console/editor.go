@@ -118,7 +118,8 @@ func checkReason(r string) (string, error) {
 func editorError(op string, err error) error {
 	switch {
 	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
-		return badRequest(err.Error()) // the policy file's own text, line and key
+		// The policy file's own text, line and key.
+		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, driver.ErrVersionConflict):
 		return echo.NewHTTPError(http.StatusConflict, "another version was applied since this one was previewed: nothing was applied; preview again")
 	case errors.Is(err, ErrRekeyUnconfirmed):
