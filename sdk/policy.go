@@ -274,6 +274,9 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 		if i < 0 {
 			return -1, fmt.Errorf("%w: change of rule %q: the policy has no such rule", ErrInvalidPolicy, name)
 		}
+		if len(byRule[name]) == 0 {
+			continue // WithChange(rule) without changes: nothing to record
+		}
 		r := p.rules[i]
 		for _, c := range byRule[name] {
 			from := c.From
