@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // ChangeKind says what became of a rule (or a policy) from the store's
@@ -118,39 +119,26 @@ type PolicyDiff struct {
 // long costs nothing: the sdk ignores it once its reach has passed).
 const reachSlack = time.Minute
 
-// reach bounds how long after a change the rule r's state can still
-// prove anything: its window (a calendar's nominal one plus an hour for
-// DST), a sliding window's extra cell, a GCRA rule's tolerance.
+// reach is how long after a change the rule r's state can still prove
+// anything (driver.Rule.Reach, which the sdk enforces changes by).
 func reach(r sdk.Rule) time.Duration {
-	d := r.Window
-	switch r.Algorithm {
-	case sdk.AlgorithmSlidingWindow:
-		if r.SubWindows > 0 {
-			d += 2 * (r.Window/time.Duration(r.SubWindows) + 1) // cells round up
-		} else {
-			d += r.Window
-		}
-	case sdk.AlgorithmGCRA:
-		if r.Limit > 0 {
-			d += r.Window / time.Duration(r.Limit) * time.Duration(r.Burst+1)
-		}
-	}
-	if r.Calendar != sdk.NoCalendar {
-		d += time.Hour
-	}
-	return d
+	return driver.Rule{
+		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, SubWindows: r.SubWindows,
+		Burst: r.Burst, Calendar: r.Calendar, Location: r.Location,
+	}.Reach()
 }
 
 // derive computes the lineage of version (the one after prev, whose
 // lineage is prevLin; prev is nil for the first version) for the policies
 // next, at now, and what changes per policy and rule, with warnings.
+// Rules added by version 1 get epoch 0, later ones the version.
 // It is pure: no backend, no clock.
 func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now time.Time) (lineage, []PolicyDiff, []string) {
 	lin := lineage{}
 	var diffs []PolicyDiff
 	var warns []string
 	addedEpoch := version
-	if prev == nil {
+	if version == 1 {
 		// The first version keeps the keys a policy file gives the same
 		// rules: moving from --policies to the store keeps the counts.
 		addedEpoch = 0

@@ -20,6 +20,8 @@ type Backend interface {
 	WatchPolicies(ctx context.Context) (<-chan int64, error)
 }
 
+var _ Backend = (*sdk.Limiter)(nil)
+
 // ErrRekeyNotConfirmed is returned by Apply for a plan that re-keys rules
 // (their counts start afresh) without Plan.ConfirmRekey.
 var ErrRekeyNotConfirmed = errors.New("policyfile: plan re-keys rules (their counts start afresh) and is not confirmed")
@@ -34,10 +36,30 @@ type Store struct {
 	now func() time.Time
 }
 
+// A StoreOption configures NewStore.
+type StoreOption func(*Store)
+
+// WithClock sets the clock a Store plans by (default: the system clock):
+// it decides which recorded rule changes are past their reach and are
+// left out of the next version. Give it the limiter's clock.
+func WithClock(c sdk.Clock) StoreOption {
+	return func(s *Store) {
+		if c != nil {
+			s.now = c.Now
+		}
+	}
+}
+
 // NewStore returns a Store that keeps its versions in b (an
 // *sdk.Limiter).
-func NewStore(b Backend) *Store {
-	return &Store{b: b, now: time.Now}
+func NewStore(b Backend, opts ...StoreOption) *Store {
+	s := &Store{b: b, now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
 }
 
 // Version is one stored version of the policies.
@@ -93,12 +115,22 @@ type Plan struct {
 	// ConfirmRekey lets Apply store a plan that re-keys rules.
 	ConfirmRekey bool
 	lin          lineage
+	// unreadableBase: the base version does not load, so every rule
+	// starts afresh (confirmed as a re-key is).
+	unreadableBase bool
 }
 
-// Rekeyed lists the rules the plan re-keys, as "policy/rule".
+// Rekeyed lists the rules the plan re-keys, as "policy/rule" (every
+// rule, when the base version does not load).
 func (p *Plan) Rekeyed() []string {
 	var out []string
 	for _, d := range p.Diffs {
+		if p.unreadableBase {
+			for _, r := range d.Rules {
+				out = append(out, d.Policy+"/"+r.Rule)
+			}
+			continue
+		}
 		for _, r := range d.Rules {
 			if r.Kind == Rekeyed {
 				out = append(out, d.Policy+"/"+r.Rule)
@@ -163,20 +195,6 @@ func (p *Plan) String() string {
 	return b.String()
 }
 
-// current returns the store's current version, or ok false when it is
-// empty.
-func (s *Store) current(ctx context.Context) (Version, bool, error) {
-	pv, err := s.b.GetPolicies(ctx, 0)
-	if errors.Is(err, driver.ErrNoPolicyVersion) {
-		return Version{}, false, nil
-	}
-	if err != nil {
-		return Version{}, false, err
-	}
-	v, err := decodeVersion(pv)
-	return v, err == nil, err
-}
-
 // Plan checks the policy file src as Load does (errors give the line and
 // key at fault) and compares it with the store's current version: per
 // policy and rule what changes and what carries (ChangeKind, Carry), and
@@ -186,30 +204,42 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur, ok, err := s.current(ctx)
-	if err != nil {
+	pv, err := s.b.GetPolicies(ctx, 0)
+	empty := errors.Is(err, driver.ErrNoPolicyVersion)
+	if err != nil && !empty {
 		return nil, fmt.Errorf("policyfile: plan: %w", err)
 	}
+	var cur Version
 	var prev []parsed
-	if ok {
-		if prev, err = parse(cur.Source, fmt.Sprintf("version %d", cur.Number)); err != nil {
-			return nil, fmt.Errorf("policyfile: plan: the current version does not load: %w", err)
+	var unreadable error
+	if !empty {
+		cur, unreadable = decodeVersion(pv)
+		if unreadable == nil {
+			prev, unreadable = parse(cur.Source, fmt.Sprintf("version %d", pv.Version))
+		}
+		cur.Number = pv.Version
+		if unreadable != nil {
+			prev, cur.lin = nil, nil
 		}
 	}
 	now := s.now()
 	lin, diffs, warns := derive(prev, cur.lin, next, cur.Number+1, now)
+	if unreadable != nil {
+		warns = append([]string{fmt.Sprintf("the current version %d does not load (%v): every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", cur.Number, unreadable)}, warns...)
+	}
 	policies, err := build(next, lin, now)
 	if err != nil {
 		return nil, fmt.Errorf("policyfile: plan: %w", err)
 	}
 	return &Plan{
-		Base:     cur.Number,
-		Version:  cur.Number + 1,
-		Source:   append([]byte(nil), src...),
-		Policies: policies,
-		Diffs:    diffs,
-		Warnings: warns,
-		lin:      lin,
+		unreadableBase: unreadable != nil,
+		Base:           cur.Number,
+		Version:        cur.Number + 1,
+		Source:         append([]byte(nil), src...),
+		Policies:       policies,
+		Diffs:          diffs,
+		Warnings:       warns,
+		lin:            lin,
 	}, nil
 }
 
