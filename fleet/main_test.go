@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -20,6 +21,16 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 type storage struct {
 	name string
 	new  func(t *testing.T, c *fakeclock.Clock) sdk.Backend
+}
+
+// now is the clock of a Recorder or Reader of decisions made on the
+// storage: c on memory, the default (the real clock) on Redis, whose
+// decisions bear the server's time.
+func (sg storage) now(c *fakeclock.Clock) func() time.Time {
+	if sg.name == "memory" {
+		return c.Now
+	}
+	return nil
 }
 
 // storages are every backend a fleet test runs on. The memory backend

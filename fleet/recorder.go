@@ -105,6 +105,18 @@ type Options struct {
 	OnError func(error)
 	// FlushTimeout bounds one flush (default 5s).
 	FlushTimeout time.Duration
+	// Sample is the share of subjects whose every counted attempt the
+	// Recorder logs for what-if replays (package fleet/whatif): 1 in
+	// Sample subjects, picked by a hash of their shard values that every
+	// process computes alike, so a sampled subject's attempts are logged
+	// by every service. A power of two; 1 logs every subject; default
+	// DefaultSample; negative: no log. Entries are kept per policy per
+	// SampleStep, SampleRetention after it (see Reader.Traffic).
+	Sample int
+	// SampleKeep bounds each list of the log (one per policy per
+	// SampleStep): the newest SampleKeep entries are kept (default
+	// DefaultSampleKeep).
+	SampleKeep int
 }
 
 // Recorder counts the decisions of the Limiters that observe with it
@@ -151,6 +163,8 @@ type Recorder struct {
 	topK   int
 	onErr  func(error)
 	tmo    time.Duration
+	// sampleN is Options.Sample (0: no log), sampleKeep SampleKeep.
+	sampleN, sampleKeep int
 
 	seed    maphash.Seed // picks a subject's stripe
 	version atomic.Int64 // SetPolicyVersion
@@ -175,6 +189,8 @@ type policyStats struct {
 	stripes [recorderStripes]stripe
 	// announced is when the policy was last announced (unix ms; 0: never).
 	announced atomic.Int64
+	// sample holds the sampled attempts until a flush.
+	sample samplePending
 }
 
 // stripe is a share of a policy's counts: the decisions of the subjects
@@ -216,8 +232,23 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 	if o.NearLimit < 0 || o.NearLimit > 1 || o.TopK < 0 {
 		return nil, fmt.Errorf("fleet: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
 	}
+	switch {
+	case o.Sample == 0:
+		o.Sample = DefaultSample
+	case o.Sample < 0:
+		o.Sample = 0
+	case o.Sample&(o.Sample-1) != 0:
+		return nil, fmt.Errorf("fleet: recorder: sample must be a power of two, got %d", o.Sample)
+	}
+	if o.SampleKeep < 0 {
+		return nil, fmt.Errorf("fleet: recorder: sample keep must be >= 0, got %d", o.SampleKeep)
+	}
+	if o.SampleKeep == 0 {
+		o.SampleKeep = DefaultSampleKeep
+	}
 	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
-		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{}}
+		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{},
+		sampleN: o.Sample, sampleKeep: o.SampleKeep}
 	if r.near == 0 {
 		r.near = DefaultNearLimit
 	}
@@ -291,9 +322,11 @@ func (r *Recorder) Close() error {
 	return r.flushReport()
 }
 
-// Lost returns the number of counts (decision counts and subject counts)
-// lost to failed flushes. A failed flush is not retried: its counts may
-// have been partly stored, and are never stored twice.
+// Lost returns the number of counts (decision counts, subject counts and
+// sampled attempts) lost to failed flushes, and of shadow-denied subjects
+// and sampled attempts dropped because too many waited for a flush. A
+// failed flush is not retried: its counts may have been partly stored,
+// and are never stored twice.
 func (r *Recorder) Lost() int64 { return r.lost.Load() }
 
 // Announce marks policies to be announced at the next flush (and every
@@ -326,6 +359,14 @@ func (r *Recorder) Observe(e sdk.Event) {
 	sec := d.At.Unix()
 	b := arith.FloorDiv(sec, int64(StatsStep/time.Second))
 	tag := e.Shard
+	var h uint64 // the subject's hash, computed when needed (hashed says so)
+	hashed := false
+	if r.sampleN > 0 { // the sampling decision first: nothing more for the others
+		h, hashed = subjectHash(tag), true
+		if sampled(h, r.sampleN) {
+			r.sample(ps, &e, h)
+		}
+	}
 	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
 	s := &st.slots[b&1]
 	for {
@@ -359,7 +400,10 @@ func (r *Recorder) Observe(e sdk.Event) {
 			if d.Allowed {
 				rc.shadowAllowed.Add(1)
 			}
-			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: subjectHash(tag)}, &r.lost)
+			if !hashed {
+				h, hashed = subjectHash(tag), true
+			}
+			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: h}, &r.lost)
 		case !allowed:
 			rc.denied.Add(1)
 		default:
@@ -587,6 +631,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		for k := range ps.stripes {
 			batch.Uniques = r.appendPeople(batch.Uniques, ps, ps.stripes[k].people.drain())
 		}
+		var n int
+		batch.Logs, n = r.appendSample(batch.Logs, ps)
+		counts += int64(n)
 		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
 			ps.announced.Store(now.UnixMilli())
 			a := AnnouncementOf(ps.p)

@@ -105,7 +105,7 @@ func (r *Recorder) appendPeople(us []store.Unique, ps *policyStats, m map[people
 			us = append(us, store.Unique{Key: key, ExpireAt: start.Add(ShadowPeopleStep + StatsCoarseRetention)})
 			i = len(us) - 1
 		}
-		us[i].Add = append(us[i].Add, strconv.FormatUint(k.subject, 16))
+		us[i].Add = append(us[i].Add, hex(k.subject))
 	}
 	return us
 }
