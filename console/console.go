@@ -84,8 +84,11 @@ type Fleet interface {
 	// (the overview's fleet panel, GET /api/v1/stats).
 	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.Stats, error)
 	// Announced lists the policies services announced within a window
-	// (the fleet panel's policy-file warnings).
+	// (the fleet panel's policy-file warnings, the versions services run).
 	Announced(ctx context.Context, within time.Duration) ([]fleet.Announcement, error)
+	// Shadow reads what a policy's shadow rules would have denied over a
+	// window: attempts and people (the policies page's shadow view).
+	Shadow(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.ShadowStats, error)
 }
 
 var _ Fleet = (*fleet.Reader)(nil)

@@ -109,6 +109,8 @@ func (s *Server) overview(c echo.Context) error {
 	default:
 		v.Backend = backendView(desc)
 	}
+	v.Version = s.snap().version
+	v.VersionNote = s.versionNote(c.Request().Context(), v.Version)
 	for _, p := range s.snap().order {
 		ps := views.PolicySummary{
 			Name:      p.Name(),
@@ -420,10 +422,13 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 }
 
 func (s *Server) policiesPage(c echo.Context) error {
-	v := views.PoliciesView{Page: s.page(c, "policies")}
+	ctx := c.Request().Context()
+	ps := s.snap()
+	v := views.PoliciesView{Page: s.page(c, "policies"), Version: ps.version, Editor: s.cfg.Editor != nil}
+	v.VersionNote = s.versionNote(ctx, ps.version)
 	v.Title = "Policies"
-	desc, derr := s.describe(c.Request().Context())
-	for _, p := range s.snap().order {
+	desc, derr := s.describe(ctx)
+	for _, p := range ps.order {
 		// Placeholder values show the key pattern: <user> passes the key
 		// escaping unchanged.
 		ph := sdk.Subject{}
@@ -448,6 +453,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 				Detail:    algorithmDetail(r),
 				Dims:      strings.Join(r.Dimensions, ", "),
 				Strategy:  "—",
+				Shadow:    r.Shadow,
 			}
 			if k, ok := keys[r.Name]; ok {
 				row.Key, row.GroupKey = k.own, k.set
@@ -459,6 +465,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			}
 			pd.Rules = append(pd.Rules, row)
 		}
+		pd.Shadow, pd.Enforced, pd.ShadowError = s.shadowView(ctx, p)
 		pd.TrailKey, pd.ReservationKey = layout.Trail, layout.Reservations
 		v.Policies = append(v.Policies, pd)
 	}

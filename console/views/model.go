@@ -166,6 +166,10 @@ type OverviewView struct {
 	Policies []PolicySummary
 	Live     OverviewLive
 	Fleet    FleetView // the services' recorded traffic (console/stats.go)
+	// Version is the policy-store version this console runs (0: a
+	// policy file); VersionNote when, by whom and why it was applied.
+	Version     int64
+	VersionNote string
 }
 
 // BackendView is the backend's account of itself.
@@ -208,6 +212,13 @@ type RateRow struct {
 type PoliciesView struct {
 	Page
 	Policies []PolicyDetail
+	// Version is the policy-store version in force (0: a policy file);
+	// VersionNote says when, by whom and why it was applied.
+	Version     int64
+	VersionNote string
+	// Editor: the console follows a store it can edit (links to the
+	// editor and the history).
+	Editor bool
 }
 
 // PolicyDetail is one policy as configured.
@@ -216,6 +227,21 @@ type PolicyDetail struct {
 	Rules                        []PolicyRuleRow
 	TrailKey, ReservationKey     string
 	LookupURL                    string
+	// Shadow is what the policy's shadow rules would have denied, beside
+	// what its enforced rules denied (empty: no shadow rule).
+	Shadow      []ShadowRow
+	Enforced    []ShadowRow
+	ShadowError string
+}
+
+// ShadowRow is what one rule denied (enforced) or would have denied
+// (shadow) over the last hour and 24 h. People are distinct subjects (-1:
+// not counted).
+type ShadowRow struct {
+	Rule                     string
+	Attempts1h, Attempts24h  int64
+	Allowed1h, Allowed24h    int64 // shadow: of the attempts, those allowed
+	People1h, People24h      int64
 }
 
 // PolicyRuleRow is one rule as configured.
@@ -223,6 +249,7 @@ type PolicyRuleRow struct {
 	Name, Algorithm, Limit, Window, Detail, Dims, Key, Strategy string
 	// GroupKey is the key of the rule's set of dimensions (Redis).
 	GroupKey string
+	Shadow   bool
 }
 
 // ResetView is the reset confirmation page.
