@@ -238,10 +238,10 @@ type PolicyDetail struct {
 // (shadow) over the last hour and 24 h. People are distinct subjects (-1:
 // not counted).
 type ShadowRow struct {
-	Rule                     string
-	Attempts1h, Attempts24h  int64
-	Allowed1h, Allowed24h    int64 // shadow: of the attempts, those allowed
-	People1h, People24h      int64
+	Rule                    string
+	Attempts1h, Attempts24h int64
+	Allowed1h, Allowed24h   int64 // shadow: of the attempts, those allowed
+	People1h, People24h     int64
 }
 
 // PolicyRuleRow is one rule as configured.
