@@ -6,34 +6,15 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
-
-// policyBackend is a backend's policy store under one key, as
-// policyfile.Store takes it.
-type policyBackend struct {
-	ps  driver.PolicyStore
-	key string
-}
-
-func (b policyBackend) PutPolicies(ctx context.Context, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error) {
-	return b.ps.PutPolicies(ctx, b.key, prev, v)
-}
-
-func (b policyBackend) GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error) {
-	return b.ps.GetPolicies(ctx, b.key, n)
-}
-
-func (b policyBackend) PolicyHistory(ctx context.Context, max int) ([]driver.PolicyVersion, error) {
-	return b.ps.PolicyHistory(ctx, b.key, max)
-}
-
-func (b policyBackend) WatchPolicies(ctx context.Context) (<-chan int64, error) {
-	return b.ps.WatchPolicies(ctx, b.key)
-}
 
 // storeYAML is the seed policy file with overrides on for push: version 1
 // of the store fixtures.
@@ -44,16 +25,35 @@ var storeYAML = bytes.Replace(seed.YAML, []byte("    trail: {max: 100, ttl: 24h}
 // its editor on that store.
 func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.Store) {
 	t.Helper()
+	return newStoreFixtureOn(t, creds, "memory")
+}
+
+// newStoreFixtureOn is newStoreFixture on backend "memory" (the fixture's
+// fake clock) or "redis" (a Redis server of its own; the real clock, which
+// the server's TIME follows).
+func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policyfile.Store) {
+	t.Helper()
+	var mk func(clk *fakeclock.Clock) sdk.Backend
+	var realClock bool
+	if backend == "redis" {
+		addr := redistest.Standalone(t)
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		realClock = true
+	}
 	if bytes.Equal(storeYAML, seed.YAML) {
 		t.Fatal("storeYAML: the seed's push trail line moved")
 	}
 	var st *policyfile.Store
-	f := newFixtureCfg(t, creds, nil, nil, func(cfg *Config, be sdk.Backend, lim *sdk.Limiter) {
-		ps, ok := be.(driver.PolicyStore)
-		if !ok {
-			t.Fatal("the memory backend is no driver.PolicyStore")
+	var lim *sdk.Limiter
+	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be sdk.Backend, flim *sdk.Limiter) {
+		lim = flim
+		if realClock {
+			lim = sdk.New(be, sdk.WithObserver(cfg.Metrics.Observe))
+			cfg.Limiter, cfg.Now = lim, time.Now
 		}
-		st = policyfile.NewStore(policyBackend{ps, sdk.DefaultPrefix + ":{!policies}"})
+		st = policyfile.NewStore(lim)
 		ctx := context.Background()
 		plan, err := st.Plan(ctx, storeYAML)
 		if err != nil {
@@ -73,6 +73,7 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.St
 		cfg.Source = LiveSource(live)
 		cfg.Editor = StoreEditor(st)
 	})
+	f.lim = lim
 	return f, st
 }
 
