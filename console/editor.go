@@ -250,7 +250,7 @@ func (s *Server) preview(c echo.Context) error {
 	if s.cfg.Editor == nil {
 		return errNoEditor
 	}
-	src := c.FormValue("source")
+	src := formSource(c)
 	ctx := c.Request().Context()
 	cur, err := s.currentVersion(ctx)
 	if err != nil {
@@ -285,11 +285,18 @@ func (s *Server) applyForm(c echo.Context) error {
 	if err != nil || base < 0 {
 		return badRequest("base must be the version the preview was made against")
 	}
-	v, err := s.apply(c, []byte(c.FormValue("source")), base, c.FormValue("rekey") == "yes", c.FormValue("reason"), 0)
+	v, err := s.apply(c, []byte(formSource(c)), base, c.FormValue("rekey") == "yes", c.FormValue("reason"), 0)
 	if err != nil {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Version, 10))
+}
+
+// formSource reads the policy file a form posts: browsers send a
+// textarea's line ends as CRLF, which the store would keep (and every
+// diff would show); they are LF again here.
+func formSource(c echo.Context) string {
+	return strings.ReplaceAll(c.FormValue("source"), "\r\n", "\n")
 }
 
 // historyMax is how many versions the history page lists.

@@ -8,6 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
@@ -29,13 +30,19 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.St
 }
 
 // newStoreFixtureOn is newStoreFixture on backend "memory" (the fixture's
-// fake clock) or "redis" (a Redis server of its own; the real clock, which
-// the server's TIME follows).
+// fake clock), "memory-now" (the real clock, for browsers) or "redis" (a
+// Redis server of its own; the real clock, which the server's TIME
+// follows).
 func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policyfile.Store) {
 	t.Helper()
 	var mk func(clk *fakeclock.Clock) sdk.Backend
 	var realClock bool
-	if backend == "redis" {
+	switch backend {
+	case "memory-now":
+		// The real clock: browsers drop cookies that expired by theirs.
+		mk = func(*fakeclock.Clock) sdk.Backend { return memory.New(nil) }
+		realClock = true
+	case "redis":
 		addr := redistest.Standalone(t)
 		c := goredis.NewClient(&goredis.Options{Addr: addr})
 		t.Cleanup(func() { c.Close() })
@@ -52,6 +59,8 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		if realClock {
 			lim = sdk.New(be, sdk.WithObserver(cfg.Metrics.Observe))
 			cfg.Limiter, cfg.Now = lim, time.Now
+			cfg.Fleet = fleetOf(be, nil)
+			cfg.Refresh = 200 * time.Millisecond
 		}
 		st = policyfile.NewStore(lim)
 		ctx := context.Background()
