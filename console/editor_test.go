@@ -232,3 +232,42 @@ func TestShadowView(t *testing.T) {
 		t.Errorf("the policies page does not name version 2:\n%s", body)
 	}
 }
+
+// TestOverviewVersions: the overview names the version the console runs
+// and, per announcing service, the version it runs, warning about one
+// behind.
+func TestOverviewVersions(t *testing.T) {
+	f, st := newStoreFixtureOn(t, testCredentials(), "redis")
+	ctx := context.Background()
+	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{FlushEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.Close() })
+	v1 := f.srv.snap().order
+	plan, err := st.Plan(ctx, []byte(strings.Replace(string(storeYAML), "limit: 50, window: 24h", "limit: 40, window: 24h", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, plan, "alice", "40 per day"); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, f, 2)
+	// A service still at version 1.
+	rec.SetPolicyVersion(1)
+	rec.Announce(v1...)
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body := html.UnescapeString(readBody(t, f.do(t, req{path: "/", bearer: viewerToken})))
+	for _, want := range []string{
+		`This console runs policy-store version <strong id="running-version">2</strong>, applied `,
+		`by alice: “40 per day”`,
+		`push version 1 (`,
+		`A service runs policy push at store version 1, behind this console's version 2`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview lacks %q:\n%s", want, body)
+		}
+	}
+}
