@@ -42,6 +42,7 @@ type fixture struct {
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
 	backend  sdk.Backend // what lim uses
+	prefix   string      // lim's key prefix ("": the default)
 	auditBuf *bytes.Buffer
 	logs     *bytes.Buffer // the console's log lines
 }

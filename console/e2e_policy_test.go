@@ -105,11 +105,11 @@ func TestE2EShadowView(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitVersion(t, f, 2)
-	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{FlushEvery: -1})
+	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{Prefix: f.prefix, FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	service := sdk.New(f.backend, sdk.WithObserver(rec.Observe))
+	service := sdk.New(f.backend, sdk.WithPrefix(f.prefix), sdk.WithObserver(rec.Observe))
 	push := f.srv.snap().byName["push"]
 	for i := range 5 {
 		if d, err := service.Allow(ctx0, push, sdk.Subject{"user": "s1", "content": "c" + strconv.Itoa(i)}); err != nil || !d.Allowed {

@@ -239,7 +239,7 @@ func TestShadowView(t *testing.T) {
 func TestOverviewVersions(t *testing.T) {
 	f, st := newStoreFixtureOn(t, testCredentials(), "redis")
 	ctx := context.Background()
-	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{FlushEvery: -1})
+	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{Prefix: f.prefix, FlushEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

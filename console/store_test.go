@@ -3,6 +3,8 @@ package console
 import (
 	"bytes"
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,12 +12,16 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
+
+// fixtureSeq numbers the store fixtures on a real clock (their prefixes).
+var fixtureSeq atomic.Int64
 
 // storeYAML is the seed policy file with overrides on for push: version 1
 // of the store fixtures.
@@ -54,12 +60,15 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 	}
 	var st *policyfile.Store
 	var lim *sdk.Limiter
+	prefix := sdk.DefaultPrefix
 	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be sdk.Backend, flim *sdk.Limiter) {
 		lim = flim
 		if realClock {
-			lim = sdk.New(be, sdk.WithObserver(cfg.Metrics.Observe))
+			// Tests share a Redis server: each fixture its own prefix.
+			prefix = "t" + strconv.FormatInt(fixtureSeq.Add(1), 10)
+			lim = sdk.New(be, sdk.WithPrefix(prefix), sdk.WithObserver(cfg.Metrics.Observe))
 			cfg.Limiter, cfg.Now = lim, time.Now
-			cfg.Fleet = fleetOf(be, nil)
+			cfg.Fleet = fleetOf(be, &fleet.Options{Prefix: prefix})
 			cfg.Refresh = 200 * time.Millisecond
 		}
 		st = policyfile.NewStore(lim)
@@ -82,7 +91,7 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		cfg.Source = LiveSource(live)
 		cfg.Editor = StoreEditor(st)
 	})
-	f.lim = lim
+	f.lim, f.prefix = lim, prefix
 	return f, st
 }
 

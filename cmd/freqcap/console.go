@@ -31,7 +31,9 @@ import (
 const consoleUsage = `Usage: freqcap console [flags]
 
 Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect,
-/api/v1/reset, /api/v1/policies) and Prometheus metrics (/metrics).
+/api/v1/reset, /api/v1/policies, /api/v1/overrides) and Prometheus metrics
+(/metrics). With --policies store it follows the backend's policy store
+and its editor applies new versions.
 
 With no --redis, --cluster or --sentinel, state lives in memory (lost on
 exit); --demo adds synthetic traffic so counters move at once. Without
@@ -40,8 +42,8 @@ host names, and everyone is an admin.
 
 Roles: viewer reads (pages, audit log, metrics, inspect, check with
 "peek"); checker may also consume quota through POST /api/v1/check
-(audited); admin may also reset subjects (form and POST /api/v1/reset,
-audited).
+(audited); admin may also reset subjects, set and delete per-person
+overrides, and apply or roll back policy versions (forms and API, audited).
 
 Credentials, each "name:secret:role" (the name is what the audit log
 records; secrets at least 8 bytes, no two alike). Prefer the environment:

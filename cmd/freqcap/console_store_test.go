@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,14 +53,17 @@ func TestConsoleStoreMemory(t *testing.T) {
 func TestConsoleStoreRedis(t *testing.T) {
 	addr := redistest.Standalone(t)
 	ctx := context.Background()
-	err := serveConsole(ctx, []string{"--addr", "127.0.0.1:0", "--redis", addr, "--policies", "store"}, consoleEnv{stderr: io.Discard, getenv: func(string) string { return "" }, now: time.Now})
+	// The server is shared with the package's other tests (and may be
+	// FREQCAP_TEST_REDIS): a prefix of this run's own.
+	prefix := "console-store-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	err := serveConsole(ctx, []string{"--addr", "127.0.0.1:0", "--redis", addr, "--prefix", prefix, "--policies", "store"}, consoleEnv{stderr: io.Discard, getenv: func(string) string { return "" }, now: time.Now})
 	if err == nil || !strings.Contains(err.Error(), "the policy store is empty") {
 		t.Fatalf("console --policies store on an empty store = %v, want an error saying the store is empty", err)
 	}
 
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
-	st := policyfile.NewStore(sdk.New(redis.New(c, nil)))
+	st := policyfile.NewStore(sdk.New(redis.New(c, nil), sdk.WithPrefix(prefix)))
 	apply := func(src []byte, reason string) {
 		t.Helper()
 		plan, err := st.Plan(ctx, src)
@@ -71,7 +75,7 @@ func TestConsoleStoreRedis(t *testing.T) {
 		}
 	}
 	apply(seed.YAML, "first")
-	base, logs := startConsole(t, time.Now, "--redis", addr)
+	base, logs := startConsole(t, time.Now, "--redis", addr, "--prefix", prefix)
 	if body := getPage(t, base, "/policies"); !strings.Contains(body, `<strong id="running-version">1</strong>`) {
 		t.Fatalf("the console does not run version 1:\n%s\nlogs:\n%s", body, logs.String())
 	}
