@@ -9,16 +9,8 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
-
-// takeOnlyBackend hides every optional interface of a memory backend.
-type takeOnlyBackend struct{ b *memory.Backend }
-
-func (t takeOnlyBackend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
-	return t.b.Take(ctx, req)
-}
 
 func TestSetOverrideValidation(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -82,7 +74,7 @@ func TestSetOverrideValidation(t *testing.T) {
 	if err := lim.DeleteOverride(context.Background(), plain, s, 1); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("DeleteOverride(policy without overrides) = %v, want ErrInvalidPolicy", err)
 	}
-	bare := sdk.New(takeOnlyBackend{memory.New(nil)})
+	bare := sdk.New(takeOnlyBackend{}) // store_test.go: no optional interface
 	if _, err := bare.SetOverride(context.Background(), p, s, o); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetOverride(backend without overrides) = %v, want errors.ErrUnsupported", err)
 	}
@@ -178,5 +170,36 @@ func TestWaitEndlessBlock(t *testing.T) {
 	defer cancel()
 	if d, err := lim.Wait(ctx, p, sdk.Attempt{Subject: s}); !errors.Is(err, sdk.ErrWaitTooLong) || d.Allowed {
 		t.Errorf("Wait under an endless block = %v, %v, want a denial and ErrWaitTooLong", d.Allowed, err)
+	}
+}
+
+// TestShadowHotDeny: a shadow rule's would-be denials never make the
+// hot-deny cache answer.
+func TestShadowHotDeny(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+	p, err := sdk.NewPolicy("p", []sdk.Rule{
+		sdk.FixedWindow("e", 3, time.Hour).By("user"),
+		sdk.FixedWindow("s", 1, time.Hour).By("user").AsShadow(),
+	}, sdk.WithHotDenyCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sdk.Subject{"user": "u"}
+	for i := 1; i <= 3; i++ {
+		d, err := lim.Allow(context.Background(), p, s)
+		if err != nil || !d.Allowed || d.Cached {
+			t.Fatalf("Allow #%d = allowed %t, cached %t, %v, want allowed from the backend (only the shadow rule would deny)", i, d.Allowed, d.Cached, err)
+		}
+	}
+	if st := lim.HotDenyStats(p); st.Entries != 0 {
+		t.Errorf("HotDenyStats = %+v, want no entry: shadow rules never deny", st)
+	}
+	d, err := lim.Allow(context.Background(), p, s)
+	if err != nil || d.Allowed || len(d.Denied) != 1 || d.Denied[0] != "e" {
+		t.Fatalf("Allow #4 = %+v, %v, want denied by e", d, err)
+	}
+	if d, _ := lim.Allow(context.Background(), p, s); !d.Cached || d.Denied[0] != "e" {
+		t.Errorf("Allow #5 = cached %t, denied %v, want e's denial from the cache", d.Cached, d.Denied)
 	}
 }

@@ -140,9 +140,15 @@ type Change struct {
 	Version int64
 }
 
-// WithChange records the changes of the rule named rule, newest first:
-// every change whose reach has not passed is enforced, the newest one
-// seeds the rule (see Change).
+// WithChange records the changes of the rule named rule (in any order;
+// the policy keeps them newest first): every change whose reach has not
+// passed is enforced, its From evaluated just before the rule, oldest
+// first; each seeds from the next older one in reach, and the newest in
+// reach seeds the rule (see Change). NewPolicy checks each change: the
+// rule exists, From is a valid rule with the rule's dimensions and
+// another identity (a change of limit or burst alone keeps the counts and
+// is no Change), and At is set; errors wrap ErrInvalidPolicy or
+// ErrInvalidRule.
 func WithChange(rule string, changes ...Change) PolicyOption {
 	return func(o *policyOptions) error {
 		if o.changes == nil {
