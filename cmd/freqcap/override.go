@@ -26,8 +26,6 @@ subject is given by its shard dimensions (DIM=VALUE, e.g. user=u42); the
 policy comes from the policy store (or --policies FILE). -until is an
 RFC 3339 time or a duration from now (90m, 7d); without it the override
 lasts until deleted. Flags may come before or after the arguments.
-
-Flags:
 `
 
 // overrideFlags are what every override subcommand takes.
@@ -51,12 +49,11 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // runOverride runs "freqcap override …".
 func runOverride(args []string) error {
-	return overrideMain(context.Background(), args, os.Stdout, nil)
+	return overrideMain(context.Background(), args, os.Stdout)
 }
 
-// overrideMain runs an override subcommand, printing to out; lim, when
-// set, is used instead of the backend the flags name (tests).
-func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limiter) error {
+// overrideMain runs an override subcommand, printing to out.
+func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "set" && args[0] != "list" && args[0] != "delete") {
 		fmt.Fprint(os.Stderr, overrideUsage)
 		if len(args) == 0 {
@@ -69,7 +66,7 @@ func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Li
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), overrideUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), overrideUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var f overrideFlags
 	f.backendFlags.register(fs)
 	fs.StringVar(&f.policies, "policies", "", "read the policy from this policy `FILE` instead of the policy store")
@@ -97,13 +94,11 @@ func overrideMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Li
 	if err != nil {
 		return fmt.Errorf("override %s: %w", sub, err)
 	}
-	if lim == nil {
-		var closeLim func()
-		if lim, closeLim, err = f.limiter(ctx, "override "+sub); err != nil {
-			return err
-		}
-		defer closeLim()
+	lim, closeLim, err := f.limiter(ctx, "override "+sub)
+	if err != nil {
+		return err
 	}
+	defer closeLim()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	p, err := findPolicy(ctx, lim, f.policies, name)

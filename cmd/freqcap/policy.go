@@ -15,13 +15,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/fleet/whatif"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 const policyUsage = `Usage:
   freqcap policy apply FILE [-by NAME] [-reason TEXT] [-yes] [-rekey] SERVER
-  freqcap policy diff FILE SERVER
+  freqcap policy diff FILE [-whatif=false] SERVER
   freqcap policy history [-n N] SERVER
   freqcap policy show [N] SERVER
   freqcap policy rollback N [-by NAME] [-reason TEXT] [-yes] [-rekey] SERVER
@@ -31,9 +33,9 @@ deployment (one store per --prefix); every limiter that watches it
 follows the current version within 2 s. apply and rollback print the plan
 (what changes per rule, and what its counts carry) and apply it with -yes;
 a plan that re-keys rules (their counts start afresh) also needs -rekey.
-diff prints the plan only. Flags may come before or after the arguments.
-
-Flags:
+diff prints the plan only, and what it would have denied in the last hour
+and 24 h, estimated from the traffic sample the deployment's recording
+services keep (fleet/whatif). Flags may come before or after the arguments.
 `
 
 // backendFlags are the flags of the commands that act on a deployment's
@@ -53,22 +55,29 @@ func (b *backendFlags) register(fs *flag.FlagSet) {
 // limiter connects to the deployment the flags name (cmd names the
 // command in errors) and returns a Limiter on it, and its closer.
 func (b backendFlags) limiter(ctx context.Context, cmd string) (*sdk.Limiter, func(), error) {
+	lim, _, closer, err := b.backend(ctx, cmd)
+	return lim, closer, err
+}
+
+// backend is limiter, also returning the backend.
+func (b backendFlags) backend(ctx context.Context, cmd string) (*sdk.Limiter, sdk.Backend, func(), error) {
 	if err := b.server.check(); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", cmd, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	if !b.server.given() {
-		return nil, nil, fmt.Errorf("%s: give one of --redis, --cluster and --sentinel (the store lives in the deployment)", cmd)
+		return nil, nil, nil, fmt.Errorf("%s: give one of --redis, --cluster and --sentinel (the store lives in the deployment)", cmd)
 	}
 	if b.timeout <= 0 {
-		return nil, nil, fmt.Errorf("%s: --timeout must be positive", cmd)
+		return nil, nil, nil, fmt.Errorf("%s: --timeout must be positive", cmd)
 	}
 	c := goredis.NewUniversalClient(b.server.options())
 	if err := connect(ctx, c, b.server); err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("%s: %w", cmd, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
-	lim := sdk.New(redis.New(c, nil), sdk.WithPrefix(b.prefix), sdk.WithTimeout(b.timeout))
-	return lim, func() { c.Close() }, nil
+	be := redis.New(c, nil)
+	lim := sdk.New(be, sdk.WithPrefix(b.prefix), sdk.WithTimeout(b.timeout))
+	return lim, be, func() { c.Close() }, nil
 }
 
 // parseInterleaved parses fs's flags wherever they are among args and
@@ -125,12 +134,11 @@ func findPolicy(ctx context.Context, lim *sdk.Limiter, file, name string) (*sdk.
 
 // runPolicy runs "freqcap policy …".
 func runPolicy(args []string) error {
-	return policyMain(context.Background(), args, os.Stdout, nil)
+	return policyMain(context.Background(), args, os.Stdout)
 }
 
-// policyMain runs a policy subcommand, printing to out; lim, when set, is
-// used instead of the backend the flags name (tests).
-func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limiter) error {
+// policyMain runs a policy subcommand, printing to out.
+func policyMain(ctx context.Context, args []string, out io.Writer) error {
 	subs := []string{"apply", "diff", "history", "show", "rollback"}
 	if len(args) == 0 || !contains(subs, args[0]) {
 		fmt.Fprint(os.Stderr, policyUsage)
@@ -145,7 +153,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 	sub := args[0]
 	cmd := "policy " + sub
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), policyUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), policyUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	var bf backendFlags
 	bf.register(fs)
 	var by, reason string
@@ -159,6 +167,10 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 	}
 	if sub == "history" {
 		fs.IntVar(&n, "n", 20, "show the `N` newest versions (0: all)")
+	}
+	var estimate bool
+	if sub == "diff" {
+		fs.BoolVar(&estimate, "whatif", true, "estimate from the recorded traffic sample what the plan would have denied in the last hour and 24 h (fleet/whatif)")
 	}
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
@@ -189,13 +201,11 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 			}
 		}
 	}
-	if lim == nil {
-		var closeLim func()
-		if lim, closeLim, err = bf.limiter(ctx, cmd); err != nil {
-			return err
-		}
-		defer closeLim()
+	lim, be, closeLim, err := bf.backend(ctx, cmd)
+	if err != nil {
+		return err
 	}
+	defer closeLim()
 	ctx, cancel := context.WithTimeout(ctx, bf.timeout)
 	defer cancel()
 	store := policyfile.NewStore(lim)
@@ -241,6 +251,9 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 	}
 	fmt.Fprint(out, plan.String())
 	if sub == "diff" {
+		if estimate {
+			whatIf(ctx, out, store, be, bf, plan)
+		}
 		return nil
 	}
 	if !plan.Changed() {
@@ -261,6 +274,35 @@ func policyMain(ctx context.Context, args []string, out io.Writer, lim *sdk.Limi
 	}
 	fmt.Fprintf(out, "applied version %d at %s\n", v.Number, v.At.UTC().Format(time.RFC3339))
 	return nil
+}
+
+// whatIf prints the estimate of what plan would have denied beside the
+// current version, from the traffic sample the deployment's Recorders
+// keep; what keeps it from being made is printed instead (the plan
+// stands).
+func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.Backend, bf backendFlags, plan *policyfile.Plan) {
+	var current []*sdk.Policy
+	if plan.Base > 0 {
+		v, err := store.Version(ctx, plan.Base)
+		if err == nil {
+			current, err = v.Policies()
+		}
+		if err != nil {
+			fmt.Fprintf(out, "what-if: no estimate: version %d: %v\n", plan.Base, err)
+			return
+		}
+	}
+	rd, err := fleet.NewReader(be, &fleet.Options{Prefix: bf.prefix, Timeout: bf.timeout})
+	if err != nil {
+		fmt.Fprintf(out, "what-if: no estimate: %v\n", err)
+		return
+	}
+	rep, err := whatif.Estimate(ctx, rd, current, plan.Policies)
+	if err != nil {
+		fmt.Fprintf(out, "what-if: no estimate: %v\n", err)
+		return
+	}
+	fmt.Fprint(out, rep.String())
 }
 
 // policyNames lists the policies of a history entry.

@@ -166,3 +166,48 @@ func mustApplyB(b *testing.B, s *policyfile.Store, i int) int64 {
 	}
 	return v.Number
 }
+
+// TestLiveSurvivesRedis: a Live on a dedicated server follows versions
+// after its subscription is killed, and after the server restarts empty
+// (no persistence) and the store is applied again from version 1.
+func TestLiveSurvivesRedis(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.NewServer(t)
+	newLim := func() *sdk.Limiter {
+		c := goredis.NewClient(testserver.Patient(redis.NewClientOptions(srv.Addr())).Simple())
+		t.Cleanup(func() { c.Close() })
+		return sdk.New(redis.New(c, nil))
+	}
+	s := policyfile.NewStore(newLim())
+	mustApply(t, s, fileV1, false)
+	errs := make(chan error, 100)
+	live, err := policyfile.NewStore(newLim()).Watch(ctx, policyfile.WatchOptions{OnError: func(err error) { errs <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	mustApply(t, s, fileV2, false)
+	waitFor(t, "version 2 after the subscription was killed", 10*time.Second, func() bool { return live.Current().Version == 2 })
+
+	srv.Restart(t)
+	mustApply(t, s, fileRekey, false) // version 1 of a new, empty store
+	waitFor(t, "version 1 of the restarted store", 15*time.Second, func() bool {
+		cur := live.Current()
+		return cur.Version == 1 && slices.Equal(ruleNamed(t, cur.Policy("push"), "minute").Dimensions, []string{"user", "app"})
+	})
+	var reset bool
+	for len(errs) > 0 {
+		if err := <-errs; strings.Contains(err.Error(), "the store was reset") {
+			reset = true
+		}
+	}
+	if !reset {
+		t.Error("the reset was not reported through OnError")
+	}
+}

@@ -212,6 +212,28 @@ func TestStoreConflict(t *testing.T) {
 	}
 }
 
+func TestStoreApplyChecksAuthorAndReason(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memoryStore(t)
+	s := policyfile.NewStore(b)
+	plan, err := s.Plan(ctx, []byte(fileV1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ by, reason, want string }{
+		{strings.Repeat("a", sdk.MaxOverrideByLen+1), "", "by is 65 bytes, more than 64"},
+		{"a", strings.Repeat("r", sdk.MaxOverrideReasonLen+1), "reason is 257 bytes, more than 256"},
+		{"a", "two\nlines", "reason holds a control character"},
+	} {
+		if _, err := s.Apply(ctx, plan, tc.by, tc.reason); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Apply(by %q, reason %q) = %v, want %q", tc.by, tc.reason, err, tc.want)
+		}
+	}
+	if v, err := s.Version(ctx, 0); err == nil {
+		t.Errorf("Version(0) = %d after refused applies, want an empty store", v.Number)
+	}
+}
+
 func TestStorePlanRefusesInvalid(t *testing.T) {
 	b, _ := memoryStore(t)
 	s := policyfile.NewStore(b)
