@@ -44,7 +44,7 @@
 --             shadow rule (driver.Rule.Shadow), '0' otherwise
 -- ARGV[a+18]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
 --             1-based index of an earlier rule; 0 = none), comma-separated
--- ARGV[a+19]  windows: "" or, when ok > 0, per rule its window in µs,
+-- ARGV[a+19]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
 -- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
@@ -255,24 +255,8 @@ for a = 1, attempts do
         reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
         break
       end
-      for k = 1, #h, 2 do
-        local id = tonumber(h[k])
-        local kd, cn, un, lm = string.match(h[k + 1], '^(%a)|(%d)|(%d+)|%d+|([^|]*)|')
-        if id and kd and (un == '0' or tonumber(un) > now) then
-          if kd == 'b' then
-            if not blk or id > blk[1] then blk = {id, h[k + 1], tonumber(un)} end
-          elseif kd == 'e' then
-            if not ex or id > ex[1] then ex = {id, h[k + 1], cn == '1'} end
-          elseif kd == 'l' then
-            lims = lims or {}
-            for nm, lv in string.gmatch(lm, '([^,=]+)=(%d+)') do
-              local cur = lims[nm]
-              if not cur or id > cur[1] then lims[nm] = {id, tonumber(lv), h[k + 1]} end
-            end
-          end
-        end
-      end
-      if lims then
+      blk, ex, lims = overrides(h, now)
+      if lims and ARGV[ab + 19] ~= '' then
         wins = {}
         for d in string.gmatch(ARGV[ab + 19], '%d+') do wins[#wins + 1] = tonumber(d) end
       end
@@ -301,13 +285,7 @@ for a = 1, attempts do
         local lo = lims[ARGV[b + 2]]
         if lo then
           if code == 'g' then
-            local w = wins[r]
-            local T = w / lo[2]
-            T = T - T % 1
-            if T < 1 then T = 1 end
-            local tol = T * L
-            if tol > 4503599627370496 then tol = 4503599627370496 end
-            ARGV[b + 4], ARGV[b + 5] = T, tol
+            ARGV[b + 4], ARGV[b + 5] = gcraRate(wins[r], lo[2], L)
           else
             L = lo[2]
           end
