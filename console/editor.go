@@ -47,11 +47,12 @@ type PolicyPlan struct {
 	// Base is the store's version the plan was made against (0: empty
 	// store); Apply refuses when another version was applied since.
 	Base int64
-	// Policies are the document's policies (the what-if estimate replays
-	// them).
-	Policies []*sdk.Policy
-	Changes  []PlanChange
-	Warnings []string
+	// Policies are the document's policies, Current those of version
+	// Base (the what-if estimate replays both; Current nil: the console's
+	// own).
+	Policies, Current []*sdk.Policy
+	Changes           []PlanChange
+	Warnings          []string
 	// Rekey: some rule's dimensions change, so its counts cannot carry
 	// over; Apply refuses unless confirmed.
 	Rekey bool
@@ -202,7 +203,11 @@ func (s *Server) planView(ctx context.Context, plan PolicyPlan) views.PlanView {
 	default:
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		est, err := s.cfg.WhatIf.Estimate(ctx, s.snap().order, plan.Policies)
+		cur := plan.Current
+		if cur == nil {
+			cur = s.snap().order
+		}
+		est, err := s.cfg.WhatIf.Estimate(ctx, cur, plan.Policies)
 		if err != nil {
 			s.warn.Warn("whatif", "console: what-if estimate failed", "err", err)
 			pv.WhatIfNote = "No estimate: the recorded traffic could not be replayed (the console's log has the error)."

@@ -6,8 +6,10 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
@@ -66,7 +68,7 @@ func TestEditor(t *testing.T) {
 			// A shadow rule beside recv-24h: the plan, the apply form.
 			v2 := withRule("{name: recv-24h-40, algorithm: sliding_window, limit: 40, window: 24h, by: [user], shadow: true}")
 			_, body = post(adminToken, "/policies/preview", url.Values{"source": {v2}}, http.StatusOK)
-			for _, want := range []string{`<td><code>recv-24h-40</code></td><td class="kind">added</td><td class="carries">nothing</td>`, `<input type="hidden" name="base" value="1">`, `id="apply">Apply as version 2<`, `id="whatif-note"`} {
+			for _, want := range []string{`<td><code>recv-24h-40</code></td><td class="kind">added</td><td class="carries">nothing</td>`, `<input type="hidden" name="base" value="1">`, `id="apply">Apply as version 2<`, `id="whatif-text"`} {
 				if !strings.Contains(body, want) {
 					t.Errorf("the preview lacks %q:\n%s", want, body)
 				}
@@ -268,6 +270,52 @@ func TestOverviewVersions(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the overview lacks %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestEditorWhatIf: the preview estimates, from a service's recorded
+// traffic sample, what the proposed version would have denied beside
+// what the current one did (fleet/whatif; every subject sampled).
+func TestEditorWhatIf(t *testing.T) {
+	f, _ := newStoreFixture(t, testCredentials())
+	ctx := context.Background()
+	rec, err := fleet.NewRecorder(f.backend, &fleet.Options{Now: f.clock.Now, FlushEvery: -1, Sample: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	service := sdk.New(f.backend, sdk.WithClock(f.clock), sdk.WithObserver(rec.Observe))
+	push := f.srv.snap().byName["push"]
+	// 4 people send 6 messages each, 5 s apart: recv-1m (15) denies none;
+	// at 3 per minute, each would have been denied 3 times.
+	for i := range 6 {
+		for u := range 4 {
+			if _, err := service.Allow(ctx, push, sdk.Subject{"user": "w" + strconv.Itoa(u), "content": "m" + strconv.Itoa(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.clock.Advance(5 * time.Second)
+	}
+	if err := rec.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs := f.csrf(t)
+	form := url.Values{csrfField: {f.tok(cs)}, "source": {strings.Replace(string(storeYAML), "limit: 15, window: 1m", "limit: 3, window: 1m", 1)}}
+	res := f.do(t, req{method: http.MethodPost, path: "/policies/preview", form: form, bearer: adminToken, cookies: []*http.Cookie{cs}})
+	body := html.UnescapeString(readBody(t, res))
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("preview = %d:\n%s", res.StatusCode, body)
+	}
+	i := strings.Index(body, `id="whatif-text">`)
+	if i < 0 {
+		t.Fatalf("the preview has no estimate:\n%s", body)
+	}
+	est := body[i:]
+	est = est[:strings.Index(est, "</pre>")]
+	t.Logf("estimate:\n%s", est)
+	for _, want := range []string{"policy push: 1 subject in 1 sampled, 24 attempts replayed", "proposed: denies 12 attempts, 4 people", "recv-1m denies 12 attempts, 4 people", "current: denies 0 attempts, 0 people"} {
+		if !strings.Contains(est, want) {
+			t.Errorf("the estimate lacks %q:\n%s", want, est)
 		}
 	}
 }

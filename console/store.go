@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/fleet/whatif"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
@@ -34,7 +36,18 @@ func (e storeEditor) Plan(ctx context.Context, src []byte) (PolicyPlan, error) {
 	if err != nil {
 		return PolicyPlan{}, err
 	}
-	return planOf(p), nil
+	out := planOf(p)
+	if p.Base > 0 {
+		// What the plan is against, whatever version this console runs.
+		v, err := e.st.Version(ctx, p.Base)
+		if err != nil {
+			return PolicyPlan{}, err
+		}
+		if out.Current, err = v.Policies(); err != nil {
+			return PolicyPlan{}, err
+		}
+	}
+	return out, nil
 }
 
 func planOf(p *policyfile.Plan) PolicyPlan {
@@ -108,4 +121,20 @@ func (e storeEditor) Version(ctx context.Context, n int64) (StoredPolicy, error)
 		return StoredPolicy{}, err
 	}
 	return storedOf(v), nil
+}
+
+// FleetWhatIf returns the WhatIf of the editor's preview: fleet/whatif's
+// Estimate over rd's traffic sample, for the last hour and 24 h, in
+// words (Report.String: figures with their 95% intervals and what a
+// replay cannot know).
+func FleetWhatIf(rd *fleet.Reader) WhatIf { return fleetWhatIf{rd} }
+
+type fleetWhatIf struct{ rd *fleet.Reader }
+
+func (w fleetWhatIf) Estimate(ctx context.Context, current, proposed []*sdk.Policy) (string, error) {
+	r, err := whatif.Estimate(ctx, w.rd, current, proposed)
+	if err != nil {
+		return "", err
+	}
+	return r.String(), nil
 }

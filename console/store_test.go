@@ -71,6 +71,9 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 			cfg.Fleet = fleetOf(be, &fleet.Options{Prefix: prefix})
 			cfg.Refresh = 200 * time.Millisecond
 		}
+		if r, ok := cfg.Fleet.(*fleet.Reader); ok {
+			cfg.WhatIf = FleetWhatIf(r)
+		}
 		st = policyfile.NewStore(lim)
 		ctx := context.Background()
 		plan, err := st.Plan(ctx, storeYAML)

@@ -284,6 +284,9 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 			defer live.Close()
 			cfg.Source = console.LiveSource(live)
 			cfg.Editor = console.StoreEditor(policyfile.NewStore(lim))
+			if r, ok := reader.(*fleet.Reader); ok {
+				cfg.WhatIf = console.FleetWhatIf(r)
+			}
 			policies = live.Current().Policies
 		} else if policies, err = seed.Policies(); err != nil {
 			return fmt.Errorf("console: policies: %w", err)
