@@ -81,10 +81,13 @@ type RuleJSON struct {
 type InspectionJSON struct {
 	Policy  string       `json:"policy"`
 	At      time.Time    `json:"at"`
-	Allowed bool         `json:"allowed"` // whether a cost-1 request would be allowed now
+	Allowed bool         `json:"allowed"` // whether a cost-1 request would be allowed now (overrides and shadow rules accounted for)
 	Rules   []RuleJSON   `json:"rules"`
 	Skipped []string     `json:"skipped"`
 	Denials []DenialJSON `json:"denials"`
+	// Override is the person's override deciding a request now (a block
+	// or an exempt); absent when none does.
+	Override *OverrideJSON `json:"override,omitempty"`
 }
 
 // DenialJSON is one entry of the denial trail.
@@ -99,6 +102,10 @@ type DenialJSON struct {
 	// Values are the attempt's values beyond the shard ones: what was
 	// blocked (e.g. {"content": "<fingerprint>"}).
 	Values map[string]string `json:"values,omitempty"`
+	// Shadow: a shadow rule would have denied (the attempt may have been
+	// allowed). Override: the block override that denied (Rule empty).
+	Shadow   bool  `json:"shadow,omitempty"`
+	Override int64 `json:"override,omitempty"`
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -376,14 +383,19 @@ func (s *Server) apiInspect(c echo.Context) error {
 		out.Skipped = []string{}
 	}
 	for _, r := range ins.Rules {
-		if !r.Allowed {
+		if !r.Allowed && !r.Shadow { // a shadow rule never denies
 			out.Allowed = false
 		}
+	}
+	if o := s.deciding(c.Request().Context(), p, subj, ins.At); o != nil {
+		oj := overrideJSON(*o)
+		out.Override, out.Allowed = &oj, o.Kind != sdk.OverrideBlock
 	}
 	for _, d := range ins.Denials {
 		out.Denials = append(out.Denials, DenialJSON{
 			At: d.At, Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh, Values: d.Values,
+			Shadow: d.Shadow, Override: d.Override,
 		})
 	}
 	return c.JSON(http.StatusOK, out)

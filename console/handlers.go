@@ -328,18 +328,13 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	}
 	live.Allowed = true
 	var retry time.Duration
-	if s.ovr != nil && len(shardOf(p, subj)) == len(p.ShardBy()) {
-		// A block or an exempt decides whatever the rules say. A policy
-		// without overrides, or a failure, leaves the rules' word.
-		if os, err := s.ovr.Overrides(ctx, p, shardOf(p, subj)); err == nil {
-			if o := liveOverride(os, ins.At); o != nil {
-				n := &views.OverrideNote{ID: o.ID, Kind: o.Kind.String(), Reason: o.Reason, Counted: o.Counted}
-				if !o.Until.IsZero() {
-					n.Until, n.RetryIn = fmtTime(o.Until), fmtCountdown(o.Until.Sub(ins.At))
-				}
-				live.Override = n
-			}
+	// A block or an exempt decides whatever the rules say.
+	if o := s.deciding(ctx, p, subj, ins.At); o != nil {
+		n := &views.OverrideNote{ID: o.ID, Kind: o.Kind.String(), Reason: o.Reason, Counted: o.Counted}
+		if !o.Until.IsZero() {
+			n.Until, n.RetryIn = fmtTime(o.Until), fmtCountdown(o.Until.Sub(ins.At))
 		}
+		live.Override = n
 	}
 	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]

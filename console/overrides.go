@@ -398,6 +398,22 @@ func liveOverride(os []sdk.Override, now time.Time) *sdk.Override {
 	return exempt
 }
 
+// deciding returns the override deciding a request of subj under p at
+// now (liveOverride), or nil: none, the policy reads none, the subject
+// lacks shard values, or the overrides could not be read (the rules'
+// word stands).
+func (s *Server) deciding(ctx context.Context, p *sdk.Policy, subj sdk.Subject, now time.Time) *sdk.Override {
+	shard := shardOf(p, subj)
+	if s.ovr == nil || len(shard) != len(p.ShardBy()) {
+		return nil
+	}
+	os, err := s.ovr.Overrides(ctx, p, shard)
+	if err != nil {
+		return nil
+	}
+	return liveOverride(os, now)
+}
+
 // overrideForm reads the override form.
 func overrideForm(c echo.Context, p *sdk.Policy) overrideInput {
 	in := overrideInput{

@@ -81,6 +81,12 @@ func TestOverrides(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &d); err != nil || res.StatusCode != http.StatusTooManyRequests || d.Override == nil || strconv.FormatInt(d.Override.ID, 10) != id || d.Override.Kind != "block" {
 				t.Fatalf("check under a block = %d %s, want 429 naming block #%s", res.StatusCode, out, id)
 			}
+			res, out = f.api(t, http.MethodGet, "/api/v1/inspect?policy=push&user="+user, viewerToken, "")
+			var ins InspectionJSON
+			if err := json.Unmarshal([]byte(out), &ins); err != nil || res.StatusCode != http.StatusOK || ins.Allowed || ins.Override == nil || strconv.FormatInt(ins.Override.ID, 10) != id ||
+				len(ins.Denials) != 1 || strconv.FormatInt(ins.Denials[0].Override, 10) != id || ins.Denials[0].Rule != "" {
+				t.Errorf("inspect under a block = %d %s, want not allowed, naming block #%s and its trail entry", res.StatusCode, out, id)
+			}
 			body = page(adminToken)
 			if !strings.Contains(body, `<strong class="bad override-mark">denied by block #`+id+`</strong><div class="muted">until `) {
 				t.Errorf("the trail does not show the block's denial:\n%s", body)
