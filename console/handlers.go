@@ -124,6 +124,9 @@ func (s *Server) overview(c echo.Context) error {
 			if r.Algorithm == sdk.AlgorithmGCRA {
 				line += fmt.Sprintf(" (GCRA %d per %s, burst %d)", r.Limit, fmtWindow(r.Window), r.Burst)
 			}
+			if r.Shadow {
+				line += " (shadow: never denies)"
+			}
 			ps.Rules = append(ps.Rules, line)
 		}
 		v.Policies = append(v.Policies, ps)
