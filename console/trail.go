@@ -271,7 +271,7 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 			if len(d.Values) > 0 {
 				ex := exact(p, subj, d.Values)
 				row.URL = "/subject?" + subjectQuery(p.Name(), ex)
-				if canReset {
+				if canReset && d.Override == 0 { // a reset does not lift a block
 					row.ResetURL = "/reset?" + subjectQuery(p.Name(), ex)
 				}
 			}
