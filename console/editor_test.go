@@ -21,7 +21,7 @@ func withRule(line string) string {
 	return strings.Replace(string(storeYAML), "      - {name: content-59s", "      - "+line+"\n      - {name: content-59s", 1)
 }
 
-// TestEditor, on memory and real Redis: a viewer reads the current
+// TestEditor, on memory, real Redis and a 3-master cluster: a viewer reads the current
 // version and cannot preview; an admin's preview shows validation errors
 // with the line, or the plan; an apply needs a reason, the version
 // previewed (409 otherwise, nothing applied) and, for a re-keying
@@ -29,7 +29,7 @@ func withRule(line string) string {
 // history, a version, a diff and a rollback (confirmation page, then a
 // new version) follow; every apply is audited with who and why.
 func TestEditor(t *testing.T) {
-	for _, backend := range []string{"memory", "redis"} {
+	for _, backend := range []string{"memory", "redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
 			f, st := newStoreFixtureOn(t, testCredentials(), backend)
 			cs := f.csrf(t)

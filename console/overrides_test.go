@@ -13,7 +13,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// TestOverrides, on memory and real Redis: an admin blocks a person
+// TestOverrides, on memory, real Redis and a 3-master cluster: an admin blocks a person
 // through the subject page's form; the page lists the block, the verdict
 // and a consuming check say "denied by block #N", the trail shows it; an
 // exempt set through the API admits past the limits; both are audited
@@ -21,7 +21,7 @@ import (
 // the rules alone decide again. Viewers see the list and no form, and may
 // not set or delete.
 func TestOverrides(t *testing.T) {
-	for _, backend := range []string{"memory", "redis"} {
+	for _, backend := range []string{"memory", "redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
 			f, _ := newStoreFixtureOn(t, testCredentials(), backend)
 			user := "ov-" + backend

@@ -15,6 +15,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
@@ -36,8 +37,9 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.St
 }
 
 // newStoreFixtureOn is newStoreFixture on backend "memory" (the fixture's
-// fake clock), "memory-now" (the real clock, for browsers) or "redis" (a
-// Redis server of its own; the real clock, which the server's TIME
+// fake clock), "memory-now" (the real clock, for browsers), "redis" or
+// "cluster" (the test binary's shared Redis server or 3-master cluster, a
+// prefix of the fixture's own; the real clock, which the server's TIME
 // follows).
 func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policyfile.Store) {
 	t.Helper()
@@ -54,6 +56,17 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		t.Cleanup(func() { c.Close() })
 		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
 		realClock = true
+	case "cluster":
+		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...))
+		o.IsClusterMode = true
+		c := goredis.NewUniversalClient(o)
+		t.Cleanup(func() { c.Close() })
+		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		realClock = true
+	default:
+		if backend != "memory" {
+			t.Fatalf("newStoreFixtureOn: unknown backend %q", backend)
+		}
 	}
 	if bytes.Equal(storeYAML, seed.YAML) {
 		t.Fatal("storeYAML: the seed's push trail line moved")
