@@ -149,6 +149,10 @@ func TestOverrides(t *testing.T) {
 				}
 			}
 			// The api policy has no overrides: the page says so, a set is refused.
+			apiPage := html.UnescapeString(readBody(t, f.do(t, req{path: "/subject?" + subjectQuery("api", sdk.Subject{"user": user}), bearer: adminToken})))
+			if !strings.Contains(apiPage, `id="overrides-off"`) || strings.Contains(apiPage, `id="override-form"`) {
+				t.Errorf("the api policy's subject page does not say it reads no overrides:\n%s", apiPage)
+			}
 			if res, out := f.api(t, http.MethodPost, "/api/v1/overrides", adminToken, `{"policy":"api","subject":{"user":"`+user+`"},"kind":"block","reason":"x"}`); res.StatusCode != http.StatusBadRequest || !strings.Contains(out, "overrides: true") {
 				t.Errorf("override on a policy without overrides = %d %s, want 400 saying overrides: true", res.StatusCode, out)
 			}
