@@ -14,8 +14,10 @@ import (
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // internal/lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
-// Lua) or sliding logs, at most lua.FastMax of them, without an idempotency key and
-// without Options.Upgrade, runs the script built for its rules, loaded
+// Lua) or sliding logs, at most lua.FastMax of them, none shadow or
+// seeded, without an idempotency key and without Options.Upgrade, runs
+// the script built for its rules (for a request with an OverrideKey, the
+// one that also reads overrides: lua.FastOverrides), loaded
 // once per server like take.lua, single, batched (Backend.scripts) or
 // coalesced. It decides, writes and errs exactly as take.lua would
 // (lapsed reservations included), so a decision stays one EVALSHA.
@@ -27,6 +29,8 @@ type fastKey struct {
 	n     int
 	specs [lua.FastMax]*ruleSpec
 	keys  [lua.FastMax]uint8
+	// ov: the script reads the subject's overrides (lua.FastOverrides).
+	ov bool
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -91,7 +95,7 @@ type fastAttempt struct {
 func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
-		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") || req.OverrideKey != "" {
+		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") {
 		return fastAttempt{}, false
 	}
 	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here
@@ -100,7 +104,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 	}
 	var k fastKey
-	k.n = n
+	k.n, k.ov = n, req.OverrideKey != ""
 	var groups [lua.FastMax]string
 	var logs [lua.FastMax]bool // a dimension set's packed value and its log are two keys
 	g := 0
@@ -139,6 +143,9 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	tk, hk := 0, 0
 	nk := g
+	if k.ov {
+		nk++ // the overrides, after the dimension sets
+	}
 	if o == opTake && req.TrailKey != "" && req.TrailMax > 0 {
 		nk++
 		tk = nk
@@ -153,6 +160,9 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if logs[j] {
 			keys[j] += s.logs[j]
 		}
+	}
+	if k.ov {
+		keys[g] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -200,13 +210,14 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	for i := range k.n {
 		a := &k.specs[i].args
 		rules[i] = lua.FastRule{
-			Code:  a[0].(string),
-			Name:  a[1].(string),
-			Limit: toInt64(a[2]),
-			P1:    toInt64(a[3]),
-			P2:    toInt64(a[4]),
-			Tag:   a[5].(string),
-			Key:   int(k.keys[i]),
+			Code:   a[0].(string),
+			Name:   a[1].(string),
+			Limit:  toInt64(a[2]),
+			P1:     toInt64(a[3]),
+			P2:     toInt64(a[4]),
+			Tag:    a[5].(string),
+			Key:    int(k.keys[i]),
+			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 		if g := k.keys[i] - 1; rules[i].Code == codeLog {
@@ -221,7 +232,11 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			s.logs[g] = tags[g].suffix()
 		}
 	}
-	src, err := lua.Fast(rules)
+	build := lua.Fast
+	if k.ov {
+		build = lua.FastOverrides
+	}
+	src, err := build(rules)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,8 @@
 // them only if all admit: take.lua (package internal/lua), or, for a
 // take or peek whose rules are all fixed windows (not calendar ones),
 // sliding-window counters or GCRA on plain Lua, or sliding logs (at most
-// internal/lua's FastMax rules, no idempotency key, no Options.Upgrade),
+// internal/lua's FastMax rules, none shadow or seeded, no idempotency
+// key, no Options.Upgrade; overrides are read there too),
 // the fast script built
 // for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its

@@ -132,3 +132,76 @@ func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.
 		})
 	}
 }
+
+// TestStoreAddedRuleKeepsOthers: adding a rule beside a capped one (the
+// plan says the capped one is unchanged, carrying exactly) keeps it
+// capped, on memory and Redis, whatever the two rules' algorithms.
+func TestStoreAddedRuleKeepsOthers(t *testing.T) {
+	algos := map[string]string{
+		"fixed":   "algorithm: fixed_window, window: 1h",
+		"sliding": "algorithm: sliding_window, window: 1h",
+		"log":     "algorithm: sliding_log, window: 1h",
+		"gcra":    "algorithm: gcra, window: 1h, burst: 2",
+	}
+	backends := []struct {
+		name  string
+		store func(t *testing.T) (*policyfile.Store, *sdk.Limiter)
+		known map[string]string
+	}{
+		{"memory", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
+			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
+			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim
+		}, nil},
+		{"redis", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
+			lim := redisLimiter(t, false, uniquePrefix(t))
+			return policyfile.NewStore(lim), lim
+		}, map[string]string{
+			"log beside added log": "backends/redis: adding a log rule renames the dimension set's sorted set (logKey hashes every log rule): the capped log rule starts afresh",
+		}},
+	}
+	for _, be := range backends {
+		for _, a := range []string{"fixed", "sliding", "log", "gcra"} {
+			for _, b := range []string{"fixed", "log"} {
+				name := a + " beside added " + b
+				t.Run(be.name+"/"+name, func(t *testing.T) {
+					if why := be.known[name]; why != "" {
+						t.Skip("KNOWN BUG, not passing: " + why)
+					}
+					ctx := context.Background()
+					s, lim := be.store(t)
+					allow := func() bool {
+						t.Helper()
+						v, err := s.Version(ctx, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						ps, err := v.Policies()
+						if err != nil {
+							t.Fatal(err)
+						}
+						d, err := lim.Allow(ctx, ps[0], sdk.Subject{"user": "u1"})
+						if err != nil {
+							t.Fatal(err)
+						}
+						return d.Allowed
+					}
+					v1 := "policies:\n  - name: p\n    rules:\n      - {name: a, limit: 3, by: [user], " + algos[a] + "}\n"
+					mustApply(t, s, v1, false)
+					for i := range 3 {
+						if !allow() {
+							t.Fatalf("attempt %d denied, want allowed", i+1)
+						}
+					}
+					if allow() {
+						t.Fatal("attempt 4 allowed, want denied")
+					}
+					mustApply(t, s, v1+"      - {name: b, limit: 100, by: [user], "+strings.Replace(algos[b], "1h", "2h", 1)+"}\n", false)
+					if allow() {
+						t.Errorf("after adding rule b: allowed, want a still capped")
+					}
+				})
+			}
+		}
+	}
+}

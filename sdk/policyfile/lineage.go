@@ -216,7 +216,7 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 				rd.Kind, rd.Carry = Unchanged, CarriesExactly
 				if len(rd.Fields) > 0 {
 					rd.Kind = Modified
-					rd.Note = "same state: counts carry exactly"
+					rd.Note = "the same keys and state"
 				}
 			}
 			rd.After = ptr(r)

@@ -2,6 +2,7 @@ package policyfile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
@@ -94,22 +96,23 @@ func TestLiveRedis(t *testing.T) {
 // BenchmarkPropagation measures how long a new version takes to reach 10
 // watchers (10 limiters, each with its own client) on a real server:
 // from Apply's return until every Live's Current is the new version.
-// Variants: notifications (pub/sub) with the 1 s poll, and the poll alone
-// (notifications lost).
+// Variants: notifications (pub/sub) with the 1 s poll, the poll alone
+// (notifications lost), and notifications on a 3-master cluster.
 func BenchmarkPropagation(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		deaf bool
-	}{{"pubsub", false}, {"poll-only", true}} {
+		name    string
+		deaf    bool
+		cluster bool
+	}{{"pubsub", false, false}, {"poll-only", true, false}, {"cluster-pubsub", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
 			prefix := uniquePrefix(b)
-			s := policyfile.NewStore(redisLimiter(b, false, prefix))
+			s := policyfile.NewStore(redisLimiter(b, tc.cluster, prefix))
 			mustApplyB(b, s, 0)
 			const watchers = 10
 			reached := make(chan int64, watchers*4)
 			for range watchers {
-				var be policyfile.Backend = redisLimiter(b, false, prefix)
+				var be policyfile.Backend = redisLimiter(b, tc.cluster, prefix)
 				if tc.deaf {
 					be = deaf{be}
 				}
@@ -209,5 +212,58 @@ func TestLiveSurvivesRedis(t *testing.T) {
 	}
 	if !reset {
 		t.Error("the reset was not reported through OnError")
+	}
+}
+
+// TestStoreConcurrentApplies: eight stores (eight clients) plan against
+// version 1 and apply at once: exactly one stores version 2, the others
+// fail with ErrVersionConflict, on a server and on the cluster.
+func TestStoreConcurrentApplies(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standalone", true: "cluster"}[cluster], func(t *testing.T) {
+			ctx := context.Background()
+			prefix := uniquePrefix(t)
+			mustApply(t, policyfile.NewStore(redisLimiter(t, cluster, prefix)), fileV1, false)
+			const n = 8
+			plans := make([]*policyfile.Plan, n)
+			stores := make([]*policyfile.Store, n)
+			for i := range n {
+				stores[i] = policyfile.NewStore(redisLimiter(t, cluster, prefix))
+				src := strings.Replace(fileV1, "limit: 5,", fmt.Sprintf("limit: %d,", 10+i), 1)
+				p, err := stores[i].Plan(ctx, []byte(src))
+				if err != nil {
+					t.Fatal(err)
+				}
+				plans[i] = p
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[i] = stores[i].Apply(ctx, plans[i], fmt.Sprint("w", i), "")
+				}()
+			}
+			wg.Wait()
+			won := -1
+			for i, err := range errs {
+				switch {
+				case err == nil && won >= 0:
+					t.Errorf("applies %d and %d both succeeded", won, i)
+				case err == nil:
+					won = i
+				case !errors.Is(err, driver.ErrVersionConflict):
+					t.Errorf("apply %d = %v, want ErrVersionConflict", i, err)
+				}
+			}
+			if won < 0 {
+				t.Fatal("no apply succeeded")
+			}
+			v, err := stores[0].Version(ctx, 0)
+			if err != nil || v.Number != 2 || v.By != fmt.Sprint("w", won) {
+				t.Errorf("Version(0) = %d by %s, %v, want 2 by w%d", v.Number, v.By, err, won)
+			}
+		})
 	}
 }
