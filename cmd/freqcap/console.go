@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -264,6 +265,8 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	}
 	defer closeAudit()
 
+	// The demo traffic, restarted over each new version of the store.
+	traffic := &demoTraffic{}
 	cfg := console.Config{
 		Limiter:     lim,
 		Fleet:       reader,
@@ -276,7 +279,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		DemoUser:    demoUser(f.demo),
 	}
 	if policies == nil {
-		live, err := followStore(ctx, f, lim, rec, limited, log)
+		live, err := followStore(ctx, f, lim, rec, limited, log, traffic.restart)
 		if err != nil {
 			return err
 		}
@@ -298,8 +301,8 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		return err
 	}
 	if f.demo {
-		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
-		defer traffic.Close()
+		traffic.start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
+		defer traffic.close()
 	}
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
 		auth := "auth off (loopback only)"
@@ -377,14 +380,51 @@ func demoUser(on bool) string {
 // backend's policy store.
 const policiesStore = "store"
 
+// demoTraffic is the console's --demo traffic: none until start, and
+// restarted over new policies (the store's new version) once started.
+type demoTraffic struct {
+	mu   sync.Mutex
+	d    *demo.Demo
+	lim  *sdk.Limiter
+	opts demo.Options
+}
+
+func (t *demoTraffic) start(lim *sdk.Limiter, ps []*sdk.Policy, opts demo.Options) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lim, t.opts = lim, opts
+	t.d = demo.Start(lim, ps, opts)
+}
+
+// restart runs the traffic over ps, if it runs.
+func (t *demoTraffic) restart(ps []*sdk.Policy) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d == nil {
+		return
+	}
+	t.d.Close()
+	t.d = demo.Start(t.lim, ps, t.opts)
+}
+
+func (t *demoTraffic) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d != nil {
+		t.d.Close()
+		t.d = nil
+	}
+}
+
 // followStore decides whether the console follows the backend's policy
 // store and, if so, returns the Live it reads (nil: it runs the seed
 // policies). With --policies store it does; an empty store is given the
 // seed policies as version 1 on the in-memory backend (the embedded demo)
 // and is an error on Redis (apply a version first: freqcap policy apply).
 // Without --policies it follows the store when the store holds a version.
-// The console's own recorder announces the version it runs.
-func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fleet.Recorder, limited, log *slog.Logger) (*policyfile.Live, error) {
+// The console's own recorder announces the version it runs; onChange is
+// given each new version's policies.
+func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fleet.Recorder, limited, log *slog.Logger, onChange func([]*sdk.Policy)) (*policyfile.Live, error) {
 	st := policyfile.NewStore(lim)
 	_, err := st.Version(ctx, 0)
 	switch {
@@ -414,6 +454,7 @@ func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fle
 			if rec != nil {
 				rec.SetPolicyVersion(snap.Version)
 			}
+			onChange(snap.Policies)
 		},
 		OnError: func(err error) { limited.Warn("console: policy store", "err", err) },
 	})

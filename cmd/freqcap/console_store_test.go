@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -35,15 +37,39 @@ func getPage(t *testing.T, base, path string) string {
 }
 
 // TestConsoleStoreMemory: --policies store on the memory backend gives an
-// empty store the seed policies as version 1 and follows it.
+// empty store the seed policies as version 1 and follows it: an apply
+// through the API reaches it (and its demo traffic) within 10 s.
 func TestConsoleStoreMemory(t *testing.T) {
-	base, logs := startConsole(t, time.Now, "--policies", "store")
+	base, logs := startConsole(t, time.Now, "--policies", "store", "--demo", "--demo-rate", "200")
 	body := getPage(t, base, "/policies/edit")
 	if !strings.Contains(body, `<strong id="current-version">1</strong>`) || !strings.Contains(body, "freqcap-console") {
 		t.Errorf("the editor does not show version 1 applied by freqcap-console:\n%s\nlogs:\n%s", body, logs.String())
 	}
 	if body := getPage(t, base, "/"); !strings.Contains(body, `This console runs policy-store version <strong id="running-version">1</strong>`) {
 		t.Errorf("the overview does not name version 1:\n%s", body)
+	}
+	// An apply through the API (auth off: everyone is an admin); the
+	// console, and its demo traffic, move to version 2.
+	v2 := strings.Replace(string(seed.YAML), "limit: 50, window: 24h", "limit: 40, window: 24h", 1)
+	reqBody, _ := json.Marshal(map[string]any{"yaml": v2, "base": 1, "reason": "40 per day"})
+	res, err := http.Post(base+"/api/v1/policies/apply", "application/json", bytes.NewReader(reqBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/v1/policies/apply = %d %s", res.StatusCode, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(getPage(t, base, "/"), `<strong id="running-version">2</strong>`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the console does not run version 2 within 10 s; logs:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "policy version in force") {
+		t.Errorf("the change is not logged:\n%s", logs.String())
 	}
 }
 
