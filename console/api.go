@@ -52,6 +52,12 @@ type DecisionJSON struct {
 	Error     string     `json:"error,omitempty"`
 	NonAtomic bool       `json:"non_atomic,omitempty"`
 	Rules     []RuleJSON `json:"rules"`
+	// ShadowDenied names the shadow rules that would have denied (they
+	// never deny).
+	ShadowDenied []string `json:"shadow_denied,omitempty"`
+	// Override is the per-person override that decided (block, exempt) or
+	// changed a rule's limit; absent when none applied.
+	Override *OverrideJSON `json:"override,omitempty"`
 }
 
 // RuleJSON is one rule's part of a decision or inspection.
@@ -65,16 +71,23 @@ type RuleJSON struct {
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	CostTooHigh  bool   `json:"cost_too_high,omitempty"`
+	// Shadow: a shadow rule (never denies). Before: the rule as it was
+	// before that policy-store version, enforced beside its successor.
+	Shadow bool  `json:"shadow,omitempty"`
+	Before int64 `json:"before,omitempty"`
 }
 
 // InspectionJSON is the answer of GET /api/v1/inspect.
 type InspectionJSON struct {
 	Policy  string       `json:"policy"`
 	At      time.Time    `json:"at"`
-	Allowed bool         `json:"allowed"` // whether a cost-1 request would be allowed now
+	Allowed bool         `json:"allowed"` // whether a cost-1 request would be allowed now (overrides and shadow rules accounted for)
 	Rules   []RuleJSON   `json:"rules"`
 	Skipped []string     `json:"skipped"`
 	Denials []DenialJSON `json:"denials"`
+	// Override is the person's override deciding a request now (a block
+	// or an exempt); absent when none does.
+	Override *OverrideJSON `json:"override,omitempty"`
 }
 
 // DenialJSON is one entry of the denial trail.
@@ -89,6 +102,10 @@ type DenialJSON struct {
 	// Values are the attempt's values beyond the shard ones: what was
 	// blocked (e.g. {"content": "<fingerprint>"}).
 	Values map[string]string `json:"values,omitempty"`
+	// Shadow: a shadow rule would have denied (the attempt may have been
+	// allowed). Override: the block override that denied (Rule empty).
+	Shadow   bool  `json:"shadow,omitempty"`
+	Override int64 `json:"override,omitempty"`
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -105,7 +122,7 @@ func rulesJSON(rds []sdk.RuleDecision) []RuleJSON {
 			Rule: rd.Rule, Algorithm: rd.Algorithm.String(), Allowed: rd.Allowed,
 			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
 			ResetAfterMS: ceilMS(rd.ResetAfter), RetryAfterMS: ceilMS(rd.RetryAfter),
-			CostTooHigh: rd.CostTooHigh,
+			CostTooHigh: rd.CostTooHigh, Shadow: rd.Shadow, Before: rd.Before,
 		})
 	}
 	return out
@@ -119,6 +136,11 @@ func decisionJSON(d sdk.Decision) DecisionJSON {
 	}
 	if out.Denied == nil {
 		out.Denied = []string{}
+	}
+	out.ShadowDenied = d.ShadowDenied
+	if d.Override.ID != 0 {
+		o := overrideJSON(d.Override)
+		out.Override = &o
 	}
 	if d.Err != nil {
 		// The backend's error names its address: logged, not sent.
@@ -177,7 +199,7 @@ func (s *Server) apiCheck(c echo.Context) error {
 	if req.Policy == "" {
 		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
 	}
-	p, ok := s.policies[req.Policy]
+	p, ok := s.snap().byName[req.Policy]
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -212,6 +234,15 @@ func (s *Server) apiCheck(c echo.Context) error {
 			e.Outcome = "allowed"
 		default:
 			e.Outcome, e.Rules = "denied", d.Denied
+		}
+		switch {
+		case err != nil || d.Override.ID == 0:
+		case d.Override.Kind == sdk.OverrideBlock:
+			e.Outcome = fmt.Sprintf("denied by block #%d", d.Override.ID)
+		case d.Override.Kind == sdk.OverrideExempt:
+			e.Outcome = fmt.Sprintf("allowed by override #%d", d.Override.ID)
+		default:
+			e.Detail = fmt.Sprintf("limits of override #%d", d.Override.ID)
 		}
 		if aerr := s.audit.Record(e); aerr != nil {
 			return fmt.Errorf("check of policy %q: recording the audit entry: %w", p.Name(), aerr)
@@ -327,7 +358,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	if name == "" {
 		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
 	}
-	p, ok := s.policies[name]
+	p, ok := s.snap().byName[name]
 	if !ok {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -352,14 +383,19 @@ func (s *Server) apiInspect(c echo.Context) error {
 		out.Skipped = []string{}
 	}
 	for _, r := range ins.Rules {
-		if !r.Allowed {
+		if !r.Allowed && !r.Shadow { // a shadow rule never denies
 			out.Allowed = false
 		}
+	}
+	if o := s.deciding(c.Request().Context(), p, subj, ins.At); o != nil {
+		oj := overrideJSON(*o)
+		out.Override, out.Allowed = &oj, o.Kind != sdk.OverrideBlock
 	}
 	for _, d := range ins.Denials {
 		out.Denials = append(out.Denials, DenialJSON{
 			At: d.At, Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh, Values: d.Values,
+			Shadow: d.Shadow, Override: d.Override,
 		})
 	}
 	return c.JSON(http.StatusOK, out)
@@ -395,8 +431,8 @@ type PolicyRuleJSON struct {
 }
 
 func (s *Server) apiPolicies(c echo.Context) error {
-	out := make([]PolicyJSON, 0, len(s.order))
-	for _, p := range s.order {
+	out := make([]PolicyJSON, 0, len(s.snap().order))
+	for _, p := range s.snap().order {
 		pj := PolicyJSON{Name: p.Name(), Failure: failure(p), Dimensions: p.Dimensions(), ShardBy: p.ShardBy()}
 		for _, r := range p.Rules() {
 			rj := PolicyRuleJSON{

@@ -25,7 +25,8 @@ type AuditEntry struct {
 	Role string `json:"role"`
 	// Via is how they authenticated: token, basic, session or none.
 	Via string `json:"via,omitempty"`
-	// Action is "reset" or "check".
+	// Action is "reset", "check", "override-set", "override-delete",
+	// "policy-apply" or "policy-rollback".
 	Action  string      `json:"action"`
 	Policy  string      `json:"policy"`
 	Subject sdk.Subject `json:"subject"`
@@ -40,6 +41,16 @@ type AuditEntry struct {
 	Outcome string `json:"outcome"`
 	// Remote is the client's address.
 	Remote string `json:"remote,omitempty"`
+	// Override is the override set or deleted (its ID).
+	Override int64 `json:"override,omitempty"`
+	// Version is the policy-store version an apply or rollback made (or,
+	// for a rollback, see Detail for the version restored).
+	Version int64 `json:"version,omitempty"`
+	// Reason is why, as the person gave it (overrides, policy applies).
+	Reason string `json:"reason,omitempty"`
+	// Detail describes what was done (the override; the version rolled
+	// back to).
+	Detail string `json:"detail,omitempty"`
 }
 
 // admin reports whether e is an administrative action (kept apart from

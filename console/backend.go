@@ -74,6 +74,11 @@ func (m markedFleet) Announced(ctx context.Context, within time.Duration) ([]fle
 	return a, marked(err)
 }
 
+func (m markedFleet) Shadow(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.ShadowStats, error) {
+	st, err := m.f.Shadow(ctx, p, window)
+	return st, marked(err)
+}
+
 // noFleet is the Fleet of a console given none: the backend keeps no
 // statistics.
 type noFleet struct{}
@@ -84,6 +89,10 @@ func (noFleet) Stats(context.Context, *sdk.Policy, time.Duration) (fleet.Stats, 
 
 func (noFleet) Announced(context.Context, time.Duration) ([]fleet.Announcement, error) {
 	return nil, fmt.Errorf("console: announced: no Config.Fleet: %w", errors.ErrUnsupported)
+}
+
+func (noFleet) Shadow(context.Context, *sdk.Policy, time.Duration) (fleet.ShadowStats, error) {
+	return fleet.ShadowStats{}, fmt.Errorf("console: shadow: no Config.Fleet: %w", errors.ErrUnsupported)
 }
 
 func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {

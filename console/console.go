@@ -84,8 +84,11 @@ type Fleet interface {
 	// (the overview's fleet panel, GET /api/v1/stats).
 	Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.Stats, error)
 	// Announced lists the policies services announced within a window
-	// (the fleet panel's policy-file warnings).
+	// (the fleet panel's policy-file warnings, the versions services run).
 	Announced(ctx context.Context, within time.Duration) ([]fleet.Announcement, error)
+	// Shadow reads what a policy's shadow rules would have denied over a
+	// window: attempts and people (the policies page's shadow view).
+	Shadow(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.ShadowStats, error)
 }
 
 var _ Fleet = (*fleet.Reader)(nil)
@@ -102,8 +105,18 @@ type Config struct {
 	// says so and GET /api/v1/stats answers 501.
 	Fleet Fleet
 	// Policies are the policies the console shows and the API accepts, by
-	// name (names must be unique).
+	// name (names must be unique). Ignored when Source is set.
 	Policies []*sdk.Policy
+	// Source, when set, gives the policies in force instead of Policies:
+	// the console follows a policy store (the overview names the version
+	// it runs), and every request reads its current snapshot.
+	Source PolicySource
+	// Editor, when set, is the policy store the policy editor applies to
+	// (admin role): nil means the policies page is read-only.
+	Editor PolicyEditor
+	// WhatIf, when set, estimates a proposed version's denials for the
+	// editor's preview; nil means the preview has no estimate.
+	WhatIf WhatIf
 	// Metrics collects decisions; nil means a fresh Metrics that nothing
 	// feeds (the rates stay at zero).
 	Metrics *Metrics
@@ -138,18 +151,18 @@ type Config struct {
 // for concurrent use. Handler serves it; ListenAndServe runs it on an
 // address with timeouts until its context ends.
 type Server struct {
-	cfg      Config
-	now      func() time.Time
-	log      *slog.Logger
-	policies map[string]*sdk.Policy
-	order    []*sdk.Policy
-	demoURL  string // the demo banner's example subject (Config.DemoUser)
-	metrics  *Metrics
-	audit    *AuditLog
-	auth     *authenticator
-	guard    *lockout.Guard // failed authentication attempts per address and user name
-	warn     *rateLog       // backend failures, at most one line per kind every logEvery
-	cop      *http.CrossOriginProtection
+	cfg     Config
+	now     func() time.Time
+	log     *slog.Logger
+	pcache  policyCache // the policies in force (snap)
+	ovr     Overrider   // Config.Limiter's overrides, marked; nil: none
+	demoURL string      // the demo banner's example subject (Config.DemoUser)
+	metrics *Metrics
+	audit   *AuditLog
+	auth    *authenticator
+	guard   *lockout.Guard // failed authentication attempts per address and user name
+	warn    *rateLog       // backend failures, at most one line per kind every logEvery
+	cop     *http.CrossOriginProtection
 	// malformed holds the malformed-announcement reports already logged.
 	malformed onceSet
 	echo      *echo.Echo
@@ -163,8 +176,12 @@ func New(cfg Config) (*Server, error) {
 	if l, ok := cfg.Limiter.(*sdk.Limiter); cfg.Limiter == nil || (ok && l == nil) {
 		return nil, errors.New("console: Config.Limiter is nil")
 	}
-	if len(cfg.Policies) == 0 {
+	if len(cfg.Policies) == 0 && cfg.Source == nil {
 		return nil, errors.New("console: no policies")
+	}
+	var ovr Overrider
+	if o, ok := cfg.Limiter.(Overrider); ok {
+		ovr = markedOverrider{o}
 	}
 	cfg.Limiter = markedLimiter{cfg.Limiter}
 	if cfg.Fleet == nil {
@@ -172,12 +189,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Fleet = markedFleet{cfg.Fleet}
 	s := &Server{
-		cfg:      cfg,
-		now:      cfg.Now,
-		log:      cfg.Logger,
-		policies: make(map[string]*sdk.Policy, len(cfg.Policies)),
-		metrics:  cfg.Metrics,
-		audit:    cfg.Audit,
+		cfg:     cfg,
+		now:     cfg.Now,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		audit:   cfg.Audit,
+		ovr:     ovr,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -194,15 +211,18 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Refresh <= 0 {
 		s.cfg.Refresh = time.Second
 	}
-	for _, p := range cfg.Policies {
-		if p == nil {
-			return nil, errors.New("console: nil policy")
-		}
-		if _, dup := s.policies[p.Name()]; dup {
-			return nil, fmt.Errorf("console: policy %q given twice", p.Name())
-		}
-		s.policies[p.Name()] = p
-		s.order = append(s.order, p)
+	pols := cfg.Policies
+	if cfg.Source != nil {
+		_, pols = cfg.Source.Policies()
+	}
+	ps, err := newPolicySet(0, pols)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Source == nil {
+		s.pcache.set.Store(ps)
+	}
+	for _, p := range ps.order {
 		if sh := p.ShardBy(); cfg.DemoUser != "" && s.demoURL == "" && len(sh) == 1 && sh[0] == "user" {
 			s.demoURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{"user": cfg.DemoUser})
 		}
@@ -345,9 +365,20 @@ func (s *Server) routes() *echo.Echo {
 	get("/live/subject", s.subjectLive, viewer)
 	e.POST("/fingerprint", s.fingerprint, viewer)
 	get("/policies", s.policiesPage, viewer)
+	get("/policies/edit", s.editPage, viewer)
+	e.POST("/policies/preview", s.preview, admin)
+	e.POST("/policies/apply", s.applyForm, admin)
+	get("/policies/history", s.historyPage, viewer)
+	get("/policies/version", s.versionPage, viewer)
+	get("/policies/diff", s.diffPage, viewer)
+	get("/policies/rollback", s.rollbackConfirm, admin)
+	e.POST("/policies/rollback", s.rollback, admin)
 	get("/audit", s.auditPage, viewer)
 	get("/reset", s.resetConfirm, admin)
 	e.POST("/reset", s.reset, admin)
+	e.POST("/override", s.overrideSet, admin)
+	get("/override/delete", s.overrideDeleteConfirm, admin)
+	e.POST("/override/delete", s.overrideDelete, admin)
 
 	get("/metrics", s.metricsHandler, viewer)
 	// Consuming needs the checker role; the handler checks it, since a
@@ -357,6 +388,14 @@ func (s *Server) routes() *echo.Echo {
 	get("/api/v1/inspect", s.apiInspect, viewer)
 	get("/api/v1/policies", s.apiPolicies, viewer)
 	get("/api/v1/stats", s.apiStats, viewer)
+	e.POST("/api/v1/policies/plan", s.apiPlan, admin)
+	e.POST("/api/v1/policies/apply", s.apiApply, admin)
+	e.POST("/api/v1/policies/rollback", s.apiRollback, admin)
+	get("/api/v1/policies/history", s.apiHistory, viewer)
+	get("/api/v1/policies/version", s.apiVersion, viewer)
+	get("/api/v1/overrides", s.apiOverrides, viewer)
+	e.POST("/api/v1/overrides", s.apiOverrideSet, admin)
+	e.POST("/api/v1/overrides/delete", s.apiOverrideDelete, admin)
 	return e
 }
 

@@ -41,6 +41,8 @@ type fixture struct {
 	clock    *fakeclock.Clock
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
+	backend  sdk.Backend // what lim uses
+	prefix   string      // lim's key prefix ("": the default)
 	auditBuf *bytes.Buffer
 	logs     *bytes.Buffer // the console's log lines
 }
@@ -65,6 +67,18 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 // auditBuf).
 func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) *faulty.Backend, audit *AuditLog) *fixture {
 	t.Helper()
+	var mkb func(clk *fakeclock.Clock) sdk.Backend
+	if mk != nil {
+		mkb = func(clk *fakeclock.Clock) sdk.Backend { return mk(clk) }
+	}
+	return newFixtureCfg(t, creds, mkb, audit, nil)
+}
+
+// newFixtureCfg is newFixtureWith with a hook that completes the
+// console's Config (nil: none) before New, given the fixture's backend
+// and limiter.
+func newFixtureCfg(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) sdk.Backend, audit *AuditLog, hook func(*Config, sdk.Backend, *sdk.Limiter)) *fixture {
+	t.Helper()
 	clk := fakeclock.New(t0)
 	pols, err := seed.Policies()
 	if err != nil {
@@ -81,7 +95,7 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 	if audit == nil {
 		audit = NewAuditLog(&buf, 0)
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		Limiter:     lim,
 		Fleet:       fleetOf(be, &fleet.Options{Now: clk.Now}),
 		Policies:    pols,
@@ -90,11 +104,15 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 		Credentials: creds,
 		Now:         clk.Now,
 		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	}
+	if hook != nil {
+		hook(&cfg, be, lim)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New() error: %v", err)
 	}
-	f := &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}, audit: audit, auditBuf: &buf, logs: &logs}
+	f := &fixture{srv: srv, lim: lim, clock: clk, policies: map[string]*sdk.Policy{}, audit: audit, backend: be, auditBuf: &buf, logs: &logs}
 	for _, p := range pols {
 		f.policies[p.Name()] = p
 	}

@@ -70,8 +70,9 @@ func (s *Server) backendAnswered() {
 }
 
 func (s *Server) policyNames() []string {
-	names := make([]string, len(s.order))
-	for i, p := range s.order {
+	order := s.snap().order
+	names := make([]string, len(order))
+	for i, p := range order {
 		names[i] = p.Name()
 	}
 	return names
@@ -80,10 +81,14 @@ func (s *Server) policyNames() []string {
 // policyParam returns the policy named by v, the first policy when v is
 // empty, or a 404.
 func (s *Server) policyParam(v string) (*sdk.Policy, error) {
+	ps := s.snap()
 	if v == "" {
-		return s.order[0], nil
+		if len(ps.order) == 0 {
+			return nil, echo.NewHTTPError(http.StatusServiceUnavailable, "no policies are in force")
+		}
+		return ps.order[0], nil
 	}
-	p, ok := s.policies[v]
+	p, ok := ps.byName[v]
 	if !ok {
 		return nil, echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -104,7 +109,9 @@ func (s *Server) overview(c echo.Context) error {
 	default:
 		v.Backend = backendView(desc)
 	}
-	for _, p := range s.order {
+	v.Version = s.snap().version
+	v.VersionNote = s.versionNote(c.Request().Context(), v.Version)
+	for _, p := range s.snap().order {
 		ps := views.PolicySummary{
 			Name:      p.Name(),
 			Failure:   failure(p),
@@ -116,6 +123,9 @@ func (s *Server) overview(c echo.Context) error {
 			line := fmt.Sprintf("%s: %d / %s", r.Name, shownLimit(r), ruleWindow(r))
 			if r.Algorithm == sdk.AlgorithmGCRA {
 				line += fmt.Sprintf(" (GCRA %d per %s, burst %d)", r.Limit, fmtWindow(r.Window), r.Burst)
+			}
+			if r.Shadow {
+				line += " (shadow: never denies)"
 			}
 			ps.Rules = append(ps.Rules, line)
 		}
@@ -130,7 +140,7 @@ func (s *Server) overviewLive(c echo.Context) error {
 
 func (s *Server) overviewLiveView() views.OverviewLive {
 	live := views.OverviewLive{URL: "/live/overview", At: fmtTime(s.now())}
-	for _, p := range s.order {
+	for _, p := range s.snap().order {
 		r := s.metrics.Rates(p.Name())
 		row := views.RateRow{
 			Policy:        p.Name(),
@@ -222,9 +232,16 @@ func (s *Server) subject(c echo.Context) error {
 			v.Notice = "Reset " + strings.Join(exact, ", ") + " for these values: their counters start from zero; every other rule's counters are kept. The denial trail is kept; the reset is in the audit log below."
 		}
 	}
+	switch c.QueryParam("done") {
+	case "override-set":
+		v.Notice = "Override #" + c.QueryParam("id") + " set; it is in the audit log below."
+	case "override-deleted":
+		v.Notice = "Override #" + c.QueryParam("id") + " deleted; the deletion is in the audit log below."
+	}
 	status := http.StatusOK
 	if v.Looked {
 		v.Live = s.subjectLiveView(c.Request().Context(), p, subj, v.CanReset)
+		v.Overrides = s.overridesView(c.Request().Context(), p, subj, v.CanReset)
 		switch {
 		case v.Live.Unavailable:
 			v.Error, status = v.Live.Error, http.StatusServiceUnavailable
@@ -314,6 +331,14 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	}
 	live.Allowed = true
 	var retry time.Duration
+	// A block or an exempt decides whatever the rules say.
+	if o := s.deciding(ctx, p, subj, ins.At); o != nil {
+		n := &views.OverrideNote{ID: o.ID, Kind: o.Kind.String(), Reason: o.Reason, Counted: o.Counted}
+		if !o.Until.IsZero() {
+			n.Until, n.RetryIn = fmtTime(o.Until), fmtCountdown(o.Until.Sub(ins.At))
+		}
+		live.Override = n
+	}
 	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]
 		row := views.RuleRow{
@@ -329,6 +354,8 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			Allowed:   rd.Allowed,
 			Strategy:  "—",
 			ResetNote: cellNote(r, rd.ResetAfter),
+			Shadow:    rd.Shadow,
+			Before:    rd.Before,
 		}
 		if !rd.Allowed {
 			row.RetryNote = cellNote(r, rd.RetryAfter)
@@ -348,6 +375,15 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		}
 		if k, ok := keys[rd.Rule]; ok {
 			row.Key, row.GroupKey = k.own, k.set
+		}
+		if rd.Shadow {
+			// Tried, never denying: not part of the verdict.
+			if !rd.Allowed {
+				live.Shadow = append(live.Shadow, rd.Rule)
+			}
+			row.RetryIn = fmtCountdown(rd.RetryAfter)
+			live.Rules = append(live.Rules, row)
+			continue
 		}
 		live.Evaluated = append(live.Evaluated, rd.Rule)
 		if !rd.Allowed {
@@ -384,10 +420,13 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 }
 
 func (s *Server) policiesPage(c echo.Context) error {
-	v := views.PoliciesView{Page: s.page(c, "policies")}
+	ctx := c.Request().Context()
+	ps := s.snap()
+	v := views.PoliciesView{Page: s.page(c, "policies"), Version: ps.version, Editor: s.cfg.Editor != nil}
+	v.VersionNote = s.versionNote(ctx, ps.version)
 	v.Title = "Policies"
-	desc, derr := s.describe(c.Request().Context())
-	for _, p := range s.order {
+	desc, derr := s.describe(ctx)
+	for _, p := range ps.order {
 		// Placeholder values show the key pattern: <user> passes the key
 		// escaping unchanged.
 		ph := sdk.Subject{}
@@ -412,6 +451,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 				Detail:    algorithmDetail(r),
 				Dims:      strings.Join(r.Dimensions, ", "),
 				Strategy:  "—",
+				Shadow:    r.Shadow,
 			}
 			if k, ok := keys[r.Name]; ok {
 				row.Key, row.GroupKey = k.own, k.set
@@ -423,6 +463,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 			}
 			pd.Rules = append(pd.Rules, row)
 		}
+		pd.Shadow, pd.Enforced, pd.ShadowError = s.shadowView(ctx, p)
 		pd.TrailKey, pd.ReservationKey = layout.Trail, layout.Reservations
 		v.Policies = append(v.Policies, pd)
 	}
@@ -599,20 +640,24 @@ func (s *Server) reset(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/subject?"+subjectQuery(p.Name(), subj)+"&done="+done)
 }
 
-// auditEntry starts an audit entry for an action of c's identity.
+// auditEntry starts an audit entry for an action of c's identity (p nil:
+// an action on the policy store as a whole).
 func (s *Server) auditEntry(c echo.Context, action string, p *sdk.Policy, subj sdk.Subject) AuditEntry {
 	id := identityOf(c)
-	return AuditEntry{
+	e := AuditEntry{
 		At:      s.now(),
 		Actor:   id.String(),
 		Name:    id.Name,
 		Role:    id.Role.String(),
 		Via:     id.Method,
 		Action:  action,
-		Policy:  p.Name(),
 		Subject: subj,
 		Remote:  c.RealIP(),
 	}
+	if p != nil { // nil: the action concerns the whole policy store
+		e.Policy = p.Name()
+	}
+	return e
 }
 
 // doReset resets subj under p and records it in the audit log, for the
@@ -673,6 +718,7 @@ func auditRows(entries []AuditEntry) []views.AuditEntry {
 		out[i] = views.AuditEntry{
 			At: e.At, Actor: e.Actor, Action: e.Action, Policy: e.Policy,
 			Subject: e.Subject, Rules: e.Rules, Cost: e.Cost, Outcome: e.Outcome,
+			Reason: e.Reason, Detail: e.Detail,
 		}
 	}
 	return out

@@ -223,7 +223,7 @@ func TestSafeNext(t *testing.T) {
 
 func TestCredentialChecks(t *testing.T) {
 	const secret = "the-same-secret-123"
-	_, err := New(Config{Limiter: sdk.New(memory.New(nil)), Policies: newFixture(t, nil).srv.order, Credentials: []Credential{
+	_, err := New(Config{Limiter: sdk.New(memory.New(nil)), Policies: newFixture(t, nil).srv.snap().order, Credentials: []Credential{
 		{Role: RoleViewer, Name: "v", Secret: secret}, {Role: RoleAdmin, Name: "a", Secret: secret},
 	}})
 	if err == nil || !strings.Contains(err.Error(), "same secret") || strings.Contains(err.Error(), secret) {

@@ -48,7 +48,7 @@ type RuleStatsJSON struct {
 // allowed and denied totals of the last hour, across every process.
 func (s *Server) apiStats(c echo.Context) error {
 	name := c.QueryParam("policy")
-	p := s.policies[name]
+	p := s.snap().byName[name]
 	if p == nil {
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
 	}
@@ -127,7 +127,7 @@ const overviewTop = 10
 func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	var v views.FleetView
 	lim := s.cfg.Fleet
-	for _, p := range s.order {
+	for _, p := range s.snap().order {
 		hour, err := lim.Stats(ctx, p, time.Hour)
 		if err == nil {
 			var day fleet.Stats
@@ -165,8 +165,22 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	announced := map[string]bool{}
 	for _, a := range anns {
 		announced[a.Policy] = true
-		v.Announced = append(v.Announced, fmt.Sprintf("%s (%s, last seen %s)", a.Policy, views.Count(len(a.Rules), "rule", "rules"), a.LastSeen.Local().Format("15:04:05")))
-		p := s.policies[a.Policy]
+		ver := ""
+		if a.Version > 0 {
+			ver = fmt.Sprintf(" version %d", a.Version)
+		}
+		v.Announced = append(v.Announced, fmt.Sprintf("%s%s (%s, last seen %s)", a.Policy, ver, views.Count(len(a.Rules), "rule", "rules"), a.LastSeen.Local().Format("15:04:05")))
+		if running := s.snap().version; running > 0 {
+			switch {
+			case a.Version == 0:
+				v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s from a policy file, not from the policy store (this console runs store version %d): it does not follow the store's changes.", a.Policy, running))
+			case a.Version < running:
+				v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s at store version %d, behind this console's version %d: it has not picked up the latest apply (a watching service does within 2 s).", a.Policy, a.Version, running))
+			case a.Version > running:
+				v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s at store version %d, ahead of this console's version %d.", a.Policy, a.Version, running))
+			}
+		}
+		p := s.snap().byName[a.Policy]
 		if p == nil {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("A service runs policy %s, which the console's policy file lacks: its traffic is not shown.", a.Policy))
 			continue

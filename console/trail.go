@@ -119,7 +119,7 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 	var sets []map[string]string // distinct value sets, newest first
 	seenSet := map[string]bool{}
 	for _, d := range ins.Denials {
-		if d.CostTooHigh || len(d.Values) == 0 || !slices.Contains(ins.Skipped, d.Rule) || !agrees(subj, d.Values) {
+		if d.Shadow || d.CostTooHigh || len(d.Values) == 0 || !slices.Contains(ins.Skipped, d.Rule) || !agrees(subj, d.Values) {
 			continue
 		}
 		if !d.Until().After(ins.At) {
@@ -152,7 +152,7 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 		}
 		vk := valuesKey(vals)
 		for _, rd := range d.Rules {
-			if !slices.Contains(ins.Skipped, rd.Rule) {
+			if rd.Shadow || !slices.Contains(ins.Skipped, rd.Rule) {
 				continue
 			}
 			k := rd.Rule + "\x00" + vk
@@ -203,7 +203,7 @@ func (s *Server) blockedFor(ctx context.Context, p *sdk.Policy, subj sdk.Subject
 func unrecorded(ins sdk.Inspection) []string {
 	var out []string
 	for _, d := range ins.Denials {
-		if len(d.Values) == 0 && !d.CostTooHigh && slices.Contains(ins.Skipped, d.Rule) && d.Until().After(ins.At) && !slices.Contains(out, d.Rule) {
+		if !d.Shadow && len(d.Values) == 0 && !d.CostTooHigh && slices.Contains(ins.Skipped, d.Rule) && d.Until().After(ins.At) && !slices.Contains(out, d.Rule) {
 			out = append(out, d.Rule)
 		}
 	}
@@ -231,7 +231,7 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 	for i := range atts {
 		var b strings.Builder
 		for _, d := range atts[i].ents {
-			fmt.Fprintf(&b, "%s|%d|%d|%d|%v|%s;", d.Rule, d.Used, d.Limit, d.Cost, d.CostTooHigh, valuesKey(d.Values))
+			fmt.Fprintf(&b, "%s|%d|%d|%d|%v|%v|%d|%s;", d.Rule, d.Used, d.Limit, d.Cost, d.CostTooHigh, d.Shadow, d.Override, valuesKey(d.Values))
 		}
 		atts[i].sig = b.String()
 	}
@@ -256,6 +256,11 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 				Count:       j - i,
 				Values:      orderedValues(p, d.Values),
 				Partial:     d.ValuesPartial,
+				Shadow:      d.Shadow,
+				Override:    d.Override,
+			}
+			if d.Override != 0 && d.RetryAfter > 0 {
+				row.Until = fmtTime(d.At.Add(d.RetryAfter))
 			}
 			if row.Count > 1 {
 				row.First, row.FirstAgo = fmtTime(first), fmtAgo(first, now)
@@ -266,7 +271,7 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 			if len(d.Values) > 0 {
 				ex := exact(p, subj, d.Values)
 				row.URL = "/subject?" + subjectQuery(p.Name(), ex)
-				if canReset {
+				if canReset && d.Override == 0 { // a reset does not lift a block
 					row.ResetURL = "/reset?" + subjectQuery(p.Name(), ex)
 				}
 			}

@@ -63,11 +63,11 @@ type Backend struct {
 	seed   maphash.Seed
 	shards []*shard
 	stats  statsStore // the recorder's statistics (store.Counters)
-
-	policies policyStores // the policy stores (driver.PolicyStore, policies.go)
 	// overrideSeq numbers the overrides (driver.Override.ID), one counter
 	// for the whole backend.
 	overrideSeq atomic.Int64
+
+	policies policyStores // the policy stores (driver.PolicyStore, policies.go)
 }
 
 // New returns an empty Backend. Nil opts means defaults.

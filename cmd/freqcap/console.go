@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,7 +32,9 @@ import (
 const consoleUsage = `Usage: freqcap console [flags]
 
 Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect,
-/api/v1/reset, /api/v1/policies) and Prometheus metrics (/metrics).
+/api/v1/reset, /api/v1/policies, /api/v1/overrides) and Prometheus metrics
+(/metrics). With --policies store it follows the backend's policy store
+and its editor applies new versions.
 
 With no --redis, --cluster or --sentinel, state lives in memory (lost on
 exit); --demo adds synthetic traffic so counters move at once. Without
@@ -40,8 +43,8 @@ host names, and everyone is an admin.
 
 Roles: viewer reads (pages, audit log, metrics, inspect, check with
 "peek"); checker may also consume quota through POST /api/v1/check
-(audited); admin may also reset subjects (form and POST /api/v1/reset,
-audited).
+(audited); admin may also reset subjects, set and delete per-person
+overrides, and apply or roll back policy versions (forms and API, audited).
 
 Credentials, each "name:secret:role" (the name is what the audit log
 records; secrets at least 8 bytes, no two alike). Prefer the environment:
@@ -91,7 +94,7 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address; a non-loopback address needs credentials")
-	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
+	fs.StringVar(&f.policies, "policies", "", `policy YAML file, or "store": follow the backend's policy store and edit it (admins); default: the store when it holds a version, else the built-in seed policies`)
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
 	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second (above 0, at most 1000)")
 	f.server.register(fs) // none given: the in-memory backend
@@ -211,13 +214,13 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	}
 
 	var policies []*sdk.Policy
-	if f.policies != "" {
-		policies, err = policyfile.LoadFile(f.policies)
-	} else {
-		policies, err = seed.Policies()
-	}
-	if err != nil {
-		return fmt.Errorf("console: policies: %w", err)
+	switch f.policies {
+	case "", policiesStore:
+		// Decided once the backend is known: the store, or the seed.
+	default:
+		if policies, err = policyfile.LoadFile(f.policies); err != nil {
+			return fmt.Errorf("console: policies: %w", err)
+		}
 	}
 
 	backend, closeBackend, err := consoleBackend(ctx, f)
@@ -262,7 +265,9 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	}
 	defer closeAudit()
 
-	srv, err := console.New(console.Config{
+	// The demo traffic, restarted over each new version of the store.
+	traffic := &demoTraffic{}
+	cfg := console.Config{
 		Limiter:     lim,
 		Fleet:       reader,
 		Policies:    policies,
@@ -272,13 +277,32 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		Logger:      log,
 		Now:         env.now,
 		DemoUser:    demoUser(f.demo),
-	})
+	}
+	if policies == nil {
+		live, err := followStore(ctx, f, lim, rec, limited, log, traffic.restart)
+		if err != nil {
+			return err
+		}
+		if live != nil {
+			defer live.Close()
+			cfg.Source = console.LiveSource(live)
+			cfg.Editor = console.StoreEditor(policyfile.NewStore(lim))
+			if r, ok := reader.(*fleet.Reader); ok {
+				cfg.WhatIf = console.FleetWhatIf(r)
+			}
+			policies = live.Current().Policies
+		} else if policies, err = seed.Policies(); err != nil {
+			return fmt.Errorf("console: policies: %w", err)
+		}
+		cfg.Policies = policies
+	}
+	srv, err := console.New(cfg)
 	if err != nil {
 		return err
 	}
 	if f.demo {
-		traffic := demo.Start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
-		defer traffic.Close()
+		traffic.start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
+		defer traffic.close()
 	}
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
 		auth := "auth off (loopback only)"
@@ -350,4 +374,96 @@ func demoUser(on bool) string {
 		return ""
 	}
 	return demo.Users[0]
+}
+
+// policiesStore is the --policies value that makes the console follow the
+// backend's policy store.
+const policiesStore = "store"
+
+// demoTraffic is the console's --demo traffic: none until start, and
+// restarted over new policies (the store's new version) once started.
+type demoTraffic struct {
+	mu   sync.Mutex
+	d    *demo.Demo
+	lim  *sdk.Limiter
+	opts demo.Options
+}
+
+func (t *demoTraffic) start(lim *sdk.Limiter, ps []*sdk.Policy, opts demo.Options) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lim, t.opts = lim, opts
+	t.d = demo.Start(lim, ps, opts)
+}
+
+// restart runs the traffic over ps, if it runs.
+func (t *demoTraffic) restart(ps []*sdk.Policy) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d == nil {
+		return
+	}
+	t.d.Close()
+	t.d = demo.Start(t.lim, ps, t.opts)
+}
+
+func (t *demoTraffic) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d != nil {
+		t.d.Close()
+		t.d = nil
+	}
+}
+
+// followStore decides whether the console follows the backend's policy
+// store and, if so, returns the Live it reads (nil: it runs the seed
+// policies). With --policies store it does; an empty store is given the
+// seed policies as version 1 on the in-memory backend (the embedded demo)
+// and is an error on Redis (apply a version first: freqcap policy apply).
+// Without --policies it follows the store when the store holds a version.
+// The console's own recorder announces the version it runs; onChange is
+// given each new version's policies.
+func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fleet.Recorder, limited, log *slog.Logger, onChange func([]*sdk.Policy)) (*policyfile.Live, error) {
+	st := policyfile.NewStore(lim)
+	_, err := st.Version(ctx, 0)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		if f.policies == policiesStore {
+			return nil, fmt.Errorf("console: --policies store: this backend keeps no policy store: %w", err)
+		}
+		return nil, nil
+	case errors.Is(err, sdk.ErrNoPolicyVersion) && f.policies == "":
+		return nil, nil
+	case errors.Is(err, sdk.ErrNoPolicyVersion) && f.server.given():
+		return nil, fmt.Errorf("console: --policies store: the policy store is empty: apply a version first (freqcap policy apply FILE)")
+	case errors.Is(err, sdk.ErrNoPolicyVersion):
+		plan, err := st.Plan(ctx, seed.YAML)
+		if err == nil {
+			_, err = st.Apply(ctx, plan, "freqcap-console", "the built-in seed policies")
+		}
+		if err != nil && !errors.Is(err, sdk.ErrVersionConflict) {
+			return nil, fmt.Errorf("console: policy store: applying the seed policies: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("console: policy store: %w", err)
+	}
+	live, err := st.Watch(ctx, policyfile.WatchOptions{
+		OnChange: func(snap *policyfile.Snapshot) {
+			log.Info("console: policy version in force", "version", snap.Version, "by", snap.By)
+			if rec != nil {
+				rec.SetPolicyVersion(snap.Version)
+			}
+			onChange(snap.Policies)
+		},
+		OnError: func(err error) { limited.Warn("console: policy store", "err", err) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console: policy store: %w", err)
+	}
+	if rec != nil {
+		rec.SetPolicyVersion(live.Current().Version)
+	}
+	log.Info("console: following the policy store", "version", live.Current().Version)
+	return live, nil
 }

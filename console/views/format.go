@@ -103,3 +103,39 @@ func Plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// untilText says when a block ends: "until …", or "no end".
+func untilText(until string) string {
+	if until == "" {
+		return "no end"
+	}
+	return "until " + until
+}
+
+// closeParen returns ")" when s is not empty (after suffix(" (", s)).
+func closeParen(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ")"
+}
+
+// blockEnd says when a block ends, after "denied by block #N".
+func blockEnd(o *OverrideNote) string {
+	if o.Until == "" {
+		return " until it is deleted"
+	}
+	return " until " + o.Until + " (in " + o.RetryIn + ")"
+}
+
+// exemptText describes an exempt override in the verdict.
+func exemptText(o *OverrideNote) string {
+	s := "exempt"
+	if o.Counted {
+		s += ", still counted"
+	}
+	if o.Until != "" {
+		s += ", until " + o.Until
+	}
+	return s
+}

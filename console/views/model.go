@@ -47,6 +47,8 @@ type SubjectView struct {
 	FPDims []string
 	// FPDone names the dimension whose value the helper just computed.
 	FPDone string
+	// Overrides are the person's per-person overrides under the policy.
+	Overrides OverridesView
 }
 
 // AuditView is the audit page.
@@ -94,6 +96,12 @@ type SubjectLive struct {
 	Backend     string
 	Refreshed   string
 	CanReset    bool
+	// Override, when set, is the override deciding a request now: a
+	// block denies whatever the rules say, an exempt admits.
+	Override *OverrideNote
+	// Shadow names the shadow rules that would deny a request now (they
+	// never deny).
+	Shadow []string
 }
 
 // RuleRow is one rule's state for a subject.
@@ -117,6 +125,11 @@ type RuleRow struct {
 	// longer than its window (its cells); "" when there is none to explain.
 	ResetNote, RetryNote string
 	Allowed              bool
+	// Shadow: a shadow rule (never denies; Allowed says what it would
+	// decide). Before, when nonzero: the rule as it was before policy
+	// version Before, still enforced beside its successor.
+	Shadow bool
+	Before int64
 }
 
 // DenialRow is one entry of a denial trail, or a group of identical
@@ -138,6 +151,12 @@ type DenialRow struct {
 	Partial     bool    // some values were left out of the entry
 	URL         string  // the subject page of the exact subject ("": no values)
 	ResetURL    string  // its reset ("": no values, or not an admin)
+	// Shadow: a shadow rule would have denied (the attempt may have been
+	// allowed). Override, when nonzero: a block override denied (Rule is
+	// empty; Until is when the block ends, "" without end).
+	Shadow   bool
+	Override int64
+	Until    string
 }
 
 // OverviewView is the overview page.
@@ -147,6 +166,10 @@ type OverviewView struct {
 	Policies []PolicySummary
 	Live     OverviewLive
 	Fleet    FleetView // the services' recorded traffic (console/stats.go)
+	// Version is the policy-store version this console runs (0: a
+	// policy file); VersionNote when, by whom and why it was applied.
+	Version     int64
+	VersionNote string
 }
 
 // BackendView is the backend's account of itself.
@@ -189,6 +212,13 @@ type RateRow struct {
 type PoliciesView struct {
 	Page
 	Policies []PolicyDetail
+	// Version is the policy-store version in force (0: a policy file);
+	// VersionNote says when, by whom and why it was applied.
+	Version     int64
+	VersionNote string
+	// Editor: the console follows a store it can edit (links to the
+	// editor and the history).
+	Editor bool
 }
 
 // PolicyDetail is one policy as configured.
@@ -197,6 +227,21 @@ type PolicyDetail struct {
 	Rules                        []PolicyRuleRow
 	TrailKey, ReservationKey     string
 	LookupURL                    string
+	// Shadow is what the policy's shadow rules would have denied, beside
+	// what its enforced rules denied (empty: no shadow rule).
+	Shadow      []ShadowRow
+	Enforced    []ShadowRow
+	ShadowError string
+}
+
+// ShadowRow is what one rule denied (enforced) or would have denied
+// (shadow) over the last hour and 24 h. People are distinct subjects (-1:
+// not counted).
+type ShadowRow struct {
+	Rule                    string
+	Attempts1h, Attempts24h int64
+	Allowed1h, Allowed24h   int64 // shadow: of the attempts, those allowed
+	People1h, People24h     int64
 }
 
 // PolicyRuleRow is one rule as configured.
@@ -204,6 +249,7 @@ type PolicyRuleRow struct {
 	Name, Algorithm, Limit, Window, Detail, Dims, Key, Strategy string
 	// GroupKey is the key of the rule's set of dimensions (Redis).
 	GroupKey string
+	Shadow   bool
 }
 
 // ResetView is the reset confirmation page.
@@ -237,9 +283,135 @@ type AuditEntry struct {
 	Rules   []string
 	Cost    int64
 	Outcome string
+	// Reason and Detail: why (overrides, policy applies) and what.
+	Reason, Detail string
 }
 
 // AuditFilter is the audit page's filter form.
 type AuditFilter struct {
 	Policy, Value, Name, Action string
+}
+
+// OverrideRow is one per-person override as the subject page lists it.
+type OverrideRow struct {
+	ID      int64
+	Kind    string // exempt, block or limit
+	Counted bool   // an exempt whose attempts are still counted
+	Limits  string // "rule=N, rule=N" (limit)
+	Until   string // when it ends, or "no end"
+	Reason  string
+	By      string
+	Created string
+	// DeleteURL asks to delete it ("" for viewers).
+	DeleteURL string
+}
+
+// OverridesView is the subject page's overrides section: the person's
+// overrides under the policy, and the form adding one (admins).
+type OverridesView struct {
+	Policy  string
+	Shard   []Field // the person: the policy's shard values
+	Rows    []OverrideRow
+	Rules   []Field // the policy's rules (Value: the limit), for the form
+	CanEdit bool
+	// Off: the policy does not read overrides (no overrides: true).
+	Off   bool
+	Error string
+}
+
+// OverrideDeleteView asks an admin to confirm deleting an override.
+type OverrideDeleteView struct {
+	Page
+	Policy  string
+	Shard   []Field
+	Row     OverrideRow
+	BackURL string
+}
+
+// OverrideNote is what the live verdict says of an override deciding a
+// request now.
+type OverrideNote struct {
+	ID      int64
+	Kind    string // block or exempt
+	Until   string // "" without end
+	RetryIn string // a block's time left ("" without end)
+	Reason  string
+	Counted bool
+}
+
+// PlanView is a policy plan as the preview and the rollback show it.
+type PlanView struct {
+	Base      int64 // the version the plan was made against
+	Changes   []PlanChangeRow
+	Warnings  []string
+	Rekey     bool // the apply needs the re-keying confirmed
+	Unchanged bool
+	Text      string // the plan in words
+	// WhatIf is the estimate in words; WhatIfNote why there is none.
+	WhatIf, WhatIfNote string
+}
+
+// PlanChangeRow is what a plan does to one rule.
+type PlanChangeRow struct {
+	Policy, Rule, Kind, Carries, Detail string
+}
+
+// VersionRow is one policy-store version as the history lists it.
+type VersionRow struct {
+	Version int64
+	At, By  string
+	Reason  string
+	Current bool   // the store's current version
+	URL     string // its page
+}
+
+// EditorView is the policy editor: the current version's source, the
+// edit box (admins), and after a preview its plan or its errors.
+type EditorView struct {
+	Page
+	Current VersionRow // Version 0: the store is empty
+	Running int64      // the version this console runs
+	Source  string
+	CanEdit bool
+	// Previewed: a preview was asked; Invalid holds the document's
+	// errors (line and key), else Plan what it would do.
+	Previewed bool
+	Invalid   string
+	Plan      PlanView
+}
+
+// HistoryView is the policy store's history.
+type HistoryView struct {
+	Page
+	Versions []VersionRow // newest first
+	Running  int64
+	CanEdit  bool
+	Notice   string
+}
+
+// VersionView is one version's source.
+type VersionView struct {
+	Page
+	Row         VersionRow
+	Source      string
+	DiffURL     string // the diff with the version before ("" for 1)
+	RollbackURL string // "" for the current version
+	CanEdit     bool
+}
+
+// DiffView is the line diff of two versions' sources.
+type DiffView struct {
+	Page
+	A, B  VersionRow
+	Lines []DiffLine
+}
+
+// DiffLine is one line of a diff: Op " ", "-" or "+".
+type DiffLine struct{ Op, Text string }
+
+// RollbackView asks an admin to confirm a rollback to a version.
+type RollbackView struct {
+	Page
+	Row  VersionRow // the version restored
+	Plan PlanView   // what applying its document again does
 }

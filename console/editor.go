@@ -1,0 +1,537 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// StoredPolicy is one version of the policy store as the editor shows it.
+type StoredPolicy struct {
+	// Version numbers the store's versions from 1.
+	Version int64
+	// Source is the policy file (YAML) as applied.
+	Source []byte
+	// At is when it was applied; By and Reason who applied it and why.
+	At         time.Time
+	By, Reason string
+}
+
+// PlanChange is what a plan does to one rule (or policy, Rule empty).
+type PlanChange struct {
+	Policy, Rule string
+	// Kind names the change: added, removed, limit, shadow, identity,
+	// re-keyed, … as the store words it.
+	Kind string
+	// Carries says what the rule's counts keep: "exactly",
+	// "conservatively", "nothing" (or "" where it does not apply).
+	Carries string
+	// Detail says it in words ("window 1h → 24h").
+	Detail string
+}
+
+// PolicyPlan is what applying a policy document would do, against the
+// version it was made from.
+type PolicyPlan struct {
+	// Base is the store's version the plan was made against (0: empty
+	// store); Apply refuses when another version was applied since.
+	Base int64
+	// Policies are the document's policies, Current those of version
+	// Base (the what-if estimate replays both; Current nil: the console's
+	// own).
+	Policies, Current []*sdk.Policy
+	Changes           []PlanChange
+	Warnings          []string
+	// Rekey: some rule's dimensions change, so its counts cannot carry
+	// over; Apply refuses unless confirmed.
+	Rekey bool
+	// Unchanged: the document changes nothing.
+	Unchanged bool
+	// Text is the plan in words, as `freqcap policy diff` prints it.
+	Text string
+}
+
+// PolicyEditor is the policy store as the console's editor uses it. The
+// freqcap command adapts a *policyfile.Store; it must be safe for
+// concurrent use.
+type PolicyEditor interface {
+	// Plan validates src (errors wrap sdk.ErrInvalidPolicy or
+	// sdk.ErrInvalidRule and give the line and key at fault) and says what
+	// applying it over the current version would do.
+	Plan(ctx context.Context, src []byte) (PolicyPlan, error)
+	// Apply stores src as a new version if the current one is still base
+	// (else an error wrapping driver.ErrVersionConflict, nothing stored),
+	// refusing a re-keying document unless confirmRekey (an error
+	// wrapping ErrRekeyUnconfirmed).
+	Apply(ctx context.Context, src []byte, base int64, confirmRekey bool, by, reason string) (StoredPolicy, error)
+	// History lists up to max versions, newest first (max <= 0: all).
+	History(ctx context.Context, max int) ([]StoredPolicy, error)
+	// Version returns version n (0: the current one); an error wrapping
+	// driver.ErrNoPolicyVersion when there is none.
+	Version(ctx context.Context, n int64) (StoredPolicy, error)
+}
+
+// ErrRekeyUnconfirmed is returned (wrapped) by PolicyEditor.Apply for a
+// document that re-keys a rule without confirmRekey.
+var ErrRekeyUnconfirmed = errors.New("console: the new version re-keys a rule (its counts cannot carry over): confirm it")
+
+// WhatIf estimates, from the traffic the services recorded, what a
+// proposed version would have denied compared with the current one (the
+// editor's preview). The freqcap command adapts fleet/whatif.
+type WhatIf interface {
+	// Estimate returns the estimate in words: per policy and rule, the
+	// attempts and people denied over the last hour and 24 h, now and as
+	// proposed, and the estimate's error.
+	Estimate(ctx context.Context, current, proposed []*sdk.Policy) (string, error)
+}
+
+// maxReason bounds an apply's reason, in bytes.
+const maxReason = 256
+
+var errNoEditor = echo.NewHTTPError(http.StatusNotFound, "this console does not follow a policy store: its policies are read-only (start it with --policies store)")
+
+// checkReason checks an apply's or rollback's reason (required).
+func checkReason(r string) (string, error) {
+	r = strings.TrimSpace(r)
+	switch {
+	case r == "":
+		return r, badRequest("give a reason: it is kept with the version and in the audit log")
+	case len(r) > maxReason:
+		return r, badRequest(fmt.Sprintf("the reason is longer than %d bytes", maxReason))
+	case !utf8.ValidString(r) || strings.ContainsAny(r, "\r\n"):
+		return r, badRequest("the reason must be one line of text")
+	}
+	return r, nil
+}
+
+// editorError turns an editor failure into the HTTP error to answer.
+func editorError(op string, err error) error {
+	switch {
+	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
+		// The policy file's own text, line and key.
+		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error())
+	case errors.Is(err, driver.ErrVersionConflict):
+		return echo.NewHTTPError(http.StatusConflict, "another version was applied since this one was previewed: nothing was applied; preview again")
+	case errors.Is(err, ErrRekeyUnconfirmed):
+		return echo.NewHTTPError(http.StatusConflict, "this version re-keys a rule, whose counts start afresh: nothing was applied; confirm the re-keying to apply it")
+	case errors.Is(err, driver.ErrNoPolicyVersion):
+		return echo.NewHTTPError(http.StatusNotFound, "no such policy version")
+	case errors.Is(err, errors.ErrUnsupported):
+		return echo.NewHTTPError(http.StatusNotImplemented, "this backend keeps no policy store")
+	}
+	return fmt.Errorf("policy %s: %w", op, marked(err))
+}
+
+// currentVersion returns the store's current version; the zero
+// StoredPolicy for an empty store.
+func (s *Server) currentVersion(ctx context.Context) (StoredPolicy, error) {
+	v, err := s.cfg.Editor.Version(ctx, 0)
+	if errors.Is(err, driver.ErrNoPolicyVersion) {
+		return StoredPolicy{}, nil
+	}
+	return v, err
+}
+
+// apply applies src over base and records it in the audit log, for the
+// editor, the rollback and the API alike. from, when nonzero, is the
+// version a rollback restores.
+func (s *Server) apply(c echo.Context, src []byte, base int64, rekey bool, reason string, from int64) (StoredPolicy, error) {
+	if s.cfg.Editor == nil {
+		return StoredPolicy{}, errNoEditor
+	}
+	reason, err := checkReason(reason)
+	if err != nil {
+		return StoredPolicy{}, err
+	}
+	id := identityOf(c)
+	v, aerr := s.cfg.Editor.Apply(c.Request().Context(), src, base, rekey, id.Name, reason)
+	action := "policy-apply"
+	if from > 0 {
+		action = "policy-rollback"
+	}
+	entry := s.auditEntry(c, action, nil, nil)
+	entry.Reason, entry.Outcome = reason, "ok"
+	entry.Detail = fmt.Sprintf("over version %d", base)
+	if from > 0 {
+		entry.Detail = fmt.Sprintf("back to version %d, over version %d", from, base)
+	}
+	if aerr != nil {
+		entry.Outcome = "refused"
+		if !(errors.Is(aerr, driver.ErrVersionConflict) || errors.Is(aerr, ErrRekeyUnconfirmed) || errors.Is(aerr, sdk.ErrInvalidPolicy) || errors.Is(aerr, sdk.ErrInvalidRule)) {
+			entry.Outcome = "failed"
+		}
+	} else {
+		entry.Version = v.Version
+		entry.Detail = fmt.Sprintf("version %d, ", v.Version) + entry.Detail
+	}
+	if err := s.audit.Record(entry); err != nil {
+		return v, fmt.Errorf("policy apply: recording the audit entry: %w", err)
+	}
+	if aerr != nil {
+		return v, editorError("apply", aerr)
+	}
+	s.log.Info("console: policy version applied", "actor", entry.Actor, "version", v.Version, "base", base, "rollback_of", from)
+	return v, nil
+}
+
+// planView builds the preview of plan (with the what-if estimate).
+func (s *Server) planView(ctx context.Context, plan PolicyPlan) views.PlanView {
+	pv := views.PlanView{
+		Base:      plan.Base,
+		Warnings:  plan.Warnings,
+		Rekey:     plan.Rekey,
+		Unchanged: plan.Unchanged,
+		Text:      plan.Text,
+	}
+	for _, ch := range plan.Changes {
+		pv.Changes = append(pv.Changes, views.PlanChangeRow{Policy: ch.Policy, Rule: ch.Rule, Kind: ch.Kind, Carries: ch.Carries, Detail: ch.Detail})
+	}
+	switch {
+	case s.cfg.WhatIf == nil:
+		pv.WhatIfNote = "No estimate: this console has no recorded traffic to replay."
+	default:
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		cur := plan.Current
+		if cur == nil {
+			cur = s.snap().order
+		}
+		est, err := s.cfg.WhatIf.Estimate(ctx, cur, plan.Policies)
+		if err != nil {
+			s.warn.Warn("whatif", "console: what-if estimate failed", "err", err)
+			pv.WhatIfNote = "No estimate: the recorded traffic could not be replayed (the console's log has the error)."
+		} else {
+			pv.WhatIf = est
+		}
+	}
+	return pv
+}
+
+// storedRow is v as the history lists it.
+func storedRow(v StoredPolicy, current int64) views.VersionRow {
+	return views.VersionRow{
+		Version: v.Version, At: fmtTime(v.At), By: v.By, Reason: v.Reason,
+		Current: v.Version == current,
+		URL:     "/policies/version?n=" + strconv.FormatInt(v.Version, 10),
+	}
+}
+
+// editPage is GET /policies/edit: the current version's source in an
+// edit box (admins) or read-only (viewers).
+func (s *Server) editPage(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	cur, err := s.currentVersion(c.Request().Context())
+	if err != nil {
+		return editorError("read", err)
+	}
+	v := views.EditorView{
+		Page:    s.page(c, "policies"),
+		Current: storedRow(cur, cur.Version),
+		Source:  string(cur.Source),
+		CanEdit: identityOf(c).Role >= RoleAdmin,
+		Running: s.snap().version,
+	}
+	v.Title = "Policy editor"
+	return render(c, http.StatusOK, views.EditorPage(v))
+}
+
+// preview is POST /policies/preview (admin): the document's validation
+// errors, or its plan, re-keying warning and what-if estimate, with the
+// apply form.
+func (s *Server) preview(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	src := formSource(c)
+	ctx := c.Request().Context()
+	cur, err := s.currentVersion(ctx)
+	if err != nil {
+		return editorError("read", err)
+	}
+	v := views.EditorView{
+		Page:      s.page(c, "policies"),
+		Current:   storedRow(cur, cur.Version),
+		Source:    src,
+		CanEdit:   true,
+		Running:   s.snap().version,
+		Previewed: true,
+	}
+	v.Title = "Policy editor: preview"
+	status := http.StatusOK
+	plan, err := s.cfg.Editor.Plan(ctx, []byte(src))
+	switch {
+	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
+		v.Invalid, status = err.Error(), http.StatusUnprocessableEntity
+	case err != nil:
+		return editorError("plan", err)
+	default:
+		v.Plan = s.planView(ctx, plan)
+	}
+	return render(c, status, views.EditorPage(v))
+}
+
+// applyForm is POST /policies/apply (admin): applies the previewed
+// document over the version it was previewed against.
+func (s *Server) applyForm(c echo.Context) error {
+	base, err := strconv.ParseInt(c.FormValue("base"), 10, 64)
+	if err != nil || base < 0 {
+		return badRequest("base must be the version the preview was made against")
+	}
+	v, err := s.apply(c, []byte(formSource(c)), base, c.FormValue("rekey") == "yes", c.FormValue("reason"), 0)
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Version, 10))
+}
+
+// formSource reads the policy file a form posts: browsers send a
+// textarea's line ends as CRLF, which the store would keep (and every
+// diff would show); they are LF again here.
+func formSource(c echo.Context) string {
+	return strings.ReplaceAll(c.FormValue("source"), "\r\n", "\n")
+}
+
+// historyMax is how many versions the history page lists.
+const historyMax = 100
+
+// historyPage is GET /policies/history: who applied which version, when
+// and why; links to view, diff and roll back.
+func (s *Server) historyPage(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	vs, err := s.cfg.Editor.History(c.Request().Context(), historyMax)
+	if err != nil {
+		return editorError("history", err)
+	}
+	v := views.HistoryView{Page: s.page(c, "policies"), Running: s.snap().version, CanEdit: identityOf(c).Role >= RoleAdmin}
+	v.Title = "Policy history"
+	var cur int64
+	if len(vs) > 0 {
+		cur = vs[0].Version
+	}
+	for _, x := range vs {
+		v.Versions = append(v.Versions, storedRow(x, cur))
+	}
+	if c.QueryParam("done") == "applied" {
+		v.Notice = "Version " + c.QueryParam("v") + " applied: every limiter following the store picks it up within 2 s. The apply is in the audit log."
+	}
+	return render(c, http.StatusOK, views.HistoryPage(v))
+}
+
+// versionParam reads version number name from get (positive).
+func versionParam(get func(string) string, name string) (int64, error) {
+	n, err := strconv.ParseInt(get(name), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, badRequest(name + " must be a version number")
+	}
+	return n, nil
+}
+
+// versionPage is GET /policies/version?n=N: one version's source.
+func (s *Server) versionPage(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	n, err := versionParam(c.QueryParam, "n")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	x, err := s.cfg.Editor.Version(ctx, n)
+	if err != nil {
+		return editorError("read", err)
+	}
+	cur, err := s.currentVersion(ctx)
+	if err != nil {
+		return editorError("read", err)
+	}
+	v := views.VersionView{
+		Page:    s.page(c, "policies"),
+		Row:     storedRow(x, cur.Version),
+		Source:  string(x.Source),
+		CanEdit: identityOf(c).Role >= RoleAdmin,
+	}
+	if n > 1 {
+		v.DiffURL = fmt.Sprintf("/policies/diff?a=%d&b=%d", n-1, n)
+	}
+	if n != cur.Version {
+		v.RollbackURL = "/policies/rollback?n=" + strconv.FormatInt(n, 10)
+	}
+	v.Title = "Policy version " + strconv.FormatInt(n, 10)
+	return render(c, http.StatusOK, views.VersionPage(v))
+}
+
+// diffPage is GET /policies/diff?a=N&b=M: the line diff of two versions'
+// sources.
+func (s *Server) diffPage(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	a, err := versionParam(c.QueryParam, "a")
+	if err != nil {
+		return err
+	}
+	b, err := versionParam(c.QueryParam, "b")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	va, err := s.cfg.Editor.Version(ctx, a)
+	if err != nil {
+		return editorError("read", err)
+	}
+	vb, err := s.cfg.Editor.Version(ctx, b)
+	if err != nil {
+		return editorError("read", err)
+	}
+	v := views.DiffView{Page: s.page(c, "policies"), A: storedRow(va, 0), B: storedRow(vb, 0)}
+	for _, l := range diffLines(splitLines(string(va.Source)), splitLines(string(vb.Source))) {
+		v.Lines = append(v.Lines, views.DiffLine{Op: l.op, Text: l.text})
+	}
+	v.Title = fmt.Sprintf("Policy versions %d → %d", a, b)
+	return render(c, http.StatusOK, views.DiffPage(v))
+}
+
+// rollbackConfirm is GET /policies/rollback?n=N (admin): what applying
+// version N's document again would do, and the form confirming it.
+func (s *Server) rollbackConfirm(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	n, err := versionParam(c.QueryParam, "n")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	x, err := s.cfg.Editor.Version(ctx, n)
+	if err != nil {
+		return editorError("read", err)
+	}
+	plan, err := s.cfg.Editor.Plan(ctx, x.Source)
+	if err != nil {
+		return editorError("plan", err)
+	}
+	v := views.RollbackView{Page: s.page(c, "policies"), Row: storedRow(x, 0), Plan: s.planView(ctx, plan)}
+	v.Title = "Roll back to version " + strconv.FormatInt(n, 10)
+	return render(c, http.StatusOK, views.RollbackPage(v))
+}
+
+// rollback is POST /policies/rollback (admin): applies version n's
+// document as a new version, over base.
+func (s *Server) rollback(c echo.Context) error {
+	if s.cfg.Editor == nil {
+		return errNoEditor
+	}
+	if c.FormValue("confirm") != "yes" {
+		return badRequest("the rollback was not confirmed")
+	}
+	n, err := versionParam(c.FormValue, "n")
+	if err != nil {
+		return err
+	}
+	base, err := strconv.ParseInt(c.FormValue("base"), 10, 64)
+	if err != nil || base < 0 {
+		return badRequest("base must be the version the rollback was planned against")
+	}
+	v, err := s.rollbackTo(c, n, base, c.FormValue("rekey") == "yes", c.FormValue("reason"))
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Version, 10))
+}
+
+// rollbackTo applies version n's document again as a new version.
+func (s *Server) rollbackTo(c echo.Context, n, base int64, rekey bool, reason string) (StoredPolicy, error) {
+	if s.cfg.Editor == nil {
+		return StoredPolicy{}, errNoEditor
+	}
+	x, err := s.cfg.Editor.Version(c.Request().Context(), n)
+	if err != nil {
+		return StoredPolicy{}, editorError("read", err)
+	}
+	return s.apply(c, x.Source, base, rekey, reason, n)
+}
+
+// diffLine is one line of a line diff: op ' ', '-' or '+'.
+type diffLine struct {
+	op   string
+	text string
+}
+
+// splitLines splits s into lines, without their ends.
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// maxDiffCells bounds the diff's table (lines of a × lines of b); beyond
+// it the diff shows every line of a removed and every line of b added.
+const maxDiffCells = 4 << 20
+
+// diffLines is the shortest line diff of a and b (longest common
+// subsequence).
+func diffLines(a, b []string) []diffLine {
+	if len(a)*len(b) > maxDiffCells {
+		var out []diffLine
+		for _, l := range a {
+			out = append(out, diffLine{"-", l})
+		}
+		for _, l := range b {
+			out = append(out, diffLine{"+", l})
+		}
+		return out
+	}
+	// lcs[i][j] is the LCS length of a[i:] and b[j:].
+	lcs := make([][]int32, len(a)+1)
+	for i := range lcs {
+		lcs[i] = make([]int32, len(b)+1)
+	}
+	for i := len(a) - 1; i >= 0; i-- {
+		for j := len(b) - 1; j >= 0; j-- {
+			if a[i] == b[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []diffLine
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] == b[j]:
+			out = append(out, diffLine{" ", a[i]})
+			i++
+			j++
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			out = append(out, diffLine{"-", a[i]})
+			i++
+		default:
+			out = append(out, diffLine{"+", b[j]})
+			j++
+		}
+	}
+	for ; i < len(a); i++ {
+		out = append(out, diffLine{"-", a[i]})
+	}
+	for ; j < len(b); j++ {
+		out = append(out, diffLine{"+", b[j]})
+	}
+	return out
+}
