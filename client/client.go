@@ -103,6 +103,9 @@ type Client struct {
 	rpcs    []freqcapv1connect.FreqcapServiceClient // one per connection (Options.Conns)
 	next    atomic.Uint32
 	timeout time.Duration
+	// The administrative calls (rare) use the first connection.
+	store     freqcapv1connect.PolicyServiceClient
+	overrides freqcapv1connect.OverrideServiceClient
 }
 
 // rpc returns the stub of the next connection in turn.
@@ -153,9 +156,12 @@ func New(baseURL string, opts *Options) *Client {
 		})))
 	}
 	c := &Client{timeout: o.Timeout}
+	base := strings.TrimRight(baseURL, "/")
 	for _, hc := range hcs {
-		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, strings.TrimRight(baseURL, "/"), copts...))
+		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, base, copts...))
 	}
+	c.store = freqcapv1connect.NewPolicyServiceClient(hcs[0], base, copts...)
+	c.overrides = freqcapv1connect.NewOverrideServiceClient(hcs[0], base, copts...)
 	return c
 }
 

@@ -316,10 +316,17 @@ func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) e
 		via = "token"
 	}
 	return func(e serve.AuditEntry) error {
+		action, outcome := e.Action, e.Outcome
+		if action == "" {
+			action = serve.ActionReset
+		}
+		if e.Detail != "" {
+			outcome += " (" + e.Detail + ")"
+		}
 		return a.Record(console.AuditEntry{
 			At: e.At, Actor: e.Caller + " (freqcap serve)", Name: e.Caller, Role: "serve", Via: via,
-			Action: "reset", Policy: e.Policy, Subject: e.Subject, Rules: e.Rules,
-			Outcome: e.Outcome, Remote: e.Remote,
+			Action: action, Policy: e.Policy, Subject: e.Subject, Rules: e.Rules,
+			Outcome: outcome, Remote: e.Remote,
 		})
 	}
 }
