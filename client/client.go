@@ -437,19 +437,39 @@ func (c *Client) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject) (
 // Policies returns the policies the server serves to this caller, built
 // as the server loaded them.
 func (c *Client) Policies(ctx context.Context) ([]*sdk.Policy, error) {
+	sp, err := c.ServedPolicies(ctx)
+	return sp.Policies, err
+}
+
+// ServedPolicies are the policies a server serves to a caller, and their
+// version.
+type ServedPolicies struct {
+	// Version is the policy-store version served (0: a policy file);
+	// At when it was applied.
+	Version  int64
+	At       time.Time
+	Policies []*sdk.Policy
+}
+
+// ServedPolicies is Policies with the version of the policy store they
+// come from.
+func (c *Client) ServedPolicies(ctx context.Context) (ServedPolicies, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	res, err := c.rpc().ListPolicies(ctx, connect.NewRequest(&freqcapv1.ListPoliciesRequest{}))
 	if err != nil {
-		return nil, wrap("policies", err)
+		return ServedPolicies{}, wrap("policies", err)
 	}
-	out := make([]*sdk.Policy, 0, len(res.Msg.GetPolicies()))
+	out := ServedPolicies{Version: res.Msg.GetVersion(), Policies: make([]*sdk.Policy, 0, len(res.Msg.GetPolicies()))}
+	if at := res.Msg.GetVersionAt(); at != nil {
+		out.At = at.AsTime()
+	}
 	for _, wp := range res.Msg.GetPolicies() {
 		p, err := wire.FromPolicy(wp)
 		if err != nil {
-			return nil, fmt.Errorf("client: policies: %w", err)
+			return ServedPolicies{}, fmt.Errorf("client: policies: %w", err)
 		}
-		out = append(out, p)
+		out.Policies = append(out.Policies, p)
 	}
 	return out, nil
 }
