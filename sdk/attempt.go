@@ -90,6 +90,7 @@ type call struct {
 	kind   opKind // the driver operation
 	p      *Policy
 	req    driver.Request // req.Rules are the resolved rules
+	before []int64        // resolved.before
 	base   string         // the subject's key base (resolved.base)
 	hot    *hotCache      // nil: no hot-deny cache for this call
 	hotKey string
@@ -112,14 +113,14 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if n > MaxLimit {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, MaxLimit, n)
 	}
-	res, err := resolve(l.prefix, p, a.Subject, false)
+	res, err := resolve(l.prefix, p, a.Subject, false, l.now)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", name, err)
 	}
 	if err := l.supports(name, dop); err != nil {
 		return nil, err
 	}
-	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base}
+	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl
@@ -182,7 +183,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			return Decision{}, err
 		}
 	}
-	d := decide(p.name, c.req.Rules, r)
+	d := decide(p.name, c.req.Rules, c.before, r)
 	c.resID = c.req.ReservationID
 	if r.ReservationID != "" {
 		c.resID = r.ReservationID
@@ -191,7 +192,11 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		switch {
 		case d.Allowed:
 			c.hot.evict(c.base, c.hotKey)
-		case !d.CostTooHigh && d.RetryAfter > 0:
+		case !d.CostTooHigh && d.RetryAfter > 0 && (d.Override.ID == 0 || d.Override.Kind == driver.Block):
+			// Shadow rules never deny, so never cause a denial cached
+			// here; a Limit override's denial is not cached (the
+			// override may be changed elsewhere at any time), a Block's
+			// until its end.
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
 		}
 	}

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"slices"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -169,6 +170,7 @@ func denials(tr []driver.Denial) []Denial {
 			At: d.At, Policy: d.Policy, Rule: d.Rule,
 			Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfter: d.RetryAfter, CostTooHigh: d.CostTooHigh,
+			Shadow: d.Shadow, Override: d.Override,
 		}
 		out[i].Values, out[i].ValuesPartial = parseTrailValues(d.Values)
 	}
@@ -202,8 +204,13 @@ type Event struct {
 }
 
 // decide turns a backend result into a Decision. rules are the resolved
-// rules sent, in policy order.
-func decide(policy string, rules []driver.Rule, res driver.Result) Decision {
+// rules sent, in policy order; before is resolved.before (nil: no
+// predecessors). Shadow rules never deny: they are named in ShadowDenied
+// and leave Denied, RetryAfter and CostTooHigh alone. A rule and its
+// predecessors share a name, which Denied and ShadowDenied hold once. An
+// Exempt override's decision has no Denied; a Block's has none either and
+// waits until the block's end.
+func decide(policy string, rules []driver.Rule, before []int64, res driver.Result) Decision {
 	d := Decision{
 		Allowed:   res.Allowed,
 		Policy:    policy,
@@ -211,15 +218,38 @@ func decide(policy string, rules []driver.Rule, res driver.Result) Decision {
 		Rules:     ruleDecisions(rules, res.Rules),
 		NonAtomic: res.NonAtomic,
 		Replayed:  res.Replayed,
+		Override:  res.Override,
 	}
-	for _, rd := range d.Rules {
+	for i, rd := range d.Rules {
+		if before != nil {
+			d.Rules[i].Before = before[i]
+		}
+		if rd.Shadow {
+			if !rd.Allowed && !slices.Contains(d.ShadowDenied, rd.Rule) {
+				d.ShadowDenied = append(d.ShadowDenied, rd.Rule)
+			}
+			continue
+		}
 		if rd.CostTooHigh {
 			d.CostTooHigh = true
 		}
 		if !rd.Allowed {
-			d.Denied = append(d.Denied, rd.Rule)
+			if before == nil || !slices.Contains(d.Denied, rd.Rule) {
+				d.Denied = append(d.Denied, rd.Rule)
+			}
 			if !d.Allowed && rd.RetryAfter > d.RetryAfter {
 				d.RetryAfter = rd.RetryAfter
+			}
+		}
+	}
+	if res.Override.ID != 0 {
+		switch res.Override.Kind {
+		case driver.Exempt:
+			d.Denied, d.RetryAfter, d.CostTooHigh = nil, 0, false
+		case driver.Block:
+			d.Denied, d.RetryAfter, d.CostTooHigh = nil, 0, false
+			if u := res.Override.Until; !u.IsZero() && u.After(res.Now) {
+				d.RetryAfter = u.Sub(res.Now)
 			}
 		}
 	}
@@ -241,6 +271,7 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 			RetryAfter:  x.RetryAfter,
 			CostTooHigh: x.CostTooHigh,
 			Strategy:    x.Strategy,
+			Shadow:      r.Shadow,
 		}
 	}
 	return out

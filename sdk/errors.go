@@ -40,3 +40,9 @@ var (
 // ErrOverrideNotFound is returned by Limiter.DeleteOverride for an
 // unknown, deleted or ended override.
 var ErrOverrideNotFound = driver.ErrOverrideNotFound
+
+// ErrInvalidOverride: an override given to Limiter.SetOverride is
+// malformed: an unknown kind, limits on a kind other than OverrideLimit
+// or naming no rule of the policy, a limit out of range, an end already
+// past, or a reason or author too long or holding a line break.
+var ErrInvalidOverride = errors.New("invalid override")

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/freqcap/freqcap/internal/keyname"
@@ -64,15 +65,24 @@ type resolved struct {
 	subject        Subject  // the subject resolved (for the trail's values)
 	trailKey       string
 	reservationKey string
+	overrideKey    string // base+"!o" under a policy WithOverrides, else ""
+	// before is, per rule, the Change.Version of a predecessor (0: the
+	// rule itself); nil when no rule has a predecessor.
+	before []int64
 }
 
 // resolve builds the keys of p for s. With partial set, rules whose
 // non-shard dimensions s lacks are skipped instead of failing; the shard
 // dimensions are always required, and a value given must be valid. Each
 // rule gets its own key and its dimension set's (driver.Rule.Group).
-// Errors wrap ErrInvalidSubject and
-// ErrInvalidPolicy and never contain values.
-func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error) {
+//
+// A rule with changes (WithChange) is preceded by the predecessors still
+// in reach at now() (every one when now is nil: Reset forgets them all),
+// oldest first, each seeded by the one before it, the rule by the newest
+// one (driver.Rule.Seed). now is called only for such policies.
+// Errors wrap ErrInvalidSubject and ErrInvalidPolicy and never contain
+// values.
+func resolve(prefix string, p *Policy, s Subject, partial bool, now func() time.Time) (resolved, error) {
 	var res resolved
 	if err := p.valid(); err != nil {
 		return res, err
@@ -99,13 +109,26 @@ func resolve(prefix string, p *Policy, s Subject, partial bool) (resolved, error
 	buf = append(buf, ':')
 	nb := len(buf)
 	// The trail's key starts with base (base is its prefix), the
-	// reservations' has its own copy.
+	// reservations' and the overrides' have their own copy.
 	buf = append(buf, "!t"...)
 	buf = append(buf, buf[:nb]...)
 	buf = append(buf, "!h"...)
-	type span struct{ key, group [2]int } // zero key: the rule was skipped
+	if p.overrides {
+		buf = append(buf, buf[:nb]...)
+		buf = append(buf, "!o"...)
+	}
+	type span struct{ key, group [2]int }
 	var arr [16]span
-	spans := arr[:0]
+	spans := arr[:0] // per entry of res.rules
+	var garr [16][2]int
+	groups := garr[:0] // per rule of p: its group key (zero: skipped)
+	var at time.Time
+	if p.hasChanges {
+		res.before = make([]int64, 0, len(p.rules)+2)
+		if now != nil {
+			at = now()
+		}
+	}
 	res.subject = s
 	res.rules = make([]driver.Rule, 0, len(p.rules))
 rules:
@@ -122,7 +145,7 @@ rules:
 				if _, given := s[d]; partial && !given {
 					res.skipped = append(res.skipped, r.Name)
 					buf = buf[:sp.key[0]]
-					spans = append(spans, span{})
+					groups = append(groups, [2]int{})
 					continue rules
 				}
 				return res, err
@@ -133,24 +156,49 @@ rules:
 		sp.key[1] = len(buf)
 		// Rules of one dimension set share their group key (the first
 		// rule's, unless it was skipped).
-		if f := p.firstOfGroup[i]; f < i && spans[f].group[1] > 0 {
-			sp.group = spans[f].group
+		if f := p.firstOfGroup[i]; f < i && groups[f][1] > 0 {
+			sp.group = groups[f]
 		} else {
 			sp.group[0] = len(buf)
 			buf = appendGroupKey(buf, buf[:nb], p, i, s)
 			sp.group[1] = len(buf)
 		}
+		groups = append(groups, sp.group)
+		dr := driverRule(r)
+		if p.hasChanges {
+			// The predecessors in reach, oldest first (changes are kept
+			// newest first), just before the rule.
+			seed := 0
+			for k := len(p.changes[i]) - 1; k >= 0; k-- {
+				ch := &p.changes[i][k]
+				if now != nil && !ch.end.After(at) {
+					continue
+				}
+				var ps span
+				ps.key[0] = len(buf)
+				buf = append(buf, buf[:nb]...)
+				buf = append(buf, r.Name...)
+				buf = append(buf, '.')
+				buf = append(buf, ch.id...)
+				for _, d := range ch.others {
+					buf = append(buf, ':')
+					buf = appendEscaped(buf, s[d]) // checked above: same dimensions
+				}
+				ps.key[1] = len(buf)
+				ps.group = sp.group
+				spans = append(spans, ps)
+				pr := driverRule(ch.From)
+				pr.Name, pr.Seed = r.Name, seed
+				pr.Shadow = r.Shadow || ch.From.Shadow
+				res.rules = append(res.rules, pr)
+				res.before = append(res.before, ch.Version)
+				seed = len(res.rules)
+			}
+			dr.Seed = seed
+			res.before = append(res.before, 0)
+		}
 		spans = append(spans, sp)
-		res.rules = append(res.rules, driver.Rule{
-			Name:       r.Name,
-			Algorithm:  driver.Algorithm(r.Algorithm),
-			Limit:      r.Limit,
-			Window:     r.Window,
-			SubWindows: r.SubWindows,
-			Burst:      r.Burst,
-			Calendar:   driver.CalendarUnit(r.Calendar),
-			Location:   r.Location,
-		})
+		res.rules = append(res.rules, dr)
 	}
 	for n := int64(len(buf)); ; {
 		if c := p.keyCap.Load(); n <= c || p.keyCap.CompareAndSwap(c, n) {
@@ -161,14 +209,12 @@ rules:
 	res.base = all[:nb]
 	res.trailKey = all[:nb+2]
 	res.reservationKey = all[nb+2 : 2*nb+4]
-	j := 0
-	for _, sp := range spans {
-		if sp.key[1] == 0 {
-			continue // skipped
-		}
+	if p.overrides {
+		res.overrideKey = all[2*nb+4 : 3*nb+6]
+	}
+	for j, sp := range spans {
 		res.rules[j].Key = all[sp.key[0]:sp.key[1]]
 		res.rules[j].Group = all[sp.group[0]:sp.group[1]]
-		j++
 	}
 	return res, nil
 }
@@ -199,6 +245,9 @@ type KeyLayout struct {
 	Sets []KeySet
 	// Trail holds the subject's recent denials (a list on Redis).
 	Trail string
+	// Overrides holds the subject's per-person overrides (empty unless
+	// the policy reads them: WithOverrides).
+	Overrides string
 	// Reservations holds the subject's open reservations (a hash on
 	// Redis).
 	Reservations string
@@ -216,7 +265,8 @@ type KeySet struct {
 	// (docs/DESIGN.md, "Keys").
 	Key string
 	// Rules are the set's rules, in policy order, each with its own key:
-	// where the memory backend keeps the rule's state.
+	// where the memory backend keeps the rule's state. A changed rule's
+	// predecessors still in reach come just before it (RuleKey.Before).
 	Rules []RuleKey
 }
 
@@ -224,25 +274,33 @@ type KeySet struct {
 type RuleKey struct {
 	Rule string
 	Key  string
+	// Before, when nonzero, marks the key of the rule as it was before
+	// the change of that version (WithChange), still in reach: listed
+	// just before the rule's own key.
+	Before int64
 }
 
 // KeyLayout returns the keys of s under p (see KeyLayout), for the
 // rules s gives the dimensions of. It returns the zero KeyLayout when s
 // lacks a shard dimension or p is invalid. It touches no backend.
 func (l *Limiter) KeyLayout(p *Policy, s Subject) KeyLayout {
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, l.now)
 	if err != nil {
 		return KeyLayout{}
 	}
-	out := KeyLayout{Trail: res.trailKey, Reservations: res.reservationKey}
-	for _, r := range res.rules {
+	out := KeyLayout{Trail: res.trailKey, Reservations: res.reservationKey, Overrides: res.overrideKey}
+	for n, r := range res.rules {
 		i := slices.IndexFunc(out.Sets, func(k KeySet) bool { return k.Key == r.Group })
 		if i < 0 {
 			j := slices.IndexFunc(p.rules, func(pr Rule) bool { return pr.Name == r.Name })
 			out.Sets = append(out.Sets, KeySet{Dimensions: slices.Sorted(slices.Values(p.rules[j].Dimensions)), Key: r.Group})
 			i = len(out.Sets) - 1
 		}
-		out.Sets[i].Rules = append(out.Sets[i].Rules, RuleKey{Rule: r.Name, Key: r.Key})
+		rk := RuleKey{Rule: r.Name, Key: r.Key}
+		if res.before != nil {
+			rk.Before = res.before[n]
+		}
+		out.Sets[i].Rules = append(out.Sets[i].Rules, rk)
 	}
 	return out
 }

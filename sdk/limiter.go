@@ -186,7 +186,7 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 	if !ok {
 		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, nil)
 	if err != nil {
 		return fmt.Errorf("sdk: reset: %w", err)
 	}
@@ -228,7 +228,7 @@ func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ..
 	if err := p.checkResetSet(rules); err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, nil)
 	if err != nil {
 		return fmt.Errorf("sdk: reset rules: %w", err)
 	}
@@ -268,7 +268,7 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, l.now)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
 	}
@@ -280,7 +280,7 @@ func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection
 		l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Err: err, Latency: lat})
 		return Inspection{}, err
 	}
-	d := decide(p.name, res.rules, r)
+	d := decide(p.name, res.rules, res.before, r)
 	l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Decision: d, Latency: lat})
 	in := Inspection{
 		Policy:   p.name,
@@ -348,6 +348,7 @@ func (l *Limiter) request(p *Policy, res resolved, n int64) driver.Request {
 		TrailTTL:       p.trailTTL,
 		TrailValues:    tv,
 		ReservationKey: res.reservationKey,
+		OverrideKey:    res.overrideKey,
 	}
 }
 

@@ -1,12 +1,16 @@
 package sdk
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Trail defaults: the number of denials kept per subject and policy, and
@@ -41,6 +45,21 @@ type Policy struct {
 	shardBy      []string
 	hotDeny      int           // hot-deny cache size; 0: none
 	idemTTL      time.Duration // how long idempotency records live: the longest window
+	// changes holds, per rule, its recorded identity changes, newest
+	// first (nil: none; WithChange); hasChanges reports whether any rule
+	// has one, so that a policy without changes pays nothing per decision.
+	changes    [][]change
+	hasChanges bool
+	overrides  bool // WithOverrides
+}
+
+// change is a Change checked and resolved for key building.
+type change struct {
+	Change
+	id     string        // ruleID(From)
+	others []string      // From's dimensions not in shardBy, in From's order
+	end    time.Time     // At + From's reach: From is enforced before end
+	reach  time.Duration // From's reach (driver.Rule.Reach)
 }
 
 // PolicyOption configures a Policy in NewPolicy.
@@ -181,14 +200,15 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		}
 	}
 	p := &Policy{
-		name:     name,
-		rules:    make([]Rule, len(rules)),
-		ids:      make([]string, len(rules)),
-		others:   make([][]string, len(rules)),
-		failOpen: o.failOpen,
-		trailMax: o.trailMax,
-		trailTTL: o.trailTTL,
-		hotDeny:  o.hotDeny,
+		name:      name,
+		rules:     make([]Rule, len(rules)),
+		ids:       make([]string, len(rules)),
+		others:    make([][]string, len(rules)),
+		failOpen:  o.failOpen,
+		trailMax:  o.trailMax,
+		trailTTL:  o.trailTTL,
+		hotDeny:   o.hotDeny,
+		overrides: o.overrides,
 	}
 	seen := make(map[string]bool, len(rules))
 	for i, r := range rules {
@@ -237,15 +257,89 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		p.groups[i] = "=" + strings.Join(p.sorted[i], ",")
 		p.firstOfGroup[i] = slices.Index(p.groups, p.groups[i])
 	}
+	if i, err := p.addChanges(o.changes); err != nil {
+		return nil, i, fmt.Errorf("policy %q: %w", name, err)
+	}
 	p.keyCap = new(atomic.Int64)
 	return p, -1, nil
 }
 
+// addChanges checks the changes given with WithChange and records them
+// per rule, newest first. It returns the index of the rule at fault (-1:
+// a rule p lacks).
+func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
+	names := slices.Sorted(maps.Keys(byRule)) // a deterministic first error
+	for _, name := range names {
+		i := slices.IndexFunc(p.rules, func(r Rule) bool { return r.Name == name })
+		if i < 0 {
+			return -1, fmt.Errorf("%w: change of rule %q: the policy has no such rule", ErrInvalidPolicy, name)
+		}
+		r := p.rules[i]
+		for _, c := range byRule[name] {
+			from := c.From
+			from.Name = r.Name // a change keeps the name: a renamed rule is another rule
+			nf, err := from.normalize()
+			if err != nil {
+				return i, fmt.Errorf("change of rule %q (version %d): from: %w", name, c.Version, err)
+			}
+			if !slices.Equal(slices.Sorted(slices.Values(nf.Dimensions)), slices.Sorted(slices.Values(r.Dimensions))) {
+				return i, fmt.Errorf("rule %q: %w: change (version %d) from a rule keyed by other dimensions (%v, now %v): its counts cannot carry over",
+					name, ErrInvalidPolicy, c.Version, nf.Dimensions, r.Dimensions)
+			}
+			id := ruleID(nf)
+			if id == p.ids[i] {
+				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's identity (only limit or burst differ, which keeps the counts): not a change",
+					name, ErrInvalidPolicy, c.Version)
+			}
+			if c.At.IsZero() {
+				return i, fmt.Errorf("rule %q: %w: change (version %d) has no time (At)", name, ErrInvalidPolicy, c.Version)
+			}
+			c.From = nf
+			ch := change{Change: c, id: id, reach: driverRule(nf).Reach()}
+			ch.end = c.At.Add(ch.reach)
+			for _, d := range nf.Dimensions {
+				if !slices.Contains(p.shardBy, d) {
+					ch.others = append(ch.others, d)
+				}
+			}
+			if p.changes == nil {
+				p.changes = make([][]change, len(p.rules))
+			}
+			p.changes[i] = append(p.changes[i], ch)
+		}
+		slices.SortStableFunc(p.changes[i], func(a, b change) int {
+			if c := b.At.Compare(a.At); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.Version, a.Version)
+		})
+		p.hasChanges = p.hasChanges || len(p.changes[i]) > 0
+	}
+	return -1, nil
+}
+
+// driverRule returns the driver's spec of r, without keys.
+func driverRule(r Rule) driver.Rule {
+	return driver.Rule{
+		Name:       r.Name,
+		Algorithm:  driver.Algorithm(r.Algorithm),
+		Limit:      r.Limit,
+		Window:     r.Window,
+		SubWindows: r.SubWindows,
+		Burst:      r.Burst,
+		Calendar:   driver.CalendarUnit(r.Calendar),
+		Location:   r.Location,
+		Shadow:     r.Shadow,
+		Epoch:      r.Epoch,
+	}
+}
+
 // ruleID returns 6 lowercase base32 characters of a hash of the rule's
-// identity: algorithm, window, sub-windows, calendar unit and zone, and the
+// identity: algorithm, window, sub-windows, calendar unit and zone, the
 // dimensions it is keyed by (so re-keying a rule can never read counters
-// keyed by other dimensions). Limit and Burst are left out so that
-// changing them keeps the counts.
+// keyed by other dimensions) and its Epoch when > 0 (a rule of Epoch 0
+// keeps the id it had before epochs existed). Limit, Burst and Shadow are
+// left out so that changing them keeps the counts.
 func ruleID(r Rule) string {
 	zone := ""
 	if r.Calendar != NoCalendar && r.Location != nil {
@@ -253,6 +347,9 @@ func ruleID(r Rule) string {
 	}
 	id := fmt.Sprintf("freqcap/rule/v1\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
 		r.Algorithm, int64(r.Window), r.SubWindows, r.Calendar, zone, strings.Join(r.Dimensions, "\x01"))
+	if r.Epoch > 0 {
+		id += fmt.Sprintf("\x00epoch\x00%d", r.Epoch)
+	}
 	sum := sha256.Sum256([]byte(id))
 	return b32.EncodeToString(sum[:])[:6]
 }

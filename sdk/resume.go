@@ -24,7 +24,7 @@ func (l *Limiter) ReservationOf(p *Policy, s Subject, id string) (*Reservation, 
 	if !validReservationID(id) {
 		return nil, fmt.Errorf("sdk: reservation: %w: id must be 16 lowercase hex characters", ErrReservationNotFound)
 	}
-	res, err := resolve(l.prefix, p, s, true)
+	res, err := resolve(l.prefix, p, s, true, l.now)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: reservation: %w", err)
 	}

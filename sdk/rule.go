@@ -292,6 +292,9 @@ func (r Rule) normalize() (Rule, error) {
 	} else if r.SubWindows != 0 {
 		return bad("sub_windows is only for sliding_window rules, got algorithm %v", r.Algorithm)
 	}
+	if r.Epoch < 0 {
+		return bad("epoch must be >= 0, got %d", r.Epoch)
+	}
 	seen := make(map[string]bool, len(r.Dimensions))
 	for _, d := range r.Dimensions {
 		if !validName(d) {

@@ -13,7 +13,8 @@ import (
 // Before each sleep it checks ctx's deadline: if the request cannot be
 // admitted before it (a retry due exactly at the deadline counts as too
 // late), Wait returns the denied Decision and an error
-// wrapping ErrWaitTooLong at once, having consumed nothing. A cost some
+// wrapping ErrWaitTooLong at once, having consumed nothing; so does a
+// Block override without end (Limiter.SetOverride). A cost some
 // rule can never admit returns ErrCostTooHigh at once. When ctx is done
 // while sleeping, Wait returns ctx's error. On these errors the Decision
 // returned is the last denial.
@@ -34,6 +35,9 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		}
 		if d.CostTooHigh {
 			return d, fmt.Errorf("sdk: wait: %w (denied by %v)", ErrCostTooHigh, d.Denied)
+		}
+		if d.Override.Kind == OverrideBlock && d.RetryAfter <= 0 {
+			return d, fmt.Errorf("sdk: wait: %w: blocked by override #%d, which has no end", ErrWaitTooLong, d.Override.ID)
 		}
 		delay := max(d.RetryAfter, time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok && !l.now().Add(delay).Before(dl) {

@@ -16,8 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -51,7 +53,8 @@ type Options struct {
 
 // Backend is an in-memory driver.Backend. It also implements every
 // optional interface of package driver: Peeker, Reserver, Inspector,
-// Resetter, Describer, Batcher, Clocked, and store.Counters (package fleet/store)
+// Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
+// from one counter per Backend), and store.Counters (package fleet/store)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -60,6 +63,9 @@ type Backend struct {
 	seed   maphash.Seed
 	shards []*shard
 	stats  statsStore // the recorder's statistics (store.Counters)
+	// overrideSeq numbers the overrides (driver.Override.ID), one counter
+	// for the whole backend.
+	overrideSeq atomic.Int64
 }
 
 // New returns an empty Backend. Nil opts means defaults.
@@ -253,6 +259,9 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	if idempotent(o, req) {
 		keys = append(keys, req.IdempotencyKey)
 	}
+	if req.OverrideKey != "" {
+		keys = append(keys, req.OverrideKey)
+	}
 	x := b.begin(keys)
 	defer x.end()
 	return x.take(o, req), nil
@@ -303,34 +312,87 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	consume := o.consumes()
 
 	n := len(req.Rules)
+	res := driver.Result{Now: now, Rules: make([]driver.RuleResult, n)}
+	rules := req.Rules
+	var ov applied
+	if req.OverrideKey != "" {
+		// Limit overrides replace the limits of the rules they name (a
+		// predecessor shares its rule's name) before anything is
+		// evaluated.
+		ov = x.overridesOf(req.OverrideKey)
+		if ov.limits != nil {
+			rules = slices.Clone(rules)
+			var latest *driver.Override
+			for i := range rules {
+				if lo := ov.limits[rules[i].Name]; lo != nil {
+					rules[i].Limit = lo.Limits[rules[i].Name]
+					if latest == nil || lo.ID > latest.ID {
+						latest = lo
+					}
+				}
+			}
+			if latest != nil {
+				res.Override = cloneOverride(*latest)
+			}
+		}
+	}
+
 	shards := make([]*shard, n)
 	ents := make([]*entry, n)
 	cur := make([]ruleState, n)
 	next := make([]ruleState, n)
 	verdicts := make([]verdict, n)
 	allowed := true
-	for i, r := range req.Rules {
+	for i, r := range rules {
 		shards[i], ents[i], cur[i] = x.load(r)
+		if r.Seed > 0 && ents[i] == nil {
+			cur[i] = seed(cur[r.Seed-1], rules[r.Seed-1], r, now)
+		}
 		next[i], verdicts[i] = step(cur[i], r, cost, now)
-		allowed = allowed && verdicts[i].Allowed
+		if !r.Shadow {
+			allowed = allowed && verdicts[i].Allowed
+		}
 	}
+	// A block denies, else an exempt admits (counted: consuming from
+	// every rule, past its limit if need be; uncounted: from none).
+	uncounted := false
+	switch {
+	case ov.block != nil:
+		allowed = false
+		res.Override = cloneOverride(*ov.block)
+	case ov.exempt != nil:
+		allowed = true
+		res.Override = cloneOverride(*ov.exempt)
+		uncounted = !ov.exempt.Counted
+	}
+	res.Allowed = allowed
 	committed := consume && allowed
-	res := driver.Result{Allowed: allowed, Now: now, Rules: make([]driver.RuleResult, n)}
-	for i, r := range req.Rules {
+	took := make([]bool, n)
+	for i, r := range rules {
 		st := cur[i]
-		if committed {
-			st = next[i]
-			x.store(shards[i], ents[i], r, st)
+		if committed && !uncounted {
+			switch {
+			case verdicts[i].Allowed:
+				took[i] = true
+			case ov.exempt != nil: // counted exempt
+				next[i], _ = step(cur[i], unbounded(r), cost, now)
+				took[i] = true
+			}
+			// A shadow rule that would deny is not consumed.
+			if took[i] {
+				st = next[i]
+				x.store(shards[i], ents[i], r, st)
+			}
 		}
 		used, reset := report(st, r, now)
 		res.Rules[i] = ruleResult(r.ReportedLimit(), used, reset, verdicts[i])
 		res.Rules[i].Strategy = strategyName(r.Algorithm)
 	}
-	switch {
-	case consume && !allowed:
-		x.deny(req, res, cost)
-	case committed && o == opReserve:
-		x.reserve(req, next, cost)
+	if consume {
+		x.deny(req, rules, res, cost, ov.block)
+	}
+	if committed && o == opReserve {
+		x.reserve(req, rules, next, took, cost)
 		res.ReservationID = req.ReservationID
 	}
 	if idempotent(o, req) {
@@ -345,6 +407,37 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 		}
 	}
 	return res
+}
+
+// seed returns the state rule r starts from when it has none of its own
+// (driver.Rule.Seed): what a take of the units its predecessor from
+// counts at now (from's state st) leaves on empty state, whatever r's
+// limit.
+func seed(st ruleState, from, r driver.Rule, now time.Time) ruleState {
+	u, _ := report(st, from, now)
+	if u <= 0 {
+		return ruleState{}
+	}
+	if r.Algorithm == driver.GCRA {
+		// u*T must not overflow: beyond twice the burst's worth plus the
+		// maximum tolerance, more units only delay a full bucket further.
+		t, _, _ := r.GCRAParams()
+		u = min(u, int64(driver.MaxTolerance/t)+1)
+	}
+	seeded, _ := step(ruleState{}, unbounded(r), u, now)
+	return seeded
+}
+
+// unbounded returns r with a limit no cost reaches, so that its step
+// always admits: the algorithms' own arithmetic for units that must be
+// counted whatever the limit (a seed, a counted exempt).
+func unbounded(r driver.Rule) driver.Rule {
+	if r.Algorithm == driver.GCRA {
+		r.Burst = math.MaxInt64 - 1
+	} else {
+		r.Limit = math.MaxInt64 / 2
+	}
+	return r
 }
 
 // cloneResult copies r so that the copy shares no slice with it.
@@ -364,9 +457,19 @@ func (x *txn) store(s *shard, e *entry, r driver.Rule, st ruleState) {
 	s.put(e, expiry(st, r), x.now)
 }
 
-// deny records one denial per denying rule in the trail.
-func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
+// deny writes the trail entries of a Take or Reserve: a Block's one
+// entry (block non-nil); else, for a denied request, one per denying
+// rule; and one per shadow rule that would have denied, whether the
+// request was allowed or not (Denial.Shadow).
+func (x *txn) deny(req driver.Request, rules []driver.Rule, res driver.Result, cost int64, block *driver.Override) {
 	if req.TrailKey == "" || req.TrailMax <= 0 || req.TrailTTL <= 0 {
+		return
+	}
+	write := block != nil
+	for i, rr := range res.Rules {
+		write = write || (!rr.Allowed && (rules[i].Shadow || !res.Allowed))
+	}
+	if !write {
 		return
 	}
 	s := x.shard(req.TrailKey)
@@ -379,16 +482,24 @@ func (x *txn) deny(req driver.Request, res driver.Result, cost int64) {
 	// as with Redis' LPUSH. Dropping the oldest re-slices; append's
 	// growth copies only the live entries, so the array stays within
 	// twice TrailMax.
-	for i, rr := range res.Rules {
-		if rr.Allowed {
-			continue
+	if block != nil {
+		d := driver.Denial{At: x.now, Policy: req.Policy, Cost: cost, Override: block.ID, Values: req.TrailValues}
+		if !block.Until.IsZero() {
+			d.RetryAfter = block.Until.Sub(x.now)
 		}
-		e.trail = append(e.trail, driver.Denial{
-			At: x.now, Policy: req.Policy, Rule: req.Rules[i].Name,
-			Used: rr.Used, Limit: rr.Limit, Cost: cost,
-			RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
-			Values: req.TrailValues,
-		})
+		e.trail = append(e.trail, d)
+	} else {
+		for i, rr := range res.Rules {
+			if rr.Allowed || (!rules[i].Shadow && res.Allowed) {
+				continue
+			}
+			e.trail = append(e.trail, driver.Denial{
+				At: x.now, Policy: req.Policy, Rule: rules[i].Name,
+				Used: rr.Used, Limit: rr.Limit, Cost: cost,
+				RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
+				Shadow: rules[i].Shadow, Values: req.TrailValues,
+			})
+		}
 	}
 	if n := len(e.trail); n > req.TrailMax {
 		e.trail = e.trail[n-req.TrailMax:]
@@ -515,7 +626,7 @@ func validate(o op, req driver.Request) error {
 	if o != opInspect && req.Cost < 1 {
 		return fmt.Errorf("memory: %v: cost must be >= 1, got %d", o, req.Cost)
 	}
-	for _, r := range req.Rules {
+	for i, r := range req.Rules {
 		var err error
 		switch {
 		case r.Key == "":
@@ -528,6 +639,8 @@ func validate(o op, req driver.Request) error {
 			err = fmt.Errorf("window must be > 0, got %v", r.Window)
 		case r.Burst < 0:
 			err = fmt.Errorf("burst must be >= 0, got %d", r.Burst)
+		case r.Seed < 0 || r.Seed > i:
+			err = fmt.Errorf("seed must name an earlier rule (1 to %d), got %d", i, r.Seed)
 		}
 		if err != nil {
 			return fmt.Errorf("memory: %v: rule %q: %w", o, r.Name, err)

@@ -39,10 +39,15 @@ func (rf refund) worthless() time.Time {
 	return rf.at
 }
 
-// reservation records req.ReservationID with the refund plan of the states just stored.
-func (x *txn) reserve(req driver.Request, next []ruleState, cost int64) {
-	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, len(req.Rules))}
-	for i, r := range req.Rules {
+// reserve records req.ReservationID with the refund plan of the states
+// just stored: the rules that took the cost (took), as evaluated (rules:
+// with the limits overrides gave them).
+func (x *txn) reserve(req driver.Request, rules []driver.Rule, next []ruleState, took []bool, cost int64) {
+	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, 0, len(rules))}
+	for i, r := range rules {
+		if !took[i] {
+			continue
+		}
 		rf := refund{rule: r, cost: cost}
 		switch r.Algorithm {
 		case driver.FixedWindow:
@@ -54,7 +59,7 @@ func (x *txn) reserve(req driver.Request, next []ruleState, cost int64) {
 		case driver.GCRA:
 			rf.at = next[i].tat
 		}
-		h.refunds[i] = rf
+		h.refunds = append(h.refunds, rf)
 	}
 	s := x.shard(req.ReservationKey)
 	e := s.get(req.ReservationKey, x.now)

@@ -19,6 +19,7 @@ const (
 	kindTrail
 	kindReservations
 	kindIdem
+	kindOverrides
 )
 
 // kindOf maps an algorithm to its entry kind.
@@ -50,7 +51,8 @@ type entry struct {
 	tat          time.Time
 	trail        []driver.Denial // oldest first
 	reservations map[string]*reservation
-	idem         *driver.Result // the stored result of an idempotent request
+	idem         *driver.Result    // the stored result of an idempotent request
+	overrides    []driver.Override // by ID (kindOverrides)
 }
 
 // shard is one independently locked part of the store: a map and a

@@ -90,6 +90,9 @@ var groups = []group{
 	{name: "Describe", cases: []testCase{
 		{name: "Name", needs: describer, run: describe},
 	}},
+	{name: "Transitions", cases: transitionCases()},
+	{name: "Shadow", cases: shadowCases()},
+	{name: "Overrides", cases: overrideCases()},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst

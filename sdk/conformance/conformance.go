@@ -137,6 +137,7 @@ const (
 	idempotent
 	batcher
 	describer
+	overrider
 )
 
 var features = []struct {
@@ -170,6 +171,11 @@ var features = []struct {
 	{batcher, "driver.Batcher", func(b driver.Backend) bool { _, ok := b.(driver.Batcher); return ok }, nil},
 	{describer, "driver.Describer", func(b driver.Backend) bool { _, ok := b.(driver.Describer); return ok },
 		func(e *env) error { _, err := e.lim.Describe(bg()); return err }},
+	{overrider, "driver.Overrider", func(b driver.Backend) bool { _, ok := b.(driver.Overrider); return ok },
+		func(e *env) error {
+			_, err := e.lim.Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
+			return err
+		}},
 }
 
 // missing reports whether the backend lacks a feature in needs. If so, it

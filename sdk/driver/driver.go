@@ -711,3 +711,33 @@ func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }
 
 // Leaves returns when cell j stops counting: (j+Back+1)*Size.
 func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
+
+// Reach is how long r's state can prove anything after its last write:
+// the longest a unit admitted at an instant t still counts, measured from
+// t. A rule replaced at At (sdk.Change) is still enforced, and seeds its
+// successor, until At+Reach. Per algorithm:
+//   - FixedWindow: Window (the window holding At ends at most Window
+//     later); a calendar rule: its nominal window plus one hour, for a
+//     25-hour DST day (or an hour that a zone shift lengthens);
+//   - SlidingWindow: (Back+1) cells (CellSpan): a unit added in cell i
+//     counts until Leaves(i), at most (Back+1)*Size after it;
+//   - SlidingLog: Window;
+//   - GCRA: the tolerance (GCRAParams): a stored theoretical arrival time
+//     is at most tol ahead of the instant it was admitted at.
+func (r Rule) Reach() time.Duration {
+	switch r.Algorithm {
+	case FixedWindow:
+		if r.Calendar != NoCalendar {
+			return r.Window + time.Hour
+		}
+		return r.Window
+	case SlidingWindow:
+		size, _ := r.Cells()
+		back := (r.Window + size - 1) / size
+		return (back + 1) * size
+	case GCRA:
+		_, tol, _ := r.GCRAParams()
+		return tol
+	}
+	return r.Window
+}

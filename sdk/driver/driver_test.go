@@ -120,3 +120,35 @@ func TestRuleSpan(t *testing.T) {
 		t.Errorf("Index(-1) = %d, want -1 (floor)", got)
 	}
 }
+
+func TestRuleReach(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Rule
+		want time.Duration
+	}{
+		{"fixed", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, time.Hour},
+		{"calendar day", Rule{Algorithm: FixedWindow, Limit: 5, Window: 24 * time.Hour, Calendar: Day, Location: time.UTC}, 25 * time.Hour},
+		{"calendar hour", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour, Calendar: Hour, Location: time.UTC}, 2 * time.Hour},
+		{"sliding divides", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute, SubWindows: 10}, 66 * time.Second},
+		{"sliding default cells", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute}, 66 * time.Second},
+		// 3 cells of 333ms: Back = ceil(1000/333) = 4, reach 5*333ms.
+		{"sliding uneven", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Second, SubWindows: 3}, 1665 * time.Millisecond},
+		{"log", Rule{Algorithm: SlidingLog, Limit: 5, Window: time.Minute}, time.Minute},
+		// T = 60s/6 = 10s, tol = 10s*(2+1).
+		{"gcra", Rule{Algorithm: GCRA, Limit: 6, Window: time.Minute, Burst: 2}, 30 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.Reach(); got != tc.want {
+				t.Errorf("Reach() = %v, want %v", got, tc.want)
+			}
+			if tc.r.Algorithm == SlidingWindow {
+				sp := tc.r.Span(time.Nanosecond)
+				if got, want := tc.r.Reach(), time.Duration((sp.Back+1)*sp.Size); got != want {
+					t.Errorf("Reach() = %v, want (Back+1)*Size = %v", got, want)
+				}
+			}
+		})
+	}
+}
