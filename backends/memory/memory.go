@@ -66,6 +66,8 @@ type Backend struct {
 	// overrideSeq numbers the overrides (driver.Override.ID), one counter
 	// for the whole backend.
 	overrideSeq atomic.Int64
+
+	policies policyStores // the policy stores (driver.PolicyStore, policies.go)
 }
 
 // New returns an empty Backend. Nil opts means defaults.

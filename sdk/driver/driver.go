@@ -367,6 +367,10 @@ var ErrVersionConflict = errors.New("freqcap: policy store: version conflict")
 // does not hold (or an empty store).
 var ErrNoPolicyVersion = errors.New("freqcap: policy store: no such version")
 
+// MaxPolicyDocument is the largest PolicyVersion.Document a PolicyStore
+// stores (1 MiB): PutPolicies refuses a larger one and stores nothing.
+const MaxPolicyDocument = 1 << 20
+
 // RuleResult is one rule's part of a Result.
 type RuleResult struct {
 	// Allowed reports whether this rule admits the cost.

@@ -1,5 +1,7 @@
 // Package policyfile reads freqcap policies from YAML, the format of
-// freqcap's --policies file. Errors give the line at fault.
+// freqcap's --policies file, and keeps them in a backend's policy store
+// (Store), versioned, for every limiter to follow (Live). Errors give the
+// line at fault.
 package policyfile
 
 import (
@@ -32,12 +34,20 @@ import (
 //	    rules:
 //	      - {name: burst, algorithm: gcra, limit: 30, window: 60s, burst: 14, by: [user]}
 //	      - {name: daily, algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai, limit: 3, by: [user, campaign]}
+//	      - {name: daily-40, algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai, limit: 2, by: [user, campaign], shadow: true}
+//	  - name: vip
+//	    overrides: true        # read per-person overrides (sdk.WithOverrides)
+//	    rules:
+//	      - {name: hourly, algorithm: sliding_log, limit: 20, window: 1h, by: [user]}
 //
 // Algorithms are fixed_window, sliding_window, sliding_log and gcra.
 // Durations are Go durations (90s, 1h30m) plus a leading day count (1d,
 // 2d12h). Rule keys: name, algorithm, limit, window, by, sub_windows
 // (sliding_window cells), burst (gcra), calendar (day | hour, with
-// timezone, an IANA zone name). Numbers (limit, burst, sub_windows,
+// timezone, an IANA zone name), shadow (true: a trial rule, evaluated and
+// recorded but never denying; see sdk.Rule.Shadow). Policy keys: name,
+// failure, trail, hot_deny_cache, overrides (true: the policy's decisions
+// read per-person overrides, sdk.WithOverrides), rules. Numbers (limit, burst, sub_windows,
 // hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
 // limits and bursts beyond [sdk.MaxLimit]. Unknown keys are errors. Every
 // error wraps [sdk.ErrInvalidPolicy] or [sdk.ErrInvalidRule] and gives the
@@ -65,9 +75,11 @@ type filePolicy struct {
 	Failure string     `yaml:"failure"`
 	Trail   *fileTrail `yaml:"trail"`
 	// HotDeny is the size of the per-process hot-deny cache (0: none).
-	HotDeny int        `yaml:"hot_deny_cache"`
-	Rules   []fileRule `yaml:"rules"`
-	line    int
+	HotDeny int `yaml:"hot_deny_cache"`
+	// Overrides is sdk.WithOverrides.
+	Overrides bool       `yaml:"overrides"`
+	Rules     []fileRule `yaml:"rules"`
+	line      int
 }
 
 type fileTrail struct {
@@ -85,6 +97,7 @@ type fileRule struct {
 	Burst      int64        `yaml:"burst"`
 	Calendar   string       `yaml:"calendar"`
 	Timezone   string       `yaml:"timezone"`
+	Shadow     bool         `yaml:"shadow"`
 	line       int
 }
 
@@ -134,24 +147,48 @@ var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
 
 func load(r io.Reader, source string) ([]*sdk.Policy, error) {
-	fail := func(line int, err error) ([]*sdk.Policy, error) {
+	if r == nil {
+		return nil, fmt.Errorf("policyfile: %s: %w: nil reader", source, sdk.ErrInvalidPolicy)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: %s: %w", source, err)
+	}
+	ps, err := parse(data, source)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sdk.Policy, len(ps))
+	for i, p := range ps {
+		out[i] = p.policy
+	}
+	return out, nil
+}
+
+// A parsed policy is one policy of a file, checked, with what a store
+// version needs to build it again with its lineage (epochs and changes).
+type parsed struct {
+	policy *sdk.Policy
+	// rules are policy's rules, normalized; opts its options.
+	rules []sdk.Rule
+	opts  []sdk.PolicyOption
+	file  filePolicy
+}
+
+// parse checks the policy file data (named source in errors) and returns
+// its policies in file order.
+func parse(data []byte, source string) ([]parsed, error) {
+	fail := func(line int, err error) ([]parsed, error) {
 		if line > 0 {
 			return nil, fmt.Errorf("policyfile: %s: line %d: %w", source, line, err)
 		}
 		return nil, fmt.Errorf("policyfile: %s: %w", source, err)
 	}
-	if r == nil {
-		return fail(0, fmt.Errorf("%w: nil reader", sdk.ErrInvalidPolicy))
-	}
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return fail(0, err)
-	}
 	// The node tree first: decoding would load limit: 1.5 as 1, and
 	// report an overflowing number without its key.
 	var root yaml.Node
-	parsed := yaml.Unmarshal(data, &root) == nil
-	if parsed {
+	treeOK := yaml.Unmarshal(data, &root) == nil
+	if treeOK {
 		if line, err := checkIntegers(&root); err != nil {
 			return fail(line, err)
 		}
@@ -186,16 +223,16 @@ func load(r io.Reader, source string) ([]*sdk.Policy, error) {
 		return fail(0, fmt.Errorf("%w: %v", sdk.ErrInvalidPolicy, err))
 	}
 	// The line of each policy and rule, from the node tree.
-	if parsed {
+	if treeOK {
 		setLines(&root, &doc)
 	}
 	if len(doc.Policies) == 0 {
 		return fail(0, fmt.Errorf("%w: no policies", sdk.ErrInvalidPolicy))
 	}
-	out := make([]*sdk.Policy, 0, len(doc.Policies))
+	out := make([]parsed, 0, len(doc.Policies))
 	seen := make(map[string]bool, len(doc.Policies))
 	for _, fp := range doc.Policies {
-		p, line, err := fp.build()
+		p, opts, line, err := fp.build()
 		if err != nil {
 			return fail(line, err)
 		}
@@ -203,20 +240,21 @@ func load(r io.Reader, source string) ([]*sdk.Policy, error) {
 			return fail(fp.line, fmt.Errorf("policy %q: %w: duplicate policy name", p.Name(), sdk.ErrInvalidPolicy))
 		}
 		seen[p.Name()] = true
-		out = append(out, p)
+		out = append(out, parsed{policy: p, rules: p.Rules(), opts: opts, file: fp})
 	}
 	return out, nil
 }
 
-// build turns fp into a Policy; on error it returns the line at fault.
-func (fp filePolicy) build() (*sdk.Policy, int, error) {
+// build turns fp into a Policy and the options it was built with; on
+// error it returns the line at fault.
+func (fp filePolicy) build() (*sdk.Policy, []sdk.PolicyOption, int, error) {
 	var opts []sdk.PolicyOption
 	switch fp.Failure {
 	case "", "closed":
 	case "open":
 		opts = append(opts, sdk.WithFailOpen())
 	default:
-		return nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, sdk.ErrInvalidPolicy, fp.Failure)
+		return nil, nil, fp.line, fmt.Errorf("policy %q: %w: failure must be open or closed, got %q", fp.Name, sdk.ErrInvalidPolicy, fp.Failure)
 	}
 	if fp.Trail != nil {
 		tmax, ttl := sdk.DefaultTrailMax, sdk.DefaultTrailTTL
@@ -231,11 +269,14 @@ func (fp filePolicy) build() (*sdk.Policy, int, error) {
 	if fp.HotDeny != 0 {
 		opts = append(opts, sdk.WithHotDenyCache(fp.HotDeny))
 	}
+	if fp.Overrides {
+		opts = append(opts, sdk.WithOverrides())
+	}
 	rules := make([]sdk.Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {
 		r, err := fr.rule()
 		if err != nil {
-			return nil, fr.line, fmt.Errorf("policy %q: %w", fp.Name, err)
+			return nil, nil, fr.line, fmt.Errorf("policy %q: %w", fp.Name, err)
 		}
 		rules[i] = r
 	}
@@ -244,9 +285,9 @@ func (fp filePolicy) build() (*sdk.Policy, int, error) {
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner // without NewPolicy's "sdk: ": the line goes before it
 		}
-		return nil, faultLine(fp, rules, opts), err
+		return nil, nil, faultLine(fp, rules, opts), err
 	}
-	return p, 0, nil
+	return p, opts, 0, nil
 }
 
 // faultLine is the line of what made NewPolicy refuse fp: a rule that
@@ -277,6 +318,7 @@ func (fr fileRule) rule() (sdk.Rule, error) {
 		Dimensions: fr.By,
 		SubWindows: fr.SubWindows,
 		Burst:      fr.Burst,
+		Shadow:     fr.Shadow,
 	}
 	switch fr.Algorithm {
 	case "fixed_window":

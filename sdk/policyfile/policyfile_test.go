@@ -168,3 +168,33 @@ func TestLoadPoliciesNil(t *testing.T) {
 		t.Error("LoadPolicyFile(missing) = nil error, want one")
 	}
 }
+
+func TestLoadShadowAndOverrides(t *testing.T) {
+	ps, err := policyfile.Load(strings.NewReader(`
+policies:
+  - name: vip
+    overrides: true
+    rules:
+      - {name: daily-50, algorithm: fixed_window, limit: 50, window: 24h, by: [user]}
+      - {name: daily-40, algorithm: fixed_window, limit: 40, window: 24h, by: [user], shadow: true}
+`))
+	if err != nil {
+		t.Fatalf("Load = %v", err)
+	}
+	rules := ps[0].Rules()
+	if rules[0].Shadow || !rules[1].Shadow {
+		t.Errorf("Rules() shadow = %v, %v, want false, true", rules[0].Shadow, rules[1].Shadow)
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"shadow typo", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, window: 1m, by: [u], shadw: true}\n", `line 4: invalid policy: unknown key "shadw"`},
+		{"overrides typo", "policies:\n  - name: p\n    override: true\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, window: 1m, by: [u]}\n", `line 3: invalid policy: unknown key "override"`},
+		{"shadow not bool", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, window: 1m, by: [u], shadow: maybe}\n", "line 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policyfile.Load(strings.NewReader(tc.file))
+			if !errors.Is(err, sdk.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load = %v, want ErrInvalidPolicy with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,358 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+var _ driver.PolicyStore = (*Backend)(nil)
+
+// The policy store's layout, for a store key K that holds a hash tag (the
+// sdk's "<prefix>:{!policies}"), so that every key of one store lives in
+// one Cluster slot:
+//
+//	K                 string: the current version number (absent: empty store)
+//	K:v:<n>           hash of version n: doc, at (µs since the epoch, the
+//	                  server's TIME), by, reason
+//	K:watch           the Pub/Sub channel a put publishes the new number on
+//
+// Every version is kept (documents are small: at most
+// driver.MaxPolicyDocument) and never changes once written, so reads need
+// no script: a version read after the current number was read is that
+// version as applied.
+
+// putPoliciesSrc is the put: compare the current number with prev, write
+// the version's hash and the new number, publish it, all in one script.
+const putPoliciesSrc = `-- The policy store's put (backends/redis/policies.go).
+-- KEYS[1]: the store's current version number (absent: 0)
+-- KEYS[2]: the hash of version prev+1
+-- ARGV[1]: prev; ARGV[2]: the document; ARGV[3]: by; ARGV[4]: reason;
+-- ARGV[5]: the channel to publish the new number on
+-- Reply: {1, version, "<at, µs>"} stored; {0, current} when the current
+-- version is not prev (nothing stored); an error when version prev+1
+-- exists although the current number is prev (a damaged store).
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or -1
+local prev = tonumber(ARGV[1])
+if cur ~= prev then
+  return {0, cur}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return redis.error_reply('ERR freqcap policy store: version ' .. tostring(prev + 1) .. ' exists but the current version is ' .. tostring(cur))
+end
+local t = redis.call('TIME')
+local at = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('HSET', KEYS[2], 'doc', ARGV[2], 'at', at, 'by', ARGV[3], 'reason', ARGV[4])
+redis.call('SET', KEYS[1], tostring(prev + 1))
+redis.call('PUBLISH', ARGV[5], tostring(prev + 1))
+return {1, prev + 1, at}
+`
+
+var putPoliciesScript = goredis.NewScript(putPoliciesSrc)
+
+// Watch timings: how long a watcher waits for a message before it pings
+// its connection, and the bounds of its back-off while the server is
+// unreachable.
+const (
+	watchPing       = 15 * time.Second
+	watchBackoffMin = 50 * time.Millisecond
+	watchBackoffMax = time.Second
+)
+
+// checkPolicyKey refuses a store key without a hash tag: its version keys
+// could land in other Cluster slots.
+func checkPolicyKey(op, key string) error {
+	if driver.HashTag(key) == key {
+		return fmt.Errorf("redis: %s: the store key must hold a {hash tag}", op)
+	}
+	return nil
+}
+
+func policyVersionKey(key string, n int64) string { return key + ":v:" + strconv.FormatInt(n, 10) }
+
+func policyChannel(key string) string { return key + ":watch" }
+
+// PutPolicies stores v as version prev+1 of key's store, in one script
+// that compares the current number with prev, writes the version (At from
+// the server's TIME), sets the new number and PUBLISHes it to the
+// store's watchers; when the current version is not prev it stores
+// nothing and returns an error wrapping driver.ErrVersionConflict. key
+// must hold a hash tag. A Document larger than driver.MaxPolicyDocument
+// is refused. The script is never sent twice: after a lost reply the put
+// may or may not have happened (GetPolicies tells).
+func (b *Backend) PutPolicies(ctx context.Context, key string, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error) {
+	const op = "put policies"
+	if err := checkPolicyKey(op, key); err != nil {
+		return driver.PolicyVersion{}, err
+	}
+	if prev < 0 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: previous version %d is negative", op, prev)
+	}
+	if len(v.Document) > driver.MaxPolicyDocument {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: document is %d bytes, more than driver.MaxPolicyDocument (%d)", op, len(v.Document), driver.MaxPolicyDocument)
+	}
+	keys := []string{key, policyVersionKey(key, prev+1)}
+	args := append(keyArgs(keys, 5), prev, v.Document, v.By, v.Reason, policyChannel(key))
+	reply, err := b.run(ctx, putPoliciesScript, putPoliciesSrc, false, keys, args)
+	if err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	r, ok := reply.([]any)
+	if !ok || len(r) < 1 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: reply %T, want an array", op, reply)
+	}
+	if stored, _ := r[0].(int64); stored != 1 {
+		cur := "unknown"
+		if len(r) > 1 {
+			if n, ok := r[1].(int64); ok && n >= 0 {
+				cur = strconv.FormatInt(n, 10)
+			}
+		}
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w: current version is %s, not %d", op, driver.ErrVersionConflict, cur, prev)
+	}
+	if len(r) != 3 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: reply of %d elements, want 3", op, len(r))
+	}
+	n, ok1 := r[1].(int64)
+	at, ok2 := r[2].(string)
+	us, err := strconv.ParseInt(at, 10, 64)
+	if !ok1 || !ok2 || err != nil || n != prev+1 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: malformed reply %v", op, r)
+	}
+	v.Version, v.At = n, time.UnixMicro(us)
+	return v, nil
+}
+
+// GetPolicies returns version n of key's store (0: the current one): GET
+// of the current number (for n = 0) and HGETALL of the version. It returns
+// an error wrapping driver.ErrNoPolicyVersion when the store does not
+// hold the version.
+func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.PolicyVersion, error) {
+	const op = "get policies"
+	if err := checkPolicyKey(op, key); err != nil {
+		return driver.PolicyVersion{}, err
+	}
+	if n == 0 {
+		cur, err := b.currentPolicies(ctx, key)
+		if err != nil {
+			return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+		}
+		n = cur
+	}
+	if n < 1 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, driver.ErrNoPolicyVersion)
+	}
+	m, err := b.c.HGetAll(ctx, policyVersionKey(key, n)).Result()
+	if err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	if len(m) == 0 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, driver.ErrNoPolicyVersion)
+	}
+	v, err := parsePolicyVersion(n, m)
+	if err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	return v, nil
+}
+
+// PolicyHistory returns up to max versions of key's store, newest first
+// (max <= 0: all of them): the current number, then the versions' hashes
+// in pipelines of 64 (one Cluster node: they share a slot).
+func (b *Backend) PolicyHistory(ctx context.Context, key string, max int) ([]driver.PolicyVersion, error) {
+	const op = "policy history"
+	if err := checkPolicyKey(op, key); err != nil {
+		return nil, err
+	}
+	cur, err := b.currentPolicies(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	oldest := int64(1)
+	if max > 0 && cur-int64(max)+1 > oldest {
+		oldest = cur - int64(max) + 1
+	}
+	var out []driver.PolicyVersion
+	const chunk = 64
+	for hi := cur; hi >= oldest; hi -= chunk {
+		lo := max64(hi-chunk+1, oldest)
+		pipe := b.c.Pipeline()
+		cmds := make([]*goredis.MapStringStringCmd, 0, hi-lo+1)
+		for n := hi; n >= lo; n-- {
+			cmds = append(cmds, pipe.HGetAll(ctx, policyVersionKey(key, n)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("redis: %s: %w", op, err)
+		}
+		for i, c := range cmds {
+			m := c.Val()
+			if len(m) == 0 {
+				continue // a version deleted by hand: history is what remains
+			}
+			v, err := parsePolicyVersion(hi-int64(i), m)
+			if err != nil {
+				return nil, fmt.Errorf("redis: %s: %w", op, err)
+			}
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// currentPolicies reads key's current version number (0: empty store).
+func (b *Backend) currentPolicies(ctx context.Context, key string) (int64, error) {
+	s, err := b.c.Get(ctx, key).Result()
+	if errors.Is(err, goredis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("the current version number is malformed (%q)", s)
+	}
+	return n, nil
+}
+
+// parsePolicyVersion reads version n from its hash's fields.
+func parsePolicyVersion(n int64, m map[string]string) (driver.PolicyVersion, error) {
+	us, err := strconv.ParseInt(m["at"], 10, 64)
+	if err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("version %d: malformed time %q", n, m["at"])
+	}
+	return driver.PolicyVersion{
+		Version:  n,
+		Document: []byte(m["doc"]),
+		At:       time.UnixMicro(us),
+		By:       m["by"],
+		Reason:   m["reason"],
+	}, nil
+}
+
+// WatchPolicies subscribes to key's channel and returns a channel that
+// receives the store's current version number (read with GET) after the
+// subscription is confirmed, after every message on the channel and after
+// every resubscription: a watcher that lost its connection (a server
+// restart, a killed connection, a Sentinel failover) reconnects with
+// back-off (50 ms to 1 s) and catches up at once. It also pings an idle
+// connection every 15 s, so a silently dead one is replaced. Sends never
+// block: the channel holds one number, the latest. Numbers are sent only
+// when the store holds a version (> 0). On a Cluster, the subscription is
+// on one node and PUBLISH reaches it from any.
+//
+// It owns one goroutine and one connection per call, both released, and
+// the channel closed, when ctx is done. It returns an error (and starts
+// nothing) when the first subscription is not confirmed.
+func (b *Backend) WatchPolicies(ctx context.Context, key string) (<-chan int64, error) {
+	const op = "watch policies"
+	if err := checkPolicyKey(op, key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	ps := b.c.Subscribe(ctx, policyChannel(key))
+	first, err := ps.ReceiveTimeout(ctx, watchPing)
+	if err == nil {
+		if _, ok := first.(*goredis.Subscription); !ok {
+			err = fmt.Errorf("first reply %T, want a subscription", first)
+		}
+	}
+	if err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("redis: %s: subscribe: %w", op, err)
+	}
+	ch := make(chan int64, 1)
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // ends a blocked receive
+	go func() {
+		defer close(ch)
+		defer stop()
+		defer ps.Close()
+		b.watchPolicies(ctx, ps, key, ch)
+	}()
+	return ch, nil
+}
+
+// watchPolicies is a watcher's loop: it delivers the current number when
+// one is due (after a subscription or a message), retrying the read until
+// it succeeds, until ctx is done.
+func (b *Backend) watchPolicies(ctx context.Context, ps *goredis.PubSub, key string, ch chan int64) {
+	due := true // the subscription was just confirmed
+	backoff := watchBackoffMin
+	for ctx.Err() == nil {
+		if due {
+			if n, err := b.currentPolicies(ctx, key); err == nil {
+				due = false
+				if n > 0 {
+					offer(ch, n)
+				}
+			}
+		}
+		wait := watchPing
+		if due {
+			wait = backoff // retry the read soon
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
+		if ctx.Err() != nil {
+			return
+		}
+		var ne net.Error
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			if !due {
+				_ = ps.Ping(ctx) // a dead connection fails here and is replaced
+			}
+			backoff = min(2*backoff, watchBackoffMax)
+		case err != nil:
+			// No connection (the server is down or refusing): wait, then
+			// let the next receive dial again.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, watchBackoffMax)
+		default:
+			switch msg.(type) {
+			case *goredis.Subscription, *goredis.Message:
+				due = true
+				backoff = watchBackoffMin
+			}
+		}
+	}
+}
+
+// offer puts n in ch without blocking, replacing an unread older number.
+// The caller is ch's only sender.
+func offer(ch chan int64, n int64) {
+	select {
+	case ch <- n:
+		return
+	default:
+	}
+	select {
+	case <-ch:
+	default:
+	}
+	select {
+	case ch <- n:
+	default:
+	}
+}

@@ -1,0 +1,186 @@
+package policyfile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// DefaultPoll is how often a Live reads the store's current version when
+// no notification came (WatchOptions.Poll).
+const DefaultPoll = time.Second
+
+// WatchOptions configure Store.Watch. The zero value is usable.
+type WatchOptions struct {
+	// Poll is how often the store's current version is read besides
+	// following its notifications (default DefaultPoll): the bound on
+	// how late a version can arrive when notifications are lost.
+	Poll time.Duration
+	// OnChange, when set, is called with each new snapshot after it
+	// became Current, from the Live's goroutine (never concurrently).
+	OnChange func(*Snapshot)
+	// OnError, when set, is called with what kept a version from loading
+	// (the previous one is kept) or the store from being read, from the
+	// Live's goroutine; each failed version and each run of read errors
+	// is reported once. Default: slog.Default().Warn.
+	OnError func(error)
+}
+
+// Snapshot is one version of the policies as a limiter runs them: take
+// one per decision (Live.Current) so that the decision uses one
+// consistent version. It is immutable.
+type Snapshot struct {
+	Version int64
+	// At, By and Reason are when, by whom and why it was applied.
+	At     time.Time
+	By     string
+	Reason string
+	// Policies are the version's policies, in file order.
+	Policies []*sdk.Policy
+}
+
+// Policy returns the snapshot's policy named name, or nil.
+func (s *Snapshot) Policy(name string) *sdk.Policy {
+	if s == nil {
+		return nil
+	}
+	for _, p := range s.Policies {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// A Live follows a store: Current is always a complete version, replaced
+// atomically when a newer one is applied. A new version reaches it within
+// about 2 s: at once through the store's notifications, else by the
+// 1 s poll plus the read (WatchOptions.Poll). It owns a goroutine: Close
+// stops it. It is safe for concurrent use.
+type Live struct {
+	s      *Store
+	opts   WatchOptions
+	cur    atomic.Pointer[Snapshot]
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// The goroutine's own: the last version that failed to load, and
+	// whether the last read failed (to report each once).
+	failed  int64
+	readErr bool
+}
+
+// Watch loads the store's current version (an error wrapping
+// sdk.ErrNoPolicyVersion when the store is empty: apply a version first)
+// and returns a Live that follows the store until ctx is done or Close.
+func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
+	if opts.Poll <= 0 {
+		opts.Poll = DefaultPoll
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(err error) { slog.Default().Warn("policyfile: watch", "err", err) }
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	// Subscribe first: a version applied while the first one loads is
+	// then not missed.
+	ch, err := s.b.WatchPolicies(wctx)
+	if err != nil {
+		ch = nil // the poll covers it; Watch retries at each poll
+		opts.OnError(fmt.Errorf("policyfile: watch: subscribe: %w", err))
+	}
+	l := &Live{s: s, opts: opts, cancel: cancel, done: make(chan struct{})}
+	v, err := s.Version(ctx, 0)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("policyfile: watch: %w", err)
+	}
+	snap, err := snapshot(v)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("policyfile: watch: %w", err)
+	}
+	l.cur.Store(snap)
+	go l.run(wctx, ch)
+	return l, nil
+}
+
+func snapshot(v Version) (*Snapshot, error) {
+	ps, err := v.Policies()
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{Version: v.Number, At: v.At, By: v.By, Reason: v.Reason, Policies: ps}, nil
+}
+
+// Current returns the version in force (never nil).
+func (l *Live) Current() *Snapshot { return l.cur.Load() }
+
+// Close stops following the store and waits for the goroutine to end.
+// Current keeps returning the last version.
+func (l *Live) Close() error {
+	l.cancel()
+	<-l.done
+	return nil
+}
+
+func (l *Live) run(ctx context.Context, ch <-chan int64) {
+	defer close(l.done)
+	tick := time.NewTicker(l.opts.Poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n, ok := <-ch:
+			if !ok {
+				ch = nil // resubscribed at the next poll
+				continue
+			}
+			if n > l.Current().Version && n != l.failed {
+				l.load(ctx)
+			}
+		case <-tick.C:
+			if ch == nil {
+				if c, err := l.s.b.WatchPolicies(ctx); err == nil {
+					ch = c
+				}
+			}
+			l.load(ctx)
+		}
+	}
+}
+
+// load reads the store's current version and, if newer than Current and
+// loadable, makes it Current.
+func (l *Live) load(ctx context.Context) {
+	pv, err := l.s.b.GetPolicies(ctx, 0)
+	if err != nil {
+		if ctx.Err() == nil && !l.readErr {
+			l.readErr = true
+			l.opts.OnError(fmt.Errorf("policyfile: watch: read the current version: %w", err))
+		}
+		return
+	}
+	l.readErr = false
+	if pv.Version <= l.Current().Version || pv.Version == l.failed {
+		return
+	}
+	v, err := decodeVersion(pv)
+	var snap *Snapshot
+	if err == nil {
+		snap, err = snapshot(v)
+	}
+	if err != nil {
+		l.failed = pv.Version
+		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d does not load, version %d is kept: %w", pv.Version, l.Current().Version, err))
+		return
+	}
+	l.cur.Store(snap)
+	if l.opts.OnChange != nil {
+		l.opts.OnChange(snap)
+	}
+}

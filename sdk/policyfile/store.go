@@ -1,0 +1,333 @@
+package policyfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// Backend is where a Store keeps its versions: an *sdk.Limiter, whose
+// backend implements driver.PolicyStore (one store per limiter prefix).
+type Backend interface {
+	PutPolicies(ctx context.Context, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error)
+	GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error)
+	PolicyHistory(ctx context.Context, max int) ([]driver.PolicyVersion, error)
+	WatchPolicies(ctx context.Context) (<-chan int64, error)
+}
+
+// ErrRekeyNotConfirmed is returned by Apply for a plan that re-keys rules
+// (their counts start afresh) without Plan.ConfirmRekey.
+var ErrRekeyNotConfirmed = errors.New("policyfile: plan re-keys rules (their counts start afresh) and is not confirmed")
+
+// A Store keeps policy files as versions in a backend's policy store:
+// applied whole (compare and set on the version planned against), each
+// with who applied it, when and why, and the lineage that keeps counts
+// across rule changes (see ChangeKind). Plan, then Apply; Watch to run
+// from it. A Store is safe for concurrent use.
+type Store struct {
+	b   Backend
+	now func() time.Time
+}
+
+// A StoreOption configures NewStore.
+type StoreOption func(*Store)
+
+// WithClock sets the clock a Store plans by (default: the system clock):
+// it decides which recorded rule changes are past their reach and are
+// left out of the next version. Give it the limiter's clock.
+func WithClock(c sdk.Clock) StoreOption {
+	return func(s *Store) {
+		if c != nil {
+			s.now = c.Now
+		}
+	}
+}
+
+// NewStore returns a Store that keeps its versions in b (an
+// *sdk.Limiter).
+func NewStore(b Backend, opts ...StoreOption) *Store {
+	s := &Store{b: b, now: time.Now}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
+}
+
+// Version is one stored version of the policies.
+type Version struct {
+	// Number counts versions from 1.
+	Number int64
+	// At is when it was applied (the backend's clock); By and Reason who
+	// applied it and why.
+	At     time.Time
+	By     string
+	Reason string
+	// Source is the policy file as applied, verbatim.
+	Source []byte
+	lin    lineage
+}
+
+// Policies returns the version's policies as limiters run them: each
+// rule with its epoch, each identity change still recorded
+// (sdk.WithChange).
+func (v Version) Policies() ([]*sdk.Policy, error) {
+	ps, err := parse(v.Source, fmt.Sprintf("version %d", v.Number))
+	if err != nil {
+		return nil, err
+	}
+	return build(ps, v.lin, v.At)
+}
+
+func decodeVersion(pv driver.PolicyVersion) (Version, error) {
+	src, lin, err := decodeDocument(pv.Document, pv.At)
+	if err != nil {
+		return Version{}, fmt.Errorf("policyfile: version %d: %w", pv.Version, err)
+	}
+	return Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason, Source: src, lin: lin}, nil
+}
+
+// Plan is a policy file checked and compared with the store's current
+// version: what Apply would store. Set ConfirmRekey to apply a plan
+// that re-keys rules.
+type Plan struct {
+	// Base is the version the plan was made against (0: the store was
+	// empty); Version the one Apply stores (Base+1).
+	Base, Version int64
+	// Source is the policy file, verbatim.
+	Source []byte
+	// Policies are the planned policies as limiters will run them
+	// (identity changes dated at the plan's time until applied).
+	Policies []*sdk.Policy
+	// Diffs say per policy and rule what changes and what carries.
+	Diffs []PolicyDiff
+	// Warnings are what to read before applying: re-keyed, removed and
+	// renamed rules, removed policies.
+	Warnings []string
+	// ConfirmRekey lets Apply store a plan that re-keys rules.
+	ConfirmRekey bool
+	lin          lineage
+	// unreadableBase: the base version does not load, so every rule
+	// starts afresh (confirmed as a re-key is).
+	unreadableBase bool
+}
+
+// Rekeyed lists the rules the plan re-keys, as "policy/rule" (every
+// rule, when the base version does not load).
+func (p *Plan) Rekeyed() []string {
+	var out []string
+	for _, d := range p.Diffs {
+		if p.unreadableBase {
+			for _, r := range d.Rules {
+				out = append(out, d.Policy+"/"+r.Rule)
+			}
+			continue
+		}
+		for _, r := range d.Rules {
+			if r.Kind == Rekeyed {
+				out = append(out, d.Policy+"/"+r.Rule)
+			}
+		}
+	}
+	return out
+}
+
+// Changed reports whether the plan differs from its base at all.
+func (p *Plan) Changed() bool {
+	if p.Base == 0 {
+		return true
+	}
+	for _, d := range p.Diffs {
+		if d.Kind != Unchanged {
+			return true
+		}
+	}
+	return false
+}
+
+// String writes the plan for people: the versions, per policy and rule
+// what changes and what carries, then the warnings.
+func (p *Plan) String() string {
+	var b strings.Builder
+	if p.Base == 0 {
+		fmt.Fprintf(&b, "plan: version %d (the store is empty)\n", p.Version)
+	} else {
+		fmt.Fprintf(&b, "plan: version %d (against version %d)\n", p.Version, p.Base)
+	}
+	if !p.Changed() {
+		b.WriteString("no changes\n")
+	}
+	for _, d := range p.Diffs {
+		fmt.Fprintf(&b, "policy %s: %s\n", d.Policy, d.Kind)
+		for _, s := range d.Settings {
+			fmt.Fprintf(&b, "  setting %s\n", s)
+		}
+		for _, r := range d.Rules {
+			switch r.Kind {
+			case Unchanged:
+				fmt.Fprintf(&b, "  rule %s: unchanged (%s)\n", r.Rule, describeRule(*r.After))
+			case Added:
+				fmt.Fprintf(&b, "  rule %s: added: %s; %s\n", r.Rule, describeRule(*r.After), r.Note)
+			case Removed:
+				fmt.Fprintf(&b, "  rule %s: removed (%s); %s\n", r.Rule, describeRule(*r.Before), r.Note)
+			default:
+				fmt.Fprintf(&b, "  rule %s: %s: %s; %s: %s\n", r.Rule, r.Kind, strings.Join(r.Fields, ", "), r.Carry, r.Note)
+			}
+		}
+	}
+	if len(p.Warnings) > 0 {
+		b.WriteString("warnings:\n")
+		for _, w := range p.Warnings {
+			fmt.Fprintf(&b, "  - %s\n", w)
+		}
+	}
+	if rk := p.Rekeyed(); len(rk) > 0 && !p.ConfirmRekey {
+		fmt.Fprintf(&b, "applying needs confirmation: %d re-keyed rule(s)\n", len(rk))
+	}
+	return b.String()
+}
+
+// Plan checks the policy file src as Load does (errors give the line and
+// key at fault) and compares it with the store's current version: per
+// policy and rule what changes and what carries (ChangeKind, Carry), and
+// warnings. It stores nothing.
+func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
+	next, err := parse(src, "policies")
+	if err != nil {
+		return nil, err
+	}
+	pv, err := s.b.GetPolicies(ctx, 0)
+	empty := errors.Is(err, driver.ErrNoPolicyVersion)
+	if err != nil && !empty {
+		return nil, fmt.Errorf("policyfile: plan: %w", err)
+	}
+	var cur Version
+	var prev []parsed
+	var unreadable error
+	if !empty {
+		cur, unreadable = decodeVersion(pv)
+		if unreadable == nil {
+			prev, unreadable = parse(cur.Source, fmt.Sprintf("version %d", pv.Version))
+		}
+		cur.Number = pv.Version
+		if unreadable != nil {
+			prev, cur.lin = nil, nil
+		}
+	}
+	now := s.now()
+	lin, diffs, warns := derive(prev, cur.lin, next, cur.Number+1, now)
+	if unreadable != nil {
+		warns = append([]string{fmt.Sprintf("the current version %d does not load (%v): every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", cur.Number, unreadable)}, warns...)
+	}
+	policies, err := build(next, lin, now)
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: plan: %w", err)
+	}
+	return &Plan{
+		unreadableBase: unreadable != nil,
+		Base:           cur.Number,
+		Version:        cur.Number + 1,
+		Source:         append([]byte(nil), src...),
+		Policies:       policies,
+		Diffs:          diffs,
+		Warnings:       warns,
+		lin:            lin,
+	}, nil
+}
+
+// Apply stores plan as the store's next version, applied by by for
+// reason, if the store is still at the version the plan was made against;
+// otherwise it stores nothing and returns an error wrapping
+// sdk.ErrVersionConflict (plan again). A plan that re-keys rules needs
+// plan.ConfirmRekey (else ErrRekeyNotConfirmed).
+func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Version, error) {
+	if plan == nil || plan.Version != plan.Base+1 {
+		return Version{}, errors.New("policyfile: apply: no plan (use Store.Plan)")
+	}
+	if rk := plan.Rekeyed(); len(rk) > 0 && !plan.ConfirmRekey {
+		return Version{}, fmt.Errorf("policyfile: apply: %w: %s", ErrRekeyNotConfirmed, strings.Join(rk, ", "))
+	}
+	doc, err := encodeDocument(plan.Source, plan.lin)
+	if err != nil {
+		return Version{}, err
+	}
+	pv, err := s.b.PutPolicies(ctx, plan.Base, driver.PolicyVersion{Document: doc, By: by, Reason: reason})
+	if errors.Is(err, driver.ErrVersionConflict) {
+		return Version{}, fmt.Errorf("policyfile: apply: the store is past version %d, which the plan was made against (someone applied since): plan again: %w", plan.Base, err)
+	}
+	if err != nil {
+		return Version{}, fmt.Errorf("policyfile: apply: %w", err)
+	}
+	return Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason, Source: plan.Source, lin: plan.lin}, nil
+}
+
+// Version returns version n of the store (0: the current one); the error
+// wraps sdk.ErrNoPolicyVersion when there is none, ErrUnknownFormat when
+// its document is not one this package reads.
+func (s *Store) Version(ctx context.Context, n int64) (Version, error) {
+	pv, err := s.b.GetPolicies(ctx, n)
+	if err != nil {
+		return Version{}, fmt.Errorf("policyfile: version %d: %w", n, err)
+	}
+	return decodeVersion(pv)
+}
+
+// HistoryEntry is one version in a store's history: Err is set (and
+// Version holds only its number, time, author and reason) when its
+// document does not decode.
+type HistoryEntry struct {
+	Version
+	Err error
+}
+
+// History returns up to max versions, newest first (max <= 0: all).
+func (s *Store) History(ctx context.Context, max int) ([]HistoryEntry, error) {
+	pvs, err := s.b.PolicyHistory(ctx, max)
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: history: %w", err)
+	}
+	out := make([]HistoryEntry, len(pvs))
+	for i, pv := range pvs {
+		v, err := decodeVersion(pv)
+		if err != nil {
+			v = Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason}
+		}
+		out[i] = HistoryEntry{Version: v, Err: err}
+	}
+	return out, nil
+}
+
+// PlanRollback plans applying version n's source again, as a new
+// version: through the same lineage, so rules whose identity differs
+// from the current version's get a new epoch (no stale state of an
+// earlier identity is reused) and carry as any change does.
+func (s *Store) PlanRollback(ctx context.Context, n int64) (*Plan, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("policyfile: rollback: version must be >= 1, got %d", n)
+	}
+	v, err := s.Version(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: rollback: %w", err)
+	}
+	return s.Plan(ctx, v.Source)
+}
+
+// Rollback applies version n's source again as a new version (see
+// PlanRollback). It refuses a rollback that re-keys rules
+// (ErrRekeyNotConfirmed): use PlanRollback, set ConfirmRekey, and Apply.
+func (s *Store) Rollback(ctx context.Context, n int64, by, reason string) (Version, error) {
+	plan, err := s.PlanRollback(ctx, n)
+	if err != nil {
+		return Version{}, err
+	}
+	if reason == "" {
+		reason = fmt.Sprintf("rollback to version %d", n)
+	}
+	return s.Apply(ctx, plan, by, reason)
+}
