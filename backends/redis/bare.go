@@ -58,6 +58,8 @@ type bareRule struct {
 	empty bool            // EXHGETALL found no field
 	other int64           // the counted cells other than i
 	res   []int64
+	// shadowDenied: a shadow rule whose increment failed (not consumed).
+	shadowDenied bool
 }
 
 // takeBare carries out req with bare TairHash commands (see above).
@@ -88,7 +90,13 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 		if ch.Strategy != capability.TairHashBare {
 			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
 		}
+		if r.Seed > 0 || r.Epoch > 0 {
+			return driver.Result{}, fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
+		}
 		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
+	}
+	if req.OverrideKey != "" {
+		return driver.Result{}, fmt.Errorf("%w: overrides need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
 	}
 	trail := req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
 	idem := req.IdempotencyKey != "" && o == opTake
@@ -138,7 +146,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 		if err := br.eval(kv, now, c); err != nil {
 			return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
 		}
-		if br.res[0] != 1 {
+		if br.res[0] != 1 && !br.r.Shadow {
 			allowed = false
 		}
 	}
@@ -147,11 +155,24 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 	if allowed && o == opTake {
 		for k := range rules {
 			br := &rules[k]
+			if br.r.Shadow && br.res[0] != 1 {
+				continue // a shadow rule that denied: not consumed
+			}
 			err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
 			if err == nil {
 				continue
 			}
+			if br.r.Shadow {
+				// A shadow rule filled since the snapshot: it denies now,
+				// never the request.
+				br.res[0], br.res[3] = 0, 1
+				br.shadowDenied = true
+				continue
+			}
 			for q := k - 1; q >= 0; q-- {
+				if rules[q].r.Shadow && (rules[q].res[0] != 1 || rules[q].shadowDenied) {
+					continue // not incremented
+				}
 				cerr := rules[q].incr(ctx, b.c, -c, 0)
 				if isOverflow(cerr) {
 					// The cell is gone (expired): nothing to give back.
@@ -189,6 +210,9 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 		if allowed {
 			for k := range rules {
 				br := &rules[k]
+				if br.res[0] != 1 {
+					continue // a shadow rule that denied
+				}
 				br.res[1] += c
 				br.res[2] = br.sp.Leaves(br.i) - now
 			}
@@ -205,16 +229,18 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 	var tr *goredis.StringSliceCmd
 	if trail || idem {
 		p := b.c.Pipeline()
-		if trail && o == opTake && !allowed {
-			var ent []any
+		var ent []any
+		if trail && o == opTake {
 			for k := len(rules) - 1; k >= 0; k-- {
 				br := &rules[k]
-				if br.res[0] == 1 {
+				if br.res[0] == 1 || (allowed && !br.r.Shadow) {
 					continue
 				}
-				e := formatDenial(now, req.Policy, br.r.Name, br.res[1], br.r.Limit, c, br.res[3], br.res[0] == 2, req.TrailValues)
+				e := formatDenial(now, req.Policy, br.r.Name, br.res[1], br.r.Limit, c, br.res[3], br.res[0] == 2, br.r.Shadow, req.TrailValues)
 				ent = append(ent, e)
 			}
+		}
+		if len(ent) > 0 {
 			p.LPush(ctx, req.TrailKey, ent...)
 			p.LTrim(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
 			p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)

@@ -68,7 +68,7 @@ type encoder struct {
 // keys a request can have, and moved down once the keys are known.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	n := len(req.Rules)
-	most := 2*n + 3 // a state key and an old-layout key per rule, trail, reservations, record
+	most := 2*n + 4 // a state key and an old-layout key per rule, trail, reservations, record, overrides
 	e := encoder{keys: make([]string, 0, most)}
 	args := make([]any, evalArgs+most+1, evalArgs+most+1+headerArgs+n*argsPerRule)
 	e.argv = args[len(args):len(args)]
@@ -165,8 +165,21 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
-		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL)
+		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
+	// Shadow rules, seeds and overrides (take.lua's ARGV[a+16] to
+	// ARGV[a+19]): "" unless some rule or the request has them.
+	var shadows, seeds, windows []byte
+	ext := req.OverrideKey != ""
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if r.Seed < 0 || r.Seed > i {
+			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
+		}
+		if r.Shadow || r.Seed > 0 {
+			ext = true
+		}
+	}
 	// The log key of the last sliding-log rule's set of dimensions: the
 	// set's other log rules share it (logKey hashes them all).
 	var lastLog, lastLogGroup string
@@ -175,9 +188,27 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		if err := validRule(r); err != nil {
 			return fail(err)
 		}
-		sp, err := b.spec(rep, r)
+		plain := plainOnly(&req, r)
+		sp, err := b.spec(rep, r, plain)
 		if err != nil {
 			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
+		}
+		if ext {
+			shadow := byte('0')
+			if r.Shadow {
+				shadow = '1'
+			}
+			shadows = append(shadows, shadow)
+			if i > 0 {
+				seeds = append(seeds, ',')
+			}
+			seeds = strconv.AppendInt(seeds, int64(r.Seed), 10)
+			if req.OverrideKey != "" {
+				if i > 0 {
+					windows = append(windows, ',')
+				}
+				windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
+			}
 		}
 		var key string
 		switch {
@@ -187,7 +218,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			key = lastLog // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
 			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
-				sp, err := b.spec(rep, q)
+				sp, err := b.spec(rep, q, plainOnly(&req, q))
 				if err != nil {
 					return "", err
 				}
@@ -224,12 +255,31 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
 		h[6] = index(req.IdempotencyKey)
 	}
+	if req.OverrideKey != "" {
+		h[15] = index(req.OverrideKey)
+	}
+	if ext {
+		h[16], h[17], h[18] = string(shadows), string(seeds), string(windows)
+	}
 	if len(e.keys) == k0 {
 		return fail(errNoKeys)
 	}
 	h[3] = len(e.keys) - k0
 	e.attempts = append(e.attempts, choices)
 	return nil
+}
+
+// plainOnly reports whether r must run on a plain Lua strategy in req,
+// whatever the server's modules: a rule with a seed or an epoch (its
+// seeding is the packed fragments' and the logs', and an epoch's rule
+// may have been seeded: kept on the same keys for its whole identity,
+// never moved to a module key when its seed ends), and every rule of a
+// request that reads overrides (a limit override replaces a GCRA rule's
+// rate, which CL.THROTTLE's arguments cannot follow; exempt counted
+// consumes past the limit). Shadow rules keep their strategy (turning a
+// rule shadow keeps its state).
+func plainOnly(req *driver.Request, r *driver.Rule) bool {
+	return req.OverrideKey != "" || r.Seed > 0 || r.Epoch > 0
 }
 
 // logKey returns the sorted set of the sliding-log rules of r's dimension

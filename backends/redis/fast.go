@@ -91,7 +91,7 @@ type fastAttempt struct {
 func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
-		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") {
+		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") || req.OverrideKey != "" {
 		return fastAttempt{}, false
 	}
 	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here
@@ -109,7 +109,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if validRule(r) != nil {
 			return fastAttempt{}, false
 		}
-		sp, err := b.spec(rep, r)
+		sp, err := b.spec(rep, r, plainOnly(&req, r))
 		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
 			return fastAttempt{}, false
 		}
@@ -242,13 +242,17 @@ func toInt64(v any) int64 {
 
 // fastCandidate reports whether r may run in a fast script: a fixed window
 // (not a calendar one), a sliding window on plain Lua, a sliding log, or
-// GCRA (redis-cell takes only some GCRA rules: the spec says which).
+// GCRA (redis-cell takes only some GCRA rules: the spec says which); not
+// a shadow rule or a seeded one (take.lua's alone).
 func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
+	if r.Shadow || r.Seed != 0 {
+		return false
+	}
 	switch r.Algorithm {
 	case driver.FixedWindow:
 		return r.Calendar == driver.NoCalendar
 	case driver.SlidingWindow:
-		return rep.Choice(r.Algorithm).Strategy == capability.PlainLua
+		return r.Epoch > 0 || rep.Choice(r.Algorithm).Strategy == capability.PlainLua
 	case driver.GCRA, driver.SlidingLog:
 		return true
 	}

@@ -134,9 +134,24 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	var res driver.Result
 	var err error
 	// 0/1: decided now; 2/3: a replay of the decision stored under the
-	// request's idempotency key, followed by the original reservation id.
-	if first < 0 || first > 3 {
-		return driver.Result{}, fmt.Errorf("reply: first element must be 0..3, got %d", first)
+	// request's idempotency key, followed by the original reservation id;
+	// plus 4: an override applied, its element first after the rules.
+	if first < 0 || first > 7 {
+		return driver.Result{}, fmt.Errorf("reply: first element must be 0..7, got %d", first)
+	}
+	var lims []int64
+	if first >= 4 {
+		if len(rest) == 0 {
+			return driver.Result{}, fmt.Errorf("reply: want the override element after the rules")
+		}
+		s, err := replyString(rest[0])
+		if err != nil {
+			return driver.Result{}, err
+		}
+		if res.Override, lims, err = parseOverrideElement(s, len(rules)); err != nil {
+			return driver.Result{}, err
+		}
+		rest, first = rest[1:], first-4
 	}
 	res.Allowed = first%2 == 1
 	res.Replayed = first >= 2
@@ -152,6 +167,9 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		r.CostTooHigh = ints[0] == 2
 		r.Used = ints[1]
 		r.Limit = rules[i].ReportedLimit()
+		if lims != nil {
+			r.Limit = lims[i]
+		}
 		r.Remaining = max(0, r.Limit-r.Used)
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond

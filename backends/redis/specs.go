@@ -23,6 +23,10 @@ type specKey struct {
 	strategy capability.Strategy
 }
 
+// forcedPlain is the spec key strategy of a rule forced onto plain Lua
+// (plainOnly): never a report's choice.
+const forcedPlain capability.Strategy = 255
+
 // ruleSpec is what encode sends for one rule that does not depend on the
 // request: how take.lua runs it (its algorithm code, chooseRule's choice
 // without the state key but with its suffix) and its staticArgs ARGV
@@ -66,10 +70,14 @@ func (c *specCache) len() int {
 	return len(c.m)
 }
 
-// spec returns r's static specification under rep's choices, from the
-// cache or built and cached. r is already validated.
-func (b *Backend) spec(rep *capability.Report, r *driver.Rule) (*ruleSpec, error) {
+// spec returns r's static specification under rep's choices (plain: on
+// plain Lua whatever they say, plainOnly), from the cache or built and
+// cached. r is already validated.
+func (b *Backend) spec(rep *capability.Report, r *driver.Rule, plain bool) (*ruleSpec, error) {
 	k := specKey{rule: *r, strategy: rep.Choice(r.Algorithm).Strategy}
+	if plain {
+		k.strategy = forcedPlain
+	}
 	k.rule.Key, k.rule.Group = "", ""
 	if s := b.specs.get(k); s != nil {
 		return s, nil
@@ -77,6 +85,9 @@ func (b *Backend) spec(rep *capability.Report, r *driver.Rule) (*ruleSpec, error
 	ch, err := chooseRule(rep, r)
 	if err != nil {
 		return nil, err
+	}
+	if plain {
+		ch = ruleChoice{key: r.Key}
 	}
 	s := &ruleSpec{suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod}
 	if err := ruleArgs(r, ch, &s.args); err != nil {

@@ -3,6 +3,7 @@ package redis
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 // comment gives each offset).
 const (
 	evalArgs    = 3
-	headerArgs  = 15
+	headerArgs  = 19
 	argsPerRule = 8
 	// staticArgs is the part of a rule's ARGV that depends neither on the
 	// request nor on the clock (all but the two key indices): cached per
@@ -136,10 +137,12 @@ const tagAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 
 // ruleTag returns the 4-byte tag of r's entry in a packed value: a hash
 // of what gives the state its meaning (name, algorithm, window, cells,
-// calendar unit and zone), not of the limit or burst, so a rule whose
-// limit changes keeps its counts and a rule changed otherwise starts
-// afresh. 24 bits: two rules of one dimension set collide with odds of
-// about 1 in 16 million per pair.
+// calendar unit and zone, and the epoch when it is > 0:
+// driver.Rule.Epoch), not of the limit, burst or shadow flag, so a rule
+// whose limit changes, or that turns shadow, keeps its counts and a rule
+// changed otherwise starts afresh. A rule of epoch 0 has the tag it had
+// before epochs existed. 24 bits: two rules of one dimension set collide
+// with odds of about 1 in 16 million per pair.
 func ruleTag(r *driver.Rule) string {
 	h := fnv.New64a()
 	zone := ""
@@ -147,6 +150,9 @@ func ruleTag(r *driver.Rule) string {
 		zone = r.Location.String()
 	}
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%d\x00%s", r.Name, r.Algorithm, int64(r.Window), r.SubWindows, r.Calendar, zone)
+	if r.Epoch > 0 {
+		fmt.Fprintf(h, "\x00e%d", r.Epoch)
+	}
 	s := h.Sum64()
 	var b [4]byte
 	for i := range b {
@@ -157,17 +163,30 @@ func ruleTag(r *driver.Rule) string {
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:
-// "at µs|policy|rule|used|limit|cost|retry µs|ctl 0|1", then "|values"
+// "at µs|policy|rule|used|limit|cost|retry µs|flags", then "|values"
 // when the request had TrailValues (entries written before values existed
-// have 8 fields).
+// have 8 fields). flags adds trailTooHigh (the cost could never fit),
+// trailShadow (a shadow rule would have denied) and trailOverride (a
+// block override denied: the rule field is then the override's ID, used
+// and limit are 0). Entries written before shadow rules and overrides
+// have flags 0 or 1, and read the same.
+const (
+	trailTooHigh  = 1
+	trailShadow   = 2
+	trailOverride = 4
+)
 
-// formatDenial writes one trail entry (bare mode; take.lua writes the same).
-func formatDenial(at int64, policy, rule string, used, limit, cost, retry int64, tooHigh bool, values string) string {
-	ctl := 0
+// formatDenial writes one trail entry (bare mode; take.lua writes the
+// same).
+func formatDenial(at int64, policy, rule string, used, limit, cost, retry int64, tooHigh, shadow bool, values string) string {
+	flags := 0
 	if tooHigh {
-		ctl = 1
+		flags |= trailTooHigh
 	}
-	e := fmt.Sprintf("%d|%s|%s|%d|%d|%d|%d|%d", at, policy, rule, used, limit, cost, retry, ctl)
+	if shadow {
+		flags |= trailShadow
+	}
+	e := fmt.Sprintf("%d|%s|%s|%d|%d|%d|%d|%d", at, policy, rule, used, limit, cost, retry, flags)
 	if values != "" {
 		e += "|" + values
 	}
@@ -192,7 +211,11 @@ func parseDenial(s string) (driver.Denial, error) {
 	if len(f) == 9 {
 		values = f[8]
 	}
-	return driver.Denial{
+	flags := ints[7]
+	if flags < 0 || flags > trailTooHigh|trailShadow|trailOverride {
+		return driver.Denial{}, fmt.Errorf("reply: trail entry: flags %d out of range", flags)
+	}
+	d := driver.Denial{
 		Values:      values,
 		At:          time.UnixMicro(ints[0]),
 		Policy:      f[1],
@@ -201,8 +224,142 @@ func parseDenial(s string) (driver.Denial, error) {
 		Limit:       ints[4],
 		Cost:        ints[5],
 		RetryAfter:  time.Duration(ints[6]) * time.Microsecond,
-		CostTooHigh: ints[7] == 1,
-	}, nil
+		CostTooHigh: flags&trailTooHigh != 0,
+		Shadow:      flags&trailShadow != 0,
+	}
+	if flags&trailOverride != 0 {
+		id, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || id <= 0 {
+			return driver.Denial{}, fmt.Errorf("reply: trail entry: override entry without an override ID")
+		}
+		d.Rule, d.Override = "", id
+	}
+	return d, nil
+}
+
+// Overrides (driver.Request.OverrideKey, a hash): field = the override's
+// ID in decimal, value = "<kind>|<counted>|<until µs>|<created µs>|
+// <limits>|<len(by)>|<by><reason>", where kind is e (exempt), b (block)
+// or l (limit), counted 0 or 1, until 0 for none, and limits
+// "<rule>=<limit>" comma-separated (rule names never hold ',', '=' or
+// '|'). take.lua reads the first five fields; overrides.lua writes
+// created. IDs come from INCR of overrideCounter(key).
+
+// overrideKinds maps a kind to its code in the stored value.
+var overrideKinds = map[driver.OverrideKind]string{driver.Exempt: "e", driver.Block: "b", driver.Limit: "l"}
+
+// formatOverride writes o's stored value around its created time: the
+// part before it and the part after (overrides.lua joins them with the
+// server's clock).
+func formatOverride(o driver.Override) (head, tail string) {
+	counted := "0"
+	if o.Counted {
+		counted = "1"
+	}
+	var until int64
+	if !o.Until.IsZero() {
+		until = o.Until.UnixMicro()
+	}
+	names := make([]string, 0, len(o.Limits))
+	for name := range o.Limits {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	lims := make([]string, len(names))
+	for i, name := range names {
+		lims[i] = name + "=" + strconv.FormatInt(o.Limits[name], 10)
+	}
+	head = overrideKinds[o.Kind] + "|" + counted + "|" + strconv.FormatInt(until, 10) + "|"
+	tail = "|" + strings.Join(lims, ",") + "|" + strconv.Itoa(len(o.By)) + "|" + o.By + o.Reason
+	return head, tail
+}
+
+// parseOverride decodes the stored value v of override id.
+func parseOverride(id int64, v string) (driver.Override, error) {
+	f := strings.SplitN(v, "|", 7)
+	if len(f) != 7 {
+		return driver.Override{}, fmt.Errorf("override %d: want 7 fields", id)
+	}
+	o := driver.Override{ID: id, Counted: f[1] == "1"}
+	for k, code := range overrideKinds {
+		if code == f[0] {
+			o.Kind = k
+		}
+	}
+	if o.Kind == 0 {
+		return driver.Override{}, fmt.Errorf("override %d: unknown kind %q", id, f[0])
+	}
+	var nums [2]int64
+	for i, s := range f[2:4] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return driver.Override{}, fmt.Errorf("override %d: field %d: %q is not an integer", id, i+2, s)
+		}
+		nums[i] = n
+	}
+	if nums[0] > 0 {
+		o.Until = time.UnixMicro(nums[0])
+	}
+	o.Created = time.UnixMicro(nums[1])
+	if f[4] != "" {
+		o.Limits = map[string]int64{}
+		for _, p := range strings.Split(f[4], ",") {
+			name, lv, ok := strings.Cut(p, "=")
+			n, err := strconv.ParseInt(lv, 10, 64)
+			if !ok || err != nil {
+				return driver.Override{}, fmt.Errorf("override %d: bad limit %q", id, p)
+			}
+			o.Limits[name] = n
+		}
+	}
+	byLen, err := strconv.Atoi(f[5])
+	if err != nil || byLen < 0 || byLen > len(f[6]) {
+		return driver.Override{}, fmt.Errorf("override %d: bad length of By", id)
+	}
+	o.By, o.Reason = f[6][:byLen], f[6][byLen:]
+	return o, nil
+}
+
+// parseOverrideElement decodes the override element of take.lua's reply
+// (first element >= 4): "<ID>|<every rule's reported limit,
+// comma-separated>|<the override's stored value>". It returns the
+// override and the limits, one per rule of n.
+func parseOverrideElement(s string, n int) (driver.Override, []int64, error) {
+	ids, rest, ok1 := strings.Cut(s, "|")
+	ls, v, ok2 := strings.Cut(rest, "|")
+	id, err := strconv.ParseInt(ids, 10, 64)
+	if !ok1 || !ok2 || err != nil {
+		return driver.Override{}, nil, fmt.Errorf("reply: override element: bad shape")
+	}
+	o, err := parseOverride(id, v)
+	if err != nil {
+		return driver.Override{}, nil, fmt.Errorf("reply: %w", err)
+	}
+	var lims []int64
+	if n > 0 {
+		parts := strings.Split(ls, ",")
+		if len(parts) != n {
+			return driver.Override{}, nil, fmt.Errorf("reply: override element: want %d limits, got %d", n, len(parts))
+		}
+		lims = make([]int64, n)
+		for i, p := range parts {
+			if lims[i], err = strconv.ParseInt(p, 10, 64); err != nil {
+				return driver.Override{}, nil, fmt.Errorf("reply: override element: limit %q is not an integer", p)
+			}
+		}
+	}
+	return o, lims, nil
+}
+
+// overrideCounter returns the key whose INCR numbers the overrides set
+// under key: key's part before its hash tag (the sdk's prefix) then
+// ":!override-id", one counter per prefix ("!" sorts the key beside no
+// subject's: the sdk escapes nothing into a bare "!").
+func overrideCounter(key string) string {
+	if i := strings.Index(key, ":{"); i >= 0 {
+		return key[:i] + ":!override-id"
+	}
+	return key + ":!override-id"
 }
 
 // Idempotency records (driver.Request.IdempotencyKey). take.lua writes 0x02,

@@ -120,3 +120,7 @@ func expand(src string) string {
 		return m[1] + "do\n" + indent(body, m[1]+"  ") + "\n" + m[1] + "end"
 	})
 }
+
+// Overrides sets, deletes and lists a subject's per-person overrides: see
+// overrides.lua (a script of its own: not on the decision path).
+var Overrides = read("overrides.lua")

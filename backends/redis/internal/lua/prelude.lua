@@ -33,7 +33,7 @@
 -- exactly when it is an integer.
 local sf = string.format
 -- ARGV per attempt header and per rule (take.lua).
-local HA, RA = 15, 8
+local HA, RA = 19, 8
 
 local FMT = '\1'
 -- The first byte of an idempotency record (take.lua).
@@ -41,9 +41,10 @@ local REC = '\2'
 local HDR = '<c4I3I6'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
--- entry (at µs, policy, rule, used, limit, cost, retry µs, cost too high
--- 0|1; every number with '%d', a number or a numeral string), then
--- "|values" (take.lua's header).
+-- entry (at µs, policy, rule, used, limit, cost, retry µs, flags: 1 cost
+-- too high, 2 shadow, 4 override block (then the rule field is the
+-- override's ID); every number with '%d', a number or a numeral string),
+-- then "|values" (take.lua's header; backends/redis/wire.go owns it).
 local FOREIGN = ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)'
 local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
 local MARK = '\0\0\0\0'

@@ -38,6 +38,14 @@
 -- ARGV[a+12]  the idempotency record's TTL, ms
 -- ARGV[a+13]  op r: hold id; ARGV[a+14] its lifetime µs; ARGV[a+15] the
 --             reservations key's TTL, ms
+-- ARGV[a+16]  ok: index of the overrides (hash, driver.Request.OverrideKey),
+--             0 = none
+-- ARGV[a+17]  shadows: "" (none) or one character per rule, '1' for a
+--             shadow rule (driver.Rule.Shadow), '0' otherwise
+-- ARGV[a+18]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
+--             1-based index of an earlier rule; 0 = none), comma-separated
+-- ARGV[a+19]  windows: "" or, when ok > 0, per rule its window in µs,
+--             comma-separated (a GCRA rule's rate under a limit override)
 -- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
@@ -54,15 +62,33 @@
 -- written with one SET; tag identifies the rule's entry there ("" for the
 -- others). Unused p's are "0".
 --
--- Reply, per attempt: {allowed 0|1, now µs, the rules' bytes: per rule
+-- Reply, per attempt: {allowed 0|1 (plus 4 when an override applied),
+--   now µs, the rules' bytes: per rule
 --   struct '<Bi7i7i7' flags (1 = allowed, 0 denied, 2 = cost too high),
---   used, reset-after µs, retry-after µs; then (op i) the trail entries,
+--   used, reset-after µs, retry-after µs; then, when an override applied,
+--   "<its ID>|<every rule's limit as reported, comma-separated>|<its
+--   stored value>"; then (op i) the trail entries,
 --   newest first, strings "at µs|policy|rule|used|limit|cost|retry
---   µs|ctl 0|1", then "|values" when ARGV[a+11] is not empty}.
--- The caller knows each rule's limit, hence remaining = math.max(0, limit-used).
+--   µs|flags" (prelude.lua's TRAIL), then "|values" when ARGV[a+11] is not
+--   empty}.
+-- The caller knows each rule's limit (but for overrides), hence remaining
+-- = math.max(0, limit-used).
 -- A replay (a live idempotency record exists) returns the stored reply
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
+--
+-- Shadow rules (ARGV[a+17]) are evaluated and reported but never deny;
+-- they are committed only when they admit and the attempt consumes; a
+-- take or reserve they would have denied writes a trail entry flagged 2,
+-- allowed or not. A seeded rule (ARGV[a+18]) whose state shows nothing
+-- (used 0) is first given the state a take of u units at now leaves on
+-- empty state (its fragment's eval and commit run on no state with cost
+-- u), u being its seed rule's used as evaluated in this attempt; the
+-- seeded state is written only with the attempt's own write. Overrides
+-- (ARGV[a+16], a hash: field = ID, value = wire.go's override format, of
+-- which the script reads "<kind>|<counted>|<until µs>|<created µs>|
+-- <limits>|"): live ones (until 0 or after now) apply, block over exempt
+-- over limits (the latest ID of each kind; per rule for limits).
 -- One attempt (m = 1): the script's reply is the attempt's. Several: an
 -- array of them, where an attempt that failed is an error element.
 -- Errors: redis.error_reply with a "freqcap:" message (never naming a
@@ -99,7 +125,14 @@ for a = 1, attempts do
       if rec then
         if string.sub(rec, 1, 1) == REC then
           local al, at, len, p = struct.unpack('<Bi7I2', rec, 2)
-          reply = {al + 2, at, string.sub(rec, p, p + len - 1), string.sub(rec, p + len)}
+          local bin = string.sub(rec, p, p + len - 1)
+          p = p + len
+          if al >= 4 then
+            local ol, q = struct.unpack('<I2', rec, p)
+            reply = {al + 2, at, bin, string.sub(rec, q, q + ol - 1), string.sub(rec, q + ol)}
+          else
+            reply = {al + 2, at, bin, string.sub(rec, p)}
+          end
           break
         end
         local sep = string.find(rec, '|', 1, true)
@@ -205,6 +238,50 @@ for a = 1, attempts do
     if op ~= 'i' then c = tonumber(ARGV[ab + 2]) end
     local consume = op == 't' or op == 'r'
 
+    -- Shadow rules, seeds and overrides: nil (the common case) or tables.
+    local shadow, seeds, blk, ex, lims, wins
+    if ARGV[ab + 17] ~= '' then
+      shadow = {}
+      for r = 1, n do shadow[r] = string.byte(ARGV[ab + 17], r) == 49 end
+    end
+    if ARGV[ab + 18] ~= '' then
+      seeds = {}
+      for d in string.gmatch(ARGV[ab + 18], '%d+') do seeds[#seeds + 1] = tonumber(d) end
+    end
+    local ok = tonumber(ARGV[ab + 16])
+    if ok > 0 then
+      local h = redis.pcall('HGETALL', KEYS[kb + ok])
+      if h.err then
+        reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
+        break
+      end
+      for k = 1, #h, 2 do
+        local id = tonumber(h[k])
+        local kd, cn, un, lm = string.match(h[k + 1], '^(%a)|(%d)|(%d+)|%d+|([^|]*)|')
+        if id and kd and (un == '0' or tonumber(un) > now) then
+          if kd == 'b' then
+            if not blk or id > blk[1] then blk = {id, h[k + 1], tonumber(un)} end
+          elseif kd == 'e' then
+            if not ex or id > ex[1] then ex = {id, h[k + 1], cn == '1'} end
+          elseif kd == 'l' then
+            lims = lims or {}
+            for nm, lv in string.gmatch(lm, '([^,=]+)=(%d+)') do
+              local cur = lims[nm]
+              if not cur or id > cur[1] then lims[nm] = {id, tonumber(lv), h[k + 1]} end
+            end
+          end
+        end
+      end
+      if lims then
+        wins = {}
+        for d in string.gmatch(ARGV[ab + 19], '%d+') do wins[#wins + 1] = tonumber(d) end
+      end
+    end
+    -- lim: the limits reported per rule once an override applied; ov: the
+    -- override that decided or changed a limit ({ID, stored value}).
+    local lim, ov
+    if blk then ov = blk elseif ex then ov = ex end
+
     -- Phase 1: evaluate every rule, writing nothing.
     local res = {0, now}
     local st = {}
@@ -216,30 +293,108 @@ for a = 1, attempts do
       local tag = ARGV[b + 6]
       local ki = tonumber(ARGV[b + 7])
       local key = KEYS[kb + ki]
-      local flags, used, reset, retry = 1, 0, 0, 0
-      local v, p, _, pl, pe, pq -- a packed rule's value and entry
-      if vals[ki] then
-        v, p = raws[ki], vals[ki][tag]
-        if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
+      if lims then
+        -- A limit override: the rule's limit (GCRA: its rate, per its
+        -- window, the burst kept: T and the tolerance as
+        -- driver.Rule.GCRAParams computes them, the tolerance bounded at
+        -- 2^52 µs).
+        local lo = lims[ARGV[b + 2]]
+        if lo then
+          if code == 'g' then
+            local w = wins[r]
+            local T = w / lo[2]
+            T = T - T % 1
+            if T < 1 then T = 1 end
+            local tol = T * L
+            if tol > 4503599627370496 then tol = 4503599627370496 end
+            ARGV[b + 4], ARGV[b + 5] = T, tol
+          else
+            L = lo[2]
+          end
+          lim = lim or {}
+          lim[r] = L
+          if not blk and not ex and (not ov or lo[1] > ov[1]) then ov = {lo[1], lo[3]} end
+        end
       end
-      if code == 's' then
-        --@sliding.eval
-      elseif code == 'f' or code == 'c' then
-        --@fixed.eval
-      elseif code == 'g' then
-        --@gcra.eval
-      elseif code == 'l' then
-        local lg = logs[ki]
-        --@log.eval
-      elseif code == 't' or code == 'h' then
-        --@modsliding.eval
-      elseif code == 'x' then
-        --@cell.eval
-      else
-        fail = redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
-        break
+      local flags, used, reset, retry
+      local seedu = 0
+      if seeds and seeds[r] and seeds[r] > 0 then seedu = res[3 + (seeds[r] - 1) * 4 + 1] end
+      for pass = 1, 2 do
+        flags, used, reset, retry = 1, 0, 0, 0
+        local v, p, _, pl, pe, pq -- a packed rule's value and entry
+        if vals[ki] then
+          v, p = raws[ki], vals[ki][tag]
+          if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
+        end
+        if code == 's' then
+          --@sliding.eval
+        elseif code == 'f' or code == 'c' then
+          --@fixed.eval
+        elseif code == 'g' then
+          --@gcra.eval
+        elseif code == 'l' then
+          local lg = logs[ki]
+          --@log.eval
+        elseif code == 't' or code == 'h' then
+          --@modsliding.eval
+        elseif code == 'x' then
+          --@cell.eval
+        else
+          fail = redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
+          break
+        end
+        if fail or pass == 2 or seedu <= 0 or used > 0 then break end
+        -- Seeding: the rule's state shows nothing. A packed rule gets the
+        -- entry its fragment's commit writes for a take of seedu units on
+        -- no state (its eval run first, as commit needs), spliced into the
+        -- value read, and is evaluated again on it (pass 2); the value is
+        -- then written whole, only with the attempt's own write.
+        if code == 's' or code == 'f' or code == 'c' or code == 'g' then
+          local ent, exp
+          do
+            local c, L, p, plan, st = seedu, math.max(L, seedu), nil, nil, {}
+            local flags, used, reset, retry = 1, 0, 0, 0
+            if code == 's' then
+              --@sliding.eval
+            elseif code == 'g' then
+              --@gcra.eval
+            else
+              --@fixed.eval
+            end
+            local x = st[r]
+            used, reset = 0, 0
+            if code == 's' then
+              --@sliding.commit
+            elseif code == 'g' then
+              --@gcra.commit
+            else
+              --@fixed.commit
+            end
+          end
+          local sv = packv(raws[ki], vals[ki], {ent}, exp, nowms)
+          raws[ki], vals[ki] = sv, unpackv(sv)
+          built = built or {}
+          built[ki] = true
+        elseif code == 'l' then
+          -- A sliding log: seedu members at now (at most L: more would
+          -- change nothing but the count), added before the attempt's own
+          -- by the log's first commit (phase 2); until then as if there.
+          local lg, W = logs[ki], tonumber(ARGV[b + 4])
+          local u = math.min(seedu, L)
+          used, reset, retry, flags = u, W, 0, 1
+          if c > L then
+            flags = 2
+          elseif u + c > L then
+            flags, retry = 0, W
+          end
+          if not lg.seedu or lg.seedu < u then lg.seedu = u end
+          break
+        else
+          break -- (module codes: the encoder sends no seed with them)
+        end
       end
-      if flags ~= 1 then allowed = false end
+      if fail then break end
+      if flags ~= 1 and not (shadow and shadow[r]) then allowed = false end
       local o = 3 + (r - 1) * 4
       res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
     end
@@ -248,7 +403,17 @@ for a = 1, attempts do
       break
     end
 
-    -- Phase 2: consume from every rule, only if all admit.
+    -- Overrides: a block denies, else an exempt admits (an uncounted one
+    -- consuming nothing: nocount).
+    local nocount
+    if blk then
+      allowed = false
+    elseif ex then
+      allowed, nocount = true, not ex[3]
+    end
+
+    -- Phase 2: consume from every rule, only if all admit (a shadow rule
+    -- only if it admits too).
     local plan
     if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
     if allowed and consume and own then
@@ -267,7 +432,9 @@ for a = 1, attempts do
         local x = st[r]
         local used, reset = res[o + 1], res[o + 2]
         local ent, exp
-        if code == 's' then
+        if nocount or (shadow and shadow[r] and res[o] ~= 1) then
+          -- not consumed: reported as evaluated
+        elseif code == 's' then
           local v = raws[ki]
           --@sliding.commit
         elseif code == 'f' or code == 'c' then
@@ -276,6 +443,22 @@ for a = 1, attempts do
           --@gcra.commit
         elseif code == 'l' then
           local lg = logs[ki]
+          if lg.seedu and not lg.done then
+            -- The seeded members (phase 1), named as the log's commit
+            -- names its own, which then continue after them.
+            local pre, seq = sf('%d', now), 0
+            if lg.newest == now and string.sub(lg.top, 1, #pre) == pre then
+              seq = tonumber(string.sub(lg.top, #pre + 2)) or 0
+            end
+            local za = {}
+            for k = 1, lg.seedu do
+              local q = sf('%d', seq + k)
+              za[#za + 1] = pre
+              za[#za + 1] = pre .. #q .. q
+            end
+            for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
+            lg.newest, lg.top = now, za[#za]
+          end
           --@log.commit
         elseif code == 't' or code == 'h' then
           --@modsliding.commit
@@ -348,8 +531,10 @@ for a = 1, attempts do
     end
     res[1] = allowed and 1 or 0
 
-    -- The denial trail: one entry per denying rule, same atomic step.
-    if not allowed and consume and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
+    -- The denial trail, same atomic step: one entry per denying rule of a
+    -- denied attempt (not under a block: the block's entry instead), and
+    -- per denying shadow rule, allowed or not (flags 2).
+    if consume and (not allowed or shadow) and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
       local tkey = KEYS[kb + tk]
       local tv = ARGV[ab + 11]
       if tv ~= '' then tv = '|' .. tv end
@@ -357,35 +542,57 @@ for a = 1, attempts do
       for r = n, 1, -1 do
         local o = 3 + (r - 1) * 4
         local fl = res[o]
-        if fl ~= 1 then
+        local sh = shadow and shadow[r]
+        if fl ~= 1 and (sh or (not allowed and not blk)) then
           local b = ab + HA + (r - 1) * RA
+          local fg = fl / 2
+          if sh then fg = fg + 2 end
           ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + 10], ARGV[b + 2],
-            res[o + 1], ARGV[b + 3], c, res[o + 3], fl / 2) .. tv
+            res[o + 1], (lim and lim[r]) or ARGV[b + 3], c, res[o + 3], fg) .. tv
         end
       end
-      pushTrail(tkey, ent, tonumber(ARGV[ab + 8]), ARGV[ab + 9])
+      if blk then
+        local ra = 0
+        if blk[3] > 0 then ra = blk[3] - now end
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + 10], sf('%d', blk[1]), 0, 0, c, ra, 4) .. tv
+      end
+      if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + 8]), ARGV[ab + 9]) end
     end
 
     -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
     -- rule: one string, not 4 integers a rule, for both sides to convert).
     local bin = ''
     if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
-    -- res becomes the reply: {allowed, now, bin, trail entries…}.
-    res[3], res[4] = bin, nil
+    -- out is the reply: {allowed, now, bin, [override], trail entries…}.
+    local out = {res[1], now, bin}
+    local ovs = '' -- the override element, stored in the record too
+    if ov then
+      local ls = {}
+      for r = 1, n do
+        ls[r] = (lim and lim[r]) or ARGV[ab + HA + (r - 1) * RA + 3]
+        if type(ls[r]) == 'number' then ls[r] = sf('%d', ls[r]) end
+      end
+      ovs = sf('%d', ov[1]) .. '|' .. table.concat(ls, ',') .. '|' .. ov[2]
+      out[1], out[4] = out[1] + 4, ovs
+    end
 
-    -- Store the decision for retries of the same attempt, in the same step.
+    -- Store the decision for retries of the same attempt, in the same
+    -- step: with an override (first element >= 4), its element after the
+    -- rules' bytes, as '<I2' length then bytes.
     if ik > 0 and consume then
       local hid = ''
       if op == 'r' and allowed then hid = ARGV[ab + 13] end
-      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', res[1], now, #bin) .. bin .. hid, 'PX', ARGV[ab + 12])
+      local ovr = ''
+      if ov then ovr = struct.pack('<I2', #ovs) .. ovs end
+      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + 12])
     end
 
     if op == 'i' and tk > 0 then
       local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
-      for k = 1, #tr do res[3 + k] = tr[k] end
-      res[4 + #tr] = nil
+      local at = #out
+      for k = 1, #tr do out[at + k] = tr[k] end
     end
-    reply = res
+    reply = out
   until true
   if attempts == 1 then return reply end
   replies[a] = reply

@@ -54,7 +54,8 @@ local nsup, tatok = mods()
 local saved, out = {}, {}
 for r = 1, n do
   local b = ab + HA + (r - 1) * RA
-  if ARGV[b + 1] == 'x' then
+  -- A shadow rule that denied, or an uncounted exempt: not consumed.
+  if ARGV[b + 1] == 'x' and not nocount and not (shadow and shadow[r] and res[3 + (r - 1) * 4] ~= 1) then
     local key, xs, L = KEYS[kb + tonumber(ARGV[b + 7])], st[r], tonumber(ARGV[b + 3])
     local tv = xs[4]
     saved[#saved + 1] = {key, tv, redis.call('PTTL', key)}
@@ -62,7 +63,11 @@ for r = 1, n do
     local rem = tonumber(cr[3])
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
     local o = 3 + (r - 1) * 4
-    if tonumber(cr[1]) ~= 0 then
+    if tonumber(cr[1]) ~= 0 and shadow and shadow[r] then
+      -- A shadow rule CL.THROTTLE denies now: reported so, never denying.
+      saved[#saved] = nil
+      res[o] = 0
+    elseif tonumber(cr[1]) ~= 0 then
       for q = #saved - 1, 1, -1 do
         local sk, sv, sttl = saved[q][1], saved[q][2], saved[q][3]
         -- No TTL left (a peek on a fresh key leaves its TAT = now with
@@ -79,10 +84,11 @@ for r = 1, n do
       res[o + 2] = ttl
       allowed, out = false, nil
       break
+    else
+      local nv = redis.call('GET', key)
+      out[#out + 1] = {o, L - rem, nsup(nv) - now}
+      if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. sf('%d', c * xs[3] * 1000) end
     end
-    local nv = redis.call('GET', key)
-    out[#out + 1] = {o, L - rem, nsup(nv) - now}
-    if plan then plan[#plan + 1] = 'x ' .. key .. ' ' .. sf('%d', c * xs[3] * 1000) end
   end
 end
 if out then
