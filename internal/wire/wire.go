@@ -184,6 +184,7 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 	out := &freqcapv1.Policy{
 		Name: p.Name(), FailOpen: p.FailOpen(), Dimensions: p.Dimensions(), ShardBy: p.ShardBy(),
 		HotDenyCache: int32(p.HotDenyCache()), TrailMax: int32(tmax), TrailTtl: dur(tttl),
+		Overrides: p.ReadsOverrides(),
 	}
 	for _, r := range p.Rules() {
 		rj := &freqcapv1.Rule{

@@ -2967,13 +2967,17 @@ type PolicyChange struct {
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// rule is empty for a change of the policy itself.
 	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
-	// kind is what changed, as sdk/policyfile names it (e.g. "added",
-	// "removed", "limit", "shadow", "identity", "rekey").
+	// kind is what changed, as sdk/policyfile names it: "added",
+	// "removed", "modified" (limit, burst or shadow: same state),
+	// "identity changed" (window, sub-windows, algorithm, calendar or zone:
+	// new keys, seeded from the former rule), "re-keyed" (dimensions), or
+	// "setting" (a policy setting; detail names it).
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// carries says what of the rule's counts carries over: "exactly",
 	// "conservatively" or "nothing".
 	Carries string `protobuf:"bytes,4,opt,name=carries,proto3" json:"carries,omitempty"`
-	// detail says it in words (e.g. "window 24h -> 12h").
+	// detail says it in words (the fields changed, e.g. "limit 50 → 40",
+	// and what that means for the counts).
 	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
