@@ -14,28 +14,13 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// overrider is the part of *sdk.Limiter OverrideService calls.
-type overrider interface {
-	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error)
-	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
-	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error)
-}
-
-// overrideService implements OverrideService over the Limiter.
+// overrideService implements OverrideService over the Limiter (a
+// backend that keeps no overrides answers Unimplemented, reason
+// UNSUPPORTED, through the sdk's errors.ErrUnsupported).
 type overrideService struct{ s *Server }
 
-// limiter returns the Limiter's override calls, or Unimplemented when
-// this build's sdk has none.
-func (ovs *overrideService) limiter() (overrider, error) {
-	ov, ok := any(ovs.s.cfg.Limiter).(overrider)
-	if !ok {
-		return nil, wire.NewError(connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED, "this build's sdk keeps no overrides")
-	}
-	return ov, nil
-}
-
 // target checks the call's policy and subject for op.
-func (ovs *overrideService) target(ctx context.Context, op Op, policy string, subj map[string]string) (*sdk.Policy, overrider, error) {
+func (ovs *overrideService) target(ctx context.Context, op Op, policy string, subj map[string]string) (*sdk.Policy, *sdk.Limiter, error) {
 	svc := &service{s: ovs.s}
 	p, _, err := svc.policy(ctx, op, policy)
 	if err != nil {
@@ -44,11 +29,7 @@ func (ovs *overrideService) target(ctx context.Context, op Op, policy string, su
 	if err := checkSubject(p, subj); err != nil {
 		return nil, nil, err
 	}
-	ov, err := ovs.limiter()
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, ov, nil
+	return p, ovs.s.cfg.Limiter, nil
 }
 
 // failed turns an sdk error into the call's error.

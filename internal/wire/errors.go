@@ -26,7 +26,7 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_COST
 	case errors.Is(err, sdk.ErrInvalidIdempotencyKey):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
-	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
+	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule), errors.Is(err, sdk.ErrInvalidOverride):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ARGUMENT
 	case errors.Is(err, errors.ErrUnsupported):
 		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
