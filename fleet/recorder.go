@@ -54,6 +54,14 @@ const (
 	// announceEvery is how often a policy is announced again, so that
 	// readers see which policies are still run.
 	announceEvery = time.Minute
+	// ShadowPeopleStep is the width of the buckets of the distinct
+	// subjects a shadow rule would have denied (one HyperLogLog per rule
+	// per bucket), kept StatsCoarseRetention.
+	ShadowPeopleStep = 10 * time.Minute
+	// maxPeoplePending bounds the distinct (rule, bucket, subject) triples
+	// a stripe holds between two flushes; beyond, subjects are not counted
+	// as people (their attempts still are) and Lost counts them.
+	maxPeoplePending = 1 << 14
 )
 
 // Options configures a Recorder or a Reader (which reads only Prefix, Now
@@ -97,14 +105,28 @@ type Options struct {
 	OnError func(error)
 	// FlushTimeout bounds one flush (default 5s).
 	FlushTimeout time.Duration
+	// Sample is the share of subjects whose every counted attempt the
+	// Recorder logs for what-if replays (package fleet/whatif): 1 in
+	// Sample subjects, picked by a hash of their shard values that every
+	// process computes alike, so a sampled subject's attempts are logged
+	// by every service. A power of two; 1 logs every subject; default
+	// DefaultSample; negative: no log. Entries are kept per policy per
+	// SampleStep, SampleRetention after it (see Reader.Traffic).
+	Sample int
+	// SampleKeep bounds each list of the log (one per policy per
+	// SampleStep): the newest SampleKeep entries are kept (default
+	// DefaultSampleKeep).
+	SampleKeep int
 }
 
 // Recorder counts the decisions of the Limiters that observe with it
 // (sdk.WithObserver(rec.Observe)), per policy and rule — allowed, denied,
-// and allowed but near the limit — in StatsStep buckets, and the most
-// denied subjects per policy, and flushes them to a backend implementing
-// store.Counters, where every process's counts add up and Reader.Stats
-// reads them.
+// and allowed but near the limit; for a shadow rule, what it would have
+// denied — in StatsStep buckets, the decisions per-person overrides
+// decided by kind, the most denied subjects per policy, and the distinct
+// subjects each shadow rule would have denied per ShadowPeopleStep, and
+// flushes them to a backend implementing store.Counters, where every
+// process's counts add up and Reader.Stats and Reader.Shadow read them.
 //
 // Only consuming decisions are counted (take, reserve, wait — each
 // attempt Wait makes, so a Wait that sleeps once counts a denial and then
@@ -113,8 +135,9 @@ type Options struct {
 // (sdk.Policy.HotDenyCache) counts like any denial.
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
-// denial that stripe's small top-K under its mutex): no allocation, no
-// I/O, and it never fails or delays a decision.
+// denial that stripe's small top-K under its mutex, for a shadow denial
+// a set of subject hashes): no I/O, no allocation but a map's growth,
+// and it never fails or delays a decision.
 //
 // The Recorder owns a goroutine (started by NewRecorder unless
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
@@ -140,12 +163,15 @@ type Recorder struct {
 	topK   int
 	onErr  func(error)
 	tmo    time.Duration
+	// sampleN is Options.Sample (0: no log), sampleKeep SampleKeep.
+	sampleN, sampleKeep int
 
-	seed   maphash.Seed // picks a subject's stripe
-	pols   sync.Map     // *sdk.Policy -> *policyStats
-	mu     sync.Mutex
-	idents map[string]*policyStats // ident(p) -> its counts (mu)
-	list   []*policyStats          // every policyStats, in first-use order (mu)
+	seed    maphash.Seed // picks a subject's stripe
+	version atomic.Int64 // SetPolicyVersion
+	pols    sync.Map     // *sdk.Policy -> *policyStats
+	mu      sync.Mutex
+	idents  map[string]*policyStats // ident(p) -> its counts (mu)
+	list    []*policyStats          // every policyStats, in first-use order (mu)
 
 	flushMu sync.Mutex // serialises flushes
 	lost    atomic.Int64
@@ -163,24 +189,32 @@ type policyStats struct {
 	stripes [recorderStripes]stripe
 	// announced is when the policy was last announced (unix ms; 0: never).
 	announced atomic.Int64
+	// sample holds the sampled attempts until a flush.
+	sample samplePending
 }
 
 // stripe is a share of a policy's counts: the decisions of the subjects
 // hashed to it.
 type stripe struct {
-	slots [2]bucketSlot // by fine bucket parity
-	top   topK
-	_     [64]byte // keeps stripes off each other's cache lines
+	slots  [2]bucketSlot // by fine bucket parity
+	top    topK
+	people peopleSet
+	_      [64]byte // keeps stripes off each other's cache lines
 }
 
 // bucketSlot holds the counts of one fine bucket until a flush takes them.
 type bucketSlot struct {
 	bucket          atomic.Int64 // fine bucket number: unix seconds / 10
 	allowed, denied atomic.Int64
-	rules           []ruleCounts
+	// overrides counts the decisions an override decided or changed, by
+	// kind (Exempt, Block, Limit: index kind-1).
+	overrides [3]atomic.Int64
+	rules     []ruleCounts
 }
 
-type ruleCounts struct{ allowed, denied, near atomic.Int64 }
+// ruleCounts are one rule's verdicts; shadow counts what a shadow rule
+// would have denied, shadowAllowed those of them the decision allowed.
+type ruleCounts struct{ allowed, denied, near, shadow, shadowAllowed atomic.Int64 }
 
 // NewRecorder returns a Recorder flushing to b, which must implement
 // store.Counters (the memory and Redis backends do; else the error
@@ -198,8 +232,23 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 	if o.NearLimit < 0 || o.NearLimit > 1 || o.TopK < 0 {
 		return nil, fmt.Errorf("fleet: recorder: near limit must be in [0, 1] and top k >= 0, got %v and %d", o.NearLimit, o.TopK)
 	}
+	switch {
+	case o.Sample == 0:
+		o.Sample = DefaultSample
+	case o.Sample < 0:
+		o.Sample = 0
+	case o.Sample&(o.Sample-1) != 0:
+		return nil, fmt.Errorf("fleet: recorder: sample must be a power of two, got %d", o.Sample)
+	}
+	if o.SampleKeep < 0 {
+		return nil, fmt.Errorf("fleet: recorder: sample keep must be >= 0, got %d", o.SampleKeep)
+	}
+	if o.SampleKeep == 0 {
+		o.SampleKeep = DefaultSampleKeep
+	}
 	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
-		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{}}
+		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{},
+		sampleN: o.Sample, sampleKeep: o.SampleKeep}
 	if r.near == 0 {
 		r.near = DefaultNearLimit
 	}
@@ -273,9 +322,11 @@ func (r *Recorder) Close() error {
 	return r.flushReport()
 }
 
-// Lost returns the number of counts (decision counts and subject counts)
-// lost to failed flushes. A failed flush is not retried: its counts may
-// have been partly stored, and are never stored twice.
+// Lost returns the number of counts (decision counts, subject counts and
+// sampled attempts) lost to failed flushes, and of shadow-denied subjects
+// and sampled attempts dropped because too many waited for a flush. A
+// failed flush is not retried: its counts may have been partly stored,
+// and are never stored twice.
 func (r *Recorder) Lost() int64 { return r.lost.Load() }
 
 // Announce marks policies to be announced at the next flush (and every
@@ -308,6 +359,14 @@ func (r *Recorder) Observe(e sdk.Event) {
 	sec := d.At.Unix()
 	b := arith.FloorDiv(sec, int64(StatsStep/time.Second))
 	tag := e.Shard
+	var h uint64 // the subject's hash, computed when needed (hashed says so)
+	hashed := false
+	if r.sampleN > 0 { // the sampling decision first: nothing more for the others
+		h, hashed = subjectHash(tag), true
+		if sampled(h, r.sampleN) {
+			r.sample(ps, &e, h)
+		}
+	}
 	st := &ps.stripes[maphash.String(r.seed, tag)%recorderStripes]
 	s := &st.slots[b&1]
 	for {
@@ -321,20 +380,39 @@ func (r *Recorder) Observe(e sdk.Event) {
 	} else {
 		s.denied.Add(1)
 	}
+	if o := d.Override; o.ID != 0 && o.Kind >= sdk.OverrideExempt && o.Kind <= sdk.OverrideLimit {
+		s.overrides[o.Kind-sdk.OverrideExempt].Add(1)
+	}
+	j, formerDenied := 0, false // j: the rule's index in ps.rules
 	for i := range d.Rules {
-		if i >= len(s.rules) {
+		rd := &d.Rules[i]
+		if rd.Before != 0 { // a rule's former self, enforced beside it: part of its verdict
+			formerDenied = formerDenied || !rd.Allowed
+			continue
+		}
+		if j >= len(s.rules) || rd.Rule != ps.rules[j] {
 			break
 		}
-		rd, rc := &d.Rules[i], &s.rules[i]
+		rc, allowed := &s.rules[j], rd.Allowed && !formerDenied
 		switch {
-		case !rd.Allowed:
+		case rd.Shadow && !allowed:
+			rc.shadow.Add(1)
+			if d.Allowed {
+				rc.shadowAllowed.Add(1)
+			}
+			if !hashed {
+				h, hashed = subjectHash(tag), true
+			}
+			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: h}, &r.lost)
+		case !allowed:
 			rc.denied.Add(1)
 		default:
 			rc.allowed.Add(1)
-			if d.Allowed && float64(rd.Remaining) <= r.near*float64(rd.Limit) {
+			if d.Allowed && !rd.Shadow && float64(rd.Remaining) <= r.near*float64(rd.Limit) {
 				rc.near.Add(1)
 			}
 		}
+		j, formerDenied = j+1, false
 	}
 	if !d.Allowed {
 		st.top.add(tag, arith.FloorDiv(sec, int64(StatsCoarseStep/time.Second)), r.topK)
@@ -508,10 +586,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			}
 			take(fieldAllowed, &s.allowed)
 			take(fieldDenied, &s.denied)
+			for k, f := range overrideFields {
+				take(f, &s.overrides[k])
+			}
 			for j, rule := range ps.rules {
 				take(fieldAllowed+":"+rule, &s.rules[j].allowed)
 				take(fieldDenied+":"+rule, &s.rules[j].denied)
 				take(fieldNear+":"+rule, &s.rules[j].near)
+				take(fieldShadow+":"+rule, &s.rules[j].shadow)
+				take(fieldShadowAllowed+":"+rule, &s.rules[j].shadowAllowed)
 			}
 			if b2 := s.bucket.Load(); b2 != b { // a decision of a new bucket came in
 				b = b2
@@ -545,16 +628,24 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				}
 			}
 		}
+		for k := range ps.stripes {
+			batch.Uniques = r.appendPeople(batch.Uniques, ps, ps.stripes[k].people.drain())
+		}
+		var n int
+		batch.Logs, n = r.appendSample(batch.Logs, ps)
+		counts += int64(n)
 		if last := ps.announced.Load(); last == 0 || now.Sub(time.UnixMilli(last)) >= announceEvery {
 			ps.announced.Store(now.UnixMilli())
-			ann = append(ann, store.Field{Name: announcement(ps.p), Value: now.UnixMilli()})
+			a := AnnouncementOf(ps.p)
+			a.Version = r.version.Load()
+			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
 		}
 	}
 	if len(ann) > 0 {
 		day := now.UTC().Truncate(24 * time.Hour)
 		batch.Hashes = append(batch.Hashes, store.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
-	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
+	if batch.Empty() {
 		return nil
 	}
 	if err := r.st.FlushStats(ctx, batch); err != nil {
@@ -567,14 +658,22 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Statistics fields of a bucket's hash: decisions allowed and denied, and
+// Statistics fields of a bucket's hash: decisions allowed and denied, the
+// decisions overrides decided or changed by kind ("oe", "ob", "ol"), and
 // per rule ("a:<rule>", "d:<rule>", "n:<rule>") the rule's verdicts and
-// its near-limit allowed decisions.
+// its near-limit allowed decisions, and for a shadow rule ("s:<rule>",
+// "sa:<rule>") the decisions it would have denied and those of them that
+// were allowed.
 const (
-	fieldAllowed = "a"
-	fieldDenied  = "d"
-	fieldNear    = "n"
+	fieldAllowed       = "a"
+	fieldDenied        = "d"
+	fieldNear          = "n"
+	fieldShadow        = "s"
+	fieldShadowAllowed = "sa"
 )
+
+// overrideFields are the fields of the override counts, by kind - 1.
+var overrideFields = [3]string{"oe", "ob", "ol"}
 
 // fineKey is the hash of a policy's 10 s bucket starting at start:
 // "<prefix>:stats:{<policy>:10s:<unix>}". The hash tag holds the policy

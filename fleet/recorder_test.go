@@ -249,7 +249,8 @@ func TestRecorderUnsupported(t *testing.T) {
 }
 
 // TestRecorderAllocs: recording adds no allocation to a decision, allowed
-// or denied (from the backend or the hot-deny cache).
+// or denied (from the backend or the hot-deny cache), of a subject
+// outside the traffic sample (the default one).
 func TestRecorderAllocs(t *testing.T) {
 	ctx := context.Background()
 	p := recPolicy(t, time.Minute)
@@ -270,7 +271,11 @@ func TestRecorderAllocs(t *testing.T) {
 					opts = append(opts, sdk.WithObserver(r.Observe))
 				}
 				lim := sdk.New(b, opts...)
-				s := sdk.Subject{"user": "u", "content": "x"}
+				user := "u"
+				for i := 0; fleet.InSample(user, fleet.DefaultSample); i++ {
+					user = "u" + strconv.Itoa(i)
+				}
+				s := sdk.Subject{"user": user, "content": "x"}
 				allowN(t, lim, p, s, tc.n+1)
 				return testing.AllocsPerRun(200, func() {
 					if tc.n == 0 {

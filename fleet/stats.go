@@ -36,22 +36,40 @@ type Stats struct {
 	// TopDenied are the most denied subjects (their shard values) over the
 	// window's coarse buckets, most denied first (at most StatsTopKeep).
 	TopDenied []DeniedSubject
+	// Overrides counts the decisions per-person overrides decided or
+	// changed (sdk.Decision.Override), by kind.
+	Overrides OverrideCounts
+}
+
+// OverrideCounts counts decisions by the kind of the override that
+// decided them (Exempt: admitted, Block: denied) or changed one of their
+// rules' limits (Limit).
+type OverrideCounts struct {
+	Exempt, Block, Limit int64
 }
 
 // RuleStats is one rule's verdicts: Allowed and Denied count the decisions
 // this rule admitted and refused (a decision denied by another rule
-// counts as allowed here); NearLimit counts the allowed decisions that
-// left the rule at most Options.NearLimit of its limit.
+// counts as allowed here; a rule's former self, enforced beside it after
+// a change, denies as the rule); NearLimit counts the allowed decisions
+// that left the rule at most Options.NearLimit of its limit. A shadow
+// rule (sdk.Rule.Shadow) never denies: the decisions it would have denied
+// count in ShadowDenied, not Denied, and ShadowAllowed counts those of
+// them that were allowed.
 type RuleStats struct {
-	Rule                       string
-	Allowed, Denied, NearLimit int64
-	Series                     []StatsPoint
+	Rule                        string
+	Allowed, Denied, NearLimit  int64
+	ShadowDenied, ShadowAllowed int64
+	Series                      []StatsPoint
 }
 
 // StatsPoint is one bucket's counts.
 type StatsPoint struct {
 	At                         time.Time // the bucket's start
 	Allowed, Denied, NearLimit int64
+	// ShadowDenied counts what shadow rules would have denied: a policy's
+	// point sums its rules'.
+	ShadowDenied int64
 }
 
 // DeniedSubject is a subject's denials: its shard values (in the order of
@@ -124,13 +142,18 @@ func (rd *Reader) withTimeout(ctx context.Context) (context.Context, context.Can
 // "<prefix>:stats:{<policy>:1m:<unix>}" per bucket (hashes), and
 // "<prefix>:stats:{<policy>:1m:<unix>}:top" per minute (sorted sets).
 func (rd *Reader) Stats(ctx context.Context, p *sdk.Policy, window time.Duration) (Stats, error) {
+	return rd.stats(ctx, "stats", p, window)
+}
+
+// stats is Stats, its errors naming op.
+func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window time.Duration) (Stats, error) {
 	st := rd.st
 	if p.Name() == "" {
-		return Stats{}, fmt.Errorf("fleet: stats: %w: nil or empty policy (build it with NewPolicy)", sdk.ErrInvalidPolicy)
+		return Stats{}, fmt.Errorf("fleet: %s: %w: nil or empty policy (build it with NewPolicy)", op, sdk.ErrInvalidPolicy)
 	}
 	policy := p.Name()
 	if window <= 0 || window > StatsCoarseRetention {
-		return Stats{}, fmt.Errorf("fleet: stats: window must be in (0, %v], got %v", StatsCoarseRetention, window)
+		return Stats{}, fmt.Errorf("fleet: %s: window must be in (0, %v], got %v", op, StatsCoarseRetention, window)
 	}
 	step, kind := StatsStep, "10s"
 	if window > StatsFineRetention {
@@ -155,13 +178,13 @@ func (rd *Reader) Stats(ctx context.Context, p *sdk.Policy, window time.Duration
 	defer cancel()
 	data, err := st.ReadStats(ctx, q)
 	if err != nil {
-		return Stats{}, fmt.Errorf("fleet: stats: %w", err)
+		return Stats{}, fmt.Errorf("fleet: %s: %w", op, err)
 	}
 	if len(data.Hashes) != len(q.Hashes) || len(data.Tops) != len(q.Tops) {
-		return Stats{}, fmt.Errorf("fleet: stats: backend answered %d hashes and %d sorted sets, want %d and %d", len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
+		return Stats{}, fmt.Errorf("fleet: %s: backend answered %d hashes and %d sorted sets, want %d and %d", op, len(data.Hashes), len(data.Tops), len(q.Hashes), len(q.Tops))
 	}
 	if m := data.Malformed; len(m) > 0 {
-		return Stats{}, fmt.Errorf("fleet: stats: %w: %d fields are not numbers, the first %q of %q", ErrMalformedStats, len(m), m[0].Field, m[0].Key)
+		return Stats{}, fmt.Errorf("fleet: %s: %w: %d fields are not numbers, the first %q of %q", op, ErrMalformedStats, len(m), m[0].Field, m[0].Key)
 	}
 	rules := map[string]*RuleStats{}
 	var order []string
@@ -194,6 +217,12 @@ func (rd *Reader) Stats(ctx context.Context, p *sdk.Policy, window time.Duration
 				case fieldDenied:
 					out.Denied += f.Value
 					out.Series[i].Denied += f.Value
+				case overrideFields[0]:
+					out.Overrides.Exempt += f.Value
+				case overrideFields[1]:
+					out.Overrides.Block += f.Value
+				case overrideFields[2]:
+					out.Overrides.Limit += f.Value
 				}
 				continue
 			}
@@ -212,6 +241,12 @@ func (rd *Reader) Stats(ctx context.Context, p *sdk.Policy, window time.Duration
 				rs.NearLimit += f.Value
 				rs.Series[i].NearLimit += f.Value
 				out.Series[i].NearLimit += f.Value
+			case fieldShadow:
+				rs.ShadowDenied += f.Value
+				rs.Series[i].ShadowDenied += f.Value
+				out.Series[i].ShadowDenied += f.Value
+			case fieldShadowAllowed:
+				rs.ShadowAllowed += f.Value
 			}
 		}
 	}
@@ -259,6 +294,10 @@ type Announcement struct {
 	Policy  string          `json:"policy"`
 	ShardBy []string        `json:"shard_by"`
 	Rules   []AnnouncedRule `json:"rules"`
+	// Version is the policy-store version the announcing process runs
+	// (Recorder.SetPolicyVersion); 0 when it runs no store's version (or
+	// announced before versions were announced).
+	Version int64 `json:"version,omitempty"`
 	// LastSeen is when a process last announced it (its Recorder's clock).
 	LastSeen time.Time `json:"-"`
 }
@@ -273,6 +312,9 @@ type AnnouncedRule struct {
 	Limit     int64  `json:"limit"`
 	Burst     int64  `json:"burst,omitempty"`
 	Window    string `json:"window"`
+	// Shadow: a shadow rule (sdk.Rule.Shadow), evaluated but never
+	// denying.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // AnnouncementOf returns the announcement of p, as a Recorder makes it.
@@ -284,20 +326,23 @@ func AnnouncementOf(p *sdk.Policy) Announcement {
 	ids := p.RuleIDs()
 	for i, r := range p.Rules() {
 		a.Rules = append(a.Rules, AnnouncedRule{Name: r.Name, ID: ids[i], Algorithm: r.Algorithm.String(),
-			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String()})
+			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String(), Shadow: r.Shadow})
 	}
 	return a
 }
 
-// announcement is p's announcement as stored: a hash field.
-func announcement(p *sdk.Policy) string {
-	b, _ := json.Marshal(AnnouncementOf(p)) // plain strings and numbers: never fails
+// field is a as stored: a hash field (JSON; the fields added since the
+// first format are omitted when zero, so a policy announced without them
+// is stored as before).
+func (a Announcement) field() string {
+	b, _ := json.Marshal(a) // plain strings and numbers: never fails
 	return string(b)
 }
 
 // Diff lists how a ("here") differs from b ("there"), one phrase per
 // difference, rules compared by name; nil when both run the same rules
-// on the same keys with the same limits.
+// on the same keys with the same limits, shadow or enforced alike.
+// Versions are not compared (see Version).
 func (a Announcement) Diff(b Announcement) []string {
 	var out []string
 	if !slices.Equal(a.ShardBy, b.ShardBy) {
@@ -318,6 +363,9 @@ func (a Announcement) Diff(b Announcement) []string {
 			out = append(out, fmt.Sprintf("rule %s has other keys: id %s (%s, %s) here, id %s (%s, %s) there", r.Name, r.ID, r.Algorithm, r.Window, o.ID, o.Algorithm, o.Window))
 		case r.Limit != o.Limit || r.Burst != o.Burst:
 			out = append(out, fmt.Sprintf("rule %s has limit %d (burst %d) here, %d (burst %d) there", r.Name, r.Limit, r.Burst, o.Limit, o.Burst))
+		}
+		if ok && r.Shadow != o.Shadow {
+			out = append(out, fmt.Sprintf("rule %s is %s here, %s there", r.Name, enforcement(r.Shadow), enforcement(o.Shadow)))
 		}
 	}
 	for _, r := range b.Rules {
@@ -441,3 +489,11 @@ func parseAnnouncement(field string) (Announcement, bool) {
 
 // validName reports whether s is a name sdk.NewPolicy accepts.
 func validName(s string) bool { return keyname.Valid(s, sdk.MaxNameLen) }
+
+// enforcement names a rule's mode in Diff's phrases.
+func enforcement(shadow bool) string {
+	if shadow {
+		return "shadow"
+	}
+	return "enforced"
+}

@@ -94,8 +94,10 @@ type call struct {
 	base   string         // the subject's key base (resolved.base)
 	hot    *hotCache      // nil: no hot-deny cache for this call
 	hotKey string
-	batch  int    // Event.Batch
-	resID  string // set by finish: the reservation of an allowed reserve
+	batch  int // Event.Batch
+	// subject is the attempt's subject (Event.Subject).
+	subject Subject
+	resID   string // set by finish: the reservation of an allowed reserve
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
@@ -120,7 +122,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if err := l.supports(name, dop); err != nil {
 		return nil, err
 	}
-	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before}
+	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl
@@ -150,7 +152,7 @@ func (l *Limiter) cached(c *call) (Decision, bool) {
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
 	if ok {
-		l.emit(Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Batch: c.batch})
+		l.emit(Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Batch: c.batch})
 	}
 	return d, ok
 }
@@ -162,11 +164,11 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if a.err != nil {
 		if p.failOpen {
 			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: a.err}
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
+			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
 			return d, nil
 		}
 		err := fmt.Errorf("sdk: %s: %w", c.name, a.err)
-		l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+		l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
 		return Decision{}, err
 	}
 	r := a.r
@@ -179,7 +181,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.name, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Err: err, Latency: a.lat, Batch: c.batch})
+			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
 			return Decision{}, err
 		}
 	}
@@ -200,6 +202,6 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
 		}
 	}
-	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Decision: d, Latency: a.lat, Batch: c.batch})
+	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Latency: a.lat, Batch: c.batch})
 	return d, nil
 }

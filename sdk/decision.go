@@ -201,6 +201,12 @@ type Event struct {
 	// Batch is the number of attempts of the TakeBatch or PeekBatch
 	// call the decision belongs to (0 for single calls).
 	Batch int
+	// Subject is the attempt's subject as the caller gave it, for every
+	// Op but "inspect" (nil): the caller's map, not a copy (read it
+	// during the observer's call only, and never change it). Cost is the
+	// attempt's cost (0 for "inspect").
+	Subject Subject
+	Cost    int64
 }
 
 // decide turns a backend result into a Decision. rules are the resolved

@@ -23,7 +23,8 @@ const MaxStatsKeys = 100_000
 var ErrStatsFull = errors.New("memory: statistics full (MaxStatsKeys live keys)")
 
 // statsStore is the backend's statistics: hashes and sorted sets of
-// counters, each expiring at its own instant. The zero value is empty.
+// counters, distinct-member counters and lists, each expiring at its own
+// instant. The zero value is empty.
 type statsStore struct {
 	mu   sync.Mutex
 	keys map[string]*statsKey
@@ -31,6 +32,8 @@ type statsStore struct {
 
 type statsKey struct {
 	fields map[string]int64
+	set    *uniqueSet // a store.Unique key
+	list   []string   // a store.Log key
 	exp    time.Time
 }
 
@@ -59,6 +62,16 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 	}
 	for _, t := range batch.Tops {
 		if st.keys[t.Key] == nil {
+			fresh++
+		}
+	}
+	for _, u := range batch.Uniques {
+		if st.keys[u.Key] == nil {
+			fresh++
+		}
+	}
+	for _, l := range batch.Logs {
+		if st.keys[l.Key] == nil {
 			fresh++
 		}
 	}
@@ -94,6 +107,22 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 			}
 		}
 	}
+	for _, u := range batch.Uniques {
+		k := get(u.Key, u.ExpireAt)
+		if k.set == nil {
+			k.set = &uniqueSet{}
+		}
+		for _, m := range u.Add {
+			k.set.add(uniqueHash(m))
+		}
+	}
+	for _, l := range batch.Logs {
+		k := get(l.Key, l.ExpireAt)
+		k.list = append(k.list, l.Append...)
+		if l.Keep > 0 && len(k.list) > l.Keep {
+			k.list = append(k.list[:0:0], k.list[len(k.list)-l.Keep:]...)
+		}
+	}
 	for k, v := range st.keys {
 		if !now.Before(v.exp) {
 			delete(st.keys, k)
@@ -108,7 +137,8 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 		return store.Data{}, err
 	}
 	now := b.clock.Now().Round(0)
-	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops))}
+	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops)),
+		Uniques: make([]int64, len(q.Uniques)), Logs: make([][]string, len(q.Logs))}
 	st := &b.stats
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -133,6 +163,20 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 				fs = fs[:q.TopN]
 			}
 			out.Tops[i] = fs
+		}
+	}
+	for i, group := range q.Uniques {
+		sets := make([]*uniqueSet, 0, len(group))
+		for _, key := range group {
+			if k := live(key); k != nil {
+				sets = append(sets, k.set)
+			}
+		}
+		out.Uniques[i] = uniqueCount(sets)
+	}
+	for i, key := range q.Logs {
+		if k := live(key); k != nil && len(k.list) > 0 {
+			out.Logs[i] = slices.Clone(k.list)
 		}
 	}
 	return out, nil

@@ -17,10 +17,12 @@ var _ store.Counters = (*Backend)(nil)
 // Cluster, the client's pipeline sends one per master, in parallel): per
 // hash HINCRBY for each increment, one HSET for the values set and
 // PEXPIREAT; per sorted set ZINCRBY for each member, ZREMRANGEBYRANK to
-// keep the Keep highest and PEXPIREAT. The increments are marked not
-// retryable, so a lost reply never counts twice (it may count nothing).
+// keep the Keep highest and PEXPIREAT; per distinct-member counter one
+// PFADD and PEXPIREAT; per list one RPUSH, LTRIM to keep the Keep newest
+// and PEXPIREAT. The updates are marked not retryable, so a lost reply
+// never counts twice (it may count nothing).
 func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
-	if len(batch.Hashes) == 0 && len(batch.Tops) == 0 {
+	if batch.Empty() {
 		return nil
 	}
 	pipe := b.c.Pipeline()
@@ -53,6 +55,29 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 		}
 		do("pexpireat", t.Key, t.ExpireAt.UnixMilli())
 	}
+	for _, u := range batch.Uniques {
+		args := make([]any, 0, 2+len(u.Add))
+		args = append(args, "pfadd", u.Key)
+		for _, m := range u.Add {
+			args = append(args, m)
+		}
+		do(args...)
+		do("pexpireat", u.Key, u.ExpireAt.UnixMilli())
+	}
+	for _, l := range batch.Logs {
+		if len(l.Append) > 0 {
+			args := make([]any, 0, 2+len(l.Append))
+			args = append(args, "rpush", l.Key)
+			for _, e := range l.Append {
+				args = append(args, e)
+			}
+			do(args...)
+		}
+		if l.Keep > 0 {
+			do("ltrim", l.Key, -l.Keep, -1)
+		}
+		do("pexpireat", l.Key, l.ExpireAt.UnixMilli())
+	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	var errs []error
 	for _, c := range cmds {
@@ -67,13 +92,15 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 	return nil
 }
 
-// ReadStats reads the hashes (HGETALL) and the top members of the sorted
-// sets (ZRANGE … REV WITHSCORES) of q in one pipeline (one per master on a
-// cluster). A hash field whose value is not an integer is left out and
-// listed in the answer's Malformed.
+// ReadStats reads the hashes (HGETALL), the top members of the sorted
+// sets (ZRANGE … REV WITHSCORES), the distinct-member counts (one PFCOUNT
+// per group) and the lists (LRANGE 0 -1) of q in one pipeline (one per
+// master on a cluster). A hash field whose value is not an integer is
+// left out and listed in the answer's Malformed.
 func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
-	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops))}
-	if len(q.Hashes) == 0 && len(q.Tops) == 0 {
+	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops)),
+		Uniques: make([]int64, len(q.Uniques)), Logs: make([][]string, len(q.Logs))}
+	if len(q.Hashes) == 0 && len(q.Tops) == 0 && len(q.Uniques) == 0 && len(q.Logs) == 0 {
 		return out, nil
 	}
 	pipe := b.c.Pipeline()
@@ -89,7 +116,36 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 	for i, k := range q.Tops {
 		zs[i] = pipe.ZRevRangeWithScores(ctx, k, 0, n-1)
 	}
+	us := make([]*goredis.IntCmd, len(q.Uniques))
+	for i, group := range q.Uniques {
+		if len(group) > 0 {
+			us[i] = pipe.PFCount(ctx, group...)
+		}
+	}
+	ls := make([]*goredis.StringSliceCmd, len(q.Logs))
+	for i, k := range q.Logs {
+		ls[i] = pipe.LRange(ctx, k, 0, -1)
+	}
 	_, _ = pipe.Exec(ctx)
+	for i, c := range us {
+		if c == nil {
+			continue
+		}
+		n, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+		}
+		out.Uniques[i] = n
+	}
+	for i, c := range ls {
+		l, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+		}
+		if len(l) > 0 {
+			out.Logs[i] = l
+		}
+	}
 	for i, c := range hs {
 		m, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
