@@ -357,7 +357,9 @@ func followStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, re
 	}
 	opts := policyfile.WatchOptions{
 		OnChange: announce,
-		OnError:  func(err error) { log.Warn("serve: policy store: a version could not be read or loaded (the one in force is kept)", "err", err) },
+		OnError: func(err error) {
+			log.Warn("serve: policy store: a version could not be read or loaded (the one in force is kept)", "err", err)
+		},
 	}
 	l, err := st.Watch(ctx, opts)
 	if err == nil {
