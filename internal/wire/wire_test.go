@@ -40,7 +40,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	in := sdk.Inspection{
 		Policy: "push", At: at, Skipped: []string{"c"}, TrailMax: 100, TrailTTL: 24 * time.Hour, TrailFull: true,
-		Rules:   d.Rules,
+		Rules: d.Rules,
 		Denials: []sdk.Denial{
 			{At: at, Policy: "push", Rule: "b", Used: 5, Limit: 5, Cost: 1, RetryAfter: time.Second, Values: map[string]string{"content": "x"}, ValuesPartial: true},
 			{At: at, Policy: "push", Rule: "c", Used: 1, Limit: 1, Cost: 1, Shadow: true},
