@@ -46,7 +46,7 @@ func TestOverridesAPI(t *testing.T) {
 				t.Fatalf("SetOverride(block) = %+v, %v; want an id, by vipadmin, until %v", blk, err, until)
 			}
 			d, err := sender.Take(ctx, vip, sdk.Attempt{Subject: abuser})
-			if err != nil || d.Allowed || d.Override.ID != blk.ID || d.Override.Kind != sdk.OverrideBlock || d.Override.Reason != "abuse report 7" ||
+			if err != nil || d.Allowed || len(d.Denied) != 0 || d.Override.ID != blk.ID || d.Override.Kind != sdk.OverrideBlock || d.Override.Reason != "abuse report 7" ||
 				!d.Override.Until.Equal(until) || d.RetryAfter <= 50*time.Minute {
 				t.Fatalf("Take(abuser) = %+v, %v; want denied by override #%d until %v", d, err, blk.ID, until)
 			}
