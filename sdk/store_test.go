@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,24 @@ func TestPolicyStoreUnsupported(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A service applies a new version of its policies and another follows it.
+func ExampleLimiter_PutPolicies() {
+	ctx := context.Background()
+	b := memory.New(&memory.Options{Clock: newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))})
+	admin, follower := sdk.New(b), sdk.New(b)
+
+	watch, _ := follower.WatchPolicies(ctx)
+	v, err := admin.PutPolicies(ctx, 0, sdk.PolicyVersion{Document: []byte("policies: …"), By: "ann", Reason: "first version"})
+	fmt.Println(v.Version, v.At.Format(time.RFC3339), err)
+	fmt.Println("follower sees version", <-watch)
+
+	// A second admin still working from version 0 is refused.
+	_, err = admin.PutPolicies(ctx, 0, sdk.PolicyVersion{Document: []byte("stale")})
+	fmt.Println(errors.Is(err, sdk.ErrVersionConflict))
+	// Output:
+	// 1 2026-03-01T12:00:00Z <nil>
+	// follower sees version 1
+	// true
 }

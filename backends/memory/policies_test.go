@@ -223,3 +223,49 @@ func TestPolicyStoreWatch(t *testing.T) {
 		t.Error("WatchPolicies on a done context = nil error, want its error")
 	}
 }
+
+// TestPolicyStoreWatchCancelRace: watchers cancelled while puts notify
+// them: no send on a closed channel, every channel closed.
+func TestPolicyStoreWatchCancelRace(t *testing.T) {
+	b := memory.New(nil)
+	var chans []<-chan int64
+	var cancels []context.CancelFunc
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch, err := b.WatchPolicies(ctx, policyKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans, cancels = append(chans, ch), append(cancels, cancel)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for prev := int64(0); prev < 200; prev++ {
+			if _, err := b.PutPolicies(context.Background(), policyKey, prev, driver.PolicyVersion{}); err != nil {
+				t.Errorf("PutPolicies: %v", err)
+				return
+			}
+		}
+	}()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	wg.Wait()
+	for i, ch := range chans {
+		deadline := time.After(10 * time.Second)
+	drain:
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					break drain
+				}
+			case <-deadline:
+				t.Fatalf("watcher %d not closed within 10s of cancel", i)
+			}
+		}
+	}
+}

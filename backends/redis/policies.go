@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -57,14 +58,15 @@ return {1, prev + 1, at}
 
 var putPoliciesScript = goredis.NewScript(putPoliciesSrc)
 
-// Watch timings: how long a watcher waits for a message before it pings
-// its connection, and the bounds of its back-off while the server is
-// unreachable.
-const (
-	watchPing       = 15 * time.Second
-	watchBackoffMin = 50 * time.Millisecond
-	watchBackoffMax = time.Second
-)
+// watchTimings are a watcher's timings: how long it waits for a message
+// before it pings its connection (and, when the pong is still missing
+// one such wait later, replaces the connection), and the bounds of its
+// back-off while the server is unreachable.
+type watchTimings struct {
+	ping, backoffMin, backoffMax time.Duration
+}
+
+var defaultWatchTimings = watchTimings{ping: 15 * time.Second, backoffMin: 50 * time.Millisecond, backoffMax: time.Second}
 
 // checkPolicyKey refuses a store key without a hash tag: its version keys
 // could land in other Cluster slots.
@@ -249,25 +251,25 @@ func parsePolicyVersion(n int64, m map[string]string) (driver.PolicyVersion, err
 // subscription is confirmed, after every message on the channel and after
 // every resubscription: a watcher that lost its connection (a server
 // restart, a killed connection, a Sentinel failover) reconnects with
-// back-off (50 ms to 1 s) and catches up at once. It also pings an idle
-// connection every 15 s, so a silently dead one is replaced. Sends never
-// block: the channel holds one number, the latest. Numbers are sent only
-// when the store holds a version (> 0). On a Cluster, the subscription is
-// on one node and PUBLISH reaches it from any.
+// back-off (50 ms to 1 s) and catches up at once. An idle connection is
+// pinged every 15 s, and replaced when the pong has not come 15 s later
+// (a connection dead without a word, behind a lost route or a NAT). Sends
+// never block: the channel holds one number, the latest. Numbers are sent
+// only when the store holds a version (> 0). On a Cluster, the
+// subscription is on one node and PUBLISH reaches it from any.
 //
 // It owns one goroutine and one connection per call, both released, and
 // the channel closed, when ctx is done. It returns an error (and starts
 // nothing) when the first subscription is not confirmed.
 func (b *Backend) WatchPolicies(ctx context.Context, key string) (<-chan int64, error) {
-	const op = "watch policies"
-	if err := checkPolicyKey(op, key); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redis: %s: %w", op, err)
-	}
+	return b.watchPolicies(ctx, key, defaultWatchTimings)
+}
+
+// subscribePolicies subscribes to key's channel and waits up to wait for
+// the confirmation.
+func (b *Backend) subscribePolicies(ctx context.Context, key string, wait time.Duration) (*goredis.PubSub, error) {
 	ps := b.c.Subscribe(ctx, policyChannel(key))
-	first, err := ps.ReceiveTimeout(ctx, watchPing)
+	first, err := ps.ReceiveTimeout(ctx, wait)
 	if err == nil {
 		if _, ok := first.(*goredis.Subscription); !ok {
 			err = fmt.Errorf("first reply %T, want a subscription", first)
@@ -275,38 +277,69 @@ func (b *Backend) WatchPolicies(ctx context.Context, key string) (<-chan int64, 
 	}
 	if err != nil {
 		_ = ps.Close()
-		return nil, fmt.Errorf("redis: %s: subscribe: %w", op, err)
+		return nil, err
 	}
-	ch := make(chan int64, 1)
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // ends a blocked receive
-	go func() {
-		defer close(ch)
-		defer stop()
-		defer ps.Close()
-		b.watchPolicies(ctx, ps, key, ch)
-	}()
-	return ch, nil
+	return ps, nil
 }
 
-// watchPolicies is a watcher's loop: it delivers the current number when
-// one is due (after a subscription or a message), retrying the read until
-// it succeeds, until ctx is done.
-func (b *Backend) watchPolicies(ctx context.Context, ps *goredis.PubSub, key string, ch chan int64) {
+func (b *Backend) watchPolicies(ctx context.Context, key string, tm watchTimings) (<-chan int64, error) {
+	const op = "watch policies"
+	if err := checkPolicyKey(op, key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	ps, err := b.subscribePolicies(ctx, key, tm.ping)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %s: subscribe: %w", op, err)
+	}
+	w := &policyWatcher{b: b, key: key, tm: tm, ch: make(chan int64, 1)}
+	w.ps.Store(ps)
+	// Closing the subscription ends a blocked receive. The loop checks
+	// ctx after each replacement, so a subscription stored after this ran
+	// is closed too.
+	stop := context.AfterFunc(ctx, func() { _ = w.ps.Load().Close() })
+	go func() {
+		defer close(w.ch)
+		defer stop()
+		defer func() { _ = w.ps.Load().Close() }()
+		w.run(ctx)
+	}()
+	return w.ch, nil
+}
+
+// policyWatcher is one WatchPolicies: its subscription (replaced when it
+// stops answering) and its channel.
+type policyWatcher struct {
+	b   *Backend
+	key string
+	tm  watchTimings
+	ps  atomic.Pointer[goredis.PubSub]
+	ch  chan int64
+}
+
+// run is a watcher's loop: it delivers the current number when one is
+// due (after a subscription or a message), retrying the read until it
+// succeeds, until ctx is done.
+func (w *policyWatcher) run(ctx context.Context) {
 	due := true // the subscription was just confirmed
-	backoff := watchBackoffMin
+	pinged := false
+	backoff := w.tm.backoffMin
 	for ctx.Err() == nil {
 		if due {
-			if n, err := b.currentPolicies(ctx, key); err == nil {
+			if n, err := w.b.currentPolicies(ctx, w.key); err == nil {
 				due = false
 				if n > 0 {
-					offer(ch, n)
+					offer(w.ch, n)
 				}
 			}
 		}
-		wait := watchPing
+		wait := w.tm.ping
 		if due {
 			wait = backoff // retry the read soon
 		}
+		ps := w.ps.Load()
 		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if ctx.Err() != nil {
 			return
@@ -314,10 +347,18 @@ func (b *Backend) watchPolicies(ctx context.Context, ps *goredis.PubSub, key str
 		var ne net.Error
 		switch {
 		case err != nil && errors.As(err, &ne) && ne.Timeout():
-			if !due {
-				_ = ps.Ping(ctx) // a dead connection fails here and is replaced
+			backoff = min(2*backoff, w.tm.backoffMax)
+			if due {
+				continue
 			}
-			backoff = min(2*backoff, watchBackoffMax)
+			if pinged {
+				// The pong is overdue: the connection is dead without a
+				// word. Subscribe anew (the confirmation makes a read due).
+				w.replace(ctx)
+				pinged = false
+				continue
+			}
+			pinged = ps.Ping(ctx) == nil // a broken connection fails here and is replaced
 		case err != nil:
 			// No connection (the server is down or refusing): wait, then
 			// let the next receive dial again.
@@ -328,14 +369,25 @@ func (b *Backend) watchPolicies(ctx context.Context, ps *goredis.PubSub, key str
 				return
 			case <-t.C:
 			}
-			backoff = min(2*backoff, watchBackoffMax)
+			backoff = min(2*backoff, w.tm.backoffMax)
 		default:
+			pinged = false // the connection answers
 			switch msg.(type) {
 			case *goredis.Subscription, *goredis.Message:
 				due = true
-				backoff = watchBackoffMin
+				backoff = w.tm.backoffMin
 			}
 		}
+	}
+}
+
+// replace closes the watcher's subscription and opens another (which
+// dials, subscribes and is confirmed on its next receives).
+func (w *policyWatcher) replace(ctx context.Context) {
+	_ = w.ps.Load().Close()
+	w.ps.Store(w.b.c.Subscribe(ctx, policyChannel(w.key)))
+	if ctx.Err() != nil {
+		_ = w.ps.Load().Close()
 	}
 }
 

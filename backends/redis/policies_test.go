@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -351,12 +353,15 @@ func TestPolicyWatchReconnect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	key := policyKey(t)
+	// Put first, then watch: the watcher's only read is the one after
+	// its subscription, so once it delivered 1 it reads nothing more
+	// until a message or a resubscription.
+	storePut(t, writer, key, 0, "one")
 	ch, err := watcher.WatchPolicies(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	storePut(t, writer, key, 0, "one")
-	receiveVersion(t, "after put 1", ch, 1)
+	receiveVersion(t, "at start", ch, 1)
 
 	// A put whose notification the watcher misses: published elsewhere.
 	keys := []string{key, policyVersionKey(key, 2)}
@@ -407,12 +412,21 @@ func TestPolicyWatchSubscribeFails(t *testing.T) {
 }
 
 // BenchmarkPolicyNotify measures the time from a put's return to the
-// moment all of 10 watchers (10 clients) on one server hold its version:
-// p50 and p99 in ms over b.N puts.
+// moment all of 10 watchers (10 clients) hold its version: p50, p99 and
+// max in ms over b.N puts, on one server and on the 3-master cluster.
 func BenchmarkPolicyNotify(b *testing.B) {
-	addr := redistest.Standalone(b)
-	o := NewClientOptions(addr).Simple()
-	wc := goredis.NewClient(o)
+	b.Run("standalone", func(b *testing.B) {
+		o := NewClientOptions(redistest.Standalone(b)).Simple()
+		benchNotify(b, func() goredis.UniversalClient { return goredis.NewClient(o) })
+	})
+	b.Run("cluster", func(b *testing.B) {
+		o := NewClientOptions(redistest.Cluster(b)...).Cluster()
+		benchNotify(b, func() goredis.UniversalClient { return goredis.NewClusterClient(o) })
+	})
+}
+
+func benchNotify(b *testing.B, newClient func() goredis.UniversalClient) {
+	wc := newClient()
 	defer wc.Close()
 	writer := New(wc, nil)
 	key := policyKey(b)
@@ -426,7 +440,7 @@ func BenchmarkPolicyNotify(b *testing.B) {
 	recv := make(chan got, 1024)
 	var wg sync.WaitGroup
 	for range watchers {
-		c := goredis.NewClient(o)
+		c := newClient()
 		defer c.Close()
 		ch, err := New(c, nil).WatchPolicies(ctx, key)
 		if err != nil {
@@ -476,4 +490,149 @@ func BenchmarkPolicyNotify(b *testing.B) {
 	b.ReportMetric(q(0.50), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(q(1), "max-ms")
+}
+
+// TestPolicyStoreSentinel: the store through a Sentinel client, and a
+// watcher that follows a failover: versions written before it survive
+// (replicated), and a put on the new master reaches the watcher.
+func TestPolicyStoreSentinel(t *testing.T) {
+	z := redistest.NewSentinel(t)
+	writer, _ := sentinelBackend(t, z)
+	watcher, _ := sentinelBackend(t, z)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := policyKey(t)
+	ch, err := watcher.WatchPolicies(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storePut(t, writer, key, 0, "one")
+	receiveVersion(t, "before the failover", ch, 1)
+	if _, err := writer.PutPolicies(ctx, key, 0, driver.PolicyVersion{}); !errors.Is(err, driver.ErrVersionConflict) {
+		t.Errorf("PutPolicies(prev 0) with current 1 = %v, want ErrVersionConflict", err)
+	}
+
+	z.WaitSynced(t)
+	z.Failover(t)
+	var v driver.PolicyVersion
+	eventually(t, 30*time.Second, "a put on the new master", func() bool {
+		v, err = writer.PutPolicies(ctx, key, 1, driver.PolicyVersion{Document: []byte("two")})
+		return err == nil
+	})
+	if v.Version != 2 {
+		t.Fatalf("the put after the failover = version %d, want 2 (version 1 replicated)", v.Version)
+	}
+	receiveVersion(t, "after the failover", ch, 2)
+	if h, err := writer.PolicyHistory(ctx, key, 0); err != nil || len(h) != 2 || string(h[0].Document) != "two" || string(h[1].Document) != "one" {
+		t.Errorf("PolicyHistory after the failover = %v, %v, want two, one", h, err)
+	}
+	cancel()
+	waitClosed(t, "watcher", ch)
+}
+
+// blackHole is a TCP proxy to a server whose connections can be made to
+// drop all traffic silently, as behind a lost route: the sockets stay
+// open, nothing arrives either way. Connections made later work.
+type blackHole struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []*holeConn
+}
+
+type holeConn struct {
+	client, server net.Conn
+	dead           atomic.Bool
+}
+
+func newBlackHole(t *testing.T, target string) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blackHole{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.conns {
+			c.client.Close()
+			c.server.Close()
+		}
+	})
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", target)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			c := &holeConn{client: cc, server: sc}
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						dst.Close()
+						return
+					}
+					if !c.dead.Load() {
+						if _, err := dst.Write(buf[:n]); err != nil {
+							src.Close()
+							return
+						}
+					}
+				}
+			}
+			go pipe(sc, cc)
+			go pipe(cc, sc)
+		}
+	}()
+	return h
+}
+
+func (h *blackHole) Addr() string { return h.ln.Addr().String() }
+
+// drop makes every connection open now drop its traffic.
+func (h *blackHole) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.dead.Store(true)
+	}
+}
+
+// TestPolicyWatchSilentDeath: a watcher whose connection stops carrying
+// anything, without an error, notices the missing pong, subscribes anew
+// and catches up on the version it missed.
+func TestPolicyWatchSilentDeath(t *testing.T) {
+	addr := redistest.Standalone(t)
+	h := newBlackHole(t, addr)
+	wc := goredis.NewClient(NewClientOptions(h.Addr()).Simple())
+	defer wc.Close()
+	writer, _ := standalone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := policyKey(t)
+	storePut(t, writer, key, 0, "one")
+	tm := watchTimings{ping: 200 * time.Millisecond, backoffMin: 20 * time.Millisecond, backoffMax: 200 * time.Millisecond}
+	ch, err := New(wc, nil).watchPolicies(ctx, key, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveVersion(t, "at start", ch, 1)
+	h.drop()
+	storePut(t, writer, key, 1, "two") // its PUBLISH is lost in the hole
+	receiveVersion(t, "after the connection went silent", ch, 2)
+	storePut(t, writer, key, 2, "three")
+	receiveVersion(t, "on the new connection", ch, 3)
+	cancel()
+	waitClosed(t, "watcher", ch)
 }
