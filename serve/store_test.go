@@ -198,6 +198,17 @@ func TestPolicyStoreAPI(t *testing.T) {
 		t.Fatalf("Take after the rollback = %v, want denied under version 3 (limit 2, 3 used)", d)
 	}
 
+	// Confirmed, the re-key is applied: the rule counts by user and topic.
+	v4, err := admin.ApplyPolicies(ctx, []byte(storeRekey), 3, true, "per topic")
+	if err != nil || v4.Version != 4 {
+		t.Fatalf("ApplyPolicies(re-key, confirmed) = %+v, %v; want version 4", v4, err)
+	}
+	awaitVersion(t, e, 4)
+	sp, err := admin.ServedPolicies(ctx)
+	if err != nil || len(sp.Policies) != 1 || strings.Join(sp.Policies[0].Rules()[0].Dimensions, ",") != "user,topic" {
+		t.Fatalf("ServedPolicies after the re-key = %+v, %v; want news/daily by user and topic", sp, err)
+	}
+
 	var actions []string
 	for _, a := range e.audits() {
 		if a.Caller != "admin" {
@@ -206,7 +217,7 @@ func TestPolicyStoreAPI(t *testing.T) {
 		actions = append(actions, a.Action+" "+a.Outcome)
 	}
 	want := "policy-apply failed: invalid_argument,policy-apply failed: invalid_argument,policy-apply failed: aborted," +
-		"policy-apply ok,policy-apply failed: failed_precondition,policy-rollback ok"
+		"policy-apply ok,policy-apply failed: failed_precondition,policy-rollback ok,policy-apply ok"
 	if strings.Join(actions, ",") != want {
 		t.Errorf("audit = %q, want %q", actions, want)
 	}
