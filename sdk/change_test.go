@@ -57,6 +57,7 @@ func TestWithChangeValidation(t *testing.T) {
 		{"shadow from", "recv", sdk.FixedWindow("recv", 9, time.Hour).By("user").AsShadow(), ""},
 		{"epoch only", "recv", func() sdk.Rule { r := rule; r.Epoch = 1; return r }(), ""},
 		{"name filled in", "recv", sdk.FixedWindow("", 9, time.Hour).By("user"), ""},
+		{"no changes", "recv", sdk.Rule{}, "-"},
 		{"unknown rule", "nope", sdk.FixedWindow("nope", 9, time.Hour).By("user"), "no such rule"},
 		{"invalid from", "recv", sdk.FixedWindow("recv", 0, time.Hour).By("user"), "limit must be > 0"},
 		{"other dimensions", "recv", sdk.FixedWindow("recv", 9, time.Hour).By("user", "content"), "other dimensions"},
@@ -64,7 +65,11 @@ func TestWithChangeValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := sdk.NewPolicy("p", []sdk.Rule{rule}, sdk.WithChange(tc.rule, sdk.Change{From: tc.from, At: at, Version: 2}))
+			opt := sdk.WithChange(tc.rule, sdk.Change{From: tc.from, At: at, Version: 2})
+			if tc.wantErr == "-" { // no change at all
+				opt, tc.wantErr = sdk.WithChange(tc.rule), ""
+			}
+			_, err := sdk.NewPolicy("p", []sdk.Rule{rule}, opt)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("NewPolicy(WithChange(%s)) = %v, want nil", tc.name, err)
@@ -133,5 +138,50 @@ func TestChangePredecessors(t *testing.T) {
 	clock.Set(at.Add(24 * time.Hour))
 	if got, want := befores(), []int64{0, 0}; !slices.Equal(got, want) {
 		t.Errorf("Allow() at +24h: Rules[].Before = %v, want %v", got, want)
+	}
+}
+
+// TestChangeReset: Reset and ResetRules forget a rule's predecessors too.
+func TestChangeReset(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := fakeclock.New(at)
+	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+	ctx := context.Background()
+	old := sdk.FixedWindow("recv", 5, time.Hour).By("user")
+	s := sdk.Subject{"user": "u1"}
+	oldP := mustPolicy(t, "p", old)
+	for range 5 {
+		if _, err := lim.Allow(ctx, oldP, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := sdk.SlidingWindow("recv", 5, time.Hour).By("user")
+	now.Epoch = 2
+	p, err := sdk.NewPolicy("p", []sdk.Rule{now}, sdk.WithChange("recv", sdk.Change{From: old, At: at, Version: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reset := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Reset", func() error { return lim.Reset(ctx, p, s) }},
+		{"ResetRules", func() error { return lim.ResetRules(ctx, p, s, "recv") }},
+	} {
+		if d, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s}); err != nil || d.Allowed || d.Rules[0].Used != 5 {
+			t.Fatalf("Peek before %s = %+v, %v, want denied by the predecessor at 5", reset.name, d, err)
+		}
+		if err := reset.do(); err != nil {
+			t.Fatalf("%s = %v", reset.name, err)
+		}
+		d, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s})
+		if err != nil || !d.Allowed || d.Rules[0].Used != 0 || d.Rules[0].Before != 2 {
+			t.Errorf("Peek after %s = allowed %t, rules %+v, %v, want the predecessor forgotten (0)", reset.name, d.Allowed, d.Rules, err)
+		}
+		for range 5 {
+			if _, err := lim.Allow(ctx, oldP, s); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -176,8 +176,9 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 }
 
 // Reset forgets s under p: it deletes the state of every rule whose
-// dimensions s gives, and the subject's open reservations; the denial
-// trail is kept. s must give the shard dimensions (ShardBy); rules needing
+// dimensions s gives (a changed rule's former selves too, WithChange),
+// and the subject's open reservations; the denial trail and the
+// subject's overrides are kept. s must give the shard dimensions (ShardBy); rules needing
 // other dimensions s lacks are left alone. The backend must support
 // resets (the memory and Redis backends do), else the error wraps
 // errors.ErrUnsupported.

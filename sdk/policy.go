@@ -140,9 +140,15 @@ type Change struct {
 	Version int64
 }
 
-// WithChange records the changes of the rule named rule, newest first:
-// every change whose reach has not passed is enforced, the newest one
-// seeds the rule (see Change).
+// WithChange records the changes of the rule named rule (in any order;
+// the policy keeps them newest first): every change whose reach has not
+// passed is enforced, its From evaluated just before the rule, oldest
+// first; each seeds from the next older one in reach, and the newest in
+// reach seeds the rule (see Change). NewPolicy checks each change: the
+// rule exists, From is a valid rule with the rule's dimensions and
+// another identity (a change of limit or burst alone keeps the counts and
+// is no Change), and At is set; errors wrap ErrInvalidPolicy or
+// ErrInvalidRule.
 func WithChange(rule string, changes ...Change) PolicyOption {
 	return func(o *policyOptions) error {
 		if o.changes == nil {
@@ -273,6 +279,9 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 		i := slices.IndexFunc(p.rules, func(r Rule) bool { return r.Name == name })
 		if i < 0 {
 			return -1, fmt.Errorf("%w: change of rule %q: the policy has no such rule", ErrInvalidPolicy, name)
+		}
+		if len(byRule[name]) == 0 {
+			continue // WithChange(rule) without changes: nothing to record
 		}
 		r := p.rules[i]
 		for _, c := range byRule[name] {

@@ -233,6 +233,11 @@ func runTransition(tr transition) func(e *env) {
 			e.t.Errorf("Take(new) for B right after the change = allowed %t, denied %v, rules %s (before %v), want denied by the old rule at 5/5 (before [2 0]), Denied [r]",
 				d.Allowed, d.Denied, fmtRules(d.Rules), befores(d))
 		}
+		// The new rule, seeded with B's 5 units (more than its limit of 4:
+		// all count), denies too.
+		if len(d.Rules) == 2 && (d.Rules[1].Allowed || d.Rules[1].Used < 4) {
+			e.t.Errorf("Take(new) for B right after the change: new rule = %s, want it seeded with B's units (used >= 4) and denying", fmtRule(d.Rules[1]))
+		}
 		// A: the old rule at 4/5, the new one seeded with A's 3 units.
 		d = e.takeP("Take(new) for A right after the change", newP, "a", 1)
 		e.before(d, quick, "Take(new) for A")

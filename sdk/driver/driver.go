@@ -175,7 +175,10 @@ type Rule struct {
 	// state a Take of u units at the decision's time would have left on
 	// empty state, where u is the Seed rule's Used before this request
 	// (what its RuleResult reports for a request that does not consume
-	// from it). The carried units are thus placed at the latest instant
+	// from it), taken whatever this rule's limit (u may exceed it: all u
+	// units are counted, Used may then exceed Limit; a backend may cap
+	// them at Limit where it stores one entry per unit, which denies
+	// alike). The carried units are thus placed at the latest instant
 	// they may have happened, and count as long as they can: a change
 	// never admits more than the new rule would with them. The seeded state
 	// is stored only with the request's own write (an allowed Take or
@@ -538,8 +541,9 @@ type Inspector interface {
 type Resetter interface {
 	// Reset deletes the state of every rule in req.Rules and every
 	// reservation under req.ReservationKey (without giving anything back;
-	// an empty ReservationKey keeps them). The denial trail and
-	// idempotency records are kept. The sdk names either every rule of a
+	// an empty ReservationKey keeps them). The denial trail, idempotency
+	// records and overrides (req.OverrideKey) are kept. req.Rules may hold
+	// a changed rule's predecessors (Rule.Seed): their state is deleted too. The sdk names either every rule of a
 	// set of dimensions (Rule.Group) or none of it, so a backend keeping
 	// a set's state under one key may delete that key whole.
 	Reset(ctx context.Context, req Request) error
