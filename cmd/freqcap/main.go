@@ -7,6 +7,8 @@
 //	freqcap bench   SERVER [-workers 64 -duration 10s …]
 //	freqcap detect  SERVER
 //	freqcap probe   URL
+//	freqcap policy  apply|diff|history|show|rollback … SERVER
+//	freqcap override set|list|delete … SERVER
 //
 // where SERVER is --redis ADDR, --cluster ADDR,… or --sentinel ADDR,…
 // --master NAME, with --user and --password (or $FREQCAP_REDIS_PASSWORD)
@@ -31,6 +33,8 @@ Usage:
   freqcap bench [flags]     run a load test against a backend
   freqcap detect [flags]    report what a Redis server or cluster can do
   freqcap probe URL         exit 0 if URL answers 2xx (a container health check)
+  freqcap policy …          apply, diff, list (history), show or roll back versions of the policy store
+  freqcap override …        set, list or delete per-person overrides
 
 A Redis deployment is named by --redis ADDR, --cluster ADDR,… or
 --sentinel ADDR,… --master NAME (and --user, --password or
@@ -67,6 +71,10 @@ func run(args []string) error {
 		return runDetect(args[1:])
 	case "probe":
 		return runProbe(args[1:])
+	case "policy":
+		return runPolicy(args[1:])
+	case "override":
+		return runOverride(args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // DefaultPoll is how often a Live reads the store's current version when
@@ -57,7 +58,9 @@ func (s *Snapshot) Policy(name string) *sdk.Policy {
 }
 
 // A Live follows a store: Current is always a complete version, replaced
-// atomically when a newer one is applied. A new version reaches it within
+// atomically when a newer one is applied (or when the store was reset:
+// emptied and applied again, e.g. a Redis restarted without persistence;
+// OnError reports it). A new version reaches it within
 // about 2 s: at once through the store's notifications, else by the
 // 1 s poll plus the read (WatchOptions.Poll). It owns a goroutine: Close
 // stops it. It is safe for concurrent use.
@@ -68,9 +71,10 @@ type Live struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// The goroutine's own: the last version that failed to load, and
-	// whether the last read failed (to report each once).
-	failed  int64
+	// The goroutine's own: the last version that failed to load (its
+	// number and At), and whether the last read failed (to report each
+	// once).
+	failed  driver.PolicyVersion
 	readErr bool
 }
 
@@ -140,7 +144,7 @@ func (l *Live) run(ctx context.Context, ch <-chan int64) {
 				ch = nil // resubscribed at the next poll
 				continue
 			}
-			if n > l.Current().Version && n != l.failed {
+			if n > l.Current().Version && n != l.failed.Version {
 				l.load(ctx)
 			}
 		case <-tick.C:
@@ -166,8 +170,15 @@ func (l *Live) load(ctx context.Context) {
 		return
 	}
 	l.readErr = false
-	if pv.Version <= l.Current().Version || pv.Version == l.failed {
-		return
+	cur := l.Current()
+	if pv.Version == cur.Version && pv.At.Equal(cur.At) || pv.Version == l.failed.Version && pv.At.Equal(l.failed.At) {
+		return // nothing new, or a version already found not to load
+	}
+	if pv.Version <= cur.Version {
+		// Another store than the one Current came from: emptied and
+		// applied again (a server restarted without persistence). Its
+		// current version is the one in force.
+		l.opts.OnError(fmt.Errorf("policyfile: watch: the store was reset (version %d applied %v, was version %d applied %v): following it", pv.Version, pv.At, cur.Version, cur.At))
 	}
 	v, err := decodeVersion(pv)
 	var snap *Snapshot
@@ -175,8 +186,8 @@ func (l *Live) load(ctx context.Context) {
 		snap, err = snapshot(v)
 	}
 	if err != nil {
-		l.failed = pv.Version
-		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d does not load, version %d is kept: %w", pv.Version, l.Current().Version, err))
+		l.failed = pv
+		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d does not load, version %d is kept: %w", pv.Version, cur.Version, err))
 		return
 	}
 	l.cur.Store(snap)

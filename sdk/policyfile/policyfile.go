@@ -1,7 +1,23 @@
 // Package policyfile reads freqcap policies from YAML, the format of
-// freqcap's --policies file, and keeps them in a backend's policy store
-// (Store), versioned, for every limiter to follow (Live). Errors give the
-// line at fault.
+// freqcap's --policies file (Load), and keeps them in a backend's policy
+// store, versioned, for every limiter to follow. Errors give the line at
+// fault.
+//
+// A Store (NewStore, on an *sdk.Limiter whose backend keeps a policy
+// store) plans a policy file against the current version (Plan: per
+// policy and rule what changes and what its counts carry, see ChangeKind
+// and Carry) and applies it whole as the next version, if no one applied
+// in between (Apply). Each version records who applied it, when and why,
+// its source verbatim and its lineage: each rule's epoch (the version
+// that gave it its current identity) and its identity changes still in
+// reach, so that a rule whose window, sub-windows, algorithm, calendar or
+// zone changes starts from what its former self proves (sdk.WithChange)
+// instead of afresh. History, Version and Rollback read and restore
+// versions (a rollback is a new version).
+//
+// A Live (Store.Watch) follows the store: its Current snapshot is one
+// complete version, replaced atomically when a newer one is applied,
+// within about 2 s (the store's notifications, else a 1 s poll).
 package policyfile
 
 import (

@@ -20,6 +20,8 @@ type Backend interface {
 	WatchPolicies(ctx context.Context) (<-chan int64, error)
 }
 
+var _ Backend = (*sdk.Limiter)(nil)
+
 // ErrRekeyNotConfirmed is returned by Apply for a plan that re-keys rules
 // (their counts start afresh) without Plan.ConfirmRekey.
 var ErrRekeyNotConfirmed = errors.New("policyfile: plan re-keys rules (their counts start afresh) and is not confirmed")
@@ -245,10 +247,18 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 // reason, if the store is still at the version the plan was made against;
 // otherwise it stores nothing and returns an error wrapping
 // sdk.ErrVersionConflict (plan again). A plan that re-keys rules needs
-// plan.ConfirmRekey (else ErrRekeyNotConfirmed).
+// plan.ConfirmRekey (else ErrRekeyNotConfirmed). by is at most
+// sdk.MaxOverrideByLen bytes and reason sdk.MaxOverrideReasonLen, neither
+// holding control characters.
 func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Version, error) {
 	if plan == nil || plan.Version != plan.Base+1 {
 		return Version{}, errors.New("policyfile: apply: no plan (use Store.Plan)")
+	}
+	if err := checkText("by", by, sdk.MaxOverrideByLen); err != nil {
+		return Version{}, err
+	}
+	if err := checkText("reason", reason, sdk.MaxOverrideReasonLen); err != nil {
+		return Version{}, err
 	}
 	if rk := plan.Rekeyed(); len(rk) > 0 && !plan.ConfirmRekey {
 		return Version{}, fmt.Errorf("policyfile: apply: %w: %s", ErrRekeyNotConfirmed, strings.Join(rk, ", "))
@@ -265,6 +275,20 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Versi
 		return Version{}, fmt.Errorf("policyfile: apply: %w", err)
 	}
 	return Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason, Source: plan.Source, lin: plan.lin}, nil
+}
+
+// checkText checks an author or reason: at most max bytes, no control
+// characters (it is printed in one line of a history).
+func checkText(field, v string, max int) error {
+	if len(v) > max {
+		return fmt.Errorf("policyfile: apply: %s is %d bytes, more than %d", field, len(v), max)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("policyfile: apply: %s holds a control character (a line break or tab)", field)
+		}
+	}
+	return nil
 }
 
 // Version returns version n of the store (0: the current one); the error

@@ -15,30 +15,11 @@ import (
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
-// keyed is one store of a driver.PolicyStore, as a Limiter gives it.
-type keyed struct {
-	ps  driver.PolicyStore
-	key string
-}
-
-func (k keyed) PutPolicies(ctx context.Context, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error) {
-	return k.ps.PutPolicies(ctx, k.key, prev, v)
-}
-func (k keyed) GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error) {
-	return k.ps.GetPolicies(ctx, k.key, n)
-}
-func (k keyed) PolicyHistory(ctx context.Context, max int) ([]driver.PolicyVersion, error) {
-	return k.ps.PolicyHistory(ctx, k.key, max)
-}
-func (k keyed) WatchPolicies(ctx context.Context) (<-chan int64, error) {
-	return k.ps.WatchPolicies(ctx, k.key)
-}
-
 // memoryStore is a store on a fresh memory backend with a fake clock.
 func memoryStore(t *testing.T) (policyfile.Backend, *fakeclock.Clock) {
 	t.Helper()
 	clock := fakeclock.New(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	return keyed{ps: memory.New(&memory.Options{Clock: clock}), key: "fc:{!policies}"}, clock
+	return sdk.New(memory.New(&memory.Options{Clock: clock})), clock
 }
 
 const (
@@ -228,6 +209,28 @@ func TestStoreConflict(t *testing.T) {
 	}
 	if cur, _ := s.Version(ctx, 0); cur.Number != 2 || string(cur.Source) != fileV2 {
 		t.Errorf("store at %d, want 2 with p1's source", cur.Number)
+	}
+}
+
+func TestStoreApplyChecksAuthorAndReason(t *testing.T) {
+	ctx := context.Background()
+	b, _ := memoryStore(t)
+	s := policyfile.NewStore(b)
+	plan, err := s.Plan(ctx, []byte(fileV1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ by, reason, want string }{
+		{strings.Repeat("a", sdk.MaxOverrideByLen+1), "", "by is 65 bytes, more than 64"},
+		{"a", strings.Repeat("r", sdk.MaxOverrideReasonLen+1), "reason is 257 bytes, more than 256"},
+		{"a", "two\nlines", "reason holds a control character"},
+	} {
+		if _, err := s.Apply(ctx, plan, tc.by, tc.reason); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Apply(by %q, reason %q) = %v, want %q", tc.by, tc.reason, err, tc.want)
+		}
+	}
+	if v, err := s.Version(ctx, 0); err == nil {
+		t.Errorf("Version(0) = %d after refused applies, want an empty store", v.Number)
 	}
 }
 

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/freqcap/freqcap/internal/redistest"
+)
+
+const (
+	cliV1 = `policies:
+  - name: push
+    overrides: true
+    rules:
+      - {name: daily, algorithm: fixed_window, limit: 50, window: 24h, by: [user]}
+      - {name: minute, algorithm: sliding_window, limit: 5, window: 1m, by: [user]}
+`
+	cliV2 = `policies:
+  - name: push
+    overrides: true
+    rules:
+      - {name: daily, algorithm: sliding_log, limit: 40, window: 24h, by: [user]}
+      - {name: minute, algorithm: sliding_window, limit: 5, window: 1m, by: [user], shadow: true}
+`
+	cliRekey = `policies:
+  - name: push
+    overrides: true
+    rules:
+      - {name: daily, algorithm: sliding_log, limit: 40, window: 24h, by: [user]}
+      - {name: minute, algorithm: sliding_window, limit: 5, window: 1m, by: [user, app]}
+`
+	cliBad = `policies:
+  - name: push
+    rules:
+      - {name: daily, algorithm: fixed_window, limit: 50, window: 24h, by: [user], shadw: true}
+`
+)
+
+// writeFiles writes name → content into a fresh directory and returns
+// the paths by name.
+func writeFiles(t *testing.T, files map[string]string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	out := map[string]string{}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = p
+	}
+	return out
+}
+
+// TestPolicyCommands runs every policy subcommand against a real server,
+// in the order an operator would.
+func TestPolicyCommands(t *testing.T) {
+	addr := redistest.NewServer(t).Addr()
+	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "v2.yaml": cliV2, "rekey.yaml": cliRekey, "bad.yaml": cliBad})
+	steps := []struct {
+		name    string
+		args    []string
+		want    []string // substrings of the output
+		wantErr string
+	}{
+		{"empty history", []string{"history"}, []string{"the policy store is empty"}, ""},
+		{"diff on empty", []string{"diff", f["v1.yaml"]}, []string{"plan: version 1 (the store is empty)", "rule daily: added"}, ""},
+		{"apply without -yes", []string{"apply", f["v1.yaml"]}, []string{"not applied: run again with -yes"}, ""},
+		{"still empty", []string{"history"}, []string{"the policy store is empty"}, ""},
+		{"apply v1", []string{"apply", f["v1.yaml"], "-yes", "-by", "alice", "-reason", "first"}, []string{"applied version 1"}, ""},
+		{"apply v1 again", []string{"apply", f["v1.yaml"], "-yes"}, []string{"no changes", "nothing to apply"}, ""},
+		{"diff v2", []string{"diff", f["v2.yaml"]}, []string{
+			"plan: version 2 (against version 1)",
+			"rule daily: identity changed: algorithm fixed_window → sliding_log, limit 50 → 40; carries conservatively",
+			"rule minute: modified: shadow on; carries exactly",
+		}, ""},
+		{"apply v2 (flags first)", []string{"apply", "-by", "bob", "-yes", f["v2.yaml"], "-reason", "trial"}, []string{"applied version 2"}, ""},
+		{"rekey refused", []string{"apply", f["rekey.yaml"], "-yes"}, []string{"re-keyed", "applying needs confirmation"}, "run again with -rekey"},
+		{"rekey confirmed", []string{"apply", f["rekey.yaml"], "-yes", "-rekey", "-by", "carol"}, []string{"applied version 3"}, ""},
+		{"history -n 2", []string{"history", "-n", "2"}, []string{"VERSION", "3 ", "carol", "2 ", "bob", "trial", "push"}, ""},
+		{"show 1", []string{"show", "1"}, []string{"# version 1, applied", "by alice: first", cliV1}, ""},
+		{"show current", []string{"show"}, []string{"# version 3", cliRekey}, ""},
+		{"rollback without -yes", []string{"rollback", "2"}, []string{"plan: version 4 (against version 3)", "not applied"}, ""},
+		{"rollback", []string{"rollback", "2", "-yes", "-rekey", "-by", "dave"}, []string{"applied version 4"}, ""},
+		{"rolled back", []string{"history", "-n", "1"}, []string{"4 ", "dave", "rollback to version 2"}, ""},
+		{"invalid file", []string{"diff", f["bad.yaml"]}, nil, `bad.yaml: policyfile: policies: line 4: invalid policy: unknown key "shadw"`},
+		{"no file", []string{"apply"}, nil, "give one policy FILE"},
+		{"missing file", []string{"apply", filepath.Join(t.TempDir(), "nope.yaml")}, nil, "no such file"},
+		{"bad version", []string{"show", "x"}, nil, `version "x": want a number >= 1`},
+		{"unknown version", []string{"show", "9"}, nil, "no such version"},
+		{"rollback to nothing", []string{"rollback", "9", "-yes"}, nil, "no such version"},
+	}
+	for _, st := range steps {
+		var out bytes.Buffer
+		args := append([]string{st.args[0], "--redis", addr}, st.args[1:]...)
+		err := policyMain(context.Background(), args, &out, nil)
+		switch {
+		case st.wantErr == "" && err != nil:
+			t.Fatalf("%s: policy %q = %v\n%s", st.name, args, err, out.String())
+		case st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)):
+			t.Fatalf("%s: policy %q = %v, want an error containing %q\n%s", st.name, args, err, st.wantErr, out.String())
+		}
+		for _, w := range st.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: policy %q output lacks %q:\n%s", st.name, args, w, out.String())
+			}
+		}
+	}
+}
+
+// TestPolicyOverrideArgs: argument errors name what is wrong before any
+// server is reached.
+func TestPolicyOverrideArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"policy: no subcommand", []string{"policy"}, "give apply, diff, history, show or rollback"},
+		{"policy: unknown subcommand", []string{"policy", "push"}, `unknown subcommand "push"`},
+		{"policy: no server", []string{"policy", "history"}, "give one of --redis, --cluster and --sentinel"},
+		{"policy: two servers", []string{"policy", "history", "--redis", "a:1", "--cluster", "b:1"}, "give one of --redis, --cluster and --sentinel"},
+		{"policy: unreachable", []string{"policy", "history", "--redis", "127.0.0.1:1"}, "cannot reach Redis at 127.0.0.1:1"},
+		{"policy: bad flag", []string{"policy", "diff", "--nope"}, "nope"},
+		{"override: no subcommand", []string{"override"}, "give set, list or delete"},
+		{"override: no subject", []string{"override", "list", "push", "--redis", "a:1"}, "give the policy and the subject"},
+		{"override: bad subject", []string{"override", "list", "push", "u42", "--redis", "a:1"}, "subject argument #1: want DIM=VALUE"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "u42") {
+				t.Errorf("run(%q) = %v: the error shows a subject value", tc.args, err)
+			}
+		})
+	}
+	if err := run([]string{"policy", "-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("policy -h = %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestPolicyCommandsCluster: apply, history and show on a Redis Cluster.
+func TestPolicyCommandsCluster(t *testing.T) {
+	addrs := strings.Join(redistest.Cluster(t), ",")
+	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "v2.yaml": cliV2})
+	prefix := "cli" + strings.ReplaceAll(t.Name(), "/", "-")
+	for _, st := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply", f["v1.yaml"], "-yes"}, "applied version 1"},
+		{[]string{"apply", f["v2.yaml"], "-yes"}, "applied version 2"},
+		{[]string{"history"}, "bob"},
+		{[]string{"show", "1"}, cliV1},
+	} {
+		args := append([]string{st.args[0], "--cluster", addrs, "--prefix", prefix, "-by", "bob"}, st.args[1:]...)
+		if st.args[0] == "history" || st.args[0] == "show" {
+			args = append([]string{st.args[0], "--cluster", addrs, "--prefix", prefix}, st.args[1:]...)
+		}
+		var out bytes.Buffer
+		if err := policyMain(context.Background(), args, &out, nil); err != nil {
+			t.Fatalf("policy %q = %v\n%s", args, err, out.String())
+		}
+		if !strings.Contains(out.String(), st.want) {
+			t.Errorf("policy %q output lacks %q:\n%s", args, st.want, out.String())
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package policyfile_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
+	"github.com/freqcap/freqcap/sdk/policyfile"
+)
+
+// TestStoreChangesKeepCaps applies each kind of change to a rule through
+// the store and decides with the versions as stored: a person capped
+// before an identity change stays capped after it and after a rollback;
+// a limit change carries the counts exactly; a re-key starts afresh.
+func TestStoreChangesKeepCaps(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		testChangesKeepCaps(t, func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)) {
+			// 10:00 UTC: inside one UTC day and one Shanghai day (18:00).
+			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
+			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim, clock.Advance
+		}, nil)
+	})
+	t.Run("redis", func(t *testing.T) {
+		testChangesKeepCaps(t, func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)) {
+			// The server's clock: nothing here waits for a window to pass.
+			lim := redisLimiter(t, false, uniquePrefix(t))
+			return policyfile.NewStore(lim), lim, func(time.Duration) {}
+		}, redisLogKeyBug)
+	})
+}
+
+// redisLogKeyBug names the cases the Redis backend fails today: it keeps
+// a dimension set's sliding logs in one sorted set named by a hash of all
+// the request's log rules (backends/redis logKey), so a request holding a
+// log rule's former self beside another log rule (a log whose window
+// changed, a rollback to a log through a change) looks for the former
+// self's entries under a new name and finds none: the change uncaps.
+// Reported to helper "redis" (status/policy.md); remove when fixed.
+var redisLogKeyBug = map[string]string{
+	"log window":  "backends/redis: a log rule's predecessor beside another log rule reads another sorted set (logKey hashes every log rule of the request)",
+	"log to gcra": "backends/redis: on rollback, the log predecessor beside the new log rule reads another sorted set (logKey)",
+}
+
+func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)), known map[string]string) {
+	rule := func(def string) string {
+		if !strings.Contains(def, "limit:") {
+			def = "limit: 3, " + def
+		}
+		if !strings.Contains(def, "by:") {
+			def += ", by: [user]"
+		}
+		return "policies:\n  - name: p\n    rules:\n      - {name: r, " + def + "}\n"
+	}
+	tests := []struct {
+		name, before, after string
+		rekey               bool
+		capped              bool // the attempt after the change is denied
+	}{
+		{"window", "algorithm: fixed_window, window: 1h", "algorithm: fixed_window, window: 2h", false, true},
+		{"log window", "algorithm: sliding_log, window: 1h", "algorithm: sliding_log, window: 2h", false, true},
+		{"sub-windows", "algorithm: sliding_window, window: 1h, sub_windows: 6", "algorithm: sliding_window, window: 1h, sub_windows: 12", false, true},
+		{"fixed to sliding", "algorithm: fixed_window, window: 1h", "algorithm: sliding_window, window: 1h", false, true},
+		{"sliding to log", "algorithm: sliding_window, window: 1h", "algorithm: sliding_log, window: 1h", false, true},
+		{"log to gcra", "algorithm: sliding_log, window: 1h", "algorithm: gcra, window: 1h, burst: 2", false, true},
+		{"gcra to fixed", "algorithm: gcra, window: 1h, burst: 2", "algorithm: fixed_window, window: 1h", false, true},
+		{"calendar", "algorithm: fixed_window, window: 24h", "algorithm: fixed_window, calendar: day, timezone: UTC", false, true},
+		{"zone", "algorithm: fixed_window, calendar: day, timezone: UTC", "algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai", false, true},
+		{"limit", "algorithm: fixed_window, window: 1h", "algorithm: fixed_window, window: 1h, limit: 4", false, false},
+		{"re-keyed", "algorithm: fixed_window, window: 1h", "algorithm: fixed_window, window: 1h, by: [user, app]", true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if why := known[tc.name]; why != "" {
+				t.Skip("KNOWN BUG, not passing: " + why)
+			}
+			ctx := context.Background()
+			s, lim, advance := newStore(t)
+			subject := sdk.Subject{"user": "u1", "app": "a"}
+			allow := func(what string) bool {
+				t.Helper()
+				v, err := s.Version(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps, err := v.Policies()
+				if err != nil {
+					t.Fatalf("%s: Policies() = %v", what, err)
+				}
+				d, err := lim.Allow(ctx, ps[0], subject)
+				if err != nil {
+					t.Fatalf("%s: Allow = %v", what, err)
+				}
+				return d.Allowed
+			}
+			mustApply(t, s, rule(tc.before), false)
+			for i := range 3 {
+				advance(time.Minute)
+				if !allow(fmt.Sprintf("attempt %d", i+1)) {
+					t.Fatalf("attempt %d under version 1 denied, want allowed", i+1)
+				}
+			}
+			if allow("attempt 4") {
+				t.Fatal("attempt 4 under version 1 allowed, want denied (limit 3)")
+			}
+			advance(time.Minute)
+			mustApply(t, s, rule(tc.after), tc.rekey)
+			if capped := !allow("after the change"); capped != tc.capped {
+				t.Errorf("after the change: capped %v, want %v", capped, tc.capped)
+			}
+			if tc.name == "limit" && allow("5th under limit 4") {
+				// 3 counted before, the 4th admitted: the counts carried exactly.
+				t.Errorf("limit 3 → 4: the 5th attempt was allowed, want denied")
+			}
+			if tc.rekey || tc.name == "limit" {
+				return
+			}
+			// Roll back: a new version, the old identity under a new epoch,
+			// seeded from the changed rule: still capped.
+			advance(time.Minute)
+			if _, err := s.Rollback(ctx, 1, "t", ""); err != nil {
+				t.Fatalf("Rollback = %v", err)
+			}
+			if allow("after the rollback") {
+				t.Errorf("after the rollback: allowed, want still capped")
+			}
+		})
+	}
+}
