@@ -167,19 +167,20 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
 		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
-	// Shadow rules, seeds and overrides (take.lua's ARGV[a+16] to
-	// ARGV[a+19]): "" unless some rule or the request has them.
+	// Shadow rules, seeds and GCRA windows under overrides (take.lua's
+	// ARGV[a+17] to ARGV[a+19]): each "" unless some rule needs it.
 	var shadows, seeds, windows []byte
-	ext := req.OverrideKey != ""
+	var anyShadow, anySeed, anyGCRA bool
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if r.Seed < 0 || r.Seed > i {
 			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
 		}
-		if r.Shadow || r.Seed > 0 {
-			ext = true
-		}
+		anyShadow = anyShadow || r.Shadow
+		anySeed = anySeed || r.Seed > 0
+		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
+	anyGCRA = anyGCRA && req.OverrideKey != ""
 	// The log key of the last sliding-log rule's set of dimensions: the
 	// set's other log rules share it (logKey hashes them all).
 	var lastLog, lastLogGroup string
@@ -193,22 +194,24 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		if err != nil {
 			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
 		}
-		if ext {
+		if anyShadow {
 			shadow := byte('0')
 			if r.Shadow {
 				shadow = '1'
 			}
 			shadows = append(shadows, shadow)
+		}
+		if anySeed {
 			if i > 0 {
 				seeds = append(seeds, ',')
 			}
 			seeds = strconv.AppendInt(seeds, int64(r.Seed), 10)
-			if req.OverrideKey != "" {
-				if i > 0 {
-					windows = append(windows, ',')
-				}
-				windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
+		}
+		if anyGCRA {
+			if i > 0 {
+				windows = append(windows, ',')
 			}
+			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
 		}
 		var key string
 		switch {
@@ -258,8 +261,14 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	if req.OverrideKey != "" {
 		h[15] = index(req.OverrideKey)
 	}
-	if ext {
-		h[16], h[17], h[18] = string(shadows), string(seeds), string(windows)
+	if anyShadow {
+		h[16] = string(shadows)
+	}
+	if anySeed {
+		h[17] = string(seeds)
+	}
+	if anyGCRA {
+		h[18] = string(windows)
 	}
 	if len(e.keys) == k0 {
 		return fail(errNoKeys)

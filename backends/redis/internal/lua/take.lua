@@ -44,7 +44,7 @@
 --             shadow rule (driver.Rule.Shadow), '0' otherwise
 -- ARGV[a+18]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
 --             1-based index of an earlier rule; 0 = none), comma-separated
--- ARGV[a+19]  windows: "" or, when ok > 0, per rule its window in µs,
+-- ARGV[a+19]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
 -- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
@@ -272,7 +272,7 @@ for a = 1, attempts do
           end
         end
       end
-      if lims then
+      if lims and ARGV[ab + 19] ~= '' then
         wins = {}
         for d in string.gmatch(ARGV[ab + 19], '%d+') do wins[#wins + 1] = tonumber(d) end
       end
