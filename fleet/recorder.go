@@ -1,11 +1,14 @@
 // Package fleet is the decision telemetry of every process sharing a
 // storage: a Recorder, fed by a Limiter's observer hook
-// (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule
-// and the most denied subjects, and announces the policies it sees; a
-// Reader reads what every process's Recorder flushed (Stats) and which
-// policies they run (Announced). The storage is a backend implementing
-// package fleet/store's optional interface (backends/memory and
-// backends/redis do).
+// (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule,
+// what shadow rules would have denied and the decisions overrides
+// decided, the most denied subjects, logs the attempts of a sample of
+// subjects, and announces the policies it sees and the policy-store
+// version it runs; a Reader reads what every process's Recorder flushed
+// (Stats, Shadow, Traffic) and which policies they run (Announced).
+// Package fleet/whatif replays the sample through proposed policies. The
+// storage is a backend implementing package fleet/store's optional
+// interface (backends/memory and backends/redis do).
 package fleet
 
 import (
@@ -64,8 +67,8 @@ const (
 	maxPeoplePending = 1 << 14
 )
 
-// Options configures a Recorder or a Reader (which reads only Prefix, Now
-// and Timeout). The zero value means defaults.
+// Options configures a Recorder or a Reader (which reads only Prefix, Now,
+// Timeout and SampleKeep). The zero value means defaults.
 type Options struct {
 	// Prefix is the first segment of the statistics keys (default
 	// sdk.DefaultPrefix), escaped as sdk.WithPrefix escapes it. A Reader
@@ -143,15 +146,24 @@ type Options struct {
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
 // (one per cluster node). Close stops it and flushes what is left.
 //
-// Memory per process: per policy, 8 stripes of 2 buckets of 2+3×rules
+// Memory per process: per policy, 8 stripes of 2 buckets of 6+5×rules
 // counters and a top-K of TopK subjects (their shard values; 128 per
 // policy by default), for at most MaxRecordedPolicies policies: about
-// 20 KB per policy with short subject values. Storage, per policy: one hash per
-// 10 s bucket kept 1 h (360 keys), one hash and one sorted set of at most
-// StatsTopKeep subjects per 1 min bucket kept 24 h (2 × 1440 keys), each
-// with its own expiry; plus one hash of announcements for all policies
-// (see Reader.Stats for the key names). Only the shard values of denied subjects
-// are stored (those the denial trail keys already hold).
+// 20 KB per policy with short subject values; between two flushes, the
+// hashes of the subjects shadow rules would have denied (at most 16 384
+// per stripe) and the sampled attempts (at most 16 384 per policy).
+// Storage, per policy: one hash per 10 s bucket kept 1 h (360 keys), one
+// hash and one sorted set of at most StatsTopKeep subjects per 1 min
+// bucket kept 24 h (2 × 1440 keys), per shadow rule one HyperLogLog per
+// ShadowPeopleStep kept 24 h (at most 145 keys of up to 12 KB), and one
+// list of at most SampleKeep sampled attempts per SampleStep kept
+// SampleRetention after it (25 lists; an entry takes about 60 bytes plus
+// 20 per subject value), each with its own expiry; plus one hash of
+// announcements for all policies (see Reader.Stats, Reader.Shadow and
+// Reader.Traffic for the key names). Only the shard values of denied
+// subjects are stored (those the denial trail keys already hold): the
+// people counters and the sample hold 64-bit hashes of subjects and
+// values, never the values.
 //
 // A Recorder is safe for concurrent use and may be shared by Limiters; the
 // zero Recorder is not usable, call NewRecorder.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk"
@@ -245,6 +246,78 @@ func TestRecorderPolicyVersion(t *testing.T) {
 			}
 			if d := as[1].Diff(as[2]); d != nil {
 				t.Errorf("Diff(v8, v7 of the same rules) = %q, want none", d)
+			}
+		})
+	}
+}
+
+// TestRecorderShadowLimiter: a Limiter (memory backend) running a shadow
+// rule and per-person overrides records through its observer; a reader
+// of each storage gets what the shadow rule would have denied (attempts,
+// people) and the decisions the overrides decided.
+func TestRecorderShadowLimiter(t *testing.T) {
+	for _, sg := range storages {
+		t.Run(sg.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := fakeclock.New(time.Now())
+			st := sg.new(t, c)
+			c.Set(time.Now())
+			prefix := fmt.Sprintf("shl-%s-%d", sg.name, time.Now().UnixNano())
+			p, err := sdk.NewPolicy("tried", []sdk.Rule{
+				sdk.FixedWindow("cap", 5, 24*time.Hour).By("user"),
+				sdk.FixedWindow("trial", 3, 24*time.Hour).By("user").AsShadow(),
+			}, sdk.WithOverrides())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := fleet.NewRecorder(st, &fleet.Options{Prefix: prefix, Now: c.Now, FlushEvery: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := sdk.New(memory.New(&memory.Options{Clock: c}), sdk.WithClock(c), sdk.WithObserver(rec.Observe))
+			if _, err := lim.SetOverride(ctx, p, sdk.Subject{"user": "vip"}, sdk.Override{Kind: sdk.OverrideExempt, Reason: "test"}); err != nil {
+				t.Fatalf("SetOverride = %v", err)
+			}
+			if _, err := lim.SetOverride(ctx, p, sdk.Subject{"user": "abuser"}, sdk.Override{Kind: sdk.OverrideBlock, Reason: "test"}); err != nil {
+				t.Fatalf("SetOverride = %v", err)
+			}
+			// u0..u3: 6 attempts each: 5 allowed, 1 denied by cap; trial
+			// would deny attempts 4 to 6 (3 each, 2 of them allowed).
+			for i := range 4 {
+				for range 6 {
+					if _, err := lim.Allow(ctx, p, sdk.Subject{"user": fmt.Sprint("u", i)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, u := range []string{"vip", "vip", "abuser"} {
+				if _, err := lim.Allow(ctx, p, sdk.Subject{"user": u}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rec.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			reader, err := fleet.NewReader(st, &fleet.Options{Prefix: prefix, Now: c.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh, err := reader.Shadow(ctx, p, time.Hour)
+			if err != nil {
+				t.Fatalf("Shadow = %v", err)
+			}
+			if len(sh.Rules) != 1 || sh.Rules[0].Rule != "trial" || sh.Rules[0].Attempts != 12 || sh.Rules[0].Allowed != 8 || sh.Rules[0].People != 4 {
+				t.Errorf("Shadow = %+v, want trial: 12 attempts, 8 allowed, 4 people", sh.Rules)
+			}
+			stats, err := reader.Stats(ctx, p, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stats.Overrides.Exempt != 2 || stats.Overrides.Block != 1 {
+				t.Errorf("Stats overrides = %+v, want 2 exempt, 1 block", stats.Overrides)
+			}
+			if stats.Denied != 5 { // 4 by cap, 1 by the block
+				t.Errorf("Stats denied = %d, want 5", stats.Denied)
 			}
 		})
 	}

@@ -108,11 +108,13 @@ type Reader struct {
 	prefix  string
 	now     func() time.Time
 	timeout time.Duration
+	keep    int // Options.SampleKeep
 }
 
 // NewReader returns a Reader of b, which must implement store.Counters
 // (else the error wraps errors.ErrUnsupported). Of opts (nil means
-// defaults) it reads Prefix, Now and Timeout.
+// defaults) it reads Prefix, Now, Timeout and SampleKeep (give the
+// Recorders' own).
 func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
 	var o Options
 	if opts != nil {
@@ -122,7 +124,11 @@ func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, timeout: max(o.Timeout, 0)}, nil
+	keep := o.SampleKeep
+	if keep <= 0 {
+		keep = DefaultSampleKeep
+	}
+	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, timeout: max(o.Timeout, 0), keep: keep}, nil
 }
 
 // withTimeout bounds ctx by the Reader's timeout, if any.

@@ -321,18 +321,14 @@ type Traffic struct {
 // Traffic reads the attempts Recorders sampled for the policy named
 // policy over the window ending now (at most SampleStep +
 // SampleRetention). Keys read: "<prefix>:stats:{<policy>:sample:<unix>}",
-// one list per SampleStep. A list holding keep entries or more is
-// counted in Full (give the Recorders' Options.SampleKeep; 0:
-// DefaultSampleKeep).
-func (rd *Reader) Traffic(ctx context.Context, policy string, window time.Duration, keep int) (Traffic, error) {
+// one list per SampleStep. A list holding the Reader's
+// Options.SampleKeep entries is counted in Full.
+func (rd *Reader) Traffic(ctx context.Context, policy string, window time.Duration) (Traffic, error) {
 	if !validName(policy) {
 		return Traffic{}, fmt.Errorf("fleet: traffic: %w: invalid policy name", sdk.ErrInvalidPolicy)
 	}
 	if window <= 0 || window > SampleStep+SampleRetention {
 		return Traffic{}, fmt.Errorf("fleet: traffic: window must be in (0, %v], got %v", SampleStep+SampleRetention, window)
-	}
-	if keep <= 0 {
-		keep = DefaultSampleKeep
 	}
 	now := rd.now()
 	out := Traffic{Policy: policy, From: now.Add(-window), To: now}
@@ -350,7 +346,7 @@ func (rd *Reader) Traffic(ctx context.Context, policy string, window time.Durati
 		return Traffic{}, fmt.Errorf("fleet: traffic: backend answered %d lists, want %d", len(data.Logs), len(q.Logs))
 	}
 	for _, l := range data.Logs {
-		if len(l) >= keep {
+		if len(l) >= rd.keep {
 			out.Full++
 		}
 		for _, e := range l {

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,10 +31,11 @@ func TestTrafficSample(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			keep := 0
 			run := func(sample int, users int) (fleet.Traffic, map[string]int) {
 				t.Helper()
 				prefix := fmt.Sprintf("tr-%s-%d-%d", sg.name, sample, time.Now().UnixNano())
-				rec, err := fleet.NewRecorder(b, &fleet.Options{Prefix: prefix, Now: sg.now(c), FlushEvery: -1, Sample: sample})
+				rec, err := fleet.NewRecorder(b, &fleet.Options{Prefix: prefix, Now: sg.now(c), FlushEvery: -1, Sample: sample, SampleKeep: keep})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -55,11 +57,11 @@ func TestTrafficSample(t *testing.T) {
 				if err := rec.Flush(ctx); err != nil {
 					t.Fatalf("Flush = %v", err)
 				}
-				reader, err := fleet.NewReader(b, &fleet.Options{Prefix: prefix, Now: sg.now(c)})
+				reader, err := fleet.NewReader(b, &fleet.Options{Prefix: prefix, Now: sg.now(c), SampleKeep: keep})
 				if err != nil {
 					t.Fatal(err)
 				}
-				tr, err := reader.Traffic(ctx, "sampled", 2*time.Hour, 0)
+				tr, err := reader.Traffic(ctx, "sampled", 2*time.Hour)
 				if err != nil {
 					t.Fatalf("Traffic = %v", err)
 				}
@@ -105,6 +107,18 @@ func TestTrafficSample(t *testing.T) {
 			if len(attempts) != 200 {
 				t.Fatalf("ran %d users", len(attempts))
 			}
+
+			// A list at its bound keeps the newest attempts and says so.
+			keep = 4
+			tr, _ = run(1, 3)
+			var verdicts []bool
+			for _, a := range tr.Attempts {
+				verdicts = append(verdicts, a.Allowed)
+			}
+			if !slices.Equal(verdicts, []bool{false, true, true, false}) || tr.Full != 1 {
+				t.Errorf("Traffic(keep 4) = allowed %v, %d full; want the newest 4 (denied, allowed, allowed, denied), 1 full", verdicts, tr.Full)
+			}
+			keep = 0
 
 			tr, _ = run(-1, 3)
 			if len(tr.Attempts) != 0 || tr.Sample != 0 {
