@@ -172,3 +172,27 @@ func TestAdminScope(t *testing.T) {
 		})
 	}
 }
+
+// A live snapshot the server cannot index (two policies of one name)
+// keeps the set in force, and serves none before the first good one.
+func TestLivePoliciesUnindexable(t *testing.T) {
+	b, _ := backendKinds[0].new(t)
+	ps := mustLoad(t, "policies:\n  - name: a\n    rules:\n      - {name: r, algorithm: fixed_window, limit: 2, window: 1h, by: [user]}\n")
+	var cur atomic.Pointer[serve.Snapshot]
+	cur.Store(&serve.Snapshot{Version: 1, Policies: []*sdk.Policy{ps[0], ps[0]}})
+	e := start(t, b, serve.Config{Live: func() serve.Snapshot { return *cur.Load() }})
+	c := client.New(e.url, &client.Options{Protocol: client.ConnectJSON})
+	ctx := context.Background()
+	if _, err := c.Take(ctx, ps[0], sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("Take under an unindexable first snapshot = %v, want not_found", err)
+	}
+	cur.Store(&serve.Snapshot{Version: 2, Policies: ps})
+	if d, err := c.Take(ctx, ps[0], sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); err != nil || !d.Allowed {
+		t.Fatalf("Take under version 2 = %+v, %v", d, err)
+	}
+	cur.Store(&serve.Snapshot{Version: 3, Policies: []*sdk.Policy{ps[0], ps[0]}})
+	sp, err := c.ServedPolicies(ctx)
+	if err != nil || sp.Version != 2 {
+		t.Fatalf("ServedPolicies under an unindexable version 3 = %+v, %v; want version 2 kept", sp, err)
+	}
+}

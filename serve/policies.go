@@ -53,9 +53,12 @@ type policies struct {
 	cur  atomic.Pointer[policySet]
 }
 
+// empty is the set served before a live snapshot could be indexed.
+var empty = &policySet{byName: map[string]*sdk.Policy{}}
+
 // current returns the policies a call decides with. A live snapshot that
 // cannot be indexed (two policies of one name: the store refuses such a
-// document) keeps the previous set.
+// document) keeps the previous set (none before the first).
 func (ps *policies) current() *policySet {
 	cur := ps.cur.Load()
 	if ps.live == nil {
@@ -67,6 +70,9 @@ func (ps *policies) current() *policySet {
 	}
 	next, err := newPolicySet(snap)
 	if err != nil {
+		if cur == nil {
+			return empty
+		}
 		return cur
 	}
 	// Another call may have installed it (or a later one) meanwhile: keep
