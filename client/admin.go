@@ -14,6 +14,20 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
+// Overrider is what *sdk.Limiter and *Client have in common for
+// per-person overrides: code that sets them runs in-process or remote
+// alike.
+type Overrider interface {
+	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error)
+	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
+	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error)
+}
+
+var (
+	_ Overrider = (*sdk.Limiter)(nil)
+	_ Overrider = (*Client)(nil)
+)
+
 // SetOverride is sdk.Limiter.SetOverride through the server (its
 // OverrideService; the credential needs admin on the policy): it stores o
 // for s under p with a new ID and returns it as stored. The server records
