@@ -44,8 +44,9 @@ exit). With --policies store, serve follows the versioned policy store kept
 in the backend under --prefix (freqcap policy apply, or serve's own
 PolicyService): each call is decided with the version in force, and a new
 version is in force within about 2 s, without restart; an empty store
-serves no policy until a version is applied. With Redis, concurrent calls share scripts (--coalesce). Every
-consuming decision is recorded for the console's fleet charts (--recorder).
+serves no policy until a version is applied. With Redis, concurrent calls
+share scripts (--coalesce). Every consuming decision is recorded for the
+console's fleet charts (--recorder).
 On SIGTERM or SIGINT it refuses new calls, finishes those in flight and
 exits.
 
@@ -53,7 +54,8 @@ Callers, each "name:secret:grant[;grant…]" with a grant
 "op[,op…]@policy[,policy…]", ops take, peek, reserve, inspect, reset, admin
 or * (all but admin: overrides and policy-store writes are only granted by
 name), policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push",
-"support:An0therOne:*@*" and "ops:Th1rdOne1:admin@*". Secrets are at least 8 bytes, no two alike.
+"support:An0therOne:*@*" and "ops:Th1rdOne1:admin@*". Secrets are at least
+8 bytes, no two alike.
   --token CREDENTIAL (repeatable), or FREQCAP_SERVE_TOKENS (credentials
   separated by white space; the flag wins). Prefer the environment: flags
   show up in ps, and help output never shows either.
@@ -113,7 +115,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	})
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `FILE` (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `FILE` (PEM; with --tls-cert)")
-	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset to this file")
+	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset, override set or deleted, and policy version applied, to this file")
 	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
