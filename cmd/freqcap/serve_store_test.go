@@ -36,7 +36,8 @@ func TestServePolicyStore(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--redis", rs.Addr(), "--prefix", "servestore", "--policies", "store")
+	auditFile := filepath.Join(dir, "audit.jsonl")
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--redis", rs.Addr(), "--prefix", "servestore", "--policies", "store", "--audit", auditFile)
 	cmd.Env = append(os.Environ(), "FREQCAP_SERVE_TOKENS=ops:0ps-s3cret-1:admin,take@* sender:s3nder-s3cret:take@news")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -93,6 +94,11 @@ func TestServePolicyStore(t *testing.T) {
 		}
 	}
 	await(1)
+	audit, err := os.ReadFile(auditFile)
+	if err != nil || !strings.Contains(string(audit), `"action":"policy-apply"`) || !strings.Contains(string(audit), `"name":"ops"`) ||
+		!strings.Contains(string(audit), "version 1: first") {
+		t.Errorf("audit file = %q, %v; want the apply by ops, version 1, its reason", audit, err)
+	}
 	for i, want := range []bool{true, false} {
 		if d, err := sender.Take(ctx, news, sdk.Attempt{Subject: sdk.Subject{"user": "a"}}); err != nil || d.Allowed != want {
 			t.Fatalf("Take #%d under version 1 = %+v, %v; want allowed %v", i+1, d, err, want)
