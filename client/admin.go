@@ -120,6 +120,7 @@ var ErrRekeyUnconfirmed = errors.New("the document re-keys a rule: confirm it")
 // document: its faults, as the server reported them.
 type DocumentError struct{ Faults []Fault }
 
+// Error lists the faults with their line and key.
 func (e *DocumentError) Error() string {
 	parts := make([]string, len(e.Faults))
 	for i, f := range e.Faults {

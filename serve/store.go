@@ -87,6 +87,7 @@ var ErrRekeyUnconfirmed = errors.New("serve: the document re-keys a rule (its co
 // DocumentError is an invalid policy document's error: its faults.
 type DocumentError struct{ Faults []Fault }
 
+// Error lists the faults, each with its line and key when known.
 func (e *DocumentError) Error() string {
 	var b strings.Builder
 	b.WriteString("invalid policy document")
@@ -101,6 +102,7 @@ func (e *DocumentError) Error() string {
 	return b.String()
 }
 
+// String writes the fault as "line N, key: message" (the parts known).
 func (f Fault) String() string {
 	var where []string
 	if f.Line > 0 {
