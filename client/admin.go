@@ -120,11 +120,21 @@ var ErrRekeyUnconfirmed = errors.New("the document re-keys a rule: confirm it")
 // document: its faults, as the server reported them.
 type DocumentError struct{ Faults []Fault }
 
-// Error lists the faults with their line and key.
+// Error lists the faults, each with its line and key when known.
 func (e *DocumentError) Error() string {
 	parts := make([]string, len(e.Faults))
 	for i, f := range e.Faults {
-		parts[i] = fmt.Sprintf("line %d, %s: %s", f.Line, f.Key, f.Message)
+		var where []string
+		if f.Line > 0 {
+			where = append(where, fmt.Sprintf("line %d", f.Line))
+		}
+		if f.Key != "" {
+			where = append(where, f.Key)
+		}
+		parts[i] = f.Message
+		if len(where) > 0 {
+			parts[i] = strings.Join(where, ", ") + ": " + f.Message
+		}
 	}
 	return "invalid policy document: " + strings.Join(parts, "; ")
 }
