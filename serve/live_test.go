@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -194,5 +195,65 @@ func TestLivePoliciesUnindexable(t *testing.T) {
 	sp, err := c.ServedPolicies(ctx)
 	if err != nil || sp.Version != 2 {
 		t.Fatalf("ServedPolicies under an unindexable version 3 = %+v, %v; want version 2 kept", sp, err)
+	}
+}
+
+// While versions change under load, every decision is made with one
+// version: the limits it reports are those of the version it names.
+func TestLivePoliciesConsistentPerCall(t *testing.T) {
+	b, _ := backendKinds[0].new(t)
+	versions := make([]serve.Snapshot, 8)
+	for i := range versions {
+		limit := 1000 * (i + 1)
+		versions[i] = serve.Snapshot{Version: int64(i + 1), Policies: mustLoad(t, fmt.Sprintf(`
+policies:
+  - name: flip
+    rules:
+      - {name: a, algorithm: fixed_window, limit: %d, window: 1h, by: [user]}
+      - {name: b, algorithm: sliding_window, limit: %d, window: 1h, by: [user]}
+`, limit, limit+1))}
+	}
+	var cur atomic.Pointer[serve.Snapshot]
+	cur.Store(&versions[0])
+	e := start(t, b, serve.Config{Live: func() serve.Snapshot { return *cur.Load() }})
+	raw := freqcapv1connect.NewFreqcapServiceClient(http.DefaultClient, e.url)
+	// The flipper installs the next version while a call is in flight.
+	flips := make(chan struct{}, 1)
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		i := 0
+		for range flips {
+			i++
+			cur.Store(&versions[i%len(versions)])
+		}
+	}()
+	seen := map[int64]bool{}
+	for n := 0; n < 400; n++ {
+		select {
+		case flips <- struct{}{}:
+		default:
+		}
+		res, err := raw.TakeBatch(context.Background(), connect.NewRequest(&freqcapv1.TakeBatchRequest{Policy: "flip",
+			Attempts: []*freqcapv1.Attempt{{Subject: map[string]string{"user": "x"}}, {Subject: map[string]string{"user": "y"}}}}))
+		if err != nil {
+			t.Fatalf("TakeBatch: %v", err)
+		}
+		for _, r := range res.Msg.GetResults() {
+			d := r.GetDecision()
+			v := d.GetPolicyVersion()
+			seen[v] = true
+			if d.GetRules()[0].GetLimit() != 1000*v || d.GetRules()[1].GetLimit() != 1000*v+1 ||
+				res.Msg.GetResults()[0].GetDecision().GetPolicyVersion() != v {
+				t.Fatalf("decision under version %d reports limits %d and %d (want %d, %d), batch versions %d and %d",
+					v, d.GetRules()[0].GetLimit(), d.GetRules()[1].GetLimit(), 1000*v, 1000*v+1,
+					res.Msg.GetResults()[0].GetDecision().GetPolicyVersion(), res.Msg.GetResults()[1].GetDecision().GetPolicyVersion())
+			}
+		}
+	}
+	close(flips)
+	<-flipped
+	if len(seen) < 2 {
+		t.Errorf("decisions saw versions %v: the versions did not change under the calls", seen)
 	}
 }
