@@ -271,7 +271,7 @@ func runServe(args []string) error {
 	var follow *storeFollower
 	if fromStore {
 		st := policyfile.NewStore(lim)
-		follow, err = followStore(ctx, st, log, rec)
+		follow, err = followServeStore(ctx, st, log, rec)
 		if err != nil {
 			return fmt.Errorf("serve: policy store: %w", err)
 		}
@@ -347,7 +347,7 @@ type storeFollower struct {
 	done   chan struct{} // closed when no goroutine of its own runs
 }
 
-func followStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
+func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &storeFollower{st: st, cancel: cancel, done: make(chan struct{})}
 	announce := func(s *policyfile.Snapshot) {
