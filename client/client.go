@@ -103,6 +103,9 @@ type Client struct {
 	rpcs    []freqcapv1connect.FreqcapServiceClient // one per connection (Options.Conns)
 	next    atomic.Uint32
 	timeout time.Duration
+	// The administrative calls (rare) use the first connection.
+	store     freqcapv1connect.PolicyServiceClient
+	overrides freqcapv1connect.OverrideServiceClient
 }
 
 // rpc returns the stub of the next connection in turn.
@@ -153,9 +156,12 @@ func New(baseURL string, opts *Options) *Client {
 		})))
 	}
 	c := &Client{timeout: o.Timeout}
+	base := strings.TrimRight(baseURL, "/")
 	for _, hc := range hcs {
-		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, strings.TrimRight(baseURL, "/"), copts...))
+		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, base, copts...))
 	}
+	c.store = freqcapv1connect.NewPolicyServiceClient(hcs[0], base, copts...)
+	c.overrides = freqcapv1connect.NewOverrideServiceClient(hcs[0], base, copts...)
 	return c
 }
 
@@ -431,19 +437,39 @@ func (c *Client) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject) (
 // Policies returns the policies the server serves to this caller, built
 // as the server loaded them.
 func (c *Client) Policies(ctx context.Context) ([]*sdk.Policy, error) {
+	sp, err := c.ServedPolicies(ctx)
+	return sp.Policies, err
+}
+
+// ServedPolicies are the policies a server serves to a caller, and their
+// version.
+type ServedPolicies struct {
+	// Version is the policy-store version served (0: a policy file);
+	// At when it was applied.
+	Version  int64
+	At       time.Time
+	Policies []*sdk.Policy
+}
+
+// ServedPolicies is Policies with the version of the policy store they
+// come from.
+func (c *Client) ServedPolicies(ctx context.Context) (ServedPolicies, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	res, err := c.rpc().ListPolicies(ctx, connect.NewRequest(&freqcapv1.ListPoliciesRequest{}))
 	if err != nil {
-		return nil, wrap("policies", err)
+		return ServedPolicies{}, wrap("policies", err)
 	}
-	out := make([]*sdk.Policy, 0, len(res.Msg.GetPolicies()))
+	out := ServedPolicies{Version: res.Msg.GetVersion(), Policies: make([]*sdk.Policy, 0, len(res.Msg.GetPolicies()))}
+	if at := res.Msg.GetVersionAt(); at != nil {
+		out.At = at.AsTime()
+	}
 	for _, wp := range res.Msg.GetPolicies() {
 		p, err := wire.FromPolicy(wp)
 		if err != nil {
-			return nil, fmt.Errorf("client: policies: %w", err)
+			return ServedPolicies{}, fmt.Errorf("client: policies: %w", err)
 		}
-		out = append(out, p)
+		out.Policies = append(out.Policies, p)
 	}
 	return out, nil
 }

@@ -15,18 +15,26 @@ import (
 type Op string
 
 // The operations. Take covers Take and TakeBatch, Peek covers Peek and
-// PeekBatch, Reserve covers Reserve, Commit and Cancel. ListPolicies
-// needs no grant: it lists the policies the caller has any grant on.
+// PeekBatch, Reserve covers Reserve, Commit and Cancel. Inspect also
+// covers ListOverrides on the policy and, granted on every policy ("*"),
+// the policy store's reads (PlanPolicies, PolicyHistory,
+// GetPolicyVersion). Admin covers SetOverride and DeleteOverride on the
+// policy and, granted on every policy, ApplyPolicies and
+// RollbackPolicies, and everything Inspect covers. ListPolicies needs no
+// grant: it lists the policies the caller has any grant on.
 const (
 	OpTake    Op = "take"
 	OpPeek    Op = "peek"
 	OpReserve Op = "reserve"
 	OpInspect Op = "inspect"
 	OpReset   Op = "reset"
+	OpAdmin   Op = "admin"
 )
 
-// Ops are every operation, in the order they are listed.
-var Ops = []Op{OpTake, OpPeek, OpReserve, OpInspect, OpReset}
+// Ops are every operation, in the order they are listed. A grant of "*"
+// operations covers all of them but OpAdmin, which is only ever granted
+// by name: credentials written before it existed gain no writes.
+var Ops = []Op{OpTake, OpPeek, OpReserve, OpInspect, OpReset, OpAdmin}
 
 // MinSecretLen is the shortest secret a caller may have, in bytes.
 const MinSecretLen = 8
@@ -45,10 +53,12 @@ type Caller struct {
 	Grants []Grant
 }
 
-// allows reports whether c may do op on policy.
+// allows reports whether c may do op on policy. Admin is only granted by
+// name, never by "*"; it implies Inspect.
 func (c *Caller) allows(op Op, policy string) bool {
 	for _, g := range c.Grants {
-		if (slices.Contains(g.Ops, op) || slices.Contains(g.Ops, "*")) &&
+		if (slices.Contains(g.Ops, op) || op != OpAdmin && slices.Contains(g.Ops, "*") ||
+			op == OpInspect && slices.Contains(g.Ops, OpAdmin)) &&
 			(slices.Contains(g.Policies, policy) || slices.Contains(g.Policies, "*")) {
 			return true
 		}
@@ -68,8 +78,9 @@ func (c *Caller) mayUse(policy string) bool {
 
 // ParseCaller reads one credential, "name:secret:grant[;grant…]", where a
 // grant is "op[,op…]@policy[,policy…]" ("*" for all operations or all
-// policies): "sender:S3cretS3cret:take,peek@push;peek@email",
-// "support:…:*@*". Errors never contain the secret.
+// policies; "*" operations are all but admin, which is granted by name):
+// "sender:S3cretS3cret:take,peek@push;peek@email", "support:…:*@*",
+// "ops:…:*,admin@*". Errors never contain the secret.
 func ParseCaller(s string) (Caller, error) {
 	name, rest, ok1 := strings.Cut(s, ":")
 	secret, grants, ok2 := strings.Cut(rest, ":")
@@ -95,7 +106,7 @@ func ParseCaller(s string) (Caller, error) {
 		for _, o := range strings.Split(ops, ",") {
 			op := Op(strings.TrimSpace(o))
 			if op != "*" && !slices.Contains(Ops, op) {
-				return Caller{}, fmt.Errorf("credential %q: unknown operation %q (want take, peek, reserve, inspect, reset or *)", name, op)
+				return Caller{}, fmt.Errorf("credential %q: unknown operation %q (want take, peek, reserve, inspect, reset, admin or *)", name, op)
 			}
 			g.Ops = append(g.Ops, op)
 		}

@@ -106,7 +106,7 @@ func TestAuthScopes(t *testing.T) {
 					for _, c := range []struct {
 						c    *client.Client
 						want []string
-					}{{sender, []string{"push", "ads"}}, {auditor, []string{"push", "ads"}}, {support, []string{"push", "ads", "bulk"}}} {
+					}{{sender, []string{"push", "ads"}}, {auditor, []string{"push", "ads"}}, {support, []string{"push", "ads", "bulk", "vip"}}} {
 						ps, err := c.c.Policies(ctx)
 						if err != nil {
 							t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -26,7 +27,7 @@ const docsFile = "../docs/SERVE.md"
 
 // docsTokens are the credentials the manual's examples use; the manual
 // shows freqcap serve started with exactly this FREQCAP_SERVE_TOKENS.
-const docsTokens = "sender:sender-secret-1:take,peek,reserve@push support:support-secret-1:*@*"
+const docsTokens = "sender:sender-secret-1:take,peek,reserve@push support:support-secret-1:*@* ops:ops-secret-1:admin@*"
 
 type docExample struct {
 	line              int
@@ -122,12 +123,14 @@ func jsonMatch(want, got any) bool {
 }
 
 // TestServeDocExamples replays every request of docs/SERVE.md, in order,
-// against a live freqcap serve over the seed policies, the memory backend
-// and a fixed clock, with the manual's credentials, and compares each
-// answer with the manual's: the status line, each header the manual
-// shows, and the JSON body as JSON ("…" matches any value: reservation
-// ids are random). RESERVATION_ID in a request stands for the last
-// reservation_id answered.
+// against a live freqcap serve following a policy store whose version 1
+// is the seed policies, on the memory backend and a fixed clock, with the
+// manual's credentials, and compares each answer with the manual's: the
+// status line, each header the manual shows, and the JSON body as JSON
+// ("…" matches any value: reservation ids are random). RESERVATION_ID in
+// a request stands for the last reservation_id answered. After an
+// example that stores a version, it waits until the server decides with
+// it.
 func TestServeDocExamples(t *testing.T) {
 	data, err := os.ReadFile(docsFile)
 	if err != nil {
@@ -141,12 +144,23 @@ func TestServeDocExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policies, err := seed.Policies()
+	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clk}))
+	st := policyfile.NewStore(lim, policyfile.WithClock(clk))
+	ctx := context.Background()
+	plan, err := st.Plan(ctx, seed.YAML)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	srv, err := serve.New(serve.Config{Limiter: sdk.New(memory.New(&memory.Options{Clock: clk})), Policies: policies, Callers: callers})
+	if _, err := st.Apply(ctx, plan, "setup", "the seed policies"); err != nil {
+		t.Fatal(err)
+	}
+	live, err := st.Watch(ctx, policyfile.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	srv, err := serve.New(serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +220,9 @@ func TestServeDocExamples(t *testing.T) {
 				if id, ok := m["reservation_id"].(string); ok && id != "" {
 					reservation = id
 				}
+				if v, ok := m["version"].(map[string]any); ok && res.StatusCode == http.StatusOK && strings.HasSuffix(target, "Policies") {
+					awaitLive(t, live, v["version"])
+				}
 			}
 			if dump != nil {
 				dump = append(dump, map[string]any{"line": ex.line, "status": res.StatusCode, "header": res.Header, "body": got})
@@ -228,10 +245,26 @@ func TestServeDocExamples(t *testing.T) {
 			}
 		})
 	}
-	for _, m := range []string{"Take", "Peek", "Reserve", "Commit", "Cancel", "TakeBatch", "PeekBatch", "Inspect", "Reset", "ListPolicies"} {
-		if !seen["/freqcap.v1.FreqcapService/"+m] {
+	for _, m := range []string{"FreqcapService/Take", "FreqcapService/Peek", "FreqcapService/Reserve", "FreqcapService/Commit",
+		"FreqcapService/Cancel", "FreqcapService/TakeBatch", "FreqcapService/PeekBatch", "FreqcapService/Inspect",
+		"FreqcapService/Reset", "FreqcapService/ListPolicies", "PolicyService/PlanPolicies", "PolicyService/ApplyPolicies",
+		"PolicyService/PolicyHistory", "OverrideService/SetOverride", "OverrideService/ListOverrides", "OverrideService/DeleteOverride"} {
+		if !seen["/freqcap.v1."+m] {
 			t.Errorf("%s has no example of %s", docsFile, m)
 		}
+	}
+}
+
+// awaitLive waits until live serves version v (a JSON string, as the
+// answer gives it): the next example is decided with it.
+func awaitLive(t *testing.T, live *policyfile.Live, v any) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for fmt.Sprint(live.Current().Version) != fmt.Sprint(v) {
+		if time.Now().After(deadline) {
+			t.Fatalf("version %v not served 15 s after it was stored", v)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the watcher until a deadline
 	}
 }
 

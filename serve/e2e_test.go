@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,7 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -44,7 +47,13 @@ func TestPythonSender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, b, serve.Config{Callers: callers})
+	// push reads overrides here: one person is blocked.
+	ps := mustLoad(t, strings.Replace(testPolicies, "  - name: push\n", "  - name: push\n    overrides: true\n", 1))
+	e := start(t, b, serve.Config{Callers: callers, Live: func() serve.Snapshot { return serve.Snapshot{Policies: ps} }})
+	blocked := sdk.Subject{"user": "py-blocked"}
+	if _, err := e.lim.SetOverride(context.Background(), ps[0], blocked, sdk.Override{Kind: sdk.OverrideBlock, Until: time.Now().Add(time.Hour), Reason: "complaint"}); err != nil {
+		t.Fatal(err)
+	}
 
 	gen := t.TempDir()
 	for _, cmd := range [][]string{
@@ -70,6 +79,16 @@ reset: PERMISSION_DENIED
 $`)
 	if !want.Match(out) {
 		t.Errorf("sender.py printed:\n%s\nwant:\n%s", out, want)
+	}
+	cmd = exec.Command(debianPython, filepath.Join("..", "examples", "python", "sender.py"))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+gen, "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"),
+		"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER="+blocked["user"])
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sender.py: %v\n%s", err, out)
+	}
+	if want := regexp.MustCompile(`^send #1: blocked by override #\d+ \(complaint\), retry in 3[56]\d\ds\n`); !want.Match(out) {
+		t.Errorf("sender.py for a blocked person printed:\n%s\nwant its first line to match %s", out, want)
 	}
 }
 

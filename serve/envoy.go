@@ -57,7 +57,7 @@ type descriptorAttempt struct {
 
 func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 	m := req.Msg
-	p, err := e.svc.policy(ctx, OpTake, m.GetDomain())
+	p, set, err := e.svc.policy(ctx, OpTake, m.GetDomain())
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 		}
 	}
 	h := http.Header{}
-	e.svc.setHeaders(h, p, decisions[gov])
+	e.svc.setHeaders(h, set, p, decisions[gov])
 	for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
 		if v := h.Get(k); v != "" {
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})

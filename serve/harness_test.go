@@ -44,6 +44,11 @@ policies:
   - name: bulk
     rules:
       - {name: big, algorithm: fixed_window, limit: 1000000, window: 24h, by: [user]}
+  - name: vip
+    overrides: true
+    rules:
+      - {name: daily, algorithm: fixed_window, limit: 2, window: 24h, by: [user]}
+      - {name: trial, algorithm: fixed_window, limit: 1, window: 24h, by: [user], shadow: true}
 `
 
 func loadPolicies(t testing.TB) []*sdk.Policy {
@@ -102,15 +107,18 @@ type env struct {
 	audit []serve.AuditEntry
 }
 
-// start serves policies over b on a loopback port; cfg's Limiter,
-// Policies, Audit and Registry are filled in. Each env has its own key
-// prefix.
+// start serves policies over b on a loopback port; cfg's Limiter (unless
+// given: then it must be over b), Policies, Audit and Registry are filled
+// in. Each env has its own key prefix.
 func start(t testing.TB, b sdk.Backend, cfg serve.Config) *env {
 	t.Helper()
 	e := &env{policies: map[string]*sdk.Policy{}, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	col := prom.New(nil)
 	e.reg.MustRegister(col)
-	e.lim = sdk.New(b, sdk.WithPrefix(fmt.Sprintf("st%d-%d", time.Now().UnixNano()%1e6, prefixSeq.Add(1))), sdk.WithObserver(col.Observe))
+	e.lim = cfg.Limiter
+	if e.lim == nil {
+		e.lim = sdk.New(b, sdk.WithPrefix(uniquePrefix()), sdk.WithObserver(col.Observe))
+	}
 	ps := loadPolicies(t)
 	for _, p := range ps {
 		e.policies[p.Name()] = p
@@ -146,6 +154,11 @@ func start(t testing.TB, b sdk.Backend, cfg serve.Config) *env {
 		}
 	})
 	return e
+}
+
+// uniquePrefix is a key prefix no other test uses.
+func uniquePrefix() string {
+	return fmt.Sprintf("st%d-%d", time.Now().UnixNano()%1e6, prefixSeq.Add(1))
 }
 
 func (e *env) audits() []serve.AuditEntry {

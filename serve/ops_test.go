@@ -231,12 +231,13 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ps) != 3 {
-			t.Fatalf("Policies: %d, want 3", len(ps))
+		if len(ps) != len(e.policies) {
+			t.Fatalf("Policies: %d, want %d", len(ps), len(e.policies))
 		}
 		for _, p := range ps {
 			want := e.policies[p.Name()]
-			if want == nil || !slices.Equal(fleet.AnnouncementOf(p).Diff(fleet.AnnouncementOf(want)), nil) || p.FailOpen() != want.FailOpen() {
+			if want == nil || !slices.Equal(fleet.AnnouncementOf(p).Diff(fleet.AnnouncementOf(want)), nil) || p.FailOpen() != want.FailOpen() ||
+				p.ReadsOverrides() != want.ReadsOverrides() {
 				t.Errorf("policy %q differs from the server's: %v", p.Name(), fleet.AnnouncementOf(p).Diff(fleet.AnnouncementOf(want)))
 			}
 		}

@@ -42,7 +42,6 @@ import (
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/wire"
-	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -58,19 +57,33 @@ const (
 // accepts it.
 const compressMinBytes = 16 << 10
 
-// Config configures a Server. Limiter and Policies are required.
+// Config configures a Server. Limiter and Policies (or Live) are
+// required.
 type Config struct {
 	// Limiter decides. Give it the observers the service should have
 	// (cmd/freqcap's serve gives a prom.Collector's and a
 	// fleet.Recorder's).
 	Limiter *sdk.Limiter
-	// Policies are the policies served, by name.
+	// Policies are the policies served, by name (a policy file's).
+	// Ignored with Live.
 	Policies []*sdk.Policy
+	// Live, when set, gives the policies served instead: the current
+	// version of a followed policy store (sdk/policyfile's Live). The
+	// server calls it once per call, and decides the call with the
+	// policies it returned, so one call never mixes two versions; it must
+	// be cheap and safe for concurrent use. Its Version is reported in
+	// decisions and by ListPolicies. It may return no policies (an empty
+	// store: every call names an unknown policy until one is applied).
+	Live func() Snapshot
+	// Store, when set, answers PolicyService (plan, apply, history,
+	// rollback). Nil: PolicyService answers FailedPrecondition.
+	Store PolicyStore
 	// Callers are the credentials. None: every loopback client may do
 	// everything (as the caller named "local"); others are refused.
 	Callers []Caller
-	// Audit records each reset (nil: resets are only logged). An
-	// error recording it fails the call with Internal, after the reset.
+	// Audit records each reset, override set or deleted, and policy
+	// version applied or rolled back to (nil: they are only logged). An
+	// error recording one fails the call with Internal, after the change.
 	Audit func(AuditEntry) error
 	// Ready reports whether the backend answers (/readyz). Nil: always.
 	Ready func(context.Context) error
@@ -111,9 +124,13 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 }
 
-// AuditEntry is one reset, as the audit log records it.
+// AuditEntry is one reset, override change or policy version applied, as
+// the audit log records it.
 type AuditEntry struct {
 	At time.Time
+	// Action is ActionReset, ActionOverrideSet, ActionOverrideDelete,
+	// ActionPolicyApply or ActionPolicyRollback ("" is a reset).
+	Action string
 	// Caller is the credential's name ("local" without credentials).
 	Caller string
 	// Remote is the client's address.
@@ -124,21 +141,32 @@ type AuditEntry struct {
 	Rules, Kept []string
 	// Outcome is "ok" or "failed: …" (never a backend's address).
 	Outcome string
+	// Detail says what was set, deleted or applied: "override #12 block
+	// until 2026-11-27T09:00:00Z: <reason>", "version 7: <reason>" ("" for
+	// a reset). Subjects appear in Subject only.
+	Detail string
 }
+
+// The audited actions (AuditEntry.Action).
+const (
+	ActionReset          = "reset"
+	ActionOverrideSet    = "override-set"
+	ActionOverrideDelete = "override-delete"
+	ActionPolicyApply    = "policy-apply"
+	ActionPolicyRollback = "policy-rollback"
+)
 
 // Server serves decisions. Create one with New; it is safe for
 // concurrent use.
 type Server struct {
 	cfg      Config
-	policies map[string]*sdk.Policy
-	order    []*sdk.Policy
+	policies policies
 	callers  *callers         // nil: no credentials
 	lockout  *lockout.Guard   // of addresses sending unknown credentials
 	logRate  *lograte.Limiter // failure lines: one of a kind every lograte.Every
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
-	headers  ratelimitheaders.Cache // each policy's RateLimit-Policy, formatted once
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -150,19 +178,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Limiter == nil {
 		return nil, errors.New("serve: no Limiter")
 	}
-	if len(cfg.Policies) == 0 {
-		return nil, errors.New("serve: no policies")
-	}
-	s := &Server{cfg: cfg, policies: map[string]*sdk.Policy{}, log: cfg.Logger}
-	for _, p := range cfg.Policies {
-		if p == nil {
-			return nil, errors.New("serve: a nil policy")
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.Live != nil {
+		s.policies.live = cfg.Live
+	} else {
+		if len(cfg.Policies) == 0 {
+			return nil, errors.New("serve: no policies")
 		}
-		if s.policies[p.Name()] != nil {
-			return nil, fmt.Errorf("serve: two policies are named %q", p.Name())
+		ps, err := newPolicySet(Snapshot{Policies: cfg.Policies})
+		if err != nil {
+			return nil, err
 		}
-		s.policies[p.Name()] = p
-		s.order = append(s.order, p)
+		s.policies.cur.Store(ps)
 	}
 	if len(cfg.Callers) > 0 {
 		cs, err := newCallers(cfg.Callers)
@@ -224,6 +251,10 @@ func New(cfg Config) (*Server, error) {
 	path, h := freqcapv1connect.NewFreqcapServiceHandler(svc, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, s.guard(h))
+	ppath, ph := freqcapv1connect.NewPolicyServiceHandler(&policyService{s: s}, opts...)
+	mux.Handle(ppath, s.guard(ph))
+	opath, oh := freqcapv1connect.NewOverrideServiceHandler(&overrideService{s: s}, opts...)
+	mux.Handle(opath, s.guard(oh))
 	epath, eh := envoyHandler(svc, opts...)
 	mux.Handle(epath, s.guard(eh))
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -234,7 +265,8 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler returns the server's handler: the calls under
-// /freqcap.v1.FreqcapService/, /healthz, /readyz and /metrics. Serve
+// /freqcap.v1.FreqcapService/, /freqcap.v1.PolicyService/ and
+// /freqcap.v1.OverrideService/, /healthz, /readyz and /metrics. Serve
 // uses it; a program with its own http.Server may mount it (it then
 // shuts that server down itself, after Drain).
 func (s *Server) Handler() http.Handler { return s.handler }

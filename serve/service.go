@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
@@ -34,10 +35,12 @@ func invalid(reason freqcapv1.Reason, format string, args ...any) *connect.Error
 
 // policy returns the policy named name if the call's caller may do op on
 // it: PermissionDenied when not (whether or not it exists), NotFound
-// when it may but there is no such policy.
-func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy, error) {
+// when it may but there is no such policy. The set it comes from is the
+// version the call decides with.
+func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy, *policySet, error) {
+	set := svc.s.policies.current()
 	if name == "" {
-		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "policy is required")
+		return nil, nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "policy is required")
 	}
 	annotate(ctx, AttrPolicy.String(name))
 	c := callerOf(ctx)
@@ -46,15 +49,22 @@ func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy
 		if c != nil {
 			who = fmt.Sprintf("credential %q", c.Name)
 		}
-		return nil, wire.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
+		return nil, nil, wire.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
 			fmt.Sprintf("%s may not %s on policy %q", who, op, name))
 	}
-	p := svc.s.policies[name]
+	p := set.byName[name]
 	if p == nil {
-		return nil, wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_UNKNOWN_POLICY,
+		return nil, nil, wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_UNKNOWN_POLICY,
 			fmt.Sprintf("no such policy %q (ListPolicies lists them)", name))
 	}
-	return p, nil
+	return p, set, nil
+}
+
+// decision converts d, decided under set's version, to the wire.
+func decision(set *policySet, d sdk.Decision) *freqcapv1.Decision {
+	out := wire.Decision(d)
+	out.PolicyVersion = set.version
+	return out
 }
 
 // checkSubject refuses dimensions the policy does not have: a misspelt
@@ -85,14 +95,14 @@ func (svc *service) failed(op string, p *sdk.Policy, err error) error {
 	return wire.NewError(code, reason, msg)
 }
 
-func (svc *service) setHeaders(h http.Header, p *sdk.Policy, d sdk.Decision) {
-	svc.s.headers.Set(h, p, d)
+func (svc *service) setHeaders(h http.Header, set *policySet, p *sdk.Policy, d sdk.Decision) {
+	set.headers.Set(h, p, d)
 	ratelimitheaders.SetRetryAfter(h, d)
 }
 
 func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.TakeRequest]) (*connect.Response[freqcapv1.TakeResponse], error) {
 	m := req.Msg
-	p, err := svc.policy(ctx, OpTake, m.GetPolicy())
+	p, set, err := svc.policy(ctx, OpTake, m.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -103,14 +113,14 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 	if err != nil {
 		return nil, svc.failed("take", p, err)
 	}
-	res := connect.NewResponse(&freqcapv1.TakeResponse{Decision: wire.Decision(d)})
-	svc.setHeaders(res.Header(), p, d)
+	res := connect.NewResponse(&freqcapv1.TakeResponse{Decision: decision(set, d)})
+	svc.setHeaders(res.Header(), set, p, d)
 	return res, nil
 }
 
 func (svc *service) Peek(ctx context.Context, req *connect.Request[freqcapv1.PeekRequest]) (*connect.Response[freqcapv1.PeekResponse], error) {
 	m := req.Msg
-	p, err := svc.policy(ctx, OpPeek, m.GetPolicy())
+	p, set, err := svc.policy(ctx, OpPeek, m.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -121,14 +131,14 @@ func (svc *service) Peek(ctx context.Context, req *connect.Request[freqcapv1.Pee
 	if err != nil {
 		return nil, svc.failed("peek", p, err)
 	}
-	res := connect.NewResponse(&freqcapv1.PeekResponse{Decision: wire.Decision(d)})
-	svc.setHeaders(res.Header(), p, d)
+	res := connect.NewResponse(&freqcapv1.PeekResponse{Decision: decision(set, d)})
+	svc.setHeaders(res.Header(), set, p, d)
 	return res, nil
 }
 
 func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.ReserveRequest]) (*connect.Response[freqcapv1.ReserveResponse], error) {
 	m := req.Msg
-	p, err := svc.policy(ctx, OpReserve, m.GetPolicy())
+	p, set, err := svc.policy(ctx, OpReserve, m.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -149,13 +159,13 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 	if err != nil {
 		return nil, svc.failed("reserve", p, err)
 	}
-	res := connect.NewResponse(&freqcapv1.ReserveResponse{Decision: wire.Decision(d), ReservationId: r.ID()})
-	svc.setHeaders(res.Header(), p, d)
+	res := connect.NewResponse(&freqcapv1.ReserveResponse{Decision: decision(set, d), ReservationId: r.ID()})
+	svc.setHeaders(res.Header(), set, p, d)
 	return res, nil
 }
 
 func (svc *service) settle(ctx context.Context, op, policy string, subj map[string]string, id string, commit bool) error {
-	p, err := svc.policy(ctx, OpReserve, policy)
+	p, _, err := svc.policy(ctx, OpReserve, policy)
 	if err != nil {
 		return err
 	}
@@ -198,7 +208,7 @@ func (svc *service) Cancel(ctx context.Context, req *connect.Request[freqcapv1.C
 // batch decides attempts with f (TakeBatch or PeekBatch): the attempts
 // naming a dimension the policy lacks fail alone, the others go to f in
 // one call, and the results come back in input order.
-func (svc *service) batch(ctx context.Context, op string, p *sdk.Policy, in []*freqcapv1.Attempt,
+func (svc *service) batch(ctx context.Context, op string, set *policySet, p *sdk.Policy, in []*freqcapv1.Attempt,
 	f func(context.Context, *sdk.Policy, []sdk.Attempt) []sdk.BatchResult) ([]*freqcapv1.BatchResult, error) {
 	if len(in) > svc.s.cfg.MaxBatch {
 		return nil, invalid(freqcapv1.Reason_REASON_TOO_LARGE, "%d attempts: a batch holds at most %d", len(in), svc.s.cfg.MaxBatch)
@@ -223,7 +233,7 @@ func (svc *service) batch(ctx context.Context, op string, p *sdk.Policy, in []*f
 				out[idx[j]] = &freqcapv1.BatchResult{Error: attemptError(ce)}
 				continue
 			}
-			out[idx[j]] = &freqcapv1.BatchResult{Decision: wire.Decision(r.Decision)}
+			out[idx[j]] = &freqcapv1.BatchResult{Decision: decision(set, r.Decision)}
 		}
 	}
 	return out, nil
@@ -234,11 +244,11 @@ func attemptError(e *connect.Error) *freqcapv1.AttemptError {
 }
 
 func (svc *service) TakeBatch(ctx context.Context, req *connect.Request[freqcapv1.TakeBatchRequest]) (*connect.Response[freqcapv1.TakeBatchResponse], error) {
-	p, err := svc.policy(ctx, OpTake, req.Msg.GetPolicy())
+	p, set, err := svc.policy(ctx, OpTake, req.Msg.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
-	rs, err := svc.batch(ctx, "take", p, req.Msg.GetAttempts(), svc.s.cfg.Limiter.TakeBatch)
+	rs, err := svc.batch(ctx, "take", set, p, req.Msg.GetAttempts(), svc.s.cfg.Limiter.TakeBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -246,11 +256,11 @@ func (svc *service) TakeBatch(ctx context.Context, req *connect.Request[freqcapv
 }
 
 func (svc *service) PeekBatch(ctx context.Context, req *connect.Request[freqcapv1.PeekBatchRequest]) (*connect.Response[freqcapv1.PeekBatchResponse], error) {
-	p, err := svc.policy(ctx, OpPeek, req.Msg.GetPolicy())
+	p, set, err := svc.policy(ctx, OpPeek, req.Msg.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
-	rs, err := svc.batch(ctx, "peek", p, req.Msg.GetAttempts(), svc.s.cfg.Limiter.PeekBatch)
+	rs, err := svc.batch(ctx, "peek", set, p, req.Msg.GetAttempts(), svc.s.cfg.Limiter.PeekBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +269,7 @@ func (svc *service) PeekBatch(ctx context.Context, req *connect.Request[freqcapv
 
 func (svc *service) Inspect(ctx context.Context, req *connect.Request[freqcapv1.InspectRequest]) (*connect.Response[freqcapv1.InspectResponse], error) {
 	m := req.Msg
-	p, err := svc.policy(ctx, OpInspect, m.GetPolicy())
+	p, _, err := svc.policy(ctx, OpInspect, m.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +302,7 @@ rules:
 
 func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.ResetRequest]) (*connect.Response[freqcapv1.ResetResponse], error) {
 	m := req.Msg
-	p, err := svc.policy(ctx, OpReset, m.GetPolicy())
+	p, _, err := svc.policy(ctx, OpReset, m.GetPolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +323,7 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 	}
 	caller := callerOf(ctx)
 	entry := AuditEntry{
-		At: time.Now(), Caller: caller.Name, Remote: req.Peer().Addr, Policy: p.Name(),
+		At: time.Now(), Action: ActionReset, Caller: caller.Name, Remote: req.Peer().Addr, Policy: p.Name(),
 		Subject: m.GetSubject(), Rules: reset, Kept: kept, Outcome: "ok",
 	}
 	if rerr != nil {
@@ -335,11 +345,20 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 
 func (svc *service) ListPolicies(ctx context.Context, req *connect.Request[freqcapv1.ListPoliciesRequest]) (*connect.Response[freqcapv1.ListPoliciesResponse], error) {
 	c := callerOf(ctx)
-	out := &freqcapv1.ListPoliciesResponse{}
-	for _, p := range svc.s.order {
+	set := svc.s.policies.current()
+	out := &freqcapv1.ListPoliciesResponse{Version: set.version, VersionAt: instant(set.at)}
+	for _, p := range set.order {
 		if c != nil && c.mayUse(p.Name()) {
 			out.Policies = append(out.Policies, wire.Policy(p))
 		}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// instant is t on the wire (absent when zero).
+func instant(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
 }

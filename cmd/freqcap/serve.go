@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,15 +40,22 @@ HTTP/JSON from one schema (proto/freqcap/v1/freqcap.proto), plus /healthz,
 /readyz (ready while the backend answers) and Prometheus /metrics.
 
 With no --redis, --cluster or --sentinel, state lives in memory (lost on
-exit). With Redis, concurrent calls share scripts (--coalesce). Every
-consuming decision is recorded for the console's fleet charts (--recorder).
+exit). With --policies store, serve follows the versioned policy store kept
+in the backend under --prefix (freqcap policy apply, or serve's own
+PolicyService): each call is decided with the version in force, and a new
+version is in force within about 2 s, without restart; an empty store
+serves no policy until a version is applied. With Redis, concurrent calls
+share scripts (--coalesce). Every consuming decision is recorded for the
+console's fleet charts (--recorder).
 On SIGTERM or SIGINT it refuses new calls, finishes those in flight and
 exits.
 
 Callers, each "name:secret:grant[;grant…]" with a grant
-"op[,op…]@policy[,policy…]", ops take, peek, reserve, inspect, reset or *,
-policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push" and
-"support:An0therOne:*@*". Secrets are at least 8 bytes, no two alike.
+"op[,op…]@policy[,policy…]", ops take, peek, reserve, inspect, reset, admin
+or * (all but admin: overrides and policy-store writes are only granted by
+name), policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push",
+"support:An0therOne:*@*" and "ops:Th1rdOne1:admin@*". Secrets are at least
+8 bytes, no two alike.
   --token CREDENTIAL (repeatable), or FREQCAP_SERVE_TOKENS (credentials
   separated by white space; the flag wins). Prefer the environment: flags
   show up in ps, and help output never shows either.
@@ -91,7 +99,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "listen address; a non-loopback address needs credentials")
-	fs.StringVar(&f.policies, "policies", "", "policy YAML file (default: the built-in seed policies)")
+	fs.StringVar(&f.policies, "policies", "", "policy YAML `FILE`, or \"store\" to follow the policy store in the backend (freqcap policy apply; PolicyService) without restart (default: the built-in seed policies)")
 	f.server.register(fs)
 	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix (the console reads the same one)")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
@@ -107,7 +115,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	})
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `FILE` (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `FILE` (PEM; with --tls-cert)")
-	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset to this file")
+	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset, override set or deleted, and policy version applied, to this file")
 	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -181,10 +189,13 @@ func runServe(args []string) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	fromStore := f.policies == "store"
 	var policies []*sdk.Policy
-	if f.policies != "" {
+	switch {
+	case fromStore:
+	case f.policies != "":
 		policies, err = policyfile.LoadFile(f.policies)
-	} else {
+	default:
 		policies, err = seed.Policies()
 	}
 	if err != nil {
@@ -214,8 +225,8 @@ func runServe(args []string) error {
 	col := prom.New(nil)
 	reg.MustRegister(col)
 	opts := []sdk.Option{sdk.WithPrefix(f.prefix), sdk.WithTimeout(f.timeout), sdk.WithObserver(col.Observe)}
+	var rec *fleet.Recorder
 	if f.recorder {
-		var rec *fleet.Recorder
 		rec, err = fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, OnError: func(err error) {
 			limited.Warn("recorder: statistics not flushed", "err", err)
 		}})
@@ -257,6 +268,16 @@ func runServe(args []string) error {
 	}
 	defer closeAudit()
 
+	var follow *storeFollower
+	if fromStore {
+		st := policyfile.NewStore(lim)
+		follow, err = followServeStore(ctx, st, log, rec)
+		if err != nil {
+			return fmt.Errorf("serve: policy store: %w", err)
+		}
+		defer follow.close()
+	}
+
 	cfg := serve.Config{
 		Limiter:        lim,
 		Policies:       policies,
@@ -273,6 +294,9 @@ func runServe(args []string) error {
 	if tel != nil {
 		cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
 	}
+	if follow != nil {
+		cfg.Live, cfg.Store = follow.current, serve.StoreOf(follow.st)
+	}
 	srv, err := serve.New(cfg)
 	if err != nil {
 		return err
@@ -288,7 +312,11 @@ func runServe(args []string) error {
 	if len(callers) > 0 {
 		auth = fmt.Sprintf("%d credential(s)", len(callers))
 	}
-	fmt.Fprintf(os.Stderr, "freqcap serve on %s://%s (%s backend, %s, %d policies)\n", scheme, ln.Addr(), desc.Name, auth, len(policies))
+	served := fmt.Sprintf("%d policies", len(policies))
+	if follow != nil {
+		served = fmt.Sprintf("policy store version %d", follow.current().Version)
+	}
+	fmt.Fprintf(os.Stderr, "freqcap serve on %s://%s (%s backend, %s, %s)\n", scheme, ln.Addr(), desc.Name, auth, served)
 
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -308,6 +336,89 @@ func runServe(args []string) error {
 	return err
 }
 
+// storeFollower follows the policy store for serve (--policies store):
+// its current version, or no policies while the store is empty (it then
+// tries again every policyfile.DefaultPoll until a version is applied).
+// Each version is announced by the recorder with its number.
+type storeFollower struct {
+	st     *policyfile.Store
+	live   atomic.Pointer[policyfile.Live]
+	cancel context.CancelFunc
+	done   chan struct{} // closed when no goroutine of its own runs
+}
+
+func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &storeFollower{st: st, cancel: cancel, done: make(chan struct{})}
+	announce := func(s *policyfile.Snapshot) {
+		log.Info("serve: policy store version in force", "version", s.Version, "by", s.By, "policies", len(s.Policies))
+		if rec != nil {
+			rec.SetPolicyVersion(s.Version)
+			rec.Announce(s.Policies...)
+		}
+	}
+	opts := policyfile.WatchOptions{
+		OnChange: announce,
+		OnError: func(err error) {
+			log.Warn("serve: policy store: a version could not be read or loaded (the one in force is kept)", "err", err)
+		},
+	}
+	l, err := st.Watch(ctx, opts)
+	if err == nil {
+		f.live.Store(l)
+		announce(l.Current())
+		close(f.done)
+		return f, nil
+	}
+	if !errors.Is(err, sdk.ErrNoPolicyVersion) {
+		cancel()
+		return nil, err
+	}
+	log.Warn("serve: the policy store is empty: no policy is served until a version is applied (freqcap policy apply, or PolicyService)")
+	go func() {
+		defer close(f.done)
+		t := time.NewTicker(policyfile.DefaultPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			l, err := st.Watch(ctx, opts)
+			if err == nil {
+				f.live.Store(l)
+				announce(l.Current())
+				return
+			}
+			if !errors.Is(err, sdk.ErrNoPolicyVersion) && ctx.Err() == nil {
+				opts.OnError(err)
+			}
+		}
+	}()
+	return f, nil
+}
+
+// current is serve.Config.Live: the version in force (none yet: no
+// policies, version 0).
+func (f *storeFollower) current() serve.Snapshot {
+	l := f.live.Load()
+	if l == nil {
+		return serve.Snapshot{}
+	}
+	s := l.Current()
+	return serve.Snapshot{Version: s.Version, At: s.At, Policies: s.Policies}
+}
+
+// close stops following and waits for the goroutines to end.
+func (f *storeFollower) close() {
+	f.cancel()
+	<-f.done
+	if l := f.live.Load(); l != nil {
+		l.Close()
+	}
+}
+
 // auditTo records serve's resets in the console's audit log format, so
 // that `freqcap console --audit FILE` can show them.
 func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) error {
@@ -316,10 +427,17 @@ func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) e
 		via = "token"
 	}
 	return func(e serve.AuditEntry) error {
+		action, outcome := e.Action, e.Outcome
+		if action == "" {
+			action = serve.ActionReset
+		}
+		if e.Detail != "" {
+			outcome += " (" + e.Detail + ")"
+		}
 		return a.Record(console.AuditEntry{
 			At: e.At, Actor: e.Caller + " (freqcap serve)", Name: e.Caller, Role: "serve", Via: via,
-			Action: "reset", Policy: e.Policy, Subject: e.Subject, Rules: e.Rules,
-			Outcome: e.Outcome, Remote: e.Remote,
+			Action: action, Policy: e.Policy, Subject: e.Subject, Rules: e.Rules,
+			Outcome: outcome, Remote: e.Remote,
 		})
 	}
 }

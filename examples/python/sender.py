@@ -59,6 +59,11 @@ def main():
         if d.allowed:
             print("send #%d: allowed, %d of %d left this minute"
                   % (n, d.rules[0].remaining, d.rules[0].limit))
+        elif d.override.kind == pb.OVERRIDE_KIND_BLOCK:
+            # A per-person block (OverrideService) denies without a rule.
+            print("send #%d: blocked by override #%d (%s), retry in %.0fs"
+                  % (n, d.override.id, d.override.reason,
+                     d.retry_after.ToTimedelta().total_seconds()))
         else:
             print("send #%d: blocked by %s, retry in %.0fs"
                   % (n, ",".join(d.denied), d.retry_after.ToTimedelta().total_seconds()))

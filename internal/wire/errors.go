@@ -8,6 +8,7 @@ import (
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Classify returns the code and reason of an error the sdk returned. A
@@ -17,13 +18,15 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 	switch {
 	case errors.Is(err, sdk.ErrReservationNotFound):
 		return connect.CodeNotFound, freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND
+	case errors.Is(err, sdk.ErrOverrideNotFound):
+		return connect.CodeNotFound, freqcapv1.Reason_REASON_OVERRIDE_NOT_FOUND
 	case errors.Is(err, sdk.ErrInvalidSubject):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_SUBJECT
 	case errors.Is(err, sdk.ErrInvalidCost):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_COST
 	case errors.Is(err, sdk.ErrInvalidIdempotencyKey):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
-	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
+	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule), errors.Is(err, sdk.ErrInvalidOverride):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ARGUMENT
 	case errors.Is(err, errors.ErrUnsupported):
 		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
@@ -82,6 +85,31 @@ func Sentinel(r freqcapv1.Reason) error {
 		return errors.ErrUnsupported
 	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
 		return context.DeadlineExceeded
+	case freqcapv1.Reason_REASON_OVERRIDE_NOT_FOUND:
+		return sdk.ErrOverrideNotFound
+	case freqcapv1.Reason_REASON_VERSION_CONFLICT:
+		return driver.ErrVersionConflict
+	case freqcapv1.Reason_REASON_NO_POLICY_VERSION:
+		return driver.ErrNoPolicyVersion
+	}
+	return nil
+}
+
+// Faults reads the document faults of a connect error's ErrorDetail (none
+// when it has none).
+func Faults(err error) []*freqcapv1.DocumentFault {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if ed, ok := v.(*freqcapv1.ErrorDetail); ok {
+			return ed.GetFaults()
+		}
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ func Rules(rds []sdk.RuleDecision) []*freqcapv1.RuleDecision {
 			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
 			ResetAfter: dur(rd.ResetAfter), RetryAfter: dur(rd.RetryAfter),
 			CostTooHigh: rd.CostTooHigh, Strategy: rd.Strategy,
+			Shadow: rd.Shadow, Before: rd.Before,
 		}
 	}
 	return out
@@ -79,6 +80,7 @@ func FromRules(in []*freqcapv1.RuleDecision) []sdk.RuleDecision {
 			Used: rd.GetUsed(), Limit: rd.GetLimit(), Remaining: rd.GetRemaining(),
 			ResetAfter: fromDur(rd.GetResetAfter()), RetryAfter: fromDur(rd.GetRetryAfter()),
 			CostTooHigh: rd.GetCostTooHigh(), Strategy: rd.GetStrategy(),
+			Shadow: rd.GetShadow(), Before: rd.GetBefore(),
 		}
 	}
 	return out
@@ -91,6 +93,10 @@ func Decision(d sdk.Decision) *freqcapv1.Decision {
 		Allowed: d.Allowed, Policy: d.Policy, At: ts(d.At), Rules: Rules(d.Rules),
 		Denied: d.Denied, RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
 		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Replayed: d.Replayed, Cached: d.Cached,
+		ShadowDenied: d.ShadowDenied,
+	}
+	if d.Override.ID != 0 {
+		out.Override = Override(d.Override)
 	}
 	if d.Degraded {
 		out.DegradedReason = DegradedReason
@@ -108,7 +114,10 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 		Allowed: in.GetAllowed(), Policy: in.GetPolicy(), At: fromTS(in.GetAt()),
 		Rules: FromRules(in.GetRules()), Denied: in.GetDenied(), RetryAfter: fromDur(in.GetRetryAfter()),
 		CostTooHigh: in.GetCostTooHigh(), Degraded: in.GetDegraded(), NonAtomic: in.GetNonAtomic(),
-		Replayed: in.GetReplayed(), Cached: in.GetCached(),
+		Replayed: in.GetReplayed(), Cached: in.GetCached(), ShadowDenied: in.GetShadowDenied(),
+	}
+	if o := in.GetOverride(); o != nil {
+		d.Override = FromOverride(o)
 	}
 	if d.Degraded {
 		d.Err = ErrDegraded
@@ -145,6 +154,7 @@ func Inspection(in sdk.Inspection) *freqcapv1.InspectResponse {
 			At: ts(d.At), Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
 			Values: d.Values, ValuesPartial: d.ValuesPartial,
+			Shadow: d.Shadow, Override: d.Override,
 		})
 	}
 	return out
@@ -162,6 +172,7 @@ func FromInspection(in *freqcapv1.InspectResponse) sdk.Inspection {
 			At: fromTS(d.GetAt()), Policy: in.GetPolicy(), Rule: d.GetRule(), Used: d.GetUsed(),
 			Limit: d.GetLimit(), Cost: d.GetCost(), RetryAfter: fromDur(d.GetRetryAfter()),
 			CostTooHigh: d.GetCostTooHigh(), Values: d.GetValues(), ValuesPartial: d.GetValuesPartial(),
+			Shadow: d.GetShadow(), Override: d.GetOverride(),
 		})
 	}
 	return out
@@ -173,6 +184,7 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 	out := &freqcapv1.Policy{
 		Name: p.Name(), FailOpen: p.FailOpen(), Dimensions: p.Dimensions(), ShardBy: p.ShardBy(),
 		HotDenyCache: int32(p.HotDenyCache()), TrailMax: int32(tmax), TrailTtl: dur(tttl),
+		Overrides: p.ReadsOverrides(),
 	}
 	for _, r := range p.Rules() {
 		rj := &freqcapv1.Rule{
@@ -180,6 +192,7 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 			Window: dur(r.Window), Dimensions: r.Dimensions, SubWindows: int32(r.SubWindows),
 			Burst: r.Burst, Calendar: freqcapv1.Calendar(r.Calendar),
 			Quota: r.Limit, QuotaWindow: dur(ratelimitheaders.QuotaWindow(r)),
+			Shadow: r.Shadow, Epoch: r.Epoch,
 		}
 		if r.Algorithm == sdk.AlgorithmGCRA {
 			rj.Quota = r.Burst + 1
@@ -201,6 +214,7 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 			Name: r.GetName(), Algorithm: sdk.Algorithm(r.GetAlgorithm()), Limit: r.GetLimit(),
 			Window: fromDur(r.GetWindow()), Dimensions: r.GetDimensions(), SubWindows: int(r.GetSubWindows()),
 			Burst: r.GetBurst(), Calendar: sdk.CalendarUnit(r.GetCalendar()),
+			Shadow: r.GetShadow(), Epoch: r.GetEpoch(),
 		}
 		if tz := r.GetTimezone(); tz != "" {
 			loc, err := time.LoadLocation(tz)
@@ -218,5 +232,24 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	if n := in.GetHotDenyCache(); n > 0 {
 		opts = append(opts, sdk.WithHotDenyCache(int(n)))
 	}
+	if in.GetOverrides() {
+		opts = append(opts, sdk.WithOverrides())
+	}
 	return sdk.NewPolicy(in.GetName(), rules, opts...)
+}
+
+// Override converts o to the wire.
+func Override(o sdk.Override) *freqcapv1.Override {
+	return &freqcapv1.Override{
+		Id: o.ID, Kind: freqcapv1.OverrideKind(o.Kind), Counted: o.Counted, Limits: o.Limits,
+		Until: ts(o.Until), Reason: o.Reason, By: o.By, Created: ts(o.Created),
+	}
+}
+
+// FromOverride reads an override from the wire.
+func FromOverride(in *freqcapv1.Override) sdk.Override {
+	return sdk.Override{
+		ID: in.GetId(), Kind: sdk.OverrideKind(in.GetKind()), Counted: in.GetCounted(), Limits: in.GetLimits(),
+		Until: fromTS(in.GetUntil()), Reason: in.GetReason(), By: in.GetBy(), Created: fromTS(in.GetCreated()),
+	}
 }

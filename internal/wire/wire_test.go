@@ -17,10 +17,14 @@ func TestRoundTrip(t *testing.T) {
 	at := time.Date(2026, 11, 24, 9, 0, 0, 123456789, time.UTC)
 	d := sdk.Decision{
 		Allowed: false, Policy: "push", At: at, Denied: []string{"b"}, RetryAfter: 1500 * time.Millisecond,
-		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true,
+		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true, ShadowDenied: []string{"c"},
+		Override: sdk.Override{ID: 12, Kind: sdk.OverrideLimit, Limits: map[string]int64{"b": 5}, Until: at.Add(time.Hour),
+			Reason: "partner", By: "ops", Created: at.Add(-time.Hour)},
 		Rules: []sdk.RuleDecision{
 			{Rule: "a", Algorithm: sdk.AlgorithmGCRA, Allowed: true, Used: 1, Limit: 15, Remaining: 14, ResetAfter: time.Second, Strategy: "gcra-tat"},
+			{Rule: "b", Algorithm: sdk.AlgorithmFixedWindow, Used: 5, Limit: 5, Before: 3},
 			{Rule: "b", Algorithm: sdk.AlgorithmSlidingLog, Used: 5, Limit: 5, ResetAfter: time.Minute, RetryAfter: 1500 * time.Millisecond, CostTooHigh: true},
+			{Rule: "c", Algorithm: sdk.AlgorithmFixedWindow, Used: 1, Limit: 1, Shadow: true},
 		},
 	}
 	if got := wire.FromDecision(wire.Decision(d)); !reflect.DeepEqual(got, d) {
@@ -36,8 +40,12 @@ func TestRoundTrip(t *testing.T) {
 	}
 	in := sdk.Inspection{
 		Policy: "push", At: at, Skipped: []string{"c"}, TrailMax: 100, TrailTTL: 24 * time.Hour, TrailFull: true,
-		Rules:   d.Rules,
-		Denials: []sdk.Denial{{At: at, Policy: "push", Rule: "b", Used: 5, Limit: 5, Cost: 1, RetryAfter: time.Second, Values: map[string]string{"content": "x"}, ValuesPartial: true}},
+		Rules: d.Rules,
+		Denials: []sdk.Denial{
+			{At: at, Policy: "push", Rule: "b", Used: 5, Limit: 5, Cost: 1, RetryAfter: time.Second, Values: map[string]string{"content": "x"}, ValuesPartial: true},
+			{At: at, Policy: "push", Rule: "c", Used: 1, Limit: 1, Cost: 1, Shadow: true},
+			{At: at, Policy: "push", Cost: 1, RetryAfter: time.Hour, Override: 12},
+		},
 	}
 	if got := wire.FromInspection(wire.Inspection(in)); !reflect.DeepEqual(got, in) {
 		t.Errorf("inspection round trip = %+v, want %+v", got, in)
@@ -59,7 +67,8 @@ func TestPolicyRoundTrip(t *testing.T) {
 		if diff := fleet.AnnouncementOf(got).Diff(fleet.AnnouncementOf(p)); diff != nil {
 			t.Errorf("%s: %v", p.Name(), diff)
 		}
-		if !reflect.DeepEqual(got.Rules(), p.Rules()) || got.FailOpen() != p.FailOpen() || got.HotDenyCache() != p.HotDenyCache() {
+		if !reflect.DeepEqual(got.Rules(), p.Rules()) || got.FailOpen() != p.FailOpen() || got.HotDenyCache() != p.HotDenyCache() ||
+			got.ReadsOverrides() != p.ReadsOverrides() {
 			t.Errorf("%s: rebuilt as %+v, want %+v", p.Name(), got.Rules(), p.Rules())
 		}
 		gm, gt := got.Trail()
@@ -67,5 +76,29 @@ func TestPolicyRoundTrip(t *testing.T) {
 		if gm != wm || gt != wt {
 			t.Errorf("%s: trail %d %v, want %d %v", p.Name(), gm, gt, wm, wt)
 		}
+	}
+}
+
+// A policy's overrides flag and its rules' shadow flags and epochs travel.
+func TestPolicyRoundTripStoreFields(t *testing.T) {
+	p, err := sdk.NewPolicy("vip", []sdk.Rule{
+		sdk.FixedWindow("daily", 2, 24*time.Hour).By("user"),
+		sdk.FixedWindow("trial", 1, 24*time.Hour).By("user").AsShadow(),
+	}, sdk.WithOverrides())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := p.Rules()
+	rules[0].Epoch = 4
+	p, err = sdk.NewPolicy("vip", rules, sdk.WithOverrides())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wire.FromPolicy(wire.Policy(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ReadsOverrides() || !reflect.DeepEqual(got.Rules(), p.Rules()) || !reflect.DeepEqual(got.RuleIDs(), p.RuleIDs()) {
+		t.Errorf("rebuilt as %+v (overrides %v), want %+v", got.Rules(), got.ReadsOverrides(), p.Rules())
 	}
 }

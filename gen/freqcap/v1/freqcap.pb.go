@@ -192,6 +192,18 @@ const (
 	// lockout ends (RESOURCE_EXHAUSTED, with a Retry-After header or
 	// metadata in whole seconds). Nothing was done.
 	Reason_REASON_LOCKED_OUT Reason = 14
+	// The policy store moved past the version the call expected: someone
+	// applied in between. Nothing was stored; plan again.
+	Reason_REASON_VERSION_CONFLICT Reason = 15
+	// The document re-keys a rule (changes its dimensions: its counts
+	// cannot carry over) and the call did not confirm it.
+	Reason_REASON_REKEY_UNCONFIRMED Reason = 16
+	// The policy document is not valid: ErrorDetail.faults say where.
+	Reason_REASON_INVALID_POLICY_DOCUMENT Reason = 17
+	// The override was never set, was deleted, or has ended.
+	Reason_REASON_OVERRIDE_NOT_FOUND Reason = 18
+	// The policy store has no such version.
+	Reason_REASON_NO_POLICY_VERSION Reason = 19
 )
 
 // Enum value maps for Reason.
@@ -212,6 +224,11 @@ var (
 		12: "REASON_PERMISSION_DENIED",
 		13: "REASON_DEADLINE_EXCEEDED",
 		14: "REASON_LOCKED_OUT",
+		15: "REASON_VERSION_CONFLICT",
+		16: "REASON_REKEY_UNCONFIRMED",
+		17: "REASON_INVALID_POLICY_DOCUMENT",
+		18: "REASON_OVERRIDE_NOT_FOUND",
+		19: "REASON_NO_POLICY_VERSION",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":             0,
@@ -229,6 +246,11 @@ var (
 		"REASON_PERMISSION_DENIED":       12,
 		"REASON_DEADLINE_EXCEEDED":       13,
 		"REASON_LOCKED_OUT":              14,
+		"REASON_VERSION_CONFLICT":        15,
+		"REASON_REKEY_UNCONFIRMED":       16,
+		"REASON_INVALID_POLICY_DOCUMENT": 17,
+		"REASON_OVERRIDE_NOT_FOUND":      18,
+		"REASON_NO_POLICY_VERSION":       19,
 	}
 )
 
@@ -259,10 +281,69 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{2}
 }
 
+// OverrideKind is what an override does (sdk.OverrideKind, same numbers).
+type OverrideKind int32
+
+const (
+	OverrideKind_OVERRIDE_KIND_UNSPECIFIED OverrideKind = 0
+	// Every attempt is admitted; counted says whether its units are still
+	// consumed from the rules.
+	OverrideKind_OVERRIDE_KIND_EXEMPT OverrideKind = 1
+	// Every attempt is denied until until (none: until deleted).
+	OverrideKind_OVERRIDE_KIND_BLOCK OverrideKind = 2
+	// The rules named in limits get those limits instead of theirs.
+	OverrideKind_OVERRIDE_KIND_LIMIT OverrideKind = 3
+)
+
+// Enum value maps for OverrideKind.
+var (
+	OverrideKind_name = map[int32]string{
+		0: "OVERRIDE_KIND_UNSPECIFIED",
+		1: "OVERRIDE_KIND_EXEMPT",
+		2: "OVERRIDE_KIND_BLOCK",
+		3: "OVERRIDE_KIND_LIMIT",
+	}
+	OverrideKind_value = map[string]int32{
+		"OVERRIDE_KIND_UNSPECIFIED": 0,
+		"OVERRIDE_KIND_EXEMPT":      1,
+		"OVERRIDE_KIND_BLOCK":       2,
+		"OVERRIDE_KIND_LIMIT":       3,
+	}
+)
+
+func (x OverrideKind) Enum() *OverrideKind {
+	p := new(OverrideKind)
+	*p = x
+	return p
+}
+
+func (x OverrideKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OverrideKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_freqcap_v1_freqcap_proto_enumTypes[3].Descriptor()
+}
+
+func (OverrideKind) Type() protoreflect.EnumType {
+	return &file_freqcap_v1_freqcap_proto_enumTypes[3]
+}
+
+func (x OverrideKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OverrideKind.Descriptor instead.
+func (OverrideKind) EnumDescriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{3}
+}
+
 // ErrorDetail is attached to every error the server returns.
 type ErrorDetail struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        Reason                 `protobuf:"varint,1,opt,name=reason,proto3,enum=freqcap.v1.Reason" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason Reason                 `protobuf:"varint,1,opt,name=reason,proto3,enum=freqcap.v1.Reason" json:"reason,omitempty"`
+	// faults are a policy document's faults (INVALID_POLICY_DOCUMENT).
+	Faults        []*DocumentFault `protobuf:"bytes,2,rep,name=faults,proto3" json:"faults,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +385,77 @@ func (x *ErrorDetail) GetReason() Reason {
 	return Reason_REASON_UNSPECIFIED
 }
 
+func (x *ErrorDetail) GetFaults() []*DocumentFault {
+	if x != nil {
+		return x.Faults
+	}
+	return nil
+}
+
+// DocumentFault is one fault of a policy document.
+type DocumentFault struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// line is the document's line (1-based; 0 when unknown).
+	Line int32 `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
+	// key is the YAML key at fault, as a path (e.g.
+	// "policies[0].rules[1].window"); empty when unknown.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DocumentFault) Reset() {
+	*x = DocumentFault{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DocumentFault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DocumentFault) ProtoMessage() {}
+
+func (x *DocumentFault) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DocumentFault.ProtoReflect.Descriptor instead.
+func (*DocumentFault) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DocumentFault) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *DocumentFault) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DocumentFault) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Attempt is one request to decide (sdk.Attempt).
 type Attempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -320,7 +472,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[1]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +484,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[1]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +497,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{1}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Attempt) GetSubject() map[string]string {
@@ -381,7 +533,7 @@ type TakeRequest struct {
 
 func (x *TakeRequest) Reset() {
 	*x = TakeRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[2]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +545,7 @@ func (x *TakeRequest) String() string {
 func (*TakeRequest) ProtoMessage() {}
 
 func (x *TakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[2]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +558,7 @@ func (x *TakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{2}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TakeRequest) GetPolicy() string {
@@ -446,7 +598,7 @@ type TakeResponse struct {
 
 func (x *TakeResponse) Reset() {
 	*x = TakeResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[3]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +610,7 @@ func (x *TakeResponse) String() string {
 func (*TakeResponse) ProtoMessage() {}
 
 func (x *TakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[3]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +623,7 @@ func (x *TakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeResponse.ProtoReflect.Descriptor instead.
 func (*TakeResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{3}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TakeResponse) GetDecision() *Decision {
@@ -492,7 +644,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[4]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +656,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[4]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +669,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{4}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PeekRequest) GetPolicy() string {
@@ -550,7 +702,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[5]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +714,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[5]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +727,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{5}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PeekResponse) GetDecision() *Decision {
@@ -600,7 +752,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[6]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +764,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[6]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +777,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{6}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReserveRequest) GetPolicy() string {
@@ -676,7 +828,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[7]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +840,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[7]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +853,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{7}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReserveResponse) GetDecision() *Decision {
@@ -729,7 +881,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[8]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +893,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[8]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +906,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{8}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommitRequest) GetPolicy() string {
@@ -786,7 +938,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[9]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +950,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[9]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +963,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{9}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{10}
 }
 
 type CancelRequest struct {
@@ -825,7 +977,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[10]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +989,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[10]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +1002,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{10}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRequest) GetPolicy() string {
@@ -882,7 +1034,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[11]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1046,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[11]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1059,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{11}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{12}
 }
 
 type TakeBatchRequest struct {
@@ -920,7 +1072,7 @@ type TakeBatchRequest struct {
 
 func (x *TakeBatchRequest) Reset() {
 	*x = TakeBatchRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[12]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1084,7 @@ func (x *TakeBatchRequest) String() string {
 func (*TakeBatchRequest) ProtoMessage() {}
 
 func (x *TakeBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[12]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1097,7 @@ func (x *TakeBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeBatchRequest.ProtoReflect.Descriptor instead.
 func (*TakeBatchRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{12}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TakeBatchRequest) GetPolicy() string {
@@ -972,7 +1124,7 @@ type TakeBatchResponse struct {
 
 func (x *TakeBatchResponse) Reset() {
 	*x = TakeBatchResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[13]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1136,7 @@ func (x *TakeBatchResponse) String() string {
 func (*TakeBatchResponse) ProtoMessage() {}
 
 func (x *TakeBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[13]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1149,7 @@ func (x *TakeBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeBatchResponse.ProtoReflect.Descriptor instead.
 func (*TakeBatchResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{13}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TakeBatchResponse) GetResults() []*BatchResult {
@@ -1017,7 +1169,7 @@ type PeekBatchRequest struct {
 
 func (x *PeekBatchRequest) Reset() {
 	*x = PeekBatchRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[14]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1181,7 @@ func (x *PeekBatchRequest) String() string {
 func (*PeekBatchRequest) ProtoMessage() {}
 
 func (x *PeekBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[14]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1194,7 @@ func (x *PeekBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekBatchRequest.ProtoReflect.Descriptor instead.
 func (*PeekBatchRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{14}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeekBatchRequest) GetPolicy() string {
@@ -1068,7 +1220,7 @@ type PeekBatchResponse struct {
 
 func (x *PeekBatchResponse) Reset() {
 	*x = PeekBatchResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[15]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1232,7 @@ func (x *PeekBatchResponse) String() string {
 func (*PeekBatchResponse) ProtoMessage() {}
 
 func (x *PeekBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[15]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1245,7 @@ func (x *PeekBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekBatchResponse.ProtoReflect.Descriptor instead.
 func (*PeekBatchResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{15}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PeekBatchResponse) GetResults() []*BatchResult {
@@ -1114,7 +1266,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[16]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1278,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[16]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1291,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{16}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchResult) GetDecision() *Decision {
@@ -1170,7 +1322,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[17]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1334,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[17]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1347,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{17}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AttemptError) GetCode() string {
@@ -1249,14 +1401,23 @@ type Decision struct {
 	// again; nothing was consumed this time.
 	Replayed bool `protobuf:"varint,11,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// cached: a denial answered by the policy's hot-deny cache.
-	Cached        bool `protobuf:"varint,12,opt,name=cached,proto3" json:"cached,omitempty"`
+	Cached bool `protobuf:"varint,12,opt,name=cached,proto3" json:"cached,omitempty"`
+	// shadow_denied names the shadow rules that would have denied, in
+	// policy order; they never deny (denied leaves them out).
+	ShadowDenied []string `protobuf:"bytes,13,rep,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// override is the per-person override that decided (a block or an
+	// exempt) or changed one of the rules' limits; absent when none did.
+	Override *Override `protobuf:"bytes,14,opt,name=override,proto3" json:"override,omitempty"`
+	// policy_version is the policy-store version whose policy decided (0:
+	// policies from a file).
+	PolicyVersion int64 `protobuf:"varint,15,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[18]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1429,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[18]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1442,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{18}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -1368,6 +1529,27 @@ func (x *Decision) GetCached() bool {
 	return false
 }
 
+func (x *Decision) GetShadowDenied() []string {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return nil
+}
+
+func (x *Decision) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+func (x *Decision) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
 // RuleDecision is one rule's part of a decision (sdk.RuleDecision).
 type RuleDecision struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1385,14 +1567,21 @@ type RuleDecision struct {
 	RetryAfter  *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	CostTooHigh bool                 `protobuf:"varint,9,opt,name=cost_too_high,json=costTooHigh,proto3" json:"cost_too_high,omitempty"`
 	// strategy names how the backend evaluated the rule, e.g. "lua-hash".
-	Strategy      string `protobuf:"bytes,10,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Strategy string `protobuf:"bytes,10,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// shadow: a shadow rule; allowed says what it would have decided, it
+	// never denies.
+	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// before, when nonzero, reports the rule as it was before the change of
+	// that policy-store version, enforced beside its successor (same name)
+	// until its state proves nothing more.
+	Before        int64 `protobuf:"varint,12,opt,name=before,proto3" json:"before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RuleDecision) Reset() {
 	*x = RuleDecision{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[19]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1593,7 @@ func (x *RuleDecision) String() string {
 func (*RuleDecision) ProtoMessage() {}
 
 func (x *RuleDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[19]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1606,7 @@ func (x *RuleDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleDecision.ProtoReflect.Descriptor instead.
 func (*RuleDecision) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{19}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RuleDecision) GetRule() string {
@@ -1490,6 +1679,20 @@ func (x *RuleDecision) GetStrategy() string {
 	return ""
 }
 
+func (x *RuleDecision) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *RuleDecision) GetBefore() int64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
 type InspectRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -1502,7 +1705,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1717,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1730,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{20}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InspectRequest) GetPolicy() string {
@@ -1564,7 +1767,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1779,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1792,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{21}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InspectResponse) GetPolicy() string {
@@ -1662,13 +1865,20 @@ type Denial struct {
 	// was blocked (e.g. a content fingerprint).
 	Values        map[string]string `protobuf:"bytes,8,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	ValuesPartial bool              `protobuf:"varint,9,opt,name=values_partial,json=valuesPartial,proto3" json:"values_partial,omitempty"`
+	// shadow: a shadow rule would have denied; the attempt itself may have
+	// been allowed.
+	Shadow bool `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// override, when nonzero, is the id of the block override that denied
+	// (rule is empty; retry_after runs until the block ends, zero for a
+	// block without end).
+	Override      int64 `protobuf:"varint,11,opt,name=override,proto3" json:"override,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1890,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1903,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{22}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Denial) GetAt() *timestamppb.Timestamp {
@@ -1759,6 +1969,20 @@ func (x *Denial) GetValuesPartial() bool {
 	return false
 }
 
+func (x *Denial) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Denial) GetOverride() int64 {
+	if x != nil {
+		return x.Override
+	}
+	return 0
+}
+
 type ResetRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -1771,7 +1995,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2007,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2020,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{23}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResetRequest) GetPolicy() string {
@@ -1826,7 +2050,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2062,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2075,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{24}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetResponse) GetPolicy() string {
@@ -1883,7 +2107,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2119,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,19 +2132,23 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{25}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{26}
 }
 
 type ListPoliciesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Policies []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	// version is the policy-store version served (0: policies from a
+	// file); version_at when it was applied.
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	VersionAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=version_at,json=versionAt,proto3" json:"version_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2160,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,12 +2173,26 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{26}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
 	if x != nil {
 		return x.Policies
+	}
+	return nil
+}
+
+func (x *ListPoliciesResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ListPoliciesResponse) GetVersionAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VersionAt
 	}
 	return nil
 }
@@ -1967,16 +2209,18 @@ type Policy struct {
 	ShardBy    []string `protobuf:"bytes,4,rep,name=shard_by,json=shardBy,proto3" json:"shard_by,omitempty"`
 	Rules      []*Rule  `protobuf:"bytes,5,rep,name=rules,proto3" json:"rules,omitempty"`
 	// hot_deny_cache is the size of the per-process hot-deny cache (0: none).
-	HotDenyCache  int32                `protobuf:"varint,6,opt,name=hot_deny_cache,json=hotDenyCache,proto3" json:"hot_deny_cache,omitempty"`
-	TrailMax      int32                `protobuf:"varint,7,opt,name=trail_max,json=trailMax,proto3" json:"trail_max,omitempty"`
-	TrailTtl      *durationpb.Duration `protobuf:"bytes,8,opt,name=trail_ttl,json=trailTtl,proto3" json:"trail_ttl,omitempty"`
+	HotDenyCache int32                `protobuf:"varint,6,opt,name=hot_deny_cache,json=hotDenyCache,proto3" json:"hot_deny_cache,omitempty"`
+	TrailMax     int32                `protobuf:"varint,7,opt,name=trail_max,json=trailMax,proto3" json:"trail_max,omitempty"`
+	TrailTtl     *durationpb.Duration `protobuf:"bytes,8,opt,name=trail_ttl,json=trailTtl,proto3" json:"trail_ttl,omitempty"`
+	// overrides: decisions read the subject's per-person overrides.
+	Overrides     bool `protobuf:"varint,9,opt,name=overrides,proto3" json:"overrides,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2232,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2245,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{27}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Policy) GetName() string {
@@ -2060,6 +2304,13 @@ func (x *Policy) GetTrailTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Policy) GetOverrides() bool {
+	if x != nil {
+		return x.Overrides
+	}
+	return false
+}
+
 // Rule is one rule as configured (sdk.Rule).
 type Rule struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2077,15 +2328,20 @@ type Rule struct {
 	// and the time it refills over (RateLimit-Policy's q and w): limit and
 	// window, except for GCRA: burst + 1 units over the time they take to
 	// accrue.
-	Quota         int64                `protobuf:"varint,10,opt,name=quota,proto3" json:"quota,omitempty"`
-	QuotaWindow   *durationpb.Duration `protobuf:"bytes,11,opt,name=quota_window,json=quotaWindow,proto3" json:"quota_window,omitempty"`
+	Quota       int64                `protobuf:"varint,10,opt,name=quota,proto3" json:"quota,omitempty"`
+	QuotaWindow *durationpb.Duration `protobuf:"bytes,11,opt,name=quota_window,json=quotaWindow,proto3" json:"quota_window,omitempty"`
+	// shadow: evaluated and recorded, never denies.
+	Shadow bool `protobuf:"varint,12,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// epoch is the policy-store version that gave the rule its current
+	// identity (0 outside a store).
+	Epoch         int64 `protobuf:"varint,13,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2353,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2366,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{28}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Rule) GetName() string {
@@ -2190,14 +2446,1173 @@ func (x *Rule) GetQuotaWindow() *durationpb.Duration {
 	return nil
 }
 
+func (x *Rule) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Rule) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// Override is one per-person exception to a policy (sdk.Override).
+type Override struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id numbers the override, unique in the backend ("allowed by override
+	// #12"); set by the server.
+	Id   int64        `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind OverrideKind `protobuf:"varint,2,opt,name=kind,proto3,enum=freqcap.v1.OverrideKind" json:"kind,omitempty"`
+	// counted: an exempt override's attempts still count.
+	Counted bool `protobuf:"varint,3,opt,name=counted,proto3" json:"counted,omitempty"`
+	// limits maps rule names to their limit under this override (kind
+	// limit only; a GCRA rule's rate per its window, its burst kept).
+	Limits map[string]int64 `protobuf:"bytes,4,rep,name=limits,proto3" json:"limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// until is when the override ends (absent: never, until deleted).
+	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	// reason says why (at most 256 bytes, no line breaks); by who set it
+	// (the caller's name) and created when (the backend's clock), both set
+	// by the server.
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	By            string                 `protobuf:"bytes,7,opt,name=by,proto3" json:"by,omitempty"`
+	Created       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *Override) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Override) GetKind() OverrideKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OverrideKind_OVERRIDE_KIND_UNSPECIFIED
+}
+
+func (x *Override) GetCounted() bool {
+	if x != nil {
+		return x.Counted
+	}
+	return false
+}
+
+func (x *Override) GetLimits() map[string]int64 {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Override) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *Override) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Override) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Override) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+type SetOverrideRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// subject gives the dimension values the override applies to: all of
+	// the policy's shard dimensions, or more (other values are ignored).
+	Subject map[string]string `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// override: kind, counted, limits, until and reason are read; id, by
+	// and created are set by the server.
+	Override *Override `protobuf:"bytes,3,opt,name=override,proto3" json:"override,omitempty"`
+	// ttl, instead of override.until, ends the override this long after
+	// the server's clock now.
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideRequest) Reset() {
+	*x = SetOverrideRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideRequest) ProtoMessage() {}
+
+func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
+func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetOverrideRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SetOverrideRequest) GetSubject() map[string]string {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *SetOverrideRequest) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+func (x *SetOverrideRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type SetOverrideResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// override is the override as stored, with its id.
+	Override      *Override `protobuf:"bytes,1,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideResponse) Reset() {
+	*x = SetOverrideResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideResponse) ProtoMessage() {}
+
+func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
+func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SetOverrideResponse) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+type ListOverridesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Subject       map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesRequest) Reset() {
+	*x = ListOverridesRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesRequest) ProtoMessage() {}
+
+func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
+func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListOverridesRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetSubject() map[string]string {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+type ListOverridesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overrides     []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesResponse) Reset() {
+	*x = ListOverridesResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesResponse) ProtoMessage() {}
+
+func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
+func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListOverridesResponse) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+type DeleteOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Subject       map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Id            int64                  `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteOverrideRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *DeleteOverrideRequest) GetSubject() map[string]string {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *DeleteOverrideRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{36}
+}
+
+// PolicyVersion is one version of the policy store.
+type PolicyVersion struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// at is when it was applied (the backend's clock); by and reason who
+	// applied it and why.
+	At     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	By     string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// yaml is the policy document as applied (GetPolicyVersion only).
+	Yaml          string `protobuf:"bytes,5,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyVersion) Reset() {
+	*x = PolicyVersion{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyVersion) ProtoMessage() {}
+
+func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyVersion.ProtoReflect.Descriptor instead.
+func (*PolicyVersion) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PolicyVersion) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PolicyVersion) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *PolicyVersion) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *PolicyVersion) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PolicyVersion) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+// PolicyChange is one change a plan would make to a rule or policy.
+type PolicyChange struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// rule is empty for a change of the policy itself.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// kind is what changed, as sdk/policyfile names it: "added",
+	// "removed", "modified" (limit, burst or shadow: same state),
+	// "identity changed" (window, sub-windows, algorithm, calendar or zone:
+	// new keys, seeded from the former rule), "re-keyed" (dimensions), or
+	// "setting" (a policy setting; detail names it).
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// carries says what of the rule's counts carries over: "exactly",
+	// "conservatively" or "nothing".
+	Carries string `protobuf:"bytes,4,opt,name=carries,proto3" json:"carries,omitempty"`
+	// detail says it in words (the fields changed, e.g. "limit 50 → 40",
+	// and what that means for the counts).
+	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyChange) Reset() {
+	*x = PolicyChange{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyChange) ProtoMessage() {}
+
+func (x *PolicyChange) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyChange.ProtoReflect.Descriptor instead.
+func (*PolicyChange) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PolicyChange) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyChange) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *PolicyChange) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PolicyChange) GetCarries() string {
+	if x != nil {
+		return x.Carries
+	}
+	return ""
+}
+
+func (x *PolicyChange) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type PlanPoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// yaml is the policy document (the format of a policy file).
+	Yaml          string `protobuf:"bytes,1,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanPoliciesRequest) Reset() {
+	*x = PlanPoliciesRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanPoliciesRequest) ProtoMessage() {}
+
+func (x *PlanPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*PlanPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PlanPoliciesRequest) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+type PlanPoliciesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// valid: the document has no fault; faults lists them otherwise (and
+	// nothing else is filled in).
+	Valid  bool             `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	Faults []*DocumentFault `protobuf:"bytes,2,rep,name=faults,proto3" json:"faults,omitempty"`
+	// base_version is the store's version the plan compares with (0: the
+	// store is empty); pass it as an apply's expected_version.
+	BaseVersion int64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// text is the plan as `freqcap policy diff` prints it.
+	Text     string          `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	Changes  []*PolicyChange `protobuf:"bytes,5,rep,name=changes,proto3" json:"changes,omitempty"`
+	Warnings []string        `protobuf:"bytes,6,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// rekey: some rule is re-keyed: an apply needs confirm_rekey.
+	Rekey         bool `protobuf:"varint,7,opt,name=rekey,proto3" json:"rekey,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanPoliciesResponse) Reset() {
+	*x = PlanPoliciesResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanPoliciesResponse) ProtoMessage() {}
+
+func (x *PlanPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*PlanPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PlanPoliciesResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *PlanPoliciesResponse) GetFaults() []*DocumentFault {
+	if x != nil {
+		return x.Faults
+	}
+	return nil
+}
+
+func (x *PlanPoliciesResponse) GetBaseVersion() int64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *PlanPoliciesResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PlanPoliciesResponse) GetChanges() []*PolicyChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *PlanPoliciesResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *PlanPoliciesResponse) GetRekey() bool {
+	if x != nil {
+		return x.Rekey
+	}
+	return false
+}
+
+type ApplyPoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Yaml  string                 `protobuf:"bytes,1,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	// reason says why (recorded with the version).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// expected_version is the store's version the caller planned against
+	// (PlanPoliciesResponse.base_version); required.
+	ExpectedVersion int64 `protobuf:"varint,3,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	// confirm_rekey accepts that re-keyed rules start afresh.
+	ConfirmRekey  bool `protobuf:"varint,4,opt,name=confirm_rekey,json=confirmRekey,proto3" json:"confirm_rekey,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyPoliciesRequest) Reset() {
+	*x = ApplyPoliciesRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyPoliciesRequest) ProtoMessage() {}
+
+func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ApplyPoliciesRequest) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+func (x *ApplyPoliciesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApplyPoliciesRequest) GetExpectedVersion() int64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *ApplyPoliciesRequest) GetConfirmRekey() bool {
+	if x != nil {
+		return x.ConfirmRekey
+	}
+	return false
+}
+
+type ApplyPoliciesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the version stored.
+	Version       *PolicyVersion `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyPoliciesResponse) Reset() {
+	*x = ApplyPoliciesResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyPoliciesResponse) ProtoMessage() {}
+
+func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ApplyPoliciesResponse) GetVersion() *PolicyVersion {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+type PolicyHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max bounds the versions listed (0: all).
+	Max           int32 `protobuf:"varint,1,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyHistoryRequest) Reset() {
+	*x = PolicyHistoryRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyHistoryRequest) ProtoMessage() {}
+
+func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyHistoryRequest.ProtoReflect.Descriptor instead.
+func (*PolicyHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PolicyHistoryRequest) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type PolicyHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []*PolicyVersion       `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyHistoryResponse) Reset() {
+	*x = PolicyHistoryResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyHistoryResponse) ProtoMessage() {}
+
+func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyHistoryResponse.ProtoReflect.Descriptor instead.
+func (*PolicyHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PolicyHistoryResponse) GetVersions() []*PolicyVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type GetPolicyVersionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version to return (0: the current one).
+	Version       int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyVersionRequest) Reset() {
+	*x = GetPolicyVersionRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyVersionRequest) ProtoMessage() {}
+
+func (x *GetPolicyVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyVersionRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyVersionRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GetPolicyVersionRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type GetPolicyVersionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       *PolicyVersion         `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyVersionResponse) Reset() {
+	*x = GetPolicyVersionResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyVersionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyVersionResponse) ProtoMessage() {}
+
+func (x *GetPolicyVersionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyVersionResponse.ProtoReflect.Descriptor instead.
+func (*GetPolicyVersionResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetPolicyVersionResponse) GetVersion() *PolicyVersion {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+type RollbackPoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the earlier version whose document is applied again.
+	Version int64  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Reason  string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// expected_version and confirm_rekey as for ApplyPolicies.
+	ExpectedVersion int64 `protobuf:"varint,3,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	ConfirmRekey    bool  `protobuf:"varint,4,opt,name=confirm_rekey,json=confirmRekey,proto3" json:"confirm_rekey,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RollbackPoliciesRequest) Reset() {
+	*x = RollbackPoliciesRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackPoliciesRequest) ProtoMessage() {}
+
+func (x *RollbackPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*RollbackPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RollbackPoliciesRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RollbackPoliciesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RollbackPoliciesRequest) GetExpectedVersion() int64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *RollbackPoliciesRequest) GetConfirmRekey() bool {
+	if x != nil {
+		return x.ConfirmRekey
+	}
+	return false
+}
+
+type RollbackPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       *PolicyVersion         `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackPoliciesResponse) Reset() {
+	*x = RollbackPoliciesResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackPoliciesResponse) ProtoMessage() {}
+
+func (x *RollbackPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*RollbackPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RollbackPoliciesResponse) GetVersion() *PolicyVersion {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
 var File_freqcap_v1_freqcap_proto protoreflect.FileDescriptor
 
 const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\n" +
 	"\x18freqcap/v1/freqcap.proto\x12\n" +
-	"freqcap.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n" +
+	"freqcap.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
 	"\vErrorDetail\x12*\n" +
-	"\x06reason\x18\x01 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xbe\x01\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\x121\n" +
+	"\x06faults\x18\x02 \x03(\v2\x19.freqcap.v1.DocumentFaultR\x06faults\"O\n" +
+	"\rDocumentFault\x12\x12\n" +
+	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xbe\x01\n" +
 	"\aAttempt\x12:\n" +
 	"\asubject\x18\x01 \x03(\v2 .freqcap.v1.Attempt.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12'\n" +
@@ -2268,7 +3683,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fAttemptError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xa8\x03\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xa6\x04\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12*\n" +
@@ -2284,7 +3699,10 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"non_atomic\x18\n" +
 	" \x01(\bR\tnonAtomic\x12\x1a\n" +
 	"\breplayed\x18\v \x01(\bR\breplayed\x12\x16\n" +
-	"\x06cached\x18\f \x01(\bR\x06cached\"\xf1\x02\n" +
+	"\x06cached\x18\f \x01(\bR\x06cached\x12#\n" +
+	"\rshadow_denied\x18\r \x03(\tR\fshadowDenied\x120\n" +
+	"\boverride\x18\x0e \x01(\v2\x14.freqcap.v1.OverrideR\boverride\x12%\n" +
+	"\x0epolicy_version\x18\x0f \x01(\x03R\rpolicyVersion\"\xa1\x03\n" +
 	"\fRuleDecision\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x18\n" +
@@ -2298,7 +3716,9 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"retryAfter\x12\"\n" +
 	"\rcost_too_high\x18\t \x01(\bR\vcostTooHigh\x12\x1a\n" +
 	"\bstrategy\x18\n" +
-	" \x01(\tR\bstrategy\"\xa7\x01\n" +
+	" \x01(\tR\bstrategy\x12\x16\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadow\x12\x16\n" +
+	"\x06before\x18\f \x01(\x03R\x06before\"\xa7\x01\n" +
 	"\x0eInspectRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12A\n" +
 	"\asubject\x18\x02 \x03(\v2'.freqcap.v1.InspectRequest.SubjectEntryR\asubject\x1a:\n" +
@@ -2314,7 +3734,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\ttrail_max\x18\x06 \x01(\x05R\btrailMax\x126\n" +
 	"\ttrail_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\x12\x1d\n" +
 	"\n" +
-	"trail_full\x18\b \x01(\bR\ttrailFull\"\x80\x03\n" +
+	"trail_full\x18\b \x01(\bR\ttrailFull\"\xb4\x03\n" +
 	"\x06Denial\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x12\n" +
@@ -2325,7 +3745,10 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"retryAfter\x12\"\n" +
 	"\rcost_too_high\x18\a \x01(\bR\vcostTooHigh\x126\n" +
 	"\x06values\x18\b \x03(\v2\x1e.freqcap.v1.Denial.ValuesEntryR\x06values\x12%\n" +
-	"\x0evalues_partial\x18\t \x01(\bR\rvaluesPartial\x1a9\n" +
+	"\x0evalues_partial\x18\t \x01(\bR\rvaluesPartial\x12\x16\n" +
+	"\x06shadow\x18\n" +
+	" \x01(\bR\x06shadow\x12\x1a\n" +
+	"\boverride\x18\v \x01(\x03R\boverride\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
@@ -2341,9 +3764,12 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"resetRules\x12\x1d\n" +
 	"\n" +
 	"kept_rules\x18\x03 \x03(\tR\tkeptRules\"\x15\n" +
-	"\x13ListPoliciesRequest\"F\n" +
+	"\x13ListPoliciesRequest\"\x9b\x01\n" +
 	"\x14ListPoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.freqcap.v1.PolicyR\bpolicies\"\x97\x02\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.freqcap.v1.PolicyR\bpolicies\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x129\n" +
+	"\n" +
+	"version_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tversionAt\"\xb5\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tfail_open\x18\x02 \x01(\bR\bfailOpen\x12\x1e\n" +
@@ -2354,7 +3780,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x05rules\x18\x05 \x03(\v2\x10.freqcap.v1.RuleR\x05rules\x12$\n" +
 	"\x0ehot_deny_cache\x18\x06 \x01(\x05R\fhotDenyCache\x12\x1b\n" +
 	"\ttrail_max\x18\a \x01(\x05R\btrailMax\x126\n" +
-	"\ttrail_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\"\x91\x03\n" +
+	"\ttrail_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\x12\x1c\n" +
+	"\toverrides\x18\t \x01(\bR\toverrides\"\xbf\x03\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -2370,7 +3797,91 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\btimezone\x18\t \x01(\tR\btimezone\x12\x14\n" +
 	"\x05quota\x18\n" +
 	" \x01(\x03R\x05quota\x12<\n" +
-	"\fquota_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\vquotaWindow*\x8f\x01\n" +
+	"\fquota_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\vquotaWindow\x12\x16\n" +
+	"\x06shadow\x18\f \x01(\bR\x06shadow\x12\x14\n" +
+	"\x05epoch\x18\r \x01(\x03R\x05epoch\"\xe7\x02\n" +
+	"\bOverride\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.freqcap.v1.OverrideKindR\x04kind\x12\x18\n" +
+	"\acounted\x18\x03 \x01(\bR\acounted\x128\n" +
+	"\x06limits\x18\x04 \x03(\v2 .freqcap.v1.Override.LimitsEntryR\x06limits\x120\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\a \x01(\tR\x02by\x124\n" +
+	"\acreated\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x1a9\n" +
+	"\vLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x12SetOverrideRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12E\n" +
+	"\asubject\x18\x02 \x03(\v2+.freqcap.v1.SetOverrideRequest.SubjectEntryR\asubject\x120\n" +
+	"\boverride\x18\x03 \x01(\v2\x14.freqcap.v1.OverrideR\boverride\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
+	"\fSubjectEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\x13SetOverrideResponse\x120\n" +
+	"\boverride\x18\x01 \x01(\v2\x14.freqcap.v1.OverrideR\boverride\"\xb3\x01\n" +
+	"\x14ListOverridesRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12G\n" +
+	"\asubject\x18\x02 \x03(\v2-.freqcap.v1.ListOverridesRequest.SubjectEntryR\asubject\x1a:\n" +
+	"\fSubjectEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
+	"\x15ListOverridesResponse\x122\n" +
+	"\toverrides\x18\x01 \x03(\v2\x14.freqcap.v1.OverrideR\toverrides\"\xc5\x01\n" +
+	"\x15DeleteOverrideRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12H\n" +
+	"\asubject\x18\x02 \x03(\v2..freqcap.v1.DeleteOverrideRequest.SubjectEntryR\asubject\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x03R\x02id\x1a:\n" +
+	"\fSubjectEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x18\n" +
+	"\x16DeleteOverrideResponse\"\x91\x01\n" +
+	"\rPolicyVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04yaml\x18\x05 \x01(\tR\x04yaml\"\x80\x01\n" +
+	"\fPolicyChange\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\acarries\x18\x04 \x01(\tR\acarries\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\")\n" +
+	"\x13PlanPoliciesRequest\x12\x12\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml\"\xfc\x01\n" +
+	"\x14PlanPoliciesResponse\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x121\n" +
+	"\x06faults\x18\x02 \x03(\v2\x19.freqcap.v1.DocumentFaultR\x06faults\x12!\n" +
+	"\fbase_version\x18\x03 \x01(\x03R\vbaseVersion\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x122\n" +
+	"\achanges\x18\x05 \x03(\v2\x18.freqcap.v1.PolicyChangeR\achanges\x12\x1a\n" +
+	"\bwarnings\x18\x06 \x03(\tR\bwarnings\x12\x14\n" +
+	"\x05rekey\x18\a \x01(\bR\x05rekey\"\x92\x01\n" +
+	"\x14ApplyPoliciesRequest\x12\x12\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
+	"\x10expected_version\x18\x03 \x01(\x03R\x0fexpectedVersion\x12#\n" +
+	"\rconfirm_rekey\x18\x04 \x01(\bR\fconfirmRekey\"L\n" +
+	"\x15ApplyPoliciesResponse\x123\n" +
+	"\aversion\x18\x01 \x01(\v2\x19.freqcap.v1.PolicyVersionR\aversion\"(\n" +
+	"\x14PolicyHistoryRequest\x12\x10\n" +
+	"\x03max\x18\x01 \x01(\x05R\x03max\"N\n" +
+	"\x15PolicyHistoryResponse\x125\n" +
+	"\bversions\x18\x01 \x03(\v2\x19.freqcap.v1.PolicyVersionR\bversions\"3\n" +
+	"\x17GetPolicyVersionRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\"O\n" +
+	"\x18GetPolicyVersionResponse\x123\n" +
+	"\aversion\x18\x01 \x01(\v2\x19.freqcap.v1.PolicyVersionR\aversion\"\x9b\x01\n" +
+	"\x17RollbackPoliciesRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
+	"\x10expected_version\x18\x03 \x01(\x03R\x0fexpectedVersion\x12#\n" +
+	"\rconfirm_rekey\x18\x04 \x01(\bR\fconfirmRekey\"O\n" +
+	"\x18RollbackPoliciesResponse\x123\n" +
+	"\aversion\x18\x01 \x01(\v2\x19.freqcap.v1.PolicyVersionR\aversion*\x8f\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
@@ -2380,7 +3891,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\xaa\x03\n" +
+	"\rCALENDAR_HOUR\x10\x02*\xc6\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -2397,7 +3908,17 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x16REASON_UNAUTHENTICATED\x10\v\x12\x1c\n" +
 	"\x18REASON_PERMISSION_DENIED\x10\f\x12\x1c\n" +
 	"\x18REASON_DEADLINE_EXCEEDED\x10\r\x12\x15\n" +
-	"\x11REASON_LOCKED_OUT\x10\x0e2\xb5\x05\n" +
+	"\x11REASON_LOCKED_OUT\x10\x0e\x12\x1b\n" +
+	"\x17REASON_VERSION_CONFLICT\x10\x0f\x12\x1c\n" +
+	"\x18REASON_REKEY_UNCONFIRMED\x10\x10\x12\"\n" +
+	"\x1eREASON_INVALID_POLICY_DOCUMENT\x10\x11\x12\x1d\n" +
+	"\x19REASON_OVERRIDE_NOT_FOUND\x10\x12\x12\x1c\n" +
+	"\x18REASON_NO_POLICY_VERSION\x10\x13*y\n" +
+	"\fOverrideKind\x12\x1d\n" +
+	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +
+	"\x13OVERRIDE_KIND_BLOCK\x10\x02\x12\x17\n" +
+	"\x13OVERRIDE_KIND_LIMIT\x10\x032\xb5\x05\n" +
 	"\x0eFreqcapService\x129\n" +
 	"\x04Take\x12\x17.freqcap.v1.TakeRequest\x1a\x18.freqcap.v1.TakeResponse\x129\n" +
 	"\x04Peek\x12\x17.freqcap.v1.PeekRequest\x1a\x18.freqcap.v1.PeekResponse\x12B\n" +
@@ -2408,7 +3929,17 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\tPeekBatch\x12\x1c.freqcap.v1.PeekBatchRequest\x1a\x1d.freqcap.v1.PeekBatchResponse\x12B\n" +
 	"\aInspect\x12\x1a.freqcap.v1.InspectRequest\x1a\x1b.freqcap.v1.InspectResponse\x12<\n" +
 	"\x05Reset\x12\x18.freqcap.v1.ResetRequest\x1a\x19.freqcap.v1.ResetResponse\x12Q\n" +
-	"\fListPolicies\x12\x1f.freqcap.v1.ListPoliciesRequest\x1a .freqcap.v1.ListPoliciesResponseBG\n" +
+	"\fListPolicies\x12\x1f.freqcap.v1.ListPoliciesRequest\x1a .freqcap.v1.ListPoliciesResponse2\xcc\x03\n" +
+	"\rPolicyService\x12Q\n" +
+	"\fPlanPolicies\x12\x1f.freqcap.v1.PlanPoliciesRequest\x1a .freqcap.v1.PlanPoliciesResponse\x12T\n" +
+	"\rApplyPolicies\x12 .freqcap.v1.ApplyPoliciesRequest\x1a!.freqcap.v1.ApplyPoliciesResponse\x12T\n" +
+	"\rPolicyHistory\x12 .freqcap.v1.PolicyHistoryRequest\x1a!.freqcap.v1.PolicyHistoryResponse\x12]\n" +
+	"\x10GetPolicyVersion\x12#.freqcap.v1.GetPolicyVersionRequest\x1a$.freqcap.v1.GetPolicyVersionResponse\x12]\n" +
+	"\x10RollbackPolicies\x12#.freqcap.v1.RollbackPoliciesRequest\x1a$.freqcap.v1.RollbackPoliciesResponse2\x90\x02\n" +
+	"\x0fOverrideService\x12N\n" +
+	"\vSetOverride\x12\x1e.freqcap.v1.SetOverrideRequest\x1a\x1f.freqcap.v1.SetOverrideResponse\x12T\n" +
+	"\rListOverrides\x12 .freqcap.v1.ListOverridesRequest\x1a!.freqcap.v1.ListOverridesResponse\x12W\n" +
+	"\x0eDeleteOverride\x12!.freqcap.v1.DeleteOverrideRequest\x1a\".freqcap.v1.DeleteOverrideResponseBG\n" +
 	"\x0edev.freqcap.v1P\x01Z3github.com/freqcap/freqcap/gen/freqcap/v1;freqcapv1b\x06proto3"
 
 var (
@@ -2423,119 +3954,181 @@ func file_freqcap_v1_freqcap_proto_rawDescGZIP() []byte {
 	return file_freqcap_v1_freqcap_proto_rawDescData
 }
 
-var file_freqcap_v1_freqcap_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_freqcap_v1_freqcap_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_freqcap_v1_freqcap_proto_goTypes = []any{
-	(Algorithm)(0),                // 0: freqcap.v1.Algorithm
-	(Calendar)(0),                 // 1: freqcap.v1.Calendar
-	(Reason)(0),                   // 2: freqcap.v1.Reason
-	(*ErrorDetail)(nil),           // 3: freqcap.v1.ErrorDetail
-	(*Attempt)(nil),               // 4: freqcap.v1.Attempt
-	(*TakeRequest)(nil),           // 5: freqcap.v1.TakeRequest
-	(*TakeResponse)(nil),          // 6: freqcap.v1.TakeResponse
-	(*PeekRequest)(nil),           // 7: freqcap.v1.PeekRequest
-	(*PeekResponse)(nil),          // 8: freqcap.v1.PeekResponse
-	(*ReserveRequest)(nil),        // 9: freqcap.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 10: freqcap.v1.ReserveResponse
-	(*CommitRequest)(nil),         // 11: freqcap.v1.CommitRequest
-	(*CommitResponse)(nil),        // 12: freqcap.v1.CommitResponse
-	(*CancelRequest)(nil),         // 13: freqcap.v1.CancelRequest
-	(*CancelResponse)(nil),        // 14: freqcap.v1.CancelResponse
-	(*TakeBatchRequest)(nil),      // 15: freqcap.v1.TakeBatchRequest
-	(*TakeBatchResponse)(nil),     // 16: freqcap.v1.TakeBatchResponse
-	(*PeekBatchRequest)(nil),      // 17: freqcap.v1.PeekBatchRequest
-	(*PeekBatchResponse)(nil),     // 18: freqcap.v1.PeekBatchResponse
-	(*BatchResult)(nil),           // 19: freqcap.v1.BatchResult
-	(*AttemptError)(nil),          // 20: freqcap.v1.AttemptError
-	(*Decision)(nil),              // 21: freqcap.v1.Decision
-	(*RuleDecision)(nil),          // 22: freqcap.v1.RuleDecision
-	(*InspectRequest)(nil),        // 23: freqcap.v1.InspectRequest
-	(*InspectResponse)(nil),       // 24: freqcap.v1.InspectResponse
-	(*Denial)(nil),                // 25: freqcap.v1.Denial
-	(*ResetRequest)(nil),          // 26: freqcap.v1.ResetRequest
-	(*ResetResponse)(nil),         // 27: freqcap.v1.ResetResponse
-	(*ListPoliciesRequest)(nil),   // 28: freqcap.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),  // 29: freqcap.v1.ListPoliciesResponse
-	(*Policy)(nil),                // 30: freqcap.v1.Policy
-	(*Rule)(nil),                  // 31: freqcap.v1.Rule
-	nil,                           // 32: freqcap.v1.Attempt.SubjectEntry
-	nil,                           // 33: freqcap.v1.TakeRequest.SubjectEntry
-	nil,                           // 34: freqcap.v1.PeekRequest.SubjectEntry
-	nil,                           // 35: freqcap.v1.ReserveRequest.SubjectEntry
-	nil,                           // 36: freqcap.v1.CommitRequest.SubjectEntry
-	nil,                           // 37: freqcap.v1.CancelRequest.SubjectEntry
-	nil,                           // 38: freqcap.v1.InspectRequest.SubjectEntry
-	nil,                           // 39: freqcap.v1.Denial.ValuesEntry
-	nil,                           // 40: freqcap.v1.ResetRequest.SubjectEntry
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(Algorithm)(0),                   // 0: freqcap.v1.Algorithm
+	(Calendar)(0),                    // 1: freqcap.v1.Calendar
+	(Reason)(0),                      // 2: freqcap.v1.Reason
+	(OverrideKind)(0),                // 3: freqcap.v1.OverrideKind
+	(*ErrorDetail)(nil),              // 4: freqcap.v1.ErrorDetail
+	(*DocumentFault)(nil),            // 5: freqcap.v1.DocumentFault
+	(*Attempt)(nil),                  // 6: freqcap.v1.Attempt
+	(*TakeRequest)(nil),              // 7: freqcap.v1.TakeRequest
+	(*TakeResponse)(nil),             // 8: freqcap.v1.TakeResponse
+	(*PeekRequest)(nil),              // 9: freqcap.v1.PeekRequest
+	(*PeekResponse)(nil),             // 10: freqcap.v1.PeekResponse
+	(*ReserveRequest)(nil),           // 11: freqcap.v1.ReserveRequest
+	(*ReserveResponse)(nil),          // 12: freqcap.v1.ReserveResponse
+	(*CommitRequest)(nil),            // 13: freqcap.v1.CommitRequest
+	(*CommitResponse)(nil),           // 14: freqcap.v1.CommitResponse
+	(*CancelRequest)(nil),            // 15: freqcap.v1.CancelRequest
+	(*CancelResponse)(nil),           // 16: freqcap.v1.CancelResponse
+	(*TakeBatchRequest)(nil),         // 17: freqcap.v1.TakeBatchRequest
+	(*TakeBatchResponse)(nil),        // 18: freqcap.v1.TakeBatchResponse
+	(*PeekBatchRequest)(nil),         // 19: freqcap.v1.PeekBatchRequest
+	(*PeekBatchResponse)(nil),        // 20: freqcap.v1.PeekBatchResponse
+	(*BatchResult)(nil),              // 21: freqcap.v1.BatchResult
+	(*AttemptError)(nil),             // 22: freqcap.v1.AttemptError
+	(*Decision)(nil),                 // 23: freqcap.v1.Decision
+	(*RuleDecision)(nil),             // 24: freqcap.v1.RuleDecision
+	(*InspectRequest)(nil),           // 25: freqcap.v1.InspectRequest
+	(*InspectResponse)(nil),          // 26: freqcap.v1.InspectResponse
+	(*Denial)(nil),                   // 27: freqcap.v1.Denial
+	(*ResetRequest)(nil),             // 28: freqcap.v1.ResetRequest
+	(*ResetResponse)(nil),            // 29: freqcap.v1.ResetResponse
+	(*ListPoliciesRequest)(nil),      // 30: freqcap.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 31: freqcap.v1.ListPoliciesResponse
+	(*Policy)(nil),                   // 32: freqcap.v1.Policy
+	(*Rule)(nil),                     // 33: freqcap.v1.Rule
+	(*Override)(nil),                 // 34: freqcap.v1.Override
+	(*SetOverrideRequest)(nil),       // 35: freqcap.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),      // 36: freqcap.v1.SetOverrideResponse
+	(*ListOverridesRequest)(nil),     // 37: freqcap.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 38: freqcap.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 39: freqcap.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 40: freqcap.v1.DeleteOverrideResponse
+	(*PolicyVersion)(nil),            // 41: freqcap.v1.PolicyVersion
+	(*PolicyChange)(nil),             // 42: freqcap.v1.PolicyChange
+	(*PlanPoliciesRequest)(nil),      // 43: freqcap.v1.PlanPoliciesRequest
+	(*PlanPoliciesResponse)(nil),     // 44: freqcap.v1.PlanPoliciesResponse
+	(*ApplyPoliciesRequest)(nil),     // 45: freqcap.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),    // 46: freqcap.v1.ApplyPoliciesResponse
+	(*PolicyHistoryRequest)(nil),     // 47: freqcap.v1.PolicyHistoryRequest
+	(*PolicyHistoryResponse)(nil),    // 48: freqcap.v1.PolicyHistoryResponse
+	(*GetPolicyVersionRequest)(nil),  // 49: freqcap.v1.GetPolicyVersionRequest
+	(*GetPolicyVersionResponse)(nil), // 50: freqcap.v1.GetPolicyVersionResponse
+	(*RollbackPoliciesRequest)(nil),  // 51: freqcap.v1.RollbackPoliciesRequest
+	(*RollbackPoliciesResponse)(nil), // 52: freqcap.v1.RollbackPoliciesResponse
+	nil,                              // 53: freqcap.v1.Attempt.SubjectEntry
+	nil,                              // 54: freqcap.v1.TakeRequest.SubjectEntry
+	nil,                              // 55: freqcap.v1.PeekRequest.SubjectEntry
+	nil,                              // 56: freqcap.v1.ReserveRequest.SubjectEntry
+	nil,                              // 57: freqcap.v1.CommitRequest.SubjectEntry
+	nil,                              // 58: freqcap.v1.CancelRequest.SubjectEntry
+	nil,                              // 59: freqcap.v1.InspectRequest.SubjectEntry
+	nil,                              // 60: freqcap.v1.Denial.ValuesEntry
+	nil,                              // 61: freqcap.v1.ResetRequest.SubjectEntry
+	nil,                              // 62: freqcap.v1.Override.LimitsEntry
+	nil,                              // 63: freqcap.v1.SetOverrideRequest.SubjectEntry
+	nil,                              // 64: freqcap.v1.ListOverridesRequest.SubjectEntry
+	nil,                              // 65: freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
 }
 var file_freqcap_v1_freqcap_proto_depIdxs = []int32{
 	2,  // 0: freqcap.v1.ErrorDetail.reason:type_name -> freqcap.v1.Reason
-	32, // 1: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
-	33, // 2: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
-	21, // 3: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
-	34, // 4: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
-	21, // 5: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
-	35, // 6: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
-	41, // 7: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	21, // 8: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
-	36, // 9: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
-	37, // 10: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
-	4,  // 11: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	19, // 12: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	4,  // 13: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	19, // 14: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	21, // 15: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
-	20, // 16: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
-	2,  // 17: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
-	42, // 18: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
-	22, // 19: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
-	41, // 20: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	0,  // 21: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
-	41, // 22: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	41, // 23: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	38, // 24: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
-	42, // 25: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
-	22, // 26: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
-	25, // 27: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
-	41, // 28: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
-	42, // 29: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
-	41, // 30: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
-	39, // 31: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
-	40, // 32: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
-	30, // 33: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
-	31, // 34: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
-	41, // 35: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
-	0,  // 36: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
-	41, // 37: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
-	1,  // 38: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
-	41, // 39: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
-	5,  // 40: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
-	7,  // 41: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
-	9,  // 42: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
-	11, // 43: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
-	13, // 44: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
-	15, // 45: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
-	17, // 46: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
-	23, // 47: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
-	26, // 48: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
-	28, // 49: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
-	6,  // 50: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
-	8,  // 51: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
-	10, // 52: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
-	12, // 53: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
-	14, // 54: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
-	16, // 55: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
-	18, // 56: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
-	24, // 57: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
-	27, // 58: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
-	29, // 59: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
-	50, // [50:60] is the sub-list for method output_type
-	40, // [40:50] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	5,  // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
+	53, // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
+	54, // 3: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
+	23, // 4: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
+	55, // 5: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
+	23, // 6: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
+	56, // 7: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
+	66, // 8: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 9: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
+	57, // 10: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
+	58, // 11: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
+	6,  // 12: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	21, // 13: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	6,  // 14: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	21, // 15: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	23, // 16: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
+	22, // 17: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
+	2,  // 18: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
+	67, // 19: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
+	24, // 20: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
+	66, // 21: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	34, // 22: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
+	0,  // 23: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
+	66, // 24: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	66, // 25: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	59, // 26: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
+	67, // 27: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
+	24, // 28: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
+	27, // 29: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
+	66, // 30: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
+	67, // 31: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
+	66, // 32: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
+	60, // 33: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
+	61, // 34: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
+	32, // 35: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
+	67, // 36: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
+	33, // 37: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
+	66, // 38: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
+	0,  // 39: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
+	66, // 40: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
+	1,  // 41: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
+	66, // 42: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
+	3,  // 43: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
+	62, // 44: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
+	67, // 45: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
+	67, // 46: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
+	63, // 47: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
+	34, // 48: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
+	66, // 49: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	34, // 50: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
+	64, // 51: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
+	34, // 52: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
+	65, // 53: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	67, // 54: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
+	5,  // 55: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
+	42, // 56: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
+	41, // 57: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	41, // 58: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
+	41, // 59: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
+	41, // 60: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	7,  // 61: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
+	9,  // 62: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
+	11, // 63: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
+	13, // 64: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
+	15, // 65: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
+	17, // 66: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
+	19, // 67: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
+	25, // 68: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
+	28, // 69: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
+	30, // 70: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
+	43, // 71: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
+	45, // 72: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
+	47, // 73: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
+	49, // 74: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
+	51, // 75: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
+	35, // 76: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
+	37, // 77: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
+	39, // 78: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
+	8,  // 79: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
+	10, // 80: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
+	12, // 81: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
+	14, // 82: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
+	16, // 83: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
+	18, // 84: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
+	20, // 85: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
+	26, // 86: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
+	29, // 87: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
+	31, // 88: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
+	44, // 89: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
+	46, // 90: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
+	48, // 91: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
+	50, // 92: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
+	52, // 93: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
+	36, // 94: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
+	38, // 95: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
+	40, // 96: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
+	79, // [79:97] is the sub-list for method output_type
+	61, // [61:79] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_freqcap_v1_freqcap_proto_init() }
@@ -2548,10 +4141,10 @@ func file_freqcap_v1_freqcap_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_freqcap_v1_freqcap_proto_rawDesc), len(file_freqcap_v1_freqcap_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   38,
+			NumEnums:      4,
+			NumMessages:   62,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   3,
 		},
 		GoTypes:           file_freqcap_v1_freqcap_proto_goTypes,
 		DependencyIndexes: file_freqcap_v1_freqcap_proto_depIdxs,

@@ -43,6 +43,10 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// FreqcapServiceName is the fully-qualified name of the FreqcapService service.
 	FreqcapServiceName = "freqcap.v1.FreqcapService"
+	// PolicyServiceName is the fully-qualified name of the PolicyService service.
+	PolicyServiceName = "freqcap.v1.PolicyService"
+	// OverrideServiceName is the fully-qualified name of the OverrideService service.
+	OverrideServiceName = "freqcap.v1.OverrideService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -76,6 +80,30 @@ const (
 	// FreqcapServiceListPoliciesProcedure is the fully-qualified name of the FreqcapService's
 	// ListPolicies RPC.
 	FreqcapServiceListPoliciesProcedure = "/freqcap.v1.FreqcapService/ListPolicies"
+	// PolicyServicePlanPoliciesProcedure is the fully-qualified name of the PolicyService's
+	// PlanPolicies RPC.
+	PolicyServicePlanPoliciesProcedure = "/freqcap.v1.PolicyService/PlanPolicies"
+	// PolicyServiceApplyPoliciesProcedure is the fully-qualified name of the PolicyService's
+	// ApplyPolicies RPC.
+	PolicyServiceApplyPoliciesProcedure = "/freqcap.v1.PolicyService/ApplyPolicies"
+	// PolicyServicePolicyHistoryProcedure is the fully-qualified name of the PolicyService's
+	// PolicyHistory RPC.
+	PolicyServicePolicyHistoryProcedure = "/freqcap.v1.PolicyService/PolicyHistory"
+	// PolicyServiceGetPolicyVersionProcedure is the fully-qualified name of the PolicyService's
+	// GetPolicyVersion RPC.
+	PolicyServiceGetPolicyVersionProcedure = "/freqcap.v1.PolicyService/GetPolicyVersion"
+	// PolicyServiceRollbackPoliciesProcedure is the fully-qualified name of the PolicyService's
+	// RollbackPolicies RPC.
+	PolicyServiceRollbackPoliciesProcedure = "/freqcap.v1.PolicyService/RollbackPolicies"
+	// OverrideServiceSetOverrideProcedure is the fully-qualified name of the OverrideService's
+	// SetOverride RPC.
+	OverrideServiceSetOverrideProcedure = "/freqcap.v1.OverrideService/SetOverride"
+	// OverrideServiceListOverridesProcedure is the fully-qualified name of the OverrideService's
+	// ListOverrides RPC.
+	OverrideServiceListOverridesProcedure = "/freqcap.v1.OverrideService/ListOverrides"
+	// OverrideServiceDeleteOverrideProcedure is the fully-qualified name of the OverrideService's
+	// DeleteOverride RPC.
+	OverrideServiceDeleteOverrideProcedure = "/freqcap.v1.OverrideService/DeleteOverride"
 )
 
 // FreqcapServiceClient is a client for the freqcap.v1.FreqcapService service.
@@ -424,4 +452,342 @@ func (UnimplementedFreqcapServiceHandler) Reset(context.Context, *connect.Reques
 
 func (UnimplementedFreqcapServiceHandler) ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.FreqcapService.ListPolicies is not implemented"))
+}
+
+// PolicyServiceClient is a client for the freqcap.v1.PolicyService service.
+type PolicyServiceClient interface {
+	// PlanPolicies validates a policy document (the YAML of a policy file)
+	// and compares it with the store's current version, writing nothing:
+	// the faults with their line and key, or the changes, what each carries
+	// over and the warnings.
+	PlanPolicies(context.Context, *connect.Request[v1.PlanPoliciesRequest]) (*connect.Response[v1.PlanPoliciesResponse], error)
+	// ApplyPolicies stores a document as the next version, if the store is
+	// still at expected_version (ABORTED, reason VERSION_CONFLICT, when
+	// someone applied in between: nothing is stored) and, when some rule is
+	// re-keyed, only with confirm_rekey (FAILED_PRECONDITION, reason
+	// REKEY_UNCONFIRMED). An invalid document is INVALID_ARGUMENT (reason
+	// INVALID_POLICY_DOCUMENT) with its faults in the ErrorDetail.
+	ApplyPolicies(context.Context, *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error)
+	// PolicyHistory lists the store's versions, newest first, without their
+	// documents.
+	PolicyHistory(context.Context, *connect.Request[v1.PolicyHistoryRequest]) (*connect.Response[v1.PolicyHistoryResponse], error)
+	// GetPolicyVersion returns one version with its document (NOT_FOUND,
+	// reason NO_POLICY_VERSION, when the store has no such version).
+	GetPolicyVersion(context.Context, *connect.Request[v1.GetPolicyVersionRequest]) (*connect.Response[v1.GetPolicyVersionResponse], error)
+	// RollbackPolicies applies an earlier version's document again, as a
+	// new version (its changes go through the same checks as an apply).
+	RollbackPolicies(context.Context, *connect.Request[v1.RollbackPoliciesRequest]) (*connect.Response[v1.RollbackPoliciesResponse], error)
+}
+
+// NewPolicyServiceClient constructs a client for the freqcap.v1.PolicyService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewPolicyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) PolicyServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	policyServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("PolicyService").Methods()
+	return &policyServiceClient{
+		planPolicies: connect.NewClient[v1.PlanPoliciesRequest, v1.PlanPoliciesResponse](
+			httpClient,
+			baseURL+PolicyServicePlanPoliciesProcedure,
+			connect.WithSchema(policyServiceMethods.ByName("PlanPolicies")),
+			connect.WithClientOptions(opts...),
+		),
+		applyPolicies: connect.NewClient[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse](
+			httpClient,
+			baseURL+PolicyServiceApplyPoliciesProcedure,
+			connect.WithSchema(policyServiceMethods.ByName("ApplyPolicies")),
+			connect.WithClientOptions(opts...),
+		),
+		policyHistory: connect.NewClient[v1.PolicyHistoryRequest, v1.PolicyHistoryResponse](
+			httpClient,
+			baseURL+PolicyServicePolicyHistoryProcedure,
+			connect.WithSchema(policyServiceMethods.ByName("PolicyHistory")),
+			connect.WithClientOptions(opts...),
+		),
+		getPolicyVersion: connect.NewClient[v1.GetPolicyVersionRequest, v1.GetPolicyVersionResponse](
+			httpClient,
+			baseURL+PolicyServiceGetPolicyVersionProcedure,
+			connect.WithSchema(policyServiceMethods.ByName("GetPolicyVersion")),
+			connect.WithClientOptions(opts...),
+		),
+		rollbackPolicies: connect.NewClient[v1.RollbackPoliciesRequest, v1.RollbackPoliciesResponse](
+			httpClient,
+			baseURL+PolicyServiceRollbackPoliciesProcedure,
+			connect.WithSchema(policyServiceMethods.ByName("RollbackPolicies")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// policyServiceClient implements PolicyServiceClient.
+type policyServiceClient struct {
+	planPolicies     *connect.Client[v1.PlanPoliciesRequest, v1.PlanPoliciesResponse]
+	applyPolicies    *connect.Client[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse]
+	policyHistory    *connect.Client[v1.PolicyHistoryRequest, v1.PolicyHistoryResponse]
+	getPolicyVersion *connect.Client[v1.GetPolicyVersionRequest, v1.GetPolicyVersionResponse]
+	rollbackPolicies *connect.Client[v1.RollbackPoliciesRequest, v1.RollbackPoliciesResponse]
+}
+
+// PlanPolicies calls freqcap.v1.PolicyService.PlanPolicies.
+func (c *policyServiceClient) PlanPolicies(ctx context.Context, req *connect.Request[v1.PlanPoliciesRequest]) (*connect.Response[v1.PlanPoliciesResponse], error) {
+	return c.planPolicies.CallUnary(ctx, req)
+}
+
+// ApplyPolicies calls freqcap.v1.PolicyService.ApplyPolicies.
+func (c *policyServiceClient) ApplyPolicies(ctx context.Context, req *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error) {
+	return c.applyPolicies.CallUnary(ctx, req)
+}
+
+// PolicyHistory calls freqcap.v1.PolicyService.PolicyHistory.
+func (c *policyServiceClient) PolicyHistory(ctx context.Context, req *connect.Request[v1.PolicyHistoryRequest]) (*connect.Response[v1.PolicyHistoryResponse], error) {
+	return c.policyHistory.CallUnary(ctx, req)
+}
+
+// GetPolicyVersion calls freqcap.v1.PolicyService.GetPolicyVersion.
+func (c *policyServiceClient) GetPolicyVersion(ctx context.Context, req *connect.Request[v1.GetPolicyVersionRequest]) (*connect.Response[v1.GetPolicyVersionResponse], error) {
+	return c.getPolicyVersion.CallUnary(ctx, req)
+}
+
+// RollbackPolicies calls freqcap.v1.PolicyService.RollbackPolicies.
+func (c *policyServiceClient) RollbackPolicies(ctx context.Context, req *connect.Request[v1.RollbackPoliciesRequest]) (*connect.Response[v1.RollbackPoliciesResponse], error) {
+	return c.rollbackPolicies.CallUnary(ctx, req)
+}
+
+// PolicyServiceHandler is an implementation of the freqcap.v1.PolicyService service.
+type PolicyServiceHandler interface {
+	// PlanPolicies validates a policy document (the YAML of a policy file)
+	// and compares it with the store's current version, writing nothing:
+	// the faults with their line and key, or the changes, what each carries
+	// over and the warnings.
+	PlanPolicies(context.Context, *connect.Request[v1.PlanPoliciesRequest]) (*connect.Response[v1.PlanPoliciesResponse], error)
+	// ApplyPolicies stores a document as the next version, if the store is
+	// still at expected_version (ABORTED, reason VERSION_CONFLICT, when
+	// someone applied in between: nothing is stored) and, when some rule is
+	// re-keyed, only with confirm_rekey (FAILED_PRECONDITION, reason
+	// REKEY_UNCONFIRMED). An invalid document is INVALID_ARGUMENT (reason
+	// INVALID_POLICY_DOCUMENT) with its faults in the ErrorDetail.
+	ApplyPolicies(context.Context, *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error)
+	// PolicyHistory lists the store's versions, newest first, without their
+	// documents.
+	PolicyHistory(context.Context, *connect.Request[v1.PolicyHistoryRequest]) (*connect.Response[v1.PolicyHistoryResponse], error)
+	// GetPolicyVersion returns one version with its document (NOT_FOUND,
+	// reason NO_POLICY_VERSION, when the store has no such version).
+	GetPolicyVersion(context.Context, *connect.Request[v1.GetPolicyVersionRequest]) (*connect.Response[v1.GetPolicyVersionResponse], error)
+	// RollbackPolicies applies an earlier version's document again, as a
+	// new version (its changes go through the same checks as an apply).
+	RollbackPolicies(context.Context, *connect.Request[v1.RollbackPoliciesRequest]) (*connect.Response[v1.RollbackPoliciesResponse], error)
+}
+
+// NewPolicyServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewPolicyServiceHandler(svc PolicyServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	policyServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("PolicyService").Methods()
+	policyServicePlanPoliciesHandler := connect.NewUnaryHandler(
+		PolicyServicePlanPoliciesProcedure,
+		svc.PlanPolicies,
+		connect.WithSchema(policyServiceMethods.ByName("PlanPolicies")),
+		connect.WithHandlerOptions(opts...),
+	)
+	policyServiceApplyPoliciesHandler := connect.NewUnaryHandler(
+		PolicyServiceApplyPoliciesProcedure,
+		svc.ApplyPolicies,
+		connect.WithSchema(policyServiceMethods.ByName("ApplyPolicies")),
+		connect.WithHandlerOptions(opts...),
+	)
+	policyServicePolicyHistoryHandler := connect.NewUnaryHandler(
+		PolicyServicePolicyHistoryProcedure,
+		svc.PolicyHistory,
+		connect.WithSchema(policyServiceMethods.ByName("PolicyHistory")),
+		connect.WithHandlerOptions(opts...),
+	)
+	policyServiceGetPolicyVersionHandler := connect.NewUnaryHandler(
+		PolicyServiceGetPolicyVersionProcedure,
+		svc.GetPolicyVersion,
+		connect.WithSchema(policyServiceMethods.ByName("GetPolicyVersion")),
+		connect.WithHandlerOptions(opts...),
+	)
+	policyServiceRollbackPoliciesHandler := connect.NewUnaryHandler(
+		PolicyServiceRollbackPoliciesProcedure,
+		svc.RollbackPolicies,
+		connect.WithSchema(policyServiceMethods.ByName("RollbackPolicies")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/freqcap.v1.PolicyService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PolicyServicePlanPoliciesProcedure:
+			policyServicePlanPoliciesHandler.ServeHTTP(w, r)
+		case PolicyServiceApplyPoliciesProcedure:
+			policyServiceApplyPoliciesHandler.ServeHTTP(w, r)
+		case PolicyServicePolicyHistoryProcedure:
+			policyServicePolicyHistoryHandler.ServeHTTP(w, r)
+		case PolicyServiceGetPolicyVersionProcedure:
+			policyServiceGetPolicyVersionHandler.ServeHTTP(w, r)
+		case PolicyServiceRollbackPoliciesProcedure:
+			policyServiceRollbackPoliciesHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedPolicyServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedPolicyServiceHandler struct{}
+
+func (UnimplementedPolicyServiceHandler) PlanPolicies(context.Context, *connect.Request[v1.PlanPoliciesRequest]) (*connect.Response[v1.PlanPoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PolicyService.PlanPolicies is not implemented"))
+}
+
+func (UnimplementedPolicyServiceHandler) ApplyPolicies(context.Context, *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PolicyService.ApplyPolicies is not implemented"))
+}
+
+func (UnimplementedPolicyServiceHandler) PolicyHistory(context.Context, *connect.Request[v1.PolicyHistoryRequest]) (*connect.Response[v1.PolicyHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PolicyService.PolicyHistory is not implemented"))
+}
+
+func (UnimplementedPolicyServiceHandler) GetPolicyVersion(context.Context, *connect.Request[v1.GetPolicyVersionRequest]) (*connect.Response[v1.GetPolicyVersionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PolicyService.GetPolicyVersion is not implemented"))
+}
+
+func (UnimplementedPolicyServiceHandler) RollbackPolicies(context.Context, *connect.Request[v1.RollbackPoliciesRequest]) (*connect.Response[v1.RollbackPoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PolicyService.RollbackPolicies is not implemented"))
+}
+
+// OverrideServiceClient is a client for the freqcap.v1.OverrideService service.
+type OverrideServiceClient interface {
+	// SetOverride stores an override with a new id; by is the caller's name.
+	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
+	// ListOverrides lists the subject's live overrides under the policy, by
+	// id.
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// DeleteOverride removes one (NOT_FOUND, reason OVERRIDE_NOT_FOUND, when
+	// it was never set, was deleted or has ended).
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+}
+
+// NewOverrideServiceClient constructs a client for the freqcap.v1.OverrideService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewOverrideServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) OverrideServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	overrideServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("OverrideService").Methods()
+	return &overrideServiceClient{
+		setOverride: connect.NewClient[v1.SetOverrideRequest, v1.SetOverrideResponse](
+			httpClient,
+			baseURL+OverrideServiceSetOverrideProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("SetOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		listOverrides: connect.NewClient[v1.ListOverridesRequest, v1.ListOverridesResponse](
+			httpClient,
+			baseURL+OverrideServiceListOverridesProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteOverride: connect.NewClient[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse](
+			httpClient,
+			baseURL+OverrideServiceDeleteOverrideProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("DeleteOverride")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// overrideServiceClient implements OverrideServiceClient.
+type overrideServiceClient struct {
+	setOverride    *connect.Client[v1.SetOverrideRequest, v1.SetOverrideResponse]
+	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
+	deleteOverride *connect.Client[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse]
+}
+
+// SetOverride calls freqcap.v1.OverrideService.SetOverride.
+func (c *overrideServiceClient) SetOverride(ctx context.Context, req *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {
+	return c.setOverride.CallUnary(ctx, req)
+}
+
+// ListOverrides calls freqcap.v1.OverrideService.ListOverrides.
+func (c *overrideServiceClient) ListOverrides(ctx context.Context, req *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return c.listOverrides.CallUnary(ctx, req)
+}
+
+// DeleteOverride calls freqcap.v1.OverrideService.DeleteOverride.
+func (c *overrideServiceClient) DeleteOverride(ctx context.Context, req *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return c.deleteOverride.CallUnary(ctx, req)
+}
+
+// OverrideServiceHandler is an implementation of the freqcap.v1.OverrideService service.
+type OverrideServiceHandler interface {
+	// SetOverride stores an override with a new id; by is the caller's name.
+	SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error)
+	// ListOverrides lists the subject's live overrides under the policy, by
+	// id.
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// DeleteOverride removes one (NOT_FOUND, reason OVERRIDE_NOT_FOUND, when
+	// it was never set, was deleted or has ended).
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+}
+
+// NewOverrideServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewOverrideServiceHandler(svc OverrideServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	overrideServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("OverrideService").Methods()
+	overrideServiceSetOverrideHandler := connect.NewUnaryHandler(
+		OverrideServiceSetOverrideProcedure,
+		svc.SetOverride,
+		connect.WithSchema(overrideServiceMethods.ByName("SetOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	overrideServiceListOverridesHandler := connect.NewUnaryHandler(
+		OverrideServiceListOverridesProcedure,
+		svc.ListOverrides,
+		connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
+		connect.WithHandlerOptions(opts...),
+	)
+	overrideServiceDeleteOverrideHandler := connect.NewUnaryHandler(
+		OverrideServiceDeleteOverrideProcedure,
+		svc.DeleteOverride,
+		connect.WithSchema(overrideServiceMethods.ByName("DeleteOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/freqcap.v1.OverrideService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case OverrideServiceSetOverrideProcedure:
+			overrideServiceSetOverrideHandler.ServeHTTP(w, r)
+		case OverrideServiceListOverridesProcedure:
+			overrideServiceListOverridesHandler.ServeHTTP(w, r)
+		case OverrideServiceDeleteOverrideProcedure:
+			overrideServiceDeleteOverrideHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedOverrideServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedOverrideServiceHandler struct{}
+
+func (UnimplementedOverrideServiceHandler) SetOverride(context.Context, *connect.Request[v1.SetOverrideRequest]) (*connect.Response[v1.SetOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.OverrideService.SetOverride is not implemented"))
+}
+
+func (UnimplementedOverrideServiceHandler) ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.OverrideService.ListOverrides is not implemented"))
+}
+
+func (UnimplementedOverrideServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.OverrideService.DeleteOverride is not implemented"))
 }

@@ -1,0 +1,246 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// Overrider is what *sdk.Limiter and *Client have in common for
+// per-person overrides: code that sets them runs in-process or remote
+// alike.
+type Overrider interface {
+	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error)
+	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
+	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error)
+}
+
+var (
+	_ Overrider = (*sdk.Limiter)(nil)
+	_ Overrider = (*Client)(nil)
+)
+
+// SetOverride is sdk.Limiter.SetOverride through the server (its
+// OverrideService; the credential needs admin on the policy): it stores o
+// for s under p with a new ID and returns it as stored. The server records
+// its caller's name as By, whatever o.By says.
+func (c *Client) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.overrides.SetOverride(ctx, connect.NewRequest(&freqcapv1.SetOverrideRequest{
+		Policy: name(p), Subject: s, Override: wire.Override(o),
+	}))
+	if err != nil {
+		return sdk.Override{}, wrap("set override", err)
+	}
+	return wire.FromOverride(res.Msg.GetOverride()), nil
+}
+
+// DeleteOverride is sdk.Limiter.DeleteOverride through the server: an
+// unknown, deleted or ended override is an error wrapping
+// sdk.ErrOverrideNotFound.
+func (c *Client) DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	_, err := c.overrides.DeleteOverride(ctx, connect.NewRequest(&freqcapv1.DeleteOverrideRequest{Policy: name(p), Subject: s, Id: id}))
+	if err != nil {
+		return wrap("delete override", err)
+	}
+	return nil
+}
+
+// Overrides is sdk.Limiter.Overrides through the server: s's live
+// overrides under p, by ID.
+func (c *Client) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.overrides.ListOverrides(ctx, connect.NewRequest(&freqcapv1.ListOverridesRequest{Policy: name(p), Subject: s}))
+	if err != nil {
+		return nil, wrap("list overrides", err)
+	}
+	out := make([]sdk.Override, 0, len(res.Msg.GetOverrides()))
+	for _, o := range res.Msg.GetOverrides() {
+		out = append(out, wire.FromOverride(o))
+	}
+	return out, nil
+}
+
+// PolicyPlan is what applying a policy document would do, as the
+// server's PlanPolicies answers it.
+type PolicyPlan struct {
+	// Faults are the document's faults (then nothing else is set).
+	Faults []Fault
+	// Base is the store's version the plan compares with: pass it to
+	// ApplyPolicies as expected.
+	Base     int64
+	Text     string
+	Changes  []PolicyChange
+	Warnings []string
+	// Rekey: some rule is re-keyed; ApplyPolicies needs confirmRekey.
+	Rekey bool
+}
+
+// Fault is one fault of a policy document: line (1-based; 0 unknown),
+// key path and message.
+type Fault struct {
+	Line    int
+	Key     string
+	Message string
+}
+
+// PolicyChange is one change a plan makes to a rule (or policy: Rule
+// empty); Kind and Carries are sdk/policyfile's words.
+type PolicyChange struct {
+	Policy, Rule, Kind, Carries, Detail string
+}
+
+// PolicyVersion is one version of the server's policy store; YAML only
+// from PolicyVersionOf.
+type PolicyVersion struct {
+	Version    int64
+	At         time.Time
+	By, Reason string
+	YAML       string
+}
+
+// ErrRekeyUnconfirmed is wrapped by the errors of ApplyPolicies and
+// RollbackPolicies for a document that re-keys a rule without
+// confirmRekey: nothing was stored.
+var ErrRekeyUnconfirmed = errors.New("the document re-keys a rule: confirm it")
+
+// DocumentError is wrapped by ApplyPolicies' error for an invalid
+// document: its faults, as the server reported them.
+type DocumentError struct{ Faults []Fault }
+
+// Error lists the faults, each with its line and key when known.
+func (e *DocumentError) Error() string {
+	parts := make([]string, len(e.Faults))
+	for i, f := range e.Faults {
+		var where []string
+		if f.Line > 0 {
+			where = append(where, fmt.Sprintf("line %d", f.Line))
+		}
+		if f.Key != "" {
+			where = append(where, f.Key)
+		}
+		parts[i] = f.Message
+		if len(where) > 0 {
+			parts[i] = strings.Join(where, ", ") + ": " + f.Message
+		}
+	}
+	return "invalid policy document: " + strings.Join(parts, "; ")
+}
+
+func fromFaults(in []*freqcapv1.DocumentFault) []Fault {
+	out := make([]Fault, len(in))
+	for i, f := range in {
+		out[i] = Fault{Line: int(f.GetLine()), Key: f.GetKey(), Message: f.GetMessage()}
+	}
+	return out
+}
+
+// storeErr wraps a policy-store call's error: sdk/driver's
+// ErrVersionConflict or ErrNoPolicyVersion, ErrRekeyUnconfirmed, or a
+// *DocumentError, as the server's reason says.
+func storeErr(op string, err error) error {
+	switch wire.ReasonOf(err) {
+	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
+		return fmt.Errorf("client: %s: %w: %w", op, ErrRekeyUnconfirmed, err)
+	case freqcapv1.Reason_REASON_INVALID_POLICY_DOCUMENT:
+		return fmt.Errorf("client: %s: %w: %w", op, &DocumentError{Faults: fromFaults(wire.Faults(err))}, err)
+	}
+	return wrap(op, err)
+}
+
+func fromVersion(v *freqcapv1.PolicyVersion) PolicyVersion {
+	out := PolicyVersion{Version: v.GetVersion(), By: v.GetBy(), Reason: v.GetReason(), YAML: v.GetYaml()}
+	if v.GetAt() != nil {
+		out.At = v.GetAt().AsTime()
+	}
+	return out
+}
+
+// PlanPolicies asks the server what applying doc (a policy file's YAML)
+// would do, storing nothing. A document with faults is a plan with
+// Faults, not an error.
+func (c *Client) PlanPolicies(ctx context.Context, doc []byte) (PolicyPlan, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.store.PlanPolicies(ctx, connect.NewRequest(&freqcapv1.PlanPoliciesRequest{Yaml: string(doc)}))
+	if err != nil {
+		return PolicyPlan{}, storeErr("plan policies", err)
+	}
+	m := res.Msg
+	out := PolicyPlan{Faults: fromFaults(m.GetFaults()), Base: m.GetBaseVersion(), Text: m.GetText(), Warnings: m.GetWarnings(), Rekey: m.GetRekey()}
+	for _, ch := range m.GetChanges() {
+		out.Changes = append(out.Changes, PolicyChange{Policy: ch.GetPolicy(), Rule: ch.GetRule(), Kind: ch.GetKind(), Carries: ch.GetCarries(), Detail: ch.GetDetail()})
+	}
+	return out, nil
+}
+
+// ApplyPolicies stores doc as the store's next version if it is still at
+// expected (else an error wrapping driver.ErrVersionConflict, nothing
+// stored), re-keying rules only with confirmRekey. The server records its
+// caller's name as who applied it, with reason.
+func (c *Client) ApplyPolicies(ctx context.Context, doc []byte, expected int64, confirmRekey bool, reason string) (PolicyVersion, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.store.ApplyPolicies(ctx, connect.NewRequest(&freqcapv1.ApplyPoliciesRequest{
+		Yaml: string(doc), ExpectedVersion: expected, ConfirmRekey: confirmRekey, Reason: reason,
+	}))
+	if err != nil {
+		return PolicyVersion{}, storeErr("apply policies", err)
+	}
+	return fromVersion(res.Msg.GetVersion()), nil
+}
+
+// PolicyHistory lists up to max versions of the store (max <= 0: all),
+// newest first, without their documents.
+func (c *Client) PolicyHistory(ctx context.Context, max int) ([]PolicyVersion, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.store.PolicyHistory(ctx, connect.NewRequest(&freqcapv1.PolicyHistoryRequest{Max: int32(max)}))
+	if err != nil {
+		return nil, storeErr("policy history", err)
+	}
+	out := make([]PolicyVersion, 0, len(res.Msg.GetVersions()))
+	for _, v := range res.Msg.GetVersions() {
+		out = append(out, fromVersion(v))
+	}
+	return out, nil
+}
+
+// PolicyVersionOf returns version n of the store (0: the current one)
+// with its YAML; an error wrapping driver.ErrNoPolicyVersion when there
+// is none.
+func (c *Client) PolicyVersionOf(ctx context.Context, n int64) (PolicyVersion, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.store.GetPolicyVersion(ctx, connect.NewRequest(&freqcapv1.GetPolicyVersionRequest{Version: n}))
+	if err != nil {
+		return PolicyVersion{}, storeErr("policy version", err)
+	}
+	return fromVersion(res.Msg.GetVersion()), nil
+}
+
+// RollbackPolicies applies version n's document again as a new version
+// (expected 0: whatever version is current), as ApplyPolicies would.
+func (c *Client) RollbackPolicies(ctx context.Context, n, expected int64, confirmRekey bool, reason string) (PolicyVersion, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	res, err := c.store.RollbackPolicies(ctx, connect.NewRequest(&freqcapv1.RollbackPoliciesRequest{
+		Version: n, ExpectedVersion: expected, ConfirmRekey: confirmRekey, Reason: reason,
+	}))
+	if err != nil {
+		return PolicyVersion{}, storeErr("rollback policies", err)
+	}
+	return fromVersion(res.Msg.GetVersion()), nil
+}

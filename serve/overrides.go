@@ -1,0 +1,157 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// overrideService implements OverrideService over the Limiter (a
+// backend that keeps no overrides answers Unimplemented, reason
+// UNSUPPORTED, through the sdk's errors.ErrUnsupported).
+type overrideService struct{ s *Server }
+
+// target checks the call's policy and subject for op.
+func (ovs *overrideService) target(ctx context.Context, op Op, policy string, subj map[string]string) (*sdk.Policy, *sdk.Limiter, error) {
+	svc := &service{s: ovs.s}
+	p, _, err := svc.policy(ctx, op, policy)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSubject(p, subj); err != nil {
+		return nil, nil, err
+	}
+	return p, ovs.s.cfg.Limiter, nil
+}
+
+// failed turns an sdk error into the call's error.
+func (ovs *overrideService) failed(op string, p *sdk.Policy, err error) error {
+	if errors.Is(err, sdk.ErrOverrideNotFound) {
+		return wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_OVERRIDE_NOT_FOUND,
+			"no such override for this subject under this policy (never set, deleted, or ended)")
+	}
+	return (&service{s: ovs.s}).failed(op, p, err)
+}
+
+// describe says what an override does, for the audit log (no subject
+// values).
+func describe(o sdk.Override) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "override #%d %s", o.ID, o.Kind)
+	if o.Kind == sdk.OverrideExempt && o.Counted {
+		b.WriteString(" (counted)")
+	}
+	if len(o.Limits) > 0 {
+		fmt.Fprintf(&b, " %v", o.Limits)
+	}
+	if !o.Until.IsZero() {
+		b.WriteString(" until " + o.Until.UTC().Format(time.RFC3339))
+	}
+	if o.Reason != "" {
+		b.WriteString(": " + o.Reason)
+	}
+	return b.String()
+}
+
+// audit records an override change; an error recording it fails the
+// call.
+func (ovs *overrideService) audit(ctx context.Context, peer, action string, p *sdk.Policy, subj sdk.Subject, detail string, err error) error {
+	caller := callerOf(ctx)
+	e := AuditEntry{At: time.Now(), Action: action, Caller: caller.Name, Remote: peer, Policy: p.Name(), Subject: subj, Outcome: "ok", Detail: detail}
+	if err != nil {
+		e.Outcome = "failed: " + connect.CodeOf(ovs.failed(action, p, err)).String()
+	}
+	if ovs.s.cfg.Audit != nil {
+		if aerr := ovs.s.cfg.Audit(e); aerr != nil {
+			ovs.s.log.Error("serve: an override change could not be audited", "action", action, "policy", p.Name(), "caller", caller.Name, "outcome", e.Outcome, "err", aerr)
+			return wire.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
+				"the "+action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
+		}
+	}
+	if err == nil {
+		ovs.s.log.Info("serve: override changed", "action", action, "policy", p.Name(), "caller", caller.Name, "detail", detail)
+	}
+	return nil
+}
+
+func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Request[freqcapv1.SetOverrideRequest]) (*connect.Response[freqcapv1.SetOverrideResponse], error) {
+	m := req.Msg
+	p, ov, err := ovs.target(ctx, OpAdmin, m.GetPolicy(), m.GetSubject())
+	if err != nil {
+		return nil, err
+	}
+	in := m.GetOverride()
+	if in == nil {
+		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override is required")
+	}
+	if in.GetKind() == freqcapv1.OverrideKind_OVERRIDE_KIND_UNSPECIFIED {
+		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override.kind is required: exempt, block or limit")
+	}
+	o := wire.FromOverride(in)
+	o.ID, o.Created, o.By = 0, time.Time{}, callerOf(ctx).Name
+	if ttl := m.GetTtl(); ttl != nil {
+		if in.GetUntil() != nil {
+			return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "give override.until or ttl, not both")
+		}
+		if err := ttl.CheckValid(); err != nil || ttl.AsDuration() <= 0 {
+			return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "ttl must be positive")
+		}
+		o.Until = ovs.s.cfg.Now().Add(ttl.AsDuration())
+	}
+	got, err := ov.SetOverride(ctx, p, m.GetSubject(), o)
+	detail := describe(got)
+	if err != nil {
+		detail = describe(o)
+	}
+	if aerr := ovs.audit(ctx, req.Peer().Addr, ActionOverrideSet, p, m.GetSubject(), detail, err); aerr != nil {
+		return nil, aerr
+	}
+	if err != nil {
+		return nil, ovs.failed("set override", p, err)
+	}
+	return connect.NewResponse(&freqcapv1.SetOverrideResponse{Override: wire.Override(got)}), nil
+}
+
+func (ovs *overrideService) ListOverrides(ctx context.Context, req *connect.Request[freqcapv1.ListOverridesRequest]) (*connect.Response[freqcapv1.ListOverridesResponse], error) {
+	m := req.Msg
+	p, ov, err := ovs.target(ctx, OpInspect, m.GetPolicy(), m.GetSubject())
+	if err != nil {
+		return nil, err
+	}
+	list, err := ov.Overrides(ctx, p, m.GetSubject())
+	if err != nil {
+		return nil, ovs.failed("list overrides", p, err)
+	}
+	out := &freqcapv1.ListOverridesResponse{}
+	for _, o := range list {
+		out.Overrides = append(out.Overrides, wire.Override(o))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (ovs *overrideService) DeleteOverride(ctx context.Context, req *connect.Request[freqcapv1.DeleteOverrideRequest]) (*connect.Response[freqcapv1.DeleteOverrideResponse], error) {
+	m := req.Msg
+	p, ov, err := ovs.target(ctx, OpAdmin, m.GetPolicy(), m.GetSubject())
+	if err != nil {
+		return nil, err
+	}
+	if m.GetId() <= 0 {
+		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "id is required (ListOverrides lists them)")
+	}
+	err = ov.DeleteOverride(ctx, p, m.GetSubject(), m.GetId())
+	if aerr := ovs.audit(ctx, req.Peer().Addr, ActionOverrideDelete, p, m.GetSubject(), fmt.Sprintf("override #%d", m.GetId()), err); aerr != nil {
+		return nil, aerr
+	}
+	if err != nil {
+		return nil, ovs.failed("delete override", p, err)
+	}
+	return connect.NewResponse(&freqcapv1.DeleteOverrideResponse{}), nil
+}
