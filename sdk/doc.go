@@ -36,6 +36,21 @@
 // forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
 // policies from YAML.
 //
+// # Changing rules, trying them, and exceptions
+//
+// A rule marked Shadow ([Rule.AsShadow]) is evaluated, counted and
+// recorded but never denies ([Decision].ShadowDenied says what it would
+// have denied): try a stricter cap beside the enforced one. A rule whose
+// identity changes (algorithm, window, cells, calendar, zone: its Epoch)
+// starts under new keys; [WithChange] records what it was, so that the
+// former rule keeps enforcing until its state proves nothing more
+// ([RuleDecision].Before) and the new one starts from the units it
+// counted: a change never uncaps anyone. A policy built [WithOverrides]
+// reads per-person overrides in the same step ([Limiter.SetOverride]:
+// exempt, block until a time, other limits for named rules;
+// [Decision].Override names the one that applied). Package sdk/policyfile
+// derives changes from the versions of a policy store.
+//
 // # Decisions and errors
 //
 // A denial is a [Decision] with Allowed false, not an error: it says, per
@@ -46,7 +61,8 @@
 // set instead). Errors name the operation ("sdk: peek: …") and wrap the
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
-// [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound]), matched
+// [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound],
+// [ErrInvalidOverride], [ErrOverrideNotFound]), matched
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //

@@ -172,3 +172,34 @@ func TestWaitEndlessBlock(t *testing.T) {
 		t.Errorf("Wait under an endless block = %v, %v, want a denial and ErrWaitTooLong", d.Allowed, err)
 	}
 }
+
+// TestShadowHotDeny: a shadow rule's would-be denials never make the
+// hot-deny cache answer.
+func TestShadowHotDeny(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+	p, err := sdk.NewPolicy("p", []sdk.Rule{
+		sdk.FixedWindow("e", 3, time.Hour).By("user"),
+		sdk.FixedWindow("s", 1, time.Hour).By("user").AsShadow(),
+	}, sdk.WithHotDenyCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sdk.Subject{"user": "u"}
+	for i := 1; i <= 3; i++ {
+		d, err := lim.Allow(context.Background(), p, s)
+		if err != nil || !d.Allowed || d.Cached {
+			t.Fatalf("Allow #%d = allowed %t, cached %t, %v, want allowed from the backend (only the shadow rule would deny)", i, d.Allowed, d.Cached, err)
+		}
+	}
+	if st := lim.HotDenyStats(p); st.Entries != 0 {
+		t.Errorf("HotDenyStats = %+v, want no entry: shadow rules never deny", st)
+	}
+	d, err := lim.Allow(context.Background(), p, s)
+	if err != nil || d.Allowed || len(d.Denied) != 1 || d.Denied[0] != "e" {
+		t.Fatalf("Allow #4 = %+v, %v, want denied by e", d, err)
+	}
+	if d, _ := lim.Allow(context.Background(), p, s); !d.Cached || d.Denied[0] != "e" {
+		t.Errorf("Allow #5 = cached %t, denied %v, want e's denial from the cache", d.Cached, d.Denied)
+	}
+}

@@ -164,14 +164,9 @@ func TestTransitionSimulation(t *testing.T) {
 				capsHeld++
 			}
 		}
-		if !d.Allowed {
-			denied++
-			continue
-		}
-		admitted++
 		c := &carried[a.user][k]
 		if !c.set {
-			// The user's first admission since the change: the new rule
+			// The user's first attempt since the change: the new rule
 			// starts from what the newest predecessor in reach counts.
 			c.set, c.at = true, a.at
 			if len(preds) > 0 {
@@ -179,6 +174,11 @@ func TestTransitionSimulation(t *testing.T) {
 				c.u, _ = simDecide(versions[j], lg, at(j), a.at, 1)
 			}
 		}
+		if !d.Allowed {
+			denied++
+			continue
+		}
+		admitted++
 		units := lg
 		if c.u > 0 {
 			units = append([]simUnit{{at: c.at, n: c.u}}, simSince(lg, c.at)...)

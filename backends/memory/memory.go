@@ -345,10 +345,12 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	next := make([]ruleState, n)
 	verdicts := make([]verdict, n)
 	allowed := true
+	seeded := make([]bool, n)
 	for i, r := range rules {
 		shards[i], ents[i], cur[i] = x.load(r)
 		if r.Seed > 0 && ents[i] == nil {
 			cur[i] = seed(cur[r.Seed-1], rules[r.Seed-1], r, now)
+			seeded[i] = true
 		}
 		next[i], verdicts[i] = step(cur[i], r, cost, now)
 		if !r.Shadow {
@@ -385,6 +387,11 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 				st = next[i]
 				x.store(shards[i], ents[i], r, st)
 			}
+		}
+		if consume && seeded[i] && !took[i] {
+			// A seed is kept by any take, allowed or not: the carried
+			// units, never the cost.
+			x.store(shards[i], ents[i], r, st)
 		}
 		used, reset := report(st, r, now)
 		res.Rules[i] = ruleResult(r.ReportedLimit(), used, reset, verdicts[i])

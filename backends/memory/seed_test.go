@@ -11,7 +11,8 @@ import (
 
 // TestSeed holds Rule.Seed to its contract: a rule without live state
 // starts from its seed rule's Used, placed at the decision's time, and
-// the seeded state is stored only with the request's own write.
+// the seeded state is stored by any take, allowed or denied (a peek
+// stores nothing).
 func TestSeed(t *testing.T) {
 	clock := fakeclock.New(t0)
 	b := New(&Options{Clock: clock})
@@ -60,7 +61,7 @@ func TestSeed(t *testing.T) {
 		t.Errorf("peek new alone 2h-1ms later: Used = %d, want 4", res.Rules[0].Used)
 	}
 
-	// A denied request stores no seed.
+	// A denied take stores the seed (the carried units, not its cost).
 	other := func(k string) driver.Rule { r := old; r.Key = "{v}:" + k; return r }
 	o, n := other("r.old"), nw
 	n.Key = "{v}:r.new"
@@ -71,8 +72,8 @@ func TestSeed(t *testing.T) {
 		t.Errorf("take capped old+new = allowed %t, new Used %d, want denied with new seeded to 5", res.Allowed, res.Rules[1].Used)
 	}
 	n.Seed = 0
-	if res, _ := b.Peek(ctx, driver.Request{Rules: []driver.Rule{n}, Cost: 1}); res.Rules[0].Used != 0 {
-		t.Errorf("peek new alone after a denied take: Used = %d, want 0 (nothing stored)", res.Rules[0].Used)
+	if res, _ := b.Peek(ctx, driver.Request{Rules: []driver.Rule{n}, Cost: 1}); res.Rules[0].Used != 5 {
+		t.Errorf("peek new alone after a denied take: Used = %d, want 5 (the seed stored, not the cost)", res.Rules[0].Used)
 	}
 
 	// A seed must name an earlier rule.

@@ -12,6 +12,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // BenchmarkTakeSeed decides the seed policy (4 sliding-window rules) for
@@ -164,5 +165,108 @@ func scriptMicros(b *testing.B, c *goredis.Client) float64 {
 		}
 	}
 	b.Fatal("INFO commandstats: no evalsha")
+	return 0
+}
+
+// fixed4Requests returns takes of the bench's fixed-4 shape (5/s, 15/min,
+// 30/h, 50/24h on one dimension set; limits raised so that nothing
+// denies) for n subjects, reading the subjects' overrides when ov.
+func fixed4Requests(n int, ov bool) []request {
+	reqs := make([]request, n)
+	for i := range reqs {
+		s := subject{base: "fcb:{o" + strconv.Itoa(i) + "}:fixed4:"}
+		var rules []driver.Rule
+		for _, w := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+			r := s.fixed("w"+w.String(), 1<<40, w)
+			r.Group = s.base + "="
+			rules = append(rules, r)
+		}
+		reqs[i] = s.request(opTake, 1, rules...)
+		reqs[i].TrailKey, reqs[i].TrailMax = "", 0
+		if ov {
+			reqs[i].OverrideKey = s.overrides()
+		}
+	}
+	return reqs
+}
+
+// BenchmarkTakeOverrides: the fixed-4 shape without overrides, reading
+// overrides with none set, and with one limit override per subject (the
+// rule's own limit), each as a fast script and through take.lua; the
+// server's µs per script beside the time per decision.
+func BenchmarkTakeOverrides(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	ctx := context.Background()
+	plain, none, set := fixed4Requests(1000, false), fixed4Requests(1000, true), fixed4Requests(1000, true)
+	be := New(c, nil)
+	for i := range set {
+		s := subject{base: "fcb:{s" + strconv.Itoa(i) + "}:fixed4:"}
+		for k := range set[i].Rules {
+			set[i].Rules[k].Key = s.key(set[i].Rules[k].Name)
+			set[i].Rules[k].Group = s.base + "="
+		}
+		set[i].OverrideKey = s.overrides()
+		if _, err := be.SetOverride(ctx, s.overrides(), driver.Override{Kind: driver.Limit, Limits: map[string]int64{set[i].Rules[0].Name: 1 << 40}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct {
+		name   string
+		noFast bool
+		reqs   []request
+	}{
+		{"fast script", false, plain},
+		{"take.lua", true, plain},
+		{"fast script, overrides read, none set", false, none},
+		{"take.lua, overrides read, none set", true, none},
+		{"fast script, one limit override", false, set},
+		{"take.lua, one limit override", true, set},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			be := New(c, nil)
+			be.noFast = bc.noFast
+			if _, err := be.do(ctx, bc.reqs[0]); err != nil { // detection, script load
+				b.Fatal(err)
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				res, err := be.do(ctx, bc.reqs[i%len(bc.reqs)])
+				if err != nil || !res.Allowed {
+					b.Fatal(res, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(serverMicros(b, c, "evalsha"), "server-µs/op")
+		})
+	}
+}
+
+// serverMicros returns the server's mean µs per call of cmd since the
+// last CONFIG RESETSTAT (INFO commandstats).
+func serverMicros(b *testing.B, c *goredis.Client, cmd string) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					x, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return x
+				}
+			}
+		}
+	}
+	b.Fatalf("INFO commandstats: no %s", cmd)
 	return 0
 }

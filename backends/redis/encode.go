@@ -167,22 +167,24 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
 		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
-	// Shadow rules, seeds and overrides (take.lua's ARGV[a+16] to
-	// ARGV[a+19]): "" unless some rule or the request has them.
+	// Shadow rules, seeds and GCRA windows under overrides (take.lua's
+	// ARGV[a+17] to ARGV[a+19]): each "" unless some rule needs it.
 	var shadows, seeds, windows []byte
-	ext := req.OverrideKey != ""
+	var anyShadow, anySeed, anyGCRA bool
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if r.Seed < 0 || r.Seed > i {
 			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
 		}
-		if r.Shadow || r.Seed > 0 {
-			ext = true
-		}
+		anyShadow = anyShadow || r.Shadow
+		anySeed = anySeed || r.Seed > 0
+		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
-	// The log key of the last sliding-log rule's set of dimensions: the
-	// set's other log rules share it (logKey hashes them all).
-	var lastLog, lastLogGroup string
+	anyGCRA = anyGCRA && req.OverrideKey != ""
+	// The previous layout's log key (prevLogKey) of the last sliding-log
+	// rule's set of dimensions: the set's other log rules share it, as
+	// they share its log (logKey).
+	var lastPrev, lastLogGroup string
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if err := validRule(r); err != nil {
@@ -193,31 +195,34 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		if err != nil {
 			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
 		}
-		if ext {
+		if anyShadow {
 			shadow := byte('0')
 			if r.Shadow {
 				shadow = '1'
 			}
 			shadows = append(shadows, shadow)
+		}
+		if anySeed {
 			if i > 0 {
 				seeds = append(seeds, ',')
 			}
 			seeds = strconv.AppendInt(seeds, int64(r.Seed), 10)
-			if req.OverrideKey != "" {
-				if i > 0 {
-					windows = append(windows, ',')
-				}
-				windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
-			}
 		}
-		var key string
+		if anyGCRA {
+			if i > 0 {
+				windows = append(windows, ',')
+			}
+			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
+		}
+		var key, prev string
 		switch {
 		case sp.suffix != "": // a module strategy: the rule's own key
 			key = r.Key + sp.suffix
-		case sp.code == codeLog && lastLog != "" && lastLogGroup == group(r):
-			key = lastLog // the same set of dimensions as the previous log rule
+		case sp.code == codeLog && lastPrev != "" && lastLogGroup == group(r):
+			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
-			if key, err = logKey(req.Rules, r, func(q *driver.Rule) (string, error) {
+			key = logKey(r)
+			if prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
 				sp, err := b.spec(rep, q, plainOnly(&req, q))
 				if err != nil {
 					return "", err
@@ -226,12 +231,15 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}); err != nil {
 				return fail(err)
 			}
-			lastLog, lastLogGroup = key, group(r)
+			lastPrev, lastLogGroup = prev, group(r)
 		default:
 			key = group(r)
 		}
 		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
 		e.argv = append(e.argv, sp.args[:]...)
+		if prev != "" {
+			e.argv[len(e.argv)-2] = index(prev) // p2: the previous layout's log, read through
+		}
 		if sp.code == codeCalendar {
 			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
 			if err != nil {
@@ -258,8 +266,14 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	if req.OverrideKey != "" {
 		h[15] = index(req.OverrideKey)
 	}
-	if ext {
-		h[16], h[17], h[18] = string(shadows), string(seeds), string(windows)
+	if anyShadow {
+		h[16] = string(shadows)
+	}
+	if anySeed {
+		h[17] = string(seeds)
+	}
+	if anyGCRA {
+		h[18] = string(windows)
 	}
 	if len(e.keys) == k0 {
 		return fail(errNoKeys)
@@ -283,12 +297,21 @@ func plainOnly(req *driver.Request, r *driver.Rule) bool {
 }
 
 // logKey returns the sorted set of the sliding-log rules of r's dimension
-// set among rules: the set's key, suffixLog, and a tag of those rules'
-// tags, so that a policy whose log rules change starts its logs afresh
-// (as a changed packed rule does) and two policies of one name with other
-// log rules never share a log.
-// tag gives a rule's tag (ruleTag, or the spec cache's copy of it).
-func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
+// set: the set's key and suffixLog, whatever its log rules (as the set's
+// packed value is one whatever its packed rules). Every log rule of the
+// set counts its own window in it, so a log rule changed (a new window, a
+// new epoch, a rollback) keeps its counts, and a log rule added or removed
+// beside others changes nothing of theirs. Two policies of one name (two
+// versions side by side) share it too: each counts everything admitted
+// through the set's logs (conservative).
+func logKey(r *driver.Rule) string { return group(r) + suffixLog }
+
+// prevLogKey returns the set's log as the previous layout named it: the
+// set's key, suffixLog, and a tag of its log rules' tags among rules. A
+// log found empty is filled from it (alg/log.lua's read), so that counts
+// carry over the upgrade. tag gives a rule's tag (ruleTag, or the spec
+// cache's copy of it).
+func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
 	g := group(r)
 	lt := newLogTag()
 	for i := range rules {
@@ -306,7 +329,8 @@ func logKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string,
 }
 
 // logTag hashes the tags of a dimension set's sliding-log rules, in rule
-// order (FNV-1a), into the suffix of the set's log key (logKey); start
+// order (FNV-1a), into the suffix of the set's log key in the previous
+// layout (prevLogKey); start
 // from newLogTag.
 type logTag uint64
 

@@ -14,8 +14,10 @@ import (
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // internal/lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
-// Lua) or sliding logs, at most lua.FastMax of them, without an idempotency key and
-// without Options.Upgrade, runs the script built for its rules, loaded
+// Lua) or sliding logs, at most lua.FastMax of them, none shadow or
+// seeded, without an idempotency key and without Options.Upgrade, runs
+// the script built for its rules (for a request with an OverrideKey, the
+// one that also reads overrides: lua.FastOverrides), loaded
 // once per server like take.lua, single, batched (Backend.scripts) or
 // coalesced. It decides, writes and errs exactly as take.lua would
 // (lapsed reservations included), so a decision stays one EVALSHA.
@@ -27,6 +29,8 @@ type fastKey struct {
 	n     int
 	specs [lua.FastMax]*ruleSpec
 	keys  [lua.FastMax]uint8
+	// ov: the script reads the subject's overrides (lua.FastOverrides).
+	ov bool
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -35,9 +39,12 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
-	// logs holds, per dimension set (key index - 1), the suffix of its
-	// log key (logKey) when its rules are sliding logs, else "".
+	// logs holds, per key (index - 1), the suffix of its dimension set's
+	// log key in the previous layout (prevLogKey) when it is a sliding
+	// log (logKey), else "".
 	logs [lua.FastMax]string
+	// nlogs is the number of its dimension sets that are logs.
+	nlogs int
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -91,7 +98,7 @@ type fastAttempt struct {
 func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) (fastAttempt, bool) {
 	n := len(req.Rules)
 	if b.opts.Upgrade || b.noFast || n == 0 || n > lua.FastMax || req.Cost < 1 ||
-		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") || req.OverrideKey != "" {
+		(o != opTake && o != opPeek) || (o == opTake && req.IdempotencyKey != "") {
 		return fastAttempt{}, false
 	}
 	for i := range req.Rules { // before any spec lookup: most take.lua requests stop here
@@ -100,9 +107,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 	}
 	var k fastKey
-	k.n = n
-	var groups [lua.FastMax]string
-	var logs [lua.FastMax]bool // a dimension set's packed value and its log are two keys
+	k.n, k.ov = n, req.OverrideKey != ""
+	var groups [lua.FastMax]string // a dimension set's packed value, or its log
+	var logs [lua.FastMax]bool
+	var dims [lua.FastMax]string // each key's dimension set
 	g := 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -115,6 +123,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 		k.specs[i] = sp
 		key, log := group(r), sp.code == codeLog
+		dim := key
+		if log {
+			key = logKey(r)
+		}
 		ki := 0
 		for j := range g {
 			if groups[j] == key && logs[j] == log {
@@ -123,7 +135,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 			}
 		}
 		if ki == 0 {
-			groups[g], logs[g] = key, log
+			groups[g], logs[g], dims[g] = key, log, dim
 			g++
 			ki = g
 		}
@@ -138,7 +150,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		b.fast.put(&k, s)
 	}
 	tk, hk := 0, 0
-	nk := g
+	nk := g + s.nlogs // the dimension sets, the previous layout's logs
+	if k.ov {
+		nk++ // the overrides, after the dimension sets
+	}
 	if o == opTake && req.TrailKey != "" && req.TrailMax > 0 {
 		nk++
 		tk = nk
@@ -149,10 +164,15 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	keys := make([]string, nk)
 	copy(keys, groups[:g])
+	p := g
 	for j := range g {
 		if logs[j] {
-			keys[j] += s.logs[j]
+			keys[p] = dims[j] + s.logs[j]
+			p++
 		}
+	}
+	if k.ov {
+		keys[p] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -195,18 +215,19 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
 	var isLog [lua.FastMax]bool
-	var tags [lua.FastMax]logTag // each log's key suffix, from its rules' tags in order (logKey)
+	var tags [lua.FastMax]logTag // per log, its rules' tags in order (prevLogKey)
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
 		rules[i] = lua.FastRule{
-			Code:  a[0].(string),
-			Name:  a[1].(string),
-			Limit: toInt64(a[2]),
-			P1:    toInt64(a[3]),
-			P2:    toInt64(a[4]),
-			Tag:   a[5].(string),
-			Key:   int(k.keys[i]),
+			Code:   a[0].(string),
+			Name:   a[1].(string),
+			Limit:  toInt64(a[2]),
+			P1:     toInt64(a[3]),
+			P2:     toInt64(a[4]),
+			Tag:    a[5].(string),
+			Key:    int(k.keys[i]),
+			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 		if g := k.keys[i] - 1; rules[i].Code == codeLog {
@@ -216,12 +237,26 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			tags[g].add(rules[i].Tag)
 		}
 	}
+	ng := 0
+	for i := range k.n {
+		ng = max(ng, int(k.keys[i]))
+	}
+	var prev [lua.FastMax]int
 	for g := range isLog {
 		if isLog[g] {
 			s.logs[g] = tags[g].suffix()
+			s.nlogs++
+			prev[g] = ng + s.nlogs
 		}
 	}
-	src, err := lua.Fast(rules)
+	for i := range k.n {
+		rules[i].Prev = prev[k.keys[i]-1]
+	}
+	build := lua.Fast
+	if k.ov {
+		build = lua.FastOverrides
+	}
+	src, err := build(rules)
 	if err != nil {
 		return nil, err
 	}

@@ -411,8 +411,8 @@ func TestFastLapseAndForeign(t *testing.T) {
 }
 
 // TestFastScriptsLoad: the largest fast scripts (lua.FastMax rules, in one
-// dimension set or each in its own) compile on the server: Lua's limit of
-// 200 locals per function holds.
+// dimension set or each in its own; reading overrides or not) compile on
+// the server: Lua's limit of 200 locals per function holds.
 func TestFastScriptsLoad(t *testing.T) {
 	_, c := standalone(t)
 	for _, code := range []string{"f", "s", "g", "l"} {
@@ -424,12 +424,14 @@ func TestFastScriptsLoad(t *testing.T) {
 					rules[i].Key = i + 1
 				}
 			}
-			src, err := lua.Fast(rules)
-			if err != nil {
-				t.Fatalf("Fast(%d %q rules): %v", len(rules), code, err)
-			}
-			if err := c.ScriptLoad(context.Background(), src).Err(); err != nil {
-				t.Errorf("SCRIPT LOAD of %d %q rules (each in its own key: %v): %v", len(rules), code, spread, err)
+			for _, build := range []func([]lua.FastRule) (string, error){lua.Fast, lua.FastOverrides} {
+				src, err := build(rules)
+				if err != nil {
+					t.Fatalf("Fast(%d %q rules): %v", len(rules), code, err)
+				}
+				if err := c.ScriptLoad(context.Background(), src).Err(); err != nil {
+					t.Errorf("SCRIPT LOAD of %d %q rules (each in its own key: %v; overrides: %v): %v", len(rules), code, spread, strings.Contains(src, "OVS"), err)
+				}
 			}
 		}
 	}

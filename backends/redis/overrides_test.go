@@ -3,7 +3,11 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,9 +110,19 @@ func TestOverrideInvalid(t *testing.T) {
 }
 
 // TestOverrideDecisions: block over exempt over limits, applied in the
-// decision's script; Result.Override names the one that applied.
+// decision's script (a fast script that reads overrides, and take.lua);
+// Result.Override names the one that applied.
 func TestOverrideDecisions(t *testing.T) {
-	b, c := standalone(t)
+	for _, noFast := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
+			b, c := standalone(t)
+			b.noFast = noFast
+			overrideDecisions(t, b, c)
+		})
+	}
+}
+
+func overrideDecisions(t *testing.T, b *Backend, c *goredisClient) {
 	t.Run("none set", func(t *testing.T) {
 		s := newSubject(t, "ov-none")
 		res := take(t, b, s.withOverrides(s.request(opTake, 1, s.fixed("a", 1, time.Hour))))
@@ -258,6 +272,95 @@ func TestOverrideCluster(t *testing.T) {
 		res := take(t, b, s.withOverrides(s.request(opTake, 1, s.sliding("a", 1, time.Hour, 4))))
 		if res.Allowed != (i < 2) || res.Override.ID != lim.ID || res.Rules[0].Limit != 2 {
 			t.Fatalf("take %d = %+v, want allowed %v under override %d", i+1, res, i < 2, lim.ID)
+		}
+	}
+}
+
+// TestFastOverridesMatchTake runs the same random takes and peeks under
+// the same overrides through the fast scripts that read overrides
+// (subject A) and through take.lua (B), for each fast policy shape, and
+// wants the same decisions, counts, overrides and denial trails.
+func TestFastOverridesMatchTake(t *testing.T) {
+	fast, _ := plainStandalone(t)
+	slow, _ := plainStandalone(t)
+	slow.noFast = true
+	ctx := context.Background()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	scenarios := map[string]func(rules []driver.Rule) []driver.Override{
+		"none": func([]driver.Rule) []driver.Override { return nil },
+		"limits": func(rules []driver.Rule) []driver.Override {
+			last := rules[len(rules)-1]
+			return []driver.Override{
+				{Kind: driver.Limit, Limits: map[string]int64{rules[0].Name: rules[0].Limit + 2}},
+				{Kind: driver.Limit, Limits: map[string]int64{last.Name: max(1, last.Limit/2), "absent": 3}},
+			}
+		},
+		"exempt counted":   func([]driver.Rule) []driver.Override { return []driver.Override{{Kind: driver.Exempt, Counted: true}} },
+		"exempt uncounted": func([]driver.Rule) []driver.Override { return []driver.Override{{Kind: driver.Exempt}} },
+		"block": func(rules []driver.Rule) []driver.Override {
+			return []driver.Override{{Kind: driver.Exempt}, {Kind: driver.Block, Until: time.Now().Add(time.Hour)}}
+		},
+	}
+	for name := range fastPolicies(newSubject(t, "x")) {
+		for sc, ovs := range scenarios {
+			t.Run(name+"/"+sc, func(t *testing.T) {
+				subs := []subject{newSubject(t, "a"), newSubject(t, "b")}
+				rules := [][]driver.Rule{fastPolicies(subs[0])[name], fastPolicies(subs[1])[name]}
+				for i, s := range subs {
+					for _, o := range ovs(rules[i]) {
+						setOverride(t, fast, s, o)
+					}
+				}
+				req := subs[0].withOverrides(subs[0].request(opTake, 1, rules[0]...))
+				if decidingScript(t, fast, req) == takeScript.Hash() {
+					t.Fatalf("policy %s: no fast script", name)
+				}
+				var most time.Duration
+				for step := range 15 {
+					o, cost := opTake, int64(1+rnd.IntN(3))
+					if rnd.IntN(5) == 0 {
+						o = opPeek
+					}
+					var got [2]driver.Result
+					var began, ended [2]time.Time
+					for i, s := range subs {
+						b := []*Backend{fast, slow}[i]
+						r := s.withOverrides(s.request(o, cost, rules[i]...))
+						began[i] = time.Now()
+						res, err := b.do(ctx, r)
+						ended[i] = time.Now()
+						if err != nil {
+							t.Fatalf("step %d: %v subject %d: %v", step, o, i, err)
+						}
+						got[i] = res
+					}
+					most = max(most, apart(began[:], ended[:], 0, 1))
+					what := fmt.Sprintf("step %d (%v, cost %d)", step, o, cost)
+					sameResult(t, what, got[0], got[1], most)
+					a, b := got[0].Override, got[1].Override
+					if a.Kind != b.Kind || !reflect.DeepEqual(a.Limits, b.Limits) || (a.ID == 0) != (b.ID == 0) {
+						t.Fatalf("%s: override %+v, want %+v", what, a, b)
+					}
+				}
+				trails := make([][]string, 2)
+				for i, s := range subs {
+					tr, err := fast.c.LRange(ctx, s.trail(), 0, -1).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range tr {
+						f := strings.Split(e, "|")
+						f[0], f[6] = "", "" // the time, retry-after
+						if f[7] == "4" {
+							f[2] = "" // the block's ID
+						}
+						trails[i] = append(trails[i], strings.Join(f, "|"))
+					}
+				}
+				if !slices.Equal(trails[0], trails[1]) {
+					t.Errorf("trails differ:\nfast     %q\ntake.lua %q", trails[0], trails[1])
+				}
+			})
 		}
 	}
 }

@@ -96,10 +96,17 @@ func putPacked(t *testing.T, c goredis.UniversalClient, key string, entries ...p
 }
 
 // sortedSetOf returns the key of r's sliding log: the dimension set's
-// sorted set, named after the log rules of rules.
+// sorted set (the same whatever the log rules of rules).
 func sortedSetOf(t *testing.T, rules []driver.Rule, r driver.Rule) string {
 	t.Helper()
-	k, err := logKey(rules, &r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
+	return logKey(&r)
+}
+
+// prevSortedSetOf returns the key of r's sliding log in the previous
+// layout: named after the log rules of rules.
+func prevSortedSetOf(t *testing.T, rules []driver.Rule, r driver.Rule) string {
+	t.Helper()
+	k, err := prevLogKey(rules, &r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@
 // them only if all admit: take.lua (package internal/lua), or, for a
 // take or peek whose rules are all fixed windows (not calendar ones),
 // sliding-window counters or GCRA on plain Lua, or sliding logs (at most
-// internal/lua's FastMax rules, no idempotency key, no Options.Upgrade),
+// internal/lua's FastMax rules, none shadow or seeded, no idempotency
+// key, no Options.Upgrade; overrides are read there too),
 // the fast script built
 // for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its
@@ -19,8 +20,10 @@
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
 // GET and written with one SET (or, when the entries keep their places,
-// lengths and expiries, one SETRANGE); sliding logs in one sorted set shared by
-// the set's log rules (docs/DESIGN.md, "Redis layout"). The denial trail is
+// lengths and expiries, one SETRANGE); sliding logs in one sorted set per
+// dimension set, whatever its log rules (logKey; a log found empty is read
+// through once from the previous layout's, named by its log rules' tags)
+// (docs/DESIGN.md, "Redis layout"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
 // earlier versions. TakeBatch decides up to 128 requests per EVALSHA on a
@@ -417,11 +420,11 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	keys := make([]string, 0, 5*len(req.Rules)+1)
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		lk, err := logKey(req.Rules, r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
+		pk, err := prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
 		if err != nil {
 			return fmt.Errorf("redis: reset: %w", err)
 		}
-		for _, k := range append(stateKeys(r), group(r), lk) {
+		for _, k := range append(stateKeys(r), group(r), logKey(r), pk) {
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)
 			}

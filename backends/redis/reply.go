@@ -43,15 +43,24 @@ func replyString(v any) (string, error) {
 
 // parseTake decodes take.lua's reply for a request of the given rules:
 // {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
-// µs, retry µs), then trail entries or a replay's reservation id}; or a
-// fast script's, one string: first and now in fastHead bytes, then the
-// rules' bytes.
+// µs, retry µs), then, first >= 4, the override element, then trail
+// entries or a replay's reservation id}; or a fast script's, one string:
+// first and now in fastHead bytes, then the rules' bytes ({that string,
+// the override element} where an override applied).
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
+	var rest []any
+	if a, ok := v.([]any); ok && len(a) == 2 {
+		// A fast script's reply where an override applied: {its string,
+		// the override element}.
+		if _, ok := a[0].(string); ok {
+			v, rest = a[0], a[1:]
+		}
+	}
 	if s, ok := v.(string); ok {
 		if len(s) != fastHead+len(rules)*perRuleBytes {
 			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", fastHead+len(rules)*perRuleBytes, len(rules), len(s))
 		}
-		return parseReply(int64(s[0]), le7(s[1:fastHead]), nil, rules, func(i int) [perRuleReply]int64 {
+		return parseReply(int64(s[0]), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
 			return ruleInts(s[fastHead+i*perRuleBytes:])
 		})
 	}

@@ -59,7 +59,23 @@ func TestParseInts(t *testing.T) {
 				t.Errorf("parseTake = %+v, want allowed, replayed, reservation h1, used 2", r)
 			}
 		}},
-		{name: "bad allowed", v: append([]any{int64(4)}, ok[1:]...), wantErr: "must be 0..3"},
+		{name: "bad allowed", v: append([]any{int64(8)}, ok[1:]...), wantErr: "must be 0..7"},
+		{name: "override", v: append([]any{int64(5)}, append(ok[1:], "12|40|l|0|0|1700000000000000|r=40|3|annvip")...), check: func(t *testing.T, r driver.Result) {
+			o := r.Override
+			if !r.Allowed || r.Replayed || o.ID != 12 || o.Kind != driver.Limit || o.Limits["r"] != 40 || o.By != "ann" || o.Reason != "vip" || r.Rules[0].Limit != 40 {
+				t.Errorf("parseTake = %+v, want allowed under limit override 12 (ann, vip), rule limit 40", r)
+			}
+		}},
+		{name: "override without element", v: append([]any{int64(5)}, ok[1:]...), wantErr: "override element"},
+		{name: "override limits short", v: append([]any{int64(4)}, append(ok[1:], "12|1,2|b|0|0|1||0|")...), wantErr: "want 1 limits, got 2"},
+		{name: "trail flags", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|3", "1|p|7|0|0|1|0|4|v"), check: func(t *testing.T, r driver.Result) {
+			if len(r.Trail) != 2 || !r.Trail[0].Shadow || !r.Trail[0].CostTooHigh || r.Trail[0].Override != 0 ||
+				r.Trail[1].Override != 7 || r.Trail[1].Rule != "" || r.Trail[1].Shadow || r.Trail[1].Values != "v" {
+				t.Errorf("parseTake(…).Trail = %+v, want a shadow cost-too-high entry and override 7's", r.Trail)
+			}
+		}},
+		{name: "trail flags out of range", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|8"), wantErr: "flags 8"},
+		{name: "trail override without id", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|4"), wantErr: "without an override ID"},
 		{name: "replay without reservation id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the reservation id"},
 		{name: "bad flags", v: []any{int64(0), int64(1), int64(3), int64(0), int64(0), int64(0)}, wantErr: "flags must be"},
 		{name: "bad now", v: append([]any{int64(1), "x"}, rule...), wantErr: "want an integer"},
@@ -137,7 +153,7 @@ func TestParseTake(t *testing.T) {
 	}{
 		{head(1, 5) + bin[:10], "want 30 bytes for 1 rules, got 18"},
 		{"OK", "want 30 bytes"},
-		{head(4, 5) + bin[:perRuleBytes], "must be 0..3"},
+		{head(8, 5) + bin[:perRuleBytes], "must be 0..7"},
 		{head(1, 5) + binRule(3, 0, 0, 0), "flags must be"},
 		{[]any{int64(1), int64(5)}, "at least 3"},
 		{[]any{int64(1), int64(5), bin[:10]}, "want 22 bytes"},

@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// TestEpochTag: a rule's packed tag (and its log key) includes its epoch
-// when > 0, and is unchanged for epoch 0, so existing state stays valid
-// and a new epoch starts afresh.
+// TestEpochTag: a rule's packed tag includes its epoch when > 0, and is
+// unchanged for epoch 0, so existing state stays valid and a new epoch
+// starts afresh (a sliding log's is not: its dimension set's one log is
+// shared by all its log rules, epochs included).
 func TestEpochTag(t *testing.T) {
 	b, _ := standalone(t)
 	s := newSubject(t, "epoch")
@@ -42,7 +44,16 @@ func TestEpochTag(t *testing.T) {
 			}
 			nw := old
 			nw.Epoch = 7
-			if res := take(t, b, s.request(opPeek, 1, nw)); !res.Allowed || res.Rules[0].Used != 0 {
+			res := take(t, b, s.request(opPeek, 1, nw))
+			if tc.r.Algorithm == driver.SlidingLog {
+				// A dimension set has one log whatever its log rules: a
+				// new epoch counts the same units (TestLogKeyStable).
+				if res.Allowed || res.Rules[0].Used != 1 {
+					t.Fatalf("Peek(log, epoch 7) = %+v, want denied on the same log", res)
+				}
+				return
+			}
+			if !res.Allowed || res.Rules[0].Used != 0 {
 				t.Fatalf("Peek(epoch 7) = %+v, want allowed on fresh state", res)
 			}
 		})
@@ -65,8 +76,8 @@ func ruleTagV0(r *driver.Rule) string {
 
 // TestSeed: a rule with a seed and no state starts from its seed rule's
 // used (placed at now), for each algorithm; its seeded state is written
-// only with an allowed take; once it has state of its own, the seed is
-// not applied again.
+// by a take, allowed or denied (the carried units alone), never by a
+// peek; once it has state of its own, the seed is not applied again.
 func TestSeed(t *testing.T) {
 	b, c := standalone(t)
 	for _, tc := range []struct {
@@ -91,16 +102,19 @@ func TestSeed(t *testing.T) {
 			nw.Key, nw.Group = s.key("r")+"~2", old.Group
 			rules := []driver.Rule{old, nw}
 
-			// A peek and a denied take store nothing.
+			// A peek stores nothing, a denied take the carried units.
 			res := take(t, b, s.request(opPeek, 1, rules...))
 			checkRule(t, "peek: new rule seeded", res.Rules[1], true, 3, 5)
+			if stored(t, c, s, rules, nw) != 0 {
+				t.Fatalf("a peek stored the seeded state")
+			}
 			res = take(t, b, s.request(opTake, 3, rules...))
 			if res.Allowed {
 				t.Fatalf("Take(cost 3) = allowed, want denied by the seeded rule (3+3 > 5)")
 			}
 			checkRule(t, "denied: new rule seeded", res.Rules[1], false, 3, 5)
-			if _, ok := entryOf(t, c, nw); ok && nw.Algorithm != driver.SlidingLog {
-				t.Fatalf("a denied take stored the seeded entry")
+			if got := stored(t, c, s, rules, nw); got != 3 {
+				t.Fatalf("after a denied take the new rule's state holds %d units, want the 3 carried", got)
 			}
 
 			res = take(t, b, s.request(opTake, 1, rules...))
@@ -175,6 +189,126 @@ func TestSeedBatchCluster(t *testing.T) {
 				if out[i].Err != nil || out[i].Result.Allowed != want {
 					t.Errorf("attempt %d = %+v, %v, want allowed %v (2 carried, limit 4)", i, out[i].Result, out[i].Err, want)
 				}
+			}
+		})
+	}
+}
+
+// stored returns the units r's state holds: a packed entry's count (fixed
+// window), cells' sum (sliding window) or TAT in units of T (GCRA), or its
+// log's members; 0 without state.
+func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r driver.Rule) int64 {
+	t.Helper()
+	if r.Algorithm == driver.SlidingLog {
+		n, err := c.ZCount(context.Background(), sortedSetOf(t, rules, r), "-inf", "+inf").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e, ok := entryOf(t, c, r)
+	if !ok {
+		return 0
+	}
+	switch r.Algorithm {
+	case driver.SlidingWindow:
+		return e.Ints[1]
+	case driver.GCRA:
+		tp, _, _ := r.GCRAParams()
+		now := serverNow(t, c).UnixMicro()
+		return (e.Ints[0] - now + tp.Microseconds() - 1) / tp.Microseconds()
+	}
+	return e.Ints[0]
+}
+
+// TestLogKeyStable: a dimension set's sliding logs share one sorted set
+// whatever its log rules, so a log rule added beside a capped one, or a
+// log rule's successor (new window, new epoch) beside its predecessor,
+// counts what was admitted before: nothing is uncapped, and removing the
+// added rule or rolling the change back keeps the count. Through fast
+// scripts and take.lua.
+func TestLogKeyStable(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
+			b, c := standalone(t)
+			b.noFast = noFast
+			s := newSubject(t, "log-stable")
+			grp := s.base + "=u"
+			in := func(r driver.Rule) driver.Rule { r.Group = grp; return r }
+			capped := in(s.log("a", 3, time.Hour))
+			take(t, b, s.request(opTake, 3, capped))
+			// A log rule added beside it.
+			added := in(s.log("b", 10, 2*time.Hour))
+			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(capped, added) = %+v, want denied by a at 3, b counting the same 3", res)
+			}
+			// And removed again.
+			if res := take(t, b, s.request(opTake, 1, capped)); res.Allowed || res.Rules[0].Used != 3 {
+				t.Errorf("Take(capped) after b = %+v, want denied at 3", res)
+			}
+			// Its window changed (epoch 2), its predecessor beside it.
+			nw := in(s.log("a", 3, 2*time.Hour))
+			nw.Epoch, nw.Seed, nw.Key = 2, 1, nw.Key+"~2"
+			res := take(t, b, s.request(opTake, 1, capped, nw))
+			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(predecessor, successor) = %+v, want denied, both at 3", res)
+			}
+			// The successor alone (the predecessor's reach passed).
+			nw.Seed = 0
+			if res := take(t, b, s.request(opTake, 1, nw)); res.Allowed || res.Rules[0].Used != 3 {
+				t.Errorf("Take(successor) = %+v, want denied at 3", res)
+			}
+			// Rolled back to the predecessor (epoch 3, seeded from the
+			// successor): the same log, still capped, nothing seeded over it.
+			back := in(s.log("a", 3, time.Hour))
+			back.Epoch, back.Seed, back.Key = 3, 1, back.Key+"~3"
+			nw.Seed = 0
+			if res := take(t, b, s.request(opTake, 1, nw, back)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Errorf("Take(successor, rollback) = %+v, want denied, both at 3", res)
+			}
+			if n, _ := c.ZCard(context.Background(), logKey(&back)).Result(); n != 3 {
+				t.Errorf("the log holds %d members, want the 3 admitted (no seed added)", n)
+			}
+		})
+	}
+}
+
+// TestLogReadThrough: a log found empty is filled from the set's log as
+// the previous layout named it (a hash of its log rules' tags), so an
+// upgrade keeps the counts; a log with members of its own is not.
+func TestLogReadThrough(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
+			b, c := standalone(t)
+			b.noFast = noFast
+			ctx := context.Background()
+			s := newSubject(t, "log-prev")
+			grp := s.base + "=u"
+			rules := []driver.Rule{s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour)}
+			for i := range rules {
+				rules[i].Group = grp
+			}
+			now := serverNow(t, c).UnixMicro()
+			prev := prevSortedSetOf(t, rules, rules[0])
+			for k := range 3 {
+				at := strconv.FormatInt(now-int64(k+1)*1000, 10)
+				c.ZAdd(ctx, prev, goredisZ(float64(now-int64(k+1)*1000), at+"11"))
+			}
+			c.Expire(ctx, prev, time.Hour)
+			res := take(t, b, s.request(opTake, 1, rules...))
+			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
+				t.Fatalf("Take = %+v, want denied by a at 3 (read through)", res)
+			}
+			if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[0])).Result(); n != 3 {
+				t.Errorf("the log holds %d members, want the 3 read through", n)
+			}
+			if ttl, _ := c.PTTL(ctx, sortedSetOf(t, rules, rules[0])).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
+				t.Errorf("the log's PTTL = %v, want in (0, 2h+1s]", ttl)
+			}
+			// Members of its own: the previous log is not read again.
+			c.ZAdd(ctx, prev, goredisZ(float64(now), strconv.FormatInt(now, 10)+"19"))
+			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 3 {
+				t.Errorf("Peek = %+v, want a at 3 (not read through again)", res)
 			}
 		})
 	}

@@ -36,6 +36,9 @@ type ruleSpec struct {
 	code, suffix          string
 	cellCount, cellPeriod int64
 	args                  [staticArgs]any
+	// window is the rule's window in µs (a fast script's GCRA rate under
+	// a limit override).
+	window int64
 }
 
 // specCache maps specKey to ruleSpec, at most specCacheMax entries. It is
@@ -89,7 +92,7 @@ func (b *Backend) spec(rep *capability.Report, r *driver.Rule, plain bool) (*rul
 	if plain {
 		ch = ruleChoice{key: r.Key}
 	}
-	s := &ruleSpec{suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod}
+	s := &ruleSpec{suffix: keySuffix(ch.code), cellCount: ch.cellCount, cellPeriod: ch.cellPeriod, window: r.Window.Microseconds()}
 	if err := ruleArgs(r, ch, &s.args); err != nil {
 		return nil, err
 	}

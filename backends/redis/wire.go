@@ -105,7 +105,8 @@ func packedCode(code string) bool {
 // stop fitting CL.THROTTLE) moves the rule to other keys: a TairHash key
 // read by HGETALL is WRONGTYPE, and CL.THROTTLE aborts the server when its
 // key holds anything but its own TAT. The sliding logs of a dimension set
-// share the set's key (driver.Rule.Group) plus suffixLog.
+// share one sorted set, the set's key (driver.Rule.Group) plus suffixLog
+// (logKey).
 //
 // The suffixes begin with '%' followed by a letter that is not a hex
 // digit. The sdk escapes '%' in subject values as %XX (two hex digits), so

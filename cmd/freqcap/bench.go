@@ -22,7 +22,7 @@ const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --s
 Load test: -workers concurrent callers take decisions of one policy for
 -duration (after -warmup) over -subjects subjects, against the Redis
 deployment named, and print throughput and latency percentiles. -raw,
--baseline, -floor, -batch, -coalesce, -serve, -recorder, -hot and -memory add
+-baseline, -floor, -batch, -coalesce, -overrides, -serve, -recorder, -hot and -memory add
 comparison runs (see each flag); ratios are computed within the
 invocation.
 
@@ -71,6 +71,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.Keep, "keep", false, "leave the runs' keys on the server (default: delete them when done, SCAN MATCH prefix then UNLINK)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
+	fs.BoolVar(&cfg.Overrides, "overrides", false, "also run the policy with per-person overrides read in every decision (sdk.WithOverrides): with none set, and with one limit override per subject (the first rule's own limit: the same decisions), and report each one's ratio to the policy's run (with -raw, also to raw(R))")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
 	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; ignored on a cluster) and report its ratio to the uncoalesced run (with -raw, also to raw(R))")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.WithHotDenyCache); reports Redis round trips per decision for each")

@@ -97,6 +97,12 @@ type Config struct {
 	// every other round in reverse order;
 	// the ratios reported are then medians.
 	Rounds int
+	// Overrides also runs the policy with sdk.WithOverrides, reading
+	// each subject's overrides in every decision: with none set, and with
+	// one Limit override per subject (the first rule's own limit, so the
+	// decisions are the same), and reports each one's ratio to the
+	// policy's run and, with Raw, to raw(R).
+	Overrides bool
 	// Batch also runs TakeBatch of Batch attempts per call and reports
 	// its ratio to one-by-one Allow (0: no batch run).
 	Batch int
@@ -334,6 +340,24 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
+		var overridden []int // the runs with overrides
+		if cfg.Overrides {
+			op, err := withOverrides(policy)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, run{"policy " + policy.Name() + ", overrides read, none set", 1, allowOne(runLim(), op, gen)})
+			overridden = append(overridden, len(runs)-1)
+			l := runLim()
+			if err := setLimitOverrides(ctx, l, op, gen, cfg.Subjects, cfg.Workers); err != nil {
+				return err
+			}
+			runs = append(runs, run{"policy " + policy.Name() + ", one limit override per subject", 1, allowOne(l, op, gen)})
+			overridden = append(overridden, len(runs)-1)
+			for _, k := range overridden {
+				ratios = append(ratios, [2]int{k, 0})
+			}
+		}
 		coalesced := -1
 		if cfg.Coalesce > 0 {
 			// A backend of its own: the option is set at construction.
@@ -398,6 +422,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			ratios = append(ratios, [2]int{0, raw})
 			if coalesced >= 0 {
 				ratios = append(ratios, [2]int{coalesced, raw})
+			}
+			for _, k := range overridden {
+				ratios = append(ratios, [2]int{k, raw})
 			}
 			if windows := logWindows(policy); cfg.Floor && windows != nil {
 				// The sliding-log layout's floor for R logs.

@@ -35,6 +35,8 @@ type transition struct {
 	// after: A's verdict just after the old rule's reach (nil: the case
 	// cannot wait that long on a real clock: the steps are skipped there).
 	after func(e *env) *bool
+	// afterB: B's then, when it differs from A's (nil: the same).
+	afterB func(e *env) *bool
 }
 
 func yes() *bool { b := true; return &b }
@@ -141,6 +143,10 @@ var transitions = []struct {
 			}
 			return nil
 		},
+		// B's attempt while the old rule held (12h on: already the next
+		// day in Shanghai, still the same in New York) carried its 5
+		// units into that Shanghai day: B is still capped
+		afterB: func(e *env) *bool { return no() },
 	}},
 }
 
@@ -271,6 +277,18 @@ func runTransition(tr transition) func(e *env) {
 		}
 		margin := e.w() / 10
 		e.advanceTo(at.Add(reach + margin))
+		// B, capped throughout, got the new rule seeded by its first
+		// (denied) attempt after the change: the new rule caps B as A.
+		d = e.takeP("Take(new) for B after the old rule's reach", newP, "b", 1)
+		e.before(d, at.Add(reach+2*margin), "Take(new) for B after the old rule's reach")
+		afterB := after
+		if tr.afterB != nil && e.fake != nil {
+			afterB = tr.afterB(e)
+		}
+		if len(d.Rules) != 1 || d.Allowed != *afterB {
+			e.t.Errorf("Take(new) for B after the old rule's reach = allowed %t, rules %s, want the new rule alone, allowed %t",
+				d.Allowed, fmtRules(d.Rules), *afterB)
+		}
 		d = e.takeP("Take(new) for A after the old rule's reach", newP, "a", 1)
 		e.before(d, at.Add(reach+2*margin), "Take(new) for A after the old rule's reach")
 		if len(d.Rules) != 1 || d.Rules[0].Before != 0 {

@@ -181,8 +181,10 @@ type Rule struct {
 	// alike). The carried units are thus placed at the latest instant
 	// they may have happened, and count as long as they can: a change
 	// never admits more than the new rule would with them. The seeded state
-	// is stored only with the request's own write (an allowed Take or
-	// Reserve); a denied request or a Peek stores nothing.
+	// is stored by any Take or Reserve, allowed or denied (a denied one
+	// stores the carried units alone, never its cost), so a subject capped
+	// throughout the predecessor's reach still carries its units; a Peek
+	// or Inspect stores nothing.
 	Seed int
 	// Epoch salts the rule's identity: the policy-store version that
 	// introduced the rule's current identity (0 outside a store). Keys

@@ -16,6 +16,14 @@ type FastRule struct {
 	P1, P2 int64
 	Tag    string
 	Key    int
+	// Window is the rule's window in µs: a GCRA rule's rate under a
+	// limit override (FastOverrides) needs it.
+	Window int64
+	// Prev is, for a sliding log, the index of its dimension set's log in
+	// the previous layout (read through when the log is empty: alg/log.lua),
+	// among the keys after the dimension sets, in the order of the logs'
+	// first use; 0 = none.
+	Prev int
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -41,7 +49,15 @@ func FastCode(code string) bool {
 // 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
 // of first use, a key's rules all sliding logs (its sorted set) or none
 // (its packed value); otherwise Fast returns an error.
-func Fast(rules []FastRule) (string, error) {
+func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
+
+// FastOverrides is Fast for requests that read the subject's overrides
+// (driver.Request.OverrideKey; the attempt's key after its dimension
+// sets): take.lua's overrides, block over exempt over limits, in the
+// same script (fast.lua's header).
+func FastOverrides(rules []FastRule) (string, error) { return fast(rules, true) }
+
+func fast(rules []FastRule, ov bool) (string, error) {
 	if len(rules) == 0 || len(rules) > FastMax {
 		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
@@ -70,6 +86,15 @@ func Fast(rules []FastRule) (string, error) {
 		groups[r.Key-1] = append(groups[r.Key-1], i)
 		if f := fragment(r.Code); secs[f] == nil {
 			secs[f] = sections(f)
+		}
+	}
+	nprev := 0 // the previous layout's logs, after the dimension sets
+	for g, rs := range groups {
+		if p := rules[rs[0]].Prev; logs[g] && p > 0 {
+			nprev++
+			if p != len(groups)+nprev {
+				return "", fmt.Errorf("lua: Fast: rule %q: previous log key index %d out of order", rules[rs[0]].Name, p)
+			}
 		}
 	}
 	var reads, decls, eval, commit, writes, trail strings.Builder
@@ -105,9 +130,13 @@ func Fast(rules []FastRule) (string, error) {
 		for _, i := range rs {
 			w = max(w, rules[i].P1)
 		}
-		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s}\n  LG%[1]d = lg\n%[4]s\n"+
+		prev := ""
+		if p := rules[rs[0]].Prev; p > 0 {
+			prev = fmt.Sprintf(", prev = KEYS[kb + %d]", p)
+		}
+		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s%[5]s}\n  LG%[1]d = lg\n%[4]s\n"+
 			"  if look and lg.mark and lg.mark * 1000 <= now then lapsed = true end\nuntil true end\n",
-			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "))
+			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "), prev)
 	}
 	var lapse strings.Builder
 	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
@@ -147,9 +176,28 @@ func Fast(rules []FastRule) (string, error) {
 		sec := secs[fragment(r.Code)]
 		head := fmt.Sprintf("local r, code, L, tag, ki = %d, %q, %d, %s, %d\nlocal key = KEYS[kb + ki]\n",
 			n, r.Code, r.Limit, quote(r.Tag), r.Key)
+		evHead, cmHead := head, head
+		var vars map[string]string // ARGV reads that are variables here
+		if ov {
+			// A limit override replaces L (GCRA: T and the tolerance, GT
+			// and GTOL, as prelude.lua's gcraRate; L() is not callable in a
+			// rule's block, where L is the limit).
+			apply := "L = lo[2]\n"
+			if r.Code == "g" {
+				evHead += fmt.Sprintf("local GT, GTOL = %d, %d\n", r.P1, r.P2)
+				vars = map[string]string{"4": "GT", "5": "GTOL"}
+				apply = fmt.Sprintf("GT = %d / lo[2]\nGT = GT - GT %% 1\nif GT < 1 then GT = 1 end\nGTOL = GT * L\n"+
+					"if GTOL > 4503599627370496 then GTOL = 4503599627370496 end\n", r.Window)
+			}
+			evHead += fmt.Sprintf("if OVS and OVS.lims then\n  local lo = OVS.lims[%s]\n  if lo then\n%s"+
+				"    OVS.lim = OVS.lim or {}\n    OVS.lim[%d] = L\n"+
+				"    if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end\n  end\nend\n",
+				quote(r.Name), indent(apply, "    ")+"\n", n)
+			cmHead += fmt.Sprintf("if OVS and OVS.lim and OVS.lim[%[1]d] then L = OVS.lim[%[1]d] end\n", n)
+		}
 		var saved []string
 		fill := func(section string) string {
-			body := constants(sec[section], r)
+			body := constants(sec[section], r, vars)
 			return carry(body, func(names []string) string {
 				saved = names
 				return suffixed(names, n) + " = " + strings.Join(names, ", ")
@@ -172,9 +220,9 @@ func Fast(rules []FastRule) (string, error) {
 		}
 		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
 			"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
-			head, state, ev, n)
+			evHead, state, ev, n)
 		fmt.Fprintf(&commit, "do\n%slocal %s, used, reset = %s%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[5]d, Z%[5]d, E%[5]d, X%[5]d = used, reset, ent, exp\nend\n",
-			head, own, strings.ToUpper(own), r.Key, n, n, cm)
+			cmHead, own, strings.ToUpper(own), r.Key, n, n, cm)
 	}
 	for g, rs := range groups {
 		if logs[g] {
@@ -204,19 +252,51 @@ func Fast(rules []FastRule) (string, error) {
 			"  end\nend\n", g, strings.Join(inplace, "\n      and "), strings.Join(body, ", "))
 	}
 	var results []string
+	limit := func(i int) string { return fmt.Sprint(rules[i].Limit) }
+	if ov {
+		limit = func(i int) string {
+			return fmt.Sprintf("(OVS and OVS.lim and OVS.lim[%d]) or %d", i+1, rules[i].Limit)
+		}
+		trail.WriteString("if OVS and OVS.blk then\n  local ra = 0\n  if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end\n" +
+			"  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv\nelse\n")
+	}
 	for i := len(rules) - 1; i >= 0; i-- {
 		n := i + 1
-		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], %[2]s, U%[1]d, %[3]d, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
-			n, quote(rules[i].Name), rules[i].Limit)
+		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], %[2]s, U%[1]d, %[3]s, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+			n, quote(rules[i].Name), limit(i))
+	}
+	if ov {
+		trail.WriteString("end\n")
 	}
 	for i := range rules {
 		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
 	}
-	reply := fmt.Sprintf("reply = struct.pack('<Bi7%s', allowed and 1 or 0, now,\n  %s)",
-		strings.Repeat("Bi7i7i7", len(rules)), strings.Join(results, ",\n  "))
+	first, keysBefore := "allowed and 1 or 0", len(groups)+nprev
+	var overrides, decide, reported string
+	if ov {
+		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+nprev+1
+		// As take.lua: the overrides key read once (HGETALL), parsed by
+		// prelude.lua's overrides only when it holds any.
+		overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
+			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
+			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+nprev+1)
+		decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
+			"    if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
+		ls := make([]string, len(rules))
+		for i := range rules {
+			ls[i] = fmt.Sprintf("sf('%%d', %s)", limit(i))
+		}
+		reported = "\nif OVR then\n  reply = {reply, sf('%d', OVR[1]) .. '|' .. " + strings.Join(ls, " .. ',' .. ") + " .. '|' .. OVR[2]}\nend"
+	}
+	reply := fmt.Sprintf("reply = struct.pack('<Bi7%s', %s, now,\n  %s)%s",
+		strings.Repeat("Bi7i7i7", len(rules)), first, strings.Join(results, ",\n  "), reported)
+	if ov {
+		reply = "local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)\n" + reply
+	}
 	fill := map[string]string{
-		"consts": fmt.Sprintf("local G = %d -- dimension sets (keys) per attempt", len(groups)),
-		"reads":  readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
+		"consts":    fmt.Sprintf("local G, GO = %d, %d -- dimension sets (keys) per attempt, and the keys before the trail", len(groups), keysBefore),
+		"overrides": overrides, "decide": decide,
+		"reads": readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
 		"writes": writes.String(), "trail": trail.String(), "reply": reply,
 	}
 	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
@@ -232,15 +312,19 @@ func Fast(rules []FastRule) (string, error) {
 }
 
 var (
-	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(consts|reads|lapse|decls|each\.eval|each\.commit|writes|trail|reply)[ \t]*$`)
+	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(consts|reads|lapse|overrides|decls|each\.eval|decide|each\.commit|writes|trail|reply)[ \t]*$`)
 	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
 )
 
 // constants replaces a section's reads of r's ARGV (take.lua's offsets
-// b+2 to b+6) with r's values.
-func constants(body string, r FastRule) string {
+// b+2 to b+6) with r's values, or with the variables vars names by
+// offset.
+func constants(body string, r FastRule, vars map[string]string) string {
 	return argv.ReplaceAllStringFunc(body, func(s string) string {
 		m := argv.FindStringSubmatch(s)
+		if v, ok := vars[m[1]+m[2]]; ok {
+			return v
+		}
 		var val string
 		switch m[1] + m[2] {
 		case "2":
@@ -361,8 +445,9 @@ func splitHelpers(src string) (string, []helperDef) {
 
 // eagerHelpers are the helpers a fast script defines at its top when its
 // own code calls them (the algorithms' common paths: sliding windows'
-// cells); they capture no local of the script, so each costs one closure.
-var eagerHelpers = map[string]bool{"ints": true, "pints": true}
+// cells; the overrides' parse, in a script that reads them); they capture
+// no local of the script, so each costs one closure.
+var eagerHelpers = map[string]bool{"ints": true, "pints": true, "overrides": true}
 
 // helperHead, helperText and helperDefs are prelude.lua and holds.lua
 // split once for lazy: prelude.lua's text before its functions (its

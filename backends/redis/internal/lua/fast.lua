@@ -29,7 +29,12 @@
 -- the entries keep their places, lengths and expiries, as take.lua);
 -- "--@trail" and "--@reply" build the denial trail's entries and the
 -- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry).
+-- retry). A script that reads overrides (lua.FastOverrides) also fills
+-- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
+-- block, exempt and limits as blk, ex, lims, and lim, the limits applied
+-- per rule, ovl the latest limit override applied), which the rules'
+-- heads apply, and "--@decide", where a block denies and an exempt
+-- admits; the others leave them empty.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -39,8 +44,9 @@
 -- ARGV[a+4]  hk: index of the reservations (hash), 0 = none
 -- ARGV[a+5]  trail: max entries; ARGV[a+6] its TTL, ms
 -- ARGV[a+7]  policy name; ARGV[a+8] the attempt's trail values
--- KEYS per attempt: its dimension-set keys, then its trail if tk > 0,
--- then its reservations if hk > 0.
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
 -- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
 -- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
 -- values; KEYS: the dimension sets, the trail with a trail, then the
@@ -49,6 +55,8 @@
 --
 -- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
 -- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
 
@@ -69,8 +77,8 @@ for a = 1, attempts do
   local c = tonumber(ARGV[ab + 2])
   local tk, hk = 0, 0
   if short then
-    local nk = G
-    if ARGV[3] then tk, nk = G + 1, G + 1 end
+    local nk = GO
+    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
     if #KEYS > nk then hk = #KEYS end
   else
     tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
@@ -88,6 +96,7 @@ for a = 1, attempts do
       -- dimension sets), then the values are read again.
       --@lapse
     end
+    --@overrides
 
     -- Phase 1: evaluate every rule, writing nothing.
     --@decls
@@ -97,6 +106,7 @@ for a = 1, attempts do
       reply = fail
       break
     end
+    --@decide
 
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
@@ -117,7 +127,7 @@ for a = 1, attempts do
   until true
   if attempts == 1 then return reply end
   replies[a] = reply
-  kb = kb + G + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
   ab = ab + 8
 end
 return replies

@@ -128,6 +128,48 @@ local function pints(list)
   return table.concat(parts)
 end
 
+-- overrides parses a subject's overrides h (HGETALL of
+-- driver.Request.OverrideKey: ID, value, …; backends/redis/wire.go's
+-- format, of which it reads "<kind>|<counted>|<until µs>|<created µs>|
+-- <limits>|") and returns the live ones (until 0 or after now) that
+-- decide: the latest block {ID, value, until}, the latest exempt {ID,
+-- value, counted}, and per rule name the latest limit {ID, limit,
+-- value} (nil for none of a kind).
+local function overrides(h, now)
+  local blk, ex, lims
+  for k = 1, #h, 2 do
+    local id = tonumber(h[k])
+    local kd, cn, un, lm = string.match(h[k + 1], '^(%a)|(%d)|(%d+)|%d+|([^|]*)|')
+    if id and kd and (un == '0' or tonumber(un) > now) then
+      if kd == 'b' then
+        if not blk or id > blk[1] then blk = {id, h[k + 1], tonumber(un)} end
+      elseif kd == 'e' then
+        if not ex or id > ex[1] then ex = {id, h[k + 1], cn == '1'} end
+      elseif kd == 'l' then
+        lims = lims or {}
+        for nm, lv in string.gmatch(lm, '([^,=]+)=(%d+)') do
+          local cur = lims[nm]
+          if not cur or id > cur[1] then lims[nm] = {id, tonumber(lv), h[k + 1]} end
+        end
+      end
+    end
+  end
+  return blk, ex, lims
+end
+
+-- gcraRate returns a GCRA rule's emission interval and tolerance (µs)
+-- under a limit override of lv per window w µs, its reported limit L
+-- (burst+1) kept: driver.Rule.GCRAParams' T = floor(w/lv), at least 1,
+-- and T*L, bounded at 2^52 µs.
+local function gcraRate(w, lv, L)
+  local T = w / lv
+  T = T - T % 1
+  if T < 1 then T = 1 end
+  local tol = T * L
+  if tol > 4503599627370496 then tol = 4503599627370496 end
+  return T, tol
+end
+
 -- mods returns nsup and tatok, the module paths' helpers, built only
 -- where they are used.
 local function mods()

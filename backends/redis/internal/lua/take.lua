@@ -44,7 +44,7 @@
 --             shadow rule (driver.Rule.Shadow), '0' otherwise
 -- ARGV[a+18]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
 --             1-based index of an earlier rule; 0 = none), comma-separated
--- ARGV[a+19]  windows: "" or, when ok > 0, per rule its window in µs,
+-- ARGV[a+19]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
 -- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
@@ -54,7 +54,9 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log                   the dimension set's log (alg/log.lua)
+--   l  sliding log                   the dimension set's log (alg/log.lua;
+--                                    p2: the index of its key in the
+--                                    previous layout, read through)
 --   t  sliding window on TairHash    own key  (alg/modsliding.lua)
 --   h  sliding window on native hash-field expiry  own key
 --   x  GCRA on redis-cell            own key  (alg/cell.lua)
@@ -84,7 +86,8 @@
 -- (used 0) is first given the state a take of u units at now leaves on
 -- empty state (its fragment's eval and commit run on no state with cost
 -- u), u being its seed rule's used as evaluated in this attempt; the
--- seeded state is written only with the attempt's own write. Overrides
+-- seeded state is written by a take or reserve, allowed or denied (a
+-- denied one writes the carried units alone), never by a peek. Overrides
 -- (ARGV[a+16], a hash: field = ID, value = wire.go's override format, of
 -- which the script reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|"): live ones (until 0 or after now) apply, block over exempt
@@ -187,6 +190,8 @@ for a = 1, attempts do
           end
           local oi = tonumber(ARGV[b + 8])
           if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
+          local pk = tonumber(ARGV[b + 5]) -- the previous layout's log (log.lua's read)
+          if pk > 0 then lg.prev = KEYS[kb + pk] end
         else
           own = true -- a rule with a key of its own (t, h, x)
           if code == 'x' then
@@ -255,31 +260,16 @@ for a = 1, attempts do
         reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
         break
       end
-      for k = 1, #h, 2 do
-        local id = tonumber(h[k])
-        local kd, cn, un, lm = string.match(h[k + 1], '^(%a)|(%d)|(%d+)|%d+|([^|]*)|')
-        if id and kd and (un == '0' or tonumber(un) > now) then
-          if kd == 'b' then
-            if not blk or id > blk[1] then blk = {id, h[k + 1], tonumber(un)} end
-          elseif kd == 'e' then
-            if not ex or id > ex[1] then ex = {id, h[k + 1], cn == '1'} end
-          elseif kd == 'l' then
-            lims = lims or {}
-            for nm, lv in string.gmatch(lm, '([^,=]+)=(%d+)') do
-              local cur = lims[nm]
-              if not cur or id > cur[1] then lims[nm] = {id, tonumber(lv), h[k + 1]} end
-            end
-          end
-        end
-      end
-      if lims then
+      blk, ex, lims = overrides(h, now)
+      if lims and ARGV[ab + 19] ~= '' then
         wins = {}
         for d in string.gmatch(ARGV[ab + 19], '%d+') do wins[#wins + 1] = tonumber(d) end
       end
     end
     -- lim: the limits reported per rule once an override applied; ov: the
-    -- override that decided or changed a limit ({ID, stored value}).
-    local lim, ov
+    -- override that decided or changed a limit ({ID, stored value});
+    -- seededk: the packed values holding a seeded entry.
+    local lim, ov, seededk
     if blk then ov = blk elseif ex then ov = ex end
 
     -- Phase 1: evaluate every rule, writing nothing.
@@ -301,13 +291,7 @@ for a = 1, attempts do
         local lo = lims[ARGV[b + 2]]
         if lo then
           if code == 'g' then
-            local w = wins[r]
-            local T = w / lo[2]
-            T = T - T % 1
-            if T < 1 then T = 1 end
-            local tol = T * L
-            if tol > 4503599627370496 then tol = 4503599627370496 end
-            ARGV[b + 4], ARGV[b + 5] = T, tol
+            ARGV[b + 4], ARGV[b + 5] = gcraRate(wins[r], lo[2], L)
           else
             L = lo[2]
           end
@@ -348,7 +332,7 @@ for a = 1, attempts do
         -- entry its fragment's commit writes for a take of seedu units on
         -- no state (its eval run first, as commit needs), spliced into the
         -- value read, and is evaluated again on it (pass 2); the value is
-        -- then written whole, only with the attempt's own write.
+        -- then written whole by a take or reserve, allowed or denied.
         if code == 's' or code == 'f' or code == 'c' or code == 'g' then
           local ent, exp
           do
@@ -375,10 +359,13 @@ for a = 1, attempts do
           raws[ki], vals[ki] = sv, unpackv(sv)
           built = built or {}
           built[ki] = true
+          seededk = seededk or {}
+          seededk[ki] = true
         elseif code == 'l' then
           -- A sliding log: seedu members at now (at most L: more would
-          -- change nothing but the count), added before the attempt's own
-          -- by the log's first commit (phase 2); until then as if there.
+          -- change nothing but the count), added by a take or reserve,
+          -- allowed or denied, before its own (phase 2); until then as if
+          -- there.
           local lg, W = logs[ki], tonumber(ARGV[b + 4])
           local u = math.min(seedu, L)
           used, reset, retry, flags = u, W, 0, 1
@@ -412,15 +399,43 @@ for a = 1, attempts do
       allowed, nocount = true, not ex[3]
     end
 
+    -- Seeded state is stored by any take or reserve, allowed or denied
+    -- (a denied one stores the carried units alone): the logs' seeded
+    -- members now (the commit's own are named after them), the packed
+    -- values after phase 2 where it did not write them.
+    if consume then
+      for ki, lg in pairs(logs) do
+        if lg.seedu then
+          local key = KEYS[kb + ki]
+          local pre, seq = sf('%d', now), 0
+          if lg.newest == now and string.sub(lg.top, 1, #pre) == pre then
+            seq = tonumber(string.sub(lg.top, #pre + 2)) or 0
+          end
+          local za = {}
+          for k = 1, lg.seedu do
+            local q = sf('%d', seq + k)
+            za[#za + 1] = pre
+            za[#za + 1] = pre .. #q .. q
+          end
+          for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
+          lg.newest, lg.top = now, za[#za]
+          local at = (now + lg.w) / 1000 -- ms, rounded up
+          if at % 1 ~= 0 then at = at - at % 1 + 1 end
+          redis.call('PEXPIREAT', key, sf('%d', at))
+        end
+      end
+    end
+
     -- Phase 2: consume from every rule, only if all admit (a shadow rule
     -- only if it admits too).
-    local plan
+    local plan, wrote
     if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
     if allowed and consume and own then
       --@cell.consume
     end
     if allowed and consume then
       local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
+      wrote = ours
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + 1]
@@ -443,22 +458,6 @@ for a = 1, attempts do
           --@gcra.commit
         elseif code == 'l' then
           local lg = logs[ki]
-          if lg.seedu and not lg.done then
-            -- The seeded members (phase 1), named as the log's commit
-            -- names its own, which then continue after them.
-            local pre, seq = sf('%d', now), 0
-            if lg.newest == now and string.sub(lg.top, 1, #pre) == pre then
-              seq = tonumber(string.sub(lg.top, #pre + 2)) or 0
-            end
-            local za = {}
-            for k = 1, lg.seedu do
-              local q = sf('%d', seq + k)
-              za[#za + 1] = pre
-              za[#za + 1] = pre .. #q .. q
-            end
-            for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
-            lg.newest, lg.top = now, za[#za]
-          end
           --@log.commit
         elseif code == 't' or code == 'h' then
           --@modsliding.commit
@@ -527,6 +526,14 @@ for a = 1, attempts do
         redis.call('HSET', hkey, ARGV[ab + 13], table.concat(plan, '\n'))
         local ttl = tonumber(ARGV[ab + 15])
         if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
+      end
+    end
+    if seededk and consume then
+      for ki in pairs(seededk) do
+        if not (wrote and wrote[ki]) then
+          local sv, top = packv(raws[ki], vals[ki], {}, 0, nowms)
+          if top > 0 then redis.call('SET', KEYS[kb + ki], sv, 'PXAT', sf('%d', top)) end
+        end
       end
     end
     res[1] = allowed and 1 or 0

@@ -1,28 +1,41 @@
--- log.lua: sliding logs ('l': p1 = window µs). The log rules of a request
--- that share their dimensions share ONE sorted set (the key encode gives
--- them: the set's key, "%l" and a tag of its log rules): one member per
--- admitted unit, scored by server µs, trimmed to the longest of their
--- windows; each rule counts its own window (ZCOUNT). The hold marker is
+-- log.lua: sliding logs ('l': p1 = window µs, p2 = the index of the
+-- set's log in the previous layout, 0 = none). The log rules of a
+-- dimension set share ONE sorted set, whatever they are (backends/redis
+-- logKey: the set's key and "%l"): one member per admitted unit, scored
+-- by server µs, trimmed to the longest window of the request's log rules
+-- of the set; each rule counts its own window (ZCOUNT). The hold marker is
 -- the member '!<lapse ms>' scored BIG (prelude.lua). take.lua and the fast
 -- scripts (fast.lua) paste the read section once per log, with lg.w its
 -- longest window and lg.name its first rule's name.
 
 --@read
 -- The log at key, trimmed to its longest window w, and its two highest
--- members: the newest entry and the hold marker, if any.
-local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
-if type(d) == 'table' then
-  fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
-  break
-end
-local z = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
-for k = 1, #z, 2 do
-  if string.sub(z[k], 1, 1) == '!' then
-    lg.markm, lg.mark = z[k], tonumber(string.sub(z[k], 2))
-  else
-    lg.top, lg.newest = z[k], tonumber(z[k + 1])
+-- members: the newest entry and the hold marker, if any. A log found
+-- empty is first filled from lg.prev, when given: the dimension set's log
+-- as the previous layout named it ("%l" and a hash of its log rules'
+-- tags), copied (ZUNIONSTORE, nothing when it is gone), then read again.
+for pass = 1, 2 do
+  local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
+  if type(d) == 'table' then
+    fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
+    break
   end
+  local z = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
+  for k = 1, #z, 2 do
+    if string.sub(z[k], 1, 1) == '!' then
+      lg.markm, lg.mark = z[k], tonumber(string.sub(z[k], 2))
+    else
+      lg.top, lg.newest = z[k], tonumber(z[k + 1])
+    end
+  end
+  if pass == 2 or #z > 0 or not lg.prev then break end
+  local u = redis.pcall('ZUNIONSTORE', key, 1, lg.prev) -- an error for a key of another type
+  if type(u) ~= 'number' or u == 0 then break end
+  local at = (now + lg.w) / 1000 -- ms, rounded up
+  if at % 1 ~= 0 then at = at - at % 1 + 1 end
+  redis.call('PEXPIREAT', key, sf('%d', at))
 end
+if fail then break end
 
 --@eval
 local W = tonumber(ARGV[b + 4])
