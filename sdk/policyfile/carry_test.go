@@ -24,30 +24,18 @@ func TestStoreChangesKeepCaps(t *testing.T) {
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
 			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
 			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim, clock.Advance
-		}, nil)
+		})
 	})
 	t.Run("redis", func(t *testing.T) {
 		testChangesKeepCaps(t, func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)) {
 			// The server's clock: nothing here waits for a window to pass.
 			lim := redisLimiter(t, false, uniquePrefix(t))
 			return policyfile.NewStore(lim), lim, func(time.Duration) {}
-		}, redisLogKeyBug)
+		})
 	})
 }
 
-// redisLogKeyBug names the cases the Redis backend fails today: it keeps
-// a dimension set's sliding logs in one sorted set named by a hash of all
-// the request's log rules (backends/redis logKey), so a request holding a
-// log rule's former self beside another log rule (a log whose window
-// changed, a rollback to a log through a change) looks for the former
-// self's entries under a new name and finds none: the change uncaps.
-// Reported to helper "redis" (status/policy.md); remove when fixed.
-var redisLogKeyBug = map[string]string{
-	"log window":  "backends/redis: a log rule's predecessor beside another log rule reads another sorted set (logKey hashes every log rule of the request)",
-	"log to gcra": "backends/redis: on rollback, the log predecessor beside the new log rule reads another sorted set (logKey)",
-}
-
-func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)), known map[string]string) {
+func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration))) {
 	rule := func(def string) string {
 		if !strings.Contains(def, "limit:") {
 			def = "limit: 3, " + def
@@ -76,9 +64,6 @@ func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if why := known[tc.name]; why != "" {
-				t.Skip("KNOWN BUG, not passing: " + why)
-			}
 			ctx := context.Background()
 			s, lim, advance := newStore(t)
 			subject := sdk.Subject{"user": "u1", "app": "a"}
@@ -146,18 +131,15 @@ func TestStoreAddedRuleKeepsOthers(t *testing.T) {
 	backends := []struct {
 		name  string
 		store func(t *testing.T) (*policyfile.Store, *sdk.Limiter)
-		known map[string]string
 	}{
 		{"memory", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
 			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
 			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim
-		}, nil},
+		}},
 		{"redis", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
 			lim := redisLimiter(t, false, uniquePrefix(t))
 			return policyfile.NewStore(lim), lim
-		}, map[string]string{
-			"log beside added log": "backends/redis: adding a log rule renames the dimension set's sorted set (logKey hashes every log rule): the capped log rule starts afresh",
 		}},
 	}
 	for _, be := range backends {
@@ -165,9 +147,6 @@ func TestStoreAddedRuleKeepsOthers(t *testing.T) {
 			for _, b := range []string{"fixed", "log"} {
 				name := a + " beside added " + b
 				t.Run(be.name+"/"+name, func(t *testing.T) {
-					if why := be.known[name]; why != "" {
-						t.Skip("KNOWN BUG, not passing: " + why)
-					}
 					ctx := context.Background()
 					s, lim := be.store(t)
 					allow := func() bool {
