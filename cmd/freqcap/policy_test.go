@@ -228,9 +228,9 @@ func TestPolicyDiffWhatIf(t *testing.T) {
 		"rule minute: modified: limit 5 → 3; carries exactly",
 		"what-if at",
 		"1 subject in 1 sampled, 8 attempts replayed",
-		"last 1h0m0s: 8 attempts by 1 people",
-		"current: denies 3 attempts, 1 people",
-		"proposed: denies 5 attempts, 1 people",
+		"8 attempts by 1 person",
+		"current: denies 3 attempts, 1 person",
+		"proposed: denies 5 attempts, 1 person",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("policy diff output lacks %q:\n%s", want, out.String())

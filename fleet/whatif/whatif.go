@@ -142,6 +142,15 @@ type RuleOutcome struct {
 	Denied, People Figure
 }
 
+// count writes f with its noun: one for exactly 1, else many.
+func count(f fmt.Stringer, one, many string) string {
+	t := f.String()
+	if t == "1" {
+		return t + " " + one
+	}
+	return t + " " + many
+}
+
 // Figure is a count scaled from the sample: Value = N × Sampled, and
 // its 95% interval [Low, High] (Low = High = Value when N = 1).
 type Figure struct {
@@ -501,8 +510,8 @@ func (r Report) String() string {
 			if w.Covered < w.Window {
 				fmt.Fprintf(&b, " (the sample covers %v)", w.Covered.Round(time.Minute))
 			}
-			fmt.Fprintf(&b, ": %s attempts by %s people\n", w.Attempts, w.People)
-			fmt.Fprintf(&b, "    recorded: denied %s attempts, %s people\n", w.Recorded.Denied, w.Recorded.People)
+			fmt.Fprintf(&b, ": %s by %s\n", count(w.Attempts, "attempt", "attempts"), count(w.People, "person", "people"))
+			fmt.Fprintf(&b, "    recorded: denied %s, %s\n", count(w.Recorded.Denied, "attempt", "attempts"), count(w.Recorded.People, "person", "people"))
 			for _, o := range []struct {
 				name string
 				out  Outcome
@@ -511,9 +520,9 @@ func (r Report) String() string {
 				if !o.has {
 					continue
 				}
-				fmt.Fprintf(&b, "    %s: denies %s attempts, %s people", o.name, o.out.Denied, o.out.People)
+				fmt.Fprintf(&b, "    %s: denies %s, %s", o.name, count(o.out.Denied, "attempt", "attempts"), count(o.out.People, "person", "people"))
 				if o.name == "proposed" && p.InCurrent {
-					fmt.Fprintf(&b, " (added: %s attempts)", w.Added)
+					fmt.Fprintf(&b, " (added: %s)", count(w.Added, "attempt", "attempts"))
 				}
 				b.WriteByte('\n')
 				for _, ru := range o.out.Rules {
@@ -521,7 +530,7 @@ func (r Report) String() string {
 					if ru.Shadow {
 						verb = "would deny (shadow)"
 					}
-					fmt.Fprintf(&b, "      %s %s %s attempts, %s people\n", ru.Rule, verb, ru.Denied, ru.People)
+					fmt.Fprintf(&b, "      %s %s %s, %s\n", ru.Rule, verb, count(ru.Denied, "attempt", "attempts"), count(ru.People, "person", "people"))
 				}
 			}
 		}
