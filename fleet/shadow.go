@@ -10,6 +10,8 @@ import (
 
 	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk"
+
+	"github.com/freqcap/freqcap/internal/hash64"
 )
 
 // subjectHash is a subject's 64-bit identity from its shard values as
@@ -17,19 +19,7 @@ import (
 // then the SplitMix64 finaliser to spread its bits), with no allocation.
 // It stands for the subject in the shadow rules' people counts and picks
 // the subjects of the traffic sample.
-func subjectHash(shard string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(shard); i++ {
-		h ^= uint64(shard[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
-}
+func subjectHash(shard string) uint64 { return hash64.String(shard) }
 
 // peopleKey is a subject a rule denied (enforced) or a shadow rule would
 // have denied: the rule's index in its policy, the ShadowPeopleStep

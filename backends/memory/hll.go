@@ -3,6 +3,8 @@ package memory
 import (
 	"math"
 	"math/bits"
+
+	"github.com/freqcap/freqcap/internal/hash64"
 )
 
 // uniqueSet counts distinct members, as a Redis HyperLogLog does for
@@ -25,19 +27,7 @@ const (
 // finaliser to spread its bits over the registers' index and rank. It is
 // deterministic (no per-process seed), so a count is the same in every
 // run.
-func uniqueHash(member string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(member); i++ {
-		h ^= uint64(member[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
-}
+func uniqueHash(member string) uint64 { return hash64.String(member) }
 
 // add adds a member's hash.
 func (u *uniqueSet) add(h uint64) {
