@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/fleet/store"
-	"github.com/freqcap/freqcap/sdk"
-
 	"github.com/freqcap/freqcap/internal/hash64"
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // subjectHash is a subject's 64-bit identity from its shard values as
