@@ -54,7 +54,8 @@ type Options struct {
 // Backend is an in-memory driver.Backend. It also implements every
 // optional interface of package driver: Peeker, Reserver, Inspector,
 // Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
-// from one counter per Backend), and store.Counters (package fleet/store)
+// from one counter per Backend), PolicyStore (the versions live as long
+// as the Backend), and store.Counters (package fleet/store)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
