@@ -100,7 +100,7 @@ policies:
 	// applied version 1
 	// plan: version 2 (against version 1)
 	// policy push: modified
-	//   rule daily: identity changed: algorithm fixed_window → sliding_log; carries conservatively: starts under epoch 2 from the old rule's count, placed at the apply; the old rule stays enforced for 24h0m0s after the apply
+	//   rule daily: identity changed: algorithm fixed_window → sliding_log; carries conservatively: starts under epoch 2 from the old rule's count at each person's first attempt after the apply; the old rule stays enforced for 24h0m0s after the apply
 	//   rule daily-40: added: sliding_log 40 per 24h0m0s by [user] shadow epoch 2; starts afresh
 	// applied version 2
 	// version 2: allowed true

@@ -209,7 +209,7 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 				changes := append([]sdk.Change{{From: o, Version: version}}, live(prl.Changes)...)
 				lin.set(name, r.Name, ruleLineage{Epoch: r.Epoch, Changes: changes})
 				rd.Kind, rd.Carry = Reidentified, CarriesConservatively
-				rd.Note = fmt.Sprintf("starts under epoch %d from the old rule's count, placed at the apply; the old rule stays enforced for %v after the apply", version, reach(o))
+				rd.Note = fmt.Sprintf("starts under epoch %d from the old rule's count at each person's first attempt after the apply; the old rule stays enforced for %v after the apply", version, reach(o))
 			default:
 				r.Epoch = o.Epoch
 				lin.set(name, r.Name, ruleLineage{Epoch: r.Epoch, Changes: live(prl.Changes)})
