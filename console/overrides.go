@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -142,7 +143,7 @@ func parseUntil(v string, now time.Time) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	var t time.Time
-	if d, err := parseDays(v); err == nil {
+	if d, err := duration.Parse(v); err == nil {
 		if d <= 0 {
 			return t, badRequest("the duration of an override must be positive")
 		}
@@ -161,27 +162,6 @@ func parseUntil(v string, now time.Time) (time.Time, error) {
 		return t, badRequest("until has already passed")
 	}
 	return t, nil
-}
-
-// parseDays parses a Go duration with an optional leading day count.
-func parseDays(v string) (time.Duration, error) {
-	days := int64(0)
-	if i := strings.IndexByte(v, 'd'); i > 0 {
-		n, err := strconv.ParseInt(v[:i], 10, 32)
-		if err != nil {
-			return 0, err
-		}
-		days, v = n, v[i+1:]
-	}
-	var d time.Duration
-	if v != "" {
-		x, err := time.ParseDuration(v)
-		if err != nil {
-			return 0, err
-		}
-		d = x
-	}
-	return time.Duration(days)*24*time.Hour + d, nil
 }
 
 func badRequest(msg string) error { return echo.NewHTTPError(http.StatusBadRequest, msg) }

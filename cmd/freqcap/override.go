@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -199,12 +200,7 @@ func parseUntil(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 && n <= 36500 {
-			return now.Add(time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+	if d, err := duration.Parse(s); err == nil && d > 0 {
 		return now.Add(d), nil
 	}
 	return time.Time{}, fmt.Errorf("-until %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or a positive duration (90m, 7d)", s)

@@ -34,6 +34,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -132,31 +133,8 @@ func (d *fileDuration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-var daysRE = regexp.MustCompile(`^(\d+)d(.*)$`)
-
 // parseDuration parses a Go duration with an optional leading "<n>d".
-func parseDuration(s string) (time.Duration, error) {
-	var days time.Duration
-	if m := daysRE.FindStringSubmatch(s); m != nil {
-		n, err := strconv.ParseInt(m[1], 10, 64)
-		if err != nil || n > int64(1<<63-1)/int64(24*time.Hour) {
-			return 0, fmt.Errorf("duration %q out of range", s)
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		if m[2] == "" {
-			return days, nil
-		}
-		s = m[2]
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q (want e.g. 90s, 1h30m, 1d)", s)
-	}
-	if d < 0 || days+d < days {
-		return 0, fmt.Errorf("duration %q out of range", s)
-	}
-	return days + d, nil
-}
+func parseDuration(s string) (time.Duration, error) { return duration.Parse(s) }
 
 var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
