@@ -16,6 +16,7 @@ import (
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Overrider is what the console asks of a Limiter that keeps per-person
@@ -88,16 +89,13 @@ type overrideInput struct {
 // are the HTTP 400s the form and the API show.
 func (in overrideInput) build(p *sdk.Policy, now time.Time) (sdk.Override, error) {
 	var o sdk.Override
-	switch in.Kind {
-	case "exempt":
-		o.Kind = sdk.OverrideExempt
-		o.Counted = in.Counted
-	case "block":
-		o.Kind = sdk.OverrideBlock
-	case "limit":
-		o.Kind = sdk.OverrideLimit
-	default:
+	k, ok := driver.ParseOverrideKind(in.Kind)
+	if !ok {
 		return o, badRequest("kind must be exempt, block or limit")
+	}
+	o.Kind = k
+	if k == sdk.OverrideExempt {
+		o.Counted = in.Counted
 	}
 	if o.Kind == sdk.OverrideLimit {
 		if len(in.Limits) == 0 {

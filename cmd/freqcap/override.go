@@ -15,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 const overrideUsage = `Usage:
@@ -147,18 +148,14 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 // override builds the override the set flags describe, at now.
 func (f overrideFlags) override(now time.Time) (sdk.Override, error) {
 	var o sdk.Override
-	switch f.kind {
-	case "exempt":
-		o.Kind = sdk.OverrideExempt
-	case "block":
-		o.Kind = sdk.OverrideBlock
-	case "limit":
-		o.Kind = sdk.OverrideLimit
-	case "":
+	k, ok := driver.ParseOverrideKind(f.kind)
+	switch {
+	case f.kind == "":
 		return o, errors.New("give -kind exempt, block or limit")
-	default:
+	case !ok:
 		return o, fmt.Errorf("-kind must be exempt, block or limit, got %q", f.kind)
 	}
+	o.Kind = k
 	if f.counted && o.Kind != sdk.OverrideExempt {
 		return o, errors.New("-counted is for -kind exempt")
 	}

@@ -285,6 +285,17 @@ func (k OverrideKind) String() string {
 	return "unknown"
 }
 
+// ParseOverrideKind returns the kind String writes as s ("exempt",
+// "block" or "limit"); ok is false for anything else.
+func ParseOverrideKind(s string) (k OverrideKind, ok bool) {
+	for _, k := range []OverrideKind{Exempt, Block, Limit} {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
 // Override is one per-person exception to a policy's rules, kept by the
 // backend under a subject's Request.OverrideKey.
 type Override struct {

@@ -152,3 +152,18 @@ func TestRuleReach(t *testing.T) {
 		})
 	}
 }
+
+// TestParseOverrideKind: every kind reads back from its String, and
+// nothing else reads as a kind.
+func TestParseOverrideKind(t *testing.T) {
+	for _, k := range []OverrideKind{Exempt, Block, Limit} {
+		if got, ok := ParseOverrideKind(k.String()); !ok || got != k {
+			t.Errorf("ParseOverrideKind(%q) = %v, %v", k.String(), got, ok)
+		}
+	}
+	for _, s := range []string{"", "unknown", "Exempt", "blocks"} {
+		if _, ok := ParseOverrideKind(s); ok {
+			t.Errorf("ParseOverrideKind(%q) ok", s)
+		}
+	}
+}
