@@ -125,15 +125,19 @@ func WithHotDenyCache(size int) PolicyOption {
 // the rule as it was (its own Epoch included). sdk/policyfile derives
 // changes from a store's versions; code may give them too.
 //
-// While From's state can still prove anything (From's reach after At: its
-// window, plus a cell for a sliding window, its tolerance for GCRA), every
-// decision also evaluates From, under its own keys and enforced (reported
-// with RuleDecision.Before = Version), and the changed rule, while it has
-// no state of its own, starts from the units From counts, placed at the
-// decision's time. So a person capped before the change stays capped as
-// long as the old or the new rule would cap them, and the change admits
-// no one past the new limit. From must have the rule's dimensions (a
-// re-keyed rule cannot carry: NewPolicy refuses such a change).
+// While From's state can still prove anything (until At plus From's
+// reach, driver.Rule.Reach: its window, an hour more for a calendar
+// window, a cell more for a sliding window, its tolerance for GCRA), every
+// decision also evaluates From, under its own keys and enforced (a shadow
+// rule when the rule or From is one; reported with RuleDecision.Before =
+// Version), and the changed rule, while it has no state of its own,
+// starts from the units From counts, placed at the decision's time. With
+// several changes in reach, each From starts likewise from the next older
+// one's, and the rule from the newest's (see WithChange). So a person
+// capped before the change stays capped as long as the old or the new
+// rule would cap them, and the change admits no one past the new limit.
+// From must have the rule's dimensions (a re-keyed rule cannot carry:
+// NewPolicy refuses such a change).
 type Change struct {
 	From    Rule
 	At      time.Time
