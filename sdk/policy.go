@@ -21,7 +21,9 @@ const (
 )
 
 // Policy is a named set of rules checked together: a request is allowed
-// only if every rule admits it, and a denied request consumes nothing.
+// only if every enforced rule admits it (shadow rules never deny; a
+// per-person override may decide instead, WithOverrides), and a denied
+// request consumes nothing.
 //
 // Build one with NewPolicy or load them with package sdk/policyfile. A Policy is
 // validated and immutable, and safe for concurrent use; the zero Policy
@@ -391,7 +393,9 @@ func (p *Policy) Rules() []Rule {
 
 // RuleIDs returns each rule's identity id, in policy order: the rule's
 // own storage key holds it, so a rule whose id changes (another
-// algorithm, window or calendar) counts from scratch.
+// algorithm, window, cell count, calendar, zone, set of dimensions or
+// Epoch) counts in other state: from scratch, unless a Change carries
+// its counts (WithChange).
 func (p *Policy) RuleIDs() []string {
 	if p == nil {
 		return nil
