@@ -153,7 +153,8 @@ type Change struct {
 // reach seeds the rule (see Change). NewPolicy checks each change: the
 // rule exists, From is a valid rule with the rule's dimensions and
 // another identity (a change of limit or burst alone keeps the counts and
-// is no Change), and At is set; errors wrap ErrInvalidPolicy or
+// is no Change), At is set and Version is at least 1 (it marks From in
+// decisions: RuleDecision.Before); errors wrap ErrInvalidPolicy or
 // ErrInvalidRule.
 func WithChange(rule string, changes ...Change) PolicyOption {
 	return func(o *policyOptions) error {
@@ -308,6 +309,10 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 			}
 			if c.At.IsZero() {
 				return i, fmt.Errorf("rule %q: %w: change (version %d) has no time (At)", name, ErrInvalidPolicy, c.Version)
+			}
+			if c.Version < 1 {
+				// RuleDecision.Before and RuleKey.Before mark From by it.
+				return i, fmt.Errorf("rule %q: %w: change has no version (Version must be >= 1, got %d)", name, ErrInvalidPolicy, c.Version)
 			}
 			c.From = nf
 			ch := change{Change: c, id: id, reach: driverRule(nf).Reach()}
