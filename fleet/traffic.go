@@ -19,7 +19,6 @@ import (
 // The traffic sample: every consuming attempt (the decisions a Recorder
 // counts) of the subjects whose shard values hash into a 1/Sample share,
 // so that package fleet/whatif can replay them through other policies.
-// This file owns the format of its entries.
 const (
 	// DefaultSample is Options.Sample's default: 1 subject in 16.
 	DefaultSample = 16

@@ -40,7 +40,9 @@ func (a Attempt) cost() int64 {
 }
 
 // Take takes a.Cost units (0 means 1) for a.Subject from every rule of p
-// if all admit them, atomically: all rules or none. A denial is a
+// if every enforced rule admits them, atomically: all rules or none (a
+// shadow rule never denies, and counts the units only if it admits them;
+// an override, WithOverrides, may decide instead). A denial is a
 // Decision with Allowed false, not an error; it consumes nothing. With an
 // IdempotencyKey, a retry of the attempt returns the first decision with
 // Replayed set and consumes nothing more.

@@ -185,3 +185,20 @@ func TestChangeReset(t *testing.T) {
 		}
 	}
 }
+
+// A change without a version would be reported as the rule itself
+// (RuleDecision.Before 0): NewPolicy refuses it.
+func TestWithChangeNeedsVersion(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rule := sdk.SlidingWindow("recv", 5, time.Hour).By("user")
+	from := sdk.SlidingWindow("recv", 5, 2*time.Hour).By("user")
+	for _, v := range []int64{0, -1} {
+		_, err := sdk.NewPolicy("p", []sdk.Rule{rule}, sdk.WithChange("recv", sdk.Change{From: from, At: at, Version: v}))
+		if !errors.Is(err, sdk.ErrInvalidPolicy) || !strings.Contains(err.Error(), "no version") {
+			t.Errorf("NewPolicy(change version %d) = %v, want ErrInvalidPolicy saying no version", v, err)
+		}
+	}
+	if _, err := sdk.NewPolicy("p", []sdk.Rule{rule}, sdk.WithChange("recv", sdk.Change{From: from, At: at, Version: 1})); err != nil {
+		t.Errorf("NewPolicy(change version 1) = %v, want nil", err)
+	}
+}

@@ -15,22 +15,28 @@ import (
 // Decision denies with no rules; it is what the methods return alongside
 // an error (except Wait, which returns its last denial).
 type Decision struct {
-	// Allowed reports whether every rule admitted the cost (and, for Take,
-	// Allow, TakeBatch, Reserve and Wait, that it was consumed from every
-	// rule).
+	// Allowed reports whether every enforced rule admitted the cost (and,
+	// for Take, Allow, TakeBatch, Reserve and Wait, that it was consumed
+	// from every rule but the shadow rules that would have denied), or
+	// that an Exempt override admitted it; a Block override denies it.
+	// Shadow rules never deny (ShadowDenied).
 	Allowed bool
 	// Policy is the policy's name.
 	Policy string
 	// At is the backend's clock at the decision (for a degraded decision:
 	// the Limiter's clock).
 	At time.Time
-	// Rules holds one entry per rule, in policy order (nil when Degraded).
+	// Rules holds one entry per rule, in policy order (nil when Degraded);
+	// a rule's former selves still in reach (WithChange) come just before
+	// it, under its name, with RuleDecision.Before set.
 	Rules []RuleDecision
-	// Denied names the rules that denied, in policy order.
+	// Denied names the rules that denied, in policy order, each once
+	// (none when an override decided: see Override).
 	Denied []string
 	// RetryAfter is the longest RetryAfter of the denying rules: how long
 	// until the request could be admitted if nothing else is taken. It is
-	// zero when allowed, and when only CostTooHigh rules denied.
+	// zero when allowed, and when only CostTooHigh rules denied. Under a
+	// Block override it runs until the block ends (zero without end).
 	RetryAfter time.Duration
 	// CostTooHigh reports that some rule can never admit this cost.
 	CostTooHigh bool
@@ -97,7 +103,8 @@ type Inspection struct {
 	// At is the backend's clock.
 	At time.Time
 	// Rules are the rules whose dimensions the subject gives, in policy
-	// order.
+	// order, each preceded by its former selves still in reach
+	// (RuleDecision.Before, as in Decision.Rules).
 	Rules []RuleDecision
 	// Skipped names the rules needing dimension values the subject lacks.
 	Skipped []string

@@ -62,7 +62,8 @@
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
 // [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound],
-// [ErrInvalidOverride], [ErrOverrideNotFound]), matched
+// [ErrInvalidOverride], [ErrOverrideNotFound], [ErrVersionConflict],
+// [ErrNoPolicyVersion]), matched
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //

@@ -263,8 +263,9 @@ func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ..
 // TrailSince). s must give the shard dimensions (ShardBy); rules needing
 // other dimensions s lacks are listed in Skipped: a denial in the trail by
 // one of them, with its Values, says which values may still be blocked. A
-// backend failure is always returned as an error. The backend must support inspection (the memory and Redis
-// backends do), else the error wraps errors.ErrUnsupported.
+// backend failure is always returned as an error. The backend must
+// support inspection (the memory and Redis backends do), else the error
+// wraps errors.ErrUnsupported.
 func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
 	if err := l.supports("inspect", opInspect); err != nil {
 		return Inspection{}, err

@@ -21,7 +21,9 @@ const (
 )
 
 // Policy is a named set of rules checked together: a request is allowed
-// only if every rule admits it, and a denied request consumes nothing.
+// only if every enforced rule admits it (shadow rules never deny; a
+// per-person override may decide instead, WithOverrides), and a denied
+// request consumes nothing.
 //
 // Build one with NewPolicy or load them with package sdk/policyfile. A Policy is
 // validated and immutable, and safe for concurrent use; the zero Policy
@@ -125,15 +127,19 @@ func WithHotDenyCache(size int) PolicyOption {
 // the rule as it was (its own Epoch included). sdk/policyfile derives
 // changes from a store's versions; code may give them too.
 //
-// While From's state can still prove anything (From's reach after At: its
-// window, plus a cell for a sliding window, its tolerance for GCRA), every
-// decision also evaluates From, under its own keys and enforced (reported
-// with RuleDecision.Before = Version), and the changed rule, while it has
-// no state of its own, starts from the units From counts, placed at the
-// decision's time. So a person capped before the change stays capped as
-// long as the old or the new rule would cap them, and the change admits
-// no one past the new limit. From must have the rule's dimensions (a
-// re-keyed rule cannot carry: NewPolicy refuses such a change).
+// While From's state can still prove anything (until At plus From's
+// reach, driver.Rule.Reach: its window, an hour more for a calendar
+// window, a cell more for a sliding window, its tolerance for GCRA), every
+// decision also evaluates From, under its own keys and enforced (a shadow
+// rule when the rule or From is one; reported with RuleDecision.Before =
+// Version), and the changed rule, while it has no state of its own,
+// starts from the units From counts, placed at the decision's time. With
+// several changes in reach, each From starts likewise from the next older
+// one's, and the rule from the newest's (see WithChange). So a person
+// capped before the change stays capped as long as the old or the new
+// rule would cap them, and the change admits no one past the new limit.
+// From must have the rule's dimensions (a re-keyed rule cannot carry:
+// NewPolicy refuses such a change).
 type Change struct {
 	From    Rule
 	At      time.Time
@@ -147,7 +153,8 @@ type Change struct {
 // reach seeds the rule (see Change). NewPolicy checks each change: the
 // rule exists, From is a valid rule with the rule's dimensions and
 // another identity (a change of limit or burst alone keeps the counts and
-// is no Change), and At is set; errors wrap ErrInvalidPolicy or
+// is no Change), At is set and Version is at least 1 (it marks From in
+// decisions: RuleDecision.Before); errors wrap ErrInvalidPolicy or
 // ErrInvalidRule.
 func WithChange(rule string, changes ...Change) PolicyOption {
 	return func(o *policyOptions) error {
@@ -303,6 +310,10 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 			if c.At.IsZero() {
 				return i, fmt.Errorf("rule %q: %w: change (version %d) has no time (At)", name, ErrInvalidPolicy, c.Version)
 			}
+			if c.Version < 1 {
+				// RuleDecision.Before and RuleKey.Before mark From by it.
+				return i, fmt.Errorf("rule %q: %w: change has no version (Version must be >= 1, got %d)", name, ErrInvalidPolicy, c.Version)
+			}
 			c.From = nf
 			ch := change{Change: c, id: id, reach: driverRule(nf).Reach()}
 			ch.end = c.At.Add(ch.reach)
@@ -387,7 +398,9 @@ func (p *Policy) Rules() []Rule {
 
 // RuleIDs returns each rule's identity id, in policy order: the rule's
 // own storage key holds it, so a rule whose id changes (another
-// algorithm, window or calendar) counts from scratch.
+// algorithm, window, cell count, calendar, zone, set of dimensions or
+// Epoch) counts in other state: from scratch, unless a Change carries
+// its counts (WithChange).
 func (p *Policy) RuleIDs() []string {
 	if p == nil {
 		return nil

@@ -219,8 +219,9 @@ func (o op) String() string {
 // consumes reports whether o consumes when admitted.
 func (o op) consumes() bool { return o == opTake || o == opReserve }
 
-// Take checks req's rules and consumes req.Cost from each if all admit
-// it, atomically (driver.Backend).
+// Take checks req's rules and, if every enforced rule admits req.Cost,
+// consumes it from each, atomically (driver.Backend; a shadow rule
+// consumes only when it admits it too, see driver.Rule.Shadow).
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
 	return b.decide(ctx, opTake, req)
 }
@@ -618,8 +619,9 @@ func (b *Backend) Sweep() {
 	}
 }
 
-// Len reports how many entries (rule states, trails, reservation sets) the
-// backend reservations, including expired ones not yet swept.
+// Len reports how many entries (rule states, trails, reservation sets,
+// idempotency records, override sets) the backend holds, including
+// expired ones not yet swept.
 func (b *Backend) Len() int {
 	n := 0
 	for _, s := range b.shards {

@@ -13,8 +13,8 @@ import (
 
 var _ store.Counters = (*Backend)(nil)
 
-// MaxStatsKeys bounds the statistics keys a Backend keeps (hashes and
-// sorted sets together). Expired keys are deleted at every flush; a flush
+// MaxStatsKeys bounds the statistics keys a Backend keeps (hashes, sorted
+// sets, distinct-member counters and lists together). Expired keys are deleted at every flush; a flush
 // that would create a key beyond the bound fails with ErrStatsFull and
 // applies nothing.
 const MaxStatsKeys = 100_000

@@ -8,7 +8,7 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// kind says which state an entry reservations.
+// kind says which state an entry holds.
 type kind uint8
 
 const (

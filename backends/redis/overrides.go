@@ -25,8 +25,8 @@ var errNoScripting = fmt.Errorf("%w: overrides need scripting", errors.ErrUnsupp
 
 // SetOverride stores o under key (a driver.Request.OverrideKey, a hash
 // whose every decision reads it: take.lua) with a new ID, from INCR of
-// one counter per key prefix ("<the key's part before its hash tag>:
-// !override-id"), and Created from the server's clock, in one script on
+// one counter per key prefix (the key's part before its hash tag, then
+// ":!override-id"), and Created from the server's clock, in one script on
 // key's server that also refuses an Until already past and sets the key's
 // expiry to its overrides' latest Until (none while one has none)
 // (driver.Overrider).

@@ -5,7 +5,8 @@
 //
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
-// them only if all admit: take.lua (package internal/lua), or, for a
+// them only if every enforced one admits (a shadow rule consumes only
+// when it admits too, driver.Rule.Shadow): take.lua (package internal/lua), or, for a
 // take or peek whose rules are all fixed windows (not calendar ones),
 // sliding-window counters or GCRA on plain Lua, or sliding logs (at most
 // internal/lua's FastMax rules, none shadow or seeded, no idempotency
@@ -323,8 +324,9 @@ func isNoScript(err error) bool {
 	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Take checks req's rules and consumes req.Cost from each if all admit
-// it, in one EVALSHA of take.lua or of the fast script of req's rules
+// Take checks req's rules and, if every enforced rule admits req.Cost,
+// consumes it from each (a shadow rule only when it admits it too, see
+// driver.Rule.Shadow), in one EVALSHA of take.lua or of the fast script of req's rules
 // (see the package doc; EVAL where the server refuses EVALSHA;
 // shared with concurrent calls under Options.Coalesce). Where scripting is
 // refused, it runs bare TairHash commands instead (docs/MODULES.md, "Bare

@@ -11,10 +11,10 @@
 // A backend implements [Backend]: Take, the consuming, all-or-nothing
 // decision. Every other operation is an optional interface the sdk
 // discovers with a type assertion. A Limiter whose backend lacks Peeker,
-// Reserver, Inspector, Resetter or Describer returns an error wrapping
-// errors.ErrUnsupported from the operation that needs it, consuming
-// nothing; without Batcher or Clocked it does without (one call per
-// attempt; the system clock):
+// Reserver, Inspector, Resetter, Describer, Overrider or PolicyStore
+// returns an error wrapping errors.ErrUnsupported from the operation that
+// needs it, consuming nothing; without Batcher or Clocked it does without
+// (one call per attempt; the system clock):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
 //   - [Reserver]: Reserve, Commit and Cancel, reservations (sdk Reserve,
@@ -26,6 +26,10 @@
 //     sdk TakeBatch and PeekBatch call Take or Peek once per attempt).
 //   - [Clocked]: the backend decides on a clock of the caller's process,
 //     which the sdk's Limiter then reads too.
+//   - [Overrider]: per-person overrides, read by every decision that
+//     carries an OverrideKey (sdk SetOverride, DeleteOverride, Overrides).
+//   - [PolicyStore]: versioned policy documents (sdk PutPolicies,
+//     GetPolicies, PolicyHistory, WatchPolicies; sdk/policyfile).
 //
 // A backend that does not honour Request.IdempotencyKey (sdk idempotency
 // keys) refuses a Take or Reserve that carries one with an error wrapping
@@ -206,8 +210,11 @@ type Request struct {
 
 	// TrailKey holds the subject's recent denials under this policy. On a
 	// denied Take or Reserve the backend records one Denial per denying
-	// rule in the same atomic step, keeps at most TrailMax entries (newest
-	// first) and expires the trail TrailTTL after the last denial.
+	// rule, and on any Take or Reserve one per shadow rule that would
+	// have denied (Rule.Shadow), in the same atomic step (a Block
+	// override's one entry instead, see OverrideKey); it keeps at most
+	// TrailMax entries (newest first) and expires the trail TrailTTL
+	// after the last denial.
 	// TrailMax 0 disables the trail.
 	TrailKey string
 	TrailMax int
@@ -229,8 +236,9 @@ type Request struct {
 
 	// IdempotencyKey, when set on a Take or Reserve, makes the request
 	// idempotent (a backend that cannot refuses it: see the package doc).
-	// If a live record is stored under IdempotencyKey, the backend returns that record's Result with Replayed set
-	// and does nothing else: it consumes nothing, writes no trail entry
+	// If a live record is stored under IdempotencyKey, the backend
+	// returns that record's Result with Replayed set and does nothing
+	// else: it consumes nothing, writes no trail entry
 	// and creates no reservation. Otherwise it decides as usual and, in
 	// the same atomic step, stores the Result (allowed or denied) under
 	// IdempotencyKey for IdempotencyTTL. IdempotencyKey shares the hash
@@ -415,8 +423,11 @@ type RuleResult struct {
 
 // Result is a backend's answer to a Request.
 type Result struct {
-	// Allowed reports whether every rule admitted the cost (and, for Take
-	// and Reserve, that the cost was consumed from every rule).
+	// Allowed reports whether every enforced rule admitted the cost (and,
+	// for Take and Reserve, that the cost was consumed from every rule
+	// but the shadow rules that would have denied), or whether an
+	// override decided (Request.OverrideKey). Shadow rules never deny
+	// (Rule.Shadow).
 	Allowed bool
 	// Rules holds one result per Request.Rules entry, in the same order.
 	Rules []RuleResult
@@ -498,14 +509,17 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 
 // Backend is the one interface every backend implements: Take, the
 // consuming decision. Everything else is optional (Peeker, Reserver,
-// Inspector, Resetter, Describer, Batcher, Clocked): the sdk
-// discovers it with a type assertion and, where it is missing, returns an
-// error wrapping errors.ErrUnsupported. Implementations are safe for
-// concurrent use.
+// Inspector, Resetter, Describer, Batcher, Clocked, Overrider,
+// PolicyStore): the sdk discovers it with a type assertion and, where it
+// is missing, does without (Batcher, Clocked) or returns an error
+// wrapping errors.ErrUnsupported. Implementations are safe for concurrent
+// use.
 type Backend interface {
-	// Take checks every rule of req for req.Cost and, only if all admit
-	// it, consumes req.Cost from each, atomically: all rules or none. It
-	// first gives back the units of lapsed reservations under
+	// Take checks every rule of req for req.Cost and, only if every
+	// enforced one admits it, consumes req.Cost from each, atomically:
+	// all rules or none (a shadow rule only when it admits it too, see
+	// Rule.Shadow; overrides may decide instead, see Request.OverrideKey).
+	// It first gives back the units of lapsed reservations under
 	// req.ReservationKey; a denial writes the trail (Request.TrailKey).
 	// A denial is a Result, not an error; an error means the backend
 	// could not decide and nothing was consumed, or — for a timeout —
@@ -556,8 +570,9 @@ type Resetter interface {
 	// reservation under req.ReservationKey (without giving anything back;
 	// an empty ReservationKey keeps them). The denial trail, idempotency
 	// records and overrides (req.OverrideKey) are kept. req.Rules may hold
-	// a changed rule's predecessors (Rule.Seed): their state is deleted too. The sdk names either every rule of a
-	// set of dimensions (Rule.Group) or none of it, so a backend keeping
+	// a changed rule's predecessors (Rule.Seed): their state is deleted
+	// too. The sdk names either every rule of a set of dimensions
+	// (Rule.Group) or none of it, so a backend keeping
 	// a set's state under one key may delete that key whole.
 	Reset(ctx context.Context, req Request) error
 }
