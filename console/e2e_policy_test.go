@@ -135,6 +135,7 @@ func TestE2EShadowView(t *testing.T) {
 	// they were denials.
 	run(t, ctx, "open the subject", chromedp.Navigate(base+"/subject?"+subjectQuery("push", sdk.Subject{"user": "s1"})), chromedp.WaitVisible(chromedp.ID("trail")))
 	waitContains(t, ctx, "#trail td.retry-after", "none: not enforced")
+	waitContains(t, ctx, `#rules tr[data-rule="recv-1m-3"] .retry`, "not enforced (enforced: retry in ")
 }
 
 // TestE2EOverride: an admin blocks a person from the subject page; the
