@@ -511,6 +511,12 @@ func (s *Server) overrideDeleteConfirm(c echo.Context) error {
 		Row:     overrideRows(p, shard, os[i:i+1], s.now(), true)[0],
 		BackURL: "/subject?" + subjectQuery(p.Name(), shard),
 	}
+	now := s.now()
+	for j, o := range os {
+		if j != i && (o.Until.IsZero() || o.Until.After(now)) {
+			v.Others++
+		}
+	}
 	v.Title = "Delete override"
 	return render(c, http.StatusOK, views.OverrideDeletePage(v))
 }

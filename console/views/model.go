@@ -329,6 +329,8 @@ type OverrideDeleteView struct {
 	Shard   []Field
 	Row     OverrideRow
 	BackURL string
+	// Others is how many other overrides of the person stay in force.
+	Others int
 }
 
 // OverrideNote is what the live verdict says of an override deciding a
