@@ -130,6 +130,12 @@ func TestE2EShadowView(t *testing.T) {
 	waitText(t, ctx, `.shadow-table tr.enforced-row[data-rule="recv-1m"] td.attempts-1h`, "0")
 	waitContains(t, ctx, "#policy-version", "Policy-store version 2 in force")
 	screenshot(t, ctx, "shadow-view.png")
+
+	// The trail's shadow entries told nobody to wait: no retry-after as if
+	// they were denials.
+	run(t, ctx, "open the subject", chromedp.Navigate(base+"/subject?"+subjectQuery("push", sdk.Subject{"user": "s1"})), chromedp.WaitVisible(chromedp.ID("trail")))
+	waitContains(t, ctx, "#trail td.retry-after", "none: not enforced")
+	waitContains(t, ctx, `#rules tr[data-rule="recv-1m-3"] .retry`, "not enforced (enforced: retry in ")
 }
 
 // TestE2EOverride: an admin blocks a person from the subject page; the

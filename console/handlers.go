@@ -339,6 +339,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		}
 		live.Override = n
 	}
+	limited := s.limitedBy(ctx, p, subj, ins.At)
 	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]
 		row := views.RuleRow{
@@ -356,6 +357,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			ResetNote: cellNote(r, rd.ResetAfter),
 			Shadow:    rd.Shadow,
 			Before:    rd.Before,
+			LimitBy:   limited[rd.Rule],
 		}
 		if !rd.Allowed {
 			row.RetryNote = cellNote(r, rd.RetryAfter)

@@ -392,6 +392,36 @@ func (s *Server) deciding(ctx context.Context, p *sdk.Policy, subj sdk.Subject, 
 	return liveOverride(os, now)
 }
 
+// limitedBy maps each rule a live limit override sets the limit of, for
+// subj under p at now, to that override's ID: per rule the latest (the
+// highest ID), as the backends apply them. Nil when there is none or the
+// overrides could not be read.
+func (s *Server) limitedBy(ctx context.Context, p *sdk.Policy, subj sdk.Subject, now time.Time) map[string]int64 {
+	shard := shardOf(p, subj)
+	if s.ovr == nil || len(shard) != len(p.ShardBy()) {
+		return nil
+	}
+	os, err := s.ovr.Overrides(ctx, p, shard)
+	if err != nil {
+		return nil
+	}
+	var by map[string]int64
+	for _, o := range os {
+		if o.Kind != sdk.OverrideLimit || (!o.Until.IsZero() && !o.Until.After(now)) {
+			continue
+		}
+		for name := range o.Limits {
+			if by == nil {
+				by = map[string]int64{}
+			}
+			if o.ID > by[name] {
+				by[name] = o.ID
+			}
+		}
+	}
+	return by
+}
+
 // overrideForm reads the override form.
 func overrideForm(c echo.Context, p *sdk.Policy) overrideInput {
 	in := overrideInput{
@@ -458,6 +488,12 @@ func (s *Server) overrideDeleteConfirm(c echo.Context) error {
 		Shard:   orderedValues(p, shard),
 		Row:     overrideRows(p, shard, os[i:i+1], s.now(), true)[0],
 		BackURL: "/subject?" + subjectQuery(p.Name(), shard),
+	}
+	now := s.now()
+	for j, o := range os {
+		if j != i && (o.Until.IsZero() || o.Until.After(now)) {
+			v.Others++
+		}
 	}
 	v.Title = "Delete override"
 	return render(c, http.StatusOK, views.OverrideDeletePage(v))

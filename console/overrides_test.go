@@ -168,6 +168,27 @@ func TestOverrides(t *testing.T) {
 			if err := f.lim.DeleteOverride(context.Background(), f.srv.snap().byName["push"], sdk.Subject{"user": user}, o.ID); err == nil {
 				t.Errorf("the exempt is still there after the API's delete")
 			}
+
+			// A limit override: the rule's row says whose limit it shows.
+			res, out = f.api(t, http.MethodPost, "/api/v1/overrides", adminToken, `{"policy":"push","subject":{"user":"`+user+`"},"kind":"limit","limits":{"recv-24h":200},"reason":"partner quota"}`)
+			var lo OverrideJSON
+			if err := json.Unmarshal([]byte(out), &lo); err != nil || res.StatusCode != http.StatusCreated {
+				t.Fatalf("POST /api/v1/overrides (limit) = %d %s", res.StatusCode, out)
+			}
+			mark := `<span class="tag limit-by">limit 200 by override #` + strconv.FormatInt(lo.ID, 10) + `</span>`
+			if body := page(viewerToken); !strings.Contains(body, mark) || strings.Count(body, `class="tag limit-by"`) != 1 {
+				t.Errorf("the subject page does not mark recv-24h's limit as override #%d's (alone):\n%s", lo.ID, body)
+			}
+			// Deleting a block beside it: the confirmation does not say the rules alone decide.
+			res, out = f.api(t, http.MethodPost, "/api/v1/overrides", adminToken, `{"policy":"push","subject":{"user":"`+user+`"},"kind":"block","reason":"abuse"}`)
+			var bo OverrideJSON
+			if err := json.Unmarshal([]byte(out), &bo); err != nil || res.StatusCode != http.StatusCreated {
+				t.Fatalf("POST /api/v1/overrides (block) = %d %s", res.StatusCode, out)
+			}
+			conf = html.UnescapeString(readBody(t, f.do(t, req{path: "/override/delete?" + subjectQuery("push", sdk.Subject{"user": user}) + "&id=" + strconv.FormatInt(bo.ID, 10), bearer: adminToken, cookies: []*http.Cookie{cs}})))
+			if !strings.Contains(conf, "with 1 other override still in force") || strings.Contains(conf, "rules alone decide") {
+				t.Errorf("the block's confirmation does not name the limit override left in force:\n%s", conf)
+			}
 		})
 	}
 }

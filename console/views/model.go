@@ -130,6 +130,9 @@ type RuleRow struct {
 	// version Before, still enforced beside its successor.
 	Shadow bool
 	Before int64
+	// LimitBy, when nonzero: Limit is the one limit override #LimitBy
+	// gives this person, not the rule's own.
+	LimitBy int64
 }
 
 // DenialRow is one entry of a denial trail, or a group of identical
@@ -326,6 +329,8 @@ type OverrideDeleteView struct {
 	Shard   []Field
 	Row     OverrideRow
 	BackURL string
+	// Others is how many other overrides of the person stay in force.
+	Others int
 }
 
 // OverrideNote is what the live verdict says of an override deciding a
