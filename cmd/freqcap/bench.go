@@ -91,7 +91,7 @@ func runBench(args []string) error {
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive, -warmup >= 0")
 	}
-	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
 		return errors.New("bench: -batch must be >= 0, -coalesce >= -1, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
 	}
 	if err := server.check(); err != nil {
