@@ -191,7 +191,8 @@ func TestBoundsExact(t *testing.T) {
 		{name: "take.lua batch", noFast: true, decide: takeInBatch},
 		{name: "fast batch", fast: true, decide: takeInBatch},
 		{name: "coalesced take.lua", noFast: true, coalesce: 2, decide: takeOne},
-		{name: "coalesced fast", coalesce: 2, fast: true, decide: takeOne},
+		// A lone coalesced call goes out alone, in the short form.
+		{name: "coalesced fast", coalesce: 2, fast: true, short: true, decide: takeOne},
 		{name: "reservation", decide: reserve},
 		{name: "idempotent", decide: idem},
 	}

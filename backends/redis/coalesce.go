@@ -22,7 +22,9 @@ import (
 // waits). A call that finds a free slot on arrival takes it; the others
 // wait for their outcome or for a slot. So a queued call waits for the
 // first slot to come free, at most one script in flight, and is then
-// sent, unless batchAttempts calls queue before it.
+// sent, unless batchAttempts calls queue before it. A call that finds a
+// free slot and nobody queued goes out alone, as an uncoalesced call
+// (Backend.decideOne), holding the slot until it is answered.
 type coalescer struct {
 	max int // slots: scripts in flight at once
 
@@ -67,8 +69,21 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 	if err := ctx.Err(); err != nil {
 		return driver.Result{}, err
 	}
-	w := &waiter{req: r, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
+	if c.slots < c.max && len(c.queue) == 0 {
+		// Nobody waits and a slot is free: the call goes out at once as it
+		// would uncoalesced (one EVALSHA of its own, the short form), so a
+		// lone caller pays nothing for coalescing. Calls arriving
+		// meanwhile queue, and the slot goes to the first of them.
+		c.slots++
+		c.mu.Unlock()
+		res, err := b.decideOne(ctx, r.op, r.Request, rep)
+		c.mu.Lock()
+		c.release()
+		c.mu.Unlock()
+		return res, err
+	}
+	w := &waiter{req: r, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, w)
 	if c.slots < c.max {
 		c.slots++
@@ -150,6 +165,12 @@ func (c *coalescer) remove(w *waiter) {
 // it. Called with mu held.
 func (c *coalescer) pass(w *waiter) {
 	w.lead = false
+	c.release()
+}
+
+// release hands a slot to the first queued waiter without one, or frees
+// it. Called with mu held.
+func (c *coalescer) release() {
 	for _, q := range c.queue {
 		if !q.lead {
 			q.lead = true

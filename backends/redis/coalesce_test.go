@@ -322,8 +322,11 @@ func holdFirst(t *testing.T, b *Backend, g gate) <-chan outcome {
 	t.Helper()
 	s := newSubject(t, "first")
 	ch := async(context.Background(), b, s.request(opTake, 1, s.fixed("f", 10, time.Hour)))
-	if got := <-g.entered; len(got) != 1 || got[0] != 1 {
-		t.Fatalf("first script pipeline = attempts %v, want [1]", got)
+	// It found a free slot and nobody queued: it went out alone, as an
+	// uncoalesced call would (one script; the short form reads as 0
+	// attempts here, take.lua's as 1).
+	if got := <-g.entered; len(got) != 1 || got[0] > 1 {
+		t.Fatalf("first script = attempts %v, want one script of one attempt", got)
 	}
 	return ch
 }
@@ -523,7 +526,7 @@ func TestCoalesceApplies(t *testing.T) {
 		on   bool
 	}{
 		{"standalone, 2", sc, 2, true},
-		{"standalone, 0", sc, 0, false},
+		{"standalone, 0 (the default)", sc, 0, true},
 		{"standalone, -1", sc, -1, false},
 		{"cluster, 2", cc, 2, false},
 		{"ring, 2", ring, 2, false},
@@ -544,4 +547,55 @@ func TestCoalesceApplies(t *testing.T) {
 			t.Errorf("Describe().Notes = %q, want the coalescing note", d.Notes)
 		}
 	})
+}
+
+// lone records whether each script went out alone (Process) or in a
+// pipeline, and its first argument after the keys.
+type lone struct{ calls chan string }
+
+func (l lone) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (l lone) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if a := cmd.Args(); cmd.Name() == "evalsha" {
+			nk, _ := a[2].(int)
+			l.calls <- fmt.Sprintf("alone %v", a[3+nk])
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (l lone) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if cmds[0].Name() == "evalsha" {
+			l.calls <- "pipeline"
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestCoalesceLoneCall: with the default options (coalescing on) a call
+// that finds nothing in flight goes out at once, alone, in the short
+// form of its fast script: what an uncoalesced call sends, so a lone
+// caller pays nothing for coalescing.
+func TestCoalesceLoneCall(t *testing.T) {
+	c := goredis.NewClient(testserver.Patient(NewClientOptions(redistest.Standalone(t))).Simple())
+	t.Cleanup(func() { c.Close() })
+	b := New(c, nil)
+	if b.co == nil || b.opts.Coalesce != DefaultCoalesce {
+		t.Fatalf("New(standalone, nil): coalesce %d (on %v), want DefaultCoalesce %d", b.opts.Coalesce, b.co != nil, DefaultCoalesce)
+	}
+	s := newSubject(t, "lone")
+	f := s.fixed("f", 10, time.Hour)
+	take(t, b, s.request(opPeek, 1, f)) // detection and script loading first
+	l := lone{calls: make(chan string, 16)}
+	c.AddHook(l)
+	for i := range 3 {
+		checkRule(t, fmt.Sprintf("Take %d", i+1), take(t, b, s.request(opTake, 1, f)).Rules[0], true, int64(i+1), 10)
+		if got := <-l.calls; got != "alone t" {
+			t.Errorf("Take %d went out as %q, want one EVALSHA alone in the short form (\"alone t\")", i+1, got)
+		}
+	}
+	if n := b.co.queued(); n != 0 {
+		t.Errorf("queued after the calls = %d, want 0", n)
+	}
 }

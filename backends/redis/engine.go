@@ -69,22 +69,27 @@ type scriptMode struct {
 }
 
 func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
-	b := m.b
-	if b.co != nil {
-		return b.co.do(ctx, b, m.rep, request{op: o, Request: req})
+	if m.b.co != nil {
+		return m.b.co.do(ctx, m.b, m.rep, request{op: o, Request: req})
 	}
-	if a, ok := b.fastAttempt(o, req, m.rep); ok {
-		v, err := b.run(ctx, a.s.script, a.s.src, m.rep.EvalOnly, a.keys, a.args())
+	return m.b.decideOne(ctx, o, req, m.rep)
+}
+
+// decideOne runs one decision in an EVALSHA of its own: of its fast
+// script in the short form, or of take.lua.
+func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
+	if a, ok := b.fastAttempt(o, req, rep); ok {
+		v, err := b.run(ctx, a.s.script, a.s.src, rep.EvalOnly, a.keys, a.args())
 		if err != nil {
 			return driver.Result{}, err
 		}
 		return b.finish(o, req, a.s.choices, v)
 	}
-	c, err := b.encode(o, req, time.Now(), m.rep)
+	c, err := b.encode(o, req, time.Now(), rep)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	v, err := b.run(ctx, takeScript, lua.Take, m.rep.EvalOnly, c.keys, c.args)
+	v, err := b.run(ctx, takeScript, lua.Take, rep.EvalOnly, c.keys, c.args)
 	if err != nil {
 		return driver.Result{}, err
 	}

@@ -73,7 +73,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.BoolVar(&cfg.Overrides, "overrides", false, "also run the policy with per-person overrides read in every decision (sdk.WithOverrides): with none set, and with one limit override per subject (the first rule's own limit: the same decisions), and report each one's ratio to the policy's run (with -raw, also to raw(R))")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
-	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; ignored on a cluster) and report its ratio to the uncoalesced run (with -raw, also to raw(R))")
+	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; -1: off, one EVALSHA per call; ignored on a cluster) and report its ratio to the default run (coalescing on, redis.DefaultCoalesce; with -raw, also to raw(R))")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.WithHotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")
@@ -91,8 +91,8 @@ func runBench(args []string) error {
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive, -warmup >= 0")
 	}
-	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
-		return errors.New("bench: -batch must be >= 0, -coalesce >= 0, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
+	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+		return errors.New("bench: -batch must be >= 0, -coalesce >= -1, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
 	}
 	if err := server.check(); err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -452,7 +452,7 @@ func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}, Coalesce: f.coalesce}
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce)}
 	c := goredis.NewUniversalClient(f.server.options())
 	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()
@@ -469,4 +469,13 @@ func pingAll(ctx context.Context, c goredis.UniversalClient) error {
 		})
 	}
 	return c.Ping(ctx).Err()
+}
+
+// serveCoalesce is redis.Options.Coalesce for --coalesce n: 0 turns
+// coalescing off (the option's own 0 would mean its default).
+func serveCoalesce(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -108,9 +108,10 @@ type Config struct {
 	Batch int
 	// Coalesce also runs the policy one-by-one through a backend with
 	// redis.Options.Coalesce = Coalesce (concurrent single decisions share
-	// multi-attempt scripts, at most Coalesce in flight) and reports its
-	// ratio to the uncoalesced one-by-one run and, with Raw, to raw(R)
-	// (0: no coalesced run; on a cluster the option is ignored).
+	// multi-attempt scripts, at most Coalesce in flight; -1: coalescing
+	// off, one EVALSHA per call) and reports its ratio to the default
+	// one-by-one run (redis.DefaultCoalesce) and, with Raw, to raw(R)
+	// (0: no such run; on a cluster the option is ignored).
 	Coalesce int
 	// Hot is the hot-subject workload: every worker on HotSubjects
 	// subjects (default 10), without and with a hot-deny cache of
@@ -166,8 +167,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration < 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return cfg, errors.New("bench: workers, subjects, values, duration and max must be positive, warmup >= 0")
 	}
-	if cfg.Batch < 0 || cfg.Coalesce < 0 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
-		return cfg, errors.New("bench: batch must be >= 0, coalesce >= 0, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
+	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
+		return cfg, errors.New("bench: batch must be >= 0, coalesce >= -1, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
 	}
 	cfg.Baseline = cfg.Baseline || cfg.Floor
 	if cfg.Timeout == 0 {
@@ -359,7 +360,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			}
 		}
 		coalesced := -1
-		if cfg.Coalesce > 0 {
+		if cfg.Coalesce != 0 {
 			// A backend of its own: the option is set at construction.
 			o := *bopts
 			o.Coalesce = cfg.Coalesce
@@ -368,7 +369,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				return fmt.Errorf("bench: %w", err)
 			}
 			l := sdk.New(cbe, sdk.WithPrefix(cfg.Prefix+"-"+strconv.Itoa(len(runs)+1)))
-			runs = append(runs, run{fmt.Sprintf("policy %s, coalesce %d", policy.Name(), cfg.Coalesce), 1, allowOne(l, policy, gen)})
+			name := fmt.Sprintf("policy %s, coalesce %d", policy.Name(), cfg.Coalesce)
+			if cfg.Coalesce < 0 {
+				name = fmt.Sprintf("policy %s, coalesce off", policy.Name())
+			}
+			runs = append(runs, run{name, 1, allowOne(l, policy, gen)})
 			coalesced = len(runs) - 1
 			ratios = append(ratios, [2]int{coalesced, 0})
 		}
@@ -515,7 +520,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		if cfg.Hot {
 			for k := 0; k+1 < len(runs); k += 2 {
 				a, b := res[k], res[k+1]
-				fmt.Fprintf(w, "Redis round trips per decision: %.4f without the cache, %.4f with it (%.1f%% of decisions answered from the cache)\n",
+				fmt.Fprintf(w, "Redis round trips per decision: %.4f without the cache (coalesced), %.4f with it (%.1f%% of decisions answered from the cache)\n",
 					a.roundTrips, b.roundTrips, 100*float64(b.cached)/float64(max(1, b.n)))
 			}
 		}
