@@ -8,7 +8,7 @@
 --           entry gives back what the reservation took from one key:
 --     "F <key> <tag> <window end ms> <cost>"        packed fixed window
 --     "S <key> <tag> <cell> <cost> <dies µs>"       packed sliding window
---     "G <key> <tag> <TAT increment µs>"            packed GCRA
+--     "G <key> <tag> <TAT increment µs> <TAT µs>"   packed GCRA (the TAT it stored)
 --     "l <key> <member>,<member>,..."               sliding log members
 --     "t <key> <cell field> <cost> <dies µs>"       TairHash cell
 --     "h <key> <cell field> <cost> <dies µs>"       native-expiry hash cell

@@ -46,7 +46,7 @@ exp = tat / 1000
 if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
 used, reset = L - q, new
 ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
-if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) end
+if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
 
 --@import
 -- The one-key-per-rule layout's TAT (µs, an integer string).
@@ -58,13 +58,18 @@ if type(tv) == 'string' and tatok(tv) and #tv <= 16 then
 end
 
 --@refund
--- "G <key> <tag> <TAT increment µs>": taken off a TAT still ahead of now;
--- an entry whose TAT falls to now or before is dropped.
+-- "G <key> <tag> <TAT increment µs> <the TAT it stored, µs>": the part
+-- of the increment still ahead of now (at most the stored TAT - now:
+-- units that drained are not owed twice; a plan of an earlier version
+-- lacks the TAT) is taken off a TAT still ahead of now; an entry whose
+-- TAT falls to now or before is dropped. The memory backend's refund.
 local inc = tonumber(f[4])
-patch(key, f[3], function(v, len, exp, q)
+local rt = tonumber(f[5])
+if rt and rt - now < inc then inc = rt - now end
+if inc > 0 then patch(key, f[3], function(v, len, exp, q)
   local tat = struct.unpack('<I7', v, q)
   if tat <= now then return exp, string.sub(v, q, q + len - 1) end
   tat = tat - inc
   if tat <= now then return nil end
   return math.ceil(tat / 1000), struct.pack('<I7', tat)
-end)
+end) end
