@@ -17,14 +17,14 @@ import (
 
 // BenchmarkTakeSeed decides the seed policy (4 sliding-window rules) for
 // random subjects, at the driver level (no sdk).
-func BenchmarkTakeSeed(b *testing.B) { benchTake(b, seedRequests("fcb")) }
+func BenchmarkTakeSeed(b *testing.B) { benchTake(b, seedRequests("fcb"), nil) }
 
 // benchTake decides reqs in turn, one per iteration, on a standalone
-// server through one client.
-func benchTake(b *testing.B, reqs []request) {
+// server through one client, with opts (nil: the defaults).
+func benchTake(b *testing.B, reqs []request, opts *Options) {
 	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
 	defer c.Close()
-	be := New(c, nil)
+	be := New(c, opts)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -47,7 +47,10 @@ func BenchmarkTakeFixed1(b *testing.B) {
 		reqs[i] = s.request(opTake, 1, r)
 		reqs[i].TrailKey, reqs[i].TrailMax = "", 0
 	}
-	benchTake(b, reqs)
+	// One caller at a time: coalescing (on by default) must add nothing
+	// to a lone caller's latency against coalescing off.
+	b.Run("default", func(b *testing.B) { benchTake(b, reqs, nil) })
+	b.Run("uncoalesced", func(b *testing.B) { benchTake(b, reqs, &Options{Coalesce: -1}) })
 }
 
 // BenchmarkBaseline is one INCRBY+PEXPIRE EVALSHA per iteration.

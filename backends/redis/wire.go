@@ -8,12 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The wire format between the backend and its scripts, in one place: the
-// encoder (encode.go), the reply parser (reply.go), bare mode (bare.go)
-// and internal/lua/take.lua, internal/lua/settle.lua and internal/lua/holds.lua all follow it.
+// The wire format between the backend and its scripts: declared once in
+// internal/lua/wire.go (ARGV positions, op codes, the packed entry's
+// header, the reply's record per rule), whose constants the Lua sources
+// name as tokens written in when the scripts are built; the encoder
+// (encode.go), the reply parser (reply.go) and bare mode (bare.go) use
+// the same constants, through the names below.
 
 // EVALSHA's argument list: evalArgs placeholders (command, script, key
 // count), the keys, then ARGV: ARGV[1] the number of attempts, then per
@@ -21,8 +25,8 @@ import (
 // comment gives each offset).
 const (
 	evalArgs    = 3
-	headerArgs  = 19
-	argsPerRule = 8
+	headerArgs  = lua.HeaderArgs
+	argsPerRule = lua.RuleArgs
 	// staticArgs is the part of a rule's ARGV that depends neither on the
 	// request nor on the clock (all but the two key indices): cached per
 	// rule.
@@ -30,8 +34,8 @@ const (
 	// perRuleReply is the numbers per rule in a reply: flags, used,
 	// reset-after µs, retry-after µs; perRuleBytes their bytes in the
 	// reply's string (struct '<Bi7i7i7').
-	perRuleReply = 4
-	perRuleBytes = 1 + 3*7
+	perRuleReply = lua.ReplyPerRule
+	perRuleBytes = lua.ReplyRuleSize
 )
 
 // fastArgs is the ARGV per attempt of a fast script in its full form
@@ -47,16 +51,16 @@ const (
 // bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
 // rule; m > 1 attempts get a table of them.
 const (
-	fastArgs = 8
-	fastHead = 1 + 7
+	fastArgs = lua.FastArgs
+	fastHead = 1 + lua.ReplyInt
 )
 
 // Op codes: take.lua's (and fast scripts') ARGV[a+1].
 const (
-	opCodeTake    = "t"
-	opCodePeek    = "p"
-	opCodeReserve = "r"
-	opCodeInspect = "i"
+	opCodeTake    = lua.OpTake
+	opCodePeek    = lua.OpPeek
+	opCodeReserve = lua.OpReserve
+	opCodeInspect = lua.OpInspect
 )
 
 // opCode maps an op to its code, boxed for the argument list (a constant
@@ -435,8 +439,8 @@ func reservationKeys(plan string) []string {
 // little-endian numbers.
 const (
 	packedFormat = 1
-	packedHeader = 13
-	packedInt    = 7
+	packedHeader = lua.PackedHeader
+	packedInt    = lua.PackedInt
 	// markTag is the tag of the hold marker entry.
 	markTag = "\x00\x00\x00\x00"
 )
@@ -462,8 +466,9 @@ func decodePacked(v string) ([]packedEntry, error) {
 		if p+packedHeader > len(v) {
 			return nil, fmt.Errorf("packed value: truncated header at %d", p)
 		}
-		e := packedEntry{Tag: v[p : p+4], Expiry: leUint(v[p+7 : p+13])}
-		n := int(leUint(v[p+4 : p+7]))
+		const lenAt, expAt = lua.PackedTag, lua.PackedTag + lua.PackedLen
+		e := packedEntry{Tag: v[p : p+lenAt], Expiry: leUint(v[p+expAt : p+packedHeader])}
+		n := int(leUint(v[p+lenAt : p+expAt]))
 		p += packedHeader
 		if p+n > len(v) || n%packedInt != 0 {
 			return nil, fmt.Errorf("packed value: bad payload of %d bytes at %d", n, p)

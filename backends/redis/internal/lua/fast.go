@@ -308,7 +308,7 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		return indent(body, m[1])
 	})
 	helpers, src := lazy(src)
-	return helpers + "\n" + src, nil
+	return subst(helpers + "\n" + src), nil
 }
 
 var (

@@ -62,12 +62,13 @@ func build(frame string) string {
 	return b.String()
 }
 
+// read returns a source file with its wire tokens replaced (subst).
 func read(name string) string {
 	src, err := files.ReadFile(name)
 	if err != nil {
 		panic(err)
 	}
-	return string(src)
+	return subst(string(src))
 }
 
 // sections returns the sections of fragment alg/<name>.lua by name.

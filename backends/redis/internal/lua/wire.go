@@ -1,0 +1,189 @@
+package lua
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// The wire between the redis backend and its scripts, declared once: the
+// positions of take.lua's and the fast scripts' ARGV, the op codes, the
+// packed value's entry header and the reply's per-rule record. The Go
+// encoder and parsers (backends/redis) use these constants; the Lua
+// sources name them with upper-case tokens (A_COST, R_LIMIT, F_TRAIL_MAX,
+// OP_TAKE, HDR, …) that subst replaces with their values when the scripts
+// are built, so no offset or code is written twice. A token the
+// declaration lacks stops the build (init panics; TestWireTokens lists
+// them).
+
+// take.lua's ARGV per attempt, from the attempt's offset a: ARGV[a+ArgX].
+const (
+	ArgOp          = iota + 1 // op code (OpTake, …)
+	ArgCost                   // cost, >= 1
+	ArgRules                  // n, the number of rules
+	ArgKeys                   // nk, the number of keys of the attempt
+	ArgTrail                  // index of the trail (list) among the attempt's keys, 0 = none
+	ArgHolds                  // index of the reservations (hash), 0 = none
+	ArgRecord                 // index of the idempotency record, 0 = none
+	ArgTrailMax               // trail: max entries (0: none written; op i: 0 reads all)
+	ArgTrailTTL               // trail: TTL, ms
+	ArgPolicy                 // policy name (trail entries)
+	ArgTrailValues            // trail: the attempt's values, "" = none
+	ArgRecordTTL              // the idempotency record's TTL, ms
+	ArgHoldID                 // op r: hold id
+	ArgHoldLife               // op r: its lifetime, µs
+	ArgHoldsTTL               // op r: the reservations key's TTL, ms
+	ArgOverrides              // index of the overrides (hash), 0 = none
+	ArgShadows                // "" or one '0'/'1' per rule
+	ArgSeeds                  // "" or per rule its seed, comma-separated
+	ArgWindows                // "" or per rule its window µs (GCRA under overrides)
+	// HeaderArgs is the number of values per attempt before its rules'.
+	HeaderArgs = iota
+)
+
+// take.lua's ARGV per rule, from the rule's offset b: ARGV[b+RuleX].
+const (
+	RuleCode  = iota + 1 // algorithm code
+	RuleName             // rule name
+	RuleLimit            // limit
+	RuleP1               // first parameter
+	RuleP2               // second parameter
+	RuleTag              // packed entry tag
+	RuleKey              // index of the rule's state key
+	RuleOld              // index of its one-key-per-rule layout key, 0 = none
+	// RuleArgs is the number of values per rule.
+	RuleArgs = iota
+)
+
+// A fast script's ARGV per attempt in the full form, from offset a.
+const (
+	FastOp          = iota + 1 // op code (OpTake or OpPeek)
+	FastCost                   // cost, >= 1
+	FastTrail                  // index of the trail among the attempt's keys, 0 = none
+	FastHolds                  // index of the reservations, 0 = none
+	FastTrailMax               // trail: max entries
+	FastTrailTTL               // trail: TTL, ms
+	FastPolicy                 // policy name
+	FastTrailValues            // trail values
+	// FastArgs is the number of values per attempt.
+	FastArgs = iota
+)
+
+// Op codes: ARGV[a+ArgOp].
+const (
+	OpTake    = "t"
+	OpPeek    = "p"
+	OpReserve = "r"
+	OpInspect = "i"
+)
+
+// The packed value's entry header: tag, payload length, expiry (Unix ms),
+// little-endian, then the payload of PackedInt-byte numbers.
+const (
+	PackedTag    = 4
+	PackedLen    = 3
+	PackedExpiry = 6
+	PackedHeader = PackedTag + PackedLen + PackedExpiry
+	PackedInt    = 7
+)
+
+// The reply's record per rule: flags (1 byte), then used, reset-after µs
+// and retry-after µs as ReplyInt-byte signed little-endian numbers.
+const (
+	ReplyInt      = 7
+	ReplyPerRule  = 4
+	ReplyRuleSize = 1 + 3*ReplyInt
+)
+
+// tokens maps each Lua token to the text that replaces it.
+var tokens = func() map[string]string {
+	m := map[string]string{
+		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs), "FA": strconv.Itoa(FastArgs),
+		"OP_TAKE": quote(OpTake), "OP_PEEK": quote(OpPeek), "OP_RESERVE": quote(OpReserve), "OP_INSPECT": quote(OpInspect),
+		"HDR":      quote(fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)),
+		"HDRLEN":   strconv.Itoa(PackedHeader),
+		"PINT":     quote(fmt.Sprintf("<I%d", PackedInt)),
+		"RULEREC":  quote(fmt.Sprintf("<Bi%[1]di%[1]di%[1]d", ReplyInt)),
+		"REPLYHDR": quote(fmt.Sprintf("<Bi%d", ReplyInt)),
+	}
+	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
+		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
+		ArgTrailTTL: "TRAIL_TTL", ArgPolicy: "POLICY", ArgTrailValues: "TRAIL_VALUES",
+		ArgRecordTTL: "RECORD_TTL", ArgHoldID: "HOLD_ID", ArgHoldLife: "HOLD_LIFE",
+		ArgHoldsTTL: "HOLDS_TTL", ArgOverrides: "OVERRIDES", ArgShadows: "SHADOWS",
+		ArgSeeds: "SEEDS", ArgWindows: "WINDOWS"} {
+		if i > 0 {
+			m["A_"+n] = strconv.Itoa(i)
+		}
+	}
+	for i, n := range [...]string{RuleCode: "CODE", RuleName: "NAME", RuleLimit: "LIMIT", RuleP1: "P1",
+		RuleP2: "P2", RuleTag: "TAG", RuleKey: "KEY", RuleOld: "OLD"} {
+		if i > 0 {
+			m["R_"+n] = strconv.Itoa(i)
+		}
+	}
+	for i, n := range [...]string{FastOp: "OP", FastCost: "COST", FastTrail: "TRAIL", FastHolds: "HOLDS",
+		FastTrailMax: "TRAIL_MAX", FastTrailTTL: "TRAIL_TTL", FastPolicy: "POLICY",
+		FastTrailValues: "TRAIL_VALUES"} {
+		if i > 0 {
+			m["F_"+n] = strconv.Itoa(i)
+		}
+	}
+	return m
+}()
+
+// token matches the wire tokens in Lua code: A_X, R_X, F_X, OP_X (upper
+// case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR as whole
+// words, outside comments.
+var token = regexp.MustCompile(`\b(?:[ARF]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR)\b`)
+
+// subst replaces the wire tokens of src's code (not of its comments or
+// string literals: a rule's name or tag written into a fast script stays
+// as it is) with their values; an unknown token panics.
+func subst(src string) string {
+	var b strings.Builder
+	b.Grow(len(src))
+	code := func(s string) {
+		b.WriteString(token.ReplaceAllStringFunc(s, func(t string) string {
+			v, ok := tokens[t]
+			if !ok {
+				panic(fmt.Sprintf("lua: wire token %s is not declared (internal/lua/wire.go)", t))
+			}
+			return v
+		}))
+	}
+	from := 0  // start of the code not yet written
+	var q byte // the quote of the string literal we are in, or 0
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case q != 0:
+			if c == '\\' {
+				i++
+			} else if c == q || c == '\n' {
+				q = 0
+				b.WriteString(src[from : i+1])
+				from = i + 1
+			}
+		case c == '\'' || c == '"':
+			code(src[from:i])
+			from, q = i, c
+		case c == '-' && i+1 < len(src) && src[i+1] == '-':
+			code(src[from:i])
+			end := strings.IndexByte(src[i:], '\n')
+			if end < 0 {
+				end = len(src) - i - 1
+			}
+			b.WriteString(src[i : i+end+1])
+			i += end
+			from = i + 1
+		}
+	}
+	if q != 0 {
+		b.WriteString(src[from:])
+	} else if from < len(src) {
+		code(src[from:])
+	}
+	return b.String()
+}
