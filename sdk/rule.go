@@ -60,6 +60,12 @@ const DefaultSubWindows = 10
 // MaxNameLen is the longest name a policy, rule or dimension may have.
 const MaxNameLen = 64
 
+// LogLine is the largest limit of a SlidingWindow rule that every backend
+// evaluates as an exact sliding log (SlidingLog's semantics and numbers:
+// no under-admission, retry-after and reset-after at most the window);
+// above it a sliding window counts in cells (driver.LogLine).
+const LogLine = driver.LogLine
+
 // The largest numbers a rule or a cost may hold, the same for every
 // backend: beyond them some backend could no longer count exactly, so
 // NewPolicy (or the call, for a cost) refuses them. They are sdk/driver's (see there for the arithmetic):
