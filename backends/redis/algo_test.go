@@ -368,33 +368,45 @@ func TestSlidingLog(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "log")
 	r := s.log("l", 6, time.Hour)
-	lk := sortedSetOf(t, []driver.Rule{r}, r)
+	r.Group = s.base + "="
 	res := take(t, b, s.request(opTake, 5, r))
 	checkRule(t, "take 5", res.Rules[0], true, 5, 6)
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 5 {
-		t.Errorf("ZCARD after a take of 5 in one µs = %d, want 5 (unique members)", n)
+	if e, _ := logOf(t, c, r); len(e.Ints) != 3 || e.Ints[2]-e.Ints[0] != 5 {
+		t.Errorf("packed log after a take of 5 = %+v, want one record of 5 units", e)
 	}
 	first := res.Now
 	res = take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take 1", res.Rules[0], true, 6, 6)
 	res = take(t, b, s.request(opTake, 3, r))
 	checkRule(t, "take 3 over the limit", res.Rules[0], false, 6, 6)
-	// need = 6+3-6 = 3: the 3rd oldest entry, at first.
+	// need = 6+3-6 = 3: reached by the oldest record, at first.
 	if want := first.Add(time.Hour).Sub(res.Now); res.Rules[0].RetryAfter != want {
 		t.Errorf("RetryAfter = %v, want %v", res.Rules[0].RetryAfter, want)
 	}
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
-		t.Errorf("ZCARD after a denial = %d, want 6 (a denial adds nothing)", n)
+	if n := logUnits(t, c, r); n != 6 {
+		t.Errorf("packed log after a denial holds %d units, want 6 (a denial adds nothing)", n)
 	}
-	// Old entries are trimmed.
-	old := float64(res.Now.Add(-2 * time.Hour).UnixMicro())
-	c.ZAdd(ctx, lk, goredisZ(old, "old1"), goredisZ(old, "old2"))
+	// Records older than the window do not count, and a write trims them.
+	e, _ := logOf(t, c, r)
+	old := res.Now.Add(-2 * time.Hour).UnixMicro()
+	ints := append([]int64{0, old, 2}, e.Ints[1:]...)
+	for k := 4; k < len(ints); k += 2 {
+		ints[k] += 2 - e.Ints[0]
+	}
+	putPacked(t, c, group(&r), packedEntry{Tag: tagLog, Expiry: e.Expiry, Ints: ints})
 	res = take(t, b, s.request(opPeek, 1, r))
 	checkRule(t, "peek", res.Rules[0], false, 6, 6)
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
-		t.Errorf("ZCARD = %d, want 6 (old entries trimmed)", n)
+	wide := s.log("w", 10, time.Hour)
+	wide.Group = r.Group // the same set: its log
+	res = take(t, b, s.request(opTake, 1, r, wide))
+	checkRule(t, "take beside a wider rule", res.Rules[0], false, 6, 6)
+	checkRule(t, "the wider rule", res.Rules[1], true, 6, 10)
+	res = take(t, b, s.request(opTake, 1, wide))
+	checkRule(t, "take by the wider rule alone", res.Rules[0], true, 7, 10)
+	if e, _ := logOf(t, c, r); len(e.Ints) != 7 || e.Ints[0] != 2 || e.Ints[1] == old {
+		t.Errorf("packed log after a take = %+v, want the old record trimmed into the base (2), 3 records", e)
 	}
-	pttl, _ := c.PTTL(ctx, lk).Result()
+	pttl, _ := c.PTTL(ctx, group(&r)).Result()
 	if pttl <= 0 || pttl > time.Hour+time.Millisecond {
 		t.Errorf("PTTL = %v, want in (0, 1h] (+1ms: expiry rounded up to the ms)", pttl)
 	}

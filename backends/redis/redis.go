@@ -422,10 +422,7 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	keys := make([]string, 0, 5*len(req.Rules)+1)
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		pk, err := prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
-		if err != nil {
-			return fmt.Errorf("redis: reset: %w", err)
-		}
+		pk := prevLogKey(req.Rules, r)
 		for _, k := range append(stateKeys(r), group(r), logKey(r), pk) {
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)

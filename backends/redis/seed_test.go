@@ -199,12 +199,8 @@ func TestSeedBatchCluster(t *testing.T) {
 // log's members; 0 without state.
 func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r driver.Rule) int64 {
 	t.Helper()
-	if r.Algorithm == driver.SlidingLog {
-		n, err := c.ZCount(context.Background(), sortedSetOf(t, rules, r), "-inf", "+inf").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+	if r.ExactLog() {
+		return logUnits(t, c, r)
 	}
 	e, ok := entryOf(t, c, r)
 	if !ok {
@@ -266,49 +262,57 @@ func TestLogKeyStable(t *testing.T) {
 			if res := take(t, b, s.request(opTake, 1, nw, back)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
 				t.Errorf("Take(successor, rollback) = %+v, want denied, both at 3", res)
 			}
-			if n, _ := c.ZCard(context.Background(), logKey(&back)).Result(); n != 3 {
-				t.Errorf("the log holds %d members, want the 3 admitted (no seed added)", n)
+			if n := logUnits(t, c, back); n != 3 {
+				t.Errorf("the log holds %d units, want the 3 admitted (no seed added)", n)
 			}
 		})
 	}
 }
 
-// TestLogReadThrough: a log found empty is filled from the set's log as
-// the previous layout named it (a hash of its log rules' tags), so an
-// upgrade keeps the counts; a log with members of its own is not.
+// TestLogReadThrough: under Options.Upgrade a packed log not there yet
+// is read once from the set's sorted-set log (the layout before packed
+// logs), so an upgrade keeps the counts; once the packed log exists the
+// sorted set is not read again; without Upgrade it is never read.
 func TestLogReadThrough(t *testing.T) {
-	for _, noFast := range []bool{false, true} {
-		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
-			b, c := standalone(t)
-			b.noFast = noFast
+	for _, upgrade := range []bool{true, false} {
+		t.Run(fmt.Sprintf("upgrade=%t", upgrade), func(t *testing.T) {
+			_, c := standalone(t)
+			b := New(c, &Options{Upgrade: upgrade})
 			ctx := context.Background()
 			s := newSubject(t, "log-prev")
 			grp := s.base + "=u"
-			rules := []driver.Rule{s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour)}
+			rules := []driver.Rule{s.log("a", 5, time.Hour), s.log("b", 6, 2*time.Hour)}
 			for i := range rules {
 				rules[i].Group = grp
 			}
 			now := serverNow(t, c).UnixMicro()
-			prev := prevSortedSetOf(t, rules, rules[0])
+			prev := sortedSetOf(t, rules, rules[0])
 			for k := range 3 {
 				at := strconv.FormatInt(now-int64(k+1)*1000, 10)
 				c.ZAdd(ctx, prev, goredisZ(float64(now-int64(k+1)*1000), at+"11"))
 			}
+			c.ZAdd(ctx, prev, goredisZ(float64(1<<60), "!123")) // a hold marker: not a unit
 			c.Expire(ctx, prev, time.Hour)
 			res := take(t, b, s.request(opTake, 1, rules...))
-			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
-				t.Fatalf("Take = %+v, want denied by a at 3 (read through)", res)
+			if !upgrade {
+				if !res.Allowed || res.Rules[0].Used != 1 {
+					t.Fatalf("Take = %+v, want allowed at 1 (the sorted set not read)", res)
+				}
+				return
 			}
-			if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[0])).Result(); n != 3 {
-				t.Errorf("the log holds %d members, want the 3 read through", n)
+			if !res.Allowed || res.Rules[0].Used != 4 || res.Rules[1].Used != 4 {
+				t.Fatalf("Take = %+v, want allowed at 4 (3 read through)", res)
 			}
-			if ttl, _ := c.PTTL(ctx, sortedSetOf(t, rules, rules[0])).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
-				t.Errorf("the log's PTTL = %v, want in (0, 2h+1s]", ttl)
+			if n := logUnits(t, c, rules[0]); n != 4 {
+				t.Errorf("the packed log holds %d units, want the 3 read through and 1", n)
 			}
-			// Members of its own: the previous log is not read again.
+			if ttl, _ := c.PTTL(ctx, grp).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
+				t.Errorf("the packed value's PTTL = %v, want in (0, 2h+1s]", ttl)
+			}
+			// A packed log of its own: the sorted set is not read again.
 			c.ZAdd(ctx, prev, goredisZ(float64(now), strconv.FormatInt(now, 10)+"19"))
-			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 3 {
-				t.Errorf("Peek = %+v, want a at 3 (not read through again)", res)
+			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 4 {
+				t.Errorf("Peek = %+v, want a at 4 (not read through again)", res)
 			}
 		})
 	}

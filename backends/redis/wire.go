@@ -84,7 +84,8 @@ const (
 	codeCalendar = "c" // calendar window: p1 = consecutive boundaries, ms, comma-separated
 	codeSliding  = "s" // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
 	codeGCRA     = "g" // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = "l" // sliding log: p1 = window µs
+	codeLog      = "l" // packed sliding log (limit <= driver.LogLine): p1 = window µs, tag tagLog
+	codeZLog     = "z" // sliding log in a sorted set (larger limits): p1 = window µs
 	codeTairHash = "t" // sliding window on TairHash fields: as codeSliding
 	codeHFE      = "h" // sliding window on native hash-field expiry: as codeSliding
 	codeCell     = "x" // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
@@ -93,7 +94,7 @@ const (
 // packedCode reports whether code keeps its state in the packed value.
 func packedCode(code string) bool {
 	switch code {
-	case codeFixed, codeCalendar, codeSliding, codeGCRA:
+	case codeFixed, codeCalendar, codeSliding, codeGCRA, codeLog:
 		return true
 	}
 	return false
@@ -131,6 +132,11 @@ func keySuffix(code string) string {
 	}
 	return ""
 }
+
+// tagLog is the tag of a dimension set's packed sliding log, the one
+// entry its codeLog rules share (internal/lua/alg/log.lua): '!' is not in
+// tagAlphabet, so no rule's tag is it.
+const tagLog = "!log"
 
 // tagAlphabet is what packed-entry tags are written in: no byte below
 // 0x21, so a tag can stand in a reservation's space-separated entries.

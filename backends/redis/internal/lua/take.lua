@@ -54,9 +54,14 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log                   the dimension set's log (alg/log.lua;
---                                    p2: the index of its key in the
---                                    previous layout, read through)
+--   l  sliding log, limit at most    packed, one entry LOG shared by the
+--      driver.LogLine (and sliding   set's log rules (alg/log.lua; p2: the
+--      windows evaluated as logs)    index of the set's sorted-set log,
+--                                    read once under Options.Upgrade)
+--   z  sliding log, larger limit     the dimension set's sorted set
+--                                    (alg/zlog.lua; p2: the index of its
+--                                    key in the previous layout, read
+--                                    through under Options.Upgrade)
 --   t  sliding window on TairHash    own key  (alg/modsliding.lua)
 --   h  sliding window on native hash-field expiry  own key
 --   x  GCRA on redis-cell            own key  (alg/cell.lua)
@@ -152,15 +157,32 @@ for a = 1, attempts do
     -- Read: every packed value once, every log once (trimmed), and every
     -- redis-cell key checked, before anything is written. Twice when
     -- lapsed reservations were given back in between.
-    local vals, raws, logs, tats, own, built
+    local vals, raws, logs, tats, own, built, plogs
     for pass = 1, 2 do
-      vals, raws, logs, tats, own = {}, {}, NONE, nil, false
+      vals, raws, logs, tats, own, plogs = {}, {}, NONE, nil, false, NONE
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + 1]
         local ki = tonumber(ARGV[b + 7])
         local key = KEYS[kb + ki]
-        if code == 'f' or code == 's' or code == 'g' or code == 'c' then
+        if code == 'l' then
+          -- A packed log: its longest window, and what an upgrade reads.
+          if plogs == NONE then plogs = {} end
+          local w, lg = tonumber(ARGV[b + 4]), plogs[ki]
+          if not lg then
+            lg = {w = w, tag = ARGV[b + 6], olds = {}}
+            plogs[ki] = lg
+          elseif lg.w < w then
+            lg.w = w
+          end
+          local pk, oi = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 8])
+          if pk > 0 and not lg.prev then
+            lg.prev = true
+            lg.olds[#lg.olds + 1] = KEYS[kb + pk]
+          end
+          if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
+        end
+        if code == 'f' or code == 's' or code == 'g' or code == 'c' or code == 'l' then
           if not vals[ki] then
             local v = redis.pcall('GET', key)
             if not v and tonumber(ARGV[b + 8]) > 0 then
@@ -178,7 +200,7 @@ for a = 1, attempts do
             end
             vals[ki], raws[ki] = m, v
           end
-        elseif code == 'l' then
+        elseif code == 'z' then
           local w = tonumber(ARGV[b + 4])
           if logs == NONE then logs = {} end
           local lg = logs[ki]
@@ -200,13 +222,27 @@ for a = 1, attempts do
         end
       end
       if fail then break end
+      for ki, lg in pairs(plogs) do
+        -- Options.Upgrade: a packed log not there yet is read once from
+        -- the sorted-set logs (the set's, the per-rule ones).
+        if #lg.olds > 0 and not vals[ki][lg.tag] then
+          local _, _, oldLogs = upgrade()
+          local ent = oldLogs(lg.olds, lg.w, lg.tag, now)
+          if ent then
+            local sv = packv(raws[ki], vals[ki], {ent}, 0, nowms)
+            raws[ki], vals[ki] = sv, unpackv(sv)
+            built = built or {}
+            built[ki] = true
+          end
+        end
+      end
       for ki, lg in pairs(logs) do
         local key = KEYS[kb + ki]
         if #lg.olds > 0 then
           local _, oldLog = upgrade()
           oldLog(key, lg.olds, lg.w)
         end
-        --@log.read
+        --@zlog.read
       end
       if fail or pass == 2 or hk == 0 then break end
       -- Lapsed reservations: their units go back (only on keys this
@@ -317,8 +353,10 @@ for a = 1, attempts do
         elseif code == 'g' then
           --@gcra.eval
         elseif code == 'l' then
-          local lg = logs[ki]
           --@log.eval
+        elseif code == 'z' then
+          local lg = logs[ki]
+          --@zlog.eval
         elseif code == 't' or code == 'h' then
           --@modsliding.eval
         elseif code == 'x' then
@@ -362,6 +400,22 @@ for a = 1, attempts do
           seededk = seededk or {}
           seededk[ki] = true
         elseif code == 'l' then
+          -- A packed log: the entry its commit writes for a take of seedu
+          -- units (at most L: more would change nothing but the count) on
+          -- the log read, spliced in as for the packed rules above.
+          local ent, exp
+          do
+            local c, plan, st = math.min(seedu, L), nil, {}
+            local lg, used, reset, x = {w = plogs[ki].w}, 0, 0, {0}
+            --@log.commit
+          end
+          local sv = packv(raws[ki], vals[ki], {ent}, exp, nowms)
+          raws[ki], vals[ki] = sv, unpackv(sv)
+          built = built or {}
+          built[ki] = true
+          seededk = seededk or {}
+          seededk[ki] = true
+        elseif code == 'z' then
           -- A sliding log: seedu members at now (at most L: more would
           -- change nothing but the count), added by a take or reserve,
           -- allowed or denied, before its own (phase 2); until then as if
@@ -457,8 +511,16 @@ for a = 1, attempts do
         elseif code == 'g' then
           --@gcra.commit
         elseif code == 'l' then
-          local lg = logs[ki]
+          local lg, v = plogs[ki], raws[ki]
+          local p, pl, pq = vals[ki][tag], nil, nil
+          if p then
+            local _
+            _, pl, _, pq = struct.unpack(HDR, v, p)
+          end
           --@log.commit
+        elseif code == 'z' then
+          local lg = logs[ki]
+          --@zlog.commit
         elseif code == 't' or code == 'h' then
           --@modsliding.commit
         end
