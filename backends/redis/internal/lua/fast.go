@@ -58,7 +58,7 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	secs := map[string]map[string]string{}
-	var groups [][]int // per key index, its rules (0-based)
+	var groups [][]int     // per key index, its rules (0-based)
 	lws := map[int]int64{} // per key index with sliding logs, their longest window
 	tags := map[string]bool{}
 	for i, r := range rules {
