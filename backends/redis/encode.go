@@ -373,7 +373,7 @@ func ruleArgs(r *driver.Rule, ch ruleChoice, a *[staticArgs]any) error {
 		sp := r.Span(time.Microsecond)
 		code := ch.code // codeTairHash, codeHFE or packed
 		if code == "" && r.ExactLog() {
-			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, tagLog}
+			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, logTagOf(r)}
 			return nil
 		}
 		if code == "" {
@@ -382,7 +382,7 @@ func ruleArgs(r *driver.Rule, ch ruleChoice, a *[staticArgs]any) error {
 		*a = [staticArgs]any{code, r.Name, r.Limit, sp.Back, sp.Size, tag}
 	case driver.SlidingLog:
 		if r.Limit <= driver.LogLine {
-			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, tagLog}
+			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, logTagOf(r)}
 		} else {
 			*a = [staticArgs]any{codeZLog, r.Name, r.Limit, r.Window.Microseconds(), 0, ruleTag(r)}
 		}

@@ -95,24 +95,24 @@ func putPacked(t *testing.T, c goredis.UniversalClient, key string, entries ...p
 	}
 }
 
-// logOf returns the records of the packed sliding log of r's dimension
-// set (the entry tagged tagLog: base, then at µs and cumulative units per
-// record), and whether there is one.
+// logOf returns r's packed sliding log (its entry: base, then at µs and
+// cumulative units per record), and whether there is one.
 func logOf(t *testing.T, c goredis.UniversalClient, r driver.Rule) (packedEntry, bool) {
 	t.Helper()
-	for _, e := range packedOf(t, c, group(&r)) {
-		if e.Tag == tagLog {
-			if len(e.Ints)%2 != 1 {
-				t.Fatalf("packed log %+v: want base then pairs", e)
-			}
-			return e, true
+	var e packedEntry
+	ok := false
+	for _, x := range packedOf(t, c, group(&r)) {
+		if x.Tag == logTagOf(&r) {
+			e, ok = x, true
 		}
 	}
-	return packedEntry{}, false
+	if ok && len(e.Ints)%2 != 1 {
+		t.Fatalf("packed log %+v: want base then pairs", e)
+	}
+	return e, ok
 }
 
-// logUnits returns the units the packed log of r's set holds (all its
-// records).
+// logUnits returns the units r's packed log holds (all its records).
 func logUnits(t *testing.T, c goredis.UniversalClient, r driver.Rule) int64 {
 	t.Helper()
 	e, ok := logOf(t, c, r)

@@ -84,7 +84,7 @@ const (
 	codeCalendar = "c" // calendar window: p1 = consecutive boundaries, ms, comma-separated
 	codeSliding  = "s" // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
 	codeGCRA     = "g" // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = "l" // packed sliding log (limit <= driver.LogLine): p1 = window µs, tag tagLog
+	codeLog      = "l" // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
 	codeZLog     = "z" // sliding log in a sorted set (larger limits): p1 = window µs
 	codeTairHash = "t" // sliding window on TairHash fields: as codeSliding
 	codeHFE      = "h" // sliding window on native hash-field expiry: as codeSliding
@@ -133,11 +133,6 @@ func keySuffix(code string) string {
 	return ""
 }
 
-// tagLog is the tag of a dimension set's packed sliding log, the one
-// entry its codeLog rules share (internal/lua/alg/log.lua): '!' is not in
-// tagAlphabet, so no rule's tag is it.
-const tagLog = "!log"
-
 // tagAlphabet is what packed-entry tags are written in: no byte below
 // 0x21, so a tag can stand in a reservation's space-separated entries.
 const tagAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -167,6 +162,17 @@ func ruleTag(r *driver.Rule) string {
 		s >>= 6
 	}
 	return string(b[:])
+}
+
+// logTagOf returns the tag of r's packed sliding log (codeLog): ruleTag
+// of r as a SlidingLog rule, so a SlidingWindow rule evaluated as a log
+// never reads the cells its tag (ruleTag) held in a version before
+// driver.LogLine, or holds again above it: its counts start afresh
+// there, as a rule's of another algorithm.
+func logTagOf(r *driver.Rule) string {
+	q := *r
+	q.Algorithm, q.SubWindows = driver.SlidingLog, 0
+	return ruleTag(&q)
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:

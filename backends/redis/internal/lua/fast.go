@@ -3,7 +3,6 @@ package lua
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -42,9 +41,8 @@ func FastCode(code string) bool {
 // constants and the rule loops unrolled (see fast.lua), in shorter
 // encodings of take.lua's ARGV and reply (fast.lua's header). rules
 // must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
-// 4-byte tags (not the hold marker's) but for the sliding logs, which
-// share their set's log entry and its tag, and Keys numbered from 1 in
-// order of first use; otherwise Fast returns an error.
+// 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
+// of first use; otherwise Fast returns an error.
 func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
 
 // FastOverrides is Fast for requests that read the subject's overrides
@@ -58,8 +56,7 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	secs := map[string]map[string]string{}
-	var groups [][]int     // per key index, its rules (0-based)
-	lws := map[int]int64{} // per key index with sliding logs, their longest window
+	var groups [][]int // per key index, its rules (0-based)
 	tags := map[string]bool{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
@@ -68,15 +65,12 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		if r.Key < 1 || r.Key > len(groups)+1 {
 			return "", fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
 		}
-		if len(r.Tag) != 4 || tags[r.Tag] && r.Code != "l" || r.Tag == "\x00\x00\x00\x00" {
+		if len(r.Tag) != 4 || tags[r.Tag] || r.Tag == "\x00\x00\x00\x00" {
 			return "", fmt.Errorf("lua: Fast: rule %q: tag %q is not 4 bytes, or repeated, or the hold marker's", r.Name, r.Tag)
 		}
 		tags[r.Tag] = true
 		if r.Key > len(groups) {
 			groups = append(groups, nil)
-		}
-		if r.Code == "l" {
-			lws[r.Key] = max(lws[r.Key], r.P1)
 		}
 		groups[r.Key-1] = append(groups[r.Key-1], i)
 		if f := fragment(r.Code); secs[f] == nil {
@@ -86,33 +80,16 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	var reads, decls, eval, commit, writes, trail strings.Builder
 	for g, rs := range groups {
 		g++
-		if w, ok := lws[g]; ok {
-			// The set's log rules share its entry (lg.done: one commit
-			// writes it) trimmed to their longest window.
-			fmt.Fprintf(&reads, "LG%d = {w = %d}\n", g, w)
-		}
 		fmt.Fprintf(&reads, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
 		fmt.Fprintf(&reads, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
 			"  local q = 2\n  if n == 0 or string.byte(V%[1]d, 1) ~= 1 then q = nil end\n"+
 			"  while q and q <= n do\n    if q + 12 > n then q = nil break end\n"+
 			"    local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n    if d + len - 1 > n then q = nil break end\n    ", g)
-		branch := 0
-		for _, i := range rs {
-			if rules[i].Code == "l" && i != firstLog(rules, rs) {
-				continue // set with the set's first log rule
-			}
-			if branch > 0 {
+		for j, i := range rs {
+			if j > 0 {
 				reads.WriteString("else")
 			}
-			branch++
 			fmt.Fprintf(&reads, "if tag == %s then P%[2]d, N%[2]d, T%[2]d = q, len, exp\n    ", quote(rules[i].Tag), i+1)
-			if rules[i].Code == "l" {
-				for _, o := range rs {
-					if o != i && rules[o].Code == "l" {
-						fmt.Fprintf(&reads, "  P%[1]d, N%[1]d, T%[1]d = q, len, exp\n    ", o+1)
-					}
-				}
-			}
 		}
 		fmt.Fprintf(&reads, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
 			"    q = d + len\n  end\n  if not q then\n"+
@@ -134,9 +111,6 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	var vs []string
 	for g := range groups {
 		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
-		if _, ok := lws[g+1]; ok {
-			vs = append(vs, fmt.Sprintf("LG%d", g+1))
-		}
 	}
 	readsSrc := "local " + strings.Join(vs, ", ") + "\n" + reads.String()
 	lapseSrc := lapse.String() + reads.String()
@@ -186,11 +160,11 @@ func fast(rules []FastRule, ov bool) (string, error) {
 			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
 		}
 		// A rule sees its value and entry (v, p, pl, pe, pq); a log rule's
-		// commit its entry and its log's state (lg) too.
+		// commit its entry too.
 		state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + 13\n", r.Key, n)
 		own, ownv := "v", fmt.Sprintf("V%d", r.Key)
 		if r.Code == "l" {
-			own, ownv = "v, p, pl, pq, lg", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + 13, LG%[1]d", r.Key, n)
+			own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + 13", r.Key, n)
 		}
 		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
 			"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
@@ -200,9 +174,6 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	}
 	for g, rs := range groups {
 		g++
-		rs = slices.DeleteFunc(slices.Clone(rs), func(i int) bool {
-			return rules[i].Code == "l" && i != firstLog(rules, rs) // the first one's commit writes the set's log
-		})
 		var body, inplace []string
 		pos := "2"
 		fmt.Fprintf(&writes, "do\n  local top = X%d\n", rs[0]+1)
@@ -289,17 +260,6 @@ var (
 	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(consts|reads|lapse|overrides|decls|each\.eval|decide|each\.commit|writes|trail|reply)[ \t]*$`)
 	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
 )
-
-// firstLog returns the first sliding-log rule of rs (indices into rules),
-// or -1.
-func firstLog(rules []FastRule, rs []int) int {
-	for _, i := range rs {
-		if rules[i].Code == "l" {
-			return i
-		}
-	}
-	return -1
-}
 
 // constants replaces a section's reads of r's ARGV (take.lua's offsets
 // b+2 to b+6) with r's values, or with the variables vars names by

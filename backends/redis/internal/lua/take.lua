@@ -54,10 +54,9 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log, limit at most    packed, one entry LOG shared by the
---      driver.LogLine (and sliding   set's log rules (alg/log.lua; p2: the
---      windows evaluated as logs)    index of the set's sorted-set log,
---                                    read once under Options.Upgrade)
+--   l  sliding log, limit at most    packed (alg/log.lua; p2: the index
+--      driver.LogLine (and sliding   of the set's sorted-set log, read
+--      windows evaluated as logs)    once under Options.Upgrade)
 --   z  sliding log, larger limit     the dimension set's sorted set
 --                                    (alg/zlog.lua; p2: the index of its
 --                                    key in the previous layout, read
@@ -157,30 +156,21 @@ for a = 1, attempts do
     -- Read: every packed value once, every log once (trimmed), and every
     -- redis-cell key checked, before anything is written. Twice when
     -- lapsed reservations were given back in between.
-    local vals, raws, logs, tats, own, built, plogs
+    local vals, raws, logs, tats, own, built, olds
     for pass = 1, 2 do
-      vals, raws, logs, tats, own, plogs = {}, {}, NONE, nil, false, NONE
+      vals, raws, logs, tats, own, olds = {}, {}, NONE, nil, false, nil
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + 1]
         local ki = tonumber(ARGV[b + 7])
         local key = KEYS[kb + ki]
-        if code == 'l' then
-          -- A packed log: its longest window, and what an upgrade reads.
-          if plogs == NONE then plogs = {} end
-          local w, lg = tonumber(ARGV[b + 4]), plogs[ki]
-          if not lg then
-            lg = {w = w, tag = ARGV[b + 6], olds = {}}
-            plogs[ki] = lg
-          elseif lg.w < w then
-            lg.w = w
-          end
-          local pk, oi = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 8])
-          if pk > 0 and not lg.prev then
-            lg.prev = true
-            lg.olds[#lg.olds + 1] = KEYS[kb + pk]
-          end
-          if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
+        if code == 'l' and tonumber(ARGV[b + 5]) > 0 then
+          -- Options.Upgrade: the sorted-set logs read when the rule's
+          -- packed log is not there yet (the set's, the rule's own).
+          local srcs = {KEYS[kb + tonumber(ARGV[b + 5])]}
+          if tonumber(ARGV[b + 8]) > 0 then srcs[2] = KEYS[kb + tonumber(ARGV[b + 8])] end
+          olds = olds or {}
+          olds[#olds + 1] = {ki, ARGV[b + 6], tonumber(ARGV[b + 4]), srcs}
         end
         if code == 'f' or code == 's' or code == 'g' or code == 'c' or code == 'l' then
           if not vals[ki] then
@@ -222,12 +212,11 @@ for a = 1, attempts do
         end
       end
       if fail then break end
-      for ki, lg in pairs(plogs) do
-        -- Options.Upgrade: a packed log not there yet is read once from
-        -- the sorted-set logs (the set's, the per-rule ones).
-        if #lg.olds > 0 and not vals[ki][lg.tag] then
+      for _, o in ipairs(olds or NONE) do
+        local ki, tag = o[1], o[2]
+        if not vals[ki][tag] then
           local _, _, oldLogs = upgrade()
-          local ent = oldLogs(lg.olds, lg.w, lg.tag, now)
+          local ent = oldLogs(o[4], o[3], tag, now)
           if ent then
             local sv = packv(raws[ki], vals[ki], {ent}, 0, nowms)
             raws[ki], vals[ki] = sv, unpackv(sv)
@@ -371,7 +360,7 @@ for a = 1, attempts do
         -- no state (its eval run first, as commit needs), spliced into the
         -- value read, and is evaluated again on it (pass 2); the value is
         -- then written whole by a take or reserve, allowed or denied.
-        if code == 's' or code == 'f' or code == 'c' or code == 'g' then
+        if code == 's' or code == 'f' or code == 'c' or code == 'g' or code == 'l' then
           local ent, exp
           do
             local c, L, p, plan, st = seedu, math.max(L, seedu), nil, nil, {}
@@ -380,6 +369,8 @@ for a = 1, attempts do
               --@sliding.eval
             elseif code == 'g' then
               --@gcra.eval
+            elseif code == 'l' then
+              --@log.eval
             else
               --@fixed.eval
             end
@@ -389,25 +380,11 @@ for a = 1, attempts do
               --@sliding.commit
             elseif code == 'g' then
               --@gcra.commit
+            elseif code == 'l' then
+              --@log.commit
             else
               --@fixed.commit
             end
-          end
-          local sv = packv(raws[ki], vals[ki], {ent}, exp, nowms)
-          raws[ki], vals[ki] = sv, unpackv(sv)
-          built = built or {}
-          built[ki] = true
-          seededk = seededk or {}
-          seededk[ki] = true
-        elseif code == 'l' then
-          -- A packed log: the entry its commit writes for a take of seedu
-          -- units (at most L: more would change nothing but the count) on
-          -- the log read, spliced in as for the packed rules above.
-          local ent, exp
-          do
-            local c, plan, st = math.min(seedu, L), nil, {}
-            local lg, used, reset, x = {w = plogs[ki].w}, 0, 0, {0}
-            --@log.commit
           end
           local sv = packv(raws[ki], vals[ki], {ent}, exp, nowms)
           raws[ki], vals[ki] = sv, unpackv(sv)
@@ -511,7 +488,7 @@ for a = 1, attempts do
         elseif code == 'g' then
           --@gcra.commit
         elseif code == 'l' then
-          local lg, v = plogs[ki], raws[ki]
+          local v = raws[ki]
           local p, pl, pq = vals[ki][tag], nil, nil
           if p then
             local _

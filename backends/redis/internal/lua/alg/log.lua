@@ -1,27 +1,29 @@
 -- log.lua: packed sliding logs ('l': p1 = window µs, p2 = the index of the
 -- set's sorted-set log, read once under Options.Upgrade, 0 = none): the
 -- SlidingLog rules, and the SlidingWindow rules evaluated as exact logs
--- (driver.Rule.ExactLog), whose limit is at most driver.LogLine. The log
--- rules of a dimension set share ONE entry of the set's packed value, tag
--- LOG (every 'l' rule names it: backends/redis logTag), whatever the
--- rules. Payload: '<I7' base, then one record '<I7I7' per instant holding
--- admitted units, oldest first: the server µs and the cumulative units up
--- to and including it (base: those of the records trimmed before the
--- first). A rule of window W counts the records with t > now-W, found by
--- binary search: used = cum(last) - cum(the record before the first
--- counted, or base); its retry-after is when the record where the
--- cumulative count reaches what is needed leaves (another binary search).
--- A decision appends one record (or adds to the newest at the same µs),
--- trimming the records older than the longest window of the request's
--- log rules of the set (lg.w); the entry expires when the newest record
--- leaves that window. The records at or after an instant sort last, so a
--- clock gone back inserts in order (rare: a rebuild).
+-- (driver.Rule.ExactLog), whose limit is at most driver.LogLine. A rule's
+-- log is its entry in the dimension set's packed value, as any packed
+-- rule's, so it answers exactly as the memory backend's log of that rule
+-- whatever the request's other rules (a subset of a set's rules, shadow
+-- rules, a rule replaced). Payload: '<I7' base, then one record '<I7I7'
+-- per instant holding admitted units, oldest first: the server µs and the
+-- cumulative units up to and including it (base: those of the records
+-- trimmed before the first). The rule of window W counts the records with
+-- t > now-W, found by binary search: used = cum(last) - cum(the record
+-- before the first counted, or base); its retry-after is when the record
+-- where the cumulative count reaches what is needed leaves (another
+-- binary search). A decision appends one record (or adds to the newest
+-- at the same µs), trimming the records that left the window: at most
+-- Limit records stay (each holds a unit or more). The entry expires when
+-- the newest record leaves the window. A clock gone back inserts in order
+-- (rare: a rebuild).
 --
 -- Record z (1-based) starts at pq + 14*z - 7, its cumulative count at
 -- pq + 14*z.
 
 --@eval
--- The first record in (now-W, ...] is j (k+1: none); nl the newest.
+-- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+-- none).
 local W = tonumber(ARGV[b + 4])
 local k, j, base, nl = 0, 1, 0, 0
 if p then
@@ -55,59 +57,52 @@ if c > L then
 elseif used + c > L then
   flags = 0
 end
---@save nl
+--@save j, nl
 
 --@commit
--- The entry, once per set however many log rules share it (lg.done):
--- trimmed to lg.w, c units at now added.
---@load nl
-if not lg.done then
-  lg.done = true
-  local k, j, base = 0, 1, 0
-  if p then
-    k = (pl - 7) / 14
-    base = struct.unpack('<I7', v, pq)
-    local hi, from = k + 1, now - lg.w
-    while j < hi do
-      local m = (j + hi - (j + hi) % 2) / 2
-      if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
-    end
-    if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
-  end
-  local lt, top = 0, base
-  if j <= k then lt, top = struct.unpack('<I7I7', v, pq + 14 * k - 7) end
-  local body
-  if j > k then
-    body = struct.pack('<I7I7I7', base, now, base + c)
-  elseif lt == now then
-    body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
-  elseif lt < now then
-    body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
-  else
-    -- The server clock went back: c units at now, in order (added to a
-    -- record at now), the later records' counts up by c.
-    local out, prev, added = {struct.pack('<I7', base)}, base, false
-    for z = j, k do
-      local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
-      if not added and t > now then
-        out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
-      end
-      prev = u
-      if added then
-        u = u + c
-      elseif t == now then
-        u, added = u + c, true
-      end
-      out[#out + 1] = struct.pack('<I7I7', t, u)
-    end
-    body = table.concat(out)
-  end
-  exp = (math.max(lt, now) + lg.w) / 1000 -- ms, rounded up
-  if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-  ent = struct.pack(HDR, tag, #body, exp) .. body
-  if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+-- Trimmed to the window, c units at now added.
+--@load j, nl
+local W = tonumber(ARGV[b + 4])
+local k, base = 0, 0
+if p then
+  k = (pl - 7) / 14
+  base = struct.unpack('<I7', v, pq)
+  if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
 end
-used, reset = used + c, math.max(nl, now) + tonumber(ARGV[b + 4]) - now
+local top = base
+if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+local body
+if j > k then
+  body = struct.pack('<I7I7I7', base, now, base + c)
+elseif nl == now then
+  body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+elseif nl < now then
+  body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+else
+  -- The server clock went back: c units at now, in order (added to a
+  -- record at now), the later records' counts up by c.
+  local out, prev, added = {struct.pack('<I7', base)}, base, false
+  for z = j, k do
+    local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+    if not added and t > now then
+      out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+    end
+    prev = u
+    if added then
+      u = u + c
+    elseif t == now then
+      u, added = u + c, true
+    end
+    out[#out + 1] = struct.pack('<I7I7', t, u)
+  end
+  body = table.concat(out)
+end
+local hi = math.max(nl, now)
+exp = (hi + W) / 1000 -- ms, rounded up
+if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+ent = struct.pack(HDR, tag, #body, exp) .. body
+used, reset = used + c, hi + W - now
+if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
 
 --@import
 -- The sorted-set logs srcs (the set's "%l" log, the one-key-per-rule
