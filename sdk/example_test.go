@@ -39,10 +39,9 @@ func ExampleLimiter_Allow() {
 }
 
 // A policy checks all its rules at once; a denial names every rule that
-// denied and consumes nothing from the others. (The retry is 1m3s, not
-// 59s: a sliding window counts in cells, here 10 of 5.9s, and a cell
-// counts until a whole window has passed after its end, so that no 59s
-// ever hold more than 2; the sends fall 1.9s into a cell.)
+// denied and consumes nothing from the others. (The retry is 59s, the
+// window: sliding windows whose limit is at most sdk.LogLine are exact
+// logs, and the first send leaves 59s after it.)
 func ExampleLimiter_Allow_multiRule() {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
@@ -73,7 +72,7 @@ func ExampleLimiter_Allow_multiRule() {
 	// Output:
 	// send 1: allowed
 	// send 2: allowed
-	// send 3: denied by content-59s, retry after 1m3s
+	// send 3: denied by content-59s, retry after 59s
 	//   recv-1m     2/15 allowed=true
 	//   recv-24h    2/50 allowed=true
 	//   content-59s 2/2 allowed=false

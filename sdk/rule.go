@@ -17,18 +17,18 @@ const (
 	// epoch, or to a calendar (Rule.Calendar). Cheap; allows up to 2x
 	// Limit across a window edge.
 	AlgorithmFixedWindow = driver.FixedWindow
-	// AlgorithmSlidingWindow sums cells of Window/SubWindows, the partly
-	// expired oldest one included: constant memory, and strict: no
-	// interval of length Window ever holds more than Limit admitted
-	// units. The price: a unit counts for up to one cell longer than
-	// Window (two when the cells do not divide it). On the seed policy
-	// 11.1% of attempts (6,456 of 58,133) were denied that an exact log
-	// would admit, nearly all by the 24h rule's 2.4h cells; the earlier
-	// arithmetic, which dropped the oldest cell, over-admitted 3.2% (73
-	// units in 24h against 50). Measured in this repository with
-	// go test -count=1 -run TestStrictnessCost -v ./sdk/
-	// Finer cells (Rule.WithSubWindows) shorten the extra time a unit counts: with
-	// 60 cells per window the same traffic paid 2.7% (1,586 attempts).
+	// AlgorithmSlidingWindow is strict: no interval of length Window ever
+	// holds more than Limit admitted units. A rule whose Limit is at most
+	// LogLine is evaluated as an exact sliding log (AlgorithmSlidingLog's
+	// answers: nothing denied that an exact log admits, retry-after and
+	// reset-after at most Window); on the seed policy (limits 2 to 50)
+	// that is 0 attempts over and 0 under an exact log, where cells denied
+	// 11.1% (6,456 of 58,133) the log admits. Measured in this repository
+	// with go test -count=1 -run TestStrictnessCost -v ./sdk/
+	// Above LogLine it sums cells of Window/SubWindows, the partly expired
+	// oldest one included: constant memory, but a unit counts for up to
+	// one cell longer than Window (two when the cells do not divide it).
+	// Finer cells (Rule.WithSubWindows) shorten that extra time.
 	AlgorithmSlidingWindow = driver.SlidingWindow
 	// AlgorithmSlidingLog keeps one entry per unit: exact, memory grows
 	// with Limit.
@@ -59,6 +59,12 @@ const DefaultSubWindows = 10
 
 // MaxNameLen is the longest name a policy, rule or dimension may have.
 const MaxNameLen = 64
+
+// LogLine is the largest limit of a SlidingWindow rule that every backend
+// evaluates as an exact sliding log (SlidingLog's semantics and numbers:
+// no under-admission, retry-after and reset-after at most the window);
+// above it a sliding window counts in cells (driver.LogLine).
+const LogLine = driver.LogLine
 
 // The largest numbers a rule or a cost may hold, the same for every
 // backend: beyond them some backend could no longer count exactly, so
@@ -143,7 +149,8 @@ func FixedWindow(name string, limit int64, window time.Duration) Rule {
 }
 
 // SlidingWindow returns an AlgorithmSlidingWindow rule with
-// DefaultSubWindows cells (change them with Cells).
+// DefaultSubWindows cells (change them with Cells; a limit of at most
+// LogLine makes it an exact log, and its cells unused).
 func SlidingWindow(name string, limit int64, window time.Duration) Rule {
 	return Rule{Name: name, Algorithm: AlgorithmSlidingWindow, Limit: limit, Window: window, SubWindows: DefaultSubWindows}
 }

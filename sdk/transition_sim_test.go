@@ -220,9 +220,19 @@ func simTrim(lg []simUnit, from time.Time) []simUnit {
 	return lg
 }
 
+// asLog returns r as a sliding log when it is a sliding window whose
+// limit is at most sdk.LogLine (every backend evaluates it so), else r.
+func asLog(r sdk.Rule) sdk.Rule {
+	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.Limit <= sdk.LogLine {
+		r.Algorithm = sdk.AlgorithmSlidingLog
+	}
+	return r
+}
+
 // reachOf is the reference's reach of a rule: how long after a change its
 // state can prove anything (written out here, not taken from the driver).
 func reachOf(r sdk.Rule) time.Duration {
+	r = asLog(r)
 	switch r.Algorithm {
 	case sdk.AlgorithmFixedWindow:
 		if r.Calendar != sdk.NoCalendar {
@@ -243,6 +253,7 @@ func reachOf(r sdk.Rule) time.Duration {
 // at or after start, at now, for cost. It returns the units r counts
 // before the attempt and whether it admits cost.
 func simDecide(r sdk.Rule, lg []simUnit, start, now time.Time, cost int64) (used int64, ok bool) {
+	r = asLog(r)
 	units := simSince(lg, start)
 	count := func(in func(time.Time) bool) int64 {
 		var n int64

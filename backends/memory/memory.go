@@ -250,6 +250,7 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	if err := validate(o, req); err != nil {
 		return driver.Result{}, err
 	}
+	req.Rules = exactLogs(req.Rules)
 	keys := make([]string, 0, len(req.Rules)+2)
 	for _, r := range req.Rules {
 		keys = append(keys, r.Key)
@@ -630,6 +631,23 @@ func (b *Backend) Len() int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// exactLogs returns rules with every SlidingWindow rule that is evaluated
+// as an exact log (driver.Rule.ExactLog: its own limit at most
+// driver.LogLine) turned into a SlidingLog rule, whose state, step and
+// report it then gets (rules itself when there is none: not copied).
+func exactLogs(rules []driver.Rule) []driver.Rule {
+	out := rules
+	for i := range rules {
+		if rules[i].Algorithm == driver.SlidingWindow && rules[i].ExactLog() {
+			if &out[0] == &rules[0] {
+				out = slices.Clone(rules)
+			}
+			out[i].Algorithm = driver.SlidingLog
+		}
+	}
+	return out
 }
 
 // validate checks what the sdk promises, so a misuse is an error rather

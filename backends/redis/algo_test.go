@@ -211,13 +211,16 @@ func TestSlidingWindow(t *testing.T) {
 	b, c := plainStandalone(t) // the plain hash layout
 	ctx := context.Background()
 	s := newSubject(t, "slide")
-	r := s.sliding("s", 3, time.Minute, 10)
+	r := s.sliding("s", 3+driver.LogLine, time.Minute, 10) // above the line: cells
+	const L = 3 + driver.LogLine
+	res := take(t, b, s.request(opTake, driver.LogLine, r))
+	checkRule(t, "take of the line", res.Rules[0], true, driver.LogLine, L)
 	for i := int64(1); i <= 3; i++ {
 		res := take(t, b, s.request(opTake, 1, r))
-		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, i, 3)
+		checkRule(t, fmt.Sprintf("take #%d", i), res.Rules[0], true, driver.LogLine+i, L)
 	}
-	res := take(t, b, s.request(opTake, 1, r))
-	checkRule(t, "take #4", res.Rules[0], false, 3, 3)
+	res = take(t, b, s.request(opTake, 1, r))
+	checkRule(t, "take #4", res.Rules[0], false, L, L)
 	// All units sit in the current cell i, which counts until (i+N+1)·s:
 	// RetryAfter = (i+11)*6s - now.
 	cell := 6 * time.Second
@@ -227,9 +230,9 @@ func TestSlidingWindow(t *testing.T) {
 		t.Errorf("RetryAfter = %v, want %v", got, want)
 	}
 	// The entry: the newest cell's index, the cells' sum, then one cell
-	// holding 3.
-	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) != 3 || e.Ints[0] != i || e.Ints[1] != 3 || e.Ints[2] != 3 {
-		t.Errorf("entry = %+v (present %v), want one cell {%d, 3, 3}", e, ok, i)
+	// holding L (or two, the takes straddling a cell boundary).
+	if e, ok := entryOf(t, c, r); !ok || len(e.Ints) < 3 || e.Ints[0] != i || e.Ints[1] != L || sum(e.Ints[2:]) != L {
+		t.Errorf("entry = %+v (present %v), want cells {%d, %d, ...} summing to %d", e, ok, i, L, L)
 	}
 	pttl, _ := c.PTTL(ctx, r.Key).Result()
 	if pttl <= 0 || pttl > time.Minute+2*cell {
@@ -244,7 +247,8 @@ func TestSlidingWindowCells(t *testing.T) {
 	// starts at an hour boundary (then it retries once).
 	for attempt := 0; attempt < 2; attempt++ {
 		s := newSubject(t, "cells")
-		r := s.sliding("s", 3, 10*time.Hour, 10)
+		const F = driver.LogLine + 1 // limits and counts times F: cells, not a log
+		r := s.sliding("s", 3*F, 10*time.Hour, 10)
 		cell := time.Hour.Microseconds()
 		i := serverNow(t, c).UnixMicro() / cell
 		// A dead cell (must be ignored and dropped), two counted ones: the
@@ -252,12 +256,12 @@ func TestSlidingWindowCells(t *testing.T) {
 		// the newest cell's index, the cells' sum, then the cells i-11 …
 		// i-5.
 		putPacked(t, c, r.Key, packedEntry{Tag: ruleTag(&r), Expiry: (i - 5 + 11) * cell / 1000,
-			Ints: []int64{i - 5, 9, 7, 1, 0, 0, 0, 0, 1}})
-		res := take(t, b, s.request(opTake, 2, r))
+			Ints: []int64{i - 5, 9 * F, 7 * F, F, 0, 0, 0, 0, F}})
+		res := take(t, b, s.request(opTake, 2*F, r))
 		if res.Now.UnixMicro()/cell != i {
 			continue
 		}
-		checkRule(t, "take 2 over 2 live units", res.Rules[0], false, 2, 3)
+		checkRule(t, "take 2 over 2 live units", res.Rules[0], false, 2*F, 3*F)
 		// need = 2+2-3 = 1: the oldest counted cell (i-10) frees it when
 		// it stops counting, at (i-10+N+1)·s.
 		want := time.Duration((i-10+11)*cell-res.Now.UnixMicro()) * time.Microsecond
@@ -267,8 +271,8 @@ func TestSlidingWindowCells(t *testing.T) {
 		if got := res.Rules[0].ResetAfter; got != time.Duration((i-5+11)*cell-res.Now.UnixMicro())*time.Microsecond {
 			t.Errorf("ResetAfter = %v, want when cell i-5 stops counting", got)
 		}
-		res = take(t, b, s.request(opTake, 1, r))
-		checkRule(t, "take 1", res.Rules[0], true, 3, 3)
+		res = take(t, b, s.request(opTake, F, r))
+		checkRule(t, "take 1", res.Rules[0], true, 3*F, 3*F)
 		e, ok := entryOf(t, c, r)
 		if !ok || len(e.Ints) < 3 {
 			t.Fatalf("entry after a write = %+v (present %v), want cells", e, ok)
@@ -292,13 +296,13 @@ func TestSlidingWindowCells(t *testing.T) {
 		if _, kept := cellOf(i - 11); kept {
 			t.Errorf("dead cell i-11 still in the entry after a write: %+v", e)
 		}
-		if n, kept := cellOf(i - 10); !kept || n != 1 {
+		if n, kept := cellOf(i - 10); !kept || n != F {
 			t.Errorf("counted cell i-10 = %d (kept %v) after a write, want 1 kept (it counts until (i+1)·s)", n, kept)
 		}
-		if n, _ := cellOf(i - 5); n != 1 {
+		if n, _ := cellOf(i - 5); n != F {
 			t.Errorf("cell i-5 = %d, want 1", n)
 		}
-		if n, _ := cellOf(i); n != 1 {
+		if n, _ := cellOf(i); n != F {
 			t.Errorf("current cell = %d, want 1", n)
 		}
 		if want := (i + 11) * cell / 1000; e.Expiry != want {
@@ -368,33 +372,41 @@ func TestSlidingLog(t *testing.T) {
 	ctx := context.Background()
 	s := newSubject(t, "log")
 	r := s.log("l", 6, time.Hour)
-	lk := sortedSetOf(t, []driver.Rule{r}, r)
+	r.Group = s.base + "="
 	res := take(t, b, s.request(opTake, 5, r))
 	checkRule(t, "take 5", res.Rules[0], true, 5, 6)
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 5 {
-		t.Errorf("ZCARD after a take of 5 in one µs = %d, want 5 (unique members)", n)
+	if e, _ := logOf(t, c, r); len(e.Ints) != 3 || e.Ints[2]-e.Ints[0] != 5 {
+		t.Errorf("packed log after a take of 5 = %+v, want one record of 5 units", e)
 	}
 	first := res.Now
 	res = take(t, b, s.request(opTake, 1, r))
 	checkRule(t, "take 1", res.Rules[0], true, 6, 6)
 	res = take(t, b, s.request(opTake, 3, r))
 	checkRule(t, "take 3 over the limit", res.Rules[0], false, 6, 6)
-	// need = 6+3-6 = 3: the 3rd oldest entry, at first.
+	// need = 6+3-6 = 3: reached by the oldest record, at first.
 	if want := first.Add(time.Hour).Sub(res.Now); res.Rules[0].RetryAfter != want {
 		t.Errorf("RetryAfter = %v, want %v", res.Rules[0].RetryAfter, want)
 	}
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
-		t.Errorf("ZCARD after a denial = %d, want 6 (a denial adds nothing)", n)
+	if n := logUnits(t, c, r); n != 6 {
+		t.Errorf("packed log after a denial holds %d units, want 6 (a denial adds nothing)", n)
 	}
-	// Old entries are trimmed.
-	old := float64(res.Now.Add(-2 * time.Hour).UnixMicro())
-	c.ZAdd(ctx, lk, goredisZ(old, "old1"), goredisZ(old, "old2"))
+	// Records older than the window do not count, and a write trims them.
+	e, _ := logOf(t, c, r)
+	old := res.Now.Add(-2 * time.Hour).UnixMicro()
+	ints := append([]int64{0, old, 2}, e.Ints[1:]...)
+	for k := 4; k < len(ints); k += 2 {
+		ints[k] += 2 - e.Ints[0]
+	}
+	putPacked(t, c, group(&r), packedEntry{Tag: ruleTag(&r), Expiry: e.Expiry, Ints: ints})
 	res = take(t, b, s.request(opPeek, 1, r))
 	checkRule(t, "peek", res.Rules[0], false, 6, 6)
-	if n, _ := c.ZCard(ctx, lk).Result(); n != 6 {
-		t.Errorf("ZCARD = %d, want 6 (old entries trimmed)", n)
+	r.Limit = 10 // the same rule (its tag ignores the limit), room again
+	res = take(t, b, s.request(opTake, 1, r))
+	checkRule(t, "take with limit 10", res.Rules[0], true, 7, 10)
+	if e, _ := logOf(t, c, r); len(e.Ints) != 7 || e.Ints[0] != 2 || e.Ints[1] == old {
+		t.Errorf("packed log after a take = %+v, want the old record trimmed into the base (2), 3 records", e)
 	}
-	pttl, _ := c.PTTL(ctx, lk).Result()
+	pttl, _ := c.PTTL(ctx, group(&r)).Result()
 	if pttl <= 0 || pttl > time.Hour+time.Millisecond {
 		t.Errorf("PTTL = %v, want in (0, 1h] (+1ms: expiry rounded up to the ms)", pttl)
 	}
@@ -450,7 +462,6 @@ func TestGCRA(t *testing.T) {
 
 func TestAllOrNothing(t *testing.T) {
 	b, c := standalone(t)
-	ctx := context.Background()
 	s := newSubject(t, "multi")
 	rules := []driver.Rule{
 		s.sliding("a", 5, time.Minute, 10),
@@ -478,8 +489,8 @@ func TestAllOrNothing(t *testing.T) {
 			t.Errorf("rule %s used = %d after a denied take, want 1 (nothing consumed)", rules[i].Name, res.Rules[i].Used)
 		}
 	}
-	if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[2])).Result(); n != 1 {
-		t.Errorf("log size = %d, want 1", n)
+	if n := logUnits(t, c, rules[2]); n != 1 {
+		t.Errorf("log size = %d units, want 1", n)
 	}
 	if g, _ := entryOf(t, c, rules[3]); fmt.Sprint(g) != fmt.Sprint(gcraState) {
 		t.Errorf("GCRA state moved on a denied take: %+v -> %+v", gcraState, g)
@@ -628,13 +639,13 @@ func TestReset(t *testing.T) {
 	req.ReservationID, req.ReservationTTL = "h", time.Hour
 	take(t, b, req)
 	take(t, b, s.request(opTake, 1, rules...)) // denied: trail
-	if n, _ := c.Exists(ctx, rules[0].Key, sortedSetOf(t, rules, rules[1]), s.reservations()).Result(); n != 3 {
+	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, s.reservations()).Result(); n != 3 {
 		t.Fatalf("%d of the state keys exist before Reset, want 3", n)
 	}
 	if err := b.Reset(ctx, s.request(opTake, 1, rules...).Request); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, rules[0].Key, sortedSetOf(t, rules, rules[1]), s.reservations()).Result(); n != 0 {
+	if n, _ := c.Exists(ctx, rules[0].Key, rules[1].Key, sortedSetOf(t, rules, rules[1]), s.reservations()).Result(); n != 0 {
 		t.Errorf("%d keys remain after Reset, want 0", n)
 	}
 	if n, _ := c.Exists(ctx, s.trail()).Result(); n != 1 {

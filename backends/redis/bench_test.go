@@ -273,3 +273,50 @@ func serverMicros(b *testing.B, c *goredis.Client, cmd string) float64 {
 	b.Fatalf("INFO commandstats: no %s", cmd)
 	return 0
 }
+
+// BenchmarkLogLine measures driver.LogLine's trade: one rule of 24h at
+// the line, a packed log of limit 100 (up to 100 records, 1.4 KB),
+// against the sorted-set log and the cells of limit 101, taken in turn
+// on 200 subjects (with -benchtime=20000x every subject fills its 100
+// records, the last takes on full logs); the server's µs per script.
+//
+//	go test -run '^$' -bench BenchmarkLogLine -benchtime=20000x ./backends/redis/
+func BenchmarkLogLine(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	defer c.Close()
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		rule func(s subject) driver.Rule
+	}{
+		{"packed log, limit 100", func(s subject) driver.Rule { return s.log("l", driver.LogLine, 24*time.Hour) }},
+		{"sorted-set log, limit 101", func(s subject) driver.Rule { return s.log("l", driver.LogLine+1, 24*time.Hour) }},
+		{"cells, limit 101", func(s subject) driver.Rule { return s.sliding("s", driver.LogLine+1, 24*time.Hour, 10) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			reqs := make([]request, 200)
+			for i := range reqs {
+				s := newSubject(b, "logline")
+				r := bc.rule(s)
+				r.Group = s.base + "="
+				reqs[i] = s.request(opTake, 1, r)
+				reqs[i].TrailKey, reqs[i].TrailMax = "", 0
+			}
+			be := New(c, nil)
+			if _, err := be.do(ctx, reqs[0]); err != nil { // detection, script load
+				b.Fatal(err)
+			}
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := be.do(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(serverMicros(b, c, "evalsha"), "server-µs/op")
+		})
+	}
+}

@@ -275,7 +275,10 @@ func TestBoundsExact(t *testing.T) {
 							}
 							// The script that decided: a fast script where the
 							// path and the rule's strategy allow one.
-							fast := pa.fast && rep.Choice(al.algo).Strategy == capability.PlainLua
+							// (a sliding log above driver.LogLine is a sorted
+							// set: take.lua's alone)
+							fast := pa.fast && rep.Choice(al.algo).Strategy == capability.PlainLua &&
+								(al.algo != driver.SlidingLog || al.rule.Limit <= sdk.LogLine)
 							for _, call := range log.take() {
 								if call.sha == settleScript.Hash() {
 									continue // Cancel (reservation)

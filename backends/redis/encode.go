@@ -218,19 +218,18 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		switch {
 		case sp.suffix != "": // a module strategy: the rule's own key
 			key = r.Key + sp.suffix
-		case sp.code == codeLog && lastPrev != "" && lastLogGroup == group(r):
-			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
 		case sp.code == codeLog:
-			key = logKey(r)
-			if prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
-				sp, err := b.spec(rep, q, plainOnly(&req, q))
-				if err != nil {
-					return "", err
-				}
-				return sp.args[staticArgs-1].(string), nil
-			}); err != nil {
-				return fail(err)
+			key = group(r)
+			if b.opts.Upgrade {
+				prev = logKey(r) // the set's sorted-set log, read once when the packed one is absent
 			}
+		case sp.code == codeZLog && !b.opts.Upgrade:
+			key = logKey(r)
+		case sp.code == codeZLog && lastPrev != "" && lastLogGroup == group(r):
+			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
+		case sp.code == codeZLog:
+			key = logKey(r)
+			prev = prevLogKey(req.Rules, r)
 			lastPrev, lastLogGroup = prev, group(r)
 		default:
 			key = group(r)
@@ -307,11 +306,10 @@ func plainOnly(req *driver.Request, r *driver.Rule) bool {
 func logKey(r *driver.Rule) string { return group(r) + suffixLog }
 
 // prevLogKey returns the set's log as the previous layout named it: the
-// set's key, suffixLog, and a tag of its log rules' tags among rules. A
-// log found empty is filled from it (alg/log.lua's read), so that counts
-// carry over the upgrade. tag gives a rule's tag (ruleTag, or the spec
-// cache's copy of it).
-func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (string, error)) (string, error) {
+// set's key, suffixLog, and a tag of its log rules' tags (ruleTag) among
+// rules. Under Options.Upgrade a sorted-set log found empty is filled
+// from it (alg/zlog.lua's read), so that counts carry over the upgrade.
+func prevLogKey(rules []driver.Rule, r *driver.Rule) string {
 	g := group(r)
 	lt := newLogTag()
 	for i := range rules {
@@ -319,13 +317,9 @@ func prevLogKey(rules []driver.Rule, r *driver.Rule, tag func(*driver.Rule) (str
 		if q.Algorithm != driver.SlidingLog || group(q) != g {
 			continue
 		}
-		t, err := tag(q)
-		if err != nil {
-			return "", fmt.Errorf("rule %q: %w", q.Name, err)
-		}
-		lt.add(t)
+		lt.add(ruleTag(q))
 	}
-	return g + lt.suffix(), nil
+	return g + lt.suffix()
 }
 
 // logTag hashes the tags of a dimension set's sliding-log rules, in rule
@@ -378,12 +372,20 @@ func ruleArgs(r *driver.Rule, ch ruleChoice, a *[staticArgs]any) error {
 	case driver.SlidingWindow:
 		sp := r.Span(time.Microsecond)
 		code := ch.code // codeTairHash, codeHFE or packed
+		if code == "" && r.ExactLog() {
+			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, logTagOf(r)}
+			return nil
+		}
 		if code == "" {
 			code, tag = codeSliding, ruleTag(r)
 		}
 		*a = [staticArgs]any{code, r.Name, r.Limit, sp.Back, sp.Size, tag}
 	case driver.SlidingLog:
-		*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, ruleTag(r)}
+		if r.Limit <= driver.LogLine {
+			*a = [staticArgs]any{codeLog, r.Name, r.Limit, r.Window.Microseconds(), 0, logTagOf(r)}
+		} else {
+			*a = [staticArgs]any{codeZLog, r.Name, r.Limit, r.Window.Microseconds(), 0, ruleTag(r)}
+		}
 	case driver.GCRA:
 		// Whole µs: take.lua computes in exact integers.
 		t, tol, limit := r.GCRAParams()

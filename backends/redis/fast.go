@@ -14,7 +14,8 @@ import (
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // internal/lua/fast.lua). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
-// Lua) or sliding logs, at most lua.FastMax of them, none shadow or
+// Lua; packed sliding logs: driver.Rule.ExactLog up to driver.LogLine),
+// at most lua.FastMax of them, none shadow or
 // seeded, without an idempotency key and without Options.Upgrade, runs
 // the script built for its rules (for a request with an OverrideKey, the
 // one that also reads overrides: lua.FastOverrides), loaded
@@ -39,12 +40,6 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
-	// logs holds, per key (index - 1), the suffix of its dimension set's
-	// log key in the previous layout (prevLogKey) when it is a sliding
-	// log (logKey), else "".
-	logs [lua.FastMax]string
-	// nlogs is the number of its dimension sets that are logs.
-	nlogs int
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -108,9 +103,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	var k fastKey
 	k.n, k.ov = n, req.OverrideKey != ""
-	var groups [lua.FastMax]string // a dimension set's packed value, or its log
-	var logs [lua.FastMax]bool
-	var dims [lua.FastMax]string // each key's dimension set
+	var groups [lua.FastMax]string // a dimension set's packed value
 	g := 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
@@ -122,20 +115,16 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 			return fastAttempt{}, false
 		}
 		k.specs[i] = sp
-		key, log := group(r), sp.code == codeLog
-		dim := key
-		if log {
-			key = logKey(r)
-		}
+		key := group(r)
 		ki := 0
 		for j := range g {
-			if groups[j] == key && logs[j] == log {
+			if groups[j] == key {
 				ki = j + 1
 				break
 			}
 		}
 		if ki == 0 {
-			groups[g], logs[g], dims[g] = key, log, dim
+			groups[g] = key
 			g++
 			ki = g
 		}
@@ -150,7 +139,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		b.fast.put(&k, s)
 	}
 	tk, hk := 0, 0
-	nk := g + s.nlogs // the dimension sets, the previous layout's logs
+	nk := g // the dimension sets
 	if k.ov {
 		nk++ // the overrides, after the dimension sets
 	}
@@ -164,15 +153,8 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	}
 	keys := make([]string, nk)
 	copy(keys, groups[:g])
-	p := g
-	for j := range g {
-		if logs[j] {
-			keys[p] = dims[j] + s.logs[j]
-			p++
-		}
-	}
 	if k.ov {
-		keys[p] = req.OverrideKey
+		keys[g] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -214,8 +196,6 @@ func (e *encoder) addFast(a *fastAttempt) {
 func buildFast(k *fastKey) (*fastScript, error) {
 	rules := make([]lua.FastRule, k.n)
 	choices := make([]ruleChoice, k.n)
-	var isLog [lua.FastMax]bool
-	var tags [lua.FastMax]logTag // per log, its rules' tags in order (prevLogKey)
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
@@ -230,27 +210,6 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
-		if g := k.keys[i] - 1; rules[i].Code == codeLog {
-			if !isLog[g] {
-				isLog[g], tags[g] = true, newLogTag()
-			}
-			tags[g].add(rules[i].Tag)
-		}
-	}
-	ng := 0
-	for i := range k.n {
-		ng = max(ng, int(k.keys[i]))
-	}
-	var prev [lua.FastMax]int
-	for g := range isLog {
-		if isLog[g] {
-			s.logs[g] = tags[g].suffix()
-			s.nlogs++
-			prev[g] = ng + s.nlogs
-		}
-	}
-	for i := range k.n {
-		rules[i].Prev = prev[k.keys[i]-1]
 	}
 	build := lua.Fast
 	if k.ov {
@@ -287,8 +246,10 @@ func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
 	case driver.FixedWindow:
 		return r.Calendar == driver.NoCalendar
 	case driver.SlidingWindow:
-		return r.Epoch > 0 || rep.Choice(r.Algorithm).Strategy == capability.PlainLua
-	case driver.GCRA, driver.SlidingLog:
+		return r.Epoch > 0 || r.ExactLog() || rep.Choice(r.Algorithm).Strategy == capability.PlainLua
+	case driver.SlidingLog:
+		return r.Limit <= driver.LogLine // larger: a sorted set, take.lua's
+	case driver.GCRA:
 		return true
 	}
 	return false

@@ -68,7 +68,7 @@ type subject struct {
 
 // newSubject returns a subject whose shard value is unique to this test
 // run, suffixed to user.
-func newSubject(t *testing.T, user string) subject {
+func newSubject(t testing.TB, user string) subject {
 	t.Helper()
 	var r [4]byte
 	_, _ = rand.Read(r[:])

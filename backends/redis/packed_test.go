@@ -95,6 +95,33 @@ func putPacked(t *testing.T, c goredis.UniversalClient, key string, entries ...p
 	}
 }
 
+// logOf returns r's packed sliding log (its entry: base, then at µs and
+// cumulative units per record), and whether there is one.
+func logOf(t *testing.T, c goredis.UniversalClient, r driver.Rule) (packedEntry, bool) {
+	t.Helper()
+	var e packedEntry
+	ok := false
+	for _, x := range packedOf(t, c, group(&r)) {
+		if x.Tag == logTagOf(&r) {
+			e, ok = x, true
+		}
+	}
+	if ok && len(e.Ints)%2 != 1 {
+		t.Fatalf("packed log %+v: want base then pairs", e)
+	}
+	return e, ok
+}
+
+// logUnits returns the units r's packed log holds (all its records).
+func logUnits(t *testing.T, c goredis.UniversalClient, r driver.Rule) int64 {
+	t.Helper()
+	e, ok := logOf(t, c, r)
+	if !ok || len(e.Ints) < 3 {
+		return 0
+	}
+	return e.Ints[len(e.Ints)-1] - e.Ints[0]
+}
+
 // sortedSetOf returns the key of r's sliding log: the dimension set's
 // sorted set (the same whatever the log rules of rules).
 func sortedSetOf(t *testing.T, rules []driver.Rule, r driver.Rule) string {
@@ -106,11 +133,7 @@ func sortedSetOf(t *testing.T, rules []driver.Rule, r driver.Rule) string {
 // layout: named after the log rules of rules.
 func prevSortedSetOf(t *testing.T, rules []driver.Rule, r driver.Rule) string {
 	t.Helper()
-	k, err := prevLogKey(rules, &r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return prevLogKey(rules, &r)
 }
 
 func TestEncodePackedRoundTrip(t *testing.T) {
@@ -150,7 +173,7 @@ func TestPackedSharedKey(t *testing.T) {
 	rules := []driver.Rule{
 		s.fixed("a", 5, time.Hour),
 		s.fixed("b", 9, 24*time.Hour),
-		s.sliding("c", 7, time.Minute, 10),
+		s.sliding("c", 700, time.Minute, 10), // above driver.LogLine: cells
 	}
 	for i := range rules {
 		rules[i].Group = g
@@ -226,7 +249,7 @@ func TestPackedSharedKey(t *testing.T) {
 		t.Errorf("rule c's entry after a take without it = %+v (present %v), want %+v unchanged", after, ok, before)
 	}
 	res = take(t, b, s.request(opPeek, 1, rules...))
-	checkRule(t, "peek with c again, rule c", res.Rules[2], true, 3, 7)
+	checkRule(t, "peek with c again, rule c", res.Rules[2], true, 3, 700)
 	checkRule(t, "peek with c again, rule a", res.Rules[0], true, 4, 5)
 }
 

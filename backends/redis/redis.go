@@ -21,9 +21,9 @@
 // (driver.Rule.Group): fixed windows, calendar windows, sliding-window
 // counters and GCRA as entries of one packed string value, read with one
 // GET and written with one SET (or, when the entries keep their places,
-// lengths and expiries, one SETRANGE); sliding logs in one sorted set per
-// dimension set, whatever its log rules (logKey; a log found empty is read
-// through once from the previous layout's, named by its log rules' tags)
+// lengths and expiries, one SETRANGE), sliding logs up to driver.LogLine
+// (and sliding windows evaluated as logs) too; larger sliding logs in one
+// sorted set per dimension set, whatever its log rules (logKey)
 // (docs/DESIGN.md, "Redis layout"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
@@ -433,10 +433,7 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	keys := make([]string, 0, 5*len(req.Rules)+1)
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		pk, err := prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) { return ruleTag(q), nil })
-		if err != nil {
-			return fmt.Errorf("redis: reset: %w", err)
-		}
+		pk := prevLogKey(req.Rules, r)
 		for _, k := range append(stateKeys(r), group(r), logKey(r), pk) {
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)
@@ -494,8 +491,8 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 // plainDetail says how the plain Lua strategy keeps each algorithm's state.
 var plainDetail = map[driver.Algorithm]string{
 	driver.FixedWindow:   "a count per rule in the dimension set's packed value, tagged with its window's end",
-	driver.SlidingWindow: "a count per cell per rule in the dimension set's packed value",
-	driver.SlidingLog:    "one sorted-set member per unit, scored by server µs, in one set per dimension set",
+	driver.SlidingWindow: "a count per cell per rule in the dimension set's packed value; a rule of limit <= 100 (driver.LogLine) is an exact log there",
+	driver.SlidingLog:    "a record (server µs, cumulative units) per admitting instant per rule in the dimension set's packed value, binary-searched, for limits <= 100 (driver.LogLine); above, one sorted-set member per unit in one set per dimension set",
 	driver.GCRA:          "a TAT in µs per rule in the dimension set's packed value",
 }
 

@@ -45,14 +45,6 @@ func TestEpochTag(t *testing.T) {
 			nw := old
 			nw.Epoch = 7
 			res := take(t, b, s.request(opPeek, 1, nw))
-			if tc.r.Algorithm == driver.SlidingLog {
-				// A dimension set has one log whatever its log rules: a
-				// new epoch counts the same units (TestLogKeyStable).
-				if res.Allowed || res.Rules[0].Used != 1 {
-					t.Fatalf("Peek(log, epoch 7) = %+v, want denied on the same log", res)
-				}
-				return
-			}
 			if !res.Allowed || res.Rules[0].Used != 0 {
 				t.Fatalf("Peek(epoch 7) = %+v, want allowed on fresh state", res)
 			}
@@ -199,12 +191,8 @@ func TestSeedBatchCluster(t *testing.T) {
 // log's members; 0 without state.
 func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r driver.Rule) int64 {
 	t.Helper()
-	if r.Algorithm == driver.SlidingLog {
-		n, err := c.ZCount(context.Background(), sortedSetOf(t, rules, r), "-inf", "+inf").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+	if r.ExactLog() {
+		return logUnits(t, c, r)
 	}
 	e, ok := entryOf(t, c, r)
 	if !ok {
@@ -221,30 +209,25 @@ func stored(t *testing.T, c *goredisClient, s subject, rules []driver.Rule, r dr
 	return e.Ints[0]
 }
 
-// TestLogKeyStable: a dimension set's sliding logs share one sorted set
-// whatever its log rules, so a log rule added beside a capped one, or a
-// log rule's successor (new window, new epoch) beside its predecessor,
-// counts what was admitted before: nothing is uncapped, and removing the
-// added rule or rolling the change back keeps the count. Through fast
-// scripts and take.lua.
-func TestLogKeyStable(t *testing.T) {
+// TestLogPerRule: a packed sliding log is its rule's own entry, as the
+// memory backend keeps it: a log rule added beside a capped one counts
+// only what it admitted, and a rule's successor (new window, new epoch)
+// counts its predecessor's units by its seed, once, then as its own.
+// Through fast scripts and take.lua.
+func TestLogPerRule(t *testing.T) {
 	for _, noFast := range []bool{false, true} {
 		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
 			b, c := standalone(t)
 			b.noFast = noFast
-			s := newSubject(t, "log-stable")
+			s := newSubject(t, "log-rule")
 			grp := s.base + "=u"
 			in := func(r driver.Rule) driver.Rule { r.Group = grp; return r }
 			capped := in(s.log("a", 3, time.Hour))
 			take(t, b, s.request(opTake, 3, capped))
 			// A log rule added beside it.
 			added := in(s.log("b", 10, 2*time.Hour))
-			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
-				t.Errorf("Take(capped, added) = %+v, want denied by a at 3, b counting the same 3", res)
-			}
-			// And removed again.
-			if res := take(t, b, s.request(opTake, 1, capped)); res.Allowed || res.Rules[0].Used != 3 {
-				t.Errorf("Take(capped) after b = %+v, want denied at 3", res)
+			if res := take(t, b, s.request(opTake, 1, capped, added)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 0 {
+				t.Errorf("Take(capped, added) = %+v, want denied by a at 3, b at 0", res)
 			}
 			// Its window changed (epoch 2), its predecessor beside it.
 			nw := in(s.log("a", 3, 2*time.Hour))
@@ -253,62 +236,63 @@ func TestLogKeyStable(t *testing.T) {
 			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
 				t.Errorf("Take(predecessor, successor) = %+v, want denied, both at 3", res)
 			}
-			// The successor alone (the predecessor's reach passed).
+			// The successor alone (the predecessor's reach passed): the
+			// carried units are its own.
 			nw.Seed = 0
 			if res := take(t, b, s.request(opTake, 1, nw)); res.Allowed || res.Rules[0].Used != 3 {
 				t.Errorf("Take(successor) = %+v, want denied at 3", res)
 			}
-			// Rolled back to the predecessor (epoch 3, seeded from the
-			// successor): the same log, still capped, nothing seeded over it.
-			back := in(s.log("a", 3, time.Hour))
-			back.Epoch, back.Seed, back.Key = 3, 1, back.Key+"~3"
-			nw.Seed = 0
-			if res := take(t, b, s.request(opTake, 1, nw, back)); res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
-				t.Errorf("Take(successor, rollback) = %+v, want denied, both at 3", res)
-			}
-			if n, _ := c.ZCard(context.Background(), logKey(&back)).Result(); n != 3 {
-				t.Errorf("the log holds %d members, want the 3 admitted (no seed added)", n)
+			if n := logUnits(t, c, nw); n != 3 {
+				t.Errorf("the successor's log holds %d units, want the 3 carried", n)
 			}
 		})
 	}
 }
 
-// TestLogReadThrough: a log found empty is filled from the set's log as
-// the previous layout named it (a hash of its log rules' tags), so an
-// upgrade keeps the counts; a log with members of its own is not.
+// TestLogReadThrough: under Options.Upgrade a packed log not there yet
+// is read once from the set's sorted-set log (the layout before packed
+// logs), so an upgrade keeps the counts; once the packed log exists the
+// sorted set is not read again; without Upgrade it is never read.
 func TestLogReadThrough(t *testing.T) {
-	for _, noFast := range []bool{false, true} {
-		t.Run(map[bool]string{false: "fast", true: "take.lua"}[noFast], func(t *testing.T) {
-			b, c := standalone(t)
-			b.noFast = noFast
+	for _, upgrade := range []bool{true, false} {
+		t.Run(fmt.Sprintf("upgrade=%t", upgrade), func(t *testing.T) {
+			_, c := standalone(t)
+			b := New(c, &Options{Upgrade: upgrade})
 			ctx := context.Background()
 			s := newSubject(t, "log-prev")
 			grp := s.base + "=u"
-			rules := []driver.Rule{s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour)}
+			rules := []driver.Rule{s.log("a", 5, time.Hour), s.log("b", 6, 2*time.Hour)}
 			for i := range rules {
 				rules[i].Group = grp
 			}
 			now := serverNow(t, c).UnixMicro()
-			prev := prevSortedSetOf(t, rules, rules[0])
+			prev := sortedSetOf(t, rules, rules[0])
 			for k := range 3 {
 				at := strconv.FormatInt(now-int64(k+1)*1000, 10)
 				c.ZAdd(ctx, prev, goredisZ(float64(now-int64(k+1)*1000), at+"11"))
 			}
+			c.ZAdd(ctx, prev, goredisZ(float64(1<<60), "!123")) // a hold marker: not a unit
 			c.Expire(ctx, prev, time.Hour)
 			res := take(t, b, s.request(opTake, 1, rules...))
-			if res.Allowed || res.Rules[0].Used != 3 || res.Rules[1].Used != 3 {
-				t.Fatalf("Take = %+v, want denied by a at 3 (read through)", res)
+			if !upgrade {
+				if !res.Allowed || res.Rules[0].Used != 1 {
+					t.Fatalf("Take = %+v, want allowed at 1 (the sorted set not read)", res)
+				}
+				return
 			}
-			if n, _ := c.ZCard(ctx, sortedSetOf(t, rules, rules[0])).Result(); n != 3 {
-				t.Errorf("the log holds %d members, want the 3 read through", n)
+			if !res.Allowed || res.Rules[0].Used != 4 || res.Rules[1].Used != 4 {
+				t.Fatalf("Take = %+v, want allowed at 4 (3 read through)", res)
 			}
-			if ttl, _ := c.PTTL(ctx, sortedSetOf(t, rules, rules[0])).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
-				t.Errorf("the log's PTTL = %v, want in (0, 2h+1s]", ttl)
+			if n := logUnits(t, c, rules[0]); n != 4 {
+				t.Errorf("the packed log holds %d units, want the 3 read through and 1", n)
 			}
-			// Members of its own: the previous log is not read again.
+			if ttl, _ := c.PTTL(ctx, grp).Result(); ttl <= 0 || ttl > 2*time.Hour+time.Second {
+				t.Errorf("the packed value's PTTL = %v, want in (0, 2h+1s]", ttl)
+			}
+			// A packed log of its own: the sorted set is not read again.
 			c.ZAdd(ctx, prev, goredisZ(float64(now), strconv.FormatInt(now, 10)+"19"))
-			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 3 {
-				t.Errorf("Peek = %+v, want a at 3 (not read through again)", res)
+			if res := take(t, b, s.request(opPeek, 1, rules...)); res.Rules[0].Used != 4 {
+				t.Errorf("Peek = %+v, want a at 4 (not read through again)", res)
 			}
 		})
 	}

@@ -75,6 +75,9 @@ func chooseRule(rep *capability.Report, r *driver.Rule) (ruleChoice, error) {
 		return ruleChoice{}, unsupported(r.Algorithm, ch)
 	}
 	switch {
+	case r.ExactLog():
+		// A sliding window evaluated as an exact log: the packed log,
+		// on every Lua strategy (driver.LogLine).
 	case r.Algorithm == driver.SlidingWindow && ch.Strategy == capability.TairHashLua:
 		return ruleChoice{code: "t", key: r.Key + suffixTairHash}, nil
 	case r.Algorithm == driver.SlidingWindow && ch.Strategy == capability.HFELua:

@@ -26,7 +26,7 @@ func TestUpgradeReadsThrough(t *testing.T) {
 			s := newSubject(t, "upgrade")
 			rules := []driver.Rule{
 				s.fixed("f", 10, time.Hour),
-				s.sliding("s", 10, time.Hour, 10),
+				s.sliding("s", 700, time.Hour, 10), // above driver.LogLine: cells
 				s.gcra("g", 10, time.Hour, 9),
 				s.log("l", 10, time.Hour),
 			}

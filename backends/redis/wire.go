@@ -88,7 +88,8 @@ const (
 	codeCalendar = "c" // calendar window: p1 = consecutive boundaries, ms, comma-separated
 	codeSliding  = "s" // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
 	codeGCRA     = "g" // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = "l" // sliding log: p1 = window µs
+	codeLog      = "l" // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
+	codeZLog     = "z" // sliding log in a sorted set (larger limits): p1 = window µs
 	codeTairHash = "t" // sliding window on TairHash fields: as codeSliding
 	codeHFE      = "h" // sliding window on native hash-field expiry: as codeSliding
 	codeCell     = "x" // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
@@ -97,7 +98,7 @@ const (
 // packedCode reports whether code keeps its state in the packed value.
 func packedCode(code string) bool {
 	switch code {
-	case codeFixed, codeCalendar, codeSliding, codeGCRA:
+	case codeFixed, codeCalendar, codeSliding, codeGCRA, codeLog:
 		return true
 	}
 	return false
@@ -165,6 +166,17 @@ func ruleTag(r *driver.Rule) string {
 		s >>= 6
 	}
 	return string(b[:])
+}
+
+// logTagOf returns the tag of r's packed sliding log (codeLog): ruleTag
+// of r as a SlidingLog rule, so a SlidingWindow rule evaluated as a log
+// never reads the cells its tag (ruleTag) held in a version before
+// driver.LogLine, or holds again above it: its counts start afresh
+// there, as a rule's of another algorithm.
+func logTagOf(r *driver.Rule) string {
+	q := *r
+	q.Algorithm, q.SubWindows = driver.SlidingLog, 0
+	return ruleTag(&q)
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:

@@ -1,8 +1,9 @@
 // Command peers measures freqcap against raw(R) and its peers on one Redis
 // server, in one invocation: raw(1), raw(2) and raw(4) (one EVALSHA doing
 // INCRBY on R counters, PEXPIRE on a counter's first hit: the floor of one
-// round trip per decision), freqcap's fixed window, sliding window, GCRA and
-// sliding log at 1 and 4 rules (sdk over backends/redis, default options),
+// round trip per decision), freqcap's fixed window, sliding window and GCRA
+// at 1 and 4 rules and sliding log at 1, 2 and 4 (sdk over backends/redis,
+// default options),
 // and at 1, 2 and 4 rules github.com/ulule/limiter/v3 (redis store, fixed
 // window), github.com/go-redis/redis_rate/v10 (GCRA) and "one ZSET per user,
 // ZCOUNT per rule in one script" (the sliding log most articles write). A
@@ -261,7 +262,11 @@ func buildRuns(c goredis.UniversalClient, cfg config, w io.Writer) ([]run, error
 		{"sliding log", func(r rate) sdk.Rule { return sdk.SlidingLog(r.name, r.limit, r.window) }},
 	}
 	for _, a := range algs {
-		for _, n := range []int{1, 4} {
+		ns := []int{1, 4}
+		if a.name == "sliding log" && cfg.only != "freqcap" {
+			ns = []int{1, 2, 4} // beside the articles' ZSET log at each
+		}
+		for _, n := range ns {
 			var rules []sdk.Rule
 			for _, r := range rates(n) {
 				rules = append(rules, a.rule(r).By("user"))

@@ -72,8 +72,8 @@ type Config struct {
 	// step in pipelines of Batch); with Raw, also the floor of the
 	// policy's layout for its R rules, reporting the policy's ratio to it
 	// and its ratio to raw(R): scripts.LogFloor when the rules are all
-	// sliding logs on the same dimensions, else scripts.PackedFloor (1 to
-	// 9 rules). It implies Baseline.
+	// sliding logs above sdk.LogLine (sorted sets) on the same dimensions,
+	// else scripts.PackedFloor (1 to 9 rules). It implies Baseline.
 	Floor bool
 	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
 	// per subject, INFO memory delta. It DESTROYS ALL DATA on the target.

@@ -245,13 +245,13 @@ func (s *subjects) subject(j, k int) sdk.Subject {
 }
 
 // logWindows returns the windows of policy's rules, the longest first, if
-// they are all sliding logs on the same dimensions (one sorted set per
-// subject), else nil.
+// they are all sliding logs above sdk.LogLine on the same dimensions (one
+// sorted set per subject; smaller logs are packed), else nil.
 func logWindows(policy *sdk.Policy) []time.Duration {
 	var ws []time.Duration
 	rules := policy.Rules()
 	for _, r := range rules {
-		if r.Algorithm != sdk.AlgorithmSlidingLog || !slices.Equal(r.Dimensions, rules[0].Dimensions) {
+		if r.Algorithm != sdk.AlgorithmSlidingLog || r.Limit <= sdk.LogLine || !slices.Equal(r.Dimensions, rules[0].Dimensions) {
 			return nil
 		}
 		ws = append(ws, r.Window)

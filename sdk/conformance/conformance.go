@@ -332,6 +332,42 @@ func (e *env) sliding(name string, limit int64, w time.Duration, cells int) sdk.
 	return sdk.SlidingWindow(name, limit, w).WithSubWindows(cells).By(dim)
 }
 
+// cellScale is what the cell cases (a SlidingWindow rule counting in
+// cells) multiply their limits and costs by: a sliding window whose limit
+// is at most sdk.LogLine is an exact log (the log cases hold it to that).
+const cellScale = sdk.LogLine + 1
+
+// cells is a SlidingWindow rule counting in cells: limit*cellScale.
+func (e *env) cells(name string, limit int64, w time.Duration, cells int) sdk.Rule {
+	return e.sliding(name, limit*cellScale, w, cells)
+}
+
+// scaled returns steps for cells rules: every cost, used and limit times
+// cellScale.
+func scaled(steps []step) []step {
+	out := make([]step, len(steps))
+	for i, s := range steps {
+		s.cost = max(s.cost, 1) * cellScale
+		rules := make([]ruleAt, len(s.want.rules))
+		for j, r := range s.want.rules {
+			r.used, r.limit = r.used*cellScale, r.limit*cellScale
+			rules[j] = r
+		}
+		if s.want.rules != nil {
+			s.want.rules = rules
+		}
+		if s.want.used != nil {
+			used := make([]int64, len(s.want.used))
+			for j, u := range s.want.used {
+				used[j] = u * cellScale
+			}
+			s.want.used = used
+		}
+		out[i] = s
+	}
+	return out
+}
+
 func (e *env) log(name string, limit int64, w time.Duration) sdk.Rule {
 	return sdk.SlidingLog(name, limit, w).By(dim)
 }

@@ -55,9 +55,9 @@ func (l *eventLog) in(from, to time.Time, open bool) int64 {
 func slidingStrict(e *env) {
 	rng := rand.New(rand.NewPCG(0x5eed, 11))
 	w := e.pick(time.Minute, time.Second)
-	a := e.sliding("a", 7, w, 10)
-	b := e.sliding("b", 4, e.pick(50*time.Second, 700*time.Millisecond), 3) // cells of 16.666s / 233ms
-	c := e.sliding("c", 3, e.pick(59*time.Second, 590*time.Millisecond), 10)
+	a := e.cells("a", 7, w, 10)
+	b := e.cells("b", 4, e.pick(50*time.Second, 700*time.Millisecond), 3) // cells of 16.666s / 233ms
+	c := e.cells("c", 3, e.pick(59*time.Second, 590*time.Millisecond), 10)
 	logs := map[string]*eventLog{}
 	for _, r := range []sdk.Rule{a, b, c} {
 		logs[r.Name] = &eventLog{rule: r}
@@ -93,7 +93,7 @@ func slidingStrict(e *env) {
 		default:
 			next(3 * w)
 		}
-		cost := []int64{1, 1, 1, 2, 2, 3}[rng.IntN(6)]
+		cost := []int64{1, 1, 1, 2, 2, 3}[rng.IntN(6)] * cellScale
 		rules := subsets[rng.IntN(len(subsets))]
 		res := e.take(cost, rules...)
 		for i, r := range rules {
@@ -133,14 +133,14 @@ func slidingStrict(e *env) {
 func slidingSmallest(e *env) {
 	w := e.pick(10*time.Second, time.Second)
 	s := w / 10
-	r := e.sliding("r", 1, w, 10)
+	r := e.cells("r", 1, w, 10)
 	b := e.alignTo(s, e.pick(900*time.Millisecond, 10*time.Millisecond)) // cell j starts at b
 	leave := w + s
-	e.run(b, []sdk.Rule{r}, []step{
+	e.run(b, []sdk.Rule{r}, scaled([]step{
 		{by: s, op: take, want: allowed(admits(1, 1, leave))},                  // in cell j
 		{at: w, by: leave, op: take, want: denied(denies(1, 1, leave, leave))}, // cell j+N starts
-	})
-	e.crossing(r, 1, b.Add(leave), true)
+	}))
+	e.crossing(r, cellScale, b.Add(leave), true)
 }
 
 // slidingRetryExact: a denial's RetryAfter is exactly when enough frees
@@ -149,7 +149,7 @@ func slidingSmallest(e *env) {
 func slidingRetryExact(e *env) {
 	w := e.pick(10*time.Second, time.Second)
 	s := w / 10
-	r := e.sliding("r", 3, w, 10)
+	r := e.cells("r", 3, w, 10)
 	b := e.alignTo(s, s/4) // cell j starts at b
 	leave := w + s         // cell j's unit frees 1
 	end := 3*s + w + s     // cell j+3 leaves
@@ -164,9 +164,9 @@ func slidingRetryExact(e *env) {
 	if e.has(inspector) { // a peek of 1
 		steps = append(steps, step{by: leave, op: inspect, want: denied(denies(3, 3, end, leave))})
 	}
-	e.run(b, []sdk.Rule{r}, steps)
-	e.crossing(r, 1, b.Add(leave), false)
-	e.crossing(r, 2, b.Add(end), true)
+	e.run(b, []sdk.Rule{r}, scaled(steps))
+	e.crossing(r, cellScale, b.Add(leave), false)
+	e.crossing(r, 2*cellScale, b.Add(end), true)
 }
 
 // crossing checks that cost is denied before leave (with RetryAfter =

@@ -62,15 +62,18 @@ const (
 	// FixedWindow counts units in windows aligned to the Unix epoch
 	// (Window long), or to a calendar (Rule.Calendar).
 	FixedWindow Algorithm = iota + 1
-	// SlidingWindow counts units in cells of Window/SubWindows (Rule.Cells),
-	// and at any instant counts every cell a window reaches back into, the
-	// partly expired oldest one included (CellSpan). It is strict: no
-	// interval of length Window, closed or half-open, ever holds more than
-	// Limit admitted units. The price: a unit counts for up to one cell
-	// longer than Window (two when the cells do not divide it), so some
-	// requests an exact log would admit are denied (measured on the seed
-	// policy: sdk.AlgorithmSlidingWindow). Finer cells shorten the extra
-	// time a unit counts.
+	// SlidingWindow is evaluated as an exact sliding log (SlidingLog's
+	// semantics and numbers) when its Limit is at most LogLine
+	// (Rule.ExactLog), and otherwise counts units in cells of
+	// Window/SubWindows (Rule.Cells), at any instant counting every cell a
+	// window reaches back into, the partly expired oldest one included
+	// (CellSpan). Both are strict: no interval of length Window, closed or
+	// half-open, ever holds more than Limit admitted units. The cells'
+	// price: a unit counts for up to one cell longer than Window (two when
+	// the cells do not divide it), so some requests an exact log would
+	// admit are denied (measured on the seed policy:
+	// sdk.AlgorithmSlidingWindow). Finer cells shorten the extra time a
+	// unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
 	// (now-Window, now]: exact, memory grows with Limit.
@@ -748,6 +751,24 @@ func (c CellSpan) Oldest(i int64) int64 { return i - c.Back }
 // Leaves returns when cell j stops counting: (j+Back+1)*Size.
 func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
 
+// LogLine is the largest Limit of a SlidingWindow rule evaluated as an
+// exact sliding log (Rule.ExactLog), and the largest limit of the sliding
+// logs the Redis backend keeps packed in the dimension set's value (a
+// record per admission in the longest window: at most about LogLine
+// records, 14 bytes each, read and rewritten by every decision; larger
+// logs keep a sorted set there). docs/DESIGN.md, "Sliding logs", gives the
+// measurements behind it.
+const LogLine = 100
+
+// ExactLog reports whether r is evaluated as an exact sliding log: a
+// SlidingLog rule, or a SlidingWindow rule whose Limit is at most LogLine
+// (the cells' under-admission costs more than a log that short). The
+// Limit is the rule's own: a limit override does not switch a rule
+// between the two.
+func (r Rule) ExactLog() bool {
+	return r.Algorithm == SlidingLog || r.Algorithm == SlidingWindow && r.Limit <= LogLine
+}
+
 // Reach is how long r's state can prove anything after its last write:
 // the longest a unit admitted at an instant t still counts, measured from
 // t. A rule replaced at At (sdk.Change) is still enforced, and seeds its
@@ -756,7 +777,8 @@ func (c CellSpan) Leaves(j int64) int64 { return (j + c.Back + 1) * c.Size }
 //     later); a calendar rule: its nominal window plus one hour, for a
 //     25-hour DST day (or an hour that a zone shift lengthens);
 //   - SlidingWindow: (Back+1) cells (CellSpan): a unit added in cell i
-//     counts until Leaves(i), at most (Back+1)*Size after it;
+//     counts until Leaves(i), at most (Back+1)*Size after it; Window
+//     for one evaluated as a log (ExactLog);
 //   - SlidingLog: Window;
 //   - GCRA: the tolerance (GCRAParams): a stored theoretical arrival time
 //     is at most tol ahead of the instant it was admitted at.
@@ -768,6 +790,9 @@ func (r Rule) Reach() time.Duration {
 		}
 		return r.Window
 	case SlidingWindow:
+		if r.ExactLog() {
+			return r.Window
+		}
 		size, _ := r.Cells()
 		back := (r.Window + size - 1) / size
 		return (back + 1) * size

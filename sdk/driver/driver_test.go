@@ -130,10 +130,12 @@ func TestRuleReach(t *testing.T) {
 		{"fixed", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, time.Hour},
 		{"calendar day", Rule{Algorithm: FixedWindow, Limit: 5, Window: 24 * time.Hour, Calendar: Day, Location: time.UTC}, 25 * time.Hour},
 		{"calendar hour", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour, Calendar: Hour, Location: time.UTC}, 2 * time.Hour},
-		{"sliding divides", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute, SubWindows: 10}, 66 * time.Second},
-		{"sliding default cells", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute}, 66 * time.Second},
+		{"sliding divides", Rule{Algorithm: SlidingWindow, Limit: 500, Window: time.Minute, SubWindows: 10}, 66 * time.Second},
+		{"sliding default cells", Rule{Algorithm: SlidingWindow, Limit: 500, Window: time.Minute}, 66 * time.Second},
 		// 3 cells of 333ms: Back = ceil(1000/333) = 4, reach 5*333ms.
-		{"sliding uneven", Rule{Algorithm: SlidingWindow, Limit: 5, Window: time.Second, SubWindows: 3}, 1665 * time.Millisecond},
+		{"sliding uneven", Rule{Algorithm: SlidingWindow, Limit: 500, Window: time.Second, SubWindows: 3}, 1665 * time.Millisecond},
+		// At most LogLine: an exact log (ExactLog), reach Window.
+		{"sliding as a log", Rule{Algorithm: SlidingWindow, Limit: LogLine, Window: time.Minute, SubWindows: 10}, time.Minute},
 		{"log", Rule{Algorithm: SlidingLog, Limit: 5, Window: time.Minute}, time.Minute},
 		// T = 60s/6 = 10s, tol = 10s*(2+1).
 		{"gcra", Rule{Algorithm: GCRA, Limit: 6, Window: time.Minute, Burst: 2}, 30 * time.Second},
@@ -143,7 +145,7 @@ func TestRuleReach(t *testing.T) {
 			if got := tc.r.Reach(); got != tc.want {
 				t.Errorf("Reach() = %v, want %v", got, tc.want)
 			}
-			if tc.r.Algorithm == SlidingWindow {
+			if tc.r.Algorithm == SlidingWindow && !tc.r.ExactLog() {
 				sp := tc.r.Span(time.Nanosecond)
 				if got, want := tc.r.Reach(), time.Duration((sp.Back+1)*sp.Size); got != want {
 					t.Errorf("Reach() = %v, want (Back+1)*Size = %v", got, want)

@@ -19,11 +19,6 @@ type FastRule struct {
 	// Window is the rule's window in µs: a GCRA rule's rate under a
 	// limit override (FastOverrides) needs it.
 	Window int64
-	// Prev is, for a sliding log, the index of its dimension set's log in
-	// the previous layout (read through when the log is empty: alg/log.lua),
-	// among the keys after the dimension sets, in the order of the logs'
-	// first use; 0 = none.
-	Prev int
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -33,8 +28,8 @@ type FastRule struct {
 const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
-// codes): fixed windows, sliding window counters and GCRA, packed, and
-// sliding logs.
+// codes): fixed windows, sliding window counters, GCRA and sliding logs,
+// all packed (the sorted-set logs, 'z', are take.lua's alone).
 func FastCode(code string) bool {
 	return code == "f" || code == "s" || code == "g" || code == "l"
 }
@@ -47,8 +42,7 @@ func FastCode(code string) bool {
 // encodings of take.lua's ARGV and reply (fast.lua's header). rules
 // must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
 // 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
-// of first use, a key's rules all sliding logs (its sorted set) or none
-// (its packed value); otherwise Fast returns an error.
+// of first use; otherwise Fast returns an error.
 func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
 
 // FastOverrides is Fast for requests that read the subject's overrides
@@ -63,7 +57,6 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	}
 	secs := map[string]map[string]string{}
 	var groups [][]int // per key index, its rules (0-based)
-	var logs []bool    // per key index, whether it is a sliding log
 	tags := map[string]bool{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
@@ -78,30 +71,14 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		tags[r.Tag] = true
 		if r.Key > len(groups) {
 			groups = append(groups, nil)
-			logs = append(logs, r.Code == "l")
-		}
-		if logs[r.Key-1] != (r.Code == "l") {
-			return "", fmt.Errorf("lua: Fast: rule %q: key index %d mixes sliding logs with packed rules", r.Name, r.Key)
 		}
 		groups[r.Key-1] = append(groups[r.Key-1], i)
 		if f := fragment(r.Code); secs[f] == nil {
 			secs[f] = sections(f)
 		}
 	}
-	nprev := 0 // the previous layout's logs, after the dimension sets
-	for g, rs := range groups {
-		if p := rules[rs[0]].Prev; logs[g] && p > 0 {
-			nprev++
-			if p != len(groups)+nprev {
-				return "", fmt.Errorf("lua: Fast: rule %q: previous log key index %d out of order", rules[rs[0]].Name, p)
-			}
-		}
-	}
 	var reads, decls, eval, commit, writes, trail strings.Builder
 	for g, rs := range groups {
-		if logs[g] {
-			continue
-		}
 		g++
 		fmt.Fprintf(&reads, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
 		fmt.Fprintf(&reads, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
@@ -119,50 +96,21 @@ func fast(rules []FastRule, ov bool) (string, error) {
 			"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
 			"  end\nend\n", g, quote(rules[rs[0]].Name))
 	}
-	// The logs after the packed values, as take.lua reads them: each
-	// trimmed, its newest member and hold marker read (LG<g>: take.lua's
-	// lg, w its longest window, name its first rule's).
-	for g, rs := range groups {
-		if !logs[g] {
-			continue
-		}
-		w := rules[rs[0]].P1
-		for _, i := range rs {
-			w = max(w, rules[i].P1)
-		}
-		prev := ""
-		if p := rules[rs[0]].Prev; p > 0 {
-			prev = fmt.Sprintf(", prev = KEYS[kb + %d]", p)
-		}
-		fmt.Fprintf(&reads, "LG%[1]d = nil\nif not fail then repeat\n  local key, lg = KEYS[kb + %[1]d], {w = %[2]d, name = %[3]s%[5]s}\n  LG%[1]d = lg\n%[4]s\n"+
-			"  if look and lg.mark and lg.mark * 1000 <= now then lapsed = true end\nuntil true end\n",
-			g+1, w, quote(rules[rs[0]].Name), indent(secs["log"]["read"], "  "), prev)
-	}
 	var lapse strings.Builder
 	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
 	for g := range groups {
-		if logs[g] {
-			fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], logs[%[1]d] = %[1]d, LG%[1]d\n", g+1)
-		} else {
-			fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
-		}
+		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
 	}
 	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)\n")
 	lapse.WriteString("look = false -- read once more, markers aside\n")
 	// P<r> are declared before the reads fill them.
 	var ps []string // each packed rule's entry: its start, payload length, expiry
-	for i, r := range rules {
-		if r.Code != "l" {
-			ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
-		}
+	for i := range rules {
+		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
 	}
 	var vs []string
 	for g := range groups {
-		if logs[g] {
-			vs = append(vs, fmt.Sprintf("LG%d", g+1))
-		} else {
-			vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
-		}
+		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
 	}
 	readsSrc := "local " + strings.Join(vs, ", ") + "\n" + reads.String()
 	lapseSrc := lapse.String() + reads.String()
@@ -211,23 +159,20 @@ func fast(rules []FastRule, ov bool) (string, error) {
 		if len(saved) > 0 {
 			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
 		}
-		// A packed rule sees its value and entry (v, p, pl, pe, pq), a log
-		// rule its log's state (lg).
+		// A rule sees its value and entry (v, p, pl, pe, pq); a log rule's
+		// commit its entry too.
 		state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + 13\n", r.Key, n)
-		own := "v"
+		own, ownv := "v", fmt.Sprintf("V%d", r.Key)
 		if r.Code == "l" {
-			state, own = fmt.Sprintf("local lg = LG%d\n", r.Key), "lg"
+			own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + 13", r.Key, n)
 		}
 		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
 			"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
 			evHead, state, ev, n)
-		fmt.Fprintf(&commit, "do\n%slocal %s, used, reset = %s%d, U%d, Z%d\nlocal ent, exp\n%s\nU%[5]d, Z%[5]d, E%[5]d, X%[5]d = used, reset, ent, exp\nend\n",
-			cmHead, own, strings.ToUpper(own), r.Key, n, n, cm)
+		fmt.Fprintf(&commit, "do\n%slocal %s, used, reset = %s, U%d, Z%d\nlocal ent, exp\n%s\nU%[4]d, Z%[4]d, E%[4]d, X%[4]d = used, reset, ent, exp\nend\n",
+			cmHead, own, ownv, n, n, cm)
 	}
 	for g, rs := range groups {
-		if logs[g] {
-			continue // its commit section wrote it
-		}
 		g++
 		var body, inplace []string
 		pos := "2"
@@ -271,15 +216,15 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	for i := range rules {
 		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
 	}
-	first, keysBefore := "allowed and 1 or 0", len(groups)+nprev
+	first, keysBefore := "allowed and 1 or 0", len(groups)
 	var overrides, decide, reported string
 	if ov {
-		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+nprev+1
+		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+1
 		// As take.lua: the overrides key read once (HGETALL), parsed by
 		// prelude.lua's overrides only when it holds any.
 		overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
 			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
-			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+nprev+1)
+			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+1)
 		decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
 			"    if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
 		ls := make([]string, len(rules))

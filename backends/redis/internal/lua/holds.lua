@@ -9,7 +9,8 @@
 --     "F <key> <tag> <window end ms> <cost>"        packed fixed window
 --     "S <key> <tag> <cell> <cost> <dies µs>"       packed sliding window
 --     "G <key> <tag> <TAT increment µs> <TAT µs>"   packed GCRA (the TAT it stored)
---     "l <key> <member>,<member>,..."               sliding log members
+--     "L <key> <tag> <at µs> <cost>"                packed sliding log
+--     "l <key> <member>,<member>,..."               sorted-set log members
 --     "t <key> <cell field> <cost> <dies µs>"       TairHash cell
 --     "h <key> <cell field> <cost> <dies µs>"       native-expiry hash cell
 --     "x <key> <TAT increment ns>"                  redis-cell GCRA
@@ -67,8 +68,10 @@ local function holds(now)
       --@sliding.refund
     elseif a == 'G' then
       --@gcra.refund
-    elseif a == 'l' then
+    elseif a == 'L' then
       --@log.refund
+    elseif a == 'l' then
+      --@zlog.refund
     elseif a == 't' or a == 'h' or a == 's' then
       --@modsliding.refund
     elseif a == 'x' then

@@ -54,9 +54,13 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log                   the dimension set's log (alg/log.lua;
---                                    p2: the index of its key in the
---                                    previous layout, read through)
+--   l  sliding log, limit at most    packed (alg/log.lua; p2: the index
+--      driver.LogLine (and sliding   of the set's sorted-set log, read
+--      windows evaluated as logs)    once under Options.Upgrade)
+--   z  sliding log, larger limit     the dimension set's sorted set
+--                                    (alg/zlog.lua; p2: the index of its
+--                                    key in the previous layout, read
+--                                    through under Options.Upgrade)
 --   t  sliding window on TairHash    own key  (alg/modsliding.lua)
 --   h  sliding window on native hash-field expiry  own key
 --   x  GCRA on redis-cell            own key  (alg/cell.lua)
@@ -152,15 +156,23 @@ for a = 1, attempts do
     -- Read: every packed value once, every log once (trimmed), and every
     -- redis-cell key checked, before anything is written. Twice when
     -- lapsed reservations were given back in between.
-    local vals, raws, logs, tats, own, built
+    local vals, raws, logs, tats, own, built, olds
     for pass = 1, 2 do
-      vals, raws, logs, tats, own = {}, {}, NONE, nil, false
+      vals, raws, logs, tats, own, olds = {}, {}, NONE, nil, false, nil
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + 1]
         local ki = tonumber(ARGV[b + 7])
         local key = KEYS[kb + ki]
-        if code == 'f' or code == 's' or code == 'g' or code == 'c' then
+        if code == 'l' and tonumber(ARGV[b + 5]) > 0 then
+          -- Options.Upgrade: the sorted-set logs read when the rule's
+          -- packed log is not there yet (the set's, the rule's own).
+          local srcs = {KEYS[kb + tonumber(ARGV[b + 5])]}
+          if tonumber(ARGV[b + 8]) > 0 then srcs[2] = KEYS[kb + tonumber(ARGV[b + 8])] end
+          olds = olds or {}
+          olds[#olds + 1] = {ki, ARGV[b + 6], tonumber(ARGV[b + 4]), srcs}
+        end
+        if code == 'f' or code == 's' or code == 'g' or code == 'c' or code == 'l' then
           if not vals[ki] then
             local v = redis.pcall('GET', key)
             if not v and tonumber(ARGV[b + 8]) > 0 then
@@ -178,7 +190,7 @@ for a = 1, attempts do
             end
             vals[ki], raws[ki] = m, v
           end
-        elseif code == 'l' then
+        elseif code == 'z' then
           local w = tonumber(ARGV[b + 4])
           if logs == NONE then logs = {} end
           local lg = logs[ki]
@@ -200,13 +212,26 @@ for a = 1, attempts do
         end
       end
       if fail then break end
+      for _, o in ipairs(olds or NONE) do
+        local ki, tag = o[1], o[2]
+        if not vals[ki][tag] then
+          local _, _, oldLogs = upgrade()
+          local ent = oldLogs(o[4], o[3], tag, now)
+          if ent then
+            local sv = packv(raws[ki], vals[ki], {ent}, 0, nowms)
+            raws[ki], vals[ki] = sv, unpackv(sv)
+            built = built or {}
+            built[ki] = true
+          end
+        end
+      end
       for ki, lg in pairs(logs) do
         local key = KEYS[kb + ki]
         if #lg.olds > 0 then
           local _, oldLog = upgrade()
           oldLog(key, lg.olds, lg.w)
         end
-        --@log.read
+        --@zlog.read
       end
       if fail or pass == 2 or hk == 0 then break end
       -- Lapsed reservations: their units go back (only on keys this
@@ -317,8 +342,10 @@ for a = 1, attempts do
         elseif code == 'g' then
           --@gcra.eval
         elseif code == 'l' then
-          local lg = logs[ki]
           --@log.eval
+        elseif code == 'z' then
+          local lg = logs[ki]
+          --@zlog.eval
         elseif code == 't' or code == 'h' then
           --@modsliding.eval
         elseif code == 'x' then
@@ -333,7 +360,7 @@ for a = 1, attempts do
         -- no state (its eval run first, as commit needs), spliced into the
         -- value read, and is evaluated again on it (pass 2); the value is
         -- then written whole by a take or reserve, allowed or denied.
-        if code == 's' or code == 'f' or code == 'c' or code == 'g' then
+        if code == 's' or code == 'f' or code == 'c' or code == 'g' or code == 'l' then
           local ent, exp
           do
             local c, L, p, plan, st = seedu, math.max(L, seedu), nil, nil, {}
@@ -342,6 +369,8 @@ for a = 1, attempts do
               --@sliding.eval
             elseif code == 'g' then
               --@gcra.eval
+            elseif code == 'l' then
+              --@log.eval
             else
               --@fixed.eval
             end
@@ -351,6 +380,8 @@ for a = 1, attempts do
               --@sliding.commit
             elseif code == 'g' then
               --@gcra.commit
+            elseif code == 'l' then
+              --@log.commit
             else
               --@fixed.commit
             end
@@ -361,7 +392,7 @@ for a = 1, attempts do
           built[ki] = true
           seededk = seededk or {}
           seededk[ki] = true
-        elseif code == 'l' then
+        elseif code == 'z' then
           -- A sliding log: seedu members at now (at most L: more would
           -- change nothing but the count), added by a take or reserve,
           -- allowed or denied, before its own (phase 2); until then as if
@@ -457,8 +488,16 @@ for a = 1, attempts do
         elseif code == 'g' then
           --@gcra.commit
         elseif code == 'l' then
-          local lg = logs[ki]
+          local v = raws[ki]
+          local p, pl, pq = vals[ki][tag], nil, nil
+          if p then
+            local _
+            _, pl, _, pq = struct.unpack(HDR, v, p)
+          end
           --@log.commit
+        elseif code == 'z' then
+          local lg = logs[ki]
+          --@zlog.commit
         elseif code == 't' or code == 'h' then
           --@modsliding.commit
         end

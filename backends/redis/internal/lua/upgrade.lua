@@ -5,7 +5,7 @@
 -- a packed value that does not exist yet; the per-rule keys are read, not
 -- changed, and expire on their own.
 
--- upgrade returns oldState and oldLog, built only where an attempt reads
+-- upgrade returns oldState, oldLog and oldLogs, built only where an attempt reads
 -- through (ARGV's old key indices).
 local function upgrade()
   -- oldState returns the packed value the packed rules of attempt (kb, ab)
@@ -44,5 +44,13 @@ local function upgrade()
     args[#args + 1] = 'MAX'
     if redis.call(unpack(args)) > 0 then redis.call('PEXPIRE', key, math.ceil(w / 1000)) end
   end
-  return oldState, oldLog
+  -- oldLogs returns the entry (tag) of a packed log of longest window w
+  -- (µs) read from the sorted-set logs srcs, or nil when they hold no
+  -- member in it (alg/log.lua's import).
+  local function oldLogs(srcs, w, tag, now)
+    local parts = {}
+    --@log.import
+    return parts[1]
+  end
+  return oldState, oldLog, oldLogs
 end

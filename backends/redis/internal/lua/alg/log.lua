@@ -1,93 +1,161 @@
--- log.lua: sliding logs ('l': p1 = window µs, p2 = the index of the
--- set's log in the previous layout, 0 = none). The log rules of a
--- dimension set share ONE sorted set, whatever they are (backends/redis
--- logKey: the set's key and "%l"): one member per admitted unit, scored
--- by server µs, trimmed to the longest window of the request's log rules
--- of the set; each rule counts its own window (ZCOUNT). The hold marker is
--- the member '!<lapse ms>' scored BIG (prelude.lua). take.lua and the fast
--- scripts (fast.lua) paste the read section once per log, with lg.w its
--- longest window and lg.name its first rule's name.
-
---@read
--- The log at key, trimmed to its longest window w, and its two highest
--- members: the newest entry and the hold marker, if any. A log found
--- empty is first filled from lg.prev, when given: the dimension set's log
--- as the previous layout named it ("%l" and a hash of its log rules'
--- tags), copied (ZUNIONSTORE, nothing when it is gone), then read again.
-for pass = 1, 2 do
-  local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
-  if type(d) == 'table' then
-    fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
-    break
-  end
-  local z = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
-  for k = 1, #z, 2 do
-    if string.sub(z[k], 1, 1) == '!' then
-      lg.markm, lg.mark = z[k], tonumber(string.sub(z[k], 2))
-    else
-      lg.top, lg.newest = z[k], tonumber(z[k + 1])
-    end
-  end
-  if pass == 2 or #z > 0 or not lg.prev then break end
-  local u = redis.pcall('ZUNIONSTORE', key, 1, lg.prev) -- an error for a key of another type
-  if type(u) ~= 'number' or u == 0 then break end
-  local at = (now + lg.w) / 1000 -- ms, rounded up
-  if at % 1 ~= 0 then at = at - at % 1 + 1 end
-  redis.call('PEXPIREAT', key, sf('%d', at))
-end
-if fail then break end
+-- log.lua: packed sliding logs ('l': p1 = window µs, p2 = the index of the
+-- set's sorted-set log, read once under Options.Upgrade, 0 = none): the
+-- SlidingLog rules, and the SlidingWindow rules evaluated as exact logs
+-- (driver.Rule.ExactLog), whose limit is at most driver.LogLine. A rule's
+-- log is its entry in the dimension set's packed value, as any packed
+-- rule's, so it answers exactly as the memory backend's log of that rule
+-- whatever the request's other rules (a subset of a set's rules, shadow
+-- rules, a rule replaced). Payload: '<I7' base, then one record '<I7I7'
+-- per instant holding admitted units, oldest first: the server µs and the
+-- cumulative units up to and including it (base: those of the records
+-- trimmed before the first). The rule of window W counts the records with
+-- t > now-W, found by binary search: used = cum(last) - cum(the record
+-- before the first counted, or base); its retry-after is when the record
+-- where the cumulative count reaches what is needed leaves (another
+-- binary search). A decision appends one record (or adds to the newest
+-- at the same µs), trimming the records that left the window: at most
+-- Limit records stay (each holds a unit or more). The entry expires when
+-- the newest record leaves the window. A clock gone back inserts in order
+-- (rare: a rebuild).
+--
+-- Record z (1-based) starts at pq + 14*z - 7, its cumulative count at
+-- pq + 14*z.
 
 --@eval
+-- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+-- none).
 local W = tonumber(ARGV[b + 4])
-local lo = sf('(%d', now - W)
-used = redis.call('ZCOUNT', key, lo, BELOW)
-if used > 0 then reset = lg.newest + W - now end
+local k, j, base, nl = 0, 1, 0, 0
+if p then
+  k = (pl - 7) / 14
+  base = struct.unpack('<I7', v, pq)
+  local hi, from = k + 1, now - W
+  while j < hi do
+    local m = (j + hi - (j + hi) % 2) / 2
+    if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+  end
+end
+if j <= k then
+  local before = base
+  if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
+  local top
+  nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+  used = top - before
+  reset = nl + W - now
+  if c <= L and used + c > L then
+    -- Retry when the record where the count reaches the need leaves.
+    local need, lo, hi = before + used + c - L, j, k
+    while lo < hi do
+      local m = (lo + hi - (lo + hi) % 2) / 2
+      if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+    end
+    retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+  end
+end
 if c > L then
   flags = 2
 elseif used + c > L then
   flags = 0
-  local z = redis.call('ZRANGEBYSCORE', key, lo, BELOW, 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
-  retry = tonumber(z[2]) + W - now
 end
+--@save j, nl
 
 --@commit
--- c members, once per log however many rules share it.
-if not lg.done then
-  lg.done = true
-  local pre = sf('%d', now)
-  local seq = 0
-  if lg.newest == now and string.sub(lg.top, 1, #pre) == pre then
-    -- members at this µs exist already (the newest sorts highest):
-    -- continue after it.
-    seq = tonumber(string.sub(lg.top, #pre + 2)) or 0
-  end
-  local ms
-  if c == 1 then -- the common case, without the lists
-    local q = sf('%d', seq + 1)
-    ms = pre .. #q .. q
-    redis.call('ZADD', key, pre, ms)
-  else
-    local za = {}
-    ms = {}
-    for k = 1, c do
-      local q = sf('%d', seq + k)
-      local m = pre .. #q .. q -- length-prefixed: sorts numerically
-      za[#za + 1] = pre
-      za[#za + 1] = m
-      ms[k] = m
-    end
-    for k = 1, #za, 1998 do redis.call('ZADD', key, unpack(za, k, math.min(#za, k + 1997))) end
-    ms = table.concat(ms, ',')
-  end
-  local at = (now + lg.w) / 1000 -- ms, rounded up
-  if at % 1 ~= 0 then at = at - at % 1 + 1 end
-  redis.call('PEXPIREAT', key, sf('%d', at))
-  if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. ms end
+-- Trimmed to the window, c units at now added.
+--@load j, nl
+local W = tonumber(ARGV[b + 4])
+local k, base = 0, 0
+if p then
+  k = (pl - 7) / 14
+  base = struct.unpack('<I7', v, pq)
+  if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
 end
-used, reset = used + c, tonumber(ARGV[b + 4])
+local top = base
+if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+local body
+if j > k then
+  body = struct.pack('<I7I7I7', base, now, base + c)
+elseif nl == now then
+  body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+elseif nl < now then
+  body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+else
+  -- The server clock went back: c units at now, in order (added to a
+  -- record at now), the later records' counts up by c.
+  local out, prev, added = {struct.pack('<I7', base)}, base, false
+  for z = j, k do
+    local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+    if not added and t > now then
+      out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+    end
+    prev = u
+    if added then
+      u = u + c
+    elseif t == now then
+      u, added = u + c, true
+    end
+    out[#out + 1] = struct.pack('<I7I7', t, u)
+  end
+  body = table.concat(out)
+end
+local hi = math.max(nl, now)
+exp = (hi + W) / 1000 -- ms, rounded up
+if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+ent = struct.pack(HDR, tag, #body, exp) .. body
+used, reset = used + c, hi + W - now
+if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+
+--@import
+-- The sorted-set logs srcs (the set's "%l" log, the one-key-per-rule
+-- layout's per-rule logs: every admission added the same member to each)
+-- as a packed entry: their members (one unit each, the union by member,
+-- the hold markers scored BIG left out) in (now-w, BIG), per score.
+local seen, units, ts = {}, {}, {}
+for _, src in ipairs(srcs) do
+  local z = redis.pcall('ZRANGEBYSCORE', src, sf('(%d', now - w), BELOW, 'WITHSCORES')
+  if type(z) == 'table' and not z.err then
+    for y = 1, #z, 2 do
+      if not seen[z[y]] then
+        seen[z[y]] = true
+        local t = tonumber(z[y + 1])
+        if not units[t] then ts[#ts + 1] = t end
+        units[t] = (units[t] or 0) + 1
+      end
+    end
+  end
+end
+if #ts > 0 then
+  table.sort(ts)
+  local out, cum = {0}, 0
+  for _, t in ipairs(ts) do
+    cum = cum + units[t]
+    out[#out + 1] = t
+    out[#out + 1] = cum
+  end
+  local body = pints(out)
+  local exp = (ts[#ts] + w) / 1000 -- ms, rounded up
+  if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+  parts[#parts + 1] = struct.pack(HDR, tag, #body, exp) .. body
+end
 
 --@refund
--- "l <key> <member>,<member>,...": the members go.
-local m = {}
-for w in string.gmatch(f[3], '[^,]+') do m[#m + 1] = w end
-for k = 1, #m, 999 do redis.call('ZREM', key, unpack(m, k, math.min(#m, k + 998))) end
+-- "L <key> <tag> <at µs> <cost>": the record at at gives back up to cost
+-- units (it goes when it holds none), the later ones' counts down by as
+-- many; nothing when it was trimmed.
+local at, c = tonumber(f[4]), tonumber(f[5])
+patch(key, f[3], function(v, len, exp, q)
+  local k = (len - 7) / 14
+  local list = ints(v, q, 1 + 2 * k) -- base, then t and cum per record
+  for z = 1, k do
+    if list[2 * z] == at then
+      local before = list[2 * z - 1]
+      local d = math.min(c, list[2 * z + 1] - before)
+      for y = z, k do list[2 * y + 1] = list[2 * y + 1] - d end
+      if list[2 * z + 1] == before then
+        table.remove(list, 2 * z + 1)
+        table.remove(list, 2 * z)
+      end
+      break
+    end
+  end
+  return exp, pints(list)
+end)
