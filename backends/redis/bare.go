@@ -1,15 +1,18 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -21,7 +24,7 @@ import (
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
 //     a peek, an inspection or a denial writes no state;
 //  3. otherwise each rule in turn: MULTI, EXHINCRBY k i c MAX (limit -
-//     other counted cells), EXHPEXPIREAT k i (i+K+1)·s-1, EXEC. MAX makes the
+//     other counted cells), EXHPEXPIREAT k i ⌈(i+K+1)·s⌉ ms, EXEC. MAX makes the
 //     increment fail, changing nothing, if concurrent writers filled the
 //     rule since the snapshot: a rule can never over-admit (except across
 //     a cell boundary, where the other cells' sum only shrinks);
@@ -268,62 +271,53 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 }
 
 // eval computes the rule's reply entry (flags, used, reset µs, retry µs)
-// from its fields kv (EXHGETALL: name, value, …) at now, as take.lua's
-// sliding window does: cells are counted by index, j >= i-K
-// (driver.CellSpan), never by expiry.
+// from its fields kv (EXHGETALL: name, value, …) at now with internal/alg's
+// sliding window, as take.lua's does: cells are counted by index,
+// j >= i-K (driver.CellSpan), never by expiry.
 func (br *bareRule) eval(kv []any, now, c int64) error {
-	if len(kv)%2 != 0 {
-		return fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
+	cells, err := bareCells(kv)
+	if err != nil {
+		return err
 	}
-	br.i = br.sp.Index(now)
 	br.empty = len(kv) == 0
-	lo := br.sp.Oldest(br.i)
-	live := map[int64]int64{}
-	var used, cur, newest int64 = 0, 0, -1
+	s := alg.NewSliding(br.sp, time.Microsecond, cells, now)
+	br.i = s.I
+	br.other = s.Used - s.Current()
+	v := s.Decide(br.r.Limit, c)
+	var flags, retry int64 = 0, 0
+	switch {
+	case v.Allowed:
+		flags = 1
+	case v.CostTooHigh:
+		flags = 2
+	default:
+		retry = v.RetryAfter.Microseconds()
+	}
+	br.res = []int64{flags, s.Used, s.ResetAfter().Microseconds(), retry}
+	return nil
+}
+
+// bareCells reads a rule's cells from EXHGETALL's reply (name, value, …),
+// oldest first; fields that are not cell indexes are skipped.
+func bareCells(kv []any) ([]alg.Cell, error) {
+	if len(kv)%2 != 0 {
+		return nil, fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
+	}
+	cells := make([]alg.Cell, 0, len(kv)/2)
 	for k := 0; k < len(kv); k += 2 {
 		fs, _ := kv[k].(string)
 		j, err := strconv.ParseInt(fs, 10, 64)
-		if err != nil || j < lo {
-			continue // not a cell, or a dead one (its expiry reclaims it)
+		if err != nil {
+			continue // not a cell
 		}
 		v, err := replyInt(kv[k+1])
 		if err != nil {
-			return fmt.Errorf("cell %d: %w", j, err)
+			return nil, fmt.Errorf("cell %d: %w", j, err)
 		}
-		live[j] += v
-		used += v
-		if j == br.i {
-			cur = v
-		}
-		if v > 0 && j > newest {
-			newest = j
-		}
+		cells = append(cells, alg.Cell{Idx: j, N: v})
 	}
-	br.other = used - cur
-	var reset, retry, flags int64 = 0, 0, 1
-	if newest >= 0 {
-		reset = br.sp.Leaves(newest) - now
-	}
-	L := br.r.Limit
-	switch {
-	case c > L:
-		flags = 2
-	case used+c > L:
-		flags = 0
-		need, acc := used+c-L, int64(0)
-		for j := lo; j <= br.i; j++ {
-			acc += live[j]
-			if acc >= need {
-				retry = br.sp.Leaves(j) - now
-				break
-			}
-		}
-		if retry == 0 {
-			retry = br.sp.Size // cells beyond i: the server clock went back
-		}
-	}
-	br.res = []int64{flags, used, reset, retry}
-	return nil
+	slices.SortFunc(cells, func(a, b alg.Cell) int { return cmp.Compare(a.Idx, b.Idx) })
+	return cells, nil
 }
 
 // sweep removes the empty TairHash key a failed EXHINCRBY … MAX/MIN
@@ -339,16 +333,19 @@ func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
 
 // incr adds delta to the rule's current cell in one MULTI/EXEC, bounded by
 // MAX bound (delta > 0) or MIN 0 (delta < 0), and sets the cell's expiry
-// to the last millisecond it counts, (i+K+1)·s-1: EXHINCRBY takes no TTL
-// option here, since EX/PX/PXAT replicate a wrong TTL and a bare
-// EXHINCRBY drops the field's TTL.
+// to the first millisecond at or after the cell stops counting,
+// ⌈(i+K+1)·s⌉ ms: TairHash hides a field from the start of its expiry
+// millisecond (measured on the SORT_MODE build: gone at now >= expireAt),
+// so an earlier one would drop units the window still counts. EXHINCRBY
+// takes no TTL option here, since EX/PX/PXAT replicate a wrong TTL and a
+// bare EXHINCRBY drops the field's TTL.
 func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, bound int64) error {
 	f := strconv.FormatInt(br.i, 10)
 	opt, lim := "max", bound
 	if delta < 0 {
 		opt, lim = "min", 0
 	}
-	expireAt := br.sp.Leaves(br.i)/1000 - 1
+	expireAt := (br.sp.Leaves(br.i) + 999) / 1000
 	var inc *goredis.Cmd
 	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		inc = p.Do(ctx, "exhincrby", br.key, f, delta, opt, lim)
