@@ -122,79 +122,95 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	} else if cost < 1 {
 		return fmt.Errorf("cost must be >= 1, got %d", cost)
 	}
-	var resTTL, resKeyTTL int64
-	if o == opReserve {
-		if req.ReservationKey == "" || req.ReservationID == "" {
-			return errors.New("reserve needs a reservation key and a reservation id")
-		}
-		if req.ReservationTTL <= 0 {
-			return fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
-		}
-		resTTL = max(1, req.ReservationTTL.Microseconds())
-		// The reservation hash outlives its newest reservation by the longest state
-		// lifetime, after which no refund can matter any more (a sliding
-		// window's cell counts for up to (K+1) cells).
-		var longest time.Duration
-		for _, r := range req.Rules {
-			w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
-			if r.Algorithm == driver.SlidingWindow {
-				w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
-			}
-			longest = max(longest, w)
-		}
-		resKeyTTL = ceilMillis(req.ReservationTTL + longest + time.Second)
+	resTTL, resKeyTTL, err := reservationTTLs(o, &req)
+	if err != nil {
+		return err
 	}
 	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) && req.IdempotencyTTL <= 0 {
 		return fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
 	}
-
-	k0, a0 := len(e.keys), len(e.argv)
-	fail := func(err error) error {
-		e.keys, e.argv = e.keys[:k0], e.argv[:a0]
+	lists, err := ruleLists(&req)
+	if err != nil {
 		return err
 	}
-	// index returns the attempt's index of key (1-based), adding it.
-	index := func(key string) int {
-		for i, k := range e.keys[k0:] {
-			if k == key {
-				return i + 1
-			}
-		}
-		e.keys = append(e.keys, key)
-		return len(e.keys) - k0
-	}
+	a := attemptEnc{e: e, k0: len(e.keys), a0: len(e.argv)}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
 		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
-	// Shadow rules, seeds and GCRA windows under overrides (take.lua's
-	// ARGV[a+17] to ARGV[a+19]): each "" unless some rule needs it.
-	var shadows, seeds, windows []byte
+	var lg logGroup
+	for i := range req.Rules {
+		if choices[i], err = b.addRule(&a, &req, &req.Rules[i], &lg, now, rep); err != nil {
+			return a.fail(err)
+		}
+	}
+	h := e.argv[a.a0:]
+	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
+		h[4] = a.index(req.TrailKey)
+	}
+	if req.ReservationKey != "" {
+		h[5] = a.index(req.ReservationKey)
+	}
+	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
+		h[6] = a.index(req.IdempotencyKey)
+	}
+	if req.OverrideKey != "" {
+		h[15] = a.index(req.OverrideKey)
+	}
+	h[16], h[17], h[18] = lists[0], lists[1], lists[2]
+	if len(e.keys) == a.k0 {
+		return a.fail(errNoKeys)
+	}
+	h[3] = len(e.keys) - a.k0
+	e.attempts = append(e.attempts, choices)
+	return nil
+}
+
+// reservationTTLs checks a Reserve's reservation fields and returns its
+// TTL (µs) and its hash's (ms); 0, 0 for other operations.
+func reservationTTLs(o op, req *driver.Request) (resTTL, resKeyTTL int64, err error) {
+	if o != opReserve {
+		return 0, 0, nil
+	}
+	if req.ReservationKey == "" || req.ReservationID == "" {
+		return 0, 0, errors.New("reserve needs a reservation key and a reservation id")
+	}
+	if req.ReservationTTL <= 0 {
+		return 0, 0, fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
+	}
+	resTTL = max(1, req.ReservationTTL.Microseconds())
+	// The reservation hash outlives its newest reservation by the longest state
+	// lifetime, after which no refund can matter any more (a sliding
+	// window's cell counts for up to (K+1) cells).
+	var longest time.Duration
+	for _, r := range req.Rules {
+		w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
+		if r.Algorithm == driver.SlidingWindow {
+			w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
+		}
+		longest = max(longest, w)
+	}
+	return resTTL, ceilMillis(req.ReservationTTL + longest + time.Second), nil
+}
+
+// ruleLists returns take.lua's ARGV[a+17] to ARGV[a+19]: the rules' shadow
+// flags, seeds and, under overrides, GCRA windows, each "" unless some
+// rule needs it. It checks every seed names an earlier rule.
+func ruleLists(req *driver.Request) ([3]string, error) {
 	var anyShadow, anySeed, anyGCRA bool
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if r.Seed < 0 || r.Seed > i {
-			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
+			return [3]string{}, fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed)
 		}
 		anyShadow = anyShadow || r.Shadow
 		anySeed = anySeed || r.Seed > 0
 		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
 	anyGCRA = anyGCRA && req.OverrideKey != ""
-	// The previous layout's log key (prevLogKey) of the last sliding-log
-	// rule's set of dimensions: the set's other log rules share it, as
-	// they share its log (logKey).
-	var lastPrev, lastLogGroup string
+	var shadows, seeds, windows []byte
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if err := validRule(r); err != nil {
-			return fail(err)
-		}
-		plain := plainOnly(&req, r)
-		sp, err := b.spec(rep, r, plain)
-		if err != nil {
-			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
-		}
 		if anyShadow {
 			shadow := byte('0')
 			if r.Shadow {
@@ -214,73 +230,96 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}
 			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
 		}
-		var key, prev string
-		switch {
-		case sp.suffix != "": // a module strategy: the rule's own key
-			key = r.Key + sp.suffix
-		case sp.code == codeLog && lastPrev != "" && lastLogGroup == group(r):
-			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
-		case sp.code == codeLog:
-			key = logKey(r)
-			if prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
-				sp, err := b.spec(rep, q, plainOnly(&req, q))
-				if err != nil {
-					return "", err
-				}
-				return sp.args[staticArgs-1].(string), nil
-			}); err != nil {
-				return fail(err)
-			}
-			lastPrev, lastLogGroup = prev, group(r)
-		default:
-			key = group(r)
+	}
+	return [3]string{string(shadows), string(seeds), string(windows)}, nil
+}
+
+// attemptEnc is one attempt being added to an encoder: its keys start at
+// k0, its ARGV at a0.
+type attemptEnc struct {
+	e      *encoder
+	k0, a0 int
+}
+
+// fail undoes the attempt and returns err.
+func (a *attemptEnc) fail(err error) error {
+	a.e.keys, a.e.argv = a.e.keys[:a.k0], a.e.argv[:a.a0]
+	return err
+}
+
+// index returns the attempt's index of key (1-based), adding it.
+func (a *attemptEnc) index(key string) int {
+	for i, k := range a.e.keys[a.k0:] {
+		if k == key {
+			return i + 1
 		}
-		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
-		e.argv = append(e.argv, sp.args[:]...)
-		if prev != "" {
-			e.argv[len(e.argv)-2] = index(prev) // p2: the previous layout's log, read through
+	}
+	a.e.keys = append(a.e.keys, key)
+	return len(a.e.keys) - a.k0
+}
+
+// logGroup is the previous layout's log key (prevLogKey) of the last
+// sliding-log rule's set of dimensions: the set's other log rules share
+// it, as they share its log (logKey).
+type logGroup struct{ prev, group string }
+
+// addRule appends rule r's ARGV (its spec, then its key's index and the
+// one-key-per-rule layout's) and returns its choice.
+func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg *logGroup, now time.Time, rep *capability.Report) (ruleChoice, error) {
+	if err := validRule(r); err != nil {
+		return ruleChoice{}, err
+	}
+	sp, err := b.spec(rep, r, plainOnly(req, r))
+	if err != nil {
+		return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	key, prev, err := b.ruleKey(req, r, sp, lg, rep)
+	if err != nil {
+		return ruleChoice{}, err
+	}
+	e := a.e
+	e.argv = append(e.argv, sp.args[:]...)
+	if prev != "" {
+		e.argv[len(e.argv)-2] = a.index(prev) // p2: the previous layout's log, read through
+	}
+	if sp.code == codeCalendar {
+		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+		if err != nil {
+			return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		if sp.code == codeCalendar {
-			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+		e.argv[len(e.argv)-3] = bs
+	}
+	oi := 0 // the one-key-per-rule layout's key, read through (Options.Upgrade)
+	if b.opts.Upgrade && sp.suffix == "" {
+		oi = a.index(r.Key)
+	}
+	e.argv = append(e.argv, a.index(key), oi)
+	return ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}, nil
+}
+
+// ruleKey returns the key r's state lives under with spec sp, and for a
+// sliding-log rule the previous layout's log key read through (prev).
+func (b *Backend) ruleKey(req *driver.Request, r *driver.Rule, sp *ruleSpec, lg *logGroup, rep *capability.Report) (key, prev string, err error) {
+	switch {
+	case sp.suffix != "": // a module strategy: the rule's own key
+		return r.Key + sp.suffix, "", nil
+	case sp.code == codeLog && lg.prev != "" && lg.group == group(r):
+		return logKey(r), lg.prev, nil // the same set of dimensions as the previous log rule
+	case sp.code == codeLog:
+		prev, err = prevLogKey(req.Rules, r, func(q *driver.Rule) (string, error) {
+			sp, err := b.spec(rep, q, plainOnly(req, q))
 			if err != nil {
-				return fail(fmt.Errorf("rule %q: %w", r.Name, err))
+				return "", err
 			}
-			e.argv[len(e.argv)-3] = bs
+			return sp.args[staticArgs-1].(string), nil
+		})
+		if err != nil {
+			return "", "", err
 		}
-		oi := 0 // the one-key-per-rule layout's key, read through (Options.Upgrade)
-		if b.opts.Upgrade && sp.suffix == "" {
-			oi = index(r.Key)
-		}
-		e.argv = append(e.argv, index(key), oi)
+		lg.prev, lg.group = prev, group(r)
+		return logKey(r), prev, nil
 	}
-	h := e.argv[a0:]
-	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
-		h[4] = index(req.TrailKey)
-	}
-	if req.ReservationKey != "" {
-		h[5] = index(req.ReservationKey)
-	}
-	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
-		h[6] = index(req.IdempotencyKey)
-	}
-	if req.OverrideKey != "" {
-		h[15] = index(req.OverrideKey)
-	}
-	if anyShadow {
-		h[16] = string(shadows)
-	}
-	if anySeed {
-		h[17] = string(seeds)
-	}
-	if anyGCRA {
-		h[18] = string(windows)
-	}
-	if len(e.keys) == k0 {
-		return fail(errNoKeys)
-	}
-	h[3] = len(e.keys) - k0
-	e.attempts = append(e.attempts, choices)
-	return nil
+	return group(r), "", nil
 }
 
 // plainOnly reports whether r must run on a plain Lua strategy in req,
