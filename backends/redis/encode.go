@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -486,44 +487,9 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 	if loc == nil {
 		loc = time.UTC
 	}
-	var start func(time.Time) time.Time
-	switch unit {
-	case driver.Day:
-		start = func(t time.Time) time.Time {
-			y, m, d := t.In(loc).Date()
-			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
-			if s.After(t) { // a skipped midnight normalised forward
-				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
-				if s.After(t) {
-					s = t
-				}
-			}
-			return s
-		}
-	case driver.Hour:
-		start = func(t time.Time) time.Time {
-			l := t.In(loc)
-			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
-		}
-	default:
-		return "", fmt.Errorf("unknown calendar unit %d", unit)
-	}
-	// next returns the first boundary after s (itself a boundary).
-	next := func(s time.Time) time.Time {
-		// A unit is at most 25 hours (Day) or 1 hour (Hour) long, and at
-		// least 23 hours or 30 minutes: probe past the end and snap back.
-		var probe time.Time
-		if unit == driver.Day {
-			l := s.In(loc)
-			probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
-		} else {
-			probe = s.Add(time.Hour + time.Minute)
-		}
-		n := start(probe)
-		if !n.After(s) {
-			n = s.Add(time.Hour)
-		}
-		return n
+	start, err := calendarStart(unit, loc)
+	if err != nil {
+		return "", err
 	}
 	prev := func(s time.Time) time.Time {
 		return start(s.Add(-time.Nanosecond))
@@ -535,13 +501,11 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 		p = prev(p)
 		bs = append(bs, p)
 	}
-	for i, j := 0, len(bs)-1; i < j; i, j = i+1, j-1 {
-		bs[i], bs[j] = bs[j], bs[i]
-	}
+	slices.Reverse(bs)
 	bs = append(bs, cur)
 	p = cur
 	for range span + 1 {
-		p = next(p)
+		p = calendarNext(p, unit, loc, start)
 		bs = append(bs, p)
 	}
 	buf := make([]byte, 0, len(bs)*14)
@@ -552,4 +516,47 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 		buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
 	}
 	return string(buf), nil
+}
+
+// calendarStart returns the function giving the start of the unit (local
+// day or hour in loc) holding an instant.
+func calendarStart(unit driver.CalendarUnit, loc *time.Location) (func(time.Time) time.Time, error) {
+	switch unit {
+	case driver.Day:
+		return func(t time.Time) time.Time {
+			y, m, d := t.In(loc).Date()
+			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
+			if s.After(t) { // a skipped midnight normalised forward
+				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
+				if s.After(t) {
+					s = t
+				}
+			}
+			return s
+		}, nil
+	case driver.Hour:
+		return func(t time.Time) time.Time {
+			l := t.In(loc)
+			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown calendar unit %d", unit)
+}
+
+// calendarNext returns the first boundary after s (itself a boundary). A
+// unit is at most 25 hours (Day) or 1 hour (Hour) long, and at least 23
+// hours or 30 minutes: it probes past the end and snaps back (start).
+func calendarNext(s time.Time, unit driver.CalendarUnit, loc *time.Location, start func(time.Time) time.Time) time.Time {
+	var probe time.Time
+	if unit == driver.Day {
+		l := s.In(loc)
+		probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
+	} else {
+		probe = s.Add(time.Hour + time.Minute)
+	}
+	n := start(probe)
+	if !n.After(s) {
+		n = s.Add(time.Hour)
+	}
+	return n
 }
