@@ -77,9 +77,12 @@ type diffTarget struct {
 	env    string // FREQCAP_TEST_* naming the server; "" the shared one
 	cfg    capability.Config
 	noFast bool
-	bare   bool // scripting refused: sliding windows only, no reservations
-	algos  []driver.Algorithm
-	want   map[driver.Algorithm]capability.Strategy
+	// coalesce is Options.Coalesce: the sequences run at once, so their
+	// calls are coalesced with each other's.
+	coalesce int
+	bare     bool // scripting refused: sliding windows only, no reservations
+	algos    []driver.Algorithm
+	want     map[driver.Algorithm]capability.Strategy
 }
 
 var allAlgos = []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA}
@@ -89,6 +92,7 @@ func diffTargets() []diffTarget {
 	return []diffTarget{
 		{name: "plain-lua/fast", cfg: plain, algos: allAlgos},
 		{name: "plain-lua/take.lua", cfg: plain, noFast: true, algos: allAlgos},
+		{name: "plain-lua/coalesced", cfg: plain, coalesce: 2, algos: allAlgos},
 		{name: "tairhash", env: "FREQCAP_TEST_TAIRHASH", algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.TairHashLua}},
 		{name: "tairhash/take.lua", env: "FREQCAP_TEST_TAIRHASH", noFast: true, algos: allAlgos,
@@ -136,7 +140,7 @@ func TestDifferential(t *testing.T) {
 			} else {
 				_, c = moduleBackend(t, addr, tg.cfg)
 			}
-			b := New(c, &Options{Detect: tg.cfg})
+			b := New(c, &Options{Detect: tg.cfg, Coalesce: tg.coalesce})
 			b.noFast = tg.noFast
 			for a, s := range tg.want {
 				wantStrategy(t, b, a, s)
