@@ -24,7 +24,7 @@ import (
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
 //     a peek, an inspection or a denial writes no state;
 //  3. otherwise each rule in turn: MULTI, EXHINCRBY k i c MAX (limit -
-//     other counted cells), EXHPEXPIREAT k i ⌈(i+K+1)·s⌉ ms, EXEC. MAX makes the
+//     other counted cells), EXHPEXPIREAT k i ⌈(i+K+1)·s⌉ ms + 1 s, EXEC. MAX makes the
 //     increment fail, changing nothing, if concurrent writers filled the
 //     rule since the snapshot: a rule can never over-admit (except across
 //     a cell boundary, where the other cells' sum only shrinks);
@@ -51,6 +51,11 @@ func isOverflow(err error) bool {
 	var re goredis.Error
 	return errors.As(err, &re) && re.Error() == errOverflow
 }
+
+// bareExpirySlack is how long a cell's field outlives the cell's count
+// (incr): longer than any delay between a snapshot's TIME and its
+// EXHGETALL.
+const bareExpirySlack = time.Second
 
 // bareRule is one rule's state in bare mode.
 type bareRule struct {
@@ -416,19 +421,23 @@ func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
 
 // incr adds delta to the rule's current cell in one MULTI/EXEC, bounded by
 // MAX bound (delta > 0) or MIN 0 (delta < 0), and sets the cell's expiry
-// to the first millisecond at or after the cell stops counting,
-// ⌈(i+K+1)·s⌉ ms: TairHash hides a field from the start of its expiry
-// millisecond (measured on the SORT_MODE build: gone at now >= expireAt),
-// so an earlier one would drop units the window still counts. EXHINCRBY
-// takes no TTL option here, since EX/PX/PXAT replicate a wrong TTL and a
-// bare EXHINCRBY drops the field's TTL.
+// bareExpirySlack past the first millisecond at or after the cell stops
+// counting, ⌈(i+K+1)·s⌉ ms. TairHash hides a field from the start of its
+// expiry millisecond by its own wall clock (measured on the SORT_MODE
+// build: gone at now >= expireAt), read when each command runs, while the
+// snapshot is evaluated at the pipeline's TIME, read before: a field
+// expiring when the cell stops counting can be gone from EXHGETALL while
+// the evaluation still counts the cell. Cells are counted by index, so
+// the slack costs memory only. EXHINCRBY takes no TTL option here, since
+// EX/PX/PXAT replicate a wrong TTL and a bare EXHINCRBY drops the field's
+// TTL.
 func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, bound int64) error {
 	f := strconv.FormatInt(br.i, 10)
 	opt, lim := "max", bound
 	if delta < 0 {
 		opt, lim = "min", 0
 	}
-	expireAt := (br.sp.Leaves(br.i) + 999) / 1000
+	expireAt := (br.sp.Leaves(br.i)+999)/1000 + bareExpirySlack.Milliseconds()
 	var inc *goredis.Cmd
 	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		inc = p.Do(ctx, "exhincrby", br.key, f, delta, opt, lim)
