@@ -299,13 +299,8 @@ func idempotent(o op, req driver.Request) bool {
 
 func (x *txn) take(o op, req driver.Request) driver.Result {
 	now := x.now
-	if idempotent(o, req) {
-		s := x.shard(req.IdempotencyKey)
-		if e := s.get(req.IdempotencyKey, now); e != nil && e.kind == kindIdem {
-			res := cloneResult(*e.idem)
-			res.Replayed = true
-			return res
-		}
+	if res, ok := x.replay(o, req); ok {
+		return res
 	}
 	if req.ReservationKey != "" {
 		x.lapse(req.ReservationKey)
@@ -315,54 +310,12 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 		cost = 1
 	}
 	consume := o.consumes()
-
-	n := len(req.Rules)
-	res := driver.Result{Now: now, Rules: make([]driver.RuleResult, n)}
-	rules := req.Rules
-	var ov applied
-	if req.OverrideKey != "" {
-		// Limit overrides replace the limits of the rules they name (a
-		// predecessor shares its rule's name) before anything is
-		// evaluated.
-		ov = x.overridesOf(req.OverrideKey)
-		if ov.limits != nil {
-			rules = slices.Clone(rules)
-			var latest *driver.Override
-			for i := range rules {
-				if lo := ov.limits[rules[i].Name]; lo != nil {
-					rules[i].Limit = lo.Limits[rules[i].Name]
-					if latest == nil || lo.ID > latest.ID {
-						latest = lo
-					}
-				}
-			}
-			if latest != nil {
-				res.Override = cloneOverride(*latest)
-			}
-		}
-	}
-
-	shards := make([]*shard, n)
-	ents := make([]*entry, n)
-	cur := make([]ruleState, n)
-	next := make([]ruleState, n)
-	verdicts := make([]verdict, n)
-	allowed := true
-	seeded := make([]bool, n)
-	for i, r := range rules {
-		shards[i], ents[i], cur[i] = x.load(r)
-		if r.Seed > 0 && ents[i] == nil {
-			cur[i] = seed(cur[r.Seed-1], rules[r.Seed-1], r, now)
-			seeded[i] = true
-		}
-		next[i], verdicts[i] = step(cur[i], r, cost, now)
-		if !r.Shadow {
-			allowed = allowed && verdicts[i].Allowed
-		}
-	}
+	res := driver.Result{Now: now, Rules: make([]driver.RuleResult, len(req.Rules))}
+	rules, ov := x.limitOverrides(req, &res)
+	ev := x.evaluate(rules, cost)
 	// A block denies, else an exempt admits (counted: consuming from
 	// every rule, past its limit if need be; uncounted: from none).
-	uncounted := false
+	allowed, uncounted := ev.allowed, false
 	switch {
 	case ov.block != nil:
 		allowed = false
@@ -374,51 +327,142 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	}
 	res.Allowed = allowed
 	committed := consume && allowed
-	took := make([]bool, n)
-	for i, r := range rules {
-		st := cur[i]
-		if committed && !uncounted {
-			switch {
-			case verdicts[i].Allowed:
-				took[i] = true
-			case ov.exempt != nil: // counted exempt
-				next[i], _ = step(cur[i], unbounded(r), cost, now)
-				took[i] = true
-			}
-			// A shadow rule that would deny is not consumed.
-			if took[i] {
-				st = next[i]
-				x.store(shards[i], ents[i], r, st)
-			}
-		}
-		if consume && seeded[i] && !took[i] {
-			// A seed is kept by any take, allowed or not: the carried
-			// units, never the cost.
-			x.store(shards[i], ents[i], r, st)
-		}
-		used, reset := report(st, r, now)
-		res.Rules[i] = ruleResult(r.ReportedLimit(), used, reset, verdicts[i])
-		res.Rules[i].Strategy = strategyName(r.Algorithm)
-	}
+	took := x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
 	if consume {
 		x.deny(req, rules, res, cost, ov.block)
 	}
 	if committed && o == opReserve {
-		x.reserve(req, rules, next, took, cost)
+		x.reserve(req, rules, ev.next, took, cost)
 		res.ReservationID = req.ReservationID
 	}
+	x.remember(o, req, &res)
+	return res
+}
+
+// replay returns the Result stored under req's idempotency key, Replayed,
+// if there is one.
+func (x *txn) replay(o op, req driver.Request) (driver.Result, bool) {
+	if !idempotent(o, req) {
+		return driver.Result{}, false
+	}
+	s := x.shard(req.IdempotencyKey)
+	if e := s.get(req.IdempotencyKey, x.now); e != nil && e.kind == kindIdem {
+		res := cloneResult(*e.idem)
+		res.Replayed = true
+		return res, true
+	}
+	return driver.Result{}, false
+}
+
+// limitOverrides reads req's overrides and returns its rules with the
+// limits the limit overrides give them (a predecessor shares its rule's
+// name), replaced before anything is evaluated; res.Override is the
+// latest that changed one.
+func (x *txn) limitOverrides(req driver.Request, res *driver.Result) ([]driver.Rule, applied) {
+	rules := req.Rules
+	if req.OverrideKey == "" {
+		return rules, applied{}
+	}
+	ov := x.overridesOf(req.OverrideKey)
+	if ov.limits == nil {
+		return rules, ov
+	}
+	rules = slices.Clone(rules)
+	var latest *driver.Override
+	for i := range rules {
+		if lo := ov.limits[rules[i].Name]; lo != nil {
+			rules[i].Limit = lo.Limits[rules[i].Name]
+			if latest == nil || lo.ID > latest.ID {
+				latest = lo
+			}
+		}
+	}
+	if latest != nil {
+		res.Override = cloneOverride(*latest)
+	}
+	return rules, ov
+}
+
+// evaluation is every rule's state before and after a step of the cost,
+// and its verdict.
+type evaluation struct {
+	shards    []*shard
+	ents      []*entry
+	cur, next []ruleState
+	verdicts  []verdict
+	seeded    []bool // the state is a seed (driver.Rule.Seed)
+	allowed   bool   // every enforced rule admits
+}
+
+// evaluate loads every rule's state (or its seed) and steps it by cost.
+func (x *txn) evaluate(rules []driver.Rule, cost int64) evaluation {
+	n := len(rules)
+	ev := evaluation{
+		shards: make([]*shard, n), ents: make([]*entry, n), cur: make([]ruleState, n), next: make([]ruleState, n),
+		verdicts: make([]verdict, n), seeded: make([]bool, n), allowed: true,
+	}
+	for i, r := range rules {
+		ev.shards[i], ev.ents[i], ev.cur[i] = x.load(r)
+		if r.Seed > 0 && ev.ents[i] == nil {
+			ev.cur[i] = seed(ev.cur[r.Seed-1], rules[r.Seed-1], r, x.now)
+			ev.seeded[i] = true
+		}
+		ev.next[i], ev.verdicts[i] = step(ev.cur[i], r, cost, x.now)
+		if !r.Shadow {
+			ev.allowed = ev.allowed && ev.verdicts[i].Allowed
+		}
+	}
+	return ev
+}
+
+// commit stores the rules' states — the stepped ones where the request
+// counts (counted) and the rule took the cost (a counted exempt: every
+// rule, past its limit), the seeds on any consuming take — and writes
+// each rule's result to out. It returns which rules took the cost.
+func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) []bool {
+	took := make([]bool, len(rules))
+	for i, r := range rules {
+		st := ev.cur[i]
+		if counted {
+			switch {
+			case ev.verdicts[i].Allowed:
+				took[i] = true
+			case exempt: // counted exempt
+				ev.next[i], _ = step(ev.cur[i], unbounded(r), cost, x.now)
+				took[i] = true
+			}
+			// A shadow rule that would deny is not consumed.
+			if took[i] {
+				st = ev.next[i]
+				x.store(ev.shards[i], ev.ents[i], r, st)
+			}
+		}
+		if consume && ev.seeded[i] && !took[i] {
+			// A seed is kept by any take, allowed or not: the carried
+			// units, never the cost.
+			x.store(ev.shards[i], ev.ents[i], r, st)
+		}
+		used, reset := report(st, r, x.now)
+		out[i] = ruleResult(r.ReportedLimit(), used, reset, ev.verdicts[i])
+		out[i].Strategy = strategyName(r.Algorithm)
+	}
+	return took
+}
+
+// remember stores an idempotent request's Result under its key, and adds
+// the trail to an inspection's.
+func (x *txn) remember(o op, req driver.Request, res *driver.Result) {
 	if idempotent(o, req) {
 		s := x.shard(req.IdempotencyKey)
-		stored := cloneResult(res)
-		s.put(&entry{key: req.IdempotencyKey, kind: kindIdem, idem: &stored}, now.Add(req.IdempotencyTTL), now)
+		stored := cloneResult(*res)
+		s.put(&entry{key: req.IdempotencyKey, kind: kindIdem, idem: &stored}, x.now.Add(req.IdempotencyTTL), x.now)
 	}
 	if o == opInspect && req.TrailKey != "" {
-		if e := x.shard(req.TrailKey).get(req.TrailKey, now); e != nil && e.kind == kindTrail {
+		if e := x.shard(req.TrailKey).get(req.TrailKey, x.now); e != nil && e.kind == kindTrail {
 			res.Trail = slices.Clone(e.trail)
 			slices.Reverse(res.Trail) // stored oldest first, returned newest first
 		}
 	}
-	return res
 }
 
 // seed returns the state rule r starts from when it has none of its own

@@ -56,45 +56,6 @@ func TestFixedStep(t *testing.T) {
 	}
 }
 
-func TestFixedBounds(t *testing.T) {
-	ny, sh, ktm := mustZone(t, "America/New_York"), mustZone(t, "Asia/Shanghai"), mustZone(t, "Asia/Kathmandu")
-	day := func(loc *time.Location) driver.Rule {
-		return driver.Rule{Algorithm: driver.FixedWindow, Limit: 1, Window: 24 * time.Hour, Calendar: driver.Day, Location: loc}
-	}
-	hour := func(loc *time.Location) driver.Rule {
-		return driver.Rule{Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: driver.Hour, Location: loc}
-	}
-	tests := []struct {
-		name       string
-		r          driver.Rule
-		now        time.Time
-		start, end time.Time
-	}{
-		{"epoch 7s", driver.Rule{Window: 7 * time.Second}, time.Unix(100, 0), time.Unix(98, 0), time.Unix(105, 0)},
-		{"epoch day is UTC", driver.Rule{Window: 24 * time.Hour}, t0, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)},
-		{"Shanghai 23:59", day(sh), time.Date(2026, 3, 1, 15, 59, 0, 0, time.UTC),
-			time.Date(2026, 3, 1, 0, 0, 0, 0, sh), time.Date(2026, 3, 2, 0, 0, 0, 0, sh)},
-		{"Shanghai midnight", day(sh), time.Date(2026, 3, 1, 16, 0, 0, 0, time.UTC),
-			time.Date(2026, 3, 2, 0, 0, 0, 0, sh), time.Date(2026, 3, 3, 0, 0, 0, 0, sh)},
-		{"New York spring forward: 23h", day(ny), time.Date(2026, 3, 8, 12, 0, 0, 0, ny),
-			time.Date(2026, 3, 8, 0, 0, 0, 0, ny), time.Date(2026, 3, 8, 0, 0, 0, 0, ny).Add(23 * time.Hour)},
-		{"New York fall back: 25h", day(ny), time.Date(2026, 11, 1, 12, 0, 0, 0, ny),
-			time.Date(2026, 11, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 1, 0, 0, 0, 0, ny).Add(25 * time.Hour)},
-		{"Kathmandu hour starts at :15 UTC", hour(ktm), time.Date(2026, 3, 1, 12, 10, 0, 0, time.UTC),
-			time.Date(2026, 3, 1, 11, 15, 0, 0, time.UTC), time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC)},
-		{"New York repeated 1am hour, second pass", hour(ny), time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC),
-			time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC)},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			start, end := fixedBounds(tc.r, tc.now)
-			if !start.Equal(tc.start) || !end.Equal(tc.end) {
-				t.Errorf("fixedBounds(%v) = %v, %v, want %v, %v (%v long)", tc.now, start, end, tc.start, tc.end, tc.end.Sub(tc.start))
-			}
-		})
-	}
-}
-
 func TestSlidingStep(t *testing.T) {
 	r := driver.Rule{Algorithm: driver.SlidingWindow, Limit: 10, Window: 10 * time.Second, SubWindows: 10}
 	i0 := t0.Unix() // cell index of t0 (1s cells)
@@ -109,15 +70,15 @@ func TestSlidingStep(t *testing.T) {
 	}{
 		// Cells count until (j+N+1)s: the oldest, partly expired one too.
 		{"empty", nil, 1, at(500 * time.Millisecond), verdict{Allowed: true}, 1, 10500 * time.Millisecond},
-		{"need 1 frees with the oldest cell", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(5500 * time.Millisecond),
+		{"need 1 frees with the oldest cell", []cell{{Idx: i0, N: 4}, {Idx: i0 + 5, N: 6}}, 1, at(5500 * time.Millisecond),
 			verdict{RetryAfter: 5500 * time.Millisecond}, 10, 10500 * time.Millisecond},
-		{"need 5 frees with cell 5", []cell{{i0, 4}, {i0 + 5, 6}}, 5, at(5500 * time.Millisecond),
+		{"need 5 frees with cell 5", []cell{{Idx: i0, N: 4}, {Idx: i0 + 5, N: 6}}, 5, at(5500 * time.Millisecond),
 			verdict{RetryAfter: 10500 * time.Millisecond}, 10, 10500 * time.Millisecond},
-		{"the oldest cell still counts a window after it began", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(10 * time.Second),
+		{"the oldest cell still counts a window after it began", []cell{{Idx: i0, N: 4}, {Idx: i0 + 5, N: 6}}, 1, at(10 * time.Second),
 			verdict{RetryAfter: time.Second}, 10, 6 * time.Second},
-		{"1ns before it leaves", []cell{{i0, 4}, {i0 + 5, 6}}, 1, at(11*time.Second - 1),
+		{"1ns before it leaves", []cell{{Idx: i0, N: 4}, {Idx: i0 + 5, N: 6}}, 1, at(11*time.Second - 1),
 			verdict{RetryAfter: 1}, 10, 5*time.Second + 1},
-		{"the oldest cell left at (j+N+1)s", []cell{{i0, 4}, {i0 + 5, 6}}, 4, at(11 * time.Second),
+		{"the oldest cell left at (j+N+1)s", []cell{{Idx: i0, N: 4}, {Idx: i0 + 5, N: 6}}, 4, at(11 * time.Second),
 			verdict{Allowed: true}, 10, 11 * time.Second},
 		{"cost too high", nil, 11, t0, verdict{CostTooHigh: true}, 0, 0},
 	}
@@ -135,16 +96,16 @@ func TestSlidingStep(t *testing.T) {
 		})
 	}
 	// The step never changes its input.
-	st := slidingState{cells: []cell{{i0, 1}}}
+	st := slidingState{cells: []cell{{Idx: i0, N: 1}}}
 	slidingStep(st, r, 1, t0)
-	if st.cells[0].n != 1 {
+	if st.cells[0].N != 1 {
 		t.Errorf("slidingStep mutated its input: %v", st.cells)
 	}
 }
 
 func TestLogStep(t *testing.T) {
 	r := driver.Rule{Algorithm: driver.SlidingLog, Limit: 5, Window: 10 * time.Second}
-	runs := []run{{at(0), 2, 1}, {at(5 * time.Second), 3, 2}}
+	runs := []run{{T: at(0), N: 2, Seq: 1}, {T: at(5 * time.Second), N: 3, Seq: 2}}
 	tests := []struct {
 		name    string
 		cost    int64

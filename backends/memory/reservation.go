@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -182,30 +183,21 @@ func (x *txn) refund(rf refund) {
 			return // the cell no longer counts
 		}
 		for k := range e.sliding.cells {
-			if c := &e.sliding.cells[k]; c.idx == rf.cell {
-				c.n = max(0, c.n-rf.cost)
+			if c := &e.sliding.cells[k]; c.Idx == rf.cell {
+				c.N = max(0, c.N-rf.cost)
 			}
 		}
 	case driver.SlidingLog:
 		runs := e.log.runs
 		for k := range runs {
-			if runs[k].seq == rf.seq && runs[k].t.Equal(rf.at) {
+			if runs[k].Seq == rf.seq && runs[k].T.Equal(rf.at) {
 				e.log.runs = append(runs[:k:k], runs[k+1:]...)
 				break
 			}
 		}
 	case driver.GCRA:
-		// Give back the part of c*T still ahead of now: units that have
-		// already drained are not owed twice.
-		t, _, _ := rf.rule.GCRAParams()
-		back := min(t*time.Duration(rf.cost), rf.at.Sub(x.now))
-		if back <= 0 {
-			return
+		if tat, ok := alg.GCRARefund(e.tat, rf.at, rf.rule, rf.cost, x.now); ok {
+			e.tat = tat
 		}
-		tat := e.tat.Add(-back)
-		if tat.Before(x.now) {
-			tat = x.now
-		}
-		e.tat = tat
 	}
 }

@@ -66,34 +66,6 @@ func TestFixedWindowStaleCounter(t *testing.T) {
 	}
 }
 
-func TestFixedWindowRollover(t *testing.T) {
-	b, _ := standalone(t)
-	s := newSubject(t, "roll")
-	r := s.fixed("f", 1, 150*time.Millisecond)
-	first := take(t, b, s.request(opTake, 1, r))
-	if !first.Allowed {
-		// The first take can only be denied if... never: a fresh key.
-		t.Fatalf("first take denied: %+v", first)
-	}
-	eventually(t, 2*time.Second, "a denial in the same window", func() bool {
-		res := take(t, b, s.request(opTake, 1, r))
-		if !res.Allowed {
-			if ra := res.Rules[0].RetryAfter; ra <= 0 || ra > 150*time.Millisecond {
-				t.Errorf("RetryAfter = %v, want in (0, 150ms]", ra)
-			}
-			return true
-		}
-		return false
-	})
-	eventually(t, 2*time.Second, "admission in the next window", func() bool {
-		res := take(t, b, s.request(opTake, 1, r))
-		if res.Allowed && res.Rules[0].Used != 1 {
-			t.Errorf("first take of a new window: used %d, want 1", res.Rules[0].Used)
-		}
-		return res.Allowed
-	})
-}
-
 func TestCalendarWindow(t *testing.T) {
 	b, c := standalone(t)
 	ctx := context.Background()

@@ -1,15 +1,18 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -21,7 +24,7 @@ import (
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
 //     a peek, an inspection or a denial writes no state;
 //  3. otherwise each rule in turn: MULTI, EXHINCRBY k i c MAX (limit -
-//     other counted cells), EXHPEXPIREAT k i (i+K+1)·s-1, EXEC. MAX makes the
+//     other counted cells), EXHPEXPIREAT k i ⌈(i+K+1)·s⌉ ms + 1 s, EXEC. MAX makes the
 //     increment fail, changing nothing, if concurrent writers filled the
 //     rule since the snapshot: a rule can never over-admit (except across
 //     a cell boundary, where the other cells' sum only shrinks);
@@ -49,6 +52,11 @@ func isOverflow(err error) bool {
 	return errors.As(err, &re) && re.Error() == errOverflow
 }
 
+// bareExpirySlack is how long a cell's field outlives the cell's count
+// (incr): longer than any delay between a snapshot's TIME and its
+// EXHGETALL.
+const bareExpirySlack = time.Second
+
 // bareRule is one rule's state in bare mode.
 type bareRule struct {
 	r     *driver.Rule
@@ -64,266 +72,340 @@ type bareRule struct {
 
 // takeBare carries out req with bare TairHash commands (see above).
 func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
-	switch o {
-	case opTake, opPeek, opInspect:
-	case opReserve:
-		return driver.Result{}, fmt.Errorf("%w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
-	default:
-		return driver.Result{}, fmt.Errorf("unknown op %d", o)
+	bq, err := newBareReq(o, req, rep)
+	if err != nil {
+		return driver.Result{}, err
 	}
-	c := req.Cost
-	if o == opInspect {
-		c = 1
-	} else if c < 1 {
-		return driver.Result{}, fmt.Errorf("cost must be >= 1, got %d", c)
-	}
-	ch := rep.Choice(driver.SlidingWindow)
-	rules := make([]bareRule, len(req.Rules))
-	for k := range req.Rules {
-		r := &req.Rules[k]
-		if err := validRule(r); err != nil {
-			return driver.Result{}, err
-		}
-		if r.Algorithm != driver.SlidingWindow {
-			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, rep.Choice(r.Algorithm)))
-		}
-		if ch.Strategy != capability.TairHashBare {
-			return driver.Result{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
-		}
-		if r.Seed > 0 || r.Epoch > 0 {
-			return driver.Result{}, fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
-		}
-		rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
-	}
-	if req.OverrideKey != "" {
-		return driver.Result{}, fmt.Errorf("%w: overrides need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
-	}
-	trail := req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
-	idem := req.IdempotencyKey != "" && o == opTake
-	if len(rules) == 0 && !trail {
-		return driver.Result{}, errNoKeys
-	}
-	if idem && req.IdempotencyTTL <= 0 {
-		return driver.Result{}, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
-	}
-
 	// 1. The snapshot (and a stored decision, for a retry).
-	pipe := b.c.Pipeline()
-	tm := pipe.Time(ctx)
-	var rec *goredis.StringCmd
-	if idem {
-		rec = pipe.Get(ctx, req.IdempotencyKey)
-	}
-	all := make([]*goredis.Cmd, len(rules))
-	for k := range rules {
-		all[k] = pipe.Do(ctx, "exhgetall", rules[k].key)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	if err := tm.Err(); err != nil {
+	kvs, now, rec, err := b.bareSnapshot(ctx, bq)
+	if err != nil {
 		return driver.Result{}, err
 	}
 	if rec != nil {
-		switch v, err := rec.Result(); {
-		case err == nil:
-			return replayRecord(v, req.Rules)
-		case !errors.Is(err, goredis.Nil):
+		return replayRecord(*rec, req.Rules)
+	}
+	// 2. Evaluate.
+	allowed, err := bq.evalAll(kvs, now)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	// 3. Consume, rule by rule, bounded by MAX; 4. compensate on failure.
+	if allowed && o == opTake {
+		if allowed, err = b.bareConsume(ctx, bq.rules, now, bq.c); err != nil {
 			return driver.Result{}, err
 		}
 	}
-	nowT := tm.Val()
-	now := nowT.UnixMicro()
-
-	// 2. Evaluate.
-	out := make([]int64, 2, 2+4*len(rules))
+	out := make([]int64, 2, 2+4*len(bq.rules))
 	out[1] = now
-	allowed := true
-	for k := range rules {
-		br := &rules[k]
-		kv, err := all[k].Slice()
-		if err != nil {
-			return driver.Result{}, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+	if allowed {
+		out[0] = 1
+	}
+	for k := range bq.rules {
+		out = append(out, bq.rules[k].res...)
+	}
+	// The trail and the idempotency record, after the decision.
+	trail, err := b.bareAfter(ctx, bq, out, now, allowed)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	v := make([]any, 0, len(out)+len(trail))
+	for _, x := range out {
+		v = append(v, x)
+	}
+	for _, e := range trail {
+		v = append(v, e)
+	}
+	return bareResult(v, req.Rules)
+}
+
+// bareReq is a request checked for bare mode: its op, cost and rules, and
+// whether it writes the trail and an idempotency record.
+type bareReq struct {
+	o           op
+	req         driver.Request
+	c           int64
+	rules       []bareRule
+	trail, idem bool
+}
+
+// newBareReq checks req for bare mode: sliding-window rules only, no
+// reservations, seeds, epochs or overrides (they need scripting).
+func newBareReq(o op, req driver.Request, rep *capability.Report) (*bareReq, error) {
+	switch o {
+	case opTake, opPeek, opInspect:
+	case opReserve:
+		return nil, fmt.Errorf("%w: reservations need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
+	default:
+		return nil, fmt.Errorf("unknown op %d", o)
+	}
+	bq := &bareReq{o: o, req: req, c: req.Cost}
+	if o == opInspect {
+		bq.c = 1
+	} else if bq.c < 1 {
+		return nil, fmt.Errorf("cost must be >= 1, got %d", bq.c)
+	}
+	ch := rep.Choice(driver.SlidingWindow)
+	bq.rules = make([]bareRule, len(req.Rules))
+	for k := range req.Rules {
+		r := &req.Rules[k]
+		if err := bareRuleOK(r, ch, rep); err != nil {
+			return nil, err
 		}
-		if err := br.eval(kv, now, c); err != nil {
-			return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
+		bq.rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
+	}
+	if req.OverrideKey != "" {
+		return nil, fmt.Errorf("%w: overrides need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
+	}
+	bq.trail = req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
+	bq.idem = req.IdempotencyKey != "" && o == opTake
+	if len(bq.rules) == 0 && !bq.trail {
+		return nil, errNoKeys
+	}
+	if bq.idem && req.IdempotencyTTL <= 0 {
+		return nil, fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
+	}
+	return bq, nil
+}
+
+// bareRuleOK checks that bare mode can decide r (ch: the sliding window's
+// strategy).
+func bareRuleOK(r *driver.Rule, ch capability.Choice, rep *capability.Report) error {
+	if err := validRule(r); err != nil {
+		return err
+	}
+	if r.Algorithm != driver.SlidingWindow {
+		return fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, rep.Choice(r.Algorithm)))
+	}
+	if ch.Strategy != capability.TairHashBare {
+		return fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
+	}
+	if r.Seed > 0 || r.Epoch > 0 {
+		return fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
+	}
+	return nil
+}
+
+// bareSnapshot reads, in one pipeline, the server's TIME (µs), the stored
+// decision of an idempotent retry (rec, nil when none) and every rule's
+// fields (EXHGETALL).
+func (b *Backend) bareSnapshot(ctx context.Context, bq *bareReq) (kvs []*goredis.Cmd, now int64, rec *string, err error) {
+	pipe := b.c.Pipeline()
+	tm := pipe.Time(ctx)
+	var rc *goredis.StringCmd
+	if bq.idem {
+		rc = pipe.Get(ctx, bq.req.IdempotencyKey)
+	}
+	kvs = make([]*goredis.Cmd, len(bq.rules))
+	for k := range bq.rules {
+		kvs[k] = pipe.Do(ctx, "exhgetall", bq.rules[k].key)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	if err := tm.Err(); err != nil {
+		return nil, 0, nil, err
+	}
+	if rc != nil {
+		switch v, err := rc.Result(); {
+		case err == nil:
+			return nil, 0, &v, nil
+		case !errors.Is(err, goredis.Nil):
+			return nil, 0, nil, err
+		}
+	}
+	return kvs, tm.Val().UnixMicro(), nil, nil
+}
+
+// evalAll evaluates every rule on its snapshot: allowed unless an
+// enforced rule denies.
+func (bq *bareReq) evalAll(kvs []*goredis.Cmd, now int64) (allowed bool, err error) {
+	allowed = true
+	for k := range bq.rules {
+		br := &bq.rules[k]
+		kv, err := kvs[k].Slice()
+		if err != nil {
+			return false, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+		}
+		if err := br.eval(kv, now, bq.c); err != nil {
+			return false, fmt.Errorf("rule %q: %w", br.r.Name, err)
 		}
 		if br.res[0] != 1 && !br.r.Shadow {
 			allowed = false
 		}
 	}
+	return allowed, nil
+}
 
-	// 3. Consume, rule by rule, bounded by MAX; 4. compensate on failure.
-	if allowed && o == opTake {
-		for k := range rules {
-			br := &rules[k]
-			if br.r.Shadow && br.res[0] != 1 {
-				continue // a shadow rule that denied: not consumed
-			}
-			err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
-			if err == nil {
-				continue
-			}
-			if br.r.Shadow {
-				// A shadow rule filled since the snapshot: it denies now,
-				// never the request.
-				br.res[0], br.res[3] = 0, 1
-				br.shadowDenied = true
-				continue
-			}
-			for q := k - 1; q >= 0; q-- {
-				if rules[q].r.Shadow && (rules[q].res[0] != 1 || rules[q].shadowDenied) {
-					continue // not incremented
-				}
-				cerr := rules[q].incr(ctx, b.c, -c, 0)
-				if isOverflow(cerr) {
-					// The cell is gone (expired): nothing to give back.
-					cerr = b.sweep(ctx, &rules[q])
-				}
-				if cerr != nil {
-					return driver.Result{}, fmt.Errorf("rule %q: compensating decrement after rule %q denied (%v): %w", rules[q].r.Name, br.r.Name, err, cerr)
-				}
-			}
-			if !isOverflow(err) {
-				return driver.Result{}, fmt.Errorf("rule %q: EXHINCRBY: %w", br.r.Name, err)
-			}
-			if br.empty {
-				if err := b.sweep(ctx, br); err != nil {
-					return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
-				}
-			}
-			// Concurrent writers filled the rule since the snapshot: it
-			// denies now. Report its state as it is now.
-			kv, err := b.c.Do(ctx, "exhgetall", br.key).Slice()
-			if err != nil {
-				return driver.Result{}, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
-			}
-			i := br.i
-			if err := br.eval(kv, now, c); err != nil {
-				return driver.Result{}, fmt.Errorf("rule %q: %w", br.r.Name, err)
-			}
-			br.i = i
-			if br.res[0] == 1 { // freed again meanwhile: it may admit now
-				br.res[0], br.res[3] = 0, 1
-			}
-			allowed = false
-			break
+// bareConsume increments every admitting rule in turn, bounded by MAX;
+// when one fails (concurrent writers filled it since the snapshot), it
+// compensates the rules already incremented and reports that rule's state
+// as it is now: allowed false. Allowed rules' results then count c.
+func (b *Backend) bareConsume(ctx context.Context, rules []bareRule, now, c int64) (allowed bool, err error) {
+	for k := range rules {
+		br := &rules[k]
+		if br.r.Shadow && br.res[0] != 1 {
+			continue // a shadow rule that denied: not consumed
 		}
-		if allowed {
-			for k := range rules {
-				br := &rules[k]
-				if br.res[0] != 1 {
-					continue // a shadow rule that denied
-				}
-				br.res[1] += c
-				br.res[2] = br.sp.Leaves(br.i) - now
-			}
+		err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
+		if err == nil {
+			continue
 		}
-	}
-	if allowed {
-		out[0] = 1
+		if br.r.Shadow {
+			// A shadow rule filled since the snapshot: it denies now,
+			// never the request.
+			br.res[0], br.res[3] = 0, 1
+			br.shadowDenied = true
+			continue
+		}
+		if err := b.compensate(ctx, rules[:k], br, c, err); err != nil {
+			return false, err
+		}
+		return false, b.refilled(ctx, br, now, c)
 	}
 	for k := range rules {
-		out = append(out, rules[k].res...)
+		br := &rules[k]
+		if br.res[0] != 1 {
+			continue // a shadow rule that denied
+		}
+		br.res[1] += c
+		br.res[2] = br.sp.Leaves(br.i) - now
 	}
+	return true, nil
+}
 
-	// The trail and the idempotency record, after the decision.
-	var tr *goredis.StringSliceCmd
-	if trail || idem {
-		p := b.c.Pipeline()
-		var ent []any
-		if trail && o == opTake {
-			for k := len(rules) - 1; k >= 0; k-- {
-				br := &rules[k]
-				if br.res[0] == 1 || (allowed && !br.r.Shadow) {
-					continue
-				}
-				e := formatDenial(now, req.Policy, br.r.Name, br.res[1], br.r.Limit, c, br.res[3], br.res[0] == 2, br.r.Shadow, req.TrailValues)
-				ent = append(ent, e)
+// compensate gives c back to the rules done (already incremented) after
+// br's increment failed with failed; it returns failed itself unless it
+// is the MAX refusal (the rule denies).
+func (b *Backend) compensate(ctx context.Context, done []bareRule, br *bareRule, c int64, failed error) error {
+	for q := len(done) - 1; q >= 0; q-- {
+		if done[q].r.Shadow && (done[q].res[0] != 1 || done[q].shadowDenied) {
+			continue // not incremented
+		}
+		cerr := done[q].incr(ctx, b.c, -c, 0)
+		if isOverflow(cerr) {
+			// The cell is gone (expired): nothing to give back.
+			cerr = b.sweep(ctx, &done[q])
+		}
+		if cerr != nil {
+			return fmt.Errorf("rule %q: compensating decrement after rule %q denied (%v): %w", done[q].r.Name, br.r.Name, failed, cerr)
+		}
+	}
+	if !isOverflow(failed) {
+		return fmt.Errorf("rule %q: EXHINCRBY: %w", br.r.Name, failed)
+	}
+	return nil
+}
+
+// refilled reports br, which concurrent writers filled since the
+// snapshot, as it is now: denied.
+func (b *Backend) refilled(ctx context.Context, br *bareRule, now, c int64) error {
+	if br.empty {
+		if err := b.sweep(ctx, br); err != nil {
+			return fmt.Errorf("rule %q: %w", br.r.Name, err)
+		}
+	}
+	kv, err := b.c.Do(ctx, "exhgetall", br.key).Slice()
+	if err != nil {
+		return fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+	}
+	i := br.i
+	if err := br.eval(kv, now, c); err != nil {
+		return fmt.Errorf("rule %q: %w", br.r.Name, err)
+	}
+	br.i = i
+	if br.res[0] == 1 { // freed again meanwhile: it may admit now
+		br.res[0], br.res[3] = 0, 1
+	}
+	return nil
+}
+
+// bareAfter writes the trail entries and the idempotency record of a
+// decided request (out: its reply) with plain commands, and returns the
+// trail of an inspection.
+func (b *Backend) bareAfter(ctx context.Context, bq *bareReq, out []int64, now int64, allowed bool) ([]string, error) {
+	if !bq.trail && !bq.idem {
+		return nil, nil
+	}
+	req := bq.req
+	p := b.c.Pipeline()
+	var ent []any
+	if bq.trail && bq.o == opTake {
+		for k := len(bq.rules) - 1; k >= 0; k-- {
+			br := &bq.rules[k]
+			if br.res[0] == 1 || (allowed && !br.r.Shadow) {
+				continue
 			}
-		}
-		if len(ent) > 0 {
-			p.LPush(ctx, req.TrailKey, ent...)
-			p.LTrim(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
-			p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
-		}
-		if idem {
-			p.Set(ctx, req.IdempotencyKey, formatRecord("", out), time.Duration(ceilMillis(req.IdempotencyTTL))*time.Millisecond)
-		}
-		if o == opInspect {
-			tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
-		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			return driver.Result{}, err
+			e := formatDenial(now, req.Policy, br.r.Name, br.res[1], br.r.Limit, bq.c, br.res[3], br.res[0] == 2, br.r.Shadow, req.TrailValues)
+			ent = append(ent, e)
 		}
 	}
-	v := make([]any, 0, len(out)+req.TrailMax)
-	for _, x := range out {
-		v = append(v, x)
+	if len(ent) > 0 {
+		p.LPush(ctx, req.TrailKey, ent...)
+		p.LTrim(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
+		p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
 	}
-	if tr != nil {
-		for _, s := range tr.Val() {
-			v = append(v, s)
-		}
+	if bq.idem {
+		p.Set(ctx, req.IdempotencyKey, formatRecord("", out), time.Duration(ceilMillis(req.IdempotencyTTL))*time.Millisecond)
 	}
-	return bareResult(v, req.Rules)
+	var tr *goredis.StringSliceCmd
+	if bq.o == opInspect {
+		tr = p.LRange(ctx, req.TrailKey, 0, int64(req.TrailMax)-1)
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, nil
+	}
+	return tr.Val(), nil
 }
 
 // eval computes the rule's reply entry (flags, used, reset µs, retry µs)
-// from its fields kv (EXHGETALL: name, value, …) at now, as take.lua's
-// sliding window does: cells are counted by index, j >= i-K
-// (driver.CellSpan), never by expiry.
+// from its fields kv (EXHGETALL: name, value, …) at now with internal/alg's
+// sliding window, as take.lua's does: cells are counted by index,
+// j >= i-K (driver.CellSpan), never by expiry.
 func (br *bareRule) eval(kv []any, now, c int64) error {
-	if len(kv)%2 != 0 {
-		return fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
+	cells, err := bareCells(kv)
+	if err != nil {
+		return err
 	}
-	br.i = br.sp.Index(now)
 	br.empty = len(kv) == 0
-	lo := br.sp.Oldest(br.i)
-	live := map[int64]int64{}
-	var used, cur, newest int64 = 0, 0, -1
+	s := alg.NewSliding(br.sp, time.Microsecond, cells, now)
+	br.i = s.I
+	br.other = s.Used - s.Current()
+	v := s.Decide(br.r.Limit, c)
+	var flags, retry int64 = 0, 0
+	switch {
+	case v.Allowed:
+		flags = 1
+	case v.CostTooHigh:
+		flags = 2
+	default:
+		retry = v.RetryAfter.Microseconds()
+	}
+	br.res = []int64{flags, s.Used, s.ResetAfter().Microseconds(), retry}
+	return nil
+}
+
+// bareCells reads a rule's cells from EXHGETALL's reply (name, value, …),
+// oldest first; fields that are not cell indexes are skipped.
+func bareCells(kv []any) ([]alg.Cell, error) {
+	if len(kv)%2 != 0 {
+		return nil, fmt.Errorf("EXHGETALL: odd reply length %d", len(kv))
+	}
+	cells := make([]alg.Cell, 0, len(kv)/2)
 	for k := 0; k < len(kv); k += 2 {
 		fs, _ := kv[k].(string)
 		j, err := strconv.ParseInt(fs, 10, 64)
-		if err != nil || j < lo {
-			continue // not a cell, or a dead one (its expiry reclaims it)
+		if err != nil {
+			continue // not a cell
 		}
 		v, err := replyInt(kv[k+1])
 		if err != nil {
-			return fmt.Errorf("cell %d: %w", j, err)
+			return nil, fmt.Errorf("cell %d: %w", j, err)
 		}
-		live[j] += v
-		used += v
-		if j == br.i {
-			cur = v
-		}
-		if v > 0 && j > newest {
-			newest = j
-		}
+		cells = append(cells, alg.Cell{Idx: j, N: v})
 	}
-	br.other = used - cur
-	var reset, retry, flags int64 = 0, 0, 1
-	if newest >= 0 {
-		reset = br.sp.Leaves(newest) - now
-	}
-	L := br.r.Limit
-	switch {
-	case c > L:
-		flags = 2
-	case used+c > L:
-		flags = 0
-		need, acc := used+c-L, int64(0)
-		for j := lo; j <= br.i; j++ {
-			acc += live[j]
-			if acc >= need {
-				retry = br.sp.Leaves(j) - now
-				break
-			}
-		}
-		if retry == 0 {
-			retry = br.sp.Size // cells beyond i: the server clock went back
-		}
-	}
-	br.res = []int64{flags, used, reset, retry}
-	return nil
+	slices.SortFunc(cells, func(a, b alg.Cell) int { return cmp.Compare(a.Idx, b.Idx) })
+	return cells, nil
 }
 
 // sweep removes the empty TairHash key a failed EXHINCRBY … MAX/MIN
@@ -339,16 +421,23 @@ func (b *Backend) sweep(ctx context.Context, br *bareRule) error {
 
 // incr adds delta to the rule's current cell in one MULTI/EXEC, bounded by
 // MAX bound (delta > 0) or MIN 0 (delta < 0), and sets the cell's expiry
-// to the last millisecond it counts, (i+K+1)·s-1: EXHINCRBY takes no TTL
-// option here, since EX/PX/PXAT replicate a wrong TTL and a bare
-// EXHINCRBY drops the field's TTL.
+// bareExpirySlack past the first millisecond at or after the cell stops
+// counting, ⌈(i+K+1)·s⌉ ms. TairHash hides a field from the start of its
+// expiry millisecond by its own wall clock (measured on the SORT_MODE
+// build: gone at now >= expireAt), read when each command runs, while the
+// snapshot is evaluated at the pipeline's TIME, read before: a field
+// expiring when the cell stops counting can be gone from EXHGETALL while
+// the evaluation still counts the cell. Cells are counted by index, so
+// the slack costs memory only. EXHINCRBY takes no TTL option here, since
+// EX/PX/PXAT replicate a wrong TTL and a bare EXHINCRBY drops the field's
+// TTL.
 func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, bound int64) error {
 	f := strconv.FormatInt(br.i, 10)
 	opt, lim := "max", bound
 	if delta < 0 {
 		opt, lim = "min", 0
 	}
-	expireAt := br.sp.Leaves(br.i)/1000 - 1
+	expireAt := (br.sp.Leaves(br.i)+999)/1000 + bareExpirySlack.Milliseconds()
 	var inc *goredis.Cmd
 	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		inc = p.Do(ctx, "exhincrby", br.key, f, delta, opt, lim)

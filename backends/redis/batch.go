@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -123,14 +124,47 @@ func batchName(reqs []request) string {
 // (coalesce.go) share it.
 func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.Report, out []driver.BatchResult) {
 	evalFallback := rep.EvalOnly // EVALSHA refused: EVAL in the pipeline
-	// A unit is one EVALSHA: up to batchAttempts requests on one server,
-	// one on a cluster (each routes by its own slot).
-	type unit struct {
-		idx  []int       // indices in reqs
-		tags []string    // their hash tags
-		fs   *fastScript // the fast script all of them run, or nil: take.lua
-		call
+	todo := b.units(reqs, rep, out)
+	// A batch mixing scripts first makes sure the server has them all
+	// (SCRIPT EXISTS, then SCRIPT LOAD of the missing; on a cluster, every
+	// master): otherwise one the server never ran would meet NOSCRIPT
+	// while units of another ran, and its units could not be sent again
+	// (a later request on the same subject may have run). A batch of one
+	// script meets NOSCRIPT, if at all, in every unit, and all are sent
+	// again.
+	if !evalFallback {
+		fss := make([]*fastScript, len(todo))
+		for k, u := range todo {
+			fss[k] = u.fs
+		}
+		b.loadScripts(ctx, fss)
 	}
+	for pass := 0; len(todo) > 0; pass++ {
+		cmds := b.sendUnits(ctx, todo, pass == batchPasses-1 || evalFallback)
+		again := b.unitReplies(ctx, todo, cmds, reqs, out, pass < batchPasses-1)
+		if len(again) == 0 {
+			break
+		}
+		if !evalFallback {
+			evalFallback = b.reload(ctx, again)
+		}
+		todo = again
+	}
+}
+
+// unit is one EVALSHA of a batch: up to batchAttempts requests on one
+// server, one on a cluster (each routes by its own slot).
+type unit struct {
+	idx  []int       // indices in reqs
+	tags []string    // their hash tags
+	fs   *fastScript // the fast script all of them run, or nil: take.lua
+	call
+}
+
+// units groups reqs into units: consecutive requests sharing a fast
+// script, the others in take.lua's. A request that cannot be encoded gets
+// its error in out.
+func (b *Backend) units(reqs []request, rep *capability.Report, out []driver.BatchResult) []unit {
 	_, single := b.c.(*goredis.Client)
 	per := 1
 	if single {
@@ -150,142 +184,140 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 	}
 	now := time.Now()
 	for i, req := range reqs {
+		var tag string
 		if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {
 			if len(cur.idx) > 0 && cur.fs != a.s {
 				flush()
 			}
 			cur.fs = a.s
 			enc.addFast(&a)
-			cur.idx = append(cur.idx, i)
-			cur.tags = append(cur.tags, driver.HashTag(a.keys[0]))
-			if len(cur.idx) == per {
+			tag = driver.HashTag(a.keys[0])
+		} else {
+			if cur.fs != nil {
 				flush()
 			}
-			continue
-		}
-		if cur.fs != nil {
-			flush()
-		}
-		if err := b.add(&enc, req.op, req.Request, now, rep); err != nil {
-			out[i].Err = err
-			continue
+			if err := b.add(&enc, req.op, req.Request, now, rep); err != nil {
+				out[i].Err = err
+				continue
+			}
+			tag = driver.HashTag(enc.keys[len(enc.keys)-1])
 		}
 		cur.idx = append(cur.idx, i)
-		cur.tags = append(cur.tags, driver.HashTag(enc.keys[len(enc.keys)-1]))
+		cur.tags = append(cur.tags, tag)
 		if len(cur.idx) == per {
 			flush()
 		}
 	}
 	flush()
-	// A batch mixing scripts first makes sure the server has them all
-	// (SCRIPT EXISTS, then SCRIPT LOAD of the missing; on a cluster, every
-	// master): otherwise one the server never ran would meet NOSCRIPT
-	// while units of another ran, and its units could not be sent again
-	// (a later request on the same subject may have run). A batch of one
-	// script meets NOSCRIPT, if at all, in every unit, and all are sent
-	// again.
-	if !evalFallback {
-		fss := make([]*fastScript, len(todo))
-		for k, u := range todo {
-			fss[k] = u.fs
-		}
-		b.loadScripts(ctx, fss)
-	}
-	cmds := make([]noRetryCmd, len(todo))
-	for pass := 0; len(todo) > 0; pass++ {
-		pipe := b.c.Pipeline()
-		for k := range todo {
-			u := &todo[k]
-			script, src, _ := b.scriptOf(u.fs)
-			if pass == batchPasses-1 || evalFallback {
-				u.args[0], u.args[1] = "eval", src
-			} else {
-				u.args[0], u.args[1] = "evalsha", script.Hash()
-			}
-			u.args[2] = len(u.keys)
-			cmds[k] = noRetryCmd{goredis.NewCmd(ctx, u.args...)}
-			_ = pipe.Process(ctx, cmds[k])
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
+	return todo
+}
 
-		// A unit answered NOSCRIPT is sent again only if every later unit
-		// with one of its hash tags was answered NOSCRIPT too: then
-		// nothing after it on those subjects ran, and order is kept.
-		var again []unit
-		ran := map[string]bool{} // hash tags with a later unit that may have run
-		for k := len(todo) - 1; k >= 0; k-- {
-			u := todo[k]
-			v, err := cmds[k].Result()
-			later := false
-			for _, t := range u.tags {
-				later = later || ran[t]
-			}
-			if isNoScript(err) {
-				b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
-			}
-			switch {
-			case err == nil:
-				for _, t := range u.tags {
-					ran[t] = true
-				}
-				replies := []any{v}
-				if len(u.idx) > 1 {
-					if replies, err = replyArray(v); err == nil && len(replies) != len(u.idx) {
-						err = fmt.Errorf("reply: want %d attempts, got %d", len(u.idx), len(replies))
-					}
-				}
-				for a, i := range u.idx {
-					if err != nil {
-						out[i].Err = err
-						continue
-					}
-					res, err := b.finish(reqs[i].op, reqs[i].Request, u.attempts[a], replies[a])
-					if err != nil {
-						out[i].Err = err
-					} else {
-						out[i].Result = res
-					}
-				}
-			case isNoScript(err) && pass < batchPasses-1 && !later:
-				again = append(again, u)
-			default:
-				if isNoScript(err) && later {
-					err = fmt.Errorf("%w (%w)", errReordered, err)
-				} else {
-					reloadOnNoReply(ctx, b.c, err)
-				}
-				for _, t := range u.tags {
-					ran[t] = true // a lost reply may have run
-				}
-				for _, i := range u.idx {
-					out[i].Err = err
-				}
-			}
+// sendUnits sends every unit in one pipeline, by EVAL when eval, else
+// EVALSHA, and returns their commands (answered).
+func (b *Backend) sendUnits(ctx context.Context, todo []unit, eval bool) []noRetryCmd {
+	cmds := make([]noRetryCmd, len(todo))
+	pipe := b.c.Pipeline()
+	for k := range todo {
+		u := &todo[k]
+		script, src, _ := b.scriptOf(u.fs)
+		if eval {
+			u.args[0], u.args[1] = "eval", src
+		} else {
+			u.args[0], u.args[1] = "evalsha", script.Hash()
 		}
-		if len(again) == 0 {
-			break
-		}
-		for l, r := 0, len(again)-1; l < r; l, r = l+1, r-1 {
-			again[l], again[r] = again[r], again[l]
-		}
-		if !evalFallback {
-			// Loads on every server (ClusterClient: every shard) each
-			// script met NOSCRIPT.
-			loaded := map[*fastScript]bool{}
-			for _, u := range again {
-				if loaded[u.fs] {
-					continue
-				}
-				loaded[u.fs] = true
-				_, src, _ := b.scriptOf(u.fs)
-				if err := b.c.ScriptLoad(ctx, src).Err(); err != nil {
-					evalFallback = true
-				}
-			}
-		}
-		todo = again
-		cmds = cmds[:len(todo)]
+		u.args[2] = len(u.keys)
+		cmds[k] = noRetryCmd{goredis.NewCmd(ctx, u.args...)}
+		_ = pipe.Process(ctx, cmds[k])
 	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	return cmds
+}
+
+// unitReplies writes the outcome of every unit to out, and returns, in
+// order, the units to send again (retry: a later pass remains).
+//
+// A unit answered NOSCRIPT is sent again only if every later unit with
+// one of its hash tags was answered NOSCRIPT too: then nothing after it
+// on those subjects ran, and order is kept.
+func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCmd, reqs []request, out []driver.BatchResult, retry bool) []unit {
+	var again []unit
+	ran := map[string]bool{} // hash tags with a later unit that may have run
+	for k := len(todo) - 1; k >= 0; k-- {
+		u := todo[k]
+		v, err := cmds[k].Result()
+		later := false
+		for _, t := range u.tags {
+			later = later || ran[t]
+		}
+		if isNoScript(err) {
+			b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
+		}
+		switch {
+		case err == nil:
+			for _, t := range u.tags {
+				ran[t] = true
+			}
+			b.unitResults(u, v, reqs, out)
+		case isNoScript(err) && retry && !later:
+			again = append(again, u)
+		default:
+			if isNoScript(err) && later {
+				err = fmt.Errorf("%w (%w)", errReordered, err)
+			} else {
+				reloadOnNoReply(ctx, b.c, err)
+			}
+			for _, t := range u.tags {
+				ran[t] = true // a lost reply may have run
+			}
+			for _, i := range u.idx {
+				out[i].Err = err
+			}
+		}
+	}
+	slices.Reverse(again)
+	return again
+}
+
+// unitResults decodes the reply v of unit u (one attempt's, or an array
+// of them) into out.
+func (b *Backend) unitResults(u unit, v any, reqs []request, out []driver.BatchResult) {
+	replies := []any{v}
+	var err error
+	if len(u.idx) > 1 {
+		if replies, err = replyArray(v); err == nil && len(replies) != len(u.idx) {
+			err = fmt.Errorf("reply: want %d attempts, got %d", len(u.idx), len(replies))
+		}
+	}
+	for a, i := range u.idx {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		res, err := b.finish(reqs[i].op, reqs[i].Request, u.attempts[a], replies[a])
+		if err != nil {
+			out[i].Err = err
+		} else {
+			out[i].Result = res
+		}
+	}
+}
+
+// reload loads, on every server (ClusterClient: every shard), each script
+// the units again met NOSCRIPT; it reports whether a load failed (then EVAL
+// in the pipeline).
+func (b *Backend) reload(ctx context.Context, again []unit) (evalFallback bool) {
+	loaded := map[*fastScript]bool{}
+	for _, u := range again {
+		if loaded[u.fs] {
+			continue
+		}
+		loaded[u.fs] = true
+		_, src, _ := b.scriptOf(u.fs)
+		if err := b.c.ScriptLoad(ctx, src).Err(); err != nil {
+			evalFallback = true
+		}
+	}
+	return evalFallback
 }
 
 // scriptOf returns what a unit of fast script fs runs (take.lua for nil):

@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -122,79 +123,95 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	} else if cost < 1 {
 		return fmt.Errorf("cost must be >= 1, got %d", cost)
 	}
-	var resTTL, resKeyTTL int64
-	if o == opReserve {
-		if req.ReservationKey == "" || req.ReservationID == "" {
-			return errors.New("reserve needs a reservation key and a reservation id")
-		}
-		if req.ReservationTTL <= 0 {
-			return fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
-		}
-		resTTL = max(1, req.ReservationTTL.Microseconds())
-		// The reservation hash outlives its newest reservation by the longest state
-		// lifetime, after which no refund can matter any more (a sliding
-		// window's cell counts for up to (K+1) cells).
-		var longest time.Duration
-		for _, r := range req.Rules {
-			w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
-			if r.Algorithm == driver.SlidingWindow {
-				w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
-			}
-			longest = max(longest, w)
-		}
-		resKeyTTL = ceilMillis(req.ReservationTTL + longest + time.Second)
+	resTTL, resKeyTTL, err := reservationTTLs(o, &req)
+	if err != nil {
+		return err
 	}
 	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) && req.IdempotencyTTL <= 0 {
 		return fmt.Errorf("idempotency TTL must be > 0, got %v", req.IdempotencyTTL)
 	}
-
-	k0, a0 := len(e.keys), len(e.argv)
-	fail := func(err error) error {
-		e.keys, e.argv = e.keys[:k0], e.argv[:a0]
+	lists, err := ruleLists(&req)
+	if err != nil {
 		return err
 	}
-	// index returns the attempt's index of key (1-based), adding it.
-	index := func(key string) int {
-		for i, k := range e.keys[k0:] {
-			if k == key {
-				return i + 1
-			}
-		}
-		e.keys = append(e.keys, key)
-		return len(e.keys) - k0
-	}
+	a := attemptEnc{e: e, k0: len(e.keys), a0: len(e.argv)}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
 		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
 	choices := make([]ruleChoice, n)
-	// Shadow rules, seeds and GCRA windows under overrides (take.lua's
-	// ARGV[a+17] to ARGV[a+19]): each "" unless some rule needs it.
-	var shadows, seeds, windows []byte
+	var lg logGroup
+	for i := range req.Rules {
+		if choices[i], err = b.addRule(&a, &req, &req.Rules[i], &lg, now, rep); err != nil {
+			return a.fail(err)
+		}
+	}
+	h := e.argv[a.a0:]
+	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
+		h[4] = a.index(req.TrailKey)
+	}
+	if req.ReservationKey != "" {
+		h[5] = a.index(req.ReservationKey)
+	}
+	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
+		h[6] = a.index(req.IdempotencyKey)
+	}
+	if req.OverrideKey != "" {
+		h[15] = a.index(req.OverrideKey)
+	}
+	h[16], h[17], h[18] = lists[0], lists[1], lists[2]
+	if len(e.keys) == a.k0 {
+		return a.fail(errNoKeys)
+	}
+	h[3] = len(e.keys) - a.k0
+	e.attempts = append(e.attempts, choices)
+	return nil
+}
+
+// reservationTTLs checks a Reserve's reservation fields and returns its
+// TTL (µs) and its hash's (ms); 0, 0 for other operations.
+func reservationTTLs(o op, req *driver.Request) (resTTL, resKeyTTL int64, err error) {
+	if o != opReserve {
+		return 0, 0, nil
+	}
+	if req.ReservationKey == "" || req.ReservationID == "" {
+		return 0, 0, errors.New("reserve needs a reservation key and a reservation id")
+	}
+	if req.ReservationTTL <= 0 {
+		return 0, 0, fmt.Errorf("reservation TTL must be > 0, got %v", req.ReservationTTL)
+	}
+	resTTL = max(1, req.ReservationTTL.Microseconds())
+	// The reservation hash outlives its newest reservation by the longest state
+	// lifetime, after which no refund can matter any more (a sliding
+	// window's cell counts for up to (K+1) cells).
+	var longest time.Duration
+	for _, r := range req.Rules {
+		w := r.Window + r.Window/time.Duration(max(1, r.SubWindows))
+		if r.Algorithm == driver.SlidingWindow {
+			w = max(w, time.Duration(r.Span(time.Nanosecond).Leaves(0)))
+		}
+		longest = max(longest, w)
+	}
+	return resTTL, ceilMillis(req.ReservationTTL + longest + time.Second), nil
+}
+
+// ruleLists returns take.lua's ARGV[a+17] to ARGV[a+19]: the rules' shadow
+// flags, seeds and, under overrides, GCRA windows, each "" unless some
+// rule needs it. It checks every seed names an earlier rule.
+func ruleLists(req *driver.Request) ([3]string, error) {
 	var anyShadow, anySeed, anyGCRA bool
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if r.Seed < 0 || r.Seed > i {
-			return fail(fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed))
+			return [3]string{}, fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed)
 		}
 		anyShadow = anyShadow || r.Shadow
 		anySeed = anySeed || r.Seed > 0
 		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
 	anyGCRA = anyGCRA && req.OverrideKey != ""
-	// The previous layout's log key (prevLogKey) of the last sliding-log
-	// rule's set of dimensions: the set's other log rules share it, as
-	// they share its log (logKey).
-	var lastPrev, lastLogGroup string
+	var shadows, seeds, windows []byte
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if err := validRule(r); err != nil {
-			return fail(err)
-		}
-		plain := plainOnly(&req, r)
-		sp, err := b.spec(rep, r, plain)
-		if err != nil {
-			return fail(fmt.Errorf("rule %q: %w", r.Name, err))
-		}
 		if anyShadow {
 			shadow := byte('0')
 			if r.Shadow {
@@ -214,72 +231,94 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 			}
 			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
 		}
-		var key, prev string
-		switch {
-		case sp.suffix != "": // a module strategy: the rule's own key
-			key = r.Key + sp.suffix
-		case sp.code == codeLog:
-			key = group(r)
-			if b.opts.Upgrade {
-				prev = logKey(r) // the set's sorted-set log, read once when the packed one is absent
-			}
-		case sp.code == codeZLog && !b.opts.Upgrade:
-			key = logKey(r)
-		case sp.code == codeZLog && lastPrev != "" && lastLogGroup == group(r):
-			key, prev = logKey(r), lastPrev // the same set of dimensions as the previous log rule
-		case sp.code == codeZLog:
-			key = logKey(r)
-			prev = prevLogKey(req.Rules, r)
-			lastPrev, lastLogGroup = prev, group(r)
-		default:
-			key = group(r)
+	}
+	return [3]string{string(shadows), string(seeds), string(windows)}, nil
+}
+
+// attemptEnc is one attempt being added to an encoder: its keys start at
+// k0, its ARGV at a0.
+type attemptEnc struct {
+	e      *encoder
+	k0, a0 int
+}
+
+// fail undoes the attempt and returns err.
+func (a *attemptEnc) fail(err error) error {
+	a.e.keys, a.e.argv = a.e.keys[:a.k0], a.e.argv[:a.a0]
+	return err
+}
+
+// index returns the attempt's index of key (1-based), adding it.
+func (a *attemptEnc) index(key string) int {
+	for i, k := range a.e.keys[a.k0:] {
+		if k == key {
+			return i + 1
 		}
-		choices[i] = ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}
-		e.argv = append(e.argv, sp.args[:]...)
-		if prev != "" {
-			e.argv[len(e.argv)-2] = index(prev) // p2: the previous layout's log, read through
+	}
+	a.e.keys = append(a.e.keys, key)
+	return len(a.e.keys) - a.k0
+}
+
+// logGroup is the previous layout's log key (prevLogKey) of the last
+// sliding-log rule's set of dimensions: the set's other log rules share
+// it, as they share its log (logKey).
+type logGroup struct{ prev, group string }
+
+// addRule appends rule r's ARGV (its spec, then its key's index and the
+// one-key-per-rule layout's) and returns its choice.
+func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg *logGroup, now time.Time, rep *capability.Report) (ruleChoice, error) {
+	if err := validRule(r); err != nil {
+		return ruleChoice{}, err
+	}
+	sp, err := b.spec(rep, r, plainOnly(req, r))
+	if err != nil {
+		return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	key, prev, err := b.ruleKey(req, r, sp, lg, rep)
+	if err != nil {
+		return ruleChoice{}, err
+	}
+	e := a.e
+	e.argv = append(e.argv, sp.args[:]...)
+	if prev != "" {
+		e.argv[len(e.argv)-2] = a.index(prev) // p2: the previous layout's log, read through
+	}
+	if sp.code == codeCalendar {
+		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+		if err != nil {
+			return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		if sp.code == codeCalendar {
-			bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
-			if err != nil {
-				return fail(fmt.Errorf("rule %q: %w", r.Name, err))
-			}
-			e.argv[len(e.argv)-3] = bs
+		e.argv[len(e.argv)-3] = bs
+	}
+	oi := 0 // the one-key-per-rule layout's key, read through (Options.Upgrade)
+	if b.opts.Upgrade && sp.suffix == "" {
+		oi = a.index(r.Key)
+	}
+	e.argv = append(e.argv, a.index(key), oi)
+	return ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}, nil
+}
+
+// ruleKey returns the key r's state lives under with spec sp, and for a
+// sliding-log rule the previous layout's log key read through (prev).
+func (b *Backend) ruleKey(req *driver.Request, r *driver.Rule, sp *ruleSpec, lg *logGroup, rep *capability.Report) (key, prev string, err error) {
+	switch {
+	case sp.suffix != "": // a module strategy: the rule's own key
+		return r.Key + sp.suffix, "", nil
+	case sp.code == codeLog:
+		if b.opts.Upgrade {
+			prev = logKey(r) // the set's sorted-set log, read once when the packed one is absent
 		}
-		oi := 0 // the one-key-per-rule layout's key, read through (Options.Upgrade)
-		if b.opts.Upgrade && sp.suffix == "" {
-			oi = index(r.Key)
-		}
-		e.argv = append(e.argv, index(key), oi)
+		return group(r), prev, nil
+	case sp.code == codeZLog && !b.opts.Upgrade:
+		return logKey(r), "", nil
+	case sp.code == codeZLog && lg.prev != "" && lg.group == group(r):
+		return logKey(r), lg.prev, nil // the same set of dimensions as the previous log rule
+	case sp.code == codeZLog:
+		prev = prevLogKey(req.Rules, r)
+		lg.prev, lg.group = prev, group(r)
+		return logKey(r), prev, nil
 	}
-	h := e.argv[a0:]
-	if req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o != opPeek)) {
-		h[4] = index(req.TrailKey)
-	}
-	if req.ReservationKey != "" {
-		h[5] = index(req.ReservationKey)
-	}
-	if req.IdempotencyKey != "" && (o == opTake || o == opReserve) {
-		h[6] = index(req.IdempotencyKey)
-	}
-	if req.OverrideKey != "" {
-		h[15] = index(req.OverrideKey)
-	}
-	if anyShadow {
-		h[16] = string(shadows)
-	}
-	if anySeed {
-		h[17] = string(seeds)
-	}
-	if anyGCRA {
-		h[18] = string(windows)
-	}
-	if len(e.keys) == k0 {
-		return fail(errNoKeys)
-	}
-	h[3] = len(e.keys) - k0
-	e.attempts = append(e.attempts, choices)
-	return nil
+	return group(r), "", nil
 }
 
 // plainOnly reports whether r must run on a plain Lua strategy in req,
@@ -306,9 +345,10 @@ func plainOnly(req *driver.Request, r *driver.Rule) bool {
 func logKey(r *driver.Rule) string { return group(r) + suffixLog }
 
 // prevLogKey returns the set's log as the previous layout named it: the
-// set's key, suffixLog, and a tag of its log rules' tags (ruleTag) among
-// rules. Under Options.Upgrade a sorted-set log found empty is filled
-// from it (alg/zlog.lua's read), so that counts carry over the upgrade.
+// set's key, suffixLog, and a tag of its log rules' tags among rules. A
+// log found empty is filled from it (alg/log.lua's read), so that counts
+// carry over the upgrade. tag gives a rule's tag (ruleTag, or the spec
+// cache's copy of it).
 func prevLogKey(rules []driver.Rule, r *driver.Rule) string {
 	g := group(r)
 	lt := newLogTag()
@@ -449,44 +489,9 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 	if loc == nil {
 		loc = time.UTC
 	}
-	var start func(time.Time) time.Time
-	switch unit {
-	case driver.Day:
-		start = func(t time.Time) time.Time {
-			y, m, d := t.In(loc).Date()
-			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
-			if s.After(t) { // a skipped midnight normalised forward
-				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
-				if s.After(t) {
-					s = t
-				}
-			}
-			return s
-		}
-	case driver.Hour:
-		start = func(t time.Time) time.Time {
-			l := t.In(loc)
-			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
-		}
-	default:
-		return "", fmt.Errorf("unknown calendar unit %d", unit)
-	}
-	// next returns the first boundary after s (itself a boundary).
-	next := func(s time.Time) time.Time {
-		// A unit is at most 25 hours (Day) or 1 hour (Hour) long, and at
-		// least 23 hours or 30 minutes: probe past the end and snap back.
-		var probe time.Time
-		if unit == driver.Day {
-			l := s.In(loc)
-			probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
-		} else {
-			probe = s.Add(time.Hour + time.Minute)
-		}
-		n := start(probe)
-		if !n.After(s) {
-			n = s.Add(time.Hour)
-		}
-		return n
+	start, err := calendarStart(unit, loc)
+	if err != nil {
+		return "", err
 	}
 	prev := func(s time.Time) time.Time {
 		return start(s.Add(-time.Nanosecond))
@@ -498,13 +503,11 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 		p = prev(p)
 		bs = append(bs, p)
 	}
-	for i, j := 0, len(bs)-1; i < j; i, j = i+1, j-1 {
-		bs[i], bs[j] = bs[j], bs[i]
-	}
+	slices.Reverse(bs)
 	bs = append(bs, cur)
 	p = cur
 	for range span + 1 {
-		p = next(p)
+		p = calendarNext(p, unit, loc, start)
 		bs = append(bs, p)
 	}
 	buf := make([]byte, 0, len(bs)*14)
@@ -515,4 +518,47 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 		buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
 	}
 	return string(buf), nil
+}
+
+// calendarStart returns the function giving the start of the unit (local
+// day or hour in loc) holding an instant.
+func calendarStart(unit driver.CalendarUnit, loc *time.Location) (func(time.Time) time.Time, error) {
+	switch unit {
+	case driver.Day:
+		return func(t time.Time) time.Time {
+			y, m, d := t.In(loc).Date()
+			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
+			if s.After(t) { // a skipped midnight normalised forward
+				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
+				if s.After(t) {
+					s = t
+				}
+			}
+			return s
+		}, nil
+	case driver.Hour:
+		return func(t time.Time) time.Time {
+			l := t.In(loc)
+			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown calendar unit %d", unit)
+}
+
+// calendarNext returns the first boundary after s (itself a boundary). A
+// unit is at most 25 hours (Day) or 1 hour (Hour) long, and at least 23
+// hours or 30 minutes: it probes past the end and snaps back (start).
+func calendarNext(s time.Time, unit driver.CalendarUnit, loc *time.Location, start func(time.Time) time.Time) time.Time {
+	var probe time.Time
+	if unit == driver.Day {
+		l := s.In(loc)
+		probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
+	} else {
+		probe = s.Add(time.Hour + time.Minute)
+	}
+	n := start(probe)
+	if !n.After(s) {
+		n = s.Add(time.Hour)
+	}
+	return n
 }

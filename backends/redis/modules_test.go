@@ -584,7 +584,7 @@ func bareClient(t *testing.T, addr string) *goredis.Client {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
 	t.Cleanup(func() { admin.Do(context.Background(), "acl", "deluser", user) })
-	o := NewClientOptions(addr).Simple()
+	o := testserver.Patient(NewClientOptions(addr)).Simple()
 	o.Username, o.Password = user, pass
 	c := goredis.NewClient(o)
 	t.Cleanup(func() { c.Close() })

@@ -150,14 +150,7 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	}
 	var lims []int64
 	if first >= 4 {
-		if len(rest) == 0 {
-			return driver.Result{}, fmt.Errorf("reply: want the override element after the rules")
-		}
-		s, err := replyString(rest[0])
-		if err != nil {
-			return driver.Result{}, err
-		}
-		if res.Override, lims, err = parseOverrideElement(s, len(rules)); err != nil {
+		if res.Override, lims, err = replyOverride(rest, len(rules)); err != nil {
 			return driver.Result{}, err
 		}
 		rest, first = rest[1:], first-4
@@ -165,12 +158,47 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	res.Allowed = first%2 == 1
 	res.Replayed = first >= 2
 	res.Now = time.UnixMicro(now)
-	res.Rules = make([]driver.RuleResult, len(rules))
-	for i := range res.Rules {
-		r := &res.Rules[i]
+	if res.Rules, err = replyRules(rules, lims, rule); err != nil {
+		return driver.Result{}, err
+	}
+	if res.Replayed {
+		if len(rest) != 1 {
+			return driver.Result{}, fmt.Errorf("reply: replay: want the reservation id after the rules, got %d extra elements", len(rest))
+		}
+		if res.ReservationID, err = replyString(rest[0]); err != nil {
+			return driver.Result{}, err
+		}
+		return res, nil
+	}
+	if res.Trail, err = replyTrail(rest); err != nil {
+		return driver.Result{}, err
+	}
+	return res, nil
+}
+
+// replyOverride parses the override element, the first of rest: the
+// override that applied and, for a limit override, the rules' limits.
+func replyOverride(rest []any, n int) (driver.Override, []int64, error) {
+	if len(rest) == 0 {
+		return driver.Override{}, nil, fmt.Errorf("reply: want the override element after the rules")
+	}
+	s, err := replyString(rest[0])
+	if err != nil {
+		return driver.Override{}, nil, err
+	}
+	return parseOverrideElement(s, n)
+}
+
+// replyRules builds the rules' results from their reply integers
+// (flags, used, reset µs, retry µs); lims, when not nil, are the limits an
+// override gave them.
+func replyRules(rules []driver.Rule, lims []int64, rule func(int) [perRuleReply]int64) ([]driver.RuleResult, error) {
+	out := make([]driver.RuleResult, len(rules))
+	for i := range out {
+		r := &out[i]
 		ints := rule(i)
 		if ints[0] < 0 || ints[0] > 2 {
-			return driver.Result{}, fmt.Errorf("rule %d: reply: flags must be 0, 1 or 2, got %d", i, ints[0])
+			return nil, fmt.Errorf("rule %d: reply: flags must be 0, 1 or 2, got %d", i, ints[0])
 		}
 		r.Allowed = ints[0] == 1
 		r.CostTooHigh = ints[0] == 2
@@ -183,28 +211,25 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond
 	}
-	if res.Replayed {
-		if len(rest) != 1 {
-			return driver.Result{}, fmt.Errorf("reply: replay: want the reservation id after the rules, got %d extra elements", len(rest))
-		}
-		if res.ReservationID, err = replyString(rest[0]); err != nil {
-			return driver.Result{}, err
-		}
-		return res, nil
+	return out, nil
+}
+
+// replyTrail parses the trail entries after the rules (nil when none).
+func replyTrail(rest []any) ([]driver.Denial, error) {
+	if len(rest) == 0 {
+		return nil, nil
 	}
-	if len(rest) > 0 {
-		res.Trail = make([]driver.Denial, 0, len(rest))
-		for _, x := range rest {
-			s, err := replyString(x)
-			if err != nil {
-				return driver.Result{}, err
-			}
-			d, err := parseDenial(s)
-			if err != nil {
-				return driver.Result{}, err
-			}
-			res.Trail = append(res.Trail, d)
+	trail := make([]driver.Denial, 0, len(rest))
+	for _, x := range rest {
+		s, err := replyString(x)
+		if err != nil {
+			return nil, err
 		}
+		d, err := parseDenial(s)
+		if err != nil {
+			return nil, err
+		}
+		trail = append(trail, d)
 	}
-	return res, nil
+	return trail, nil
 }
