@@ -71,17 +71,7 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 	}
 	c.mu.Lock()
 	if c.slots < c.max && len(c.queue) == 0 {
-		// Nobody waits and a slot is free: the call goes out at once as it
-		// would uncoalesced (one EVALSHA of its own, the short form), so a
-		// lone caller pays nothing for coalescing. Calls arriving
-		// meanwhile queue, and the slot goes to the first of them.
-		c.slots++
-		c.mu.Unlock()
-		res, err := b.decideOne(ctx, r.op, r.Request, rep)
-		c.mu.Lock()
-		c.release()
-		c.mu.Unlock()
-		return res, err
+		return c.alone(ctx, b, rep, r)
 	}
 	w := &waiter{req: r, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, w)
@@ -131,6 +121,21 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 			return driver.Result{}, ctx.Err()
 		}
 	}
+}
+
+// alone sends r at once, as it would go uncoalesced (one EVALSHA of its
+// own, the short form), holding a slot: nobody waits and a slot is free,
+// so a lone caller pays nothing for coalescing. Calls arriving meanwhile
+// queue, and the slot goes to the first of them. Called with mu held; it
+// returns with mu released.
+func (c *coalescer) alone(ctx context.Context, b *Backend, rep *capability.Report, r request) (driver.Result, error) {
+	c.slots++
+	c.mu.Unlock()
+	res, err := b.decideOne(ctx, r.op, r.Request, rep)
+	c.mu.Lock()
+	c.release()
+	c.mu.Unlock()
+	return res, err
 }
 
 // take removes up to batchAttempts requests from the head of the queue
