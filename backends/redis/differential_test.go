@@ -48,17 +48,11 @@ import (
 // records live longer than any sequence, so a replay never depends on an
 // unknown instant either.
 //
-// Known mismatch (take.lua and the fast scripts, internal/lua/alg/gcra.lua's
-// refund; reported, not fixed here): a GCRA give-back (Cancel, a lapse,
-// or a Commit that finds the reservation lapsed) subtracts the whole
-// c·T from any TAT still ahead of now, where the memory backend gives back
-// only the part of c·T still ahead of now (min(c·T, reserved TAT − now)):
-// once the reserved units have drained and later takes moved the TAT on,
-// Redis gives back units the reservation no longer holds (seed
-// 1795722346701036204: take 1, then Commit of a lapsed reservation, and
-// the next decision reports used 0 where memory reports 1). Until it is
-// fixed, a sequence with a GCRA rule reserves with a TTL no sequence
-// reaches and only commits; FREQCAP_DIFF_GCRA_REFUND=1 lifts that.
+// A GCRA give-back (Cancel, a lapse, or a Commit that finds the
+// reservation lapsed) gives back only the part of c·T still ahead of now
+// (min(c·T, reserved TAT − now)) on both backends: the test found the
+// scripts giving back the whole c·T (seed 1795722346701036204), fixed in
+// internal/lua/alg/gcra.lua.
 //
 // The redis-cell strategy's CL.THROTTLE reads the wall clock when it
 // runs, not the script's TIME: its rules' ResetAfter and RetryAfter are
@@ -195,8 +189,6 @@ type diffSeq struct {
 	wait  time.Duration
 	st    *diffStats
 	nres  int
-	// noRefund: the known GCRA give-back mismatch is avoided (see above).
-	noRefund bool
 }
 
 func runDiffSeq(t *testing.T, b *Backend, c *goredis.Client, tg diffTarget, seed uint64, st *diffStats) {
@@ -213,11 +205,6 @@ func runDiffSeq(t *testing.T, b *Backend, c *goredis.Client, tg diffTarget, seed
 		}
 	}()
 	q.rules = q.genRules()
-	for _, r := range q.rules {
-		if r.Algorithm == driver.GCRA && os.Getenv("FREQCAP_DIFF_GCRA_REFUND") != "1" {
-			q.noRefund = true
-		}
-	}
 	q.logf("rules: %s", rulesLine(q.rules))
 	for step := 0; step < diffSteps; step++ {
 		if !q.step(step) {
@@ -392,9 +379,6 @@ func (q *diffSeq) step(i int) bool {
 		q.nres++
 		req.ReservationID = fmt.Sprintf("r%d", q.nres)
 		req.ReservationTTL = time.Duration(20+q.rng.IntN(400)) * time.Millisecond
-		if q.noRefund {
-			req.ReservationTTL = time.Hour
-		}
 		if q.decide(opReserve, req).Allowed {
 			q.open = append(q.open, req.ReservationID)
 		}
@@ -587,7 +571,7 @@ func (q *diffSeq) settle() bool {
 	if q.rng.IntN(3) != 0 {
 		q.open = append(q.open[:k], q.open[k+1:]...)
 	} // else: kept, so a later settle finds it settled
-	commit := q.noRefund || q.rng.IntN(2) == 0
+	commit := q.rng.IntN(2) == 0
 	verb := "cancel"
 	if commit {
 		verb = "commit"
