@@ -561,10 +561,10 @@ func TestAPICheck(t *testing.T) {
 		allowed    bool
 	}{
 		{"peek consumes nothing", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 200, `"content-59s";r=2;t=0`, "", true},
-		{"first", body, 200, `"content-59s";r=1;t=61`, "", true},
-		{"second", body, 200, `"content-59s";r=0;t=61`, "", true},
-		{"third is denied", body, 429, `"content-59s";r=0;t=61`, "61", false},
-		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=61`, "61", false},
+		{"first", body, 200, `"content-59s";r=1;t=59`, "", true},
+		{"second", body, 200, `"content-59s";r=0;t=59`, "", true},
+		{"third is denied", body, 429, `"content-59s";r=0;t=59`, "59", false},
+		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=59`, "59", false},
 		// Retrying can never pass: 422 without Retry-After, not 429.
 		{"cost too high", `{"policy":"push","subject":{"user":"u2","content":"c1"},"cost":3}`, 422, `"content-59s";r=2;t=0`, "", false},
 	}
@@ -589,8 +589,8 @@ func TestAPICheck(t *testing.T) {
 		})
 	}
 	_, d := check(body)
-	if len(d.Denied) != 1 || d.Denied[0] != "content-59s" || d.RetryAfterMS != 60700 {
-		t.Errorf("denied decision = %+v, want content-59s, retry 60700ms", d)
+	if len(d.Denied) != 1 || d.Denied[0] != "content-59s" || d.RetryAfterMS != 59000 {
+		t.Errorf("denied decision = %+v, want content-59s, retry 59000ms (an exact log: the window)", d)
 	}
 
 	t.Run("gcra quota window", func(t *testing.T) {
