@@ -101,18 +101,39 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 			return fastAttempt{}, false
 		}
 	}
-	var k fastKey
-	k.n, k.ov = n, req.OverrideKey != ""
-	var groups [lua.FastMax]string // a dimension set's packed value
-	g := 0
+	k, groups, g, ok := b.fastKeyOf(&req, rep)
+	if !ok {
+		return fastAttempt{}, false
+	}
+	s := b.fast.get(&k)
+	if s == nil {
+		var err error
+		if s, err = buildFast(&k); err != nil {
+			return fastAttempt{}, false
+		}
+		b.fast.put(&k, s)
+	}
+	a := fastAttempt{s: s, cost: req.Cost, trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL),
+		policy: req.Policy, values: req.TrailValues}
+	a.op, _ = opCode(o)
+	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], k.ov)
+	return a, true
+}
+
+// fastKeyOf returns the fast script's cache key of req's rules (their
+// specs and the index of each one's dimension set) and the dimension
+// sets' keys (the first g of groups); ok is false when a rule has no
+// packed spec.
+func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fastKey, groups [lua.FastMax]string, g int, ok bool) {
+	k.n, k.ov = len(req.Rules), req.OverrideKey != ""
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
-			return fastAttempt{}, false
+			return k, groups, 0, false
 		}
-		sp, err := b.spec(rep, r, plainOnly(&req, r))
+		sp, err := b.spec(rep, r, plainOnly(req, r))
 		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
-			return fastAttempt{}, false
+			return k, groups, 0, false
 		}
 		k.specs[i] = sp
 		key := group(r)
@@ -130,17 +151,15 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 		k.keys[i] = uint8(ki)
 	}
-	s := b.fast.get(&k)
-	if s == nil {
-		var err error
-		if s, err = buildFast(&k); err != nil {
-			return fastAttempt{}, false
-		}
-		b.fast.put(&k, s)
-	}
-	tk, hk := 0, 0
-	nk := g // the dimension sets
-	if k.ov {
+	return k, groups, g, true
+}
+
+// fastKeys returns a fast attempt's keys: its dimension sets, then its
+// overrides (ov), its trail (a take's, with a trail) and its
+// reservations, with the trail's and the reservations' indexes (0: none).
+func fastKeys(o op, req *driver.Request, sets []string, ov bool) (keys []string, tk, hk int) {
+	nk := len(sets)
+	if ov {
 		nk++ // the overrides, after the dimension sets
 	}
 	if o == opTake && req.TrailKey != "" && req.TrailMax > 0 {
@@ -151,10 +170,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		nk++
 		hk = nk
 	}
-	keys := make([]string, nk)
-	copy(keys, groups[:g])
-	if k.ov {
-		keys[g] = req.OverrideKey
+	keys = make([]string, nk)
+	copy(keys, sets)
+	if ov {
+		keys[len(sets)] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -162,9 +181,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	if hk > 0 {
 		keys[hk-1] = req.ReservationKey
 	}
-	code, _ := opCode(o)
-	return fastAttempt{s: s, keys: keys, op: code, cost: req.Cost, tk: tk, hk: hk,
-		trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL), policy: req.Policy, values: req.TrailValues}, true
+	return keys, tk, hk
 }
 
 // args returns the EVALSHA argument list of a's script for a alone, in

@@ -20,21 +20,12 @@ var notDecisionPath = map[string]string{
 	"stats.go":           "statistics (FlushStats, ReadStats): not the decision path",
 }
 
-// ownedElsewhere are files of the Redis backend that other work owns
-// while issue 23 is open (the fast scripts from templates, the module
-// storage strategies): their long functions are listed, not failed (today
-// Backend.fastAttempt, 89 lines). Each entry goes when that work lands.
-var ownedElsewhere = map[string]string{
-	"fast.go":     "owned by the fast-script templates work (issue 23)",
-	"strategy.go": "owned by the module storage work (issue 23)",
-}
-
 // TestDecisionPathFunctionLength: no function of the decision path —
-// the memory backend, the Redis backend's Go code and internal/alg — is
-// longer than maxDecisionFunc lines.
+// the memory backend, the Redis backend's Go code, the scripts' builder
+// (internal/lua) and internal/alg — is longer than maxDecisionFunc lines.
 func TestDecisionPathFunctionLength(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, dir := range []string{".", "../memory", "../../internal/alg"} {
+	for _, dir := range []string{".", "internal/lua", "../memory", "../../internal/alg"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("Glob(%s) = %v, %v", dir, files, err)
@@ -54,12 +45,6 @@ func TestDecisionPathFunctionLength(t *testing.T) {
 				}
 				n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
 				name := funcName(fd)
-				if why := ownedElsewhere[filepath.Base(f)]; why != "" && dir == "." {
-					if n > maxDecisionFunc {
-						t.Logf("%s: %s is %d lines, allowed for now: %s", f, name, n, why)
-					}
-					continue
-				}
 				if n > maxDecisionFunc {
 					t.Errorf("%s: %s is %d lines, want at most %d (split it)", f, name, n, maxDecisionFunc)
 				}

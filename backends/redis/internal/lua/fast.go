@@ -3,6 +3,7 @@ package lua
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -52,197 +53,23 @@ func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
 func FastOverrides(rules []FastRule) (string, error) { return fast(rules, true) }
 
 func fast(rules []FastRule, ov bool) (string, error) {
-	if len(rules) == 0 || len(rules) > FastMax {
-		return "", fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
+	f := &fastBuilder{rules: rules, ov: ov, secs: map[string]map[string]string{}}
+	if err := f.group(); err != nil {
+		return "", err
 	}
-	secs := map[string]map[string]string{}
-	var groups [][]int // per key index, its rules (0-based)
-	tags := map[string]bool{}
-	for i, r := range rules {
-		if !FastCode(r.Code) {
-			return "", fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
-		}
-		if r.Key < 1 || r.Key > len(groups)+1 {
-			return "", fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
-		}
-		if len(r.Tag) != 4 || tags[r.Tag] || r.Tag == "\x00\x00\x00\x00" {
-			return "", fmt.Errorf("lua: Fast: rule %q: tag %q is not 4 bytes, or repeated, or the hold marker's", r.Name, r.Tag)
-		}
-		tags[r.Tag] = true
-		if r.Key > len(groups) {
-			groups = append(groups, nil)
-		}
-		groups[r.Key-1] = append(groups[r.Key-1], i)
-		if f := fragment(r.Code); secs[f] == nil {
-			secs[f] = sections(f)
-		}
-	}
-	var reads, decls, eval, commit, writes, trail strings.Builder
-	for g, rs := range groups {
-		g++
-		fmt.Fprintf(&reads, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
-		fmt.Fprintf(&reads, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
-			"  local q = 2\n  if n == 0 or string.byte(V%[1]d, 1) ~= 1 then q = nil end\n"+
-			"  while q and q <= n do\n    if q + 12 > n then q = nil break end\n"+
-			"    local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n    if d + len - 1 > n then q = nil break end\n    ", g)
-		for j, i := range rs {
-			if j > 0 {
-				reads.WriteString("else")
-			}
-			fmt.Fprintf(&reads, "if tag == %s then P%[2]d, N%[2]d, T%[2]d = q, len, exp\n    ", quote(rules[i].Tag), i+1)
-		}
-		fmt.Fprintf(&reads, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
-			"    q = d + len\n  end\n  if not q then\n"+
-			"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
-			"  end\nend\n", g, quote(rules[rs[0]].Name))
-	}
-	var lapse strings.Builder
-	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
-	for g := range groups {
-		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
-	}
-	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)\n")
-	lapse.WriteString("look = false -- read once more, markers aside\n")
-	// P<r> are declared before the reads fill them.
-	var ps []string // each packed rule's entry: its start, payload length, expiry
+	f.readsAndLapse()
 	for i := range rules {
-		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
+		f.rule(i)
 	}
-	var vs []string
-	for g := range groups {
-		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
-	}
-	readsSrc := "local " + strings.Join(vs, ", ") + "\n" + reads.String()
-	lapseSrc := lapse.String() + reads.String()
-	if len(ps) > 0 {
-		readsSrc = "local " + strings.Join(ps, ", ") + "\n" + readsSrc
-		lapseSrc = lapse.String() + strings.Join(ps, ", ") + " = nil\n" + reads.String()
-	}
-
-	for i, r := range rules {
-		n := i + 1
-		sec := secs[fragment(r.Code)]
-		head := fmt.Sprintf("local r, code, L, tag, ki = %d, %q, %d, %s, %d\nlocal key = KEYS[kb + ki]\n",
-			n, r.Code, r.Limit, quote(r.Tag), r.Key)
-		evHead, cmHead := head, head
-		var vars map[string]string // ARGV reads that are variables here
-		if ov {
-			// A limit override replaces L (GCRA: T and the tolerance, GT
-			// and GTOL, as prelude.lua's gcraRate; L() is not callable in a
-			// rule's block, where L is the limit).
-			apply := "L = lo[2]\n"
-			if r.Code == "g" {
-				evHead += fmt.Sprintf("local GT, GTOL = %d, %d\n", r.P1, r.P2)
-				vars = map[string]string{"4": "GT", "5": "GTOL"}
-				apply = fmt.Sprintf("GT = %d / lo[2]\nGT = GT - GT %% 1\nif GT < 1 then GT = 1 end\nGTOL = GT * L\n"+
-					"if GTOL > 4503599627370496 then GTOL = 4503599627370496 end\n", r.Window)
-			}
-			evHead += fmt.Sprintf("if OVS and OVS.lims then\n  local lo = OVS.lims[%s]\n  if lo then\n%s"+
-				"    OVS.lim = OVS.lim or {}\n    OVS.lim[%d] = L\n"+
-				"    if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end\n  end\nend\n",
-				quote(r.Name), indent(apply, "    ")+"\n", n)
-			cmHead += fmt.Sprintf("if OVS and OVS.lim and OVS.lim[%[1]d] then L = OVS.lim[%[1]d] end\n", n)
-		}
-		var saved []string
-		fill := func(section string) string {
-			body := constants(sec[section], r, vars)
-			return carry(body, func(names []string) string {
-				saved = names
-				return suffixed(names, n) + " = " + strings.Join(names, ", ")
-			}, func(names []string) string {
-				return "local " + strings.Join(names, ", ") + " = " + suffixed(names, n)
-			})
-		}
-		ev := fill("eval")
-		cm := fill("commit")
-		fmt.Fprintf(&decls, "local F%[1]d, U%[1]d, Z%[1]d, Y%[1]d, E%[1]d, X%[1]d\n", n)
-		if len(saved) > 0 {
-			fmt.Fprintf(&decls, "local %s\n", suffixed(saved, n))
-		}
-		// A rule sees its value and entry (v, p, pl, pe, pq); a log rule's
-		// commit its entry too.
-		state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + 13\n", r.Key, n)
-		own, ownv := "v", fmt.Sprintf("V%d", r.Key)
-		if r.Code == "l" {
-			own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + 13", r.Key, n)
-		}
-		fmt.Fprintf(&eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
-			"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
-			evHead, state, ev, n)
-		fmt.Fprintf(&commit, "do\n%slocal %s, used, reset = %s, U%d, Z%d\nlocal ent, exp\n%s\nU%[4]d, Z%[4]d, E%[4]d, X%[4]d = used, reset, ent, exp\nend\n",
-			cmHead, own, ownv, n, n, cm)
-	}
-	for g, rs := range groups {
-		g++
-		var body, inplace []string
-		pos := "2"
-		fmt.Fprintf(&writes, "do\n  local top = X%d\n", rs[0]+1)
-		for _, i := range rs {
-			n := i + 1
-			body = append(body, fmt.Sprintf("E%d", n))
-			if i != rs[0] {
-				fmt.Fprintf(&writes, "  if X%[1]d > top then top = X%[1]d end\n", n)
-			}
-			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and N%[1]d == #E%[1]d - 13 and T%[1]d == X%[1]d", n, pos))
-			pos = fmt.Sprintf("P%d + #E%d", n, n)
-		}
-		fmt.Fprintf(&writes, "  local body = %s\n", strings.Join(body, " .. "))
-		fmt.Fprintf(&writes, "  if V%[1]d and not O%[1]d and #V%[1]d == 1 + #body and %[2]s then\n"+
-			"    redis.call('SETRANGE', KEYS[kb + %[1]d], 1, body)\n"+
-			"  elseif not O%[1]d then\n"+
-			"    redis.call('SET', KEYS[kb + %[1]d], FMT .. body, 'PXAT', sf('%%d', top))\n"+
-			"  else\n"+
-			"    local v, vtop = packv(V%[1]d, unpackv(V%[1]d), {%[3]s}, top, nowms)\n"+
-			"    redis.call('SET', KEYS[kb + %[1]d], v, 'PXAT', sf('%%d', vtop))\n"+
-			"  end\nend\n", g, strings.Join(inplace, "\n      and "), strings.Join(body, ", "))
-	}
-	var results []string
-	limit := func(i int) string { return fmt.Sprint(rules[i].Limit) }
-	if ov {
-		limit = func(i int) string {
-			return fmt.Sprintf("(OVS and OVS.lim and OVS.lim[%d]) or %d", i+1, rules[i].Limit)
-		}
-		trail.WriteString("if OVS and OVS.blk then\n  local ra = 0\n  if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end\n" +
-			"  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv\nelse\n")
-	}
-	for i := len(rules) - 1; i >= 0; i-- {
-		n := i + 1
-		fmt.Fprintf(&trail, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], %[2]s, U%[1]d, %[3]s, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
-			n, quote(rules[i].Name), limit(i))
-	}
-	if ov {
-		trail.WriteString("end\n")
-	}
-	for i := range rules {
-		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
-	}
-	first, keysBefore := "allowed and 1 or 0", len(groups)
-	var overrides, decide, reported string
-	if ov {
-		first, keysBefore = "(allowed and 1 or 0) + (OVR and 4 or 0)", len(groups)+1
-		// As take.lua: the overrides key read once (HGETALL), parsed by
-		// prelude.lua's overrides only when it holds any.
-		overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
-			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
-			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(groups)+1)
-		decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
-			"    if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
-		ls := make([]string, len(rules))
-		for i := range rules {
-			ls[i] = fmt.Sprintf("sf('%%d', %s)", limit(i))
-		}
-		reported = "\nif OVR then\n  reply = {reply, sf('%d', OVR[1]) .. '|' .. " + strings.Join(ls, " .. ',' .. ") + " .. '|' .. OVR[2]}\nend"
-	}
-	reply := fmt.Sprintf("reply = struct.pack('<Bi7%s', %s, now,\n  %s)%s",
-		strings.Repeat("Bi7i7i7", len(rules)), first, strings.Join(results, ",\n  "), reported)
-	if ov {
-		reply = "local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)\n" + reply
-	}
+	f.writesAll()
+	f.trailAll()
+	f.overridesAndReply()
 	fill := map[string]string{
-		"consts":    fmt.Sprintf("local G, GO = %d, %d -- dimension sets (keys) per attempt, and the keys before the trail", len(groups), keysBefore),
-		"overrides": overrides, "decide": decide,
-		"reads": readsSrc, "lapse": lapseSrc, "decls": decls.String(), "each.eval": eval.String(), "each.commit": commit.String(),
-		"writes": writes.String(), "trail": trail.String(), "reply": reply,
+		"consts": fmt.Sprintf("local G, GO = %d, %d -- dimension sets (keys) per attempt, and the keys before the trail",
+			len(f.groups), f.keysBefore()),
+		"overrides": f.overrides, "decide": f.decide,
+		"reads": f.readsSrc, "lapse": f.lapseSrc, "decls": f.decls.String(), "each.eval": f.eval.String(),
+		"each.commit": f.commit.String(), "writes": f.writes.String(), "trail": f.trail.String(), "reply": f.reply,
 	}
 	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
 		m := fastLine.FindStringSubmatch(line)
@@ -254,6 +81,255 @@ func fast(rules []FastRule, ov bool) (string, error) {
 	})
 	helpers, src := lazy(src)
 	return subst(helpers + "\n" + src), nil
+}
+
+// fastBuilder fills in fast.lua's lines for one set of rules; each
+// method writes one concern (the Lua it writes names the wire's tokens,
+// internal/lua/wire.go, which subst writes in).
+type fastBuilder struct {
+	rules  []FastRule
+	ov     bool                         // the script reads overrides
+	secs   map[string]map[string]string // fragment -> its sections
+	groups [][]int                      // per key index, its rules (0-based)
+
+	reads, decls, eval, commit, writes, trail    strings.Builder
+	readsSrc, lapseSrc, overrides, decide, reply string
+}
+
+// keysBefore is the number of an attempt's keys before its trail: its
+// dimension sets, and its overrides when the script reads them.
+func (f *fastBuilder) keysBefore() int {
+	if f.ov {
+		return len(f.groups) + 1
+	}
+	return len(f.groups)
+}
+
+// group checks the rules and groups them by key, loading their
+// fragments' sections.
+func (f *fastBuilder) group() error {
+	if len(f.rules) == 0 || len(f.rules) > FastMax {
+		return fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(f.rules), FastMax)
+	}
+	tags := map[string]bool{}
+	for i, r := range f.rules {
+		if !FastCode(r.Code) {
+			return fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
+		}
+		if r.Key < 1 || r.Key > len(f.groups)+1 {
+			return fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
+		}
+		if len(r.Tag) != PackedTag || tags[r.Tag] || r.Tag == "\x00\x00\x00\x00" {
+			return fmt.Errorf("lua: Fast: rule %q: tag %q is not %d bytes, or repeated, or the hold marker's", r.Name, r.Tag, PackedTag)
+		}
+		tags[r.Tag] = true
+		if r.Key > len(f.groups) {
+			f.groups = append(f.groups, nil)
+		}
+		f.groups[r.Key-1] = append(f.groups[r.Key-1], i)
+		if fr := fragment(r.Code); f.secs[fr] == nil {
+			f.secs[fr] = sections(fr)
+		}
+	}
+	return nil
+}
+
+// readGroup writes the read of dimension set g's value (V<g>, one GET)
+// and the finding of its rules' entries (P<r>, N<r>, T<r>; O<g>: other
+// entries are stored there; lapsed: a hold marker says a reservation may
+// have lapsed).
+func (f *fastBuilder) readGroup(g int, rs []int) {
+	r := &f.reads
+	fmt.Fprintf(r, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
+	fmt.Fprintf(r, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
+		"  local q = 2\n  if n == 0 or string.byte(V%[1]d, 1) ~= 1 then q = nil end\n"+
+		"  while q and q <= n do\n    if q + HDRLEN - 1 > n then q = nil break end\n"+
+		"    local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n    if d + len - 1 > n then q = nil break end\n    ", g)
+	for j, i := range rs {
+		if j > 0 {
+			r.WriteString("else")
+		}
+		fmt.Fprintf(r, "if tag == %s then P%[2]d, N%[2]d, T%[2]d = q, len, exp\n    ", quote(f.rules[i].Tag), i+1)
+	}
+	fmt.Fprintf(r, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
+		"    q = d + len\n  end\n  if not q then\n"+
+		"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
+		"  end\nend\n", g, quote(f.rules[rs[0]].Name))
+}
+
+// readsAndLapse writes the reads ("--@reads") and the give-back of
+// lapsed reservations followed by the same reads ("--@lapse").
+func (f *fastBuilder) readsAndLapse() {
+	for g, rs := range f.groups {
+		f.readGroup(g+1, rs)
+	}
+	var lapse strings.Builder
+	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
+	for g := range f.groups {
+		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
+	}
+	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)\n")
+	lapse.WriteString("look = false -- read once more, markers aside\n")
+	// P<r> are declared before the reads fill them.
+	var ps, vs []string // each rule's entry: its start, payload length, expiry; each set's value
+	for i := range f.rules {
+		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
+	}
+	for g := range f.groups {
+		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
+	}
+	f.readsSrc = "local " + strings.Join(ps, ", ") + "\nlocal " + strings.Join(vs, ", ") + "\n" + f.reads.String()
+	f.lapseSrc = lapse.String() + strings.Join(ps, ", ") + " = nil\n" + f.reads.String()
+}
+
+// heads returns the head of rule i's eval and commit blocks (its
+// constants; with overrides, a limit override applied) and the ARGV
+// reads that are variables there.
+func (f *fastBuilder) heads(i int) (evHead, cmHead string, vars map[string]string) {
+	r, n := f.rules[i], i+1
+	head := fmt.Sprintf("local r, code, L, tag, ki = %d, %q, %d, %s, %d\nlocal key = KEYS[kb + ki]\n",
+		n, r.Code, r.Limit, quote(r.Tag), r.Key)
+	if !f.ov {
+		return head, head, nil
+	}
+	// A limit override replaces L (GCRA: T and the tolerance, GT and
+	// GTOL, as prelude.lua's gcraRate; L() is not callable in a rule's
+	// block, where L is the limit).
+	evHead, apply := head, "L = lo[2]\n"
+	if r.Code == "g" {
+		evHead += fmt.Sprintf("local GT, GTOL = %d, %d\n", r.P1, r.P2)
+		vars = map[string]string{strconv.Itoa(RuleP1): "GT", strconv.Itoa(RuleP2): "GTOL"}
+		apply = fmt.Sprintf("GT = %d / lo[2]\nGT = GT - GT %% 1\nif GT < 1 then GT = 1 end\nGTOL = GT * L\n"+
+			"if GTOL > 4503599627370496 then GTOL = 4503599627370496 end\n", r.Window)
+	}
+	evHead += fmt.Sprintf("if OVS and OVS.lims then\n  local lo = OVS.lims[%s]\n  if lo then\n%s"+
+		"    OVS.lim = OVS.lim or {}\n    OVS.lim[%d] = L\n"+
+		"    if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end\n  end\nend\n",
+		quote(r.Name), indent(apply, "    ")+"\n", n)
+	cmHead = head + fmt.Sprintf("if OVS and OVS.lim and OVS.lim[%[1]d] then L = OVS.lim[%[1]d] end\n", n)
+	return evHead, cmHead, vars
+}
+
+// rule writes rule i's declarations, eval block and commit block: its
+// fragment's sections with its constants written in and what eval saves
+// for commit kept in locals suffixed with its number.
+func (f *fastBuilder) rule(i int) {
+	r, n := f.rules[i], i+1
+	sec := f.secs[fragment(r.Code)]
+	evHead, cmHead, vars := f.heads(i)
+	var saved []string
+	fill := func(section string) string {
+		return carry(constants(sec[section], r, vars), func(names []string) string {
+			saved = names
+			return suffixed(names, n) + " = " + strings.Join(names, ", ")
+		}, func(names []string) string {
+			return "local " + strings.Join(names, ", ") + " = " + suffixed(names, n)
+		})
+	}
+	ev, cm := fill("eval"), fill("commit")
+	fmt.Fprintf(&f.decls, "local F%[1]d, U%[1]d, Z%[1]d, Y%[1]d, E%[1]d, X%[1]d\n", n)
+	if len(saved) > 0 {
+		fmt.Fprintf(&f.decls, "local %s\n", suffixed(saved, n))
+	}
+	// A rule sees its value and entry (v, p, pl, pe, pq); a log rule's
+	// commit its entry too.
+	state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + HDRLEN\n", r.Key, n)
+	own, ownv := "v", fmt.Sprintf("V%d", r.Key)
+	if r.Code == "l" {
+		own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + HDRLEN", r.Key, n)
+	}
+	fmt.Fprintf(&f.eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
+		"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
+		evHead, state, ev, n)
+	fmt.Fprintf(&f.commit, "do\n%slocal %s, used, reset = %s, U%d, Z%d\nlocal ent, exp\n%s\nU%[4]d, Z%[4]d, E%[4]d, X%[4]d = used, reset, ent, exp\nend\n",
+		cmHead, own, ownv, n, n, cm)
+}
+
+// writesAll writes each dimension set's packed value: SETRANGE in place
+// when its entries keep their places, lengths and expiries (as
+// take.lua), else SET … PXAT, other entries kept (packv).
+func (f *fastBuilder) writesAll() {
+	w := &f.writes
+	for g, rs := range f.groups {
+		g++
+		var body, inplace []string
+		pos := "2"
+		fmt.Fprintf(w, "do\n  local top = X%d\n", rs[0]+1)
+		for _, i := range rs {
+			n := i + 1
+			body = append(body, fmt.Sprintf("E%d", n))
+			if i != rs[0] {
+				fmt.Fprintf(w, "  if X%[1]d > top then top = X%[1]d end\n", n)
+			}
+			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and N%[1]d == #E%[1]d - HDRLEN and T%[1]d == X%[1]d", n, pos))
+			pos = fmt.Sprintf("P%d + #E%d", n, n)
+		}
+		fmt.Fprintf(w, "  local body = %s\n", strings.Join(body, " .. "))
+		fmt.Fprintf(w, "  if V%[1]d and not O%[1]d and #V%[1]d == 1 + #body and %[2]s then\n"+
+			"    redis.call('SETRANGE', KEYS[kb + %[1]d], 1, body)\n"+
+			"  elseif not O%[1]d then\n"+
+			"    redis.call('SET', KEYS[kb + %[1]d], FMT .. body, 'PXAT', sf('%%d', top))\n"+
+			"  else\n"+
+			"    local v, vtop = packv(V%[1]d, unpackv(V%[1]d), {%[3]s}, top, nowms)\n"+
+			"    redis.call('SET', KEYS[kb + %[1]d], v, 'PXAT', sf('%%d', vtop))\n"+
+			"  end\nend\n", g, strings.Join(inplace, "\n      and "), strings.Join(body, ", "))
+	}
+}
+
+// limit returns the Lua expression of rule i's reported limit.
+func (f *fastBuilder) limit(i int) string {
+	if f.ov {
+		return fmt.Sprintf("(OVS and OVS.lim and OVS.lim[%d]) or %d", i+1, f.rules[i].Limit)
+	}
+	return fmt.Sprint(f.rules[i].Limit)
+}
+
+// trailAll writes the denial trail's entries (take.lua's TRAIL), newest
+// last: an override block's, or each denying rule's.
+func (f *fastBuilder) trailAll() {
+	t := &f.trail
+	if f.ov {
+		t.WriteString("if OVS and OVS.blk then\n  local ra = 0\n  if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end\n" +
+			"  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + F_POLICY], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv\nelse\n")
+	}
+	for i := len(f.rules) - 1; i >= 0; i-- {
+		fmt.Fprintf(t, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + F_POLICY], %[2]s, U%[1]d, %[3]s, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
+			i+1, quote(f.rules[i].Name), f.limit(i))
+	}
+	if f.ov {
+		t.WriteString("end\n")
+	}
+}
+
+// overridesAndReply writes the overrides' read and decision (with
+// overrides) and the reply: REPLYHDR then RULEREC per rule, and with an
+// override applied take.lua's override element.
+func (f *fastBuilder) overridesAndReply() {
+	var results []string
+	for i := range f.rules {
+		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
+	}
+	format := fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(f.rules))
+	first, reported := "allowed and 1 or 0", ""
+	if f.ov {
+		first = "(allowed and 1 or 0) + (OVR and 4 or 0)"
+		// As take.lua: the overrides key read once (HGETALL), parsed by
+		// prelude.lua's overrides only when it holds any.
+		f.overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
+			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
+			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(f.groups)+1)
+		f.decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
+			"    if not OVS.ex[3] then op = OP_PEEK end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
+		ls := make([]string, len(f.rules))
+		for i := range f.rules {
+			ls[i] = fmt.Sprintf("sf('%%d', %s)", f.limit(i))
+		}
+		reported = "\nif OVR then\n  reply = {reply, sf('%d', OVR[1]) .. '|' .. " + strings.Join(ls, " .. ',' .. ") + " .. '|' .. OVR[2]}\nend"
+	}
+	f.reply = fmt.Sprintf("reply = struct.pack(%s, %s, now,\n  %s)%s", quote(format), first, strings.Join(results, ",\n  "), reported)
+	if f.ov {
+		f.reply = "local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)\n" + f.reply
+	}
 }
 
 var (
