@@ -84,15 +84,15 @@ func opCode(o op) (any, error) {
 // the log code in the dimension set's sorted set, the module codes in a
 // key of the rule's own.
 const (
-	codeFixed    = "f" // fixed window, epoch-aligned: p1 = window µs
-	codeCalendar = "c" // calendar window: p1 = consecutive boundaries, ms, comma-separated
-	codeSliding  = "s" // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
-	codeGCRA     = "g" // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = "l" // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
-	codeZLog     = "z" // sliding log in a sorted set (larger limits): p1 = window µs
-	codeTairHash = "t" // sliding window on TairHash fields: as codeSliding
-	codeHFE      = "h" // sliding window on native hash-field expiry: as codeSliding
-	codeCell     = "x" // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
+	codeFixed    = lua.CodeFixed    // fixed window, epoch-aligned: p1 = window µs
+	codeCalendar = lua.CodeCalendar // calendar window: p1 = consecutive boundaries, ms, comma-separated
+	codeSliding  = lua.CodeSliding  // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
+	codeGCRA     = lua.CodeGCRA     // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
+	codeLog      = lua.CodeLog      // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
+	codeZLog     = lua.CodeZLog     // sliding log in a sorted set (larger limits): p1 = window µs
+	codeTairHash = lua.CodeTairHash // sliding window on TairHash fields: as codeSliding
+	codeHFE      = lua.CodeHFE      // sliding window on native hash-field expiry: as codeSliding
+	codeCell     = lua.CodeCell     // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
 )
 
 // packedCode reports whether code keeps its state in the packed value.

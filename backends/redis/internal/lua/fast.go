@@ -11,7 +11,7 @@ import (
 // it from ARGV (code, name, limit, p1, p2, tag) and Key, the index
 // (1-based) of its dimension set's key among the attempt's keys.
 type FastRule struct {
-	Code   string // "f", "s", "g" or "l"
+	Code   string // CodeFixed, CodeSliding, CodeGCRA or CodeLog
 	Name   string
 	Limit  int64
 	P1, P2 int64
@@ -32,7 +32,7 @@ const FastMax = 6
 // codes): fixed windows, sliding window counters, GCRA and sliding logs,
 // all packed (the sorted-set logs, 'z', are take.lua's alone).
 func FastCode(code string) bool {
-	return code == "f" || code == "s" || code == "g" || code == "l"
+	return code == CodeFixed || code == CodeSliding || code == CodeGCRA || code == CodeLog
 }
 
 // Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
@@ -196,7 +196,7 @@ func (f *fastBuilder) heads(i int) (evHead, cmHead string, vars map[string]strin
 	// GTOL, as prelude.lua's gcraRate; L() is not callable in a rule's
 	// block, where L is the limit).
 	evHead, apply := head, "L = lo[2]\n"
-	if r.Code == "g" {
+	if r.Code == CodeGCRA {
 		evHead += fmt.Sprintf("local GT, GTOL = %d, %d\n", r.P1, r.P2)
 		vars = map[string]string{strconv.Itoa(RuleP1): "GT", strconv.Itoa(RuleP2): "GTOL"}
 		apply = fmt.Sprintf("GT = %d / lo[2]\nGT = GT - GT %% 1\nif GT < 1 then GT = 1 end\nGTOL = GT * L\n"+
@@ -235,7 +235,7 @@ func (f *fastBuilder) rule(i int) {
 	// commit its entry too.
 	state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + HDRLEN\n", r.Key, n)
 	own, ownv := "v", fmt.Sprintf("V%d", r.Key)
-	if r.Code == "l" {
+	if r.Code == CodeLog {
 		own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + HDRLEN", r.Key, n)
 	}
 	fmt.Fprintf(&f.eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
@@ -380,11 +380,11 @@ func suffixed(names []string, n int) string {
 // fragment names the alg/ fragment of a packed code.
 func fragment(code string) string {
 	switch code {
-	case "s":
+	case CodeSliding:
 		return "sliding"
-	case "g":
+	case CodeGCRA:
 		return "gcra"
-	case "l":
+	case CodeLog:
 		return "log"
 	}
 	return "fixed"

@@ -68,20 +68,20 @@ local plan -- reservations are take.lua's: the commit sections see none
 
 local attempts, replies = 1, nil
 local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
-local short = ARGV[1] == 't' or ARGV[1] == 'p'
+local short = ARGV[1] == OP_TAKE or ARGV[1] == OP_PEEK
 if not short then
   attempts, replies, ab = tonumber(ARGV[1]), {}, 1
 end
 for a = 1, attempts do
-  local op = ARGV[ab + 1]
-  local c = tonumber(ARGV[ab + 2])
+  local op = ARGV[ab + F_OP]
+  local c = tonumber(ARGV[ab + F_COST])
   local tk, hk = 0, 0
   if short then
     local nk = GO
     if ARGV[3] then tk, nk = GO + 1, GO + 1 end
     if #KEYS > nk then hk = #KEYS end
   else
-    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+    tk, hk, tb = tonumber(ARGV[ab + F_TRAIL]), tonumber(ARGV[ab + F_HOLDS]), ab
   end
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
@@ -109,19 +109,19 @@ for a = 1, attempts do
     --@decide
 
     -- Phase 2: consume from every rule, only if all admit.
-    if allowed and op == 't' then
+    if allowed and op == OP_TAKE then
       --@each.commit
       --@writes
     end
 
     -- The denial trail, as take.lua writes it.
-    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+    if not allowed and op == OP_TAKE and tk > 0 and tonumber(ARGV[tb + F_TRAIL_MAX]) > 0 then
       local tkey = KEYS[kb + tk]
-      local tv = ARGV[tb + 8]
+      local tv = ARGV[tb + F_TRAIL_VALUES]
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       --@trail
-      pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+      pushTrail(tkey, ent, tonumber(ARGV[tb + F_TRAIL_MAX]), ARGV[tb + F_TRAIL_TTL])
     end
     --@reply
   until true

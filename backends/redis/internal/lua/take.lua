@@ -116,10 +116,10 @@ local replies = {}
 local NONE = {} -- no logs (most attempts): read-only
 local kb, ab = 0, 1
 for a = 1, attempts do
-  local n = tonumber(ARGV[ab + 3])
-  local nk = tonumber(ARGV[ab + 4])
-  local tk, hk, ik = tonumber(ARGV[ab + 5]), tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
-  local op = ARGV[ab + 1]
+  local n = tonumber(ARGV[ab + A_RULES])
+  local nk = tonumber(ARGV[ab + A_KEYS])
+  local tk, hk, ik = tonumber(ARGV[ab + A_TRAIL]), tonumber(ARGV[ab + A_HOLDS]), tonumber(ARGV[ab + A_RECORD])
+  local op = ARGV[ab + A_OP]
   local reply, fail
   repeat
     -- Idempotency: a live record means this attempt was decided before.
@@ -161,21 +161,21 @@ for a = 1, attempts do
       vals, raws, logs, tats, own, olds = {}, {}, NONE, nil, false, nil
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
-        local code = ARGV[b + 1]
-        local ki = tonumber(ARGV[b + 7])
+        local code = ARGV[b + R_CODE]
+        local ki = tonumber(ARGV[b + R_KEY])
         local key = KEYS[kb + ki]
-        if code == 'l' and tonumber(ARGV[b + 5]) > 0 then
+        if code == C_LOG and tonumber(ARGV[b + R_P2]) > 0 then
           -- Options.Upgrade: the sorted-set logs read when the rule's
           -- packed log is not there yet (the set's, the rule's own).
-          local srcs = {KEYS[kb + tonumber(ARGV[b + 5])]}
-          if tonumber(ARGV[b + 8]) > 0 then srcs[2] = KEYS[kb + tonumber(ARGV[b + 8])] end
+          local srcs = {KEYS[kb + tonumber(ARGV[b + R_P2])]}
+          if tonumber(ARGV[b + R_OLD]) > 0 then srcs[2] = KEYS[kb + tonumber(ARGV[b + R_OLD])] end
           olds = olds or {}
-          olds[#olds + 1] = {ki, ARGV[b + 6], tonumber(ARGV[b + 4]), srcs}
+          olds[#olds + 1] = {ki, ARGV[b + R_TAG], tonumber(ARGV[b + R_P1]), srcs}
         end
-        if code == 'f' or code == 's' or code == 'g' or code == 'c' or code == 'l' then
+        if code == C_FIXED or code == C_SLIDING or code == C_GCRA or code == C_CALENDAR or code == C_LOG then
           if not vals[ki] then
             local v = redis.pcall('GET', key)
-            if not v and tonumber(ARGV[b + 8]) > 0 then
+            if not v and tonumber(ARGV[b + R_OLD]) > 0 then
               v = (upgrade())(kb, ab, n, ki, now)
               if v then
                 built = built or {}
@@ -185,28 +185,28 @@ for a = 1, attempts do
             local m
             if type(v) ~= 'table' then m = unpackv(v) end
             if not m then
-              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. FOREIGN)
+              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + R_NAME] .. FOREIGN)
               break
             end
             vals[ki], raws[ki] = m, v
           end
-        elseif code == 'z' then
-          local w = tonumber(ARGV[b + 4])
+        elseif code == C_ZLOG then
+          local w = tonumber(ARGV[b + R_P1])
           if logs == NONE then logs = {} end
           local lg = logs[ki]
           if not lg then
-            lg = {w = w, name = ARGV[b + 2], olds = {}}
+            lg = {w = w, name = ARGV[b + R_NAME], olds = {}}
             logs[ki] = lg
           elseif lg.w < w then
             lg.w = w
           end
-          local oi = tonumber(ARGV[b + 8])
+          local oi = tonumber(ARGV[b + R_OLD])
           if oi > 0 then lg.olds[#lg.olds + 1] = KEYS[kb + oi] end
-          local pk = tonumber(ARGV[b + 5]) -- the previous layout's log (log.lua's read)
+          local pk = tonumber(ARGV[b + R_P2]) -- the previous layout's log (log.lua's read)
           if pk > 0 then lg.prev = KEYS[kb + pk] end
         else
           own = true -- a rule with a key of its own (t, h, x)
-          if code == 'x' then
+          if code == C_CELL then
             --@cell.read
           end
         end
@@ -259,26 +259,26 @@ for a = 1, attempts do
       reply = fail
       break
     end
-    if op == 'r' and redis.call('HEXISTS', KEYS[kb + hk], ARGV[ab + 13]) == 1 then
+    if op == OP_RESERVE and redis.call('HEXISTS', KEYS[kb + hk], ARGV[ab + A_HOLD_ID]) == 1 then
       reply = redis.error_reply('freqcap: hold id already in use')
       break
     end
 
     local c = 1
-    if op ~= 'i' then c = tonumber(ARGV[ab + 2]) end
-    local consume = op == 't' or op == 'r'
+    if op ~= OP_INSPECT then c = tonumber(ARGV[ab + A_COST]) end
+    local consume = op == OP_TAKE or op == OP_RESERVE
 
     -- Shadow rules, seeds and overrides: nil (the common case) or tables.
     local shadow, seeds, blk, ex, lims, wins
-    if ARGV[ab + 17] ~= '' then
+    if ARGV[ab + A_SHADOWS] ~= '' then
       shadow = {}
-      for r = 1, n do shadow[r] = string.byte(ARGV[ab + 17], r) == 49 end
+      for r = 1, n do shadow[r] = string.byte(ARGV[ab + A_SHADOWS], r) == 49 end
     end
-    if ARGV[ab + 18] ~= '' then
+    if ARGV[ab + A_SEEDS] ~= '' then
       seeds = {}
-      for d in string.gmatch(ARGV[ab + 18], '%d+') do seeds[#seeds + 1] = tonumber(d) end
+      for d in string.gmatch(ARGV[ab + A_SEEDS], '%d+') do seeds[#seeds + 1] = tonumber(d) end
     end
-    local ok = tonumber(ARGV[ab + 16])
+    local ok = tonumber(ARGV[ab + A_OVERRIDES])
     if ok > 0 then
       local h = redis.pcall('HGETALL', KEYS[kb + ok])
       if h.err then
@@ -286,9 +286,9 @@ for a = 1, attempts do
         break
       end
       blk, ex, lims = overrides(h, now)
-      if lims and ARGV[ab + 19] ~= '' then
+      if lims and ARGV[ab + A_WINDOWS] ~= '' then
         wins = {}
-        for d in string.gmatch(ARGV[ab + 19], '%d+') do wins[#wins + 1] = tonumber(d) end
+        for d in string.gmatch(ARGV[ab + A_WINDOWS], '%d+') do wins[#wins + 1] = tonumber(d) end
       end
     end
     -- lim: the limits reported per rule once an override applied; ov: the
@@ -303,20 +303,20 @@ for a = 1, attempts do
     local allowed = true
     for r = 1, n do
       local b = ab + HA + (r - 1) * RA
-      local code = ARGV[b + 1]
-      local L = tonumber(ARGV[b + 3])
-      local tag = ARGV[b + 6]
-      local ki = tonumber(ARGV[b + 7])
+      local code = ARGV[b + R_CODE]
+      local L = tonumber(ARGV[b + R_LIMIT])
+      local tag = ARGV[b + R_TAG]
+      local ki = tonumber(ARGV[b + R_KEY])
       local key = KEYS[kb + ki]
       if lims then
         -- A limit override: the rule's limit (GCRA: its rate, per its
         -- window, the burst kept: T and the tolerance as
         -- driver.Rule.GCRAParams computes them, the tolerance bounded at
         -- 2^52 µs).
-        local lo = lims[ARGV[b + 2]]
+        local lo = lims[ARGV[b + R_NAME]]
         if lo then
-          if code == 'g' then
-            ARGV[b + 4], ARGV[b + 5] = gcraRate(wins[r], lo[2], L)
+          if code == C_GCRA then
+            ARGV[b + R_P1], ARGV[b + R_P2] = gcraRate(wins[r], lo[2], L)
           else
             L = lo[2]
           end
@@ -335,20 +335,20 @@ for a = 1, attempts do
           v, p = raws[ki], vals[ki][tag]
           if p then _, pl, pe, pq = struct.unpack(HDR, v, p) end
         end
-        if code == 's' then
+        if code == C_SLIDING then
           --@sliding.eval
-        elseif code == 'f' or code == 'c' then
+        elseif code == C_FIXED or code == C_CALENDAR then
           --@fixed.eval
-        elseif code == 'g' then
+        elseif code == C_GCRA then
           --@gcra.eval
-        elseif code == 'l' then
+        elseif code == C_LOG then
           --@log.eval
-        elseif code == 'z' then
+        elseif code == C_ZLOG then
           local lg = logs[ki]
           --@zlog.eval
-        elseif code == 't' or code == 'h' then
+        elseif code == C_TAIRHASH or code == C_HFE then
           --@modsliding.eval
-        elseif code == 'x' then
+        elseif code == C_CELL then
           --@cell.eval
         else
           fail = redis.error_reply('freqcap: unknown algorithm code ' .. tostring(code))
@@ -360,27 +360,27 @@ for a = 1, attempts do
         -- no state (its eval run first, as commit needs), spliced into the
         -- value read, and is evaluated again on it (pass 2); the value is
         -- then written whole by a take or reserve, allowed or denied.
-        if code == 's' or code == 'f' or code == 'c' or code == 'g' or code == 'l' then
+        if code == C_SLIDING or code == C_FIXED or code == C_CALENDAR or code == C_GCRA or code == C_LOG then
           local ent, exp
           do
             local c, L, p, plan, st = seedu, math.max(L, seedu), nil, nil, {}
             local flags, used, reset, retry = 1, 0, 0, 0
-            if code == 's' then
+            if code == C_SLIDING then
               --@sliding.eval
-            elseif code == 'g' then
+            elseif code == C_GCRA then
               --@gcra.eval
-            elseif code == 'l' then
+            elseif code == C_LOG then
               --@log.eval
             else
               --@fixed.eval
             end
             local x = st[r]
             used, reset = 0, 0
-            if code == 's' then
+            if code == C_SLIDING then
               --@sliding.commit
-            elseif code == 'g' then
+            elseif code == C_GCRA then
               --@gcra.commit
-            elseif code == 'l' then
+            elseif code == C_LOG then
               --@log.commit
             else
               --@fixed.commit
@@ -392,12 +392,12 @@ for a = 1, attempts do
           built[ki] = true
           seededk = seededk or {}
           seededk[ki] = true
-        elseif code == 'z' then
+        elseif code == C_ZLOG then
           -- A sliding log: seedu members at now (at most L: more would
           -- change nothing but the count), added by a take or reserve,
           -- allowed or denied, before its own (phase 2); until then as if
           -- there.
-          local lg, W = logs[ki], tonumber(ARGV[b + 4])
+          local lg, W = logs[ki], tonumber(ARGV[b + R_P1])
           local u = math.min(seedu, L)
           used, reset, retry, flags = u, W, 0, 1
           if c > L then
@@ -460,7 +460,7 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit (a shadow rule
     -- only if it admits too).
     local plan, wrote
-    if allowed and op == 'r' then plan = {sf('%d', now + tonumber(ARGV[ab + 14]))} end
+    if allowed and op == OP_RESERVE then plan = {sf('%d', now + tonumber(ARGV[ab + A_HOLD_LIFE]))} end
     if allowed and consume and own then
       --@cell.consume
     end
@@ -469,10 +469,10 @@ for a = 1, attempts do
       wrote = ours
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
-        local code = ARGV[b + 1]
-        local L = tonumber(ARGV[b + 3])
-        local tag = ARGV[b + 6]
-        local ki = tonumber(ARGV[b + 7])
+        local code = ARGV[b + R_CODE]
+        local L = tonumber(ARGV[b + R_LIMIT])
+        local tag = ARGV[b + R_TAG]
+        local ki = tonumber(ARGV[b + R_KEY])
         local key = KEYS[kb + ki]
         local o = 3 + (r - 1) * 4
         local x = st[r]
@@ -480,14 +480,14 @@ for a = 1, attempts do
         local ent, exp
         if nocount or (shadow and shadow[r] and res[o] ~= 1) then
           -- not consumed: reported as evaluated
-        elseif code == 's' then
+        elseif code == C_SLIDING then
           local v = raws[ki]
           --@sliding.commit
-        elseif code == 'f' or code == 'c' then
+        elseif code == C_FIXED or code == C_CALENDAR then
           --@fixed.commit
-        elseif code == 'g' then
+        elseif code == C_GCRA then
           --@gcra.commit
-        elseif code == 'l' then
+        elseif code == C_LOG then
           local v = raws[ki]
           local p, pl, pq = vals[ki][tag], nil, nil
           if p then
@@ -495,10 +495,10 @@ for a = 1, attempts do
             _, pl, _, pq = struct.unpack(HDR, v, p)
           end
           --@log.commit
-        elseif code == 'z' then
+        elseif code == C_ZLOG then
           local lg = logs[ki]
           --@zlog.commit
-        elseif code == 't' or code == 'h' then
+        elseif code == C_TAIRHASH or code == C_HFE then
           --@modsliding.commit
         end
         res[o + 1], res[o + 2] = used, reset
@@ -562,8 +562,8 @@ for a = 1, attempts do
           H.logMark(KEYS[kb + ki], lg, mat)
         end
         local hkey = KEYS[kb + hk]
-        redis.call('HSET', hkey, ARGV[ab + 13], table.concat(plan, '\n'))
-        local ttl = tonumber(ARGV[ab + 15])
+        redis.call('HSET', hkey, ARGV[ab + A_HOLD_ID], table.concat(plan, '\n'))
+        local ttl = tonumber(ARGV[ab + A_HOLDS_TTL])
         if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
       end
     end
@@ -580,9 +580,9 @@ for a = 1, attempts do
     -- The denial trail, same atomic step: one entry per denying rule of a
     -- denied attempt (not under a block: the block's entry instead), and
     -- per denying shadow rule, allowed or not (flags 2).
-    if consume and (not allowed or shadow) and tk > 0 and tonumber(ARGV[ab + 8]) > 0 then
+    if consume and (not allowed or shadow) and tk > 0 and tonumber(ARGV[ab + A_TRAIL_MAX]) > 0 then
       local tkey = KEYS[kb + tk]
-      local tv = ARGV[ab + 11]
+      local tv = ARGV[ab + A_TRAIL_VALUES]
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       for r = n, 1, -1 do
@@ -593,16 +593,16 @@ for a = 1, attempts do
           local b = ab + HA + (r - 1) * RA
           local fg = fl / 2
           if sh then fg = fg + 2 end
-          ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + 10], ARGV[b + 2],
-            res[o + 1], (lim and lim[r]) or ARGV[b + 3], c, res[o + 3], fg) .. tv
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], ARGV[b + R_NAME],
+            res[o + 1], (lim and lim[r]) or ARGV[b + R_LIMIT], c, res[o + 3], fg) .. tv
         end
       end
       if blk then
         local ra = 0
         if blk[3] > 0 then ra = blk[3] - now end
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + 10], sf('%d', blk[1]), 0, 0, c, ra, 4) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], sf('%d', blk[1]), 0, 0, c, ra, 4) .. tv
       end
-      if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + 8]), ARGV[ab + 9]) end
+      if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + A_TRAIL_MAX]), ARGV[ab + A_TRAIL_TTL]) end
     end
 
     -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
@@ -615,7 +615,7 @@ for a = 1, attempts do
     if ov then
       local ls = {}
       for r = 1, n do
-        ls[r] = (lim and lim[r]) or ARGV[ab + HA + (r - 1) * RA + 3]
+        ls[r] = (lim and lim[r]) or ARGV[ab + HA + (r - 1) * RA + R_LIMIT]
         if type(ls[r]) == 'number' then ls[r] = sf('%d', ls[r]) end
       end
       ovs = sf('%d', ov[1]) .. '|' .. table.concat(ls, ',') .. '|' .. ov[2]
@@ -627,14 +627,14 @@ for a = 1, attempts do
     -- rules' bytes, as '<I2' length then bytes.
     if ik > 0 and consume then
       local hid = ''
-      if op == 'r' and allowed then hid = ARGV[ab + 13] end
+      if op == OP_RESERVE and allowed then hid = ARGV[ab + A_HOLD_ID] end
       local ovr = ''
       if ov then ovr = struct.pack('<I2', #ovs) .. ovs end
-      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + 12])
+      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
     end
 
-    if op == 'i' and tk > 0 then
-      local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + 8]) - 1)
+    if op == OP_INSPECT and tk > 0 then
+      local tr = redis.call('LRANGE', KEYS[kb + tk], 0, tonumber(ARGV[ab + A_TRAIL_MAX]) - 1)
       local at = #out
       for k = 1, #tr do out[at + k] = tr[k] end
     end

@@ -15,14 +15,14 @@ local function upgrade()
     local parts = {}
     for r = 1, n do
       local b = ab + HA + (r - 1) * RA
-      local oi = tonumber(ARGV[b + 8])
-      if oi > 0 and tonumber(ARGV[b + 7]) == ki then
-        local code, tag, okey = ARGV[b + 1], ARGV[b + 6], KEYS[kb + oi]
-        if code == 'f' or code == 'c' then
+      local oi = tonumber(ARGV[b + R_OLD])
+      if oi > 0 and tonumber(ARGV[b + R_KEY]) == ki then
+        local code, tag, okey = ARGV[b + R_CODE], ARGV[b + R_TAG], KEYS[kb + oi]
+        if code == C_FIXED or code == C_CALENDAR then
           --@fixed.import
-        elseif code == 's' then
+        elseif code == C_SLIDING then
           --@sliding.import
-        elseif code == 'g' then
+        elseif code == C_GCRA then
           --@gcra.import
         end
       end

@@ -78,6 +78,21 @@ const (
 	OpInspect = "i"
 )
 
+// Algorithm codes: ARGV[b+RuleCode]. Packed codes keep their state as an
+// entry of the dimension set's packed value, CodeZLog in the set's
+// sorted set, the module codes in a key of the rule's own.
+const (
+	CodeFixed    = "f" // fixed window, epoch-aligned
+	CodeCalendar = "c" // calendar window
+	CodeSliding  = "s" // sliding window counters
+	CodeGCRA     = "g" // GCRA
+	CodeLog      = "l" // packed sliding log
+	CodeZLog     = "z" // sliding log in a sorted set
+	CodeTairHash = "t" // sliding window on TairHash fields
+	CodeHFE      = "h" // sliding window on native hash-field expiry
+	CodeCell     = "x" // GCRA on redis-cell
+)
+
 // The packed value's entry header: tag, payload length, expiry (Unix ms),
 // little-endian, then the payload of PackedInt-byte numbers.
 const (
@@ -100,6 +115,9 @@ const (
 var tokens = func() map[string]string {
 	m := map[string]string{
 		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs), "FA": strconv.Itoa(FastArgs),
+		"C_FIXED": quote(CodeFixed), "C_CALENDAR": quote(CodeCalendar), "C_SLIDING": quote(CodeSliding),
+		"C_GCRA": quote(CodeGCRA), "C_LOG": quote(CodeLog), "C_ZLOG": quote(CodeZLog),
+		"C_TAIRHASH": quote(CodeTairHash), "C_HFE": quote(CodeHFE), "C_CELL": quote(CodeCell),
 		"OP_TAKE": quote(OpTake), "OP_PEEK": quote(OpPeek), "OP_RESERVE": quote(OpReserve), "OP_INSPECT": quote(OpInspect),
 		"HDR":      quote(fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)),
 		"HDRLEN":   strconv.Itoa(PackedHeader),
@@ -133,10 +151,10 @@ var tokens = func() map[string]string {
 	return m
 }()
 
-// token matches the wire tokens in Lua code: A_X, R_X, F_X, OP_X (upper
+// token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
 // case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR as whole
 // words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARF]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR)\b`)
+var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR)\b`)
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays

@@ -19,7 +19,7 @@ elseif tv and not tatok(tv) then
   bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
 end
 if bad then
-  fail = redis.error_reply('freqcap: rule ' .. ARGV[b + 2] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  fail = redis.error_reply('freqcap: rule ' .. ARGV[b + R_NAME] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
   break
 end
 if not tats then tats = {} end
@@ -27,8 +27,8 @@ tats[r] = tv
 
 --@eval
 local nsup, tatok = mods()
-local T = tonumber(ARGV[b + 4])
-local cnt, per = string.match(ARGV[b + 5], '^(%d+):(%d+)$')
+local T = tonumber(ARGV[b + R_P1])
+local cnt, per = string.match(ARGV[b + R_P2], '^(%d+):(%d+)$')
 local tv = tats[r]
 local pk = redis.call('CL.THROTTLE', key, L - 1, cnt, per, 0)
 local ttl = 0
@@ -55,8 +55,8 @@ local saved, out = {}, {}
 for r = 1, n do
   local b = ab + HA + (r - 1) * RA
   -- A shadow rule that denied, or an uncounted exempt: not consumed.
-  if ARGV[b + 1] == 'x' and not nocount and not (shadow and shadow[r] and res[3 + (r - 1) * 4] ~= 1) then
-    local key, xs, L = KEYS[kb + tonumber(ARGV[b + 7])], st[r], tonumber(ARGV[b + 3])
+  if ARGV[b + R_CODE] == 'x' and not nocount and not (shadow and shadow[r] and res[3 + (r - 1) * 4] ~= 1) then
+    local key, xs, L = KEYS[kb + tonumber(ARGV[b + R_KEY])], st[r], tonumber(ARGV[b + R_LIMIT])
     local tv = xs[4]
     saved[#saved + 1] = {key, tv, redis.call('PTTL', key)}
     local cr = redis.call('CL.THROTTLE', key, L - 1, xs[1], xs[2], c)

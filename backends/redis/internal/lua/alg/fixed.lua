@@ -7,12 +7,12 @@
 
 --@eval
 local e
-if code == 'f' then
-  local W = tonumber(ARGV[b + 4])
+if code == C_FIXED then
+  local W = tonumber(ARGV[b + R_P1])
   e = now - now % W + W
 else
   local prev
-  for bv in string.gmatch(ARGV[b + 4], '%d+') do
+  for bv in string.gmatch(ARGV[b + R_P1], '%d+') do
     local bu = tonumber(bv) * 1000
     if bu > now then
       if prev then e = bu end

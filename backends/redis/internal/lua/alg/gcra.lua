@@ -13,7 +13,7 @@
 -- server several times the arithmetic.
 
 --@eval
-local T, tol = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+local T, tol = tonumber(ARGV[b + R_P1]), tonumber(ARGV[b + R_P2])
 local ttl = 0
 if p then
   ttl = struct.unpack('<I7', v, pq) - now

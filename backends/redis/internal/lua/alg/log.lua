@@ -24,7 +24,7 @@
 --@eval
 -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
 -- none).
-local W = tonumber(ARGV[b + 4])
+local W = tonumber(ARGV[b + R_P1])
 local k, j, base, nl = 0, 1, 0, 0
 if p then
   k = (pl - 7) / 14
@@ -62,7 +62,7 @@ end
 --@commit
 -- Trimmed to the window, c units at now added.
 --@load j, nl
-local W = tonumber(ARGV[b + 4])
+local W = tonumber(ARGV[b + R_P1])
 local k, base = 0, 0
 if p then
   k = (pl - 7) / 14

@@ -4,14 +4,14 @@
 -- by its index, that expires by itself.
 
 --@eval
-local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+local K, s = tonumber(ARGV[b + R_P1]), tonumber(ARGV[b + R_P2])
 local i = math.floor(now / s)
 local lo = i - K
 -- Cells are counted by index, never by expiry: fields expire by
 -- themselves (EXHGETALL/HGETALL skip expired ones), but against clocks
 -- other than this TIME, so expiry only reclaims memory.
 local h
-if code == 't' then h = redis.call('EXHGETALL', key) else h = redis.call('HGETALL', key) end
+if code == C_TAIRHASH then h = redis.call('EXHGETALL', key) else h = redis.call('HGETALL', key) end
 local cs, newest = {}, -1
 for k = 1, #h, 2 do
   local j = tonumber(h[k])
@@ -44,7 +44,7 @@ st[r] = {i, (i + K + 1) * s}
 
 --@commit
 local fld, leaves, cs = sf('%d', x[1]), x[2], sf('%d', c)
-if code == 't' then
+if code == C_TAIRHASH then
   -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
   -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
   -- field lives to the last ms the cell counts, (i+K+1)*s - 1.

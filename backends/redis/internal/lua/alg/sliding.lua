@@ -17,7 +17,7 @@
 --@eval
 -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
 -- (jb = top - k); the counted ones are j >= lo.
-local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+local K, s = tonumber(ARGV[b + R_P1]), tonumber(ARGV[b + R_P2])
 local i = (now - now % s) / s -- math.floor(now / s), inline: no call
 local lo = i - K
 local newest, k, top, q, list = -1, 0, -1, 0, nil
@@ -118,7 +118,7 @@ end
 -- driver.CellSpan): its newest K+1 cells.
 local h = redis.pcall('HGETALL', okey)
 if type(h) == 'table' and not h.err and #h > 0 then
-  local K, s = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local K, s = tonumber(ARGV[b + R_P1]), tonumber(ARGV[b + R_P2])
   local cs, hi = {}, nil
   for k = 1, #h, 2 do
     local j, u = tonumber(h[k]), tonumber(h[k + 1])

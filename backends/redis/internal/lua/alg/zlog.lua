@@ -40,7 +40,7 @@ end
 if fail then break end
 
 --@eval
-local W = tonumber(ARGV[b + 4])
+local W = tonumber(ARGV[b + R_P1])
 local lo = sf('(%d', now - W)
 used = redis.call('ZCOUNT', key, lo, BELOW)
 if used > 0 then reset = lg.newest + W - now end
@@ -86,7 +86,7 @@ if not lg.done then
   redis.call('PEXPIREAT', key, sf('%d', at))
   if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. ms end
 end
-used, reset = used + c, tonumber(ARGV[b + 4])
+used, reset = used + c, tonumber(ARGV[b + R_P1])
 
 --@refund
 -- "l <key> <member>,<member>,...": the members go.
