@@ -38,12 +38,12 @@
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
--- ARGV[a+1]  op: t take, p peek
--- ARGV[a+2]  cost (>= 1)
--- ARGV[a+3]  tk: index of the trail (list) among the attempt's keys, 0 = none
--- ARGV[a+4]  hk: index of the reservations (hash), 0 = none
--- ARGV[a+5]  trail: max entries; ARGV[a+6] its TTL, ms
--- ARGV[a+7]  policy name; ARGV[a+8] the attempt's trail values
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
 -- KEYS per attempt: its dimension-set keys, then its overrides in a
 -- script that reads them (GO, the keys before the trail, counts them),
 -- then its trail if tk > 0, then its reservations if hk > 0.

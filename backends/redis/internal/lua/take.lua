@@ -4,9 +4,13 @@
 -- algorithm fragments, alg/*.lua, where a "--@<fragment>.<section>" line
 -- names them; backends/redis/wire.go writes what this reads.)
 --
+-- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR) are the wire's
+-- (internal/lua/wire.go, which declares each position and code once):
+-- lua.go writes their values in when it builds the script.
+--
 -- What the sections see: r (the rule's number), b (its ARGV offset: code
--- b+1, name b+2, limit b+3, p1 b+4, p2 b+5, tag b+6, key index b+7,
--- old key index b+8),
+-- b+R_CODE, name b+R_NAME, limit b+R_LIMIT, p1 b+R_P1, p2 b+R_P2, tag
+-- b+R_TAG, key index b+R_KEY, old key index b+R_OLD),
 -- code, L (limit), tag, ki, key, c (cost), now, st (per rule: what eval
 -- hands to commit), plan (a reservation's entries, or nil); a packed
 -- rule's v (the value read) and p (its entry's start, or nil) with, when
@@ -23,30 +27,30 @@
 -- ARGV[1]  m, the number of attempts; then each attempt's arguments, from
 -- offset a (the first attempt: a = 1), naming its keys from offset k
 -- (the first: k = 0) as "index i" = KEYS[k+i]:
--- ARGV[a+1]   op: t take, p peek, r reserve, i inspect (peek of 1 + trail)
--- ARGV[a+2]   cost (>= 1)
--- ARGV[a+3]   n, the number of rules
--- ARGV[a+4]   nk, the number of keys of this attempt
--- ARGV[a+5]   tk: index of the trail (list), 0 = none
--- ARGV[a+6]   hk: index of the reservations (hash), 0 = none
--- ARGV[a+7]   ik: index of the idempotency record, 0 = none (ops t, r)
--- ARGV[a+8]   trail: max entries (0: none written; op i: 0 reads all)
--- ARGV[a+9]   trail: TTL, ms
--- ARGV[a+10]  policy name (trail entries)
--- ARGV[a+11]  trail: the attempt's values (driver.Request.TrailValues,
+-- ARGV[a+A_OP]   op: t take, p peek, r reserve, i inspect (peek of 1 + trail)
+-- ARGV[a+A_COST]   cost (>= 1)
+-- ARGV[a+A_RULES]   n, the number of rules
+-- ARGV[a+A_KEYS]   nk, the number of keys of this attempt
+-- ARGV[a+A_TRAIL]   tk: index of the trail (list), 0 = none
+-- ARGV[a+A_HOLDS]   hk: index of the reservations (hash), 0 = none
+-- ARGV[a+A_RECORD]   ik: index of the idempotency record, 0 = none (ops t, r)
+-- ARGV[a+A_TRAIL_MAX]   trail: max entries (0: none written; op i: 0 reads all)
+-- ARGV[a+A_TRAIL_TTL]   trail: TTL, ms
+-- ARGV[a+A_POLICY]  policy name (trail entries)
+-- ARGV[a+A_TRAIL_VALUES]  trail: the attempt's values (driver.Request.TrailValues,
 --             opaque, never holding '|'), "" = none
--- ARGV[a+12]  the idempotency record's TTL, ms
--- ARGV[a+13]  op r: hold id; ARGV[a+14] its lifetime µs; ARGV[a+15] the
+-- ARGV[a+A_RECORD_TTL]  the idempotency record's TTL, ms
+-- ARGV[a+A_HOLD_ID]  op r: hold id; ARGV[a+A_HOLD_LIFE] its lifetime µs; ARGV[a+A_HOLDS_TTL] the
 --             reservations key's TTL, ms
--- ARGV[a+16]  ok: index of the overrides (hash, driver.Request.OverrideKey),
+-- ARGV[a+A_OVERRIDES]  ok: index of the overrides (hash, driver.Request.OverrideKey),
 --             0 = none
--- ARGV[a+17]  shadows: "" (none) or one character per rule, '1' for a
+-- ARGV[a+A_SHADOWS]  shadows: "" (none) or one character per rule, '1' for a
 --             shadow rule (driver.Rule.Shadow), '0' otherwise
--- ARGV[a+18]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
+-- ARGV[a+A_SEEDS]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
 --             1-based index of an earlier rule; 0 = none), comma-separated
--- ARGV[a+19]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
+-- ARGV[a+A_WINDOWS]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
--- then 8 per rule: code, name, limit, p1, p2, tag, ki (the index of the
+-- then RA per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
 -- upgrade.lua; 0 = none), where code is
@@ -75,7 +79,7 @@
 --   "<its ID>|<every rule's limit as reported, comma-separated>|<its
 --   stored value>"; then (op i) the trail entries,
 --   newest first, strings "at µs|policy|rule|used|limit|cost|retry
---   µs|flags" (prelude.lua's TRAIL), then "|values" when ARGV[a+11] is not
+--   µs|flags" (prelude.lua's TRAIL), then "|values" when ARGV[a+A_TRAIL_VALUES] is not
 --   empty}.
 -- The caller knows each rule's limit (but for overrides), hence remaining
 -- = math.max(0, limit-used).
@@ -83,16 +87,16 @@
 -- with 2 added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
 --
--- Shadow rules (ARGV[a+17]) are evaluated and reported but never deny;
+-- Shadow rules (ARGV[a+A_SHADOWS]) are evaluated and reported but never deny;
 -- they are committed only when they admit and the attempt consumes; a
 -- take or reserve they would have denied writes a trail entry flagged 2,
--- allowed or not. A seeded rule (ARGV[a+18]) whose state shows nothing
+-- allowed or not. A seeded rule (ARGV[a+A_SEEDS]) whose state shows nothing
 -- (used 0) is first given the state a take of u units at now leaves on
 -- empty state (its fragment's eval and commit run on no state with cost
 -- u), u being its seed rule's used as evaluated in this attempt; the
 -- seeded state is written by a take or reserve, allowed or denied (a
 -- denied one writes the carried units alone), never by a peek. Overrides
--- (ARGV[a+16], a hash: field = ID, value = wire.go's override format, of
+-- (ARGV[a+A_OVERRIDES], a hash: field = ID, value = wire.go's override format, of
 -- which the script reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|"): live ones (until 0 or after now) apply, block over exempt
 -- over limits (the latest ID of each kind; per rule for limits).
