@@ -217,7 +217,7 @@ func TestBoundsExact(t *testing.T) {
 					c := goredis.NewClient(testserver.Patient(NewClientOptions(addr)).Simple())
 					c.AddHook(&log)
 					t.Cleanup(func() { c.Close() })
-					b := New(c, &Options{Coalesce: pa.coalesce})
+					b := New(c, &Options{Coalesce: pa.coalesce, Detect: capability.Config{ModuleStrategies: srv.algo != 0}})
 					b.noFast = pa.noFast
 					ctx := context.Background()
 					rep, err := b.Capabilities(ctx)

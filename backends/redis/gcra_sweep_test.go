@@ -228,7 +228,7 @@ func TestGCRASweep(t *testing.T) {
 // backend ("x" for the rules CL.THROTTLE expresses exactly, "g" for the
 // others) and through CL.THROTTLE itself.
 func TestGCRASweepCell(t *testing.T) {
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), modStrategies)
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	t.Run("backend", func(t *testing.T) { sweepBackend(t, b) })
 	t.Run("CL.THROTTLE", func(t *testing.T) { sweepCell(t, c) })

@@ -45,6 +45,11 @@ func moduleBackend(t *testing.T, addr string, cfg capability.Config) (*Backend, 
 	return New(c, &Options{Detect: cfg}), c
 }
 
+// modStrategies is the configuration that uses the module strategies
+// where they are usable (detection's default is plain Lua on every server:
+// docs/MODULES.md, "Why plain Lua").
+var modStrategies = capability.Config{ModuleStrategies: true}
+
 // wantStrategy fails unless b's report chose want for a.
 func wantStrategy(t *testing.T, b *Backend, a driver.Algorithm, want capability.Strategy) *capability.Report {
 	t.Helper()
@@ -58,6 +63,9 @@ func wantStrategy(t *testing.T, b *Backend, a driver.Algorithm, want capability.
 	return rep
 }
 
+// TestConformanceModules: each module server passes the suite as detected
+// by default (plain Lua for every algorithm) and with its module strategy
+// (Config.ModuleStrategies).
 func TestConformanceModules(t *testing.T) {
 	for _, tc := range []struct {
 		env  string
@@ -69,9 +77,19 @@ func TestConformanceModules(t *testing.T) {
 		{"FREQCAP_TEST_HFE", driver.SlidingWindow, capability.HFELua},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
-			b, _ := moduleBackend(t, moduleAddr(t, tc.env), capability.Config{})
-			wantStrategy(t, b, tc.algo, tc.want)
-			runConformance(t, b)
+			addr := moduleAddr(t, tc.env)
+			t.Run("default", func(t *testing.T) {
+				b, _ := moduleBackend(t, addr, capability.Config{})
+				for _, a := range capability.Algorithms {
+					wantStrategy(t, b, a, capability.PlainLua)
+				}
+				runConformance(t, b)
+			})
+			t.Run("module strategy", func(t *testing.T) {
+				b, _ := moduleBackend(t, addr, modStrategies)
+				wantStrategy(t, b, tc.algo, tc.want)
+				runConformance(t, b)
+			})
 		})
 	}
 }
@@ -107,8 +125,8 @@ func TestModuleKeys(t *testing.T) {
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			addr := moduleAddr(t, tc.env)
-			b, c := moduleBackend(t, addr, capability.Config{})
-			plain, _ := moduleBackend(t, addr, capability.Config{Forbid: []capability.Feature{tc.feature}})
+			b, c := moduleBackend(t, addr, modStrategies)
+			plain, _ := moduleBackend(t, addr, capability.Config{ModuleStrategies: true, Forbid: []capability.Feature{tc.feature}})
 			s := newSubject(t, "keys")
 			r := tc.rule(s)
 			res := take(t, b, s.request(opTake, 2, r))
@@ -142,7 +160,7 @@ func TestModuleKeys(t *testing.T) {
 // options), and a refund (cancel) keeps it.
 func TestTairHashFieldExpiry(t *testing.T) {
 	ctx := context.Background()
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_TAIRHASH"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_TAIRHASH"), modStrategies)
 	wantStrategy(t, b, driver.SlidingWindow, capability.TairHashLua)
 	s := newSubject(t, "thttl")
 	r := s.sliding("s", 1000, time.Hour, 10) // 6 min cells (above driver.LogLine: not a log)
@@ -188,7 +206,7 @@ func TestTairHashFieldExpiry(t *testing.T) {
 // ms after it stops counting, at (i+N+1)·s (HPEXPIREAT, absolute).
 func TestHFEFieldExpiry(t *testing.T) {
 	ctx := context.Background()
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_HFE"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_HFE"), modStrategies)
 	wantStrategy(t, b, driver.SlidingWindow, capability.HFELua)
 	s := newSubject(t, "hfettl")
 	r := s.sliding("s", 1000, time.Hour, 10) // 6 min cells (above driver.LogLine: not a log)
@@ -207,7 +225,7 @@ func TestHFEFieldExpiry(t *testing.T) {
 // anything else.
 func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 	ctx := context.Background()
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), modStrategies)
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	s := newSubject(t, "celltat")
 	g1 := s.gcra("g1", 10, time.Minute, 4) // T = 6s, exact
@@ -274,7 +292,7 @@ func TestCellKeyHoldsOnlyTAT(t *testing.T) {
 // such a key leaves it alone. The server answers PING after each.
 func TestCellForeignState(t *testing.T) {
 	ctx := context.Background()
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), modStrategies)
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	alive := func(what string) {
 		t.Helper()
@@ -336,7 +354,7 @@ func TestCellForeignState(t *testing.T) {
 // (from the TAT), not CL.THROTTLE's whole seconds: admitted once it has
 // passed, and never before.
 func TestCellRetryAfterHonest(t *testing.T) {
-	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+	b, c := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), modStrategies)
 	wantStrategy(t, b, driver.GCRA, capability.CellLua)
 	s := newSubject(t, "cellretry")
 	r := s.gcra("g", 4, time.Second, 0) // T = 250ms, one at a time
@@ -411,7 +429,7 @@ func TestCellArgs(t *testing.T) {
 func TestGCRAAgreesWithCell(t *testing.T) {
 	ctx := context.Background()
 	addr := moduleAddr(t, "FREQCAP_TEST_CELL")
-	cell, c := moduleBackend(t, addr, capability.Config{})
+	cell, c := moduleBackend(t, addr, modStrategies)
 	plain, _ := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
 	wantStrategy(t, cell, driver.GCRA, capability.CellLua)
 	wantStrategy(t, plain, driver.GCRA, capability.PlainLua)

@@ -34,9 +34,11 @@
 // On first use the backend detects what the server can do
 // (backends/redis/capability: TairHash, redis-cell, native hash-field expiry,
 // scripting, whether it is a replica; every master of a cluster) and picks a strategy per
-// algorithm: sliding windows on native hash-field expiry or TairHash
-// fields, GCRA on redis-cell's CL.THROTTLE, all called from the same
-// script, so decisions stay one EVALSHA and all-or-nothing. A rule under a
+// algorithm: plain Lua's packed layout wherever scripting runs, which
+// measured faster than every module strategy (docs/MODULES.md), and with
+// capability.Config.ModuleStrategies sliding windows on native hash-field
+// expiry or TairHash fields, GCRA on redis-cell's CL.THROTTLE, all called
+// from the same script, so decisions stay one EVALSHA and all-or-nothing. A rule under a
 // module strategy keeps its state under its own key plus a suffix (%h,
 // %t, %x), so a change of strategy never hands one strategy's key to
 // another.
@@ -101,11 +103,13 @@ type Options struct {
 	// SettleAttempts bounds how often Commit or Cancel re-reads a reservation that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
-	// Detect overrides capability detection: ForcePlainLua uses the plain
-	// Lua strategies whatever modules the server has; Forbid lists
-	// features never to use (tairhash, redis-cell, hfe). Default: the
-	// zero Config, which detects everything and uses what every master
-	// has.
+	// Detect overrides capability detection: ModuleStrategies uses the
+	// per-rule module strategies where every master has their module;
+	// ForcePlainLua uses the plain Lua strategies whatever modules the
+	// server has; Forbid lists features never to use (tairhash,
+	// redis-cell, hfe). Default: the zero Config, which detects everything
+	// and runs plain Lua wherever scripting runs (bare TairHash commands
+	// where it is refused).
 	Detect capability.Config
 	// Upgrade reads through the one-key-per-rule layout of freqcap before
 	// the packed layout (docs/DESIGN.md, "Upgrading to the packed

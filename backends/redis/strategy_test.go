@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,18 +8,13 @@ import (
 )
 
 // TestResultStrategy checks that every rule's result names the strategy
-// take.lua ran for it: plain Lua on a server without modules (sliding
-// windows on native hash-field expiry where the server has it, Redis >=
-// 7.4), and on a redis-cell server CL.THROTTLE only for the GCRA rule it
-// can express exactly.
+// take.lua ran for it: plain Lua on a server as detected by default, and
+// on a redis-cell server configured for module strategies CL.THROTTLE
+// only for the GCRA rule it can express exactly.
 func TestResultStrategy(t *testing.T) {
 	t.Run("server without modules", func(t *testing.T) {
-		b, c := standalone(t)
-		sliding := capability.PlainLua.String()
-		// COMMAND INFO answers [nil] for a command the server lacks.
-		if info, err := c.Do(context.Background(), "COMMAND", "INFO", "HPEXPIREAT").Slice(); err == nil && len(info) == 1 && info[0] != nil {
-			sliding = capability.HFELua.String()
-		}
+		b, _ := standalone(t)
+		sliding := capability.PlainLua.String() // by default, also where the server has hash-field expiry
 		s := newSubject(t, "strategy")
 		res := take(t, b, s.request(opTake, 1,
 			s.fixed("f", 5, time.Minute), s.sliding("s", 5, time.Minute, 10), s.gcra("g", 10, time.Minute, 4)))
@@ -32,7 +26,7 @@ func TestResultStrategy(t *testing.T) {
 		}
 	})
 	t.Run("redis-cell server", func(t *testing.T) {
-		b, _ := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), capability.Config{})
+		b, _ := moduleBackend(t, moduleAddr(t, "FREQCAP_TEST_CELL"), modStrategies)
 		s := newSubject(t, "strategy")
 		// 10 per minute: T = 6 s, which CL.THROTTLE expresses; 3 per second:
 		// T = 333333333.3 ns, which it cannot, so that rule stays on Lua.

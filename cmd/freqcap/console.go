@@ -77,6 +77,7 @@ type consoleFlags struct {
 	basicAuth    string
 	auditFile    string
 	forcePlain   bool
+	modules      bool
 	forbid       string
 	set          map[string]bool // flags given on the command line
 }
@@ -112,7 +113,8 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.StringVar(&f.adminToken, "admin-token", "", "shared admin token (default $FREQCAP_ADMIN_TOKEN)")
 	fs.StringVar(&f.basicAuth, "basic-auth", "", `basic-auth users "name:password:role,…" (default $FREQCAP_BASIC_AUTH)`)
 	fs.StringVar(&f.auditFile, "audit", "", "append audit entries (JSON lines) to this file, and show its last entries after a restart")
-	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
+	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has (the default; this also overrides --module-strategies)")
+	fs.BoolVar(&f.modules, "module-strategies", false, "Redis: use the per-rule module strategies where the server has TairHash, native hash-field expiry or redis-cell (slower than plain Lua: docs/MODULES.md)")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -348,7 +350,7 @@ func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), e
 	if err != nil {
 		return nil, nil, fmt.Errorf("console: %w", err)
 	}
-	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}}
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, ModuleStrategies: f.modules, Forbid: forbid}}
 	c := goredis.NewUniversalClient(f.server.options())
 	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()

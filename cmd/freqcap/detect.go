@@ -26,6 +26,7 @@ func runDetect(args []string) error {
 	server.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	forceLua := fs.Bool("force-plain-lua", false, "report as if configured to use plain Lua only")
+	modules := fs.Bool("module-strategies", false, "report as if configured to use the per-rule module strategies where usable (slower than plain Lua: docs/MODULES.md)")
 	forbid := fs.String("forbid", "", "comma-separated features never to use: tairhash, redis-cell, hfe")
 	probeKey := fs.String("probe-key", "", "key the scripting probe names on a standalone server (default fc:{probe}; never read or written)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
@@ -49,7 +50,7 @@ func runDetect(args []string) error {
 	if err != nil {
 		return fmt.Errorf("detect: %w", err)
 	}
-	cfg := capability.Config{ForcePlainLua: *forceLua, ProbeKey: *probeKey, Forbid: fb}
+	cfg := capability.Config{ForcePlainLua: *forceLua, ModuleStrategies: *modules, ProbeKey: *probeKey, Forbid: fb}
 
 	// Probing only reads; go-redis's defaults (3 s reads) suit a slow
 	// proxy better than the backend's tight per-decision timeouts, and no

@@ -84,6 +84,7 @@ type serveFlags struct {
 	tlsCert, tlsKey          string
 	auditFile                string
 	forcePlain               bool
+	modules                  bool
 	forbid, logFormat, level string
 	otlpEndpoint             string
 	otlpInterval             time.Duration
@@ -116,7 +117,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `FILE` (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `FILE` (PEM; with --tls-cert)")
 	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset, override set or deleted, and policy version applied, to this file")
-	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has")
+	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has (the default; this also overrides --module-strategies)")
+	fs.BoolVar(&f.modules, "module-strategies", false, "Redis: use the per-rule module strategies where the server has TairHash, native hash-field expiry or redis-cell (slower than plain Lua: docs/MODULES.md)")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.level, "log-level", "info", "log level: debug (one line per call), info, warn or error")
@@ -452,7 +454,7 @@ func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce)}
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, ModuleStrategies: f.modules, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce)}
 	c := goredis.NewUniversalClient(f.server.options())
 	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()

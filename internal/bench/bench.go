@@ -81,9 +81,12 @@ type Config struct {
 	// MemoryTakes is the decisions per subject of Memory (default 1),
 	// the k-th with the k-th value (mod Values) of each other dimension.
 	MemoryTakes int
-	// PlainLua uses the plain Lua strategies even where the server has
-	// modules (TairHash, native hash-field expiry, redis-cell).
+	// PlainLua forces the plain Lua strategies
+	// (capability.Config.ForcePlainLua), even with ModuleStrategies.
 	PlainLua bool
+	// ModuleStrategies uses the per-rule module strategies where the
+	// server has their modules (capability.Config.ModuleStrategies).
+	ModuleStrategies bool
 	// Prefix is the key prefix (default "bench"); each run uses its own,
 	// Prefix-1, Prefix-2, …
 	Prefix string
@@ -230,7 +233,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}()
 	}
 
-	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua}}
+	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua, ModuleStrategies: cfg.ModuleStrategies}}
 	// One backend, so one capability detection, made here (Describe)
 	// before any measured run.
 	be := redis.New(client, bopts)

@@ -41,17 +41,17 @@ func (containerLauncher) Cluster(t testing.TB) []string {
 func TestConformanceContainers(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		srv := containers.Start(t, containers.Spec{})
-		runConformance(t, newClient(t, fcredis.NewClientOptions(srv.Addr())))
+		runConformance(t, newClient(t, fcredis.NewClientOptions(srv.Addr())), nil)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := containers.StartCluster(t, containers.ClusterSpec{})
-		runConformance(t, newClient(t, fcredis.NewClientOptions(cl.Addrs()...)))
+		runConformance(t, newClient(t, fcredis.NewClientOptions(cl.Addrs()...)), nil)
 	})
 	t.Run("sentinel", func(t *testing.T) {
 		z := containers.StartSentinel(t, containers.SentinelSpec{})
 		o := fcredis.NewClientOptions(z.Addr())
 		o.MasterName = z.MasterName
-		runConformance(t, newClient(t, o))
+		runConformance(t, newClient(t, o), nil)
 	})
 }
 
@@ -71,8 +71,8 @@ func TestConformanceModules(t *testing.T) {
 		}
 		srv := containers.Start(t, containers.Spec{Image: image, ImageCmd: true, Name: "tairhash"})
 		c := newClient(t, fcredis.NewClientOptions(srv.Addr()))
-		wantStrategy(t, fcredis.New(c, nil), sdk.AlgorithmSlidingWindow, capability.TairHashLua)
-		runConformance(t, c)
+		wantStrategy(t, fcredis.New(c, modStrategies), sdk.AlgorithmSlidingWindow, capability.TairHashLua)
+		runModuleConformance(t, c)
 	})
 	t.Run("cell", func(t *testing.T) {
 		image, dir := os.Getenv("FREQCAP_IMAGE_CELL"), os.Getenv("FREQCAP_CELL_MODULE_DIR")
@@ -87,8 +87,8 @@ func TestConformanceModules(t *testing.T) {
 		}
 		srv := containers.Start(t, spec)
 		c := newClient(t, fcredis.NewClientOptions(srv.Addr()))
-		wantStrategy(t, fcredis.New(c, nil), sdk.AlgorithmGCRA, capability.CellLua)
-		runConformance(t, c)
+		wantStrategy(t, fcredis.New(c, modStrategies), sdk.AlgorithmGCRA, capability.CellLua)
+		runModuleConformance(t, c)
 	})
 }
 
@@ -105,10 +105,23 @@ func newClient(t *testing.T, o *goredis.UniversalOptions) goredis.UniversalClien
 // on c shared by the subtests: a fresh one would detect the server's
 // capabilities in each subtest's first decision, late for its real-clock
 // windows.
-func runConformance(t *testing.T, c goredis.UniversalClient) {
+func runConformance(t *testing.T, c goredis.UniversalClient, opts *fcredis.Options) {
 	t.Helper()
-	b := fcredis.New(c, nil)
+	b := fcredis.New(c, opts)
 	conformance.Run(t, conformance.Harness{NewBackend: func(*testing.T) sdk.Backend { return b }})
+}
+
+// modStrategies has the backend use the module strategies where the
+// server has their module (by default every algorithm runs on plain Lua:
+// docs/MODULES.md, "Why plain Lua").
+var modStrategies = &fcredis.Options{Detect: capability.Config{ModuleStrategies: true}}
+
+// runModuleConformance runs the suite on a module server as detected by
+// default (plain Lua) and with its module strategy.
+func runModuleConformance(t *testing.T, c goredis.UniversalClient) {
+	t.Helper()
+	t.Run("default", func(t *testing.T) { runConformance(t, c, nil) })
+	t.Run("module strategy", func(t *testing.T) { runConformance(t, c, modStrategies) })
 }
 
 // wantStrategy fails unless b chose want for a: the module was loaded and

@@ -150,6 +150,13 @@ type Config struct {
 	// ForcePlainLua uses the plain Lua script for every algorithm, whatever
 	// modules the server has.
 	ForcePlainLua bool
+	// ModuleStrategies uses the per-rule module strategies where their
+	// features are usable (sliding windows on native hash-field expiry or
+	// TairHash, GCRA on redis-cell), as detection chose before they were
+	// measured slower than plain Lua (docs/MODULES.md). Without it, every
+	// algorithm runs on plain Lua whenever scripting runs, and the report
+	// says why each usable module is not used. ForcePlainLua wins over it.
+	ModuleStrategies bool
 	// Forbid lists features never to use even when found.
 	Forbid []Feature
 	// ProbeKey is the key named by the scripting probe on a standalone

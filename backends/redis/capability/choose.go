@@ -12,9 +12,11 @@ import (
 // algorithm uses. It does no I/O. Only what every master has is used; when
 // masters disagree the report says so in Notes.
 //
-// Preferences, when scripting runs on every master: sliding windows use
-// native hash-field expiry, else TairHash, else plain Lua; GCRA uses
-// redis-cell, else plain Lua; fixed windows and sliding logs use plain Lua.
+// Preferences, when scripting runs on every master: every algorithm uses
+// plain Lua (its packed layout measures faster than every module strategy:
+// moduleSlower), and the reasons say why a usable module is not used; with
+// Config.ModuleStrategies, sliding windows use native hash-field expiry,
+// else TairHash, else plain Lua, and GCRA uses redis-cell, else plain Lua.
 // Without scripting only bare TairHash commands remain, for sliding
 // windows, and the report is NonAtomic. Where a node is a replica no
 // feature is usable and no algorithm has a strategy (Report.Writable).
@@ -146,6 +148,9 @@ func choose(r *Report, a driver.Algorithm, cfg Config) Choice {
 	case driver.SlidingWindow:
 		hfe, th := r.Feature(HFE), r.Feature(TairHash)
 		switch {
+		case scripting && !cfg.ModuleStrategies:
+			c.Strategy = PlainLua
+			c.Reason = "plain Lua: " + notUsed(r, hfe, "no native hash-field expiry") + "; " + notUsed(r, th, "no TairHash")
 		case scripting && hfe.Usable:
 			c.Strategy = HFELua
 			c.Reason = fmt.Sprintf("native hash-field expiry: HPEXPIRE on %s", hfe.Count)
@@ -168,6 +173,9 @@ func choose(r *Report, a driver.Algorithm, cfg Config) Choice {
 	case driver.GCRA:
 		cell := r.Feature(Cell)
 		switch {
+		case scripting && !cfg.ModuleStrategies:
+			c.Strategy = PlainLua
+			c.Reason = "plain Lua: " + notUsed(r, cell, "no redis-cell")
 		case scripting && cell.Usable:
 			c.Strategy = CellLua
 			c.Reason = fmt.Sprintf("redis-cell: CL.THROTTLE on %s", cell.Count)
@@ -191,6 +199,24 @@ func choose(r *Report, a driver.Algorithm, cfg Config) Choice {
 		}
 	}
 	return c
+}
+
+// moduleSlower says, per feature, what was measured against plain Lua
+// (docs/MODULES.md, "Why plain Lua"): why detection leaves a usable module
+// to Config.ModuleStrategies.
+var moduleSlower = map[Feature]string{
+	HFE:      "per-rule hash fields (lua+hfe) decided sliding-4 at 0.32 × raw(4) against 0.56 for packed Lua on the same server, and one hash per subject took 27.0 µs of server time per script against 25.8 for packed strings at the floor, 492 B per seed-policy subject against 429",
+	TairHash: "per-rule TairHash fields (lua+tairhash) decided sliding-4 at 0.22 × raw(4) against 0.67 for packed Lua on the same server, and one TairHash per subject took 54.7 to 62.6 µs of server time per script against 38.6 for packed strings at the floor, 2185 B per seed-policy subject against 457",
+	Cell:     "CL.THROTTLE per rule (lua+redis-cell) decided gcra-1 at 0.43 × raw(1) and gcra-4 at 0.31 × raw(4) against 0.65 and 0.62 for packed Lua GCRA on the same server",
+}
+
+// notUsed is whyNot for plain Lua chosen by default: a usable feature is
+// named with what it measured and how to use it anyway.
+func notUsed(r *Report, fc FeatureCount, absent string) string {
+	if !fc.Usable {
+		return whyNot(r, fc, absent)
+	}
+	return fmt.Sprintf("%s usable on %s but not used: %s (docs/MODULES.md); Config.ModuleStrategies uses it", fc.Feature, fc.Count, moduleSlower[fc.Feature])
 }
 
 // whyNot says why a feature is not used: forbidden, missing somewhere, or

@@ -90,7 +90,20 @@ func TestProbeRecorded(t *testing.T) {
 			features: map[Feature]string{HFE: "0/1 master"}, scripting: "1/1 master",
 		},
 		{
-			name: "tairhash", files: []string{"redis-7.0.15-tairhash"},
+			name: "tairhash: plain Lua by default", files: []string{"redis-7.0.15-tairhash"}, want: allLua,
+			reasons:  map[driver.Algorithm]string{driver.SlidingWindow: "tairhash usable on 1/1 master but not used: "},
+			features: map[Feature]string{TairHash: "1/1 master"},
+		},
+		{
+			name: "redis-cell: plain Lua by default", files: []string{"redis-7.0.15-redis-cell"}, want: allLua,
+			reasons: map[driver.Algorithm]string{driver.GCRA: "redis-cell usable on 1/1 master but not used: "},
+		},
+		{
+			name: "redis 7.4: plain Lua by default", files: []string{"redis-7.4.1"}, want: allLua,
+			reasons: map[driver.Algorithm]string{driver.SlidingWindow: "hfe usable on 1/1 master but not used: "},
+		},
+		{
+			name: "tairhash", files: []string{"redis-7.0.15-tairhash"}, cfg: Config{ModuleStrategies: true},
 			want:     strategies{driver.FixedWindow: PlainLua, driver.SlidingWindow: TairHashLua, driver.SlidingLog: PlainLua, driver.GCRA: PlainLua},
 			reasons:  map[driver.Algorithm]string{driver.SlidingWindow: "TairHash per-field expiry: EXHINCRBY on 1/1 master"},
 			features: map[Feature]string{TairHash: "1/1 master"},
@@ -102,17 +115,17 @@ func TestProbeRecorded(t *testing.T) {
 			notes:    []string{"default scan-mode build"},
 		},
 		{
-			name: "redis-cell", files: []string{"redis-7.0.15-redis-cell"},
+			name: "redis-cell", files: []string{"redis-7.0.15-redis-cell"}, cfg: Config{ModuleStrategies: true},
 			want:    strategies{driver.FixedWindow: PlainLua, driver.SlidingWindow: PlainLua, driver.SlidingLog: PlainLua, driver.GCRA: CellLua},
 			reasons: map[driver.Algorithm]string{driver.GCRA: "redis-cell: CL.THROTTLE on 1/1 master"},
 		},
 		{
-			name: "redis 7.4 hash-field expiry", files: []string{"redis-7.4.1"},
+			name: "redis 7.4 hash-field expiry", files: []string{"redis-7.4.1"}, cfg: Config{ModuleStrategies: true},
 			want:    strategies{driver.FixedWindow: PlainLua, driver.SlidingWindow: HFELua, driver.SlidingLog: PlainLua, driver.GCRA: PlainLua},
 			reasons: map[driver.Algorithm]string{driver.SlidingWindow: "native hash-field expiry: HPEXPIRE on 1/1 master"},
 		},
 		{
-			name: "cluster whose masters disagree", files: cluster,
+			name: "cluster whose masters disagree", files: cluster, cfg: Config{ModuleStrategies: true},
 			want: strategies{driver.FixedWindow: PlainLua, driver.SlidingWindow: TairHashLua, driver.SlidingLog: PlainLua, driver.GCRA: PlainLua},
 			reasons: map[driver.Algorithm]string{
 				driver.SlidingWindow: "TairHash per-field expiry: EXHINCRBY on 3/3 masters",
@@ -382,7 +395,7 @@ func TestProbeErrors(t *testing.T) {
 func TestProbeRefusedCommandInfo(t *testing.T) {
 	cmds := probeCommands("fc:{probe}")
 	rec := edit(loadRecording(t, "redis-7.0.15-tairhash"), cmds[0], "-NOPERM this user has no permissions to run the 'command|info' command\r\n")
-	r, err := Probe(context.Background(), clientFor(t, []string{replay(t, rec)}, 3), Config{})
+	r, err := Probe(context.Background(), clientFor(t, []string{replay(t, rec)}, 3), Config{ModuleStrategies: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +407,7 @@ func TestProbeRefusedCommandInfo(t *testing.T) {
 	}
 	rec = edit(rec, cmds[3], "-NOPERM this user has no permissions to run the 'module|list' command\r\n")
 	rec = edit(rec, cmds[4], "-NOPERM this user has no permissions to run the 'info' command\r\n")
-	r, err = Probe(context.Background(), clientFor(t, []string{replay(t, rec)}, 3), Config{})
+	r, err = Probe(context.Background(), clientFor(t, []string{replay(t, rec)}, 3), Config{ModuleStrategies: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,6 +426,7 @@ func TestChoose(t *testing.T) {
 	tests := []struct {
 		name    string
 		nodes   []Node
+		cfg     Config
 		want    strategies
 		evalOnl bool
 		notes   []string
@@ -449,6 +463,7 @@ func TestChoose(t *testing.T) {
 			name: "HFE preferred to TairHash",
 			nodes: []Node{{Addr: "a:1", Scripting: true, Commands: append(th, "hexpire", "hpexpire"),
 				Modules: []Module{{Name: "tairhash", Version: 1}}, InfoModules: true, TairHashIndex: true}},
+			cfg:  Config{ModuleStrategies: true},
 			want: strategies{driver.FixedWindow: PlainLua, driver.SlidingWindow: HFELua, driver.SlidingLog: PlainLua, driver.GCRA: PlainLua},
 		},
 		{
@@ -459,7 +474,7 @@ func TestChoose(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Choose(tc.nodes, Config{})
+			r := Choose(tc.nodes, tc.cfg)
 			for _, a := range Algorithms {
 				if got := r.Choice(a).Strategy; got != tc.want[a] {
 					t.Errorf("Choice(%v) = %v (%s), want %v", a, got, r.Choice(a).Reason, tc.want[a])
@@ -492,7 +507,7 @@ func TestChooseDoesNotModifyInput(t *testing.T) {
 }
 
 func TestDescription(t *testing.T) {
-	r := probeRecorded(t, []string{"cluster-a", "cluster-b", "cluster-c"}, 3, Config{})
+	r := probeRecorded(t, []string{"cluster-a", "cluster-b", "cluster-c"}, 3, Config{ModuleStrategies: true})
 	d := r.Description()
 	if len(d.Strategies) != len(Algorithms) {
 		t.Fatalf("Description().Strategies = %v, want %d entries", d.Strategies, len(Algorithms))

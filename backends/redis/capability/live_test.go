@@ -73,16 +73,23 @@ func TestLiveModules(t *testing.T) {
 			}
 			c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 			defer c.Close()
-			d := NewDetector(c, Config{})
-			r, err := d.Report(context.Background())
+			// By default plain Lua, saying why the module is not used.
+			r, err := NewDetector(c, Config{}).Report(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Choice(tc.algo); got.Strategy != PlainLua || !strings.Contains(got.Reason, "usable on 1/1 master but not used: ") {
+				t.Errorf("Choice(%v) = %v (%s), want %v, the module named as not used\n%s", tc.algo, got.Strategy, got.Reason, PlainLua, r)
+			}
+			r, err = NewDetector(c, Config{ModuleStrategies: true}).Report(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := r.Choice(tc.algo); got.Strategy != tc.want {
-				t.Errorf("Choice(%v) = %v (%s), want %v\n%s", tc.algo, got.Strategy, got.Reason, tc.want, r)
+				t.Errorf("with ModuleStrategies: Choice(%v) = %v (%s), want %v\n%s", tc.algo, got.Strategy, got.Reason, tc.want, r)
 			}
 			// The overrides apply to a live server too.
-			r2, err := Probe(context.Background(), c, Config{ForcePlainLua: true})
+			r2, err := Probe(context.Background(), c, Config{ForcePlainLua: true, ModuleStrategies: true})
 			if err != nil {
 				t.Fatal(err)
 			}
