@@ -142,20 +142,28 @@ func (x *txn) reservationKeys(key string) []string {
 	return keys
 }
 
+// settle commits or cancels reservation id under key, as the Redis
+// backend's settle.lua: only that reservation (the others lapse at the
+// next decision that reads them); a lapsed one is given back like a
+// cancel and reported not found. (A give-back depends on when it runs: a
+// GCRA rule gets back only what is still ahead of its TAT.)
 func (x *txn) settle(key, id string, commit bool) error {
-	x.lapse(key)
 	s, e := x.reservations(key)
 	if e == nil || e.reservations[id] == nil {
 		return driver.ErrReservationNotFound
 	}
 	h := e.reservations[id]
 	delete(e.reservations, id)
-	if !commit {
+	lapsed := !h.exp.After(x.now)
+	if lapsed || !commit {
 		for _, rf := range h.refunds {
 			x.refund(rf)
 		}
 	}
 	x.saveReservations(s, e)
+	if lapsed {
+		return driver.ErrReservationNotFound
+	}
 	return nil
 }
 

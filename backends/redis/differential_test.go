@@ -92,17 +92,17 @@ func diffTargets() []diffTarget {
 		{name: "plain-lua/fast", cfg: plain, algos: allAlgos},
 		{name: "plain-lua/take.lua", cfg: plain, noFast: true, algos: allAlgos},
 		{name: "plain-lua/coalesced", cfg: plain, coalesce: 2, algos: allAlgos},
-		{name: "tairhash", env: "FREQCAP_TEST_TAIRHASH", algos: allAlgos,
+		{name: "tairhash", cfg: modStrategies, env: "FREQCAP_TEST_TAIRHASH", algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.TairHashLua}},
-		{name: "tairhash/take.lua", env: "FREQCAP_TEST_TAIRHASH", noFast: true, algos: allAlgos,
+		{name: "tairhash/take.lua", cfg: modStrategies, env: "FREQCAP_TEST_TAIRHASH", noFast: true, algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.TairHashLua}},
 		{name: "tairhash-bare", env: "FREQCAP_TEST_TAIRHASH", bare: true, algos: []driver.Algorithm{driver.SlidingWindow},
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.TairHashBare}},
-		{name: "hfe", env: "FREQCAP_TEST_HFE", algos: allAlgos,
+		{name: "hfe", cfg: modStrategies, env: "FREQCAP_TEST_HFE", algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.HFELua}},
-		{name: "hfe/take.lua", env: "FREQCAP_TEST_HFE", noFast: true, algos: allAlgos,
+		{name: "hfe/take.lua", cfg: modStrategies, env: "FREQCAP_TEST_HFE", noFast: true, algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.HFELua}},
-		{name: "cell", env: "FREQCAP_TEST_CELL", algos: allAlgos,
+		{name: "cell", cfg: modStrategies, env: "FREQCAP_TEST_CELL", algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.GCRA: capability.CellLua}},
 	}
 }
@@ -293,7 +293,12 @@ func (q *diffSeq) genRules() []driver.Rule {
 				rule.Window = ms(20, 800)
 			}
 		case driver.SlidingWindow:
+			// At most driver.LogLine: an exact log; above it: cells (bare
+			// mode counts cells at every limit, so it gets those only).
 			rule.Limit = 1 + r.Int64N(30)
+			if q.tg.bare || r.IntN(2) == 0 {
+				rule.Limit = driver.LogLine + 1 + r.Int64N(60)
+			}
 			rule.Window = ms(50, 1000)
 			rule.SubWindows = []int{1, 2, 3, 4, 6, 7, 10, 12}[r.IntN(8)]
 		case driver.SlidingLog:
