@@ -54,10 +54,14 @@ import (
 // scripts giving back the whole c·T (seed 1795722346701036204), fixed in
 // internal/lua/alg/gcra.lua.
 //
-// The redis-cell strategy's CL.THROTTLE reads the wall clock when it
-// runs, not the script's TIME: its rules' ResetAfter and RetryAfter are
-// compared within cellSlack (a verdict at the very boundary may differ
-// too; none has been seen).
+// The redis-cell strategy (lua+redis-cell, only with
+// Config.ModuleStrategies) is not a target: CL.THROTTLE reads the wall
+// clock when it runs, not the script's TIME, so near a unit's boundary
+// its used count and verdict differ from the memory backend's at the
+// script's instant, and the sequences diverge from there (seen on
+// 2026-11-26: used 2/3 against 1/3 with ResetAfter 0.3 ms apart, seed
+// 1795726861413450410). TestGCRAAgreesWithCell and TestGCRASweepCell
+// compare it call by call instead, on CL.THROTTLE's own clock.
 //
 // FREQCAP_DIFF_SEED=<n> reruns with base seed n (every failure prints
 // the seed of its sequence and the sequence itself);
@@ -102,8 +106,6 @@ func diffTargets() []diffTarget {
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.HFELua}},
 		{name: "hfe/take.lua", cfg: modStrategies, env: "FREQCAP_TEST_HFE", noFast: true, algos: allAlgos,
 			want: map[driver.Algorithm]capability.Strategy{driver.SlidingWindow: capability.HFELua}},
-		{name: "cell", cfg: modStrategies, env: "FREQCAP_TEST_CELL", algos: allAlgos,
-			want: map[driver.Algorithm]capability.Strategy{driver.GCRA: capability.CellLua}},
 	}
 }
 
@@ -495,15 +497,6 @@ func diffResults(a, b driver.Result) string {
 	}
 	for i := range a.Rules {
 		x, y := a.Rules[i], b.Rules[i]
-		if x.Strategy == capability.CellLua.String() {
-			// CL.THROTTLE reads the wall clock when it runs, not the
-			// script's TIME (as in the GCRA sweep): its durations are
-			// compared within cellSlack, the rest exactly.
-			if !near(x.ResetAfter, y.ResetAfter) || !near(x.RetryAfter, y.RetryAfter) {
-				return fmt.Sprintf("rule %d (redis-cell) differs by more than %v", i, cellSlack)
-			}
-			x.ResetAfter, x.RetryAfter = y.ResetAfter, y.RetryAfter
-		}
 		x.Strategy, y.Strategy = "", ""
 		if x != y {
 			return fmt.Sprintf("rule %d differs", i)
@@ -511,12 +504,6 @@ func diffResults(a, b driver.Result) string {
 	}
 	return ""
 }
-
-// cellSlack bounds the time between a script's TIME and CL.THROTTLE's
-// own reading of the clock.
-const cellSlack = 5 * time.Millisecond
-
-func near(a, b time.Duration) bool { return a-b <= cellSlack && b-a <= cellSlack }
 
 func resLine(r driver.Result) string {
 	var b strings.Builder
