@@ -66,6 +66,16 @@ const MaxNameLen = 64
 // above it a sliding window counts in cells (driver.LogLine).
 const LogLine = driver.LogLine
 
+// ExactLog reports whether r is evaluated as an exact sliding log: a
+// SlidingLog rule, or a SlidingWindow rule whose Limit is at most LogLine
+// (driver.Rule.ExactLog). A limit change that crosses LogLine moves the
+// rule's state between a log and cells: the policy store
+// (sdk/policyfile) makes it a transition, whose old rule stays enforced
+// and seeds the new one.
+func (r Rule) ExactLog() bool {
+	return driver.Rule{Algorithm: driver.Algorithm(r.Algorithm), Limit: r.Limit}.ExactLog()
+}
+
 // The largest numbers a rule or a cost may hold, the same for every
 // backend: beyond them some backend could no longer count exactly, so
 // NewPolicy (or the call, for a cost) refuses them. They are sdk/driver's (see there for the arithmetic):

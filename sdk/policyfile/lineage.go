@@ -204,7 +204,9 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 				}
 				rd.Note = "starts afresh: counts kept by other dimensions prove nothing about the new ones"
 				warns = append(warns, fmt.Sprintf("policy %q rule %q is re-keyed (%s): its counts start afresh, so people it capped are uncapped for up to %v; confirm with -rekey (Plan.ConfirmRekey)", name, r.Name, why, reach(o)))
-			case oldIDs[j] != newIDs[i]:
+			case oldIDs[j] != newIDs[i] || o.ExactLog() != r.ExactLog():
+				// A limit crossing sdk.LogLine keeps the identity but
+				// moves the state between a log and cells: a transition.
 				r.Epoch = version
 				changes := append([]sdk.Change{{From: o, Version: version}}, live(prl.Changes)...)
 				lin.set(name, r.Name, ruleLineage{Epoch: r.Epoch, Changes: changes})

@@ -3,6 +3,7 @@ package policyfile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -390,5 +391,57 @@ func TestLiveStopsWithContext(t *testing.T) {
 	}
 	if live.Current().Version != 1 {
 		t.Errorf("Current() after Close = %d, want 1 kept", live.Current().Version)
+	}
+}
+
+// TestStoreLimitAcrossLogLine: a sliding window's limit raised across
+// sdk.LogLine (its state moves from an exact log to cells) is applied as
+// a transition: a person at the old limit stays capped by the old rule
+// for its window, where a bare limit change would have started afresh
+// and admitted up to the new limit at once.
+func TestStoreLimitAcrossLogLine(t *testing.T) {
+	ctx := context.Background()
+	b, clock := memoryStore(t)
+	lim := b.(*sdk.Limiter)
+	s := policyfile.NewStore(b, policyfile.WithClock(clock))
+	const file = `policies:
+  - name: push
+    rules:
+      - {name: minute, algorithm: sliding_window, limit: %d, window: 1m, by: [user]}
+`
+	policy := func(v policyfile.Version) *sdk.Policy {
+		ps, err := v.Policies()
+		if err != nil || len(ps) != 1 {
+			t.Fatalf("Policies() = %v, %v", ps, err)
+		}
+		return ps[0]
+	}
+	p1 := policy(mustApply(t, s, fmt.Sprintf(file, 5), false))
+	who := sdk.Subject{"user": "u1"}
+	for i := range 5 {
+		if d, err := lim.Allow(ctx, p1, who); err != nil || !d.Allowed {
+			t.Fatalf("Allow %d under limit 5 = %+v, %v", i+1, d, err)
+		}
+	}
+	plan, err := s.Plan(ctx, []byte(fmt.Sprintf(file, 500)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.String(), "old rule stays enforced") {
+		t.Errorf("Plan(limit 5 → 500) does not make it a transition:\n%s", plan)
+	}
+	v2, err := s.Apply(ctx, plan, "alice", "raise")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := policy(v2)
+	clock.Advance(time.Second)
+	d, err := lim.Allow(ctx, p2, who)
+	if err != nil || d.Allowed {
+		t.Fatalf("Allow after raising the limit across LogLine = %+v, %v; want denied by the old rule (5 of 5 within its minute)", d, err)
+	}
+	clock.Advance(time.Minute)
+	if d, err := lim.Allow(ctx, p2, who); err != nil || !d.Allowed {
+		t.Fatalf("Allow a minute later = %+v, %v; want allowed under the new limit", d, err)
 	}
 }
