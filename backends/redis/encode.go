@@ -274,10 +274,7 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 	if err != nil {
 		return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
-	key, prev, err := b.ruleKey(req, r, sp, lg, rep)
-	if err != nil {
-		return ruleChoice{}, err
-	}
+	key, prev := b.ruleKey(req, r, sp, lg)
 	e := a.e
 	e.argv = append(e.argv, sp.args[:]...)
 	if prev != "" {
@@ -300,25 +297,25 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 
 // ruleKey returns the key r's state lives under with spec sp, and for a
 // sliding-log rule the previous layout's log key read through (prev).
-func (b *Backend) ruleKey(req *driver.Request, r *driver.Rule, sp *ruleSpec, lg *logGroup, rep *capability.Report) (key, prev string, err error) {
+func (b *Backend) ruleKey(req *driver.Request, r *driver.Rule, sp *ruleSpec, lg *logGroup) (key, prev string) {
 	switch {
 	case sp.suffix != "": // a module strategy: the rule's own key
-		return r.Key + sp.suffix, "", nil
+		return r.Key + sp.suffix, ""
 	case sp.code == codeLog:
 		if b.opts.Upgrade {
 			prev = logKey(r) // the set's sorted-set log, read once when the packed one is absent
 		}
-		return group(r), prev, nil
+		return group(r), prev
 	case sp.code == codeZLog && !b.opts.Upgrade:
-		return logKey(r), "", nil
+		return logKey(r), ""
 	case sp.code == codeZLog && lg.prev != "" && lg.group == group(r):
-		return logKey(r), lg.prev, nil // the same set of dimensions as the previous log rule
+		return logKey(r), lg.prev // the same set of dimensions as the previous log rule
 	case sp.code == codeZLog:
 		prev = prevLogKey(req.Rules, r)
 		lg.prev, lg.group = prev, group(r)
-		return logKey(r), prev, nil
+		return logKey(r), prev
 	}
-	return group(r), "", nil
+	return group(r), ""
 }
 
 // plainOnly reports whether r must run on a plain Lua strategy in req,

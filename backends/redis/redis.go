@@ -8,7 +8,7 @@
 // them only if every enforced one admits (a shadow rule consumes only
 // when it admits too, driver.Rule.Shadow): take.lua (package internal/lua), or, for a
 // take or peek whose rules are all fixed windows (not calendar ones),
-// sliding-window counters or GCRA on plain Lua, or sliding logs (at most
+// sliding-window counters or GCRA on plain Lua, or packed sliding logs (limit at most driver.LogLine; at most
 // internal/lua's FastMax rules, none shadow or seeded, no idempotency
 // key, no Options.Upgrade; overrides are read there too),
 // the fast script built
@@ -165,9 +165,10 @@ type Options struct {
 }
 
 // DefaultCoalesce is Options.Coalesce when it is 0: at most 2 coalesced
-// scripts in flight. Measured on Redis 7.0.15 (docs/BENCHMARKS.md), it
-// decides more per second than one EVALSHA per call at every rule count
-// under concurrency, with a lower p99, and a lone caller goes out at once.
+// scripts in flight. Measured with 64 concurrent callers on Redis 7.0.15,
+// 7.4.1, TairHash and redis-cell servers (docs/BENCHMARKS.md), it decided
+// more per second than one EVALSHA per call on every policy shape; a lone
+// caller goes out at once, in the same EVALSHA as uncoalesced.
 const DefaultCoalesce = 2
 
 // Backend decides with Lua scripts (and module commands, where detected)
