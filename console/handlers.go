@@ -459,7 +459,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 				row.Key, row.GroupKey = k.own, k.set
 			}
 			if derr == nil {
-				if st, ok := desc.Strategies[r.Algorithm]; ok {
+				if st, ok := desc.Strategies[evaluatedAs(r)]; ok {
 					row.Strategy = st.Name
 				}
 			}

@@ -65,10 +65,10 @@ func TestPlurals(t *testing.T) {
 		t.Fatalf("reset = %d %s", res.StatusCode, body)
 	}
 	pages := map[string][]string{
-		"/subject?policy=one&user=u1": {"The trail keeps the newest 2 denials, for 1h after the last one.", "(1 entry)", "1 cell of 1m"},
+		"/subject?policy=one&user=u1": {"The trail keeps the newest 2 denials, for 1h after the last one.", "(1 entry)", "exact log (limit at most 100)"},
 		"/audit":                      {"1 matching entry."},
 		"/":                           {"one (1 rule, last seen"},
-		"/policies":                   {"1 cell of 1m"},
+		"/policies":                   {"exact log (limit at most 100)", "<td>log-runs</td>"},
 	}
 	for path, wants := range pages {
 		body := readBody(t, f.do(t, req{path: path}))

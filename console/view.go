@@ -74,7 +74,7 @@ func cells(r sdk.Rule) (time.Duration, int64) {
 // until its whole cell has left the window (docs/DESIGN.md,
 // "SlidingWindow"). The pages explain it at length once (cellsNote).
 func cellNote(r sdk.Rule, d time.Duration) string {
-	if r.Algorithm != sdk.AlgorithmSlidingWindow || d <= r.Window {
+	if r.Algorithm != sdk.AlgorithmSlidingWindow || r.ExactLog() || d <= r.Window {
 		return ""
 	}
 	size, _ := cells(r)
@@ -83,6 +83,15 @@ func cellNote(r sdk.Rule, d time.Duration) string {
 
 // cellsNote is the long explanation of the cellNotes a page shows.
 const cellsNote = "Why a wait can be longer than its window: a sliding window counts in cells, and a unit counts until its whole cell has left the window, up to one cell longer than the window (two when the cells do not divide it). In exchange no span of the window's length ever holds more than the limit."
+
+// evaluatedAs is the algorithm whose strategy runs r: a sliding window of
+// limit at most sdk.LogLine runs as an exact sliding log.
+func evaluatedAs(r sdk.Rule) sdk.Algorithm {
+	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.ExactLog() {
+		return sdk.AlgorithmSlidingLog
+	}
+	return r.Algorithm
+}
 
 // ruleNamed returns p's rule called name.
 func ruleNamed(p *sdk.Policy, name string) (sdk.Rule, bool) {
@@ -98,6 +107,9 @@ func ruleNamed(p *sdk.Policy, name string) (sdk.Rule, bool) {
 func algorithmDetail(r sdk.Rule) string {
 	switch r.Algorithm {
 	case sdk.AlgorithmSlidingWindow:
+		if r.ExactLog() {
+			return fmt.Sprintf("exact log (limit at most %d): each unit counts for exactly the window", sdk.LogLine)
+		}
 		size, n := cells(r)
 		return views.Count(n, "cell", "cells") + " of " + fmtWindow(size)
 	case sdk.AlgorithmGCRA:

@@ -3181,7 +3181,7 @@ func SubjectLiveBody(l SubjectLive) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 298, "</section><details id=\"storage-keys\" data-keep=\"storage-keys\"><summary class=\"muted\">Storage keys</summary><p class=\"muted\">On Redis the rules of one set of dimensions share that set's key: fixed windows, sliding-window cells and GCRA as entries of one value, sliding logs in a sorted set at that key plus <code>%l</code> and a tag. A rule on TairHash, native hash-field expiry or redis-cell keeps its own key plus a suffix (<code>%t</code>, <code>%h</code>, <code>%x</code>).</p><ul class=\"mono\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 298, "</section><details id=\"storage-keys\" data-keep=\"storage-keys\"><summary class=\"muted\">Storage keys</summary><p class=\"muted\">On Redis the rules of one set of dimensions share that set's key: fixed windows, sliding windows, sliding logs up to a limit of 100 and GCRA as entries of one value; larger sliding logs in a sorted set at that key plus <code>%l</code>. Only with module strategies turned on does a rule on TairHash, native hash-field expiry or redis-cell keep its own key plus a suffix (<code>%t</code>, <code>%h</code>, <code>%x</code>).</p><ul class=\"mono\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -4213,7 +4213,7 @@ func PoliciesPage(v PoliciesView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 398, "</code>. On Redis the rules of one set of dimensions share its key; sliding logs use it plus <code>%l</code> and a tag, module strategies the rule's own key plus a suffix (docs/DESIGN.md).</p></section>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 398, "</code>. On Redis the rules of one set of dimensions share its key; sliding logs above a limit of 100 use it plus <code>%l</code>, module strategies (when turned on) the rule's own key plus a suffix (docs/DESIGN.md).</p></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
