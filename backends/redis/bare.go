@@ -35,7 +35,11 @@ import (
 //     is not atomic, and its Result says NonAtomic.
 //
 // The denial trail and idempotency records are written with plain
-// commands after the decision (not in the same atomic step). Reservations
+// commands after the decision (not in the same atomic step), in
+// take.lua's formats: a record is the one wire.go describes, and bare
+// mode replays take.lua's records as take.lua replays its own, legacy
+// text records included (parseTake decodes both modes' replies and
+// replays). Reservations
 // need scripting and are refused (errors.ErrUnsupported), as are rules of
 // other algorithms.
 
@@ -77,12 +81,12 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 		return driver.Result{}, err
 	}
 	// 1. The snapshot (and a stored decision, for a retry).
-	kvs, now, rec, err := b.bareSnapshot(ctx, bq)
+	kvs, now, stored, err := b.bareSnapshot(ctx, bq)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	if rec != nil {
-		return replayRecord(*rec, req.Rules)
+	if stored != nil {
+		return replayRecord(*stored, req.Rules)
 	}
 	// 2. Evaluate.
 	allowed, err := bq.evalAll(kvs, now)
@@ -95,27 +99,33 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 			return driver.Result{}, err
 		}
 	}
-	out := make([]int64, 2, 2+4*len(bq.rules))
-	out[1] = now
-	if allowed {
-		out[0] = 1
-	}
-	for k := range bq.rules {
-		out = append(out, bq.rules[k].res...)
-	}
 	// The trail and the idempotency record, after the decision.
-	trail, err := b.bareAfter(ctx, bq, out, now, allowed)
+	rec := bareRecord(bq.rules, now, allowed)
+	trail, err := b.bareAfter(ctx, bq, rec, allowed)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	v := make([]any, 0, len(out)+len(trail))
-	for _, x := range out {
-		v = append(v, x)
-	}
+	v := make([]any, 0, 3+len(trail))
+	v = append(v, rec.first, rec.now, rec.rules)
 	for _, e := range trail {
 		v = append(v, e)
 	}
 	return bareResult(v, req.Rules)
+}
+
+// bareRecord returns the decision of rules (evaluated and consumed) at
+// now as take.lua's reply holds it, and its idempotency record stores it.
+func bareRecord(rules []bareRule, now int64, allowed bool) record {
+	rec := record{now: now}
+	if allowed {
+		rec.first = 1
+	}
+	bin := make([]byte, 0, len(rules)*perRuleBytes)
+	for k := range rules {
+		bin = appendRule(bin, [perRuleReply]int64(rules[k].res))
+	}
+	rec.rules = string(bin)
+	return rec
 }
 
 // bareReq is a request checked for bare mode: its op, cost and rules, and
@@ -186,9 +196,9 @@ func bareRuleOK(r *driver.Rule, ch capability.Choice, rep *capability.Report) er
 }
 
 // bareSnapshot reads, in one pipeline, the server's TIME (µs), the stored
-// decision of an idempotent retry (rec, nil when none) and every rule's
-// fields (EXHGETALL).
-func (b *Backend) bareSnapshot(ctx context.Context, bq *bareReq) (kvs []*goredis.Cmd, now int64, rec *string, err error) {
+// decision of an idempotent retry (its record, nil when none) and every
+// rule's fields (EXHGETALL).
+func (b *Backend) bareSnapshot(ctx context.Context, bq *bareReq) (kvs []*goredis.Cmd, now int64, stored *string, err error) {
 	pipe := b.c.Pipeline()
 	tm := pipe.Time(ctx)
 	var rc *goredis.StringCmd
@@ -317,14 +327,21 @@ func (b *Backend) refilled(ctx context.Context, br *bareRule, now, c int64) erro
 	return nil
 }
 
-// bareAfter writes the trail entries and the idempotency record of a
-// decided request (out: its reply) with plain commands, and returns the
-// trail of an inspection.
-func (b *Backend) bareAfter(ctx context.Context, bq *bareReq, out []int64, now int64, allowed bool) ([]string, error) {
+// bareAfter writes the trail entries and the idempotency record rec of a
+// decided request with plain commands, and returns the trail of an
+// inspection.
+func (b *Backend) bareAfter(ctx context.Context, bq *bareReq, rec record, allowed bool) ([]string, error) {
 	if !bq.trail && !bq.idem {
 		return nil, nil
 	}
-	req := bq.req
+	req, now := bq.req, rec.now
+	var stored string
+	if bq.idem {
+		var err error
+		if stored, err = rec.encode(); err != nil {
+			return nil, err
+		}
+	}
 	p := b.c.Pipeline()
 	var ent []any
 	if bq.trail && bq.o == opTake {
@@ -343,7 +360,7 @@ func (b *Backend) bareAfter(ctx context.Context, bq *bareReq, out []int64, now i
 		p.PExpire(ctx, req.TrailKey, time.Duration(ceilMillis(req.TrailTTL))*time.Millisecond)
 	}
 	if bq.idem {
-		p.Set(ctx, req.IdempotencyKey, formatRecord("", out), time.Duration(ceilMillis(req.IdempotencyTTL))*time.Millisecond)
+		p.Set(ctx, req.IdempotencyKey, stored, time.Duration(ceilMillis(req.IdempotencyTTL))*time.Millisecond)
 	}
 	var tr *goredis.StringSliceCmd
 	if bq.o == opInspect {
@@ -450,21 +467,20 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	return err
 }
 
-// replayRecord decodes an idempotency record (wire.go) into the replayed
-// Result.
+// replayRecord decodes an idempotency record (wire.go: take.lua's or bare
+// mode's, or the legacy text) into the replayed Result.
 func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
-	v, err := parseRecord(rec)
+	r, err := decodeRecord(rec)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	return bareResult(v, rules)
+	return bareResult(r.replay(), rules)
 }
 
-// bareResult decodes a reply in the integer shape bare mode makes
-// (parseInts), for rules: NonAtomic, every rule on the bare TairHash
-// strategy.
+// bareResult decodes a reply in take.lua's shape (parseTake), for rules:
+// NonAtomic, every rule on the bare TairHash strategy.
 func bareResult(v []any, rules []driver.Rule) (driver.Result, error) {
-	res, err := parseInts(v, rules)
+	res, err := parseTake(v, rules)
 	if err != nil {
 		return driver.Result{}, err
 	}

@@ -1,11 +1,14 @@
 package redis
 
 import (
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -52,5 +55,35 @@ func TestBareEval(t *testing.T) {
 	}
 	if err := br.eval(kv, leave, 2); err != nil || br.res[0] != 1 || br.res[1] != 1 {
 		t.Errorf("eval(cost 2) as cell i-10 leaves = %v, %v; want allowed with used 1", br.res, err)
+	}
+}
+
+// TestBareRecord: bare mode's decision is stored as take.lua's record
+// (TestIdempotencyRecordRoundTrip proves the encoder writes take.lua's
+// bytes) and replays, legacy text records too, as NonAtomic results on
+// the bare strategy. It needs no server.
+func TestBareRecord(t *testing.T) {
+	rules := []driver.Rule{
+		{Name: "a", Algorithm: driver.SlidingWindow, Limit: 5, Window: time.Hour, SubWindows: 10},
+		{Name: "b", Algorithm: driver.SlidingWindow, Limit: 9, Window: time.Minute, SubWindows: 6, Shadow: true},
+	}
+	brs := []bareRule{{r: &rules[0], res: []int64{1, 3, 1500, 0}}, {r: &rules[1], res: []int64{0, 9, 20, 7}}}
+	const now = 1700000000000001
+	want := driver.Result{Allowed: true, Replayed: true, NonAtomic: true, Now: time.UnixMicro(now), Rules: []driver.RuleResult{
+		{Allowed: true, Used: 3, Limit: 5, Remaining: 2, ResetAfter: 1500 * time.Microsecond, Strategy: capability.TairHashBare.String()},
+		{Used: 9, Limit: 9, ResetAfter: 20 * time.Microsecond, RetryAfter: 7 * time.Microsecond, Strategy: capability.TairHashBare.String()},
+	}}
+	stored, err := bareRecord(brs, now, true).encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []string{stored, "|1,1700000000000001,1,3,1500,0,0,9,20,7"} {
+		res, err := replayRecord(rec, rules)
+		if err != nil || !reflect.DeepEqual(res, want) {
+			t.Errorf("replayRecord(%q) = %+v, %v; want %+v", rec, res, err, want)
+		}
+	}
+	if _, err := replayRecord(stored, rules[:1]); err == nil || !strings.Contains(err.Error(), "want 22 bytes for 1 rules") {
+		t.Errorf("replayRecord(a record of 2 rules, 1 rule) = %v, want parseTake's error", err)
 	}
 }

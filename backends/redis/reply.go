@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -92,36 +93,19 @@ func ruleInts(b string) (ints [perRuleReply]int64) {
 	return ints
 }
 
+// appendRule appends one rule's numbers (flags, used, reset µs, retry
+// µs) as perRuleBytes, as take.lua packs them (ruleInts reads them).
+func appendRule(b []byte, ints [perRuleReply]int64) []byte {
+	b = append(b, byte(ints[0]))
+	for _, n := range ints[1:] {
+		b = appendLE(b, n, lua.ReplyInt)
+	}
+	return b
+}
+
 // le7 reads a signed 7-byte little-endian integer (struct's 'i7').
 func le7(b string) int64 {
 	return leUint(b[:7]) << 8 >> 8 // sign-extend from 56 bits
-}
-
-// parseInts decodes a reply in the integer shape bare mode builds:
-// {first, now µs, then 4 integers per rule, then as parseTake}.
-func parseInts(v any, rules []driver.Rule) (driver.Result, error) {
-	n := len(rules)
-	a, err := replyArray(v)
-	if err != nil {
-		return driver.Result{}, err
-	}
-	if len(a) < 2+n*perRuleReply {
-		return driver.Result{}, fmt.Errorf("reply: want at least %d elements for %d rules, got %d", 2+n*perRuleReply, n, len(a))
-	}
-	var bad error
-	res, err := parseArrayReply(a[0], a[1], a[2+n*perRuleReply:], rules, func(i int) (ints [perRuleReply]int64) {
-		for j := range ints {
-			var err error
-			if ints[j], err = replyInt(a[2+i*perRuleReply+j]); err != nil && bad == nil {
-				bad = fmt.Errorf("rule %d: %w", i, err)
-			}
-		}
-		return ints
-	})
-	if bad != nil {
-		return driver.Result{}, bad
-	}
-	return res, err
 }
 
 // parseArrayReply is parseReply of a reply's first element and clock.

@@ -8,12 +8,15 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// TestParseInts: the integer reply shape bare mode builds.
-func TestParseInts(t *testing.T) {
+// TestParseReply: take.lua's reply (as bare mode builds it too, and as
+// an idempotency record replays), {first, now, the rules' bytes, then
+// the override element, trail entries or a replay's reservation id},
+// through parseTake.
+func TestParseReply(t *testing.T) {
 	rules := []driver.Rule{{Name: "a", Algorithm: driver.SlidingWindow, Limit: 5}}
 	gcra := []driver.Rule{{Name: "g", Algorithm: driver.GCRA, Limit: 30, Burst: 4}}
-	rule := []any{int64(1), int64(2), int64(1500), int64(0)}
-	ok := append([]any{int64(1), int64(1700000000000001)}, rule...)
+	rule := binRule(1, 2, 1500, 0)
+	ok := []any{int64(1), int64(1700000000000001), rule}
 	tests := []struct {
 		name    string
 		v       any
@@ -27,13 +30,13 @@ func TestParseInts(t *testing.T) {
 				t.Errorf("parseTake = %+v, want allowed, now 1700000000000001µs, %+v", r, want)
 			}
 		}},
-		{name: "integer strings, cost too high", v: []any{"0", "5", "2", "7", "0", "0"}, check: func(t *testing.T, r driver.Result) {
+		{name: "integer strings, cost too high", v: []any{"0", "5", binRule(2, 7, 0, 0)}, check: func(t *testing.T, r driver.Result) {
 			want := driver.RuleResult{Used: 7, Limit: 5, CostTooHigh: true}
 			if r.Allowed || r.Rules[0] != want {
 				t.Errorf("parseTake = %+v, want denied %+v", r, want)
 			}
 		}},
-		{name: "gcra limit is burst+1", v: []any{int64(0), int64(5), int64(0), int64(5), int64(30), int64(6)}, rules: gcra, check: func(t *testing.T, r driver.Result) {
+		{name: "gcra limit is burst+1", v: []any{int64(0), int64(5), binRule(0, 5, 30, 6)}, rules: gcra, check: func(t *testing.T, r driver.Result) {
 			want := driver.RuleResult{Used: 5, Limit: 5, ResetAfter: 30 * time.Microsecond, RetryAfter: 6 * time.Microsecond}
 			if r.Rules[0] != want {
 				t.Errorf("parseTake = %+v, want %+v", r.Rules[0], want)
@@ -52,8 +55,8 @@ func TestParseInts(t *testing.T) {
 			}
 		}},
 		{name: "trail long entry", v: append(append([]any{}, ok...), "1|p|r|1|1|1|1|0|v|w"), wantErr: "want 8 or 9 fields"},
-		{name: "not an array", v: "OK", wantErr: "want an array"},
-		{name: "too short", v: ok[:5], wantErr: "want at least 6"},
+		{name: "not an array", v: int64(3), wantErr: "want an array"},
+		{name: "too short", v: ok[:2], wantErr: "want at least 3"},
 		{name: "replayed reserve", v: append(append([]any{int64(3)}, ok[1:]...), "h1"), check: func(t *testing.T, r driver.Result) {
 			if !r.Allowed || !r.Replayed || r.ReservationID != "h1" || r.Rules[0].Used != 2 {
 				t.Errorf("parseTake = %+v, want allowed, replayed, reservation h1, used 2", r)
@@ -77,10 +80,10 @@ func TestParseInts(t *testing.T) {
 		{name: "trail flags out of range", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|8"), wantErr: "flags 8"},
 		{name: "trail override without id", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|4"), wantErr: "without an override ID"},
 		{name: "replay without reservation id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the reservation id"},
-		{name: "bad flags", v: []any{int64(0), int64(1), int64(3), int64(0), int64(0), int64(0)}, wantErr: "flags must be"},
-		{name: "bad now", v: append([]any{int64(1), "x"}, rule...), wantErr: "want an integer"},
-		{name: "nil element", v: append([]any{int64(1), int64(1), nil}, rule[1:]...), wantErr: "rule 0"},
-		{name: "float element", v: append([]any{int64(1), 1.5}, rule...), wantErr: "want an integer, got float64"},
+		{name: "bad flags", v: []any{int64(0), int64(1), binRule(3, 0, 0, 0)}, wantErr: "flags must be"},
+		{name: "bad now", v: []any{int64(1), "x", rule}, wantErr: "want an integer"},
+		{name: "nil rules", v: []any{int64(1), int64(1), nil}, wantErr: "want a string"},
+		{name: "float element", v: []any{int64(1), 1.5, rule}, wantErr: "want an integer, got float64"},
 		{name: "trail not a string", v: append(append([]any{}, ok...), int64(3)), wantErr: "want a string"},
 		{name: "trail short entry", v: append(append([]any{}, ok...), "1|p|r"), wantErr: "want 8 or 9 fields"},
 		{name: "trail bad number", v: append(append([]any{}, ok...), "1|p|r|x|1|1|1|0"), wantErr: "field 3"},
@@ -91,7 +94,7 @@ func TestParseInts(t *testing.T) {
 			if rs == nil {
 				rs = rules
 			}
-			r, err := parseInts(tc.v, rs)
+			r, err := parseTake(tc.v, rs)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("parseTake(%v) error = %v, want one containing %q", tc.v, err, tc.wantErr)

@@ -14,10 +14,10 @@ import (
 
 // The wire format between the backend and its scripts: declared once in
 // internal/lua/wire.go (ARGV positions, op codes, the packed entry's
-// header, the reply's record per rule), whose constants the Lua sources
-// name as tokens written in when the scripts are built; the encoder
-// (encode.go), the reply parser (reply.go) and bare mode (bare.go) use
-// the same constants, through the names below.
+// header, the reply's record per rule, the idempotency record), whose
+// constants the Lua sources name as tokens written in when the scripts
+// are built; the encoder (encode.go), the reply parser (reply.go) and
+// bare mode (bare.go) use the same constants, through the names below.
 
 // EVALSHA's argument list: evalArgs placeholders (command, script, key
 // count), the keys, then ARGV: ARGV[1] the number of attempts, then per
@@ -379,43 +379,143 @@ func overrideCounter(key string) string {
 	return key + ":!override-id"
 }
 
-// Idempotency records (driver.Request.IdempotencyKey). take.lua writes 0x02,
-// struct '<Bi7I2' (allowed, now µs, the rules' bytes' length), the rules'
-// bytes as its reply has them, then the reservation id (empty for a take
-// or a denial). Bare mode, and the one-key-per-rule layout, write
-// "<reservation id>|<the reply's integers, comma-separated>"; take.lua
-// reads both. A replay returns the reply with 2 added to the first
-// element, then the id.
+// Idempotency records (driver.Request.IdempotencyKey): one format, declared
+// in internal/lua/wire.go (lua.RecordMark and the header after it), which
+// take.lua and bare mode (record.encode) both write and both read. A
+// record holds the reply as the decision returned it: recordMark, the
+// first element (1 allowed or 0, plus 4 when an override applied), now
+// µs, the rules' bytes' length, the rules' bytes (perRuleBytes each),
+// the override element when first >= 4 (its length, then its bytes),
+// then the reservation id (to the end; empty for a take or a denial). A
+// replay returns it in parseTake's shape: {first+2, now, the rules'
+// bytes, [override element], reservation id} (record.replay).
+//
+// Legacy, read only: the one-key-per-rule layout, and bare mode before it
+// wrote this format, stored "<reservation id>|<the reply's integers,
+// comma-separated>" (no override). Records live at most their
+// IdempotencyTTL, so these go with the upgrade; take.lua and
+// decodeLegacyRecord still read them, nothing writes them.
+const (
+	recordMark   = lua.RecordMark
+	recordHeader = lua.RecordHeader
+	recordLen    = lua.RecordLen
+)
 
-// formatRecord writes an idempotency record in bare mode's form.
-func formatRecord(id string, reply []int64) string {
-	parts := make([]string, len(reply))
-	for k, v := range reply {
-		parts[k] = strconv.FormatInt(v, 10)
-	}
-	return id + "|" + strings.Join(parts, ",")
+// record is an idempotency record's content.
+type record struct {
+	first    int64  // the reply's first element: 1 allowed or 0, plus 4 with an override
+	now      int64  // µs
+	rules    string // the rules' bytes, perRuleBytes each (appendRule)
+	override string // the override element (first >= 4)
+	hold     string // the reservation id; "" for a take or a denial
 }
 
-// parseRecord decodes an idempotency record in bare mode's form into a
-// reply as a replay returns it (parseInts' shape).
-func parseRecord(rec string) ([]any, error) {
-	hid, body, ok := strings.Cut(rec, "|")
-	if !ok {
-		return nil, fmt.Errorf("idempotency record: no separator")
+// encode writes r as take.lua does.
+func (r record) encode() (string, error) {
+	const maxLen = 1<<(8*recordLen) - 1
+	if err := r.check(); err != nil {
+		return "", err
 	}
-	var v []any
-	for _, f := range strings.Split(body, ",") {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("idempotency record: %q is not an integer", f)
+	if len(r.rules) > maxLen || len(r.override) > maxLen {
+		return "", fmt.Errorf("idempotency record: %d bytes of rules or %d of override element, want <= %d", len(r.rules), len(r.override), maxLen)
+	}
+	b := make([]byte, 0, recordHeader+len(r.rules)+recordLen+len(r.override)+len(r.hold))
+	b = append(b, recordMark, byte(r.first))
+	b = appendLE(b, r.now, lua.ReplyInt)
+	b = appendLE(b, int64(len(r.rules)), recordLen)
+	b = append(b, r.rules...)
+	if r.first >= 4 {
+		b = appendLE(b, int64(len(r.override)), recordLen)
+		b = append(b, r.override...)
+	}
+	return string(append(b, r.hold...)), nil
+}
+
+// check reports a first element a decision does not return (1 or 0,
+// plus 4 with an override) or an override element without its 4.
+func (r record) check() error {
+	if !decided(r.first) || (r.first >= 4) != (r.override != "") {
+		return fmt.Errorf("idempotency record: first element %d with %d bytes of override element", r.first, len(r.override))
+	}
+	return nil
+}
+
+// decided reports whether first is a decision's first element (not a
+// replay's): 1 allowed or 0, plus 4 with an override.
+func decided(first int64) bool {
+	return first >= 0 && first <= 5 && first&2 == 0
+}
+
+// decodeRecord reads an idempotency record, either format.
+func decodeRecord(s string) (record, error) {
+	if len(s) == 0 || s[0] != recordMark {
+		return decodeLegacyRecord(s)
+	}
+	if len(s) < recordHeader {
+		return record{}, fmt.Errorf("idempotency record: %d bytes, want at least %d", len(s), recordHeader)
+	}
+	r := record{first: int64(s[1]), now: le7(s[2:])}
+	if !decided(r.first) {
+		return record{}, fmt.Errorf("idempotency record: first element %d", r.first)
+	}
+	p := recordHeader
+	n := int(leUint(s[p-recordLen : p]))
+	if p+n > len(s) {
+		return record{}, fmt.Errorf("idempotency record: %d bytes of rules past its end", n)
+	}
+	r.rules, p = s[p:p+n], p+n
+	if r.first >= 4 {
+		if p+recordLen > len(s) {
+			return record{}, fmt.Errorf("idempotency record: no override element's length")
 		}
-		v = append(v, n)
+		n, p = int(leUint(s[p:p+recordLen])), p+recordLen
+		if p+n > len(s) {
+			return record{}, fmt.Errorf("idempotency record: %d bytes of override element past its end", n)
+		}
+		r.override, p = s[p:p+n], p+n
 	}
-	if len(v) == 0 {
-		return nil, fmt.Errorf("idempotency record: empty")
+	r.hold = s[p:]
+	return r, nil
+}
+
+// decodeLegacyRecord reads a record in the legacy text format (read only:
+// see above): "<reservation id>|<first>,<now>,<4 integers per rule>".
+func decodeLegacyRecord(s string) (record, error) {
+	hid, body, ok := strings.Cut(s, "|")
+	if !ok {
+		return record{}, fmt.Errorf("idempotency record: neither format")
 	}
-	v[0] = v[0].(int64) + 2
-	return append(v, hid), nil
+	f := strings.Split(body, ",")
+	if len(f) < 2 || (len(f)-2)%perRuleReply != 0 {
+		return record{}, fmt.Errorf("idempotency record: %d integers, want 2 then %d per rule", len(f), perRuleReply)
+	}
+	ints := make([]int64, len(f))
+	for k, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return record{}, fmt.Errorf("idempotency record: %q is not an integer", x)
+		}
+		ints[k] = n
+	}
+	b := make([]byte, 0, (len(f)-2)/perRuleReply*perRuleBytes)
+	for k := 2; k < len(ints); k += perRuleReply {
+		b = appendRule(b, [perRuleReply]int64(ints[k:k+perRuleReply]))
+	}
+	r := record{first: ints[0], now: ints[1], rules: string(b), hold: hid}
+	if err := r.check(); err != nil {
+		return record{}, err
+	}
+	return r, nil
+}
+
+// replay returns r as take.lua replays it, parseTake's shape: {first+2,
+// now, the rules' bytes, [override element], reservation id}.
+func (r record) replay() []any {
+	v := []any{r.first + 2, r.now, r.rules}
+	if r.first >= 4 {
+		v = append(v, r.override)
+	}
+	return append(v, r.hold)
 }
 
 // Reservations (driver.Request.ReservationKey, a hash): field = id, value
@@ -502,4 +602,13 @@ func leUint(b string) int64 {
 		n = n<<8 | int64(b[i])
 	}
 	return n
+}
+
+// appendLE appends v's low size bytes, little-endian (struct's 'I<size>',
+// or 'i<size>' for a v that fits).
+func appendLE(b []byte, v int64, size int) []byte {
+	for i := range size {
+		b = append(b, byte(v>>(8*i)))
+	}
+	return b
 }

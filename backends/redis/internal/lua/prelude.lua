@@ -33,12 +33,12 @@
 -- exactly when it is an integer.
 local sf = string.format
 -- HA and RA (the ARGV per attempt header and per rule, take.lua), HDR
--- (the packed entry's header, struct format) and the other upper-case
--- wire tokens are written in by lua.go from internal/lua/wire.go.
+-- (the packed entry's header, struct format), REC and RECHDR (an
+-- idempotency record's first byte and header, take.lua) and the other
+-- upper-case wire tokens are written in by lua.go from
+-- internal/lua/wire.go.
 
 local FMT = '\1'
--- The first byte of an idempotency record (take.lua).
-local REC = '\2'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
 -- entry (at µs, policy, rule, used, limit, cost, retry µs, flags: 1 cost

@@ -4,9 +4,10 @@
 -- algorithm fragments, alg/*.lua, where a "--@<fragment>.<section>" line
 -- names them; backends/redis/wire.go writes what this reads.)
 --
--- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR) are the wire's
--- (internal/lua/wire.go, which declares each position and code once):
--- lua.go writes their values in when it builds the script.
+-- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR, REC, …) are
+-- the wire's (internal/lua/wire.go, which declares each position, code
+-- and format once): lua.go writes their values in when it builds the
+-- script.
 --
 -- What the sections see: r (the rule's number), b (its ARGV offset: code
 -- b+R_CODE, name b+R_NAME, limit b+R_LIMIT, p1 b+R_P1, p2 b+R_P2, tag
@@ -127,19 +128,22 @@ for a = 1, attempts do
   local reply, fail
   repeat
     -- Idempotency: a live record means this attempt was decided before.
-    -- A record is REC, then struct '<Bi7I2' (allowed, now, the rules'
-    -- bytes' length), the rules' bytes as the reply has them, then the hold
-    -- id; the one-key-per-rule layout wrote "<hold id>|<the reply's
-    -- integers, comma-separated>", still read.
+    -- A record (internal/lua/wire.go declares it; bare mode writes it
+    -- too) is REC, then struct RECHDR (the first element, now, the rules'
+    -- bytes' length), the rules' bytes as the reply has them, then with
+    -- an override (first element >= 4) its element (RECLEN length, then
+    -- bytes), then the hold id. The legacy text "<hold id>|<the reply's
+    -- integers, comma-separated>" (the one-key-per-rule layout's and bare
+    -- mode's before they wrote REC) is still read, never written.
     if ik > 0 then
       local rec = redis.call('GET', KEYS[kb + ik])
       if rec then
         if string.sub(rec, 1, 1) == REC then
-          local al, at, len, p = struct.unpack('<Bi7I2', rec, 2)
+          local al, at, len, p = struct.unpack(RECHDR, rec, 2)
           local bin = string.sub(rec, p, p + len - 1)
           p = p + len
           if al >= 4 then
-            local ol, q = struct.unpack('<I2', rec, p)
+            local ol, q = struct.unpack(RECLEN, rec, p)
             reply = {al + 2, at, bin, string.sub(rec, q, q + ol - 1), string.sub(rec, q + ol)}
           else
             reply = {al + 2, at, bin, string.sub(rec, p)}
@@ -627,14 +631,14 @@ for a = 1, attempts do
     end
 
     -- Store the decision for retries of the same attempt, in the same
-    -- step: with an override (first element >= 4), its element after the
-    -- rules' bytes, as '<I2' length then bytes.
+    -- step (the record read above): with an override (first element >=
+    -- 4), its element after the rules' bytes, RECLEN length then bytes.
     if ik > 0 and consume then
       local hid = ''
       if op == OP_RESERVE and allowed then hid = ARGV[ab + A_HOLD_ID] end
       local ovr = ''
-      if ov then ovr = struct.pack('<I2', #ovs) .. ovs end
-      redis.call('SET', KEYS[kb + ik], REC .. struct.pack('<Bi7I2', out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
+      if ov then ovr = struct.pack(RECLEN, #ovs) .. ovs end
+      redis.call('SET', KEYS[kb + ik], REC .. struct.pack(RECHDR, out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
     end
 
     if op == OP_INSPECT and tk > 0 then

@@ -9,10 +9,11 @@ import (
 
 // The wire between the redis backend and its scripts, declared once: the
 // positions of take.lua's and the fast scripts' ARGV, the op codes, the
-// packed value's entry header and the reply's per-rule record. The Go
+// packed value's entry header, the reply's per-rule record and the
+// idempotency record. The Go
 // encoder and parsers (backends/redis) use these constants; the Lua
 // sources name them with upper-case tokens (A_COST, R_LIMIT, F_TRAIL_MAX,
-// OP_TAKE, HDR, …) that subst replaces with their values when the scripts
+// OP_TAKE, HDR, REC, …) that subst replaces with their values when the scripts
 // are built, so no offset or code is written twice. A token the
 // declaration lacks stops the build (init panics; TestWireTokens lists
 // them).
@@ -111,6 +112,24 @@ const (
 	ReplyRuleSize = 1 + 3*ReplyInt
 )
 
+// The idempotency record (the value at driver.Request.IdempotencyKey), one
+// format whoever writes it (take.lua; bare mode, backends/redis/wire.go):
+// RecordMark (one byte, REC in Lua), then the header, struct RECHDR: the
+// reply's first element (1 allowed or 0, plus 4 when an override
+// applied; one byte), now µs (ReplyInt bytes, signed) and the length of
+// the rules' bytes (RecordLen bytes); then the rules' bytes as the reply
+// has them (ReplyRuleSize per rule); then, when the first element is >=
+// 4, the override element, its length as RecordLen bytes (struct RECLEN)
+// then its bytes; then the reservation id to the end ("" for a take or a
+// denial). Little-endian. A value not starting with RecordMark is the
+// legacy text "<reservation id>|<the reply's integers, comma-separated>",
+// read only.
+const (
+	RecordMark   = 2
+	RecordLen    = 2
+	RecordHeader = 1 + 1 + ReplyInt + RecordLen
+)
+
 // tokens maps each Lua token to the text that replaces it.
 var tokens = func() map[string]string {
 	m := map[string]string{
@@ -124,6 +143,9 @@ var tokens = func() map[string]string {
 		"PINT":     quote(fmt.Sprintf("<I%d", PackedInt)),
 		"RULEREC":  quote(fmt.Sprintf("<Bi%[1]di%[1]di%[1]d", ReplyInt)),
 		"REPLYHDR": quote(fmt.Sprintf("<Bi%d", ReplyInt)),
+		"REC":      quote(string(rune(RecordMark))),
+		"RECHDR":   quote(fmt.Sprintf("<Bi%dI%d", ReplyInt, RecordLen)),
+		"RECLEN":   quote(fmt.Sprintf("<I%d", RecordLen)),
 	}
 	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
 		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
@@ -152,9 +174,9 @@ var tokens = func() map[string]string {
 }()
 
 // token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
-// case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR as whole
-// words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR)\b`)
+// case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR, REC,
+// RECHDR, RECLEN as whole words, outside comments.
+var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN)\b`)
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays

@@ -16,6 +16,8 @@ func TestWireTokens(t *testing.T) {
 		{"struct.unpack(HDR, v, p + HDRLEN)", "struct.unpack('<c4I3I6', v, p + 13)"},
 		{"local s = 'it''s' .. A_HOLD_ID", "local s = 'it''s' .. 13"},
 		{"y = RULEREC .. REPLYHDR .. PINT .. F_TRAIL_MAX .. R_OLD", "y = '<Bi7i7i7' .. '<Bi7' .. '<I7' .. 5 .. 8"},
+		{"if sub(v, 1, 1) == REC then x = unpack(RECHDR, v, 2) .. pack(RECLEN, n) .. A_RECORD end -- REC",
+			"if sub(v, 1, 1) == '\\002' then x = unpack('<Bi7I2', v, 2) .. pack('<I2', n) .. 7 end -- REC"},
 	} {
 		if got := subst(tc.in); got != tc.want {
 			t.Errorf("subst(%q) = %q, want %q", tc.in, got, tc.want)
