@@ -327,12 +327,12 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	}
 	res.Allowed = allowed
 	committed := consume && allowed
-	took := x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
+	x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
 	if consume {
 		x.deny(req, rules, res, cost, ov.block)
 	}
 	if committed && o == opReserve {
-		x.reserve(req, rules, ev.next, took, cost)
+		x.reserve(req, rules, ev.rules, cost)
 		res.ReservationID = req.ReservationID
 	}
 	x.remember(o, req, &res)
@@ -384,32 +384,35 @@ func (x *txn) limitOverrides(req driver.Request, res *driver.Result) ([]driver.R
 }
 
 // evaluation is every rule's state before and after a step of the cost,
-// and its verdict.
+// and its verdict: one element per rule, in one allocation.
 type evaluation struct {
-	shards    []*shard
-	ents      []*entry
-	cur, next []ruleState
-	verdicts  []verdict
-	seeded    []bool // the state is a seed (driver.Rule.Seed)
-	allowed   bool   // every enforced rule admits
+	rules   []ruleEval
+	allowed bool // every enforced rule admits
+}
+
+// ruleEval is one rule's part of an evaluation.
+type ruleEval struct {
+	shard     *shard
+	ent       *entry // nil: no state of the rule's kind (load)
+	cur, next ruleState
+	verdict   verdict
+	seeded    bool // cur is a seed (driver.Rule.Seed)
+	took      bool // the rule took the cost (commit)
 }
 
 // evaluate loads every rule's state (or its seed) and steps it by cost.
 func (x *txn) evaluate(rules []driver.Rule, cost int64) evaluation {
-	n := len(rules)
-	ev := evaluation{
-		shards: make([]*shard, n), ents: make([]*entry, n), cur: make([]ruleState, n), next: make([]ruleState, n),
-		verdicts: make([]verdict, n), seeded: make([]bool, n), allowed: true,
-	}
+	ev := evaluation{rules: make([]ruleEval, len(rules)), allowed: true}
 	for i, r := range rules {
-		ev.shards[i], ev.ents[i], ev.cur[i] = x.load(r)
-		if r.Seed > 0 && ev.ents[i] == nil {
-			ev.cur[i] = seed(ev.cur[r.Seed-1], rules[r.Seed-1], r, x.now)
-			ev.seeded[i] = true
+		re := &ev.rules[i]
+		re.shard, re.ent, re.cur = x.load(r)
+		if r.Seed > 0 && re.ent == nil {
+			re.cur = seed(ev.rules[r.Seed-1].cur, rules[r.Seed-1], r, x.now)
+			re.seeded = true
 		}
-		ev.next[i], ev.verdicts[i] = step(ev.cur[i], r, cost, x.now)
+		re.next, re.verdict = step(re.cur, r, cost, x.now)
 		if !r.Shadow {
-			ev.allowed = ev.allowed && ev.verdicts[i].Allowed
+			ev.allowed = ev.allowed && re.verdict.Allowed
 		}
 	}
 	return ev
@@ -417,36 +420,36 @@ func (x *txn) evaluate(rules []driver.Rule, cost int64) evaluation {
 
 // commit stores the rules' states — the stepped ones where the request
 // counts (counted) and the rule took the cost (a counted exempt: every
-// rule, past its limit), the seeds on any consuming take — and writes
-// each rule's result to out. It returns which rules took the cost.
-func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) []bool {
-	took := make([]bool, len(rules))
+// rule, past its limit), the seeds on any consuming take — records which
+// rules took the cost (ruleEval.took) and writes each rule's result to
+// out.
+func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) {
 	for i, r := range rules {
-		st := ev.cur[i]
+		re := &ev.rules[i]
+		st := re.cur
 		if counted {
 			switch {
-			case ev.verdicts[i].Allowed:
-				took[i] = true
+			case re.verdict.Allowed:
+				re.took = true
 			case exempt: // counted exempt
-				ev.next[i], _ = step(ev.cur[i], unbounded(r), cost, x.now)
-				took[i] = true
+				re.next, _ = step(re.cur, unbounded(r), cost, x.now)
+				re.took = true
 			}
 			// A shadow rule that would deny is not consumed.
-			if took[i] {
-				st = ev.next[i]
-				x.store(ev.shards[i], ev.ents[i], r, st)
+			if re.took {
+				st = re.next
+				x.store(re.shard, re.ent, r, st)
 			}
 		}
-		if consume && ev.seeded[i] && !took[i] {
+		if consume && re.seeded && !re.took {
 			// A seed is kept by any take, allowed or not: the carried
 			// units, never the cost.
-			x.store(ev.shards[i], ev.ents[i], r, st)
+			x.store(re.shard, re.ent, r, st)
 		}
 		used, reset := report(st, r, x.now)
-		out[i] = ruleResult(r.ReportedLimit(), used, reset, ev.verdicts[i])
+		out[i] = ruleResult(r.ReportedLimit(), used, reset, re.verdict)
 		out[i].Strategy = strategyName(r.Algorithm)
 	}
-	return took
 }
 
 // remember stores an idempotent request's Result under its key, and adds

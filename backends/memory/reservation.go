@@ -41,24 +41,24 @@ func (rf refund) worthless() time.Time {
 }
 
 // reserve records req.ReservationID with the refund plan of the states
-// just stored: the rules that took the cost (took), as evaluated (rules:
-// with the limits overrides gave them).
-func (x *txn) reserve(req driver.Request, rules []driver.Rule, next []ruleState, took []bool, cost int64) {
+// just stored: the rules that took the cost (ruleEval.took), as evaluated
+// (rules: with the limits overrides gave them).
+func (x *txn) reserve(req driver.Request, rules []driver.Rule, evs []ruleEval, cost int64) {
 	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, 0, len(rules))}
 	for i, r := range rules {
-		if !took[i] {
+		if !evs[i].took {
 			continue
 		}
 		rf := refund{rule: r, cost: cost}
 		switch r.Algorithm {
 		case driver.FixedWindow:
-			rf.end = next[i].fixed.end
+			rf.end = evs[i].next.fixed.end
 		case driver.SlidingWindow:
 			rf.cell = r.Span(time.Nanosecond).Index(x.now.UnixNano())
 		case driver.SlidingLog:
-			rf.at, rf.seq = x.now, next[i].log.seq
+			rf.at, rf.seq = x.now, evs[i].next.log.seq
 		case driver.GCRA:
-			rf.at = next[i].tat
+			rf.at = evs[i].next.tat
 		}
 		h.refunds = append(h.refunds, rf)
 	}
