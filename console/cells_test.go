@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"html"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // at most sdk.LogLine) are exact logs, so their retry and reset never
 // exceed the window: no cell note anywhere. (A sliding window above the
 // line counts in cells and gets the note where its wait exceeds the
-// window.)
+// window: TestSlidingWindowCellNoteAboveLogLine.)
 func TestSlidingWindowCellNote(t *testing.T) {
 	f := newFixture(t, nil)
 	cell := 5900 * time.Millisecond
@@ -35,5 +36,63 @@ func TestSlidingWindowCellNote(t *testing.T) {
 	f.allow(t, "api", sdk.Subject{"user": "u1", "campaign": "c"}, 4)
 	if body := readBody(t, f.do(t, req{path: "/subject?policy=api&user=u1&campaign=c"})); strings.Contains(body, "cell-note") {
 		t.Errorf("api's rules are explained as cells:\n%s", body)
+	}
+}
+
+// TestSlidingWindowCellNoteAboveLogLine: a sliding window above
+// sdk.LogLine counts in cells, so its reset or retry can be longer than
+// its window (a unit counts until its whole cell has left it); the
+// subject page explains that beside the value (the rules table, the
+// verdict, the trail) and once at length, and not once the wait is back
+// within the window.
+func TestSlidingWindowCellNoteAboveLogLine(t *testing.T) {
+	bulk, err := sdk.NewPolicy("bulk", []sdk.Rule{sdk.SlidingWindow("bulk-1m", 5*sdk.LogLine, time.Minute).By("user")}, sdk.WithTrail(10, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureCfg(t, nil, nil, nil, func(cfg *Config, _ sdk.Backend, _ *sdk.Limiter) {
+		cfg.Policies = append(cfg.Policies, bulk)
+	})
+	// The start of one of bulk-1m's 6 s cells: the whole limit taken
+	// there counts until the cell has left the window, 11 cells (1m 06s)
+	// later.
+	cell := 6 * time.Second
+	f.clock.Set(time.UnixMilli((t0.UnixMilli()/cell.Milliseconds() + 1) * cell.Milliseconds()).UTC())
+	ctx := context.Background()
+	subj := sdk.Subject{"user": "u-cells"}
+	if d, err := f.lim.Take(ctx, bulk, sdk.Attempt{Subject: subj, Cost: 5 * sdk.LogLine}); err != nil || !d.Allowed {
+		t.Fatalf("Take(cost %d) = %+v, %v, want allowed", 5*sdk.LogLine, d, err)
+	}
+	if d, err := f.lim.Allow(ctx, bulk, subj); err != nil || d.Allowed || d.RetryAfter != 11*cell {
+		t.Fatalf("Allow after the limit = %+v, %v, want denied for 11 cells (%v)", d, err, 11*cell)
+	}
+	page := "/subject?" + subjectQuery("bulk", subj)
+	const note = "longer than the 1m window: a unit counts until its whole 6s cell has left it"
+	body := html.UnescapeString(readBody(t, f.do(t, req{path: page})))
+	for _, want := range []string{
+		`<div class="bad retry">retry in 1m 06s</div><div class="muted cell-note retry-note">` + note + `</div>`,
+		`1m 06s <div class="muted cell-note reset-note">` + note + `</div>`,
+		`<p class="muted cell-note" id="verdict-cells">bulk-1m: ` + note + `</p>`,
+		`<p class="muted" id="cells-note">` + cellsNote + `</p>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("subject page lacks %q:\n%s", want, body)
+		}
+	}
+	if _, trail, _ := strings.Cut(body, `<table id="trail"`); !strings.Contains(trail, `1m 06s <div class="muted cell-note">`+note+`</div>`) {
+		t.Errorf("the trail's denial lacks the note:\n%s", trail)
+	}
+
+	// 10 s later the wait (56 s) is within the window: no note beside the
+	// counters or the verdict, nor at length; the trail keeps the wait
+	// the denial had.
+	f.clock.Advance(10 * time.Second)
+	body = html.UnescapeString(readBody(t, f.do(t, req{path: page})))
+	live, trail, _ := strings.Cut(body, `<table id="trail"`)
+	if !strings.Contains(live, "retry in 56s") || strings.Contains(live, "cell-note") || strings.Contains(live, "cells-note") {
+		t.Errorf("subject page 10s later: want a retry of 56s and no cell note:\n%s", live)
+	}
+	if !strings.Contains(trail, note) {
+		t.Errorf("the trail's denial lost its note:\n%s", trail)
 	}
 }

@@ -151,18 +151,32 @@ type ruleState struct {
 	tat     time.Time
 }
 
-func (x *txn) load(r driver.Rule) (*shard, *entry, ruleState) {
+// runs is the algorithm whose state and arithmetic r gets: SlidingLog for
+// a rule evaluated as an exact log (driver.Rule.ExactLog: a SlidingWindow
+// rule of limit at most driver.LogLine), else its own. It is read from
+// the rule as the request gives it: a limit override changes the limit,
+// not the algorithm (as on Redis, whose ARGV fixes it).
+func runs(r driver.Rule) driver.Algorithm {
+	if r.ExactLog() {
+		return driver.SlidingLog
+	}
+	return r.Algorithm
+}
+
+// load reads the state of r, which runs on a (runs).
+func (x *txn) load(a driver.Algorithm, r driver.Rule) (*shard, *entry, ruleState) {
 	s := x.shard(r.Key)
 	e := s.get(r.Key, x.now)
-	if e == nil || e.kind != kindOf(r.Algorithm) {
+	if e == nil || e.kind != kindOf(a) {
 		return s, nil, ruleState{}
 	}
 	return s, e, ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
 }
 
-func step(st ruleState, r driver.Rule, cost int64, now time.Time) (ruleState, verdict) {
+// step steps st, the state of r running on a (runs), by cost.
+func step(st ruleState, a driver.Algorithm, r driver.Rule, cost int64, now time.Time) (ruleState, verdict) {
 	var v verdict
-	switch r.Algorithm {
+	switch a {
 	case driver.FixedWindow:
 		st.fixed, v = fixedStep(st.fixed, r, cost, now)
 	case driver.SlidingWindow:
@@ -175,8 +189,9 @@ func step(st ruleState, r driver.Rule, cost int64, now time.Time) (ruleState, ve
 	return st, v
 }
 
-func report(st ruleState, r driver.Rule, now time.Time) (int64, time.Duration) {
-	switch r.Algorithm {
+// report is Used and ResetAfter of st, the state of r running on a.
+func report(st ruleState, a driver.Algorithm, r driver.Rule, now time.Time) (int64, time.Duration) {
+	switch a {
 	case driver.FixedWindow:
 		return fixedReport(st.fixed, r, now)
 	case driver.SlidingWindow:
@@ -189,9 +204,9 @@ func report(st ruleState, r driver.Rule, now time.Time) (int64, time.Duration) {
 	return 0, 0
 }
 
-// expiry is when st becomes worthless.
-func expiry(st ruleState, r driver.Rule) time.Time {
-	switch r.Algorithm {
+// expiry is when st, the state of r running on a, becomes worthless.
+func expiry(st ruleState, a driver.Algorithm, r driver.Rule) time.Time {
+	switch a {
 	case driver.FixedWindow:
 		return st.fixed.end
 	case driver.SlidingWindow:
@@ -250,7 +265,6 @@ func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.
 	if err := validate(o, req); err != nil {
 		return driver.Result{}, err
 	}
-	req.Rules = exactLogs(req.Rules)
 	keys := make([]string, 0, len(req.Rules)+2)
 	for _, r := range req.Rules {
 		keys = append(keys, r.Key)
@@ -312,7 +326,7 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	consume := o.consumes()
 	res := driver.Result{Now: now, Rules: make([]driver.RuleResult, len(req.Rules))}
 	rules, ov := x.limitOverrides(req, &res)
-	ev := x.evaluate(rules, cost)
+	ev := x.evaluate(req.Rules, rules, cost)
 	// A block denies, else an exempt admits (counted: consuming from
 	// every rule, past its limit if need be; uncounted: from none).
 	allowed, uncounted := ev.allowed, false
@@ -327,12 +341,12 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	}
 	res.Allowed = allowed
 	committed := consume && allowed
-	took := x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
+	x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
 	if consume {
 		x.deny(req, rules, res, cost, ov.block)
 	}
 	if committed && o == opReserve {
-		x.reserve(req, rules, ev.next, took, cost)
+		x.reserve(req, rules, ev.rules, cost)
 		res.ReservationID = req.ReservationID
 	}
 	x.remember(o, req, &res)
@@ -384,32 +398,40 @@ func (x *txn) limitOverrides(req driver.Request, res *driver.Result) ([]driver.R
 }
 
 // evaluation is every rule's state before and after a step of the cost,
-// and its verdict.
+// and its verdict: one element per rule, in one allocation.
 type evaluation struct {
-	shards    []*shard
-	ents      []*entry
-	cur, next []ruleState
-	verdicts  []verdict
-	seeded    []bool // the state is a seed (driver.Rule.Seed)
-	allowed   bool   // every enforced rule admits
+	rules   []ruleEval
+	allowed bool // every enforced rule admits
 }
 
-// evaluate loads every rule's state (or its seed) and steps it by cost.
-func (x *txn) evaluate(rules []driver.Rule, cost int64) evaluation {
-	n := len(rules)
-	ev := evaluation{
-		shards: make([]*shard, n), ents: make([]*entry, n), cur: make([]ruleState, n), next: make([]ruleState, n),
-		verdicts: make([]verdict, n), seeded: make([]bool, n), allowed: true,
-	}
+// ruleEval is one rule's part of an evaluation.
+type ruleEval struct {
+	alg       driver.Algorithm // what the rule runs on (runs)
+	shard     *shard
+	ent       *entry // nil: no state of the rule's kind (load)
+	cur, next ruleState
+	verdict   verdict
+	seeded    bool // cur is a seed (driver.Rule.Seed)
+	took      bool // the rule took the cost (commit)
+}
+
+// evaluate loads every rule's state (or its seed) and steps it by cost:
+// rules as evaluated (with the limits overrides gave them), each on the
+// algorithm its rule as given runs on (runs).
+func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
+	ev := evaluation{rules: make([]ruleEval, len(rules)), allowed: true}
 	for i, r := range rules {
-		ev.shards[i], ev.ents[i], ev.cur[i] = x.load(r)
-		if r.Seed > 0 && ev.ents[i] == nil {
-			ev.cur[i] = seed(ev.cur[r.Seed-1], rules[r.Seed-1], r, x.now)
-			ev.seeded[i] = true
+		re := &ev.rules[i]
+		re.alg = runs(given[i])
+		re.shard, re.ent, re.cur = x.load(re.alg, r)
+		if r.Seed > 0 && re.ent == nil {
+			from := &ev.rules[r.Seed-1]
+			re.cur = seed(from.cur, from.alg, rules[r.Seed-1], re.alg, r, x.now)
+			re.seeded = true
 		}
-		ev.next[i], ev.verdicts[i] = step(ev.cur[i], r, cost, x.now)
+		re.next, re.verdict = step(re.cur, re.alg, r, cost, x.now)
 		if !r.Shadow {
-			ev.allowed = ev.allowed && ev.verdicts[i].Allowed
+			ev.allowed = ev.allowed && re.verdict.Allowed
 		}
 	}
 	return ev
@@ -417,36 +439,36 @@ func (x *txn) evaluate(rules []driver.Rule, cost int64) evaluation {
 
 // commit stores the rules' states — the stepped ones where the request
 // counts (counted) and the rule took the cost (a counted exempt: every
-// rule, past its limit), the seeds on any consuming take — and writes
-// each rule's result to out. It returns which rules took the cost.
-func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) []bool {
-	took := make([]bool, len(rules))
+// rule, past its limit), the seeds on any consuming take — records which
+// rules took the cost (ruleEval.took) and writes each rule's result to
+// out.
+func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) {
 	for i, r := range rules {
-		st := ev.cur[i]
+		re := &ev.rules[i]
+		st := re.cur
 		if counted {
 			switch {
-			case ev.verdicts[i].Allowed:
-				took[i] = true
+			case re.verdict.Allowed:
+				re.took = true
 			case exempt: // counted exempt
-				ev.next[i], _ = step(ev.cur[i], unbounded(r), cost, x.now)
-				took[i] = true
+				re.next, _ = step(re.cur, re.alg, unbounded(r), cost, x.now)
+				re.took = true
 			}
 			// A shadow rule that would deny is not consumed.
-			if took[i] {
-				st = ev.next[i]
-				x.store(ev.shards[i], ev.ents[i], r, st)
+			if re.took {
+				st = re.next
+				x.store(re.shard, re.ent, re.alg, r, st)
 			}
 		}
-		if consume && ev.seeded[i] && !took[i] {
+		if consume && re.seeded && !re.took {
 			// A seed is kept by any take, allowed or not: the carried
 			// units, never the cost.
-			x.store(ev.shards[i], ev.ents[i], r, st)
+			x.store(re.shard, re.ent, re.alg, r, st)
 		}
-		used, reset := report(st, r, x.now)
-		out[i] = ruleResult(r.ReportedLimit(), used, reset, ev.verdicts[i])
-		out[i].Strategy = strategyName(r.Algorithm)
+		used, reset := report(st, re.alg, r, x.now)
+		out[i] = ruleResult(r.ReportedLimit(), used, reset, re.verdict)
+		out[i].Strategy = strategyName(re.alg)
 	}
-	return took
 }
 
 // remember stores an idempotent request's Result under its key, and adds
@@ -465,12 +487,12 @@ func (x *txn) remember(o op, req driver.Request, res *driver.Result) {
 	}
 }
 
-// seed returns the state rule r starts from when it has none of its own
-// (driver.Rule.Seed): what a take of the units its predecessor from
-// counts at now (from's state st) leaves on empty state, whatever r's
-// limit.
-func seed(st ruleState, from, r driver.Rule, now time.Time) ruleState {
-	u, _ := report(st, from, now)
+// seed returns the state rule r (running on a) starts from when it has
+// none of its own (driver.Rule.Seed): what a take of the units its
+// predecessor from (running on fa) counts at now (from's state st) leaves
+// on empty state, whatever r's limit.
+func seed(st ruleState, fa driver.Algorithm, from driver.Rule, a driver.Algorithm, r driver.Rule, now time.Time) ruleState {
+	u, _ := report(st, fa, from, now)
 	if u <= 0 {
 		return ruleState{}
 	}
@@ -480,13 +502,14 @@ func seed(st ruleState, from, r driver.Rule, now time.Time) ruleState {
 		t, _, _ := r.GCRAParams()
 		u = min(u, int64(driver.MaxTolerance/t)+1)
 	}
-	seeded, _ := step(ruleState{}, unbounded(r), u, now)
+	seeded, _ := step(ruleState{}, a, unbounded(r), u, now)
 	return seeded
 }
 
 // unbounded returns r with a limit no cost reaches, so that its step
 // always admits: the algorithms' own arithmetic for units that must be
-// counted whatever the limit (a seed, a counted exempt).
+// counted whatever the limit (a seed, a counted exempt). The caller keeps
+// r's algorithm (runs): the limit no longer says.
 func unbounded(r driver.Rule) driver.Rule {
 	if r.Algorithm == driver.GCRA {
 		r.Burst = math.MaxInt64 - 1
@@ -503,14 +526,14 @@ func cloneResult(r driver.Result) driver.Result {
 	return r
 }
 
-// store saves a rule's new state in s, where load found e (nil: none, or
-// another algorithm's state, which put replaces).
-func (x *txn) store(s *shard, e *entry, r driver.Rule, st ruleState) {
+// store saves the new state of r (running on a) in s, where load found e
+// (nil: none, or another algorithm's state, which put replaces).
+func (x *txn) store(s *shard, e *entry, a driver.Algorithm, r driver.Rule, st ruleState) {
 	if e == nil {
-		e = &entry{key: strings.Clone(r.Key), kind: kindOf(r.Algorithm)} // kept: not the caller's buffer
+		e = &entry{key: strings.Clone(r.Key), kind: kindOf(a)} // kept: not the caller's buffer
 	}
 	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
-	s.put(e, expiry(st, r), x.now)
+	s.put(e, expiry(st, a, r), x.now)
 }
 
 // deny writes the trail entries of a Take or Reserve: a Block's one
@@ -675,23 +698,6 @@ func (b *Backend) Len() int {
 		s.mu.Unlock()
 	}
 	return n
-}
-
-// exactLogs returns rules with every SlidingWindow rule that is evaluated
-// as an exact log (driver.Rule.ExactLog: its own limit at most
-// driver.LogLine) turned into a SlidingLog rule, whose state, step and
-// report it then gets (rules itself when there is none: not copied).
-func exactLogs(rules []driver.Rule) []driver.Rule {
-	out := rules
-	for i := range rules {
-		if rules[i].Algorithm == driver.SlidingWindow && rules[i].ExactLog() {
-			if &out[0] == &rules[0] {
-				out = slices.Clone(rules)
-			}
-			out[i].Algorithm = driver.SlidingLog
-		}
-	}
-	return out
 }
 
 // validate checks what the sdk promises, so a misuse is an error rather

@@ -453,6 +453,42 @@ func TestResultStrategy(t *testing.T) {
 	}
 }
 
+// TestOverrideKeepsAlgorithm: a limit override changes a sliding window's
+// limit, not what it runs on (runs: its own limit against driver.LogLine),
+// and a reservation on it is given back to that state.
+func TestOverrideKeepsAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		limit, overridden int64
+		strategy          string
+	}{
+		{"log overridden above the line", driver.LogLine / 2, 5 * driver.LogLine, "log-runs"},
+		{"cells overridden below the line", 5 * driver.LogLine, driver.LogLine / 2, "cells"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			b := New(&Options{Clock: fakeclock.New(t0)})
+			r := driver.Rule{Name: "s", Key: "{u}:p:s", Algorithm: driver.SlidingWindow, Limit: tc.limit, Window: time.Minute, SubWindows: 10}
+			req := driver.Request{Policy: "p", Rules: []driver.Rule{r}, Cost: 1, OverrideKey: "{u}:p:!o",
+				ReservationKey: "{u}:p:!r", ReservationID: "a", ReservationTTL: time.Minute}
+			if _, err := b.SetOverride(ctx, req.OverrideKey, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"s": tc.overridden}}); err != nil {
+				t.Fatalf("SetOverride = %v", err)
+			}
+			res, err := b.Reserve(ctx, req)
+			if err != nil || !res.Allowed || res.Rules[0].Limit != tc.overridden || res.Rules[0].Strategy != tc.strategy {
+				t.Fatalf("Reserve(limit %d overridden to %d) = %+v, %v, want allowed, limit %d, strategy %q",
+					tc.limit, tc.overridden, res, err, tc.overridden, tc.strategy)
+			}
+			if err := b.Cancel(ctx, req.ReservationKey, req.ReservationID); err != nil {
+				t.Fatalf("Cancel = %v", err)
+			}
+			if res, err := b.Peek(ctx, req); err != nil || res.Rules[0].Used != 0 || res.Rules[0].Strategy != tc.strategy {
+				t.Errorf("Peek after Cancel = %+v, %v, want used 0 (given back), strategy %q", res, err, tc.strategy)
+			}
+		})
+	}
+}
+
 // TestKeysNotRetained: the sdk cuts a request's keys out of one string
 // (driver.Rule.Group's doc), so an entry must keep a copy of its key, not
 // the caller's string.

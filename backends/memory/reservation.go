@@ -19,6 +19,7 @@ type reservation struct {
 // "Reservations"), unless that state has moved on.
 type refund struct {
 	rule driver.Rule
+	alg  driver.Algorithm // what rule runs on (runs)
 	cost int64
 	end  time.Time // FixedWindow: the window it was taken in
 	cell int64     // SlidingWindow: the cell it was added to
@@ -29,7 +30,7 @@ type refund struct {
 // worthless is when the refund can no longer change anything: the state
 // it would correct has expired by then.
 func (rf refund) worthless() time.Time {
-	switch rf.rule.Algorithm {
+	switch rf.alg {
 	case driver.FixedWindow:
 		return rf.end
 	case driver.SlidingWindow:
@@ -41,24 +42,24 @@ func (rf refund) worthless() time.Time {
 }
 
 // reserve records req.ReservationID with the refund plan of the states
-// just stored: the rules that took the cost (took), as evaluated (rules:
-// with the limits overrides gave them).
-func (x *txn) reserve(req driver.Request, rules []driver.Rule, next []ruleState, took []bool, cost int64) {
+// just stored: the rules that took the cost (ruleEval.took), as evaluated
+// (rules: with the limits overrides gave them).
+func (x *txn) reserve(req driver.Request, rules []driver.Rule, evs []ruleEval, cost int64) {
 	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, 0, len(rules))}
 	for i, r := range rules {
-		if !took[i] {
+		if !evs[i].took {
 			continue
 		}
-		rf := refund{rule: r, cost: cost}
-		switch r.Algorithm {
+		rf := refund{rule: r, alg: evs[i].alg, cost: cost}
+		switch rf.alg {
 		case driver.FixedWindow:
-			rf.end = next[i].fixed.end
+			rf.end = evs[i].next.fixed.end
 		case driver.SlidingWindow:
 			rf.cell = r.Span(time.Nanosecond).Index(x.now.UnixNano())
 		case driver.SlidingLog:
-			rf.at, rf.seq = x.now, next[i].log.seq
+			rf.at, rf.seq = x.now, evs[i].next.log.seq
 		case driver.GCRA:
-			rf.at = next[i].tat
+			rf.at = evs[i].next.tat
 		}
 		h.refunds = append(h.refunds, rf)
 	}
@@ -177,10 +178,10 @@ func (x *txn) refund(rf refund) {
 		return
 	}
 	e := s.get(rf.rule.Key, x.now)
-	if e == nil || e.kind != kindOf(rf.rule.Algorithm) {
+	if e == nil || e.kind != kindOf(rf.alg) {
 		return
 	}
-	switch rf.rule.Algorithm {
+	switch rf.alg {
 	case driver.FixedWindow:
 		if e.fixed.end.Equal(rf.end) {
 			e.fixed.count = max(0, e.fixed.count-rf.cost)
