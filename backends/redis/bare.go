@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -59,7 +60,7 @@ func isOverflow(err error) bool {
 // bareExpirySlack is how long a cell's field outlives the cell's count
 // (incr): longer than any delay between a snapshot's TIME and its
 // EXHGETALL.
-const bareExpirySlack = time.Second
+const bareExpirySlack = lua.FieldSlackMs * time.Millisecond
 
 // bareRule is one rule's state in bare mode.
 type bareRule struct {

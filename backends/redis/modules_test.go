@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -154,9 +155,10 @@ func TestModuleKeys(t *testing.T) {
 	}
 }
 
-// TestTairHashFieldExpiry: a TairHash cell's field expires at the last
-// millisecond it counts, (i+N+1)·s-1 (strict: N cells behind the current
-// one still count), set with EXHPEXPIREAT (never EXHINCRBY's own TTL
+// TestTairHashFieldExpiry: a TairHash cell's field expires
+// lua.FieldSlackMs after the last millisecond it counts, (i+N+1)·s-1
+// (strict: N cells behind the current one still count; the slack covers
+// TairHash's own clock running ahead of the decision's TIME), set with EXHPEXPIREAT (never EXHINCRBY's own TTL
 // options), and a refund (cancel) keeps it.
 func TestTairHashFieldExpiry(t *testing.T) {
 	ctx := context.Background()
@@ -171,7 +173,7 @@ func TestTairHashFieldExpiry(t *testing.T) {
 	i := res.Now.UnixMilli() / cell
 	f := strconv.FormatInt(i, 10)
 	key := r.Key + suffixTairHash
-	wantAt := (i+11)*cell - 1
+	wantAt := (i+11)*cell - 1 + lua.FieldSlackMs
 	check := func(what string, v string) {
 		t.Helper()
 		got, err := c.Do(ctx, "exhget", key, f).Text()

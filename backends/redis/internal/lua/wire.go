@@ -130,6 +130,16 @@ const (
 	RecordHeader = 1 + 1 + ReplyInt + RecordLen
 )
 
+// FieldSlackMs is how long, in ms, a TairHash field holding a sliding
+// window's cell outlives the last ms the cell counts (SLACKMS in Lua;
+// modsliding.lua, and bare mode, backends/redis/bare.go). Cells are
+// counted by index against the decision's TIME, but TairHash expires a
+// field by its own clock when it is read, later than that TIME by the
+// time between them (a loaded server: milliseconds): without the slack a
+// cell still counting could be read as gone, and admit units over the
+// limit. Expiry only reclaims memory.
+const FieldSlackMs = 1000
+
 // tokens maps each Lua token to the text that replaces it.
 var tokens = func() map[string]string {
 	m := map[string]string{
@@ -146,6 +156,7 @@ var tokens = func() map[string]string {
 		"REC":      quote(string(rune(RecordMark))),
 		"RECHDR":   quote(fmt.Sprintf("<Bi%dI%d", ReplyInt, RecordLen)),
 		"RECLEN":   quote(fmt.Sprintf("<I%d", RecordLen)),
+		"SLACKMS":  strconv.Itoa(FieldSlackMs),
 	}
 	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
 		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
@@ -175,8 +186,8 @@ var tokens = func() map[string]string {
 
 // token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
 // case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR, REC,
-// RECHDR, RECLEN as whole words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN)\b`)
+// RECHDR, RECLEN, SLACKMS as whole words, outside comments.
+var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS)\b`)
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays

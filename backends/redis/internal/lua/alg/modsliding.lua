@@ -47,9 +47,10 @@ local fld, leaves, cs = sf('%d', x[1]), x[2], sf('%d', c)
 if code == C_TAIRHASH then
   -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
   -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
-  -- field lives to the last ms the cell counts, (i+K+1)*s - 1.
+  -- field lives SLACKMS past the last ms the cell counts, (i+K+1)*s - 1
+  -- (TairHash expires it by its own clock, later than this TIME).
   redis.call('EXHINCRBY', key, fld, cs)
-  redis.call('EXHPEXPIREAT', key, fld, sf('%d', math.floor(leaves / 1000) - 1))
+  redis.call('EXHPEXPIREAT', key, fld, sf('%d', math.floor(leaves / 1000) - 1 + SLACKMS))
 else
   -- HINCRBY keeps a field's TTL; NX sets it on the cell's first unit.
   -- Absolute, one ms after the cell stops counting, (i+K+1)*s: never
@@ -78,7 +79,7 @@ if now < dies then
   elseif d > 0 then
     redis.call(ex .. 'HINCRBY', key, fld, sf('%d', -d))
     if ex == 'EX' then
-      redis.call('EXHPEXPIREAT', key, fld, sf('%d', math.floor(dies / 1000) - 1))
+      redis.call('EXHPEXPIREAT', key, fld, sf('%d', math.floor(dies / 1000) - 1 + SLACKMS))
     end
   end
 end
