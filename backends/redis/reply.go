@@ -88,7 +88,7 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 func ruleInts(b string) (ints [perRuleReply]int64) {
 	ints[0] = int64(b[0])
 	for j := 1; j < perRuleReply; j++ {
-		ints[j] = le7(b[1+(j-1)*7 : 1+j*7])
+		ints[j] = le7(b[1+(j-1)*lua.ReplyInt : 1+j*lua.ReplyInt])
 	}
 	return ints
 }
@@ -103,9 +103,11 @@ func appendRule(b []byte, ints [perRuleReply]int64) []byte {
 	return b
 }
 
-// le7 reads a signed 7-byte little-endian integer (struct's 'i7').
+// le7 reads a signed lua.ReplyInt-byte (7) little-endian integer
+// (struct's 'i7').
 func le7(b string) int64 {
-	return leUint(b[:7]) << 8 >> 8 // sign-extend from 56 bits
+	const ext = 64 - 8*lua.ReplyInt
+	return leUint(b[:lua.ReplyInt]) << ext >> ext // sign-extend from 56 bits
 }
 
 // parseArrayReply is parseReply of a reply's first element and clock.

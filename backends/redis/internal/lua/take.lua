@@ -155,7 +155,7 @@ for a = 1, attempts do
         for d in string.gmatch(string.sub(rec, sep + 1), '[^,]+') do ints[#ints + 1] = tonumber(d) end
         local k = (#ints - 2) / 4
         local bin = ''
-        if k > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', k), unpack(ints, 3)) end
+        if k > 0 then bin = struct.pack('<' .. string.rep(string.sub(RULEREC, 2), k), unpack(ints, 3)) end
         reply = {ints[1] + 2, ints[2], bin, string.sub(rec, 1, sep - 1)}
         break
       end
@@ -616,7 +616,7 @@ for a = 1, attempts do
     -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per
     -- rule: one string, not 4 integers a rule, for both sides to convert).
     local bin = ''
-    if n > 0 then bin = struct.pack('<' .. string.rep('Bi7i7i7', n), unpack(res, 3, 2 + 4 * n)) end
+    if n > 0 then bin = struct.pack('<' .. string.rep(string.sub(RULEREC, 2), n), unpack(res, 3, 2 + 4 * n)) end
     -- out is the reply: {allowed, now, bin, [override], trail entries…}.
     local out = {res[1], now, bin}
     local ovs = '' -- the override element, stored in the record too
