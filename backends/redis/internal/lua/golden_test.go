@@ -47,9 +47,9 @@ var goldenShapes = []struct {
 // TestFastGolden: the scripts Fast and FastOverrides build for
 // goldenShapes, after their helpers (prelude.lua's and holds.lua's own
 // text, which TestFastLazyHelpers covers), are testdata/fast/<shape>[-ov].lua,
-// byte for byte (go test -run FastGolden -update rewrites them: then read
-// the diff, and run the backend's Fast and Differential tests, which run
-// the scripts).
+// byte for byte, and free of wire tokens (go test -run FastGolden -update
+// rewrites them: then read the diff, and run the backend's Fast and
+// Differential tests, which run the scripts).
 func TestFastGolden(t *testing.T) {
 	for _, sh := range goldenShapes {
 		for _, v := range []struct {
@@ -60,6 +60,9 @@ func TestFastGolden(t *testing.T) {
 				src, err := v.build(sh.rules)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if m := token.FindString(strings.Join(codeLines(src), "\n")); m != "" {
+					t.Errorf("token %s left in the built script", m)
 				}
 				got := afterHelpers(t, src)
 				file := filepath.Join("testdata", "fast", sh.name+v.suffix+".lua")

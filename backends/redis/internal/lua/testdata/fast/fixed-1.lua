@@ -1,40 +1,36 @@
--- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules (fixed windows, sliding
--- window counters, GCRA) and sliding logs, running the same read, eval and
--- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
--- alg/log.lua as take.lua, but with
--- each rule's code, limit, parameters and tag written in as constants,
--- the rule loops unrolled and what eval hands to commit kept in locals:
--- the interpreter does the decision's arithmetic and little else. Its
--- decisions, errors and writes are take.lua's, byte for byte, lapsed
--- reservations included (holds.lua, as take.lua runs it); its ARGV and
--- reply are shorter encodings of take.lua's (below). The helpers of
--- prelude.lua and holds.lua that a decision rarely needs are built on
--- first use (L(), lua.Fast's lazy).
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
 --
--- The lines lua.Fast fills in: "--@consts" sets G, the number of
--- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
--- their payload lengths N<r> and expiries T<r>; O<g>:
--- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed), then trims and reads every log (LG<g>,
--- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
--- back and reads again; "--@decls" declares each rule's locals;
--- "--@each.eval" and "--@each.commit" are every rule's section in turn,
--- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
--- retry; ent, exp in commit; a log's commit writes its sorted set);
--- "--@writes" writes each dimension set's packed value (SETRANGE in place when
--- the entries keep their places, lengths and expiries, as take.lua);
--- "--@trail" and "--@reply" build the denial trail's entries and the
--- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry). A script that reads overrides (lua.FastOverrides) also fills
--- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
--- block, exempt and limits as blk, ex, lims, and lim, the limits applied
--- per rule, ovl the latest limit override applied), which the rules'
--- heads apply, and "--@decide", where a block denies and an exempt
--- admits; the others leave them empty.
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -144,66 +140,64 @@ for a = 1, attempts do
       end
     end
 
-
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local em_1, e_1
     local allowed = true
     if not fail then repeat
-    local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
-    local key = KEYS[kb + ki]
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-    local e
-    if code == 'f' then
-      local W = 60000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('60000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local e
+      if code == 'f' then
+        local W = 60000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('60000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_1, e_1 = em, e
-    if flags ~= 1 then allowed = false end
-    F1, U1, Z1, Y1 = flags, used, reset, retry
+      em_1, e_1 = em, e
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if fail then
       reply = fail
       break
     end
 
-
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-      local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
-      local key = KEYS[kb + ki]
-      local v, used, reset = V1, U1, Z1
-      local ent, exp
-      local em, e = em_1, e_1
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U1, Z1, E1, X1 = used, reset, ent, exp
+        local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
+        local key = KEYS[kb + ki]
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local em, e = em_1, e_1
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1

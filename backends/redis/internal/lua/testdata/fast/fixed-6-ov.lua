@@ -1,40 +1,36 @@
--- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules (fixed windows, sliding
--- window counters, GCRA) and sliding logs, running the same read, eval and
--- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
--- alg/log.lua as take.lua, but with
--- each rule's code, limit, parameters and tag written in as constants,
--- the rule loops unrolled and what eval hands to commit kept in locals:
--- the interpreter does the decision's arithmetic and little else. Its
--- decisions, errors and writes are take.lua's, byte for byte, lapsed
--- reservations included (holds.lua, as take.lua runs it); its ARGV and
--- reply are shorter encodings of take.lua's (below). The helpers of
--- prelude.lua and holds.lua that a decision rarely needs are built on
--- first use (L(), lua.Fast's lazy).
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
 --
--- The lines lua.Fast fills in: "--@consts" sets G, the number of
--- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
--- their payload lengths N<r> and expiries T<r>; O<g>:
--- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed), then trims and reads every log (LG<g>,
--- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
--- back and reads again; "--@decls" declares each rule's locals;
--- "--@each.eval" and "--@each.commit" are every rule's section in turn,
--- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
--- retry; ent, exp in commit; a log's commit writes its sorted set);
--- "--@writes" writes each dimension set's packed value (SETRANGE in place when
--- the entries keep their places, lengths and expiries, as take.lua);
--- "--@trail" and "--@reply" build the denial trail's entries and the
--- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry). A script that reads overrides (lua.FastOverrides) also fills
--- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
--- block, exempt and limits as blk, ex, lims, and lim, the limits applied
--- per rule, ovl the latest limit override applied), which the rules'
--- heads apply, and "--@decide", where a block denies and an exempt
--- admits; the others leave them empty.
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -263,280 +259,280 @@ for a = 1, attempts do
     local em_6, e_6
     local allowed = true
     if not fail then repeat
-    local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['a']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[1] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['a']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-    local e
-    if code == 'f' then
-      local W = 1000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('1000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local e
+      if code == 'f' then
+        local W = 1000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('1000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_1, e_1 = em, e
-    if flags ~= 1 then allowed = false end
-    F1, U1, Z1, Y1 = flags, used, reset, retry
+      em_1, e_1 = em, e
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['b']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[2] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['b']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[2] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V2, P2, N2, T2, P2 and P2 + 13
-    local e
-    if code == 'f' then
-      local W = 2000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('2000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V2, P2, N2, T2, P2 and P2 + 13
+      local e
+      if code == 'f' then
+        local W = 2000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('2000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_2, e_2 = em, e
-    if flags ~= 1 then allowed = false end
-    F2, U2, Z2, Y2 = flags, used, reset, retry
+      em_2, e_2 = em, e
+      if flags ~= 1 then allowed = false end
+      F2, U2, Z2, Y2 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['c']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[3] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['c']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[3] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P3, N3, T3, P3 and P3 + 13
-    local e
-    if code == 'f' then
-      local W = 3000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('3000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P3, N3, T3, P3 and P3 + 13
+      local e
+      if code == 'f' then
+        local W = 3000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('3000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_3, e_3 = em, e
-    if flags ~= 1 then allowed = false end
-    F3, U3, Z3, Y3 = flags, used, reset, retry
+      em_3, e_3 = em, e
+      if flags ~= 1 then allowed = false end
+      F3, U3, Z3, Y3 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['d']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[4] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['d']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[4] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V3, P4, N4, T4, P4 and P4 + 13
-    local e
-    if code == 'f' then
-      local W = 4000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('4000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V3, P4, N4, T4, P4 and P4 + 13
+      local e
+      if code == 'f' then
+        local W = 4000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('4000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_4, e_4 = em, e
-    if flags ~= 1 then allowed = false end
-    F4, U4, Z4, Y4 = flags, used, reset, retry
+      em_4, e_4 = em, e
+      if flags ~= 1 then allowed = false end
+      F4, U4, Z4, Y4 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['e']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[5] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['e']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[5] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V2, P5, N5, T5, P5 and P5 + 13
-    local e
-    if code == 'f' then
-      local W = 5000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('5000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V2, P5, N5, T5, P5 and P5 + 13
+      local e
+      if code == 'f' then
+        local W = 5000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('5000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_5, e_5 = em, e
-    if flags ~= 1 then allowed = false end
-    F5, U5, Z5, Y5 = flags, used, reset, retry
+      em_5, e_5 = em, e
+      if flags ~= 1 then allowed = false end
+      F5, U5, Z5, Y5 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['f']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[6] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['f']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[6] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V3, P6, N6, T6, P6 and P6 + 13
-    local e
-    if code == 'f' then
-      local W = 6000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('6000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V3, P6, N6, T6, P6 and P6 + 13
+      local e
+      if code == 'f' then
+        local W = 6000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('6000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
           break
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
       end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_6, e_6 = em, e
-    if flags ~= 1 then allowed = false end
-    F6, U6, Z6, Y6 = flags, used, reset, retry
+      em_6, e_6 = em, e
+      if flags ~= 1 then allowed = false end
+      F6, U6, Z6, Y6 = flags, used, reset, retry
     until true end
     if fail then
       reply = fail
@@ -554,76 +550,76 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-      local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
-      local v, used, reset = V1, U1, Z1
-      local ent, exp
-      local em, e = em_1, e_1
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U1, Z1, E1, X1 = used, reset, ent, exp
+        local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local em, e = em_1, e_1
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
-      local v, used, reset = V2, U2, Z2
-      local ent, exp
-      local em, e = em_2, e_2
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U2, Z2, E2, X2 = used, reset, ent, exp
+        local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
+        local v, used, reset = V2, U2, Z2
+        local ent, exp
+        local em, e = em_2, e_2
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U2, Z2, E2, X2 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
-      local v, used, reset = V1, U3, Z3
-      local ent, exp
-      local em, e = em_3, e_3
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U3, Z3, E3, X3 = used, reset, ent, exp
+        local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
+        local v, used, reset = V1, U3, Z3
+        local ent, exp
+        local em, e = em_3, e_3
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U3, Z3, E3, X3 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
-      local v, used, reset = V3, U4, Z4
-      local ent, exp
-      local em, e = em_4, e_4
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U4, Z4, E4, X4 = used, reset, ent, exp
+        local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
+        local v, used, reset = V3, U4, Z4
+        local ent, exp
+        local em, e = em_4, e_4
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U4, Z4, E4, X4 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[5] then L = OVS.lim[5] end
-      local v, used, reset = V2, U5, Z5
-      local ent, exp
-      local em, e = em_5, e_5
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U5, Z5, E5, X5 = used, reset, ent, exp
+        local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[5] then L = OVS.lim[5] end
+        local v, used, reset = V2, U5, Z5
+        local ent, exp
+        local em, e = em_5, e_5
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U5, Z5, E5, X5 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[6] then L = OVS.lim[6] end
-      local v, used, reset = V3, U6, Z6
-      local ent, exp
-      local em, e = em_6, e_6
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U6, Z6, E6, X6 = used, reset, ent, exp
+        local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[6] then L = OVS.lim[6] end
+        local v, used, reset = V3, U6, Z6
+        local ent, exp
+        local em, e = em_6, e_6
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U6, Z6, E6, X6 = used, reset, ent, exp
       end
       do
         local top = X1
@@ -680,24 +676,24 @@ for a = 1, attempts do
         if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
       else
-      if F6 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U6, (OVS and OVS.lim and OVS.lim[6]) or 6, c, Y6, F6 / 2) .. tv
-      end
-      if F5 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'e', U5, (OVS and OVS.lim and OVS.lim[5]) or 5, c, Y5, F5 / 2) .. tv
-      end
-      if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'd', U4, (OVS and OVS.lim and OVS.lim[4]) or 4, c, Y4, F4 / 2) .. tv
-      end
-      if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'c', U3, (OVS and OVS.lim and OVS.lim[3]) or 3, c, Y3, F3 / 2) .. tv
-      end
-      if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'b', U2, (OVS and OVS.lim and OVS.lim[2]) or 2, c, Y2, F2 / 2) .. tv
-      end
-      if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'a', U1, (OVS and OVS.lim and OVS.lim[1]) or 1, c, Y1, F1 / 2) .. tv
-      end
+        if F6 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U6, (OVS and OVS.lim and OVS.lim[6]) or 6, c, Y6, F6 / 2) .. tv
+        end
+        if F5 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'e', U5, (OVS and OVS.lim and OVS.lim[5]) or 5, c, Y5, F5 / 2) .. tv
+        end
+        if F4 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'd', U4, (OVS and OVS.lim and OVS.lim[4]) or 4, c, Y4, F4 / 2) .. tv
+        end
+        if F3 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'c', U3, (OVS and OVS.lim and OVS.lim[3]) or 3, c, Y3, F3 / 2) .. tv
+        end
+        if F2 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'b', U2, (OVS and OVS.lim and OVS.lim[2]) or 2, c, Y2, F2 / 2) .. tv
+        end
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'a', U1, (OVS and OVS.lim and OVS.lim[1]) or 1, c, Y1, F1 / 2) .. tv
+        end
       end
       L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end

@@ -1,40 +1,36 @@
--- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules (fixed windows, sliding
--- window counters, GCRA) and sliding logs, running the same read, eval and
--- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
--- alg/log.lua as take.lua, but with
--- each rule's code, limit, parameters and tag written in as constants,
--- the rule loops unrolled and what eval hands to commit kept in locals:
--- the interpreter does the decision's arithmetic and little else. Its
--- decisions, errors and writes are take.lua's, byte for byte, lapsed
--- reservations included (holds.lua, as take.lua runs it); its ARGV and
--- reply are shorter encodings of take.lua's (below). The helpers of
--- prelude.lua and holds.lua that a decision rarely needs are built on
--- first use (L(), lua.Fast's lazy).
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
 --
--- The lines lua.Fast fills in: "--@consts" sets G, the number of
--- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
--- their payload lengths N<r> and expiries T<r>; O<g>:
--- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed), then trims and reads every log (LG<g>,
--- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
--- back and reads again; "--@decls" declares each rule's locals;
--- "--@each.eval" and "--@each.commit" are every rule's section in turn,
--- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
--- retry; ent, exp in commit; a log's commit writes its sorted set);
--- "--@writes" writes each dimension set's packed value (SETRANGE in place when
--- the entries keep their places, lengths and expiries, as take.lua);
--- "--@trail" and "--@reply" build the denial trail's entries and the
--- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry). A script that reads overrides (lua.FastOverrides) also fills
--- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
--- block, exempt and limits as blk, ex, lims, and lim, the limits applied
--- per rule, ovl the latest limit override applied), which the rules'
--- heads apply, and "--@decide", where a block denies and an exempt
--- admits; the others leave them empty.
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -161,46 +157,46 @@ for a = 1, attempts do
     local new_1, ttl_1, T_1, tol_1
     local allowed = true
     if not fail then repeat
-    local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-    local key = KEYS[kb + ki]
-    local GT, GTOL = 6000000, 60000000
-    if OVS and OVS.lims then
-      local lo = OVS.lims['g']
-      if lo then
-        GT = 60000000 / lo[2]
-        GT = GT - GT % 1
-        if GT < 1 then GT = 1 end
-        GTOL = GT * L
-        if GTOL > 4503599627370496 then GTOL = 4503599627370496 end
-        OVS.lim = OVS.lim or {}
-        OVS.lim[1] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+      local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
+      local key = KEYS[kb + ki]
+      local GT, GTOL = 6000000, 60000000
+      if OVS and OVS.lims then
+        local lo = OVS.lims['g']
+        if lo then
+          GT = 60000000 / lo[2]
+          GT = GT - GT % 1
+          if GT < 1 then GT = 1 end
+          GTOL = GT * L
+          if GTOL > 4503599627370496 then GTOL = 4503599627370496 end
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
       end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-    local T, tol = GT, GTOL
-    local ttl = 0
-    if p then
-      ttl = struct.unpack('<I7', v, pq) - now
-      if ttl < 0 then ttl = 0 end
-    end
-    local new = ttl
-    if c > L then
-      flags = 2
-    else
-      new = ttl + c * T
-      if new > tol then flags, retry = 0, new - tol end
-    end
-    local left = tol - ttl
-    local q = left / T
-    q = q - q % 1
-    if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-    if q < 0 then q = 0 elseif q > L then q = L end
-    used, reset = L - q, ttl
-    new_1, ttl_1, T_1, tol_1 = new, ttl, T, tol
-    if flags ~= 1 then allowed = false end
-    F1, U1, Z1, Y1 = flags, used, reset, retry
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local T, tol = GT, GTOL
+      local ttl = 0
+      if p then
+        ttl = struct.unpack('<I7', v, pq) - now
+        if ttl < 0 then ttl = 0 end
+      end
+      local new = ttl
+      if c > L then
+        flags = 2
+      else
+        new = ttl + c * T
+        if new > tol then flags, retry = 0, new - tol end
+      end
+      local left = tol - ttl
+      local q = left / T
+      q = q - q % 1
+      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+      if q < 0 then q = 0 elseif q > L then q = L end
+      used, reset = L - q, ttl
+      new_1, ttl_1, T_1, tol_1 = new, ttl, T, tol
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if fail then
       reply = fail
@@ -218,24 +214,24 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-      local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
-      local v, used, reset = V1, U1, Z1
-      local ent, exp
-      local new, ttl, T, tol = new_1, ttl_1, T_1, tol_1
-      local tat = now + new
-      local left = tol - new
-      local q = left / T
-      q = q - q % 1
-      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-      if q < 0 then q = 0 elseif q > L then q = L end
-      exp = tat / 1000
-      if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-      used, reset = L - q, new
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
-      if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
-      U1, Z1, E1, X1 = used, reset, ent, exp
+        local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local new, ttl, T, tol = new_1, ttl_1, T_1, tol_1
+        local tat = now + new
+        local left = tol - new
+        local q = left / T
+        q = q - q % 1
+        if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+        if q < 0 then q = 0 elseif q > L then q = L end
+        exp = tat / 1000
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        used, reset = L - q, new
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
@@ -262,9 +258,9 @@ for a = 1, attempts do
         if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
       else
-      if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U1, (OVS and OVS.lim and OVS.lim[1]) or 10, c, Y1, F1 / 2) .. tv
-      end
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U1, (OVS and OVS.lim and OVS.lim[1]) or 10, c, Y1, F1 / 2) .. tv
+        end
       end
       L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end

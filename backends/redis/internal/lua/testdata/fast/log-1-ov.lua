@@ -1,40 +1,36 @@
--- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules (fixed windows, sliding
--- window counters, GCRA) and sliding logs, running the same read, eval and
--- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
--- alg/log.lua as take.lua, but with
--- each rule's code, limit, parameters and tag written in as constants,
--- the rule loops unrolled and what eval hands to commit kept in locals:
--- the interpreter does the decision's arithmetic and little else. Its
--- decisions, errors and writes are take.lua's, byte for byte, lapsed
--- reservations included (holds.lua, as take.lua runs it); its ARGV and
--- reply are shorter encodings of take.lua's (below). The helpers of
--- prelude.lua and holds.lua that a decision rarely needs are built on
--- first use (L(), lua.Fast's lazy).
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
 --
--- The lines lua.Fast fills in: "--@consts" sets G, the number of
--- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
--- their payload lengths N<r> and expiries T<r>; O<g>:
--- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed), then trims and reads every log (LG<g>,
--- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
--- back and reads again; "--@decls" declares each rule's locals;
--- "--@each.eval" and "--@each.commit" are every rule's section in turn,
--- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
--- retry; ent, exp in commit; a log's commit writes its sorted set);
--- "--@writes" writes each dimension set's packed value (SETRANGE in place when
--- the entries keep their places, lengths and expiries, as take.lua);
--- "--@trail" and "--@reply" build the denial trail's entries and the
--- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry). A script that reads overrides (lua.FastOverrides) also fills
--- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
--- block, exempt and limits as blk, ex, lims, and lim, the limits applied
--- per rule, ovl the latest limit override applied), which the rules'
--- heads apply, and "--@decide", where a block denies and an exempt
--- admits; the others leave them empty.
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -161,57 +157,57 @@ for a = 1, attempts do
     local j_1, nl_1
     local allowed = true
     if not fail then repeat
-    local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['log']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[1] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
-      end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-    -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
-    -- none).
-    local W = 10000000
-    local k, j, base, nl = 0, 1, 0, 0
-    if p then
-      k = (pl - 7) / 14
-      base = struct.unpack('<I7', v, pq)
-      local hi, from = k + 1, now - W
-      while j < hi do
-        local m = (j + hi - (j + hi) % 2) / 2
-        if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
-      end
-    end
-    if j <= k then
-      local before = base
-      if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
-      local top
-      nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
-      used = top - before
-      reset = nl + W - now
-      if c <= L and used + c > L then
-        -- Retry when the record where the count reaches the need leaves.
-        local need, lo, hi = before + used + c - L, j, k
-        while lo < hi do
-          local m = (lo + hi - (lo + hi) % 2) / 2
-          if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+      local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['log']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
         end
-        retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
       end
-    end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags = 0
-    end
-    j_1, nl_1 = j, nl
-    if flags ~= 1 then allowed = false end
-    F1, U1, Z1, Y1 = flags, used, reset, retry
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+      -- none).
+      local W = 10000000
+      local k, j, base, nl = 0, 1, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        base = struct.unpack('<I7', v, pq)
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+      end
+      if j <= k then
+        local before = base
+        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        local top
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_1, nl_1 = j, nl
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if fail then
       reply = fail
@@ -229,55 +225,55 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-      local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
-      local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
-      local ent, exp
-      -- Trimmed to the window, c units at now added.
-      local j, nl = j_1, nl_1
-      local W = 10000000
-      local k, base = 0, 0
-      if p then
-        k = (pl - 7) / 14
-        base = struct.unpack('<I7', v, pq)
-        if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
-      end
-      local top = base
-      if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
-      local body
-      if j > k then
-        body = struct.pack('<I7I7I7', base, now, base + c)
-      elseif nl == now then
-        body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
-      elseif nl < now then
-        body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
-      else
-        -- The server clock went back: c units at now, in order (added to a
-        -- record at now), the later records' counts up by c.
-        local out, prev, added = {struct.pack('<I7', base)}, base, false
-        for z = j, k do
-          local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
-          if not added and t > now then
-            out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
-          end
-          prev = u
-          if added then
-            u = u + c
-          elseif t == now then
-            u, added = u + c, true
-          end
-          out[#out + 1] = struct.pack('<I7I7', t, u)
+        local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
+        local ent, exp
+        -- Trimmed to the window, c units at now added.
+        local j, nl = j_1, nl_1
+        local W = 10000000
+        local k, base = 0, 0
+        if p then
+          k = (pl - 7) / 14
+          base = struct.unpack('<I7', v, pq)
+          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
         end
-        body = table.concat(out)
-      end
-      local hi = math.max(nl, now)
-      exp = (hi + W) / 1000 -- ms, rounded up
-      if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-      ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
-      used, reset = used + c, hi + W - now
-      if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
-      U1, Z1, E1, X1 = used, reset, ent, exp
+        local top = base
+        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+        local body
+        if j > k then
+          body = struct.pack('<I7I7I7', base, now, base + c)
+        elseif nl == now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+        elseif nl < now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+        else
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c.
+          local out, prev, added = {struct.pack('<I7', base)}, base, false
+          for z = j, k do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          body = table.concat(out)
+        end
+        local hi = math.max(nl, now)
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        used, reset = used + c, hi + W - now
+        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
@@ -304,9 +300,9 @@ for a = 1, attempts do
         if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
       else
-      if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'log', U1, (OVS and OVS.lim and OVS.lim[1]) or 5, c, Y1, F1 / 2) .. tv
-      end
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'log', U1, (OVS and OVS.lim and OVS.lim[1]) or 5, c, Y1, F1 / 2) .. tv
+        end
       end
       L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end

@@ -1,40 +1,36 @@
--- fast.lua: take.lua specialised to one policy's rules; lua.Fast fills
--- it in per set of rule specifications (prelude.lua and holds.lua come
--- first). It takes and peeks on packed rules (fixed windows, sliding
--- window counters, GCRA) and sliding logs, running the same read, eval and
--- commit sections of alg/fixed.lua, alg/sliding.lua, alg/gcra.lua and
--- alg/log.lua as take.lua, but with
--- each rule's code, limit, parameters and tag written in as constants,
--- the rule loops unrolled and what eval hands to commit kept in locals:
--- the interpreter does the decision's arithmetic and little else. Its
--- decisions, errors and writes are take.lua's, byte for byte, lapsed
--- reservations included (holds.lua, as take.lua runs it); its ARGV and
--- reply are shorter encodings of take.lua's (below). The helpers of
--- prelude.lua and holds.lua that a decision rarely needs are built on
--- first use (L(), lua.Fast's lazy).
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
 --
--- The lines lua.Fast fills in: "--@consts" sets G, the number of
--- dimension sets (keys) of an attempt; "--@reads" reads every dimension set's
--- value (V<g>, one GET each) and finds its rules' entries (P<r>, with
--- their payload lengths N<r> and expiries T<r>; O<g>:
--- anything else is stored there; lapsed: a hold marker there says a
--- reservation may have lapsed), then trims and reads every log (LG<g>,
--- take.lua's lg: alg/log.lua's read section); "--@lapse" gives lapsed reservations
--- back and reads again; "--@decls" declares each rule's locals;
--- "--@each.eval" and "--@each.commit" are every rule's section in turn,
--- each in its own block that sees take.lua's rule variables (r, code, L,
--- tag, ki, key, v, p, pl, pe, pq or a log rule's lg, flags, used, reset,
--- retry; ent, exp in commit; a log's commit writes its sorted set);
--- "--@writes" writes each dimension set's packed value (SETRANGE in place when
--- the entries keep their places, lengths and expiries, as take.lua);
--- "--@trail" and "--@reply" build the denial trail's entries and the
--- reply from the rules' results (F<r> flags, U<r> used, Z<r> reset, Y<r>
--- retry). A script that reads overrides (lua.FastOverrides) also fills
--- "--@overrides", reading the subject's overrides (OVS: nil, or take.lua's
--- block, exempt and limits as blk, ex, lims, and lim, the limits applied
--- per rule, ovl the latest limit override applied), which the rules'
--- heads apply, and "--@decide", where a block denies and an exempt
--- admits; the others leave them empty.
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -173,218 +169,218 @@ for a = 1, attempts do
     local j_4, nl_4
     local allowed = true
     if not fail then repeat
-    local r, code, L, tag, ki = 1, "f", 3, 't001', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['f']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[1] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
-      end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-    local e
-    if code == 'f' then
-      local W = 1000000
-      e = now - now % W + W
-    else
-      local prev
-      for bv in string.gmatch('1000000', '%d+') do
-        local bu = tonumber(bv) * 1000
-        if bu > now then
-          if prev then e = bu end
-          break
+      local r, code, L, tag, ki = 1, "f", 3, 't001', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['f']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
         end
-        prev = bu
       end
-      if not e then
-        fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
-        break
-      end
-    end
-    local em = e / 1000 -- ms, rounded up (inline: no call)
-    if em % 1 ~= 0 then em = em - em % 1 + 1 end
-    if p and pe == em then used = struct.unpack('<I7', v, pq) end
-    if used > 0 then reset = e - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags, retry = 0, e - now
-    end
-    em_1, e_1 = em, e
-    if flags ~= 1 then allowed = false end
-    F1, U1, Z1, Y1 = flags, used, reset, retry
-    until true end
-    if not fail then repeat
-    local r, code, L, tag, ki = 2, "s", 50, 't002', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['s']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[2] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
-      end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P2, N2, T2, P2 and P2 + 13
-    -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
-    -- (jb = top - k); the counted ones are j >= lo.
-    local K, s = 60000000, 6000000
-    local i = (now - now % s) / s -- math.floor(now / s), inline: no call
-    local lo = i - K
-    local newest, k, top, q, list = -1, 0, -1, 0, nil
-    if p then
-      q = pq
-      k = (pl - 14) / 7
-      local sum
-      top, sum = struct.unpack('<I7I7', v, q)
-      if top < lo then
-        k = 0 -- every stored cell stopped counting: as if none were stored
-      elseif top <= i and k > 0 and struct.unpack('<I7', v, q + 7 * (k + 1)) > 0 then
-        -- The newest stored cell holds units: the count is the sum less the
-        -- oldest d stored cells, those that stopped counting, which are
-        -- dropped (q and k then describe the kept cells, for commit).
-        local d = lo - (top - k + 1)
-        if d > 0 then
-          for z = 0, d - 1 do sum = sum - struct.unpack('<I7', v, q + 14 + 7 * z) end
-          q, k = q + 7 * d, k - d
-        end
-        used, newest = sum, top
-      elseif top <= i and k == 0 then
-        used = sum -- no cells: nothing counts
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local e
+      if code == 'f' then
+        local W = 1000000
+        e = now - now % W + W
       else
-        list = ints(v, q + 14, k)
-        for z = math.max(1, lo - (top - k)), k do
-          local u = list[z]
-          if u > 0 then
-            used = used + u
-            newest = top - k + z
-          end
-        end
-      end
-    end
-    if newest >= 0 then reset = (newest + K + 1) * s - now end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      -- Retry when the oldest cells holding the units over stop counting
-      -- (cells beyond i, the server clock having gone back: one cell).
-      flags, retry = 0, s
-      if p then
-        list = list or ints(v, q + 14, k)
-        local need, acc = used + c - L, 0
-        for z = math.max(1, lo - (top - k)), math.min(k, i - (top - k)) do
-          acc = acc + list[z]
-          if acc >= need then
-            retry = (top - k + z + K + 1) * s - now
+        local prev
+        for bv in string.gmatch('1000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
             break
           end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+          break
         end
       end
-    end
-    i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2 = i, lo, K, s, list, top, newest, k, q
-    if flags ~= 1 then allowed = false end
-    F2, U2, Z2, Y2 = flags, used, reset, retry
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
+      end
+      em_1, e_1 = em, e
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if not fail then repeat
-    local r, code, L, tag, ki = 3, "g", 20, 't003', 1
-    local key = KEYS[kb + ki]
-    local GT, GTOL = 3000000, 57000000
-    if OVS and OVS.lims then
-      local lo = OVS.lims['g']
-      if lo then
-        GT = 60000000 / lo[2]
-        GT = GT - GT % 1
-        if GT < 1 then GT = 1 end
-        GTOL = GT * L
-        if GTOL > 4503599627370496 then GTOL = 4503599627370496 end
-        OVS.lim = OVS.lim or {}
-        OVS.lim[3] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
-      end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P3, N3, T3, P3 and P3 + 13
-    local T, tol = GT, GTOL
-    local ttl = 0
-    if p then
-      ttl = struct.unpack('<I7', v, pq) - now
-      if ttl < 0 then ttl = 0 end
-    end
-    local new = ttl
-    if c > L then
-      flags = 2
-    else
-      new = ttl + c * T
-      if new > tol then flags, retry = 0, new - tol end
-    end
-    local left = tol - ttl
-    local q = left / T
-    q = q - q % 1
-    if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-    if q < 0 then q = 0 elseif q > L then q = L end
-    used, reset = L - q, ttl
-    new_3, ttl_3, T_3, tol_3 = new, ttl, T, tol
-    if flags ~= 1 then allowed = false end
-    F3, U3, Z3, Y3 = flags, used, reset, retry
-    until true end
-    if not fail then repeat
-    local r, code, L, tag, ki = 4, "l", 8, 't004', 1
-    local key = KEYS[kb + ki]
-    if OVS and OVS.lims then
-      local lo = OVS.lims['l']
-      if lo then
-        L = lo[2]
-        OVS.lim = OVS.lim or {}
-        OVS.lim[4] = L
-        if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
-      end
-    end
-    local flags, used, reset, retry = 1, 0, 0, 0
-    local v, p, pl, pe, pq = V1, P4, N4, T4, P4 and P4 + 13
-    -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
-    -- none).
-    local W = 86400000000
-    local k, j, base, nl = 0, 1, 0, 0
-    if p then
-      k = (pl - 7) / 14
-      base = struct.unpack('<I7', v, pq)
-      local hi, from = k + 1, now - W
-      while j < hi do
-        local m = (j + hi - (j + hi) % 2) / 2
-        if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
-      end
-    end
-    if j <= k then
-      local before = base
-      if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
-      local top
-      nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
-      used = top - before
-      reset = nl + W - now
-      if c <= L and used + c > L then
-        -- Retry when the record where the count reaches the need leaves.
-        local need, lo, hi = before + used + c - L, j, k
-        while lo < hi do
-          local m = (lo + hi - (lo + hi) % 2) / 2
-          if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+      local r, code, L, tag, ki = 2, "s", 50, 't002', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['s']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[2] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
         end
-        retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
       end
-    end
-    if c > L then
-      flags = 2
-    elseif used + c > L then
-      flags = 0
-    end
-    j_4, nl_4 = j, nl
-    if flags ~= 1 then allowed = false end
-    F4, U4, Z4, Y4 = flags, used, reset, retry
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P2, N2, T2, P2 and P2 + 13
+      -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
+      -- (jb = top - k); the counted ones are j >= lo.
+      local K, s = 60000000, 6000000
+      local i = (now - now % s) / s -- math.floor(now / s), inline: no call
+      local lo = i - K
+      local newest, k, top, q, list = -1, 0, -1, 0, nil
+      if p then
+        q = pq
+        k = (pl - 14) / 7
+        local sum
+        top, sum = struct.unpack('<I7I7', v, q)
+        if top < lo then
+          k = 0 -- every stored cell stopped counting: as if none were stored
+        elseif top <= i and k > 0 and struct.unpack('<I7', v, q + 7 * (k + 1)) > 0 then
+          -- The newest stored cell holds units: the count is the sum less the
+          -- oldest d stored cells, those that stopped counting, which are
+          -- dropped (q and k then describe the kept cells, for commit).
+          local d = lo - (top - k + 1)
+          if d > 0 then
+            for z = 0, d - 1 do sum = sum - struct.unpack('<I7', v, q + 14 + 7 * z) end
+            q, k = q + 7 * d, k - d
+          end
+          used, newest = sum, top
+        elseif top <= i and k == 0 then
+          used = sum -- no cells: nothing counts
+        else
+          list = ints(v, q + 14, k)
+          for z = math.max(1, lo - (top - k)), k do
+            local u = list[z]
+            if u > 0 then
+              used = used + u
+              newest = top - k + z
+            end
+          end
+        end
+      end
+      if newest >= 0 then reset = (newest + K + 1) * s - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        -- Retry when the oldest cells holding the units over stop counting
+        -- (cells beyond i, the server clock having gone back: one cell).
+        flags, retry = 0, s
+        if p then
+          list = list or ints(v, q + 14, k)
+          local need, acc = used + c - L, 0
+          for z = math.max(1, lo - (top - k)), math.min(k, i - (top - k)) do
+            acc = acc + list[z]
+            if acc >= need then
+              retry = (top - k + z + K + 1) * s - now
+              break
+            end
+          end
+        end
+      end
+      i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2 = i, lo, K, s, list, top, newest, k, q
+      if flags ~= 1 then allowed = false end
+      F2, U2, Z2, Y2 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local r, code, L, tag, ki = 3, "g", 20, 't003', 1
+      local key = KEYS[kb + ki]
+      local GT, GTOL = 3000000, 57000000
+      if OVS and OVS.lims then
+        local lo = OVS.lims['g']
+        if lo then
+          GT = 60000000 / lo[2]
+          GT = GT - GT % 1
+          if GT < 1 then GT = 1 end
+          GTOL = GT * L
+          if GTOL > 4503599627370496 then GTOL = 4503599627370496 end
+          OVS.lim = OVS.lim or {}
+          OVS.lim[3] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
+      end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P3, N3, T3, P3 and P3 + 13
+      local T, tol = GT, GTOL
+      local ttl = 0
+      if p then
+        ttl = struct.unpack('<I7', v, pq) - now
+        if ttl < 0 then ttl = 0 end
+      end
+      local new = ttl
+      if c > L then
+        flags = 2
+      else
+        new = ttl + c * T
+        if new > tol then flags, retry = 0, new - tol end
+      end
+      local left = tol - ttl
+      local q = left / T
+      q = q - q % 1
+      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+      if q < 0 then q = 0 elseif q > L then q = L end
+      used, reset = L - q, ttl
+      new_3, ttl_3, T_3, tol_3 = new, ttl, T, tol
+      if flags ~= 1 then allowed = false end
+      F3, U3, Z3, Y3 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local r, code, L, tag, ki = 4, "l", 8, 't004', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['l']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[4] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
+      end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P4, N4, T4, P4 and P4 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+      -- none).
+      local W = 86400000000
+      local k, j, base, nl = 0, 1, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        base = struct.unpack('<I7', v, pq)
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+      end
+      if j <= k then
+        local before = base
+        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        local top
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_4, nl_4 = j, nl
+      if flags ~= 1 then allowed = false end
+      F4, U4, Z4, Y4 = flags, used, reset, retry
     until true end
     if fail then
       reply = fail
@@ -402,134 +398,134 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-      local r, code, L, tag, ki = 1, "f", 3, 't001', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
-      local v, used, reset = V1, U1, Z1
-      local ent, exp
-      local em, e = em_1, e_1
-      used, reset, exp = used + c, e - now, em
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
-      if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
-      U1, Z1, E1, X1 = used, reset, ent, exp
+        local r, code, L, tag, ki = 1, "f", 3, 't001', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local em, e = em_1, e_1
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
-      local r, code, L, tag, ki = 2, "s", 50, 't002', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
-      local v, used, reset = V1, U2, Z2
-      local ent, exp
-      -- The fast ways: the same cell gets c more, or a new cell c, the stored
-      -- bytes copied around them; otherwise the cells are rebuilt from the
-      -- oldest counted one holding units (or i) to the newest.
-      local i, lo, K, s, list, top, newest, k, q = i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
-      local hi = i
-      if newest > i then hi = newest end
-      exp = (hi + K + 1) * s / 1000 -- ms, rounded up
-      if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-      if not list and k > 0 and top == i then
-        -- The entry's header and top and sum in one pack, the cells copied.
-        local last = struct.unpack('<I7', v, q + 7 * (k + 1))
-        ent = struct.pack('<c4I3I6I7I7', tag, 7 * (k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
-      elseif not list and k > 0 and top < i then
-        ent = struct.pack('<c4I3I6I7I7', tag, 7 * (i - top + k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
-      else
-        local first, jb = i, top - k
-        if list or k > 0 then
-          list = list or ints(v, q + 14, k)
-          for z = math.max(1, lo - jb), k do
-            if list[z] > 0 then
-              first = math.min(first, jb + z)
-              break
+        local r, code, L, tag, ki = 2, "s", 50, 't002', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
+        local v, used, reset = V1, U2, Z2
+        local ent, exp
+        -- The fast ways: the same cell gets c more, or a new cell c, the stored
+        -- bytes copied around them; otherwise the cells are rebuilt from the
+        -- oldest counted one holding units (or i) to the newest.
+        local i, lo, K, s, list, top, newest, k, q = i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
+        local hi = i
+        if newest > i then hi = newest end
+        exp = (hi + K + 1) * s / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        if not list and k > 0 and top == i then
+          -- The entry's header and top and sum in one pack, the cells copied.
+          local last = struct.unpack('<I7', v, q + 7 * (k + 1))
+          ent = struct.pack('<c4I3I6I7I7', tag, 7 * (k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
+        elseif not list and k > 0 and top < i then
+          ent = struct.pack('<c4I3I6I7I7', tag, 7 * (i - top + k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
+        else
+          local first, jb = i, top - k
+          if list or k > 0 then
+            list = list or ints(v, q + 14, k)
+            for z = math.max(1, lo - jb), k do
+              if list[z] > 0 then
+                first = math.min(first, jb + z)
+                break
+              end
             end
           end
+          local out = {hi, used + c}
+          for j = first, hi do
+            local z, u = j - jb, 0
+            if z >= 1 and z <= k then u = list[z] end
+            if j == i then u = u + c end
+            out[#out + 1] = u
+          end
+          local body = pints(out)
+          ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
-        local out = {hi, used + c}
-        for j = first, hi do
-          local z, u = j - jb, 0
-          if z >= 1 and z <= k then u = list[z] end
-          if j == i then u = u + c end
-          out[#out + 1] = u
+        used, reset = used + c, (hi + K + 1) * s - now
+        if plan then
+          plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
         end
-        local body = pints(out)
+        U2, Z2, E2, X2 = used, reset, ent, exp
+      end
+      do
+        local r, code, L, tag, ki = 3, "g", 20, 't003', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
+        local v, used, reset = V1, U3, Z3
+        local ent, exp
+        local new, ttl, T, tol = new_3, ttl_3, T_3, tol_3
+        local tat = now + new
+        local left = tol - new
+        local q = left / T
+        q = q - q % 1
+        if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+        if q < 0 then q = 0 elseif q > L then q = L end
+        exp = tat / 1000
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        used, reset = L - q, new
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
+        U3, Z3, E3, X3 = used, reset, ent, exp
+      end
+      do
+        local r, code, L, tag, ki = 4, "l", 8, 't004', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
+        local v, p, pl, pq, used, reset = V1, P4, N4, P4 and P4 + 13, U4, Z4
+        local ent, exp
+        -- Trimmed to the window, c units at now added.
+        local j, nl = j_4, nl_4
+        local W = 86400000000
+        local k, base = 0, 0
+        if p then
+          k = (pl - 7) / 14
+          base = struct.unpack('<I7', v, pq)
+          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        end
+        local top = base
+        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+        local body
+        if j > k then
+          body = struct.pack('<I7I7I7', base, now, base + c)
+        elseif nl == now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+        elseif nl < now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+        else
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c.
+          local out, prev, added = {struct.pack('<I7', base)}, base, false
+          for z = j, k do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          body = table.concat(out)
+        end
+        local hi = math.max(nl, now)
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
         ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
-      end
-      used, reset = used + c, (hi + K + 1) * s - now
-      if plan then
-        plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
-      end
-      U2, Z2, E2, X2 = used, reset, ent, exp
-      end
-      do
-      local r, code, L, tag, ki = 3, "g", 20, 't003', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
-      local v, used, reset = V1, U3, Z3
-      local ent, exp
-      local new, ttl, T, tol = new_3, ttl_3, T_3, tol_3
-      local tat = now + new
-      local left = tol - new
-      local q = left / T
-      q = q - q % 1
-      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
-      if q < 0 then q = 0 elseif q > L then q = L end
-      exp = tat / 1000
-      if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-      used, reset = L - q, new
-      ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
-      if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
-      U3, Z3, E3, X3 = used, reset, ent, exp
-      end
-      do
-      local r, code, L, tag, ki = 4, "l", 8, 't004', 1
-      local key = KEYS[kb + ki]
-      if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
-      local v, p, pl, pq, used, reset = V1, P4, N4, P4 and P4 + 13, U4, Z4
-      local ent, exp
-      -- Trimmed to the window, c units at now added.
-      local j, nl = j_4, nl_4
-      local W = 86400000000
-      local k, base = 0, 0
-      if p then
-        k = (pl - 7) / 14
-        base = struct.unpack('<I7', v, pq)
-        if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
-      end
-      local top = base
-      if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
-      local body
-      if j > k then
-        body = struct.pack('<I7I7I7', base, now, base + c)
-      elseif nl == now then
-        body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
-      elseif nl < now then
-        body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
-      else
-        -- The server clock went back: c units at now, in order (added to a
-        -- record at now), the later records' counts up by c.
-        local out, prev, added = {struct.pack('<I7', base)}, base, false
-        for z = j, k do
-          local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
-          if not added and t > now then
-            out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
-          end
-          prev = u
-          if added then
-            u = u + c
-          elseif t == now then
-            u, added = u + c, true
-          end
-          out[#out + 1] = struct.pack('<I7I7', t, u)
-        end
-        body = table.concat(out)
-      end
-      local hi = math.max(nl, now)
-      exp = (hi + W) / 1000 -- ms, rounded up
-      if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-      ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
-      used, reset = used + c, hi + W - now
-      if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
-      U4, Z4, E4, X4 = used, reset, ent, exp
+        used, reset = used + c, hi + W - now
+        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+        U4, Z4, E4, X4 = used, reset, ent, exp
       end
       do
         local top = X1
@@ -562,18 +558,18 @@ for a = 1, attempts do
         if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
       else
-      if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, (OVS and OVS.lim and OVS.lim[4]) or 8, c, Y4, F4 / 2) .. tv
-      end
-      if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, (OVS and OVS.lim and OVS.lim[3]) or 20, c, Y3, F3 / 2) .. tv
-      end
-      if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, (OVS and OVS.lim and OVS.lim[2]) or 50, c, Y2, F2 / 2) .. tv
-      end
-      if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, (OVS and OVS.lim and OVS.lim[1]) or 3, c, Y1, F1 / 2) .. tv
-      end
+        if F4 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, (OVS and OVS.lim and OVS.lim[4]) or 8, c, Y4, F4 / 2) .. tv
+        end
+        if F3 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, (OVS and OVS.lim and OVS.lim[3]) or 20, c, Y3, F3 / 2) .. tv
+        end
+        if F2 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, (OVS and OVS.lim and OVS.lim[2]) or 50, c, Y2, F2 / 2) .. tv
+        end
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, (OVS and OVS.lim and OVS.lim[1]) or 3, c, Y1, F1 / 2) .. tv
+        end
       end
       L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end
