@@ -12,7 +12,7 @@
 // internal/lua's FastMax rules, none shadow or seeded, no idempotency
 // key, no Options.Upgrade; overrides are read there too),
 // the fast script built
-// for that set of rules (fast.lua: take.lua's own arithmetic with the rules written in as
+// for that set of rules (fast.lua.tmpl: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its
 // arguments and reply, for less server time,
 // docs/benchmarks/HISTORY.md). A fast script is built once per process and set of

@@ -39,7 +39,7 @@ const (
 )
 
 // fastArgs is the ARGV per attempt of a fast script in its full form
-// (internal/lua/fast.lua's header, fast.go's fastAttempt): op code, cost, the
+// (internal/lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
 // trail's and the reservations' key indexes, trail max and TTL (ms),
 // policy name, trail values. A lone attempt goes in the short form
 // instead: no attempt count, op code and cost, then, with a trail (its

@@ -3,8 +3,10 @@ package lua
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 )
 
 // FastRule is one rule of a script Fast builds: what take.lua reads of
@@ -35,188 +37,157 @@ func FastCode(code string) bool {
 	return code == CodeFixed || code == CodeSliding || code == CodeGCRA || code == CodeLog
 }
 
-// Fast returns fast.lua filled in for rules, prelude.lua and holds.lua
-// first (the functions of theirs a decision rarely needs are built on
-// their first call in a run, inside the script's L()): take.lua's
-// take and peek on exactly these rules, with their ARGV written in as
-// constants and the rule loops unrolled (see fast.lua), in shorter
-// encodings of take.lua's ARGV and reply (fast.lua's header). rules
-// must hold 1 to FastMax rules whose Code FastCode accepts, with distinct
-// 4-byte tags (not the hold marker's), and Keys numbered from 1 in order
-// of first use; otherwise Fast returns an error.
+// Fast returns the fast script of rules: fast.lua.tmpl (a text/template
+// of the script's Lua) executed with the rules' values and their
+// fragments' sections, prelude.lua and holds.lua first (the functions of
+// theirs a decision rarely needs are built on their first call in a run,
+// inside the script's L()): take.lua's take and peek on exactly these
+// rules, with their ARGV written in as constants and the rule loops
+// unrolled, in shorter encodings of take.lua's ARGV and reply
+// (fast.lua.tmpl's header). rules must hold 1 to FastMax rules whose Code
+// FastCode accepts, with distinct 4-byte tags (not the hold marker's), and
+// Keys numbered from 1 in order of first use; otherwise Fast returns an
+// error. Fast executes the template on each call: a caller on a decision's
+// path caches its scripts (backends/redis does, per set of rules).
 func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
 
 // FastOverrides is Fast for requests that read the subject's overrides
 // (driver.Request.OverrideKey; the attempt's key after its dimension
 // sets): take.lua's overrides, block over exempt over limits, in the
-// same script (fast.lua's header).
+// same script (fast.lua.tmpl's header).
 func FastOverrides(rules []FastRule) (string, error) { return fast(rules, true) }
 
+// fast executes fast.lua.tmpl for rules, then builds the helpers of
+// prelude.lua and holds.lua the script calls (lazy) and writes in the
+// wire's tokens (subst).
 func fast(rules []FastRule, ov bool) (string, error) {
-	f := &fastBuilder{rules: rules, ov: ov, secs: map[string]map[string]string{}}
-	if err := f.group(); err != nil {
+	d, err := fastFill(rules, ov)
+	if err != nil {
 		return "", err
 	}
-	f.readsAndLapse()
-	for i := range rules {
-		f.rule(i)
+	var b strings.Builder
+	if err := fastTemplate.Execute(&b, d); err != nil {
+		return "", fmt.Errorf("lua: Fast: %w", err)
 	}
-	f.writesAll()
-	f.trailAll()
-	f.overridesAndReply()
-	fill := map[string]string{
-		"consts": fmt.Sprintf("local G, GO = %d, %d -- dimension sets (keys) per attempt, and the keys before the trail",
-			len(f.groups), f.keysBefore()),
-		"overrides": f.overrides, "decide": f.decide,
-		"reads": f.readsSrc, "lapse": f.lapseSrc, "decls": f.decls.String(), "each.eval": f.eval.String(),
-		"each.commit": f.commit.String(), "writes": f.writes.String(), "trail": f.trail.String(), "reply": f.reply,
-	}
-	src := fastLine.ReplaceAllStringFunc(read("fast.lua"), func(line string) string {
-		m := fastLine.FindStringSubmatch(line)
-		body, ok := fill[m[2]]
-		if !ok {
-			panic("lua: fast.lua: unknown line " + line)
-		}
-		return indent(body, m[1])
-	})
-	helpers, src := lazy(src)
+	helpers, src := lazy(b.String())
 	return subst(helpers + "\n" + src), nil
 }
 
-// fastBuilder fills in fast.lua's lines for one set of rules; each
-// method writes one concern (the Lua it writes names the wire's tokens,
-// internal/lua/wire.go, which subst writes in).
-type fastBuilder struct {
-	rules  []FastRule
-	ov     bool                         // the script reads overrides
-	secs   map[string]map[string]string // fragment -> its sections
-	groups [][]int                      // per key index, its rules (0-based)
-
-	reads, decls, eval, commit, writes, trail    strings.Builder
-	readsSrc, lapseSrc, overrides, decide, reply string
+// fastData is what fast.lua.tmpl is executed with: the script's rules,
+// its dimension sets, and the values the template does not compute (the
+// Lua around them is the template's).
+type fastData struct {
+	Ov     bool // the script reads overrides
+	G, GO  int  // the dimension sets, and the keys before the trail
+	Rules  []*fastRule
+	Sets   []fastSet
+	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
-// keysBefore is the number of an attempt's keys before its trail: its
-// dimension sets, and its overrides when the script reads them.
-func (f *fastBuilder) keysBefore() int {
-	if f.ov {
-		return len(f.groups) + 1
-	}
-	return len(f.groups)
+// fastRule is one rule of a fast script: its specification, its number
+// (N, 1-based: the suffix of its locals) and its fragment's eval and
+// commit sections with its ARGV written in (constants), what eval saves
+// for commit carried in locals suffixed with N (Saved declares them).
+type fastRule struct {
+	FastRule
+	N            int
+	Ov           bool // the script reads overrides (fastData.Ov)
+	GCRA, Log    bool // its Code is CodeGCRA, CodeLog
+	Eval, Commit string
+	Saved        string // "a_N, b_N", or "" when eval saves nothing
+	// Pos is where the rule's entry starts in its set's value when the
+	// entries keep their places: 2 for the first, else after the one
+	// before it.
+	Pos string
 }
 
-// group checks the rules and groups them by key, loading their
-// fragments' sections.
-func (f *fastBuilder) group() error {
-	if len(f.rules) == 0 || len(f.rules) > FastMax {
-		return fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(f.rules), FastMax)
+// fastSet is one dimension set of a fast script: G, its key's index
+// (1-based), and its rules in order.
+type fastSet struct {
+	G     int
+	Rules []*fastRule
+}
+
+// fastTemplate is fast.lua.tmpl, parsed once: its functions are quote
+// (a Lua string literal), reverse (rules newest last), indent (a block n
+// columns right, each line after a newline) and include (a block of the
+// template as a string, for indent).
+var fastTemplate = func() *template.Template {
+	t := template.New("fast.lua.tmpl")
+	t.Funcs(template.FuncMap{
+		"quote": quote,
+		"reverse": func(rs []*fastRule) []*fastRule {
+			out := slices.Clone(rs)
+			slices.Reverse(out)
+			return out
+		},
+		"indent": func(n int, s string) string {
+			s = strings.TrimRight(strings.TrimPrefix(s, "\n"), "\n")
+			return "\n" + indent(s, strings.Repeat(" ", n))
+		},
+		"include": func(name string, data any) (string, error) {
+			var b strings.Builder
+			err := t.ExecuteTemplate(&b, name, data)
+			return b.String(), err
+		},
+	})
+	return template.Must(t.ParseFS(files, "fast.lua.tmpl"))
+}()
+
+// fastFill checks the rules, groups them by key and fills in their
+// fragments' sections: the data fast.lua.tmpl is executed with.
+func fastFill(rules []FastRule, ov bool) (*fastData, error) {
+	if len(rules) == 0 || len(rules) > FastMax {
+		return nil, fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
+	d := &fastData{Ov: ov, Format: fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(rules))}
 	tags := map[string]bool{}
-	for i, r := range f.rules {
+	secs := map[string]map[string]string{}
+	for i, r := range rules {
 		if !FastCode(r.Code) {
-			return fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
+			return nil, fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
 		}
-		if r.Key < 1 || r.Key > len(f.groups)+1 {
-			return fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
+		if r.Key < 1 || r.Key > len(d.Sets)+1 {
+			return nil, fmt.Errorf("lua: Fast: rule %q: key index %d out of order", r.Name, r.Key)
 		}
 		if len(r.Tag) != PackedTag || tags[r.Tag] || r.Tag == "\x00\x00\x00\x00" {
-			return fmt.Errorf("lua: Fast: rule %q: tag %q is not %d bytes, or repeated, or the hold marker's", r.Name, r.Tag, PackedTag)
+			return nil, fmt.Errorf("lua: Fast: rule %q: tag %q is not %d bytes, or repeated, or the hold marker's", r.Name, r.Tag, PackedTag)
 		}
 		tags[r.Tag] = true
-		if r.Key > len(f.groups) {
-			f.groups = append(f.groups, nil)
+		frag := fragment(r.Code)
+		if secs[frag] == nil {
+			secs[frag] = sections(frag)
 		}
-		f.groups[r.Key-1] = append(f.groups[r.Key-1], i)
-		if fr := fragment(r.Code); f.secs[fr] == nil {
-			f.secs[fr] = sections(fr)
+		if r.Key > len(d.Sets) {
+			d.Sets = append(d.Sets, fastSet{G: r.Key})
 		}
+		fr := newFastRule(r, i+1, ov, secs[frag])
+		set := &d.Sets[r.Key-1]
+		fr.Pos = "2"
+		if k := len(set.Rules); k > 0 {
+			fr.Pos = fmt.Sprintf("P%[1]d + #E%[1]d", set.Rules[k-1].N)
+		}
+		set.Rules = append(set.Rules, fr)
+		d.Rules = append(d.Rules, fr)
 	}
-	return nil
+	d.G, d.GO = len(d.Sets), len(d.Sets)
+	if ov {
+		d.GO++
+	}
+	return d, nil
 }
 
-// readGroup writes the read of dimension set g's value (V<g>, one GET)
-// and the finding of its rules' entries (P<r>, N<r>, T<r>; O<g>: other
-// entries are stored there; lapsed: a hold marker says a reservation may
-// have lapsed).
-func (f *fastBuilder) readGroup(g int, rs []int) {
-	r := &f.reads
-	fmt.Fprintf(r, "V%d = redis.pcall('GET', KEYS[kb + %d])\nO%d = false\n", g, g, g)
-	fmt.Fprintf(r, "if V%[1]d and not fail then\n  local n = type(V%[1]d) == 'string' and #V%[1]d or 0\n"+
-		"  local q = 2\n  if n == 0 or string.byte(V%[1]d, 1) ~= 1 then q = nil end\n"+
-		"  while q and q <= n do\n    if q + HDRLEN - 1 > n then q = nil break end\n"+
-		"    local tag, len, exp, d = struct.unpack(HDR, V%[1]d, q)\n    if d + len - 1 > n then q = nil break end\n    ", g)
-	for j, i := range rs {
-		if j > 0 {
-			r.WriteString("else")
-		}
-		fmt.Fprintf(r, "if tag == %s then P%[2]d, N%[2]d, T%[2]d = q, len, exp\n    ", quote(f.rules[i].Tag), i+1)
-	}
-	fmt.Fprintf(r, "else\n      O%d = true\n      if tag == MARK and look and exp * 1000 <= now then lapsed = true end\n    end\n"+
-		"    q = d + len\n  end\n  if not q then\n"+
-		"    fail = redis.error_reply('freqcap: rule ' .. %s .. FOREIGN)\n"+
-		"  end\nend\n", g, quote(f.rules[rs[0]].Name))
-}
-
-// readsAndLapse writes the reads ("--@reads") and the give-back of
-// lapsed reservations followed by the same reads ("--@lapse").
-func (f *fastBuilder) readsAndLapse() {
-	for g, rs := range f.groups {
-		f.readGroup(g+1, rs)
-	}
-	var lapse strings.Builder
-	lapse.WriteString("local named, vals, logs = {}, {}, {}\n")
-	for g := range f.groups {
-		fmt.Fprintf(&lapse, "named[KEYS[kb + %[1]d]], vals[%[1]d] = %[1]d, unpackv(V%[1]d)\n", g+1)
-	}
-	lapse.WriteString("holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)\n")
-	lapse.WriteString("look = false -- read once more, markers aside\n")
-	// P<r> are declared before the reads fill them.
-	var ps, vs []string // each rule's entry: its start, payload length, expiry; each set's value
-	for i := range f.rules {
-		ps = append(ps, fmt.Sprintf("P%[1]d, N%[1]d, T%[1]d", i+1))
-	}
-	for g := range f.groups {
-		vs = append(vs, fmt.Sprintf("V%d, O%d", g+1, g+1))
-	}
-	f.readsSrc = "local " + strings.Join(ps, ", ") + "\nlocal " + strings.Join(vs, ", ") + "\n" + f.reads.String()
-	f.lapseSrc = lapse.String() + strings.Join(ps, ", ") + " = nil\n" + f.reads.String()
-}
-
-// heads returns the head of rule i's eval and commit blocks (its
-// constants; with overrides, a limit override applied) and the ARGV
-// reads that are variables there.
-func (f *fastBuilder) heads(i int) (evHead, cmHead string, vars map[string]string) {
-	r, n := f.rules[i], i+1
-	head := fmt.Sprintf("local r, code, L, tag, ki = %d, %q, %d, %s, %d\nlocal key = KEYS[kb + ki]\n",
-		n, r.Code, r.Limit, quote(r.Tag), r.Key)
-	if !f.ov {
-		return head, head, nil
-	}
-	// A limit override replaces L (GCRA: T and the tolerance, GT and
-	// GTOL, as prelude.lua's gcraRate; L() is not callable in a rule's
-	// block, where L is the limit).
-	evHead, apply := head, "L = lo[2]\n"
-	if r.Code == CodeGCRA {
-		evHead += fmt.Sprintf("local GT, GTOL = %d, %d\n", r.P1, r.P2)
+// newFastRule returns rule n (1-based) of a fast script: r's fragment's
+// eval and commit sections (sec) with r's ARGV written in and what eval
+// saves for commit kept in locals suffixed with n. With overrides (ov), a
+// GCRA rule reads its rate and tolerance from GT and GTOL, which a limit
+// override changes.
+func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
+	fr := &fastRule{FastRule: r, N: n, Ov: ov, GCRA: r.Code == CodeGCRA, Log: r.Code == CodeLog}
+	var vars map[string]string
+	if ov && fr.GCRA {
 		vars = map[string]string{strconv.Itoa(RuleP1): "GT", strconv.Itoa(RuleP2): "GTOL"}
-		apply = fmt.Sprintf("GT = %d / lo[2]\nGT = GT - GT %% 1\nif GT < 1 then GT = 1 end\nGTOL = GT * L\n"+
-			"if GTOL > 4503599627370496 then GTOL = 4503599627370496 end\n", r.Window)
 	}
-	evHead += fmt.Sprintf("if OVS and OVS.lims then\n  local lo = OVS.lims[%s]\n  if lo then\n%s"+
-		"    OVS.lim = OVS.lim or {}\n    OVS.lim[%d] = L\n"+
-		"    if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end\n  end\nend\n",
-		quote(r.Name), indent(apply, "    ")+"\n", n)
-	cmHead = head + fmt.Sprintf("if OVS and OVS.lim and OVS.lim[%[1]d] then L = OVS.lim[%[1]d] end\n", n)
-	return evHead, cmHead, vars
-}
-
-// rule writes rule i's declarations, eval block and commit block: its
-// fragment's sections with its constants written in and what eval saves
-// for commit kept in locals suffixed with its number.
-func (f *fastBuilder) rule(i int) {
-	r, n := f.rules[i], i+1
-	sec := f.secs[fragment(r.Code)]
-	evHead, cmHead, vars := f.heads(i)
 	var saved []string
 	fill := func(section string) string {
 		return carry(constants(sec[section], r, vars), func(names []string) string {
@@ -226,116 +197,16 @@ func (f *fastBuilder) rule(i int) {
 			return "local " + strings.Join(names, ", ") + " = " + suffixed(names, n)
 		})
 	}
-	ev, cm := fill("eval"), fill("commit")
-	fmt.Fprintf(&f.decls, "local F%[1]d, U%[1]d, Z%[1]d, Y%[1]d, E%[1]d, X%[1]d\n", n)
+	fr.Eval, fr.Commit = fill("eval"), fill("commit")
 	if len(saved) > 0 {
-		fmt.Fprintf(&f.decls, "local %s\n", suffixed(saved, n))
+		fr.Saved = suffixed(saved, n)
 	}
-	// A rule sees its value and entry (v, p, pl, pe, pq); a log rule's
-	// commit its entry too.
-	state := fmt.Sprintf("local v, p, pl, pe, pq = V%[1]d, P%[2]d, N%[2]d, T%[2]d, P%[2]d and P%[2]d + HDRLEN\n", r.Key, n)
-	own, ownv := "v", fmt.Sprintf("V%d", r.Key)
-	if r.Code == CodeLog {
-		own, ownv = "v, p, pl, pq", fmt.Sprintf("V%[1]d, P%[2]d, N%[2]d, P%[2]d and P%[2]d + HDRLEN", r.Key, n)
-	}
-	fmt.Fprintf(&f.eval, "if not fail then repeat\n%slocal flags, used, reset, retry = 1, 0, 0, 0\n%s%s\n"+
-		"if flags ~= 1 then allowed = false end\nF%[4]d, U%[4]d, Z%[4]d, Y%[4]d = flags, used, reset, retry\nuntil true end\n",
-		evHead, state, ev, n)
-	fmt.Fprintf(&f.commit, "do\n%slocal %s, used, reset = %s, U%d, Z%d\nlocal ent, exp\n%s\nU%[4]d, Z%[4]d, E%[4]d, X%[4]d = used, reset, ent, exp\nend\n",
-		cmHead, own, ownv, n, n, cm)
+	return fr
 }
 
-// writesAll writes each dimension set's packed value: SETRANGE in place
-// when its entries keep their places, lengths and expiries (as
-// take.lua), else SET … PXAT, other entries kept (packv).
-func (f *fastBuilder) writesAll() {
-	w := &f.writes
-	for g, rs := range f.groups {
-		g++
-		var body, inplace []string
-		pos := "2"
-		fmt.Fprintf(w, "do\n  local top = X%d\n", rs[0]+1)
-		for _, i := range rs {
-			n := i + 1
-			body = append(body, fmt.Sprintf("E%d", n))
-			if i != rs[0] {
-				fmt.Fprintf(w, "  if X%[1]d > top then top = X%[1]d end\n", n)
-			}
-			inplace = append(inplace, fmt.Sprintf("P%[1]d == %[2]s and N%[1]d == #E%[1]d - HDRLEN and T%[1]d == X%[1]d", n, pos))
-			pos = fmt.Sprintf("P%d + #E%d", n, n)
-		}
-		fmt.Fprintf(w, "  local body = %s\n", strings.Join(body, " .. "))
-		fmt.Fprintf(w, "  if V%[1]d and not O%[1]d and #V%[1]d == 1 + #body and %[2]s then\n"+
-			"    redis.call('SETRANGE', KEYS[kb + %[1]d], 1, body)\n"+
-			"  elseif not O%[1]d then\n"+
-			"    redis.call('SET', KEYS[kb + %[1]d], FMT .. body, 'PXAT', sf('%%d', top))\n"+
-			"  else\n"+
-			"    local v, vtop = packv(V%[1]d, unpackv(V%[1]d), {%[3]s}, top, nowms)\n"+
-			"    redis.call('SET', KEYS[kb + %[1]d], v, 'PXAT', sf('%%d', vtop))\n"+
-			"  end\nend\n", g, strings.Join(inplace, "\n      and "), strings.Join(body, ", "))
-	}
-}
-
-// limit returns the Lua expression of rule i's reported limit.
-func (f *fastBuilder) limit(i int) string {
-	if f.ov {
-		return fmt.Sprintf("(OVS and OVS.lim and OVS.lim[%d]) or %d", i+1, f.rules[i].Limit)
-	}
-	return fmt.Sprint(f.rules[i].Limit)
-}
-
-// trailAll writes the denial trail's entries (take.lua's TRAIL), newest
-// last: an override block's, or each denying rule's.
-func (f *fastBuilder) trailAll() {
-	t := &f.trail
-	if f.ov {
-		t.WriteString("if OVS and OVS.blk then\n  local ra = 0\n  if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end\n" +
-			"  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + F_POLICY], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv\nelse\n")
-	}
-	for i := len(f.rules) - 1; i >= 0; i-- {
-		fmt.Fprintf(t, "if F%[1]d ~= 1 then\n  ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + F_POLICY], %[2]s, U%[1]d, %[3]s, c, Y%[1]d, F%[1]d / 2) .. tv\nend\n",
-			i+1, quote(f.rules[i].Name), f.limit(i))
-	}
-	if f.ov {
-		t.WriteString("end\n")
-	}
-}
-
-// overridesAndReply writes the overrides' read and decision (with
-// overrides) and the reply: REPLYHDR then RULEREC per rule, and with an
-// override applied take.lua's override element.
-func (f *fastBuilder) overridesAndReply() {
-	var results []string
-	for i := range f.rules {
-		results = append(results, fmt.Sprintf("F%[1]d, U%[1]d, Z%[1]d, Y%[1]d", i+1))
-	}
-	format := fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(f.rules))
-	first, reported := "allowed and 1 or 0", ""
-	if f.ov {
-		first = "(allowed and 1 or 0) + (OVR and 4 or 0)"
-		// As take.lua: the overrides key read once (HGETALL), parsed by
-		// prelude.lua's overrides only when it holds any.
-		f.overrides = fmt.Sprintf("local OVS\ndo\n  local h = redis.pcall('HGETALL', KEYS[kb + %d])\n  if h.err then\n"+
-			"    reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')\n    break\n  end\n"+
-			"  if #h > 0 then\n    OVS = {}\n    OVS.blk, OVS.ex, OVS.lims = overrides(h, now)\n  end\nend", len(f.groups)+1)
-		f.decide = "if OVS then\n  if OVS.blk then\n    allowed = false\n  elseif OVS.ex then\n    allowed = true\n" +
-			"    if not OVS.ex[3] then op = OP_PEEK end -- an uncounted exempt consumes nothing: a peek from here\n  end\nend"
-		ls := make([]string, len(f.rules))
-		for i := range f.rules {
-			ls[i] = fmt.Sprintf("sf('%%d', %s)", f.limit(i))
-		}
-		reported = "\nif OVR then\n  reply = {reply, sf('%d', OVR[1]) .. '|' .. " + strings.Join(ls, " .. ',' .. ") + " .. '|' .. OVR[2]}\nend"
-	}
-	f.reply = fmt.Sprintf("reply = struct.pack(%s, %s, now,\n  %s)%s", quote(format), first, strings.Join(results, ",\n  "), reported)
-	if f.ov {
-		f.reply = "local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)\n" + f.reply
-	}
-}
-
-var (
-	fastLine = regexp.MustCompile(`(?m)^([ \t]*)--@(consts|reads|lapse|overrides|decls|each\.eval|decide|each\.commit|writes|trail|reply)[ \t]*$`)
-	argv     = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
-)
+// argv matches a section's reads of its rule's ARGV (b: the rule's
+// offset).
+var argv = regexp.MustCompile(`tonumber\(ARGV\[b \+ (\d)\]\)|ARGV\[b \+ (\d)\]`)
 
 // constants replaces a section's reads of r's ARGV (take.lua's offsets
 // b+2 to b+6) with r's values, or with the variables vars names by

@@ -3,8 +3,8 @@
 //
 // The sources are split by concern and joined here into complete scripts
 // ready for EVAL/EVALSHA (Take and Settle once, at init; a fast script
-// each time Fast is called), so that a decision stays one EVALSHA of one
-// script:
+// each time Fast is called, which the backend caches per set of rules),
+// so that a decision stays one EVALSHA of one script:
 //
 //   - prelude.lua: the packed value's codec and small helpers;
 //   - alg/*.lua: one fragment per algorithm, in sections (eval, commit,
@@ -14,16 +14,24 @@
 //   - upgrade.lua: reading through the one-key-per-rule layout;
 //   - take.lua, settle.lua: the frames, whose header comments give their
 //     KEYS, ARGV and reply;
-//   - fast.lua: the frame of the fast scripts, take.lua specialised to one
-//     set of rules, which Fast fills in at run time (once per set).
+//   - fast.lua.tmpl: the fast scripts, take.lua specialised to one set of
+//     rules, as Lua text with holes (text/template, parsed once): Fast
+//     executes it with what only Go computes (each rule's number, code,
+//     limit, tag and dimension set, its fragment's sections with its
+//     values written in, the entries' positions, the reply's format);
+//     the shape of the script (the reads, the unrolled rule blocks, the
+//     writes, the trail and the reply) is the template's text.
 //
-// A line "--@<fragment>.<section>" in a frame or in holds.lua is replaced
-// by that section's code, inline: Lua creates every function a script
+// A line "--@<fragment>.<section>" in take.lua, holds.lua or upgrade.lua
+// is replaced by that section's code, inline (a fast script writes in its
+// rules' sections itself): Lua creates every function a script
 // defines on each run of it, so the algorithms are pasted into the
 // frame's branches rather than defined as functions. Within a section,
 // "--@save a, b" (eval) and "--@load a, b" (commit) carry values from
 // eval to commit: through a table per rule in take.lua, through locals in
-// a fast script. Scripts are never read from disk at run time.
+// a fast script. Every source's wire tokens (wire.go) are written in by
+// subst, the fast scripts' after the template ran. Scripts are never read
+// from disk at run time.
 package lua
 
 import (
@@ -34,7 +42,7 @@ import (
 	"strings"
 )
 
-//go:embed *.lua alg/*.lua
+//go:embed *.lua alg/*.lua fast.lua.tmpl
 var files embed.FS
 
 // Take decides one or more requests, each over all its rules (take, peek,

@@ -1,0 +1,235 @@
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
+--
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
+--
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
+-- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
+-- values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local nowms = (now - now % 1000) / 1000
+local plan -- reservations are take.lua's: the commit sections see none
+local G, GO = 1, 1 -- dimension sets (keys) per attempt, and the keys before the trail
+
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+end
+for a = 1, attempts do
+  local op = ARGV[ab + 1]
+  local c = tonumber(ARGV[ab + 2])
+  local tk, hk = 0, 0
+  if short then
+    local nk = GO
+    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
+    if #KEYS > nk then hk = #KEYS end
+  else
+    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+  end
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
+  repeat
+    local P1, N1, T1
+    local V1, O1
+    V1 = redis.pcall('GET', KEYS[kb + 1])
+    O1 = false
+    if V1 and not fail then
+      local n = type(V1) == 'string' and #V1 or 0
+      local q = 2
+      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'aaaa' then P1, N1, T1 = q, len, exp
+        else
+          O1 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'per-min' .. FOREIGN)
+      end
+    end
+    if fail then
+      reply = fail
+      break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      local named, vals, logs = {}, {}, {}
+      named[KEYS[kb + 1]], vals[1] = 1, L().unpackv(V1)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
+      look = false -- read once more, markers aside
+      P1, N1, T1 = nil
+      V1 = redis.pcall('GET', KEYS[kb + 1])
+      O1 = false
+      if V1 and not fail then
+        local n = type(V1) == 'string' and #V1 or 0
+        local q = 2
+        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'aaaa' then P1, N1, T1 = q, len, exp
+          else
+            O1 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'per-min' .. FOREIGN)
+        end
+      end
+    end
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local F1, U1, Z1, Y1, E1, X1
+    local em_1, e_1
+    local allowed = true
+    if not fail then repeat
+      local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local e
+      if code == 'f' then
+        local W = 60000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('60000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+          break
+        end
+      end
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
+      end
+      em_1, e_1 = em, e
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
+    until true end
+    if fail then
+      reply = fail
+      break
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    if allowed and op == 't' then
+      do
+        local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
+        local key = KEYS[kb + ki]
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local em, e = em_1, e_1
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
+      end
+      do
+        local top = X1
+        local body = E1
+        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        elseif not O1 then
+          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+        else
+          local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
+          redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
+        end
+      end
+    end
+
+    -- The denial trail, as take.lua writes it.
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local tv = ARGV[tb + 8]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      if F1 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'per-min', U1, 15, c, Y1, F1 / 2) .. tv
+      end
+      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+    end
+    reply = struct.pack('<Bi7Bi7i7i7', allowed and 1 or 0, now,
+      F1, U1, Z1, Y1)
+  until true
+  if attempts == 1 then return reply end
+  replies[a] = reply
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  ab = ab + 8
+end
+return replies

@@ -1,0 +1,321 @@
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
+--
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
+--
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
+-- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
+-- values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local nowms = (now - now % 1000) / 1000
+local plan -- reservations are take.lua's: the commit sections see none
+local G, GO = 1, 2 -- dimension sets (keys) per attempt, and the keys before the trail
+
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+end
+for a = 1, attempts do
+  local op = ARGV[ab + 1]
+  local c = tonumber(ARGV[ab + 2])
+  local tk, hk = 0, 0
+  if short then
+    local nk = GO
+    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
+    if #KEYS > nk then hk = #KEYS end
+  else
+    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+  end
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
+  repeat
+    local P1, N1, T1
+    local V1, O1
+    V1 = redis.pcall('GET', KEYS[kb + 1])
+    O1 = false
+    if V1 and not fail then
+      local n = type(V1) == 'string' and #V1 or 0
+      local q = 2
+      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'dddd' then P1, N1, T1 = q, len, exp
+        else
+          O1 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'log' .. FOREIGN)
+      end
+    end
+    if fail then
+      reply = fail
+      break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      local named, vals, logs = {}, {}, {}
+      named[KEYS[kb + 1]], vals[1] = 1, L().unpackv(V1)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
+      look = false -- read once more, markers aside
+      P1, N1, T1 = nil
+      V1 = redis.pcall('GET', KEYS[kb + 1])
+      O1 = false
+      if V1 and not fail then
+        local n = type(V1) == 'string' and #V1 or 0
+        local q = 2
+        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'dddd' then P1, N1, T1 = q, len, exp
+          else
+            O1 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'log' .. FOREIGN)
+        end
+      end
+    end
+    local OVS
+    do
+      local h = redis.pcall('HGETALL', KEYS[kb + 2])
+      if h.err then
+        reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
+        break
+      end
+      if #h > 0 then
+        OVS = {}
+        OVS.blk, OVS.ex, OVS.lims = overrides(h, now)
+      end
+    end
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local F1, U1, Z1, Y1, E1, X1
+    local j_1, nl_1
+    local allowed = true
+    if not fail then repeat
+      local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
+      local key = KEYS[kb + ki]
+      if OVS and OVS.lims then
+        local lo = OVS.lims['log']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
+      end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+      -- none).
+      local W = 10000000
+      local k, j, base, nl = 0, 1, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        base = struct.unpack('<I7', v, pq)
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+      end
+      if j <= k then
+        local before = base
+        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        local top
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_1, nl_1 = j, nl
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
+    until true end
+    if fail then
+      reply = fail
+      break
+    end
+    if OVS then
+      if OVS.blk then
+        allowed = false
+      elseif OVS.ex then
+        allowed = true
+        if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here
+      end
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    if allowed and op == 't' then
+      do
+        local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
+        local key = KEYS[kb + ki]
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
+        local ent, exp
+        -- Trimmed to the window, c units at now added.
+        local j, nl = j_1, nl_1
+        local W = 10000000
+        local k, base = 0, 0
+        if p then
+          k = (pl - 7) / 14
+          base = struct.unpack('<I7', v, pq)
+          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        end
+        local top = base
+        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+        local body
+        if j > k then
+          body = struct.pack('<I7I7I7', base, now, base + c)
+        elseif nl == now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+        elseif nl < now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+        else
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c.
+          local out, prev, added = {struct.pack('<I7', base)}, base, false
+          for z = j, k do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          body = table.concat(out)
+        end
+        local hi = math.max(nl, now)
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        used, reset = used + c, hi + W - now
+        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
+      end
+      do
+        local top = X1
+        local body = E1
+        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        elseif not O1 then
+          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+        else
+          local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
+          redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
+        end
+      end
+    end
+
+    -- The denial trail, as take.lua writes it.
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local tv = ARGV[tb + 8]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      if OVS and OVS.blk then
+        local ra = 0
+        if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
+      else
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'log', U1, (OVS and OVS.lim and OVS.lim[1]) or 5, c, Y1, F1 / 2) .. tv
+        end
+      end
+      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+    end
+    local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)
+    reply = struct.pack('<Bi7Bi7i7i7', (allowed and 1 or 0) + (OVR and 4 or 0), now,
+      F1, U1, Z1, Y1)
+    if OVR then
+      reply = {reply, sf('%d', OVR[1]) .. '|' .. sf('%d', (OVS and OVS.lim and OVS.lim[1]) or 5) .. '|' .. OVR[2]}
+    end
+  until true
+  if attempts == 1 then return reply end
+  replies[a] = reply
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  ab = ab + 8
+end
+return replies

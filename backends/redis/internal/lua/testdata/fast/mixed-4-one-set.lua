@@ -1,0 +1,516 @@
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
+--
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
+-- reset, retry; ent, exp in commit), and leaves its results in F<r>
+-- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
+-- its expiry; then each dimension set's packed value is written (SETRANGE
+-- in place when the entries keep their places, lengths and expiries, as
+-- take.lua), and the denial trail and the reply are built from the
+-- results. A script that reads overrides (lua.FastOverrides) reads the
+-- subject's overrides after the values (OVS: nil, or take.lua's block,
+-- exempt and limits as blk, ex and lims; lim, the limits applied per
+-- rule, and ovl, the latest limit override applied, which the rules'
+-- heads set), and after eval a block denies and an exempt admits.
+--
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
+-- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
+-- values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local nowms = (now - now % 1000) / 1000
+local plan -- reservations are take.lua's: the commit sections see none
+local G, GO = 1, 1 -- dimension sets (keys) per attempt, and the keys before the trail
+
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+end
+for a = 1, attempts do
+  local op = ARGV[ab + 1]
+  local c = tonumber(ARGV[ab + 2])
+  local tk, hk = 0, 0
+  if short then
+    local nk = GO
+    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
+    if #KEYS > nk then hk = #KEYS end
+  else
+    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+  end
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
+  repeat
+    local P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4
+    local V1, O1
+    V1 = redis.pcall('GET', KEYS[kb + 1])
+    O1 = false
+    if V1 and not fail then
+      local n = type(V1) == 'string' and #V1 or 0
+      local q = 2
+      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 't001' then P1, N1, T1 = q, len, exp
+        elseif tag == 't002' then P2, N2, T2 = q, len, exp
+        elseif tag == 't003' then P3, N3, T3 = q, len, exp
+        elseif tag == 't004' then P4, N4, T4 = q, len, exp
+        else
+          O1 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'f' .. FOREIGN)
+      end
+    end
+    if fail then
+      reply = fail
+      break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      local named, vals, logs = {}, {}, {}
+      named[KEYS[kb + 1]], vals[1] = 1, L().unpackv(V1)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
+      look = false -- read once more, markers aside
+      P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4 = nil
+      V1 = redis.pcall('GET', KEYS[kb + 1])
+      O1 = false
+      if V1 and not fail then
+        local n = type(V1) == 'string' and #V1 or 0
+        local q = 2
+        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 't001' then P1, N1, T1 = q, len, exp
+          elseif tag == 't002' then P2, N2, T2 = q, len, exp
+          elseif tag == 't003' then P3, N3, T3 = q, len, exp
+          elseif tag == 't004' then P4, N4, T4 = q, len, exp
+          else
+            O1 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'f' .. FOREIGN)
+        end
+      end
+    end
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local F1, U1, Z1, Y1, E1, X1
+    local em_1, e_1
+    local F2, U2, Z2, Y2, E2, X2
+    local i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
+    local F3, U3, Z3, Y3, E3, X3
+    local new_3, ttl_3, T_3, tol_3
+    local F4, U4, Z4, Y4, E4, X4
+    local j_4, nl_4
+    local allowed = true
+    if not fail then repeat
+      local r, code, L, tag, ki = 1, "f", 3, 't001', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      local e
+      if code == 'f' then
+        local W = 1000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('1000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+          break
+        end
+      end
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
+      end
+      em_1, e_1 = em, e
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local r, code, L, tag, ki = 2, "s", 50, 't002', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P2, N2, T2, P2 and P2 + 13
+      -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
+      -- (jb = top - k); the counted ones are j >= lo.
+      local K, s = 60000000, 6000000
+      local i = (now - now % s) / s -- math.floor(now / s), inline: no call
+      local lo = i - K
+      local newest, k, top, q, list = -1, 0, -1, 0, nil
+      if p then
+        q = pq
+        k = (pl - 14) / 7
+        local sum
+        top, sum = struct.unpack('<I7I7', v, q)
+        if top < lo then
+          k = 0 -- every stored cell stopped counting: as if none were stored
+        elseif top <= i and k > 0 and struct.unpack('<I7', v, q + 7 * (k + 1)) > 0 then
+          -- The newest stored cell holds units: the count is the sum less the
+          -- oldest d stored cells, those that stopped counting, which are
+          -- dropped (q and k then describe the kept cells, for commit).
+          local d = lo - (top - k + 1)
+          if d > 0 then
+            for z = 0, d - 1 do sum = sum - struct.unpack('<I7', v, q + 14 + 7 * z) end
+            q, k = q + 7 * d, k - d
+          end
+          used, newest = sum, top
+        elseif top <= i and k == 0 then
+          used = sum -- no cells: nothing counts
+        else
+          list = ints(v, q + 14, k)
+          for z = math.max(1, lo - (top - k)), k do
+            local u = list[z]
+            if u > 0 then
+              used = used + u
+              newest = top - k + z
+            end
+          end
+        end
+      end
+      if newest >= 0 then reset = (newest + K + 1) * s - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        -- Retry when the oldest cells holding the units over stop counting
+        -- (cells beyond i, the server clock having gone back: one cell).
+        flags, retry = 0, s
+        if p then
+          list = list or ints(v, q + 14, k)
+          local need, acc = used + c - L, 0
+          for z = math.max(1, lo - (top - k)), math.min(k, i - (top - k)) do
+            acc = acc + list[z]
+            if acc >= need then
+              retry = (top - k + z + K + 1) * s - now
+              break
+            end
+          end
+        end
+      end
+      i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2 = i, lo, K, s, list, top, newest, k, q
+      if flags ~= 1 then allowed = false end
+      F2, U2, Z2, Y2 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local r, code, L, tag, ki = 3, "g", 20, 't003', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P3, N3, T3, P3 and P3 + 13
+      local T, tol = 3000000, 57000000
+      local ttl = 0
+      if p then
+        ttl = struct.unpack('<I7', v, pq) - now
+        if ttl < 0 then ttl = 0 end
+      end
+      local new = ttl
+      if c > L then
+        flags = 2
+      else
+        new = ttl + c * T
+        if new > tol then flags, retry = 0, new - tol end
+      end
+      local left = tol - ttl
+      local q = left / T
+      q = q - q % 1
+      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+      if q < 0 then q = 0 elseif q > L then q = L end
+      used, reset = L - q, ttl
+      new_3, ttl_3, T_3, tol_3 = new, ttl, T, tol
+      if flags ~= 1 then allowed = false end
+      F3, U3, Z3, Y3 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local r, code, L, tag, ki = 4, "l", 8, 't004', 1
+      local key = KEYS[kb + ki]
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P4, N4, T4, P4 and P4 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
+      -- none).
+      local W = 86400000000
+      local k, j, base, nl = 0, 1, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        base = struct.unpack('<I7', v, pq)
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+      end
+      if j <= k then
+        local before = base
+        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        local top
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_4, nl_4 = j, nl
+      if flags ~= 1 then allowed = false end
+      F4, U4, Z4, Y4 = flags, used, reset, retry
+    until true end
+    if fail then
+      reply = fail
+      break
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    if allowed and op == 't' then
+      do
+        local r, code, L, tag, ki = 1, "f", 3, 't001', 1
+        local key = KEYS[kb + ki]
+        local v, used, reset = V1, U1, Z1
+        local ent, exp
+        local em, e = em_1, e_1
+        used, reset, exp = used + c, e - now, em
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
+        U1, Z1, E1, X1 = used, reset, ent, exp
+      end
+      do
+        local r, code, L, tag, ki = 2, "s", 50, 't002', 1
+        local key = KEYS[kb + ki]
+        local v, used, reset = V1, U2, Z2
+        local ent, exp
+        -- The fast ways: the same cell gets c more, or a new cell c, the stored
+        -- bytes copied around them; otherwise the cells are rebuilt from the
+        -- oldest counted one holding units (or i) to the newest.
+        local i, lo, K, s, list, top, newest, k, q = i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
+        local hi = i
+        if newest > i then hi = newest end
+        exp = (hi + K + 1) * s / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        if not list and k > 0 and top == i then
+          -- The entry's header and top and sum in one pack, the cells copied.
+          local last = struct.unpack('<I7', v, q + 7 * (k + 1))
+          ent = struct.pack('<c4I3I6I7I7', tag, 7 * (k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 7 * (k + 1) - 1) .. struct.pack('<I7', last + c)
+        elseif not list and k > 0 and top < i then
+          ent = struct.pack('<c4I3I6I7I7', tag, 7 * (i - top + k + 2), exp, i, used + c) .. string.sub(v, q + 14, q + 14 + 7 * k - 1) .. string.rep('\0', 7 * (i - top - 1)) .. struct.pack('<I7', c)
+        else
+          local first, jb = i, top - k
+          if list or k > 0 then
+            list = list or ints(v, q + 14, k)
+            for z = math.max(1, lo - jb), k do
+              if list[z] > 0 then
+                first = math.min(first, jb + z)
+                break
+              end
+            end
+          end
+          local out = {hi, used + c}
+          for j = first, hi do
+            local z, u = j - jb, 0
+            if z >= 1 and z <= k then u = list[z] end
+            if j == i then u = u + c end
+            out[#out + 1] = u
+          end
+          local body = pints(out)
+          ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        end
+        used, reset = used + c, (hi + K + 1) * s - now
+        if plan then
+          plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
+        end
+        U2, Z2, E2, X2 = used, reset, ent, exp
+      end
+      do
+        local r, code, L, tag, ki = 3, "g", 20, 't003', 1
+        local key = KEYS[kb + ki]
+        local v, used, reset = V1, U3, Z3
+        local ent, exp
+        local new, ttl, T, tol = new_3, ttl_3, T_3, tol_3
+        local tat = now + new
+        local left = tol - new
+        local q = left / T
+        q = q - q % 1
+        if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+        if q < 0 then q = 0 elseif q > L then q = L end
+        exp = tat / 1000
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        used, reset = L - q, new
+        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
+        U3, Z3, E3, X3 = used, reset, ent, exp
+      end
+      do
+        local r, code, L, tag, ki = 4, "l", 8, 't004', 1
+        local key = KEYS[kb + ki]
+        local v, p, pl, pq, used, reset = V1, P4, N4, P4 and P4 + 13, U4, Z4
+        local ent, exp
+        -- Trimmed to the window, c units at now added.
+        local j, nl = j_4, nl_4
+        local W = 86400000000
+        local k, base = 0, 0
+        if p then
+          k = (pl - 7) / 14
+          base = struct.unpack('<I7', v, pq)
+          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
+        end
+        local top = base
+        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
+        local body
+        if j > k then
+          body = struct.pack('<I7I7I7', base, now, base + c)
+        elseif nl == now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+        elseif nl < now then
+          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+        else
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c.
+          local out, prev, added = {struct.pack('<I7', base)}, base, false
+          for z = j, k do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          body = table.concat(out)
+        end
+        local hi = math.max(nl, now)
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        used, reset = used + c, hi + W - now
+        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
+        U4, Z4, E4, X4 = used, reset, ent, exp
+      end
+      do
+        local top = X1
+        if X2 > top then top = X2 end
+        if X3 > top then top = X3 end
+        if X4 > top then top = X4 end
+        local body = E1 .. E2 .. E3 .. E4
+        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1
+            and P2 == P1 + #E1 and N2 == #E2 - 13 and T2 == X2
+            and P3 == P2 + #E2 and N3 == #E3 - 13 and T3 == X3
+            and P4 == P3 + #E3 and N4 == #E4 - 13 and T4 == X4 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        elseif not O1 then
+          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+        else
+          local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E2, E3, E4}, top, nowms)
+          redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
+        end
+      end
+    end
+
+    -- The denial trail, as take.lua writes it.
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local tv = ARGV[tb + 8]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      if F4 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, 8, c, Y4, F4 / 2) .. tv
+      end
+      if F3 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, 20, c, Y3, F3 / 2) .. tv
+      end
+      if F2 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, 50, c, Y2, F2 / 2) .. tv
+      end
+      if F1 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, 3, c, Y1, F1 / 2) .. tv
+      end
+      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+    end
+    reply = struct.pack('<Bi7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7', allowed and 1 or 0, now,
+      F1, U1, Z1, Y1,
+      F2, U2, Z2, Y2,
+      F3, U3, Z3, Y3,
+      F4, U4, Z4, Y4)
+  until true
+  if attempts == 1 then return reply end
+  replies[a] = reply
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  ab = ab + 8
+end
+return replies
