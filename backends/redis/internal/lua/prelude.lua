@@ -55,7 +55,7 @@ local BELOW = '(' .. BIG -- ZCOUNT's and ZRANGEBYSCORE's bound below BIG
 
 -- pushTrail writes a denial's trail entries ent (TRAIL, newest last) to
 -- the list at key, newest first, keeps its newest max (LTRIM only once it
--- holds more) and sets its TTL, ttl ms (take.lua and fast.lua).
+-- holds more) and sets its TTL, ttl ms (take.lua and fast.lua.tmpl).
 local function pushTrail(key, ent, max, ttl)
   if redis.call('LPUSH', key, unpack(ent)) > max then redis.call('LTRIM', key, 0, max - 1) end
   redis.call('PEXPIRE', key, ttl)
