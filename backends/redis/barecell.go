@@ -1,9 +1,11 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,9 +31,10 @@ import (
 //     refuses it. A peek, an inspection or a denial never calls
 //     CL.THROTTLE, so it consumes nothing and creates no key.
 //  2. If every rule admits, the TairHash rules consume first (they can be
-//     given back), then each CL.THROTTLE rule in turn, enforced rules
-//     before shadow ones: MULTI, CL.THROTTLE k burst count period c, GET
-//     k, EXEC. CL.THROTTLE decides again, on its own clock.
+//     given back), then each CL.THROTTLE rule in turn, the enforced rules
+//     with the least headroom in the snapshot first, shadow rules last
+//     (throttleOrder): MULTI, CL.THROTTLE k burst count period c, GET k,
+//     EXEC. CL.THROTTLE decides again, on its own clock.
 //  3. When an enforced rule's CL.THROTTLE refuses (concurrent takers
 //     since the snapshot, or a boundary between the snapshot's clock and
 //     CL.THROTTLE's), the TairHash rules get their compensating decrement,
@@ -67,33 +70,53 @@ func (br *bareRule) evalCell(cmd *goredis.Cmd, now, c int64) error {
 	return nil
 }
 
-// throttleAll consumes c from every admitting CL.THROTTLE rule in turn,
-// enforced rules first, then shadow rules (whose refusal never denies, so
-// they are consumed only once the request is admitted). When an enforced
-// rule refuses, the TairHash rules are given back and allowed is false;
-// the CL.THROTTLE rules consumed before it stay consumed (see above).
+// throttleAll consumes c from every admitting CL.THROTTLE rule in turn
+// (throttleOrder). When an enforced rule refuses, the TairHash rules are
+// given back and allowed is false; the CL.THROTTLE rules consumed before
+// it stay consumed (see above).
 func (b *Backend) throttleAll(ctx context.Context, rules []bareRule, now, c int64) (allowed bool, err error) {
-	for _, shadow := range []bool{false, true} {
-		for k := range rules {
-			br := &rules[k]
-			if !br.cell || br.r.Shadow != shadow || br.res[0] != 1 {
-				continue
-			}
-			limited, err := br.throttle(ctx, b.c, now, c)
-			if err == nil && (!limited || shadow) {
-				continue // consumed, or a shadow rule reported denied
-			}
-			failed := err
-			if failed == nil {
-				failed = errCellRefused
-			}
-			if cerr := b.compensate(ctx, rules, br, c, failed); cerr != nil {
-				return false, cerr
-			}
-			return false, err
+	for _, k := range throttleOrder(rules) {
+		br := &rules[k]
+		limited, err := br.throttle(ctx, b.c, now, c)
+		if err == nil && (!limited || br.r.Shadow) {
+			continue // consumed, or a shadow rule reported denied
 		}
+		failed := err
+		if failed == nil {
+			failed = errCellRefused
+		}
+		if cerr := b.compensate(ctx, rules, br, c, failed); cerr != nil {
+			return false, cerr
+		}
+		return false, err
 	}
 	return true, nil
+}
+
+// throttleOrder is the order in which the admitting CL.THROTTLE rules
+// consume: enforced rules by their headroom in the snapshot (limit − used),
+// least first, as the likeliest to refuse: a refusal then comes before
+// other rules have consumed, and only a rule that had more headroom can
+// leave units consumed; then shadow rules, whose refusal never denies, so
+// they consume only once the request is admitted.
+func throttleOrder(rules []bareRule) []int {
+	var order []int
+	for k := range rules {
+		if rules[k].cell && rules[k].res[0] == 1 {
+			order = append(order, k)
+		}
+	}
+	headroom := func(k int) int64 { return rules[k].r.Burst + 1 - rules[k].res[1] }
+	slices.SortStableFunc(order, func(a, b int) int {
+		if sa, sb := rules[a].r.Shadow, rules[b].r.Shadow; sa != sb {
+			if sa {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(headroom(a), headroom(b))
+	})
+	return order
 }
 
 // throttle consumes c from br with CL.THROTTLE and reads the TAT after it,

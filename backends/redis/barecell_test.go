@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -270,5 +271,348 @@ func TestBareCellPeekWritesNothing(t *testing.T) {
 	}
 	if after, _ := c.Get(ctx, key).Result(); after != before {
 		t.Errorf("the TAT changed on peeks: %s -> %s", before, after)
+	}
+}
+
+// bareMixedBackend is bareCellBackend on a server that has TairHash too
+// (FREQCAP_TEST_CELL, else FREQCAP_TEST_TAIRHASH, whichever loads both
+// modules), or skips loudly.
+func bareMixedBackend(t *testing.T) (*Backend, *goredis.Client) {
+	t.Helper()
+	for _, env := range []string{"FREQCAP_TEST_CELL", "FREQCAP_TEST_TAIRHASH"} {
+		addr := os.Getenv(env)
+		if addr == "" {
+			continue
+		}
+		c := bareClient(t, addr)
+		b := New(c, nil)
+		rep, err := b.Capabilities(context.Background())
+		if err != nil {
+			t.Fatalf("Capabilities() error: %v", err)
+		}
+		if rep.Choice(driver.SlidingWindow).Strategy == capability.TairHashBare && rep.Choice(driver.GCRA).Strategy == capability.CellBare {
+			return b, c
+		}
+	}
+	t.Skip("SKIPPED: neither FREQCAP_TEST_CELL nor FREQCAP_TEST_TAIRHASH names a server with both TairHash and redis-cell: requests mixing bare TairHash and CL.THROTTLE rules are NOT tested")
+	return nil, nil
+}
+
+// consumeAfter runs a bare take of req in its steps, calling between the
+// snapshot (which must admit) and the consumption; it returns whether the
+// consumption admitted and the rules' states.
+func consumeAfter(t *testing.T, b *Backend, req request, between func()) (bool, []bareRule) {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := b.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bq, err := newBareReq(opTake, req.Request, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, now, _, err := b.bareSnapshot(ctx, bq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := bq.evalAll(kvs, now); !ok || err != nil {
+		t.Fatalf("the snapshot = %v, %v; want admitted", ok, err)
+	}
+	between()
+	allowed, err := b.bareConsume(ctx, bq.rules, now, bq.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allowed, bq.rules
+}
+
+// TestBareCellConsumeRefused: the one case where bare CL.THROTTLE is not
+// all-or-nothing. The snapshot admits two GCRA rules; another client fills
+// the one with more headroom before the consumption; the other (less
+// headroom: first) consumes, the filled one's CL.THROTTLE refuses, and
+// the request is denied while the first rule keeps its unit
+// (under-admission, never over-admission), reported as consumed; the
+// refusing rule reports its state now, with a retry. Filling the rule with
+// less headroom instead denies before anything is consumed.
+func TestBareCellConsumeRefused(t *testing.T) {
+	ctx := context.Background()
+	b, c, _ := bareCellBackend(t)
+	fill := func(r driver.Rule, n int64) func() {
+		return func() {
+			if err := c.Do(ctx, "cl.throttle", r.Key+suffixCell, r.Burst, 1, 360, n).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := newSubject(t, "barecellrefused")
+	wide, narrow := s.gcra("wide", 10, time.Hour, 4), s.gcra("narrow", 10, time.Hour, 1)
+	allowed, rules := consumeAfter(t, b, s.request(opTake, 1, wide, narrow), fill(wide, 5))
+	if allowed || !slices.Equal(rules[1].res[:2], []int64{1, 1}) || rules[0].res[0] != 0 || rules[0].res[1] != 5 || rules[0].res[3] <= 0 {
+		t.Errorf("consumption = %v, wide %v, narrow %v; want denied, narrow consumed (used 1), wide denied (used 5) with a retry", allowed, rules[0].res, rules[1].res)
+	}
+	res := take(t, b, s.request(opPeek, 1, wide, narrow))
+	if res.Rules[0].Used != 5 || res.Rules[1].Used != 1 {
+		t.Errorf("peek after: used %d, %d; want 5, 1 (narrow keeps its unit)", res.Rules[0].Used, res.Rules[1].Used)
+	}
+
+	s2 := newSubject(t, "barecellrefused2")
+	wide, narrow = s2.gcra("wide", 10, time.Hour, 4), s2.gcra("narrow", 10, time.Hour, 1)
+	if allowed, _ = consumeAfter(t, b, s2.request(opTake, 1, wide, narrow), fill(narrow, 2)); allowed {
+		t.Errorf("consumption after narrow was filled = allowed, want denied")
+	}
+	if n, _ := c.Exists(ctx, wide.Key+suffixCell).Result(); n != 0 {
+		t.Errorf("wide's key exists: it consumed before narrow, which had less headroom, refused")
+	}
+}
+
+// TestThrottleOrder: enforced CL.THROTTLE rules consume by headroom, least
+// first, shadow rules last; TairHash rules and rules that denied are not
+// in the order.
+func TestThrottleOrder(t *testing.T) {
+	rule := func(burst int64, shadow bool) *driver.Rule {
+		return &driver.Rule{Algorithm: driver.GCRA, Burst: burst, Shadow: shadow}
+	}
+	rules := []bareRule{
+		{r: rule(9, false), cell: true, res: []int64{1, 2, 0, 0}}, // headroom 8
+		{r: rule(1, true), cell: true, res: []int64{1, 1, 0, 0}},  // shadow, headroom 1
+		{r: rule(4, false), cell: true, res: []int64{1, 0, 0, 0}}, // headroom 5
+		{r: &driver.Rule{Algorithm: driver.SlidingWindow, Limit: 1}, res: []int64{1, 0, 0, 0}},
+		{r: rule(2, false), cell: true, res: []int64{1, 1, 0, 0}}, // headroom 2
+		{r: rule(0, true), cell: true, res: []int64{0, 1, 0, 1}},  // a shadow rule that denied
+		{r: rule(9, false), cell: true, res: []int64{1, 1, 0, 0}}, // headroom 9
+		{r: rule(6, true), cell: true, res: []int64{1, 0, 0, 0}},  // shadow, headroom 7
+	}
+	if got, want := throttleOrder(rules), []int{4, 2, 0, 6, 1, 7}; !slices.Equal(got, want) {
+		t.Errorf("throttleOrder = %v, want %v", got, want)
+	}
+}
+
+// TestBareCellMixed: one request with bare TairHash sliding windows and
+// CL.THROTTLE rules. The TairHash rules consume first: when a CL.THROTTLE
+// rule refuses they are given back (a GCRA rule consumed before it keeps
+// its unit); when a TairHash rule fails, no CL.THROTTLE rule was called.
+// Decisions otherwise are all-or-nothing, as the memory backend's.
+func TestBareCellMixed(t *testing.T) {
+	ctx := context.Background()
+	b, c := bareMixedBackend(t)
+	s := newSubject(t, "barecellmixed")
+	sw, g1, g2 := s.sliding("s", 5, time.Hour, 10), s.gcra("g1", 10, time.Hour, 4), s.gcra("g2", 10, time.Hour, 1)
+	check := func(what string, res driver.Result, allowed bool, used ...int64) {
+		t.Helper()
+		got := make([]int64, len(res.Rules))
+		for i, r := range res.Rules {
+			got[i] = r.Used
+		}
+		if res.Allowed != allowed || !res.NonAtomic || !slices.Equal(got, used) {
+			t.Errorf("%s = allowed %v NonAtomic %v used %v; want %v, true, %v", what, res.Allowed, res.NonAtomic, got, allowed, used)
+		}
+		if len(res.Rules) == 3 && (res.Rules[0].Strategy != "tairhash-bare" || res.Rules[1].Strategy != "redis-cell-bare") {
+			t.Errorf("%s: strategies %q, %q; want tairhash-bare, redis-cell-bare", what, res.Rules[0].Strategy, res.Rules[1].Strategy)
+		}
+	}
+	check("take 1", take(t, b, s.request(opTake, 1, sw, g1, g2)), true, 1, 1, 1)
+	check("take 2 (g2 denies)", take(t, b, s.request(opTake, 2, sw, g1, g2)), false, 1, 1, 1)
+	check("peek", take(t, b, s.request(opPeek, 1, sw, g1, g2)), true, 1, 1, 1)
+
+	// g1 (more headroom than g2) refuses at consumption: s is given back,
+	// g2, which consumed first, keeps its unit.
+	allowed, _ := consumeAfter(t, b, s.request(opTake, 1, sw, g1, g2), func() {
+		if err := c.Do(ctx, "cl.throttle", g1.Key+suffixCell, 4, 1, 360, 4).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allowed {
+		t.Errorf("consumption after g1 was filled = allowed, want denied")
+	}
+	check("peek after g1 refused (g2 full)", take(t, b, s.request(opPeek, 1, sw, g2)), false, 1, 2)
+
+	// A TairHash rule fails at consumption: no CL.THROTTLE is called.
+	s2 := newSubject(t, "barecellmixed2")
+	sw2, g3 := s2.sliding("s", 2, time.Hour, 10), s2.gcra("g3", 10, time.Hour, 4)
+	allowed, _ = consumeAfter(t, b, s2.request(opTake, 1, sw2, g3), func() {
+		take(t, b, s2.request(opTake, 2, sw2))
+	})
+	if allowed {
+		t.Errorf("consumption after s was filled = allowed, want denied")
+	}
+	if n, _ := c.Exists(ctx, g3.Key+suffixCell).Result(); n != 0 {
+		t.Errorf("g3's key exists: CL.THROTTLE ran although s refused first")
+	}
+}
+
+// TestBareCellRace: 32 workers, 4 takes each, on two GCRA rules (q wide,
+// p 20 per day): exactly 20 are admitted, and both count 20: p, with less
+// headroom, always consumes first, so q never consumes for a request p
+// then refuses. With a TairHash rule in front (a server with both
+// modules), it is compensated to exactly 20.
+func TestBareCellRace(t *testing.T) {
+	b, _, _ := bareCellBackend(t)
+	s := newSubject(t, "barecellrace")
+	q, p := s.gcra("q", 1000, 24*time.Hour, 999), s.gcra("p", 20, 24*time.Hour, 19)
+	if used := bareRace(t, b, s, q, p); used[0] != 20 || used[1] != 20 {
+		t.Errorf("race: used q %d, p %d; want 20, 20", used[0], used[1])
+	}
+	t.Run("with TairHash", func(t *testing.T) {
+		b, _ := bareMixedBackend(t)
+		s := newSubject(t, "barecellrace2")
+		used := bareRace(t, b, s, s.sliding("w", 1000, time.Hour, 10), s.gcra("p", 20, 24*time.Hour, 19))
+		if used[0] != 20 || used[1] != 20 {
+			t.Errorf("race: used w %d, p %d; want 20, 20 (w compensated)", used[0], used[1])
+		}
+	})
+}
+
+// bareRace runs 32 workers of 4 takes each on rules, checks that exactly
+// 20 are admitted, and returns the rules' used counts after.
+func bareRace(t *testing.T, b *Backend, s subject, rules ...driver.Rule) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan int, 32)
+	for range 32 {
+		go func() {
+			n := 0
+			for range 4 {
+				if res, err := b.do(ctx, s.request(opTake, 1, rules...)); err == nil && res.Allowed {
+					n++
+				}
+			}
+			done <- n
+		}()
+	}
+	admitted := 0
+	for range 32 {
+		admitted += <-done
+	}
+	if admitted != 20 {
+		t.Errorf("race: %d admitted, want 20", admitted)
+	}
+	res := take(t, b, s.request(opPeek, 1, rules...))
+	used := make([]int64, len(res.Rules))
+	for i, r := range res.Rules {
+		used[i] = r.Used
+	}
+	return used
+}
+
+// TestBareCellIdempotencyAndTrail: bare GCRA writes the idempotency record
+// and the denial trail as bare mode does: a retry replays the first
+// decision (consuming nothing), a denial is in the trail, an inspection
+// returns it and consumes nothing.
+func TestBareCellIdempotencyAndTrail(t *testing.T) {
+	ctx := context.Background()
+	b, c, _ := bareCellBackend(t)
+	s := newSubject(t, "barecellidem")
+	g := s.gcra("g", 1, time.Hour, 0)
+	req := s.request(opTake, 1, g)
+	req.IdempotencyKey, req.IdempotencyTTL = s.base+"!i:k1", time.Minute
+	first := take(t, b, req)
+	tat, _ := c.Get(ctx, g.Key+suffixCell).Result()
+	again := take(t, b, req)
+	if !first.Allowed || !again.Replayed || !again.Allowed || again.Rules[0].Used != 1 || again.Rules[0].Strategy != "redis-cell-bare" || !again.NonAtomic {
+		t.Errorf("retry = %+v; want the first decision (allowed, used 1, redis-cell-bare, NonAtomic) replayed", again)
+	}
+	if v, _ := c.Get(ctx, g.Key+suffixCell).Result(); v != tat {
+		t.Errorf("the retry changed the TAT: %s -> %s", tat, v)
+	}
+	denied := s.request(opTake, 1, g)
+	denied.TrailValues = "content=x"
+	if res := take(t, b, denied); res.Allowed || res.Rules[0].RetryAfter <= 0 {
+		t.Errorf("second take = %+v, want denied with a retry", res.Rules[0])
+	}
+	res := take(t, b, s.request(opInspect, 0, g))
+	if len(res.Trail) != 1 || res.Trail[0].Rule != "g" || res.Trail[0].Used != 1 || res.Trail[0].Cost != 1 || res.Trail[0].Values != "content=x" {
+		t.Errorf("Inspect trail = %+v, want one denial by g (used 1, cost 1, the request's values)", res.Trail)
+	}
+	if v, _ := c.Get(ctx, g.Key+suffixCell).Result(); v != tat {
+		t.Errorf("the denial or the inspection changed the TAT: %s -> %s", tat, v)
+	}
+}
+
+// TestBareCellForeignState: a value CL.THROTTLE did not write on a GCRA
+// rule's key (it would abort the server) is refused by every bare
+// operation with take.lua's error, before any CL.THROTTLE call: the server
+// answers PING after each, and nothing is written.
+func TestBareCellForeignState(t *testing.T) {
+	ctx := context.Background()
+	b, c, _ := bareCellBackend(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: c.Options().Addr})
+	t.Cleanup(func() { admin.Close() })
+	for _, fs := range foreignStates {
+		t.Run(fs.name, func(t *testing.T) {
+			s := newSubject(t, "barecellforeign")
+			r := s.gcra("g", 10, time.Minute, 4)
+			key := r.Key + suffixCell
+			fs.put(t, admin, key)
+			before := dumpKey(t, admin, key)
+			for o, req := range gcraOps(s, r) {
+				_, err := b.do(ctx, req)
+				if err := c.Ping(ctx).Err(); err != nil {
+					t.Fatalf("%s: PING = %v: the server is gone", o, err)
+				}
+				if o == "reserve" {
+					if !errors.Is(err, errors.ErrUnsupported) {
+						t.Errorf("reserve: error = %v, want errors.ErrUnsupported", err)
+					}
+					continue
+				}
+				checkForeignErr(t, o, err, s, "g")
+			}
+			if after := dumpKey(t, admin, key); after != before {
+				t.Errorf("the key changed on a refusal")
+			}
+			if n, _ := c.Exists(ctx, s.trail(), s.base+"!i:k").Result(); n != 0 {
+				t.Errorf("%d of the trail and idempotency keys written on a refusal", n)
+			}
+		})
+	}
+}
+
+// TestBareCellDescribe: the report, Describe and the errors say that GCRA
+// runs on bare CL.THROTTLE, why, and what it cannot do: reservations,
+// other algorithms, rules CL.THROTTLE cannot express; batches fall back to
+// one Take per request.
+func TestBareCellDescribe(t *testing.T) {
+	ctx := context.Background()
+	b, _, rep := bareCellBackend(t)
+	reason := rep.Choice(driver.GCRA).Reason
+	for _, want := range []string{"plain Lua GCRA cannot run", "CL.THROTTLE", "under-admission, never over-admission"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("GCRA reason %q, want it to say %q", reason, want)
+		}
+	}
+	if !strings.Contains(rep.String(), "redis-cell-bare") {
+		t.Errorf("report (freqcap detect) does not name redis-cell-bare:\n%s", rep)
+	}
+	d, err := b.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Strategies[driver.GCRA]; st.Name != "redis-cell-bare" || !strings.Contains(st.Reason, "state under <key>"+suffixCell) {
+		t.Errorf("Describe: GCRA = %+v, want redis-cell-bare with its key", st)
+	}
+	if !slices.ContainsFunc(d.Notes, func(n string) bool { return strings.Contains(n, "GCRA rules run as bare CL.THROTTLE commands") }) {
+		t.Errorf("Describe notes %q, want one saying GCRA rules run as bare CL.THROTTLE commands", d.Notes)
+	}
+	t.Logf("report:\n%s", rep)
+	s := newSubject(t, "barecelldescribe")
+	g := s.gcra("g", 10, time.Minute, 4)
+	reserve := s.request(opReserve, 1, g)
+	reserve.ReservationID, reserve.ReservationTTL = "h", time.Minute
+	for name, req := range map[string]request{
+		"reserve":          reserve,
+		"fixed window":     s.request(opTake, 1, g, s.fixed("f", 10, time.Minute)),
+		"inexpressible":    s.request(opTake, 1, s.gcra("g3", 3, time.Second, 0)),
+		"policy store (2)": func() request { r := g; r.Epoch = 2; return s.request(opTake, 1, r) }(),
+	} {
+		if _, err := b.do(ctx, req); !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("%s: error = %v, want errors.ErrUnsupported", name, err)
+		}
+	}
+	out := b.batch(ctx, []request{s.request(opTake, 5, g), s.request(opTake, 1, g)})
+	for k, want := range []bool{true, false} {
+		if out[k].Err != nil || out[k].Result.Allowed != want || !out[k].Result.NonAtomic {
+			t.Errorf("TakeBatch[%d] = %+v, %v; want allowed %v, NonAtomic", k, out[k].Result, out[k].Err, want)
+		}
 	}
 }
