@@ -17,8 +17,12 @@ import (
 )
 
 // Bare mode: servers that refuse scripting (Alibaba Tair ESSD/SSD
-// instances have no Lua; some proxies refuse EVAL) but have TairHash.
-// Sliding-window rules then run as plain TairHash commands:
+// instances have no Lua; some proxies refuse EVAL) but have TairHash or
+// redis-cell. GCRA rules then run as CL.THROTTLE commands, consumed after
+// every TairHash rule; their units cannot be given back, so a GCRA rule
+// consumed before another one refused keeps them: under-admission, never
+// over-admission (barecell.go). Sliding-window rules run as plain
+// TairHash commands:
 //
 //  1. one pipeline: TIME, then EXHGETALL of every rule's key (a snapshot);
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
@@ -69,14 +73,13 @@ type bareRule struct {
 	// shadowDenied: a shadow rule whose increment failed (not consumed).
 	shadowDenied bool
 	// cell: a GCRA rule on CL.THROTTLE (barecell.go), with CL.THROTTLE's
-	// count and period (cellArgs) and the TAT the snapshot read (zero:
-	// none).
+	// count and period (cellArgs).
 	cell          bool
 	count, period int64
-	tat           time.Time
 }
 
-// takeBare carries out req with bare TairHash commands (see above).
+// takeBare carries out req with bare TairHash and CL.THROTTLE commands
+// (see above).
 func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
 	bq, err := newBareReq(o, req, rep)
 	if err != nil {

@@ -61,7 +61,6 @@ func (br *bareRule) evalCell(cmd *goredis.Cmd, now, c int64) error {
 	if err != nil {
 		return err
 	}
-	br.tat = tat
 	at := time.UnixMicro(now)
 	_, v := alg.GCRAStep(tat, *br.r, c, at)
 	used, reset := alg.GCRAReport(tat, *br.r, at)
