@@ -46,7 +46,10 @@ type Decision struct {
 	// Err is the backend error behind a degraded decision.
 	Err error
 	// NonAtomic reports that the backend could not make this decision
-	// all-or-nothing (it compensated instead).
+	// all-or-nothing: it compensated instead, or, for a denial, may have
+	// left units consumed in a rule it could not give them back to
+	// (under-admission, never over-admission: docs/MODULES.md, "Bare
+	// mode").
 	NonAtomic bool
 	// Replayed reports that this is the decision first made for the
 	// attempt's idempotency key, returned again: nothing was consumed this

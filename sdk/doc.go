@@ -83,7 +83,9 @@
 // nothing is lost or counted twice between them. The exception is the
 // Redis backend's bare mode (servers without scripting, see
 // docs/MODULES.md): other clients may briefly see units a denied request
-// consumed and then gave back, and such a decision says so
+// consumed and then gave back, a GCRA rule on redis-cell's CL.THROTTLE
+// keeps the units of a request another such rule refused (under-admission,
+// never over-admission), and such a decision says so
 // ([Decision].NonAtomic).
 //
 // # Time

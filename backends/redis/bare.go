@@ -18,8 +18,12 @@ import (
 )
 
 // Bare mode: servers that refuse scripting (Alibaba Tair ESSD/SSD
-// instances have no Lua; some proxies refuse EVAL) but have TairHash.
-// Sliding-window rules then run as plain TairHash commands:
+// instances have no Lua; some proxies refuse EVAL) but have TairHash or
+// redis-cell. GCRA rules then run as CL.THROTTLE commands, consumed after
+// every TairHash rule; their units cannot be given back, so a GCRA rule
+// consumed before another one refused keeps them: under-admission, never
+// over-admission (barecell.go). Sliding-window rules run as plain
+// TairHash commands:
 //
 //  1. one pipeline: TIME, then EXHGETALL of every rule's key (a snapshot);
 //  2. every rule is evaluated on the snapshot exactly as take.lua does;
@@ -73,9 +77,14 @@ type bareRule struct {
 	res   []int64
 	// shadowDenied: a shadow rule whose increment failed (not consumed).
 	shadowDenied bool
+	// cell: a GCRA rule on CL.THROTTLE (barecell.go), with CL.THROTTLE's
+	// count and period (cellArgs).
+	cell          bool
+	count, period int64
 }
 
-// takeBare carries out req with bare TairHash commands (see above).
+// takeBare carries out req with bare TairHash and CL.THROTTLE commands
+// (see above).
 func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
 	bq, err := newBareReq(o, req, rep)
 	if err != nil {
@@ -155,14 +164,13 @@ func newBareReq(o op, req driver.Request, rep *capability.Report) (*bareReq, err
 	} else if bq.c < 1 {
 		return nil, fmt.Errorf("cost must be >= 1, got %d", bq.c)
 	}
-	ch := rep.Choice(driver.SlidingWindow)
 	bq.rules = make([]bareRule, len(req.Rules))
 	for k := range req.Rules {
-		r := &req.Rules[k]
-		if err := bareRuleOK(r, ch, rep); err != nil {
+		br, err := newBareRule(&req.Rules[k], rep)
+		if err != nil {
 			return nil, err
 		}
-		bq.rules[k] = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
+		bq.rules[k] = br
 	}
 	if req.OverrideKey != "" {
 		return nil, fmt.Errorf("%w: overrides need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
@@ -178,27 +186,36 @@ func newBareReq(o op, req driver.Request, rep *capability.Report) (*bareReq, err
 	return bq, nil
 }
 
-// bareRuleOK checks that bare mode can decide r (ch: the sliding window's
-// strategy).
-func bareRuleOK(r *driver.Rule, ch capability.Choice, rep *capability.Report) error {
+// newBareRule checks that bare mode can decide r under rep's choices: a
+// sliding window on TairHash, or a GCRA rule on CL.THROTTLE that
+// CL.THROTTLE expresses exactly (cellArgs; no other strategy is left to
+// take the others).
+func newBareRule(r *driver.Rule, rep *capability.Report) (bareRule, error) {
 	if err := validRule(r); err != nil {
-		return err
+		return bareRule{}, err
 	}
-	if r.Algorithm != driver.SlidingWindow {
-		return fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, rep.Choice(r.Algorithm)))
-	}
-	if ch.Strategy != capability.TairHashBare {
-		return fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
+	var br bareRule
+	switch ch := rep.Choice(r.Algorithm); {
+	case r.Algorithm == driver.SlidingWindow && ch.Strategy == capability.TairHashBare:
+		br = bareRule{r: r, key: r.Key + suffixTairHash, sp: r.Span(time.Microsecond)}
+	case r.Algorithm == driver.GCRA && ch.Strategy == capability.CellBare:
+		count, period, why := cellArgs(r)
+		if why != "" {
+			return bareRule{}, fmt.Errorf("rule %q: %w: without scripting GCRA runs on CL.THROTTLE, which cannot express this rule exactly: %s", r.Name, errors.ErrUnsupported, why)
+		}
+		br = bareRule{r: r, key: r.Key + suffixCell, cell: true, count: count, period: period}
+	default:
+		return bareRule{}, fmt.Errorf("rule %q: %w", r.Name, unsupported(r.Algorithm, ch))
 	}
 	if r.Seed > 0 || r.Epoch > 0 {
-		return fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
+		return bareRule{}, fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
 	}
-	return nil
+	return br, nil
 }
 
 // bareSnapshot reads, in one pipeline, the server's TIME (µs), the stored
 // decision of an idempotent retry (its record, nil when none) and every
-// rule's fields (EXHGETALL).
+// rule's state: its fields (EXHGETALL), or a CL.THROTTLE rule's TAT (GET).
 func (b *Backend) bareSnapshot(ctx context.Context, bq *bareReq) (kvs []*goredis.Cmd, now int64, stored *string, err error) {
 	pipe := b.c.Pipeline()
 	tm := pipe.Time(ctx)
@@ -208,7 +225,11 @@ func (b *Backend) bareSnapshot(ctx context.Context, bq *bareReq) (kvs []*goredis
 	}
 	kvs = make([]*goredis.Cmd, len(bq.rules))
 	for k := range bq.rules {
-		kvs[k] = pipe.Do(ctx, "exhgetall", bq.rules[k].key)
+		cmd := "exhgetall"
+		if bq.rules[k].cell {
+			cmd = "get"
+		}
+		kvs[k] = pipe.Do(ctx, cmd, bq.rules[k].key)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	if err := tm.Err(); err != nil {
@@ -231,12 +252,12 @@ func (bq *bareReq) evalAll(kvs []*goredis.Cmd, now int64) (allowed bool, err err
 	allowed = true
 	for k := range bq.rules {
 		br := &bq.rules[k]
-		kv, err := kvs[k].Slice()
-		if err != nil {
-			return false, fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
-		}
-		if err := br.eval(kv, now, bq.c); err != nil {
-			return false, fmt.Errorf("rule %q: %w", br.r.Name, err)
+		if br.cell {
+			if err := br.evalCell(kvs[k], now, bq.c); err != nil {
+				return false, err
+			}
+		} else if err := br.evalTairHash(kvs[k], now, bq.c); err != nil {
+			return false, err
 		}
 		if br.res[0] != 1 && !br.r.Shadow {
 			allowed = false
@@ -245,15 +266,17 @@ func (bq *bareReq) evalAll(kvs []*goredis.Cmd, now int64) (allowed bool, err err
 	return allowed, nil
 }
 
-// bareConsume increments every admitting rule in turn, bounded by MAX;
-// when one fails (concurrent writers filled it since the snapshot), it
-// compensates the rules already incremented and reports that rule's state
-// as it is now: allowed false. Allowed rules' results then count c.
+// bareConsume increments every admitting TairHash rule in turn, bounded
+// by MAX; when one fails (concurrent writers filled it since the
+// snapshot), it compensates the rules already incremented and reports that
+// rule's state as it is now: allowed false. Then the CL.THROTTLE rules
+// consume (throttleAll), last because they cannot be given back. Allowed
+// rules' results then count c.
 func (b *Backend) bareConsume(ctx context.Context, rules []bareRule, now, c int64) (allowed bool, err error) {
 	for k := range rules {
 		br := &rules[k]
-		if br.r.Shadow && br.res[0] != 1 {
-			continue // a shadow rule that denied: not consumed
+		if br.cell || (br.r.Shadow && br.res[0] != 1) {
+			continue // a CL.THROTTLE rule, or a shadow rule that denied
 		}
 		err := br.incr(ctx, b.c, c, br.r.Limit-br.other)
 		if err == nil {
@@ -266,15 +289,21 @@ func (b *Backend) bareConsume(ctx context.Context, rules []bareRule, now, c int6
 			br.shadowDenied = true
 			continue
 		}
-		if err := b.compensate(ctx, rules[:k], br, c, err); err != nil {
-			return false, err
+		if cerr := b.compensate(ctx, rules[:k], br, c, err); cerr != nil {
+			return false, cerr
+		}
+		if !isOverflow(err) {
+			return false, fmt.Errorf("rule %q: EXHINCRBY: %w", br.r.Name, err)
 		}
 		return false, b.refilled(ctx, br, now, c)
 	}
+	if ok, err := b.throttleAll(ctx, rules, now, c); !ok || err != nil {
+		return false, err
+	}
 	for k := range rules {
 		br := &rules[k]
-		if br.res[0] != 1 {
-			continue // a shadow rule that denied
+		if br.cell || br.res[0] != 1 {
+			continue // CL.THROTTLE's results are set; a shadow rule that denied
 		}
 		br.res[1] += c
 		br.res[2] = br.sp.Leaves(br.i) - now
@@ -282,13 +311,13 @@ func (b *Backend) bareConsume(ctx context.Context, rules []bareRule, now, c int6
 	return true, nil
 }
 
-// compensate gives c back to the rules done (already incremented) after
-// br's increment failed with failed; it returns failed itself unless it
-// is the MAX refusal (the rule denies).
+// compensate gives c back to the TairHash rules of done (already
+// incremented) after br failed to consume (failed: why); it returns only
+// a failure to give back.
 func (b *Backend) compensate(ctx context.Context, done []bareRule, br *bareRule, c int64, failed error) error {
 	for q := len(done) - 1; q >= 0; q-- {
-		if done[q].r.Shadow && (done[q].res[0] != 1 || done[q].shadowDenied) {
-			continue // not incremented
+		if done[q].cell || (done[q].r.Shadow && (done[q].res[0] != 1 || done[q].shadowDenied)) {
+			continue // CL.THROTTLE (never given back), or not incremented
 		}
 		cerr := done[q].incr(ctx, b.c, -c, 0)
 		if isOverflow(cerr) {
@@ -298,9 +327,6 @@ func (b *Backend) compensate(ctx context.Context, done []bareRule, br *bareRule,
 		if cerr != nil {
 			return fmt.Errorf("rule %q: compensating decrement after rule %q denied (%v): %w", done[q].r.Name, br.r.Name, failed, cerr)
 		}
-	}
-	if !isOverflow(failed) {
-		return fmt.Errorf("rule %q: EXHINCRBY: %w", br.r.Name, failed)
 	}
 	return nil
 }
@@ -389,18 +415,33 @@ func (br *bareRule) eval(kv []any, now, c int64) error {
 	s := alg.NewSliding(br.sp, time.Microsecond, cells, now)
 	br.i = s.I
 	br.other = s.Used - s.Current()
-	v := s.Decide(br.r.Limit, c)
-	var flags, retry int64 = 0, 0
-	switch {
-	case v.Allowed:
-		flags = 1
-	case v.CostTooHigh:
-		flags = 2
-	default:
-		retry = v.RetryAfter.Microseconds()
-	}
+	flags, retry := replyFlags(s.Decide(br.r.Limit, c))
 	br.res = []int64{flags, s.Used, s.ResetAfter().Microseconds(), retry}
 	return nil
+}
+
+// evalTairHash is eval of the rule's EXHGETALL reply in the snapshot.
+func (br *bareRule) evalTairHash(cmd *goredis.Cmd, now, c int64) error {
+	kv, err := cmd.Slice()
+	if err != nil {
+		return fmt.Errorf("rule %q: EXHGETALL: %w", br.r.Name, err)
+	}
+	if err := br.eval(kv, now, c); err != nil {
+		return fmt.Errorf("rule %q: %w", br.r.Name, err)
+	}
+	return nil
+}
+
+// replyFlags is a verdict as a rule's reply numbers: flags (0 denied, 1
+// allowed, 2 cost too high) and the retry in µs, rounded up.
+func replyFlags(v alg.Verdict) (flags, retry int64) {
+	switch {
+	case v.Allowed:
+		return 1, 0
+	case v.CostTooHigh:
+		return 2, 0
+	}
+	return 0, ceilMicros(v.RetryAfter)
 }
 
 // bareCells reads a rule's cells from EXHGETALL's reply (name, value, …),
@@ -479,7 +520,8 @@ func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 }
 
 // bareResult decodes a reply in take.lua's shape (parseTake), for rules:
-// NonAtomic, every rule on the bare TairHash strategy.
+// NonAtomic, sliding windows on the bare TairHash strategy, GCRA rules on
+// bare CL.THROTTLE.
 func bareResult(v []any, rules []driver.Rule) (driver.Result, error) {
 	res, err := parseTake(v, rules)
 	if err != nil {
@@ -487,7 +529,11 @@ func bareResult(v []any, rules []driver.Rule) (driver.Result, error) {
 	}
 	res.NonAtomic = true
 	for i := range res.Rules {
-		res.Rules[i].Strategy = capability.TairHashBare.String()
+		st := capability.TairHashBare
+		if rules[i].Algorithm == driver.GCRA {
+			st = capability.CellBare
+		}
+		res.Rules[i].Strategy = st.String()
 	}
 	return res, nil
 }

@@ -61,7 +61,10 @@ import (
 // script's instant, and the sequences diverge from there (seen on
 // 2026-11-26: used 2/3 against 1/3 with ResetAfter 0.3 ms apart, seed
 // 1795726861413450410). TestGCRAAgreesWithCell and TestGCRASweepCell
-// compare it call by call instead, on CL.THROTTLE's own clock.
+// compare it call by call instead, on CL.THROTTLE's own clock. Bare
+// CL.THROTTLE (redis-cell-bare, no scripting) is not a target for the
+// same reason: TestBareCellMatchesMemory compares it with the memory
+// backend on sequences too short to cross a unit's boundary.
 //
 // FREQCAP_DIFF_SEED=<n> reruns with base seed n (every failure prints
 // the seed of its sequence and the sequence itself);

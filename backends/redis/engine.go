@@ -16,8 +16,8 @@ import (
 // An engine carries out the backend's operations on the server as
 // detected: scriptMode (take.lua and settle.lua: every strategy, each
 // decision one EVALSHA) where every master runs scripts, bareMode
-// (bare.go: sliding windows as TairHash commands, NonAtomic) where one
-// refuses them. Backend.engine chooses it once per capability report;
+// (bare.go: sliding windows as TairHash commands, GCRA as CL.THROTTLE,
+// NonAtomic) where one refuses them. Backend.engine chooses it once per capability report;
 // nothing else asks whether the server runs scripts. Errors do not name
 // the operation yet: the Backend's methods do.
 type engine interface {
@@ -157,8 +157,9 @@ func (m scriptMode) notes() []string {
 	return out
 }
 
-// bareMode runs sliding-window rules as bare TairHash commands where
-// scripting is refused (bare.go): NonAtomic decisions, one by one.
+// bareMode runs sliding-window rules as bare TairHash commands and GCRA
+// rules as bare CL.THROTTLE commands where scripting is refused (bare.go,
+// barecell.go): NonAtomic decisions, one by one.
 type bareMode struct {
 	b   *Backend
 	rep *capability.Report
@@ -179,7 +180,19 @@ func (m bareMode) settle(context.Context, string, string, bool) error {
 }
 
 func (m bareMode) notes() []string {
-	out := []string{"no scripting: sliding-window rules run as bare TairHash commands, rule by rule, compensated when a later rule denies; every decision says NonAtomic; other algorithms, reservations and batches in one round trip are unavailable"}
+	n := "no scripting: "
+	th, cell := m.rep.Choice(driver.SlidingWindow).Strategy == capability.TairHashBare, m.rep.Choice(driver.GCRA).Strategy == capability.CellBare
+	if th {
+		n += "sliding-window rules run as bare TairHash commands, rule by rule, compensated when a later rule denies; "
+	}
+	if cell {
+		n += "GCRA rules run as bare CL.THROTTLE commands, after every other rule, and a GCRA rule consumed before another GCRA rule refused keeps its units (under-admission, never over-admission); "
+	}
+	n += "every decision says NonAtomic; other algorithms, reservations and batches in one round trip are unavailable"
+	if !th && !cell {
+		n = "no scripting, and neither TairHash nor redis-cell is usable: every algorithm is unavailable"
+	}
+	out := []string{n}
 	if m.b.opts.Coalesce > 0 {
 		out = append(out, "coalescing: not applied (no scripting: decisions run as bare commands)")
 	}

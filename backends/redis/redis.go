@@ -42,9 +42,11 @@
 // module strategy keeps its state under its own key plus a suffix (%h,
 // %t, %x), so a change of strategy never hands one strategy's key to
 // another.
-// Where scripting is refused (Tair ESSD/SSD instances, proxies) and
-// TairHash is present, sliding-window rules run as bare TairHash commands,
-// and decisions say NonAtomic. On a replica every decision (Take, Peek,
+// Where scripting is refused (Tair ESSD/SSD instances, proxies),
+// sliding-window rules run as bare TairHash commands where TairHash is
+// present, and GCRA rules as bare CL.THROTTLE commands where redis-cell is
+// (a GCRA rule another GCRA rule's refusal denies may keep its units:
+// under-admission, never over-admission), and decisions say NonAtomic. On a replica every decision (Take, Peek,
 // Reserve, Inspect, batches) and Commit and Cancel fail with an error wrapping a
 // *capability.ReplicaError, which names the master; each such call
 // detects again, so a replica promoted to master is used at once.
@@ -108,8 +110,8 @@ type Options struct {
 	// ForcePlainLua uses the plain Lua strategies whatever modules the
 	// server has; Forbid lists features never to use (tairhash,
 	// redis-cell, hfe). Default: the zero Config, which detects everything
-	// and runs plain Lua wherever scripting runs (bare TairHash commands
-	// where it is refused).
+	// and runs plain Lua wherever scripting runs (bare TairHash and
+	// CL.THROTTLE commands where it is refused).
 	Detect capability.Config
 	// Upgrade reads through the one-key-per-rule layout of freqcap before
 	// the packed layout (docs/DESIGN.md, "Upgrading to the packed
@@ -345,8 +347,8 @@ func isNoScript(err error) bool {
 // driver.Rule.Shadow), in one EVALSHA of take.lua or of the fast script of req's rules
 // (see the package doc; EVAL where the server refuses EVALSHA;
 // shared with concurrent calls under Options.Coalesce). Where scripting is
-// refused, it runs bare TairHash commands instead (docs/MODULES.md, "Bare
-// mode"): the Result is NonAtomic.
+// refused, it runs bare TairHash and CL.THROTTLE commands instead
+// (docs/MODULES.md, "Bare mode"): the Result is NonAtomic.
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
 	return b.decide(ctx, opTake, req)
 }

@@ -71,7 +71,7 @@ func (c ruleChoice) strategy() string {
 func chooseRule(rep *capability.Report, r *driver.Rule) (ruleChoice, error) {
 	ch := rep.Choice(r.Algorithm)
 	switch ch.Strategy {
-	case capability.Unavailable, capability.TairHashBare:
+	case capability.Unavailable, capability.TairHashBare, capability.CellBare:
 		return ruleChoice{}, unsupported(r.Algorithm, ch)
 	}
 	switch {
@@ -124,6 +124,8 @@ func describeReport(rep *capability.Report) driver.Description {
 			st.Reason += "; state under <key>" + suffixHFE
 		case capability.TairHashBare.String():
 			st.Reason += "; state under <key>" + suffixTairHash + "; take, peek and inspect only (no reservations)"
+		case capability.CellBare.String():
+			st.Reason += "; only rules whose Window/Limit CL.THROTTLE's whole-second period expresses exactly (a whole number of µs, period and tolerance within 2^53 ns), other GCRA rules are refused; state under <key>" + suffixCell + "; take, peek and inspect only (no reservations); peeks read the TAT and never call CL.THROTTLE"
 		}
 		d.Strategies[a] = st
 	}

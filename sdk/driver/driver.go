@@ -439,7 +439,10 @@ type Result struct {
 	// Trail is the subject's recent denials, newest first (Inspect only).
 	Trail []Denial
 	// NonAtomic reports that the backend could not make this decision
-	// all-or-nothing (it compensates instead, e.g. TairHash without Lua).
+	// all-or-nothing (it compensates instead, e.g. TairHash without Lua;
+	// CL.THROTTLE without Lua cannot give units back, so a denied request
+	// may leave units consumed in a GCRA rule: under-admission, never
+	// over-admission).
 	NonAtomic bool
 	// Replayed reports that this Result is the one stored under
 	// Request.IdempotencyKey by an earlier request, returned unchanged (Now is

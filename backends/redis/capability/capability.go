@@ -115,6 +115,12 @@ const (
 	// MAX per rule, with a compensating decrement when a later rule
 	// denies): multi-rule decisions are not atomic.
 	TairHashBare
+	// CellBare runs GCRA rules as bare CL.THROTTLE commands without
+	// scripting, after every other rule of the request; a CL.THROTTLE
+	// consumption cannot be given back, so when one GCRA rule refuses
+	// after another consumed, those units stay consumed (under-admission,
+	// never over-admission): multi-rule decisions are not atomic.
+	CellBare
 )
 
 // String returns the strategy's name as shown by the console and
@@ -133,6 +139,8 @@ func (s Strategy) String() string {
 		return "lua+redis-cell"
 	case TairHashBare:
 		return "tairhash-bare"
+	case CellBare:
+		return "redis-cell-bare"
 	}
 	return fmt.Sprintf("Strategy(%d)", uint8(s))
 }
@@ -142,7 +150,7 @@ func (s Strategy) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 
 // NonAtomic reports whether a decision made with s can be only partly
 // applied (it compensates instead of being all-or-nothing).
-func (s Strategy) NonAtomic() bool { return s == TairHashBare }
+func (s Strategy) NonAtomic() bool { return s == TairHashBare || s == CellBare }
 
 // Config overrides detection. The zero value detects everything and uses
 // what it finds.

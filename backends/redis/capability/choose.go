@@ -17,8 +17,9 @@ import (
 // moduleSlower), and the reasons say why a usable module is not used; with
 // Config.ModuleStrategies, sliding windows use native hash-field expiry,
 // else TairHash, else plain Lua, and GCRA uses redis-cell, else plain Lua.
-// Without scripting only bare TairHash commands remain, for sliding
-// windows, and the report is NonAtomic. Where a node is a replica no
+// Without scripting only bare module commands remain: TairHash for
+// sliding windows, redis-cell's CL.THROTTLE for GCRA (each atomic per
+// rule), and the report is NonAtomic. Where a node is a replica no
 // feature is usable and no algorithm has a strategy (Report.Writable).
 func Choose(nodes []Node, cfg Config) Report {
 	ns := slices.Clone(nodes)
@@ -99,7 +100,11 @@ func Choose(nodes []Node, cfg Config) Report {
 		}
 	}
 	if r.NonAtomic {
-		r.Notes = append(r.Notes, "multi-rule atomicity is degraded: without scripting a decision over several rules is applied rule by rule and compensated on denial; every Decision says NonAtomic")
+		n := "multi-rule atomicity is degraded: without scripting a decision over several rules is applied rule by rule and compensated on denial; every Decision says NonAtomic"
+		if r.Choice(driver.GCRA).Strategy == CellBare {
+			n += "; CL.THROTTLE cannot be compensated: GCRA rules consume last, and when a GCRA rule refuses after another consumed, those units stay consumed (under-admission, never over-admission)"
+		}
+		r.Notes = append(r.Notes, n)
 	}
 	return r
 }
@@ -183,8 +188,8 @@ func choose(r *Report, a driver.Algorithm, cfg Config) Choice {
 			c.Strategy = PlainLua
 			c.Reason = "plain Lua: " + whyNot(r, cell, "no redis-cell")
 		case cell.Usable:
-			c.Strategy = Unavailable
-			c.Reason = fmt.Sprintf("%s; redis-cell is on %s, but GCRA without scripting is not implemented", noScript, cell.Count)
+			c.Strategy = CellBare
+			c.Reason = fmt.Sprintf("redis-cell without scripting (%s): plain Lua GCRA cannot run, and CL.THROTTLE on %s is a whole GCRA step in one command, atomic per rule; it consumes after every other rule of a request, and units one GCRA rule consumed before another refused stay consumed (under-admission, never over-admission); multi-rule decisions are not atomic", noScript, cell.Count)
 		default:
 			c.Strategy = Unavailable
 			c.Reason = noScript + ", and " + whyNot(r, cell, "no redis-cell")

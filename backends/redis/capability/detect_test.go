@@ -455,8 +455,28 @@ func TestChoose(t *testing.T) {
 			notes: []string{"lists the redis-cell module, but COMMAND INFO does not find CL.THROTTLE"},
 		},
 		{
-			name:  "redis-cell without scripting: GCRA unavailable, not NonAtomic",
+			name:  "redis-cell without scripting: GCRA on bare CL.THROTTLE, NonAtomic",
 			nodes: []Node{{Addr: "a:1", Commands: []string{"cl.throttle"}, ScriptingRefused: "NOPERM x"}},
+			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: CellBare},
+			notes: []string{"CL.THROTTLE cannot be compensated: GCRA rules consume last, and when a GCRA rule refuses after another consumed, those units stay consumed (under-admission, never over-admission)"},
+		},
+		{
+			name: "TairHash and redis-cell without scripting: both bare",
+			nodes: []Node{{Addr: "a:1", Commands: append(slices.Clone(th), "cl.throttle"), ScriptingRefused: "NOPERM x",
+				Modules: []Module{{Name: "tairhash", Version: 1}}, InfoModules: true, TairHashIndex: true}},
+			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: TairHashBare, driver.SlidingLog: Unavailable, driver.GCRA: CellBare},
+			notes: []string{"under-admission, never over-admission"},
+		},
+		{
+			name:  "redis-cell without scripting, forbidden: GCRA unavailable, not NonAtomic",
+			nodes: []Node{{Addr: "a:1", Commands: []string{"cl.throttle"}, ScriptingRefused: "NOPERM x"}},
+			cfg:   Config{Forbid: []Feature{Cell}},
+			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: Unavailable},
+		},
+		{
+			name:  "redis-cell without scripting, plain Lua forced: GCRA unavailable",
+			nodes: []Node{{Addr: "a:1", Commands: []string{"cl.throttle"}, ScriptingRefused: "NOPERM x"}},
+			cfg:   Config{ForcePlainLua: true},
 			want:  strategies{driver.FixedWindow: Unavailable, driver.SlidingWindow: Unavailable, driver.SlidingLog: Unavailable, driver.GCRA: Unavailable},
 		},
 		{
