@@ -599,3 +599,36 @@ func TestCoalesceLoneCall(t *testing.T) {
 		t.Errorf("queued after the calls = %d, want 0", n)
 	}
 }
+
+// TestCoalesceJoinsInFlight: a call that finds a script in flight (a
+// slot held) and a free slot does not go out alone: it takes the slot,
+// yields, and goes out in a multi-attempt script (a pipeline), with the
+// calls queued meanwhile.
+func TestCoalesceJoinsInFlight(t *testing.T) {
+	c := goredis.NewClient(testserver.Patient(NewClientOptions(redistest.Standalone(t))).Simple())
+	t.Cleanup(func() { c.Close() })
+	b := New(c, nil)
+	s := newSubject(t, "join")
+	f := s.fixed("f", 10, time.Hour)
+	take(t, b, s.request(opPeek, 1, f)) // detection and script loading first
+	l := lone{calls: make(chan string, 16)}
+	c.AddHook(l)
+	b.co.mu.Lock()
+	b.co.slots++ // a script in flight
+	b.co.mu.Unlock()
+	checkRule(t, "Take while a script is in flight", take(t, b, s.request(opTake, 1, f)).Rules[0], true, 1, 10)
+	if got := <-l.calls; got != "pipeline" {
+		t.Errorf("Take while a script is in flight went out as %q, want a multi-attempt script (\"pipeline\")", got)
+	}
+	b.co.mu.Lock()
+	b.co.slots-- // the script in flight ends
+	held := b.co.slots
+	b.co.mu.Unlock()
+	if held != 0 {
+		t.Errorf("slots held after the call = %d, want 0 (its slot freed)", held)
+	}
+	checkRule(t, "Take with nothing in flight", take(t, b, s.request(opTake, 1, f)).Rules[0], true, 2, 10)
+	if got := <-l.calls; got != "alone t" {
+		t.Errorf("Take with nothing in flight went out as %q, want alone in the short form (\"alone t\")", got)
+	}
+}

@@ -144,9 +144,11 @@ type Options struct {
 	// takes at most the remainder of one in-flight script plus the script
 	// carrying it, itself at most 128 attempts long. (Only when more than
 	// 128 calls queue ahead of it does it wait for one more script per
-	// 128 of them, served N at a time.) A call finding fewer than N
-	// scripts in flight and no call queued goes out at once, alone, in
-	// the same EVALSHA as uncoalesced: a lone caller pays nothing.
+	// 128 of them, served N at a time.) A call finding no script in
+	// flight and no call queued goes out at once, alone, in the same
+	// EVALSHA as uncoalesced: a lone caller pays nothing. A call finding
+	// a script in flight and a slot free yields the processor once, so
+	// the calls arriving with it share its script, then sends them.
 	//
 	// A call whose ctx ends while it waits returns ctx's error: if it was
 	// not sent yet nothing is consumed; if it was, its attempt may still
