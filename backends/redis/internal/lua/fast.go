@@ -94,7 +94,12 @@ type fastRule struct {
 	Ov           bool // the script reads overrides (fastData.Ov)
 	GCRA, Log    bool // its Code is CodeGCRA, CodeLog
 	Eval, Commit string
-	Saved        string // "a_N, b_N", or "" when eval saves nothing
+	// EvalHead and CommitHead declare the rule's constants its eval and
+	// commit sections read, as take.lua's rule variables (r, code, L,
+	// tag, ki, key): only those (a local costs its assignment on every
+	// decision; key a lookup in KEYS).
+	EvalHead, CommitHead string
+	Saved                string // "a_N, b_N", or "" when eval saves nothing
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
 	// before it.
@@ -198,11 +203,51 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 		})
 	}
 	fr.Eval, fr.Commit = fill("eval"), fill("commit")
+	fr.EvalHead, fr.CommitHead = fr.head(fr.Eval), fr.head(fr.Commit)
 	if len(saved) > 0 {
 		fr.Saved = suffixed(saved, n)
 	}
 	return fr
 }
+
+// head returns the declarations of take.lua's rule variables that body
+// (a section, its ARGV written in) reads outside its comments, with
+// rule r's values; with overrides, L always (the template's override
+// code sets and reads it).
+func (fr *fastRule) head(body string) string {
+	code := comment.ReplaceAllString(body, "")
+	var names, vals []string
+	for _, v := range [...]struct{ name, val string }{
+		{"r", strconv.Itoa(fr.N)}, {"code", fmt.Sprintf("%q", fr.Code)}, {"L", fmt.Sprint(fr.Limit)},
+		{"tag", quote(fr.Tag)}, {"ki", strconv.Itoa(fr.Key)},
+	} {
+		if (v.name == "L" && fr.Ov) || ruleVar[v.name].MatchString(code) {
+			names, vals = append(names, v.name), append(vals, v.val)
+		}
+	}
+	var lines []string
+	if len(names) > 0 {
+		lines = append(lines, "local "+strings.Join(names, ", ")+" = "+strings.Join(vals, ", "))
+	}
+	if keyVar.MatchString(code) {
+		lines = append(lines, fmt.Sprintf("local key = KEYS[kb + %d]", fr.Key))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// comment matches a Lua comment to the end of its line; ruleVar and
+// keyVar a read of a rule variable.
+var (
+	comment = regexp.MustCompile(`--[^\n]*`)
+	ruleVar = func() map[string]*regexp.Regexp {
+		m := map[string]*regexp.Regexp{}
+		for _, n := range []string{"r", "code", "L", "tag", "ki"} {
+			m[n] = regexp.MustCompile(`\b` + n + `\b`)
+		}
+		return m
+	}()
+	keyVar = regexp.MustCompile(`\bkey\b`)
+)
 
 // argv matches a section's reads of its rule's ARGV (b: the rule's
 // offset).

@@ -148,9 +148,12 @@ var tokens = func() map[string]string {
 		"C_GCRA": quote(CodeGCRA), "C_LOG": quote(CodeLog), "C_ZLOG": quote(CodeZLog),
 		"C_TAIRHASH": quote(CodeTairHash), "C_HFE": quote(CodeHFE), "C_CELL": quote(CodeCell),
 		"OP_TAKE": quote(OpTake), "OP_PEEK": quote(OpPeek), "OP_RESERVE": quote(OpReserve), "OP_INSPECT": quote(OpInspect),
-		"HDR":      quote(fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)),
-		"HDRLEN":   strconv.Itoa(PackedHeader),
-		"PINT":     quote(fmt.Sprintf("<I%d", PackedInt)),
+		"HDR":    quote(fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)),
+		"HDRLEN": strconv.Itoa(PackedHeader),
+		"PINT":   quote(fmt.Sprintf("<I%d", PackedInt)),
+		// A packed log's whole entry (alg/log.lua): the header, base, the
+		// records but the last as stored (c0: a string), the last record.
+		"LOGENT":   quote(fmt.Sprintf("<c%dI%dI%dI%[4]dc0I%[4]dI%[4]d", PackedTag, PackedLen, PackedExpiry, PackedInt)),
 		"RULEREC":  quote(fmt.Sprintf("<Bi%[1]di%[1]di%[1]d", ReplyInt)),
 		"REPLYHDR": quote(fmt.Sprintf("<Bi%d", ReplyInt)),
 		"REC":      quote(string(rune(RecordMark))),
@@ -185,9 +188,9 @@ var tokens = func() map[string]string {
 }()
 
 // token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
-// case), and HA, RA, FA, HDR, HDRLEN, PINT, RULEREC, REPLYHDR, REC,
+// case), and HA, RA, FA, HDR, HDRLEN, PINT, LOGENT, RULEREC, REPLYHDR, REC,
 // RECHDR, RECLEN, SLACKMS as whole words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS)\b`)
+var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|LOGENT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS)\b`)
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays

@@ -145,8 +145,7 @@ for a = 1, attempts do
     local em_1, e_1
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
-      local key = KEYS[kb + ki]
+      local code, L = "f", 15
       local flags, used, reset, retry = 1, 0, 0, 0
       local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
       local e
@@ -189,8 +188,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "f", 15, 'aaaa', 1
-        local key = KEYS[kb + ki]
+        local tag = 'aaaa'
+        local key = KEYS[kb + 1]
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
@@ -201,11 +200,10 @@ for a = 1, attempts do
       end
       do
         local top = X1
-        local body = E1
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

@@ -259,8 +259,7 @@ for a = 1, attempts do
     local em_6, e_6
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
-      local key = KEYS[kb + ki]
+      local code, L = "f", 1
       if OVS and OVS.lims then
         local lo = OVS.lims['a']
         if lo then
@@ -305,8 +304,7 @@ for a = 1, attempts do
       F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
-      local key = KEYS[kb + ki]
+      local code, L = "f", 2
       if OVS and OVS.lims then
         local lo = OVS.lims['b']
         if lo then
@@ -351,8 +349,7 @@ for a = 1, attempts do
       F2, U2, Z2, Y2 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
-      local key = KEYS[kb + ki]
+      local code, L = "f", 3
       if OVS and OVS.lims then
         local lo = OVS.lims['c']
         if lo then
@@ -397,8 +394,7 @@ for a = 1, attempts do
       F3, U3, Z3, Y3 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
-      local key = KEYS[kb + ki]
+      local code, L = "f", 4
       if OVS and OVS.lims then
         local lo = OVS.lims['d']
         if lo then
@@ -443,8 +439,7 @@ for a = 1, attempts do
       F4, U4, Z4, Y4 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
-      local key = KEYS[kb + ki]
+      local code, L = "f", 5
       if OVS and OVS.lims then
         local lo = OVS.lims['e']
         if lo then
@@ -489,8 +484,7 @@ for a = 1, attempts do
       F5, U5, Z5, Y5 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
-      local key = KEYS[kb + ki]
+      local code, L = "f", 6
       if OVS and OVS.lims then
         local lo = OVS.lims['f']
         if lo then
@@ -550,8 +544,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "f", 1, 'f001', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 1, 'f001'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
         local v, used, reset = V1, U1, Z1
         local ent, exp
@@ -562,8 +556,8 @@ for a = 1, attempts do
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 2, "f", 2, 'f002', 2
-        local key = KEYS[kb + ki]
+        local L, tag = 2, 'f002'
+        local key = KEYS[kb + 2]
         if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
         local v, used, reset = V2, U2, Z2
         local ent, exp
@@ -574,8 +568,8 @@ for a = 1, attempts do
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 3, "f", 3, 'f003', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 3, 'f003'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
         local v, used, reset = V1, U3, Z3
         local ent, exp
@@ -586,8 +580,8 @@ for a = 1, attempts do
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 4, "f", 4, 'f004', 3
-        local key = KEYS[kb + ki]
+        local L, tag = 4, 'f004'
+        local key = KEYS[kb + 3]
         if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
         local v, used, reset = V3, U4, Z4
         local ent, exp
@@ -598,8 +592,8 @@ for a = 1, attempts do
         U4, Z4, E4, X4 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 5, "f", 5, 'f005', 2
-        local key = KEYS[kb + ki]
+        local L, tag = 5, 'f005'
+        local key = KEYS[kb + 2]
         if OVS and OVS.lim and OVS.lim[5] then L = OVS.lim[5] end
         local v, used, reset = V2, U5, Z5
         local ent, exp
@@ -610,8 +604,8 @@ for a = 1, attempts do
         U5, Z5, E5, X5 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 6, "f", 6, 'f006', 3
-        local key = KEYS[kb + ki]
+        local L, tag = 6, 'f006'
+        local key = KEYS[kb + 3]
         if OVS and OVS.lim and OVS.lim[6] then L = OVS.lim[6] end
         local v, used, reset = V3, U6, Z6
         local ent, exp
@@ -624,12 +618,11 @@ for a = 1, attempts do
       do
         local top = X1
         if X3 > top then top = X3 end
-        local body = E1 .. E3
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1
+        if V1 and not O1 and #V1 == 1 + #E1 + #E3 and P1 == 2 and N1 == #E1 - 13 and T1 == X1
             and P3 == P1 + #E1 and N3 == #E3 - 13 and T3 == X3 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1 .. E3)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1 .. E3, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E3}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
@@ -638,12 +631,11 @@ for a = 1, attempts do
       do
         local top = X2
         if X5 > top then top = X5 end
-        local body = E2 .. E5
-        if V2 and not O2 and #V2 == 1 + #body and P2 == 2 and N2 == #E2 - 13 and T2 == X2
+        if V2 and not O2 and #V2 == 1 + #E2 + #E5 and P2 == 2 and N2 == #E2 - 13 and T2 == X2
             and P5 == P2 + #E2 and N5 == #E5 - 13 and T5 == X5 then
-          redis.call('SETRANGE', KEYS[kb + 2], 1, body)
+          redis.call('SETRANGE', KEYS[kb + 2], 1, E2 .. E5)
         elseif not O2 then
-          redis.call('SET', KEYS[kb + 2], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 2], FMT .. E2 .. E5, 'PXAT', top)
         else
           local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E5}, top, nowms)
           redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
@@ -652,12 +644,11 @@ for a = 1, attempts do
       do
         local top = X4
         if X6 > top then top = X6 end
-        local body = E4 .. E6
-        if V3 and not O3 and #V3 == 1 + #body and P4 == 2 and N4 == #E4 - 13 and T4 == X4
+        if V3 and not O3 and #V3 == 1 + #E4 + #E6 and P4 == 2 and N4 == #E4 - 13 and T4 == X4
             and P6 == P4 + #E4 and N6 == #E6 - 13 and T6 == X6 then
-          redis.call('SETRANGE', KEYS[kb + 3], 1, body)
+          redis.call('SETRANGE', KEYS[kb + 3], 1, E4 .. E6)
         elseif not O3 then
-          redis.call('SET', KEYS[kb + 3], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 3], FMT .. E4 .. E6, 'PXAT', top)
         else
           local v, vtop = L().packv(V3, L().unpackv(V3), {E4, E6}, top, nowms)
           redis.call('SET', KEYS[kb + 3], v, 'PXAT', sf('%d', vtop))

@@ -157,8 +157,7 @@ for a = 1, attempts do
     local new_1, ttl_1, T_1, tol_1
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-      local key = KEYS[kb + ki]
+      local L = 10
       local GT, GTOL = 6000000, 60000000
       if OVS and OVS.lims then
         local lo = OVS.lims['g']
@@ -214,8 +213,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 10, 'cccc'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
         local v, used, reset = V1, U1, Z1
         local ent, exp
@@ -235,11 +234,10 @@ for a = 1, attempts do
       end
       do
         local top = X1
-        local body = E1
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

@@ -145,8 +145,7 @@ for a = 1, attempts do
     local new_1, ttl_1, T_1, tol_1
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-      local key = KEYS[kb + ki]
+      local L = 10
       local flags, used, reset, retry = 1, 0, 0, 0
       local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
       local T, tol = 6000000, 60000000
@@ -180,8 +179,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "g", 10, 'cccc', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 10, 'cccc'
+        local key = KEYS[kb + 1]
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local new, ttl, T, tol = new_1, ttl_1, T_1, tol_1
@@ -200,11 +199,10 @@ for a = 1, attempts do
       end
       do
         local top = X1
-        local body = E1
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

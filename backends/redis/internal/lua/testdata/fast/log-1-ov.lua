@@ -154,11 +154,10 @@ for a = 1, attempts do
 
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
-    local j_1, nl_1
+    local j_1, nl_1, before_1, top_1
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
-      local key = KEYS[kb + ki]
+      local L = 5
       if OVS and OVS.lims then
         local lo = OVS.lims['log']
         if lo then
@@ -170,23 +169,22 @@ for a = 1, attempts do
       end
       local flags, used, reset, retry = 1, 0, 0, 0
       local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
-      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
-      -- none).
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
       local W = 10000000
-      local k, j, base, nl = 0, 1, 0, 0
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
       if p then
         k = (pl - 7) / 14
-        base = struct.unpack('<I7', v, pq)
         local hi, from = k + 1, now - W
         while j < hi do
           local m = (j + hi - (j + hi) % 2) / 2
           if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
         end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
       end
+      top = before
       if j <= k then
-        local before = base
-        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
-        local top
         nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
         used = top - before
         reset = nl + W - now
@@ -205,7 +203,7 @@ for a = 1, attempts do
       elseif used + c > L then
         flags = 0
       end
-      j_1, nl_1 = j, nl
+      j_1, nl_1, before_1, top_1 = j, nl, before, top
       if flags ~= 1 then allowed = false end
       F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
@@ -225,34 +223,32 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "l", 5, 'dddd', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 5, 'dddd'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
         local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
         local ent, exp
-        -- Trimmed to the window, c units at now added.
-        local j, nl = j_1, nl_1
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_1, nl_1, before_1, top_1
         local W = 10000000
-        local k, base = 0, 0
-        if p then
-          k = (pl - 7) / 14
-          base = struct.unpack('<I7', v, pq)
-          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
-        end
-        local top = base
-        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
-        local body
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c
         if j > k then
-          body = struct.pack('<I7I7I7', base, now, base + c)
+          -- No record left in the window: one at now.
         elseif nl == now then
-          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif nl < now then
-          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
         else
           -- The server clock went back: c units at now, in order (added to a
-          -- record at now), the later records' counts up by c.
-          local out, prev, added = {struct.pack('<I7', base)}, base, false
-          for z = j, k do
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
             local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
             if not added and t > now then
               out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
@@ -265,23 +261,24 @@ for a = 1, attempts do
             end
             out[#out + 1] = struct.pack('<I7I7', t, u)
           end
-          body = table.concat(out)
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
         end
-        local hi = math.max(nl, now)
+        local hi = now
+        if nl > now then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-        ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        ent = struct.pack('<c4I3I6I7c0I7I7', tag, 21 + #mid, exp, before, mid, lt, lc)
         used, reset = used + c, hi + W - now
         if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
-        local body = E1
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

@@ -166,11 +166,10 @@ for a = 1, attempts do
     local F3, U3, Z3, Y3, E3, X3
     local new_3, ttl_3, T_3, tol_3
     local F4, U4, Z4, Y4, E4, X4
-    local j_4, nl_4
+    local j_4, nl_4, before_4, top_4
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "f", 3, 't001', 1
-      local key = KEYS[kb + ki]
+      local code, L = "f", 3
       if OVS and OVS.lims then
         local lo = OVS.lims['f']
         if lo then
@@ -215,8 +214,7 @@ for a = 1, attempts do
       F1, U1, Z1, Y1 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 2, "s", 50, 't002', 1
-      local key = KEYS[kb + ki]
+      local L = 50
       if OVS and OVS.lims then
         local lo = OVS.lims['s']
         if lo then
@@ -288,8 +286,7 @@ for a = 1, attempts do
       F2, U2, Z2, Y2 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 3, "g", 20, 't003', 1
-      local key = KEYS[kb + ki]
+      local L = 20
       local GT, GTOL = 3000000, 57000000
       if OVS and OVS.lims then
         local lo = OVS.lims['g']
@@ -330,8 +327,7 @@ for a = 1, attempts do
       F3, U3, Z3, Y3 = flags, used, reset, retry
     until true end
     if not fail then repeat
-      local r, code, L, tag, ki = 4, "l", 8, 't004', 1
-      local key = KEYS[kb + ki]
+      local L = 8
       if OVS and OVS.lims then
         local lo = OVS.lims['l']
         if lo then
@@ -343,23 +339,22 @@ for a = 1, attempts do
       end
       local flags, used, reset, retry = 1, 0, 0, 0
       local v, p, pl, pe, pq = V1, P4, N4, T4, P4 and P4 + 13
-      -- The first record in (now-W, ...] is j (k+1: none); nl the newest (0:
-      -- none).
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
       local W = 86400000000
-      local k, j, base, nl = 0, 1, 0, 0
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
       if p then
         k = (pl - 7) / 14
-        base = struct.unpack('<I7', v, pq)
         local hi, from = k + 1, now - W
         while j < hi do
           local m = (j + hi - (j + hi) % 2) / 2
           if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
         end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
       end
+      top = before
       if j <= k then
-        local before = base
-        if j > 1 then before = struct.unpack('<I7', v, pq + 14 * j - 14) end
-        local top
         nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
         used = top - before
         reset = nl + W - now
@@ -378,7 +373,7 @@ for a = 1, attempts do
       elseif used + c > L then
         flags = 0
       end
-      j_4, nl_4 = j, nl
+      j_4, nl_4, before_4, top_4 = j, nl, before, top
       if flags ~= 1 then allowed = false end
       F4, U4, Z4, Y4 = flags, used, reset, retry
     until true end
@@ -398,8 +393,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "f", 3, 't001', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 3, 't001'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
         local v, used, reset = V1, U1, Z1
         local ent, exp
@@ -410,8 +405,8 @@ for a = 1, attempts do
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 2, "s", 50, 't002', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 50, 't002'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
         local v, used, reset = V1, U2, Z2
         local ent, exp
@@ -457,8 +452,8 @@ for a = 1, attempts do
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 3, "g", 20, 't003', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 20, 't003'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[3] then L = OVS.lim[3] end
         local v, used, reset = V1, U3, Z3
         local ent, exp
@@ -477,34 +472,32 @@ for a = 1, attempts do
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
       do
-        local r, code, L, tag, ki = 4, "l", 8, 't004', 1
-        local key = KEYS[kb + ki]
+        local L, tag = 8, 't004'
+        local key = KEYS[kb + 1]
         if OVS and OVS.lim and OVS.lim[4] then L = OVS.lim[4] end
         local v, p, pl, pq, used, reset = V1, P4, N4, P4 and P4 + 13, U4, Z4
         local ent, exp
-        -- Trimmed to the window, c units at now added.
-        local j, nl = j_4, nl_4
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_4, nl_4, before_4, top_4
         local W = 86400000000
-        local k, base = 0, 0
-        if p then
-          k = (pl - 7) / 14
-          base = struct.unpack('<I7', v, pq)
-          if j > 1 then base = struct.unpack('<I7', v, pq + 14 * j - 14) end
-        end
-        local top = base
-        if j <= k then top = struct.unpack('<I7', v, pq + 14 * k) end
-        local body
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c
         if j > k then
-          body = struct.pack('<I7I7I7', base, now, base + c)
+          -- No record left in the window: one at now.
         elseif nl == now then
-          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8) .. struct.pack('<I7I7', now, top + c)
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif nl < now then
-          body = struct.pack('<I7', base) .. string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6) .. struct.pack('<I7I7', now, top + c)
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
         else
           -- The server clock went back: c units at now, in order (added to a
-          -- record at now), the later records' counts up by c.
-          local out, prev, added = {struct.pack('<I7', base)}, base, false
-          for z = j, k do
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
             local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
             if not added and t > now then
               out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
@@ -517,12 +510,14 @@ for a = 1, attempts do
             end
             out[#out + 1] = struct.pack('<I7I7', t, u)
           end
-          body = table.concat(out)
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
         end
-        local hi = math.max(nl, now)
+        local hi = now
+        if nl > now then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-        ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
+        ent = struct.pack('<c4I3I6I7c0I7I7', tag, 21 + #mid, exp, before, mid, lt, lc)
         used, reset = used + c, hi + W - now
         if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
         U4, Z4, E4, X4 = used, reset, ent, exp
@@ -532,14 +527,13 @@ for a = 1, attempts do
         if X2 > top then top = X2 end
         if X3 > top then top = X3 end
         if X4 > top then top = X4 end
-        local body = E1 .. E2 .. E3 .. E4
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1
+        if V1 and not O1 and #V1 == 1 + #E1 + #E2 + #E3 + #E4 and P1 == 2 and N1 == #E1 - 13 and T1 == X1
             and P2 == P1 + #E1 and N2 == #E2 - 13 and T2 == X2
             and P3 == P2 + #E2 and N3 == #E3 - 13 and T3 == X3
             and P4 == P3 + #E3 and N4 == #E4 - 13 and T4 == X4 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1 .. E2 .. E3 .. E4)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1 .. E2 .. E3 .. E4, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E2, E3, E4}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

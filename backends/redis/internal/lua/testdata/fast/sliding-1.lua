@@ -145,8 +145,7 @@ for a = 1, attempts do
     local i_1, lo_1, K_1, s_1, list_1, top_1, newest_1, k_1, q_1
     local allowed = true
     if not fail then repeat
-      local r, code, L, tag, ki = 1, "s", 100, 'bbbb', 1
-      local key = KEYS[kb + ki]
+      local L = 100
       local flags, used, reset, retry = 1, 0, 0, 0
       local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
       -- Stored cells: k of them, cell j at position base + 7*(j - jb - 1)
@@ -216,8 +215,8 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local r, code, L, tag, ki = 1, "s", 100, 'bbbb', 1
-        local key = KEYS[kb + ki]
+        local tag = 'bbbb'
+        local key = KEYS[kb + 1]
         local v, used, reset = V1, U1, Z1
         local ent, exp
         -- The fast ways: the same cell gets c more, or a new cell c, the stored
@@ -263,11 +262,10 @@ for a = 1, attempts do
       end
       do
         local top = X1
-        local body = E1
-        if V1 and not O1 and #V1 == 1 + #body and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, body)
+        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. body, 'PXAT', sf('%d', top))
+          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
         else
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
