@@ -65,19 +65,22 @@ local G, GO = 3, 4 -- dimension sets (keys) per attempt, and the keys before the
 local attempts, replies = 1, nil
 local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
 local short = ARGV[1] == 't' or ARGV[1] == 'p'
+local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
 if not short then
   attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+  num = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
 end
 for a = 1, attempts do
   local op = ARGV[ab + 1]
-  local c = tonumber(ARGV[ab + 2])
+  local c = num and num[ARGV[ab + 2]] or tonumber(ARGV[ab + 2])
   local tk, hk = 0, 0
   if short then
     local nk = GO
     if ARGV[3] then tk, nk = GO + 1, GO + 1 end
     if #KEYS > nk then hk = #KEYS end
   else
-    tk, hk, tb = tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), ab
+    tk = num[ARGV[ab + 3]] or tonumber(ARGV[ab + 3])
+    hk, tb = num[ARGV[ab + 4]] or tonumber(ARGV[ab + 4]), ab
   end
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
