@@ -100,6 +100,12 @@ type fastRule struct {
 	// decision; key a lookup in KEYS).
 	EvalHead, CommitHead string
 	Saved                string // "a_N, b_N", or "" when eval saves nothing
+	// A rule whose commit ends with an --@entry line (lua.go's entryLine:
+	// packed logs) leaves the values its entry is packed from in locals
+	// (Kept declares those eval did not save) and its set's write packs
+	// them: EntryFormat is the entry's struct format, EntryArgs its
+	// values (the tag written in, the expiry X<N>).
+	Kept, EntryFormat, EntryArgs string
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
 	// before it.
@@ -111,6 +117,12 @@ type fastRule struct {
 type fastSet struct {
 	G     int
 	Rules []*fastRule
+	// Packed: a rule of the set packs its entry from values (EntryArgs),
+	// so the set's value is one struct.pack of Format (the format byte,
+	// then each rule's entry: its EntryFormat, or its entry string) from
+	// FMT and Args.
+	Packed       bool
+	Format, Args string
 }
 
 // fastTemplate is fast.lua.tmpl, parsed once: its functions are quote
@@ -175,11 +187,31 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 		set.Rules = append(set.Rules, fr)
 		d.Rules = append(d.Rules, fr)
 	}
+	for i := range d.Sets {
+		d.Sets[i].pack()
+	}
 	d.G, d.GO = len(d.Sets), len(d.Sets)
 	if ov {
 		d.GO++
 	}
 	return d, nil
+}
+
+// pack sets Packed, Format and Args when a rule of the set packs its
+// entry from values.
+func (s *fastSet) pack() {
+	format, args := "<c0", []string{"FMT"}
+	for _, r := range s.Rules {
+		if r.EntryArgs == "" {
+			format, args = format+"c0", append(args, fmt.Sprintf("E%d", r.N))
+			continue
+		}
+		s.Packed = true
+		format, args = format+r.EntryFormat[1:], append(args, r.EntryArgs)
+	}
+	if s.Packed {
+		s.Format, s.Args = format, strings.Join(args, ", ")
+	}
 }
 
 // newFastRule returns rule n (1-based) of a fast script: r's fragment's
@@ -203,12 +235,52 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 		})
 	}
 	fr.Eval, fr.Commit = fill("eval"), fill("commit")
+	if e := entryLine.FindStringSubmatch(fr.Commit); e != nil {
+		keep := fr.entry(e[2], e[3], saved)
+		fr.Commit = strings.Replace(fr.Commit, e[0], e[1]+keep, 1)
+	}
 	fr.EvalHead, fr.CommitHead = fr.head(fr.Eval), fr.head(fr.Commit)
 	if len(saved) > 0 {
 		fr.Saved = suffixed(saved, n)
 	}
 	return fr
 }
+
+// entry sets the rule's EntryFormat (the value of wire token format, a
+// struct format) and EntryArgs (args with the rule's tag and expiry
+// written in, every other name suffixed with N: locals of the script)
+// and Kept (those locals, but the ones eval saved: declared already),
+// and returns the commit's line that fills them.
+func (fr *fastRule) entry(format, args string, saved []string) string {
+	f, ok := tokens[format]
+	if !ok || len(f) < 3 || f[0] != '\'' || f[1] != '<' {
+		panic(fmt.Sprintf("lua: --@entry: %s is not a struct format token", format))
+	}
+	fr.EntryFormat = f[1 : len(f)-1]
+	var kept []string
+	fr.EntryArgs = luaName.ReplaceAllStringFunc(args, func(id string) string {
+		switch id {
+		case "tag":
+			return quote(fr.Tag)
+		case "exp":
+			return fmt.Sprintf("X%d", fr.N)
+		case "and", "or", "not", "nil", "true", "false":
+			panic(fmt.Sprintf("lua: --@entry: %q in %s", id, args))
+		}
+		if !slices.Contains(saved, id) && !slices.Contains(kept, id) {
+			kept = append(kept, id)
+		}
+		return fmt.Sprintf("%s_%d", id, fr.N)
+	})
+	if len(kept) == 0 {
+		return ""
+	}
+	fr.Kept = suffixed(kept, fr.N)
+	return fr.Kept + " = " + strings.Join(kept, ", ")
+}
+
+// luaName matches a Lua name (a local of an --@entry line's values).
+var luaName = regexp.MustCompile(`\b[a-zA-Z_][a-zA-Z0-9_]*\b`)
 
 // head returns the declarations of take.lua's rule variables that body
 // (a section, its ARGV written in) reads outside its comments, with

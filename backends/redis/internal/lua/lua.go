@@ -57,6 +57,11 @@ var (
 	include  = regexp.MustCompile(`(?m)^([ \t]*)--@([a-z]+)\.([a-z]+)[ \t]*$`)
 	section  = regexp.MustCompile(`(?m)^--@([a-z]+)[ \t]*$`)
 	saveLoad = regexp.MustCompile(`(?m)^([ \t]*)--@(save|load) ([a-zA-Z_][a-zA-Z_0-9]*(?:, [a-zA-Z_][a-zA-Z_0-9]*)*)[ \t]*$`)
+	// entryLine is a commit section's "--@entry FORMAT, a, b + #c, …"
+	// line: its entry is struct.pack(FORMAT, a, b + #c, …), FORMAT a
+	// wire token (take.lua: ent = that; a fast script packs the set's
+	// value in one call from the values named: fast.go's entry).
+	entryLine = regexp.MustCompile(`(?m)^([ \t]*)--@entry ([A-Z]+), (.+?)[ \t]*$`)
 )
 
 // build returns prelude.lua, holds.lua, upgrade.lua and the frame, with every include
@@ -125,6 +130,10 @@ func expand(src string) string {
 				xs[i] = fmt.Sprintf("x[%d]", i+1)
 			}
 			return "local " + strings.Join(names, ", ") + " = " + strings.Join(xs, ", ")
+		})
+		body = entryLine.ReplaceAllStringFunc(body, func(line string) string {
+			e := entryLine.FindStringSubmatch(line)
+			return e[1] + subst("ent = struct.pack("+e[2]+", "+e[3]+")")
 		})
 		return m[1] + "do\n" + indent(body, m[1]+"  ") + "\n" + m[1] + "end"
 	})

@@ -99,7 +99,9 @@ local hi = now
 if nl > now then hi = nl end
 exp = (hi + W) / 1000 -- ms, rounded up
 if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
-ent = struct.pack(LOGENT, tag, 21 + #mid, exp, before, mid, lt, lc)
+-- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
+-- packs its set's whole value in one struct.pack from these values.
+--@entry LOGENT, tag, 21 + #mid, exp, before, mid, lt, lc
 used, reset = used + c, hi + W - now
 if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
 
