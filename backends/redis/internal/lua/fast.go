@@ -108,8 +108,10 @@ type fastRule struct {
 	Kept, EntryFormat, EntryArgs string
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
-	// before it.
-	Pos string
+	// before it; Len, the Lua expression of its new entry's payload
+	// length (its --@entry's second value, the header's length; else
+	// from E<N>).
+	Pos, Len string
 }
 
 // fastSet is one dimension set of a fast script: G, its key's index
@@ -118,9 +120,9 @@ type fastSet struct {
 	G     int
 	Rules []*fastRule
 	// Packed: a rule of the set packs its entry from values (EntryArgs),
-	// so the set's value is one struct.pack of Format (the format byte,
-	// then each rule's entry: its EntryFormat, or its entry string) from
-	// FMT and Args.
+	// so the set's entries are one struct.pack of Format (each rule's
+	// entry: its EntryFormat, or its entry string) from Args, and its
+	// value the same after FMT.
 	Packed       bool
 	Format, Args string
 }
@@ -182,7 +184,7 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 		set := &d.Sets[r.Key-1]
 		fr.Pos = "2"
 		if k := len(set.Rules); k > 0 {
-			fr.Pos = fmt.Sprintf("P%[1]d + #E%[1]d", set.Rules[k-1].N)
+			fr.Pos = fmt.Sprintf("P%d + HDRLEN + %s", set.Rules[k-1].N, set.Rules[k-1].Len)
 		}
 		set.Rules = append(set.Rules, fr)
 		d.Rules = append(d.Rules, fr)
@@ -200,7 +202,7 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 // pack sets Packed, Format and Args when a rule of the set packs its
 // entry from values.
 func (s *fastSet) pack() {
-	format, args := "<c0", []string{"FMT"}
+	format, args := "<", []string{}
 	for _, r := range s.Rules {
 		if r.EntryArgs == "" {
 			format, args = format+"c0", append(args, fmt.Sprintf("E%d", r.N))
@@ -239,6 +241,9 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 		keep := fr.entry(e[2], e[3], saved)
 		fr.Commit = strings.Replace(fr.Commit, e[0], e[1]+keep, 1)
 	}
+	if fr.Len == "" {
+		fr.Len = fmt.Sprintf("(#E%d - HDRLEN)", n)
+	}
 	fr.EvalHead, fr.CommitHead = fr.head(fr.Eval), fr.head(fr.Commit)
 	if len(saved) > 0 {
 		fr.Saved = suffixed(saved, n)
@@ -257,21 +262,28 @@ func (fr *fastRule) entry(format, args string, saved []string) string {
 		panic(fmt.Sprintf("lua: --@entry: %s is not a struct format token", format))
 	}
 	fr.EntryFormat = f[1 : len(f)-1]
+	vals := strings.Split(args, ", ")
+	if len(vals) < 3 || vals[0] != "tag" || vals[2] != "exp" {
+		panic(fmt.Sprintf("lua: --@entry: %s: the values begin with the header's (tag, payload length, exp)", args))
+	}
 	var kept []string
-	fr.EntryArgs = luaName.ReplaceAllStringFunc(args, func(id string) string {
-		switch id {
-		case "tag":
-			return quote(fr.Tag)
-		case "exp":
-			return fmt.Sprintf("X%d", fr.N)
-		case "and", "or", "not", "nil", "true", "false":
-			panic(fmt.Sprintf("lua: --@entry: %q in %s", id, args))
-		}
-		if !slices.Contains(saved, id) && !slices.Contains(kept, id) {
-			kept = append(kept, id)
-		}
-		return fmt.Sprintf("%s_%d", id, fr.N)
-	})
+	for i, v := range vals {
+		vals[i] = luaName.ReplaceAllStringFunc(v, func(id string) string {
+			switch id {
+			case "tag":
+				return quote(fr.Tag)
+			case "exp":
+				return fmt.Sprintf("X%d", fr.N)
+			case "and", "or", "not", "nil", "true", "false":
+				panic(fmt.Sprintf("lua: --@entry: %q in %s", id, args))
+			}
+			if !slices.Contains(saved, id) && !slices.Contains(kept, id) {
+				kept = append(kept, id)
+			}
+			return fmt.Sprintf("%s_%d", id, fr.N)
+		})
+	}
+	fr.EntryArgs, fr.Len = strings.Join(vals, ", "), "("+vals[1]+")"
 	if len(kept) == 0 {
 		return ""
 	}

@@ -130,6 +130,19 @@ const (
 	RecordHeader = 1 + 1 + ReplyInt + RecordLen
 )
 
+// The refusal of a redis-cell GCRA state key (alg/cell.lua; bare mode,
+// backends/redis/barecell.go): "freqcap: rule <name>: " + CellKey + " " +
+// CellWrongType or CellForeign + Untouched. CL.THROTTLE aborts the server
+// on a key holding anything but its TAT, so such a key is never passed to
+// it. Untouched ends every refusal of a state key (FOREIGN in prelude.lua,
+// alg/zlog.lua's).
+const (
+	CellKey       = "the GCRA state key"
+	CellWrongType = "is not a string key (WRONGTYPE)"
+	CellForeign   = "holds a value CL.THROTTLE did not write (it would abort the server on it)"
+	Untouched     = "; not evaluated, nothing written (delete the key or reset the subject)"
+)
+
 // FieldSlackMs is how long, in ms, a TairHash field holding a sliding
 // window's cell outlives the last ms the cell counts (SLACKMS in Lua;
 // modsliding.lua, and bare mode, backends/redis/bare.go). Cells are
@@ -153,6 +166,8 @@ var tokens = func() map[string]string {
 		"PINT":   quote(fmt.Sprintf("<I%d", PackedInt)),
 		// A packed log's whole entry (alg/log.lua): the header, base, the
 		// records but the last as stored (c0: a string), the last record.
+		// An entry of one number (alg/fixed.lua, alg/gcra.lua).
+		"ENTINT":   quote(fmt.Sprintf("<c%dI%dI%dI%d", PackedTag, PackedLen, PackedExpiry, PackedInt)),
 		"LOGENT":   quote(fmt.Sprintf("<c%dI%dI%dI%[4]dc0I%[4]dI%[4]d", PackedTag, PackedLen, PackedExpiry, PackedInt)),
 		"RULEREC":  quote(fmt.Sprintf("<Bi%[1]di%[1]di%[1]d", ReplyInt)),
 		"REPLYHDR": quote(fmt.Sprintf("<Bi%d", ReplyInt)),
@@ -160,6 +175,8 @@ var tokens = func() map[string]string {
 		"RECHDR":   quote(fmt.Sprintf("<Bi%dI%d", ReplyInt, RecordLen)),
 		"RECLEN":   quote(fmt.Sprintf("<I%d", RecordLen)),
 		"SLACKMS":  strconv.Itoa(FieldSlackMs),
+		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
+		"UNTOUCHED": quote(Untouched),
 	}
 	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
 		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
@@ -188,9 +205,10 @@ var tokens = func() map[string]string {
 }()
 
 // token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
-// case), and HA, RA, FA, HDR, HDRLEN, PINT, LOGENT, RULEREC, REPLYHDR, REC,
-// RECHDR, RECLEN, SLACKMS as whole words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|LOGENT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS)\b`)
+// case), and HA, RA, FA, HDR, HDRLEN, PINT, ENTINT, LOGENT, RULEREC, REPLYHDR, REC,
+// RECHDR, RECLEN, SLACKMS, CELL_KEY, CELL_WRONGTYPE, CELL_FOREIGN, UNTOUCHED
+// as whole words, outside comments.
+var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|ENTINT|LOGENT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS|CELL_KEY|CELL_WRONGTYPE|CELL_FOREIGN|UNTOUCHED)\b`)
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays

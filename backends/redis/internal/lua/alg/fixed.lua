@@ -39,7 +39,7 @@ end
 --@commit
 --@load em, e
 used, reset, exp = used + c, e - now, em
-ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+--@entry ENTINT, tag, 7, exp, used
 if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
 
 --@import

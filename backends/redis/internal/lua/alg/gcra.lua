@@ -45,7 +45,7 @@ if q < 0 then q = 0 elseif q > L then q = L end
 exp = tat / 1000
 if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
 used, reset = L - q, new
-ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+--@entry ENTINT, tag, 7, exp, tat
 if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
 
 --@import

@@ -20,13 +20,14 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
--- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
--- reset, retry; ent, exp in commit), and leaves its results in F<r>
--- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
--- its expiry; then each dimension set's packed value is written (SETRANGE
--- in place when the entries keep their places, lengths and expiries, as
--- take.lua), and the denial trail and the reply are built from the
--- results. A script that reads overrides (lua.FastOverrides) reads the
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment packs it from values, --@entry:
+-- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
+-- place when the entries keep their places, lengths and expiries, as
+-- take.lua; one struct.pack builds it where it can), and the denial
+-- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
 -- subject's overrides after the values (OVS: nil, or take.lua's block,
 -- exempt and limits as blk, ex and lims; lim, the limits applied per
 -- rule, and ovl, the latest limit override applied, which the rules'
@@ -146,6 +147,7 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local em_1, e_1
+    local used_1
     local allowed = true
     if not fail then repeat
       local code, L = "f", 15
@@ -197,17 +199,18 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_1 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
-        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
+        if V1 and not O1 and #V1 == 1 + 13 + (7) and P1 == 2 and N1 == (7) and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7', 'aaaa', 7, X1, used_1))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7', FMT, 'aaaa', 7, X1, used_1), 'PXAT', top)
         else
+          E1 = struct.pack('<c4I3I6I7', 'aaaa', 7, X1, used_1)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end

@@ -20,13 +20,14 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
--- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
--- reset, retry; ent, exp in commit), and leaves its results in F<r>
--- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
--- its expiry; then each dimension set's packed value is written (SETRANGE
--- in place when the entries keep their places, lengths and expiries, as
--- take.lua), and the denial trail and the reply are built from the
--- results. A script that reads overrides (lua.FastOverrides) reads the
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment packs it from values, --@entry:
+-- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
+-- place when the entries keep their places, lengths and expiries, as
+-- take.lua; one struct.pack builds it where it can), and the denial
+-- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
 -- subject's overrides after the values (OVS: nil, or take.lua's block,
 -- exempt and limits as blk, ex and lims; lim, the limits applied per
 -- rule, and ovl, the latest limit override applied, which the rules'
@@ -250,16 +251,22 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local em_1, e_1
+    local used_1
     local F2, U2, Z2, Y2, E2, X2
     local em_2, e_2
+    local used_2
     local F3, U3, Z3, Y3, E3, X3
     local em_3, e_3
+    local used_3
     local F4, U4, Z4, Y4, E4, X4
     local em_4, e_4
+    local used_4
     local F5, U5, Z5, Y5, E5, X5
     local em_5, e_5
+    local used_5
     local F6, U6, Z6, Y6, E6, X6
     local em_6, e_6
+    local used_6
     local allowed = true
     if not fail then repeat
       local code, L = "f", 1
@@ -554,7 +561,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_1 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
@@ -566,7 +573,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_2, e_2
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_2 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
@@ -578,7 +585,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_3, e_3
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_3 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
@@ -590,7 +597,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_4, e_4
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_4 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U4, Z4, E4, X4 = used, reset, ent, exp
       end
@@ -602,7 +609,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_5, e_5
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_5 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U5, Z5, E5, X5 = used, reset, ent, exp
       end
@@ -614,19 +621,21 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_6, e_6
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_6 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U6, Z6, E6, X6 = used, reset, ent, exp
       end
       do
         local top = X1
         if X3 > top then top = X3 end
-        if V1 and not O1 and #V1 == 1 + #E1 + #E3 and P1 == 2 and N1 == #E1 - 13 and T1 == X1
-            and P3 == P1 + #E1 and N3 == #E3 - 13 and T3 == X3 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, E1 .. E3)
+        if V1 and not O1 and #V1 == 1 + 13 + (7) + 13 + (7) and P1 == 2 and N1 == (7) and T1 == X1
+            and P3 == P1 + 13 + (7) and N3 == (7) and T3 == X3 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c4I3I6I7', 'f001', 7, X1, used_1, 'f003', 7, X3, used_3))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. E1 .. E3, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c4I3I6I7', FMT, 'f001', 7, X1, used_1, 'f003', 7, X3, used_3), 'PXAT', top)
         else
+          E1 = struct.pack('<c4I3I6I7', 'f001', 7, X1, used_1)
+          E3 = struct.pack('<c4I3I6I7', 'f003', 7, X3, used_3)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E3}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end
@@ -634,12 +643,14 @@ for a = 1, attempts do
       do
         local top = X2
         if X5 > top then top = X5 end
-        if V2 and not O2 and #V2 == 1 + #E2 + #E5 and P2 == 2 and N2 == #E2 - 13 and T2 == X2
-            and P5 == P2 + #E2 and N5 == #E5 - 13 and T5 == X5 then
-          redis.call('SETRANGE', KEYS[kb + 2], 1, E2 .. E5)
+        if V2 and not O2 and #V2 == 1 + 13 + (7) + 13 + (7) and P2 == 2 and N2 == (7) and T2 == X2
+            and P5 == P2 + 13 + (7) and N5 == (7) and T5 == X5 then
+          redis.call('SETRANGE', KEYS[kb + 2], 1, struct.pack('<c4I3I6I7c4I3I6I7', 'f002', 7, X2, used_2, 'f005', 7, X5, used_5))
         elseif not O2 then
-          redis.call('SET', KEYS[kb + 2], FMT .. E2 .. E5, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c4I3I6I7', FMT, 'f002', 7, X2, used_2, 'f005', 7, X5, used_5), 'PXAT', top)
         else
+          E2 = struct.pack('<c4I3I6I7', 'f002', 7, X2, used_2)
+          E5 = struct.pack('<c4I3I6I7', 'f005', 7, X5, used_5)
           local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E5}, top, nowms)
           redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
         end
@@ -647,12 +658,14 @@ for a = 1, attempts do
       do
         local top = X4
         if X6 > top then top = X6 end
-        if V3 and not O3 and #V3 == 1 + #E4 + #E6 and P4 == 2 and N4 == #E4 - 13 and T4 == X4
-            and P6 == P4 + #E4 and N6 == #E6 - 13 and T6 == X6 then
-          redis.call('SETRANGE', KEYS[kb + 3], 1, E4 .. E6)
+        if V3 and not O3 and #V3 == 1 + 13 + (7) + 13 + (7) and P4 == 2 and N4 == (7) and T4 == X4
+            and P6 == P4 + 13 + (7) and N6 == (7) and T6 == X6 then
+          redis.call('SETRANGE', KEYS[kb + 3], 1, struct.pack('<c4I3I6I7c4I3I6I7', 'f004', 7, X4, used_4, 'f006', 7, X6, used_6))
         elseif not O3 then
-          redis.call('SET', KEYS[kb + 3], FMT .. E4 .. E6, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 3], struct.pack('<c0c4I3I6I7c4I3I6I7', FMT, 'f004', 7, X4, used_4, 'f006', 7, X6, used_6), 'PXAT', top)
         else
+          E4 = struct.pack('<c4I3I6I7', 'f004', 7, X4, used_4)
+          E6 = struct.pack('<c4I3I6I7', 'f006', 7, X6, used_6)
           local v, vtop = L().packv(V3, L().unpackv(V3), {E4, E6}, top, nowms)
           redis.call('SET', KEYS[kb + 3], v, 'PXAT', sf('%d', vtop))
         end

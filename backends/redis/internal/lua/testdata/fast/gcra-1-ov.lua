@@ -20,13 +20,14 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
--- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
--- reset, retry; ent, exp in commit), and leaves its results in F<r>
--- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
--- its expiry; then each dimension set's packed value is written (SETRANGE
--- in place when the entries keep their places, lengths and expiries, as
--- take.lua), and the denial trail and the reply are built from the
--- results. A script that reads overrides (lua.FastOverrides) reads the
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment packs it from values, --@entry:
+-- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
+-- place when the entries keep their places, lengths and expiries, as
+-- take.lua; one struct.pack builds it where it can), and the denial
+-- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
 -- subject's overrides after the values (OVS: nil, or take.lua's block,
 -- exempt and limits as blk, ex and lims; lim, the limits applied per
 -- rule, and ovl, the latest limit override applied, which the rules'
@@ -158,6 +159,7 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local new_1, ttl_1, T_1, tol_1
+    local tat_1
     local allowed = true
     if not fail then repeat
       local L = 10
@@ -231,17 +233,18 @@ for a = 1, attempts do
         exp = tat / 1000
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
         used, reset = L - q, new
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        tat_1 = tat
         if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
-        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == #E1 - 13 and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
+        if V1 and not O1 and #V1 == 1 + 13 + (7) and P1 == 2 and N1 == (7) and T1 == X1 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7', 'cccc', 7, X1, tat_1))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7', FMT, 'cccc', 7, X1, tat_1), 'PXAT', top)
         else
+          E1 = struct.pack('<c4I3I6I7', 'cccc', 7, X1, tat_1)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end

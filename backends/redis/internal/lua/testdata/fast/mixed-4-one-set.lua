@@ -20,13 +20,14 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
--- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
--- reset, retry; ent, exp in commit), and leaves its results in F<r>
--- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
--- its expiry; then each dimension set's packed value is written (SETRANGE
--- in place when the entries keep their places, lengths and expiries, as
--- take.lua), and the denial trail and the reply are built from the
--- results. A script that reads overrides (lua.FastOverrides) reads the
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment packs it from values, --@entry:
+-- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
+-- place when the entries keep their places, lengths and expiries, as
+-- take.lua; one struct.pack builds it where it can), and the denial
+-- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
 -- subject's overrides after the values (OVS: nil, or take.lua's block,
 -- exempt and limits as blk, ex and lims; lim, the limits applied per
 -- rule, and ovl, the latest limit override applied, which the rules'
@@ -152,10 +153,12 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local em_1, e_1
+    local used_1
     local F2, U2, Z2, Y2, E2, X2
     local i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
     local F3, U3, Z3, Y3, E3, X3
     local new_3, ttl_3, T_3, tol_3
+    local tat_3
     local F4, U4, Z4, Y4, E4, X4
     local j_4, nl_4, before_4, top_4
     local mid_4, lt_4, lc_4
@@ -342,7 +345,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_1 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
@@ -407,7 +410,7 @@ for a = 1, attempts do
         exp = tat / 1000
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
         used, reset = L - q, new
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        tat_3 = tat
         if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
@@ -468,9 +471,16 @@ for a = 1, attempts do
         if X2 > top then top = X2 end
         if X3 > top then top = X3 end
         if X4 > top then top = X4 end
-        if not O1 then
-          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c0c0c0c4I3I6I7c0I7I7', FMT, E1, E2, E3, 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4), 'PXAT', top)
+        if V1 and not O1 and #V1 == 1 + 13 + (7) + 13 + (#E2 - 13) + 13 + (7) + 13 + (21 + #mid_4) and P1 == 2 and N1 == (7) and T1 == X1
+            and P2 == P1 + 13 + (7) and N2 == (#E2 - 13) and T2 == X2
+            and P3 == P2 + 13 + (#E2 - 13) and N3 == (7) and T3 == X3
+            and P4 == P3 + 13 + (7) and N4 == (21 + #mid_4) and T4 == X4 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4))
+        elseif not O1 then
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4), 'PXAT', top)
         else
+          E1 = struct.pack('<c4I3I6I7', 't001', 7, X1, used_1)
+          E3 = struct.pack('<c4I3I6I7', 't003', 7, X3, tat_3)
           E4 = struct.pack('<c4I3I6I7c0I7I7', 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E2, E3, E4}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))

@@ -20,13 +20,14 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
--- variables (r, code, L, tag, ki, key, v, p, pl, pe, pq, flags, used,
--- reset, retry; ent, exp in commit), and leaves its results in F<r>
--- flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new entry and X<r>
--- its expiry; then each dimension set's packed value is written (SETRANGE
--- in place when the entries keep their places, lengths and expiries, as
--- take.lua), and the denial trail and the reply are built from the
--- results. A script that reads overrides (lua.FastOverrides) reads the
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment packs it from values, --@entry:
+-- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
+-- place when the entries keep their places, lengths and expiries, as
+-- take.lua; one struct.pack builds it where it can), and the denial
+-- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
 -- subject's overrides after the values (OVS: nil, or take.lua's block,
 -- exempt and limits as blk, ex and lims; lim, the limits applied per
 -- rule, and ovl, the latest limit override applied, which the rules'
@@ -193,8 +194,10 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local em_1, e_1
+    local used_1
     local F2, U2, Z2, Y2, E2, X2
     local new_2, ttl_2, T_2, tol_2
+    local tat_2
     local F3, U3, Z3, Y3, E3, X3
     local j_3, nl_3, before_3, top_3
     local mid_3, lt_3, lc_3
@@ -383,7 +386,7 @@ for a = 1, attempts do
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, used)
+        used_1 = used
         if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
@@ -402,7 +405,7 @@ for a = 1, attempts do
         exp = tat / 1000
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
         used, reset = L - q, new
-        ent = struct.pack('<c4I3I6I7', tag, 7, exp, tat)
+        tat_2 = tat
         if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
@@ -507,9 +510,13 @@ for a = 1, attempts do
       do
         local top = X1
         if X3 > top then top = X3 end
-        if not O1 then
-          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c0c4I3I6I7c0I7I7', FMT, E1, 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3), 'PXAT', top)
+        if V1 and not O1 and #V1 == 1 + 13 + (7) + 13 + (21 + #mid_3) and P1 == 2 and N1 == (7) and T1 == X1
+            and P3 == P1 + 13 + (7) and N3 == (21 + #mid_3) and T3 == X3 then
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c4I3I6I7c0I7I7', 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3))
+        elseif not O1 then
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3), 'PXAT', top)
         else
+          E1 = struct.pack('<c4I3I6I7', 'u\000\001m', 7, X1, used_1)
           E3 = struct.pack('<c4I3I6I7c0I7I7', 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E3}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
@@ -518,12 +525,13 @@ for a = 1, attempts do
       do
         local top = X2
         if X4 > top then top = X4 end
-        if V2 and not O2 and #V2 == 1 + #E2 + #E4 and P2 == 2 and N2 == #E2 - 13 and T2 == X2
-            and P4 == P2 + #E2 and N4 == #E4 - 13 and T4 == X4 then
-          redis.call('SETRANGE', KEYS[kb + 2], 1, E2 .. E4)
+        if V2 and not O2 and #V2 == 1 + 13 + (7) + 13 + (#E4 - 13) and P2 == 2 and N2 == (7) and T2 == X2
+            and P4 == P2 + 13 + (7) and N4 == (#E4 - 13) and T4 == X4 then
+          redis.call('SETRANGE', KEYS[kb + 2], 1, struct.pack('<c4I3I6I7c0', 'i\255b\039', 7, X2, tat_2, E4))
         elseif not O2 then
-          redis.call('SET', KEYS[kb + 2], FMT .. E2 .. E4, 'PXAT', top)
+          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0', FMT, 'i\255b\039', 7, X2, tat_2, E4), 'PXAT', top)
         else
+          E2 = struct.pack('<c4I3I6I7', 'i\255b\039', 7, X2, tat_2)
           local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E4}, top, nowms)
           redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
         end
