@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/alg"
 )
 
@@ -170,7 +171,7 @@ func cellTAT(name string, cmd *goredis.Cmd) (time.Time, error) {
 	case errors.Is(err, goredis.Nil):
 		return time.Time{}, nil
 	case err != nil && goredis.HasErrorPrefix(err, "WRONGTYPE"):
-		bad = "is not a string key (WRONGTYPE)"
+		bad = lua.CellWrongType
 	case err != nil:
 		return time.Time{}, fmt.Errorf("rule %q: GET: %w", name, err)
 	default:
@@ -178,9 +179,9 @@ func cellTAT(name string, cmd *goredis.Cmd) (time.Time, error) {
 		if ok {
 			return time.Unix(0, ns), nil
 		}
-		bad = "holds a value CL.THROTTLE did not write (it would abort the server on it)"
+		bad = lua.CellForeign
 	}
-	return time.Time{}, fmt.Errorf("freqcap: rule %s: the GCRA state key %s; not evaluated, nothing written (delete the key or reset the subject)", name, bad)
+	return time.Time{}, fmt.Errorf("freqcap: rule %s: %s %s%s", name, lua.CellKey, bad, lua.Untouched)
 }
 
 // parseTAT parses a TAT as take.lua's tatok accepts it (prelude.lua): 1 to

@@ -45,7 +45,7 @@ local FMT = '\1'
 -- too high, 2 shadow, 4 override block (then the rule field is the
 -- override's ID); every number with '%d', a number or a numeral string),
 -- then "|values" (take.lua's header; backends/redis/wire.go owns it).
-local FOREIGN = ': its state key holds a value freqcap did not write; not evaluated, nothing written (delete the key or reset the subject)'
+local FOREIGN = ': its state key holds a value freqcap did not write' .. UNTOUCHED
 local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:

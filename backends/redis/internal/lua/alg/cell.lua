@@ -14,12 +14,12 @@ local nsup, tatok = mods()
 local tv = redis.pcall('GET', key)
 local bad
 if type(tv) == 'table' and tv.err then
-  bad = 'is not a string key (WRONGTYPE)'
+  bad = CELL_WRONGTYPE
 elseif tv and not tatok(tv) then
-  bad = 'holds a value CL.THROTTLE did not write (it would abort the server on it)'
+  bad = CELL_FOREIGN
 end
 if bad then
-  fail = redis.error_reply('freqcap: rule ' .. ARGV[b + R_NAME] .. ': the GCRA state key ' .. bad .. '; not evaluated, nothing written (delete the key or reset the subject)')
+  fail = redis.error_reply('freqcap: rule ' .. ARGV[b + R_NAME] .. ': ' .. CELL_KEY .. ' ' .. bad .. UNTOUCHED)
   break
 end
 if not tats then tats = {} end

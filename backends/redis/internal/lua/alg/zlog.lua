@@ -19,7 +19,7 @@
 for pass = 1, 2 do
   local d = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', sf('%d', now - lg.w))
   if type(d) == 'table' then
-    fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE); not evaluated, nothing written (delete the key or reset the subject)')
+    fail = redis.error_reply('freqcap: rule ' .. lg.name .. ': the sliding log key is not a sorted set (WRONGTYPE)' .. UNTOUCHED)
     break
   end
   local z = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
