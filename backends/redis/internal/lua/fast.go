@@ -101,7 +101,7 @@ type fastRule struct {
 	EvalHead, CommitHead string
 	Saved                string // "a_N, b_N", or "" when eval saves nothing
 	// A rule whose commit ends with an --@entry line (lua.go's entryLine:
-	// packed logs) leaves the values its entry is packed from in locals
+	// fixed windows, GCRA, packed logs) leaves the values its entry is packed from in locals
 	// (Kept declares those eval did not save) and its set's write packs
 	// them: EntryFormat is the entry's struct format, EntryArgs its
 	// values (the tag written in, the expiry X<N>).
