@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,4 +261,59 @@ func sum(xs []int64) int64 {
 		n += x
 	}
 	return n
+}
+
+// TestPackedLogClockBack: a packed log holding records later than the
+// server's clock (a clock that went back, or a failover to a server
+// behind) takes units at now in order, through the fast script and
+// through take.lua alike: a record at now inserted before the first later
+// record, with the cumulative count up to it, the later records' counts
+// up by as many, the newest record still last; the used count is every
+// record's in the window.
+func TestPackedLogClockBack(t *testing.T) {
+	b, c := plainStandalone(t)
+	for _, tc := range []struct {
+		name   string
+		noFast bool
+		past   bool // a record before now too
+	}{{"fast", false, true}, {"fast/all later", false, false}, {"take.lua", true, true}, {"take.lua/all later", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.noFast = tc.noFast
+			defer func() { b.noFast = false }()
+			s := newSubject(t, "back")
+			r := s.log("l", 10, time.Hour)
+			now := serverNow(t, c).UnixMicro()
+			t2, t3 := now+60_000_000, now+120_000_000 // a minute and two ahead
+			ints := []int64{7, t2, 9, t3, 10}         // base 7: units 2 and 1
+			if tc.past {
+				ints = []int64{7, now - 10_000_000, 8, t2, 10, t3, 11} // units 1, 2, 1
+			}
+			exp := (t3 + time.Hour.Microseconds() + 999) / 1000 // ms, rounded up
+			putPacked(t, c, group(&r), packedEntry{Tag: logTagOf(&r), Expiry: exp, Ints: ints})
+			req := s.request(opTake, 2, r)
+			if got, fast := decidingScript(t, b, req), tc.noFast == false; (got != takeScript.Hash()) != fast {
+				t.Fatalf("deciding script %s, want the fast one: %v", got, fast)
+			}
+			res := take(t, b, req)
+			held := ints[len(ints)-1] - ints[0]
+			if !res.Allowed || res.Rules[0].Used != held+2 {
+				t.Fatalf("take 2 = %+v, want admitted, used %d", res, held+2)
+			}
+			e, ok := logOf(t, c, r)
+			if !ok {
+				t.Fatal("no log after the take")
+			}
+			at := res.Now.UnixMicro()
+			want := []int64{7, at, 9, t2, 11, t3, 12}
+			if tc.past {
+				want = []int64{7, now - 10_000_000, 8, at, 10, t2, 12, t3, 13}
+			}
+			if !slices.Equal(e.Ints, want) {
+				t.Errorf("log after the take = %v, want %v (a record at now %d inserted in order)", e.Ints, want, at)
+			}
+			if e.Expiry != exp {
+				t.Errorf("log expiry %d, want %d (its newest record's)", e.Expiry, exp)
+			}
+		})
+	}
 }
