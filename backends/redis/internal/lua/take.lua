@@ -21,7 +21,10 @@
 -- needs with a line "--@save a, b" (here st[r] = {a, b}; lua.go); commit
 -- gets them back with "--@load a, b" (here from x = st[r]) and used
 -- (before), sets used and reset after consuming and, for
--- a packed rule, ent (the whole entry) and exp (its expiry, ms). A
+-- a packed rule, ent (the whole entry) and exp (its expiry, ms); a
+-- fragment may name its entry's values instead, with a last line
+-- "--@entry FORMAT, tag, len, exp, …" (here ent = struct.pack(FORMAT,
+-- tag, len, exp, …); a fast script packs its set's value from them). A
 -- section that refuses the attempt sets fail to the error reply and
 -- breaks out of the rule loop.
 --
