@@ -3,6 +3,7 @@ package lua
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -155,20 +156,22 @@ const FieldSlackMs = 1000
 
 // tokens maps each Lua token to the text that replaces it.
 var tokens = func() map[string]string {
+	hdr := fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)
 	m := map[string]string{
 		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs), "FA": strconv.Itoa(FastArgs),
 		"C_FIXED": quote(CodeFixed), "C_CALENDAR": quote(CodeCalendar), "C_SLIDING": quote(CodeSliding),
 		"C_GCRA": quote(CodeGCRA), "C_LOG": quote(CodeLog), "C_ZLOG": quote(CodeZLog),
 		"C_TAIRHASH": quote(CodeTairHash), "C_HFE": quote(CodeHFE), "C_CELL": quote(CodeCell),
 		"OP_TAKE": quote(OpTake), "OP_PEEK": quote(OpPeek), "OP_RESERVE": quote(OpReserve), "OP_INSPECT": quote(OpInspect),
-		"HDR":    quote(fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)),
+		"HDR":    quote(hdr),
 		"HDRLEN": strconv.Itoa(PackedHeader),
 		"PINT":   quote(fmt.Sprintf("<I%d", PackedInt)),
-		// A packed log's whole entry (alg/log.lua): the header, base, the
-		// records but the last as stored (c0: a string), the last record.
-		// An entry of one number (alg/fixed.lua, alg/gcra.lua).
-		"ENTINT":   quote(fmt.Sprintf("<c%dI%dI%dI%d", PackedTag, PackedLen, PackedExpiry, PackedInt)),
-		"LOGENT":   quote(fmt.Sprintf("<c%dI%dI%dI%[4]dc0I%[4]dI%[4]d", PackedTag, PackedLen, PackedExpiry, PackedInt)),
+		// Whole entries, header first, for struct.pack (alg/*.lua's
+		// --@entry lines): one number (alg/fixed.lua, alg/gcra.lua); a
+		// packed log (alg/log.lua: base, the records but the last as
+		// stored, c0: a string, then the last record).
+		"ENTINT":   quote(hdr + fmt.Sprintf("I%d", PackedInt)),
+		"LOGENT":   quote(hdr + fmt.Sprintf("I%[1]dc0I%[1]dI%[1]d", PackedInt)),
 		"RULEREC":  quote(fmt.Sprintf("<Bi%[1]di%[1]di%[1]d", ReplyInt)),
 		"REPLYHDR": quote(fmt.Sprintf("<Bi%d", ReplyInt)),
 		"REC":      quote(string(rune(RecordMark))),
@@ -204,11 +207,20 @@ var tokens = func() map[string]string {
 	return m
 }()
 
-// token matches the wire tokens in Lua code: A_X, R_X, F_X, C_X, OP_X (upper
-// case), and HA, RA, FA, HDR, HDRLEN, PINT, ENTINT, LOGENT, RULEREC, REPLYHDR, REC,
-// RECHDR, RECLEN, SLACKMS, CELL_KEY, CELL_WRONGTYPE, CELL_FOREIGN, UNTOUCHED
-// as whole words, outside comments.
-var token = regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|HA|RA|FA|HDR|HDRLEN|PINT|ENTINT|LOGENT|RULEREC|REPLYHDR|REC|RECHDR|RECLEN|SLACKMS|CELL_KEY|CELL_WRONGTYPE|CELL_FOREIGN|UNTOUCHED)\b`)
+// token matches the wire tokens in Lua code, as whole words outside
+// comments: A_X, R_X, F_X, C_X, OP_X (upper case; one tokens lacks
+// panics) and every other name tokens declares.
+var token = func() *regexp.Regexp {
+	generic := regexp.MustCompile(`^(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+)$`)
+	var names []string
+	for n := range tokens {
+		if !generic.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|` + strings.Join(names, "|") + `)\b`)
+}()
 
 // subst replaces the wire tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays
