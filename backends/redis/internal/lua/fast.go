@@ -119,12 +119,11 @@ type fastRule struct {
 type fastSet struct {
 	G     int
 	Rules []*fastRule
-	// Packed: a rule of the set packs its entry from values (EntryArgs),
-	// so the set's entries are one struct.pack of Format (each rule's
-	// entry: its EntryFormat, or its entry string) from Args, and its
-	// value the same after FMT.
-	Packed       bool
-	Format, Args string
+	// Body and Value are the Lua expressions of the set's new entries,
+	// in order, and of its value (FMT, then them): one struct.pack when
+	// a rule packs its entry from values (EntryArgs; the others' entry
+	// strings go in as c0), else one concatenation of the entry strings.
+	Body, Value string
 }
 
 // fastTemplate is fast.lua.tmpl, parsed once: its functions are quote
@@ -199,21 +198,26 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 	return d, nil
 }
 
-// pack sets Packed, Format and Args when a rule of the set packs its
-// entry from values.
+// pack sets the set's Body and Value.
 func (s *fastSet) pack() {
-	format, args := "<", []string{}
+	format, args, ents, packed := "", []string{}, []string{}, false
 	for _, r := range s.Rules {
+		ents = append(ents, fmt.Sprintf("E%d", r.N))
 		if r.EntryArgs == "" {
-			format, args = format+"c0", append(args, fmt.Sprintf("E%d", r.N))
+			format, args = format+"c0", append(args, ents[len(ents)-1])
 			continue
 		}
-		s.Packed = true
+		packed = true
 		format, args = format+r.EntryFormat[1:], append(args, r.EntryArgs)
 	}
-	if s.Packed {
-		s.Format, s.Args = format, strings.Join(args, ", ")
+	if !packed {
+		s.Body = strings.Join(ents, " .. ")
+		s.Value = "FMT .. " + s.Body
+		return
 	}
+	all := strings.Join(args, ", ")
+	s.Body = fmt.Sprintf("struct.pack(%s, %s)", quote("<"+format), all)
+	s.Value = fmt.Sprintf("struct.pack(%s, FMT, %s)", quote("<c0"+format), all)
 }
 
 // newFastRule returns rule n (1-based) of a fast script: r's fragment's
@@ -236,7 +240,7 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 			return "local " + strings.Join(names, ", ") + " = " + suffixed(names, n)
 		})
 	}
-	fr.Eval, fr.Commit = fill("eval"), fill("commit")
+	fr.Eval, fr.Commit = fill("eval"), noPlan(fill("commit"))
 	if e := entryLine.FindStringSubmatch(fr.Commit); e != nil {
 		keep := fr.entry(e[2], e[3], saved)
 		fr.Commit = strings.Replace(fr.Commit, e[0], e[1]+keep, 1)
@@ -289,6 +293,28 @@ func (fr *fastRule) entry(format, args string, saved []string) string {
 	}
 	fr.Kept = suffixed(kept, fr.N)
 	return fr.Kept + " = " + strings.Join(kept, ", ")
+}
+
+// noPlan returns a commit section without its "if plan then … end"
+// statement: a reservation's bookkeeping, and fast scripts reserve
+// nothing (take.lua's commit sections see plan = nil when not
+// reserving). The statement is one line, or ends with a line "end" at
+// its indentation.
+func noPlan(body string) string {
+	lines := strings.Split(body, "\n")
+	out := lines[:0]
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		ind := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+		if !strings.HasPrefix(l[len(ind):], "if plan then") {
+			out = append(out, l)
+			continue
+		}
+		for !strings.HasSuffix(lines[i], " end") && lines[i] != ind+"end" {
+			i++
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // luaName matches a Lua name (a local of an --@entry line's values).

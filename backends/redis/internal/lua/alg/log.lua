@@ -67,14 +67,12 @@ end
 local W = tonumber(ARGV[b + R_P1])
 local k = 0
 if p then k = (pl - 7) / 14 end
-local mid, lt, lc = '', now, top + c
-if j > k then
-  -- No record left in the window: one at now.
-elseif nl == now then
+local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+if j <= k and nl == now then
   mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
-elseif nl < now then
+elseif j <= k and nl < now then
   mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
-else
+elseif j <= k then
   -- The server clock went back: c units at now, in order (added to a
   -- record at now), the later records' counts up by c; the newest record
   -- stays the last.

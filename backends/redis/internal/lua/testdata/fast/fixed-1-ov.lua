@@ -23,15 +23,17 @@
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
 -- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
 -- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
--- entry (or, for a rule whose fragment packs it from values, --@entry:
--- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
--- place when the entries keep their places, lengths and expiries, as
--- take.lua; one struct.pack builds it where it can), and the denial
--- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
--- subject's overrides after the values (OVS: nil, or take.lua's block,
--- exempt and limits as blk, ex and lims; lim, the limits applied per
--- rule, and ovl, the latest limit override applied, which the rules'
--- heads set), and after eval a block denies and an exempt admits.
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -60,7 +62,6 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = (now - now % 1000) / 1000
-local plan -- reservations are take.lua's: the commit sections see none
 local G, GO = 1, 2 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
@@ -222,15 +223,13 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local L, tag = 15, 'aaaa'
-        local key = KEYS[kb + 1]
+        local L = 15
         if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
         used_1 = used
-        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do

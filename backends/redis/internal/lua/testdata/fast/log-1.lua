@@ -23,15 +23,17 @@
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
 -- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
 -- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
--- entry (or, for a rule whose fragment packs it from values, --@entry:
--- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
--- place when the entries keep their places, lengths and expiries, as
--- take.lua; one struct.pack builds it where it can), and the denial
--- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
--- subject's overrides after the values (OVS: nil, or take.lua's block,
--- exempt and limits as blk, ex and lims; lim, the limits applied per
--- rule, and ovl, the latest limit override applied, which the rules'
--- heads set), and after eval a block denies and an exempt admits.
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -60,7 +62,6 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = (now - now % 1000) / 1000
-local plan -- reservations are take.lua's: the commit sections see none
 local G, GO = 1, 1 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
@@ -199,8 +200,6 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local L, tag = 5, 'dddd'
-        local key = KEYS[kb + 1]
         local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
         local ent, exp
         -- Trimmed to the window, c units at now added: the entry is base (before),
@@ -211,14 +210,12 @@ for a = 1, attempts do
         local W = 10000000
         local k = 0
         if p then k = (pl - 7) / 14 end
-        local mid, lt, lc = '', now, top + c
-        if j > k then
-          -- No record left in the window: one at now.
-        elseif nl == now then
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
-        elseif nl < now then
+        elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
-        else
+        elseif j <= k then
           -- The server clock went back: c units at now, in order (added to a
           -- record at now), the later records' counts up by c; the newest record
           -- stays the last.
@@ -247,7 +244,6 @@ for a = 1, attempts do
         -- packs its set's whole value in one struct.pack from these values.
         mid_1, lt_1, lc_1 = mid, lt, lc
         used, reset = used + c, hi + W - now
-        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do

@@ -23,15 +23,17 @@
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
 -- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
 -- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
--- entry (or, for a rule whose fragment packs it from values, --@entry:
--- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
--- place when the entries keep their places, lengths and expiries, as
--- take.lua; one struct.pack builds it where it can), and the denial
--- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
--- subject's overrides after the values (OVS: nil, or take.lua's block,
--- exempt and limits as blk, ex and lims; lim, the limits applied per
--- rule, and ovl, the latest limit override applied, which the rules'
--- heads set), and after eval a block denies and an exempt admits.
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -60,7 +62,6 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = (now - now % 1000) / 1000
-local plan -- reservations are take.lua's: the commit sections see none
 local G, GO = 2, 2 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
@@ -380,19 +381,15 @@ for a = 1, attempts do
     -- Phase 2: consume from every rule, only if all admit.
     if allowed and op == 't' then
       do
-        local tag = 'u\000\001m'
-        local key = KEYS[kb + 1]
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
         used, reset, exp = used + c, e - now, em
         used_1 = used
-        if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
-        local L, tag = 40, 'i\255b\039'
-        local key = KEYS[kb + 2]
+        local L = 40
         local v, used, reset = V2, U2, Z2
         local ent, exp
         local new, ttl, T, tol = new_2, ttl_2, T_2, tol_2
@@ -406,12 +403,9 @@ for a = 1, attempts do
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
         used, reset = L - q, new
         tat_2 = tat
-        if plan then plan[#plan + 1] = 'G ' .. key .. ' ' .. tag .. ' ' .. sf('%d', new - ttl) .. ' ' .. sf('%d', tat) end
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
       do
-        local L, tag = 100, 'u\002dd'
-        local key = KEYS[kb + 1]
         local v, p, pl, pq, used, reset = V1, P3, N3, P3 and P3 + 13, U3, Z3
         local ent, exp
         -- Trimmed to the window, c units at now added: the entry is base (before),
@@ -422,14 +416,12 @@ for a = 1, attempts do
         local W = 86400000000
         local k = 0
         if p then k = (pl - 7) / 14 end
-        local mid, lt, lc = '', now, top + c
-        if j > k then
-          -- No record left in the window: one at now.
-        elseif nl == now then
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
-        elseif nl < now then
+        elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
-        else
+        elseif j <= k then
           -- The server clock went back: c units at now, in order (added to a
           -- record at now), the later records' counts up by c; the newest record
           -- stays the last.
@@ -458,12 +450,10 @@ for a = 1, attempts do
         -- packs its set's whole value in one struct.pack from these values.
         mid_3, lt_3, lc_3 = mid, lt, lc
         used, reset = used + c, hi + W - now
-        if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
       do
         local tag = 'i\003hh'
-        local key = KEYS[kb + 2]
         local v, used, reset = V2, U4, Z4
         local ent, exp
         -- The fast ways: the same cell gets c more, or a new cell c, the stored
@@ -502,9 +492,6 @@ for a = 1, attempts do
           ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
         used, reset = used + c, (hi + K + 1) * s - now
-        if plan then
-          plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
-        end
         U4, Z4, E4, X4 = used, reset, ent, exp
       end
       do

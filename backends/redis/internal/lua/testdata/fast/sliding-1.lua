@@ -23,15 +23,17 @@
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
 -- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
 -- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
--- entry (or, for a rule whose fragment packs it from values, --@entry:
--- those values, in <name>_<r>) and X<r> its expiry; then each dimension set's packed value is written (SETRANGE in
--- place when the entries keep their places, lengths and expiries, as
--- take.lua; one struct.pack builds it where it can), and the denial
--- trail and the reply are built from the results. A script that reads overrides (lua.FastOverrides) reads the
--- subject's overrides after the values (OVS: nil, or take.lua's block,
--- exempt and limits as blk, ex and lims; lim, the limits applied per
--- rule, and ovl, the latest limit override applied, which the rules'
--- heads set), and after eval a block denies and an exempt admits.
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
 --
 -- ARGV has one of two forms (backends/redis/wire.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
@@ -60,7 +62,6 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = (now - now % 1000) / 1000
-local plan -- reservations are take.lua's: the commit sections see none
 local G, GO = 1, 1 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
@@ -220,7 +221,6 @@ for a = 1, attempts do
     if allowed and op == 't' then
       do
         local tag = 'bbbb'
-        local key = KEYS[kb + 1]
         local v, used, reset = V1, U1, Z1
         local ent, exp
         -- The fast ways: the same cell gets c more, or a new cell c, the stored
@@ -259,14 +259,11 @@ for a = 1, attempts do
           ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
         used, reset = used + c, (hi + K + 1) * s - now
-        if plan then
-          plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
-        end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
-        if V1 and not O1 and #V1 == 1 + #E1 and P1 == 2 and N1 == (#E1 - 13) and T1 == X1 then
+        if V1 and not O1 and #V1 == 1 + 13 + (#E1 - 13) and P1 == 2 and N1 == (#E1 - 13) and T1 == X1 then
           redis.call('SETRANGE', KEYS[kb + 1], 1, E1)
         elseif not O1 then
           redis.call('SET', KEYS[kb + 1], FMT .. E1, 'PXAT', top)
