@@ -132,7 +132,7 @@ type Options struct {
 	// carries the queued calls (up to 128, in arrival order) in
 	// multi-attempt EVALSHAs of one pipeline, as TakeBatch does (one per
 	// run of calls sharing a script: a fast script or take.lua), with at
-	// most N such pipelines in flight at once (2 or 4 suit most loads). Each call still
+	// most N such pipelines in flight at once. Each call still
 	// gets its own atomic, all-or-nothing decision with the same Result
 	// as without coalescing, and its own error (an attempt the script
 	// refuses fails alone). It saves round trips and per-script server

@@ -100,11 +100,12 @@ type fastRule struct {
 	// decision; key a lookup in KEYS).
 	EvalHead, CommitHead string
 	Saved                string // "a_N, b_N", or "" when eval saves nothing
-	// A rule whose commit ends with an --@entry line (lua.go's entryLine:
-	// fixed windows, GCRA, packed logs) leaves the values its entry is packed from in locals
-	// (Kept declares those eval did not save) and its set's write packs
-	// them: EntryFormat is the entry's struct format, EntryArgs its
-	// values (the tag written in, the expiry X<N>).
+	// A rule whose commit ends with an --@entry line (lua.go's
+	// entryLine: fixed windows, GCRA, packed logs) leaves the values its
+	// entry is packed from in locals (Kept declares those eval did not
+	// save) and its set's write packs them: EntryFormat is the entry's
+	// struct format, EntryArgs its values (the tag written in, the expiry
+	// X<N>).
 	Kept, EntryFormat, EntryArgs string
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one

@@ -29,7 +29,12 @@
 // frame's branches rather than defined as functions. Within a section,
 // "--@save a, b" (eval) and "--@load a, b" (commit) carry values from
 // eval to commit: through a table per rule in take.lua, through locals in
-// a fast script. Every source's wire tokens (wire.go) are written in by
+// a fast script. A commit section's last line "--@entry FORMAT, tag, len,
+// exp, …" names its entry's values (FORMAT a wire token: ENTINT, LOGENT):
+// take.lua packs them into the entry, a fast script packs its set's whole
+// value from every rule's in one struct.pack. A fast script leaves out a
+// commit section's reservation bookkeeping ("if plan then … end"): it
+// reserves nothing. Every source's wire tokens (wire.go) are written in by
 // subst, the fast scripts' after the template ran. Scripts are never read
 // from disk at run time.
 package lua
