@@ -259,10 +259,15 @@ type KeySet struct {
 	// Dimensions are the rules' dimensions, sorted.
 	Dimensions []string
 	// Key is the set's key. The Redis backend keeps the state of the
-	// set's rules there: fixed windows, sliding-window counters and GCRA
-	// packed into one string; sliding logs in a sorted set at Key plus a
-	// suffix; a rule on a module strategy under its own key plus a suffix
-	// (docs/DESIGN.md, "Keys").
+	// set's rules there: fixed windows, sliding-window counters, GCRA
+	// and sliding logs up to LogLine packed into one string; larger
+	// sliding logs in a sorted set at Key plus a suffix; a rule on a
+	// module strategy under its own key plus a suffix (docs/DESIGN.md,
+	// "Keys"). A set over more than the shard dimensions keeps its packed
+	// state inside the key of the set of the shard dimensions alone (the
+	// one whose Key ends in "="), as a section of its value, whenever a
+	// decision has rules in both: one key per subject (docs/DESIGN.md,
+	// "One key per subject").
 	Key string
 	// Rules are the set's rules, in policy order, each with its own key:
 	// where the memory backend keeps the rule's state. A changed rule's

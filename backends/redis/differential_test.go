@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,6 +187,10 @@ type diffSeq struct {
 	c     *goredis.Client
 	s     subject
 	rules []driver.Rule
+	// alt is rules with the second set's content y in place of x: a
+	// request over it (half of them) keeps set 2's state beside x's (on
+	// Redis, a second section of the same root value).
+	alt   []driver.Rule
 	clock *fakeclock.Clock
 	mem   *memory.Backend
 	// hist replays the memory side of every step so far at its instant.
@@ -214,6 +219,12 @@ func runDiffSeq(t *testing.T, b *Backend, c *goredis.Client, tg diffTarget, seed
 	}()
 	q.rules = q.genRules()
 	q.logf("rules: %s", rulesLine(q.rules))
+	q.alt = slices.Clone(q.rules)
+	for i := range q.alt {
+		if r := &q.alt[i]; strings.HasSuffix(r.Group, "c:x") {
+			r.Key, r.Group = q.s.key(r.Name, "y"), q.s.base+"=c:y"
+		}
+	}
 	for step := 0; step < diffSteps; step++ {
 		if !q.step(step) {
 			return
@@ -324,8 +335,13 @@ func (q *diffSeq) genRules() []driver.Rule {
 
 // req builds a request of o for cost over the sequence's rules.
 func (q *diffSeq) req(cost int64) driver.Request {
+	rules := q.rules
+	if q.rng.IntN(2) == 0 {
+		rules = q.alt
+		q.logf("  (content y)")
+	}
 	return driver.Request{
-		Policy: "p", Rules: q.rules, Cost: cost,
+		Policy: "p", Rules: rules, Cost: cost,
 		TrailKey: q.s.trail(), TrailMax: 5, TrailTTL: time.Hour,
 		ReservationKey: q.s.reservations(),
 	}

@@ -137,7 +137,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	a := attemptEnc{e: e, k0: len(e.keys), a0: len(e.argv)}
 	n := len(req.Rules)
 	e.argv = append(e.argv, code, cost, n, 0, 0, 0, 0, req.TrailMax, ceilMillis(req.TrailTTL), req.Policy,
-		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "")
+		req.TrailValues, ceilMillis(req.IdempotencyTTL), req.ReservationID, resTTL, resKeyTTL, 0, "", "", "", "")
 	choices := make([]ruleChoice, n)
 	var lg logGroup
 	for i := range req.Rules {
@@ -159,12 +159,39 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		h[15] = a.index(req.OverrideKey)
 	}
 	h[16], h[17], h[18] = lists[0], lists[1], lists[2]
+	h[19] = b.nestArg(e.keys[a.k0:], choices)
 	if len(e.keys) == a.k0 {
 		return a.fail(errNoKeys)
 	}
 	h[3] = len(e.keys) - a.k0
 	e.attempts = append(e.attempts, choices)
 	return nil
+}
+
+// nestArg returns take.lua's ARGV[a+A_NEST] for an attempt whose keys
+// are keys and whose rules chose choices: "<ki>:<ri>," per dimension set
+// kept as a section of its root's value (nests), "u" after ri under
+// Options.Upgrade; "" when none (no allocation).
+func (b *Backend) nestArg(keys []string, choices []ruleChoice) string {
+	var out []byte
+	for i, c := range choices {
+		if !packedCode(c.code) || slices.ContainsFunc(choices[:i], func(p ruleChoice) bool { return p.key == c.key }) {
+			continue
+		}
+		for _, r := range choices {
+			if packedCode(r.code) && nests(c.key, r.key) {
+				out = strconv.AppendInt(out, int64(slices.Index(keys, c.key)+1), 10)
+				out = append(out, ':')
+				out = strconv.AppendInt(out, int64(slices.Index(keys, r.key)+1), 10)
+				if b.opts.Upgrade {
+					out = append(out, 'u')
+				}
+				out = append(out, ',')
+				break
+			}
+		}
+	}
+	return string(out)
 }
 
 // reservationTTLs checks a Reserve's reservation fields and returns its

@@ -24,12 +24,15 @@ import (
 // (lapsed reservations included), so a decision stays one EVALSHA.
 
 // fastKey identifies a fast script: its rules' specifications (the spec
-// cache's pointers: one per distinct static specification while cached)
-// and each rule's dimension-set index.
+// cache's pointers: one per distinct static specification while cached),
+// each rule's dimension-set index and each set's root.
 type fastKey struct {
 	n     int
 	specs [lua.FastMax]*ruleSpec
 	keys  [lua.FastMax]uint8
+	// roots: per dimension set (by index - 1), the index of the root its
+	// value nests in (nests), 0 for none.
+	roots [lua.FastMax]uint8
 	// ov: the script reads the subject's overrides (lua.FastOverrides).
 	ov bool
 }
@@ -151,6 +154,14 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		}
 		k.keys[i] = uint8(ki)
 	}
+	for i := range g {
+		for j := range g {
+			if nests(groups[i], groups[j]) {
+				k.roots[i] = uint8(j + 1)
+				break
+			}
+		}
+	}
 	return k, groups, g, true
 }
 
@@ -224,6 +235,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			P2:     toInt64(a[4]),
 			Tag:    a[5].(string),
 			Key:    int(k.keys[i]),
+			Root:   int(k.roots[k.keys[i]-1]),
 			Window: k.specs[i].window,
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}

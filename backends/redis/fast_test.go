@@ -83,6 +83,14 @@ func fastPolicies(s subject) map[string][]driver.Rule {
 		// log of its own.
 		"logs-mixed": append(in("u", s.fixed("a", 4, time.Hour), s.log("b", 6, 3*time.Hour), s.sliding("c", 8, 24*time.Hour, 10)),
 			in("uc", s.log("d", 3, time.Hour), s.log("e", 5, 2*time.Hour))...),
+		// Sets nested in the subject's root (its key ends in '='), the
+		// seed policy's shape, and two nested sets, the first rule's
+		// before the root's.
+		"nested": append(in("=", s.log("a", 6, time.Hour), s.log("b", 9, 24*time.Hour)),
+			in("=c:x", s.log("c", 2, time.Hour), s.log("d", 4, 2*time.Hour))...),
+		"nested-2": append(append(in("=c:x", s.gcra("a", 3, time.Hour, 1)),
+			in("=", s.fixed("b", 8, time.Hour), s.sliding("c", 9, 24*time.Hour, 10))...),
+			in("=h:y", s.fixed("d", 5, 2*time.Hour), s.log("e", 4, time.Hour))...),
 	}
 }
 
@@ -116,6 +124,12 @@ func TestFastMatchesTake(t *testing.T) {
 					// set, then a reservation (take.lua) holding a unit.
 					old := driver.Rule{Name: "old", Key: s.key("old"), Group: rules[i][0].Group, Algorithm: driver.FixedWindow, Limit: 100, Window: time.Hour}
 					take(t, slow, s.request(opTake, 1, old))
+					if root := s.base + "="; slices.ContainsFunc(rules[i], func(r driver.Rule) bool { return r.Group == root }) {
+						// Another nested set's section in the root's value.
+						old.Group = root
+						other := driver.Rule{Name: "other", Key: s.key("other", "z"), Group: root + "c:z", Algorithm: driver.FixedWindow, Limit: 100, Window: time.Hour}
+						take(t, slow, s.request(opTake, 1, old, other))
+					}
 					hold := s.request(opReserve, 1, rules[i]...)
 					hold.ReservationID, hold.ReservationTTL = "h", time.Hour
 					if res := take(t, slow, hold); !res.Allowed {

@@ -44,8 +44,25 @@ func encodePacked(entries []packedEntry) string {
 }
 
 // packedOf returns the decoded packed value at key: nil when the key does
-// not exist. Anything but a packed value fails the test.
+// not exist. Anything but a packed value fails the test. A nested set's
+// value (nests) is its section's entries in its root's value when the key
+// itself holds none.
 func packedOf(t *testing.T, c goredis.UniversalClient, key string) []packedEntry {
+	t.Helper()
+	es := packedAt(t, c, key)
+	if root := rootOf(key); es == nil && root != "" && nests(key, root) {
+		id := sectionID(key)
+		for _, e := range packedAt(t, c, root) {
+			if e.Tag == id {
+				return e.Section
+			}
+		}
+	}
+	return es
+}
+
+// packedAt returns the decoded packed value stored at key (nil: none).
+func packedAt(t *testing.T, c goredis.UniversalClient, key string) []packedEntry {
 	t.Helper()
 	v, err := c.Get(context.Background(), key).Result()
 	if errors.Is(err, goredis.Nil) {

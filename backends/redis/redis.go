@@ -24,10 +24,13 @@
 // lengths and expiries, one SETRANGE), sliding logs up to driver.LogLine
 // (and sliding windows evaluated as logs) too; larger sliding logs in one
 // sorted set per dimension set, whatever its log rules (logKey)
-// (docs/DESIGN.md, "Redis layout"). The denial trail is
+// (docs/DESIGN.md, "Redis layout"). A set over more than the shard
+// dimensions keeps its packed value as a section of the subject's root
+// key (the shard set's) when the request has packed rules in both: one
+// key per subject (docs/DESIGN.md, "One key per subject"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
-// earlier versions. TakeBatch decides up to 128 requests per EVALSHA on a
+// earlier versions, and the nested sets' own keys. TakeBatch decides up to 128 requests per EVALSHA on a
 // standalone or Sentinel server; Options.Coalesce has the concurrent
 // single calls of a process share such scripts.
 //
@@ -65,6 +68,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -90,6 +94,7 @@ var (
 var (
 	takeScript   = goredis.NewScript(lua.Take)
 	settleScript = goredis.NewScript(lua.Settle)
+	resetScript  = goredis.NewScript(lua.Reset)
 )
 
 // Options configures a Backend. The zero value (or nil) means defaults.
@@ -122,7 +127,11 @@ type Options struct {
 	// rule (GET and PEXPIRETIME of a counter, HGETALL of a hash, GET of a
 	// TAT, EXISTS and ZUNIONSTORE of the logs) on every decision that
 	// finds no packed value: the first on each subject after the upgrade,
-	// and every one on a subject never seen before.
+	// and every one on a subject never seen before. It also reads a nested
+	// set (docs/DESIGN.md, "One key per subject") that has no section yet
+	// from its own key, as the version before nesting kept it (one GET
+	// more while the section is absent), and deletes that key once the
+	// section is written.
 	// Turn it on for the upgrade and off once the longest window of your
 	// policies has passed. Default: off (state starts afresh).
 	Upgrade bool
@@ -433,11 +442,14 @@ func (b *Backend) settle(ctx context.Context, resKey, id string, commit bool) er
 }
 
 // Reset deletes the state of every rule in req.Rules and the reservations
-// under req.ReservationKey, in one DEL: the packed values and logs of the
+// under req.ReservationKey, in one step: the packed values and logs of the
 // rules' dimension sets, and every key a rule may have used under another
 // strategy or the one-key-per-rule layout (the plain key and the module
-// strategies' suffixed ones), so it needs no detection. The denial trail
-// is kept.
+// strategies' suffixed ones). A nested set's section goes from its root's
+// value, whose own entries go only when the root's rules are named, and
+// the sections of the sets not named stay: that takes reset.lua (one
+// EVALSHA) where a key can be a root, else one DEL. The denial trail is
+// kept.
 func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	keys := make([]string, 0, 5*len(req.Rules)+1)
 	for i := range req.Rules {
@@ -455,10 +467,56 @@ func (b *Backend) Reset(ctx context.Context, req driver.Request) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := b.c.Del(ctx, keys...).Err(); err != nil {
+	if err := b.reset(ctx, keys); err != nil {
 		return fmt.Errorf("redis: reset: %w", err)
 	}
 	return nil
+}
+
+// reset deletes keys in one step: with one DEL, or, where some are
+// roots of nested sets (nests) or nested sets, and the server runs
+// scripts, with reset.lua, which deletes a nested set's section from its
+// root's value and keeps the sections of the sets not named.
+func (b *Backend) reset(ctx context.Context, keys []string) error {
+	var roots []string
+	for _, k := range keys {
+		if r := rootOf(k); r != "" && !slices.Contains(roots, r) {
+			roots = append(roots, r)
+		}
+	}
+	if len(roots) == 0 {
+		return b.c.Del(ctx, keys...).Err()
+	}
+	e, err := b.engine(ctx)
+	if err != nil {
+		return err
+	}
+	sm, ok := e.(scriptMode)
+	if !ok {
+		return b.c.Del(ctx, keys...).Err() // bare mode: nothing nests
+	}
+	all := slices.Clone(roots)
+	for _, k := range keys {
+		if !slices.Contains(roots, k) {
+			all = append(all, k)
+		}
+	}
+	argv := []any{len(roots)}
+	for _, r := range roots {
+		spec := []byte("0:")
+		if slices.Contains(keys, r) {
+			spec[0] = '1' // named: its own entries go too
+		}
+		for i, k := range all {
+			if nests(k, r) {
+				spec = append(strconv.AppendInt(spec, int64(i+1), 10), ',')
+			}
+		}
+		argv = append(argv, string(spec))
+	}
+	args := append(keyArgs(all, len(argv)), argv...)
+	_, err = b.run(ctx, resetScript, lua.Reset, sm.rep.EvalOnly, all, args)
+	return err
 }
 
 // Describe reports the backend, its target and the capability report:

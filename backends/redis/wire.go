@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"crypto/sha1"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -123,6 +124,59 @@ const (
 	suffixCell     = "%x"
 	suffixLog      = "%l"
 )
+
+// Nested sets (docs/DESIGN.md, "One key per subject"). The packed value
+// of a dimension set whose key extends a root's, the key of the set of
+// the shard dimensions alone (the sdk's group keys: "<base>=" for that
+// set, "<base>=<dimensions>:<values>" for the others), is kept as a
+// section of the root's value when a request has packed rules in both
+// (internal/lua/prelude.lua): one key per subject and policy, one GET and
+// one write per decision. A section is identified by sectionID of the
+// set's key; reservations name it by its vkey, the root's key, nestMark,
+// then the rest of the set's key (the sdk escapes '%' as %XX: no key it
+// builds holds nestMark).
+const nestMark = "%n"
+
+// nests reports whether the packed value of the set at key is kept in
+// the value at root: root ends with '=' and key extends it, and neither
+// holds nestMark.
+func nests(key, root string) bool {
+	return len(root) < len(key) && root[len(root)-1] == '=' && strings.HasPrefix(key, root) && !strings.Contains(key, nestMark)
+}
+
+// rootOf returns the root key whose value a set at key may nest in: key
+// up to the first '=' after its hash tag (the sdk's group keys), key
+// itself for a root; "" for a key of no such shape.
+func rootOf(key string) string {
+	i := strings.IndexByte(key, '}')
+	if i < 0 || strings.Contains(key, nestMark) {
+		return ""
+	}
+	j := strings.IndexByte(key[i:], '=')
+	if j < 0 {
+		return ""
+	}
+	return key[:i+j+1]
+}
+
+// sectionID returns the id of the section of the nested set at key: the
+// first 8 bytes of its SHA-1, the first byte's high bit set (a section's
+// tag then, never a rule's or the hold marker's; prelude.lua's sectid).
+func sectionID(key string) string {
+	h := sha1.Sum([]byte(key))
+	h[0] |= 0x80
+	return string(h[:8])
+}
+
+// vkey splits a reservation entry's key into the root's key and the
+// nested set's key; a key without nestMark is its own root (set "").
+func vkey(k string) (root, set string) {
+	i := strings.Index(k, nestMark)
+	if i < 0 {
+		return k, ""
+	}
+	return k[:i], k[:i] + k[i+len(nestMark):]
+}
 
 // keySuffix returns the state key suffix of a module algorithm code.
 func keySuffix(code string) string {
@@ -522,7 +576,8 @@ func (r record) replay() []any {
 // = "<lapse µs>" then one "\n<entry>" per rule, "<code> <key> …"
 // (internal/lua/holds.lua lists the entries).
 
-// reservationKeys returns the distinct keys a reservation's entries name.
+// reservationKeys returns the distinct keys a reservation's entries name
+// (a nested set's vkey, then its root's key too).
 func reservationKeys(plan string) []string {
 	var keys []string
 	lines := strings.Split(plan, "\n")
@@ -531,15 +586,11 @@ func reservationKeys(plan string) []string {
 		if len(f) < 2 {
 			continue
 		}
-		dup := false
-		for _, k := range keys {
-			if k == f[1] {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if !slices.Contains(keys, f[1]) {
 			keys = append(keys, f[1])
+		}
+		if root, set := vkey(f[1]); set != "" && !slices.Contains(keys, root) {
+			keys = append(keys, root) // a nested set's vkey: its root is written
 		}
 	}
 	return keys
@@ -548,7 +599,9 @@ func reservationKeys(plan string) []string {
 // The packed value (internal/lua/prelude.lua): packedFormat, then entries of a
 // 13-byte header (a 4-byte tag, the payload's length as 3 bytes and the
 // entry's expiry in Unix ms as 6, little-endian) and a payload of 7-byte
-// little-endian numbers.
+// little-endian numbers; or, for a tag whose first byte is >= 0x80, a
+// nested set's section (nests): the last 4 bytes of its id, then its
+// value's entries.
 const (
 	packedFormat = 1
 	packedHeader = lua.PackedHeader
@@ -560,11 +613,13 @@ const (
 // packedEntry is one entry of a packed value: its tag, expiry (Unix ms)
 // and payload numbers. Fixed window: {count}; GCRA: {TAT µs}; sliding
 // window: {newest stored cell's index, the stored cells' sum, then their
-// counts, oldest first}; hold marker: none.
+// counts, oldest first}; hold marker: none. A section's Tag is the
+// nested set's id (sectionID), its Section the set's entries.
 type packedEntry struct {
-	Tag    string
-	Expiry int64
-	Ints   []int64
+	Tag     string
+	Expiry  int64
+	Ints    []int64
+	Section []packedEntry
 }
 
 // decodePacked decodes a packed value, entries in stored order. Tests and
@@ -582,6 +637,16 @@ func decodePacked(v string) ([]packedEntry, error) {
 		e := packedEntry{Tag: v[p : p+lenAt], Expiry: leUint(v[p+expAt : p+packedHeader])}
 		n := int(leUint(v[p+lenAt : p+expAt]))
 		p += packedHeader
+		if e.Tag[0] >= 0x80 && p+n <= len(v) && n >= 4 {
+			sec, err := decodePacked(string(rune(packedFormat)) + v[p+4:p+n])
+			if err != nil {
+				return nil, fmt.Errorf("packed value: section at %d: %w", p, err)
+			}
+			e.Tag, e.Section = e.Tag+v[p:p+4], sec
+			out = append(out, e)
+			p += n
+			continue
+		}
 		if p+n > len(v) || n%packedInt != 0 {
 			return nil, fmt.Errorf("packed value: bad payload of %d bytes at %d", n, p)
 		}

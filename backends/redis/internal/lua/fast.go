@@ -19,6 +19,9 @@ type FastRule struct {
 	P1, P2 int64
 	Tag    string
 	Key    int
+	// Root is the key index of the root whose value holds the rule's
+	// dimension set as a section (prelude.lua's nested sets), 0 for none.
+	Root int
 	// Window is the rule's window in µs: a GCRA rule's rate under a
 	// limit override (FastOverrides) needs it.
 	Window int64
@@ -77,11 +80,14 @@ func fast(rules []FastRule, ov bool) (string, error) {
 // its dimension sets, and the values the template does not compute (the
 // Lua around them is the template's).
 type fastData struct {
-	Ov     bool // the script reads overrides
-	G, GO  int  // the dimension sets, and the keys before the trail
-	Rules  []*fastRule
-	Sets   []fastSet
-	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
+	Ov    bool // the script reads overrides
+	G, GO int  // the dimension sets, and the keys before the trail
+	Rules []*fastRule
+	Sets  []fastSet
+	// Reads and Writes are the sets in the order their values are read
+	// and written: a root before its nested sets, after them.
+	Reads, Writes []*fastSet
+	Format        string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
 // fastRule is one rule of a fast script: its specification, its number
@@ -120,6 +126,10 @@ type fastRule struct {
 type fastSet struct {
 	G     int
 	Rules []*fastRule
+	// Root is the key index of the root holding the set's section (0:
+	// none); Kids are the key indexes of the sets nested in this one.
+	Root int
+	Kids []int
 	// Body and Value are the Lua expressions of the set's new entries,
 	// in order, and of its value (FMT, then them): one struct.pack when
 	// a rule packs its entry from values (EntryArgs; the others' entry
@@ -178,7 +188,10 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 			secs[frag] = sections(frag)
 		}
 		if r.Key > len(d.Sets) {
-			d.Sets = append(d.Sets, fastSet{G: r.Key})
+			d.Sets = append(d.Sets, fastSet{G: r.Key, Root: r.Root})
+		}
+		if d.Sets[r.Key-1].Root != r.Root || r.Root == r.Key {
+			return nil, fmt.Errorf("lua: Fast: rule %q: root %d differs from its set's, or is the set", r.Name, r.Root)
 		}
 		fr := newFastRule(r, i+1, ov, secs[frag])
 		set := &d.Sets[r.Key-1]
@@ -192,11 +205,47 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 	for i := range d.Sets {
 		d.Sets[i].pack()
 	}
+	if err := d.nest(); err != nil {
+		return nil, err
+	}
 	d.G, d.GO = len(d.Sets), len(d.Sets)
 	if ov {
 		d.GO++
 	}
 	return d, nil
+}
+
+// nest lists each root's nested sets (Kids) and the order the sets'
+// values are read and written in (Reads: roots first; Writes: roots
+// last).
+func (d *fastData) nest() error {
+	for i := range d.Sets {
+		s := &d.Sets[i]
+		if s.Root == 0 {
+			continue
+		}
+		if s.Root > len(d.Sets) || d.Sets[s.Root-1].Root != 0 {
+			return fmt.Errorf("lua: Fast: set %d: root %d is not a set of the rules, or is nested itself", s.G, s.Root)
+		}
+		d.Sets[s.Root-1].Kids = append(d.Sets[s.Root-1].Kids, s.G)
+	}
+	for i := range d.Sets {
+		if s := &d.Sets[i]; len(s.Kids) > 0 {
+			d.Reads = append(d.Reads, s)
+		}
+	}
+	for i := range d.Sets {
+		if s := &d.Sets[i]; len(s.Kids) == 0 {
+			d.Reads = append(d.Reads, s)
+			d.Writes = append(d.Writes, s)
+		}
+	}
+	for i := range d.Sets {
+		if s := &d.Sets[i]; len(s.Kids) > 0 {
+			d.Writes = append(d.Writes, s)
+		}
+	}
+	return nil
 }
 
 // pack sets the set's Body and Value.
@@ -495,7 +544,7 @@ func splitHelpers(src string) (string, []helperDef) {
 // own code calls them (the algorithms' common paths: sliding windows'
 // cells; the overrides' parse, in a script that reads them); they capture
 // no local of the script, so each costs one closure.
-var eagerHelpers = map[string]bool{"ints": true, "pints": true, "overrides": true}
+var eagerHelpers = map[string]bool{"ints": true, "pints": true, "overrides": true, "sectid": true}
 
 // helperHead, helperText and helperDefs are prelude.lua and holds.lua
 // split once for lazy: prelude.lua's text before its functions (its

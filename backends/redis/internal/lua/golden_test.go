@@ -11,8 +11,9 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/fast/*.lua from what Fast builds now")
 
 // goldenShapes are representative fast-script shapes: each algorithm
-// alone, mixes of them on one and on two dimension sets, the largest
-// script, and names and tags that need escaping; each with and without
+// alone, mixes of them on one and on two dimension sets, two sets nested
+// in a third, the largest script, and names and tags that need escaping;
+// each with and without
 // overrides. (Peek or take, a trail or none, are ARGV: the same script.)
 var goldenShapes = []struct {
 	name  string
@@ -33,6 +34,13 @@ var goldenShapes = []struct {
 		{Code: CodeGCRA, Name: "ip'burst\\", Limit: 40, P1: 1_500_000, P2: 58_500_000, Tag: "i\xffb'", Key: 2, Window: 60_000_000},
 		{Code: CodeLog, Name: "user/day", Limit: 100, P1: 86_400_000_000, Tag: "u\x02dd", Key: 1, Window: 86_400_000_000},
 		{Code: CodeSliding, Name: "ip/hour", Limit: 1000, P1: 3_600_000_000, P2: 360_000_000, Tag: "i\x03hh", Key: 2, Window: 3_600_000_000},
+	}},
+	{"nested-push", []FastRule{ // the seed policy: the user+content set nested in the user's
+		{Code: CodeLog, Name: "content-59s", Limit: 2, P1: 59_000_000, Tag: "c59s", Key: 1, Root: 2, Window: 59_000_000},
+		{Code: CodeLog, Name: "recv-1m", Limit: 15, P1: 60_000_000, Tag: "r01m", Key: 2, Window: 60_000_000},
+		{Code: CodeLog, Name: "recv-24h", Limit: 50, P1: 86_400_000_000, Tag: "r24h", Key: 2, Window: 86_400_000_000},
+		{Code: CodeFixed, Name: "content-1h", Limit: 5, P1: 3_600_000_000, Tag: "c01h", Key: 1, Root: 2, Window: 3_600_000_000},
+		{Code: CodeGCRA, Name: "channel", Limit: 10, P1: 6_000_000, P2: 60_000_000, Tag: "chan", Key: 3, Root: 2, Window: 60_000_000},
 	}},
 	{"fixed-6", []FastRule{
 		{Code: CodeFixed, Name: "a", Limit: 1, P1: 1_000_000, Tag: "f001", Key: 1, Window: 1_000_000},

@@ -18,7 +18,7 @@
 --   until they lapse: "f <key> <window end ms> <cost>", "s <key> <cell
 --   field> <cost> <dies µs>", "g <key> <TAT increment µs>".
 -- Keys and tags never contain bytes below 0x21, so spaces and newlines
--- separate.
+-- separate. A nested set's entries name its VKEY (prelude.lua).
 --
 -- refund(entry) applies one entry's refund. It never drives a count below
 -- zero and skips state that has moved on: a window that ended, a cell
@@ -30,12 +30,25 @@ local function holds(now)
   -- must exist; the key keeps its TTL) with the one fn returns, or drops
   -- it when fn returns nil: fn(v, payload length, expiry, payload start)
   -- -> expiry, payload, called with nothing (nil) when there is no such
-  -- entry. A value freqcap did not write is left alone.
+  -- entry. A value freqcap did not write is left alone. key may be a
+  -- nested set's VKEY (prelude.lua): the entry is its section's, which
+  -- must exist, and the root's key is written.
   local function put(key, tag, fn)
-    local v = redis.pcall('GET', key)
-    if type(v) ~= 'string' then return end
-    local m = unpackv(v)
-    if not m then return end
+    local rkey, ckey = key, nil
+    local at = string.find(key, '%n', 1, true)
+    if at then rkey, ckey = string.sub(key, 1, at - 1), string.sub(key, 1, at - 1) .. string.sub(key, at + 2) end
+    local rv = redis.pcall('GET', rkey)
+    if type(rv) ~= 'string' then return end
+    local rm = unpackv(rv)
+    if not rm then return end
+    local v, m, id = rv, rm, nil
+    if ckey then
+      id = sectid(ckey)
+      v = sectv(rv, rm, id)
+      if not v then return end
+      m = unpackv(v)
+      if not m then return end
+    end
     local nexp, payload
     if m[tag] then
       local _, len, exp, q = struct.unpack(HDR, v, m[tag])
@@ -47,7 +60,9 @@ local function holds(now)
     m[tag] = nil
     local ours = {}
     if nexp then ours[1] = struct.pack(HDR, tag, #payload, nexp) .. payload end
-    redis.call('SET', key, (packv(v, m, ours, 0, 0)), 'KEEPTTL')
+    local nv, top = packv(v, m, ours, 0, 0)
+    if ckey then nv = packv(rv, rm, {}, 0, 0, {[id] = section(id, nv, top)}) end
+    redis.call('SET', rkey, nv, 'KEEPTTL')
   end
 
   -- patch rewrites (or drops) the entry tagged tag as put does; without

@@ -12,8 +12,8 @@
 //     log on plain data types, modsliding and cell on module commands;
 //   - holds.lua: reservations, refunds and hold markers, built on demand;
 //   - upgrade.lua: reading through the one-key-per-rule layout;
-//   - take.lua, settle.lua: the frames, whose header comments give their
-//     KEYS, ARGV and reply;
+//   - take.lua, settle.lua, reset.lua: the frames, whose header comments
+//     give their KEYS, ARGV and reply;
 //   - fast.lua.tmpl: the fast scripts, take.lua specialised to one set of
 //     rules, as Lua text with holes (text/template, parsed once): Fast
 //     executes it with what only Go computes (each rule's number, code,
@@ -143,6 +143,10 @@ func expand(src string) string {
 		return m[1] + "do\n" + indent(body, m[1]+"  ") + "\n" + m[1] + "end"
 	})
 }
+
+// Reset forgets the state of dimension sets that nest (a root's own
+// entries, nested sets' sections): see reset.lua.
+var Reset = build("reset.lua")
 
 // Overrides sets, deletes and lists a subject's per-person overrides: see
 // overrides.lua (a script of its own: not on the decision path).

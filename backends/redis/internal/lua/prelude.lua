@@ -24,6 +24,19 @@
 -- marker: its "expiry" is the earliest lapse (ms, rounded down) of the
 -- reservations with units in this key, so a decision reads the
 -- reservations only when one may have lapsed (take.lua).
+--
+-- Nested sets (docs/DESIGN.md, "One key per subject"): a dimension set
+-- whose key extends the subject's root set's (the set of the shard
+-- dimensions alone, its key ending in '=') keeps its value as a SECTION,
+-- one entry of the root's value: tag and the 4 bytes after it, the set's
+-- 8-byte id (sectid of its key: a tag's first byte >= 128, never a
+-- rule's or MARK's), expiry the latest of its entries', payload the id's
+-- last 4 bytes then the set's own value without FMT. Code that reads a
+-- section gets the set's value as if it were stored alone (sectv); a
+-- root value rewritten keeps the sections it does not replace while
+-- their expiry lies ahead (packv). Reservations name a nested set by
+-- its VKEY, the root's key, '%n', then the rest of the set's key (the
+-- sdk escapes '%' as %XX: no key it builds holds '%n').
 
 -- sf('%d', n) is how a script writes an integer as text, exact to 2^53
 -- (the bounds keep every number below it): tostring(n) and n .. '' write
@@ -61,7 +74,8 @@ local function pushTrail(key, ent, max, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 
--- unpackv parses a packed value: tag -> the entry's start. No value (nil
+-- unpackv parses a packed value: tag -> the entry's start, and at [0]
+-- the list of its sections' starts (nested sets), if any. No value (nil
 -- or false) is an empty map; anything freqcap did not write gives nil.
 -- struct.unpack(HDR, v, start) reads an entry's tag, payload length,
 -- expiry and payload start.
@@ -75,7 +89,18 @@ local function unpackv(v)
     if p + 12 > n then return nil end
     local tag, len, _, q = struct.unpack(HDR, v, p)
     if q + len - 1 > n then return nil end
-    m[tag] = p
+    if string.byte(tag, 1) < 128 then
+      m[tag] = p
+    elseif len < 4 then
+      return nil
+    else
+      local s = m[0]
+      if not s then
+        s = {}
+        m[0] = s
+      end
+      s[#s + 1] = p
+    end
     p = q + len
   end
   return m
@@ -84,16 +109,18 @@ end
 -- packv builds a packed value from ours, a list of whole entries (each
 -- starting with its tag), and the entries of m (parsed from v) whose tag
 -- ours lacks and whose expiry is after nowms (and the hold marker),
--- copied verbatim. top is the
--- latest expiry of ours; packv returns the value and the latest expiry in
--- it (the key's PXAT).
-local function packv(v, m, ours, top, nowms)
-  if next(m) == nil then return FMT .. table.concat(ours), top end
+-- copied verbatim; then the sections of secs (nil, or id -> the section
+-- that replaces the one of that id, false: none), then v's other
+-- sections whose expiry is after nowms. top is the latest expiry of
+-- ours; packv returns the value and the latest expiry in it (the key's
+-- PXAT).
+local function packv(v, m, ours, top, nowms, secs)
+  if next(m) == nil and not secs then return FMT .. table.concat(ours), top end
   local n = #ours
   local seen = {}
   for k = 1, n do seen[string.sub(ours[k], 1, 4)] = true end
   for tag, p in pairs(m) do
-    if not seen[tag] then
+    if tag ~= 0 and not seen[tag] then
       local _, len, exp, q = struct.unpack(HDR, v, p)
       if exp > nowms or tag == MARK then -- a marker goes only when holds.lua says
         n = n + 1
@@ -102,7 +129,59 @@ local function packv(v, m, ours, top, nowms)
       end
     end
   end
+  if secs then
+    for _, s in pairs(secs) do
+      if s then
+        local _, _, exp = struct.unpack(HDR, s, 1)
+        n = n + 1
+        ours[n] = s
+        if exp > top then top = exp end
+      end
+    end
+  end
+  local ss = m[0]
+  if ss then
+    for k = 1, #ss do
+      local tag, len, exp, q = struct.unpack(HDR, v, ss[k])
+      if exp > nowms and not (secs and secs[tag .. string.sub(v, q, q + 3)] ~= nil) then
+        n = n + 1
+        ours[n] = string.sub(v, ss[k], q + len - 1)
+        if exp > top then top = exp end
+      end
+    end
+  end
   return FMT .. table.concat(ours), top
+end
+
+-- sectid returns the 8-byte id of the nested set at key (its section's
+-- tag, then the first 4 bytes of its payload): the first 8 bytes of the
+-- SHA-1 of key, the first byte's high bit set (backends/redis's
+-- sectionID).
+local function sectid(key)
+  local h = redis.sha1hex(key)
+  return struct.pack('>I4I4', tonumber(string.sub(h, 1, 8), 16) % 2147483648 + 2147483648, tonumber(string.sub(h, 9, 16), 16))
+end
+
+-- sectv returns the value of the nested set of id, as if stored alone,
+-- from the root value v (m: unpackv's), or false when v has no such
+-- section.
+local function sectv(v, m, id)
+  local s = m[0]
+  if not s then return false end
+  local tag, ext = string.sub(id, 1, 4), string.sub(id, 5, 8)
+  for k = 1, #s do
+    local t, len, _, q = struct.unpack(HDR, v, s[k])
+    if t == tag and string.sub(v, q, q + 3) == ext then return FMT .. string.sub(v, q + 4, q + len - 1) end
+  end
+  return false
+end
+
+-- section returns the section of the nested set of id whose value (as if
+-- stored alone) is sv and whose latest expiry is top, or false when sv
+-- holds no entry.
+local function section(id, sv, top)
+  if #sv <= 1 then return false end
+  return struct.pack(HDR, string.sub(id, 1, 4), #sv + 3, top) .. string.sub(id, 5, 8) .. string.sub(sv, 2)
 end
 
 -- ints reads k '<I7' numbers of v from position p: a list.

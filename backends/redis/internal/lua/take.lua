@@ -54,6 +54,11 @@
 --             1-based index of an earlier rule; 0 = none), comma-separated
 -- ARGV[a+A_WINDOWS]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
+-- ARGV[a+A_NEST]  nested sets: "" or "<ki>:<ri>," per dimension set at key
+--             index ki whose value is a section of the value at key index
+--             ri (prelude.lua), with "u" after ri under Options.Upgrade: a
+--             set without its section yet is read from its own key (the
+--             layout before nesting), deleted once the section is written
 -- then RA per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
@@ -129,6 +134,23 @@ for a = 1, attempts do
   local tk, hk, ik = tonumber(ARGV[ab + A_TRAIL]), tonumber(ARGV[ab + A_HOLDS]), tonumber(ARGV[ab + A_RECORD])
   local op = ARGV[ab + A_OP]
   local reply, fail
+  -- nest: key index -> {its root's key index, Options.Upgrade, its id},
+  -- for the nested sets; nil (most attempts) when none.
+  local nest
+  if ARGV[ab + A_NEST] ~= '' then
+    nest = {}
+    for ki, ri, u in string.gmatch(ARGV[ab + A_NEST], '(%d+):(%d+)(u?)') do
+      nest[tonumber(ki)] = {tonumber(ri), u == 'u', sectid(KEYS[kb + tonumber(ki)])}
+    end
+  end
+  -- vkey returns the name of key index k in reservations and to holds.lua:
+  -- a nested set's VKEY, else its key.
+  local function vkey(k)
+    local nk = nest and nest[k]
+    if not nk then return KEYS[kb + k] end
+    local root = KEYS[kb + nk[1]]
+    return root .. '%n' .. string.sub(KEYS[kb + k], #root + 1)
+  end
   repeat
     -- Idempotency: a live record means this attempt was decided before.
     -- A record (internal/lua/wire.go declares it; bare mode writes it
@@ -184,8 +206,39 @@ for a = 1, attempts do
           olds[#olds + 1] = {ki, ARGV[b + R_TAG], tonumber(ARGV[b + R_P1]), srcs}
         end
         if code == C_FIXED or code == C_SLIDING or code == C_GCRA or code == C_CALENDAR or code == C_LOG then
+          local ns = nest and nest[ki]
+          if ns and not vals[ns[1]] then
+            -- A nested set: its root's value first (read through as its own
+            -- rules would under Options.Upgrade).
+            local rv, rm = redis.pcall('GET', KEYS[kb + ns[1]]), nil
+            if not rv and ns[2] then
+              rv = (upgrade())(kb, ab, n, ns[1], now)
+              if rv then
+                built = built or {}
+                built[ns[1]] = true
+              end
+            end
+            if type(rv) ~= 'table' then rm = unpackv(rv) end
+            if not rm then
+              fail = redis.error_reply('freqcap: rule ' .. ARGV[b + R_NAME] .. FOREIGN)
+              break
+            end
+            vals[ns[1]], raws[ns[1]] = rm, rv
+          end
           if not vals[ki] then
-            local v = redis.pcall('GET', key)
+            local v
+            if ns then
+              v = sectv(raws[ns[1]], vals[ns[1]], ns[3])
+              if not v and ns[2] then
+                v = redis.pcall('GET', key) -- Options.Upgrade: the set's own key, before nesting
+                if v then
+                  built = built or {}
+                  built[ki], ns[4] = true, true
+                end
+              end
+            else
+              v = redis.pcall('GET', key)
+            end
             if not v and tonumber(ARGV[b + R_OLD]) > 0 then
               v = (upgrade())(kb, ab, n, ki, now)
               if v then
@@ -263,8 +316,8 @@ for a = 1, attempts do
       end
       if not need then break end
       local named = {}
-      for k = 1, nk do named[KEYS[kb + k]] = k end
-      holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
+      for k = 1, nk do named[vkey(k)] = k end
+      holds(now).lapse(KEYS[kb + hk], named, vkey, vals, logs)
     end
     if fail then
       reply = fail
@@ -470,21 +523,20 @@ for a = 1, attempts do
 
     -- Phase 2: consume from every rule, only if all admit (a shadow rule
     -- only if it admits too).
-    local plan, wrote
+    local plan
+    local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
     if allowed and op == OP_RESERVE then plan = {sf('%d', now + tonumber(ARGV[ab + A_HOLD_LIFE]))} end
     if allowed and consume and own then
       --@cell.consume
     end
     if allowed and consume then
-      local ours, tops = {}, {} -- key index -> the entries written there, their latest expiry
-      wrote = ours
       for r = 1, n do
         local b = ab + HA + (r - 1) * RA
         local code = ARGV[b + R_CODE]
         local L = tonumber(ARGV[b + R_LIMIT])
         local tag = ARGV[b + R_TAG]
         local ki = tonumber(ARGV[b + R_KEY])
-        local key = KEYS[kb + ki]
+        local key = vkey(ki)
         local o = 3 + (r - 1) * 4
         local x = st[r]
         local used, reset = res[o + 1], res[o + 2]
@@ -528,41 +580,14 @@ for a = 1, attempts do
       -- at or before now means one may have lapsed).
       local at
       if plan then at = math.floor(tonumber(plan[1]) / 1000) end
-      for ki, list in pairs(ours) do
-        local m = vals[ki]
-        if at then
-          local mat = at
+      if at then
+        for ki, list in pairs(ours) do
+          local m, mat = vals[ki], at
           if m[MARK] then
             local _, _, exp = struct.unpack(HDR, raws[ki], m[MARK])
             if exp < mat then mat = exp end
           end
           list[#list + 1] = struct.pack(HDR, MARK, 0, mat)
-        end
-        -- In place (SETRANGE, the TTL kept) when the new entries have the
-        -- old ones' places, lengths and expiries and nothing else is
-        -- stored: the same window, the same cell, as most decisions.
-        local raw, pos = raws[ki], 2
-        if raw and not at and not (built and built[ki]) then
-          for e = 1, #list do
-            local ent = list[e]
-            local _, len, exp = struct.unpack(HDR, ent, 1)
-            if m[string.sub(ent, 1, 4)] ~= pos then
-              pos = nil
-              break
-            end
-            local _, olen, oexp = struct.unpack(HDR, raw, pos)
-            if olen ~= len or oexp ~= exp then
-              pos = nil
-              break
-            end
-            pos = pos + 13 + len
-          end
-        end
-        if raw and not at and not (built and built[ki]) and pos == #raw + 1 then
-          redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
-        else
-          local v, top = packv(raw, m, list, tops[ki], nowms)
-          redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top))
         end
       end
       if plan then
@@ -578,13 +603,63 @@ for a = 1, attempts do
         if redis.call('PTTL', hkey) < ttl then redis.call('PEXPIRE', hkey, ttl) end
       end
     end
+    -- Seeded values not written above are written whole.
     if seededk and consume then
       for ki in pairs(seededk) do
-        if not (wrote and wrote[ki]) then
-          local sv, top = packv(raws[ki], vals[ki], {}, 0, nowms)
-          if top > 0 then redis.call('SET', KEYS[kb + ki], sv, 'PXAT', sf('%d', top)) end
-        end
+        if not ours[ki] then ours[ki], tops[ki] = {}, 0 end
       end
+    end
+    -- The writes: a nested set's new value becomes its section (secs: root
+    -- key index -> {id -> section}), written with its root's value; the
+    -- others in place (SETRANGE, the TTL kept) when the new entries have
+    -- the old ones' places, lengths and expiries and nothing else is stored
+    -- (the same window, the same cell, as most decisions), else whole.
+    local secs
+    for ki, list in pairs(ours) do
+      local ns = nest and nest[ki]
+      if ns then
+        local sv, top = packv(raws[ki], vals[ki], list, tops[ki], nowms)
+        secs = secs or {}
+        secs[ns[1]] = secs[ns[1]] or {}
+        secs[ns[1]][ns[3]] = section(ns[3], sv, top)
+      end
+    end
+    for ki, list in pairs(ours) do
+      if not (nest and nest[ki]) then
+        local m, raw, pos = vals[ki], raws[ki], 2
+        local sc = secs and secs[ki]
+        if raw and #list > 0 and not sc and not (built and built[ki]) then
+          for e = 1, #list do
+            local ent = list[e]
+            local _, len, exp = struct.unpack(HDR, ent, 1)
+            if m[string.sub(ent, 1, 4)] ~= pos then
+              pos = nil
+              break
+            end
+            local _, olen, oexp = struct.unpack(HDR, raw, pos)
+            if olen ~= len or oexp ~= exp then
+              pos = nil
+              break
+            end
+            pos = pos + 13 + len
+          end
+        end
+        if raw and #list > 0 and not sc and not (built and built[ki]) and pos == #raw + 1 then
+          redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
+        else
+          local v, top = packv(raw, m, list, tops[ki], nowms, sc)
+          if top > 0 then redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top)) end
+        end
+        if sc then secs[ki] = nil end
+      end
+    end
+    for ri, sc in pairs(secs or NONE) do -- roots without entries of their own written
+      local v, top = packv(raws[ri], vals[ri], {}, 0, nowms, sc)
+      redis.call('SET', KEYS[kb + ri], v, 'PXAT', sf('%d', top))
+    end
+    for ki in pairs(ours) do
+      local ns = nest and nest[ki]
+      if ns and ns[4] then redis.call('DEL', KEYS[kb + ki]) end -- imported (Options.Upgrade)
     end
     res[1] = allowed and 1 or 0
 

@@ -40,6 +40,7 @@ const (
 	ArgShadows                // "" or one '0'/'1' per rule
 	ArgSeeds                  // "" or per rule its seed, comma-separated
 	ArgWindows                // "" or per rule its window µs (GCRA under overrides)
+	ArgNest                   // "" or the nested sets: "<key index>:<root's key index>[u]," each (u: Options.Upgrade)
 	// HeaderArgs is the number of values per attempt before its rules'.
 	HeaderArgs = iota
 )
@@ -165,7 +166,10 @@ var tokens = func() map[string]string {
 		"OP_TAKE": quote(OpTake), "OP_PEEK": quote(OpPeek), "OP_RESERVE": quote(OpReserve), "OP_INSPECT": quote(OpInspect),
 		"HDR":    quote(hdr),
 		"HDRLEN": strconv.Itoa(PackedHeader),
-		"PINT":   quote(fmt.Sprintf("<I%d", PackedInt)),
+		// A nested set's section header (prelude.lua): the entry's, then
+		// the id's last 4 bytes.
+		"SECTHDR": quote(hdr + "c4"),
+		"PINT":    quote(fmt.Sprintf("<I%d", PackedInt)),
 		// Whole entries, header first, for struct.pack (alg/*.lua's
 		// --@entry lines): one number (alg/fixed.lua, alg/gcra.lua); a
 		// packed log (alg/log.lua: base, the records but the last as
@@ -186,7 +190,7 @@ var tokens = func() map[string]string {
 		ArgTrailTTL: "TRAIL_TTL", ArgPolicy: "POLICY", ArgTrailValues: "TRAIL_VALUES",
 		ArgRecordTTL: "RECORD_TTL", ArgHoldID: "HOLD_ID", ArgHoldLife: "HOLD_LIFE",
 		ArgHoldsTTL: "HOLDS_TTL", ArgOverrides: "OVERRIDES", ArgShadows: "SHADOWS",
-		ArgSeeds: "SEEDS", ArgWindows: "WINDOWS"} {
+		ArgSeeds: "SEEDS", ArgWindows: "WINDOWS", ArgNest: "NEST"} {
 		if i > 0 {
 			m["A_"+n] = strconv.Itoa(i)
 		}

@@ -10,7 +10,7 @@ import (
 // tokens (a token the declaration lacked would have panicked at init).
 func TestWireTokens(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{"local b = ab + HA + (r - 1) * RA", "local b = ab + 19 + (r - 1) * 8"},
+		{"local b = ab + HA + (r - 1) * RA", "local b = ab + 20 + (r - 1) * 8"},
 		{"x = ARGV[ab + A_COST] -- ARGV[a+A_COST]", "x = ARGV[ab + 2] -- ARGV[a+A_COST]"},
 		{"if op == OP_TAKE then n = 'HA' .. \"R_NAME\" end", "if op == 't' then n = 'HA' .. \"R_NAME\" end"},
 		{"struct.unpack(HDR, v, p + HDRLEN)", "struct.unpack('<c4I3I6', v, p + 13)"},

@@ -18,7 +18,11 @@
 -- its rules' entries are found: P<r>, with their payload lengths N<r> and
 -- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
 -- marker there says a reservation may have lapsed, then they are given
--- back and the values read again). Each rule's eval section, then its
+-- back and the values read again). A set nested in a root (prelude.lua:
+-- a section of the root's value) is read out of the root's, read first:
+-- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
+-- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- root's other sections kept, their latest expiry. Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
 -- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
@@ -27,7 +31,8 @@
 -- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
 -- each dimension set's packed value is written (SETRANGE in place when
 -- the entries keep their places, lengths and expiries, as take.lua; in
--- one struct.pack or one concatenation), and the denial trail and the
+-- one struct.pack or one concatenation; a nested set's as its new section,
+-- S<g> of expiry ST<g>, which its root's write puts in), and the denial trail and the
 -- reply are built from the results. A script that reads overrides
 -- (lua.FastOverrides) reads the subject's overrides after the values
 -- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
@@ -117,9 +122,10 @@ for a = 1, attempts do
     if lapsed then
       -- Lapsed reservations give their units back (on this attempt's
       -- dimension sets), then the values are read again.
-      local named, vals, logs = {}, {}, {}
-      named[KEYS[kb + 1]], vals[1] = 1, L().unpackv(V1)
-      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return KEYS[kb + k] end, vals, logs)
+      local named, vals, logs, vk = {}, {}, {}, {}
+      vk[1] = KEYS[kb + 1]
+      named[vk[1]], vals[1] = 1, L().unpackv(V1)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return vk[k] end, vals, logs)
       look = false -- read once more, markers aside
       P1, N1, T1 = nil
       V1 = redis.pcall('GET', KEYS[kb + 1])

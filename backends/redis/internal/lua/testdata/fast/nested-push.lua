@@ -1,0 +1,734 @@
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
+--
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). A set nested in a root (prelude.lua:
+-- a section of the root's value) is read out of the root's, read first:
+-- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
+-- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- root's other sections kept, their latest expiry. Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation; a nested set's as its new section,
+-- S<g> of expiry ST<g>, which its root's write puts in), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
+--
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
+-- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
+-- values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local nowms = (now - now % 1000) / 1000
+local G, GO = 3, 3 -- dimension sets (keys) per attempt, and the keys before the trail
+
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+  num = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
+end
+for a = 1, attempts do
+  local op = ARGV[ab + 1]
+  local c = num and num[ARGV[ab + 2]] or tonumber(ARGV[ab + 2])
+  local tk, hk = 0, 0
+  if short then
+    local nk = GO
+    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
+    if #KEYS > nk then hk = #KEYS end
+  else
+    tk = num[ARGV[ab + 3]] or tonumber(ARGV[ab + 3])
+    hk, tb = num[ARGV[ab + 4]] or tonumber(ARGV[ab + 4]), ab
+  end
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
+  repeat
+    local P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5
+    local V1, O1, V2, O2, V3, O3
+    local Q1, QN1, S1, ST1 -- its value's start and length in the root's value; its new section, its expiry
+    local I1 = sectid(KEYS[kb + 1]) -- its section's id: tag, then the payload's first 4 bytes
+    local IT1, IX1 = string.sub(I1, 1, 4), string.sub(I1, 5, 8)
+    local K2, KT2 -- the other nested sets' sections kept, their latest expiry
+    local Q3, QN3, S3, ST3 -- its value's start and length in the root's value; its new section, its expiry
+    local I3 = sectid(KEYS[kb + 3]) -- its section's id: tag, then the payload's first 4 bytes
+    local IT3, IX3 = string.sub(I3, 1, 4), string.sub(I3, 5, 8)
+    V2 = redis.pcall('GET', KEYS[kb + 2])
+    O2 = false
+    K2, KT2 = nil, 0
+    Q1, QN1 = nil, nil
+    Q3, QN3 = nil, nil
+    if V2 and not fail then
+      local n = type(V2) == 'string' and #V2 or 0
+      local q = 2
+      if n == 0 or string.byte(V2, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V2, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'r01m' then P2, N2, T2 = q, len, exp
+        elseif tag == 'r24h' then P3, N3, T3 = q, len, exp
+        elseif string.byte(tag, 1) >= 128 then -- a nested set's section
+          if len < 4 then q = nil break end
+          if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
+          elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
+          elseif exp > nowms then
+            K2 = K2 or {}
+            K2[#K2 + 1] = string.sub(V2, q, d + len - 1)
+            if exp > KT2 then KT2 = exp end
+          end
+        else
+          O2 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
+      end
+    end
+    V1 = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+    O1 = false
+    if V1 and not fail then
+      local n = type(V1) == 'string' and #V1 or 0
+      local q = 2
+      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'c59s' then P1, N1, T1 = q, len, exp
+        elseif tag == 'c01h' then P4, N4, T4 = q, len, exp
+        else
+          O1 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+      end
+    end
+    V3 = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+    O3 = false
+    if V3 and not fail then
+      local n = type(V3) == 'string' and #V3 or 0
+      local q = 2
+      if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'chan' then P5, N5, T5 = q, len, exp
+        else
+          O3 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'channel' .. FOREIGN)
+      end
+    end
+    if fail then
+      reply = fail
+      break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      local named, vals, logs, vk = {}, {}, {}, {}
+      vk[1] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 1], #KEYS[kb + 2] + 1)
+      named[vk[1]], vals[1] = 1, L().unpackv(V1)
+      vk[2] = KEYS[kb + 2]
+      named[vk[2]], vals[2] = 2, L().unpackv(V2)
+      vk[3] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 3], #KEYS[kb + 2] + 1)
+      named[vk[3]], vals[3] = 3, L().unpackv(V3)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return vk[k] end, vals, logs)
+      look = false -- read once more, markers aside
+      P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5 = nil
+      V2 = redis.pcall('GET', KEYS[kb + 2])
+      O2 = false
+      K2, KT2 = nil, 0
+      Q1, QN1 = nil, nil
+      Q3, QN3 = nil, nil
+      if V2 and not fail then
+        local n = type(V2) == 'string' and #V2 or 0
+        local q = 2
+        if n == 0 or string.byte(V2, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V2, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'r01m' then P2, N2, T2 = q, len, exp
+          elseif tag == 'r24h' then P3, N3, T3 = q, len, exp
+          elseif string.byte(tag, 1) >= 128 then -- a nested set's section
+            if len < 4 then q = nil break end
+            if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
+            elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
+            elseif exp > nowms then
+              K2 = K2 or {}
+              K2[#K2 + 1] = string.sub(V2, q, d + len - 1)
+              if exp > KT2 then KT2 = exp end
+            end
+          else
+            O2 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
+        end
+      end
+      V1 = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+      O1 = false
+      if V1 and not fail then
+        local n = type(V1) == 'string' and #V1 or 0
+        local q = 2
+        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'c59s' then P1, N1, T1 = q, len, exp
+          elseif tag == 'c01h' then P4, N4, T4 = q, len, exp
+          else
+            O1 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+        end
+      end
+      V3 = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+      O3 = false
+      if V3 and not fail then
+        local n = type(V3) == 'string' and #V3 or 0
+        local q = 2
+        if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'chan' then P5, N5, T5 = q, len, exp
+          else
+            O3 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'channel' .. FOREIGN)
+        end
+      end
+    end
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local F1, U1, Z1, Y1, E1, X1
+    local j_1, nl_1, before_1, top_1
+    local mid_1, lt_1, lc_1
+    local F2, U2, Z2, Y2, E2, X2
+    local j_2, nl_2, before_2, top_2
+    local mid_2, lt_2, lc_2
+    local F3, U3, Z3, Y3, E3, X3
+    local j_3, nl_3, before_3, top_3
+    local mid_3, lt_3, lc_3
+    local F4, U4, Z4, Y4, E4, X4
+    local em_4, e_4
+    local used_4
+    local F5, U5, Z5, Y5, E5, X5
+    local new_5, ttl_5, T_5, tol_5
+    local tat_5
+    local allowed = true
+    if not fail then repeat
+      local L = 2
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
+      local W = 59000000
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
+      end
+      top = before
+      if j <= k then
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_1, nl_1, before_1, top_1 = j, nl, before, top
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local L = 15
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V2, P2, N2, T2, P2 and P2 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
+      local W = 60000000
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
+      end
+      top = before
+      if j <= k then
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_2, nl_2, before_2, top_2 = j, nl, before, top
+      if flags ~= 1 then allowed = false end
+      F2, U2, Z2, Y2 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local L = 50
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V2, P3, N3, T3, P3 and P3 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
+      local W = 86400000000
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
+      end
+      top = before
+      if j <= k then
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_3, nl_3, before_3, top_3 = j, nl, before, top
+      if flags ~= 1 then allowed = false end
+      F3, U3, Z3, Y3 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local code, L = "f", 5
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P4, N4, T4, P4 and P4 + 13
+      local e
+      if code == 'f' then
+        local W = 3600000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('3600000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+          break
+        end
+      end
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
+      end
+      em_4, e_4 = em, e
+      if flags ~= 1 then allowed = false end
+      F4, U4, Z4, Y4 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local L = 10
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V3, P5, N5, T5, P5 and P5 + 13
+      local T, tol = 6000000, 60000000
+      local ttl = 0
+      if p then
+        ttl = struct.unpack('<I7', v, pq) - now
+        if ttl < 0 then ttl = 0 end
+      end
+      local new = ttl
+      if c > L then
+        flags = 2
+      else
+        new = ttl + c * T
+        if new > tol then flags, retry = 0, new - tol end
+      end
+      local left = tol - ttl
+      local q = left / T
+      q = q - q % 1
+      if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+      if q < 0 then q = 0 elseif q > L then q = L end
+      used, reset = L - q, ttl
+      new_5, ttl_5, T_5, tol_5 = new, ttl, T, tol
+      if flags ~= 1 then allowed = false end
+      F5, U5, Z5, Y5 = flags, used, reset, retry
+    until true end
+    if fail then
+      reply = fail
+      break
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    if allowed and op == 't' then
+      do
+        local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
+        local ent, exp
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_1, nl_1, before_1, top_1
+        local W = 59000000
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
+        elseif j <= k and nl < now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
+        elseif j <= k then
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
+        end
+        local hi = now
+        if nl > now then hi = nl end
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
+        -- packs its set's whole value in one struct.pack from these values.
+        mid_1, lt_1, lc_1 = mid, lt, lc
+        used, reset = used + c, hi + W - now
+        U1, Z1, E1, X1 = used, reset, ent, exp
+      end
+      do
+        local v, p, pl, pq, used, reset = V2, P2, N2, P2 and P2 + 13, U2, Z2
+        local ent, exp
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_2, nl_2, before_2, top_2
+        local W = 60000000
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
+        elseif j <= k and nl < now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
+        elseif j <= k then
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
+        end
+        local hi = now
+        if nl > now then hi = nl end
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
+        -- packs its set's whole value in one struct.pack from these values.
+        mid_2, lt_2, lc_2 = mid, lt, lc
+        used, reset = used + c, hi + W - now
+        U2, Z2, E2, X2 = used, reset, ent, exp
+      end
+      do
+        local v, p, pl, pq, used, reset = V2, P3, N3, P3 and P3 + 13, U3, Z3
+        local ent, exp
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_3, nl_3, before_3, top_3
+        local W = 86400000000
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
+        elseif j <= k and nl < now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
+        elseif j <= k then
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
+        end
+        local hi = now
+        if nl > now then hi = nl end
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
+        -- packs its set's whole value in one struct.pack from these values.
+        mid_3, lt_3, lc_3 = mid, lt, lc
+        used, reset = used + c, hi + W - now
+        U3, Z3, E3, X3 = used, reset, ent, exp
+      end
+      do
+        local v, used, reset = V1, U4, Z4
+        local ent, exp
+        local em, e = em_4, e_4
+        used, reset, exp = used + c, e - now, em
+        used_4 = used
+        U4, Z4, E4, X4 = used, reset, ent, exp
+      end
+      do
+        local L = 10
+        local v, used, reset = V3, U5, Z5
+        local ent, exp
+        local new, ttl, T, tol = new_5, ttl_5, T_5, tol_5
+        local tat = now + new
+        local left = tol - new
+        local q = left / T
+        q = q - q % 1
+        if q * T > left then q = q - 1 elseif (q + 1) * T <= left then q = q + 1 end
+        if q < 0 then q = 0 elseif q > L then q = L end
+        exp = tat / 1000
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        used, reset = L - q, new
+        tat_5 = tat
+        U5, Z5, E5, X5 = used, reset, ent, exp
+      end
+      do
+        local top = X1
+        if X4 > top then top = X4 end
+        if not O1 then
+          local body = struct.pack('<c4I3I6I7c0I7I7c4I3I6I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4)
+          S1, ST1 = struct.pack('<c4I3I6c4', IT1, #body + 4, top, IX1) .. body, top
+        else
+          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
+          E4 = struct.pack('<c4I3I6I7', 'c01h', 7, X4, used_4)
+          local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E4}, top, nowms)
+          S1, ST1 = struct.pack('<c4I3I6c4', IT1, #v + 3, vtop, IX1) .. string.sub(v, 2), vtop
+        end
+      end
+      do
+        local top = X5
+        if not O3 then
+          local body = struct.pack('<c4I3I6I7', 'chan', 7, X5, tat_5)
+          S3, ST3 = struct.pack('<c4I3I6c4', IT3, #body + 4, top, IX3) .. body, top
+        else
+          E5 = struct.pack('<c4I3I6I7', 'chan', 7, X5, tat_5)
+          local v, vtop = L().packv(V3, L().unpackv(V3), {E5}, top, nowms)
+          S3, ST3 = struct.pack('<c4I3I6c4', IT3, #v + 3, vtop, IX3) .. string.sub(v, 2), vtop
+        end
+      end
+      do
+        local top = X2
+        if X3 > top then top = X3 end
+        if ST1 > top then top = ST1 end
+        if ST3 > top then top = ST3 end
+        if not O2 then
+          if KT2 > top then top = KT2 end
+          local v = struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3) .. S1 .. S3
+          if K2 then v = v .. table.concat(K2) end
+          redis.call('SET', KEYS[kb + 2], v, 'PXAT', top)
+        else
+          E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2)
+          E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
+          local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
+          redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
+        end
+      end
+    end
+
+    -- The denial trail, as take.lua writes it.
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local tv = ARGV[tb + 8]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      if F5 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'channel', U5, 10, c, Y5, F5 / 2) .. tv
+      end
+      if F4 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'content-1h', U4, 5, c, Y4, F4 / 2) .. tv
+      end
+      if F3 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'recv-24h', U3, 50, c, Y3, F3 / 2) .. tv
+      end
+      if F2 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'recv-1m', U2, 15, c, Y2, F2 / 2) .. tv
+      end
+      if F1 ~= 1 then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'content-59s', U1, 2, c, Y1, F1 / 2) .. tv
+      end
+      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+    end
+    reply = struct.pack('<Bi7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7', allowed and 1 or 0, now,
+      F1, U1, Z1, Y1,
+      F2, U2, Z2, Y2,
+      F3, U3, Z3, Y3,
+      F4, U4, Z4, Y4,
+      F5, U5, Z5, Y5)
+  until true
+  if attempts == 1 then return reply end
+  replies[a] = reply
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  ab = ab + 8
+end
+return replies
