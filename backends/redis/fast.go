@@ -43,6 +43,7 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
+	nested  bool         // some set nests: its attempts send their ids
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -88,6 +89,9 @@ type fastAttempt struct {
 	trailMax       int
 	trailTTL       int64 // ms
 	policy, values string
+	// ids are the nested sets' ids (sectionID), 8 bytes each in the order
+	// of their keys; "" when none nests.
+	ids string
 }
 
 // fastAttempt returns the fast attempt of req, or false where take.lua
@@ -120,6 +124,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		policy: req.Policy, values: req.TrailValues}
 	a.op, _ = opCode(o)
 	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], k.ov)
+	a.ids = nestedIDs(&k, groups[:g])
 	return a, true
 }
 
@@ -165,6 +170,18 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 	return k, groups, g, true
 }
 
+// nestedIDs returns the ids of the sets of k that nest (k.roots), in
+// the order of their keys sets, concatenated; "" when none does.
+func nestedIDs(k *fastKey, sets []string) string {
+	ids := ""
+	for i, s := range sets {
+		if k.roots[i] != 0 {
+			ids += sectionID(s) // one allocation for one nested set
+		}
+	}
+	return ids
+}
+
 // fastKeys returns a fast attempt's keys: its dimension sets, then its
 // overrides (ov), its trail (a take's, with a trail) and its
 // reservations, with the trail's and the reservations' indexes (0: none).
@@ -200,7 +217,10 @@ func fastKeys(o op, req *driver.Request, sets []string, ov bool) (keys []string,
 // its trail's settings if it has a trail (the reservations key, after
 // the trail's, needs no index there).
 func (a *fastAttempt) args() []any {
-	args := append(keyArgs(a.keys, 6), a.op, a.cost)
+	args := append(keyArgs(a.keys, 7), a.op, a.cost)
+	if a.ids != "" {
+		args = append(args, a.ids)
+	}
 	if a.tk > 0 {
 		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
@@ -217,6 +237,9 @@ func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
 	f := a.full()
 	e.argv = append(e.argv, f[:]...)
+	if a.s.nested {
+		e.argv = append(e.argv, a.ids)
+	}
 	e.attempts = append(e.attempts, a.s.choices)
 }
 
@@ -249,6 +272,9 @@ func buildFast(k *fastKey) (*fastScript, error) {
 		return nil, err
 	}
 	s.script, s.src, s.choices = goredis.NewScript(src), src, choices
+	for _, r := range k.roots {
+		s.nested = s.nested || r != 0
+	}
 	return &s, nil
 }
 

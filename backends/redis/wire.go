@@ -42,11 +42,13 @@ const (
 // fastArgs is the ARGV per attempt of a fast script in its full form
 // (internal/lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
 // trail's and the reservations' key indexes, trail max and TTL (ms),
-// policy name, trail values. A lone attempt goes in the short form
-// instead: no attempt count, op code and cost, then, with a trail (its
-// key after the dimension sets), its max, TTL, policy name and values;
-// a reservations key is the last key, after them (fastAttempt.args
-// builds the short form, fastAttempt.full the full one).
+// policy name, trail values; then, in a script where sets nest, their
+// ids (sectionID, 8 bytes each, in one value). A lone attempt goes in the
+// short form instead: no attempt count, op code and cost, the nested
+// sets' ids where sets nest, then, with a trail (its key after the
+// dimension sets), its max, TTL, policy name and values; a reservations
+// key is the last key, after them (fastAttempt.args builds the short
+// form, fastAttempt.full and encoder.addFast the full one).
 //
 // A fast script replies per attempt one string (parseTake): fastHead
 // bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per

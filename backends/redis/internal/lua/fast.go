@@ -87,7 +87,9 @@ type fastData struct {
 	// Reads and Writes are the sets in the order their values are read
 	// and written: a root before its nested sets, after them.
 	Reads, Writes []*fastSet
-	Format        string // the reply's struct format: REPLYHDR, then RULEREC per rule
+	// Nested: some set nests in a root (the script takes their ids).
+	Nested bool
+	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
 // fastRule is one rule of a fast script: its specification, its number
@@ -127,9 +129,18 @@ type fastSet struct {
 	G     int
 	Rules []*fastRule
 	// Root is the key index of the root holding the set's section (0:
-	// none); Kids are the key indexes of the sets nested in this one.
-	Root int
-	Kids []int
+	// none), IDAt where its id starts in the ids' ARGV; Kids are the key
+	// indexes of the sets nested in this one, KidSets those sets.
+	Root, IDAt int
+	Kids       []int
+	KidSets    []*fastSet
+	// Fmt and Args are the struct format (without '<') and the values of
+	// the set's entries, as Body packs them; BodyLen the Lua expression of
+	// their length. SectFormat is a nested set's section's format (header,
+	// the id's last 4 bytes, the entries); NestFormat a root's whole value's
+	// (FMT, its entries, then each nested set's section).
+	Fmt, Args, BodyLen     string
+	SectFormat, NestFormat string
 	// Body and Value are the Lua expressions of the set's new entries,
 	// in order, and of its value (FMT, then them): one struct.pack when
 	// a rule packs its entry from values (EntryArgs; the others' entry
@@ -219,6 +230,7 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 // values are read and written in (Reads: roots first; Writes: roots
 // last).
 func (d *fastData) nest() error {
+	nested := 0
 	for i := range d.Sets {
 		s := &d.Sets[i]
 		if s.Root == 0 {
@@ -228,6 +240,19 @@ func (d *fastData) nest() error {
 			return fmt.Errorf("lua: Fast: set %d: root %d is not a set of the rules, or is nested itself", s.G, s.Root)
 		}
 		d.Sets[s.Root-1].Kids = append(d.Sets[s.Root-1].Kids, s.G)
+		d.Sets[s.Root-1].KidSets = append(d.Sets[s.Root-1].KidSets, s)
+		s.IDAt = 8*nested + 1
+		nested++
+		d.Nested = true
+	}
+	for i := range d.Sets {
+		if s := &d.Sets[i]; len(s.Kids) > 0 {
+			f := "<c0" + s.Fmt
+			for _, k := range s.KidSets {
+				f += hdrFormat + "c4" + k.Fmt
+			}
+			s.NestFormat = quote(f)
+		}
 	}
 	for i := range d.Sets {
 		if s := &d.Sets[i]; len(s.Kids) > 0 {
@@ -248,11 +273,12 @@ func (d *fastData) nest() error {
 	return nil
 }
 
-// pack sets the set's Body and Value.
+// pack sets the set's Body, Value, Fmt, Args and BodyLen.
 func (s *fastSet) pack() {
-	format, args, ents, packed := "", []string{}, []string{}, false
+	format, args, ents, lens, packed := "", []string{}, []string{}, []string{}, false
 	for _, r := range s.Rules {
 		ents = append(ents, fmt.Sprintf("E%d", r.N))
+		lens = append(lens, "HDRLEN + "+r.Len)
 		if r.EntryArgs == "" {
 			format, args = format+"c0", append(args, ents[len(ents)-1])
 			continue
@@ -260,6 +286,8 @@ func (s *fastSet) pack() {
 		packed = true
 		format, args = format+r.EntryFormat[1:], append(args, r.EntryArgs)
 	}
+	s.Fmt, s.Args, s.BodyLen = format, strings.Join(args, ", "), "("+strings.Join(lens, " + ")+")"
+	s.SectFormat = quote("<" + hdrFormat + "c4" + format)
 	if !packed {
 		s.Body = strings.Join(ents, " .. ")
 		s.Value = "FMT .. " + s.Body

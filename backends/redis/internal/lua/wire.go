@@ -155,9 +155,13 @@ const (
 // limit. Expiry only reclaims memory.
 const FieldSlackMs = 1000
 
+// hdrFormat is the packed entry header's struct format (HDR, without its
+// '<').
+var hdrFormat = fmt.Sprintf("c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)
+
 // tokens maps each Lua token to the text that replaces it.
 var tokens = func() map[string]string {
-	hdr := fmt.Sprintf("<c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)
+	hdr := "<" + hdrFormat
 	m := map[string]string{
 		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs), "FA": strconv.Itoa(FastArgs),
 		"C_FIXED": quote(CodeFixed), "C_CALENDAR": quote(CodeCalendar), "C_SLIDING": quote(CodeSliding),

@@ -48,12 +48,15 @@
 -- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
 -- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
 -- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- and in a script with nested sets (prelude.lua), one more:
+-- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
+-- (backends/redis's sectionID: the same as sectid's of their keys)
 -- KEYS per attempt: its dimension-set keys, then its overrides in a
 -- script that reads them (GO, the keys before the trail, counts them),
 -- then its trail if tk > 0, then its reservations if hk > 0.
--- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
--- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
--- values; KEYS: the dimension sets, the trail with a trail, then the
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
+-- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
+-- and trail values; KEYS: the dimension sets, the trail with a trail, then the
 -- reservations if there are more keys. Redis builds the ARGV table on
 -- every call, and a short one costs less.
 --

@@ -48,12 +48,15 @@
 -- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
 -- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
 -- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- and in a script with nested sets (prelude.lua), one more:
+-- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
+-- (backends/redis's sectionID: the same as sectid's of their keys)
 -- KEYS per attempt: its dimension-set keys, then its overrides in a
 -- script that reads them (GO, the keys before the trail, counts them),
 -- then its trail if tk > 0, then its reservations if hk > 0.
--- The short form, one attempt: ARGV[1] op, ARGV[2] cost, then, with a
--- trail, ARGV[3] max entries, ARGV[4] TTL, ARGV[5] policy, ARGV[6] trail
--- values; KEYS: the dimension sets, the trail with a trail, then the
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
+-- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
+-- and trail values; KEYS: the dimension sets, the trail with a trail, then the
 -- reservations if there are more keys. Redis builds the ARGV table on
 -- every call, and a short one costs less.
 --
@@ -70,7 +73,7 @@ local nowms = (now - now % 1000) / 1000
 local G, GO = 3, 3 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
-local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
+local kb, ab, tb = 0, 0, -1 -- key base, ARGV base, trail ARGV base
 local short = ARGV[1] == 't' or ARGV[1] == 'p'
 local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
 if not short then
@@ -83,7 +86,7 @@ for a = 1, attempts do
   local tk, hk = 0, 0
   if short then
     local nk = GO
-    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
+    if ARGV[4] then tk, nk = GO + 1, GO + 1 end
     if #KEYS > nk then hk = #KEYS end
   else
     tk = num[ARGV[ab + 3]] or tonumber(ARGV[ab + 3])
@@ -94,12 +97,13 @@ for a = 1, attempts do
   repeat
     local P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5
     local V1, O1, V2, O2, V3, O3
-    local Q1, QN1, S1, ST1 -- its value's start and length in the root's value; its new section, its expiry
-    local I1 = sectid(KEYS[kb + 1]) -- its section's id: tag, then the payload's first 4 bytes
+    local ID = short and ARGV[3] or ARGV[ab + 8 + 1] -- the nested sets' ids
+    local Q1, QN1, S1, ST1 -- its entries' start and length in the root's value; its section when built alone, its expiry
+    local I1 = string.sub(ID, 1, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
     local IT1, IX1 = string.sub(I1, 1, 4), string.sub(I1, 5, 8)
-    local K2, KT2 -- the other nested sets' sections kept, their latest expiry
-    local Q3, QN3, S3, ST3 -- its value's start and length in the root's value; its new section, its expiry
-    local I3 = sectid(KEYS[kb + 3]) -- its section's id: tag, then the payload's first 4 bytes
+    local K2, KT2 -- the other sets' sections kept (start, end pairs, adjacent ones merged), their latest expiry
+    local Q3, QN3, S3, ST3 -- its entries' start and length in the root's value; its section when built alone, its expiry
+    local I3 = string.sub(ID, 9, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
     local IT3, IX3 = string.sub(I3, 1, 4), string.sub(I3, 5, 8)
     V2 = redis.pcall('GET', KEYS[kb + 2])
     O2 = false
@@ -121,8 +125,12 @@ for a = 1, attempts do
           if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
           elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
           elseif exp > nowms then
-            K2 = K2 or {}
-            K2[#K2 + 1] = string.sub(V2, q, d + len - 1)
+            if K2 and K2[#K2] + 1 == q then
+              K2[#K2] = d + len - 1
+            else
+              K2 = K2 or {}
+              K2[#K2 + 1], K2[#K2 + 2] = q, d + len - 1
+            end
             if exp > KT2 then KT2 = exp end
           end
         else
@@ -135,12 +143,10 @@ for a = 1, attempts do
         fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
       end
     end
-    V1 = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+    V1 = Q1 and V2 -- its entries lie in the root's value (Q, QN)
     O1 = false
     if V1 and not fail then
-      local n = type(V1) == 'string' and #V1 or 0
-      local q = 2
-      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      local n, q = Q1 + QN1 - 1, Q1
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
         local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
@@ -157,12 +163,10 @@ for a = 1, attempts do
         fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
       end
     end
-    V3 = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+    V3 = Q3 and V2 -- its entries lie in the root's value (Q, QN)
     O3 = false
     if V3 and not fail then
-      local n = type(V3) == 'string' and #V3 or 0
-      local q = 2
-      if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+      local n, q = Q3 + QN3 - 1, Q3
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
         local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
@@ -187,11 +191,11 @@ for a = 1, attempts do
       -- dimension sets), then the values are read again.
       local named, vals, logs, vk = {}, {}, {}, {}
       vk[1] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 1], #KEYS[kb + 2] + 1)
-      named[vk[1]], vals[1] = 1, L().unpackv(V1)
+      named[vk[1]], vals[1] = 1, L().unpackv(Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1))
       vk[2] = KEYS[kb + 2]
       named[vk[2]], vals[2] = 2, L().unpackv(V2)
       vk[3] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 3], #KEYS[kb + 2] + 1)
-      named[vk[3]], vals[3] = 3, L().unpackv(V3)
+      named[vk[3]], vals[3] = 3, L().unpackv(Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1))
       L().holds(now).lapse(KEYS[kb + hk], named, function(k) return vk[k] end, vals, logs)
       look = false -- read once more, markers aside
       P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5 = nil
@@ -215,8 +219,12 @@ for a = 1, attempts do
             if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
             elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
             elseif exp > nowms then
-              K2 = K2 or {}
-              K2[#K2 + 1] = string.sub(V2, q, d + len - 1)
+              if K2 and K2[#K2] + 1 == q then
+                K2[#K2] = d + len - 1
+              else
+                K2 = K2 or {}
+                K2[#K2 + 1], K2[#K2 + 2] = q, d + len - 1
+              end
               if exp > KT2 then KT2 = exp end
             end
           else
@@ -229,12 +237,10 @@ for a = 1, attempts do
           fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
         end
       end
-      V1 = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+      V1 = Q1 and V2 -- its entries lie in the root's value (Q, QN)
       O1 = false
       if V1 and not fail then
-        local n = type(V1) == 'string' and #V1 or 0
-        local q = 2
-        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        local n, q = Q1 + QN1 - 1, Q1
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
           local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
@@ -251,12 +257,10 @@ for a = 1, attempts do
           fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
         end
       end
-      V3 = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+      V3 = Q3 and V2 -- its entries lie in the root's value (Q, QN)
       O3 = false
       if V3 and not fail then
-        local n = type(V3) == 'string' and #V3 or 0
-        local q = 2
-        if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+        local n, q = Q3 + QN3 - 1, Q3
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
           local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
@@ -656,24 +660,22 @@ for a = 1, attempts do
       do
         local top = X1
         if X4 > top then top = X4 end
-        if not O1 then
-          local body = struct.pack('<c4I3I6I7c0I7I7c4I3I6I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4)
-          S1, ST1 = struct.pack('<c4I3I6c4', IT1, #body + 4, top, IX1) .. body, top
-        else
+        ST1 = top
+        if O1 then -- other entries kept: its section built alone
           E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
           E4 = struct.pack('<c4I3I6I7', 'c01h', 7, X4, used_4)
-          local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E4}, top, nowms)
+          local sv = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+          local v, vtop = L().packv(sv, L().unpackv(sv), {E1, E4}, top, nowms)
           S1, ST1 = struct.pack('<c4I3I6c4', IT1, #v + 3, vtop, IX1) .. string.sub(v, 2), vtop
         end
       end
       do
         local top = X5
-        if not O3 then
-          local body = struct.pack('<c4I3I6I7', 'chan', 7, X5, tat_5)
-          S3, ST3 = struct.pack('<c4I3I6c4', IT3, #body + 4, top, IX3) .. body, top
-        else
+        ST3 = top
+        if O3 then -- other entries kept: its section built alone
           E5 = struct.pack('<c4I3I6I7', 'chan', 7, X5, tat_5)
-          local v, vtop = L().packv(V3, L().unpackv(V3), {E5}, top, nowms)
+          local sv = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+          local v, vtop = L().packv(sv, L().unpackv(sv), {E5}, top, nowms)
           S3, ST3 = struct.pack('<c4I3I6c4', IT3, #v + 3, vtop, IX3) .. string.sub(v, 2), vtop
         end
       end
@@ -682,16 +684,32 @@ for a = 1, attempts do
         if X3 > top then top = X3 end
         if ST1 > top then top = ST1 end
         if ST3 > top then top = ST3 end
-        if not O2 then
-          if KT2 > top then top = KT2 end
-          local v = struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3) .. S1 .. S3
-          if K2 then v = v .. table.concat(K2) end
-          redis.call('SET', KEYS[kb + 2], v, 'PXAT', top)
+        if KT2 > top then top = KT2 end
+        local rest = '' -- the other sets' sections kept
+        if K2 then
+          if #K2 == 2 then
+            rest = string.sub(V2, K2[1], K2[2])
+          else
+            local o = {}
+            for j = 1, #K2, 2 do o[#o + 1] = string.sub(V2, K2[j], K2[j + 1]) end
+            rest = table.concat(o)
+          end
+        end
+        if not O2 and not S1 and not S3 then
+          -- The root's value in one struct.pack: its entries, then each nested
+          -- set's section (header, the id's last 4 bytes, its entries).
+          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) .. rest, 'PXAT', top)
         else
+          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
+          if not S3 then S3 = struct.pack('<c4I3I6c4c4I3I6I7', IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) end
+          if not O2 then
+            redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
+          else
           E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2)
           E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
-          local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
-          redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
+            local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
+            redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
+          end
         end
       end
     end
@@ -729,6 +747,6 @@ for a = 1, attempts do
   if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
-  ab = ab + 8
+  ab = ab + 8 + 1
 end
 return replies
