@@ -60,7 +60,7 @@ local function holds(now)
     m[tag] = nil
     local ours = {}
     if nexp then ours[1] = struct.pack(HDR, tag, #payload, nexp) .. payload end
-    local nv, top = packv(v, m, ours, 0, 0)
+    local nv, top = packv(v, m, ours, nexp or 0, 0)
     if ckey then nv = packv(rv, rm, {}, 0, 0, {[id] = section(id, nv, top)}) end
     redis.call('SET', rkey, nv, 'KEEPTTL')
   end
@@ -144,9 +144,10 @@ local function holds(now)
   end
 
   -- lapse gives back the units of the lapsed holds in hkey on the keys
-  -- named (key -> index), and sets the hold marker of each packed value
-  -- (vals: index -> parsed) and log (logs: index -> state) to the
-  -- earliest lapse of the holds still open with units there.
+  -- named (key -> index) and on the nested sets whose root is named
+  -- (their sections are in its value), and sets the hold marker of each
+  -- packed value (vals: index -> parsed) and log (logs: index -> state)
+  -- to the earliest lapse of the holds still open with units there.
   local function lapse(hkey, named, keyOf, vals, logs)
     local h = redis.call('HGETALL', hkey)
     local soon = {}
@@ -155,7 +156,9 @@ local function holds(now)
       if exp <= now then
         local rest = {}
         for _, e in ipairs(list) do
-          if named[entrykey(e)] then refund(e) else rest[#rest + 1] = e end
+          local k = entrykey(e)
+          local at = string.find(k, '%n', 1, true)
+          if named[k] or (at and named[string.sub(k, 1, at - 1)]) then refund(e) else rest[#rest + 1] = e end
         end
         if #rest == 0 then
           redis.call('HDEL', hkey, h[i])

@@ -705,8 +705,8 @@ for a = 1, attempts do
           if not O2 then
             redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
           else
-          E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2)
-          E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
+            E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2)
+            E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
             local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
             redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
           end
