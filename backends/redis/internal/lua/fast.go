@@ -138,7 +138,7 @@ type fastSet struct {
 	// the set's entries, as Body packs them; BodyLen the Lua expression of
 	// their length. SectFormat is a nested set's section's format (header,
 	// the id's last 4 bytes, the entries); NestFormat a root's whole value's
-	// (FMT, its entries, then each nested set's section).
+	// (FMT, its entries, each nested set's section, the other sections).
 	Fmt, Args, BodyLen     string
 	SectFormat, NestFormat string
 	// Body and Value are the Lua expressions of the set's new entries,
@@ -251,7 +251,7 @@ func (d *fastData) nest() error {
 			for _, k := range s.KidSets {
 				f += hdrFormat + "c4" + k.Fmt
 			}
-			s.NestFormat = quote(f)
+			s.NestFormat = quote(f + "c0")
 		}
 	}
 	for i := range d.Sets {

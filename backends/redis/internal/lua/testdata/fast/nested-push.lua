@@ -697,8 +697,9 @@ for a = 1, attempts do
         end
         if not O2 and not S1 and not S3 then
           -- The root's value in one struct.pack: its entries, then each nested
-          -- set's section (header, the id's last 4 bytes, its entries).
-          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) .. rest, 'PXAT', top)
+          -- set's section (header, the id's last 4 bytes, its entries), then
+          -- the other sections kept.
+          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7c0', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5, rest), 'PXAT', top)
         else
           if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
           if not S3 then S3 = struct.pack('<c4I3I6c4c4I3I6I7', IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) end
