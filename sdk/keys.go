@@ -265,9 +265,9 @@ type KeySet struct {
 	// module strategy under its own key plus a suffix (docs/DESIGN.md,
 	// "Keys"). A set over more than the shard dimensions keeps its packed
 	// state inside the key of the set of the shard dimensions alone (the
-	// one whose Key ends in "="), as a section of its value, whenever a
-	// decision has rules in both: one key per subject (docs/DESIGN.md,
-	// "One key per subject").
+	// one whose Key ends in "="), as a section of its value, even when
+	// the policy has no rule of that set: one key per subject
+	// (docs/DESIGN.md, "One key per subject").
 	Key string
 	// Rules are the set's rules, in policy order, each with its own key:
 	// where the memory backend keeps the rule's state. A changed rule's

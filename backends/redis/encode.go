@@ -69,7 +69,7 @@ type encoder struct {
 // keys a request can have, and moved down once the keys are known.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	n := len(req.Rules)
-	most := 2*n + 4 // a state key and an old-layout key per rule, trail, reservations, record, overrides
+	most := 2*n + 5 // a state key and an old-layout key per rule, trail, reservations, record, overrides, a root of no rule (nestArg)
 	e := encoder{keys: make([]string, 0, most)}
 	args := make([]any, evalArgs+most+1, evalArgs+most+1+headerArgs+n*argsPerRule)
 	e.argv = args[len(args):len(args)]
@@ -159,7 +159,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		h[15] = a.index(req.OverrideKey)
 	}
 	h[16], h[17], h[18] = lists[0], lists[1], lists[2]
-	h[19] = b.nestArg(e.keys[a.k0:], choices)
+	h[19] = b.nestArg(&a, choices)
 	if len(e.keys) == a.k0 {
 		return a.fail(errNoKeys)
 	}
@@ -168,28 +168,28 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 	return nil
 }
 
-// nestArg returns take.lua's ARGV[a+A_NEST] for an attempt whose keys
-// are keys and whose rules chose choices: "<ki>:<ri>," per dimension set
-// kept as a section of its root's value (nests), "u" after ri under
-// Options.Upgrade; "" when none (no allocation).
-func (b *Backend) nestArg(keys []string, choices []ruleChoice) string {
+// nestArg returns take.lua's ARGV[a+A_NEST] for attempt a, whose rules
+// chose choices: "<ki>:<ri>," per dimension set kept as a section of its
+// root's value (nests; the root's key is added to the attempt's keys
+// when no rule names it), "u" after ri under Options.Upgrade; "" when
+// none (no allocation).
+func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice) string {
 	var out []byte
 	for i, c := range choices {
 		if !packedCode(c.code) || slices.ContainsFunc(choices[:i], func(p ruleChoice) bool { return p.key == c.key }) {
 			continue
 		}
-		for _, r := range choices {
-			if packedCode(r.code) && nests(c.key, r.key) {
-				out = strconv.AppendInt(out, int64(slices.Index(keys, c.key)+1), 10)
-				out = append(out, ':')
-				out = strconv.AppendInt(out, int64(slices.Index(keys, r.key)+1), 10)
-				if b.opts.Upgrade {
-					out = append(out, 'u')
-				}
-				out = append(out, ',')
-				break
-			}
+		root := rootOf(c.key)
+		if root == "" || !nests(c.key, root) {
+			continue
 		}
+		out = strconv.AppendInt(out, int64(a.index(c.key)), 10)
+		out = append(out, ':')
+		out = strconv.AppendInt(out, int64(a.index(root)), 10)
+		if b.opts.Upgrade {
+			out = append(out, 'u')
+		}
+		out = append(out, ',')
 	}
 	return string(out)
 }

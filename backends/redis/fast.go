@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -159,13 +160,20 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		}
 		k.keys[i] = uint8(ki)
 	}
-	for i := range g {
-		for j := range g {
-			if nests(groups[i], groups[j]) {
-				k.roots[i] = uint8(j + 1)
-				break
-			}
+	for i := range g { // a set that nests names its root, a set of no rule if need be
+		root := rootOf(groups[i])
+		if root == "" || !nests(groups[i], root) {
+			continue
 		}
+		j := slices.Index(groups[:g], root)
+		if j < 0 {
+			if g == lua.FastMax {
+				return k, groups, 0, false
+			}
+			groups[g], j = root, g
+			g++
+		}
+		k.roots[i] = uint8(j + 1)
 	}
 	return k, groups, g, true
 }

@@ -89,6 +89,35 @@ func TestNestedOneKey(t *testing.T) {
 	}
 }
 
+// TestNestedRootless: a policy with rules on nested sets alone keeps them
+// in the root's key all the same, so rules over the shard dimensions
+// added to it later (or removed) leave the nested sets' counts where they
+// are: a policy change moves no state.
+func TestNestedRootless(t *testing.T) {
+	for _, slow := range []bool{false, true} {
+		b, _ := plainStandalone(t)
+		b.noFast = slow
+		s := newSubject(t, "u")
+		rules := seedRules(s, "x")
+		take(t, b, s.request(opTake, 1, rules[2:]...))
+		if keys := subjectKeys(t, b, s); !slices.Equal(keys, []string{s.base + "="}) {
+			t.Fatalf("slow=%v: keys %q, want the root's alone", slow, keys)
+		}
+		res := take(t, b, s.request(opTake, 1, rules...))
+		for i, want := range []int64{1, 1, 2, 2} {
+			if res.Rules[i].Used != want {
+				t.Errorf("slow=%v: root rules added: rule %d used %d, want %d", slow, i, res.Rules[i].Used, want)
+			}
+		}
+		res = take(t, b, s.request(opPeek, 1, rules[2:]...))
+		for i, want := range []int64{2, 2} {
+			if res.Rules[i].Used != want {
+				t.Errorf("slow=%v: root rules removed: rule %d used %d, want %d", slow, i+2, res.Rules[i].Used, want)
+			}
+		}
+	}
+}
+
 // TestNestedReset: a reset of the subject alone keeps its contents'
 // counts (the sections), a reset of one content keeps the subject's and
 // the other contents', as the memory backend keeps them per rule; a root
@@ -193,10 +222,16 @@ func TestNestedUpgrade(t *testing.T) {
 		b.opts.Upgrade = upgrade
 		s := newSubject(t, "u")
 		rules := seedRules(s, "x")
-		// The layout before nesting: the content set alone is not nested.
+		// The layout before nesting: the content set's value at its own
+		// key (taken nested, moved there).
 		take(t, b, s.request(opTake, 1, rules[2:]...))
-		if e := packedAt(t, b.c, rules[2].Group); len(e) != 2 {
-			t.Fatalf("the content set's own key: %+v", e)
+		es := packedOf(t, b.c, rules[2].Group)
+		if len(es) != 2 || packedAt(t, b.c, rules[2].Group) != nil {
+			t.Fatalf("the content set's section: %+v", es)
+		}
+		putPacked(t, b.c, rules[2].Group, es...)
+		if err := b.c.Del(context.Background(), s.base+"=").Err(); err != nil {
+			t.Fatal(err)
 		}
 		res := take(t, b, s.request(opTake, 1, rules...))
 		want := int64(1)

@@ -26,7 +26,7 @@
 // sorted set per dimension set, whatever its log rules (logKey)
 // (docs/DESIGN.md, "Redis layout"). A set over more than the shard
 // dimensions keeps its packed value as a section of the subject's root
-// key (the shard set's) when the request has packed rules in both: one
+// key (the shard set's), whatever the policy's other rules: one
 // key per subject (docs/DESIGN.md, "One key per subject"). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of

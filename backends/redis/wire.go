@@ -131,9 +131,10 @@ const (
 // of a dimension set whose key extends a root's, the key of the set of
 // the shard dimensions alone (the sdk's group keys: "<base>=" for that
 // set, "<base>=<dimensions>:<values>" for the others), is kept as a
-// section of the root's value when a request has packed rules in both
-// (internal/lua/prelude.lua): one key per subject and policy, one GET and
-// one write per decision. A section is identified by sectionID of the
+// section of the root's value (internal/lua/prelude.lua), whether or not
+// the request has rules of the root's own: one key per subject and
+// policy, one GET and one write per decision, and a policy that gains or
+// loses rules over the shard dimensions alone moves no state. A section is identified by sectionID of the
 // set's key; reservations name it by its vkey, the root's key, nestMark,
 // then the rest of the set's key (the sdk escapes '%' as %XX: no key it
 // builds holds nestMark).

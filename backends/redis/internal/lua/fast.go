@@ -141,6 +141,13 @@ type fastSet struct {
 	// (FMT, its entries, each nested set's section, the other sections).
 	Fmt, Args, BodyLen     string
 	SectFormat, NestFormat string
+	// NestArgs are a root's NestFormat values; Name names the set in
+	// errors (its first rule, or a rule of a set nested in it when it has
+	// none: a root the request has no rule of); Top is the Lua expression
+	// of its first rule's expiry (0 without rules) and First that rule's
+	// number.
+	NestArgs, Name, Top string
+	First               int
 	// Body and Value are the Lua expressions of the set's new entries,
 	// in order, and of its value (FMT, then them): one struct.pack when
 	// a rule packs its entry from values (EntryArgs; the others' entry
@@ -213,9 +220,6 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 		set.Rules = append(set.Rules, fr)
 		d.Rules = append(d.Rules, fr)
 	}
-	for i := range d.Sets {
-		d.Sets[i].pack()
-	}
 	if err := d.nest(); err != nil {
 		return nil, err
 	}
@@ -232,6 +236,14 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 func (d *fastData) nest() error {
 	nested := 0
 	for i := range d.Sets {
+		if r := d.Sets[i].Root; r == len(d.Sets)+1 {
+			d.Sets = append(d.Sets, fastSet{G: r}) // a root of no rule
+		}
+	}
+	for i := range d.Sets {
+		d.Sets[i].pack()
+	}
+	for i := range d.Sets {
 		s := &d.Sets[i]
 		if s.Root == 0 {
 			continue
@@ -247,11 +259,18 @@ func (d *fastData) nest() error {
 	}
 	for i := range d.Sets {
 		if s := &d.Sets[i]; len(s.Kids) > 0 {
-			f := "<c0" + s.Fmt
+			f, args := "<c0"+s.Fmt, []string{"FMT"}
+			if s.Args != "" {
+				args = append(args, s.Args)
+			}
 			for _, k := range s.KidSets {
 				f += hdrFormat + "c4" + k.Fmt
+				args = append(args, fmt.Sprintf("IT%[1]d, 4 + %[2]s, ST%[1]d, IX%[1]d, %[3]s", k.G, k.BodyLen, k.Args))
 			}
-			s.NestFormat = quote(f + "c0")
+			s.NestFormat, s.NestArgs = quote(f+"c0"), strings.Join(append(args, "rest"), ", ")
+			if s.Name == "" {
+				s.Name = s.KidSets[0].Name
+			}
 		}
 	}
 	for i := range d.Sets {
@@ -273,8 +292,14 @@ func (d *fastData) nest() error {
 	return nil
 }
 
-// pack sets the set's Body, Value, Fmt, Args and BodyLen.
+// pack sets the set's Body, Value, Fmt, Args, BodyLen, Name, Top and
+// First.
 func (s *fastSet) pack() {
+	s.Top = "0"
+	if len(s.Rules) > 0 {
+		s.Name, s.First = s.Rules[0].Name, s.Rules[0].N
+		s.Top = fmt.Sprintf("X%d", s.First)
+	}
 	format, args, ents, lens, packed := "", []string{}, []string{}, []string{}, false
 	for _, r := range s.Rules {
 		ents = append(ents, fmt.Sprintf("E%d", r.N))
@@ -288,6 +313,10 @@ func (s *fastSet) pack() {
 	}
 	s.Fmt, s.Args, s.BodyLen = format, strings.Join(args, ", "), "("+strings.Join(lens, " + ")+")"
 	s.SectFormat = quote("<" + hdrFormat + "c4" + format)
+	if len(ents) == 0 { // a root of no rule: no entries of its own
+		s.Body, s.Value = "''", "FMT"
+		return
+	}
 	if !packed {
 		s.Body = strings.Join(ents, " .. ")
 		s.Value = "FMT .. " + s.Body

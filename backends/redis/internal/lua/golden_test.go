@@ -12,7 +12,7 @@ var update = flag.Bool("update", false, "rewrite testdata/fast/*.lua from what F
 
 // goldenShapes are representative fast-script shapes: each algorithm
 // alone, mixes of them on one and on two dimension sets, two sets nested
-// in a third, the largest script, and names and tags that need escaping;
+// in a third, two in a root of no rule, the largest script, and names and tags that need escaping;
 // each with and without
 // overrides. (Peek or take, a trail or none, are ARGV: the same script.)
 var goldenShapes = []struct {
@@ -41,6 +41,10 @@ var goldenShapes = []struct {
 		{Code: CodeLog, Name: "recv-24h", Limit: 50, P1: 86_400_000_000, Tag: "r24h", Key: 2, Window: 86_400_000_000},
 		{Code: CodeFixed, Name: "content-1h", Limit: 5, P1: 3_600_000_000, Tag: "c01h", Key: 1, Root: 2, Window: 3_600_000_000},
 		{Code: CodeGCRA, Name: "channel", Limit: 10, P1: 6_000_000, P2: 60_000_000, Tag: "chan", Key: 3, Root: 2, Window: 60_000_000},
+	}},
+	{"nested-rootless", []FastRule{ // sets nested in a root the policy has no rule of
+		{Code: CodeLog, Name: "content-59s", Limit: 2, P1: 59_000_000, Tag: "c59s", Key: 1, Root: 3, Window: 59_000_000},
+		{Code: CodeFixed, Name: "channel-1h", Limit: 5, P1: 3_600_000_000, Tag: "ch1h", Key: 2, Root: 3, Window: 3_600_000_000},
 	}},
 	{"fixed-6", []FastRule{
 		{Code: CodeFixed, Name: "a", Limit: 1, P1: 1_000_000, Tag: "f001", Key: 1, Window: 1_000_000},

@@ -1,0 +1,551 @@
+-- A fast script (lua.Fast, fast.lua.tmpl): take.lua specialised to one
+-- policy's rules, built per set of rule specifications (prelude.lua and
+-- holds.lua come first). It takes and peeks on packed rules (fixed
+-- windows, sliding window counters, GCRA) and sliding logs, running the
+-- same eval and commit sections of alg/fixed.lua, alg/sliding.lua,
+-- alg/gcra.lua and alg/log.lua as take.lua, but with each rule's code,
+-- limit, parameters and tag written in as constants, the rule loops
+-- unrolled and what eval hands to commit kept in locals: the interpreter
+-- does the decision's arithmetic and little else. Its decisions, errors
+-- and writes are take.lua's, byte for byte, lapsed reservations included
+-- (holds.lua, as take.lua runs it); its ARGV and reply are shorter
+-- encodings of take.lua's (below). The helpers of prelude.lua and
+-- holds.lua that a decision rarely needs are built on first use (L(),
+-- lua.Fast's lazy).
+--
+-- Its names: G, the dimension sets (keys) of an attempt, and GO, the keys
+-- before its trail; V<g>, dimension set g's value (one GET each), where
+-- its rules' entries are found: P<r>, with their payload lengths N<r> and
+-- expiries T<r> (O<g>: anything else is stored there; lapsed: a hold
+-- marker there says a reservation may have lapsed, then they are given
+-- back and the values read again). A set nested in a root (prelude.lua:
+-- a section of the root's value) is read out of the root's, read first:
+-- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
+-- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- root's other sections kept, their latest expiry. Each rule's eval section, then its
+-- commit section, runs in its own block that sees take.lua's rule
+-- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
+-- pq, flags, used, reset, retry; ent, exp in commit), and leaves its
+-- results in F<r> flags, U<r> used, Z<r> reset, Y<r> retry, E<r> its new
+-- entry (or, for a rule whose fragment names its entry's values on an
+-- --@entry line, those values, in <name>_<r>) and X<r> its expiry; then
+-- each dimension set's packed value is written (SETRANGE in place when
+-- the entries keep their places, lengths and expiries, as take.lua; in
+-- one struct.pack or one concatenation; a nested set's as its new section,
+-- S<g> of expiry ST<g>, which its root's write puts in), and the denial trail and the
+-- reply are built from the results. A script that reads overrides
+-- (lua.FastOverrides) reads the subject's overrides after the values
+-- (OVS: nil, or take.lua's block, exempt and limits as blk, ex and lims;
+-- lim, the limits applied per rule, and ovl, the latest limit override
+-- applied, which the rules' heads set), and after eval a block denies
+-- and an exempt admits.
+--
+-- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
+-- ARGV[a+F_OP]  op: t take, p peek
+-- ARGV[a+F_COST]  cost (>= 1)
+-- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
+-- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
+-- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
+-- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
+-- and in a script with nested sets (prelude.lua), one more:
+-- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
+-- (backends/redis's sectionID: the same as sectid's of their keys)
+-- KEYS per attempt: its dimension-set keys, then its overrides in a
+-- script that reads them (GO, the keys before the trail, counts them),
+-- then its trail if tk > 0, then its reservations if hk > 0.
+-- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
+-- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
+-- and trail values; KEYS: the dimension sets, the trail with a trail, then the
+-- reservations if there are more keys. Redis builds the ARGV table on
+-- every call, and a short one costs less.
+--
+-- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
+-- where an override applied, 4 is added to the first byte and the reply
+-- is {that string, take.lua's override element};
+-- in the full form of m > 1 attempts, a table of them (an attempt's error
+-- in its place). Redis converts a string reply faster than a table.
+
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local nowms = (now - now % 1000) / 1000
+local G, GO = 3, 4 -- dimension sets (keys) per attempt, and the keys before the trail
+
+local attempts, replies = 1, nil
+local kb, ab, tb = 0, 0, -1 -- key base, ARGV base, trail ARGV base
+local short = ARGV[1] == 't' or ARGV[1] == 'p'
+local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
+if not short then
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
+  num = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
+end
+for a = 1, attempts do
+  local op = ARGV[ab + 1]
+  local c = num and num[ARGV[ab + 2]] or tonumber(ARGV[ab + 2])
+  local tk, hk = 0, 0
+  if short then
+    local nk = GO
+    if ARGV[4] then tk, nk = GO + 1, GO + 1 end
+    if #KEYS > nk then hk = #KEYS end
+  else
+    tk = num[ARGV[ab + 3]] or tonumber(ARGV[ab + 3])
+    hk, tb = num[ARGV[ab + 4]] or tonumber(ARGV[ab + 4]), ab
+  end
+  local reply, fail, lapsed
+  local look = hk > 0 -- whether to look at hold markers
+  repeat
+    local P1, N1, T1, P2, N2, T2
+    local V1, O1, V2, O2, V3, O3
+    local ID = short and ARGV[3] or ARGV[ab + 8 + 1] -- the nested sets' ids
+    local Q1, QN1, S1, ST1 -- its entries' start and length in the root's value; its section when built alone, its expiry
+    local I1 = string.sub(ID, 1, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
+    local IT1, IX1 = string.sub(I1, 1, 4), string.sub(I1, 5, 8)
+    local Q2, QN2, S2, ST2 -- its entries' start and length in the root's value; its section when built alone, its expiry
+    local I2 = string.sub(ID, 9, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
+    local IT2, IX2 = string.sub(I2, 1, 4), string.sub(I2, 5, 8)
+    local K3, KT3 -- the other sets' sections kept (start, end pairs, adjacent ones merged), their latest expiry
+    V3 = redis.pcall('GET', KEYS[kb + 3])
+    O3 = false
+    K3, KT3 = nil, 0
+    Q1, QN1 = nil, nil
+    Q2, QN2 = nil, nil
+    if V3 and not fail then
+      local n = type(V3) == 'string' and #V3 or 0
+      local q = 2
+      if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
+        if d + len - 1 > n then q = nil break end
+        if string.byte(tag, 1) >= 128 then -- a nested set's section
+          if len < 4 then q = nil break end
+          if tag == IT1 and string.sub(V3, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
+          elseif tag == IT2 and string.sub(V3, d, d + 3) == IX2 then Q2, QN2 = d + 4, len - 4
+          elseif exp > nowms then
+            if K3 and K3[#K3] + 1 == q then
+              K3[#K3] = d + len - 1
+            else
+              K3 = K3 or {}
+              K3[#K3 + 1], K3[#K3 + 2] = q, d + len - 1
+            end
+            if exp > KT3 then KT3 = exp end
+          end
+        else
+          O3 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+      end
+    end
+    V1 = Q1 and V3 -- its entries lie in the root's value (Q, QN)
+    O1 = false
+    if V1 and not fail then
+      local n, q = Q1 + QN1 - 1, Q1
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'c59s' then P1, N1, T1 = q, len, exp
+        else
+          O1 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+      end
+    end
+    V2 = Q2 and V3 -- its entries lie in the root's value (Q, QN)
+    O2 = false
+    if V2 and not fail then
+      local n, q = Q2 + QN2 - 1, Q2
+      while q and q <= n do
+        if q + 13 - 1 > n then q = nil break end
+        local tag, len, exp, d = struct.unpack('<c4I3I6', V2, q)
+        if d + len - 1 > n then q = nil break end
+        if tag == 'ch1h' then P2, N2, T2 = q, len, exp
+        else
+          O2 = true
+          if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+        end
+        q = d + len
+      end
+      if not q then
+        fail = redis.error_reply('freqcap: rule ' .. 'channel-1h' .. FOREIGN)
+      end
+    end
+    if fail then
+      reply = fail
+      break
+    end
+    if lapsed then
+      -- Lapsed reservations give their units back (on this attempt's
+      -- dimension sets), then the values are read again.
+      local named, vals, logs, vk = {}, {}, {}, {}
+      vk[1] = KEYS[kb + 3] .. '%n' .. string.sub(KEYS[kb + 1], #KEYS[kb + 3] + 1)
+      named[vk[1]], vals[1] = 1, L().unpackv(Q1 and FMT .. string.sub(V3, Q1, Q1 + QN1 - 1))
+      vk[2] = KEYS[kb + 3] .. '%n' .. string.sub(KEYS[kb + 2], #KEYS[kb + 3] + 1)
+      named[vk[2]], vals[2] = 2, L().unpackv(Q2 and FMT .. string.sub(V3, Q2, Q2 + QN2 - 1))
+      vk[3] = KEYS[kb + 3]
+      named[vk[3]], vals[3] = 3, L().unpackv(V3)
+      L().holds(now).lapse(KEYS[kb + hk], named, function(k) return vk[k] end, vals, logs)
+      look = false -- read once more, markers aside
+      P1, N1, T1, P2, N2, T2 = nil
+      V3 = redis.pcall('GET', KEYS[kb + 3])
+      O3 = false
+      K3, KT3 = nil, 0
+      Q1, QN1 = nil, nil
+      Q2, QN2 = nil, nil
+      if V3 and not fail then
+        local n = type(V3) == 'string' and #V3 or 0
+        local q = 2
+        if n == 0 or string.byte(V3, 1) ~= 1 then q = nil end
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V3, q)
+          if d + len - 1 > n then q = nil break end
+          if string.byte(tag, 1) >= 128 then -- a nested set's section
+            if len < 4 then q = nil break end
+            if tag == IT1 and string.sub(V3, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
+            elseif tag == IT2 and string.sub(V3, d, d + 3) == IX2 then Q2, QN2 = d + 4, len - 4
+            elseif exp > nowms then
+              if K3 and K3[#K3] + 1 == q then
+                K3[#K3] = d + len - 1
+              else
+                K3 = K3 or {}
+                K3[#K3 + 1], K3[#K3 + 2] = q, d + len - 1
+              end
+              if exp > KT3 then KT3 = exp end
+            end
+          else
+            O3 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+        end
+      end
+      V1 = Q1 and V3 -- its entries lie in the root's value (Q, QN)
+      O1 = false
+      if V1 and not fail then
+        local n, q = Q1 + QN1 - 1, Q1
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'c59s' then P1, N1, T1 = q, len, exp
+          else
+            O1 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+        end
+      end
+      V2 = Q2 and V3 -- its entries lie in the root's value (Q, QN)
+      O2 = false
+      if V2 and not fail then
+        local n, q = Q2 + QN2 - 1, Q2
+        while q and q <= n do
+          if q + 13 - 1 > n then q = nil break end
+          local tag, len, exp, d = struct.unpack('<c4I3I6', V2, q)
+          if d + len - 1 > n then q = nil break end
+          if tag == 'ch1h' then P2, N2, T2 = q, len, exp
+          else
+            O2 = true
+            if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          end
+          q = d + len
+        end
+        if not q then
+          fail = redis.error_reply('freqcap: rule ' .. 'channel-1h' .. FOREIGN)
+        end
+      end
+    end
+    local OVS
+    do
+      local h = redis.pcall('HGETALL', KEYS[kb + 4])
+      if h.err then
+        reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
+        break
+      end
+      if #h > 0 then
+        OVS = {}
+        OVS.blk, OVS.ex, OVS.lims = overrides(h, now)
+      end
+    end
+
+    -- Phase 1: evaluate every rule, writing nothing.
+    local F1, U1, Z1, Y1, E1, X1
+    local j_1, nl_1, before_1, top_1
+    local mid_1, lt_1, lc_1
+    local F2, U2, Z2, Y2, E2, X2
+    local em_2, e_2
+    local used_2
+    local allowed = true
+    if not fail then repeat
+      local L = 2
+      if OVS and OVS.lims then
+        local lo = OVS.lims['content-59s']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[1] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
+      end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V1, P1, N1, T1, P1 and P1 + 13
+      -- The first record in (now-W, ...] is j (k+1: none); before, the
+      -- cumulative count before it (base when j = 1); nl and top, the newest
+      -- record's µs and cumulative count (0 and before: none in the window).
+      local W = 59000000
+      local k, j, before, nl, top = 0, 1, 0, 0, 0
+      if p then
+        k = (pl - 7) / 14
+        local hi, from = k + 1, now - W
+        while j < hi do
+          local m = (j + hi - (j + hi) % 2) / 2
+          if struct.unpack('<I7', v, pq + 14 * m - 7) > from then hi = m else j = m + 1 end
+        end
+        before = struct.unpack('<I7', v, pq + 14 * j - 14)
+      end
+      top = before
+      if j <= k then
+        nl, top = struct.unpack('<I7I7', v, pq + 14 * k - 7)
+        used = top - before
+        reset = nl + W - now
+        if c <= L and used + c > L then
+          -- Retry when the record where the count reaches the need leaves.
+          local need, lo, hi = before + used + c - L, j, k
+          while lo < hi do
+            local m = (lo + hi - (lo + hi) % 2) / 2
+            if struct.unpack('<I7', v, pq + 14 * m) >= need then hi = m else lo = m + 1 end
+          end
+          retry = struct.unpack('<I7', v, pq + 14 * lo - 7) + W - now
+        end
+      end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags = 0
+      end
+      j_1, nl_1, before_1, top_1 = j, nl, before, top
+      if flags ~= 1 then allowed = false end
+      F1, U1, Z1, Y1 = flags, used, reset, retry
+    until true end
+    if not fail then repeat
+      local code, L = "f", 5
+      if OVS and OVS.lims then
+        local lo = OVS.lims['channel-1h']
+        if lo then
+          L = lo[2]
+          OVS.lim = OVS.lim or {}
+          OVS.lim[2] = L
+          if not OVS.ovl or lo[1] > OVS.ovl[1] then OVS.ovl = {lo[1], lo[3]} end
+        end
+      end
+      local flags, used, reset, retry = 1, 0, 0, 0
+      local v, p, pl, pe, pq = V2, P2, N2, T2, P2 and P2 + 13
+      local e
+      if code == 'f' then
+        local W = 3600000000
+        e = now - now % W + W
+      else
+        local prev
+        for bv in string.gmatch('3600000000', '%d+') do
+          local bu = tonumber(bv) * 1000
+          if bu > now then
+            if prev then e = bu end
+            break
+          end
+          prev = bu
+        end
+        if not e then
+          fail = redis.error_reply('freqcap: calendar boundaries do not cover the server time (clock skew?)')
+          break
+        end
+      end
+      local em = e / 1000 -- ms, rounded up (inline: no call)
+      if em % 1 ~= 0 then em = em - em % 1 + 1 end
+      if p and pe == em then used = struct.unpack('<I7', v, pq) end
+      if used > 0 then reset = e - now end
+      if c > L then
+        flags = 2
+      elseif used + c > L then
+        flags, retry = 0, e - now
+      end
+      em_2, e_2 = em, e
+      if flags ~= 1 then allowed = false end
+      F2, U2, Z2, Y2 = flags, used, reset, retry
+    until true end
+    if fail then
+      reply = fail
+      break
+    end
+    if OVS then
+      if OVS.blk then
+        allowed = false
+      elseif OVS.ex then
+        allowed = true
+        if not OVS.ex[3] then op = 'p' end -- an uncounted exempt consumes nothing: a peek from here
+      end
+    end
+
+    -- Phase 2: consume from every rule, only if all admit.
+    if allowed and op == 't' then
+      do
+        local L = 2
+        if OVS and OVS.lim and OVS.lim[1] then L = OVS.lim[1] end
+        local v, p, pl, pq, used, reset = V1, P1, N1, P1 and P1 + 13, U1, Z1
+        local ent, exp
+        -- Trimmed to the window, c units at now added: the entry is base (before),
+        -- the records kept but the last (mid, as stored), then the last record
+        -- (lt µs, lc units), packed in one struct.pack (eval read every number it
+        -- needs: commit reads none).
+        local j, nl, before, top = j_1, nl_1, before_1, top_1
+        local W = 59000000
+        local k = 0
+        if p then k = (pl - 7) / 14 end
+        local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
+        if j <= k and nl == now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
+        elseif j <= k and nl < now then
+          mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
+        elseif j <= k then
+          -- The server clock went back: c units at now, in order (added to a
+          -- record at now), the later records' counts up by c; the newest record
+          -- stays the last.
+          local out, prev, added = {}, before, false
+          for z = j, k - 1 do
+            local t, u = struct.unpack('<I7I7', v, pq + 14 * z - 7)
+            if not added and t > now then
+              out[#out + 1], added = struct.pack('<I7I7', now, prev + c), true
+            end
+            prev = u
+            if added then
+              u = u + c
+            elseif t == now then
+              u, added = u + c, true
+            end
+            out[#out + 1] = struct.pack('<I7I7', t, u)
+          end
+          if not added then out[#out + 1] = struct.pack('<I7I7', now, prev + c) end
+          mid, lt = table.concat(out), nl
+        end
+        local hi = now
+        if nl > now then hi = nl end
+        exp = (hi + W) / 1000 -- ms, rounded up
+        if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
+        -- packs its set's whole value in one struct.pack from these values.
+        mid_1, lt_1, lc_1 = mid, lt, lc
+        used, reset = used + c, hi + W - now
+        U1, Z1, E1, X1 = used, reset, ent, exp
+      end
+      do
+        local L = 5
+        if OVS and OVS.lim and OVS.lim[2] then L = OVS.lim[2] end
+        local v, used, reset = V2, U2, Z2
+        local ent, exp
+        local em, e = em_2, e_2
+        used, reset, exp = used + c, e - now, em
+        used_2 = used
+        U2, Z2, E2, X2 = used, reset, ent, exp
+      end
+      do
+        local top = X1
+        ST1 = top
+        if O1 then -- other entries kept: its section built alone
+          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
+          local sv = Q1 and FMT .. string.sub(V3, Q1, Q1 + QN1 - 1)
+          local v, vtop = L().packv(sv, L().unpackv(sv), {E1}, top, nowms)
+          S1, ST1 = struct.pack('<c4I3I6c4', IT1, #v + 3, vtop, IX1) .. string.sub(v, 2), vtop
+        end
+      end
+      do
+        local top = X2
+        ST2 = top
+        if O2 then -- other entries kept: its section built alone
+          E2 = struct.pack('<c4I3I6I7', 'ch1h', 7, X2, used_2)
+          local sv = Q2 and FMT .. string.sub(V3, Q2, Q2 + QN2 - 1)
+          local v, vtop = L().packv(sv, L().unpackv(sv), {E2}, top, nowms)
+          S2, ST2 = struct.pack('<c4I3I6c4', IT2, #v + 3, vtop, IX2) .. string.sub(v, 2), vtop
+        end
+      end
+      do
+        local top = 0
+        if ST1 > top then top = ST1 end
+        if ST2 > top then top = ST2 end
+        if KT3 > top then top = KT3 end
+        local rest = '' -- the other sets' sections kept
+        if K3 then
+          if #K3 == 2 then
+            rest = string.sub(V3, K3[1], K3[2])
+          else
+            local o = {}
+            for j = 1, #K3, 2 do o[#o + 1] = string.sub(V3, K3[j], K3[j + 1]) end
+            rest = table.concat(o)
+          end
+        end
+        if not O3 and not S1 and not S2 then
+          -- The root's value in one struct.pack: its entries, then each nested
+          -- set's section (header, the id's last 4 bytes, its entries), then
+          -- the other sections kept.
+          redis.call('SET', KEYS[kb + 3], struct.pack('<c0c4I3I6c4c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0', FMT, IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, IT2, 4 + (13 + (7)), ST2, IX2, 'ch1h', 7, X2, used_2, rest), 'PXAT', top)
+        else
+          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7', IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1) end
+          if not S2 then S2 = struct.pack('<c4I3I6c4c4I3I6I7', IT2, 4 + (13 + (7)), ST2, IX2, 'ch1h', 7, X2, used_2) end
+          if not O3 then
+            redis.call('SET', KEYS[kb + 3], FMT .. S1 .. S2 .. rest, 'PXAT', top)
+          else
+            local v, vtop = L().packv(V3, L().unpackv(V3), {}, top, nowms, {[I1] = S1, [I2] = S2})
+            redis.call('SET', KEYS[kb + 3], v, 'PXAT', sf('%d', vtop))
+          end
+        end
+      end
+    end
+
+    -- The denial trail, as take.lua writes it.
+    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+      local tkey = KEYS[kb + tk]
+      local tv = ARGV[tb + 8]
+      if tv ~= '' then tv = '|' .. tv end
+      local ent = {}
+      if OVS and OVS.blk then
+        local ra = 0
+        if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
+      else
+        if F2 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'channel-1h', U2, (OVS and OVS.lim and OVS.lim[2]) or 5, c, Y2, F2 / 2) .. tv
+        end
+        if F1 ~= 1 then
+          ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'content-59s', U1, (OVS and OVS.lim and OVS.lim[1]) or 2, c, Y1, F1 / 2) .. tv
+        end
+      end
+      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+    end
+    local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)
+    reply = struct.pack('<Bi7Bi7i7i7Bi7i7i7', (allowed and 1 or 0) + (OVR and 4 or 0), now,
+      F1, U1, Z1, Y1,
+      F2, U2, Z2, Y2)
+    if OVR then
+      reply = {reply, sf('%d', OVR[1]) .. '|' .. sf('%d', (OVS and OVS.lim and OVS.lim[1]) or 2) .. ',' .. sf('%d', (OVS and OVS.lim and OVS.lim[2]) or 5) .. '|' .. OVR[2]}
+    end
+  until true
+  if attempts == 1 then return reply end
+  replies[a] = reply
+  kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
+  ab = ab + 8 + 1
+end
+return replies
