@@ -142,8 +142,9 @@ type Rule struct {
 	// subject: the rules of a Request with the same Group have the same
 	// dimensions and the same values, and no other set of dimensions,
 	// subject or policy has it. A backend may keep the state of all of
-	// them under it (the Redis backend packs them into one value) or use
-	// Key (the memory backend).
+	// them under it (the Redis backend packs them into one value, kept
+	// inside the value of the Group that ends in '=' when this one extends
+	// it: one key per subject) or use Key (the memory backend).
 	//
 	// The sdk cuts every key of one Request (Key, Group, TrailKey,
 	// ReservationKey) out of one string, so keeping any of them keeps

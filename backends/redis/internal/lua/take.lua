@@ -124,6 +124,16 @@ local nowms = math.floor(now / 1000)
 -- would build it anew on every run of the script). An attempt ends early
 -- by setting its reply (fail, from inside a rule loop) and breaking out of
 -- its repeat block.
+-- vkey returns the name of the attempt's key index k (keys from kb) in
+-- reservations and to holds.lua: a nested set's VKEY (nest: the
+-- attempt's nested sets), else its key.
+local function vkey(kb, nest, k)
+  local nk = nest and nest[k]
+  if not nk then return KEYS[kb + k] end
+  local root = KEYS[kb + nk[1]]
+  return root .. '%n' .. string.sub(KEYS[kb + k], #root + 1)
+end
+
 local attempts = tonumber(ARGV[1])
 local replies = {}
 local NONE = {} -- no logs (most attempts): read-only
@@ -142,14 +152,6 @@ for a = 1, attempts do
     for ki, ri, u in string.gmatch(ARGV[ab + A_NEST], '(%d+):(%d+)(u?)') do
       nest[tonumber(ki)] = {tonumber(ri), u == 'u', sectid(KEYS[kb + tonumber(ki)])}
     end
-  end
-  -- vkey returns the name of key index k in reservations and to holds.lua:
-  -- a nested set's VKEY, else its key.
-  local function vkey(k)
-    local nk = nest and nest[k]
-    if not nk then return KEYS[kb + k] end
-    local root = KEYS[kb + nk[1]]
-    return root .. '%n' .. string.sub(KEYS[kb + k], #root + 1)
   end
   repeat
     -- Idempotency: a live record means this attempt was decided before.
@@ -316,8 +318,8 @@ for a = 1, attempts do
       end
       if not need then break end
       local named = {}
-      for k = 1, nk do named[vkey(k)] = k end
-      holds(now).lapse(KEYS[kb + hk], named, vkey, vals, logs)
+      for k = 1, nk do named[vkey(kb, nest, k)] = k end
+      holds(now).lapse(KEYS[kb + hk], named, function(k) return vkey(kb, nest, k) end, vals, logs)
     end
     if fail then
       reply = fail
@@ -536,7 +538,7 @@ for a = 1, attempts do
         local L = tonumber(ARGV[b + R_LIMIT])
         local tag = ARGV[b + R_TAG]
         local ki = tonumber(ARGV[b + R_KEY])
-        local key = vkey(ki)
+        local key = vkey(kb, nest, ki)
         local o = 3 + (r - 1) * 4
         local x = st[r]
         local used, reset = res[o + 1], res[o + 2]
