@@ -17,17 +17,17 @@
 // arguments and reply, for less server time,
 // docs/benchmarks/HISTORY.md). A fast script is built once per process and set of
 // rules (cached) and loaded on a server at its first use there. The rules of a request that share their
-// dimensions keep their state in ONE key, the dimension set's
-// (driver.Rule.Group): fixed windows, calendar windows, sliding-window
-// counters and GCRA as entries of one packed string value, read with one
-// GET and written with one SET (or, when the entries keep their places,
-// lengths and expiries, one SETRANGE), sliding logs up to driver.LogLine
-// (and sliding windows evaluated as logs) too; larger sliding logs in one
-// sorted set per dimension set, whatever its log rules (logKey)
-// (docs/DESIGN.md, "Redis layout"). A set over more than the shard
-// dimensions keeps its packed value as a section of the subject's root
-// key (the shard set's), whatever the policy's other rules: one
-// key per subject (docs/DESIGN.md, "One key per subject"). The denial trail is
+// dimensions keep their state in ONE packed string value: fixed windows,
+// calendar windows, sliding-window counters, GCRA and sliding logs up to
+// driver.LogLine (and sliding windows evaluated as logs) as its entries
+// (docs/DESIGN.md, "Redis layout"). It is stored at the dimension set's key
+// (driver.Rule.Group), or, for a set over more than the shard dimensions,
+// as a section of the subject's root key (the shard set's), whatever the
+// policy's other rules: one key per subject (docs/DESIGN.md, "One key per
+// subject"), read with one GET and written with one SET (or, when the
+// entries keep their places, lengths and expiries and the key holds no
+// section, one SETRANGE). Larger sliding logs are kept in one sorted set
+// per dimension set, whatever its log rules (logKey). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
 // earlier versions, and the nested sets' own keys. TakeBatch decides up to 128 requests per EVALSHA on a

@@ -20,7 +20,10 @@ type FastRule struct {
 	Tag    string
 	Key    int
 	// Root is the key index of the root whose value holds the rule's
-	// dimension set as a section (prelude.lua's nested sets), 0 for none.
+	// dimension set as a section (prelude.lua's nested sets), 0 for none:
+	// the same for every rule of a set, a set of no nesting itself, or the
+	// index after the rules' sets (a root no rule has; the attempt's key
+	// after its sets, before its overrides).
 	Root int
 	// Window is the rule's window in µs: a GCRA rule's rate under a
 	// limit override (FastOverrides) needs it.
@@ -48,9 +51,10 @@ func FastCode(code string) bool {
 // rules, with their ARGV written in as constants and the rule loops
 // unrolled, in shorter encodings of take.lua's ARGV and reply
 // (fast.lua.tmpl's header). rules must hold 1 to FastMax rules whose Code
-// FastCode accepts, with distinct 4-byte tags (not the hold marker's), and
-// Keys numbered from 1 in order of first use; otherwise Fast returns an
-// error. Fast executes the template on each call: a caller on a decision's
+// FastCode accepts, with distinct 4-byte tags (not the hold marker's),
+// Keys numbered from 1 in order of first use and Roots as FastRule says;
+// otherwise Fast returns an error. A script with nested sets takes their
+// ids as one more ARGV value (fast.lua.tmpl's header). Fast executes the template on each call: a caller on a decision's
 // path caches its scripts (backends/redis does, per set of rules).
 func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
 

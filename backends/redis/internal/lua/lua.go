@@ -2,7 +2,7 @@
 // benchmark's own scripts are in internal/bench/scripts).
 //
 // The sources are split by concern and joined here into complete scripts
-// ready for EVAL/EVALSHA (Take and Settle once, at init; a fast script
+// ready for EVAL/EVALSHA (Take, Settle and Reset once, at init; a fast script
 // each time Fast is called, which the backend caches per set of rules),
 // so that a decision stays one EVALSHA of one script:
 //
