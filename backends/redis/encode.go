@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -169,10 +170,9 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 }
 
 // nestArg returns take.lua's ARGV[a+A_NEST] for attempt a, whose rules
-// chose choices: "<ki>:<ri>," per dimension set kept as a section of its
-// root's value (nests; the root's key is added to the attempt's keys
-// when no rule names it), "u" after ri under Options.Upgrade; "" when
-// none (no allocation).
+// chose choices: a lua.NestRec per dimension set kept as a section of its
+// root's value (nests; the root's key is added to the attempt's keys when
+// no rule names it); "" when none (no allocation).
 func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice) string {
 	var out []byte
 	for i, c := range choices {
@@ -183,13 +183,13 @@ func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice) string {
 		if root == "" || !nests(c.key, root) {
 			continue
 		}
-		out = strconv.AppendInt(out, int64(a.index(c.key)), 10)
-		out = append(out, ':')
-		out = strconv.AppendInt(out, int64(a.index(root)), 10)
+		up := byte(0)
 		if b.opts.Upgrade {
-			out = append(out, 'u')
+			up = 1
 		}
-		out = append(out, ',')
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(c.key)))
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(root)))
+		out = append(append(out, up), sectionID(c.key)...)
 	}
 	return string(out)
 }

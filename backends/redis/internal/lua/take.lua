@@ -54,11 +54,11 @@
 --             1-based index of an earlier rule; 0 = none), comma-separated
 -- ARGV[a+A_WINDOWS]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
 --             comma-separated (a GCRA rule's rate under a limit override)
--- ARGV[a+A_NEST]  nested sets: "" or "<ki>:<ri>," per dimension set at key
---             index ki whose value is a section of the value at key index
---             ri (prelude.lua), with "u" after ri under Options.Upgrade: a
---             set without its section yet is read from its own key (the
---             layout before nesting), deleted once the section is written
+-- ARGV[a+A_NEST]  nested sets: "" or per dimension set whose value is a
+--             section of a root's (prelude.lua) struct NESTREC: its key
+--             index, its root's, 1 under Options.Upgrade (a set without its
+--             section yet is then read from its own key, the layout before
+--             nesting, deleted once the section is written), its id
 -- then RA per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
@@ -147,10 +147,12 @@ for a = 1, attempts do
   -- nest: key index -> {its root's key index, Options.Upgrade, its id},
   -- for the nested sets; nil (most attempts) when none.
   local nest
-  if ARGV[ab + A_NEST] ~= '' then
+  local nspec = ARGV[ab + A_NEST]
+  if nspec ~= '' then
     nest = {}
-    for ki, ri, u in string.gmatch(ARGV[ab + A_NEST], '(%d+):(%d+)(u?)') do
-      nest[tonumber(ki)] = {tonumber(ri), u == 'u', sectid(KEYS[kb + tonumber(ki)])}
+    for p = 1, #nspec, NESTLEN do
+      local ki, ri, u, id = struct.unpack(NESTREC, nspec, p)
+      nest[ki] = {ri, u == 1, id}
     end
   end
   repeat

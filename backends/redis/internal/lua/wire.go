@@ -40,7 +40,7 @@ const (
 	ArgShadows                // "" or one '0'/'1' per rule
 	ArgSeeds                  // "" or per rule its seed, comma-separated
 	ArgWindows                // "" or per rule its window µs (GCRA under overrides)
-	ArgNest                   // "" or the nested sets: "<key index>:<root's key index>[u]," each (u: Options.Upgrade)
+	ArgNest                   // "" or per nested set one NestRec
 	// HeaderArgs is the number of values per attempt before its rules'.
 	HeaderArgs = iota
 )
@@ -145,6 +145,12 @@ const (
 	Untouched     = "; not evaluated, nothing written (delete the key or reset the subject)"
 )
 
+// NestRec is take.lua's ARGV[a+A_NEST] per nested set (prelude.lua),
+// struct NESTREC, little-endian: the set's key index (2 bytes), its
+// root's (2 bytes), 1 under Options.Upgrade else 0 (1 byte), its id
+// (backends/redis's sectionID, 8 bytes).
+const NestRec = 2 + 2 + 1 + 8
+
 // FieldSlackMs is how long, in ms, a TairHash field holding a sliding
 // window's cell outlives the last ms the cell counts (SLACKMS in Lua;
 // modsliding.lua, and bare mode, backends/redis/bare.go). Cells are
@@ -186,6 +192,8 @@ var tokens = func() map[string]string {
 		"RECHDR":   quote(fmt.Sprintf("<Bi%dI%d", ReplyInt, RecordLen)),
 		"RECLEN":   quote(fmt.Sprintf("<I%d", RecordLen)),
 		"SLACKMS":  strconv.Itoa(FieldSlackMs),
+		"NESTREC":  quote("<I2I2Bc8"),
+		"NESTLEN":  strconv.Itoa(NestRec),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
 		"UNTOUCHED": quote(Untouched),
 	}
