@@ -303,8 +303,14 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 					name, ErrInvalidPolicy, c.Version, nf.Dimensions, r.Dimensions)
 			}
 			id := ruleID(nf)
+			if SameState(nf, r) {
+				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's state (only limit, burst or shadow differ, which keeps the counts: SameState): not a change",
+					name, ErrInvalidPolicy, c.Version)
+			}
 			if id == p.ids[i] {
-				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's identity (only limit or burst differ, which keeps the counts): not a change",
+				// Another meaning under the same keys (a GCRA rate, a limit
+				// across LogLine): From and the rule would share state.
+				return i, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
 					name, ErrInvalidPolicy, c.Version)
 			}
 			if c.At.IsZero() {

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -170,7 +171,12 @@ func (x *txn) load(a driver.Algorithm, r driver.Rule) (*shard, *entry, ruleState
 	if e == nil || e.kind != kindOf(a) {
 		return s, nil, ruleState{}
 	}
-	return s, e, ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
+	st := ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
+	if a == driver.GCRA {
+		t, _, _ := r.GCRAParams()
+		st.tat = alg.GCRARescale(st.tat, e.interval, t, x.now)
+	}
+	return s, e, st
 }
 
 // step steps st, the state of r running on a (runs), by cost.
@@ -533,6 +539,9 @@ func (x *txn) store(s *shard, e *entry, a driver.Algorithm, r driver.Rule, st ru
 		e = &entry{key: strings.Clone(r.Key), kind: kindOf(a)} // kept: not the caller's buffer
 	}
 	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
+	if a == driver.GCRA {
+		e.interval, _, _ = r.GCRAParams()
+	}
 	s.put(e, expiry(st, a, r), x.now)
 }
 
