@@ -190,8 +190,9 @@ type Rule struct {
 	// Epoch is the policy-store version that gave the rule its current
 	// identity (sdk/policyfile sets it; 0 for rules built in code). It is
 	// part of the rule's identity: a rule whose algorithm, window, cells,
-	// calendar or zone changed in a store version starts under new keys, from what
-	// its former self proves (WithChange).
+	// calendar or zone changed in a store version, or whose state would
+	// change its meaning (a GCRA rate: SameState), starts under new keys,
+	// from what its former self proves (WithChange).
 	Epoch int64
 }
 
