@@ -41,8 +41,9 @@
 // A rule marked Shadow ([Rule.AsShadow]) is evaluated, counted and
 // recorded but never denies ([Decision].ShadowDenied says what it would
 // have denied): try a stricter cap beside the enforced one. A rule whose
-// identity changes (algorithm, window, cells, calendar, zone: its Epoch)
-// starts under new keys; [WithChange] records what it was, so that the
+// identity changes (algorithm, window, cells, calendar, zone: its Epoch),
+// or whose state would change its meaning under the same keys (a GCRA
+// rate: [SameState]), starts under new keys; [WithChange] records what it was, so that the
 // former rule keeps enforcing until its state proves nothing more
 // ([RuleDecision].Before) and the new one starts from the units it
 // counted: a change never uncaps anyone. A policy built [WithOverrides]

@@ -123,7 +123,8 @@ func WithHotDenyCache(size int) PolicyOption {
 }
 
 // Change says that a rule's identity (algorithm, window, sub-windows,
-// calendar, zone) changed at At, in policy-store version Version: From is
+// calendar, zone), or the meaning of its state (a GCRA rate, a limit
+// across LogLine: SameState), changed at At, in policy-store version Version: From is
 // the rule as it was (its own Epoch included). sdk/policyfile derives
 // changes from a store's versions; code may give them too.
 //
@@ -151,9 +152,11 @@ type Change struct {
 // passed is enforced, its From evaluated just before the rule, oldest
 // first; each seeds from the next older one in reach, and the newest in
 // reach seeds the rule (see Change). NewPolicy checks each change: the
-// rule exists, From is a valid rule with the rule's dimensions and
-// another identity (a change of limit or burst alone keeps the counts and
-// is no Change), At is set and Version is at least 1 (it marks From in
+// rule exists, From is a valid rule with the rule's dimensions whose
+// state the rule does not keep (SameState: a change of limit, burst or
+// shadow alone keeps the counts and is no Change; a GCRA rate change is
+// one) and another identity (RuleIDs: a GCRA rate change under the same
+// Epoch would share From's keys), At is set and Version is at least 1 (it marks From in
 // decisions: RuleDecision.Before); errors wrap ErrInvalidPolicy or
 // ErrInvalidRule.
 func WithChange(rule string, changes ...Change) PolicyOption {
@@ -303,8 +306,14 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 					name, ErrInvalidPolicy, c.Version, nf.Dimensions, r.Dimensions)
 			}
 			id := ruleID(nf)
+			if SameState(nf, r) {
+				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's state (only limit, burst or shadow differ, which keeps the counts: SameState): not a change",
+					name, ErrInvalidPolicy, c.Version)
+			}
 			if id == p.ids[i] {
-				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's identity (only limit or burst differ, which keeps the counts): not a change",
+				// Another meaning under the same keys (a GCRA rate, a limit
+				// across LogLine): From and the rule would share state.
+				return i, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
 					name, ErrInvalidPolicy, c.Version)
 			}
 			if c.At.IsZero() {

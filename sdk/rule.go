@@ -76,6 +76,49 @@ func (r Rule) ExactLog() bool {
 	return driver.Rule{Algorithm: driver.Algorithm(r.Algorithm), Limit: r.Limit}.ExactLog()
 }
 
+// SameState reports whether rule b reads the state rule a left with the
+// same meaning, so that changing a into b (the same rule, by name)
+// carries every count exactly. It is the one test of that, for the policy
+// store's plans (sdk/policyfile: Modified, carries exactly, or a
+// transition carried conservatively) and for WithChange. The state keeps
+// its meaning when a and b have:
+//   - the same identity (RuleIDs: algorithm, window, cells, calendar,
+//     zone, dimensions, Epoch), which names the keys;
+//   - the same evaluation: both or neither an exact log (ExactLog: a
+//     sliding window's limit crossing LogLine moves its state between a
+//     log and cells);
+//   - for GCRA, the same emission interval (Window/Limit as
+//     driver.Rule.GCRAParams truncates it): the state is a theoretical
+//     arrival time, the units held times the interval, so read at another
+//     interval it holds another number of units (10 per 2h to 5 per 2h
+//     would halve everyone's count).
+//
+// So only the limit (GCRA: at the same interval, which a window changed
+// in proportion is not, being an identity change), the burst and the
+// shadow flag may differ. A change that does not keep the state carries
+// only as a Change (WithChange): the rule under a new Epoch, the former
+// rule enforced beside it and seeding it. A rule that is invalid (see
+// NewPolicy) keeps no state: SameState reports false.
+func SameState(a, b Rule) bool {
+	na, err := a.normalize()
+	if err != nil {
+		return false
+	}
+	nb, err := b.normalize()
+	if err != nil {
+		return false
+	}
+	if ruleID(na) != ruleID(nb) || na.ExactLog() != nb.ExactLog() {
+		return false
+	}
+	if na.Algorithm == AlgorithmGCRA {
+		ta, _, _ := driverRule(na).GCRAParams()
+		tb, _, _ := driverRule(nb).GCRAParams()
+		return ta == tb
+	}
+	return true
+}
+
 // The largest numbers a rule or a cost may hold, the same for every
 // backend: beyond them some backend could no longer count exactly, so
 // NewPolicy (or the call, for a cost) refuses them. They are sdk/driver's (see there for the arithmetic):
@@ -147,8 +190,9 @@ type Rule struct {
 	// Epoch is the policy-store version that gave the rule its current
 	// identity (sdk/policyfile sets it; 0 for rules built in code). It is
 	// part of the rule's identity: a rule whose algorithm, window, cells,
-	// calendar or zone changed in a store version starts under new keys, from what
-	// its former self proves (WithChange).
+	// calendar or zone changed in a store version, or whose state would
+	// change its meaning (a GCRA rate: SameState), starts under new keys,
+	// from what its former self proves (WithChange).
 	Epoch int64
 }
 

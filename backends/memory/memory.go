@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -163,14 +164,22 @@ func runs(r driver.Rule) driver.Algorithm {
 	return r.Algorithm
 }
 
-// load reads the state of r, which runs on a (runs).
-func (x *txn) load(a driver.Algorithm, r driver.Rule) (*shard, *entry, ruleState) {
-	s := x.shard(r.Key)
-	e := s.get(r.Key, x.now)
+// load reads the state of r, which runs on a (runs). A GCRA state stored
+// at another emission interval (the rule's rate changed under the same
+// keys) is read at r's (alg.GCRARescale): rescaled reports it, and any
+// take stores it so, allowed or not, as it stores a seed.
+func (x *txn) load(a driver.Algorithm, r driver.Rule) (s *shard, e *entry, st ruleState, rescaled bool) {
+	s = x.shard(r.Key)
+	e = s.get(r.Key, x.now)
 	if e == nil || e.kind != kindOf(a) {
-		return s, nil, ruleState{}
+		return s, nil, ruleState{}, false
 	}
-	return s, e, ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
+	st = ruleState{fixed: e.fixed, sliding: e.sliding, log: e.log, tat: e.tat}
+	if t, _, _ := r.GCRAParams(); a == driver.GCRA && e.interval != t {
+		st.tat = alg.GCRARescale(st.tat, e.interval, t, x.now)
+		rescaled = true
+	}
+	return s, e, st, rescaled
 }
 
 // step steps st, the state of r running on a (runs), by cost.
@@ -411,7 +420,7 @@ type ruleEval struct {
 	ent       *entry // nil: no state of the rule's kind (load)
 	cur, next ruleState
 	verdict   verdict
-	seeded    bool // cur is a seed (driver.Rule.Seed)
+	seeded    bool // cur is a seed (driver.Rule.Seed) or a rescaled GCRA state (load)
 	took      bool // the rule took the cost (commit)
 }
 
@@ -423,7 +432,7 @@ func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
 	for i, r := range rules {
 		re := &ev.rules[i]
 		re.alg = runs(given[i])
-		re.shard, re.ent, re.cur = x.load(re.alg, r)
+		re.shard, re.ent, re.cur, re.seeded = x.load(re.alg, r)
 		if r.Seed > 0 && re.ent == nil {
 			from := &ev.rules[r.Seed-1]
 			re.cur = seed(from.cur, from.alg, rules[r.Seed-1], re.alg, r, x.now)
@@ -533,6 +542,9 @@ func (x *txn) store(s *shard, e *entry, a driver.Algorithm, r driver.Rule, st ru
 		e = &entry{key: strings.Clone(r.Key), kind: kindOf(a)} // kept: not the caller's buffer
 	}
 	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
+	if a == driver.GCRA {
+		e.interval, _, _ = r.GCRAParams()
+	}
 	s.put(e, expiry(st, a, r), x.now)
 }
 

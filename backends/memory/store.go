@@ -45,10 +45,15 @@ type entry struct {
 	idx  int // position in the shard's expiry heap
 	kind kind
 
-	fixed        fixedState
-	sliding      slidingState
-	log          logState
-	tat          time.Time
+	fixed   fixedState
+	sliding slidingState
+	log     logState
+	tat     time.Time
+	// interval is the emission interval tat was stored at (GCRA): read
+	// by a rule of another interval (its rate changed in code, under
+	// the same keys), tat is rescaled to it (alg.GCRARescale) so the
+	// units it holds keep their number.
+	interval     time.Duration
 	trail        []driver.Denial // oldest first
 	reservations map[string]*reservation
 	idem         *driver.Result    // the stored result of an idempotent request

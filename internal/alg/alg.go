@@ -8,6 +8,7 @@
 package alg
 
 import (
+	"math/bits"
 	"sort"
 	"time"
 
@@ -307,4 +308,30 @@ func GCRARefund(tat, at time.Time, r driver.Rule, cost int64, now time.Time) (ne
 		next = now
 	}
 	return next, true
+}
+
+// GCRARescale reads tat, a theoretical arrival time stored at emission
+// interval from, at interval to: the units it holds ahead of now,
+// (tat-now)/from, are kept, now spaced by to, so the count is the same
+// and drains at to's rate from now on. The result is rounded up to the
+// ns (never fewer units), and saturates at 2*driver.MaxTolerance ahead of
+// now (more only delays a full bucket further, as a seed's cap). A tat
+// not ahead of now holds nothing and is returned as is.
+func GCRARescale(tat time.Time, from, to time.Duration, now time.Time) time.Time {
+	if from <= 0 || to <= 0 || from == to || !tat.After(now) {
+		return tat
+	}
+	const ceiling = 2 * driver.MaxTolerance
+	hi, lo := bits.Mul64(uint64(tat.Sub(now)), uint64(to))
+	if hi >= uint64(from) {
+		return now.Add(ceiling)
+	}
+	q, rem := bits.Div64(hi, lo, uint64(from))
+	if rem != 0 {
+		q++
+	}
+	if q > uint64(ceiling) {
+		return now.Add(ceiling)
+	}
+	return now.Add(time.Duration(q))
 }

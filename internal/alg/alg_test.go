@@ -56,3 +56,28 @@ func TestFixedBounds(t *testing.T) {
 		})
 	}
 }
+
+func TestGCRARescale(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tests := []struct {
+		name     string
+		ahead    time.Duration // tat - now
+		from, to time.Duration
+		want     time.Duration // the result - now
+	}{
+		{"same interval", 47 * time.Minute, 12 * time.Minute, 12 * time.Minute, 47 * time.Minute},
+		{"slower: the count kept", 47 * time.Minute, 12 * time.Minute, 24 * time.Minute, 94 * time.Minute},
+		{"faster", 48 * time.Minute, 12 * time.Minute, 6 * time.Minute, 24 * time.Minute},
+		{"rounded up", 1, 3, 2, 1},
+		{"not ahead", -time.Minute, 12 * time.Minute, 24 * time.Minute, -time.Minute},
+		{"unknown interval", 10 * time.Minute, 0, 24 * time.Minute, 10 * time.Minute},
+		{"saturates", driver.MaxTolerance, time.Microsecond, driver.MaxTolerance, 2 * driver.MaxTolerance},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := GCRARescale(now.Add(tc.ahead), tc.from, tc.to, now).Sub(now); got != tc.want {
+				t.Errorf("GCRARescale(now%+v, %v, %v) = now%+v, want now%+v", tc.ahead, tc.from, tc.to, got, tc.want)
+			}
+		})
+	}
+}

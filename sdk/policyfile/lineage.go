@@ -23,14 +23,19 @@ const (
 	// Removed: a rule (or policy) the planned version lacks; its counts
 	// are dropped.
 	Removed
-	// Modified: the limit, burst or shadow flag changed (or, for a
-	// policy, a setting or a rule): the rule keeps its state, its counts
-	// carry exactly.
+	// Modified: the limit, burst or shadow flag changed and the state
+	// keeps its meaning (sdk.SameState; or, for a policy, a setting or a
+	// rule changed): the rule keeps its state, its counts carry exactly. A
+	// GCRA rule's limit is its rate: a limit change that moves its
+	// emission interval (Window/Limit) is no Modified but a Reidentified.
 	Modified
 	// Reidentified: the window, sub-windows, algorithm, calendar or zone
-	// changed: the rule starts under new keys (a new epoch) from what its
-	// former self proves, and the former rule is enforced beside it until
-	// its state proves nothing more (sdk.Change): carried conservatively.
+	// changed, or the state would change its meaning under the same keys
+	// (a GCRA rule's rate, hence its emission interval; a sliding window's
+	// limit across sdk.LogLine): the rule starts under new keys (a new
+	// epoch) from what its former self proves, and the former rule is
+	// enforced beside it until its state proves nothing more
+	// (sdk.Change): carried conservatively.
 	Reidentified
 	// Rekeyed: the rule's dimensions (or its policy's shard dimensions)
 	// changed: counts kept by other dimensions say nothing about the new
@@ -204,9 +209,9 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 				}
 				rd.Note = "starts afresh: counts kept by other dimensions prove nothing about the new ones"
 				warns = append(warns, fmt.Sprintf("policy %q rule %q is re-keyed (%s): its counts start afresh, so people it capped are uncapped for up to %v; confirm with -rekey (Plan.ConfirmRekey)", name, r.Name, why, reach(o)))
-			case oldIDs[j] != newIDs[i] || o.ExactLog() != r.ExactLog():
-				// A limit crossing sdk.LogLine keeps the identity but
-				// moves the state between a log and cells: a transition.
+			case !sdk.SameState(pp.rules[j], r): // both as the files give them, epoch 0
+				// Another identity, or the same keys with another meaning
+				// (a limit crossing sdk.LogLine, a GCRA rate): a transition.
 				r.Epoch = version
 				changes := append([]sdk.Change{{From: o, Version: version}}, live(prl.Changes)...)
 				lin.set(name, r.Name, ruleLineage{Epoch: r.Epoch, Changes: changes})
