@@ -30,7 +30,8 @@ import (
 // remembered by the server's backend for the policy's IdempotencyTTL
 // (its longest window): on Redis a restarted serve finds them; a serve
 // on the memory backend loses them when it restarts (and its counts with
-// them).
+// them). A fail-open policy's call answers degraded only once its
+// re-sends are spent (or its deadline would pass during the next pause).
 type Retry struct {
 	// Tries is the most sends of one call, the first included; 1 never
 	// re-sends and generates no idempotency keys. 0 means
