@@ -92,7 +92,7 @@ func BenchmarkServeMemory(b *testing.B) {
 		batch := run.batch
 		b.Run(run.name, func(b *testing.B) {
 			e := start(b, memory.New(nil), serve.Config{})
-			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Conns: run.conns, Protocol: run.proto})
+			c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Conns: run.conns, Protocol: run.proto, Retry: noRetry})
 			push := e.policies["push"]
 			var seq atomic.Int64
 			b.ReportAllocs()
@@ -126,7 +126,7 @@ func BenchmarkServeMemory(b *testing.B) {
 
 	b.Run("GRPC/Floor", func(b *testing.B) {
 		e := start(b, memory.New(nil), serve.Config{})
-		c := client.New(e.url, &client.Options{Timeout: 30 * time.Second})
+		c := client.New(e.url, &client.Options{Timeout: 30 * time.Second, Retry: noRetry})
 		push := e.policies["push"]
 		var seq atomic.Int64
 		b.ReportAllocs()
@@ -207,3 +207,9 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 func (w *discardWriter) WriteHeader(code int) { w.code = code }
+
+// noRetry keeps the benchmarks' takes without idempotency keys, as the
+// figures in docs/benchmarks were measured: client.DefaultRetry gives
+// each take one (one record per take, and no fast script or hot-deny
+// cache: docs/SERVE.md, "Retries after a lost reply").
+var noRetry = &client.Retry{Tries: 1}

@@ -13,14 +13,18 @@ import base64
 import os
 import random
 import time
+import uuid
 
 import grpc
 
 from freqcap.v1 import freqcap_pb2 as pb
 from freqcap.v1 import freqcap_pb2_grpc as rpc
 
-# Codes worth a retry: the call may not have been decided (or its answer
-# was lost): retry with the same idempotency key, which never counts twice.
+# Codes worth a retry: the call may not have been decided, or it was and
+# its answer was lost (serve killed or redeployed mid-call, a connection
+# reset, a deadline passed on the wire): retry with the same idempotency
+# key, which never counts twice. Every other code is serve's refusal of
+# the call itself: a retry gets the same.
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -30,23 +34,27 @@ def fingerprint(text):
     return base64.b32encode(digest).decode().lower().rstrip("=")
 
 
-def may_send(stub, token, user, text, message_id, tries=4):
+def may_send(stub, token, user, text, message_id=None, tries=5, deadline=4.0):
     """Takes one unit of policy "push" for (user, content); returns the
     Decision. Retries transient failures with exponential back-off and
-    jitter, with the message id as idempotency key."""
+    jitter, within deadline seconds in all, with one idempotency key: the
+    message id, or a random one made once, before the first send."""
     request = pb.TakeRequest(
         policy="push",
         subject={"user": user, "content": fingerprint(text)},
-        idempotency_key=message_id,
+        idempotency_key=message_id or uuid.uuid4().hex,
     )
+    end = time.monotonic() + deadline
     for attempt in range(tries):
         try:
-            return stub.Take(request, timeout=2.0,
+            return stub.Take(request, timeout=max(0.001, min(2.0, end - time.monotonic())),
                              metadata=[("authorization", "Bearer " + token)]).decision
         except grpc.RpcError as err:
-            if err.code() not in RETRYABLE or attempt == tries - 1:
+            pause = min(1.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5)
+            if (err.code() not in RETRYABLE or attempt == tries - 1
+                    or time.monotonic() + pause >= end):
                 raise
-            time.sleep(min(2.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
+            time.sleep(pause)
 
 
 def main():

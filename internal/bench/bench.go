@@ -390,7 +390,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 					return err
 				}
 				stops = append(stops, stop)
-				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout})
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry})
 				runs = append(runs, run{name, per, mk(c)})
 				return nil
 			}
@@ -410,7 +410,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 					return err
 				}
 				stops = append(stops, stop)
-				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout})
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry})
 				runs = append(runs, run{"serve floor: Peek through serve on the memory backend, nothing decided", 1, peekOne(c, policy, gen)})
 				ratios = append(ratios, [2]int{len(runs) - 1, 0}, [2]int{serveOne, len(runs) - 1})
 			}

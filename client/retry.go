@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// Retry says how a Client sends a call again when its reply may have been
+// lost: the server was killed or redeployed mid-call, a connection was
+// reset, a load balancer answered 502, 503 or 504, the server's backend
+// failed, or the call's own deadline (PerTry, or serve's
+// --request-timeout) passed while the caller's still had time. Only
+// Take, Allow, Reserve and TakeBatch, which carry idempotency keys, and
+// the calls that consume nothing (Peek, PeekBatch, Inspect) are re-sent;
+// Commit, Cancel, Reset and the administrative calls never are.
+//
+// A consuming call is re-sent with the same idempotency key, so it is
+// decided once: a re-send of an attempt the server had decided gets the
+// first decision back (Decision.Replayed) and consumes nothing more. An
+// attempt without a key gets one from the client (128 random bits,
+// base64url) before its first send, unless Tries is 1. Keys are
+// remembered by the server's backend for the policy's IdempotencyTTL
+// (its longest window): on Redis a restarted serve finds them; a serve
+// on the memory backend loses them when it restarts (and its counts with
+// them). A fail-open policy's call answers degraded only once its
+// re-sends are spent (or its deadline would pass during the next pause).
+type Retry struct {
+	// Tries is the most sends of one call, the first included; 1 never
+	// re-sends and generates no idempotency keys. 0 means
+	// DefaultRetry.Tries.
+	Tries int
+	// Backoff is the pause before the first re-send, doubled before each
+	// next one up to MaxBackoff, each drawn from [½, 1½) of it (0 means
+	// DefaultRetry's). A pause that would end past the call's deadline is
+	// not taken: the call returns its last error at once.
+	Backoff, MaxBackoff time.Duration
+	// PerTry bounds each send (0: only the call's context and
+	// Options.Timeout do), so that a server that stopped answering
+	// without closing the connection leaves time for a re-send. Set it
+	// above serve's --request-timeout: a send cut short may still have
+	// been decided, which costs a re-send, never a second decision.
+	PerTry time.Duration
+}
+
+// DefaultRetry is Options.Retry's default: 5 sends, pausing about 50,
+// 100, 200 and 400 ms between them, which rides out a replica's restart
+// or a load balancer's failover within a sender's usual deadline of a
+// few seconds, and no PerTry bound. Retries are on by default because a
+// sender that cannot tell whether its attempt counted either sends
+// without asking (uncapped) or gives up a send it was allowed; the
+// price is one idempotency record per consuming attempt, kept by the
+// backend for the policy's IdempotencyTTL, and such attempts skip the
+// server's hot-deny cache and Redis' one-policy fast scripts (the same
+// as an attempt with the caller's own key). A sender that gives every
+// attempt its own key (a message id) pays nothing more; Tries: 1 turns
+// retries and generated keys off.
+var DefaultRetry = Retry{Tries: 5, Backoff: 50 * time.Millisecond, MaxBackoff: time.Second}
+
+// withDefaults fills r's zero fields from DefaultRetry.
+func (r Retry) withDefaults() Retry {
+	if r.Tries <= 0 {
+		r.Tries = DefaultRetry.Tries
+	}
+	if r.Backoff <= 0 {
+		r.Backoff = DefaultRetry.Backoff
+	}
+	if r.MaxBackoff <= 0 {
+		r.MaxBackoff = max(DefaultRetry.MaxBackoff, r.Backoff)
+	}
+	return r
+}
+
+// newKey returns a fresh idempotency key: 128 random bits, base64url.
+func newKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// keyed returns a with an idempotency key: its own, or a new one when
+// c re-sends calls.
+func (c *Client) keyed(a sdk.Attempt) sdk.Attempt {
+	if a.IdempotencyKey == "" && c.retry.Tries > 1 {
+		a.IdempotencyKey = newKey()
+	}
+	return a
+}
+
+// lost reports whether err, the error of one send, leaves the call's
+// reply lost (or the call not done) in a way a re-send may mend, with ctx
+// (the whole call's) still live:
+//   - unavailable: no connection, a connection reset or GOAWAY before the
+//     reply, a proxy's 502, 503 or 504, serve's backend failed (the call
+//     may have been applied) or serve is shutting down (nothing was done);
+//   - deadline_exceeded: the send's own deadline or serve's passed, the
+//     caller's has not;
+//   - unknown, internal and canceled only when the client made them up
+//     (connect.IsWireError false): a stream reset, a reply cut off, a
+//     write to a closed connection. Sent by a server they are its answer.
+//
+// Every other code is the server's refusal of the call itself (invalid
+// input, credentials, scopes, lockout, no such policy): sending it again
+// cannot change it. fromServer is set for an error the server reported
+// in a reply (a batch entry's), which is never the transport's.
+func lost(ctx context.Context, err error, fromServer bool) bool {
+	var ce *connect.Error
+	if err == nil || ctx.Err() != nil || !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+		return true
+	case connect.CodeUnknown, connect.CodeInternal, connect.CodeCanceled:
+		return !fromServer && !connect.IsWireError(ce)
+	}
+	return false
+}
+
+// pause waits before re-send number n (1 for the first), and reports
+// false at once, without waiting, when the wait would end past ctx's
+// deadline or ctx ends first.
+func (c *Client) pause(ctx context.Context, n int) bool {
+	d := c.retry.Backoff
+	for i := 1; i < n && d < c.retry.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.retry.MaxBackoff)
+	d = d/2 + rand.N(d) // [½, 1½)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// send calls f, re-sending it while its error is lost and c.retry allows.
+// Each send gets a context bounded by Retry.PerTry.
+func (c *Client) send(ctx context.Context, f func(context.Context) error) error {
+	for n := 1; ; n++ {
+		err := c.try(ctx, f)
+		if n >= c.retry.Tries || !lost(ctx, err, false) || !c.pause(ctx, n) {
+			return err
+		}
+	}
+}
+
+// try is one send of f, bounded by Retry.PerTry.
+func (c *Client) try(ctx context.Context, f func(context.Context) error) error {
+	if c.retry.PerTry <= 0 {
+		return f(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.retry.PerTry)
+	defer cancel()
+	return f(ctx)
+}
