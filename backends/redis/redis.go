@@ -175,6 +175,12 @@ type Options struct {
 	// DefaultCoalesce. A negative N turns coalescing off: one EVALSHA per
 	// call.
 	Coalesce int
+	// Durability waits, after each decision that may consume, for
+	// replicas to acknowledge its writes (WAIT or WAITAOF in the script's
+	// round trip), and each decision says whether they did (see
+	// Durability). Default: the zero Durability, no wait: replication is
+	// asynchronous, and a failover may lose the latest decisions.
+	Durability Durability
 }
 
 // DefaultCoalesce is Options.Coalesce when it is 0: at most 2 coalesced
@@ -206,6 +212,8 @@ type Backend struct {
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).
 	eng atomic.Pointer[chosenEngine]
+	// dur is what Options.Durability needs to know (durable.go).
+	dur durableState
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
