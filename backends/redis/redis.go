@@ -56,6 +56,13 @@
 // Options.Detect overrides detection; Describe reports it; Redetect runs
 // it again.
 //
+// Replication is asynchronous: a failover may lose the latest decisions.
+// Options.Durability makes each decision that may consume wait for
+// replicas' acknowledgement (WAIT in the script's round trip) and say
+// whether it came (driver.Result.Durable); a decision whose wait timed out
+// stands, and is not made an error (docs/DESIGN.md, "Replication and
+// failover").
+//
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
 // timeout or a broken connection, whatever the client's MaxRetries. (A
