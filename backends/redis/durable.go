@@ -292,8 +292,8 @@ func (b *Backend) sendUnitsFor(ctx context.Context, todo []unit, reqs []request,
 			wait = wait || b.waits(reqs[i].op)
 		}
 	}
-	if !wait {
-		return b.sendUnits(ctx, todo, eval), nil
+	if _, ring := b.c.(*goredis.Ring); !wait || ring {
+		return b.sendUnits(ctx, todo, eval), nil // a Ring: no wait
 	}
 	cmds := b.unitCmds(ctx, todo, eval)
 	acks := make([]ack, len(todo))
@@ -310,8 +310,6 @@ func (b *Backend) sendUnitsFor(ctx context.Context, todo []unit, reqs []request,
 		}
 	case *goredis.ClusterClient:
 		b.clusterWaiting(ctx, c, todo, cmds, acks, aof)
-	default: // a Ring: no wait
-		return b.sendUnits(ctx, todo, eval), nil
 	}
 	return cmds, acks
 }
