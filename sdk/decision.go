@@ -66,6 +66,21 @@ type Decision struct {
 	// (a Block or an Exempt) or changed one of its rules' limits; its ID
 	// is 0 when none applied (see Limiter.SetOverride).
 	Override Override
+	// Durable reports that the replicas the backend was asked to wait for
+	// (the Redis backend's Options.Durability) acknowledged this
+	// decision's writes before the wait's timeout, so that a failover to
+	// one of them keeps its count; Replicas is how many replicas did.
+	// Both are zero (false, 0) when the backend waits for no replica (the
+	// default: replication is asynchronous, docs/DESIGN.md, "Replication
+	// and failover"), for decisions that consume nothing (Peek,
+	// PeekBatch), for degraded, Cached and Replayed decisions, and when fewer
+	// replicas than asked acknowledged in time. The decision stands in
+	// every case: it was made and counted on the master, and is never
+	// turned into an error (a retry would count it twice). A caller that
+	// needs certainty may treat an allowed decision that is not Durable as
+	// it sees fit, e.g. as a denial.
+	Durable  bool
+	Replicas int
 }
 
 // RuleDecision is one rule's part of a Decision.
@@ -235,6 +250,8 @@ func decide(policy string, rules []driver.Rule, before []int64, res driver.Resul
 		NonAtomic: res.NonAtomic,
 		Replayed:  res.Replayed,
 		Override:  res.Override,
+		Durable:   res.Durable,
+		Replicas:  res.Replicas,
 	}
 	for i, rd := range d.Rules {
 		if before != nil {

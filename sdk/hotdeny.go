@@ -186,6 +186,7 @@ func (e *hotEntry) decision(now time.Time) Decision {
 	el := now.Sub(e.at)
 	d := e.d
 	d.Cached = true
+	d.Durable, d.Replicas = false, 0 // nothing written now
 	d.At = d.At.Add(el)
 	d.RetryAfter = e.until.Sub(now)
 	d.Denied = slices.Clone(d.Denied)

@@ -140,8 +140,9 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		b.loadScripts(ctx, fss)
 	}
 	for pass := 0; len(todo) > 0; pass++ {
-		cmds := b.sendUnits(ctx, todo, pass == batchPasses-1 || evalFallback)
+		cmds, acks := b.sendUnitsFor(ctx, todo, reqs, rep, pass == batchPasses-1 || evalFallback)
 		again := b.unitReplies(ctx, todo, cmds, reqs, out, pass < batchPasses-1)
+		b.applyAcks(todo, cmds, acks, reqs, out) // Options.Durability
 		if len(again) == 0 {
 			break
 		}
@@ -215,8 +216,19 @@ func (b *Backend) units(reqs []request, rep *capability.Report, out []driver.Bat
 // sendUnits sends every unit in one pipeline, by EVAL when eval, else
 // EVALSHA, and returns their commands (answered).
 func (b *Backend) sendUnits(ctx context.Context, todo []unit, eval bool) []noRetryCmd {
-	cmds := make([]noRetryCmd, len(todo))
+	cmds := b.unitCmds(ctx, todo, eval)
 	pipe := b.c.Pipeline()
+	for k := range cmds {
+		_ = pipe.Process(ctx, cmds[k])
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	return cmds
+}
+
+// unitCmds returns the commands of the units: EVAL when eval, else
+// EVALSHA.
+func (b *Backend) unitCmds(ctx context.Context, todo []unit, eval bool) []noRetryCmd {
+	cmds := make([]noRetryCmd, len(todo))
 	for k := range todo {
 		u := &todo[k]
 		script, src, _ := b.scriptOf(u.fs)
@@ -227,9 +239,7 @@ func (b *Backend) sendUnits(ctx context.Context, todo []unit, eval bool) []noRet
 		}
 		u.args[2] = len(u.keys)
 		cmds[k] = noRetryCmd{goredis.NewCmd(ctx, u.args...)}
-		_ = pipe.Process(ctx, cmds[k])
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
 	return cmds
 }
 

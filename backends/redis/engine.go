@@ -78,22 +78,29 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 // decideOne runs one decision in an EVALSHA of its own: of its fast
 // script in the short form, or of take.lua.
 func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
-	if a, ok := b.fastAttempt(o, req, rep); ok {
-		v, err := b.run(ctx, a.s.script, a.s.src, rep.EvalOnly, a.keys, a.args())
-		if err != nil {
+	var (
+		v       any
+		err     error
+		a       ack // Options.Durability's wait
+		choices []ruleChoice
+	)
+	if f, ok := b.fastAttempt(o, req, rep); ok {
+		v, a, err = b.runFor(ctx, o, rep, f.s.script, f.s.src, f.keys, f.args())
+		choices = f.s.choices
+	} else {
+		var c call
+		if c, err = b.encode(o, req, time.Now(), rep); err != nil {
 			return driver.Result{}, err
 		}
-		return b.finish(o, req, a.s.choices, v)
+		v, a, err = b.runFor(ctx, o, rep, takeScript, lua.Take, c.keys, c.args)
+		choices = c.attempts[0]
 	}
-	c, err := b.encode(o, req, time.Now(), rep)
 	if err != nil {
 		return driver.Result{}, err
 	}
-	v, err := b.run(ctx, takeScript, lua.Take, rep.EvalOnly, c.keys, c.args)
-	if err != nil {
-		return driver.Result{}, err
-	}
-	return b.finish(o, req, c.attempts[0], v)
+	res, err := b.finish(o, req, choices, v)
+	a.apply(&res, b.opts.Durability.Replicas)
+	return res, err
 }
 
 func (m scriptMode) batch(ctx context.Context, reqs []request, out []driver.BatchResult) {
@@ -154,6 +161,9 @@ func (m scriptMode) notes() []string {
 	default:
 		out = append(out, fmt.Sprintf("coalescing: concurrent single decisions share multi-attempt scripts of up to %d attempts, at most %d in flight (Options.Coalesce)", batchAttempts, m.b.opts.Coalesce))
 	}
+	if n := m.b.durabilityNote(true); n != "" {
+		out = append(out, n)
+	}
 	return out
 }
 
@@ -195,6 +205,9 @@ func (m bareMode) notes() []string {
 	out := []string{n}
 	if m.b.opts.Coalesce > 0 {
 		out = append(out, "coalescing: not applied (no scripting: decisions run as bare commands)")
+	}
+	if n := m.b.durabilityNote(false); n != "" {
+		out = append(out, n)
 	}
 	return out
 }

@@ -56,6 +56,13 @@
 // Options.Detect overrides detection; Describe reports it; Redetect runs
 // it again.
 //
+// Replication is asynchronous: a failover may lose the latest decisions.
+// Options.Durability makes each decision that may consume wait for
+// replicas' acknowledgement (WAIT in the script's round trip) and say
+// whether it came (driver.Result.Durable); a decision whose wait timed out
+// stands, and is not made an error (docs/DESIGN.md, "Replication and
+// failover").
+//
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
 // timeout or a broken connection, whatever the client's MaxRetries. (A
@@ -175,6 +182,12 @@ type Options struct {
 	// DefaultCoalesce. A negative N turns coalescing off: one EVALSHA per
 	// call.
 	Coalesce int
+	// Durability waits, after each decision that may consume, for
+	// replicas to acknowledge its writes (WAIT or WAITAOF in the script's
+	// round trip), and each decision says whether they did (see
+	// Durability). Default: the zero Durability, no wait: replication is
+	// asynchronous, and a failover may lose the latest decisions.
+	Durability Durability
 }
 
 // DefaultCoalesce is Options.Coalesce when it is 0: at most 2 coalesced
@@ -206,6 +219,8 @@ type Backend struct {
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).
 	eng atomic.Pointer[chosenEngine]
+	// dur is what Options.Durability needs to know (durable.go).
+	dur durableState
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone

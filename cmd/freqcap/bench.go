@@ -22,9 +22,9 @@ const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --s
 Load test: -workers concurrent callers take decisions of one policy for
 -duration (after -warmup) over -subjects subjects, against the Redis
 deployment named, and print throughput and latency percentiles. -raw,
--baseline, -floor, -batch, -coalesce, -overrides, -serve, -recorder, -hot and -memory add
-comparison runs (see each flag); ratios are computed within the
-invocation.
+-baseline, -floor, -batch, -coalesce, -wait-replicas, -overrides, -serve,
+-recorder, -hot and -memory add comparison runs (see each flag); ratios are
+computed within the invocation.
 
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is
@@ -71,10 +71,12 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
 	fs.BoolVar(&cfg.Keep, "keep", false, "leave the runs' keys on the server (default: delete them when done, SCAN MATCH prefix then UNLINK)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the client to `FILE`")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "with -baseline, -raw, -batch, -coalesce, -wait-replicas, -recorder or -hot: alternate the compared runs this many times, every other round in reverse order (reduces noise and order effects); the ratios reported are medians")
 	fs.BoolVar(&cfg.Overrides, "overrides", false, "also run the policy with per-person overrides read in every decision (sdk.WithOverrides): with none set, and with one limit override per subject (the first rule's own limit: the same decisions), and report each one's ratio to the policy's run (with -raw, also to raw(R))")
 	fs.IntVar(&cfg.Batch, "batch", 0, "also run TakeBatch of `N` attempts per call (same workers) and report its ratio to one-by-one Allow")
 	fs.IntVar(&cfg.Coalesce, "coalesce", 0, "also run the policy one-by-one with redis.Options.Coalesce = `N` (concurrent single decisions share multi-attempt scripts, at most N in flight; -1: off, one EVALSHA per call; ignored on a cluster) and report its ratio to the default run (coalescing on, redis.DefaultCoalesce; with -raw, also to raw(R))")
+	fs.IntVar(&cfg.WaitReplicas, "wait-replicas", 0, "also run the policy one-by-one with redis.Options.Durability: each decision waits for `N` replicas' acknowledgement (WAIT in its round trip, at most -wait-timeout), and report its ratio to the run without and how many admissions said Durable")
+	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", 0, "with -wait-replicas: the wait's timeout (default redis.DefaultDurabilityTimeout)")
 	fs.BoolVar(&cfg.Hot, "hot", false, "hot-subject workload: all workers hammer -hot-subjects subjects, without and with a hot-deny cache (sdk.WithHotDenyCache); reports Redis round trips per decision for each")
 	fs.IntVar(&cfg.HotSubjects, "hot-subjects", 10, "with -hot: the number of hot subjects")
 	fs.IntVar(&cfg.HotCache, "hot-cache", 10000, "with -hot: the hot-deny cache size")

@@ -79,6 +79,8 @@ type serveFlags struct {
 	grace                    time.Duration
 	maxBatch, maxRequest     int
 	coalesce                 int
+	waitReplicas             int
+	waitTimeout              time.Duration
 	recorder                 bool
 	tokens                   []string
 	tlsCert, tlsKey          string
@@ -109,6 +111,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.IntVar(&f.maxBatch, "max-batch", serve.DefaultMaxBatch, "most attempts in one TakeBatch or PeekBatch")
 	fs.IntVar(&f.maxRequest, "max-request-bytes", serve.DefaultMaxRequestSize, "largest request message, in bytes")
 	fs.IntVar(&f.coalesce, "coalesce", 4, "Redis: concurrent single calls share scripts, at most `N` in flight (redis.Options.Coalesce; 0: off; ignored on a cluster)")
+	fs.IntVar(&f.waitReplicas, "wait-replicas", 0, "Redis: each consuming decision waits for `N` replicas' acknowledgement (WAIT, at most --wait-timeout) and says whether it came (durable); redis.Options.Durability; 0: no wait")
+	fs.DurationVar(&f.waitTimeout, "wait-timeout", redis.DefaultDurabilityTimeout, "Redis, with --wait-replicas: the wait's timeout")
 	fs.BoolVar(&f.recorder, "recorder", true, "record consuming decisions for the console's fleet charts (fleet.Recorder)")
 	fs.Func("token", "a credential `name:secret:grant[;grant…]`; repeatable (default $FREQCAP_SERVE_TOKENS)", func(v string) error {
 		f.tokens = append(f.tokens, v) // checked later: the flag package would print a secret
@@ -454,7 +458,8 @@ func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, ModuleStrategies: f.modules, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce)}
+	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, ModuleStrategies: f.modules, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce),
+		Durability: redis.Durability{Replicas: f.waitReplicas, Timeout: f.waitTimeout}}
 	c := goredis.NewUniversalClient(f.server.options())
 	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()

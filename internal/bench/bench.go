@@ -129,6 +129,14 @@ type Config struct {
 	// without one; with Hot, the HotDenyCache run with a recorder (every
 	// decision a cached denial counted in the top denied subjects).
 	Recorder bool
+	// WaitReplicas also runs the policy one by one through a backend with
+	// redis.Options.Durability{Replicas: WaitReplicas, Timeout:
+	// WaitTimeout} (each decision waits for that many replicas'
+	// acknowledgement: WAIT in its round trip) and reports its ratio to
+	// the run without, and how many of its admissions said Durable (0: no
+	// such run).
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// Serve also runs the policy through a freqcap serve on loopback
 	// (package serve, over its own Redis backend with Coalesce, 4 unless
 	// Coalesce says otherwise, as `freqcap serve` runs), called by the
@@ -169,6 +177,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration < 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return cfg, errors.New("bench: workers, subjects, values, duration and max must be positive, warmup >= 0")
+	}
+	if cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 {
+		return cfg, errors.New("bench: wait replicas and wait timeout must be >= 0")
 	}
 	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
 		return cfg, errors.New("bench: batch must be >= 0, coalesce >= -1, memory takes, rounds, hot subjects and hot cache > 0, timeout >= 0")
@@ -262,6 +273,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
 		recs      []*fleet.Recorder
+		tally     *durableTally // the WaitReplicas run's
 	)
 	defer func() {
 		for _, r := range recs {
@@ -379,6 +391,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			runs = append(runs, run{name, 1, allowOne(l, policy, gen)})
 			coalesced = len(runs) - 1
 			ratios = append(ratios, [2]int{coalesced, 0})
+		}
+		if cfg.WaitReplicas > 0 {
+			name, d, t, err := durableRun(ctx, client, bopts, cfg, policy, gen, cfg.Prefix+"-"+strconv.Itoa(len(runs)+1))
+			if err != nil {
+				return err
+			}
+			tally = t
+			runs = append(runs, run{name, 1, d})
+			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
 		if cfg.Serve {
 			// The same workload through a freqcap serve on loopback, as
@@ -534,6 +555,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			slices.Sort(v)
 			fmt.Fprintf(w, "median ratio %s / %s over %d rounds: %.2f (min %.2f, max %.2f)\n", runs[q[0]].name, runs[q[1]].name, len(v), v[len(v)/2], v[0], v[len(v)-1])
 		}
+	}
+	if tally != nil {
+		fmt.Fprintln(w, tally)
 	}
 	for _, r := range recs {
 		err := r.Close()

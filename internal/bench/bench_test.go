@@ -64,6 +64,11 @@ func TestBenchModes(t *testing.T) {
 			`^ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys: [0-9.]+ `,
 			`^median ratio policy push, coalesce 2 / policy push over 2 rounds: [0-9.]+ `,
 			`^median ratio policy push, coalesce 2 / raw\(4\) INCRBY\+PEXPIRE on 4 keys over 2 rounds: [0-9.]+ `}},
+		{"wait replicas", Config{WaitReplicas: 1, WaitTimeout: 5 * time.Millisecond}, nil, []string{
+			// The server has no replica: every admission waits and says not Durable.
+			`^policy push, waiting for 1 replica\(s\) \(WAIT\): .* errors 0;`,
+			`^ratio policy push, waiting for 1 replica\(s\) \(WAIT\) / policy push: [0-9.]+ `,
+			`^durability: 0 of [1-9][0-9]* admissions said Durable \(acknowledged by 1 replica\(s\) in time\)`}},
 		{"serve", Config{Serve: true, Batch: 20}, nil, []string{
 			`^policy push through serve \(gRPC, loopback, coalesce 4\): .* errors 0;`,
 			`^policy push through serve, TakeBatch of 20: .* \(\d+ calls of 20\) .* errors 0;`,
@@ -154,6 +159,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Redis: srv, Workers: -1}, "must be positive"},
 		{Config{Redis: srv, Batch: -1}, "batch must be >= 0"},
 		{Config{Redis: srv, Coalesce: -2}, "coalesce >= -1"},
+		{Config{Redis: srv, WaitReplicas: -1}, "wait replicas and wait timeout must be >= 0"},
 		{Config{Redis: srv, Warmup: -time.Second}, "warmup >= 0"},
 	} {
 		err := Run(context.Background(), tc.cfg, io.Discard)

@@ -93,7 +93,7 @@ func Decision(d sdk.Decision) *freqcapv1.Decision {
 		Allowed: d.Allowed, Policy: d.Policy, At: ts(d.At), Rules: Rules(d.Rules),
 		Denied: d.Denied, RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
 		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Replayed: d.Replayed, Cached: d.Cached,
-		ShadowDenied: d.ShadowDenied,
+		ShadowDenied: d.ShadowDenied, Durable: d.Durable, Replicas: int32(d.Replicas),
 	}
 	if d.Override.ID != 0 {
 		out.Override = Override(d.Override)
@@ -115,6 +115,7 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 		Rules: FromRules(in.GetRules()), Denied: in.GetDenied(), RetryAfter: fromDur(in.GetRetryAfter()),
 		CostTooHigh: in.GetCostTooHigh(), Degraded: in.GetDegraded(), NonAtomic: in.GetNonAtomic(),
 		Replayed: in.GetReplayed(), Cached: in.GetCached(), ShadowDenied: in.GetShadowDenied(),
+		Durable: in.GetDurable(), Replicas: int(in.GetReplicas()),
 	}
 	if o := in.GetOverride(); o != nil {
 		d.Override = FromOverride(o)

@@ -17,7 +17,7 @@ func TestRoundTrip(t *testing.T) {
 	at := time.Date(2026, 11, 24, 9, 0, 0, 123456789, time.UTC)
 	d := sdk.Decision{
 		Allowed: false, Policy: "push", At: at, Denied: []string{"b"}, RetryAfter: 1500 * time.Millisecond,
-		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true, ShadowDenied: []string{"c"},
+		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true, ShadowDenied: []string{"c"}, Durable: true, Replicas: 2,
 		Override: sdk.Override{ID: 12, Kind: sdk.OverrideLimit, Limits: map[string]int64{"b": 5}, Until: at.Add(time.Hour),
 			Reason: "partner", By: "ops", Created: at.Add(-time.Hour)},
 		Rules: []sdk.RuleDecision{

@@ -457,6 +457,18 @@ type Result struct {
 	// Override is the override that decided this Result or changed one of
 	// its rules' limits (Request.OverrideKey); ID 0 when none applied.
 	Override Override
+	// Replicas is, for a Take or Reserve (single, batched or coalesced)
+	// on a backend asked to wait for replicas after each decision (e.g.
+	// the Redis backend's Options.Durability), how many replicas
+	// acknowledged this decision's writes before the wait's timeout; and
+	// Durable reports that it is at least the number asked for. Both are
+	// zero when the backend waits for no replica (the default), for
+	// operations that consume nothing (Peek, Inspect) and for a replay
+	// (Replayed: the first decision's acknowledgement was its caller's).
+	// A decision that is not Durable stands all the same: it was made,
+	// and counted on the master.
+	Replicas int
+	Durable  bool
 }
 
 // Denial is one entry of a denial trail.

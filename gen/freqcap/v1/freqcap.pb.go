@@ -1411,6 +1411,14 @@ type Decision struct {
 	// policy_version is the policy-store version whose policy decided (0:
 	// policies from a file).
 	PolicyVersion int64 `protobuf:"varint,15,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// durable: the replicas the backend was asked to wait for (the Redis
+	// backend's durability option) acknowledged this decision's writes, so
+	// a failover keeps its count; replicas is how many did. Both zero when
+	// the backend waits for no replica (the default), for decisions that
+	// consume nothing, and for replayed, cached and degraded ones. A
+	// decision that is not durable stands: it was made and counted.
+	Durable       bool  `protobuf:"varint,16,opt,name=durable,proto3" json:"durable,omitempty"`
+	Replicas      int32 `protobuf:"varint,17,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1546,6 +1554,20 @@ func (x *Decision) GetOverride() *Override {
 func (x *Decision) GetPolicyVersion() int64 {
 	if x != nil {
 		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *Decision) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *Decision) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
 	}
 	return 0
 }
@@ -3683,7 +3705,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fAttemptError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xa6\x04\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xdc\x04\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12*\n" +
@@ -3702,7 +3724,9 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x06cached\x18\f \x01(\bR\x06cached\x12#\n" +
 	"\rshadow_denied\x18\r \x03(\tR\fshadowDenied\x120\n" +
 	"\boverride\x18\x0e \x01(\v2\x14.freqcap.v1.OverrideR\boverride\x12%\n" +
-	"\x0epolicy_version\x18\x0f \x01(\x03R\rpolicyVersion\"\xa1\x03\n" +
+	"\x0epolicy_version\x18\x0f \x01(\x03R\rpolicyVersion\x12\x18\n" +
+	"\adurable\x18\x10 \x01(\bR\adurable\x12\x1a\n" +
+	"\breplicas\x18\x11 \x01(\x05R\breplicas\"\xa1\x03\n" +
 	"\fRuleDecision\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x18\n" +
