@@ -441,7 +441,7 @@ func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
 
 // commit stores the rules' states — the stepped ones where the request
 // counts (counted) and the rule took the cost (a counted exempt: every
-// rule, past its limit), the seeds on any consuming take — records which
+// rule, past its limit up to driver.MaxUsed: exempt), the seeds on any consuming take — records which
 // rules took the cost (ruleEval.took) and writes each rule's result to
 // out.
 func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) {
