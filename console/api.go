@@ -149,20 +149,18 @@ func decisionJSON(d sdk.Decision) DecisionJSON {
 	return out
 }
 
-// maxBody is the largest request body accepted (API and forms).
-const maxBody = 64 << 10
-
 // decodeJSON reads the request body into v: one JSON object of at most
-// maxBody bytes (else 413), valid UTF-8 (else 400: the decoder would
+// bodyLimit bytes (else 413), valid UTF-8 (else 400: the decoder would
 // replace invalid bytes and make two byte strings one subject), no
 // unknown fields, and nothing after the object (else 400).
 func decodeJSON(c echo.Context, v any) error {
-	data, err := io.ReadAll(io.LimitReader(c.Request().Body, maxBody+1))
+	limit := bodyLimit(c.Request())
+	data, err := io.ReadAll(io.LimitReader(c.Request().Body, limit+1))
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, "cannot read the request body")
 	}
-	if len(data) > maxBody {
-		return echo.NewHTTPError(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBody))
+	if int64(len(data)) > limit {
+		return tooLarge(limit)
 	}
 	if !utf8.Valid(data) {
 		return echo.NewHTTPError(http.StatusBadRequest, "invalid JSON body: not valid UTF-8")

@@ -408,7 +408,9 @@ func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 				}
 				break
 			}
-			req.Body = http.MaxBytesReader(c.Response(), req.Body, maxBody)
+			if err := parseForm(c); err != nil {
+				return err
+			}
 			form := req.PostFormValue(csrfField)
 			if bind == "" || form == "" || subtle.ConstantTimeCompare([]byte(s.auth.csrfToken(bind)), []byte(form)) != 1 {
 				return echo.NewHTTPError(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")

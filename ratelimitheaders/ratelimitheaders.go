@@ -99,7 +99,9 @@ func setRateLimit(h http.Header, d sdk.Decision) {
 	}
 	b := strconv.AppendQuote(make([]byte, 0, 32+len(rd.Rule)), rd.Rule) // as %q
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, rd.Remaining, 10)
+	// Within [0, Limit] whatever a backend reported: never a negative or
+	// wrapped figure.
+	b = strconv.AppendInt(b, min(max(rd.Remaining, 0), max(rd.Limit, 0)), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, Seconds(t), 10)
 	h.Set("RateLimit", string(b))

@@ -3,6 +3,7 @@ package ratelimitheaders_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +123,43 @@ func TestCache(t *testing.T) {
 		t.Errorf("allocations per call: %v through the Cache, %v from Set; want fewer", cached, set)
 	}
 	t.Logf("allocations per call: %v through the Cache, %v from Set", cached, set)
+}
+
+// TestHeadersSaturated: a counted exempt drives a rule far past its
+// limit (takes of MaxLimit, until Used saturates at MaxUsed): RateLimit
+// says r=0, never a negative or wrapped figure; and whatever a backend
+// reports, r stays within [0, Limit].
+func TestHeadersSaturated(t *testing.T) {
+	p, err := sdk.NewPolicy("api", []sdk.Rule{sdk.FixedWindow("hourly", 3, time.Hour).By("user")}, sdk.WithOverrides())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clk}))
+	ctx := context.Background()
+	s := sdk.Subject{"user": "u1"}
+	if _, err := lim.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideExempt, Counted: true}); err != nil {
+		t.Fatal(err)
+	}
+	var d sdk.Decision
+	for range 40 { // 40 × 2^50 > 2^55, where the Redis reply used to wrap
+		if d, err = lim.Take(ctx, p, sdk.Attempt{Subject: s, Cost: sdk.MaxLimit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := d.Rules[0].Used; u != sdk.MaxUsed {
+		t.Errorf("Used = %d, want MaxUsed %d", u, int64(sdk.MaxUsed))
+	}
+	h := http.Header{}
+	ratelimitheaders.Set(h, p, d)
+	if got, want := h.Get("RateLimit"), `"hourly";r=0;`; !strings.HasPrefix(got, want) {
+		t.Errorf("RateLimit = %q, want %q…", got, want)
+	}
+	for _, rem := range []int64{-5, 1 << 55} {
+		d.Rules[0].Remaining = rem
+		ratelimitheaders.Set(h, p, d)
+		if got := h.Get("RateLimit"); !strings.HasPrefix(got, `"hourly";r=0;`) && !strings.HasPrefix(got, `"hourly";r=3;`) {
+			t.Errorf("RateLimit of Remaining %d = %q, want r within [0, 3]", rem, got)
+		}
+	}
 }

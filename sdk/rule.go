@@ -140,6 +140,14 @@ const (
 	// MinInterval is the shortest emission interval of a GCRA rule,
 	// Window/Limit: 1µs, the unit of the Redis backend's clock.
 	MinInterval = driver.MinInterval
+	// MaxUsed is the most units a rule counts, 2^52: only a counted
+	// exempt (OverrideExempt, Counted) takes a count past its limit, and
+	// Used saturates there instead of wrapping.
+	MaxUsed = driver.MaxUsed
+	// MaxDebt is how far ahead a counted exempt may push a GCRA rule's
+	// theoretical arrival time (how long the rule stays spent): 2^45 µs,
+	// about 407 days.
+	MaxDebt = driver.MaxDebt
 )
 
 // Rule is one cap: at most Limit units per Window for each combination of

@@ -22,7 +22,8 @@ import (
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over the
 // same policies, callers and handlers' bounds as FreqcapService:
 //
-//   - domain names the policy (the caller needs take on it);
+//   - domain names the policy (the caller needs take on it for the
+//     descriptors that consume, peek for those that peek);
 //   - each descriptor is one attempt, decided as TakeBatch decides it
 //     (atomic, all-or-nothing, on its own): its entries are the subject,
 //     key → dimension, value → value; a key the policy lacks, a key given
@@ -57,9 +58,15 @@ type descriptorAttempt struct {
 
 func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 	m := req.Msg
-	p, set, err := e.svc.policy(ctx, OpTake, m.GetDomain())
-	if err != nil {
-		return nil, err
+	// Each descriptor needs its own operation's grant: take to consume,
+	// peek to peek (as Take and Peek do).
+	var p *sdk.Policy
+	var set *policySet
+	for _, op := range envoyOps(m) {
+		var err error
+		if p, set, err = e.svc.policy(ctx, op, m.GetDomain()); err != nil {
+			return nil, err
+		}
 	}
 	ds := m.GetDescriptors()
 	if len(ds) == 0 {
@@ -118,6 +125,27 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 		}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// envoyOps are the operations m's descriptors do: take for those that
+// consume (every one when there are none, so that the grant is checked
+// first), peek for those whose hits_addend is 0.
+func envoyOps(m *rlsv3.RateLimitRequest) []Op {
+	var take, peek bool
+	for _, d := range m.GetDescriptors() {
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() == 0 {
+			peek = true
+		} else {
+			take = true
+		}
+	}
+	if peek && !take {
+		return []Op{OpPeek}
+	}
+	if peek {
+		return []Op{OpTake, OpPeek}
+	}
+	return []Op{OpTake}
 }
 
 // decide takes (TakeBatch) the consuming attempts and peeks the others,

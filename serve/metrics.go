@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -58,8 +59,9 @@ func callerOf(ctx context.Context) *Caller {
 	return c
 }
 
-// interceptor authenticates, refuses calls while draining, bounds each
-// call's time, and measures and logs it.
+// interceptor refuses calls while draining and those authFirst did not
+// authenticate (answering its refusal in the call's protocol), bounds
+// each call's time, and measures and logs it.
 func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -96,12 +98,9 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 		return nil, nil, wire.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
 			"the server is shutting down: nothing was done, retry on another replica")
 	}
-	caller := local
-	if s.callers != nil {
-		var err error
-		if caller, err = s.authenticate(req); err != nil {
-			return nil, nil, err
-		}
+	caller, err := s.authenticated(ctx) // authFirst's, before the body was read
+	if err != nil {
+		return nil, nil, err
 	}
 	annotate(ctx, AttrCaller.String(caller.Name))
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
@@ -110,20 +109,21 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 	return caller, res, err
 }
 
-// authenticate returns the caller whose secret req sends. A call that
+// authenticate returns the caller whose secret a call's headers h send,
+// from remoteAddr (authFirst, before the body is read). A call that
 // sends none is refused; one that sends a credential from an address
 // locked out (package lockout, the console's rule) is refused unchecked, with ResourceExhausted
 // and Retry-After; an unknown credential, or an Authorization header that
 // is not a bearer token, counts a failure against the address.
-func (s *Server) authenticate(req connect.AnyRequest) (*Caller, error) {
+func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error) {
 	noCredential := wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
 		`no credential: send "Authorization: Bearer <secret>"`)
-	if req.Header().Get("Authorization") == "" {
+	if h.Get("Authorization") == "" {
 		return nil, noCredential
 	}
-	remote := addrHost(req.Peer().Addr)
+	remote := addrHost(remoteAddr)
 	var caller *Caller
-	tok, ok := bearer(req.Header())
+	tok, ok := bearer(h)
 	v := s.lockout.Try(func() bool {
 		if ok {
 			caller = s.callers.find(tok)

@@ -355,7 +355,7 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 		x.deny(req, rules, res, cost, ov.block)
 	}
 	if committed && o == opReserve {
-		x.reserve(req, rules, ev.rules, cost)
+		x.reserve(req, rules, ev.rules)
 		res.ReservationID = req.ReservationID
 	}
 	x.remember(o, req, &res)
@@ -420,8 +420,9 @@ type ruleEval struct {
 	ent       *entry // nil: no state of the rule's kind (load)
 	cur, next ruleState
 	verdict   verdict
-	seeded    bool // cur is a seed (driver.Rule.Seed) or a rescaled GCRA state (load)
-	took      bool // the rule took the cost (commit)
+	seeded    bool  // cur is a seed (driver.Rule.Seed) or a rescaled GCRA state (load)
+	took      bool  // the rule took the cost (commit)
+	units     int64 // what it took: the cost, or less under a counted exempt (exempt)
 }
 
 // evaluate loads every rule's state (or its seed) and steps it by cost:
@@ -448,7 +449,7 @@ func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
 
 // commit stores the rules' states — the stepped ones where the request
 // counts (counted) and the rule took the cost (a counted exempt: every
-// rule, past its limit), the seeds on any consuming take — records which
+// rule, past its limit up to driver.MaxUsed: exempt), the seeds on any consuming take — records which
 // rules took the cost (ruleEval.took) and writes each rule's result to
 // out.
 func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) {
@@ -458,10 +459,10 @@ func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult
 		if counted {
 			switch {
 			case re.verdict.Allowed:
-				re.took = true
+				re.took, re.units = true, cost
 			case exempt: // counted exempt
-				re.next, _ = step(re.cur, re.alg, unbounded(r), cost, x.now)
-				re.took = true
+				re.next, re.units = x.exempt(re, r, cost)
+				re.took = re.units > 0
 			}
 			// A shadow rule that would deny is not consumed.
 			if re.took {
@@ -478,6 +479,25 @@ func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult
 		out[i] = ruleResult(r.ReportedLimit(), used, reset, re.verdict)
 		out[i].Strategy = strategyName(re.alg)
 	}
+}
+
+// exempt returns re's state after a counted exempt's cost, counted past
+// r's limit but saturating (driver.MaxUsed, driver.MaxDebt), and the
+// units counted (none: the rule is already at MaxUsed, and stays as it
+// is).
+func (x *txn) exempt(re *ruleEval, r driver.Rule, cost int64) (ruleState, int64) {
+	if re.alg == driver.GCRA {
+		next := re.cur
+		next.tat = alg.GCRAExempt(re.cur.tat, r, cost, x.now)
+		return next, cost
+	}
+	used, _ := report(re.cur, re.alg, r, x.now)
+	n := alg.Exempt(used, cost)
+	if n == 0 {
+		return re.cur, 0
+	}
+	next, _ := step(re.cur, re.alg, unbounded(r), n, x.now)
+	return next, n
 }
 
 // remember stores an idempotent request's Result under its key, and adds

@@ -42,15 +42,16 @@ func (rf refund) worthless() time.Time {
 }
 
 // reserve records req.ReservationID with the refund plan of the states
-// just stored: the rules that took the cost (ruleEval.took), as evaluated
-// (rules: with the limits overrides gave them).
-func (x *txn) reserve(req driver.Request, rules []driver.Rule, evs []ruleEval, cost int64) {
+// just stored: the rules that took the cost (ruleEval.took), each the
+// units it took, as evaluated (rules: with the limits overrides gave
+// them).
+func (x *txn) reserve(req driver.Request, rules []driver.Rule, evs []ruleEval) {
 	h := &reservation{exp: x.now.Add(req.ReservationTTL), refunds: make([]refund, 0, len(rules))}
 	for i, r := range rules {
 		if !evs[i].took {
 			continue
 		}
-		rf := refund{rule: r, alg: evs[i].alg, cost: cost}
+		rf := refund{rule: r, alg: evs[i].alg, cost: evs[i].units}
 		switch rf.alg {
 		case driver.FixedWindow:
 			rf.end = evs[i].next.fixed.end

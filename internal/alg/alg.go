@@ -279,6 +279,28 @@ func GCRAStep(tat time.Time, r driver.Rule, cost int64, now time.Time) (time.Tim
 	return next, Verdict{Allowed: true}
 }
 
+// GCRAExempt is the TAT after a counted exempt of cost (driver.Request's
+// OverrideKey), which counts whatever the limit: cost*T after max(tat,
+// now), at most driver.MaxDebt ahead of now (never less far than tat
+// already is). The Redis backend's alg/gcra.lua computes the same.
+func GCRAExempt(tat time.Time, r driver.Rule, cost int64, now time.Time) time.Time {
+	t, _, _ := r.GCRAParams()
+	ttl := max(tat.Sub(now), 0)
+	most := max(ttl, driver.MaxDebt)
+	if cost > int64((most-ttl)/t) { // cost*T > most-ttl, without overflow
+		return now.Add(most)
+	}
+	return now.Add(ttl + t*time.Duration(cost))
+}
+
+// Exempt is the units a counted exempt adds to a rule counting used (any
+// algorithm but GCRA, see GCRAExempt): cost, saturating at
+// driver.MaxUsed (none once there). The Redis backend's commits clamp
+// their cost the same way (alg/*.lua).
+func Exempt(used, cost int64) int64 {
+	return max(0, min(cost, driver.MaxUsed-used))
+}
+
 // GCRAReport: ttl = max(tat, now)-now, Remaining = floor((tol-ttl)/T)
 // clamped to [0, Burst+1] in exact integers, Used = Burst+1-Remaining,
 // ResetAfter = ttl.

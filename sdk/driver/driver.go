@@ -262,7 +262,9 @@ type Request struct {
 	//     RetryAfter until the block ends, zero for a block without end);
 	//   - else an Exempt admits: Result.Allowed is true whatever the
 	//     rules say; a Counted exempt consumes the cost from every rule
-	//     (Used may exceed Limit), an uncounted one consumes nothing;
+	//     (Used may exceed Limit, up to MaxUsed: the units beyond are not
+	//     counted; a GCRA rule's theoretical arrival time moves at most
+	//     MaxDebt ahead of now), an uncounted one consumes nothing;
 	//   - Limit overrides replace the limits of the rules they name
 	//     (Override.Limits; several: the latest ID wins per rule) before
 	//     the rules are evaluated; the RuleResults report the limits used.
@@ -692,6 +694,19 @@ const (
 	// Window/Limit: 1µs, the unit of the Redis backend's instants (there a
 	// shorter one would round, for one unit, to 0 or to a whole µs).
 	MinInterval = time.Microsecond
+	// MaxUsed is the most units a rule counts: 2^52, 4 × MaxLimit. Only a
+	// counted exempt (Request.OverrideKey) takes a count past its limit;
+	// it adds min(cost, MaxUsed-used) units, so Used saturates at MaxUsed
+	// instead of wrapping: a count plus a cost stays exact as a double
+	// (below 2^53) and within what every backend stores and reports.
+	// Once a rule is at MaxUsed, the exempt's attempts leave it as it is.
+	MaxUsed = 4 * MaxLimit
+	// MaxDebt is how far ahead of now a counted exempt may move a GCRA
+	// rule's theoretical arrival time: 2^45 µs, about 407 days, beyond
+	// twice any tolerance (MaxTolerance, what a seed can carry). A GCRA
+	// rule's Used is at most Burst+1 whatever its debt; the debt is how
+	// long the rule stays spent.
+	MaxDebt = (1 << 45) * time.Microsecond
 )
 
 // Cells returns a SlidingWindow rule's cell layout, the same for every

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // The wire between the redis backend and its scripts, declared once: the
@@ -192,6 +194,11 @@ var tokens = func() map[string]string {
 		"RECHDR":   quote(fmt.Sprintf("<Bi%dI%d", ReplyInt, RecordLen)),
 		"RECLEN":   quote(fmt.Sprintf("<I%d", RecordLen)),
 		"SLACKMS":  strconv.Itoa(FieldSlackMs),
+		// A counted exempt's saturation (driver.MaxUsed: the units a rule
+		// counts at most; driver.MaxDebt: how far ahead of now, in µs, it
+		// may move a GCRA rule's TAT).
+		"MAXUSED":  strconv.FormatInt(driver.MaxUsed, 10),
+		"MAXDEBT":  strconv.FormatInt(driver.MaxDebt.Microseconds(), 10),
 		"NESTREC":  quote("<I2I2Bc8"),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),

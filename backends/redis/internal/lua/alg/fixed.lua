@@ -38,6 +38,13 @@ end
 
 --@commit
 --@load em, e
+-- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+-- alg.Exempt): c is what this rule takes, none once it is there.
+local c = c
+if used + c > MAXUSED then
+  c = MAXUSED - used
+  if c < 0 then c = 0 end
+end
 used, reset, exp = used + c, e - now, em
 --@entry ENTINT, tag, 7, exp, used
 if plan then plan[#plan + 1] = 'F ' .. key .. ' ' .. tag .. ' ' .. sf('%d', exp) .. ' ' .. sf('%d', c) end

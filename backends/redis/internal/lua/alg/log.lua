@@ -64,11 +64,21 @@ end
 -- (lt µs, lc units), packed in one struct.pack (eval read every number it
 -- needs: commit reads none).
 --@load j, nl, before, top
+-- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+-- alg.Exempt): c is what this rule takes, none once it is there.
+local c = c
+if used + c > MAXUSED then
+  c = MAXUSED - used
+  if c < 0 then c = 0 end
+end
 local W = tonumber(ARGV[b + R_P1])
 local k = 0
 if p then k = (pl - 7) / 14 end
 local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-if j <= k and nl == now then
+if c == 0 then
+  -- None taken (saturated, so j <= k): the records in the window kept.
+  mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+elseif j <= k and nl == now then
   mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
 elseif j <= k and nl < now then
   mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -94,12 +104,24 @@ elseif j <= k then
   mid, lt = table.concat(out), nl
 end
 local hi = now
-if nl > now then hi = nl end
+if nl > now or c == 0 then hi = nl end
 exp = (hi + W) / 1000 -- ms, rounded up
 if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+-- The cumulative counts start again from 0 before they leave the range
+-- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+-- window): every record less the base, the counts the same.
+local base = before
+if base >= MAXUSED / 2 then
+  local out = {}
+  for z = 1, #mid / 14 do
+    local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+    out[z] = struct.pack('<I7I7', t, u - base)
+  end
+  mid, lc, base = table.concat(out), lc - base, 0
+end
 -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
 -- packs its set's whole value in one struct.pack from these values.
---@entry LOGENT, tag, 21 + #mid, exp, before, mid, lt, lc
+--@entry LOGENT, tag, 21 + #mid, exp, base, mid, lt, lc
 used, reset = used + c, hi + W - now
 if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
 

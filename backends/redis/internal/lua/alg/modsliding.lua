@@ -43,8 +43,17 @@ end
 st[r] = {i, (i + K + 1) * s}
 
 --@commit
+-- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+-- alg.Exempt): c is what this rule takes, none once it is there.
+local c = c
+if used + c > MAXUSED then
+  c = MAXUSED - used
+  if c < 0 then c = 0 end
+end
 local fld, leaves, cs = sf('%d', x[1]), x[2], sf('%d', c)
-if code == C_TAIRHASH then
+if c == 0 then
+  -- none taken (saturated): reported as evaluated
+elseif code == C_TAIRHASH then
   -- EXHINCRBY without a TTL option (EX/PX/PXAT replicate a wrong TTL,
   -- and the bare increment removes the TTL), then EXHPEXPIREAT: the
   -- field lives SLACKMS past the last ms the cell counts, (i+K+1)*s - 1
@@ -59,7 +68,7 @@ else
   redis.call('HPEXPIREAT', key, sf('%d', math.floor(leaves / 1000)), 'NX', 'FIELDS', 1, fld)
 end
 if plan then plan[#plan + 1] = code .. ' ' .. key .. ' ' .. fld .. ' ' .. cs .. ' ' .. sf('%d', leaves) end
-used, reset = used + c, leaves - now
+if c > 0 then used, reset = used + c, leaves - now end
 
 --@refund
 -- "t|h <key> <cell field> <cost> <dies µs>" (and "s", the one-key-per-

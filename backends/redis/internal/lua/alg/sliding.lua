@@ -77,6 +77,13 @@ end
 -- bytes copied around them; otherwise the cells are rebuilt from the
 -- oldest counted one holding units (or i) to the newest.
 --@load i, lo, K, s, list, top, newest, k, q
+-- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+-- alg.Exempt): c is what this rule takes, none once it is there.
+local c = c
+if used + c > MAXUSED then
+  c = MAXUSED - used
+  if c < 0 then c = 0 end
+end
 local hi = i
 if newest > i then hi = newest end
 exp = (hi + K + 1) * s / 1000 -- ms, rounded up
@@ -108,7 +115,9 @@ else
   local body = pints(out)
   ent = struct.pack(HDR, tag, #body, exp) .. body
 end
-used, reset = used + c, (hi + K + 1) * s - now
+-- None taken (saturated): reported as evaluated (a cell of 0 units
+-- holds none).
+if c > 0 then used, reset = used + c, (hi + K + 1) * s - now end
 if plan then
   plan[#plan + 1] = 'S ' .. key .. ' ' .. tag .. ' ' .. sf('%d', i) .. ' ' .. sf('%d', c) .. ' ' .. sf('%d', (i + K + 1) * s)
 end

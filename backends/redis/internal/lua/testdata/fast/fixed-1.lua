@@ -206,6 +206,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_1 = used
         U1, Z1, E1, X1 = used, reset, ent, exp

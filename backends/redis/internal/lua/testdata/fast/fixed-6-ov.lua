@@ -571,6 +571,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_1 = used
         U1, Z1, E1, X1 = used, reset, ent, exp
@@ -581,6 +588,13 @@ for a = 1, attempts do
         local v, used, reset = V2, U2, Z2
         local ent, exp
         local em, e = em_2, e_2
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_2 = used
         U2, Z2, E2, X2 = used, reset, ent, exp
@@ -591,6 +605,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U3, Z3
         local ent, exp
         local em, e = em_3, e_3
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_3 = used
         U3, Z3, E3, X3 = used, reset, ent, exp
@@ -601,6 +622,13 @@ for a = 1, attempts do
         local v, used, reset = V3, U4, Z4
         local ent, exp
         local em, e = em_4, e_4
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_4 = used
         U4, Z4, E4, X4 = used, reset, ent, exp
@@ -611,6 +639,13 @@ for a = 1, attempts do
         local v, used, reset = V2, U5, Z5
         local ent, exp
         local em, e = em_5, e_5
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_5 = used
         U5, Z5, E5, X5 = used, reset, ent, exp
@@ -621,6 +656,13 @@ for a = 1, attempts do
         local v, used, reset = V3, U6, Z6
         local ent, exp
         local em, e = em_6, e_6
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_6 = used
         U6, Z6, E6, X6 = used, reset, ent, exp

@@ -169,12 +169,18 @@ for a = 1, attempts do
         ttl = struct.unpack('<I7', v, pq) - now
         if ttl < 0 then ttl = 0 end
       end
-      local new = ttl
+      local new = ttl + c * T
       if c > L then
         flags = 2
-      else
-        new = ttl + c * T
-        if new > tol then flags, retry = 0, new - tol end
+      elseif new > tol then
+        flags, retry = 0, new - tol
+      end
+      -- What commit stores: a counted exempt takes c whatever the limit, the
+      -- TAT at most MAXDEBT µs ahead of now (driver.MaxDebt, alg.GCRAExempt;
+      -- never less far than it is). Exact: below MAXDEBT, new is an exact sum;
+      -- above, the double is too, and the cap replaces it.
+      if new > 35184372088832 then
+        if ttl > 35184372088832 then new = ttl else new = 35184372088832 end
       end
       local left = tol - ttl
       local q = left / T

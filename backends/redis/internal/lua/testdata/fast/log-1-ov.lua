@@ -169,7 +169,7 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local j_1, nl_1, before_1, top_1
-    local mid_1, lt_1, lc_1
+    local mid_1, base_1, lt_1, lc_1
     local allowed = true
     if not fail then repeat
       local L = 5
@@ -247,11 +247,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_1, nl_1, before_1, top_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 10000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -277,23 +287,35 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_1, lt_1, lc_1 = mid, lt, lc
+        mid_1, base_1, lt_1, lc_1 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
         local top = X1
         if V1 and not O1 and #V1 == 1 + 13 + (21 + #mid_1) and P1 == 2 and N1 == (21 + #mid_1) and T1 == X1 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c0I7I7', 'dddd', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1))
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c0I7I7', 'dddd', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c0I7I7', FMT, 'dddd', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1), 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c0I7I7', FMT, 'dddd', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1), 'PXAT', top)
         else
-          E1 = struct.pack('<c4I3I6I7c0I7I7', 'dddd', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
+          E1 = struct.pack('<c4I3I6I7c0I7I7', 'dddd', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end

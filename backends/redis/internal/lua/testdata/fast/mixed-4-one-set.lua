@@ -171,7 +171,7 @@ for a = 1, attempts do
     local tat_3
     local F4, U4, Z4, Y4, E4, X4
     local j_4, nl_4, before_4, top_4
-    local mid_4, lt_4, lc_4
+    local mid_4, base_4, lt_4, lc_4
     local allowed = true
     if not fail then repeat
       local code, L = "f", 3
@@ -282,12 +282,18 @@ for a = 1, attempts do
         ttl = struct.unpack('<I7', v, pq) - now
         if ttl < 0 then ttl = 0 end
       end
-      local new = ttl
+      local new = ttl + c * T
       if c > L then
         flags = 2
-      else
-        new = ttl + c * T
-        if new > tol then flags, retry = 0, new - tol end
+      elseif new > tol then
+        flags, retry = 0, new - tol
+      end
+      -- What commit stores: a counted exempt takes c whatever the limit, the
+      -- TAT at most MAXDEBT µs ahead of now (driver.MaxDebt, alg.GCRAExempt;
+      -- never less far than it is). Exact: below MAXDEBT, new is an exact sum;
+      -- above, the double is too, and the cap replaces it.
+      if new > 35184372088832 then
+        if ttl > 35184372088832 then new = ttl else new = 35184372088832 end
       end
       local left = tol - ttl
       local q = left / T
@@ -352,6 +358,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_1 = used
         U1, Z1, E1, X1 = used, reset, ent, exp
@@ -364,6 +377,13 @@ for a = 1, attempts do
         -- bytes copied around them; otherwise the cells are rebuilt from the
         -- oldest counted one holding units (or i) to the newest.
         local i, lo, K, s, list, top, newest, k, q = i_2, lo_2, K_2, s_2, list_2, top_2, newest_2, k_2, q_2
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local hi = i
         if newest > i then hi = newest end
         exp = (hi + K + 1) * s / 1000 -- ms, rounded up
@@ -395,7 +415,9 @@ for a = 1, attempts do
           local body = pints(out)
           ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
-        used, reset = used + c, (hi + K + 1) * s - now
+        -- None taken (saturated): reported as evaluated (a cell of 0 units
+        -- holds none).
+        if c > 0 then used, reset = used + c, (hi + K + 1) * s - now end
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
       do
@@ -423,11 +445,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_4, nl_4, before_4, top_4
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 86400000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -453,12 +485,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_4, lt_4, lc_4 = mid, lt, lc
+        mid_4, base_4, lt_4, lc_4 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U4, Z4, E4, X4 = used, reset, ent, exp
       end
@@ -471,13 +515,13 @@ for a = 1, attempts do
             and P2 == P1 + 13 + (7) and N2 == (#E2 - 13) and T2 == X2
             and P3 == P2 + 13 + (#E2 - 13) and N3 == (7) and T3 == X3
             and P4 == P3 + 13 + (7) and N4 == (21 + #mid_4) and T4 == X4 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4))
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, base_4, mid_4, lt_4, lc_4))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4), 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 't001', 7, X1, used_1, E2, 't003', 7, X3, tat_3, 't004', 21 + #mid_4, X4, base_4, mid_4, lt_4, lc_4), 'PXAT', top)
         else
           E1 = struct.pack('<c4I3I6I7', 't001', 7, X1, used_1)
           E3 = struct.pack('<c4I3I6I7', 't003', 7, X3, tat_3)
-          E4 = struct.pack('<c4I3I6I7c0I7I7', 't004', 21 + #mid_4, X4, before_4, mid_4, lt_4, lc_4)
+          E4 = struct.pack('<c4I3I6I7c0I7I7', 't004', 21 + #mid_4, X4, base_4, mid_4, lt_4, lc_4)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E2, E3, E4}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end

@@ -211,7 +211,7 @@ for a = 1, attempts do
     local tat_2
     local F3, U3, Z3, Y3, E3, X3
     local j_3, nl_3, before_3, top_3
-    local mid_3, lt_3, lc_3
+    local mid_3, base_3, lt_3, lc_3
     local F4, U4, Z4, Y4, E4, X4
     local i_4, lo_4, K_4, s_4, list_4, top_4, newest_4, k_4, q_4
     local allowed = true
@@ -261,12 +261,18 @@ for a = 1, attempts do
         ttl = struct.unpack('<I7', v, pq) - now
         if ttl < 0 then ttl = 0 end
       end
-      local new = ttl
+      local new = ttl + c * T
       if c > L then
         flags = 2
-      else
-        new = ttl + c * T
-        if new > tol then flags, retry = 0, new - tol end
+      elseif new > tol then
+        flags, retry = 0, new - tol
+      end
+      -- What commit stores: a counted exempt takes c whatever the limit, the
+      -- TAT at most MAXDEBT µs ahead of now (driver.MaxDebt, alg.GCRAExempt;
+      -- never less far than it is). Exact: below MAXDEBT, new is an exact sum;
+      -- above, the double is too, and the cap replaces it.
+      if new > 35184372088832 then
+        if ttl > 35184372088832 then new = ttl else new = 35184372088832 end
       end
       local left = tol - ttl
       local q = left / T
@@ -394,6 +400,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U1, Z1
         local ent, exp
         local em, e = em_1, e_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_1 = used
         U1, Z1, E1, X1 = used, reset, ent, exp
@@ -423,11 +436,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_3, nl_3, before_3, top_3
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 86400000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -453,12 +476,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_3, lt_3, lc_3 = mid, lt, lc
+        mid_3, base_3, lt_3, lc_3 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
@@ -470,6 +505,13 @@ for a = 1, attempts do
         -- bytes copied around them; otherwise the cells are rebuilt from the
         -- oldest counted one holding units (or i) to the newest.
         local i, lo, K, s, list, top, newest, k, q = i_4, lo_4, K_4, s_4, list_4, top_4, newest_4, k_4, q_4
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local hi = i
         if newest > i then hi = newest end
         exp = (hi + K + 1) * s / 1000 -- ms, rounded up
@@ -501,7 +543,9 @@ for a = 1, attempts do
           local body = pints(out)
           ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
-        used, reset = used + c, (hi + K + 1) * s - now
+        -- None taken (saturated): reported as evaluated (a cell of 0 units
+        -- holds none).
+        if c > 0 then used, reset = used + c, (hi + K + 1) * s - now end
         U4, Z4, E4, X4 = used, reset, ent, exp
       end
       do
@@ -509,12 +553,12 @@ for a = 1, attempts do
         if X3 > top then top = X3 end
         if V1 and not O1 and #V1 == 1 + 13 + (7) + 13 + (21 + #mid_3) and P1 == 2 and N1 == (7) and T1 == X1
             and P3 == P1 + 13 + (7) and N3 == (21 + #mid_3) and T3 == X3 then
-          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c4I3I6I7c0I7I7', 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3))
+          redis.call('SETRANGE', KEYS[kb + 1], 1, struct.pack('<c4I3I6I7c4I3I6I7c0I7I7', 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3))
         elseif not O1 then
-          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3), 'PXAT', top)
+          redis.call('SET', KEYS[kb + 1], struct.pack('<c0c4I3I6I7c4I3I6I7c0I7I7', FMT, 'u\000\001m', 7, X1, used_1, 'u\002dd', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3), 'PXAT', top)
         else
           E1 = struct.pack('<c4I3I6I7', 'u\000\001m', 7, X1, used_1)
-          E3 = struct.pack('<c4I3I6I7c0I7I7', 'u\002dd', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
+          E3 = struct.pack('<c4I3I6I7c0I7I7', 'u\002dd', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3)
           local v, vtop = L().packv(V1, L().unpackv(V1), {E1, E3}, top, nowms)
           redis.call('SET', KEYS[kb + 1], v, 'PXAT', sf('%d', vtop))
         end

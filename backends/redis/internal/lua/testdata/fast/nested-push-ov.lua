@@ -293,13 +293,13 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local j_1, nl_1, before_1, top_1
-    local mid_1, lt_1, lc_1
+    local mid_1, base_1, lt_1, lc_1
     local F2, U2, Z2, Y2, E2, X2
     local j_2, nl_2, before_2, top_2
-    local mid_2, lt_2, lc_2
+    local mid_2, base_2, lt_2, lc_2
     local F3, U3, Z3, Y3, E3, X3
     local j_3, nl_3, before_3, top_3
-    local mid_3, lt_3, lc_3
+    local mid_3, base_3, lt_3, lc_3
     local F4, U4, Z4, Y4, E4, X4
     local em_4, e_4
     local used_4
@@ -529,12 +529,18 @@ for a = 1, attempts do
         ttl = struct.unpack('<I7', v, pq) - now
         if ttl < 0 then ttl = 0 end
       end
-      local new = ttl
+      local new = ttl + c * T
       if c > L then
         flags = 2
-      else
-        new = ttl + c * T
-        if new > tol then flags, retry = 0, new - tol end
+      elseif new > tol then
+        flags, retry = 0, new - tol
+      end
+      -- What commit stores: a counted exempt takes c whatever the limit, the
+      -- TAT at most MAXDEBT µs ahead of now (driver.MaxDebt, alg.GCRAExempt;
+      -- never less far than it is). Exact: below MAXDEBT, new is an exact sum;
+      -- above, the double is too, and the cap replaces it.
+      if new > 35184372088832 then
+        if ttl > 35184372088832 then new = ttl else new = 35184372088832 end
       end
       local left = tol - ttl
       local q = left / T
@@ -571,11 +577,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_1, nl_1, before_1, top_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 59000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -601,12 +617,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_1, lt_1, lc_1 = mid, lt, lc
+        mid_1, base_1, lt_1, lc_1 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
@@ -620,11 +648,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_2, nl_2, before_2, top_2
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 60000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -650,12 +688,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_2, lt_2, lc_2 = mid, lt, lc
+        mid_2, base_2, lt_2, lc_2 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U2, Z2, E2, X2 = used, reset, ent, exp
       end
@@ -669,11 +719,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_3, nl_3, before_3, top_3
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 86400000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -699,12 +759,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_3, lt_3, lc_3 = mid, lt, lc
+        mid_3, base_3, lt_3, lc_3 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U3, Z3, E3, X3 = used, reset, ent, exp
       end
@@ -714,6 +786,13 @@ for a = 1, attempts do
         local v, used, reset = V1, U4, Z4
         local ent, exp
         local em, e = em_4, e_4
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_4 = used
         U4, Z4, E4, X4 = used, reset, ent, exp
@@ -741,7 +820,7 @@ for a = 1, attempts do
         if X4 > top then top = X4 end
         ST1 = top
         if O1 then -- other entries kept: its section built alone
-          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
+          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1)
           E4 = struct.pack('<c4I3I6I7', 'c01h', 7, X4, used_4)
           local sv = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
           local v, vtop = L().packv(sv, L().unpackv(sv), {E1, E4}, top, nowms)
@@ -778,15 +857,15 @@ for a = 1, attempts do
           -- The root's value in one struct.pack: its entries, then each nested
           -- set's section (header, the id's last 4 bytes, its entries), then
           -- the other sections kept.
-          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7c0', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5, rest), 'PXAT', top)
+          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7c0', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5, rest), 'PXAT', top)
         else
-          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
+          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
           if not S3 then S3 = struct.pack('<c4I3I6c4c4I3I6I7', IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) end
           if not O2 then
-            redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
+            redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
           else
-            E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, before_2, mid_2, lt_2, lc_2)
-            E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, before_3, mid_3, lt_3, lc_3)
+            E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2)
+            E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3)
             local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
             redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
           end

@@ -287,7 +287,7 @@ for a = 1, attempts do
     -- Phase 1: evaluate every rule, writing nothing.
     local F1, U1, Z1, Y1, E1, X1
     local j_1, nl_1, before_1, top_1
-    local mid_1, lt_1, lc_1
+    local mid_1, base_1, lt_1, lc_1
     local F2, U2, Z2, Y2, E2, X2
     local em_2, e_2
     local used_2
@@ -413,11 +413,21 @@ for a = 1, attempts do
         -- (lt µs, lc units), packed in one struct.pack (eval read every number it
         -- needs: commit reads none).
         local j, nl, before, top = j_1, nl_1, before_1, top_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local W = 59000000
         local k = 0
         if p then k = (pl - 7) / 14 end
         local mid, lt, lc = '', now, top + c -- none left in the window: one record at now
-        if j <= k and nl == now then
+        if c == 0 then
+          -- None taken (saturated, so j <= k): the records in the window kept.
+          mid, lt = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8), nl
+        elseif j <= k and nl == now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k - 8)
         elseif j <= k and nl < now then
           mid = string.sub(v, pq + 14 * j - 7, pq + 14 * k + 6)
@@ -443,12 +453,24 @@ for a = 1, attempts do
           mid, lt = table.concat(out), nl
         end
         local hi = now
-        if nl > now then hi = nl end
+        if nl > now or c == 0 then hi = nl end
         exp = (hi + W) / 1000 -- ms, rounded up
         if exp % 1 ~= 0 then exp = exp - exp % 1 + 1 end
+        -- The cumulative counts start again from 0 before they leave the range
+        -- doubles hold exactly (2^53: a counted exempt adds up to MAXUSED a
+        -- window): every record less the base, the counts the same.
+        local base = before
+        if base >= 4503599627370496 / 2 then
+          local out = {}
+          for z = 1, #mid / 14 do
+            local t, u = struct.unpack('<I7I7', mid, 14 * z - 13)
+            out[z] = struct.pack('<I7I7', t, u - base)
+          end
+          mid, lc, base = table.concat(out), lc - base, 0
+        end
         -- The entry, struct LOGENT: take.lua packs it here (ent); a fast script
         -- packs its set's whole value in one struct.pack from these values.
-        mid_1, lt_1, lc_1 = mid, lt, lc
+        mid_1, base_1, lt_1, lc_1 = mid, base, lt, lc
         used, reset = used + c, hi + W - now
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
@@ -458,6 +480,13 @@ for a = 1, attempts do
         local v, used, reset = V2, U2, Z2
         local ent, exp
         local em, e = em_2, e_2
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         used, reset, exp = used + c, e - now, em
         used_2 = used
         U2, Z2, E2, X2 = used, reset, ent, exp
@@ -466,7 +495,7 @@ for a = 1, attempts do
         local top = X1
         ST1 = top
         if O1 then -- other entries kept: its section built alone
-          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1)
+          E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1)
           local sv = Q1 and FMT .. string.sub(V3, Q1, Q1 + QN1 - 1)
           local v, vtop = L().packv(sv, L().unpackv(sv), {E1}, top, nowms)
           S1, ST1 = struct.pack('<c4I3I6c4', IT1, #v + 3, vtop, IX1) .. string.sub(v, 2), vtop
@@ -501,9 +530,9 @@ for a = 1, attempts do
           -- The root's value in one struct.pack: its entries, then each nested
           -- set's section (header, the id's last 4 bytes, its entries), then
           -- the other sections kept.
-          redis.call('SET', KEYS[kb + 3], struct.pack('<c0c4I3I6c4c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0', FMT, IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1, IT2, 4 + (13 + (7)), ST2, IX2, 'ch1h', 7, X2, used_2, rest), 'PXAT', top)
+          redis.call('SET', KEYS[kb + 3], struct.pack('<c0c4I3I6c4c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0', FMT, IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, IT2, 4 + (13 + (7)), ST2, IX2, 'ch1h', 7, X2, used_2, rest), 'PXAT', top)
         else
-          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7', IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, before_1, mid_1, lt_1, lc_1) end
+          if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7', IT1, 4 + (13 + (21 + #mid_1)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1) end
           if not S2 then S2 = struct.pack('<c4I3I6c4c4I3I6I7', IT2, 4 + (13 + (7)), ST2, IX2, 'ch1h', 7, X2, used_2) end
           if not O3 then
             redis.call('SET', KEYS[kb + 3], FMT .. S1 .. S2 .. rest, 'PXAT', top)

@@ -266,6 +266,13 @@ for a = 1, attempts do
         -- bytes copied around them; otherwise the cells are rebuilt from the
         -- oldest counted one holding units (or i) to the newest.
         local i, lo, K, s, list, top, newest, k, q = i_1, lo_1, K_1, s_1, list_1, top_1, newest_1, k_1, q_1
+        -- A counted exempt counts past the limit up to MAXUSED (driver.MaxUsed,
+        -- alg.Exempt): c is what this rule takes, none once it is there.
+        local c = c
+        if used + c > 4503599627370496 then
+          c = 4503599627370496 - used
+          if c < 0 then c = 0 end
+        end
         local hi = i
         if newest > i then hi = newest end
         exp = (hi + K + 1) * s / 1000 -- ms, rounded up
@@ -297,7 +304,9 @@ for a = 1, attempts do
           local body = pints(out)
           ent = struct.pack('<c4I3I6', tag, #body, exp) .. body
         end
-        used, reset = used + c, (hi + K + 1) * s - now
+        -- None taken (saturated): reported as evaluated (a cell of 0 units
+        -- holds none).
+        if c > 0 then used, reset = used + c, (hi + K + 1) * s - now end
         U1, Z1, E1, X1 = used, reset, ent, exp
       end
       do
