@@ -22,11 +22,12 @@ var _ driver.Batcher = (*Backend)(nil)
 // (NOSCRIPT): after SCRIPT LOAD with EVALSHA, then with EVAL.
 const batchPasses = 3
 
-// errReordered is the error of an entry that met an empty script cache
-// (NOSCRIPT, so it was not carried out) while a later request on the same
-// hash tag in the same batch was carried out: sending it again now would
-// reverse their order, so it is reported instead.
-var errReordered = errors.New("not carried out: the script cache was emptied during the batch and a later request on the same subject already ran")
+// errReordered is the error of an entry that was refused (NOSCRIPT: an
+// empty script cache; or a cluster's refusal, retry.go: not carried out)
+// while a later request on the same hash tag in the same batch was
+// carried out: sending it again now would reverse their order, so it is
+// reported instead (wrapping ErrNotRun).
+var errReordered = errors.New("a later request on the same subject in the batch already ran")
 
 // batchAttempts bounds the attempts one EVALSHA decides on a standalone
 // or Sentinel server: a batch of 1000 is 8 scripts in one pipeline.
@@ -139,14 +140,21 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 		b.loadScripts(ctx, fss)
 	}
-	for pass := 0; len(todo) > 0; pass++ {
-		cmds := b.sendUnits(ctx, todo, pass == batchPasses-1 || evalFallback)
-		again := b.unitReplies(ctx, todo, cmds, reqs, out, pass < batchPasses-1)
+	rs := b.resender()
+	for noScripts := 0; len(todo) > 0; {
+		cmds := b.sendUnits(ctx, todo, noScripts == batchPasses-1 || evalFallback)
+		again, refusals := b.unitReplies(ctx, todo, cmds, reqs, out, noScripts < batchPasses-1)
 		if len(again) == 0 {
 			break
 		}
-		if !evalFallback {
-			evalFallback = b.reload(ctx, again)
+		if refusals.noScript {
+			noScripts++
+			if !evalFallback {
+				evalFallback = b.reload(ctx, again)
+			}
+		}
+		if refusals.cluster {
+			again = b.pauseRefused(ctx, &rs, again, out)
 		}
 		todo = again
 	}
@@ -158,6 +166,8 @@ type unit struct {
 	idx  []int       // indices in reqs
 	tags []string    // their hash tags
 	fs   *fastScript // the fast script all of them run, or nil: take.lua
+	// refused is the cluster's refusal of its latest send (retry.go), or nil.
+	refused error
 	call
 }
 
@@ -234,13 +244,19 @@ func (b *Backend) sendUnits(ctx context.Context, todo []unit, eval bool) []noRet
 }
 
 // unitReplies writes the outcome of every unit to out, and returns, in
-// order, the units to send again (retry: a later pass remains).
+// order, the units to send again and the refusals among them: those
+// answered NOSCRIPT (retry: a later pass remains) and those the cluster
+// refused (refusalOf: clusterRefused; each unit's refusal is kept in
+// its refused, for Backend.pauseRefused).
 //
-// A unit answered NOSCRIPT is sent again only if every later unit with
-// one of its hash tags was answered NOSCRIPT too: then nothing after it
-// on those subjects ran, and order is kept.
-func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCmd, reqs []request, out []driver.BatchResult, retry bool) []unit {
-	var again []unit
+// A refused unit is sent again only if every later unit with one of its
+// hash tags was refused too: then nothing after it on those subjects
+// ran, and order is kept.
+func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCmd, reqs []request, out []driver.BatchResult, retry bool) ([]unit, unitRefusals) {
+	var (
+		again    []unit
+		refusals unitRefusals
+	)
 	ran := map[string]bool{} // hash tags with a later unit that may have run
 	for k := len(todo) - 1; k >= 0; k-- {
 		u := todo[k]
@@ -249,20 +265,27 @@ func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCm
 		for _, t := range u.tags {
 			later = later || ran[t]
 		}
-		if isNoScript(err) {
+		why := refusalOf(err)
+		if why == noScript {
 			b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
 		}
+		u.refused = nil
 		switch {
 		case err == nil:
 			for _, t := range u.tags {
 				ran[t] = true
 			}
 			b.unitResults(u, v, reqs, out)
-		case isNoScript(err) && retry && !later:
+		case why == noScript && retry && !later:
+			refusals.noScript = true
+			again = append(again, u)
+		case why == clusterRefused && !later:
+			reloadOnNoReply(ctx, b.c, err) // CLUSTERDOWN: the slot may have a new master
+			refusals.cluster, u.refused = true, err
 			again = append(again, u)
 		default:
-			if isNoScript(err) && later {
-				err = fmt.Errorf("%w (%w)", errReordered, err)
+			if why != mayHaveRun && later {
+				err = fmt.Errorf("%w: %w (%w)", ErrNotRun, errReordered, err)
 			} else {
 				reloadOnNoReply(ctx, b.c, err)
 			}
@@ -275,7 +298,7 @@ func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCm
 		}
 	}
 	slices.Reverse(again)
-	return again
+	return again, refusals
 }
 
 // unitResults decodes the reply v of unit u (one attempt's, or an array

@@ -202,6 +202,9 @@ type Backend struct {
 	// found or loaded on the server since the last one (loadScripts).
 	noScripts atomic.Uint64
 	takeThere atomic.Uint64
+	// resends counts the scripts sent again after a cluster refused
+	// them (retry.go).
+	resends resends
 	// co coalesces single decisions (Options.Coalesce); nil when off.
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).
@@ -294,12 +297,13 @@ type noRetryCmd struct{ *goredis.Cmd }
 // NoRetry tells go-redis not to replay the command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-// run sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
+// runOnce sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
 // restart, a failover, SCRIPT FLUSH), EVAL with the source; with
 // evalOnly (a server that refuses EVALSHA: capability.Report.EvalOnly),
 // EVAL at once. args starts with 3 placeholders for the command name,
 // script and key count. A NOSCRIPT reply is counted in b.noScripts.
-func (b *Backend) run(ctx context.Context, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
+// Backend.run (retry.go) sends it again while the cluster refuses it.
+func (b *Backend) runOnce(ctx context.Context, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
 	c := b.c
 	args[2] = len(keys)
 	var (
@@ -343,14 +347,6 @@ func reloadOnNoReply(ctx context.Context, c goredis.UniversalClient, err error) 
 		return // the server answered: its map is not the problem
 	}
 	cc.ReloadState(ctx)
-}
-
-func isNoScript(err error) bool {
-	if err == nil { // the common case, without errors.As's allocation
-		return false
-	}
-	var re goredis.Error
-	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Take checks req's rules and, if every enforced rule admits req.Cost,
@@ -542,7 +538,7 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 		d.Notes = append(d.Notes, note)
 	}
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
-		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
+		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master; "+resendNote)
 	}
 	if rep.Writable() != nil {
 		return d, nil // a replica: the report's notes and reasons say so, and no engine runs
