@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -84,6 +86,15 @@ func (l reshardLoad) run(t *testing.T, mc *redistest.MovableCluster, us []*resha
 	for i, u := range us {
 		slots[i] = u.slot
 	}
+	return l.runWith(t, func(ctx context.Context) (int, error) {
+		return mc.Shuttle(ctx, slots, redistest.ShuttleConfig{Moves: 2000, Hold: time.Millisecond})
+	}, call)
+}
+
+// runWith is run with mover moving the slots (until its ctx ends) and
+// returning its moves.
+func (l reshardLoad) runWith(t *testing.T, mover func(context.Context) (int, error), call func(ctx context.Context, rng *rand.Rand) error) int {
+	t.Helper()
 	ctx, stop := context.WithTimeout(context.Background(), l.within)
 	defer stop()
 	var (
@@ -93,7 +104,7 @@ func (l reshardLoad) run(t *testing.T, mc *redistest.MovableCluster, us []*resha
 	)
 	go func() {
 		defer close(moved)
-		moves, moveErr = mc.Shuttle(ctx, slots, redistest.ShuttleConfig{Moves: 2000, Hold: time.Millisecond})
+		moves, moveErr = mover(ctx)
 	}()
 	var (
 		wg    sync.WaitGroup
@@ -118,7 +129,7 @@ func (l reshardLoad) run(t *testing.T, mc *redistest.MovableCluster, us []*resha
 	stop()
 	<-moved
 	if moveErr != nil {
-		t.Fatalf("Shuttle: %v (after %d moves)", moveErr, moves)
+		t.Fatalf("moving slots: %v (after %d moves)", moveErr, moves)
 	}
 	if f := fails.Load(); f > 0 {
 		t.Errorf("%d calls failed (the first 10 above)", f)
@@ -307,4 +318,106 @@ func TestReshardDeadline(t *testing.T) {
 		t.Fatalf("Take after the move: %v", err)
 	}
 	checkRule(t, "Take after the move", res.Rules[0], true, 2, 100)
+}
+
+// crc16 is Redis Cluster's key hash (CRC16/XMODEM): a hash tag's slot is
+// crc16(tag) % 16384.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// TestReshardCoalesced: coalescing applies to a standalone client only,
+// and only a cluster refuses scripts this way, so a standalone client is
+// pointed at the master of one slot holding every subject, whose move to
+// another master is begun and abandoned again and again
+// (redistest.MovableCluster.AbandonMove): while it is under way, a
+// script naming a key the master lacks (a subject's trail, before its
+// first denial) is answered ASK, which a standalone client does not
+// follow. 16 goroutines take for 4 subjects, coalesced (Options.Coalesce
+// 2, the default) and not (-1): the refused scripts, and only they, are
+// sent again (a pipeline of coalesced scripts may have some run and
+// others refused, as the move begins between them), so no caller whose
+// deadline has not passed gets an error, none is admitted over the limit
+// and every count is exact.
+func TestReshardCoalesced(t *testing.T) {
+	mc := redistest.NewMovableCluster(t)
+	// Four subjects in one slot: hash tags of equal CRC16 mod 16384.
+	const prefix = "coal-"
+	slot := int(crc16(prefix+"0") % 16384)
+	tags := []string{prefix + "0"}
+	for i := 1; len(tags) < 4 && i < 10_000_000; i++ {
+		if v := prefix + strconv.Itoa(i); int(crc16(v)%16384) == slot {
+			tags = append(tags, v)
+		}
+	}
+	if len(tags) != 4 {
+		t.Fatalf("found %d tags in slot %d, want 4", len(tags), slot)
+	}
+	if got, err := mc.KeySlot("{" + tags[1] + "}"); err != nil || got != slot {
+		t.Fatalf("CLUSTER KEYSLOT of tag %q = %d, %v; want %d (crc16)", tags[1], got, err, slot)
+	}
+	owner, err := mc.Owner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		coalesce int
+	}{{"coalesced", 2}, {"uncoalesced", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := goredis.NewClient(testserver.Patient(NewClientOptions(mc.Addrs()[owner])).Simple())
+			defer c.Close()
+			// The probe names a key of the slot, which this master serves.
+			b := New(c, &Options{Coalesce: tc.coalesce, Detect: capability.Config{ProbeKey: "{" + tags[0] + "}:probe"}})
+			if _, err := b.Capabilities(context.Background()); err != nil { // before the moves: the probe key is never written
+				t.Fatalf("Capabilities: %v", err)
+			}
+			if (b.co != nil) != (tc.coalesce > 0) {
+				t.Fatalf("New(standalone, Coalesce %d): coalescing %v", tc.coalesce, b.co != nil)
+			}
+			us := make([]*reshardUser, len(tags))
+			for i, v := range tags {
+				s := subject{base: "fct:{" + v + "}:" + tc.name + ":"}
+				us[i] = &reshardUser{s: s, rule: s.fixed("day", 300, 24*time.Hour), slot: slot}
+			}
+			load := reshardLoad{workers: 16, calls: 2000, within: 6 * time.Second, perCall: 3 * time.Second}
+			flap := func(ctx context.Context) (int, error) {
+				n := 0
+				for ; ctx.Err() == nil && n < 2000; n++ {
+					if err := mc.AbandonMove(slot, (owner+1)%3, 3*time.Millisecond); err != nil {
+						return n, err
+					}
+					time.Sleep(2 * time.Millisecond) // the slot stable between two moves
+				}
+				return n, nil
+			}
+			var calls atomic.Int64
+			moves := load.runWith(t, flap, func(_ context.Context, rng *rand.Rand) error {
+				u := us[rng.IntN(len(us))]
+				cctx, cancel := context.WithTimeout(context.Background(), load.perCall)
+				defer cancel()
+				dl, _ := cctx.Deadline()
+				calls.Add(1)
+				res, err := b.Take(cctx, u.s.request(opTake, 1, u.rule).Request)
+				return u.decided(res, err, dl, time.Now())
+			})
+			resent := b.resends.count.Load()
+			t.Logf("%s: %d abandoned moves, %d scripts sent again after a refusal, %d calls", tc.name, moves, resent, calls.Load())
+			if resent == 0 {
+				t.Errorf("no script was refused and sent again: the moves did not meet the load")
+			}
+			checkReshardCounts(t, b, us)
+		})
+	}
 }

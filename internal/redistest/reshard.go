@@ -213,3 +213,32 @@ func (c *MovableCluster) Shuttle(ctx context.Context, slots []int, cfg ShuttleCo
 	}
 	return moves, nil
 }
+
+// AbandonMove starts moving slot to master to (SETSLOT IMPORTING on it,
+// MIGRATING on the owner), keeps it so for hold, then abandons the move
+// (SETSLOT STABLE on both) with every key where it was: for hold, a
+// command on the owner naming a key of slot that it lacks is answered ASK
+// (TRYAGAIN on the destination, for a command naming several keys).
+func (c *MovableCluster) AbandonMove(slot, to int, hold time.Duration) error {
+	from, err := c.Owner(slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return fmt.Errorf("slot %d: master %d owns it already", slot, to)
+	}
+	s := strconv.Itoa(slot)
+	if _, err := command(c.nodes[to].Addr(), "CLUSTER", "SETSLOT", s, "IMPORTING", c.ids[from]); err != nil {
+		return fmt.Errorf("slot %d: SETSLOT IMPORTING on %s: %w", slot, c.nodes[to].Addr(), err)
+	}
+	if _, err := command(c.nodes[from].Addr(), "CLUSTER", "SETSLOT", s, "MIGRATING", c.ids[to]); err != nil {
+		return fmt.Errorf("slot %d: SETSLOT MIGRATING on %s: %w", slot, c.nodes[from].Addr(), err)
+	}
+	time.Sleep(hold)
+	for _, i := range []int{from, to} {
+		if _, err := command(c.nodes[i].Addr(), "CLUSTER", "SETSLOT", s, "STABLE"); err != nil {
+			return fmt.Errorf("slot %d: SETSLOT STABLE on %s: %w", slot, c.nodes[i].Addr(), err)
+		}
+	}
+	return nil
+}
