@@ -31,6 +31,27 @@ func movable(t *testing.T) (*redistest.MovableCluster, *Backend, *goredis.Cluste
 	return mc, New(c, nil), c
 }
 
+// warmPool opens n connections of c (to each master of a cluster) before
+// a load: on this loaded machine, 16 callers dialling at once sometimes
+// wait seconds for their first connection, with or without moves.
+func warmPool(t *testing.T, c goredis.UniversalClient, n int) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cc, ok := c.(*goredis.ClusterClient); ok {
+				_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.Ping(ctx).Err() })
+				return
+			}
+			_ = c.Ping(ctx).Err()
+		}()
+	}
+	wg.Wait()
+}
+
 // reshardUser is one subject of a reshard test and its one rule.
 type reshardUser struct {
 	s    subject
@@ -182,7 +203,8 @@ func (u *reshardUser) decided(res driver.Result, err error, dl, done time.Time) 
 // one is admitted over the limit and every count on Redis is exactly the
 // takes admitted. Single takes, then batches.
 func TestReshardUnderLoad(t *testing.T) {
-	mc, b, _ := movable(t)
+	mc, b, c := movable(t)
+	warmPool(t, c, 12)
 	load := reshardLoad{workers: 12, calls: 3000, within: 6 * time.Second, perCall: 3 * time.Second}
 	report := func(what string, moves int, resent uint64, calls int) {
 		t.Logf("%s: %d slot moves, %d scripts sent again after a refusal, %d calls", what, moves, resent, calls)
@@ -383,6 +405,7 @@ func TestReshardCoalesced(t *testing.T) {
 			if _, err := b.Capabilities(context.Background()); err != nil { // before the moves: the probe key is never written
 				t.Fatalf("Capabilities: %v", err)
 			}
+			warmPool(t, c, 16)
 			if (b.co != nil) != (tc.coalesce > 0) {
 				t.Fatalf("New(standalone, Coalesce %d): coalescing %v", tc.coalesce, b.co != nil)
 			}
