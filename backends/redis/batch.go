@@ -54,8 +54,11 @@ const batchAttempts = 128
 // running the script, is followed). An EVALSHA answered NOSCRIPT (a
 // restart, a failover, SCRIPT FLUSH: not carried out) is sent again after
 // SCRIPT LOAD, in input order, unless a later request on the same hash
-// tag already ran: it then fails with an error saying it was not carried
-// out. A batch that mixes take.lua and fast scripts first makes sure the
+// tag already ran: it then fails with an error wrapping ErrNotRun. An
+// entry a cluster refused while a slot moves (TRYAGAIN, MOVED or ASK past
+// go-redis' redirects, CLUSTERDOWN: not carried out) is sent again the
+// same way after a pause, within ctx's deadline (see the package doc);
+// the entries that ran are never sent again. A batch that mixes take.lua and fast scripts first makes sure the
 // server has each (SCRIPT EXISTS, then SCRIPT LOAD of the missing), until
 // it has found them all and again after the backend met NOSCRIPT, so that
 // one script is not refused while another runs later requests.

@@ -59,8 +59,17 @@
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
 // timeout or a broken connection, whatever the client's MaxRetries. (A
-// replay could count one request twice.) NewClientOptions gives client
-// settings suited to a limiter.
+// replay could count one request twice.) Only a script the server
+// refused before running it is sent again: at once with EVAL after
+// NOSCRIPT; after a pause (2 ms doubling to 100 ms) while a Redis Cluster
+// refuses it as a slot moves or a failover ends (TRYAGAIN, MOVED or ASK
+// past go-redis' own redirects, CLUSTERDOWN), as long as the pause and a
+// round trip fit before ctx's deadline (without one, within 2 s). Past
+// that the call fails at once with an error wrapping ErrNotRun and the
+// refusal: nothing was counted. Batches and coalesced groups send again
+// only their refused entries (docs/DESIGN.md, "During a resharding or
+// failover"). NewClientOptions gives client settings suited to a
+// limiter.
 package redis
 
 import (

@@ -16,7 +16,7 @@ import (
 // ErrNotRun is wrapped by the error of a decision (or Commit, Cancel,
 // Reset) that the server refused without running its script, when the
 // backend could not send it again: the caller's deadline (or, without
-// one, the resend budget of 2 s) left no time for another try, the
+// one, the resend budget: see the package doc) left no time for another try, the
 // caller's ctx ended while it paused, or, in a batch, a later request on
 // the same subject had already run. Nothing was counted: the call may be
 // retried as it is. The refusal (TRYAGAIN, MOVED, ASK, CLUSTERDOWN or
