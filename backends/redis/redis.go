@@ -170,7 +170,8 @@ type Options struct {
 	//
 	// A call whose ctx ends while it waits returns ctx's error: if it was
 	// not sent yet nothing is consumed; if it was, its attempt may still
-	// run, as after any lost reply, and is never sent again. A script's
+	// run, as after any lost reply, and is never sent again once it may
+	// have run (only a server's refusal is, see the package doc). A script's
 	// reads are bounded by the deadline of the call that sends it (or the
 	// client's ReadTimeout), so a call whose deadline comes later may
 	// fail at the sender's. Two scripts in flight may run in either
