@@ -59,9 +59,10 @@ const batchAttempts = 128
 // go-redis' redirects, CLUSTERDOWN: not carried out) is sent again the
 // same way after a pause, within ctx's deadline (see the package doc);
 // the entries that ran are never sent again. A batch that mixes take.lua
-// and fast scripts first makes sure the server has each (SCRIPT EXISTS, then SCRIPT LOAD of the missing), until
-// it has found them all and again after the backend met NOSCRIPT, so that
-// one script is not refused while another runs later requests.
+// and fast scripts first makes sure the server has each (SCRIPT EXISTS,
+// then SCRIPT LOAD of the missing), until it has found them all and again
+// after the backend met NOSCRIPT, so that one script is not refused while
+// another runs later requests.
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
