@@ -22,11 +22,12 @@ var _ driver.Batcher = (*Backend)(nil)
 // (NOSCRIPT): after SCRIPT LOAD with EVALSHA, then with EVAL.
 const batchPasses = 3
 
-// errReordered is the error of an entry that met an empty script cache
-// (NOSCRIPT, so it was not carried out) while a later request on the same
-// hash tag in the same batch was carried out: sending it again now would
-// reverse their order, so it is reported instead.
-var errReordered = errors.New("not carried out: the script cache was emptied during the batch and a later request on the same subject already ran")
+// errReordered is the error of an entry that was refused (NOSCRIPT: an
+// empty script cache; or a cluster's refusal, retry.go: not carried out)
+// while a later request on the same hash tag in the same batch was
+// carried out: sending it again now would reverse their order, so it is
+// reported instead (wrapping ErrNotRun).
+var errReordered = errors.New("a later request on the same subject in the batch already ran")
 
 // batchAttempts bounds the attempts one EVALSHA decides on a standalone
 // or Sentinel server: a batch of 1000 is 8 scripts in one pipeline.
@@ -53,11 +54,15 @@ const batchAttempts = 128
 // running the script, is followed). An EVALSHA answered NOSCRIPT (a
 // restart, a failover, SCRIPT FLUSH: not carried out) is sent again after
 // SCRIPT LOAD, in input order, unless a later request on the same hash
-// tag already ran: it then fails with an error saying it was not carried
-// out. A batch that mixes take.lua and fast scripts first makes sure the
-// server has each (SCRIPT EXISTS, then SCRIPT LOAD of the missing), until
-// it has found them all and again after the backend met NOSCRIPT, so that
-// one script is not refused while another runs later requests.
+// tag already ran: it then fails with an error wrapping ErrNotRun. An
+// entry a cluster refused while a slot moves (TRYAGAIN, MOVED or ASK past
+// go-redis' redirects, CLUSTERDOWN: not carried out) is sent again the
+// same way after a pause, within ctx's deadline (see the package doc);
+// the entries that ran are never sent again. A batch that mixes take.lua
+// and fast scripts first makes sure the server has each (SCRIPT EXISTS,
+// then SCRIPT LOAD of the missing), until it has found them all and again
+// after the backend met NOSCRIPT, so that one script is not refused while
+// another runs later requests.
 //
 // All replies of a server's pipeline are read under the client's
 // ReadTimeout (or ctx's deadline): size batches so that their server time
@@ -139,15 +144,22 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 		b.loadScripts(ctx, fss)
 	}
-	for pass := 0; len(todo) > 0; pass++ {
-		cmds, acks := b.sendUnitsFor(ctx, todo, reqs, rep, pass == batchPasses-1 || evalFallback)
-		again := b.unitReplies(ctx, todo, cmds, reqs, out, pass < batchPasses-1)
+	rs := b.resender()
+	for noScripts := 0; len(todo) > 0; {
+		cmds, acks := b.sendUnitsFor(ctx, todo, reqs, rep, noScripts == batchPasses-1 || evalFallback)
+		again, refusals := b.unitReplies(ctx, todo, cmds, reqs, out, noScripts < batchPasses-1)
 		b.applyAcks(todo, cmds, acks, reqs, out) // Options.Durability
 		if len(again) == 0 {
 			break
 		}
-		if !evalFallback {
-			evalFallback = b.reload(ctx, again)
+		if refusals.noScript {
+			noScripts++
+			if !evalFallback {
+				evalFallback = b.reload(ctx, again)
+			}
+		}
+		if refusals.cluster {
+			again = b.pauseRefused(ctx, &rs, again, out)
 		}
 		todo = again
 	}
@@ -159,6 +171,8 @@ type unit struct {
 	idx  []int       // indices in reqs
 	tags []string    // their hash tags
 	fs   *fastScript // the fast script all of them run, or nil: take.lua
+	// refused is the cluster's refusal of its latest send (retry.go), or nil.
+	refused error
 	call
 }
 
@@ -244,13 +258,19 @@ func (b *Backend) unitCmds(ctx context.Context, todo []unit, eval bool) []noRetr
 }
 
 // unitReplies writes the outcome of every unit to out, and returns, in
-// order, the units to send again (retry: a later pass remains).
+// order, the units to send again and the refusals among them: those
+// answered NOSCRIPT (retry: a later pass remains) and those the cluster
+// refused (refusalOf: clusterRefused; each unit's refusal is kept in
+// its refused, for Backend.pauseRefused).
 //
-// A unit answered NOSCRIPT is sent again only if every later unit with
-// one of its hash tags was answered NOSCRIPT too: then nothing after it
-// on those subjects ran, and order is kept.
-func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCmd, reqs []request, out []driver.BatchResult, retry bool) []unit {
-	var again []unit
+// A refused unit is sent again only if every later unit with one of its
+// hash tags was refused too: then nothing after it on those subjects
+// ran, and order is kept.
+func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCmd, reqs []request, out []driver.BatchResult, retry bool) ([]unit, unitRefusals) {
+	var (
+		again    []unit
+		refusals unitRefusals
+	)
 	ran := map[string]bool{} // hash tags with a later unit that may have run
 	for k := len(todo) - 1; k >= 0; k-- {
 		u := todo[k]
@@ -259,20 +279,27 @@ func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCm
 		for _, t := range u.tags {
 			later = later || ran[t]
 		}
-		if isNoScript(err) {
+		why := refusalOf(err)
+		if why == noScript {
 			b.noScripts.Add(1) // scripts found before may be gone (loadScripts)
 		}
+		u.refused = nil
 		switch {
 		case err == nil:
 			for _, t := range u.tags {
 				ran[t] = true
 			}
 			b.unitResults(u, v, reqs, out)
-		case isNoScript(err) && retry && !later:
+		case why == noScript && retry && !later:
+			refusals.noScript = true
+			again = append(again, u)
+		case why == clusterRefused && !later:
+			reloadOnNoReply(ctx, b.c, err) // CLUSTERDOWN: the slot may have a new master
+			refusals.cluster, u.refused = true, err
 			again = append(again, u)
 		default:
-			if isNoScript(err) && later {
-				err = fmt.Errorf("%w (%w)", errReordered, err)
+			if why != mayHaveRun && later {
+				err = fmt.Errorf("%w: %w (%w)", ErrNotRun, errReordered, err)
 			} else {
 				reloadOnNoReply(ctx, b.c, err)
 			}
@@ -285,7 +312,7 @@ func (b *Backend) unitReplies(ctx context.Context, todo []unit, cmds []noRetryCm
 		}
 	}
 	slices.Reverse(again)
-	return again
+	return again, refusals
 }
 
 // unitResults decodes the reply v of unit u (one attempt's, or an array

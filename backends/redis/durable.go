@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -242,10 +241,13 @@ func (b *Backend) runFor(ctx context.Context, o op, rep *capability.Report, s *g
 	if rep.EvalOnly || isNoScript(err) {
 		v, w, err = sendWaiting(ctx, node, b.waitCmd(ctx, rt, aof), args, "eval", src)
 	}
-	if isRedirect(err) {
-		// The slot moved (the script did not run there): decide through the
+	if refusalOf(err) == clusterRefused {
+		// The cluster refused the script (a slot moving, TRYAGAIN, MOVED or
+		// ASK: it did not run): decide through run's re-sends and the
 		// cluster client's redirects, without waiting.
-		b.c.(*goredis.ClusterClient).ReloadState(ctx)
+		if cc, ok := b.c.(*goredis.ClusterClient); ok {
+			cc.ReloadState(ctx)
+		}
 		v, err = b.run(ctx, s, src, rep.EvalOnly, keys, args)
 		return v, ack{}, err
 	}
@@ -268,16 +270,6 @@ func sendWaiting(ctx context.Context, node *goredis.Client, w noRetryCmd, args [
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	v, err := cmd.Result()
 	return v, w, err
-}
-
-// isRedirect reports a cluster's MOVED or ASK reply: the command did not
-// run on the node that answered.
-func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	var re goredis.Error
-	return errors.As(err, &re) && (goredis.HasErrorPrefix(err, "MOVED") || goredis.HasErrorPrefix(err, "ASK"))
 }
 
 // sendUnitsFor is sendUnits for units of reqs on a server whose masters
@@ -342,7 +334,7 @@ func (b *Backend) clusterWaiting(ctx context.Context, c *goredis.ClusterClient, 
 	}
 	wg.Wait()
 	for _, cmd := range cmds {
-		if isRedirect(cmd.Err()) {
+		if refusalOf(cmd.Err()) == clusterRefused {
 			c.ReloadState(ctx) // the attempt failed, nothing consumed
 			return
 		}

@@ -66,8 +66,17 @@
 // Decisions are never replayed: the backend marks its script commands as
 // not retryable, so go-redis does not send a decision twice after a
 // timeout or a broken connection, whatever the client's MaxRetries. (A
-// replay could count one request twice.) NewClientOptions gives client
-// settings suited to a limiter.
+// replay could count one request twice.) Only a script the server
+// refused before running it is sent again: at once with EVAL after
+// NOSCRIPT; after a pause (2 ms doubling to 100 ms) while a Redis Cluster
+// refuses it as a slot moves or a failover ends (TRYAGAIN, MOVED or ASK
+// past go-redis' own redirects, CLUSTERDOWN), as long as the pause and a
+// round trip fit before ctx's deadline (without one, within 2 s). Past
+// that the call fails at once with an error wrapping ErrNotRun and the
+// refusal: nothing was counted. Batches and coalesced groups send again
+// only their refused entries (docs/DESIGN.md, "During a resharding or
+// failover"). NewClientOptions gives client settings suited to a
+// limiter.
 package redis
 
 import (
@@ -168,7 +177,8 @@ type Options struct {
 	//
 	// A call whose ctx ends while it waits returns ctx's error: if it was
 	// not sent yet nothing is consumed; if it was, its attempt may still
-	// run, as after any lost reply, and is never sent again. A script's
+	// run, as after any lost reply, and is never sent again once it may
+	// have run (only a server's refusal is, see the package doc). A script's
 	// reads are bounded by the deadline of the call that sends it (or the
 	// client's ReadTimeout), so a call whose deadline comes later may
 	// fail at the sender's. Two scripts in flight may run in either
@@ -215,6 +225,9 @@ type Backend struct {
 	// found or loaded on the server since the last one (loadScripts).
 	noScripts atomic.Uint64
 	takeThere atomic.Uint64
+	// resends counts the scripts sent again after a cluster refused
+	// them (retry.go).
+	resends resends
 	// co coalesces single decisions (Options.Coalesce); nil when off.
 	co *coalescer
 	// eng is the engine of the latest capability report (Backend.engine).
@@ -309,12 +322,13 @@ type noRetryCmd struct{ *goredis.Cmd }
 // NoRetry tells go-redis not to replay the command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-// run sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
+// runOnce sends EVALSHA and, only on NOSCRIPT (the script cache is empty: a
 // restart, a failover, SCRIPT FLUSH), EVAL with the source; with
 // evalOnly (a server that refuses EVALSHA: capability.Report.EvalOnly),
 // EVAL at once. args starts with 3 placeholders for the command name,
 // script and key count. A NOSCRIPT reply is counted in b.noScripts.
-func (b *Backend) run(ctx context.Context, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
+// Backend.run (retry.go) sends it again while the cluster refuses it.
+func (b *Backend) runOnce(ctx context.Context, s *goredis.Script, src string, evalOnly bool, keys []string, args []any) (any, error) {
 	c := b.c
 	args[2] = len(keys)
 	var (
@@ -358,14 +372,6 @@ func reloadOnNoReply(ctx context.Context, c goredis.UniversalClient, err error) 
 		return // the server answered: its map is not the problem
 	}
 	cc.ReloadState(ctx)
-}
-
-func isNoScript(err error) bool {
-	if err == nil { // the common case, without errors.As's allocation
-		return false
-	}
-	var re goredis.Error
-	return errors.As(err, &re) && goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Take checks req's rules and, if every enforced rule admits req.Cost,
@@ -557,7 +563,7 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 		d.Notes = append(d.Notes, note)
 	}
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
-		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master")
+		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master; "+resendNote)
 	}
 	if rep.Writable() != nil {
 		return d, nil // a replica: the report's notes and reasons say so, and no engine runs
