@@ -187,7 +187,8 @@ func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.
 // the current number and HMGET of its version's at, by and reason (two
 // round trips of a few bytes each, which a follower polls); an error
 // wrapping driver.ErrNoPolicyVersion for an empty store. A current number
-// whose version hash is missing (deleted by hand) comes with a zero At.
+// whose version hash is missing (deleted by hand), or whose time was
+// changed by hand, comes with a zero At.
 func (b *Backend) PolicyHead(ctx context.Context, key string) (driver.PolicyVersion, error) {
 	const op = "policy head"
 	if err := checkPolicyKey(op, key); err != nil {
@@ -205,11 +206,10 @@ func (b *Backend) PolicyHead(ctx context.Context, key string) (driver.PolicyVers
 		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	v, err := policyMeta(n, vals)
-	if errors.Is(err, driver.ErrNoPolicyVersion) {
-		return driver.PolicyVersion{Version: n}, nil
-	}
 	if err != nil {
-		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, err)
+		// Missing, or its time changed by hand: the number, which the
+		// next put compares with (GetPolicies says what is wrong).
+		return driver.PolicyVersion{Version: n}, nil
 	}
 	return v, nil
 }

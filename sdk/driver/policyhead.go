@@ -14,9 +14,10 @@ type PolicyHeader interface {
 	// PolicyHead returns key's current version without its Document:
 	// Version, At, By and Reason; ErrNoPolicyVersion when the store is
 	// empty. When the current version number names a version the store
-	// does not hold (deleted by hand), it returns that number with a zero
-	// At and no error: the number is what the next PutPolicies compares
-	// with.
+	// does not hold (deleted by hand), or one whose fields were changed by
+	// hand, it returns that number with a zero At and no error: the number
+	// is what the next PutPolicies compares with (GetPolicies says what is
+	// wrong with the version).
 	PolicyHead(ctx context.Context, key string) (PolicyVersion, error)
 }
 

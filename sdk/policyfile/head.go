@@ -80,6 +80,11 @@ type header interface {
 // version (full). An empty store is an error wrapping
 // driver.ErrNoPolicyVersion.
 func (s *Store) current(ctx context.Context) (stamp driver.PolicyVersion, full *driver.PolicyVersion, err error) {
+	defer func() {
+		if errors.Is(err, driver.ErrMalformedPolicyVersion) {
+			err = fmt.Errorf("%w: the store's current version number was changed by hand: set it to a version the store holds (docs/POLICIES.md): %w", ErrUnreadableVersion, err)
+		}
+	}()
 	if h, ok := s.b.(header); ok {
 		stamp, err = h.PolicyHead(ctx)
 		if !errors.Is(err, errors.ErrUnsupported) {

@@ -78,13 +78,18 @@ type Version struct {
 
 // Policies returns the version's policies as limiters run them: each
 // rule with its epoch, each identity change still recorded
-// (sdk.WithChange).
+// (sdk.WithChange); an error wrapping ErrUnreadableVersion when they do
+// not load.
 func (v Version) Policies() ([]*sdk.Policy, error) {
 	ps, err := parse(v.Source, fmt.Sprintf("version %d", v.Number))
-	if err != nil {
-		return nil, err
+	var out []*sdk.Policy
+	if err == nil {
+		out, err = build(ps, v.lin, v.At)
 	}
-	return build(ps, v.lin, v.At)
+	if err != nil {
+		return nil, &versionError{n: v.Number, err: err}
+	}
+	return out, nil
 }
 
 // decodeVersion decodes pv's document; its error is a versionError.
