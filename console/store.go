@@ -37,9 +37,9 @@ func (e storeEditor) Plan(ctx context.Context, src []byte) (PolicyPlan, error) {
 		return PolicyPlan{}, err
 	}
 	out := planOf(p)
-	if p.Base > 0 {
+	if p.Against > 0 {
 		// What the plan is against, whatever version this console runs.
-		v, err := e.st.Version(ctx, p.Base)
+		v, err := e.st.Version(ctx, p.Against)
 		if err != nil {
 			return PolicyPlan{}, err
 		}
@@ -112,6 +112,20 @@ func (e storeEditor) History(ctx context.Context, max int) ([]StoredPolicy, erro
 	for i, h := range hs {
 		out[i] = storedOf(h.Version)
 	}
+	return out, nil
+}
+
+func (e storeEditor) Head(ctx context.Context) (StoreHead, error) {
+	h, err := e.st.Head(ctx)
+	if err != nil {
+		return StoreHead{}, err
+	}
+	out := StoreHead{Number: h.Number, Loaded: storedOf(h.Loaded)}
+	msgs := make([]string, len(h.Unloadable))
+	for i, u := range h.Unloadable {
+		msgs[i] = u.Err.Error()
+	}
+	out.Problem = strings.Join(msgs, "; ")
 	return out, nil
 }
 
