@@ -380,9 +380,9 @@ type EditorView struct {
 	// that loads (Version 0: none does).
 	Unloadable   string
 	StoreVersion int64
-	Running int64      // the version this console runs
-	Source  string
-	CanEdit bool
+	Running      int64 // the version this console runs
+	Source       string
+	CanEdit      bool
 	// Previewed: a preview was asked; Invalid holds the document's
 	// errors (line and key), else Plan what it would do.
 	Previewed bool
