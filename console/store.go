@@ -120,13 +120,7 @@ func (e storeEditor) Head(ctx context.Context) (StoreHead, error) {
 	if err != nil {
 		return StoreHead{}, err
 	}
-	out := StoreHead{Number: h.Number, Loaded: storedOf(h.Loaded)}
-	msgs := make([]string, len(h.Unloadable))
-	for i, u := range h.Unloadable {
-		msgs[i] = u.Err.Error()
-	}
-	out.Problem = strings.Join(msgs, "; ")
-	return out, nil
+	return StoreHead{Number: h.Number, Loaded: storedOf(h.Loaded), Problem: h.Problem()}, nil
 }
 
 func (e storeEditor) Version(ctx context.Context, n int64) (StoredPolicy, error) {

@@ -173,12 +173,17 @@ func (s *Store) Head(ctx context.Context) (Head, error) {
 	return h, nil
 }
 
-// unloadable says in one line why the versions after the loaded one do
-// not load.
-func (h Head) unloadable() string {
-	msgs := make([]string, len(h.Unloadable))
+// Problem says in one line why the versions after Loaded do not load
+// ("" when none is after it).
+func (h Head) Problem() string {
+	const most = 3
+	var msgs []string
 	for i, u := range h.Unloadable {
-		msgs[i] = u.Err.Error()
+		if i == most {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(h.Unloadable)-most))
+			break
+		}
+		msgs = append(msgs, u.Err.Error())
 	}
 	return strings.Join(msgs, "; ")
 }

@@ -115,10 +115,7 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
 	case h.Number == 0:
 		err = fmt.Errorf("the policy store is empty (no version applied yet): %w", driver.ErrNoPolicyVersion)
 	case h.Loaded.Number == 0:
-		err = fmt.Errorf("%s; nor does any version before it", h.unloadable())
-		if len(h.Unloadable) > 0 {
-			err = fmt.Errorf("%s: %w", err, h.Unloadable[0].Err)
-		}
+		err = fmt.Errorf("no version of the store loads, of the %d newest: %w", len(h.Unloadable), h.Unloadable[0].Err)
 	}
 	var snap *Snapshot
 	if err == nil {

@@ -79,7 +79,7 @@ type Version struct {
 // Policies returns the version's policies as limiters run them: each
 // rule with its epoch, each identity change still recorded
 // (sdk.WithChange); an error wrapping ErrUnreadableVersion when they do
-// not load.
+// ("" when none is after it).
 func (v Version) Policies() ([]*sdk.Policy, error) {
 	ps, err := parse(v.Source, fmt.Sprintf("version %d", v.Number))
 	var out []*sdk.Policy
@@ -238,9 +238,9 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 	unreadable := h.Number > 0 && h.Loaded.Number == 0
 	switch {
 	case unreadable:
-		warns = append([]string{fmt.Sprintf("%s; nor does any version before it: every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", h.unloadable())}, warns...)
+		warns = append([]string{fmt.Sprintf("%s; nor does any version before it: every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", h.Problem())}, warns...)
 	case len(h.Unloadable) > 0:
-		warns = append([]string{fmt.Sprintf("%s: this plan is made against version %d, the newest version that loads (the one limiters keep running): the rules it does not change keep their counts", h.unloadable(), h.Loaded.Number)}, warns...)
+		warns = append([]string{fmt.Sprintf("%s: this plan is made against version %d, the newest version that loads (the one limiters keep running): the rules it does not change keep their counts", h.Problem(), h.Loaded.Number)}, warns...)
 	}
 	policies, err := build(next, lin, now)
 	if err != nil {
