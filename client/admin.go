@@ -148,8 +148,9 @@ func fromFaults(in []*freqcapv1.DocumentFault) []Fault {
 }
 
 // storeErr wraps a policy-store call's error: sdk/driver's
-// ErrVersionConflict or ErrNoPolicyVersion, ErrRekeyUnconfirmed, or a
-// *DocumentError, as the server's reason says.
+// ErrVersionConflict or ErrNoPolicyVersion, policyfile's
+// ErrUnreadableVersion, ErrRekeyUnconfirmed, or a *DocumentError, as the
+// server's reason says.
 func storeErr(op string, err error) error {
 	switch wire.ReasonOf(err) {
 	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
@@ -220,7 +221,9 @@ func (c *Client) PolicyHistory(ctx context.Context, max int) ([]PolicyVersion, e
 
 // PolicyVersionOf returns version n of the store (0: the current one)
 // with its YAML; an error wrapping driver.ErrNoPolicyVersion when there
-// is none.
+// is none, policyfile.ErrUnreadableVersion when it does not load
+// (failed_precondition: apply a document or roll back; retrying does not
+// help).
 func (c *Client) PolicyVersionOf(ctx context.Context, n int64) (PolicyVersion, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()

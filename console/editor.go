@@ -15,6 +15,7 @@ import (
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 // StoredPolicy is one version of the policy store as the editor shows it.
@@ -78,8 +79,26 @@ type PolicyEditor interface {
 	// History lists up to max versions, newest first (max <= 0: all).
 	History(ctx context.Context, max int) ([]StoredPolicy, error)
 	// Version returns version n (0: the current one); an error wrapping
-	// driver.ErrNoPolicyVersion when there is none.
+	// driver.ErrNoPolicyVersion when there is none,
+	// policyfile.ErrUnreadableVersion when it does not load.
 	Version(ctx context.Context, n int64) (StoredPolicy, error)
+	// Head returns the store's current version number and the newest
+	// version that loads (policyfile.Store.Head): the editor starts from
+	// it, and says why the versions after it do not load.
+	Head(ctx context.Context) (StoreHead, error)
+}
+
+// StoreHead is the store's current version as the editor starts from it.
+type StoreHead struct {
+	// Number is the store's current version number (0: empty store).
+	Number int64
+	// Loaded is the newest version at or before Number that loads
+	// (Version 0: none does): what the editor shows, plans compare with
+	// and limiters keep running.
+	Loaded StoredPolicy
+	// Problem, when Loaded is not version Number, says why the versions
+	// after it do not load.
+	Problem string
 }
 
 // ErrRekeyUnconfirmed is returned (wrapped) by PolicyEditor.Apply for a
@@ -125,6 +144,10 @@ func editorError(op string, err error) error {
 		return echo.NewHTTPError(http.StatusConflict, "another version was applied since this one was previewed: nothing was applied; preview again")
 	case errors.Is(err, ErrRekeyUnconfirmed):
 		return echo.NewHTTPError(http.StatusConflict, "this version re-keys a rule, whose counts start afresh: nothing was applied; confirm the re-keying to apply it")
+	case errors.Is(err, policyfile.ErrUnreadableVersion):
+		// Not an outage: a version written by hand or by a newer
+		// freqcap. The editor starts from the newest one that loads.
+		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error()+": open the editor (it starts from the newest version that loads) and apply, or roll back to a version that loads from the history")
 	case errors.Is(err, driver.ErrNoPolicyVersion):
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy version")
 	case errors.Is(err, errors.ErrUnsupported):
@@ -133,14 +156,20 @@ func editorError(op string, err error) error {
 	return fmt.Errorf("policy %s: %w", op, marked(err))
 }
 
-// currentVersion returns the store's current version; the zero
-// StoredPolicy for an empty store.
-func (s *Server) currentVersion(ctx context.Context) (StoredPolicy, error) {
-	v, err := s.cfg.Editor.Version(ctx, 0)
-	if errors.Is(err, driver.ErrNoPolicyVersion) {
-		return StoredPolicy{}, nil
+// editorHead reads the store's head into v: the version shown (the
+// newest that loads) and, when the current one does not load, why.
+func (s *Server) editorHead(ctx context.Context, v *views.EditorView) error {
+	h, err := s.cfg.Editor.Head(ctx)
+	if err != nil {
+		return err
 	}
-	return v, err
+	v.Current = storedRow(h.Loaded, h.Loaded.Version)
+	v.Source = string(h.Loaded.Source)
+	if h.Loaded.Version != h.Number {
+		v.Current.Current = false
+		v.StoreVersion, v.Unloadable = h.Number, h.Problem
+	}
+	return nil
 }
 
 // apply applies src over base and records it in the audit log, for the
@@ -233,16 +262,13 @@ func (s *Server) editPage(c echo.Context) error {
 	if s.cfg.Editor == nil {
 		return errNoEditor
 	}
-	cur, err := s.currentVersion(c.Request().Context())
-	if err != nil {
-		return editorError("read", err)
-	}
 	v := views.EditorView{
 		Page:    s.page(c, "policies"),
-		Current: storedRow(cur, cur.Version),
-		Source:  string(cur.Source),
 		CanEdit: identityOf(c).Role >= RoleAdmin,
 		Running: s.snap().version,
+	}
+	if err := s.editorHead(c.Request().Context(), &v); err != nil {
+		return editorError("read", err)
 	}
 	v.Title = "Policy editor"
 	return render(c, http.StatusOK, views.EditorPage(v))
@@ -257,18 +283,16 @@ func (s *Server) preview(c echo.Context) error {
 	}
 	src := formSource(c)
 	ctx := c.Request().Context()
-	cur, err := s.currentVersion(ctx)
-	if err != nil {
-		return editorError("read", err)
-	}
 	v := views.EditorView{
 		Page:      s.page(c, "policies"),
-		Current:   storedRow(cur, cur.Version),
-		Source:    src,
 		CanEdit:   true,
 		Running:   s.snap().version,
 		Previewed: true,
 	}
+	if err := s.editorHead(ctx, &v); err != nil {
+		return editorError("read", err)
+	}
+	v.Source = src
 	v.Title = "Policy editor: preview"
 	status := http.StatusOK
 	plan, err := s.cfg.Editor.Plan(ctx, []byte(src))
@@ -355,20 +379,21 @@ func (s *Server) versionPage(c echo.Context) error {
 	if err != nil {
 		return editorError("read", err)
 	}
-	cur, err := s.currentVersion(ctx)
+	h, err := s.cfg.Editor.Head(ctx)
 	if err != nil {
 		return editorError("read", err)
 	}
+	cur := h.Number
 	v := views.VersionView{
 		Page:    s.page(c, "policies"),
-		Row:     storedRow(x, cur.Version),
+		Row:     storedRow(x, cur),
 		Source:  string(x.Source),
 		CanEdit: identityOf(c).Role >= RoleAdmin,
 	}
 	if n > 1 {
 		v.DiffURL = fmt.Sprintf("/policies/diff?a=%d&b=%d", n-1, n)
 	}
-	if n != cur.Version {
+	if n != cur {
 		v.RollbackURL = "/policies/rollback?n=" + strconv.FormatInt(n, 10)
 	}
 	v.Title = "Policy version " + strconv.FormatInt(n, 10)

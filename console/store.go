@@ -37,9 +37,9 @@ func (e storeEditor) Plan(ctx context.Context, src []byte) (PolicyPlan, error) {
 		return PolicyPlan{}, err
 	}
 	out := planOf(p)
-	if p.Base > 0 {
+	if p.Against > 0 {
 		// What the plan is against, whatever version this console runs.
-		v, err := e.st.Version(ctx, p.Base)
+		v, err := e.st.Version(ctx, p.Against)
 		if err != nil {
 			return PolicyPlan{}, err
 		}
@@ -113,6 +113,14 @@ func (e storeEditor) History(ctx context.Context, max int) ([]StoredPolicy, erro
 		out[i] = storedOf(h.Version)
 	}
 	return out, nil
+}
+
+func (e storeEditor) Head(ctx context.Context) (StoreHead, error) {
+	h, err := e.st.Head(ctx)
+	if err != nil {
+		return StoreHead{}, err
+	}
+	return StoreHead{Number: h.Number, Loaded: storedOf(h.Loaded), Problem: h.Problem()}, nil
 }
 
 func (e storeEditor) Version(ctx context.Context, n int64) (StoredPolicy, error) {

@@ -64,7 +64,7 @@
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
 // [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound],
 // [ErrInvalidOverride], [ErrOverrideNotFound], [ErrVersionConflict],
-// [ErrNoPolicyVersion]), matched
+// [ErrNoPolicyVersion], [ErrPolicyTooLarge]), matched
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //

@@ -22,6 +22,9 @@ var (
 	// ErrNoPolicyVersion is returned by GetPolicies for a version the
 	// store does not hold (or any version of an empty store).
 	ErrNoPolicyVersion = driver.ErrNoPolicyVersion
+	// ErrPolicyTooLarge is returned by PutPolicies for a document larger
+	// than MaxPolicyDocument, and by GetPolicies for one stored by hand.
+	ErrPolicyTooLarge = driver.ErrPolicyTooLarge
 )
 
 // MaxPolicyDocument is the largest document PutPolicies stores: 1 MiB.
@@ -65,8 +68,8 @@ func (l *Limiter) PutPolicies(ctx context.Context, prev int64, v PolicyVersion) 
 	if prev < 0 {
 		return PolicyVersion{}, fmt.Errorf("sdk: %s: previous version %d is negative", op, prev)
 	}
-	if len(v.Document) > MaxPolicyDocument {
-		return PolicyVersion{}, fmt.Errorf("sdk: %s: document is %d bytes, more than MaxPolicyDocument (%d)", op, len(v.Document), MaxPolicyDocument)
+	if err := driver.CheckPolicyDocument(int64(len(v.Document))); err != nil {
+		return PolicyVersion{}, fmt.Errorf("sdk: %s: %w", op, err)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -78,7 +81,9 @@ func (l *Limiter) PutPolicies(ctx context.Context, prev int64, v PolicyVersion) 
 }
 
 // GetPolicies returns version n of the policy store (0: the current one),
-// or an error wrapping ErrNoPolicyVersion when the store does not hold it.
+// or an error wrapping ErrNoPolicyVersion when the store does not hold it,
+// ErrPolicyTooLarge when its document is larger than MaxPolicyDocument
+// (written by hand: it is not read).
 // The store is the Limiter's prefix's (see PutPolicies).
 func (l *Limiter) GetPolicies(ctx context.Context, n int64) (PolicyVersion, error) {
 	const op = "get policies"
@@ -89,6 +94,11 @@ func (l *Limiter) GetPolicies(ctx context.Context, n int64) (PolicyVersion, erro
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	v, err := ps.GetPolicies(ctx, policyStoreKey(l.prefix), n)
+	if err == nil {
+		// A backend that does not check it itself still hands no
+		// oversize document on.
+		err = driver.CheckPolicyDocument(int64(len(v.Document)))
+	}
 	if err != nil {
 		return PolicyVersion{}, fmt.Errorf("sdk: %s: %w", op, err)
 	}

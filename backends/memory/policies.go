@@ -10,7 +10,10 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-var _ driver.PolicyStore = (*Backend)(nil)
+var (
+	_ driver.PolicyStore  = (*Backend)(nil)
+	_ driver.PolicyHeader = (*Backend)(nil)
+)
 
 // policyStores is a Backend's policy stores (driver.PolicyStore), by key.
 // Every version is kept, in order, for the Backend's life. The zero value
@@ -91,8 +94,8 @@ func (b *Backend) PutPolicies(ctx context.Context, key string, prev int64, v dri
 	if prev < 0 {
 		return driver.PolicyVersion{}, fmt.Errorf("memory: put policies: previous version %d is negative", prev)
 	}
-	if len(v.Document) > driver.MaxPolicyDocument {
-		return driver.PolicyVersion{}, fmt.Errorf("memory: put policies: document is %d bytes, more than driver.MaxPolicyDocument (%d)", len(v.Document), driver.MaxPolicyDocument)
+	if err := driver.CheckPolicyDocument(int64(len(v.Document))); err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("memory: put policies: %w", err)
 	}
 	p := &b.policies
 	p.mu.Lock()
@@ -112,7 +115,9 @@ func (b *Backend) PutPolicies(ctx context.Context, key string, prev int64, v dri
 }
 
 // GetPolicies returns version n of key's store (0: the current one), or an
-// error wrapping driver.ErrNoPolicyVersion when the store does not hold it.
+// error wrapping driver.ErrNoPolicyVersion when the store does not hold it
+// (driver.ErrPolicyTooLarge for a document larger than
+// driver.MaxPolicyDocument, which only a test can store).
 func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.PolicyVersion, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.PolicyVersion{}, fmt.Errorf("memory: get policies: %w", err)
@@ -130,7 +135,28 @@ func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.
 	if n < 1 || n > int64(len(vs)) {
 		return driver.PolicyVersion{}, fmt.Errorf("memory: get policies: version %d: %w", n, driver.ErrNoPolicyVersion)
 	}
+	if err := driver.CheckPolicyDocument(int64(len(vs[n-1].Document))); err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("memory: get policies: version %d: %w", n, err)
+	}
 	return clonePolicyVersion(vs[n-1]), nil
+}
+
+// PolicyHead returns key's current version without its Document, or an
+// error wrapping driver.ErrNoPolicyVersion when the store is empty.
+func (b *Backend) PolicyHead(ctx context.Context, key string) (driver.PolicyVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("memory: policy head: %w", err)
+	}
+	p := &b.policies
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.store(key, false)
+	if s == nil || len(s.versions) == 0 {
+		return driver.PolicyVersion{}, fmt.Errorf("memory: policy head: %w", driver.ErrNoPolicyVersion)
+	}
+	v := s.versions[len(s.versions)-1]
+	v.Document = nil
+	return v, nil
 }
 
 // PolicyHistory returns up to max versions of key's store, newest first

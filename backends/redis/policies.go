@@ -14,7 +14,10 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-var _ driver.PolicyStore = (*Backend)(nil)
+var (
+	_ driver.PolicyStore  = (*Backend)(nil)
+	_ driver.PolicyHeader = (*Backend)(nil)
+)
 
 // The policy store's layout, for a store key K that holds a hash tag (the
 // sdk's "<prefix>:{!policies}"), so that every key of one store lives in
@@ -28,7 +31,10 @@ var _ driver.PolicyStore = (*Backend)(nil)
 // Every version is kept (documents are small: at most
 // driver.MaxPolicyDocument) and never changes once written, so reads need
 // no script: a version read after the current number was read is that
-// version as applied.
+// version as applied. A follower polls the current number and its
+// version's at (PolicyHead), and reads a document only when they changed,
+// after checking its length (HSTRLEN): one larger than
+// driver.MaxPolicyDocument (written by hand) is never transferred.
 
 // putPoliciesSrc is the put: compare the current number with prev, write
 // the version's hash and the new number, publish it, all in one script.
@@ -97,8 +103,8 @@ func (b *Backend) PutPolicies(ctx context.Context, key string, prev int64, v dri
 	if prev < 0 {
 		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: previous version %d is negative", op, prev)
 	}
-	if len(v.Document) > driver.MaxPolicyDocument {
-		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: document is %d bytes, more than driver.MaxPolicyDocument (%d)", op, len(v.Document), driver.MaxPolicyDocument)
+	if err := driver.CheckPolicyDocument(int64(len(v.Document))); err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	keys := []string{key, policyVersionKey(key, prev+1)}
 	args := append(keyArgs(keys, 5), prev, v.Document, v.By, v.Reason, policyChannel(key))
@@ -133,9 +139,13 @@ func (b *Backend) PutPolicies(ctx context.Context, key string, prev int64, v dri
 }
 
 // GetPolicies returns version n of key's store (0: the current one): GET
-// of the current number (for n = 0) and HGETALL of the version. It returns
-// an error wrapping driver.ErrNoPolicyVersion when the store does not
-// hold the version.
+// of the current number (for n = 0), then in one round trip the length of
+// the version's document (HSTRLEN) and its other fields (HMGET), then the
+// document (HGET) if it is no larger than driver.MaxPolicyDocument (else
+// an error wrapping driver.ErrPolicyTooLarge: it is not transferred). It
+// returns an error wrapping driver.ErrNoPolicyVersion when the store does
+// not hold the version, driver.ErrMalformedPolicyVersion when its fields
+// are not the ones PutPolicies writes.
 func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.PolicyVersion, error) {
 	const op = "get policies"
 	if err := checkPolicyKey(op, key); err != nil {
@@ -151,18 +161,74 @@ func (b *Backend) GetPolicies(ctx context.Context, key string, n int64) (driver.
 	if n < 1 {
 		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, driver.ErrNoPolicyVersion)
 	}
-	m, err := b.c.HGetAll(ctx, policyVersionKey(key, n)).Result()
+	vk := policyVersionKey(key, n)
+	pipe := b.c.Pipeline()
+	size := pipe.HStrLen(ctx, vk, "doc")
+	meta := pipe.HMGet(ctx, vk, "at", "by", "reason")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	v, err := policyMeta(n, meta.Val())
+	if err == nil {
+		err = driver.CheckPolicyDocument(size.Val())
+	}
+	if err != nil {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, err)
+	}
+	doc, err := b.c.HGet(ctx, vk, "doc").Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	v.Document = []byte(doc)
+	return v, nil
+}
+
+// PolicyHead returns key's current version without its document: GET of
+// the current number and HMGET of its version's at, by and reason (two
+// round trips of a few bytes each, which a follower polls); an error
+// wrapping driver.ErrNoPolicyVersion for an empty store. A current number
+// whose version hash is missing (deleted by hand), or whose time was
+// changed by hand, comes with a zero At.
+func (b *Backend) PolicyHead(ctx context.Context, key string) (driver.PolicyVersion, error) {
+	const op = "policy head"
+	if err := checkPolicyKey(op, key); err != nil {
+		return driver.PolicyVersion{}, err
+	}
+	n, err := b.currentPolicies(ctx, key)
 	if err != nil {
 		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
-	if len(m) == 0 {
-		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: version %d: %w", op, n, driver.ErrNoPolicyVersion)
+	if n < 1 {
+		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, driver.ErrNoPolicyVersion)
 	}
-	v, err := parsePolicyVersion(n, m)
+	vals, err := b.c.HMGet(ctx, policyVersionKey(key, n), "at", "by", "reason").Result()
 	if err != nil {
 		return driver.PolicyVersion{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	v, err := policyMeta(n, vals)
+	if err != nil {
+		// Missing, or its time changed by hand: the number, which the
+		// next put compares with (GetPolicies says what is wrong).
+		return driver.PolicyVersion{Version: n}, nil
 	}
 	return v, nil
+}
+
+// policyMeta reads version n's at, by and reason from an HMGET's reply
+// (nil fields: absent): driver.ErrNoPolicyVersion when all are absent.
+func policyMeta(n int64, vals []any) (driver.PolicyVersion, error) {
+	m := make(map[string]string, 3)
+	for i, f := range []string{"at", "by", "reason"} {
+		if i < len(vals) {
+			if s, ok := vals[i].(string); ok {
+				m[f] = s
+			}
+		}
+	}
+	if len(m) == 0 {
+		return driver.PolicyVersion{}, driver.ErrNoPolicyVersion
+	}
+	return parsePolicyVersion(n, m)
 }
 
 // PolicyHistory returns up to max versions of key's store, newest first
@@ -200,7 +266,9 @@ func (b *Backend) PolicyHistory(ctx context.Context, key string, max int) ([]dri
 			}
 			v, err := parsePolicyVersion(hi-int64(i), m)
 			if err != nil {
-				return nil, fmt.Errorf("redis: %s: %w", op, err)
+				// A time changed by hand: listed without it (its
+				// document tells whether it loads).
+				v = driver.PolicyVersion{Version: hi - int64(i), Document: []byte(m["doc"]), By: m["by"], Reason: m["reason"]}
 			}
 			out = append(out, v)
 		}
@@ -226,16 +294,24 @@ func (b *Backend) currentPolicies(ctx context.Context, key string) (int64, error
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("the current version number is malformed (%q)", s)
+		return 0, fmt.Errorf("%w: the current version number is %q", driver.ErrMalformedPolicyVersion, truncateValue(s))
 	}
 	return n, nil
+}
+
+// truncateValue shortens a stored value written by hand for an error.
+func truncateValue(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "…"
+	}
+	return s
 }
 
 // parsePolicyVersion reads version n from its hash's fields.
 func parsePolicyVersion(n int64, m map[string]string) (driver.PolicyVersion, error) {
 	us, err := strconv.ParseInt(m["at"], 10, 64)
 	if err != nil {
-		return driver.PolicyVersion{}, fmt.Errorf("version %d: malformed time %q", n, m["at"])
+		return driver.PolicyVersion{}, fmt.Errorf("%w: version %d: its time (at) is %q", driver.ErrMalformedPolicyVersion, n, truncateValue(m["at"]))
 	}
 	return driver.PolicyVersion{
 		Version:  n,

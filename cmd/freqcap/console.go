@@ -447,6 +447,8 @@ func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fle
 		if err != nil && !errors.Is(err, sdk.ErrVersionConflict) {
 			return nil, fmt.Errorf("console: policy store: applying the seed policies: %w", err)
 		}
+	case errors.Is(err, policyfile.ErrUnreadableVersion):
+		// Watch starts from the newest version that loads, and says why.
 	case err != nil:
 		return nil, fmt.Errorf("console: policy store: %w", err)
 	}

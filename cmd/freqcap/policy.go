@@ -106,19 +106,25 @@ func defaultBy() string {
 }
 
 // findPolicy returns the policy named name: from the file when given,
-// else from the store's current version.
+// else from the store's version in force (the newest that loads).
 func findPolicy(ctx context.Context, lim *sdk.Limiter, file, name string) (*sdk.Policy, error) {
 	var ps []*sdk.Policy
 	var err error
-	where := "the policy store's current version"
+	where := file
 	if file != "" {
-		where = file
 		ps, err = policyfile.LoadFile(file)
 	} else {
-		var v policyfile.Version
-		if v, err = policyfile.NewStore(lim).Version(ctx, 0); err == nil {
-			where = fmt.Sprintf("version %d of the policy store", v.Number)
-			ps, err = v.Policies()
+		var h policyfile.Head
+		h, err = policyfile.NewStore(lim).Head(ctx)
+		switch {
+		case err != nil:
+		case h.Number == 0:
+			return nil, errors.New("the policy store is empty: no policy version has been applied yet; apply a policy file first (freqcap policy apply FILE -yes), or give the policy's file with -policies FILE")
+		case h.Loaded.Number == 0:
+			return nil, fmt.Errorf("no version of the policy store loads (%v): apply a policy file (freqcap policy apply FILE -yes), or give the policy's file with -policies FILE", h.Unloadable[0].Err)
+		default:
+			where = fmt.Sprintf("version %d of the policy store", h.Loaded.Number)
+			ps, err = h.Loaded.Policies()
 		}
 	}
 	if err != nil {
@@ -228,7 +234,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 	case "show":
 		v, err := store.Version(ctx, version)
 		if err != nil {
-			return fmt.Errorf("%s: %w", cmd, err)
+			return fmt.Errorf("%s: %w%s", cmd, err, storeHint(err, version == 0))
 		}
 		fmt.Fprintf(out, "# version %d, applied %s by %s: %s\n", v.Number, v.At.UTC().Format(time.RFC3339), v.By, v.Reason)
 		_, err = out.Write(v.Source)
@@ -247,7 +253,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 		if sub == "apply" || sub == "diff" {
 			return fmt.Errorf("%s: %s: %w", cmd, pos[0], err)
 		}
-		return fmt.Errorf("%s: %w", cmd, err)
+		return fmt.Errorf("%s: %w%s", cmd, err, storeHint(err, false))
 	}
 	fmt.Fprint(out, plan.String())
 	if sub == "diff" {
@@ -282,13 +288,13 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 // stands).
 func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.Backend, bf backendFlags, plan *policyfile.Plan) {
 	var current []*sdk.Policy
-	if plan.Base > 0 {
-		v, err := store.Version(ctx, plan.Base)
+	if plan.Against > 0 {
+		v, err := store.Version(ctx, plan.Against)
 		if err == nil {
 			current, err = v.Policies()
 		}
 		if err != nil {
-			fmt.Fprintf(out, "what-if: no estimate: version %d: %v\n", plan.Base, err)
+			fmt.Fprintf(out, "what-if: no estimate: version %d: %v\n", plan.Against, err)
 			return
 		}
 	}
@@ -303,6 +309,19 @@ func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.
 		return
 	}
 	fmt.Fprint(out, rep.String())
+}
+
+// storeHint says what to do about a store error: a version that does
+// not load, an empty store (when current: the error is about the current
+// version).
+func storeHint(err error, current bool) string {
+	switch {
+	case errors.Is(err, policyfile.ErrUnreadableVersion):
+		return " (apply a policy file, or roll back to a version that loads: freqcap policy history lists them; plans are made against the newest one that loads, so its rules keep their counts)"
+	case current && errors.Is(err, sdk.ErrNoPolicyVersion):
+		return " (apply a policy file first: freqcap policy apply FILE -yes)"
+	}
+	return ""
 }
 
 // policyNames lists the policies of a history entry.

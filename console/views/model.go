@@ -375,9 +375,14 @@ type VersionRow struct {
 type EditorView struct {
 	Page
 	Current VersionRow // Version 0: the store is empty
-	Running int64      // the version this console runs
-	Source  string
-	CanEdit bool
+	// Unloadable, when set, says why the store's current version
+	// (StoreVersion) does not load: Current is then the newest version
+	// that loads (Version 0: none does).
+	Unloadable   string
+	StoreVersion int64
+	Running      int64 // the version this console runs
+	Source       string
+	CanEdit      bool
 	// Previewed: a preview was asked; Invalid holds the document's
 	// errors (line and key), else Plan what it would do.
 	Previewed bool

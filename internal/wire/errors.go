@@ -9,6 +9,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 // Classify returns the code and reason of an error the sdk returned. A
@@ -91,6 +92,8 @@ func Sentinel(r freqcapv1.Reason) error {
 		return driver.ErrVersionConflict
 	case freqcapv1.Reason_REASON_NO_POLICY_VERSION:
 		return driver.ErrNoPolicyVersion
+	case freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION:
+		return policyfile.ErrUnreadableVersion
 	}
 	return nil
 }

@@ -398,7 +398,8 @@ var ErrVersionConflict = errors.New("freqcap: policy store: version conflict")
 var ErrNoPolicyVersion = errors.New("freqcap: policy store: no such version")
 
 // MaxPolicyDocument is the largest PolicyVersion.Document a PolicyStore
-// stores (1 MiB): PutPolicies refuses a larger one and stores nothing.
+// stores (1 MiB): PutPolicies refuses a larger one and stores nothing, and
+// GetPolicies refuses to read one written by hand (CheckPolicyDocument).
 const MaxPolicyDocument = 1 << 20
 
 // RuleResult is one rule's part of a Result.

@@ -2,6 +2,7 @@ package policyfile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -11,8 +12,10 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// DefaultPoll is how often a Live reads the store's current version when
-// no notification came (WatchOptions.Poll).
+// DefaultPoll is how often a Live reads the store's current version
+// number (and when it was applied: a few bytes) when no notification came
+// (WatchOptions.Poll); it reads a version's document only when that
+// changed.
 const DefaultPoll = time.Second
 
 // WatchOptions configure Store.Watch. The zero value is usable.
@@ -60,7 +63,12 @@ func (s *Snapshot) Policy(name string) *sdk.Policy {
 // A Live follows a store: Current is always a complete version, replaced
 // atomically when a newer one is applied (or when the store was reset:
 // emptied and applied again, e.g. a Redis restarted without persistence;
-// OnError reports it). A new version reaches it within
+// OnError reports it). A version that does not load (ErrUnreadableVersion:
+// written by hand or by a newer freqcap, larger than
+// sdk.MaxPolicyDocument, or missing) is reported once through OnError and
+// the version in force is kept. Each poll reads the store's version
+// number and when it was applied (sdk Limiter.PolicyHead), and a
+// version's document only when those changed. A new version reaches it within
 // about 2 s: at once through the store's notifications, else by the
 // 1 s poll plus the read (WatchOptions.Poll). It owns a goroutine: Close
 // stops it. It is safe for concurrent use.
@@ -81,6 +89,10 @@ type Live struct {
 // Watch loads the store's current version (an error wrapping
 // sdk.ErrNoPolicyVersion when the store is empty: apply a version first)
 // and returns a Live that follows the store until ctx is done or Close.
+// When the current version does not load, it starts from the newest one
+// before it that loads (Head), as the store's other followers run it, and
+// reports the current one through OnError; when none loads, the error
+// wraps ErrUnreadableVersion.
 func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = DefaultPoll
@@ -97,17 +109,27 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
 		opts.OnError(fmt.Errorf("policyfile: watch: subscribe: %w", err))
 	}
 	l := &Live{s: s, opts: opts, cancel: cancel, done: make(chan struct{})}
-	v, err := s.Version(ctx, 0)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("policyfile: watch: %w", err)
+	h, err := s.Head(ctx)
+	switch {
+	case err != nil:
+	case h.Number == 0:
+		err = fmt.Errorf("the policy store is empty (no version applied yet): %w", driver.ErrNoPolicyVersion)
+	case h.Loaded.Number == 0:
+		err = fmt.Errorf("no version of the store loads, of the %d newest: %w", len(h.Unloadable), h.Unloadable[0].Err)
 	}
-	snap, err := snapshot(v)
+	var snap *Snapshot
+	if err == nil {
+		snap, err = snapshot(h.Loaded)
+	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("policyfile: watch: %w", err)
 	}
 	l.cur.Store(snap)
+	if len(h.Unloadable) > 0 {
+		l.failed = h.stamp
+		opts.OnError(fmt.Errorf("policyfile: watch: version %d is kept: %w", snap.Version, h.Unloadable[0].Err))
+	}
 	go l.run(wctx, ch)
 	return l, nil
 }
@@ -158,40 +180,61 @@ func (l *Live) run(ctx context.Context, ch <-chan int64) {
 	}
 }
 
-// load reads the store's current version and, if newer than Current and
-// loadable, makes it Current.
+// load reads the store's current version number and, if it changed
+// since Current (and is not the version that last failed), reads that
+// version and, if it loads, makes it Current.
 func (l *Live) load(ctx context.Context) {
-	pv, err := l.s.b.GetPolicies(ctx, 0)
+	stamp, full, err := l.s.current(ctx)
 	if err != nil {
-		if ctx.Err() == nil && !l.readErr {
-			l.readErr = true
-			l.opts.OnError(fmt.Errorf("policyfile: watch: read the current version: %w", err))
-		}
+		l.readFailed(ctx, err)
+		return
+	}
+	cur := l.Current()
+	if same(stamp, cur.Version, cur.At) || same(stamp, l.failed.Version, l.failed.At) {
+		l.readErr = false
+		return // nothing new, or a version already found not to load
+	}
+	var pv driver.PolicyVersion
+	if full != nil {
+		pv = *full
+	} else if pv, err = l.s.fetch(ctx, stamp.Version, true); err != nil && !errors.Is(err, ErrUnreadableVersion) {
+		l.readFailed(ctx, err)
 		return
 	}
 	l.readErr = false
-	cur := l.Current()
-	if pv.Version == cur.Version && pv.At.Equal(cur.At) || pv.Version == l.failed.Version && pv.At.Equal(l.failed.At) {
-		return // nothing new, or a version already found not to load
-	}
-	if pv.Version <= cur.Version {
+	if stamp.Version <= cur.Version {
 		// Another store than the one Current came from: emptied and
 		// applied again (a server restarted without persistence). Its
 		// current version is the one in force.
-		l.opts.OnError(fmt.Errorf("policyfile: watch: the store was reset (version %d applied %v, was version %d applied %v): following it", pv.Version, pv.At, cur.Version, cur.At))
+		l.opts.OnError(fmt.Errorf("policyfile: watch: the store was reset (version %d applied %v, was version %d applied %v): following it", stamp.Version, stamp.At, cur.Version, cur.At))
 	}
-	v, err := decodeVersion(pv)
 	var snap *Snapshot
 	if err == nil {
-		snap, err = snapshot(v)
+		var v Version
+		if v, _, err = loadVersion(pv); err == nil {
+			snap, err = snapshot(v)
+		}
 	}
 	if err != nil {
-		l.failed = pv
-		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d does not load, version %d is kept: %w", pv.Version, cur.Version, err))
+		l.failed = stamp
+		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d is kept: %w", cur.Version, err))
 		return
 	}
 	l.cur.Store(snap)
 	if l.opts.OnChange != nil {
 		l.opts.OnChange(snap)
 	}
+}
+
+// readFailed reports a failure to read the store, once per run of them.
+func (l *Live) readFailed(ctx context.Context, err error) {
+	if ctx.Err() == nil && !l.readErr {
+		l.readErr = true
+		l.opts.OnError(fmt.Errorf("policyfile: watch: read the current version: %w", err))
+	}
+}
+
+// same reports whether stamp is version n applied at at.
+func same(stamp driver.PolicyVersion, n int64, at time.Time) bool {
+	return stamp.Version == n && stamp.At.Equal(at)
 }

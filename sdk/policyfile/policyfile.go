@@ -17,7 +17,14 @@
 //
 // A Live (Store.Watch) follows the store: its Current snapshot is one
 // complete version, replaced atomically when a newer one is applied,
-// within about 2 s (the store's notifications, else a 1 s poll).
+// within about 2 s (the store's notifications, else a 1 s poll of the
+// version's number; the document is read only when that changed).
+//
+// A stored version that does not load (ErrUnreadableVersion: written by
+// hand or by a newer freqcap, too large, missing) costs no counts: a Live
+// keeps the version in force, and plans and rollbacks are made against
+// the newest version that loads (Store.Head, Plan.Against), keeping its
+// rules' epochs.
 package policyfile
 
 import (

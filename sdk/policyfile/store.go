@@ -78,19 +78,30 @@ type Version struct {
 
 // Policies returns the version's policies as limiters run them: each
 // rule with its epoch, each identity change still recorded
-// (sdk.WithChange).
+// (sdk.WithChange); an error wrapping ErrUnreadableVersion when they do
+// ("" when none is after it).
 func (v Version) Policies() ([]*sdk.Policy, error) {
 	ps, err := parse(v.Source, fmt.Sprintf("version %d", v.Number))
-	if err != nil {
-		return nil, err
+	var out []*sdk.Policy
+	if err == nil {
+		out, err = build(ps, v.lin, v.At)
 	}
-	return build(ps, v.lin, v.At)
+	if err != nil {
+		return nil, &versionError{n: v.Number, err: err}
+	}
+	return out, nil
 }
 
+// decodeVersion decodes pv's document; its error is a versionError.
 func decodeVersion(pv driver.PolicyVersion) (Version, error) {
-	src, lin, err := decodeDocument(pv.Document, pv.At)
+	err := driver.CheckPolicyDocument(int64(len(pv.Document)))
+	var src []byte
+	var lin lineage
+	if err == nil {
+		src, lin, err = decodeDocument(pv.Document, pv.At)
+	}
 	if err != nil {
-		return Version{}, fmt.Errorf("policyfile: version %d: %w", pv.Version, err)
+		return Version{}, &versionError{n: pv.Version, err: err}
 	}
 	return Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason, Source: src, lin: lin}, nil
 }
@@ -99,9 +110,14 @@ func decodeVersion(pv driver.PolicyVersion) (Version, error) {
 // version: what Apply would store. Set ConfirmRekey to apply a plan
 // that re-keys rules.
 type Plan struct {
-	// Base is the version the plan was made against (0: the store was
-	// empty); Version the one Apply stores (Base+1).
+	// Base is the store's current version when the plan was made (0: the
+	// store was empty); Version the one Apply stores (Base+1).
 	Base, Version int64
+	// Against is the version the plan compares with: Base, or, when Base
+	// does not load (Head), the newest version before it that loads (0:
+	// none, or an empty store). Rules the plan does not change keep that
+	// version's keys and counts.
+	Against int64
 	// Source is the policy file, verbatim.
 	Source []byte
 	// Policies are the planned policies as limiters will run them
@@ -115,13 +131,13 @@ type Plan struct {
 	// ConfirmRekey lets Apply store a plan that re-keys rules.
 	ConfirmRekey bool
 	lin          lineage
-	// unreadableBase: the base version does not load, so every rule
+	// unreadableBase: no version of the store loads, so every rule
 	// starts afresh (confirmed as a re-key is).
 	unreadableBase bool
 }
 
 // Rekeyed lists the rules the plan re-keys, as "policy/rule" (every
-// rule, when the base version does not load).
+// rule, when no version of the store loads).
 func (p *Plan) Rekeyed() []string {
 	var out []string
 	for _, d := range p.Diffs {
@@ -140,9 +156,10 @@ func (p *Plan) Rekeyed() []string {
 	return out
 }
 
-// Changed reports whether the plan differs from its base at all.
+// Changed reports whether the plan differs from its base at all (it
+// does when the base does not load: applying it replaces the base).
 func (p *Plan) Changed() bool {
-	if p.Base == 0 {
+	if p.Base == 0 || p.Against != p.Base {
 		return true
 	}
 	for _, d := range p.Diffs {
@@ -157,10 +174,15 @@ func (p *Plan) Changed() bool {
 // what changes and what carries, then the warnings.
 func (p *Plan) String() string {
 	var b strings.Builder
-	if p.Base == 0 {
+	switch {
+	case p.Base == 0:
 		fmt.Fprintf(&b, "plan: version %d (the store is empty)\n", p.Version)
-	} else {
+	case p.Against == p.Base:
 		fmt.Fprintf(&b, "plan: version %d (against version %d)\n", p.Version, p.Base)
+	case p.Against == 0:
+		fmt.Fprintf(&b, "plan: version %d (the current version %d does not load, nor does any before it)\n", p.Version, p.Base)
+	default:
+		fmt.Fprintf(&b, "plan: version %d (against version %d: the current version %d does not load)\n", p.Version, p.Against, p.Base)
 	}
 	if !p.Changed() {
 		b.WriteString("no changes\n")
@@ -198,43 +220,37 @@ func (p *Plan) String() string {
 // Plan checks the policy file src as Load does (errors give the line and
 // key at fault) and compares it with the store's current version: per
 // policy and rule what changes and what carries (ChangeKind, Carry), and
-// warnings. It stores nothing.
+// warnings. It stores nothing. When the current version does not load
+// (or is missing), the plan compares with the newest version before it
+// that loads (Plan.Against, Head), the one limiters keep running, and a
+// warning says so: rules it does not change keep their counts.
 func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 	next, err := parse(src, "policies")
 	if err != nil {
 		return nil, err
 	}
-	pv, err := s.b.GetPolicies(ctx, 0)
-	empty := errors.Is(err, driver.ErrNoPolicyVersion)
-	if err != nil && !empty {
+	h, err := s.Head(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("policyfile: plan: %w", err)
 	}
-	var cur Version
-	var prev []parsed
-	var unreadable error
-	if !empty {
-		cur, unreadable = decodeVersion(pv)
-		if unreadable == nil {
-			prev, unreadable = parse(cur.Source, fmt.Sprintf("version %d", pv.Version))
-		}
-		cur.Number = pv.Version
-		if unreadable != nil {
-			prev, cur.lin = nil, nil
-		}
-	}
 	now := s.now()
-	lin, diffs, warns := derive(prev, cur.lin, next, cur.Number+1, now)
-	if unreadable != nil {
-		warns = append([]string{fmt.Sprintf("the current version %d does not load (%v): every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", cur.Number, unreadable)}, warns...)
+	lin, diffs, warns := derive(h.parsed, h.Loaded.lin, next, h.Number+1, now)
+	unreadable := h.Number > 0 && h.Loaded.Number == 0
+	switch {
+	case unreadable:
+		warns = append([]string{fmt.Sprintf("%s; nor does any version before it: every rule of this plan starts afresh; confirm with -rekey (Plan.ConfirmRekey)", h.Problem())}, warns...)
+	case len(h.Unloadable) > 0:
+		warns = append([]string{fmt.Sprintf("%s: this plan is made against version %d, the newest version that loads (the one limiters keep running): the rules it does not change keep their counts", h.Problem(), h.Loaded.Number)}, warns...)
 	}
 	policies, err := build(next, lin, now)
 	if err != nil {
 		return nil, fmt.Errorf("policyfile: plan: %w", err)
 	}
 	return &Plan{
-		unreadableBase: unreadable != nil,
-		Base:           cur.Number,
-		Version:        cur.Number + 1,
+		unreadableBase: unreadable,
+		Base:           h.Number,
+		Against:        h.Loaded.Number,
+		Version:        h.Number + 1,
 		Source:         append([]byte(nil), src...),
 		Policies:       policies,
 		Diffs:          diffs,
@@ -291,20 +307,38 @@ func checkText(field, v string, max int) error {
 	return nil
 }
 
-// Version returns version n of the store (0: the current one); the error
-// wraps sdk.ErrNoPolicyVersion when there is none, ErrUnknownFormat when
-// its document is not one this package reads.
+// Version returns version n of the store (0: the current one). The error
+// wraps sdk.ErrNoPolicyVersion when there is none (for n = 0: the store is
+// empty), ErrUnreadableVersion when its document does not decode
+// (ErrUnknownFormat, too large), ErrMissingVersion too when the current
+// version number names a version the store does not hold.
 func (s *Store) Version(ctx context.Context, n int64) (Version, error) {
-	pv, err := s.b.GetPolicies(ctx, n)
+	var pv driver.PolicyVersion
+	var err error
+	if n == 0 {
+		stamp, full, cerr := s.current(ctx)
+		switch {
+		case errors.Is(cerr, driver.ErrNoPolicyVersion):
+			return Version{}, fmt.Errorf("policyfile: the policy store is empty (no version applied yet): %w", cerr)
+		case cerr != nil:
+			return Version{}, fmt.Errorf("policyfile: read the current version: %w", cerr)
+		case full != nil:
+			pv = *full
+		default:
+			pv, err = s.fetch(ctx, stamp.Version, true)
+		}
+	} else {
+		pv, err = s.fetch(ctx, n, false)
+	}
 	if err != nil {
-		return Version{}, fmt.Errorf("policyfile: version %d: %w", n, err)
+		return Version{}, err
 	}
 	return decodeVersion(pv)
 }
 
 // HistoryEntry is one version in a store's history: Err is set (and
 // Version holds only its number, time, author and reason) when its
-// document does not decode.
+// document does not decode (it wraps ErrUnreadableVersion).
 type HistoryEntry struct {
 	Version
 	Err error
@@ -330,12 +364,18 @@ func (s *Store) History(ctx context.Context, max int) ([]HistoryEntry, error) {
 // PlanRollback plans applying version n's source again, as a new
 // version: through the same lineage, so rules whose identity differs
 // from the current version's get a new epoch (no stale state of an
-// earlier identity is reused) and carry as any change does.
+// earlier identity is reused) and carry as any change does. Like Plan, it
+// compares with the newest version that loads. Version n must load (else
+// an error wrapping ErrUnreadableVersion).
 func (s *Store) PlanRollback(ctx context.Context, n int64) (*Plan, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("policyfile: rollback: version must be >= 1, got %d", n)
 	}
-	v, err := s.Version(ctx, n)
+	pv, err := s.fetch(ctx, n, false)
+	var v Version
+	if err == nil {
+		v, _, err = loadVersion(pv)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("policyfile: rollback: %w", err)
 	}

@@ -334,7 +334,7 @@ func TestLiveFollowsAndKeepsWhatLoads(t *testing.T) {
 	}
 	select {
 	case err := <-errs:
-		if !strings.Contains(err.Error(), "version 3 does not load, version 2 is kept") {
+		if !errors.Is(err, policyfile.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 is kept: policyfile: version 3 does not load") {
 			t.Errorf("OnError(%v), want version 3 reported, version 2 kept", err)
 		}
 	case <-time.After(10 * time.Second):

@@ -204,6 +204,13 @@ const (
 	Reason_REASON_OVERRIDE_NOT_FOUND Reason = 18
 	// The policy store has no such version.
 	Reason_REASON_NO_POLICY_VERSION Reason = 19
+	// A version of the policy store does not load: its document was written
+	// by hand or by a newer freqcap, is larger than the store's limit, or
+	// the store's current version number names a version it does not hold
+	// (FAILED_PRECONDITION: retrying does not help). Apply a document or
+	// roll back to a version that loads: plans are made against the newest
+	// one (docs/POLICIES.md).
+	Reason_REASON_UNREADABLE_POLICY_VERSION Reason = 20
 )
 
 // Enum value maps for Reason.
@@ -229,28 +236,30 @@ var (
 		17: "REASON_INVALID_POLICY_DOCUMENT",
 		18: "REASON_OVERRIDE_NOT_FOUND",
 		19: "REASON_NO_POLICY_VERSION",
+		20: "REASON_UNREADABLE_POLICY_VERSION",
 	}
 	Reason_value = map[string]int32{
-		"REASON_UNSPECIFIED":             0,
-		"REASON_INVALID_ARGUMENT":        1,
-		"REASON_UNKNOWN_POLICY":          2,
-		"REASON_INVALID_SUBJECT":         3,
-		"REASON_INVALID_COST":            4,
-		"REASON_INVALID_IDEMPOTENCY_KEY": 5,
-		"REASON_RESERVATION_NOT_FOUND":   6,
-		"REASON_UNSUPPORTED":             7,
-		"REASON_BACKEND_UNAVAILABLE":     8,
-		"REASON_SHUTTING_DOWN":           9,
-		"REASON_TOO_LARGE":               10,
-		"REASON_UNAUTHENTICATED":         11,
-		"REASON_PERMISSION_DENIED":       12,
-		"REASON_DEADLINE_EXCEEDED":       13,
-		"REASON_LOCKED_OUT":              14,
-		"REASON_VERSION_CONFLICT":        15,
-		"REASON_REKEY_UNCONFIRMED":       16,
-		"REASON_INVALID_POLICY_DOCUMENT": 17,
-		"REASON_OVERRIDE_NOT_FOUND":      18,
-		"REASON_NO_POLICY_VERSION":       19,
+		"REASON_UNSPECIFIED":               0,
+		"REASON_INVALID_ARGUMENT":          1,
+		"REASON_UNKNOWN_POLICY":            2,
+		"REASON_INVALID_SUBJECT":           3,
+		"REASON_INVALID_COST":              4,
+		"REASON_INVALID_IDEMPOTENCY_KEY":   5,
+		"REASON_RESERVATION_NOT_FOUND":     6,
+		"REASON_UNSUPPORTED":               7,
+		"REASON_BACKEND_UNAVAILABLE":       8,
+		"REASON_SHUTTING_DOWN":             9,
+		"REASON_TOO_LARGE":                 10,
+		"REASON_UNAUTHENTICATED":           11,
+		"REASON_PERMISSION_DENIED":         12,
+		"REASON_DEADLINE_EXCEEDED":         13,
+		"REASON_LOCKED_OUT":                14,
+		"REASON_VERSION_CONFLICT":          15,
+		"REASON_REKEY_UNCONFIRMED":         16,
+		"REASON_INVALID_POLICY_DOCUMENT":   17,
+		"REASON_OVERRIDE_NOT_FOUND":        18,
+		"REASON_NO_POLICY_VERSION":         19,
+		"REASON_UNREADABLE_POLICY_VERSION": 20,
 	}
 )
 
@@ -3915,7 +3924,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\xc6\x04\n" +
+	"\rCALENDAR_HOUR\x10\x02*\xec\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -3937,7 +3946,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x18REASON_REKEY_UNCONFIRMED\x10\x10\x12\"\n" +
 	"\x1eREASON_INVALID_POLICY_DOCUMENT\x10\x11\x12\x1d\n" +
 	"\x19REASON_OVERRIDE_NOT_FOUND\x10\x12\x12\x1c\n" +
-	"\x18REASON_NO_POLICY_VERSION\x10\x13*y\n" +
+	"\x18REASON_NO_POLICY_VERSION\x10\x13\x12$\n" +
+	" REASON_UNREADABLE_POLICY_VERSION\x10\x14*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +
