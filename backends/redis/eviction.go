@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -180,6 +182,28 @@ func (b *Backend) describeMemory(ctx context.Context, d *driver.Description) err
 	d.Warnings = capability.Risks(ms)
 	if len(d.Warnings) > 0 && b.opts.Eviction == EvictionRefuse {
 		d.Warnings = append(d.Warnings, "decisions are refused until every master's maxmemory-policy is noeviction (Options.Eviction is EvictionRefuse)")
+	}
+	return nil
+}
+
+// Ready reports whether the backend can decide now: every master answers
+// PING and, under EvictionRefuse, none may evict freqcap's keys (the
+// error then wraps ErrEvictionPolicy). serve's /readyz uses it
+// (cmd/freqcap).
+func (b *Backend) Ready(ctx context.Context) error {
+	var err error
+	if cc, ok := b.c.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+	} else {
+		err = b.c.Ping(ctx).Err()
+	}
+	if err == nil {
+		err = b.checkEviction(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("redis: ready: %w", err)
 	}
 	return nil
 }
