@@ -294,12 +294,12 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz is 200 while the backend answers and the server takes calls,
-// else 503 (draining, or the backend failed or refuses to decide: its
-// error goes to the log). Its body then gives each master's memory as the
-// backend describes it (sdk.Description.Memory: maxmemory,
-// maxmemory-policy, evicted_keys), with a warning line for each that may
-// evict freqcap's keys: masters are numbered, never named, since /readyz
-// answers anyone.
+// else 503 (draining, or the backend failed or refuses to decide,
+// sdk.ErrRefused: its error goes to the log). Ready, or refusing, its
+// body gives each master's memory as the backend describes it
+// (sdk.Description.Memory: maxmemory, maxmemory-policy, evicted_keys),
+// with a warning line for each that may evict freqcap's keys: masters are
+// numbered, never named, since /readyz answers anyone.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if s.draining.Load() {
@@ -310,11 +310,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	if s.cfg.Ready != nil {
-		if err := s.cfg.Ready(ctx); err != nil {
-			s.log.Warn("serve: not ready: the backend does not answer or refuses to decide", "err", err)
+		err := s.cfg.Ready(ctx)
+		switch {
+		case errors.Is(err, sdk.ErrRefused):
+			s.log.Warn("serve: not ready: the backend refuses to decide", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "the backend does not answer, or refuses to decide (the log has its error)")
+			fmt.Fprintln(w, "the backend refuses to decide (the log has its error)")
 			s.writeMemory(ctx, w)
+			return
+		case err != nil:
+			s.log.Warn("serve: not ready: the backend does not answer", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "the backend does not answer")
 			return
 		}
 	}

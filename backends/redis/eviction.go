@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -58,7 +57,8 @@ func ParseEviction(s string) (Eviction, error) {
 // refused under EvictionRefuse: some master may evict freqcap's keys, or
 // would not say. The error's text names the master, its maxmemory and
 // maxmemory-policy, and the fix: CONFIG SET maxmemory-policy noeviction.
-var ErrEvictionPolicy = errors.New("redis: the server may evict freqcap's keys (maxmemory-policy is not noeviction)")
+// It wraps driver.ErrRefused (sdk.ErrRefused).
+var ErrEvictionPolicy = fmt.Errorf("%w: the server may evict freqcap's keys (maxmemory-policy is not noeviction)", driver.ErrRefused)
 
 // DefaultEvictionRecheck is Options.EvictionRecheck when it is 0.
 const DefaultEvictionRecheck = 10 * time.Second

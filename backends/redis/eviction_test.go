@@ -106,7 +106,7 @@ func TestEvictionReported(t *testing.T) {
 			s := sdk.Subject{"user": "refuse-" + tc.maxmemory + "-" + tc.policy + "-" + fmt.Sprint(time.Now().UnixNano())}
 			dec, err := sdk.New(refuse).Allow(ctx, p, s)
 			switch {
-			case tc.evicts && (!errors.Is(err, ErrEvictionPolicy) || dec.Allowed ||
+			case tc.evicts && (!errors.Is(err, ErrEvictionPolicy) || !errors.Is(err, sdk.ErrRefused) || dec.Allowed ||
 				!strings.Contains(err.Error(), "maxmemory-policy "+tc.policy) ||
 				!strings.Contains(err.Error(), "CONFIG SET maxmemory-policy noeviction")):
 				t.Errorf("Allow(refuse) = %+v, %v; want an error wrapping ErrEvictionPolicy naming %s and the fix", dec, err, tc.policy)

@@ -612,6 +612,12 @@ type Description struct {
 	Warnings []string
 }
 
+// ErrRefused is wrapped by the errors of a backend that answers but, as
+// configured, refuses to decide on a server it judges unsafe (the Redis
+// backend's redis.ErrEvictionPolicy): retrying does not help until the
+// server or the configuration changes.
+var ErrRefused = errors.New("freqcap: the backend refuses to decide")
+
 // NodeMemory is what one server says of its memory.
 type NodeMemory struct {
 	// Node is the server's address.
