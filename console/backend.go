@@ -79,6 +79,11 @@ func (m markedFleet) Shadow(ctx context.Context, p *sdk.Policy, window time.Dura
 	return st, marked(err)
 }
 
+func (m markedFleet) Evictions(ctx context.Context, window time.Duration) (fleet.Evictions, error) {
+	ev, err := m.f.Evictions(ctx, window)
+	return ev, marked(err)
+}
+
 // noFleet is the Fleet of a console given none: the backend keeps no
 // statistics.
 type noFleet struct{}
@@ -102,4 +107,8 @@ func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {
 
 func (m markedLimiter) KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout {
 	return m.l.KeyLayout(p, s)
+}
+
+func (noFleet) Evictions(context.Context, time.Duration) (fleet.Evictions, error) {
+	return fleet.Evictions{}, fmt.Errorf("console: evictions: no Config.Fleet: %w", errors.ErrUnsupported)
 }

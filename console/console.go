@@ -89,6 +89,10 @@ type Fleet interface {
 	// Shadow reads what a policy's shadow rules would have denied over a
 	// window: attempts and people (the policies page's shadow view).
 	Shadow(ctx context.Context, p *sdk.Policy, window time.Duration) (fleet.ShadowStats, error)
+	// Evictions reads the keys the backend's servers evicted over a
+	// window, as the recorders sampled them (the overview's charts show
+	// them beside the decisions).
+	Evictions(ctx context.Context, window time.Duration) (fleet.Evictions, error)
 }
 
 var _ Fleet = (*fleet.Reader)(nil)

@@ -161,7 +161,24 @@ func (s *Server) overviewLiveView() views.OverviewLive {
 }
 
 func backendView(d sdk.Description) views.BackendView {
-	b := views.BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes}
+	b := views.BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes, Warnings: d.Warnings}
+	for _, m := range d.Memory {
+		row := views.MemoryRow{Node: m.Node, Evicts: m.Evicts || !m.Known}
+		switch {
+		case !m.Known:
+			row.MaxMemory, row.Policy, row.EvictedKeys, row.Verdict = "?", "?", "?", "unknown: "+m.Unknown
+		default:
+			row.MaxMemory, row.Policy, row.EvictedKeys = "0 (no limit)", m.Policy, strconv.FormatInt(m.EvictedKeys, 10)
+			if m.MaxMemory > 0 {
+				row.MaxMemory = fmtBytes(m.MaxMemory)
+			}
+			row.Verdict = "never evicts"
+			if m.Evicts {
+				row.Verdict = "may evict freqcap's keys"
+			}
+		}
+		b.Memory = append(b.Memory, row)
+	}
 	algs := make([]sdk.Algorithm, 0, len(d.Strategies))
 	for a := range d.Strategies {
 		algs = append(algs, a)
@@ -802,4 +819,18 @@ func ruleKeysOf(l sdk.KeyLayout) map[string]ruleKey {
 		}
 	}
 	return m
+}
+
+// fmtBytes renders n bytes: "3.0 MiB".
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for q := n / unit; q >= unit && exp < 4; q /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

@@ -71,11 +71,25 @@ func (s *Server) apiStats(c echo.Context) error {
 // summed into wider buckets (24 h of 1 min buckets: 4 min per point).
 const maxChartPoints = 360
 
-// chart lays out series as a Width×Height polyline pair (y grows down).
-func chart(title string, pts []fleet.StatsPoint, step time.Duration, w, h int) views.Chart {
+// chart lays out series as a Width×Height polyline pair (y grows down),
+// and, when ev was sampled, a third line of the keys evicted in each
+// bucket (matched by the bucket's start), on the same axis.
+func chart(title string, pts []fleet.StatsPoint, step time.Duration, w, h int, ev *fleet.Evictions) views.Chart {
 	span := step * time.Duration(len(pts))
+	var evicted []int64 // per point of pts; nil: not sampled
+	if ev != nil && ev.Sampled && ev.Step == step {
+		at := make(map[int64]int64, len(ev.Series))
+		for _, p := range ev.Series {
+			at[p.At.Unix()] = p.Evicted
+		}
+		evicted = make([]int64, len(pts))
+		for i, p := range pts {
+			evicted[i] = at[p.At.Unix()]
+		}
+	}
 	if k := (len(pts) + maxChartPoints - 1) / maxChartPoints; k > 1 { // sum k buckets per point
 		merged := make([]fleet.StatsPoint, 0, maxChartPoints)
+		var mergedEv []int64
 		for i := 0; i < len(pts); i += k {
 			m := fleet.StatsPoint{At: pts[i].At}
 			for _, p := range pts[i:min(i+k, len(pts))] {
@@ -84,14 +98,25 @@ func chart(title string, pts []fleet.StatsPoint, step time.Duration, w, h int) v
 				m.NearLimit += p.NearLimit
 			}
 			merged = append(merged, m)
+			if evicted != nil {
+				var e int64
+				for _, v := range evicted[i:min(i+k, len(pts))] {
+					e += v
+				}
+				mergedEv = append(mergedEv, e)
+			}
 		}
-		pts, step = merged, step*time.Duration(k)
+		pts, step, evicted = merged, step*time.Duration(k), mergedEv
 	}
 	c := views.Chart{Title: title, Width: w, Height: h, StepNote: fmtWindow(step) + " buckets"}
-	for _, p := range pts {
+	for i, p := range pts {
 		c.Max = max(c.Max, p.Allowed, p.Denied)
 		c.AllowedSum += p.Allowed
 		c.DeniedSum += p.Denied
+		if evicted != nil {
+			c.Max = max(c.Max, evicted[i])
+			c.EvictedSum += evicted[i]
+		}
 	}
 	if len(pts) > 0 {
 		c.From = fmtWindow(span) + " ago"
@@ -117,6 +142,10 @@ func chart(title string, pts []fleet.StatsPoint, step time.Duration, w, h int) v
 	}
 	c.Allowed = line(func(p fleet.StatsPoint) int64 { return p.Allowed })
 	c.Denied = line(func(p fleet.StatsPoint) int64 { return p.Denied })
+	if evicted != nil {
+		i := -1
+		c.Evicted = line(func(fleet.StatsPoint) int64 { i++; return evicted[i] })
+	}
 	return c
 }
 
@@ -127,13 +156,25 @@ const overviewTop = 10
 func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	var v views.FleetView
 	lim := s.cfg.Fleet
+	// The servers' evictions, charted beside every policy's decisions: read
+	// once per window. Not sampled, or unreadable: the charts go without.
+	var evs [2]*fleet.Evictions
+	for i, w := range []time.Duration{time.Hour, 24 * time.Hour} {
+		ev, err := lim.Evictions(ctx, w)
+		switch {
+		case err == nil:
+			evs[i] = &ev
+		case !errors.Is(err, errors.ErrUnsupported):
+			s.warn.Warn("overview-evictions", "overview: reading evictions", "err", err)
+		}
+	}
 	for _, p := range s.snap().order {
 		hour, err := lim.Stats(ctx, p, time.Hour)
 		if err == nil {
 			var day fleet.Stats
 			day, err = lim.Stats(ctx, p, 24*time.Hour)
 			if err == nil {
-				v.Policies = append(v.Policies, s.fleetPolicy(p, hour, day))
+				v.Policies = append(v.Policies, s.fleetPolicy(p, hour, day, evs[0], evs[1]))
 				continue
 			}
 		}
@@ -195,11 +236,11 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 	return v
 }
 
-func (s *Server) fleetPolicy(p *sdk.Policy, hour, day fleet.Stats) views.FleetPolicy {
+func (s *Server) fleetPolicy(p *sdk.Policy, hour, day fleet.Stats, evHour, evDay *fleet.Evictions) views.FleetPolicy {
 	fp := views.FleetPolicy{
 		Name:        p.Name(),
-		Hour:        chart("Last hour", hour.Series, hour.Step, 600, 120),
-		Day:         chart("Last 24 h", day.Series, day.Step, 600, 120),
+		Hour:        chart("Last hour", hour.Series, hour.Step, 600, 120, evHour),
+		Day:         chart("Last 24 h", day.Series, day.Step, 600, 120, evDay),
 		Allowed1h:   hour.Allowed,
 		Denied1h:    hour.Denied,
 		NoTraffic:   day.Allowed+day.Denied == 0,
@@ -210,7 +251,7 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day fleet.Stats) views.FleetPo
 	}
 	for _, r := range hour.Rules {
 		fp.NearLimit1h += r.NearLimit
-		rc := chart(r.Rule, r.Series, hour.Step, 300, 40)
+		rc := chart(r.Rule, r.Series, hour.Step, 300, 40, nil)
 		fp.Rules = append(fp.Rules, views.FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc})
 	}
 	shard := p.ShardBy()

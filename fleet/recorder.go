@@ -171,7 +171,11 @@ type Options struct {
 // SampleRetention after it (25 lists; an entry takes about 60 bytes plus
 // 20 per subject value), each with its own expiry; plus one hash of
 // announcements for all policies (see Reader.Stats, Reader.Shadow and
-// Reader.Traffic for the key names). Only the shard values of denied
+// Reader.Traffic for the key names). Where the backend reports evictions
+// (store.Evictions: Redis), each flush that starts a 10 s bucket also
+// samples the servers' evicted_keys (one INFO stats per master) into one
+// hash per 10 s bucket kept 1 h and per 1 min bucket kept 24 h, shared by
+// every process (Reader.Evictions). Only the shard values of denied
 // subjects are stored (those the denial trail keys already hold): the
 // people counters and the sample hold 64-bit hashes of subjects and
 // values, never the values.
@@ -200,6 +204,9 @@ type Recorder struct {
 
 	flushMu sync.Mutex // serialises flushes
 	lost    atomic.Int64
+	// evictedAt is the start (unix s) of the fine bucket of the last
+	// evicted_keys sample (evictions.go; under flushMu).
+	evictedAt int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -703,8 +710,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		day := now.UTC().Truncate(24 * time.Hour)
 		batch.Hashes = append(batch.Hashes, store.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
+	sampleErr := r.sampleEvictions(ctx, now, &batch) // reported after the counts are flushed
 	if batch.Empty() {
-		return nil
+		return sampleErr
 	}
 	if err := r.st.FlushStats(ctx, batch); err != nil {
 		r.lost.Add(counts)
@@ -713,7 +721,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 		return fmt.Errorf("fleet: recorder: flush: %w", err)
 	}
-	return nil
+	return sampleErr
 }
 
 // Statistics fields of a bucket's hash: decisions allowed and denied, the

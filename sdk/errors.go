@@ -37,6 +37,11 @@ var (
 	ErrReservationNotFound = driver.ErrReservationNotFound
 )
 
+// ErrRefused is wrapped by the errors of a backend that answers but, as
+// configured, refuses to decide on a server it judges unsafe (the Redis
+// backend's redis.ErrEvictionPolicy under redis.EvictionRefuse).
+var ErrRefused = driver.ErrRefused
+
 // ErrOverrideNotFound is returned by Limiter.DeleteOverride for an
 // unknown, deleted or ended override.
 var ErrOverrideNotFound = driver.ErrOverrideNotFound

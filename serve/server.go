@@ -25,6 +25,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -293,7 +294,12 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz is 200 while the backend answers and the server takes calls,
-// else 503 (draining, or the backend failed: its error goes to the log).
+// else 503 (draining, or the backend failed or refuses to decide,
+// sdk.ErrRefused: its error goes to the log). Ready, or refusing, its
+// body gives each master's memory as the backend describes it
+// (sdk.Description.Memory: maxmemory, maxmemory-policy, evicted_keys),
+// with a warning line for each that may evict freqcap's keys: masters are
+// numbered, never named, since /readyz answers anyone.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if s.draining.Load() {
@@ -301,11 +307,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "shutting down")
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
 	if s.cfg.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		err := s.cfg.Ready(ctx)
-		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, sdk.ErrRefused):
+			s.log.Warn("serve: not ready: the backend refuses to decide", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "the backend refuses to decide (the log has its error)")
+			s.writeMemory(ctx, w)
+			return
+		case err != nil:
 			s.log.Warn("serve: not ready: the backend does not answer", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "the backend does not answer")
@@ -313,6 +326,33 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fmt.Fprintln(w, "ready")
+	s.writeMemory(ctx, w)
+}
+
+// writeMemory writes readyz's memory lines: one per master, and a
+// warning line for each that may evict freqcap's keys (or would not say).
+// A backend that does not describe itself, or keeps no memory report,
+// writes none.
+func (s *Server) writeMemory(ctx context.Context, w io.Writer) {
+	d, err := s.cfg.Limiter.Describe(ctx)
+	if err != nil {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			fmt.Fprintln(w, "memory: unknown (the backend did not describe itself)")
+		}
+		return
+	}
+	for i, m := range d.Memory {
+		node := fmt.Sprintf("master %d of %d", i+1, len(d.Memory))
+		if !m.Known {
+			fmt.Fprintf(w, "memory: %s: unknown (INFO refused)\n", node)
+			fmt.Fprintf(w, "warning: %s does not say whether it evicts freqcap's keys: make sure its maxmemory-policy is noeviction\n", node)
+			continue
+		}
+		fmt.Fprintf(w, "memory: %s: maxmemory %d, maxmemory-policy %s, evicted_keys %d\n", node, m.MaxMemory, m.Policy, m.EvictedKeys)
+		if m.Evicts {
+			fmt.Fprintf(w, "warning: %s may evict freqcap's keys (maxmemory-policy %s with maxmemory %d; every freqcap key has a TTL): under memory pressure people go uncapped; set maxmemory-policy noeviction\n", node, m.Policy, m.MaxMemory)
+		}
+	}
 }
 
 // Serve accepts connections on ln until Shutdown, with the server's

@@ -93,7 +93,7 @@ func (b *Backend) batch(ctx context.Context, reqs []request) []driver.BatchResul
 		return out
 	}
 	name := batchName(reqs)
-	e, err := b.engine(ctx)
+	e, err := b.deciding(ctx)
 	if err != nil {
 		for i := range out {
 			out[i].Err = fmt.Errorf("redis: %s: %w", name, err)

@@ -198,6 +198,32 @@ type Options struct {
 	// Durability). Default: the zero Durability, no wait: replication is
 	// asynchronous, and a failover may lose the latest decisions.
 	Durability Durability
+	// Eviction is what to do on a server that may evict freqcap's keys
+	// under memory pressure: every freqcap key has a TTL, so every
+	// maxmemory-policy but noeviction (volatile-lru, the default of
+	// several managed Redis and Tair offerings, included) evicts counters
+	// first, and the people they counted are uncapped without trace
+	// (docs/DESIGN.md, "Memory and eviction").
+	//
+	// Default: EvictionWarn, which decides and reports every such master
+	// as a warning (Describe, the console's overview, serve's /readyz,
+	// `freqcap detect`). It is the default because refusing would turn a
+	// risk under memory pressure into a certain outage: on a managed
+	// server whose policy cannot be changed at once, every decision would
+	// fail, and a fail-open policy would then admit everyone, all the
+	// time. Where the policy is yours to set, set noeviction and
+	// EvictionRefuse (`--eviction refuse` in cmd/freqcap): then a server
+	// that may evict (or will not say: INFO refused) is never decided on,
+	// and a decision fails with an error wrapping ErrEvictionPolicy
+	// instead. Under noeviction a full server refuses the decision's
+	// writes (OOM): the decision fails, it never admits uncounted.
+	Eviction Eviction
+	// EvictionRecheck is how often, under EvictionRefuse, the masters'
+	// memory is read again (INFO memory and INFO stats, by the decision
+	// that finds the last reading older), so that a CONFIG SET of
+	// maxmemory-policy either way is seen within it. Default:
+	// DefaultEvictionRecheck.
+	EvictionRecheck time.Duration
 }
 
 // DefaultCoalesce is Options.Coalesce when it is 0: at most 2 coalesced
@@ -234,6 +260,8 @@ type Backend struct {
 	eng atomic.Pointer[chosenEngine]
 	// dur is what Options.Durability needs to know (durable.go).
 	dur durableState
+	// evict is the latest memory verdict under EvictionRefuse (eviction.go).
+	evict evictionGate
 }
 
 // New returns a Backend using c, which may be a *goredis.Client (standalone
@@ -256,6 +284,10 @@ func New(c goredis.UniversalClient, opts *Options) *Backend {
 	if _, single := c.(*goredis.Client); single && b.opts.Coalesce > 0 {
 		b.co = newCoalescer(b.opts.Coalesce)
 	}
+	if b.opts.EvictionRecheck <= 0 {
+		b.opts.EvictionRecheck = DefaultEvictionRecheck
+	}
+	b.evict.sem = make(chan struct{}, 1)
 	b.det = capability.NewDetector(c, b.opts.Detect)
 	return b
 }
@@ -408,7 +440,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.Request) (driver.Resul
 // detected: one EVALSHA, coalesced with concurrent calls under
 // Options.Coalesce (scriptMode), or bare commands (bareMode).
 func (b *Backend) decide(ctx context.Context, o op, req driver.Request) (driver.Result, error) {
-	e, err := b.engine(ctx)
+	e, err := b.deciding(ctx)
 	if err != nil {
 		return driver.Result{}, fmt.Errorf("redis: %v: %w", o, err)
 	}
@@ -543,7 +575,9 @@ func (b *Backend) reset(ctx context.Context, keys []string) error {
 // Describe reports the backend, its target and the capability report:
 // the strategy chosen for each algorithm and why, and the findings of
 // detection as notes (detecting on first use). It asks the server for its
-// version.
+// version, and every master for its memory now (Memory): maxmemory,
+// maxmemory-policy and evicted_keys in Description.Memory, and a warning
+// for each master that may evict freqcap's keys (Options.Eviction).
 func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	rep, err := b.report(ctx)
 	if err != nil {
@@ -564,6 +598,9 @@ func (b *Backend) Describe(ctx context.Context) (driver.Description, error) {
 	}
 	if _, ok := b.c.(*goredis.ClusterClient); ok {
 		d.Notes = append(d.Notes, "cluster: one subject's keys share a hash tag, so each decision runs on one master; "+resendNote)
+	}
+	if err := b.describeMemory(ctx, &d); err != nil {
+		return d, fmt.Errorf("redis: describe: %w", err)
 	}
 	if rep.Writable() != nil {
 		return d, nil // a replica: the report's notes and reasons say so, and no engine runs

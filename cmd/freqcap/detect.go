@@ -19,7 +19,7 @@ import (
 func runDetect(args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: freqcap detect --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]\n\nProbes every master for TairHash, redis-cell, native hash-field expiry and\nscripting, and whether it is a replica (then it names the master and no\nstrategy runs), and prints the strategy chosen for each algorithm, and why.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: freqcap detect --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]\n\nProbes every master for TairHash, redis-cell, native hash-field expiry and\nscripting, and whether it is a replica (then it names the master and no\nstrategy runs), and prints the strategy chosen for each algorithm, and why.\nIt gives each master's maxmemory, maxmemory-policy and evicted_keys (INFO\nmemory, INFO stats), and warns of a master that may evict freqcap's keys:\nany policy but noeviction with a maxmemory (docs/DESIGN.md, \"Memory and\neviction\").\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var server serverFlags

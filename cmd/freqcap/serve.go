@@ -37,7 +37,9 @@ const serveUsage = `Usage: freqcap serve [flags]
 
 Serves decisions over the network (docs/SERVE.md): gRPC, gRPC-Web and
 HTTP/JSON from one schema (proto/freqcap/v1/freqcap.proto), plus /healthz,
-/readyz (ready while the backend answers) and Prometheus /metrics.
+/readyz (ready while the backend answers, and, with --eviction refuse, no
+master may evict freqcap's keys; it gives every master's maxmemory,
+maxmemory-policy and evicted_keys) and Prometheus /metrics.
 
 With no --redis, --cluster or --sentinel, state lives in memory (lost on
 exit). With --policies store, serve follows the versioned policy store kept
@@ -88,6 +90,7 @@ type serveFlags struct {
 	forcePlain               bool
 	modules                  bool
 	forbid, logFormat, level string
+	eviction                 redis.Eviction
 	otlpEndpoint             string
 	otlpInterval             time.Duration
 	set                      map[string]bool
@@ -124,6 +127,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has (the default; this also overrides --module-strategies)")
 	fs.BoolVar(&f.modules, "module-strategies", false, "Redis: use the per-rule module strategies where the server has TairHash, native hash-field expiry or redis-cell (slower than plain Lua: docs/MODULES.md)")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
+	fs.Func("eviction", "Redis: on a master whose maxmemory-policy may evict freqcap's keys (any but noeviction, with a maxmemory), `warn` (the default: decide, and warn in /readyz and the console) or refuse (decide nothing, /readyz 503; redis.Options.Eviction)", func(v string) error {
+		e, err := redis.ParseEviction(v)
+		f.eviction = e
+		return err
+	})
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.level, "log-level", "info", "log level: debug (one line per call), info, warn or error")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces and metrics of every call to the OTLP/HTTP receiver at this base `URL` (e.g. http://127.0.0.1:4318; default $OTEL_EXPORTER_OTLP_ENDPOINT; none: off)")
@@ -459,23 +467,14 @@ func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
 	ro := &redis.Options{Detect: capability.Config{ForcePlainLua: f.forcePlain, ModuleStrategies: f.modules, Forbid: forbid}, Coalesce: serveCoalesce(f.coalesce),
-		Durability: redis.Durability{Replicas: f.waitReplicas, Timeout: f.waitTimeout}}
+		Durability: redis.Durability{Replicas: f.waitReplicas, Timeout: f.waitTimeout}, Eviction: f.eviction}
 	c := goredis.NewUniversalClient(f.server.options())
 	if err := connect(ctx, c, f.server); err != nil {
 		c.Close()
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	return redis.New(c, ro), func(ctx context.Context) error { return pingAll(ctx, c) }, func() { c.Close() }, nil
-}
-
-// pingAll pings every master of a cluster, or the one server.
-func pingAll(ctx context.Context, c goredis.UniversalClient) error {
-	if cc, ok := c.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
-			return n.Ping(ctx).Err()
-		})
-	}
-	return c.Ping(ctx).Err()
+	rb := redis.New(c, ro)
+	return rb, rb.Ready, func() { c.Close() }, nil
 }
 
 // serveCoalesce is redis.Options.Coalesce for --coalesce n: 0 turns

@@ -54,6 +54,11 @@ type Chart struct {
 	From, To              string // the x axis' ends
 	StepNote              string // e.g. "10 s buckets"
 	AllowedSum, DeniedSum int64
+	// Evicted is the polyline of the keys the backend's servers evicted
+	// per bucket (fleet.Reader.Evictions), on the same axis; "" where no
+	// recorder sampled evictions (EvictedSum is then 0).
+	Evicted    string
+	EvictedSum int64
 }
 
 // viewBox is a chart's SVG viewBox.

@@ -182,6 +182,20 @@ type BackendView struct {
 	Strategies []StrategyRow
 	Notes      []string
 	Error      string
+	// Memory is each master's memory (maxmemory, maxmemory-policy,
+	// evicted_keys); Warnings the findings that put enforcement at risk,
+	// shown as banners atop the overview.
+	Memory   []MemoryRow
+	Warnings []string
+}
+
+// MemoryRow is one master's memory, as the backend describes it.
+type MemoryRow struct {
+	Node, MaxMemory, Policy, EvictedKeys string
+	// Verdict says whether the master may evict freqcap's keys; Evicts
+	// marks it red.
+	Verdict string
+	Evicts  bool
 }
 
 // StrategyRow is how the backend implements one algorithm.

@@ -615,6 +615,45 @@ type Description struct {
 	Strategies map[Algorithm]Strategy
 	// Notes are further findings, one sentence each.
 	Notes []string
+	// Memory is, for a backend whose servers keep state in memory under a
+	// limit (Redis: every master's INFO memory and INFO stats), what each
+	// says of its memory, in node order; empty where the backend does not
+	// say.
+	Memory []NodeMemory
+	// Warnings are findings that put enforcement at risk — a person may be
+	// admitted uncapped, or the backend refuses to decide — one sentence
+	// each. The console shows them on its overview, `freqcap detect` and
+	// serve's /readyz print them.
+	Warnings []string
+}
+
+// ErrRefused is wrapped by the errors of a backend that answers but, as
+// configured, refuses to decide on a server it judges unsafe (the Redis
+// backend's redis.ErrEvictionPolicy): retrying does not help until the
+// server or the configuration changes.
+var ErrRefused = errors.New("freqcap: the backend refuses to decide")
+
+// NodeMemory is what one server says of its memory.
+type NodeMemory struct {
+	// Node is the server's address.
+	Node string
+	// Known reports that the server answered; when false, Unknown says
+	// why (e.g. INFO refused by an ACL or a proxy) and the other fields
+	// are zero.
+	Known   bool
+	Unknown string
+	// MaxMemory is the server's memory limit in bytes (0: none).
+	MaxMemory int64
+	// Policy is its eviction policy (Redis' maxmemory-policy, e.g.
+	// "noeviction", "volatile-lru").
+	Policy string
+	// UsedMemory is the memory it uses, in bytes.
+	UsedMemory int64
+	// EvictedKeys counts the keys it evicted since it started.
+	EvictedKeys int64
+	// Evicts reports that the server may evict keys under memory
+	// pressure: a limit and a policy other than noeviction.
+	Evicts bool
 }
 
 // Strategy is how a backend implements one algorithm.

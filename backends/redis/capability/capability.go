@@ -236,6 +236,9 @@ type Node struct {
 	// strategy runs there. False when INFO replication was refused.
 	Replica bool   `json:"replica,omitempty"`
 	Master  string `json:"master,omitempty"`
+	// Memory is what INFO memory and INFO stats said of the node's
+	// memory, or their refusal (Memory.Refused).
+	Memory Memory `json:"memory"`
 }
 
 // ReplicaError is Report.Writable's error: the probed node Addr is a
@@ -391,6 +394,19 @@ type Report struct {
 	// Notes are further findings, one sentence each: disagreements between
 	// masters, refused probes, unsafe module builds.
 	Notes []string `json:"notes,omitempty"`
+	// Warnings are findings that put enforcement at risk, one sentence
+	// each: a master that may evict freqcap's keys under memory pressure,
+	// or whose memory policy is unknown (Memory.Risk).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Memory returns what each node said of its memory, in node order.
+func (r *Report) Memory() []Memory {
+	out := make([]Memory, len(r.Nodes))
+	for i, n := range r.Nodes {
+		out[i] = n.Memory
+	}
+	return out
 }
 
 // Algorithms lists the algorithms a Report chooses for, in order.
@@ -450,5 +466,9 @@ func (r *Report) Description() driver.Description {
 		d.Strategies[c.Algorithm] = driver.Strategy{Name: c.Strategy.String(), Reason: c.Reason}
 	}
 	d.Notes = append(d.Notes, r.Notes...)
+	for _, m := range r.Memory() {
+		d.Memory = append(d.Memory, m.Driver())
+	}
+	d.Warnings = append(d.Warnings, r.Warnings...)
 	return d
 }

@@ -42,6 +42,7 @@ func Choose(nodes []Node, cfg Config) Report {
 	for i := range ns {
 		r.Notes = append(r.Notes, nodeNotes(&ns[i])...)
 	}
+	r.Warnings = Risks(r.Memory())
 	replica := firstReplica(ns)
 
 	// Features, counted over the masters.

@@ -22,7 +22,7 @@ const (
 
 // probeCommands returns the commands sent to one node, in pipeline order:
 // COMMAND INFO, EVAL, EVALSHA, MODULE LIST, INFO modules, INFO
-// replication. key is the key the scripting probe names ("" for none:
+// replication, then memoryCommands (INFO memory, INFO stats). key is the key the scripting probe names ("" for none:
 // cluster masters).
 func probeCommands(key string) [][]string {
 	info := append([]string{"COMMAND", "INFO"}, probedCommands...)
@@ -30,20 +30,22 @@ func probeCommands(key string) [][]string {
 	if key != "" {
 		keys = []string{"1", key}
 	}
-	return [][]string{
+	return append([][]string{
 		info,
 		append([]string{"EVAL", probeScript}, keys...),
 		append([]string{"EVALSHA", probeSHA}, keys...),
 		{"MODULE", "LIST"},
 		{"INFO", "modules"},
 		{"INFO", "replication"},
-	}
+	}, memoryCommands...)
 }
 
 // Probe asks every master of c what it can do — one pipelined round trip
 // per master — and chooses strategies with cfg (see Choose). It also asks
 // each node whether it is a replica (INFO replication): a client pointed
 // at a replica gets a report saying so, with no strategy (Report.Writable).
+// And it reads each node's memory (INFO memory, INFO stats: Node.Memory):
+// a node that may evict freqcap's keys is a warning (Report.Warnings).
 //
 // c may be a *redis.Client (a server, a proxy, or a failover client), a
 // *redis.ClusterClient (every master is probed) or a *redis.Ring (every
@@ -116,7 +118,12 @@ func probeNode(ctx context.Context, nc *goredis.Client, addr, key string) (Node,
 			return Node{}, fmt.Errorf("connecting: %w", err)
 		}
 	}
-	return parseNode(addr, res[0], res[1], res[2], res[3], res[4], res[5])
+	n, err := parseNode(addr, res[0], res[1], res[2], res[3], res[4], res[5])
+	if err != nil {
+		return n, err
+	}
+	n.Memory, err = parseMemory(addr, res[6], res[7])
+	return n, err
 }
 
 // reply is a command's value, or the server's refusal of it. Any other

@@ -81,6 +81,22 @@ func (r *Report) String() string {
 	fmt.Fprintf(tw, "  scripting\t%d/%s\tEVAL\t\n", r.Scripting.Have, plural(r.Scripting.Of, node))
 	tw.Flush()
 
+	fmt.Fprintf(&b, "\nmemory (INFO memory, INFO stats):\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, n := range r.Nodes {
+		verdict := "never evicts"
+		switch {
+		case !n.Memory.Known():
+			verdict = "UNKNOWN"
+		case n.Memory.Evicts():
+			verdict = "MAY EVICT freqcap's keys"
+		case n.Memory.MaxMemory == 0:
+			verdict = "never evicts (no limit)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Addr, n.Memory, verdict)
+	}
+	tw.Flush()
+
 	b.WriteString("\nstrategies:\n")
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, c := range r.Choices {
@@ -99,6 +115,12 @@ func (r *Report) String() string {
 	}
 	if r.NonAtomic {
 		b.WriteString("\nNON-ATOMIC: multi-rule decisions are not all-or-nothing on this server\n")
+	}
+	if len(r.Warnings) > 0 {
+		b.WriteString("\nWARNINGS:\n")
+		for _, w := range r.Warnings {
+			fmt.Fprintf(&b, "  - %s\n", w)
+		}
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\nnotes:\n")
