@@ -26,11 +26,20 @@ import (
 // decided once: a re-send of an attempt the server had decided gets the
 // first decision back (Decision.Replayed) and consumes nothing more. An
 // attempt without a key gets one from the client (128 random bits,
-// base64url) before its first send, unless Tries is 1. Keys are
-// remembered by the server's backend for the policy's IdempotencyTTL
-// (its longest window): on Redis a restarted serve finds them; a serve
-// on the memory backend loses them when it restarts (and its counts with
-// them). A fail-open policy's call answers degraded only once its
+// base64url) before its first send, unless Tries is 1. The server's
+// backend remembers a key (on Redis a restarted serve finds it; a serve
+// on the memory backend loses it when it restarts, and its counts with
+// it) for the attempt's IdempotencyTTL. A key of the caller's keeps the
+// caller's (0: the policy's IdempotencyTTL, its longest window). A
+// generated key only has to outlive the call's own re-sends, so unless
+// the attempt sets an IdempotencyTTL the client asks for its call's
+// retry window plus GeneratedKeySlack: the time left before the call's
+// deadline (its context's or Options.Timeout), or, with no deadline but
+// a PerTry bound, Tries sends of PerTry and the longest pauses between
+// them, whichever is shorter; a call with neither (no bound on when its
+// last re-send arrives) keeps the policy's IdempotencyTTL. The server
+// cuts it to the policy's IdempotencyTTL. A re-send never outlives its
+// key: each is made before the call's deadline. A fail-open policy's call answers degraded only once its
 // re-sends are spent (or its deadline would pass during the next pause).
 type Retry struct {
 	// Tries is the most sends of one call, the first included; 1 never
@@ -57,7 +66,8 @@ type Retry struct {
 // sender that cannot tell whether its attempt counted either sends
 // without asking (uncapped) or gives up a send it was allowed; the
 // price is one idempotency record per consuming attempt, kept by the
-// backend for the policy's IdempotencyTTL, and such attempts skip the
+// backend for the call's retry window plus GeneratedKeySlack (a minute
+// and some seconds; Retry's doc), and such attempts skip the
 // server's hot-deny cache and Redis' one-policy fast scripts (the same
 // as an attempt with the caller's own key). A sender that gives every
 // attempt its own key (a message id) pays nothing more; Tries: 1 turns
@@ -85,13 +95,49 @@ func newKey() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// GeneratedKeySlack is how much longer than its call's retry window the
+// server's backend keeps a key the client generated (Retry): room for a
+// last re-send's trip and the servers' queues.
+const GeneratedKeySlack = time.Minute
+
 // keyed returns a with an idempotency key: its own, or a new one when
-// c re-sends calls.
-func (c *Client) keyed(a sdk.Attempt) sdk.Attempt {
+// c re-sends calls, with the TTL keyTTL gives for ctx, the whole call's
+// context, unless a has its own.
+func (c *Client) keyed(ctx context.Context, a sdk.Attempt) sdk.Attempt {
 	if a.IdempotencyKey == "" && c.retry.Tries > 1 {
 		a.IdempotencyKey = newKey()
+		if a.IdempotencyTTL == 0 {
+			a.IdempotencyTTL = c.retry.keyTTL(ctx)
+		}
 	}
 	return a
+}
+
+// keyTTL is how long a key generated for a call with context ctx must be
+// kept (Retry's doc): its retry window plus GeneratedKeySlack, or 0 (the
+// policy's IdempotencyTTL) when nothing bounds the window.
+func (r Retry) keyTTL(ctx context.Context) time.Duration {
+	var window time.Duration
+	bounded := false
+	if dl, ok := ctx.Deadline(); ok {
+		window, bounded = max(time.Until(dl), 0), true
+	}
+	if r.PerTry > 0 {
+		// Tries sends of PerTry and the longest pauses between them
+		// (pause: each at most 1½ of its backoff).
+		b, all := r.Backoff, time.Duration(r.Tries)*r.PerTry
+		for n := 1; n < r.Tries; n++ {
+			all += b + b/2
+			b = min(2*b, r.MaxBackoff)
+		}
+		if !bounded || all < window {
+			window, bounded = all, true
+		}
+	}
+	if !bounded {
+		return 0
+	}
+	return window + GeneratedKeySlack
 }
 
 // lost reports whether err, the error of one send, leaves the call's
