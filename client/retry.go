@@ -26,21 +26,24 @@ import (
 // decided once: a re-send of an attempt the server had decided gets the
 // first decision back (Decision.Replayed) and consumes nothing more. An
 // attempt without a key gets one from the client (128 random bits,
-// base64url) before its first send, unless Tries is 1. The server's
-// backend remembers a key (on Redis a restarted serve finds it; a serve
-// on the memory backend loses it when it restarts, and its counts with
-// it) for the attempt's IdempotencyTTL. A key of the caller's keeps the
-// caller's (0: the policy's IdempotencyTTL, its longest window). A
-// generated key only has to outlive the call's own re-sends, so unless
-// the attempt sets an IdempotencyTTL the client asks for its call's
-// retry window plus GeneratedKeySlack: the time left before the call's
-// deadline (its context's or Options.Timeout), or, with no deadline but
-// a PerTry bound, Tries sends of PerTry and the longest pauses between
-// them, whichever is shorter; a call with neither (no bound on when its
-// last re-send arrives) keeps the policy's IdempotencyTTL. The server
-// cuts it to the policy's IdempotencyTTL. A re-send never outlives its
-// key: each is made before the call's deadline. A fail-open policy's call answers degraded only once its
-// re-sends are spent (or its deadline would pass during the next pause).
+// base64url) before its first send, unless Tries is 1.
+//
+// The server's backend remembers a key for the attempt's IdempotencyTTL
+// (on Redis a restarted serve finds it; a serve on the memory backend
+// loses it when it restarts, and its counts with it). A key of the
+// caller's keeps the caller's IdempotencyTTL (0: the policy's, its
+// longest window). A generated key only has to outlive the call's own
+// re-sends, so, unless the attempt sets an IdempotencyTTL, the client
+// asks for the call's retry window plus GeneratedKeySlack (the server
+// cuts it to the policy's). The window is the time left before the
+// call's deadline (its context's or Options.Timeout's) when the key is
+// made; with a PerTry bound, at most Tries sends of PerTry and the
+// longest pauses between them. A call with neither a deadline nor PerTry
+// has no bound on when its last re-send arrives: its generated key keeps
+// the policy's IdempotencyTTL.
+//
+// A fail-open policy's call answers degraded only once its re-sends are
+// spent (or its deadline would pass during the next pause).
 type Retry struct {
 	// Tries is the most sends of one call, the first included; 1 never
 	// re-sends and generates no idempotency keys. 0 means
@@ -66,10 +69,12 @@ type Retry struct {
 // sender that cannot tell whether its attempt counted either sends
 // without asking (uncapped) or gives up a send it was allowed; the
 // price is one idempotency record per consuming attempt, kept by the
-// backend for the call's retry window plus GeneratedKeySlack (a minute
-// and some seconds; Retry's doc), and such attempts skip the
-// server's hot-deny cache and Redis' one-policy fast scripts (the same
-// as an attempt with the caller's own key). A sender that gives every
+// backend for the call's retry window plus GeneratedKeySlack (so a
+// minute and a few seconds for a call with a deadline of a few seconds;
+// the policy's IdempotencyTTL for a call with no deadline: Retry's doc),
+// and such attempts skip the server's hot-deny cache and Redis'
+// one-policy fast scripts (the same as an attempt with the caller's own
+// key). A sender that gives every
 // attempt its own key (a message id) pays nothing more; Tries: 1 turns
 // retries and generated keys off.
 var DefaultRetry = Retry{Tries: 5, Backoff: 50 * time.Millisecond, MaxBackoff: time.Second}
