@@ -252,9 +252,10 @@ func (c *Client) Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.D
 func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	a = c.keyed(a)
+	a = c.keyed(ctx, a)
 	msg := &freqcapv1.TakeRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
+		IdempotencyTtl: wire.ToIdempotencyTTL(a.IdempotencyTTL),
 	}
 	var res *connect.Response[freqcapv1.TakeResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {
@@ -348,9 +349,10 @@ func (r *Reservation) settle(ctx context.Context, commit bool) error {
 func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl time.Duration) (sdk.Decision, *Reservation, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	a = c.keyed(a)
+	a = c.keyed(ctx, a)
 	msg := &freqcapv1.ReserveRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey, Ttl: durationpb.New(ttl),
+		IdempotencyTtl: wire.ToIdempotencyTTL(a.IdempotencyTTL),
 	}
 	var res *connect.Response[freqcapv1.ReserveResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {
@@ -456,7 +458,7 @@ func (c *Client) TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 	defer cancel()
 	keyed := make([]sdk.Attempt, len(as))
 	for i, a := range as {
-		keyed[i] = c.keyed(a)
+		keyed[i] = c.keyed(ctx, a)
 	}
 	return c.batch(ctx, p, "take batch", keyed, func(ctx context.Context, at []*freqcapv1.Attempt) ([]*freqcapv1.BatchResult, error) {
 		res, err := c.rpc().TakeBatch(ctx, connect.NewRequest(&freqcapv1.TakeBatchRequest{Policy: name(p), Attempts: at}))

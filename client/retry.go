@@ -26,12 +26,24 @@ import (
 // decided once: a re-send of an attempt the server had decided gets the
 // first decision back (Decision.Replayed) and consumes nothing more. An
 // attempt without a key gets one from the client (128 random bits,
-// base64url) before its first send, unless Tries is 1. Keys are
-// remembered by the server's backend for the policy's IdempotencyTTL
-// (its longest window): on Redis a restarted serve finds them; a serve
-// on the memory backend loses them when it restarts (and its counts with
-// them). A fail-open policy's call answers degraded only once its
-// re-sends are spent (or its deadline would pass during the next pause).
+// base64url) before its first send, unless Tries is 1.
+//
+// The server's backend remembers a key for the attempt's IdempotencyTTL
+// (on Redis a restarted serve finds it; a serve on the memory backend
+// loses it when it restarts, and its counts with it). A key of the
+// caller's keeps the caller's IdempotencyTTL (0: the policy's, its
+// longest window). A generated key only has to outlive the call's own
+// re-sends, so, unless the attempt sets an IdempotencyTTL, the client
+// asks for the call's retry window plus GeneratedKeySlack (the server
+// cuts it to the policy's). The window is the time left before the
+// call's deadline (its context's or Options.Timeout's) when the key is
+// made; with a PerTry bound, at most Tries sends of PerTry and the
+// longest pauses between them. A call with neither a deadline nor PerTry
+// has no bound on when its last re-send arrives: its generated key keeps
+// the policy's IdempotencyTTL.
+//
+// A fail-open policy's call answers degraded only once its re-sends are
+// spent (or its deadline would pass during the next pause).
 type Retry struct {
 	// Tries is the most sends of one call, the first included; 1 never
 	// re-sends and generates no idempotency keys. 0 means
@@ -57,9 +69,12 @@ type Retry struct {
 // sender that cannot tell whether its attempt counted either sends
 // without asking (uncapped) or gives up a send it was allowed; the
 // price is one idempotency record per consuming attempt, kept by the
-// backend for the policy's IdempotencyTTL, and such attempts skip the
-// server's hot-deny cache and Redis' one-policy fast scripts (the same
-// as an attempt with the caller's own key). A sender that gives every
+// backend for the call's retry window plus GeneratedKeySlack (so a
+// minute and a few seconds for a call with a deadline of a few seconds;
+// the policy's IdempotencyTTL for a call with no deadline: Retry's doc),
+// and such attempts skip the server's hot-deny cache and Redis'
+// one-policy fast scripts (the same as an attempt with the caller's own
+// key). A sender that gives every
 // attempt its own key (a message id) pays nothing more; Tries: 1 turns
 // retries and generated keys off.
 var DefaultRetry = Retry{Tries: 5, Backoff: 50 * time.Millisecond, MaxBackoff: time.Second}
@@ -85,13 +100,49 @@ func newKey() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// GeneratedKeySlack is how much longer than its call's retry window the
+// server's backend keeps a key the client generated (Retry): room for a
+// last re-send's trip and the servers' queues.
+const GeneratedKeySlack = time.Minute
+
 // keyed returns a with an idempotency key: its own, or a new one when
-// c re-sends calls.
-func (c *Client) keyed(a sdk.Attempt) sdk.Attempt {
+// c re-sends calls, with the TTL keyTTL gives for ctx, the whole call's
+// context, unless a has its own.
+func (c *Client) keyed(ctx context.Context, a sdk.Attempt) sdk.Attempt {
 	if a.IdempotencyKey == "" && c.retry.Tries > 1 {
 		a.IdempotencyKey = newKey()
+		if a.IdempotencyTTL == 0 {
+			a.IdempotencyTTL = c.retry.keyTTL(ctx)
+		}
 	}
 	return a
+}
+
+// keyTTL is how long a key generated for a call with context ctx must be
+// kept (Retry's doc): its retry window plus GeneratedKeySlack, or 0 (the
+// policy's IdempotencyTTL) when nothing bounds the window.
+func (r Retry) keyTTL(ctx context.Context) time.Duration {
+	var window time.Duration
+	bounded := false
+	if dl, ok := ctx.Deadline(); ok {
+		window, bounded = max(time.Until(dl), 0), true
+	}
+	if r.PerTry > 0 {
+		// Tries sends of PerTry and the longest pauses between them
+		// (pause: each at most 1½ of its backoff).
+		b, all := r.Backoff, time.Duration(r.Tries)*r.PerTry
+		for n := 1; n < r.Tries; n++ {
+			all += b + b/2
+			b = min(2*b, r.MaxBackoff)
+		}
+		if !bounded || all < window {
+			window, bounded = all, true
+		}
+	}
+	if !bounded {
+		return 0
+	}
+	return window + GeneratedKeySlack
 }
 
 // lost reports whether err, the error of one send, leaves the call's

@@ -22,13 +22,24 @@ type Attempt struct {
 	// IdempotencyKey, when not empty, names the attempt: a retry of it
 	// (e.g. after a timeout) with the same key, for the same policy and
 	// shard values, returns the first decision again (Decision.Replayed)
-	// and consumes nothing more, for Policy.IdempotencyTTL after the
-	// first decision. Any bytes, at most MaxIdempotencyKeyLen of them. A
+	// and consumes nothing more, for IdempotencyTTL (by default
+	// Policy.IdempotencyTTL) after the first decision. Any bytes, at most MaxIdempotencyKeyLen of them. A
 	// retry must repeat the attempt: whatever it asks, it gets the first
 	// decision. Peeks ignore it. The backend must support idempotency
 	// keys (the memory and Redis backends do), else the attempt fails with
 	// an error wrapping errors.ErrUnsupported.
 	IdempotencyKey string
+	// IdempotencyTTL is how long the backend keeps the attempt's first
+	// decision for replay, from that decision: 0 means
+	// Policy.IdempotencyTTL, and a longer one is cut to
+	// Policy.IdempotencyTTL (a record never outlives the policy's longest
+	// window). A key that only has to outlive the caller's own re-sends
+	// (seconds) can have a short one, which is what the record costs the
+	// backend: a retry after it lapsed is a new attempt. A Reserve's record
+	// is not tied to its reservation: it may lapse before or after it.
+	// Negative is invalid (ErrInvalidIdempotencyKey). It means nothing
+	// without an IdempotencyKey; peeks ignore it.
+	IdempotencyTTL time.Duration
 }
 
 // cost returns the attempt's cost (0 means 1).
@@ -130,12 +141,18 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		c.req.ReservationTTL = ttl
 	}
 	consume := dop == opTake || dop == opReserve
+	if consume && a.IdempotencyTTL < 0 {
+		return nil, fmt.Errorf("sdk: %s: %w: idempotency TTL must be >= 0 (0: the policy's), got %v", name, ErrInvalidIdempotencyKey, a.IdempotencyTTL)
+	}
 	if consume && idem != "" {
 		if len(idem) > MaxIdempotencyKeyLen {
 			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", name, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
 		}
 		c.req.IdempotencyKey = c.base + "!i:" + escapeValue(idem)
 		c.req.IdempotencyTTL = p.idemTTL
+		if a.IdempotencyTTL > 0 {
+			c.req.IdempotencyTTL = min(a.IdempotencyTTL, p.idemTTL)
+		}
 	}
 	if consume {
 		if h := l.hotCacheFor(p); h != nil {

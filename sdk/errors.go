@@ -24,7 +24,8 @@ var (
 	ErrInvalidCost = errors.New("invalid cost")
 	// ErrInvalidIdempotencyKey: an attempt's idempotency key is longer
 	// than MaxIdempotencyKeyLen bytes, or was first used by another kind
-	// of operation (a Take replaying a reservation, or the reverse).
+	// of operation (a Take replaying a reservation, or the reverse), or
+	// its IdempotencyTTL is negative.
 	ErrInvalidIdempotencyKey = errors.New("invalid idempotency key")
 	// ErrCostTooHigh is returned by Wait when some rule can never admit
 	// the cost (it exceeds the rule's limit), so waiting is pointless.

@@ -109,7 +109,8 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 	if err := checkSubject(p, m.GetSubject()); err != nil {
 		return nil, err
 	}
-	d, err := svc.s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey()})
+	d, err := svc.s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
+		IdempotencyTTL: wire.IdempotencyTTL(m.GetIdempotencyTtl())})
 	if err != nil {
 		return nil, svc.failed("take", p, err)
 	}
@@ -155,7 +156,8 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 	if ttl < time.Millisecond || ttl > svc.s.cfg.MaxReserveTTL {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "ttl must be from 1ms to %v, got %v", svc.s.cfg.MaxReserveTTL, ttl)
 	}
-	d, r, err := svc.s.cfg.Limiter.Reserve(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey()}, ttl)
+	d, r, err := svc.s.cfg.Limiter.Reserve(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
+		IdempotencyTTL: wire.IdempotencyTTL(m.GetIdempotencyTtl())}, ttl)
 	if err != nil {
 		return nil, svc.failed("reserve", p, err)
 	}

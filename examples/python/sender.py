@@ -44,6 +44,10 @@ def may_send(stub, token, user, text, message_id=None, tries=5, deadline=4.0):
         subject={"user": user, "content": fingerprint(text)},
         idempotency_key=message_id or uuid.uuid4().hex,
     )
+    if message_id is None:
+        # A random key only has to outlive this call's re-sends: keep it a
+        # minute past the deadline, not the policy's whole IdempotencyTTL.
+        request.idempotency_ttl.FromMilliseconds(int(deadline * 1000) + 60000)
     end = time.monotonic() + deadline
     for attempt in range(tries):
         try:

@@ -130,7 +130,8 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 	out := make([]sdk.Attempt, len(in))
 	for i, a := range in {
-		out[i] = sdk.Attempt{Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey()}
+		out[i] = sdk.Attempt{Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey(),
+			IdempotencyTTL: IdempotencyTTL(a.GetIdempotencyTtl())}
 	}
 	return out
 }
@@ -139,9 +140,23 @@ func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	out := make([]*freqcapv1.Attempt, len(in))
 	for i, a := range in {
-		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey}
+		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
+			IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL)}
 	}
 	return out
+}
+
+// IdempotencyTTL reads an attempt's idempotency_ttl (absent: 0, the
+// policy's). A negative one is passed on for the sdk to refuse.
+func IdempotencyTTL(in *durationpb.Duration) time.Duration { return fromDur(in) }
+
+// ToIdempotencyTTL converts sdk.Attempt.IdempotencyTTL to the wire: nil
+// (absent) for 0, the policy's.
+func ToIdempotencyTTL(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return dur(d)
 }
 
 // Inspection converts in to the wire.

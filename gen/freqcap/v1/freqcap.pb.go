@@ -475,6 +475,11 @@ type Attempt struct {
 	// idempotency_key, when set, makes a retry return the first decision
 	// (at most 128 bytes). Peeks ignore it.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// idempotency_ttl is how long the key's first decision is kept for
+	// replay (sdk.Attempt.IdempotencyTTL): absent or zero, the policy's
+	// IdempotencyTTL (its longest window); longer, cut to it; negative is
+	// invalid. Peeks ignore it.
+	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -530,12 +535,21 @@ func (x *Attempt) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *Attempt) GetIdempotencyTtl() *durationpb.Duration {
+	if x != nil {
+		return x.IdempotencyTtl
+	}
+	return nil
+}
+
 type TakeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Policy         string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	Subject        map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Cost           int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// idempotency_ttl: as Attempt's.
+	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -596,6 +610,13 @@ func (x *TakeRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *TakeRequest) GetIdempotencyTtl() *durationpb.Duration {
+	if x != nil {
+		return x.IdempotencyTtl
+	}
+	return nil
 }
 
 type TakeResponse struct {
@@ -754,9 +775,12 @@ type ReserveRequest struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// ttl is how long the units are held before they are given back by
 	// themselves: 1ms to the server's limit.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// idempotency_ttl: as Attempt's. The key's record is not tied to the
+	// reservation: it may lapse before or after it.
+	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReserveRequest) Reset() {
@@ -820,6 +844,13 @@ func (x *ReserveRequest) GetIdempotencyKey() string {
 func (x *ReserveRequest) GetTtl() *durationpb.Duration {
 	if x != nil {
 		return x.Ttl
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetIdempotencyTtl() *durationpb.Duration {
+	if x != nil {
+		return x.IdempotencyTtl
 	}
 	return nil
 }
@@ -3643,19 +3674,21 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\rDocumentFault\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xbe\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x82\x02\n" +
 	"\aAttempt\x12:\n" +
 	"\asubject\x18\x01 \x03(\v2 .freqcap.v1.Attempt.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x1a:\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12B\n" +
+	"\x0fidempotency_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x02\n" +
 	"\vTakeRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12>\n" +
 	"\asubject\x18\x02 \x03(\v2$.freqcap.v1.TakeRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x1a:\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12B\n" +
+	"\x0fidempotency_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
@@ -3669,13 +3702,14 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fPeekResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\x91\x02\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xd5\x02\n" +
 	"\x0eReserveRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12A\n" +
 	"\asubject\x18\x02 \x03(\v2'.freqcap.v1.ReserveRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12B\n" +
+	"\x0fidempotency_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -4064,105 +4098,108 @@ var file_freqcap_v1_freqcap_proto_depIdxs = []int32{
 	2,  // 0: freqcap.v1.ErrorDetail.reason:type_name -> freqcap.v1.Reason
 	5,  // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
 	53, // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
-	54, // 3: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
-	23, // 4: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
-	55, // 5: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
-	23, // 6: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
-	56, // 7: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
-	66, // 8: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 9: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
-	57, // 10: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
-	58, // 11: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
-	6,  // 12: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	21, // 13: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	6,  // 14: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	21, // 15: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	23, // 16: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
-	22, // 17: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
-	2,  // 18: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
-	67, // 19: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
-	24, // 20: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
-	66, // 21: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	34, // 22: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
-	0,  // 23: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
-	66, // 24: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	66, // 25: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	59, // 26: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
-	67, // 27: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
-	24, // 28: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
-	27, // 29: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
-	66, // 30: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
-	67, // 31: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
-	66, // 32: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
-	60, // 33: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
-	61, // 34: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
-	32, // 35: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
-	67, // 36: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
-	33, // 37: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
-	66, // 38: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
-	0,  // 39: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
-	66, // 40: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
-	1,  // 41: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
-	66, // 42: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
-	3,  // 43: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
-	62, // 44: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
-	67, // 45: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
-	67, // 46: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
-	63, // 47: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
-	34, // 48: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
-	66, // 49: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	34, // 50: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
-	64, // 51: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
-	34, // 52: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
-	65, // 53: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
-	67, // 54: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
-	5,  // 55: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
-	42, // 56: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
-	41, // 57: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	41, // 58: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
-	41, // 59: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
-	41, // 60: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	7,  // 61: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
-	9,  // 62: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
-	11, // 63: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
-	13, // 64: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
-	15, // 65: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
-	17, // 66: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
-	19, // 67: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
-	25, // 68: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
-	28, // 69: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
-	30, // 70: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
-	43, // 71: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
-	45, // 72: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
-	47, // 73: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
-	49, // 74: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
-	51, // 75: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
-	35, // 76: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
-	37, // 77: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
-	39, // 78: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
-	8,  // 79: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
-	10, // 80: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
-	12, // 81: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
-	14, // 82: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
-	16, // 83: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
-	18, // 84: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
-	20, // 85: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
-	26, // 86: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
-	29, // 87: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
-	31, // 88: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
-	44, // 89: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
-	46, // 90: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
-	48, // 91: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
-	50, // 92: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
-	52, // 93: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
-	36, // 94: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
-	38, // 95: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
-	40, // 96: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
-	79, // [79:97] is the sub-list for method output_type
-	61, // [61:79] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	66, // 3: freqcap.v1.Attempt.idempotency_ttl:type_name -> google.protobuf.Duration
+	54, // 4: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
+	66, // 5: freqcap.v1.TakeRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	23, // 6: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
+	55, // 7: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
+	23, // 8: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
+	56, // 9: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
+	66, // 10: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	66, // 11: freqcap.v1.ReserveRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	23, // 12: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
+	57, // 13: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
+	58, // 14: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
+	6,  // 15: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	21, // 16: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	6,  // 17: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	21, // 18: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	23, // 19: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
+	22, // 20: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
+	2,  // 21: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
+	67, // 22: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
+	24, // 23: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
+	66, // 24: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	34, // 25: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
+	0,  // 26: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
+	66, // 27: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	66, // 28: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	59, // 29: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
+	67, // 30: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
+	24, // 31: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
+	27, // 32: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
+	66, // 33: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
+	67, // 34: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
+	66, // 35: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
+	60, // 36: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
+	61, // 37: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
+	32, // 38: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
+	67, // 39: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
+	33, // 40: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
+	66, // 41: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
+	0,  // 42: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
+	66, // 43: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
+	1,  // 44: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
+	66, // 45: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
+	3,  // 46: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
+	62, // 47: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
+	67, // 48: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
+	67, // 49: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
+	63, // 50: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
+	34, // 51: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
+	66, // 52: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	34, // 53: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
+	64, // 54: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
+	34, // 55: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
+	65, // 56: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	67, // 57: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
+	5,  // 58: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
+	42, // 59: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
+	41, // 60: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	41, // 61: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
+	41, // 62: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
+	41, // 63: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	7,  // 64: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
+	9,  // 65: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
+	11, // 66: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
+	13, // 67: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
+	15, // 68: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
+	17, // 69: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
+	19, // 70: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
+	25, // 71: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
+	28, // 72: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
+	30, // 73: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
+	43, // 74: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
+	45, // 75: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
+	47, // 76: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
+	49, // 77: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
+	51, // 78: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
+	35, // 79: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
+	37, // 80: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
+	39, // 81: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
+	8,  // 82: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
+	10, // 83: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
+	12, // 84: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
+	14, // 85: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
+	16, // 86: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
+	18, // 87: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
+	20, // 88: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
+	26, // 89: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
+	29, // 90: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
+	31, // 91: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
+	44, // 92: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
+	46, // 93: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
+	48, // 94: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
+	50, // 95: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
+	52, // 96: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
+	36, // 97: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
+	38, // 98: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
+	40, // 99: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
+	82, // [82:100] is the sub-list for method output_type
+	64, // [64:82] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_freqcap_v1_freqcap_proto_init() }
