@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"github.com/freqcap/freqcap/internal/ruleref"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -112,7 +113,7 @@ func TestTransitionSimulation(t *testing.T) {
 	clock := fakeclock.New(t0)
 	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
 	ctx := context.Background()
-	logs := make([][]simUnit, users)
+	logs := make([][]ruleref.Unit, users)
 	type carry struct {
 		set bool
 		u   int64
@@ -152,7 +153,7 @@ func TestTransitionSimulation(t *testing.T) {
 		lg := logs[a.user]
 		oldOK := true
 		for _, j := range preds {
-			_, ok := simDecide(versions[j], lg, at(j), a.at, a.cost)
+			_, ok := ruleref.Decide(versions[j], lg, at(j), a.at, a.cost)
 			oldOK = oldOK && ok
 		}
 		if !oldOK {
@@ -171,7 +172,7 @@ func TestTransitionSimulation(t *testing.T) {
 			c.set, c.at = true, a.at
 			if len(preds) > 0 {
 				j := preds[len(preds)-1]
-				c.u, _ = simDecide(versions[j], lg, at(j), a.at, 1)
+				c.u, _ = ruleref.Decide(versions[j], lg, at(j), a.at, 1)
 			}
 		}
 		if !d.Allowed {
@@ -181,13 +182,13 @@ func TestTransitionSimulation(t *testing.T) {
 		admitted++
 		units := lg
 		if c.u > 0 {
-			units = append([]simUnit{{at: c.at, n: c.u}}, simSince(lg, c.at)...)
+			units = append([]ruleref.Unit{{At: c.at, N: c.u}}, ruleref.Since(lg, c.at)...)
 		}
-		if _, ok := simDecide(versions[k], units, at(k), a.at, a.cost); !ok {
+		if _, ok := ruleref.Decide(versions[k], units, at(k), a.at, a.cost); !ok {
 			violations++
 			t.Errorf("Take at %v (version %d) for user %d = allowed, but the new rule (with %d carried at %v) denies it", a.at, k+1, a.user, c.u, c.at)
 		}
-		logs[a.user] = append(simTrim(lg, a.at.Add(-30*time.Hour)), simUnit{at: a.at, n: a.cost})
+		logs[a.user] = append(ruleref.Trim(lg, a.at.Add(-30*time.Hour)), ruleref.Unit{At: a.at, N: a.cost})
 	}
 	t.Logf("transition simulation: %d users, %d versions (a change every %v over %d days): %d attempts, %d admitted, %d denied; %d attempts while an old rule capped the user, %d of them denied; violations %d",
 		users, len(versions), period, days, len(attempts), admitted, denied, oldDenied, capsHeld, violations)
@@ -199,40 +200,10 @@ func TestTransitionSimulation(t *testing.T) {
 	}
 }
 
-// simUnit is n units admitted at one instant.
-type simUnit struct {
-	at time.Time
-	n  int64
-}
-
-// simSince returns the units of lg at or after from (lg is by time).
-func simSince(lg []simUnit, from time.Time) []simUnit {
-	i := sort.Search(len(lg), func(i int) bool { return !lg[i].at.Before(from) })
-	return lg[i:]
-}
-
-// simTrim drops the units before from.
-func simTrim(lg []simUnit, from time.Time) []simUnit {
-	i := sort.Search(len(lg), func(i int) bool { return !lg[i].at.Before(from) })
-	if i > len(lg)/2 {
-		return append([]simUnit(nil), lg[i:]...)
-	}
-	return lg
-}
-
-// asLog returns r as a sliding log when it is a sliding window whose
-// limit is at most sdk.LogLine (every backend evaluates it so), else r.
-func asLog(r sdk.Rule) sdk.Rule {
-	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.Limit <= sdk.LogLine {
-		r.Algorithm = sdk.AlgorithmSlidingLog
-	}
-	return r
-}
-
 // reachOf is the reference's reach of a rule: how long after a change its
 // state can prove anything (written out here, not taken from the driver).
 func reachOf(r sdk.Rule) time.Duration {
-	r = asLog(r)
+	r = ruleref.AsLog(r)
 	switch r.Algorithm {
 	case sdk.AlgorithmFixedWindow:
 		if r.Calendar != sdk.NoCalendar {
@@ -247,71 +218,4 @@ func reachOf(r sdk.Rule) time.Duration {
 		return (r.Window / time.Duration(r.Limit)).Truncate(time.Microsecond) * time.Duration(r.Burst+1)
 	}
 	return r.Window
-}
-
-// simDecide is the reference: rule r evaluated exactly on the units of lg
-// at or after start, at now, for cost. It returns the units r counts
-// before the attempt and whether it admits cost.
-func simDecide(r sdk.Rule, lg []simUnit, start, now time.Time, cost int64) (used int64, ok bool) {
-	r = asLog(r)
-	units := simSince(lg, start)
-	count := func(in func(time.Time) bool) int64 {
-		var n int64
-		for _, u := range units {
-			if !u.at.After(now) && in(u.at) {
-				n += u.n
-			}
-		}
-		return n
-	}
-	switch r.Algorithm {
-	case sdk.AlgorithmFixedWindow:
-		var from, to time.Time
-		if r.Calendar == sdk.Day {
-			l := now.In(r.Location)
-			from = time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, r.Location)
-			to = time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, r.Location)
-		} else {
-			w := int64(r.Window)
-			from = time.Unix(0, now.UnixNano()/w*w)
-			to = from.Add(r.Window)
-		}
-		used = count(func(t time.Time) bool { return !t.Before(from) && t.Before(to) })
-		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingWindow:
-		size := int64((r.Window / time.Duration(r.SubWindows)).Truncate(time.Millisecond))
-		back := (int64(r.Window) + size - 1) / size
-		oldest := now.UnixNano()/size - back
-		used = count(func(t time.Time) bool { return t.UnixNano()/size >= oldest })
-		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingLog:
-		from := now.Add(-r.Window)
-		used = count(func(t time.Time) bool { return t.After(from) })
-		return used, used+cost <= r.Limit
-	}
-	// GCRA: replay the theoretical arrival time over the units.
-	tt := max((r.Window / time.Duration(r.Limit)).Truncate(time.Microsecond), time.Microsecond)
-	tol := tt * time.Duration(r.Burst+1)
-	var tat time.Time
-	for _, u := range units {
-		if u.at.After(now) {
-			break
-		}
-		tat = simLater(tat, u.at).Add(tt * time.Duration(u.n))
-	}
-	ttl := max(tat.Sub(now), 0)
-	rem := min(max(int64((tol-ttl)/tt), 0), r.Burst+1)
-	if tol-ttl < 0 {
-		rem = 0
-	}
-	used = r.Burst + 1 - rem
-	next := simLater(tat, now).Add(tt * time.Duration(cost))
-	return used, !next.Add(-tol).After(now)
-}
-
-func simLater(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

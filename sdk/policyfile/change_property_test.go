@@ -3,6 +3,7 @@ package policyfile_test
 import (
 	"context"
 	"fmt"
+	"github.com/freqcap/freqcap/internal/ruleref"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -182,7 +183,7 @@ var propKinds = []string{"limit", "burst", "gcra rate", "window", "algorithm", "
 type propIdentity struct {
 	rule  sdk.Rule // its parameters now (a "carries exactly" change updates them)
 	carry []propCarry
-	own   [][]simUnit // per person, the units it counted since its carry
+	own   [][]ruleref.Unit // per person, the units it counted since its carry
 }
 
 // propCarry is what an identity holds from its predecessor for a person:
@@ -197,11 +198,11 @@ type propCarry struct {
 // the units it counted since (every admitted take while it was evaluated;
 // a shadow rule's only where it would have admitted: it consumes only
 // those).
-func (id *propIdentity) units(p int) []simUnit {
+func (id *propIdentity) units(p int) []ruleref.Unit {
 	c := id.carry[p]
-	out := []simUnit{}
+	out := []ruleref.Unit{}
 	if c.u > 0 {
-		out = append(out, simUnit{at: c.at, n: c.u})
+		out = append(out, ruleref.Unit{At: c.at, N: c.u})
 	}
 	return append(out, id.own[p]...)
 }
@@ -224,7 +225,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 	var sources []string                  // per version
 	var history []string
 	newID := func(r sdk.Rule) *propIdentity {
-		id := &propIdentity{rule: r, carry: make([]propCarry, people), own: make([][]simUnit, people)}
+		id := &propIdentity{rule: r, carry: make([]propCarry, people), own: make([][]ruleref.Unit, people)}
 		ids = append(ids, id)
 		return id
 	}
@@ -355,7 +356,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 				c := propCarry{set: true, at: now}
 				if i > 0 {
 					prev := chain[i-1].id
-					c.u, _ = simDecide(prev.rule, prev.units(p), time.Time{}, now, 1)
+					c.u, _ = ruleref.Decide(prev.rule, prev.units(p), time.Time{}, now, 1)
 				}
 				l.id.carry[p] = c
 			}
@@ -367,12 +368,12 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 				id := l.id
 				if l.rd.Shadow {
 					if l.rd.Allowed {
-						id.own[p] = append(id.own[p], simUnit{at: now, n: cost})
+						id.own[p] = append(id.own[p], ruleref.Unit{At: now, N: cost})
 					}
 					continue
 				}
-				_, ok := simDecide(id.rule, id.units(p), time.Time{}, now, cost)
-				id.own[p] = append(id.own[p], simUnit{at: now, n: cost})
+				_, ok := ruleref.Decide(id.rule, id.units(p), time.Time{}, now, cost)
+				id.own[p] = append(id.own[p], ruleref.Unit{At: now, N: cost})
 				if !ok {
 					what := "the current rule"
 					if id != cur {
@@ -586,86 +587,4 @@ func propYAML(r sdk.Rule) string {
 
 func propDoc(r sdk.Rule) string {
 	return "policies:\n  - name: p\n    rules:\n      - " + propYAML(r) + "\n"
-}
-
-// simUnit is n units admitted at one instant.
-type simUnit struct {
-	at time.Time
-	n  int64
-}
-
-// simSince returns the units of lg at or after from (lg is by time).
-func simSince(lg []simUnit, from time.Time) []simUnit {
-	i := sort.Search(len(lg), func(i int) bool { return !lg[i].at.Before(from) })
-	return lg[i:]
-}
-
-// simDecide is the reference: rule r evaluated exactly on the units of lg
-// at or after start, at now, for cost. It returns the units r counts
-// before the attempt and whether it admits cost. (sdk's
-// transition_sim_test.go has its twin; a test package cannot share it.)
-func simDecide(r sdk.Rule, lg []simUnit, start, now time.Time, cost int64) (used int64, ok bool) {
-	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.Limit <= sdk.LogLine {
-		r.Algorithm = sdk.AlgorithmSlidingLog // every backend evaluates it so
-	}
-	units := simSince(lg, start)
-	count := func(in func(time.Time) bool) int64 {
-		var n int64
-		for _, u := range units {
-			if !u.at.After(now) && in(u.at) {
-				n += u.n
-			}
-		}
-		return n
-	}
-	switch r.Algorithm {
-	case sdk.AlgorithmFixedWindow:
-		var from, to time.Time
-		if r.Calendar == sdk.Day {
-			l := now.In(r.Location)
-			from = time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, r.Location)
-			to = time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, r.Location)
-		} else {
-			w := int64(r.Window)
-			from = time.Unix(0, now.UnixNano()/w*w)
-			to = from.Add(r.Window)
-		}
-		used = count(func(t time.Time) bool { return !t.Before(from) && t.Before(to) })
-		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingWindow:
-		size := int64((r.Window / time.Duration(r.SubWindows)).Truncate(time.Millisecond))
-		back := (int64(r.Window) + size - 1) / size
-		oldest := now.UnixNano()/size - back
-		used = count(func(t time.Time) bool { return t.UnixNano()/size >= oldest })
-		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingLog:
-		from := now.Add(-r.Window)
-		used = count(func(t time.Time) bool { return t.After(from) })
-		return used, used+cost <= r.Limit
-	}
-	// GCRA: replay the theoretical arrival time over the units.
-	tt := max((r.Window / time.Duration(r.Limit)).Truncate(time.Microsecond), time.Microsecond)
-	tol := tt * time.Duration(r.Burst+1)
-	var tat time.Time
-	for _, u := range units {
-		if u.at.After(now) {
-			break
-		}
-		if tat.Before(u.at) {
-			tat = u.at
-		}
-		tat = tat.Add(tt * time.Duration(u.n))
-	}
-	ttl := max(tat.Sub(now), 0)
-	rem := min(max(int64((tol-ttl)/tt), 0), r.Burst+1)
-	if tol-ttl < 0 {
-		rem = 0
-	}
-	used = r.Burst + 1 - rem
-	next := tat
-	if next.Before(now) {
-		next = now
-	}
-	next = next.Add(tt * time.Duration(cost))
-	return used, !next.Add(-tol).After(now)
 }
