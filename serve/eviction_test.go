@@ -1,15 +1,22 @@
 package serve_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/client"
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
+	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -62,6 +69,19 @@ func TestReadyzEviction(t *testing.T) {
 			}
 			if tc.evicts && (!strings.HasPrefix(body, "the backend refuses to decide") || !strings.Contains(body, "warning:") || strings.Contains(body, srv.Addr())) {
 				t.Errorf("/readyz (refuse) = %d %q, want the refusal and the warning, no address", st, body)
+			}
+			if tc.evicts {
+				// A decision on the refusing backend: failed_precondition,
+				// REASON_BACKEND_REFUSED (not unavailable: retrying does not
+				// help), errors.Is sdk.ErrRefused, no address in the message.
+				for _, pr := range []client.Protocol{client.GRPC, client.ConnectJSON} {
+					c := client.New(er.url, &client.Options{Protocol: pr, Timeout: 5 * time.Second})
+					_, err := c.Take(context.Background(), er.policies["push"], sdk.Attempt{Subject: sdk.Subject{"user": "u-evict", "content": "c"}})
+					if connect.CodeOf(err) != connect.CodeFailedPrecondition || wire.ReasonOf(err) != freqcapv1.Reason_REASON_BACKEND_REFUSED ||
+						!errors.Is(err, sdk.ErrRefused) || strings.Contains(err.Error(), srv.Addr()) {
+						t.Errorf("Take (%v) on the refusing backend = %v (%v, %v), want failed_precondition, REASON_BACKEND_REFUSED, errors.Is sdk.ErrRefused, no address", pr, err, connect.CodeOf(err), wire.ReasonOf(err))
+					}
+				}
 			}
 		})
 	}

@@ -211,6 +211,11 @@ const (
 	// roll back to a version that loads: plans are made against the newest
 	// one (docs/POLICIES.md).
 	Reason_REASON_UNREADABLE_POLICY_VERSION Reason = 20
+	// The backend answers but refuses to decide (FAILED_PRECONDITION:
+	// nothing was applied, and retrying does not help until an operator
+	// acts): with --eviction refuse, a master's maxmemory-policy may evict
+	// freqcap's keys. /readyz says which master and the server's log why.
+	Reason_REASON_BACKEND_REFUSED Reason = 21
 )
 
 // Enum value maps for Reason.
@@ -237,6 +242,7 @@ var (
 		18: "REASON_OVERRIDE_NOT_FOUND",
 		19: "REASON_NO_POLICY_VERSION",
 		20: "REASON_UNREADABLE_POLICY_VERSION",
+		21: "REASON_BACKEND_REFUSED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -260,6 +266,7 @@ var (
 		"REASON_OVERRIDE_NOT_FOUND":        18,
 		"REASON_NO_POLICY_VERSION":         19,
 		"REASON_UNREADABLE_POLICY_VERSION": 20,
+		"REASON_BACKEND_REFUSED":           21,
 	}
 )
 
@@ -3958,7 +3965,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\xec\x04\n" +
+	"\rCALENDAR_HOUR\x10\x02*\x88\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -3981,7 +3988,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x1eREASON_INVALID_POLICY_DOCUMENT\x10\x11\x12\x1d\n" +
 	"\x19REASON_OVERRIDE_NOT_FOUND\x10\x12\x12\x1c\n" +
 	"\x18REASON_NO_POLICY_VERSION\x10\x13\x12$\n" +
-	" REASON_UNREADABLE_POLICY_VERSION\x10\x14*y\n" +
+	" REASON_UNREADABLE_POLICY_VERSION\x10\x14\x12\x1a\n" +
+	"\x16REASON_BACKEND_REFUSED\x10\x15*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +
