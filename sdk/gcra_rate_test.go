@@ -119,14 +119,18 @@ func TestCodeGCRARateChangeMemory(t *testing.T) {
 	if d, _ := lim.Allow(ctx, p2, alice); d.Allowed {
 		t.Errorf("13 min later under 5 per 2h: allowed, want denied (one unit per 24 min)")
 	}
-	// Back to 10 per 2h: the units carry again (225 min of queue at 24 min
-	// a unit is 9.375 units, 112.5 min at 12), so the next unit fits 4.5
-	// min later, not at once.
+	// Back to 10 per 2h, a faster rate: the old rate's debt is kept (as on
+	// Redis, docs/MIGRATING.md): the TAT, 225 min ahead, admits when it is
+	// one interval (12 min) inside the tolerance (120 min): 117 min on.
 	if d, _ := lim.Allow(ctx, p1, alice); d.Allowed {
-		t.Errorf("back to 10 per 2h with 9.375 units held: allowed, want denied")
+		t.Errorf("back to 10 per 2h with 225 min of debt: allowed, want denied")
 	}
-	clock.Advance(5 * time.Minute)
+	clock.Advance(116 * time.Minute)
+	if d, _ := lim.Allow(ctx, p1, alice); d.Allowed {
+		t.Errorf("back to 10 per 2h, 116 min later: allowed, want denied (the old rate's debt)")
+	}
+	clock.Advance(time.Minute)
 	if d, _ := lim.Allow(ctx, p1, alice); !d.Allowed {
-		t.Errorf("back to 10 per 2h, 5 min later: denied, want allowed (half a unit drained at 12 min)")
+		t.Errorf("back to 10 per 2h, 117 min later: denied, want allowed")
 	}
 }

@@ -51,8 +51,8 @@ type entry struct {
 	tat     time.Time
 	// interval is the emission interval tat was stored at (GCRA): read
 	// by a rule of another interval (its rate changed in code, under
-	// the same keys), tat is rescaled to it (alg.GCRARescale) so the
-	// units it holds keep their number.
+	// the same keys), tat is rescaled to it (alg.GCRARescale): a slower
+	// rate keeps the units it holds, a faster one the old rate's debt.
 	interval     time.Duration
 	trail        []driver.Denial // oldest first
 	reservations map[string]*reservation

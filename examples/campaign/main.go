@@ -124,7 +124,12 @@ func campaign(args []string, getenv func(string) string, w io.Writer) error {
 	if o.serve != "" {
 		// The server decides, records and keeps the keys; the same
 		// run, through client.New instead of sdk.New.
-		lim := client.New(o.serve, &client.Options{Token: getenv("FREQCAP_TOKEN"), Timeout: 30 * time.Second})
+		// Tries: 1: this sender gives its own idempotency keys where it
+		// wants them (msg-1's retry) and none elsewhere, so that msg-3's
+		// keyless resend is answered by the server's hot-deny cache, as
+		// in-process; the client's default would give every attempt a
+		// key (client.Retry), and keyed attempts skip that cache.
+		lim := client.New(o.serve, &client.Options{Token: getenv("FREQCAP_TOKEN"), Timeout: 30 * time.Second, Retry: &client.Retry{Tries: 1}})
 		_, err := run(context.Background(), w, lim, o.recipients, o.prefix+"/")
 		return err
 	}

@@ -333,14 +333,20 @@ func GCRARefund(tat, at time.Time, r driver.Rule, cost int64, now time.Time) (ne
 }
 
 // GCRARescale reads tat, a theoretical arrival time stored at emission
-// interval from, at interval to: the units it holds ahead of now,
-// (tat-now)/from, are kept, now spaced by to, so the count is the same
-// and drains at to's rate from now on. The result is rounded up to the
-// ns (never fewer units), and saturates at 2*driver.MaxTolerance ahead of
-// now (more only delays a full bucket further, as a seed's cap). A tat
-// not ahead of now holds nothing and is returned as is.
+// interval from, at interval to, never admitting sooner than either
+// reading would. At a slower rate (to > from) the units it holds ahead
+// of now, (tat-now)/from, are kept, now spaced by to, so the count is the
+// same and drains at to's rate from now on: read as it is, tat would
+// hold fewer units and admit more than the old rule allows. At a faster
+// rate (to < from) tat is kept as it is: the old rate's debt is waited
+// out, as every GCRA that keeps a TAT does (docs/MIGRATING.md), and the
+// new rule admits no sooner than the old one would have. The result is
+// rounded up to the ns (never fewer units), and saturates at
+// 2*driver.MaxTolerance ahead of now (more only delays a full bucket
+// further, as a seed's cap). A tat not ahead of now holds nothing and is
+// returned as is.
 func GCRARescale(tat time.Time, from, to time.Duration, now time.Time) time.Time {
-	if from <= 0 || to <= 0 || from == to || !tat.After(now) {
+	if from <= 0 || to <= 0 || to <= from || !tat.After(now) {
 		return tat
 	}
 	const ceiling = 2 * driver.MaxTolerance

@@ -67,8 +67,8 @@ func TestGCRARescale(t *testing.T) {
 	}{
 		{"same interval", 47 * time.Minute, 12 * time.Minute, 12 * time.Minute, 47 * time.Minute},
 		{"slower: the count kept", 47 * time.Minute, 12 * time.Minute, 24 * time.Minute, 94 * time.Minute},
-		{"faster", 48 * time.Minute, 12 * time.Minute, 6 * time.Minute, 24 * time.Minute},
-		{"rounded up", 1, 3, 2, 1},
+		{"faster: the debt kept", 48 * time.Minute, 12 * time.Minute, 6 * time.Minute, 48 * time.Minute},
+		{"rounded up", 1, 2, 3, 2},
 		{"not ahead", -time.Minute, 12 * time.Minute, 24 * time.Minute, -time.Minute},
 		{"unknown interval", 10 * time.Minute, 0, 24 * time.Minute, 10 * time.Minute},
 		{"saturates", driver.MaxTolerance, time.Microsecond, driver.MaxTolerance, 2 * driver.MaxTolerance},
