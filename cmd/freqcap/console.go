@@ -238,7 +238,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	metrics := console.NewMetrics(nil)
 	// The console records its own decisions (API checks, demo traffic)
 	// like any service, so that the overview's fleet charts include them.
-	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, OnError: func(err error) {
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, Service: console.ServiceName(), OnError: func(err error) {
 		limited.Warn("recorder: statistics not flushed", "err", err)
 	}})
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
