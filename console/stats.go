@@ -204,7 +204,11 @@ func (s *Server) fleetView(ctx context.Context) views.FleetView {
 		return v
 	}
 	announced := map[string]bool{}
-	for _, a := range anns {
+	old := superseded(anns)
+	for i, a := range anns {
+		if old[i] {
+			continue // its service announced a newer version since
+		}
 		announced[a.Policy] = true
 		ver := ""
 		if a.Version > 0 {

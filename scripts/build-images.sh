@@ -9,6 +9,7 @@
 #                             built on the host and COPY'd into FROM scratch.
 #
 # Usage: scripts/build-images.sh [redis] [console]   (default: both)
+#        scripts/build-images.sh --names              (prints the image names)
 #
 # Idempotent: each image carries a label with the sha256 of what went into it
 # and is rebuilt only when that changes (FORCE=1 rebuilds anyway), so a second
@@ -25,6 +26,12 @@ CONSOLE_IMAGE=freqcap/console:dev
 LABEL=org.freqcap.fingerprint
 # Bump when the way an image is assembled changes, to force a rebuild.
 RECIPE=2
+
+# --names prints the two image names (scripts/test.sh removes those it built).
+if [ "${1:-}" = --names ]; then
+  echo "$REDIS_IMAGE $CONSOLE_IMAGE"
+  exit 0
+fi
 
 want_redis=0 want_console=0
 [ $# -eq 0 ] && set -- redis console

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The freqcap test command (README.md). It installs what the tests need,
 # builds the local container images, then runs vet, format, generate and
-# race-enabled tests. CI runs it with FREQCAP_REQUIRE_SERVERS=1, which turns
+# race-enabled tests, and removes the images it built (FREQCAP_KEEP_IMAGES=1
+# keeps them). CI runs it with FREQCAP_REQUIRE_SERVERS=1, which turns
 # "server not found" skips into failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,27 @@ if [ -n "$need" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
 
+# The local images are removed when this script exits (after go test, which
+# uses them), but only those this run created: an image of that name that was
+# there before is the user's and stays, as do both with FREQCAP_KEEP_IMAGES=1.
+created_images=""
+drop_images() {
+  [ -n "$created_images" ] || return 0
+  if [ "${FREQCAP_KEEP_IMAGES:-0}" = 1 ]; then
+    echo "== keeping the local images$created_images (FREQCAP_KEEP_IMAGES=1)"
+    return 0
+  fi
+  echo "== removing the local images this run built:$created_images (FREQCAP_KEEP_IMAGES=1 keeps them)"
+  local img
+  for img in $created_images; do
+    docker image rm "$img" >/dev/null 2>&1 || echo "could not remove $img (still in use?)" >&2
+  done
+}
 if [ -x scripts/build-images.sh ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  for img in $(scripts/build-images.sh --names); do
+    docker image inspect "$img" >/dev/null 2>&1 || created_images="$created_images $img"
+  done
+  trap drop_images EXIT
   echo "== building local images"
   scripts/build-images.sh
   export FREQCAP_IMAGE_REDIS="${FREQCAP_IMAGE_REDIS:-freqcap/redis:7.0-debian}"

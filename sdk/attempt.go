@@ -121,6 +121,9 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if batch {
 		name += " batch"
 	}
+	if err := l.hasBackend(name); err != nil {
+		return nil, err
+	}
 	if a.Cost < 0 {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", name, ErrInvalidCost, a.Cost)
 	}

@@ -118,5 +118,7 @@ func (l *Limiter) sendBatch(ctx context.Context, kind opKind, calls []*call) []a
 	return out
 }
 
-// errNilBackend is what a Limiter without a backend answers.
-var errNilBackend = errors.New("nil backend")
+// errNilBackend is what every method of a Limiter without a backend (the
+// zero Limiter, or New(nil)) answers, whatever the policy's failure mode:
+// it is the caller's mistake, not a backend failure fail-open may hide.
+var errNilBackend = errors.New("no backend (the zero Limiter, or New(nil)): create the Limiter with sdk.New and a backend")

@@ -22,8 +22,12 @@ import (
 // and an optional idempotency key); most callers want Allow, the
 // shorthand for a cost-1 Take without a key. TakeBatch decides many
 // attempts at once; Peek asks without consuming; Wait delays instead of
-// denying; Reserve checks now and commits or cancels later. The zero Limiter has no backend and returns
-// errors.
+// denying; Reserve checks now and commits or cancels later.
+//
+// The zero Limiter, like New(nil), has no backend: every method that
+// returns an error returns one saying so (use New), under a fail-open
+// policy too — a missing backend is the caller's mistake, not a backend
+// failure to decide through.
 type Limiter struct {
 	b       driver.Backend
 	prefix  string
@@ -183,6 +187,9 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 // resets (the memory and Redis backends do), else the error wraps
 // errors.ErrUnsupported.
 func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
+	if err := l.hasBackend("reset"); err != nil {
+		return err
+	}
 	rs, ok := l.b.(driver.Resetter)
 	if !ok {
 		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
@@ -219,6 +226,9 @@ func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
 // wrapping ErrInvalidRule, and nothing is reset. The backend must support
 // resets, as for Reset.
 func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ...string) error {
+	if err := l.hasBackend("reset rules"); err != nil {
+		return err
+	}
 	rs, ok := l.b.(driver.Resetter)
 	if !ok {
 		return fmt.Errorf("sdk: reset rules: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
@@ -309,6 +319,9 @@ type Strategy = driver.Strategy
 // describe itself (the memory and Redis backends can); one that cannot
 // returns an error wrapping errors.ErrUnsupported.
 func (l *Limiter) Describe(ctx context.Context) (Description, error) {
+	if err := l.hasBackend("describe"); err != nil {
+		return Description{}, err
+	}
 	ds, ok := l.b.(driver.Describer)
 	if !ok {
 		return Description{}, fmt.Errorf("sdk: describe: backend %T cannot describe itself: %w", l.b, errors.ErrUnsupported)
@@ -367,6 +380,9 @@ const (
 // supports returns an error wrapping errors.ErrUnsupported, naming op,
 // when the backend lacks the optional interface kind needs.
 func (l *Limiter) supports(op string, kind opKind) error {
+	if err := l.hasBackend(op); err != nil {
+		return err
+	}
 	var ok bool
 	var what string
 	switch kind {
@@ -382,10 +398,20 @@ func (l *Limiter) supports(op string, kind opKind) error {
 		_, ok = l.b.(driver.Inspector)
 		what = "inspection"
 	}
-	if ok || l.b == nil { // a nil backend fails when called (errNilBackend)
+	if ok {
 		return nil
 	}
 	return fmt.Errorf("sdk: %s: backend %T does not support %s: %w", op, l.b, what, errors.ErrUnsupported)
+}
+
+// hasBackend returns an error naming op and wrapping errNilBackend when
+// the Limiter has no backend. Every exported method that can fail checks
+// it first.
+func (l *Limiter) hasBackend(op string) error {
+	if l.b == nil {
+		return fmt.Errorf("sdk: %s: %w", op, errNilBackend)
+	}
+	return nil
 }
 
 // answer is a backend's answer to one request, with when it was asked
@@ -449,8 +475,13 @@ func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.Can
 
 func noCancel() {}
 
-// now reads the Limiter's clock.
-func (l *Limiter) now() time.Time { return l.clock.Now() }
+// now reads the Limiter's clock (the system clock in the zero Limiter).
+func (l *Limiter) now() time.Time {
+	if l.clock == nil {
+		return driver.SystemClock.Now()
+	}
+	return l.clock.Now()
+}
 
 func (l *Limiter) emit(e Event) {
 	for _, f := range l.observe {

@@ -97,6 +97,9 @@ func (l *Limiter) Overrides(ctx context.Context, p *Policy, s Subject) ([]Overri
 // overrider checks what every override operation needs and resolves s's
 // keys (the shard dimensions suffice).
 func (l *Limiter) overrider(op string, p *Policy, s Subject) (driver.Overrider, resolved, error) {
+	if err := l.hasBackend(op); err != nil {
+		return nil, resolved{}, err
+	}
 	if err := p.valid(); err != nil {
 		return nil, resolved{}, fmt.Errorf("sdk: %s: %w", op, err)
 	}

@@ -37,8 +37,8 @@ func policyStoreKey(prefix string) string { return prefix + ":{!policies}" }
 // policyStore returns the Limiter's backend as a driver.PolicyStore, or an
 // error naming op and wrapping errors.ErrUnsupported.
 func (l *Limiter) policyStore(op string) (driver.PolicyStore, error) {
-	if l.b == nil {
-		return nil, fmt.Errorf("sdk: %s: %w", op, errNilBackend)
+	if err := l.hasBackend(op); err != nil {
+		return nil, err
 	}
 	ps, ok := l.b.(driver.PolicyStore)
 	if !ok {

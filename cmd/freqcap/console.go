@@ -238,7 +238,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	metrics := console.NewMetrics(nil)
 	// The console records its own decisions (API checks, demo traffic)
 	// like any service, so that the overview's fleet charts include them.
-	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, OnError: func(err error) {
+	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, Service: console.ServiceName(), OnError: func(err error) {
 		limited.Warn("recorder: statistics not flushed", "err", err)
 	}})
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
@@ -306,6 +306,13 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		traffic.start(lim, policies, demo.Options{Rate: f.demoRate, Logger: limited})
 		defer traffic.close()
 	}
+	// A signal ends the console: say so when it comes and once it is done.
+	context.AfterFunc(ctx, func() { log.Info("console: shutting down: finishing the requests in flight") })
+	defer func() {
+		if ctx.Err() != nil {
+			log.Info("console: stopped")
+		}
+	}()
 	return srv.ListenAndServe(ctx, f.addr, func(a net.Addr) {
 		auth := "auth off (loopback only)"
 		if len(creds) > 0 {

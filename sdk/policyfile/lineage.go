@@ -375,11 +375,16 @@ func build(ps []parsed, lin lineage, at time.Time) ([]*sdk.Policy, error) {
 	return out, nil
 }
 
-// describeRule writes r as one line of a policy file would.
+// describeRule writes r as one line of a policy file would, naming what
+// runs for a sliding window: an exact log (sdk.Rule.ExactLog) or its cells.
 func describeRule(r sdk.Rule) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %d per %v", algorithmNames[r.Algorithm], r.Limit, r.Window)
-	if r.SubWindows > 0 && r.Algorithm == sdk.AlgorithmSlidingWindow {
+	switch {
+	case r.Algorithm != sdk.AlgorithmSlidingWindow:
+	case r.ExactLog(): // what runs: a log; its cells are unused
+		b.WriteString(" (exact log)")
+	case r.SubWindows > 0:
 		fmt.Fprintf(&b, " (%d cells)", r.SubWindows)
 	}
 	if r.Burst > 0 {
