@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // fieldEvicted is the field of an eviction bucket's hash: the storage's
@@ -22,13 +22,13 @@ func evictionKey(prefix, step string, start time.Time) string {
 }
 
 // sampleEvictions adds to batch, at most once per StatsStep bucket, the
-// storage's evicted_keys (store.Evictions: every master's, summed) to the
+// storage's evicted_keys (stats.Evictions: every master's, summed) to the
 // hashes of the fine and coarse buckets holding now, as a value set (HSET),
 // not added: every Recorder of a storage samples the same counter, and
 // the last sample of a bucket stands. A storage that cannot say adds
 // nothing. Called under flushMu.
-func (r *Recorder) sampleEvictions(ctx context.Context, now time.Time, batch *store.Batch) error {
-	ev, ok := r.st.(store.Evictions)
+func (r *Recorder) sampleEvictions(ctx context.Context, now time.Time, batch *stats.Batch) error {
+	ev, ok := r.st.(stats.Evictions)
 	if !ok {
 		return nil
 	}
@@ -41,11 +41,11 @@ func (r *Recorder) sampleEvictions(ctx context.Context, now time.Time, batch *st
 		return fmt.Errorf("fleet: recorder: sampling evictions: %w", err)
 	}
 	r.evictedAt = start.Unix()
-	f := []store.Field{{Name: fieldEvicted, Value: n}}
+	f := []stats.Field{{Name: fieldEvicted, Value: n}}
 	cstart := start.Truncate(StatsCoarseStep)
 	batch.Hashes = append(batch.Hashes,
-		store.Hash{Key: evictionKey(r.prefix, "10s", start), Set: f, ExpireAt: start.Add(StatsStep + StatsFineRetention)},
-		store.Hash{Key: evictionKey(r.prefix, "1m", cstart), Set: f, ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
+		stats.Hash{Key: evictionKey(r.prefix, "10s", start), Set: f, ExpireAt: start.Add(StatsStep + StatsFineRetention)},
+		stats.Hash{Key: evictionKey(r.prefix, "1m", cstart), Set: f, ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
 	return nil
 }
 
@@ -97,7 +97,7 @@ func (rd *Reader) Evictions(ctx context.Context, window time.Duration) (Eviction
 	last := now.Truncate(step)
 	first := last.Add(-time.Duration(n-1) * step)
 	out := Evictions{From: first, To: now, Step: step, Series: make([]EvictionPoint, n)}
-	var q store.Query
+	var q stats.Query
 	for i := -1; i < n; i++ { // the bucket before the window first
 		q.Hashes = append(q.Hashes, evictionKey(rd.prefix, kind, first.Add(time.Duration(i)*step)))
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // evicting is the memory backend reporting a set evicted_keys
-// (store.Evictions), to test the series arithmetic; the Redis test below
+// (stats.Evictions), to test the series arithmetic; the Redis test below
 // samples a real server.
 type evicting struct {
 	*memory.Backend

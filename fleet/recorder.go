@@ -7,7 +7,7 @@
 // version it runs; a Reader reads what every process's Recorder flushed
 // (Stats, Shadow, Traffic) and which policies they run (Announced).
 // Package fleet/whatif replays the sample through proposed policies. The
-// storage is a backend implementing package fleet/store's optional
+// storage is a backend implementing package sdk/driver/stats's optional
 // interface (backends/memory and backends/redis do).
 package fleet
 
@@ -22,10 +22,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/arith"
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // The recorder's buckets, retention and bounds.
@@ -137,7 +137,7 @@ type Options struct {
 // subjects each rule denied (or, shadow, would have) per
 // ShadowPeopleStep, and every attempt of a sample of subjects
 // (Options.Sample), and flushes them to a backend implementing
-// store.Counters, where every process's counts add up and Reader.Stats,
+// stats.Counters, where every process's counts add up and Reader.Stats,
 // Reader.Shadow and Reader.Traffic read them.
 //
 // Only consuming decisions are counted (take, reserve, wait — each
@@ -172,7 +172,7 @@ type Options struct {
 // 20 per subject value), each with its own expiry; plus one hash of
 // announcements for all policies (see Reader.Stats, Reader.Shadow and
 // Reader.Traffic for the key names). Where the backend reports evictions
-// (store.Evictions: Redis), each flush that starts a 10 s bucket also
+// (stats.Evictions: Redis), each flush that starts a 10 s bucket also
 // samples the servers' evicted_keys (one INFO stats per master) into one
 // hash per 10 s bucket kept 1 h and per 1 min bucket kept 24 h, shared by
 // every process (Reader.Evictions). Only the shard values of denied
@@ -183,7 +183,7 @@ type Options struct {
 // A Recorder is safe for concurrent use and may be shared by Limiters; the
 // zero Recorder is not usable, call NewRecorder.
 type Recorder struct {
-	st     store.Counters
+	st     stats.Counters
 	prefix string
 	now    func() time.Time
 	near   float64
@@ -253,7 +253,7 @@ type bucketSlot struct {
 type ruleCounts struct{ allowed, denied, near, shadow, shadowAllowed atomic.Int64 }
 
 // NewRecorder returns a Recorder flushing to b, which must implement
-// store.Counters (the memory and Redis backends do; else the error
+// stats.Counters (the memory and Redis backends do; else the error
 // wraps errors.ErrUnsupported). Nil opts means defaults. Unless
 // opts.FlushEvery < 0 it starts the flushing goroutine: call Close.
 func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
@@ -309,8 +309,8 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 
 // open returns b's statistics store and the clock o names (b's own when
 // o names none and b decides on one of this process, else time.Now).
-func open(b sdk.Backend, o *Options, op string) (store.Counters, func() time.Time, error) {
-	st, ok := b.(store.Counters)
+func open(b sdk.Backend, o *Options, op string) (stats.Counters, func() time.Time, error) {
+	st, ok := b.(stats.Counters)
 	if !ok {
 		return nil, nil, fmt.Errorf("fleet: %s: backend %T cannot store statistics: %w", op, b, errors.ErrUnsupported)
 	}
@@ -599,7 +599,7 @@ func (t *topK) drain() []topDone {
 }
 
 // Flush sends what was counted since the last flush, in one
-// store.Counters call, and the announcements that are due. Flushes are
+// stats.Counters call, and the announcements that are due. Flushes are
 // serialised. On error the counts of this flush are lost (Lost).
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
@@ -612,7 +612,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Unlock()
 	now := r.now()
 	var (
-		batch  store.Batch
+		batch  stats.Batch
 		hashes = map[string]int{} // key -> index in batch.Hashes
 		tops   = map[string]int{} // key -> index in batch.Tops
 		counts int64
@@ -622,7 +622,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		if !ok {
 			i = len(batch.Hashes)
 			hashes[key] = i
-			batch.Hashes = append(batch.Hashes, store.Hash{Key: key, ExpireAt: exp})
+			batch.Hashes = append(batch.Hashes, stats.Hash{Key: key, ExpireAt: exp})
 		}
 		return i
 	}
@@ -634,18 +634,18 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				return
 			}
 		}
-		h.Incr = append(h.Incr, store.Field{Name: field, Value: n})
+		h.Incr = append(h.Incr, stats.Field{Name: field, Value: n})
 	}
-	var ann []store.Field
+	var ann []stats.Field
 	for _, ps := range list {
 		name := ps.name
 		for i := range 2 * recorderStripes {
 			s := &ps.stripes[i/2].slots[i%2]
 			b := s.bucket.Load()
-			fields := make([]store.Field, 0, 2+3*len(s.rules))
+			fields := make([]stats.Field, 0, 2+3*len(s.rules))
 			take := func(field string, c *atomic.Int64) {
 				if n := c.Swap(0); n != 0 {
-					fields = append(fields, store.Field{Name: field, Value: n})
+					fields = append(fields, stats.Field{Name: field, Value: n})
 					counts += n
 				}
 			}
@@ -684,11 +684,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 				if !ok {
 					ti = len(batch.Tops)
 					tops[key] = ti
-					batch.Tops = append(batch.Tops, store.Top{Key: key, Keep: StatsTopKeep,
+					batch.Tops = append(batch.Tops, stats.Top{Key: key, Keep: StatsTopKeep,
 						ExpireAt: cstart.Add(StatsCoarseStep + StatsCoarseRetention)})
 				}
 				for _, e := range td.ent { // stripes hold disjoint subjects
-					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, store.Field{Name: e.subject, Value: e.count - e.err})
+					batch.Tops[ti].Incr = append(batch.Tops[ti].Incr, stats.Field{Name: e.subject, Value: e.count - e.err})
 					counts += e.count - e.err
 				}
 			}
@@ -703,12 +703,12 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			ps.announced.Store(now.UnixMilli())
 			a := AnnouncementOf(ps.p.Load())
 			a.Version, a.Service = version, r.service
-			ann = append(ann, store.Field{Name: a.field(), Value: now.UnixMilli()})
+			ann = append(ann, stats.Field{Name: a.field(), Value: now.UnixMilli()})
 		}
 	}
 	if len(ann) > 0 {
 		day := now.UTC().Truncate(24 * time.Hour)
-		batch.Hashes = append(batch.Hashes, store.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
+		batch.Hashes = append(batch.Hashes, stats.Hash{Key: announceKey(r.prefix, day), Set: ann, ExpireAt: day.Add(2 * 24 * time.Hour)})
 	}
 	sampleErr := r.sampleEvictions(ctx, now, &batch) // reported after the counts are flushed
 	if batch.Empty() {

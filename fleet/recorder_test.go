@@ -11,9 +11,9 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -238,10 +238,10 @@ type bareBackend struct{ sdk.Backend }
 func TestRecorderUnsupported(t *testing.T) {
 	bare := bareBackend{memory.New(nil)}
 	if _, err := fleet.NewRecorder(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("NewRecorder(no store.Counters) = %v, want ErrUnsupported", err)
+		t.Errorf("NewRecorder(no stats.Counters) = %v, want ErrUnsupported", err)
 	}
 	if _, err := fleet.NewReader(bare, nil); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("NewReader(no store.Counters) = %v, want ErrUnsupported", err)
+		t.Errorf("NewReader(no stats.Counters) = %v, want ErrUnsupported", err)
 	}
 	if _, err := fleet.NewRecorder(memory.New(nil), &fleet.Options{NearLimit: 2}); err == nil {
 		t.Error("NewRecorder(NearLimit 2) = nil error")
@@ -382,7 +382,7 @@ func TestRecorderReload(t *testing.T) {
 // Recorder wrote (not JSON, a policy or rule name NewPolicy refuses, an
 // empty policy) are skipped and counted in a *MalformedError, wrapping
 // ErrMalformedStats, that comes with every other announcement; a backend
-// reporting a field whose value is not a number (store.Data's
+// reporting a field whose value is not a number (stats.Data's
 // Malformed) counts too. Stats, on the other hand, fails on a malformed
 // field.
 func TestAnnouncedSkipsMalformed(t *testing.T) {
@@ -394,16 +394,16 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 	rec.Announce(p)
 	flush(t, rec)
 	key := "fc:stats:{policies}:" + strconv.FormatInt(t0.UTC().Truncate(24*time.Hour).Unix(), 10)
-	var set []store.Field
+	var set []stats.Field
 	for _, f := range []string{
 		`garbage`,
 		`{"policy":"sms\u202Etxt","shard_by":["phone"],"rules":[]}`,
 		`{"policy":"","rules":[]}`,
 		`{"policy":"sms","shard_by":["phone"],"rules":[{"name":"a b","id":"x","algorithm":"gcra","limit":1,"window":"1s"}]}`,
 	} {
-		set = append(set, store.Field{Name: f, Value: t0.UnixMilli()})
+		set = append(set, stats.Field{Name: f, Value: t0.UnixMilli()})
 	}
-	if err := b.FlushStats(ctx, store.Batch{Hashes: []store.Hash{{Key: key, Set: set, ExpireAt: t0.Add(48 * time.Hour)}}}); err != nil {
+	if err := b.FlushStats(ctx, stats.Batch{Hashes: []stats.Hash{{Key: key, Set: set, ExpireAt: t0.Add(48 * time.Hour)}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -440,11 +440,11 @@ type malformedValue struct {
 	key string
 }
 
-func (m malformedValue) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
+func (m malformedValue) ReadStats(ctx context.Context, q stats.Query) (stats.Data, error) {
 	d, err := m.Backend.ReadStats(ctx, q)
 	for _, k := range q.Hashes {
 		if strings.HasPrefix(k, m.key) {
-			d.Malformed = append(d.Malformed, store.Malformed{Key: k, Field: "f"})
+			d.Malformed = append(d.Malformed, stats.Malformed{Key: k, Field: "f"})
 			break
 		}
 	}

@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/hash64"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // subjectHash is a subject's 64-bit identity from its shard values as
@@ -60,9 +60,9 @@ func (s *peopleSet) drain() map[peopleKey]struct{} {
 	return m
 }
 
-// appendPeople adds the drained people of ps to us, one store.Unique per
+// appendPeople adds the drained people of ps to us, one stats.Unique per
 // rule and bucket (merged with those already there).
-func (r *Recorder) appendPeople(us []store.Unique, ps *policyStats, m map[peopleKey]struct{}) []store.Unique {
+func (r *Recorder) appendPeople(us []stats.Unique, ps *policyStats, m map[peopleKey]struct{}) []stats.Unique {
 	for k := range m {
 		if int(k.rule) >= len(ps.rules) {
 			continue
@@ -73,7 +73,7 @@ func (r *Recorder) appendPeople(us []store.Unique, ps *policyStats, m map[people
 		for ; i >= 0 && us[i].Key != key; i-- {
 		}
 		if i < 0 {
-			us = append(us, store.Unique{Key: key, ExpireAt: start.Add(ShadowPeopleStep + StatsCoarseRetention)})
+			us = append(us, stats.Unique{Key: key, ExpireAt: start.Add(ShadowPeopleStep + StatsCoarseRetention)})
 			i = len(us) - 1
 		}
 		us[i].Add = append(us[i].Add, hex(k.subject))
@@ -179,7 +179,7 @@ func (rd *Reader) Shadow(ctx context.Context, p *sdk.Policy, window time.Duratio
 		return out, nil
 	}
 	from := st.To.Add(-window).Truncate(ShadowPeopleStep)
-	var q store.Query
+	var q stats.Query
 	group := func(kind, rule string) []string {
 		var g []string
 		for at := from; !at.After(st.To); at = at.Add(ShadowPeopleStep) {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -249,7 +249,7 @@ func TestRecorderPolicyVersion(t *testing.T) {
 				"rules": []map[string]any{{"name": "r", "id": "abc", "algorithm": "fixed_window", "limit": 3, "window": "1m0s"}}})
 			day := c.Now().UTC().Truncate(24 * time.Hour)
 			key := prefix + ":stats:{policies}:" + fmt.Sprint(day.Unix())
-			if err := b.(store.Counters).FlushStats(ctx, store.Batch{Hashes: []store.Hash{{Key: key, Set: []store.Field{{Name: string(old), Value: c.Now().UnixMilli()}}, ExpireAt: day.Add(48 * time.Hour)}}}); err != nil {
+			if err := b.(stats.Counters).FlushStats(ctx, stats.Batch{Hashes: []stats.Hash{{Key: key, Set: []stats.Field{{Name: string(old), Value: c.Now().UnixMilli()}}, ExpireAt: day.Add(48 * time.Hour)}}}); err != nil {
 				t.Fatal(err)
 			}
 			as, err = reader.Announced(ctx, time.Hour)

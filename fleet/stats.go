@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // Stats is a policy's recorded traffic over a window, summed over every
@@ -105,14 +105,14 @@ var ErrMalformedStats = errors.New("malformed statistics")
 // Reader reads what the Recorders of one prefix flushed to one storage.
 // It is safe for concurrent use.
 type Reader struct {
-	st      store.Counters
+	st      stats.Counters
 	prefix  string
 	now     func() time.Time
 	timeout time.Duration
 	keep    int // Options.SampleKeep
 }
 
-// NewReader returns a Reader of b, which must implement store.Counters
+// NewReader returns a Reader of b, which must implement stats.Counters
 // (else the error wraps errors.ErrUnsupported). Of opts (nil means
 // defaults) it reads Prefix, Now, Timeout and SampleKeep (give the
 // Recorders' own).
@@ -171,7 +171,7 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 	last := now.Truncate(step)
 	first := last.Add(-time.Duration(n-1) * step)
 	out := Stats{Policy: policy, From: first, To: now, Step: step, Series: make([]StatsPoint, n)}
-	var q store.Query
+	var q stats.Query
 	for i := range n {
 		at := first.Add(time.Duration(i) * step)
 		out.Series[i].At = at
@@ -409,7 +409,7 @@ func (rd *Reader) Announced(ctx context.Context, within time.Duration) ([]Announ
 	}
 	now := rd.now()
 	since := now.Add(-within)
-	var q store.Query
+	var q stats.Query
 	for day := since.UTC().Truncate(24 * time.Hour); !day.After(now); day = day.Add(24 * time.Hour) {
 		q.Hashes = append(q.Hashes, announceKey(rd.prefix, day))
 	}

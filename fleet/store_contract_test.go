@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -21,7 +21,7 @@ func TestStoreUniquesAndLogs(t *testing.T) {
 		t.Run(sg.name, func(t *testing.T) {
 			ctx := context.Background()
 			c := fakeclock.New(time.Now())
-			st := sg.new(t, c).(store.Counters)
+			st := sg.new(t, c).(stats.Counters)
 			now := time.Now() // after the servers started
 			c.Set(now)
 			tag := fmt.Sprintf("st-%s-%d", sg.name, time.Now().UnixNano())
@@ -31,13 +31,13 @@ func TestStoreUniquesAndLogs(t *testing.T) {
 			for i := range 20000 {
 				many = append(many, "m"+strconv.Itoa(i))
 			}
-			batch := store.Batch{
-				Uniques: []store.Unique{
+			batch := stats.Batch{
+				Uniques: []stats.Unique{
 					{Key: k1, Add: []string{"a", "b", "c", "a"}, ExpireAt: now.Add(time.Hour)},
 					{Key: k2, Add: []string{"c", "d"}, ExpireAt: now.Add(time.Hour)},
 					{Key: big, Add: many, ExpireAt: now.Add(time.Hour)},
 				},
-				Logs: []store.Log{
+				Logs: []stats.Log{
 					{Key: lk, Append: []string{"e1", "e2", "e3"}, Keep: 4, ExpireAt: now.Add(time.Hour)},
 					{Key: short, Append: []string{"x"}, ExpireAt: now.Add(2 * time.Second)},
 				},
@@ -45,10 +45,10 @@ func TestStoreUniquesAndLogs(t *testing.T) {
 			if err := st.FlushStats(ctx, batch); err != nil {
 				t.Fatalf("FlushStats = %v", err)
 			}
-			if err := st.FlushStats(ctx, store.Batch{Logs: []store.Log{{Key: lk, Append: []string{"e4", "e5"}, Keep: 4, ExpireAt: now.Add(time.Hour)}}}); err != nil {
+			if err := st.FlushStats(ctx, stats.Batch{Logs: []stats.Log{{Key: lk, Append: []string{"e4", "e5"}, Keep: 4, ExpireAt: now.Add(time.Hour)}}}); err != nil {
 				t.Fatalf("FlushStats = %v", err)
 			}
-			q := store.Query{Uniques: [][]string{{k1}, {k1, k2}, {k2, "{" + tag + "}:none"}, {big}, nil}, Logs: []string{lk, short, "{" + tag + "}:nolog"}}
+			q := stats.Query{Uniques: [][]string{{k1}, {k1, k2}, {k2, "{" + tag + "}:none"}, {big}, nil}, Logs: []string{lk, short, "{" + tag + "}:nolog"}}
 			d, err := st.ReadStats(ctx, q)
 			if err != nil {
 				t.Fatalf("ReadStats = %v", err)
@@ -73,7 +73,7 @@ func TestStoreUniquesAndLogs(t *testing.T) {
 			c.Advance(3 * time.Second)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				d, err = st.ReadStats(ctx, store.Query{Logs: []string{short}})
+				d, err = st.ReadStats(ctx, stats.Query{Logs: []string{short}})
 				if err != nil {
 					t.Fatal(err)
 				}

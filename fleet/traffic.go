@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // The traffic sample: every consuming attempt (the decisions a Recorder
@@ -108,8 +108,8 @@ func overrideOf(d *sdk.Decision) sdk.OverrideKind {
 	return d.Override.Kind
 }
 
-// appendSample adds ps's drained entries to logs, one store.Log per hour.
-func (r *Recorder) appendSample(logs []store.Log, ps *policyStats) ([]store.Log, int) {
+// appendSample adds ps's drained entries to logs, one stats.Log per hour.
+func (r *Recorder) appendSample(logs []stats.Log, ps *policyStats) ([]stats.Log, int) {
 	m, n := ps.sample.drain()
 	hours := make([]int64, 0, len(m))
 	for h := range m {
@@ -118,7 +118,7 @@ func (r *Recorder) appendSample(logs []store.Log, ps *policyStats) ([]store.Log,
 	slices.Sort(hours)
 	for _, h := range hours {
 		start := time.Unix(h, 0)
-		logs = append(logs, store.Log{Key: sampleKey(r.prefix, ps.name, start), Append: m[h], Keep: r.sampleKeep,
+		logs = append(logs, stats.Log{Key: sampleKey(r.prefix, ps.name, start), Append: m[h], Keep: r.sampleKeep,
 			ExpireAt: start.Add(SampleStep + SampleRetention)})
 	}
 	return logs, n
@@ -331,7 +331,7 @@ func (rd *Reader) Traffic(ctx context.Context, policy string, window time.Durati
 	}
 	now := rd.now()
 	out := Traffic{Policy: policy, From: now.Add(-window), To: now}
-	var q store.Query
+	var q stats.Query
 	for at := out.From.Truncate(SampleStep); !at.After(now); at = at.Add(SampleStep) {
 		q.Logs = append(q.Logs, sampleKey(rd.prefix, policy, at))
 	}

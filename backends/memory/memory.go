@@ -56,7 +56,7 @@ type Options struct {
 // optional interface of package driver: Peeker, Reserver, Inspector,
 // Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
 // from one counter per Backend), PolicyStore (the versions live as long
-// as the Backend), and store.Counters (package fleet/store)
+// as the Backend), and stats.Counters (package sdk/driver/stats)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -64,7 +64,7 @@ type Backend struct {
 	clock  driver.Clock
 	seed   maphash.Seed
 	shards []*shard
-	stats  statsStore // the recorder's statistics (store.Counters)
+	stats  statsStore // the recorder's statistics (stats.Counters)
 	// overrideSeq numbers the overrides (driver.Override.ID), one counter
 	// for the whole backend.
 	overrideSeq atomic.Int64

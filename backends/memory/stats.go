@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
-var _ store.Counters = (*Backend)(nil)
+var _ stats.Counters = (*Backend)(nil)
 
 // MaxStatsKeys bounds the statistics keys a Backend keeps (hashes, sorted
 // sets, distinct-member counters and lists together). Expired keys are deleted at every flush; a flush
@@ -32,13 +32,13 @@ type statsStore struct {
 
 type statsKey struct {
 	fields map[string]int64
-	set    *uniqueSet // a store.Unique key
-	list   []string   // a store.Log key
+	set    *uniqueSet // a stats.Unique key
+	list   []string   // a stats.Log key
 	exp    time.Time
 }
 
 // FlushStats applies b in one step, under one lock.
-func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
+func (b *Backend) FlushStats(ctx context.Context, batch stats.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -132,12 +132,12 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 }
 
 // ReadStats reads the live keys q names.
-func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
+func (b *Backend) ReadStats(ctx context.Context, q stats.Query) (stats.Data, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Data{}, err
+		return stats.Data{}, err
 	}
 	now := b.clock.Now().Round(0)
-	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops)),
+	out := stats.Data{Hashes: make([][]stats.Field, len(q.Hashes)), Tops: make([][]stats.Field, len(q.Tops)),
 		Uniques: make([]int64, len(q.Uniques)), Logs: make([][]string, len(q.Logs))}
 	st := &b.stats
 	st.mu.Lock()
@@ -152,7 +152,7 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 	for i, key := range q.Hashes {
 		if k := live(key); k != nil {
 			for f, v := range k.fields {
-				out.Hashes[i] = append(out.Hashes[i], store.Field{Name: f, Value: v})
+				out.Hashes[i] = append(out.Hashes[i], stats.Field{Name: f, Value: v})
 			}
 		}
 	}
@@ -184,12 +184,12 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 
 // sortedFields returns m's fields highest value first (ties: by name,
 // descending, as Redis ranks a sorted set in reverse).
-func sortedFields(m map[string]int64) []store.Field {
-	fs := make([]store.Field, 0, len(m))
+func sortedFields(m map[string]int64) []stats.Field {
+	fs := make([]stats.Field, 0, len(m))
 	for f, v := range m {
-		fs = append(fs, store.Field{Name: f, Value: v})
+		fs = append(fs, stats.Field{Name: f, Value: v})
 	}
-	slices.SortFunc(fs, func(a, b store.Field) int {
+	slices.SortFunc(fs, func(a, b stats.Field) int {
 		if c := cmp.Compare(b.Value, a.Value); c != 0 {
 			return c
 		}

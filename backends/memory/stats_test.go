@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -20,16 +20,16 @@ func TestStats(t *testing.T) {
 	c := fakeclock.New(t0)
 	b := New(&Options{Clock: c})
 	exp := t0.Add(time.Minute)
-	batch := store.Batch{
-		Hashes: []store.Hash{{Key: "h", Incr: []store.Field{{Name: "a", Value: 2}}, Set: []store.Field{{Name: "s", Value: 7}}, ExpireAt: exp}},
-		Tops:   []store.Top{{Key: "z", Incr: []store.Field{{Name: "x", Value: 1}, {Name: "y", Value: 5}, {Name: "w", Value: 3}}, Keep: 2, ExpireAt: exp}},
+	batch := stats.Batch{
+		Hashes: []stats.Hash{{Key: "h", Incr: []stats.Field{{Name: "a", Value: 2}}, Set: []stats.Field{{Name: "s", Value: 7}}, ExpireAt: exp}},
+		Tops:   []stats.Top{{Key: "z", Incr: []stats.Field{{Name: "x", Value: 1}, {Name: "y", Value: 5}, {Name: "w", Value: 3}}, Keep: 2, ExpireAt: exp}},
 	}
 	for range 2 {
 		if err := b.FlushStats(ctx, batch); err != nil {
 			t.Fatalf("FlushStats = %v", err)
 		}
 	}
-	q := store.Query{Hashes: []string{"h", "nope"}, Tops: []string{"z"}, TopN: 10}
+	q := stats.Query{Hashes: []string{"h", "nope"}, Tops: []string{"z"}, TopN: 10}
 	d, err := b.ReadStats(ctx, q)
 	if err != nil {
 		t.Fatal(err)
@@ -51,14 +51,14 @@ func TestStats(t *testing.T) {
 		t.Errorf("after expiry: %v, %v; want nothing", d.Hashes[0], d.Tops[0])
 	}
 	// The bound.
-	full := store.Batch{}
+	full := stats.Batch{}
 	for i := range MaxStatsKeys + 1 {
-		full.Hashes = append(full.Hashes, store.Hash{Key: fmt.Sprint(i), Incr: []store.Field{{Name: "a", Value: 1}}, ExpireAt: c.Now().Add(time.Hour)})
+		full.Hashes = append(full.Hashes, stats.Hash{Key: fmt.Sprint(i), Incr: []stats.Field{{Name: "a", Value: 1}}, ExpireAt: c.Now().Add(time.Hour)})
 	}
 	if err := b.FlushStats(ctx, full); !errors.Is(err, ErrStatsFull) {
 		t.Errorf("FlushStats(MaxStatsKeys+1 keys) = %v, want ErrStatsFull", err)
 	}
-	if err := b.FlushStats(ctx, store.Batch{Hashes: full.Hashes[:MaxStatsKeys]}); err != nil {
+	if err := b.FlushStats(ctx, stats.Batch{Hashes: full.Hashes[:MaxStatsKeys]}); err != nil {
 		t.Errorf("FlushStats(MaxStatsKeys keys) = %v", err)
 	}
 }

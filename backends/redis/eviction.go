@@ -10,8 +10,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // Eviction is what the backend does on a server that may evict its keys
@@ -150,11 +150,11 @@ func (b *Backend) Memory(ctx context.Context) ([]capability.Memory, error) {
 	return ms, nil
 }
 
-var _ store.Evictions = (*Backend)(nil)
+var _ stats.Evictions = (*Backend)(nil)
 
 // EvictedKeys is the sum of every master's evicted_keys (INFO stats):
 // what a fleet.Recorder samples at each flush to chart evictions beside
-// decisions (store.Evictions). A master that refuses INFO counts 0.
+// decisions (stats.Evictions). A master that refuses INFO counts 0.
 func (b *Backend) EvictedKeys(ctx context.Context) (int64, error) {
 	ms, err := b.Memory(ctx)
 	if err != nil {

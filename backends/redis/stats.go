@@ -8,10 +8,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/freqcap/freqcap/fleet/store"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
-var _ store.Counters = (*Backend)(nil)
+var _ stats.Counters = (*Backend)(nil)
 
 // FlushStats applies a recorder's batch in one pipeline (on a Redis
 // Cluster, the client's pipeline sends one per master, in parallel): per
@@ -21,7 +21,7 @@ var _ store.Counters = (*Backend)(nil)
 // PFADD and PEXPIREAT; per list one RPUSH, LTRIM to keep the Keep newest
 // and PEXPIREAT. The updates are marked not retryable, so a lost reply
 // never counts twice (it may count nothing).
-func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
+func (b *Backend) FlushStats(ctx context.Context, batch stats.Batch) error {
 	if batch.Empty() {
 		return nil
 	}
@@ -97,8 +97,8 @@ func (b *Backend) FlushStats(ctx context.Context, batch store.Batch) error {
 // per group) and the lists (LRANGE 0 -1) of q in one pipeline (one per
 // master on a cluster). A hash field whose value is not an integer is
 // left out and listed in the answer's Malformed.
-func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, error) {
-	out := store.Data{Hashes: make([][]store.Field, len(q.Hashes)), Tops: make([][]store.Field, len(q.Tops)),
+func (b *Backend) ReadStats(ctx context.Context, q stats.Query) (stats.Data, error) {
+	out := stats.Data{Hashes: make([][]stats.Field, len(q.Hashes)), Tops: make([][]stats.Field, len(q.Tops)),
 		Uniques: make([]int64, len(q.Uniques)), Logs: make([][]string, len(q.Logs))}
 	if len(q.Hashes) == 0 && len(q.Tops) == 0 && len(q.Uniques) == 0 && len(q.Logs) == 0 {
 		return out, nil
@@ -133,14 +133,14 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 		}
 		n, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+			return stats.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		out.Uniques[i] = n
 	}
 	for i, c := range ls {
 		l, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+			return stats.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		if len(l) > 0 {
 			out.Logs[i] = l
@@ -149,28 +149,28 @@ func (b *Backend) ReadStats(ctx context.Context, q store.Query) (store.Data, err
 	for i, c := range hs {
 		m, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+			return stats.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		for f, v := range m {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				out.Malformed = append(out.Malformed, store.Malformed{Key: q.Hashes[i], Field: f})
+				out.Malformed = append(out.Malformed, stats.Malformed{Key: q.Hashes[i], Field: f})
 				continue
 			}
-			out.Hashes[i] = append(out.Hashes[i], store.Field{Name: f, Value: n})
+			out.Hashes[i] = append(out.Hashes[i], stats.Field{Name: f, Value: n})
 		}
 	}
 	for i, c := range zs {
 		zz, err := c.Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			return store.Data{}, fmt.Errorf("redis: read stats: %w", err)
+			return stats.Data{}, fmt.Errorf("redis: read stats: %w", err)
 		}
 		for _, z := range zz {
 			m, ok := z.Member.(string)
 			if !ok {
-				return store.Data{}, fmt.Errorf("redis: read stats: member of %q is %T", q.Tops[i], z.Member)
+				return stats.Data{}, fmt.Errorf("redis: read stats: member of %q is %T", q.Tops[i], z.Member)
 			}
-			out.Tops[i] = append(out.Tops[i], store.Field{Name: m, Value: int64(z.Score)})
+			out.Tops[i] = append(out.Tops[i], stats.Field{Name: m, Value: int64(z.Score)})
 		}
 	}
 	return out, nil

@@ -12,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/fleet"
-	"github.com/freqcap/freqcap/fleet/store"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
 // TestRecorder: two processes (clients, Limiters and Recorders of their
@@ -188,15 +188,15 @@ func TestReadStatsMalformed(t *testing.T) {
 	if err := c.HSet(ctx, k2, "also", "7").Err(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := b.ReadStats(ctx, store.Query{Hashes: []string{k1, k2}})
+	d, err := b.ReadStats(ctx, stats.Query{Hashes: []string{k1, k2}})
 	if err != nil {
 		t.Fatalf("ReadStats = %v, want the fields it can read", err)
 	}
-	if len(d.Hashes) != 2 || len(d.Hashes[0]) != 1 || d.Hashes[0][0] != (store.Field{Name: "good", Value: 5}) ||
+	if len(d.Hashes) != 2 || len(d.Hashes[0]) != 1 || d.Hashes[0][0] != (stats.Field{Name: "good", Value: 5}) ||
 		len(d.Hashes[1]) != 1 || d.Hashes[1][0].Value != 7 {
 		t.Errorf("ReadStats hashes = %+v, want good=5 and also=7", d.Hashes)
 	}
-	if len(d.Malformed) != 1 || d.Malformed[0] != (store.Malformed{Key: k1, Field: "bad"}) {
+	if len(d.Malformed) != 1 || d.Malformed[0] != (stats.Malformed{Key: k1, Field: "bad"}) {
 		t.Errorf("ReadStats malformed = %+v, want %s's bad", d.Malformed, k1)
 	}
 }

@@ -1,4 +1,4 @@
-package store_test
+package stats_test
 
 import (
 	"go/build"
@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestLeaf: the store contract imports only the standard library, so a
-// backend implements it without importing sdk or fleet.
+// TestLeaf: the statistics contract imports only the standard library, so
+// a backend implements it without importing sdk or fleet.
 func TestLeaf(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
@@ -15,7 +15,7 @@ func TestLeaf(t *testing.T) {
 	}
 	for _, imp := range pkg.Imports {
 		if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
-			t.Errorf("package store imports %s: want the standard library only", imp)
+			t.Errorf("package stats imports %s: want the standard library only", imp)
 		}
 	}
 	if len(pkg.Imports) == 0 {

@@ -1,8 +1,10 @@
-// Package store is the contract of a backend that keeps the fleet's
-// decision statistics (package fleet's Recorder writes them, its Reader
-// reads them). It imports only the standard library, so that a backend
-// implements it without importing sdk or fleet.
-package store
+// Package stats is the contract of storage that keeps the fleet's
+// decision statistics: optional interfaces a backend implements beside
+// package driver's (package fleet's Recorder writes the statistics, its
+// Reader reads them). It imports only the standard library, so that a
+// backend implements it without importing sdk or fleet: storage does not
+// depend on telemetry.
+package stats
 
 import (
 	"context"
