@@ -91,34 +91,13 @@ func resolve(prefix string, p *Policy, s Subject, partial bool, now func() time.
 	// decision's keys cost one allocation, not one each. buf's size is the
 	// most the policy's keys have taken so far (p.keyCap); append grows it
 	// where a subject's are longer, and the offsets stay valid.
-	buf := make([]byte, 0, max(p.keyCap.Load(), 128))
-	buf = append(buf, prefix...)
-	buf = append(buf, ":{"...)
-	for i, d := range p.shardBy {
-		v, err := s.value(d)
-		if err != nil {
-			return res, err
-		}
-		if i > 0 {
-			buf = append(buf, ':')
-		}
-		buf = appendEscaped(buf, v)
+	buf, err := appendBase(make([]byte, 0, max(p.keyCap.Load(), 128)), prefix, p, s)
+	if err != nil {
+		return res, err
 	}
-	buf = append(buf, "}:"...)
-	buf = append(buf, p.name...)
-	buf = append(buf, ':')
 	nb := len(buf)
-	// The trail's key starts with base (base is its prefix), the
-	// reservations' and the overrides' have their own copy.
-	buf = append(buf, "!t"...)
-	buf = append(buf, buf[:nb]...)
-	buf = append(buf, "!h"...)
-	if p.overrides {
-		buf = append(buf, buf[:nb]...)
-		buf = append(buf, "!o"...)
-	}
-	type span struct{ key, group [2]int }
-	var arr [16]span
+	buf = appendSubjectKeys(buf, p.overrides)
+	var arr [16]keySpan
 	spans := arr[:0] // per entry of res.rules
 	var garr [16][2]int
 	groups := garr[:0] // per rule of p: its group key (zero: skipped)
@@ -131,92 +110,170 @@ func resolve(prefix string, p *Policy, s Subject, partial bool, now func() time.
 	}
 	res.subject = s
 	res.rules = make([]driver.Rule, 0, len(p.rules))
-rules:
 	for i, r := range p.rules {
-		var sp span
-		sp.key[0] = len(buf)
-		buf = append(buf, buf[:nb]...)
-		buf = append(buf, r.Name...)
-		buf = append(buf, '.')
-		buf = append(buf, p.ids[i]...)
-		for _, d := range p.others[i] {
-			v, err := s.value(d)
-			if err != nil {
-				if _, given := s[d]; partial && !given {
-					res.skipped = append(res.skipped, r.Name)
-					buf = buf[:sp.key[0]]
-					groups = append(groups, [2]int{})
-					continue rules
-				}
-				return res, err
-			}
-			buf = append(buf, ':')
-			buf = appendEscaped(buf, v)
+		var sp keySpan
+		var ok bool
+		buf, sp.key, ok, err = appendRuleKey(buf, nb, p, i, s, partial)
+		if err != nil {
+			return res, err
 		}
-		sp.key[1] = len(buf)
-		// Rules of one dimension set share their group key (the first
-		// rule's, unless it was skipped).
-		if f := p.firstOfGroup[i]; f < i && groups[f][1] > 0 {
-			sp.group = groups[f]
-		} else {
-			sp.group[0] = len(buf)
-			buf = appendGroupKey(buf, buf[:nb], p, i, s)
-			sp.group[1] = len(buf)
+		if !ok {
+			res.skipped = append(res.skipped, r.Name)
+			groups = append(groups, [2]int{})
+			continue
 		}
+		buf, sp.group = appendGroupSpan(buf, nb, p, i, s, groups)
 		groups = append(groups, sp.group)
 		dr := driverRule(r)
 		if p.hasChanges {
-			// The predecessors in reach, oldest first (changes are kept
-			// newest first), just before the rule.
-			seed := 0
-			for k := len(p.changes[i]) - 1; k >= 0; k-- {
-				ch := &p.changes[i][k]
-				if now != nil && !ch.end.After(at) {
-					continue
-				}
-				var ps span
-				ps.key[0] = len(buf)
-				buf = append(buf, buf[:nb]...)
-				buf = append(buf, r.Name...)
-				buf = append(buf, '.')
-				buf = append(buf, ch.id...)
-				for _, d := range ch.others {
-					buf = append(buf, ':')
-					buf = appendEscaped(buf, s[d]) // checked above: same dimensions
-				}
-				ps.key[1] = len(buf)
-				ps.group = sp.group
-				spans = append(spans, ps)
-				pr := driverRule(ch.From)
-				pr.Name, pr.Seed = r.Name, seed
-				pr.Shadow = r.Shadow || ch.From.Shadow
-				res.rules = append(res.rules, pr)
-				res.before = append(res.before, ch.Version)
-				seed = len(res.rules)
-			}
-			dr.Seed = seed
-			res.before = append(res.before, 0)
+			buf, spans, dr.Seed = res.addPredecessors(buf, nb, p, i, s, sp.group, spans, now, at)
 		}
 		spans = append(spans, sp)
 		res.rules = append(res.rules, dr)
 	}
-	for n := int64(len(buf)); ; {
+	p.growKeyCap(len(buf))
+	res.cutKeys(unsafe.String(unsafe.SliceData(buf), len(buf)), nb, p.overrides, spans)
+	return res, nil
+}
+
+// keySpan is where, in resolve's buffer, one entry of resolved.rules has
+// its key and its group key (start and end offsets).
+type keySpan struct{ key, group [2]int }
+
+// appendBase appends base, the start of every key of p for s, to buf:
+// "<prefix>:{<shard values>}:<policy>:". It fails if s lacks or
+// misspells a shard dimension.
+func appendBase(buf []byte, prefix string, p *Policy, s Subject) ([]byte, error) {
+	buf = append(buf, prefix...)
+	buf = append(buf, ":{"...)
+	for i, d := range p.shardBy {
+		v, err := s.value(d)
+		if err != nil {
+			return buf, err
+		}
+		if i > 0 {
+			buf = append(buf, ':')
+		}
+		buf = appendEscaped(buf, v)
+	}
+	buf = append(buf, "}:"...)
+	buf = append(buf, p.name...)
+	return append(buf, ':'), nil
+}
+
+// appendSubjectKeys appends, after base (all of buf), the subject's own
+// keys' suffixes and copies of base: the trail's key starts with base
+// (base is its prefix), the reservations' and the overrides' have their
+// own copy. buf ends as base "!t" base "!h" [base "!o"].
+func appendSubjectKeys(buf []byte, overrides bool) []byte {
+	nb := len(buf)
+	buf = append(buf, "!t"...)
+	buf = append(buf, buf[:nb]...)
+	buf = append(buf, "!h"...)
+	if overrides {
+		buf = append(buf, buf[:nb]...)
+		buf = append(buf, "!o"...)
+	}
+	return buf
+}
+
+// appendRuleKey appends rule i's key for s to buf (base is buf[:nb]) and
+// returns its span. With partial set, a rule whose non-shard dimension s
+// does not give is skipped: buf comes back as it was and ok false.
+func appendRuleKey(buf []byte, nb int, p *Policy, i int, s Subject, partial bool) (_ []byte, span [2]int, ok bool, _ error) {
+	span[0] = len(buf)
+	buf = append(buf, buf[:nb]...)
+	buf = append(buf, p.rules[i].Name...)
+	buf = append(buf, '.')
+	buf = append(buf, p.ids[i]...)
+	for _, d := range p.others[i] {
+		v, err := s.value(d)
+		if err != nil {
+			if _, given := s[d]; partial && !given {
+				return buf[:span[0]], span, false, nil
+			}
+			return buf, span, false, err
+		}
+		buf = append(buf, ':')
+		buf = appendEscaped(buf, v)
+	}
+	span[1] = len(buf)
+	return buf, span, true, nil
+}
+
+// appendGroupSpan returns the span of rule i's group key, appending it
+// to buf unless groups (the spans of the rules before i) hold it: rules
+// of one dimension set share their group key (the first rule's, unless
+// it was skipped).
+func appendGroupSpan(buf []byte, nb int, p *Policy, i int, s Subject, groups [][2]int) ([]byte, [2]int) {
+	if f := p.firstOfGroup[i]; f < i && groups[f][1] > 0 {
+		return buf, groups[f]
+	}
+	start := len(buf)
+	buf = appendGroupKey(buf, buf[:nb], p, i, s)
+	return buf, [2]int{start, len(buf)}
+}
+
+// addPredecessors adds before rule i the predecessors (p.changes) in
+// reach at at (every one when now is nil), oldest first (changes are kept
+// newest first), each seeded by the one before it; their keys go to buf
+// and spans, their group key is rule i's (group). It returns the seed of
+// rule i itself, and records rule i's entry of res.before.
+func (res *resolved) addPredecessors(buf []byte, nb int, p *Policy, i int, s Subject, group [2]int, spans []keySpan, now func() time.Time, at time.Time) ([]byte, []keySpan, int) {
+	r := &p.rules[i]
+	seed := 0
+	for k := len(p.changes[i]) - 1; k >= 0; k-- {
+		ch := &p.changes[i][k]
+		if now != nil && !ch.end.After(at) {
+			continue
+		}
+		ps := keySpan{group: group}
+		ps.key[0] = len(buf)
+		buf = append(buf, buf[:nb]...)
+		buf = append(buf, r.Name...)
+		buf = append(buf, '.')
+		buf = append(buf, ch.id...)
+		for _, d := range ch.others {
+			buf = append(buf, ':')
+			buf = appendEscaped(buf, s[d]) // checked by appendRuleKey: same dimensions
+		}
+		ps.key[1] = len(buf)
+		spans = append(spans, ps)
+		pr := driverRule(ch.From)
+		pr.Name, pr.Seed = r.Name, seed
+		pr.Shadow = r.Shadow || ch.From.Shadow
+		res.rules = append(res.rules, pr)
+		res.before = append(res.before, ch.Version)
+		seed = len(res.rules)
+	}
+	res.before = append(res.before, 0)
+	return buf, spans, seed
+}
+
+// growKeyCap raises p.keyCap, the buffer size resolve starts with, to n
+// if n is more.
+func (p *Policy) growKeyCap(n int) {
+	for n := int64(n); ; {
 		if c := p.keyCap.Load(); n <= c || p.keyCap.CompareAndSwap(c, n) {
-			break
+			return
 		}
 	}
-	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+}
+
+// cutKeys sets res's keys from all, resolve's buffer as one string
+// (base is all[:nb], then appendSubjectKeys's keys, then the rules'
+// at spans).
+func (res *resolved) cutKeys(all string, nb int, overrides bool, spans []keySpan) {
 	res.base = all[:nb]
 	res.trailKey = all[:nb+2]
 	res.reservationKey = all[nb+2 : 2*nb+4]
-	if p.overrides {
+	if overrides {
 		res.overrideKey = all[2*nb+4 : 3*nb+6]
 	}
 	for j, sp := range spans {
 		res.rules[j].Key = all[sp.key[0]:sp.key[1]]
 		res.rules[j].Group = all[sp.group[0]:sp.group[1]]
 	}
-	return res, nil
 }
 
 // appendEscaped appends escapeValue(v) to buf.

@@ -226,14 +226,32 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		hotDeny:   o.hotDeny,
 		overrides: o.overrides,
 	}
+	if i, err := p.addRules(rules); err != nil {
+		return nil, i, fmt.Errorf("policy %q: %w", name, err)
+	}
+	p.shardBy = sharedDimensions(p.rules)
+	if len(p.shardBy) == 0 {
+		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
+	}
+	p.groupRules()
+	if i, err := p.addChanges(o.changes); err != nil {
+		return nil, i, fmt.Errorf("policy %q: %w", name, err)
+	}
+	p.keyCap = new(atomic.Int64)
+	return p, -1, nil
+}
+
+// addRules normalizes rules into p (rules, ids, idemTTL, dims). It
+// returns the index of the rule at fault.
+func (p *Policy) addRules(rules []Rule) (int, error) {
 	seen := make(map[string]bool, len(rules))
 	for i, r := range rules {
 		nr, err := r.normalize()
 		if err != nil {
-			return nil, i, fmt.Errorf("policy %q: %w", name, err)
+			return i, err
 		}
 		if seen[nr.Name] {
-			return nil, i, fmt.Errorf("policy %q: rule %q: %w: duplicate rule name", name, nr.Name, ErrInvalidPolicy)
+			return i, fmt.Errorf("rule %q: %w: duplicate rule name", nr.Name, ErrInvalidPolicy)
 		}
 		seen[nr.Name] = true
 		p.rules[i] = nr
@@ -245,21 +263,25 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 			}
 		}
 	}
-	for _, d := range p.rules[0].Dimensions {
-		shared := true
-		for _, r := range p.rules[1:] {
-			if !slices.Contains(r.Dimensions, d) {
-				shared = false
-				break
-			}
-		}
-		if shared {
-			p.shardBy = append(p.shardBy, d)
+	return -1, nil
+}
+
+// sharedDimensions are the dimensions every rule names (the shard key),
+// in the first rule's order.
+func sharedDimensions(rules []Rule) []string {
+	var shared []string
+	for _, d := range rules[0].Dimensions {
+		if !slices.ContainsFunc(rules[1:], func(r Rule) bool { return !slices.Contains(r.Dimensions, d) }) {
+			shared = append(shared, d)
 		}
 	}
-	if len(p.shardBy) == 0 {
-		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
-	}
+	return shared
+}
+
+// groupRules sets, per rule of p, its dimensions beyond the shard key
+// (others, and sorted), its dimension set's group suffix (groups) and
+// the first rule of that set (firstOfGroup).
+func (p *Policy) groupRules() {
 	p.groups = make([]string, len(p.rules))
 	p.sorted = make([][]string, len(p.rules))
 	p.firstOfGroup = make([]int, len(p.rules))
@@ -273,11 +295,6 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		p.groups[i] = "=" + strings.Join(p.sorted[i], ",")
 		p.firstOfGroup[i] = slices.Index(p.groups, p.groups[i])
 	}
-	if i, err := p.addChanges(o.changes); err != nil {
-		return nil, i, fmt.Errorf("policy %q: %w", name, err)
-	}
-	p.keyCap = new(atomic.Int64)
-	return p, -1, nil
 }
 
 // addChanges checks the changes given with WithChange and records them
@@ -293,43 +310,10 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 		if len(byRule[name]) == 0 {
 			continue // WithChange(rule) without changes: nothing to record
 		}
-		r := p.rules[i]
 		for _, c := range byRule[name] {
-			from := c.From
-			from.Name = r.Name // a change keeps the name: a renamed rule is another rule
-			nf, err := from.normalize()
+			ch, err := p.newChange(i, c)
 			if err != nil {
-				return i, fmt.Errorf("change of rule %q (version %d): from: %w", name, c.Version, err)
-			}
-			if !slices.Equal(slices.Sorted(slices.Values(nf.Dimensions)), slices.Sorted(slices.Values(r.Dimensions))) {
-				return i, fmt.Errorf("rule %q: %w: change (version %d) from a rule keyed by other dimensions (%v, now %v): its counts cannot carry over",
-					name, ErrInvalidPolicy, c.Version, nf.Dimensions, r.Dimensions)
-			}
-			id := ruleID(nf)
-			if SameState(nf, r) {
-				return i, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's state (only limit, burst or shadow differ, which keeps the counts: SameState): not a change",
-					name, ErrInvalidPolicy, c.Version)
-			}
-			if id == p.ids[i] {
-				// Another meaning under the same keys (a GCRA rate, a limit
-				// across LogLine): From and the rule would share state.
-				return i, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
-					name, ErrInvalidPolicy, c.Version)
-			}
-			if c.At.IsZero() {
-				return i, fmt.Errorf("rule %q: %w: change (version %d) has no time (At)", name, ErrInvalidPolicy, c.Version)
-			}
-			if c.Version < 1 {
-				// RuleDecision.Before and RuleKey.Before mark From by it.
-				return i, fmt.Errorf("rule %q: %w: change has no version (Version must be >= 1, got %d)", name, ErrInvalidPolicy, c.Version)
-			}
-			c.From = nf
-			ch := change{Change: c, id: id, reach: driverRule(nf).Reach()}
-			ch.end = c.At.Add(ch.reach)
-			for _, d := range nf.Dimensions {
-				if !slices.Contains(p.shardBy, d) {
-					ch.others = append(ch.others, d)
-				}
+				return i, err
 			}
 			if p.changes == nil {
 				p.changes = make([][]change, len(p.rules))
@@ -345,6 +329,49 @@ func (p *Policy) addChanges(byRule map[string][]Change) (int, error) {
 		p.hasChanges = p.hasChanges || len(p.changes[i]) > 0
 	}
 	return -1, nil
+}
+
+// newChange checks c, a change of rule i, and returns it as recorded.
+func (p *Policy) newChange(i int, c Change) (change, error) {
+	r := p.rules[i]
+	name := r.Name
+	from := c.From
+	from.Name = r.Name // a change keeps the name: a renamed rule is another rule
+	nf, err := from.normalize()
+	if err != nil {
+		return change{}, fmt.Errorf("change of rule %q (version %d): from: %w", name, c.Version, err)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(nf.Dimensions)), slices.Sorted(slices.Values(r.Dimensions))) {
+		return change{}, fmt.Errorf("rule %q: %w: change (version %d) from a rule keyed by other dimensions (%v, now %v): its counts cannot carry over",
+			name, ErrInvalidPolicy, c.Version, nf.Dimensions, r.Dimensions)
+	}
+	id := ruleID(nf)
+	if SameState(nf, r) {
+		return change{}, fmt.Errorf("rule %q: %w: change (version %d) keeps the rule's state (only limit, burst or shadow differ, which keeps the counts: SameState): not a change",
+			name, ErrInvalidPolicy, c.Version)
+	}
+	if id == p.ids[i] {
+		// Another meaning under the same keys (a GCRA rate, a limit
+		// across LogLine): From and the rule would share state.
+		return change{}, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
+			name, ErrInvalidPolicy, c.Version)
+	}
+	if c.At.IsZero() {
+		return change{}, fmt.Errorf("rule %q: %w: change (version %d) has no time (At)", name, ErrInvalidPolicy, c.Version)
+	}
+	if c.Version < 1 {
+		// RuleDecision.Before and RuleKey.Before mark From by it.
+		return change{}, fmt.Errorf("rule %q: %w: change has no version (Version must be >= 1, got %d)", name, ErrInvalidPolicy, c.Version)
+	}
+	c.From = nf
+	ch := change{Change: c, id: id, reach: driverRule(nf).Reach()}
+	ch.end = c.At.Add(ch.reach)
+	for _, d := range nf.Dimensions {
+		if !slices.Contains(p.shardBy, d) {
+			ch.others = append(ch.others, d)
+		}
+	}
+	return ch, nil
 }
 
 // driverRule returns the driver's spec of r, without keys.

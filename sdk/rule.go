@@ -279,101 +279,136 @@ func nominal(u CalendarUnit) time.Duration {
 // (SubWindows, calendar Window), Dimensions copied. The error wraps
 // ErrInvalidRule and reads `rule "name": invalid rule: ...`.
 func (r Rule) normalize() (Rule, error) {
-	bad := func(format string, args ...any) (Rule, error) {
-		return Rule{}, fmt.Errorf("rule %q: %w: "+format, append([]any{r.Name, ErrInvalidRule}, args...)...)
+	// Each step reports r's first problem of its kind, in this order.
+	for _, step := range [...]func(*Rule) error{
+		(*Rule).checkKind, (*Rule).fillCalendar, (*Rule).checkSpan,
+		(*Rule).fillSubWindows, (*Rule).checkDimensions,
+	} {
+		if err := step(&r); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: %w: %v", r.Name, ErrInvalidRule, err)
+		}
 	}
+	r.Dimensions = append([]string(nil), r.Dimensions...)
+	return r, nil
+}
+
+// checkKind checks r's name, algorithm and limit (normalize's first step).
+func (r *Rule) checkKind() error {
 	if !validName(r.Name) {
-		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+		return fmt.Errorf("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
 	}
 	switch r.Algorithm {
 	case AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmGCRA:
 	default:
-		return bad("unknown algorithm %d", r.Algorithm)
+		return fmt.Errorf("unknown algorithm %d", r.Algorithm)
 	}
 	if r.Limit <= 0 {
-		return bad("limit must be > 0, got %d", r.Limit)
+		return fmt.Errorf("limit must be > 0, got %d", r.Limit)
 	}
 	if r.Limit > MaxLimit {
-		return bad("limit must be <= %d (MaxLimit), got %d", MaxLimit, r.Limit)
+		return fmt.Errorf("limit must be <= %d (MaxLimit), got %d", MaxLimit, r.Limit)
 	}
+	return nil
+}
+
+// fillCalendar checks r's calendar fields and fills in a calendar rule's
+// Window (normalize's second step).
+func (r *Rule) fillCalendar() error {
 	switch r.Calendar {
 	case NoCalendar:
 		if r.Location != nil {
-			return bad("location is only for calendar rules")
+			return fmt.Errorf("location is only for calendar rules")
 		}
 	case Day, Hour:
 		if r.Algorithm != AlgorithmFixedWindow {
-			return bad("calendar requires algorithm fixed_window, got %v", r.Algorithm)
+			return fmt.Errorf("calendar requires algorithm fixed_window, got %v", r.Algorithm)
 		}
 		if r.Location == nil {
-			return bad("calendar %v requires a location (timezone)", r.Calendar)
+			return fmt.Errorf("calendar %v requires a location (timezone)", r.Calendar)
 		}
 		if r.Location == time.Local {
 			// "Local" differs per machine: two servers would share keys
 			// while disagreeing on where the day starts.
-			return bad("calendar %v needs a named zone (e.g. Asia/Shanghai), not time.Local", r.Calendar)
+			return fmt.Errorf("calendar %v needs a named zone (e.g. Asia/Shanghai), not time.Local", r.Calendar)
 		}
 		if r.Window == 0 {
 			r.Window = nominal(r.Calendar)
 		}
 		if r.Window != nominal(r.Calendar) {
-			return bad("window of a calendar %v rule must be %v or unset, got %v", r.Calendar, nominal(r.Calendar), r.Window)
+			return fmt.Errorf("window of a calendar %v rule must be %v or unset, got %v", r.Calendar, nominal(r.Calendar), r.Window)
 		}
 	default:
-		return bad("unknown calendar unit %d", r.Calendar)
+		return fmt.Errorf("unknown calendar unit %d", r.Calendar)
 	}
+	return nil
+}
+
+// checkSpan checks r's window and burst, and a GCRA rule's emission
+// interval and tolerance (normalize's third step).
+func (r *Rule) checkSpan() error {
 	if r.Window < time.Millisecond {
-		return bad("window must be >= 1ms, got %v", r.Window)
+		return fmt.Errorf("window must be >= 1ms, got %v", r.Window)
 	}
 	if r.Window > MaxWindow {
-		return bad("window must be <= %v (MaxWindow), got %v", MaxWindow, r.Window)
+		return fmt.Errorf("window must be <= %v (MaxWindow), got %v", MaxWindow, r.Window)
 	}
 	if r.Burst < 0 {
-		return bad("burst must be >= 0, got %d", r.Burst)
+		return fmt.Errorf("burst must be >= 0, got %d", r.Burst)
 	}
 	if r.Burst > MaxLimit-1 {
-		return bad("burst must be <= %d (MaxLimit-1), got %d", MaxLimit-1, r.Burst)
+		return fmt.Errorf("burst must be <= %d (MaxLimit-1), got %d", MaxLimit-1, r.Burst)
 	}
 	if r.Burst != 0 && r.Algorithm != AlgorithmGCRA {
-		return bad("burst is only for gcra rules, got algorithm %v", r.Algorithm)
+		return fmt.Errorf("burst is only for gcra rules, got algorithm %v", r.Algorithm)
 	}
 	if r.Algorithm == AlgorithmGCRA {
 		// T as every backend computes it: Window/Limit, truncated to the ns.
 		t := r.Window / time.Duration(r.Limit)
 		if t < MinInterval {
-			return bad("emission interval window/limit must be >= %v (MinInterval), got %v", MinInterval, t)
+			return fmt.Errorf("emission interval window/limit must be >= %v (MinInterval), got %v", MinInterval, t)
 		}
 		// T*(Burst+1) <= MaxTolerance, without computing the product.
 		if t > MaxTolerance/time.Duration(r.Burst+1) {
-			return bad("tolerance window/limit*(burst+1) must be <= %v (MaxTolerance), got %v*%d", MaxTolerance, t, r.Burst+1)
+			return fmt.Errorf("tolerance window/limit*(burst+1) must be <= %v (MaxTolerance), got %v*%d", MaxTolerance, t, r.Burst+1)
 		}
 	}
+	return nil
+}
+
+// fillSubWindows checks r's SubWindows, filling in a sliding window's
+// default, and its Epoch (normalize's fourth step).
+func (r *Rule) fillSubWindows() error {
 	if r.Algorithm == AlgorithmSlidingWindow {
 		if r.SubWindows == 0 {
 			r.SubWindows = DefaultSubWindows
 		}
 		if r.SubWindows < 0 {
-			return bad("sub_windows must be >= 0, got %d", r.SubWindows)
+			return fmt.Errorf("sub_windows must be >= 0, got %d", r.SubWindows)
 		}
 		if r.Window/time.Duration(r.SubWindows) < time.Millisecond {
-			return bad("sub_windows %d makes cells of %v, want >= 1ms", r.SubWindows, r.Window/time.Duration(r.SubWindows))
+			return fmt.Errorf("sub_windows %d makes cells of %v, want >= 1ms", r.SubWindows, r.Window/time.Duration(r.SubWindows))
 		}
 	} else if r.SubWindows != 0 {
-		return bad("sub_windows is only for sliding_window rules, got algorithm %v", r.Algorithm)
+		return fmt.Errorf("sub_windows is only for sliding_window rules, got algorithm %v", r.Algorithm)
 	}
 	if r.Epoch < 0 {
-		return bad("epoch must be >= 0, got %d", r.Epoch)
+		return fmt.Errorf("epoch must be >= 0, got %d", r.Epoch)
 	}
+	return nil
+}
+
+// checkDimensions checks r's dimension names: valid, none twice
+// (normalize's last step).
+func (r *Rule) checkDimensions() error {
 	seen := make(map[string]bool, len(r.Dimensions))
 	for _, d := range r.Dimensions {
 		if !validName(d) {
-			return bad("dimension %q must match [A-Za-z0-9_.-]{1,%d}", d, MaxNameLen)
+			return fmt.Errorf("dimension %q must match [A-Za-z0-9_.-]{1,%d}", d, MaxNameLen)
 		}
 		if seen[d] {
-			return bad("dimension %q given twice", d)
+			return fmt.Errorf("dimension %q given twice", d)
 		}
 		seen[d] = true
 	}
-	r.Dimensions = append([]string(nil), r.Dimensions...)
-	return r, nil
+	return nil
 }
