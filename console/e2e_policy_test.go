@@ -136,6 +136,34 @@ func TestE2EShadowView(t *testing.T) {
 	run(t, ctx, "open the subject", chromedp.Navigate(base+"/subject?"+subjectQuery("push", sdk.Subject{"user": "s1"})), chromedp.WaitVisible(chromedp.ID("trail")))
 	waitContains(t, ctx, "#trail td.retry-after", "none: not enforced")
 	waitContains(t, ctx, `#rules tr[data-rule="recv-1m-3"] .retry`, "not enforced (enforced: retry in ")
+
+	// On a phone (390 CSS px) the shadow table fits: the page does not
+	// scroll sideways, and neither does the table in its card — every
+	// cell, the 24 h columns too, lies on the screen (the rows reflow
+	// into labelled cells, as the subject page's tables do).
+	run(t, ctx, "phone-wide policies page", chromedp.EmulateViewport(390, 844),
+		chromedp.Navigate(base+"/policies"), chromedp.WaitVisible(row))
+	if vw := evalInt(t, ctx, `window.innerWidth`); vw != 390 {
+		t.Fatalf("viewport is %d px wide, want 390", vw)
+	}
+	if w := evalInt(t, ctx, `document.scrollingElement.scrollWidth`); w > 390 {
+		t.Errorf("/policies with the shadow table is %d px wide at 390 px", w)
+	}
+	off, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.shadow-table td')].flatMap(td => {
+		const r = td.getBoundingClientRect();
+		return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth + 0.5 ? [] :
+			[td.className + " " + Math.round(r.left) + ".." + Math.round(r.right)];
+	})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(off) > 0 {
+		t.Errorf("at 390 px, %d shadow-table cells are off the screen: %v", len(off), off)
+	}
+	if cells := evalInt(t, ctx, `document.querySelectorAll('.shadow-table td').length`); cells < 7*5 {
+		t.Errorf("the shadow table has %d cells, want at least 35 (the shadow rule and 4 enforced rules, 7 columns)", cells)
+	}
+	screenshot(t, ctx, "phone-shadow-view.png")
 }
 
 // TestE2EOverride: an admin blocks a person from the subject page; the

@@ -223,11 +223,11 @@ func TestShadowView(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := html.UnescapeString(readBody(t, f.do(t, req{path: "/policies", bearer: viewerToken})))
-	want := `<tr class="shadow-row" data-rule="recv-1m-3"><td><strong>recv-1m-3</strong><span class="tag shadow">shadow</span></td><td class="num attempts-1h">3</td><td class="num allowed-1h">3</td><td class="num people-1h">2</td><td class="num attempts-24h">3</td><td class="num allowed-24h">3</td><td class="num people-24h">2</td></tr>`
+	want := `<tr class="shadow-row" data-rule="recv-1m-3"><td class="rule"><strong>recv-1m-3</strong><span class="tag shadow">shadow</span></td><td class="num attempts-1h" data-label="1 h: attempts">3</td><td class="num allowed-1h" data-label="allowed">3</td><td class="num people-1h" data-label="people">2</td><td class="num attempts-24h" data-label="24 h: attempts">3</td><td class="num allowed-24h" data-label="allowed">3</td><td class="num people-24h" data-label="people">2</td></tr>`
 	if !strings.Contains(body, want) {
 		t.Errorf("the policies page lacks\n%s\n:\n%s", want, body)
 	}
-	if !strings.Contains(body, `<tr class="enforced-row" data-rule="recv-1m"><td>recv-1m <span class="muted">(enforced: denied)</span></td><td class="num attempts-1h">0</td>`) {
+	if !strings.Contains(body, `<tr class="enforced-row" data-rule="recv-1m"><td class="rule">recv-1m <span class="muted">(enforced: denied)</span></td><td class="num attempts-1h" data-label="1 h: attempts">0</td>`) {
 		t.Errorf("the policies page lacks the enforced rules beside:\n%s", body)
 	}
 	if !strings.Contains(body, `Policy-store version <strong id="running-version">2</strong> in force, applied`) {

@@ -140,12 +140,7 @@ func TestServeDocExamples(t *testing.T) {
 	if !strings.Contains(md, `FREQCAP_SERVE_TOKENS="`+docsTokens+`"`) {
 		t.Errorf("%s does not show freqcap serve started with FREQCAP_SERVE_TOKENS=%q, the credentials its examples use", docsFile, docsTokens)
 	}
-	callers, err := serve.ParseCallers(docsTokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	lim := sdk.New(memory.New(&memory.Options{Clock: clk}))
+	lim, clk, callers := docSetup(t)
 	st := policyfile.NewStore(lim, policyfile.WithClock(clk))
 	ctx := context.Background()
 	plan, err := st.Plan(ctx, seed.YAML)
@@ -160,17 +155,7 @@ func TestServeDocExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	srv, err := serve.New(serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	base := "http://" + ln.Addr().String()
+	base := docServe(t, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
 
 	examples := docExamples(t, md)
 	if len(examples) < 14 {
@@ -253,6 +238,36 @@ func TestServeDocExamples(t *testing.T) {
 			t.Errorf("%s has no example of %s", docsFile, m)
 		}
 	}
+}
+
+// docSetup returns what the manual's examples run with: a Limiter on the
+// memory backend and a clock stopped at 2026-11-24 09:00 UTC, and the
+// manual's callers.
+func docSetup(t *testing.T) (*sdk.Limiter, *fakeclock.Clock, []serve.Caller) {
+	t.Helper()
+	callers, err := serve.ParseCallers(docsTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	return sdk.New(memory.New(&memory.Options{Clock: clk})), clk, callers
+}
+
+// docServe starts a server with cfg on a loopback port, stopped when t
+// ends, and returns its base URL.
+func docServe(t *testing.T, cfg serve.Config) string {
+	t.Helper()
+	srv, err := serve.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	return "http://" + ln.Addr().String()
 }
 
 // awaitLive waits until live serves version v (a JSON string, as the
