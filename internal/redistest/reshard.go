@@ -64,30 +64,13 @@ func (c *MovableCluster) KeySlot(key string) (int, error) {
 // Owner returns the index (in Addrs) of the master that owns slot, as
 // that master's own CLUSTER NODES says.
 func (c *MovableCluster) Owner(slot int) (int, error) {
-	for i, n := range c.nodes {
-		nodes, err := command(n.Addr(), "CLUSTER", "NODES")
+	for i := range c.nodes {
+		id, err := c.ownerSeenBy(i, slot)
 		if err != nil {
-			return 0, fmt.Errorf("CLUSTER NODES on %s: %w", n.Addr(), err)
+			return 0, fmt.Errorf("CLUSTER NODES on %s: %w", c.nodes[i].Addr(), err)
 		}
-		for _, l := range strings.Split(nodes, "\n") {
-			f := strings.Fields(l)
-			if len(f) < 8 || !strings.Contains(f[2], "myself") {
-				continue
-			}
-			for _, r := range f[8:] { // "a-b", "a", or "[a->-id]" / "[a-<-id]" (migration marks)
-				if strings.HasPrefix(r, "[") {
-					continue
-				}
-				lo, hi, _ := strings.Cut(r, "-")
-				a, err1 := strconv.Atoi(lo)
-				b, err2 := strconv.Atoi(hi)
-				if hi == "" {
-					b, err2 = a, nil
-				}
-				if err1 == nil && err2 == nil && a <= slot && slot <= b {
-					return i, nil
-				}
-			}
+		if id == c.ids[i] {
+			return i, nil
 		}
 	}
 	return 0, fmt.Errorf("no master owns slot %d", slot)
@@ -166,7 +149,75 @@ func (c *MovableCluster) MoveSlot(slot, to int, hold time.Duration) error {
 			return fmt.Errorf("slot %d: SETSLOT NODE on %s: %w", slot, c.nodes[i].Addr(), err)
 		}
 	}
-	return nil
+	return c.settle(slot, to, order)
+}
+
+// settle waits until every master sees slot owned by master to. Moved
+// back and forth quickly, a slot can meet a gossip message sent before
+// the last SETSLOT NODE, carrying the former owner's claim at a higher
+// config epoch than the new owner's: both nodes then name the other as
+// owner and redirect clients to each other. Where the masters do not
+// agree soon, the new owner takes a config epoch above every other
+// (CLUSTER BUMPEPOCH) and the assignment is repeated, so that its claim
+// wins every later comparison.
+func (c *MovableCluster) settle(slot, to int, order []int) error {
+	s := strconv.Itoa(slot)
+	deadline := time.Now().Add(10 * time.Second)
+	for try := 0; ; try++ {
+		agreed := 0
+		for i := range c.nodes {
+			if id, err := c.ownerSeenBy(i, slot); err == nil && id == c.ids[to] {
+				agreed++
+			}
+		}
+		if agreed == len(c.nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %d: %d of %d masters see it owned by master %d after 10 s", slot, agreed, len(c.nodes), to)
+		}
+		if try%10 == 9 { // about 200 ms without agreement
+			if _, err := command(c.nodes[to].Addr(), "CLUSTER", "BUMPEPOCH"); err != nil {
+				return fmt.Errorf("slot %d: CLUSTER BUMPEPOCH on %s: %w", slot, c.nodes[to].Addr(), err)
+			}
+			for _, i := range order {
+				if _, err := command(c.nodes[i].Addr(), "CLUSTER", "SETSLOT", s, "NODE", c.ids[to]); err != nil {
+					return fmt.Errorf("slot %d: SETSLOT NODE on %s: %w", slot, c.nodes[i].Addr(), err)
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling the masters' views
+	}
+}
+
+// ownerSeenBy returns the id of the master that master i sees owning
+// slot ("" when it sees none).
+func (c *MovableCluster) ownerSeenBy(i, slot int) (string, error) {
+	nodes, err := command(c.nodes[i].Addr(), "CLUSTER", "NODES")
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(nodes, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			continue
+		}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue
+			}
+			lo, hi, _ := strings.Cut(r, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if hi == "" {
+				b, err2 = a, nil
+			}
+			if err1 == nil && err2 == nil && a <= slot && slot <= b {
+				return f[0], nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // ShuttleConfig bounds Shuttle.
