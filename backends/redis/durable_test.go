@@ -36,6 +36,22 @@ func waitReplicaUp(t *testing.T, master string) {
 	})
 }
 
+// waitReplicaAcks polls until master's replica acknowledges a write
+// (WAIT 1): online in INFO can come before the link carries writes.
+func waitReplicaAcks(t *testing.T, master string) {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: master})
+	defer c.Close()
+	ctx := context.Background()
+	eventually(t, 30*time.Second, "replica acknowledging writes", func() bool {
+		if c.Set(ctx, "durable-probe", "x", time.Minute).Err() != nil {
+			return false
+		}
+		n, err := c.Wait(ctx, 1, time.Second).Result()
+		return err == nil && n >= 1
+	})
+}
+
 // TestDurability: with Options.Durability on, a Take, a Reserve, a
 // batch and coalesced Takes on a master with one replica say Durable
 // (Replicas 1), and the replica holds the decision's state at once; on a
@@ -43,22 +59,27 @@ func waitReplicaUp(t *testing.T, master string) {
 // say not Durable, and stand: the count is on the master. Peeks never
 // wait nor say Durable, and neither do replays.
 func TestDurability(t *testing.T) {
-	const timeout = 60 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
 		replica  bool
 		durable  bool
 		replicas int
+		// timeout is the wait's: short where it must be waited out, long
+		// where a replica answers at once (a loaded machine can take
+		// longer than a short one to replicate: seen at 60 ms).
+		timeout time.Duration
 	}{
-		{"no replica", false, false, 0},
-		{"one replica", true, true, 1},
+		{"no replica", false, false, 0, 60 * time.Millisecond},
+		{"one replica", true, true, 1, 5 * time.Second},
 	} {
+		timeout := tc.timeout
 		t.Run(tc.name, func(t *testing.T) {
 			m := redistest.NewServer(t)
 			var replica *goredis.Client
 			if tc.replica {
 				r := redistest.NewReplica(t, m)
 				waitReplicaUp(t, m.Addr())
+				waitReplicaAcks(t, m.Addr())
 				replica = goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 				t.Cleanup(func() { replica.Close() })
 			}
