@@ -126,28 +126,10 @@ func TestEvictionsOnRedis(t *testing.T) {
 	// sample would be among the first keys evicted (the statistics keys
 	// have TTLs too, so every evicting policy may take them).
 	fill(0, 11_000)
-	// Redis' LRU clock ticks once a second: the baseline must be written
-	// on a later tick than the subjects above, or it is as old as they
-	// are and as likely to be evicted (seen: the series came out 0). A
-	// marker written now shows the tick: poll until it is idle 1 s.
-	marker := fmt.Sprintf("evicted-marker-%d", time.Now().UnixNano())
-	if err := c.Set(ctx, marker, "x", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		idle, err := c.ObjectIdleTime(ctx, marker).Result()
-		if err != nil {
-			t.Fatalf("OBJECT IDLETIME: %v", err)
-		}
-		if idle >= time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server's LRU clock did not tick within 10 s (idle %v)", idle)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the server's LRU clock
-	}
-	c.Del(ctx, marker)
+	// The baseline is written on a later tick of Redis' 1 s LRU clock
+	// than the subjects above, or it is as old as they are and as likely
+	// to be evicted (seen: the series came out 0).
+	srv.NextLRUTick(t)
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package redistest
 
 import (
 	"os"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // ConfigSet runs CONFIG SET name value on the server at addr (e.g.
@@ -49,4 +51,33 @@ func NewCluster(t testing.TB) []string {
 		addrs[i] = n.Addr()
 	}
 	return addrs
+}
+
+// NextLRUTick returns once the server's LRU clock, which ticks once a
+// second, has moved past every key written before the call: keys written
+// after it are younger, so an allkeys-lru server evicts the older ones
+// first (written on the same tick, a key is as likely to go as the ones
+// before it). It polls OBJECT IDLETIME of a marker key until it reads 1 s,
+// for at most 10 s. The server must accept a write (not full under
+// noeviction).
+func (s *Server) NextLRUTick(t testing.TB) {
+	t.Helper()
+	marker := "redistest-lru-marker-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if r, err := command(s.Addr(), "SET", marker, "x", "EX", "60"); err != nil || r != "OK" {
+		t.Fatalf("redistest: %s: SET %s = %q, %v", s.Addr(), marker, r, err)
+	}
+	defer command(s.Addr(), "DEL", marker) //nolint:errcheck // a 60 s marker
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r, err := command(s.Addr(), "OBJECT", "IDLETIME", marker)
+		if err != nil {
+			t.Fatalf("redistest: %s: OBJECT IDLETIME: %v", s.Addr(), err)
+		}
+		if idle, _ := strconv.Atoi(r); idle >= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s: the LRU clock did not tick within 10 s (idle %q)", s.Addr(), r)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the server's LRU clock
+	}
 }
