@@ -16,6 +16,7 @@ import (
 
 	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // The JSON API: the SDK's check and inspect for services written in other
@@ -235,9 +236,9 @@ func (s *Server) apiCheck(c echo.Context) error {
 		}
 		switch {
 		case err != nil || d.Override.ID == 0:
-		case d.Override.Kind == sdk.OverrideBlock:
+		case d.Override.Kind == driver.Block:
 			e.Outcome = fmt.Sprintf("denied by block #%d", d.Override.ID)
-		case d.Override.Kind == sdk.OverrideExempt:
+		case d.Override.Kind == driver.Exempt:
 			e.Outcome = fmt.Sprintf("allowed by override #%d", d.Override.ID)
 		default:
 			e.Detail = fmt.Sprintf("limits of override #%d", d.Override.ID)
@@ -283,7 +284,7 @@ type ResetRequest struct {
 	// others: the rules whose dimensions it all gives are reset, as in
 	// the console's reset form.
 	Subject sdk.Subject `json:"subject"`
-	// Rules, when given, resets only these rules (sdk.Limiter.ResetRules:
+	// Rules, when given, resets only these rules (sdk.Admin.ResetRules:
 	// every rule keyed by the same dimensions as one named must be named
 	// too) and keeps the open reservations.
 	Rules []string `json:"rules,omitempty"`
@@ -364,7 +365,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	if err := checkSubject(subj); err != nil {
 		return err
 	}
-	ins, err := s.cfg.Limiter.Inspect(c.Request().Context(), p, subj)
+	ins, err := s.cfg.Admin.Inspect(c.Request().Context(), p, subj)
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidSubject) {
 			return err
@@ -387,7 +388,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	}
 	if o := s.deciding(c.Request().Context(), p, subj, ins.At); o != nil {
 		oj := overrideJSON(*o)
-		out.Override, out.Allowed = &oj, o.Kind != sdk.OverrideBlock
+		out.Override, out.Allowed = &oj, o.Kind != driver.Block
 	}
 	for _, d := range ins.Denials {
 		out.Denials = append(out.Denials, DenialJSON{

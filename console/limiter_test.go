@@ -12,6 +12,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // noReset is a Limiter whose backend cannot reset subjects and does not
@@ -26,8 +27,8 @@ func (l *noReset) Reset(context.Context, *sdk.Policy, sdk.Subject) error {
 	return errors.ErrUnsupported
 }
 
-func (l *noReset) Describe(context.Context) (sdk.Description, error) {
-	return sdk.Description{}, errors.ErrUnsupported
+func (l *noReset) Describe(context.Context) (driver.Description, error) {
+	return driver.Description{}, errors.ErrUnsupported
 }
 
 // TestConfigLimiter: the console works with any Limiter, not only

@@ -165,7 +165,7 @@ func TestOverrides(t *testing.T) {
 			if len(got) != 3 || got[0].Outcome != "ok" || got[1].Outcome != "refused: no such override" || got[2].Outcome != "ok" {
 				t.Errorf("override-delete audit entries = %+v, want ok, refused, ok", got)
 			}
-			if err := f.lim.DeleteOverride(context.Background(), f.srv.snap().byName["push"], sdk.Subject{"user": user}, o.ID); err == nil {
+			if err := f.lim.Admin().DeleteOverride(context.Background(), f.srv.snap().byName["push"], sdk.Subject{"user": user}, o.ID); err == nil {
 				t.Errorf("the exempt is still there after the API's delete")
 			}
 

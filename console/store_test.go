@@ -17,6 +17,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
@@ -43,25 +44,25 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.St
 // follows).
 func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policyfile.Store) {
 	t.Helper()
-	var mk func(clk *fakeclock.Clock) sdk.Backend
+	var mk func(clk *fakeclock.Clock) driver.Backend
 	var realClock bool
 	switch backend {
 	case "memory-now":
 		// The real clock: browsers drop cookies that expired by theirs.
-		mk = func(*fakeclock.Clock) sdk.Backend { return memory.New(nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return memory.New(nil) }
 		realClock = true
 	case "redis":
 		addr := redistest.Standalone(t)
 		c := goredis.NewClient(&goredis.Options{Addr: addr})
 		t.Cleanup(func() { c.Close() })
-		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return redis.New(c, nil) }
 		realClock = true
 	case "cluster":
 		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...))
 		o.IsClusterMode = true
 		c := goredis.NewUniversalClient(o)
 		t.Cleanup(func() { c.Close() })
-		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return redis.New(c, nil) }
 		realClock = true
 	default:
 		if backend != "memory" {
@@ -74,7 +75,7 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 	var st *policyfile.Store
 	var lim *sdk.Limiter
 	prefix := sdk.DefaultPrefix
-	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be sdk.Backend, flim *sdk.Limiter) {
+	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be driver.Backend, flim *sdk.Limiter) {
 		lim = flim
 		if realClock {
 			// Tests share a Redis server: each fixture its own prefix.

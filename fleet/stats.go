@@ -12,6 +12,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
@@ -116,7 +117,7 @@ type Reader struct {
 // (else the error wraps errors.ErrUnsupported). Of opts (nil means
 // defaults) it reads Prefix, Now, Timeout and SampleKeep (give the
 // Recorders' own).
-func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
+func NewReader(b driver.Backend, opts *Options) (*Reader, error) {
 	var o Options
 	if opts != nil {
 		o = *opts

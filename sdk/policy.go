@@ -124,7 +124,7 @@ func WithHotDenyCache(size int) PolicyOption {
 
 // Change says that a rule's identity (algorithm, window, sub-windows,
 // calendar, zone), or the meaning of its state (a GCRA rate, a limit
-// across LogLine: SameState), changed at At, in policy-store version Version: From is
+// across driver.LogLine: SameState), changed at At, in policy-store version Version: From is
 // the rule as it was (its own Epoch included). sdk/policyfile derives
 // changes from a store's versions; code may give them too.
 //
@@ -170,7 +170,7 @@ func WithChange(rule string, changes ...Change) PolicyOption {
 }
 
 // WithOverrides makes the policy's decisions read the subject's
-// per-person overrides (Limiter.SetOverride), in the same atomic step:
+// per-person overrides (Admin.SetOverride), in the same atomic step:
 // one more key read per decision. Without it overrides are neither read
 // nor settable for the policy.
 func WithOverrides() PolicyOption {
@@ -352,7 +352,7 @@ func (p *Policy) newChange(i int, c Change) (change, error) {
 	}
 	if id == p.ids[i] {
 		// Another meaning under the same keys (a GCRA rate, a limit
-		// across LogLine): From and the rule would share state.
+		// across driver.LogLine): From and the rule would share state.
 		return change{}, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
 			name, ErrInvalidPolicy, c.Version)
 	}
@@ -398,7 +398,7 @@ func driverRule(r Rule) driver.Rule {
 // left out so that changing them keeps the counts.
 func ruleID(r Rule) string {
 	zone := ""
-	if r.Calendar != NoCalendar && r.Location != nil {
+	if r.Calendar != driver.NoCalendar && r.Location != nil {
 		zone = r.Location.String()
 	}
 	id := fmt.Sprintf("freqcap/rule/v1\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
@@ -508,7 +508,7 @@ func (p *Policy) checkResetSet(names []string) error {
 
 // SameDimensions returns the names of p's rules keyed by exactly the
 // dimensions named (in any order; the shard dimensions included), in
-// policy order: the sets Limiter.ResetRules resets whole.
+// policy order: the sets Admin.ResetRules resets whole.
 func (p *Policy) SameDimensions(dims ...string) []string {
 	if p == nil {
 		return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
@@ -349,7 +350,7 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 // consoleBackend builds the backend the flags ask for, and its closer. A
 // Redis deployment is pinged first, so that an unreachable server or a
 // wrong password reads as such (see connect).
-func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), error) {
+func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
 	}
@@ -366,10 +367,10 @@ func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), e
 	return redis.New(c, ro), func() { c.Close() }, nil
 }
 
-func strategies(d sdk.Description) string {
+func strategies(d driver.Description) string {
 	var parts []string
 	for _, a := range capability.Algorithms {
-		if st, ok := d.Strategies[sdk.Algorithm(a)]; ok {
+		if st, ok := d.Strategies[driver.Algorithm(a)]; ok {
 			parts = append(parts, a.String()+"="+st.Name)
 		}
 	}

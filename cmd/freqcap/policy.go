@@ -18,6 +18,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/fleet/whatif"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
@@ -60,7 +61,7 @@ func (b backendFlags) limiter(ctx context.Context, cmd string) (*sdk.Limiter, fu
 }
 
 // backend is limiter, also returning the backend.
-func (b backendFlags) backend(ctx context.Context, cmd string) (*sdk.Limiter, sdk.Backend, func(), error) {
+func (b backendFlags) backend(ctx context.Context, cmd string) (*sdk.Limiter, driver.Backend, func(), error) {
 	if err := b.server.check(); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
@@ -286,7 +287,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 // current version, from the traffic sample the deployment's Recorders
 // keep; what keeps it from being made is printed instead (the plan
 // stands).
-func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.Backend, bf backendFlags, plan *policyfile.Plan) {
+func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be driver.Backend, bf backendFlags, plan *policyfile.Plan) {
 	var current []*sdk.Policy
 	if plan.Against > 0 {
 		v, err := store.Version(ctx, plan.Against)

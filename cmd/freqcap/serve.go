@@ -28,6 +28,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
@@ -458,7 +459,7 @@ func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) e
 
 // serveBackend builds the backend the flags ask for, the readiness probe
 // (nil for memory: always ready) and the closer. Redis gets coalescing.
-func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.Context) error, func(), error) {
+func serveBackend(ctx context.Context, f serveFlags) (driver.Backend, func(context.Context) error, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), nil, func() {}, nil
 	}

@@ -29,7 +29,7 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
 	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule), errors.Is(err, sdk.ErrInvalidOverride):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ARGUMENT
-	case errors.Is(err, sdk.ErrRefused):
+	case errors.Is(err, driver.ErrRefused):
 		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_BACKEND_REFUSED
 	case errors.Is(err, errors.ErrUnsupported):
 		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
@@ -97,7 +97,7 @@ func Sentinel(r freqcapv1.Reason) error {
 	case freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION:
 		return policyfile.ErrUnreadableVersion
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
-		return sdk.ErrRefused
+		return driver.ErrRefused
 	}
 	return nil
 }

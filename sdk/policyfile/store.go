@@ -42,7 +42,7 @@ type StoreOption func(*Store)
 // WithClock sets the clock a Store plans by (default: the system clock):
 // it decides which recorded rule changes are past their reach and are
 // left out of the next version. Give it the limiter's clock.
-func WithClock(c sdk.Clock) StoreOption {
+func WithClock(c driver.Clock) StoreOption {
 	return func(s *Store) {
 		if c != nil {
 			s.now = c.Now
@@ -264,16 +264,16 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 // otherwise it stores nothing and returns an error wrapping
 // sdk.ErrVersionConflict (plan again). A plan that re-keys rules needs
 // plan.ConfirmRekey (else ErrRekeyNotConfirmed). by is at most
-// sdk.MaxOverrideByLen bytes and reason sdk.MaxOverrideReasonLen, neither
+// driver.MaxOverrideByLen bytes and reason driver.MaxOverrideReasonLen, neither
 // holding control characters.
 func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Version, error) {
 	if plan == nil || plan.Version != plan.Base+1 {
 		return Version{}, errors.New("policyfile: apply: no plan (use Store.Plan)")
 	}
-	if err := checkText("by", by, sdk.MaxOverrideByLen); err != nil {
+	if err := checkText("by", by, driver.MaxOverrideByLen); err != nil {
 		return Version{}, err
 	}
-	if err := checkText("reason", reason, sdk.MaxOverrideReasonLen); err != nil {
+	if err := checkText("reason", reason, driver.MaxOverrideReasonLen); err != nil {
 		return Version{}, err
 	}
 	if rk := plan.Rekeyed(); len(rk) > 0 && !plan.ConfirmRekey {
