@@ -94,7 +94,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override is required")
 	}
 	if in.GetKind() == freqcapv1.OverrideKind_OVERRIDE_KIND_UNSPECIFIED {
-		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override.kind is required: exempt, block or limit")
+		return nil, invalid(freqcapv1.Reason_REASON_INVALID_OVERRIDE, "override.kind is required: exempt, block or limit")
 	}
 	o := wire.FromOverride(in)
 	o.ID, o.Created, o.By = 0, time.Time{}, callerOf(ctx).Name

@@ -265,8 +265,12 @@ func Override(o driver.Override) *freqcapv1.Override {
 
 // FromOverride reads an override from the wire.
 func FromOverride(in *freqcapv1.Override) driver.Override {
-	return driver.Override{
+	o := driver.Override{
 		ID: in.GetId(), Kind: driver.OverrideKind(in.GetKind()), Counted: in.GetCounted(), Limits: in.GetLimits(),
 		Until: fromTS(in.GetUntil()), Reason: in.GetReason(), By: in.GetBy(), Created: fromTS(in.GetCreated()),
 	}
+	if len(o.Limits) == 0 {
+		o.Limits = nil // as the sdk's: a JSON body decodes an absent map as an empty one
+	}
+	return o
 }

@@ -216,6 +216,16 @@ const (
 	// acts): with --eviction refuse, a master's maxmemory-policy may evict
 	// freqcap's keys. /readyz says which master and the server's log why.
 	Reason_REASON_BACKEND_REFUSED Reason = 21
+	// Reset names a rule the policy does not have, or part of a set of
+	// rules keyed by the same dimensions (sdk.ErrInvalidRule).
+	Reason_REASON_INVALID_RULE Reason = 22
+	// The override is malformed: an unknown kind, limits naming no rule of
+	// the policy or out of range, an end already past, a reason or author
+	// too long (sdk.ErrInvalidOverride).
+	Reason_REASON_INVALID_OVERRIDE Reason = 23
+	// The policy cannot be used so: an override on a policy that does not
+	// read them (`overrides: true`) (sdk.ErrInvalidPolicy).
+	Reason_REASON_INVALID_POLICY Reason = 24
 )
 
 // Enum value maps for Reason.
@@ -243,6 +253,9 @@ var (
 		19: "REASON_NO_POLICY_VERSION",
 		20: "REASON_UNREADABLE_POLICY_VERSION",
 		21: "REASON_BACKEND_REFUSED",
+		22: "REASON_INVALID_RULE",
+		23: "REASON_INVALID_OVERRIDE",
+		24: "REASON_INVALID_POLICY",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -267,6 +280,9 @@ var (
 		"REASON_NO_POLICY_VERSION":         19,
 		"REASON_UNREADABLE_POLICY_VERSION": 20,
 		"REASON_BACKEND_REFUSED":           21,
+		"REASON_INVALID_RULE":              22,
+		"REASON_INVALID_OVERRIDE":          23,
+		"REASON_INVALID_POLICY":            24,
 	}
 )
 
@@ -3978,7 +3994,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\x88\x05\n" +
+	"\rCALENDAR_HOUR\x10\x02*\xd9\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -4002,7 +4018,10 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x19REASON_OVERRIDE_NOT_FOUND\x10\x12\x12\x1c\n" +
 	"\x18REASON_NO_POLICY_VERSION\x10\x13\x12$\n" +
 	" REASON_UNREADABLE_POLICY_VERSION\x10\x14\x12\x1a\n" +
-	"\x16REASON_BACKEND_REFUSED\x10\x15*y\n" +
+	"\x16REASON_BACKEND_REFUSED\x10\x15\x12\x17\n" +
+	"\x13REASON_INVALID_RULE\x10\x16\x12\x1b\n" +
+	"\x17REASON_INVALID_OVERRIDE\x10\x17\x12\x19\n" +
+	"\x15REASON_INVALID_POLICY\x10\x18*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +
