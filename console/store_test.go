@@ -13,6 +13,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/internal/testserver"
@@ -74,7 +75,7 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 	}
 	var st *policyfile.Store
 	var lim *sdk.Limiter
-	prefix := sdk.DefaultPrefix
+	prefix := keyname.DefaultPrefix
 	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be driver.Backend, flim *sdk.Limiter) {
 		lim = flim
 		if realClock {

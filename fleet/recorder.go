@@ -73,7 +73,7 @@ const (
 // Timeout and SampleKeep). The zero value means defaults.
 type Options struct {
 	// Prefix is the first segment of the statistics keys (default
-	// sdk.DefaultPrefix), escaped as sdk.WithPrefix escapes it. A Reader
+	// "fc", as the sdk's), escaped as sdk.WithPrefix escapes it. A Reader
 	// reads what the Recorders of its prefix flushed: give them the same
 	// one (the Limiters' own, by convention).
 	Prefix string
@@ -286,7 +286,7 @@ func NewRecorder(b driver.Backend, opts *Options) (*Recorder, error) {
 	if o.SampleKeep == 0 {
 		o.SampleKeep = DefaultSampleKeep
 	}
-	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
+	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, keyname.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
 		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{},
 		sampleN: o.Sample, sampleKeep: o.SampleKeep, service: o.Service}
 	if r.near == 0 {

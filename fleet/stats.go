@@ -130,7 +130,7 @@ func NewReader(b driver.Backend, opts *Options) (*Reader, error) {
 	if keep <= 0 {
 		keep = DefaultSampleKeep
 	}
-	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, timeout: max(o.Timeout, 0), keep: keep}, nil
+	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, keyname.DefaultPrefix), now: now, timeout: max(o.Timeout, 0), keep: keep}, nil
 }
 
 // withTimeout bounds ctx by the Reader's timeout, if any.
@@ -517,7 +517,7 @@ func validService(s string) bool {
 }
 
 // validName reports whether s is a name sdk.NewPolicy accepts.
-func validName(s string) bool { return keyname.Valid(s, sdk.MaxNameLen) }
+func validName(s string) bool { return keyname.Valid(s, keyname.MaxName) }
 
 // enforcement names a rule's mode in Diff's phrases.
 func enforcement(shadow bool) string {

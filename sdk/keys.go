@@ -9,10 +9,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// DefaultPrefix is the first segment of every key unless WithPrefix says
-// otherwise.
-const DefaultPrefix = "fc"
-
 const hexDigits = keyname.Hex
 
 // escapeValue escapes a subject value for a key: '%', '{', '}', ':' and
@@ -54,8 +50,8 @@ func mustEscape(c byte) bool {
 }
 
 // sanitizePrefix escapes a prefix as keyname.Prefix does (an empty prefix
-// means DefaultPrefix).
-func sanitizePrefix(p string) string { return keyname.Prefix(p, DefaultPrefix) }
+// means "fc").
+func sanitizePrefix(p string) string { return keyname.Prefix(p, keyname.DefaultPrefix) }
 
 // resolved is a policy applied to a subject: the driver rules and keys.
 type resolved struct {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -44,7 +45,7 @@ type Limiter struct {
 type Option func(*Limiter)
 
 // WithPrefix sets the first segment of every storage key (default
-// DefaultPrefix, "fc"), so that several applications can share one
+// "fc"), so that several applications can share one
 // database. Bytes outside [A-Za-z0-9_.-] are escaped as %XX, so a prefix
 // can never open a hash tag or forge a separator.
 func WithPrefix(p string) Option {
@@ -90,7 +91,7 @@ func WithObserver(f func(Event)) Option {
 // backends/redis, or any implementation of package sdk/driver's contract
 // (driver.Backend).
 func New(b driver.Backend, opts ...Option) *Limiter {
-	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
+	l := &Limiter{b: b, prefix: keyname.DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -201,7 +202,7 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return nil, -1, fmt.Errorf("policy %q: %w: "+format, append([]any{name, ErrInvalidPolicy}, args...)...)
 	}
 	if !validName(name) {
-		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+		return bad("name must match [A-Za-z0-9_.-]{1,%d}", keyname.MaxName)
 	}
 	if len(rules) == 0 {
 		return bad("no rules")

@@ -8,9 +8,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// MaxNameLen is the longest name a policy, rule or dimension may have.
-const MaxNameLen = 64
-
 // ExactLog reports whether r is evaluated as an exact sliding log: a
 // SlidingLog rule, or a SlidingWindow rule whose Limit is at most driver.LogLine
 // (driver.Rule.ExactLog). A limit change that crosses driver.LogLine moves the
@@ -176,7 +173,7 @@ func (r Rule) WithSubWindows(n int) Rule {
 }
 
 // validName reports whether s matches [A-Za-z0-9_.-]{1,64}.
-func validName(s string) bool { return keyname.Valid(s, MaxNameLen) }
+func validName(s string) bool { return keyname.Valid(s, keyname.MaxName) }
 
 // nominal returns the nominal window of a calendar unit.
 func nominal(u driver.CalendarUnit) time.Duration {
@@ -209,7 +206,7 @@ func (r Rule) normalize() (Rule, error) {
 // checkKind checks r's name, algorithm and limit (normalize's first step).
 func (r *Rule) checkKind() error {
 	if !validName(r.Name) {
-		return fmt.Errorf("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+		return fmt.Errorf("name must match [A-Za-z0-9_.-]{1,%d}", keyname.MaxName)
 	}
 	switch r.Algorithm {
 	case driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA:
@@ -317,7 +314,7 @@ func (r *Rule) checkDimensions() error {
 	seen := make(map[string]bool, len(r.Dimensions))
 	for _, d := range r.Dimensions {
 		if !validName(d) {
-			return fmt.Errorf("dimension %q must match [A-Za-z0-9_.-]{1,%d}", d, MaxNameLen)
+			return fmt.Errorf("dimension %q must match [A-Za-z0-9_.-]{1,%d}", d, keyname.MaxName)
 		}
 		if seen[d] {
 			return fmt.Errorf("dimension %q given twice", d)

@@ -23,6 +23,7 @@ import (
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/demo"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -100,7 +101,7 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
 	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second (above 0, at most 1000)")
 	f.server.register(fs) // none given: the in-memory backend
-	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
+	fs.StringVar(&f.prefix, "prefix", keyname.DefaultPrefix, "key prefix")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call (positive)")
 	// No secret is ever a flag's default: -h prints defaults, and a flag
 	// error prints the usage. The environment is read after parsing.

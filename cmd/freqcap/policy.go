@@ -17,6 +17,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/fleet/whatif"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
@@ -49,7 +50,7 @@ type backendFlags struct {
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
 	b.server.register(fs)
-	fs.StringVar(&b.prefix, "prefix", sdk.DefaultPrefix, "key prefix (one policy store per prefix; the console and serve read the same one)")
+	fs.StringVar(&b.prefix, "prefix", keyname.DefaultPrefix, "key prefix (one policy store per prefix; the console and serve read the same one)")
 	fs.DurationVar(&b.timeout, "timeout", 10*time.Second, "give up after this long")
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -108,7 +109,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "listen address; a non-loopback address needs credentials")
 	fs.StringVar(&f.policies, "policies", "", "policy YAML `FILE`, or \"store\" to follow the policy store in the backend (freqcap policy apply; PolicyService) without restart (default: the built-in seed policies)")
 	f.server.register(fs)
-	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix (the console reads the same one)")
+	fs.StringVar(&f.prefix, "prefix", keyname.DefaultPrefix, "key prefix (the console reads the same one)")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", serve.DefaultTimeout, "longest time one call may take, whatever the caller's deadline")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish")

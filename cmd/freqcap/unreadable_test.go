@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
@@ -29,7 +30,7 @@ func TestPolicyCommandsUnreadable(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer c.Close()
 	lim := sdk.New(redis.New(c, nil))
-	key := sdk.DefaultPrefix + ":{!policies}"
+	key := keyname.DefaultPrefix + ":{!policies}"
 
 	type step struct {
 		name    string

@@ -72,7 +72,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	// The default is made after parsing, so that -h shows what it is
 	// rather than one run's random value beside it.
 	fs.StringVar(&o.prefix, "prefix", "", "key `PREFIX` of the decisions (default: campaign-<random>, one of its own per run; through serve, the recipients' ids start with it)")
-	fs.StringVar(&o.statsPrefix, "stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
+	fs.StringVar(&o.statsPrefix, "stats-prefix", "fc", "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
