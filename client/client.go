@@ -12,9 +12,9 @@
 // Peek, TakeBatch, PeekBatch, Reserve, ReservationOf) and the
 // administration is its Admin's (Inspect, Reset, ResetRules,
 // SetOverride, DeleteOverride, Overrides; Limiter and Administrator are
-// the interfaces each pair shares). The sdk's in-process diagnostics
-// (Admin.Describe, KeyLayout, HotDenyStats) and Wait have no remote
-// counterpart.
+// the interfaces each pair shares). The sdk's Limiter.Wait and
+// Limiter.Check, and its in-process diagnostics (Admin.Describe,
+// KeyLayout, HotDenyStats), have no remote counterpart.
 //
 // Only the policy's name goes over the wire: the server's policy of that
 // name decides (Policies returns the server's policies). Errors wrap the

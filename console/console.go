@@ -11,8 +11,10 @@
 //	lim := sdk.New(memory.New(nil), sdk.WithObserver(m.Observe))
 //	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
 //
-// Config.Limiter is a Limiter, the small interface of the calls the
-// console makes; *sdk.Limiter implements it. Config.Fleet, usually a
+// Config.Limiter and Config.Admin are the small interfaces of the calls
+// the console makes, decisions (Limiter: *sdk.Limiter implements it) and
+// administration (Admin: *sdk.Admin does; nil means the Limiter's
+// Admin()). Config.Fleet, usually a
 // *fleet.Reader, gives the overview's fleet panel the services'
 // statistics and announcements. Handlers build the view
 // models of package console/views and render its templ components.

@@ -108,11 +108,11 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 // WithHotDenyCache makes every Limiter keep, per process, up to size recent
 // denials of this policy and answer a repeated request for a denied
 // subject locally, without a backend call, until the denial's RetryAfter
-// has passed (Decision.Cached). A
-// cached denial answers requests of at least the cost denied. It can
-// over-deny when units are given back elsewhere (a Reset or Cancel in
-// another process, a lapsed reservation) before RetryAfter; Reset and Cancel
-// through the same Limiter evict it. size must be > 0.
+// has passed (Decision.Cached). A cached denial answers requests of at
+// least the cost denied. It can over-deny when units are given back
+// elsewhere (a Reset or Cancel in another process, a lapsed reservation)
+// before RetryAfter; a Cancel through the same Limiter, or a Reset or an
+// override through its Admin, evicts it. size must be > 0.
 func WithHotDenyCache(size int) PolicyOption {
 	return func(o *policyOptions) error {
 		if size <= 0 {
