@@ -42,6 +42,7 @@ import (
 
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -262,22 +263,14 @@ var ErrInsecureAddr = errors.New("console: refusing to listen on a non-loopback 
 // loopback address and authEnabled is false. An empty host ("":8080) means
 // every interface and is not loopback; "localhost" is.
 func CheckAddr(addr string, authEnabled bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	loopback, err := httpauth.LoopbackAddr(addr)
 	if err != nil {
 		return fmt.Errorf("console: address %q: %w", addr, err)
 	}
-	if authEnabled || isLoopback(host) {
+	if authEnabled || loopback {
 		return nil
 	}
 	return ErrInsecureAddr
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 // ListenAndServe listens on addr and serves until ctx ends, then shuts
@@ -434,23 +427,11 @@ func (s *Server) favicon(c echo.Context) error {
 // reaches a loopback console under its own host name, and is refused here.
 func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.auth.enabled() || loopbackHost(c.Request().Host) {
+		if s.auth.enabled() || httpauth.LoopbackHostport(c.Request().Host) {
 			return next(c)
 		}
 		return echo.NewHTTPError(http.StatusMisdirectedRequest, "with authentication off this console answers only to a loopback host name (localhost, 127.0.0.1, [::1])")
 	}
-}
-
-// loopbackHost reports whether a Host header (name or address, with or
-// without a port) names the loopback interface.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		host = host[1 : len(host)-1]
-	}
-	return host != "" && isLoopback(host)
 }
 
 // render writes comp with status. It renders into a buffer first, so that
