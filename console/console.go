@@ -15,7 +15,7 @@
 // console makes; *sdk.Limiter implements it. Config.Fleet, usually a
 // *fleet.Reader, gives the overview's fleet panel the services'
 // statistics and announcements. Handlers build the view
-// models of package console/views and render its templ components.
+// models of package console/internal/views and render its templ components.
 //
 // Pages work without JavaScript; a small script refreshes the live parts.
 // Every state-changing request is protected against CSRF, all output is
@@ -40,7 +40,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
