@@ -2,6 +2,7 @@ package console
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -13,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/freqcap/freqcap/sdk"
 )
 
 // docsFile is the console's manual; its examples are replayed here.
@@ -293,6 +296,12 @@ func TestConsoleDocMetrics(t *testing.T) {
 
 	f := newFixture(t, nil)
 	f.allow(t, "push", map[string]string{"user": "42", "content": "c1"}, 1)
+	// A family appears with its first series: a degraded decision gives
+	// freqcap_degraded_decisions_total one.
+	broken := sdk.New(failing, sdk.WithObserver(f.srv.metrics.Observe))
+	if d, err := broken.Allow(context.Background(), f.policies["push"], push); err != nil || !d.Degraded {
+		t.Fatalf("Allow on a failing backend = %+v, %v; want degraded", d, err)
+	}
 	body := readBody(t, f.do(t, req{path: "/metrics"}))
 	var served []string
 	for _, l := range strings.Split(body, "\n") {
