@@ -29,12 +29,12 @@ const (
 	// RoleNone: not signed in.
 	RoleNone Role = iota
 	// RoleViewer reads every page, the audit log and the metrics, and
-	// uses the read-only JSON API (inspect, policies, and check with
-	// "peek": true). It consumes no quota and resets nothing.
+	// uses the read-only JSON API (inspect, policies, overrides). It
+	// resets nothing.
 	RoleViewer
-	// RoleChecker may also consume quota through POST /api/v1/check
-	// (each consuming check is audited): the role of a service that uses
-	// the console as its rate limiter.
+	// RoleChecker may what RoleViewer may. It consumed quota through POST
+	// /api/v1/check, retired (decisions over the network are freqcap
+	// serve's); it stays so that existing credentials still start.
 	RoleChecker
 	// RoleAdmin may also reset a subject (form and API).
 	RoleAdmin

@@ -1,6 +1,8 @@
 // Package console is freqcap's support console: server-rendered pages that
-// answer "why was this user throttled?", a JSON API for services written in
-// other languages, and Prometheus metrics.
+// answer "why was this user throttled?", a JSON API for scripts (inspect,
+// reset, policies, overrides), and Prometheus metrics. Decisions over the
+// network are freqcap serve's (package serve): POST /api/v1/check, the
+// console's own until then, answers 410 Gone naming serve's calls.
 //
 // The console is a client of package sdk. Build a Limiter with the
 // console's Metrics as its observer, hand both to New, and serve
@@ -53,10 +55,7 @@ var staticFS embed.FS
 // Limiter is what the console asks of the SDK: exactly the calls it
 // makes. *sdk.Limiter implements it; tests may pass a fake.
 type Limiter interface {
-	// Take consumes a.Cost units when every rule allows (POST
-	// /api/v1/check).
-	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
-	// Peek decides without consuming (POST /api/v1/check with "peek").
+	// Peek decides without consuming (the subject page's verdict).
 	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
 	// Inspect reads a subject's state and denial trail (the subject page,
 	// GET /api/v1/inspect).
@@ -125,7 +124,7 @@ type Config struct {
 	// Metrics collects decisions; nil means a fresh Metrics that nothing
 	// feeds (the rates stay at zero).
 	Metrics *Metrics
-	// Audit records resets and consuming checks; nil means an in-memory
+	// Audit records resets, override changes and policy versions; nil means an in-memory
 	// log of 200 entries of each.
 	Audit *AuditLog
 	// Credentials are the accepted tokens and basic-auth users. Empty
@@ -378,9 +377,8 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/override/delete", s.overrideDelete, admin)
 
 	get("/metrics", s.metricsHandler, viewer)
-	// Consuming needs the checker role; the handler checks it, since a
-	// peek only reads.
-	e.POST("/api/v1/check", s.apiCheck, viewer)
+	// Retired: 410 naming serve's calls, to any signed-in caller.
+	e.POST("/api/v1/check", s.apiCheckRetired, viewer)
 	e.POST("/api/v1/reset", s.apiReset, admin)
 	get("/api/v1/inspect", s.apiInspect, viewer)
 	get("/api/v1/policies", s.apiPolicies, viewer)

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/serve"
 )
 
 // docsFile is the console's manual; its examples are replayed here.
@@ -24,6 +25,10 @@ const docsFile = "../docs/CONSOLE.md"
 // docsTokens are the credentials the manual's examples use; the manual
 // shows the console started with exactly this FREQCAP_TOKENS.
 const docsTokens = "alice:alice-admin-secret:admin,billing:billing-checker-secret:checker,victor:victor-viewer-secret:viewer"
+
+// docsServeToken is the credential of freqcap serve in the manual's
+// examples of decisions.
+const docsServeToken = "billing:billing-serve-secret:take,peek@push"
 
 // docExample is one request block of the manual and the response block
 // after it.
@@ -130,6 +135,29 @@ func TestConsoleDocExamples(t *testing.T) {
 	// policies with overrides on for push (the editor's examples apply
 	// more).
 	f, _ := newStoreFixture(t, creds)
+	// The decisions are a sender's, through freqcap serve on the same
+	// backend and policy store: the manual's requests to /freqcap.v1.…
+	// go to it. Its limiter is the sender's own: the console's /metrics
+	// does not count its decisions.
+	if !strings.Contains(md, "--token '"+docsServeToken+"'") {
+		t.Errorf("%s does not show serve started with --token '%s', the credential its decisions use", docsFile, docsServeToken)
+	}
+	sender, err := serve.ParseCaller(docsServeToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decider, err := serve.New(serve.Config{
+		Limiter: sdk.New(f.backend, sdk.WithPrefix(f.prefix), sdk.WithClock(f.clock)),
+		Live: func() serve.Snapshot {
+			snap := f.srv.snap()
+			return serve.Snapshot{Version: snap.version, Policies: snap.order}
+		},
+		Callers: []serve.Caller{sender},
+		Now:     f.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	examples := docExamples(t, md)
 	if len(examples) < 20 {
 		t.Fatalf("%s has %d request examples, want at least 20 (one per endpoint)", docsFile, len(examples))
@@ -181,7 +209,11 @@ func TestConsoleDocExamples(t *testing.T) {
 				}
 			}
 			rec := httptest.NewRecorder()
-			f.srv.Handler().ServeHTTP(rec, req)
+			if strings.HasPrefix(route, "/freqcap.v1.") {
+				decider.Handler().ServeHTTP(rec, req)
+			} else {
+				f.srv.Handler().ServeHTTP(rec, req)
+			}
 			res := rec.Result()
 			got := rec.Body.String()
 			for _, c := range res.Cookies() {

@@ -34,7 +34,7 @@ func FleetPanel(v FleetView) templ.Component {
 			templ_7745c5c3_Var1 = templ.NopComponent
 		}
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h2>Fleet traffic</h2><section class=\"card\" id=\"fleet\"><p class=\"muted\">Decisions recorded by every service whose limiter has a recorder (fleet.NewRecorder), summed across processes (the freqcap console records its own API checks and demo traffic too).</p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<h2>Fleet traffic</h2><section class=\"card\" id=\"fleet\"><p class=\"muted\">Decisions recorded by every service whose limiter has a recorder (fleet.NewRecorder), summed across processes (the freqcap console records its own demo traffic too).</p>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -566,7 +566,7 @@ func OverviewPage(v OverviewView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 42, " <h2 id=\"own-traffic\">This console's own decisions</h2><p class=\"muted\" id=\"own-traffic-note\">Only the consuming checks made through this console (<code>POST /api/v1/check</code> and, with <code>--demo</code>, the demo traffic), counted by this process since it started. Your services' decisions are not counted here: <a href=\"#fleet\">Fleet traffic</a> above sums what their recorders flushed.</p><div id=\"rates\" data-live=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 42, " <h2 id=\"own-traffic\">This console's own decisions</h2><p class=\"muted\" id=\"own-traffic-note\">Only the decisions consumed through this console's own limiter (with <code>--demo</code>, the demo traffic), counted by this process since it started. Your services' decisions are not counted here: <a href=\"#fleet\">Fleet traffic</a> above sums what their recorders flushed.</p><div id=\"rates\" data-live=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -1595,7 +1595,7 @@ func SubjectPage(v SubjectView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 146, "<p class=\"muted\"><a href=\"/audit\">The audit log</a> lists every reset and consuming check.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 146, "<p class=\"muted\"><a href=\"/audit\">The audit log</a> lists every reset, override change and policy version applied.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -3737,7 +3737,7 @@ func auditTable(entries []AuditEntry) templ.Component {
 	})
 }
 
-// AuditPage is the audit log: resets and consuming checks, who did them,
+// AuditPage is the audit log: resets, overrides and policy versions, who did them,
 // filterable by policy, subject, value and person.
 func AuditPage(v AuditView) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
@@ -3966,7 +3966,7 @@ func AuditPage(v AuditView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 382, ">policy-rollback</option></select></label> <button type=\"submit\" id=\"audit-submit\">Filter</button></form><p class=\"muted\">Resets (form and API), overrides set and deleted, policy versions applied and rolled back, and consuming API checks, newest first, with the name of the token or user that made them. Kept in memory (the last 200 of each kind) and, with <code>--audit FILE</code>, appended to that file and read back at start.</p></section><p class=\"muted\" id=\"audit-count\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 382, ">policy-rollback</option></select></label> <button type=\"submit\" id=\"audit-submit\">Filter</button></form><p class=\"muted\">Resets (form and API), overrides set and deleted, policy versions applied and rolled back (and the consuming API checks of audit files written before <code>POST /api/v1/check</code> was retired), newest first, with the name of the token or user that made them. Kept in memory (the last 200 of each kind) and, with <code>--audit FILE</code>, appended to that file and read back at start.</p></section><p class=\"muted\" id=\"audit-count\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
