@@ -127,17 +127,17 @@ func decodeJSON(c echo.Context, v any) error {
 // backend fails: its error names addresses, and goes to the log only.
 const backendUnavailable = "the backend is unavailable (details are in the console's log)"
 
-// CheckReplacement is what POST /api/v1/check, retired, tells its
+// checkReplacement is what POST /api/v1/check, retired, tells its
 // callers to call instead: freqcap serve's decision API, whose HTTP/JSON
 // calls take the same policy, subject and cost.
-const CheckReplacement = "POST /api/v1/check is retired: decisions over the network are freqcap serve's " +
+const checkReplacement = "POST /api/v1/check is retired: decisions over the network are freqcap serve's " +
 	"(POST /freqcap.v1.FreqcapService/Take to consume, /Peek to ask; the same policy, subject and cost; docs/SERVE.md). " +
 	"Migration: docs/CONSOLE.md, \"POST /api/v1/check (retired)\""
 
 // apiCheckRetired answers POST /api/v1/check, the console's decision API
 // until freqcap serve took that over: 410 Gone, naming the replacement.
 func (s *Server) apiCheckRetired(c echo.Context) error {
-	return echo.NewHTTPError(http.StatusGone, CheckReplacement)
+	return echo.NewHTTPError(http.StatusGone, checkReplacement)
 }
 
 // ResetRequest is the body of POST /api/v1/reset.

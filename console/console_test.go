@@ -555,8 +555,8 @@ func TestAPICheckRetired(t *testing.T) {
 			if res.StatusCode != tc.status || json.Unmarshal([]byte(b), &e) != nil || e.Status != tc.status {
 				t.Fatalf("POST /api/v1/check = %d %s, want %d with a JSON error", res.StatusCode, b, tc.status)
 			}
-			if tc.status == http.StatusGone && (e.Error != CheckReplacement || !strings.Contains(e.Error, "/freqcap.v1.FreqcapService/Take")) {
-				t.Errorf("410 body = %q, want the replacement %q", e.Error, CheckReplacement)
+			if tc.status == http.StatusGone && (e.Error != checkReplacement || !strings.Contains(e.Error, "/freqcap.v1.FreqcapService/Take")) {
+				t.Errorf("410 body = %q, want the replacement %q", e.Error, checkReplacement)
 			}
 		})
 	}
@@ -763,7 +763,7 @@ func TestPoliciesPage(t *testing.T) {
 		`id="policy-push"`, "fc:{&lt;user&gt;}:push:recv-1m.", "fc:{&lt;user&gt;}:push:content-59s.", ":&lt;content&gt;",
 		"calendar day in Asia/Shanghai", "rate 30 per 1m, burst 14: up to 15 at once (the limit shown), then one every 2s", "fc:{&lt;user&gt;}:push:!t",
 		// The keys of the rules' sets of dimensions, where Redis keeps them.
-		"<td class=\"mono\">fc:{&lt;user&gt;}:push:=</td>", "<td class=\"mono\">fc:{&lt;user&gt;}:push:=content:&lt;content&gt;</td>",
+		`<td class="mono group-key" data-label="Key of its dimensions">fc:{&lt;user&gt;}:push:=</td>`, `<td class="mono group-key" data-label="Key of its dimensions">fc:{&lt;user&gt;}:push:=content:&lt;content&gt;</td>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("policies page lacks %q", want)

@@ -678,7 +678,7 @@ func TestHeadAndFavicon(t *testing.T) {
 func TestGCRAShownConsistently(t *testing.T) {
 	f := newFixture(t, nil)
 	pol := readBody(t, f.do(t, req{path: "/policies"}))
-	if !regexp.MustCompile(`<td><strong>burst</strong></td><td><code>gcra</code><div class="muted">rate 30 per 1m, burst 14: up to 15 at once \(the limit shown\), then one every 2s</div></td><td class="num">15</td><td>30s</td>`).MatchString(pol) || !strings.Contains(pol, `id="gcra-note"`) {
+	if !regexp.MustCompile(`<td class="rule"><strong>burst</strong></td><td class="algorithm" data-label="Algorithm"><code>gcra</code><div class="muted">rate 30 per 1m, burst 14: up to 15 at once \(the limit shown\), then one every 2s</div></td><td class="num limit" data-label="Limit">15</td><td class="window" data-label="Window">30s</td>`).MatchString(pol) || !strings.Contains(pol, `id="gcra-note"`) {
 		t.Errorf("policies page does not show burst as 15 / 30s:\n%s", pol)
 	}
 	if ov := readBody(t, f.do(t, req{path: "/"})); !strings.Contains(ov, "burst: 15 / 30s (GCRA 30 per 1m, burst 14)") {
