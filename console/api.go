@@ -132,7 +132,7 @@ const backendUnavailable = "the backend is unavailable (details are in the conso
 // calls take the same policy, subject and cost.
 const checkReplacement = "POST /api/v1/check is retired: decisions over the network are freqcap serve's " +
 	"(POST /freqcap.v1.FreqcapService/Take to consume, /Peek to ask; the same policy, subject and cost; docs/SERVE.md). " +
-	"Migration: docs/CONSOLE.md, \"POST /api/v1/check (retired)\""
+	"Migration: docs/CONSOLE.md, \"Migrating from POST /api/v1/check\""
 
 // apiCheckRetired answers POST /api/v1/check, the console's decision API
 // until freqcap serve took that over: 410 Gone, naming the replacement.
