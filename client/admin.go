@@ -221,7 +221,7 @@ func (c *Client) PolicyHistory(ctx context.Context, max int) ([]PolicyVersion, e
 
 // PolicyVersionOf returns version n of the store (0: the current one)
 // with its YAML; an error wrapping driver.ErrNoPolicyVersion when there
-// is none, policyfile.ErrUnreadableVersion when it does not load
+// is none, policystore.ErrUnreadableVersion when it does not load
 // (failed_precondition: apply a document or roll back; retrying does not
 // help).
 func (c *Client) PolicyVersionOf(ctx context.Context, n int64) (PolicyVersion, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/freqcap/freqcap/console/views"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // StoredPolicy is one version of the policy store as the editor shows it.
@@ -64,7 +64,7 @@ type PolicyPlan struct {
 }
 
 // PolicyEditor is the policy store as the console's editor uses it. The
-// freqcap command adapts a *policyfile.Store; it must be safe for
+// freqcap command adapts a *policystore.Store; it must be safe for
 // concurrent use.
 type PolicyEditor interface {
 	// Plan validates src (errors wrap sdk.ErrInvalidPolicy or
@@ -80,10 +80,10 @@ type PolicyEditor interface {
 	History(ctx context.Context, max int) ([]StoredPolicy, error)
 	// Version returns version n (0: the current one); an error wrapping
 	// driver.ErrNoPolicyVersion when there is none,
-	// policyfile.ErrUnreadableVersion when it does not load.
+	// policystore.ErrUnreadableVersion when it does not load.
 	Version(ctx context.Context, n int64) (StoredPolicy, error)
 	// Head returns the store's current version number and the newest
-	// version that loads (policyfile.Store.Head): the editor starts from
+	// version that loads (policystore.Store.Head): the editor starts from
 	// it, and says why the versions after it do not load.
 	Head(ctx context.Context) (StoreHead, error)
 }
@@ -144,7 +144,7 @@ func editorError(op string, err error) error {
 		return echo.NewHTTPError(http.StatusConflict, "another version was applied since this one was previewed: nothing was applied; preview again")
 	case errors.Is(err, ErrRekeyUnconfirmed):
 		return echo.NewHTTPError(http.StatusConflict, "this version re-keys a rule, whose counts start afresh: nothing was applied; confirm the re-keying to apply it")
-	case errors.Is(err, policyfile.ErrUnreadableVersion):
+	case errors.Is(err, policystore.ErrUnreadableVersion):
 		// Not an outage: a version written by hand or by a newer
 		// freqcap. The editor starts from the newest one that loads.
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error()+": open the editor (it starts from the newest version that loads) and apply, or roll back to a version that loads from the history")

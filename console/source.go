@@ -9,7 +9,7 @@ import (
 
 // PolicySource gives the policies in force when the console follows a
 // policy store rather than a fixed list: every page and API call reads the
-// current snapshot. A *policyfile.Live adapted by the freqcap command
+// current snapshot. A *policystore.Live adapted by the freqcap command
 // implements it; it must be safe for concurrent use and cheap (it is read
 // on every request).
 type PolicySource interface {

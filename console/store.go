@@ -10,15 +10,15 @@ import (
 	"github.com/freqcap/freqcap/fleet/whatif"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // LiveSource returns the PolicySource of a console following a policy
-// store through l (policyfile.Store.Watch): every request reads
+// store through l (policystore.Store.Watch): every request reads
 // l.Current().
-func LiveSource(l *policyfile.Live) PolicySource { return liveSource{l} }
+func LiveSource(l *policystore.Live) PolicySource { return liveSource{l} }
 
-type liveSource struct{ l *policyfile.Live }
+type liveSource struct{ l *policystore.Live }
 
 func (s liveSource) Policies() (int64, []*sdk.Policy) {
 	snap := s.l.Current()
@@ -27,9 +27,9 @@ func (s liveSource) Policies() (int64, []*sdk.Policy) {
 
 // StoreEditor returns the PolicyEditor of st: the console's editor plans,
 // applies and rolls back through it.
-func StoreEditor(st *policyfile.Store) PolicyEditor { return storeEditor{st} }
+func StoreEditor(st *policystore.Store) PolicyEditor { return storeEditor{st} }
 
-type storeEditor struct{ st *policyfile.Store }
+type storeEditor struct{ st *policystore.Store }
 
 func (e storeEditor) Plan(ctx context.Context, src []byte) (PolicyPlan, error) {
 	p, err := e.st.Plan(ctx, src)
@@ -50,7 +50,7 @@ func (e storeEditor) Plan(ctx context.Context, src []byte) (PolicyPlan, error) {
 	return out, nil
 }
 
-func planOf(p *policyfile.Plan) PolicyPlan {
+func planOf(p *policystore.Plan) PolicyPlan {
 	out := PolicyPlan{
 		Base:      p.Base,
 		Policies:  p.Policies,
@@ -60,14 +60,14 @@ func planOf(p *policyfile.Plan) PolicyPlan {
 		Text:      p.String(),
 	}
 	for _, d := range p.Diffs {
-		if d.Kind == policyfile.Unchanged {
+		if d.Kind == policystore.Unchanged {
 			continue
 		}
-		if len(d.Settings) > 0 || d.Kind != policyfile.Modified {
+		if len(d.Settings) > 0 || d.Kind != policystore.Modified {
 			out.Changes = append(out.Changes, PlanChange{Policy: d.Policy, Kind: "policy " + d.Kind.String(), Detail: strings.Join(d.Settings, "; ")})
 		}
 		for _, r := range d.Rules {
-			if r.Kind == policyfile.Unchanged {
+			if r.Kind == policystore.Unchanged {
 				continue
 			}
 			out.Changes = append(out.Changes, PlanChange{
@@ -90,7 +90,7 @@ func (e storeEditor) Apply(ctx context.Context, src []byte, base int64, confirmR
 	}
 	p.ConfirmRekey = confirmRekey
 	v, err := e.st.Apply(ctx, p, by, reason)
-	if errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		return StoredPolicy{}, fmt.Errorf("%w: %w", ErrRekeyUnconfirmed, err)
 	}
 	if err != nil {
@@ -99,7 +99,7 @@ func (e storeEditor) Apply(ctx context.Context, src []byte, base int64, confirmR
 	return storedOf(v), nil
 }
 
-func storedOf(v policyfile.Version) StoredPolicy {
+func storedOf(v policystore.Version) StoredPolicy {
 	return StoredPolicy{Version: v.Number, Source: v.Source, At: v.At, By: v.By, Reason: v.Reason}
 }
 

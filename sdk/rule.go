@@ -70,7 +70,7 @@ const LogLine = driver.LogLine
 // SlidingLog rule, or a SlidingWindow rule whose Limit is at most LogLine
 // (driver.Rule.ExactLog). A limit change that crosses LogLine moves the
 // rule's state between a log and cells: the policy store
-// (sdk/policyfile) makes it a transition, whose old rule stays enforced
+// (sdk/policystore) makes it a transition, whose old rule stays enforced
 // and seeds the new one.
 func (r Rule) ExactLog() bool {
 	return driver.Rule{Algorithm: driver.Algorithm(r.Algorithm), Limit: r.Limit}.ExactLog()

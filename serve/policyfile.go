@@ -9,10 +9,11 @@ import (
 
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // LiveOf returns a Config.Live that serves l's current version.
-func LiveOf(l *policyfile.Live) func() Snapshot {
+func LiveOf(l *policystore.Live) func() Snapshot {
 	return func() Snapshot {
 		s := l.Current()
 		return Snapshot{Version: s.Version, At: s.At, Policies: s.Policies}
@@ -22,9 +23,9 @@ func LiveOf(l *policyfile.Live) func() Snapshot {
 // StoreOf adapts st to the PolicyStore PolicyService calls. A document is
 // checked as policyfile.Load checks a file before anything else: its
 // fault is reported as one Fault whose message names the line and key.
-func StoreOf(st *policyfile.Store) PolicyStore { return fileStore{st} }
+func StoreOf(st *policystore.Store) PolicyStore { return fileStore{st} }
 
-type fileStore struct{ st *policyfile.Store }
+type fileStore struct{ st *policystore.Store }
 
 // check validates doc without the store: its faults, or none.
 func check(doc []byte) []Fault {
@@ -44,17 +45,17 @@ func (fs fileStore) Plan(ctx context.Context, doc []byte) (Plan, error) {
 	}
 	out := Plan{Base: p.Base, Text: p.String(), Warnings: p.Warnings, Rekey: len(p.Rekeyed()) > 0}
 	for _, d := range p.Diffs {
-		if d.Kind == policyfile.Unchanged {
+		if d.Kind == policystore.Unchanged {
 			continue
 		}
-		if d.Kind != policyfile.Modified {
+		if d.Kind != policystore.Modified {
 			out.Changes = append(out.Changes, Change{Policy: d.Policy, Kind: d.Kind.String()})
 		}
 		for _, s := range d.Settings {
 			out.Changes = append(out.Changes, Change{Policy: d.Policy, Kind: "setting", Detail: s})
 		}
 		for _, r := range d.Rules {
-			if r.Kind == policyfile.Unchanged {
+			if r.Kind == policystore.Unchanged {
 				continue
 			}
 			detail := strings.Join(r.Fields, ", ")
@@ -74,13 +75,13 @@ func (fs fileStore) Plan(ctx context.Context, doc []byte) (Plan, error) {
 }
 
 // apply stores plan if its base is expected (expected < 0: any).
-func (fs fileStore) apply(ctx context.Context, plan *policyfile.Plan, expected int64, confirmRekey bool, by, reason string) (Version, error) {
+func (fs fileStore) apply(ctx context.Context, plan *policystore.Plan, expected int64, confirmRekey bool, by, reason string) (Version, error) {
 	if expected >= 0 && plan.Base != expected {
 		return Version{}, fmt.Errorf("serve: apply: the store is at version %d, not %d: %w", plan.Base, expected, driver.ErrVersionConflict)
 	}
 	plan.ConfirmRekey = confirmRekey
 	v, err := fs.st.Apply(ctx, plan, by, reason)
-	if errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		return Version{}, fmt.Errorf("%w: %w", ErrRekeyUnconfirmed, err)
 	}
 	if err != nil {
@@ -89,7 +90,7 @@ func (fs fileStore) apply(ctx context.Context, plan *policyfile.Plan, expected i
 	return version1(v), nil
 }
 
-func version1(v policyfile.Version) Version {
+func version1(v policystore.Version) Version {
 	return Version{Version: v.Number, At: v.At, By: v.By, Reason: v.Reason, Document: v.Source}
 }
 

@@ -13,7 +13,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // PolicyStore is the policy store PolicyService reads and writes: plan,
@@ -34,7 +34,7 @@ type PolicyStore interface {
 	History(ctx context.Context, max int) ([]Version, error)
 	// Version returns version n (0: the current one) with its document;
 	// driver.ErrNoPolicyVersion when there is none,
-	// policyfile.ErrUnreadableVersion when it does not load.
+	// policystore.ErrUnreadableVersion when it does not load.
 	Version(ctx context.Context, n int64) (Version, error)
 	// Rollback applies version n's document again as a new version, as
 	// Apply would (expected 0: whatever version is current).
@@ -171,7 +171,7 @@ func (ps *policyService) storeFailed(op string, err error) error {
 			"the policy store moved past the expected version (someone applied in between): nothing was stored; plan again")
 	case errors.Is(err, ErrRekeyUnconfirmed):
 		return wire.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_REKEY_UNCONFIRMED, err.Error())
-	case errors.Is(err, policyfile.ErrUnreadableVersion):
+	case errors.Is(err, policystore.ErrUnreadableVersion):
 		// Not an outage: retrying does not help, a new version does.
 		return wire.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION,
 			err.Error()+": apply a document, or roll back to a version that loads (plans are made against the newest one that does)")

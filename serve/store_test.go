@@ -14,7 +14,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -47,11 +47,12 @@ policies:
 
 // storeEnv is a server following a policy store on b, with version 1
 // applied, and an admin and a sender credential.
-func storeEnv(t *testing.T, b sdk.Backend) (*env, *policyfile.Store) {
+func storeEnv(t *testing.T, b sdk.Backend) (*env, *policystore.Store) {
 	t.Helper()
 	ctx := context.Background()
-	lim := sdk.New(b, sdk.WithPrefix(uniquePrefix()))
-	st := policyfile.NewStore(lim)
+	prefix := uniquePrefix()
+	lim := sdk.New(b, sdk.WithPrefix(prefix))
+	st := policystore.New(b, policystore.WithPrefix(prefix))
 	plan, err := st.Plan(ctx, []byte(storeV1))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func storeEnv(t *testing.T, b sdk.Backend) (*env, *policyfile.Store) {
 	if _, err := st.Apply(ctx, plan, "setup", "version 1"); err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Watch(ctx, policyfile.WatchOptions{})
+	live, err := st.Watch(ctx, policystore.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestPolicyStoreAPI(t *testing.T) {
 		!strings.Contains(plan.Changes[0].Detail, "limit 2 → 3") || !strings.Contains(plan.Text, "version 2") {
 		t.Fatalf("PlanPolicies = %+v, want base 1 and the limit change of news/daily, carried exactly", plan)
 	}
-	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 0, false, "stale"); !errors.Is(err, sdk.ErrVersionConflict) || connect.CodeOf(err) != connect.CodeAborted {
+	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 0, false, "stale"); !errors.Is(err, policystore.ErrVersionConflict) || connect.CodeOf(err) != connect.CodeAborted {
 		t.Fatalf("ApplyPolicies(expected 0) = %v, want aborted, ErrVersionConflict", err)
 	}
 	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 1, false, ""); connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -185,7 +186,7 @@ func TestPolicyStoreAPI(t *testing.T) {
 	if err != nil || v1.YAML != storeV1 {
 		t.Fatalf("PolicyVersionOf(1) = %+v, %v; want version 1's document", v1, err)
 	}
-	if _, err := admin.PolicyVersionOf(ctx, 9); !errors.Is(err, sdk.ErrNoPolicyVersion) || connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := admin.PolicyVersionOf(ctx, 9); !errors.Is(err, policystore.ErrNoPolicyVersion) || connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("PolicyVersionOf(9) = %v, want not_found, ErrNoPolicyVersion", err)
 	}
 

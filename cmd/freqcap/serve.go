@@ -29,6 +29,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -284,7 +285,7 @@ func runServe(args []string) error {
 
 	var follow *storeFollower
 	if fromStore {
-		st := policyfile.NewStore(lim)
+		st := policystore.New(backend, policystore.WithPrefix(f.prefix), policystore.WithTimeout(f.timeout))
 		follow, err = followServeStore(ctx, st, log, rec)
 		if err != nil {
 			return fmt.Errorf("serve: policy store: %w", err)
@@ -352,26 +353,26 @@ func runServe(args []string) error {
 
 // storeFollower follows the policy store for serve (--policies store):
 // its current version, or no policies while the store is empty (it then
-// tries again every policyfile.DefaultPoll until a version is applied).
+// tries again every policystore.DefaultPoll until a version is applied).
 // Each version is announced by the recorder with its number.
 type storeFollower struct {
-	st     *policyfile.Store
-	live   atomic.Pointer[policyfile.Live]
+	st     *policystore.Store
+	live   atomic.Pointer[policystore.Live]
 	cancel context.CancelFunc
 	done   chan struct{} // closed when no goroutine of its own runs
 }
 
-func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
+func followServeStore(ctx context.Context, st *policystore.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &storeFollower{st: st, cancel: cancel, done: make(chan struct{})}
-	announce := func(s *policyfile.Snapshot) {
+	announce := func(s *policystore.Snapshot) {
 		log.Info("serve: policy store version in force", "version", s.Version, "by", s.By, "policies", len(s.Policies))
 		if rec != nil {
 			rec.SetPolicyVersion(s.Version)
 			rec.Announce(s.Policies...)
 		}
 	}
-	opts := policyfile.WatchOptions{
+	opts := policystore.WatchOptions{
 		OnChange: announce,
 		OnError: func(err error) {
 			log.Warn("serve: policy store: a version could not be read or loaded (the one in force is kept)", "err", err)
@@ -384,14 +385,14 @@ func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logge
 		close(f.done)
 		return f, nil
 	}
-	if !errors.Is(err, sdk.ErrNoPolicyVersion) {
+	if !errors.Is(err, policystore.ErrNoPolicyVersion) {
 		cancel()
 		return nil, err
 	}
 	log.Warn("serve: the policy store is empty: no policy is served until a version is applied (freqcap policy apply, or PolicyService)")
 	go func() {
 		defer close(f.done)
-		t := time.NewTicker(policyfile.DefaultPoll)
+		t := time.NewTicker(policystore.DefaultPoll)
 		defer t.Stop()
 		for {
 			select {
@@ -405,7 +406,7 @@ func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logge
 				announce(l.Current())
 				return
 			}
-			if !errors.Is(err, sdk.ErrNoPolicyVersion) && ctx.Err() == nil {
+			if !errors.Is(err, policystore.ErrNoPolicyVersion) && ctx.Err() == nil {
 				opts.OnError(err)
 			}
 		}
