@@ -154,7 +154,7 @@ func TestServeDocExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	base := docServe(t, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
+	base := docServe(t, serve.Config{Limiter: lim, Live: live.Current, Store: st, Callers: callers})
 
 	examples := docExamples(t, md)
 	if len(examples) < 14 {

@@ -69,7 +69,7 @@ func storeEnv(t *testing.T, b sdk.Backend) (*env, *policystore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, b, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: cs}), st
+	return start(t, b, serve.Config{Limiter: lim, Live: live.Current, Store: st, Callers: cs}), st
 }
 
 // takeVersion takes one unit for user under news, through the wire, and

@@ -310,7 +310,7 @@ func runServe(args []string) error {
 		cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
 	}
 	if follow != nil {
-		cfg.Live, cfg.Store = follow.current, serve.StoreOf(follow.st)
+		cfg.Live, cfg.Store = follow.current, follow.st
 	}
 	srv, err := serve.New(cfg)
 	if err != nil {
@@ -329,7 +329,11 @@ func runServe(args []string) error {
 	}
 	served := fmt.Sprintf("%d policies", len(policies))
 	if follow != nil {
-		served = fmt.Sprintf("policy store version %d", follow.current().Version)
+		var n int64
+		if cur := follow.current(); cur != nil {
+			n = cur.Version
+		}
+		served = fmt.Sprintf("policy store version %d", n)
 	}
 	fmt.Fprintf(os.Stderr, "freqcap serve on %s://%s (%s backend, %s, %s)\n", scheme, ln.Addr(), desc.Name, auth, served)
 
@@ -416,13 +420,12 @@ func followServeStore(ctx context.Context, st *policystore.Store, log *slog.Logg
 
 // current is serve.Config.Live: the version in force (none yet: no
 // policies, version 0).
-func (f *storeFollower) current() serve.Snapshot {
+func (f *storeFollower) current() *policystore.Snapshot {
 	l := f.live.Load()
 	if l == nil {
-		return serve.Snapshot{}
+		return nil
 	}
-	s := l.Current()
-	return serve.Snapshot{Version: s.Version, At: s.At, Policies: s.Policies}
+	return l.Current()
 }
 
 // close stops following and waits for the goroutines to end.

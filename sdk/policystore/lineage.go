@@ -371,8 +371,14 @@ func build(ps []parsed, lin lineage, at time.Time) ([]*sdk.Policy, error) {
 }
 
 // describeRule writes r as one line of a policy file would, naming what
-// runs for a sliding window: an exact log (sdk.Rule.ExactLog) or its cells.
-func describeRule(r sdk.Rule) string {
+// runs for a sliding window: an exact log (sdk.Rule.ExactLog) or its
+// cells, in format; nothing for a rule not known (nil: a plan read from
+// a server, whose changes carry no rule definitions).
+func describeRule(rp *sdk.Rule, format string) string {
+	if rp == nil {
+		return ""
+	}
+	r := *rp
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %d per %v", algorithmNames[r.Algorithm], r.Limit, r.Window)
 	switch {
@@ -395,5 +401,5 @@ func describeRule(r sdk.Rule) string {
 	if r.Epoch != 0 {
 		fmt.Fprintf(&b, " epoch %d", r.Epoch)
 	}
-	return b.String()
+	return fmt.Sprintf(format, b.String())
 }

@@ -150,11 +150,11 @@ func (p *Plan) String() string {
 		for _, r := range d.Rules {
 			switch r.Kind {
 			case Unchanged:
-				fmt.Fprintf(&b, "  rule %s: unchanged (%s)\n", r.Rule, describeRule(*r.After))
+				fmt.Fprintf(&b, "  rule %s: unchanged%s\n", r.Rule, describeRule(r.After, " (%s)"))
 			case Added:
-				fmt.Fprintf(&b, "  rule %s: added: %s; %s\n", r.Rule, describeRule(*r.After), r.Note)
+				fmt.Fprintf(&b, "  rule %s: added%s; %s\n", r.Rule, describeRule(r.After, ": %s"), r.Note)
 			case Removed:
-				fmt.Fprintf(&b, "  rule %s: removed (%s); %s\n", r.Rule, describeRule(*r.Before), r.Note)
+				fmt.Fprintf(&b, "  rule %s: removed%s; %s\n", r.Rule, describeRule(r.Before, " (%s)"), r.Note)
 			default:
 				fmt.Fprintf(&b, "  rule %s: %s: %s; %s: %s\n", r.Rule, r.Kind, strings.Join(r.Fields, ", "), r.Carry, r.Note)
 			}
