@@ -104,8 +104,8 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		}
 		t.Cleanup(func() { live.Close() })
 		cfg.Policies = nil
-		cfg.Source = LiveSource(live)
-		cfg.Editor = StoreEditor(st)
+		cfg.Source = live
+		cfg.Store = st
 	})
 	f.lim, f.prefix = lim, prefix
 	return f, st

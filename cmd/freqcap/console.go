@@ -289,8 +289,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		}
 		if live != nil {
 			defer live.Close()
-			cfg.Source = console.LiveSource(live)
-			cfg.Editor = console.StoreEditor(store)
+			cfg.Source, cfg.Store = live, store
 			if r, ok := reader.(*fleet.Reader); ok {
 				cfg.WhatIf = console.FleetWhatIf(r)
 			}
