@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,15 +121,13 @@ func TestPolicyStoreAPI(t *testing.T) {
 	for _, pr := range protocols {
 		t.Run(pr.name, func(t *testing.T) {
 			admin := client.New(e.url, &client.Options{Protocol: pr.p, Token: "adm1n-s3cret"})
-			plan, err := admin.PlanPolicies(ctx, []byte(storeBad))
-			if err != nil {
-				t.Fatalf("PlanPolicies(bad): %v", err)
-			}
-			if len(plan.Faults) != 1 || !strings.Contains(plan.Faults[0].Message, "line 5") || !strings.Contains(plan.Faults[0].Message, "windw") {
-				t.Errorf("PlanPolicies(bad).Faults = %+v, want one naming line 5 and windw", plan.Faults)
+			_, err := admin.PlanPolicies(ctx, []byte(storeBad))
+			var de *client.DocumentError
+			if !errors.As(err, &de) || len(de.Faults) != 1 || !strings.Contains(de.Faults[0].Message, "line 5") || !strings.Contains(de.Faults[0].Message, "windw") {
+				t.Errorf("PlanPolicies(bad) = %v, want a DocumentError with one fault naming line 5 and windw", err)
 			}
 			_, err = admin.ApplyPolicies(ctx, []byte(storeBad), 1, false, "bad")
-			var de *client.DocumentError
+			de = nil
 			if !errors.As(err, &de) || len(de.Faults) != 1 || connect.CodeOf(err) != connect.CodeInvalidArgument {
 				t.Errorf("ApplyPolicies(bad) = %v, want invalid_argument with one fault", err)
 			}
@@ -148,10 +147,11 @@ func TestPolicyStoreAPI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PlanPolicies: %v", err)
 	}
-	if plan.Base != 1 || len(plan.Faults) != 0 || plan.Rekey || len(plan.Changes) != 1 ||
-		plan.Changes[0] != (client.PolicyChange{Policy: "news", Rule: "daily", Kind: "modified", Carries: "exactly", Detail: plan.Changes[0].Detail}) ||
-		!strings.Contains(plan.Changes[0].Detail, "limit 2 → 3") || !strings.Contains(plan.Text, "version 2") {
-		t.Fatalf("PlanPolicies = %+v, want base 1 and the limit change of news/daily, carried exactly", plan)
+	if plan.Base != 1 || len(plan.Rekeyed()) != 0 || len(plan.Diffs) != 1 || plan.Diffs[0].Policy != "news" || len(plan.Diffs[0].Rules) != 1 ||
+		plan.Diffs[0].Rules[0].Rule != "daily" || plan.Diffs[0].Rules[0].Kind != policystore.Modified || plan.Diffs[0].Rules[0].Carry != policystore.CarriesExactly ||
+		!slices.Contains(plan.Diffs[0].Rules[0].Fields, "limit 2 → 3") || !strings.Contains(plan.String(), "plan: version 2 (against version 1)") ||
+		!strings.Contains(plan.String(), "rule daily: modified: limit 2 → 3; carries exactly") {
+		t.Fatalf("PlanPolicies = %+v, want base 1 and the limit change of news/daily, carried exactly:\n%s", plan, plan)
 	}
 	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 0, false, "stale"); !errors.Is(err, policystore.ErrVersionConflict) || connect.CodeOf(err) != connect.CodeAborted {
 		t.Fatalf("ApplyPolicies(expected 0) = %v, want aborted, ErrVersionConflict", err)
@@ -171,11 +171,11 @@ func TestPolicyStoreAPI(t *testing.T) {
 
 	// Re-keying needs confirmation.
 	plan, err = admin.PlanPolicies(ctx, []byte(storeRekey))
-	if err != nil || !plan.Rekey || len(plan.Warnings) == 0 {
+	if err != nil || len(plan.Rekeyed()) == 0 || len(plan.Warnings) == 0 {
 		t.Fatalf("PlanPolicies(re-key) = %+v, %v; want rekey with a warning", plan, err)
 	}
-	if _, err := admin.ApplyPolicies(ctx, []byte(storeRekey), 2, false, "rekey"); !errors.Is(err, client.ErrRekeyUnconfirmed) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Fatalf("ApplyPolicies(re-key, unconfirmed) = %v, want failed_precondition, ErrRekeyUnconfirmed", err)
+	if _, err := admin.ApplyPolicies(ctx, []byte(storeRekey), 2, false, "rekey"); !errors.Is(err, policystore.ErrRekeyNotConfirmed) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("ApplyPolicies(re-key, unconfirmed) = %v, want failed_precondition, ErrRekeyNotConfirmed", err)
 	}
 
 	hist, err := admin.PolicyHistory(ctx, 0)

@@ -57,7 +57,7 @@ func TestPolicyStoreUnreadableVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Base != 2 || plan.Rekey || len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "version 2 does not load") ||
+	if plan.Base != 2 || len(plan.Rekeyed()) != 0 || len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "version 2 does not load") ||
 		!strings.Contains(plan.Warnings[0], "made against version 1") {
 		t.Fatalf("PlanPolicies over version 2 = %+v, want base 2, no re-key, a warning naming versions 2 and 1", plan)
 	}

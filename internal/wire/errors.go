@@ -96,6 +96,8 @@ func Sentinel(r freqcapv1.Reason) error {
 		return driver.ErrNoPolicyVersion
 	case freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION:
 		return policystore.ErrUnreadableVersion
+	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
+		return policystore.ErrRekeyNotConfirmed
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
 		return sdk.ErrRefused
 	}
