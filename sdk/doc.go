@@ -34,7 +34,8 @@
 // [Limiter.Inspect] explains a subject's state and recent denials
 // ([Denial]); [Limiter.KeyLayout] shows where it is stored (which key holds what); [Limiter.Reset]
 // forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
-// policies from YAML.
+// policies from YAML; package sdk/policystore keeps them as versions in
+// the backend for every limiter to follow.
 //
 // # Changing rules, trying them, and exceptions
 //

@@ -67,7 +67,7 @@ func (s *Snapshot) Policy(name string) *sdk.Policy {
 // written by hand or by a newer freqcap, larger than
 // MaxPolicyDocument, or missing) is reported once through OnError and
 // the version in force is kept. Each poll reads the store's version
-// number and when it was applied (sdk Limiter.PolicyHead), and a
+// number and when it was applied (Store.PolicyHead), and a
 // version's document only when those changed. A new version reaches it within
 // about 2 s: at once through the store's notifications, else by the
 // 1 s poll plus the read (WatchOptions.Poll). It owns a goroutine: Close
