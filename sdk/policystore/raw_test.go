@@ -152,3 +152,23 @@ func ExampleStore_PutPolicies() {
 	// follower sees version 1
 	// true
 }
+
+// TestRawNoBackend: a Store without a backend (New(nil)) answers every
+// raw call with an error naming it, and Plan and Version too.
+func TestRawNoBackend(t *testing.T) {
+	ctx := context.Background()
+	st := policystore.New(nil)
+	for name, call := range map[string]func() error{
+		"put policies":   func() error { _, err := st.PutPolicies(ctx, 0, policystore.PolicyVersion{}); return err },
+		"get policies":   func() error { _, err := st.GetPolicies(ctx, 0); return err },
+		"policy head":    func() error { _, err := st.PolicyHead(ctx); return err },
+		"policy history": func() error { _, err := st.PolicyHistory(ctx, 0); return err },
+		"watch policies": func() error { _, err := st.WatchPolicies(ctx); return err },
+		"plan":           func() error { _, err := st.Plan(ctx, []byte(fileV1)); return err },
+		"version":        func() error { _, err := st.Version(ctx, 0); return err },
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "no backend") {
+			t.Errorf("%s without a backend = %v, want an error naming no backend", name, err)
+		}
+	}
+}
