@@ -34,7 +34,7 @@ func need(t *testing.T, what, install string, ok bool) {
 // (another python3 on PATH may lack it).
 const debianPython = "/usr/bin/python3"
 
-// The Python sender of examples/python (shown in docs/SERVE.md) against a
+// The Python sender of examples/python (shown in docs/serve/python.md) against a
 // live server, over gRPC with stubs generated from the repository's
 // .proto by Debian's protoc and grpc_tools.
 func TestPythonSender(t *testing.T) {
