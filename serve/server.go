@@ -70,12 +70,11 @@ type Config struct {
 	// Ignored with Live.
 	Policies []*sdk.Policy
 	// Live, when set, gives the policies served instead: the current
-	// version of a followed policy store (sdk/policystore's
-	// Live.Current; nil: none yet, no policies). The
-	// server calls it once per call, and decides the call with the
-	// policies it returned, so one call never mixes two versions; it must
-	// be cheap and safe for concurrent use. Its Version is reported in
-	// decisions and by ListPolicies. It may return no policies (an empty
+	// version of a followed policy store (a *policystore.Live's Current;
+	// nil: none yet, no policies). The server calls it once per call,
+	// and decides the call with the policies it returned, so one call
+	// never mixes two versions; it must be cheap and safe for concurrent
+	// use. Its Version is reported in decisions and by ListPolicies. It may return no policies (an empty
 	// store: every call names an unknown policy until one is applied).
 	Live func() *policystore.Snapshot
 	// Store, when set, answers PolicyService (plan, apply, history,
