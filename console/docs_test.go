@@ -186,10 +186,7 @@ func TestConsoleDocExamples(t *testing.T) {
 	}
 	decider, err := serve.New(serve.Config{
 		Limiter: sdk.New(f.backend, sdk.WithPrefix(f.prefix), sdk.WithClock(f.clock)),
-		Live: func() serve.Snapshot {
-			snap := f.srv.snap()
-			return serve.Snapshot{Version: snap.version, Policies: snap.order}
-		},
+		Live:    f.srv.cfg.Source.Current, // the store's version the console follows
 		Callers: []serve.Caller{sender},
 		Now:     f.clock.Now,
 	})
