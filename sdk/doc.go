@@ -45,7 +45,9 @@
 //	adm := lim.Admin()
 //	in, err := adm.Inspect(ctx, push, sdk.Subject{"user": id})
 //
-// Package sdk/policyfile loads policies from YAML. Package sdk/driver
+// Package sdk/policyfile loads policies from YAML; package sdk/policystore
+// keeps them as versions in the backend for every limiter to follow.
+// Package sdk/driver
 // owns the values the sdk shares with backends: the algorithms and
 // calendar units of a [Rule] (driver.FixedWindow, driver.Day…), the
 // number bounds (driver.MaxLimit and its siblings), an override
@@ -66,7 +68,7 @@
 // counted: a change never uncaps anyone. A policy built [WithOverrides]
 // reads per-person overrides in the same step ([Admin.SetOverride]:
 // exempt, block until a time, other limits for named rules;
-// [Decision].Override names the one that applied). Package sdk/policyfile
+// [Decision].Override names the one that applied). Package sdk/policystore
 // derives changes from the versions of a policy store.
 //
 // # Decisions and errors
@@ -80,8 +82,7 @@
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
 // [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound],
-// [ErrInvalidOverride], [ErrOverrideNotFound], [ErrVersionConflict],
-// [ErrNoPolicyVersion], [ErrPolicyTooLarge]), matched
+// [ErrInvalidOverride], [ErrOverrideNotFound]), matched
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //
