@@ -14,7 +14,7 @@ import (
 )
 
 // The wire format between the backend and its scripts: declared once in
-// internal/lua/wire.go (ARGV positions, op codes, the packed entry's
+// internal/lua/tokens.go (ARGV positions, op codes, the packed entry's
 // header, the reply's record per rule, the idempotency record), whose
 // constants the Lua sources name as tokens written in when the scripts
 // are built; the encoder (encode.go), the reply parser (reply.go) and
@@ -40,7 +40,7 @@ const (
 )
 
 // fastArgs is the ARGV per attempt of a fast script in its full form
-// (internal/lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
+// (lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
 // trail's and the reservations' key indexes, trail max and TTL (ms),
 // policy name, trail values; then, in a script where sets nest, their
 // ids (sectionID, 8 bytes each, in one value). A lone attempt goes in the
@@ -83,7 +83,7 @@ func opCode(o op) (any, error) {
 }
 
 // Algorithm codes: a rule's first ARGV value. Packed codes keep their
-// state as one entry of the dimension set's packed value (internal/lua/prelude.lua),
+// state as one entry of the dimension set's packed value (lua/prelude.lua),
 // the log code in the dimension set's sorted set, the module codes in a
 // key of the rule's own.
 const (
@@ -131,7 +131,7 @@ const (
 // of a dimension set whose key extends a root's, the key of the set of
 // the shard dimensions alone (the sdk's group keys: "<base>=" for that
 // set, "<base>=<dimensions>:<values>" for the others), is kept as a
-// section of the root's value (internal/lua/prelude.lua), whether or not
+// section of the root's value (lua/prelude.lua), whether or not
 // the request has rules of the root's own: one key per subject and
 // policy, one GET and one write per decision, and a policy that gains or
 // loses rules over the shard dimensions alone moves no state. A section is identified by sectionID of the
@@ -437,7 +437,7 @@ func overrideCounter(key string) string {
 }
 
 // Idempotency records (driver.Request.IdempotencyKey): one format, declared
-// in internal/lua/wire.go (lua.RecordMark and the header after it), which
+// in internal/lua/tokens.go (lua.RecordMark and the header after it), which
 // take.lua and bare mode (record.encode) both write and both read. A
 // record holds the reply as the decision returned it: recordMark, the
 // first element (1 allowed or 0, plus 4 when an override applied), now
@@ -577,7 +577,7 @@ func (r record) replay() []any {
 
 // Reservations (driver.Request.ReservationKey, a hash): field = id, value
 // = "<lapse µs>" then one "\n<entry>" per rule, "<code> <key> …"
-// (internal/lua/holds.lua lists the entries).
+// (lua/holds.lua lists the entries).
 
 // reservationKeys returns the distinct keys a reservation's entries name
 // (a nested set's vkey, then its root's key too).
@@ -599,7 +599,7 @@ func reservationKeys(plan string) []string {
 	return keys
 }
 
-// The packed value (internal/lua/prelude.lua): packedFormat, then entries of a
+// The packed value (lua/prelude.lua): packedFormat, then entries of a
 // 13-byte header (a 4-byte tag, the payload's length as 3 bytes and the
 // entry's expiry in Unix ms as 6, little-endian) and a payload of 7-byte
 // little-endian numbers; or, for a tag whose first byte is >= 0x80, a

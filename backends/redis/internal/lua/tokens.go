@@ -255,7 +255,7 @@ func subst(src string) string {
 		b.WriteString(token.ReplaceAllStringFunc(s, func(t string) string {
 			v, ok := tokens[t]
 			if !ok {
-				panic(fmt.Sprintf("lua: wire token %s is not declared (internal/lua/wire.go)", t))
+				panic(fmt.Sprintf("lua: wire token %s is not declared (internal/lua/tokens.go)", t))
 			}
 			return v
 		}))

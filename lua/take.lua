@@ -5,7 +5,7 @@
 -- names them; backends/redis/wire.go writes what this reads.)
 --
 -- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR, REC, …) are
--- the wire's (internal/lua/wire.go, which declares each position, code
+-- the wire's (internal/lua/tokens.go, which declares each position, code
 -- and format once): lua.go writes their values in when it builds the
 -- script.
 --
@@ -157,7 +157,7 @@ for a = 1, attempts do
   end
   repeat
     -- Idempotency: a live record means this attempt was decided before.
-    -- A record (internal/lua/wire.go declares it; bare mode writes it
+    -- A record (internal/lua/tokens.go declares it; bare mode writes it
     -- too) is REC, then struct RECHDR (the first element, now, the rules'
     -- bytes' length), the rules' bytes as the reply has them, then with
     -- an override (first element >= 4) its element (RECLEN length, then

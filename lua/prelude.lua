@@ -49,7 +49,7 @@ local sf = string.format
 -- (the packed entry's header, struct format), REC and RECHDR (an
 -- idempotency record's first byte and header, take.lua) and the other
 -- upper-case wire tokens are written in by lua.go from
--- internal/lua/wire.go.
+-- internal/lua/tokens.go.
 
 local FMT = '\1'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
