@@ -14,7 +14,7 @@
 --           ms: when the entry stops mattering), then the payload
 --
 -- A tag is 4 bytes the backend derives from the rule's name and state
--- shape (wire.go, ruleTag), so a changed rule starts afresh under a new
+-- shape (backends/redis/storage.go, ruleTag), so a changed rule starts afresh under a new
 -- tag. An entry whose tag the request does not name is copied unchanged
 -- while its expiry lies ahead and dropped after that: a rule removed from
 -- the policy costs memory until its state would have expired anyway, and
@@ -48,7 +48,7 @@ local sf = string.format
 -- HA and RA (the ARGV per attempt header and per rule, take.lua), HDR
 -- (the packed entry's header, struct format), REC and RECHDR (an
 -- idempotency record's first byte and header, take.lua) and the other
--- upper-case wire tokens are written in by lua.go from
+-- upper-case tokens are written in by lua.go from
 -- internal/lua/tokens.go.
 
 local FMT = '\1'
@@ -208,7 +208,7 @@ local function pints(list)
 end
 
 -- overrides parses a subject's overrides h (HGETALL of
--- driver.Request.OverrideKey: ID, value, …; backends/redis/wire.go's
+-- driver.Request.OverrideKey: ID, value, …; backends/redis/storage.go's
 -- format, of which it reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|") and returns the live ones (until 0 or after now) that
 -- decide: the latest block {ID, value, until}, the latest exempt {ID,

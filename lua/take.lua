@@ -2,10 +2,10 @@
 -- attempts in order, each over all its rules, all-or-nothing. (lua.go
 -- puts prelude.lua and holds.lua first, and pastes the sections of the
 -- algorithm fragments, alg/*.lua, where a "--@<fragment>.<section>" line
--- names them; backends/redis/wire.go writes what this reads.)
+-- names them; backends/redis/args.go writes what this reads.)
 --
 -- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR, REC, …) are
--- the wire's (internal/lua/tokens.go, which declares each position, code
+-- declared in Go (internal/lua/tokens.go, which declares each position, code
 -- and format once): lua.go writes their values in when it builds the
 -- script.
 --
@@ -105,7 +105,7 @@
 -- u), u being its seed rule's used as evaluated in this attempt; the
 -- seeded state is written by a take or reserve, allowed or denied (a
 -- denied one writes the carried units alone), never by a peek. Overrides
--- (ARGV[a+A_OVERRIDES], a hash: field = ID, value = wire.go's override format, of
+-- (ARGV[a+A_OVERRIDES], a hash: field = ID, value = storage.go's override format, of
 -- which the script reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|"): live ones (until 0 or after now) apply, block over exempt
 -- over limits (the latest ID of each kind; per rule for limits).

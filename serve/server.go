@@ -42,7 +42,7 @@ import (
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -229,7 +229,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = m
 
 	var opts []connect.HandlerOption
-	for _, o := range wire.JSONCodecs() {
+	for _, o := range protoconv.JSONCodecs() {
 		opts = append(opts, o)
 	}
 	interceptors := []connect.Interceptor{s.interceptor()}

@@ -41,7 +41,7 @@ import (
 //
 // The denial trail and idempotency records are written with plain
 // commands after the decision (not in the same atomic step), in
-// take.lua's formats: a record is the one wire.go describes, and bare
+// take.lua's formats: a record is the one storage.go describes, and bare
 // mode replays take.lua's records as take.lua replays its own, legacy
 // text records included (parseTake decodes both modes' replies and
 // replays). Reservations
@@ -509,7 +509,7 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	return err
 }
 
-// replayRecord decodes an idempotency record (wire.go: take.lua's or bare
+// replayRecord decodes an idempotency record (storage.go: take.lua's or bare
 // mode's, or the legacy text) into the replayed Result.
 func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 	r, err := decodeRecord(rec)

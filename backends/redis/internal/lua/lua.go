@@ -57,7 +57,7 @@ var (
 	saveLoad = regexp.MustCompile(`(?m)^([ \t]*)--@(save|load) ([a-zA-Z_][a-zA-Z_0-9]*(?:, [a-zA-Z_][a-zA-Z_0-9]*)*)[ \t]*$`)
 	// entryLine is a commit section's "--@entry FORMAT, a, b + #c, …"
 	// line: its entry is struct.pack(FORMAT, a, b + #c, …), FORMAT a
-	// wire token (take.lua: ent = that; a fast script packs the set's
+	// token (take.lua: ent = that; a fast script packs the set's
 	// value in one call from the values named: fast.go's entry).
 	entryLine = regexp.MustCompile(`(?m)^([ \t]*)--@entry ([A-Z]+), (.+?)[ \t]*$`)
 )
@@ -73,7 +73,7 @@ func build(frame string) string {
 	return b.String()
 }
 
-// read returns a source file with its wire tokens replaced (subst).
+// read returns a source file with its tokens replaced (subst).
 func read(name string) string {
 	src, err := files.ReadFile(name)
 	if err != nil {

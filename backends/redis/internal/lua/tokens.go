@@ -117,7 +117,7 @@ const (
 )
 
 // The idempotency record (the value at driver.Request.IdempotencyKey), one
-// format whoever writes it (take.lua; bare mode, backends/redis/wire.go):
+// format whoever writes it (take.lua; bare mode, backends/redis/storage.go):
 // RecordMark (one byte, REC in Lua), then the header, struct RECHDR: the
 // reply's first element (1 allowed or 0, plus 4 when an override
 // applied; one byte), now µs (ReplyInt bytes, signed) and the length of
@@ -230,7 +230,7 @@ var tokens = func() map[string]string {
 	return m
 }()
 
-// token matches the wire tokens in Lua code, as whole words outside
+// token matches the tokens in Lua code, as whole words outside
 // comments: A_X, R_X, F_X, C_X, OP_X (upper case; one tokens lacks
 // panics) and every other name tokens declares.
 var token = func() *regexp.Regexp {
@@ -245,7 +245,7 @@ var token = func() *regexp.Regexp {
 	return regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|` + strings.Join(names, "|") + `)\b`)
 }()
 
-// subst replaces the wire tokens of src's code (not of its comments or
+// subst replaces the tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays
 // as it is) with their values; an unknown token panics.
 func subst(src string) string {
@@ -255,7 +255,7 @@ func subst(src string) string {
 		b.WriteString(token.ReplaceAllStringFunc(s, func(t string) string {
 			v, ok := tokens[t]
 			if !ok {
-				panic(fmt.Sprintf("lua: wire token %s is not declared (internal/lua/tokens.go)", t))
+				panic(fmt.Sprintf("lua: token %s is not declared (internal/lua/tokens.go)", t))
 			}
 			return v
 		}))

@@ -40,7 +40,7 @@
 -- applied, which the rules' heads set), and after eval a block denies
 -- and an exempt admits.
 --
--- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV has one of two forms (backends/redis/args.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
 -- ARGV[a+F_OP]  op: t take, p peek
 -- ARGV[a+F_COST]  cost (>= 1)
