@@ -54,12 +54,14 @@ local sf = string.format
 local FMT = '\1'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
--- entry (at µs, policy, rule, used, limit, cost, retry µs, flags: 1 cost
--- too high, 2 shadow, 4 override block (then the rule field is the
--- override's ID); every number with '%d', a number or a numeral string),
--- then "|values" (take.lua's header; backends/redis/wire.go owns it).
+-- entry (at µs, policy, rule, used, limit, cost, retry µs, flags:
+-- TRAIL_TOOHIGH, TRAIL_SHADOW, TRAIL_OVERRIDE (a block override: the rule
+-- field is then its ID); every number with '%d', a number or a numeral
+-- string), then TRAILSEP and the values (take.lua's header): TRAILENT,
+-- declared with the flags in internal/lua/tokens.go, which Go's trail
+-- writer and parser use too.
 local FOREIGN = ': its state key holds a value freqcap did not write' .. UNTOUCHED
-local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
+local TRAIL = TRAILENT
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.

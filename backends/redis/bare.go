@@ -128,7 +128,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 func bareRecord(rules []bareRule, now int64, allowed bool) record {
 	rec := record{now: now}
 	if allowed {
-		rec.first = 1
+		rec.first = lua.ReplyAllowed
 	}
 	bin := make([]byte, 0, len(rules)*perRuleBytes)
 	for k := range rules {
@@ -432,16 +432,16 @@ func (br *bareRule) evalTairHash(cmd *goredis.Cmd, now, c int64) error {
 	return nil
 }
 
-// replyFlags is a verdict as a rule's reply numbers: flags (0 denied, 1
-// allowed, 2 cost too high) and the retry in µs, rounded up.
+// replyFlags is a verdict as a rule's reply numbers: flags
+// (lua.RuleFlag*) and the retry in µs, rounded up.
 func replyFlags(v alg.Verdict) (flags, retry int64) {
 	switch {
 	case v.Allowed:
-		return 1, 0
+		return lua.RuleFlagAllowed, 0
 	case v.CostTooHigh:
-		return 2, 0
+		return lua.RuleFlagTooHigh, 0
 	}
-	return 0, ceilMicros(v.RetryAfter)
+	return lua.RuleFlagDenied, ceilMicros(v.RetryAfter)
 }
 
 // bareCells reads a rule's cells from EXHGETALL's reply (name, value, …),

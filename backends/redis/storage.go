@@ -150,17 +150,16 @@ func logTagOf(r *driver.Rule) string {
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:
-// "at µs|policy|rule|used|limit|cost|retry µs|flags", then "|values"
-// when the request had TrailValues (entries written before values existed
-// have 8 fields). flags adds trailTooHigh (the cost could never fit),
-// trailShadow (a shadow rule would have denied) and trailOverride (a
-// block override denied: the rule field is then the override's ID, used
-// and limit are 0). Entries written before shadow rules and overrides
-// have flags 0 or 1, and read the same.
+// lua.TrailEntry, "at µs|policy|rule|used|limit|cost|retry µs|flags",
+// then "|values" when the request had TrailValues; flags are
+// lua.TrailTooHigh, lua.TrailShadow and lua.TrailOverride. The format
+// and the flags are declared once, in internal/lua/tokens.go: take.lua
+// and the fast scripts write entries with the same declaration (TRAILENT
+// and the TRAIL_* tokens), bare mode with formatDenial.
 const (
-	trailTooHigh  = 1
-	trailShadow   = 2
-	trailOverride = 4
+	trailTooHigh  = lua.TrailTooHigh
+	trailShadow   = lua.TrailShadow
+	trailOverride = lua.TrailOverride
 )
 
 // formatDenial writes one trail entry (bare mode; take.lua writes the
@@ -173,20 +172,20 @@ func formatDenial(at int64, policy, rule string, used, limit, cost, retry int64,
 	if shadow {
 		flags |= trailShadow
 	}
-	e := fmt.Sprintf("%d|%s|%s|%d|%d|%d|%d|%d", at, policy, rule, used, limit, cost, retry, flags)
+	e := fmt.Sprintf(lua.TrailEntry, at, policy, rule, used, limit, cost, retry, flags)
 	if values != "" {
-		e += "|" + values
+		e += lua.TrailSep + values
 	}
 	return e
 }
 
 // parseDenial decodes one trail entry.
 func parseDenial(s string) (driver.Denial, error) {
-	f := strings.Split(s, "|")
-	if len(f) != 8 && len(f) != 9 {
-		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 or 9 fields, got %d", len(f))
+	f := strings.Split(s, lua.TrailSep)
+	if len(f) != lua.TrailFields && len(f) != lua.TrailFields+1 {
+		return driver.Denial{}, fmt.Errorf("reply: trail entry: want %d or %d fields, got %d", lua.TrailFields, lua.TrailFields+1, len(f))
 	}
-	var ints [8]int64
+	var ints [lua.TrailFields]int64
 	for _, i := range []int{0, 3, 4, 5, 6, 7} {
 		n, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
@@ -195,8 +194,8 @@ func parseDenial(s string) (driver.Denial, error) {
 		ints[i] = n
 	}
 	var values string
-	if len(f) == 9 {
-		values = f[8]
+	if len(f) == lua.TrailFields+1 {
+		values = f[lua.TrailFields]
 	}
 	flags := ints[7]
 	if flags < 0 || flags > trailTooHigh|trailShadow|trailOverride {
@@ -308,7 +307,7 @@ func parseOverride(id int64, v string) (driver.Override, error) {
 }
 
 // parseOverrideElement decodes the override element of take.lua's reply
-// (first element >= 4): "<ID>|<every rule's reported limit,
+// (first element with lua.ReplyOverride): "<ID>|<every rule's reported limit,
 // comma-separated>|<the override's stored value>". It returns the
 // override and the limits, one per rule of n.
 func parseOverrideElement(s string, n int) (driver.Override, []int64, error) {
@@ -353,11 +352,11 @@ func overrideCounter(key string) string {
 // in internal/lua/tokens.go (lua.RecordMark and the header after it), which
 // take.lua and bare mode (record.encode) both write and both read. A
 // record holds the reply as the decision returned it: recordMark, the
-// first element (1 allowed or 0, plus 4 when an override applied), now
+// first element (lua.ReplyAllowed or 0, plus lua.ReplyOverride when an override applied), now
 // µs, the rules' bytes' length, the rules' bytes (perRuleBytes each),
-// the override element when first >= 4 (its length, then its bytes),
+// the override element when first has lua.ReplyOverride (its length, then its bytes),
 // then the reservation id (to the end; empty for a take or a denial). A
-// replay returns it in parseTake's shape: {first+2, now, the rules'
+// replay returns it in parseTake's shape: {first plus lua.ReplyReplayed, now, the rules'
 // bytes, [override element], reservation id} (record.replay).
 //
 // Legacy, read only: the one-key-per-rule layout, and bare mode before it
@@ -373,10 +372,10 @@ const (
 
 // record is an idempotency record's content.
 type record struct {
-	first    int64  // the reply's first element: 1 allowed or 0, plus 4 with an override
+	first    int64  // the reply's first element: lua.ReplyAllowed or 0, plus lua.ReplyOverride with an override
 	now      int64  // µs
 	rules    string // the rules' bytes, perRuleBytes each (appendRule)
-	override string // the override element (first >= 4)
+	override string // the override element (first has lua.ReplyOverride)
 	hold     string // the reservation id; "" for a take or a denial
 }
 
@@ -394,26 +393,30 @@ func (r record) encode() (string, error) {
 	b = appendLE(b, r.now, lua.ReplyInt)
 	b = appendLE(b, int64(len(r.rules)), recordLen)
 	b = append(b, r.rules...)
-	if r.first >= 4 {
+	if r.overridden() {
 		b = appendLE(b, int64(len(r.override)), recordLen)
 		b = append(b, r.override...)
 	}
 	return string(append(b, r.hold...)), nil
 }
 
-// check reports a first element a decision does not return (1 or 0,
-// plus 4 with an override) or an override element without its 4.
+// check reports a first element a decision does not return (lua.ReplyAllowed or 0,
+// plus lua.ReplyOverride with an override) or an override element without it.
 func (r record) check() error {
-	if !decided(r.first) || (r.first >= 4) != (r.override != "") {
+	if !decided(r.first) || r.overridden() != (r.override != "") {
 		return fmt.Errorf("idempotency record: first element %d with %d bytes of override element", r.first, len(r.override))
 	}
 	return nil
 }
 
+// overridden reports whether an override applied (lua.ReplyOverride).
+func (r record) overridden() bool { return r.first&lua.ReplyOverride != 0 }
+
 // decided reports whether first is a decision's first element (not a
-// replay's): 1 allowed or 0, plus 4 with an override.
+// replay's): lua.ReplyAllowed or 0, plus lua.ReplyOverride with an
+// override.
 func decided(first int64) bool {
-	return first >= 0 && first <= 5 && first&2 == 0
+	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride) == 0
 }
 
 // decodeRecord reads an idempotency record, either format.
@@ -434,7 +437,7 @@ func decodeRecord(s string) (record, error) {
 		return record{}, fmt.Errorf("idempotency record: %d bytes of rules past its end", n)
 	}
 	r.rules, p = s[p:p+n], p+n
-	if r.first >= 4 {
+	if r.overridden() {
 		if p+recordLen > len(s) {
 			return record{}, fmt.Errorf("idempotency record: no override element's length")
 		}
@@ -478,11 +481,11 @@ func decodeLegacyRecord(s string) (record, error) {
 	return r, nil
 }
 
-// replay returns r as take.lua replays it, parseTake's shape: {first+2,
+// replay returns r as take.lua replays it, parseTake's shape: {first plus lua.ReplyReplayed,
 // now, the rules' bytes, [override element], reservation id}.
 func (r record) replay() []any {
-	v := []any{r.first + 2, r.now, r.rules}
-	if r.first >= 4 {
+	v := []any{r.first | lua.ReplyReplayed, r.now, r.rules}
+	if r.overridden() {
 		v = append(v, r.override)
 	}
 	return append(v, r.hold)
