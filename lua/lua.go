@@ -1,8 +1,10 @@
 // Package lua holds the Lua that freqcap runs inside Redis, as source
 // files an operator can read before running it: every script the redis
-// backend sends (EVALSHA, or EVAL the first time) is built from these
-// files and nothing else, and none is read from disk at run time (they
-// are embedded in the binary: FS).
+// backend runs (EVALSHA or EVAL) is built from these files (a fast
+// script with its rules' numbers, names and tags written in), and none is
+// read from disk at run time (they are embedded in the binary: FS).
+// freqcap bench's own comparison scripts are apart, in
+// internal/bench/scripts.
 //
 // What each file does:
 //
@@ -17,8 +19,8 @@
 //   - reset.lua: forgets a subject's state where its dimension sets nest.
 //   - overrides.lua: sets, deletes and lists per-person overrides (not on
 //     the decision path).
-//   - prelude.lua: helpers every script above starts with: the packed
-//     value's codec, the trail writer.
+//   - prelude.lua: helpers take.lua, the fast scripts, settle.lua and
+//     reset.lua start with: the packed value's codec, the trail writer.
 //   - holds.lua: reservations (refunds, hold markers), built on demand.
 //   - upgrade.lua: reads state kept in the layout of older versions (one
 //     key per rule), read only.
