@@ -44,6 +44,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 //go:embed static
@@ -112,12 +113,14 @@ type Config struct {
 	// name (names must be unique). Ignored when Source is set.
 	Policies []*sdk.Policy
 	// Source, when set, gives the policies in force instead of Policies:
-	// the console follows a policy store (the overview names the version
-	// it runs), and every request reads its current snapshot.
+	// the console follows a policy store (a *policystore.Live: the
+	// overview names the version it runs), and every request reads its
+	// current snapshot.
 	Source PolicySource
-	// Editor, when set, is the policy store the policy editor applies to
-	// (admin role): nil means the policies page is read-only.
-	Editor PolicyEditor
+	// Store, when set, is the policy store the policy editor plans,
+	// applies and rolls back in (admin role) and the history reads: nil
+	// means the policies page is read-only.
+	Store *policystore.Store
 	// WhatIf, when set, estimates a proposed version's denials for the
 	// editor's preview; nil means the preview has no estimate.
 	WhatIf WhatIf
@@ -217,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	pols := cfg.Policies
 	if cfg.Source != nil {
-		_, pols = cfg.Source.Policies()
+		_, pols = sourcePolicies(cfg.Source)
 	}
 	ps, err := newPolicySet(0, pols)
 	if err != nil {

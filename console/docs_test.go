@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -15,8 +16,20 @@ import (
 	"testing"
 )
 
-// docsFile is the console's manual; its examples are replayed here.
+// docsFile is the console's guide: it shows the console the transcripts
+// run against, the metric table and the index of the transcripts.
 const docsFile = "../docs/CONSOLE.md"
+
+// docsTranscripts are the files whose examples TestConsoleDocExamples
+// replays, in the order of the guide's index: each sees what the ones
+// before it did.
+var docsTranscripts = []string{
+	"../docs/console/api.md",
+	"../docs/console/pages.md",
+	"../docs/console/overrides.md",
+	"../docs/console/policy-store.md",
+	"../docs/console/logout-and-static.md",
+}
 
 // docsTokens are the credentials the manual's examples use; the manual
 // shows the console started with exactly this FREQCAP_TOKENS.
@@ -25,14 +38,34 @@ const docsTokens = "alice:alice-admin-secret:admin,billing:billing-checker-secre
 // docExample is one request block of the manual and the response block
 // after it.
 type docExample struct {
+	file     string
 	line     int // of the request block
 	request  string
 	response string
 }
 
-// docExamples returns the manual's ```http request / ```http response
-// pairs, in order.
-func docExamples(t *testing.T, md string) []docExample {
+// where is the example's file:line.
+func (ex docExample) where() string {
+	return fmt.Sprintf("%s:%d", strings.TrimPrefix(ex.file, "../"), ex.line)
+}
+
+// transcriptExamples returns the examples of docsTranscripts, in order.
+func transcriptExamples(t *testing.T) []docExample {
+	t.Helper()
+	var out []docExample
+	for _, f := range docsTranscripts {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, docExamples(t, f, string(data))...)
+	}
+	return out
+}
+
+// docExamples returns the ```http request / ```http response pairs of
+// file, whose text is md, in order.
+func docExamples(t *testing.T, file, md string) []docExample {
 	t.Helper()
 	var out []docExample
 	var cur *docExample
@@ -44,12 +77,12 @@ func docExamples(t *testing.T, md string) []docExample {
 		switch {
 		case kind == "" && line == "```http request":
 			kind = "request"
-			out = append(out, docExample{line: n})
+			out = append(out, docExample{file: file, line: n})
 			cur = &out[len(out)-1]
 			block.Reset()
 		case kind == "" && line == "```http response":
 			if cur == nil || cur.response != "" {
-				t.Fatalf("%s:%d: a response block without a request block before it", docsFile, n)
+				t.Fatalf("%s:%d: a response block without a request block before it", file, n)
 			}
 			kind = "response"
 			block.Reset()
@@ -66,7 +99,7 @@ func docExamples(t *testing.T, md string) []docExample {
 	}
 	for _, ex := range out {
 		if ex.response == "" {
-			t.Fatalf("%s:%d: request block without a response block", docsFile, ex.line)
+			t.Fatalf("%s: request block without a response block", ex.where())
 		}
 	}
 	return out
@@ -95,7 +128,8 @@ var (
 	csrfRE        = regexp.MustCompile(`name="_csrf" value="([^"]*)"`)
 )
 
-// TestConsoleDocExamples replays every request of docs/CONSOLE.md against
+// TestConsoleDocExamples replays every request of the transcripts
+// docs/CONSOLE.md indexes (docsTranscripts) against
 // a console over the seed policies, the memory backend and a fixed clock,
 // in the order of the manual (later examples see the state earlier ones
 // left), and compares each response with the one the manual shows:
@@ -127,9 +161,9 @@ func TestConsoleDocExamples(t *testing.T) {
 	// policies with overrides on for push (the editor's examples apply
 	// more).
 	f, _ := newStoreFixture(t, creds)
-	examples := docExamples(t, md)
+	examples := transcriptExamples(t)
 	if len(examples) < 20 {
-		t.Fatalf("%s has %d request examples, want at least 20 (one per endpoint)", docsFile, len(examples))
+		t.Fatalf("the transcripts have %d request examples, want at least 20 (one per endpoint)", len(examples))
 	}
 	// FREQCAP_DOCS_DUMP=FILE writes the responses there as JSON, an aid
 	// to writing the manual's examples.
@@ -150,10 +184,10 @@ func TestConsoleDocExamples(t *testing.T) {
 		first, h, body := headBody(ex.request)
 		method, target, ok := strings.Cut(first, " ")
 		if !ok {
-			t.Fatalf("%s:%d: request line %q", docsFile, ex.line, first)
+			t.Fatalf("%s: request line %q", ex.where(), first)
 		}
 		target = strings.TrimSuffix(target, " HTTP/1.1")
-		name := fmt.Sprintf("line %d %s %s", ex.line, method, target)
+		name := fmt.Sprintf("%s %s %s", ex.where(), method, target)
 		route, _, _ := strings.Cut(target, "?")
 		if strings.HasPrefix(route, "/static/") {
 			route = "/static/*"
@@ -192,7 +226,7 @@ func TestConsoleDocExamples(t *testing.T) {
 				csrf = m[1]
 			}
 			if dump != nil {
-				dump = append(dump, map[string]any{"line": ex.line, "status": res.StatusCode, "header": res.Header, "body": got})
+				dump = append(dump, map[string]any{"where": ex.where(), "status": res.StatusCode, "header": res.Header, "body": got})
 			}
 
 			wantFirst, wantH, wantBody := headBody(ex.response)
@@ -239,7 +273,7 @@ func TestConsoleDocExamples(t *testing.T) {
 			continue
 		}
 		if !seen[r.Method+" "+r.Path] {
-			t.Errorf("%s has no example of %s %s", docsFile, r.Method, r.Path)
+			t.Errorf("the transcripts of %s have no example of %s %s", docsFile, r.Method, r.Path)
 		}
 	}
 }
@@ -306,5 +340,37 @@ func TestConsoleDocMetrics(t *testing.T) {
 	}
 	if !slices.Equal(documented, served) {
 		t.Errorf("metrics documented in %s = %v, served by /metrics = %v", docsFile, documented, served)
+	}
+}
+
+// TestConsoleDocTranscriptsIndexed: every file under docs/console with
+// an example is replayed (in docsTranscripts), and the guide links every
+// file under docs/console, so no example goes unreplayed and no
+// transcript unread.
+func TestConsoleDocTranscriptsIndexed(t *testing.T) {
+	guide, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../docs/console/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "```http request") && !slices.Contains(docsTranscripts, f) {
+			t.Errorf("%s has examples but is not in docsTranscripts: they are not replayed", f)
+		}
+		if link := "(console/" + filepath.Base(f); !strings.Contains(string(guide), link) {
+			t.Errorf("%s does not link %s", docsFile, f)
+		}
+	}
+	for _, f := range docsTranscripts {
+		if !slices.Contains(files, f) {
+			t.Errorf("docsTranscripts names %s, which does not exist", f)
+		}
 	}
 }

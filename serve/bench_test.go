@@ -211,5 +211,5 @@ func (w *discardWriter) WriteHeader(code int) { w.code = code }
 // noRetry keeps the benchmarks' takes without idempotency keys, as the
 // figures in docs/benchmarks were measured: client.DefaultRetry gives
 // each take one (one record per take, and no fast script or hot-deny
-// cache: docs/SERVE.md, "Retries after a lost reply").
+// cache: docs/serve/retries.md).
 var noRetry = &client.Retry{Tries: 1}

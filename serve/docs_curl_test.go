@@ -18,7 +18,7 @@ import (
 // default --addr.
 const docsAddr = "http://127.0.0.1:8081"
 
-// docCurl returns the manual's first command line starting "curl " in a
+// docCurl returns the guide's first command line starting "curl " in a
 // ```sh block, and its line number.
 func docCurl(t *testing.T, md string) (string, int) {
 	t.Helper()
@@ -75,14 +75,14 @@ func shellWords(line string) ([]string, error) {
 	return words, nil
 }
 
-// TestServeDocsCurl runs the manual's curl line, with curl, against a live
+// TestServeDocsCurl runs the guide's curl line, with curl, against a live
 // server started as a newcomer's `freqcap serve` is — the seed policies
-// from a file, not a store — with the manual's credentials, on the memory
+// from a file, not a store — with the guide's credentials, on the memory
 // backend and the examples' clock, its address put in place of the
-// default 127.0.0.1:8081. The line must be the first Take example's call
-// (its path, Authorization and JSON body), and the answer that example's
-// body but for "policy_version": "0" (a file) where the example, from a
-// store, shows "1", as the manual says beside it.
+// default 127.0.0.1:8081. The line must be the transcripts' first Take
+// example's call (its path, Authorization and JSON body), and the answer
+// that example's body but for "policy_version": "0" (a file) where the
+// example, from a store, shows "1", as the guide says beside the line.
 func TestServeDocsCurl(t *testing.T) {
 	data, err := os.ReadFile(docsFile)
 	if err != nil {
@@ -95,14 +95,14 @@ func TestServeDocsCurl(t *testing.T) {
 		t.Fatalf("%s:%d: %v", docsFile, n, err)
 	}
 	var take *docExample
-	for _, ex := range docExamples(t, md) {
+	for _, ex := range transcriptExamples(t) {
 		if strings.HasPrefix(ex.request, "POST /freqcap.v1.FreqcapService/Take ") {
 			take = &ex
 			break
 		}
 	}
 	if take == nil {
-		t.Fatalf("%s has no Take example", docsFile)
+		t.Fatalf("the transcripts of %s have no Take example", docsFile)
 	}
 	first, h, body := split(take.request)
 	target := strings.Fields(first)[1]
@@ -142,7 +142,7 @@ func TestServeDocsCurl(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(gotReq, wantReq) {
-		t.Errorf("%s:%d: curl sends %s, the Take example (line %d) %s", docsFile, n, data0, take.line, body)
+		t.Errorf("%s:%d: curl sends %s, the Take example (%s) %s", docsFile, n, data0, take.where(), body)
 	}
 
 	curl, err := exec.LookPath("curl")
@@ -177,11 +177,11 @@ func TestServeDocsCurl(t *testing.T) {
 	}
 	d, ok := want.(map[string]any)["decision"].(map[string]any)
 	if !ok || d["policy_version"] != "1" {
-		t.Fatalf("%s:%d: the Take example's answer has no \"policy_version\": \"1\"", docsFile, take.line)
+		t.Fatalf("%s: the Take example's answer has no \"policy_version\": \"1\"", take.where())
 	}
 	d["policy_version"] = "0"
 	if !jsonMatch(want, got) {
-		t.Errorf("%s:%d: curl answers %s\nwant the Take example's answer (line %d) with \"policy_version\": \"0\"", docsFile, n, out, take.line)
+		t.Errorf("%s:%d: curl answers %s\nwant the Take example's answer (%s) with \"policy_version\": \"0\"", docsFile, n, out, take.where())
 	}
 	const sentence = "answers `\"policy_version\": \"0\"`"
 	if !strings.Contains(md, sentence) {

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,25 +20,62 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
-// docsFile is serve's manual; its examples are replayed here.
+// docsFile is serve's guide: it shows the server the transcripts run
+// against, the curl line and the index of the transcripts.
 const docsFile = "../docs/SERVE.md"
+
+// docsTranscripts are the files whose examples TestServeDocExamples
+// replays, in the order of the guide's index: each sees what the ones
+// before it did.
+var docsTranscripts = []string{
+	"../docs/serve/take.md",
+	"../docs/serve/peek.md",
+	"../docs/serve/reservations.md",
+	"../docs/serve/batch.md",
+	"../docs/serve/inspect.md",
+	"../docs/serve/reset.md",
+	"../docs/serve/list-policies.md",
+	"../docs/serve/errors.md",
+	"../docs/serve/policy-service.md",
+	"../docs/serve/overrides.md",
+}
 
 // docsTokens are the credentials the manual's examples use; the manual
 // shows freqcap serve started with exactly this FREQCAP_SERVE_TOKENS.
 const docsTokens = "sender:sender-secret-1:take,peek,reserve@push support:support-secret-1:*@* ops:ops-secret-1:admin@*"
 
 type docExample struct {
+	file              string
 	line              int
 	request, response string
 }
 
-// docExamples returns the manual's ```http request / ```http response
-// pairs, in order.
-func docExamples(t *testing.T, md string) []docExample {
+// where is the example's file:line.
+func (ex docExample) where() string {
+	return fmt.Sprintf("%s:%d", strings.TrimPrefix(ex.file, "../"), ex.line)
+}
+
+// transcriptExamples returns the examples of docsTranscripts, in order.
+func transcriptExamples(t *testing.T) []docExample {
+	t.Helper()
+	var out []docExample
+	for _, f := range docsTranscripts {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, docExamples(t, f, string(data))...)
+	}
+	return out
+}
+
+// docExamples returns the ```http request / ```http response pairs of
+// file, whose text is md, in order.
+func docExamples(t *testing.T, file, md string) []docExample {
 	t.Helper()
 	var out []docExample
 	var block strings.Builder
@@ -47,11 +86,11 @@ func docExamples(t *testing.T, md string) []docExample {
 		switch {
 		case kind == "" && line == "```http request":
 			kind = "request"
-			out = append(out, docExample{line: n})
+			out = append(out, docExample{file: file, line: n})
 			block.Reset()
 		case kind == "" && line == "```http response":
 			if len(out) == 0 || out[len(out)-1].response != "" {
-				t.Fatalf("%s:%d: a response block without a request block before it", docsFile, n)
+				t.Fatalf("%s:%d: a response block without a request block before it", file, n)
 			}
 			kind = "response"
 			block.Reset()
@@ -68,7 +107,7 @@ func docExamples(t *testing.T, md string) []docExample {
 	}
 	for _, ex := range out {
 		if ex.response == "" {
-			t.Fatalf("%s:%d: request block without a response block", docsFile, ex.line)
+			t.Fatalf("%s: request block without a response block", ex.where())
 		}
 	}
 	return out
@@ -122,7 +161,8 @@ func jsonMatch(want, got any) bool {
 	return reflect.DeepEqual(want, got)
 }
 
-// TestServeDocExamples replays every request of docs/SERVE.md, in order,
+// TestServeDocExamples replays every request of the transcripts
+// docs/SERVE.md indexes (docsTranscripts), in order,
 // against a live freqcap serve following a policy store whose version 1
 // is the seed policies, on the memory backend and a fixed clock, with the
 // manual's credentials, and compares each answer with the manual's: the
@@ -140,8 +180,7 @@ func TestServeDocExamples(t *testing.T) {
 	if !strings.Contains(md, `FREQCAP_SERVE_TOKENS="`+docsTokens+`"`) {
 		t.Errorf("%s does not show freqcap serve started with FREQCAP_SERVE_TOKENS=%q, the credentials its examples use", docsFile, docsTokens)
 	}
-	lim, clk, callers := docSetup(t)
-	st := policyfile.NewStore(lim, policyfile.WithClock(clk))
+	lim, st, callers := docSetup(t)
 	ctx := context.Background()
 	plan, err := st.Plan(ctx, seed.YAML)
 	if err != nil {
@@ -150,16 +189,16 @@ func TestServeDocExamples(t *testing.T) {
 	if _, err := st.Apply(ctx, plan, "setup", "the seed policies"); err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Watch(ctx, policyfile.WatchOptions{})
+	live, err := st.Watch(ctx, policystore.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	base := docServe(t, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
+	base := docServe(t, serve.Config{Limiter: lim, Live: live.Current, Store: st, Callers: callers})
 
-	examples := docExamples(t, md)
+	examples := transcriptExamples(t)
 	if len(examples) < 14 {
-		t.Fatalf("%s has %d examples, want at least 14 (one per call and the errors)", docsFile, len(examples))
+		t.Fatalf("the transcripts have %d examples, want at least 14 (one per call and the errors)", len(examples))
 	}
 	var dump []map[string]any
 	if name := os.Getenv("FREQCAP_DOCS_DUMP"); name != "" {
@@ -177,7 +216,7 @@ func TestServeDocExamples(t *testing.T) {
 		first, h, body := split(ex.request)
 		method, target, _ := strings.Cut(strings.TrimSuffix(first, " HTTP/1.1"), " ")
 		seen[target] = true
-		t.Run(fmt.Sprintf("line %d %s", ex.line, target), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s %s", ex.where(), target), func(t *testing.T) {
 			body = strings.ReplaceAll(body, "RESERVATION_ID", reservation)
 			req, err := http.NewRequest(method, base+target, strings.NewReader(body))
 			if err != nil {
@@ -210,7 +249,7 @@ func TestServeDocExamples(t *testing.T) {
 				}
 			}
 			if dump != nil {
-				dump = append(dump, map[string]any{"line": ex.line, "status": res.StatusCode, "header": res.Header, "body": got})
+				dump = append(dump, map[string]any{"where": ex.where(), "status": res.StatusCode, "header": res.Header, "body": got})
 			}
 			wantFirst, wantH, wantBody := split(ex.response)
 			if gotFirst := fmt.Sprintf("HTTP/1.1 %d %s", res.StatusCode, http.StatusText(res.StatusCode)); gotFirst != wantFirst {
@@ -223,7 +262,7 @@ func TestServeDocExamples(t *testing.T) {
 			}
 			var want any
 			if err := json.Unmarshal([]byte(wantBody), &want); err != nil {
-				t.Fatalf("%s:%d: the response body is not JSON: %v", docsFile, ex.line, err)
+				t.Fatalf("%s: the response body is not JSON: %v", ex.where(), err)
 			}
 			if !jsonMatch(want, got) {
 				t.Errorf("body = %s\nwant %s", raw, wantBody)
@@ -235,22 +274,24 @@ func TestServeDocExamples(t *testing.T) {
 		"FreqcapService/Reset", "FreqcapService/ListPolicies", "PolicyService/PlanPolicies", "PolicyService/ApplyPolicies",
 		"PolicyService/PolicyHistory", "OverrideService/SetOverride", "OverrideService/ListOverrides", "OverrideService/DeleteOverride"} {
 		if !seen["/freqcap.v1."+m] {
-			t.Errorf("%s has no example of %s", docsFile, m)
+			t.Errorf("the transcripts of %s have no example of %s", docsFile, m)
 		}
 	}
 }
 
 // docSetup returns what the manual's examples run with: a Limiter on the
-// memory backend and a clock stopped at 2026-11-24 09:00 UTC, and the
+// memory backend, the store on it planning by a clock stopped at
+// 2026-11-24 09:00 UTC, and the
 // manual's callers.
-func docSetup(t *testing.T) (*sdk.Limiter, *fakeclock.Clock, []serve.Caller) {
+func docSetup(t *testing.T) (*sdk.Limiter, *policystore.Store, []serve.Caller) {
 	t.Helper()
 	callers, err := serve.ParseCallers(docsTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	return sdk.New(memory.New(&memory.Options{Clock: clk})), clk, callers
+	b := memory.New(&memory.Options{Clock: clk})
+	return sdk.New(b), policystore.New(b, policystore.WithClock(clk)), callers
 }
 
 // docServe starts a server with cfg on a loopback port, stopped when t
@@ -272,7 +313,7 @@ func docServe(t *testing.T, cfg serve.Config) string {
 
 // awaitLive waits until live serves version v (a JSON string, as the
 // answer gives it): the next example is decided with it.
-func awaitLive(t *testing.T, live *policyfile.Live, v any) {
+func awaitLive(t *testing.T, live *policystore.Live, v any) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for fmt.Sprint(live.Current().Version) != fmt.Sprint(v) {
@@ -283,10 +324,13 @@ func awaitLive(t *testing.T, live *policyfile.Live, v any) {
 	}
 }
 
-// The manual's Python sender is examples/python/sender.py, which
+// pythonDoc shows the Python sender.
+const pythonDoc = "../docs/serve/python.md"
+
+// The guide's Python sender is examples/python/sender.py, which
 // TestPythonSender runs.
 func TestServeDocsPythonSnippet(t *testing.T) {
-	md, err := os.ReadFile(docsFile)
+	md, err := os.ReadFile(pythonDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +339,38 @@ func TestServeDocsPythonSnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(md), "```python\n"+string(src)+"```\n") {
-		t.Errorf("%s does not show examples/python/sender.py verbatim in a ```python block", docsFile)
+		t.Errorf("%s does not show examples/python/sender.py verbatim in a ```python block", pythonDoc)
+	}
+}
+
+// TestServeDocTranscriptsIndexed: every file under docs/serve with an
+// example is replayed (in docsTranscripts), and the guide links every
+// file under docs/serve, so no example goes unreplayed and no transcript
+// unread.
+func TestServeDocTranscriptsIndexed(t *testing.T) {
+	guide, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../docs/serve/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "```http request") && !slices.Contains(docsTranscripts, f) {
+			t.Errorf("%s has examples but is not in docsTranscripts: they are not replayed", f)
+		}
+		if link := "(serve/" + filepath.Base(f); !strings.Contains(string(guide), link) {
+			t.Errorf("%s does not link %s", docsFile, f)
+		}
+	}
+	for _, f := range docsTranscripts {
+		if !slices.Contains(files, f) {
+			t.Errorf("docsTranscripts names %s, which does not exist", f)
+		}
 	}
 }

@@ -29,8 +29,7 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
-// The Python sender's retry (docs/SERVE.md, "Retries after a lost
-// reply"): serve decides the first Take and its connection dies before
+// The Python sender's retry (docs/serve/retries.md): serve decides the first Take and its connection dies before
 // the reply, as when serve is killed; the sender re-sends with the same
 // idempotency key, gets the first decision, and prints what it prints
 // when nothing is lost. The take was counted once.

@@ -44,6 +44,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // Defaults of Config's bounds.
@@ -69,16 +70,16 @@ type Config struct {
 	// Ignored with Live.
 	Policies []*sdk.Policy
 	// Live, when set, gives the policies served instead: the current
-	// version of a followed policy store (sdk/policyfile's Live). The
-	// server calls it once per call, and decides the call with the
-	// policies it returned, so one call never mixes two versions; it must
-	// be cheap and safe for concurrent use. Its Version is reported in
-	// decisions and by ListPolicies. It may return no policies (an empty
+	// version of a followed policy store (a *policystore.Live's Current;
+	// nil: none yet, no policies). The server calls it once per call,
+	// and decides the call with the policies it returned, so one call
+	// never mixes two versions; it must be cheap and safe for concurrent
+	// use. Its Version is reported in decisions and by ListPolicies. It may return no policies (an empty
 	// store: every call names an unknown policy until one is applied).
-	Live func() Snapshot
+	Live func() *policystore.Snapshot
 	// Store, when set, answers PolicyService (plan, apply, history,
 	// rollback). Nil: PolicyService answers FailedPrecondition.
-	Store PolicyStore
+	Store *policystore.Store
 	// Callers are the credentials. None: every loopback client may do
 	// everything (as the caller named "local"); others are refused.
 	Callers []Caller
@@ -186,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 		if len(cfg.Policies) == 0 {
 			return nil, errors.New("serve: no policies")
 		}
-		ps, err := newPolicySet(Snapshot{Policies: cfg.Policies})
+		ps, err := newPolicySet(&policystore.Snapshot{Policies: cfg.Policies})
 		if err != nil {
 			return nil, err
 		}

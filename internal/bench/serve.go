@@ -79,6 +79,6 @@ func peekOne(c *fqclient.Client, p *sdk.Policy, gen *subjects) decideFunc {
 // noRetry is the bench's client retry setting: the in-process runs carry
 // no idempotency key, so the runs through serve carry none either (the
 // client's default, client.DefaultRetry, gives each take one: a
-// different decision path, costed in docs/SERVE.md) and ratios compare
+// different decision path, costed in docs/serve/retries.md) and ratios compare
 // the same decisions.
 var noRetry = &fqclient.Retry{Tries: 1}
