@@ -23,9 +23,8 @@ var notDecisionPath = map[string]string{
 	// request, and the rest of the file are checked).
 	"../../serve/server.go:New": "setup: reads Config, builds the callers, handlers and interceptors once",
 	// serve: administration, not decisions.
-	"../../serve/store.go":      "policy administration (PlanPolicies, ApplyPolicies, PolicyHistory, RollbackPolicies, …)",
-	"../../serve/policyfile.go": "policy administration: the adapter of the policy store",
-	"../../serve/overrides.go":  "override administration (SetOverride, ListOverrides, DeleteOverride)",
+	"../../serve/store.go":     "policy administration (PlanPolicies, ApplyPolicies, PolicyHistory, RollbackPolicies, …)",
+	"../../serve/overrides.go": "override administration (SetOverride, ListOverrides, DeleteOverride)",
 }
 
 // decisionPath are the package directories of the decision path: the
