@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,8 @@ const javaBuild = "../examples/java/build.sh"
 // seed policies, over gRPC with stubs generated from the repository's
 // .proto by Debian's protoc and grpc-java plugin and compiled (once, into
 // a temporary directory) against Debian's grpc-java jars by
-// examples/java/build.sh. It prints what docs/serve/java.md shows.
+// examples/java/build.sh. It prints what docs/serve/java.md shows, and a
+// denial by a per-person block for a blocked person.
 func TestJavaSender(t *testing.T) {
 	missing, err := exec.Command("bash", javaBuild, "--missing").Output()
 	if err != nil {
@@ -44,30 +46,53 @@ func TestJavaSender(t *testing.T) {
 		regexp.QuoteMeta(printed), `retry in \d+s`) + "$")
 
 	b, _ := backendKinds[0].new(t)
-	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push")
+	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push ops:ops-secret-1:admin@*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := seed.Policies()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The seed policies, push reading overrides: one person is blocked.
+	ps := mustLoad(t, strings.Replace(string(seed.YAML), "  - name: push\n", "  - name: push\n    overrides: true\n", 1))
 	e := start(t, b, serve.Config{Callers: callers, Live: func() serve.Snapshot { return serve.Snapshot{Policies: ps} }})
+	block, err := http.NewRequest("POST", e.url+"/freqcap.v1.OverrideService/SetOverride", strings.NewReader(
+		`{"policy": "push", "subject": {"user": "java-blocked"}, "override": {"kind": "OVERRIDE_KIND_BLOCK", "reason": "complaint"}, "ttl": "3600s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block.Header.Set("Authorization", "Bearer ops-secret-1")
+	block.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("SetOverride: %s", resp.Status)
+	}
 
 	out := t.TempDir()
 	if build, err := exec.Command("bash", javaBuild, out).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", javaBuild, err, build)
 	}
-	cmd := exec.Command("java", "-jar", filepath.Join(out, "sender.jar"))
-	cmd.Env = append(os.Environ(), "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"), "FREQCAP_TOKEN=sender-secret-1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	got, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("java -jar sender.jar: %v\n%s%s", err, got, stderr.String())
+	run := func(user string) string {
+		t.Helper()
+		cmd := exec.Command("java", "-jar", filepath.Join(out, "sender.jar"))
+		cmd.Env = append(os.Environ(), "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"), "FREQCAP_TOKEN=sender-secret-1")
+		if user != "" {
+			cmd.Env = append(cmd.Env, "FREQCAP_USER="+user)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		got, err := cmd.Output()
+		if err != nil || stderr.Len() > 0 {
+			t.Fatalf("java -jar sender.jar: %v\n%s%s", err, got, stderr.String())
+		}
+		return string(got)
 	}
-	if !want.Match(got) {
-		t.Errorf("the Java sender printed:\n%s%s\nwant what %s shows:\n%s", got, stderr.String(), javaDoc, printed)
+	if got := run(""); !want.MatchString(got) {
+		t.Errorf("the Java sender printed:\n%s\nwant what %s shows:\n%s", got, javaDoc, printed)
+	}
+	if got, want := run("java-blocked"), regexp.MustCompile(`^send #1: blocked by override #\d+ \(complaint\), retry in 3[56]\d\ds\n`); !want.MatchString(got) {
+		t.Errorf("the Java sender for a blocked person printed:\n%s\nwant its first line to match %s", got, want)
 	}
 }
 

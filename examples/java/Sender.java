@@ -8,6 +8,7 @@ import dev.freqcap.v1.Attempt;
 import dev.freqcap.v1.BatchResult;
 import dev.freqcap.v1.Decision;
 import dev.freqcap.v1.FreqcapServiceGrpc;
+import dev.freqcap.v1.OverrideKind;
 import dev.freqcap.v1.ResetRequest;
 import dev.freqcap.v1.TakeBatchRequest;
 import dev.freqcap.v1.TakeBatchResponse;
@@ -28,6 +29,8 @@ import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
 public final class Sender {
+    private static final int TRIES = 5;
+
     private final FreqcapServiceGrpc.FreqcapServiceBlockingStub stub;
 
     Sender(ManagedChannel channel, String token) {
@@ -61,7 +64,7 @@ public final class Sender {
      * Takes one unit of policy "push" for (user, content) and returns the
      * Decision. Retries transient failures (the call may not have been
      * decided, or its answer was lost) with exponential back-off and
-     * jitter, within 4 s in all, with one idempotency key: a retry of a
+     * jitter, at most TRIES times within 4 s, with one idempotency key: a retry of a
      * call serve decided gets its first decision back and counts nothing.
      * Every other code is serve's refusal of the call: a retry gets the same.
      */
@@ -81,7 +84,7 @@ public final class Sender {
                 Status.Code code = err.getStatus().getCode();
                 long pause = (long) (Math.min(1000, 50L << attempt) * ThreadLocalRandom.current().nextDouble(0.5, 1.5));
                 boolean retryable = code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED;
-                if (!retryable || attempt == 4 || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end) {
+                if (!retryable || attempt == TRIES - 1 || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end) {
                     throw err;
                 }
                 Thread.sleep(pause);
@@ -89,13 +92,22 @@ public final class Sender {
         }
     }
 
-    /** What a decision says: allowed with what is left, or the denying rules and when to retry. */
+    /** What a decision says: allowed with what is left, or what denied and when to retry. */
     static String describe(Decision d) {
+        if (d.getAllowed() && d.getDegraded()) {
+            // A fail-open policy allowed it without its backend: no rules, nothing counted.
+            return "allowed, degraded: " + d.getDegradedReason();
+        }
         if (d.getAllowed()) {
             return String.format("allowed, %d of %d left this minute",
                     d.getRules(0).getRemaining(), d.getRules(0).getLimit());
         }
         double retry = d.getRetryAfter().getSeconds() + d.getRetryAfter().getNanos() / 1e9;
+        if (d.getOverride().getKind() == OverrideKind.OVERRIDE_KIND_BLOCK) {
+            // A per-person block (OverrideService) denies without a rule.
+            return String.format("blocked by override #%d (%s), retry in %.0fs",
+                    d.getOverride().getId(), d.getOverride().getReason(), retry);
+        }
         return String.format("denied by %s, retry in %.0fs", String.join(",", d.getDeniedList()), retry);
     }
 
