@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // Overrider is what *sdk.Limiter and *Client have in common for
@@ -73,33 +73,12 @@ func (c *Client) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([
 	return out, nil
 }
 
-// PolicyPlan is what applying a policy document would do, as the
-// server's PlanPolicies answers it.
-type PolicyPlan struct {
-	// Faults are the document's faults (then nothing else is set).
-	Faults []Fault
-	// Base is the store's version the plan compares with: pass it to
-	// ApplyPolicies as expected.
-	Base     int64
-	Text     string
-	Changes  []PolicyChange
-	Warnings []string
-	// Rekey: some rule is re-keyed; ApplyPolicies needs confirmRekey.
-	Rekey bool
-}
-
 // Fault is one fault of a policy document: line (1-based; 0 unknown),
 // key path and message.
 type Fault struct {
 	Line    int
 	Key     string
 	Message string
-}
-
-// PolicyChange is one change a plan makes to a rule (or policy: Rule
-// empty); Kind and Carries are sdk/policyfile's words.
-type PolicyChange struct {
-	Policy, Rule, Kind, Carries, Detail string
 }
 
 // PolicyVersion is one version of the server's policy store; YAML only
@@ -111,13 +90,8 @@ type PolicyVersion struct {
 	YAML       string
 }
 
-// ErrRekeyUnconfirmed is wrapped by the errors of ApplyPolicies and
-// RollbackPolicies for a document that re-keys a rule without
-// confirmRekey: nothing was stored.
-var ErrRekeyUnconfirmed = errors.New("the document re-keys a rule: confirm it")
-
-// DocumentError is wrapped by ApplyPolicies' error for an invalid
-// document: its faults, as the server reported them.
+// DocumentError is wrapped by PlanPolicies' and ApplyPolicies' errors
+// for an invalid document: its faults, as the server reported them.
 type DocumentError struct{ Faults []Fault }
 
 // Error lists the faults, each with its line and key when known.
@@ -147,14 +121,11 @@ func fromFaults(in []*freqcapv1.DocumentFault) []Fault {
 	return out
 }
 
-// storeErr wraps a policy-store call's error: sdk/driver's
-// ErrVersionConflict or ErrNoPolicyVersion, policyfile's
-// ErrUnreadableVersion, ErrRekeyUnconfirmed, or a *DocumentError, as the
-// server's reason says.
+// storeErr wraps a policy-store call's error: policystore's
+// ErrVersionConflict, ErrNoPolicyVersion, ErrUnreadableVersion or
+// ErrRekeyNotConfirmed, or a *DocumentError, as the server's reason says.
 func storeErr(op string, err error) error {
 	switch wire.ReasonOf(err) {
-	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
-		return fmt.Errorf("client: %s: %w: %w", op, ErrRekeyUnconfirmed, err)
 	case freqcapv1.Reason_REASON_INVALID_POLICY_DOCUMENT:
 		return fmt.Errorf("client: %s: %w: %w", op, &DocumentError{Faults: fromFaults(wire.Faults(err))}, err)
 	}
@@ -170,26 +141,30 @@ func fromVersion(v *freqcapv1.PolicyVersion) PolicyVersion {
 }
 
 // PlanPolicies asks the server what applying doc (a policy file's YAML)
-// would do, storing nothing. A document with faults is a plan with
-// Faults, not an error.
-func (c *Client) PlanPolicies(ctx context.Context, doc []byte) (PolicyPlan, error) {
+// would do, storing nothing: policystore.Store.Plan through the server
+// (the credential needs inspect on every policy). The plan is what the
+// wire carries (internal to the server: its policies and lineage; its
+// changes name the rules without their definitions): Base (pass it to
+// ApplyPolicies as expected), Diffs, Warnings, Rekeyed and String. A
+// document with faults is an error wrapping a *DocumentError, as
+// ApplyPolicies'.
+func (c *Client) PlanPolicies(ctx context.Context, doc []byte) (*policystore.Plan, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	res, err := c.store.PlanPolicies(ctx, connect.NewRequest(&freqcapv1.PlanPoliciesRequest{Yaml: string(doc)}))
 	if err != nil {
-		return PolicyPlan{}, storeErr("plan policies", err)
+		return nil, storeErr("plan policies", err)
 	}
-	m := res.Msg
-	out := PolicyPlan{Faults: fromFaults(m.GetFaults()), Base: m.GetBaseVersion(), Text: m.GetText(), Warnings: m.GetWarnings(), Rekey: m.GetRekey()}
-	for _, ch := range m.GetChanges() {
-		out.Changes = append(out.Changes, PolicyChange{Policy: ch.GetPolicy(), Rule: ch.GetRule(), Kind: ch.GetKind(), Carries: ch.GetCarries(), Detail: ch.GetDetail()})
+	if m := res.Msg; !m.GetValid() {
+		return nil, fmt.Errorf("client: plan policies: %w", &DocumentError{Faults: fromFaults(m.GetFaults())})
 	}
-	return out, nil
+	return wire.FromPlan(res.Msg, doc), nil
 }
 
 // ApplyPolicies stores doc as the store's next version if it is still at
-// expected (else an error wrapping driver.ErrVersionConflict, nothing
-// stored), re-keying rules only with confirmRekey. The server records its
+// expected (else an error wrapping policystore.ErrVersionConflict,
+// nothing stored), re-keying rules only with confirmRekey (else an error
+// wrapping policystore.ErrRekeyNotConfirmed). The server records its
 // caller's name as who applied it, with reason.
 func (c *Client) ApplyPolicies(ctx context.Context, doc []byte, expected int64, confirmRekey bool, reason string) (PolicyVersion, error) {
 	ctx, cancel := c.ctx(ctx)
@@ -220,8 +195,8 @@ func (c *Client) PolicyHistory(ctx context.Context, max int) ([]PolicyVersion, e
 }
 
 // PolicyVersionOf returns version n of the store (0: the current one)
-// with its YAML; an error wrapping driver.ErrNoPolicyVersion when there
-// is none, policyfile.ErrUnreadableVersion when it does not load
+// with its YAML; an error wrapping policystore.ErrNoPolicyVersion when there
+// is none, policystore.ErrUnreadableVersion when it does not load
 // (failed_precondition: apply a document or roll back; retrying does not
 // help).
 func (c *Client) PolicyVersionOf(ctx context.Context, n int64) (PolicyVersion, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 type fixedSource struct {
@@ -22,7 +23,9 @@ type fixedSource struct {
 	pols []*sdk.Policy
 }
 
-func (s fixedSource) Policies() (int64, []*sdk.Policy) { return s.v, s.pols }
+func (s fixedSource) Current() *policystore.Snapshot {
+	return &policystore.Snapshot{Version: s.v, Policies: s.pols}
+}
 
 // TestOverviewNotBehindRightAfterApply: a named service (the console
 // itself, ServiceName) that announced version 1 and then, after an

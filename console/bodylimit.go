@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // maxBody is the largest request body accepted (API and forms), but on
@@ -16,10 +16,10 @@ import (
 const maxBody = 64 << 10
 
 // maxEditorBody is the largest request body the policy editor's routes
-// accept: a policy document of sdk.MaxPolicyDocument bytes (what the store
+// accept: a policy document of policystore.MaxPolicyDocument bytes (what the store
 // keeps at most, and refuses beyond) in a form, where URL encoding can
 // triple it, or in JSON, plus maxBody for the other fields.
-const maxEditorBody = 3*sdk.MaxPolicyDocument + maxBody
+const maxEditorBody = 3*policystore.MaxPolicyDocument + maxBody
 
 // editorRoutes are the routes that post a whole policy document.
 var editorRoutes = map[string]bool{

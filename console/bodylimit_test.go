@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestBodyLimit: the policy editor takes a document up to the store's
-// limit (sdk.MaxPolicyDocument), as a form and as JSON, far past the
+// limit (policystore.MaxPolicyDocument), as a form and as JSON, far past the
 // 64 KiB other bodies get; a body over its route's limit is answered 413
 // saying the limit, never "missing or invalid CSRF token".
 func TestBodyLimit(t *testing.T) {
@@ -25,7 +25,7 @@ func TestBodyLimit(t *testing.T) {
 		pad.WriteString("# a comment line, long enough to pad the document past 64 KiB: x=1 & y=2\n")
 	}
 	big := string(storeYAML) + pad.String()
-	if len(big) > sdk.MaxPolicyDocument {
+	if len(big) > policystore.MaxPolicyDocument {
 		t.Fatalf("the padded document is %d bytes, over MaxPolicyDocument", len(big))
 	}
 	over := strings.Repeat("#", maxEditorBody) // a form of it is over the editor's limit

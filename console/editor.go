@@ -12,98 +12,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
-
-// StoredPolicy is one version of the policy store as the editor shows it.
-type StoredPolicy struct {
-	// Version numbers the store's versions from 1.
-	Version int64
-	// Source is the policy file (YAML) as applied.
-	Source []byte
-	// At is when it was applied; By and Reason who applied it and why.
-	At         time.Time
-	By, Reason string
-}
-
-// PlanChange is what a plan does to one rule (or policy, Rule empty).
-type PlanChange struct {
-	Policy, Rule string
-	// Kind names the change: added, removed, limit, shadow, identity,
-	// re-keyed, … as the store words it.
-	Kind string
-	// Carries says what the rule's counts keep: "exactly",
-	// "conservatively", "nothing" (or "" where it does not apply).
-	Carries string
-	// Detail says it in words ("window 1h → 24h").
-	Detail string
-}
-
-// PolicyPlan is what applying a policy document would do, against the
-// version it was made from.
-type PolicyPlan struct {
-	// Base is the store's version the plan was made against (0: empty
-	// store); Apply refuses when another version was applied since.
-	Base int64
-	// Policies are the document's policies, Current those of version
-	// Base (the what-if estimate replays both; Current nil: the console's
-	// own).
-	Policies, Current []*sdk.Policy
-	Changes           []PlanChange
-	Warnings          []string
-	// Rekey: some rule's dimensions change, so its counts cannot carry
-	// over; Apply refuses unless confirmed.
-	Rekey bool
-	// Unchanged: the document changes nothing.
-	Unchanged bool
-	// Text is the plan in words, as `freqcap policy diff` prints it.
-	Text string
-}
-
-// PolicyEditor is the policy store as the console's editor uses it. The
-// freqcap command adapts a *policyfile.Store; it must be safe for
-// concurrent use.
-type PolicyEditor interface {
-	// Plan validates src (errors wrap sdk.ErrInvalidPolicy or
-	// sdk.ErrInvalidRule and give the line and key at fault) and says what
-	// applying it over the current version would do.
-	Plan(ctx context.Context, src []byte) (PolicyPlan, error)
-	// Apply stores src as a new version if the current one is still base
-	// (else an error wrapping driver.ErrVersionConflict, nothing stored),
-	// refusing a re-keying document unless confirmRekey (an error
-	// wrapping ErrRekeyUnconfirmed).
-	Apply(ctx context.Context, src []byte, base int64, confirmRekey bool, by, reason string) (StoredPolicy, error)
-	// History lists up to max versions, newest first (max <= 0: all).
-	History(ctx context.Context, max int) ([]StoredPolicy, error)
-	// Version returns version n (0: the current one); an error wrapping
-	// driver.ErrNoPolicyVersion when there is none,
-	// policyfile.ErrUnreadableVersion when it does not load.
-	Version(ctx context.Context, n int64) (StoredPolicy, error)
-	// Head returns the store's current version number and the newest
-	// version that loads (policyfile.Store.Head): the editor starts from
-	// it, and says why the versions after it do not load.
-	Head(ctx context.Context) (StoreHead, error)
-}
-
-// StoreHead is the store's current version as the editor starts from it.
-type StoreHead struct {
-	// Number is the store's current version number (0: empty store).
-	Number int64
-	// Loaded is the newest version at or before Number that loads
-	// (Version 0: none does): what the editor shows, plans compare with
-	// and limiters keep running.
-	Loaded StoredPolicy
-	// Problem, when Loaded is not version Number, says why the versions
-	// after it do not load.
-	Problem string
-}
-
-// ErrRekeyUnconfirmed is returned (wrapped) by PolicyEditor.Apply for a
-// document that re-keys a rule without confirmRekey.
-var ErrRekeyUnconfirmed = errors.New("console: the new version re-keys a rule (its counts cannot carry over): confirm it")
 
 // WhatIf estimates, from the traffic the services recorded, what a
 // proposed version would have denied compared with the current one (the
@@ -140,15 +52,15 @@ func editorError(op string, err error) error {
 	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
 		// The policy file's own text, line and key.
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error())
-	case errors.Is(err, driver.ErrVersionConflict):
+	case errors.Is(err, policystore.ErrVersionConflict):
 		return echo.NewHTTPError(http.StatusConflict, "another version was applied since this one was previewed: nothing was applied; preview again")
-	case errors.Is(err, ErrRekeyUnconfirmed):
+	case errors.Is(err, policystore.ErrRekeyNotConfirmed):
 		return echo.NewHTTPError(http.StatusConflict, "this version re-keys a rule, whose counts start afresh: nothing was applied; confirm the re-keying to apply it")
-	case errors.Is(err, policyfile.ErrUnreadableVersion):
+	case errors.Is(err, policystore.ErrUnreadableVersion):
 		// Not an outage: a version written by hand or by a newer
 		// freqcap. The editor starts from the newest one that loads.
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error()+": open the editor (it starts from the newest version that loads) and apply, or roll back to a version that loads from the history")
-	case errors.Is(err, driver.ErrNoPolicyVersion):
+	case errors.Is(err, policystore.ErrNoPolicyVersion):
 		return echo.NewHTTPError(http.StatusNotFound, "no such policy version")
 	case errors.Is(err, errors.ErrUnsupported):
 		return echo.NewHTTPError(http.StatusNotImplemented, "this backend keeps no policy store")
@@ -159,15 +71,15 @@ func editorError(op string, err error) error {
 // editorHead reads the store's head into v: the version shown (the
 // newest that loads) and, when the current one does not load, why.
 func (s *Server) editorHead(ctx context.Context, v *views.EditorView) error {
-	h, err := s.cfg.Editor.Head(ctx)
+	h, err := s.cfg.Store.Head(ctx)
 	if err != nil {
 		return err
 	}
-	v.Current = storedRow(h.Loaded, h.Loaded.Version)
+	v.Current = storedRow(h.Loaded, h.Loaded.Number)
 	v.Source = string(h.Loaded.Source)
-	if h.Loaded.Version != h.Number {
+	if h.Loaded.Number != h.Number {
 		v.Current.Current = false
-		v.StoreVersion, v.Unloadable = h.Number, h.Problem
+		v.StoreVersion, v.Unloadable = h.Number, h.Problem()
 	}
 	return nil
 }
@@ -175,16 +87,16 @@ func (s *Server) editorHead(ctx context.Context, v *views.EditorView) error {
 // apply applies src over base and records it in the audit log, for the
 // editor, the rollback and the API alike. from, when nonzero, is the
 // version a rollback restores.
-func (s *Server) apply(c echo.Context, src []byte, base int64, rekey bool, reason string, from int64) (StoredPolicy, error) {
-	if s.cfg.Editor == nil {
-		return StoredPolicy{}, errNoEditor
+func (s *Server) apply(c echo.Context, src []byte, base int64, rekey bool, reason string, from int64) (policystore.Version, error) {
+	if s.cfg.Store == nil {
+		return policystore.Version{}, errNoEditor
 	}
 	reason, err := checkReason(reason)
 	if err != nil {
-		return StoredPolicy{}, err
+		return policystore.Version{}, err
 	}
 	id := identityOf(c)
-	v, aerr := s.cfg.Editor.Apply(c.Request().Context(), src, base, rekey, id.Name, reason)
+	v, aerr := s.applyOver(c.Request().Context(), src, base, rekey, id.Name, reason)
 	action := "policy-apply"
 	if from > 0 {
 		action = "policy-rollback"
@@ -197,12 +109,12 @@ func (s *Server) apply(c echo.Context, src []byte, base int64, rekey bool, reaso
 	}
 	if aerr != nil {
 		entry.Outcome = "refused"
-		if !(errors.Is(aerr, driver.ErrVersionConflict) || errors.Is(aerr, ErrRekeyUnconfirmed) || errors.Is(aerr, sdk.ErrInvalidPolicy) || errors.Is(aerr, sdk.ErrInvalidRule)) {
+		if !(errors.Is(aerr, policystore.ErrVersionConflict) || errors.Is(aerr, policystore.ErrRekeyNotConfirmed) || errors.Is(aerr, sdk.ErrInvalidPolicy) || errors.Is(aerr, sdk.ErrInvalidRule)) {
 			entry.Outcome = "failed"
 		}
 	} else {
-		entry.Version = v.Version
-		entry.Detail = fmt.Sprintf("version %d, ", v.Version) + entry.Detail
+		entry.Version = v.Number
+		entry.Detail = fmt.Sprintf("version %d, ", v.Number) + entry.Detail
 	}
 	if err := s.audit.Record(entry); err != nil {
 		return v, fmt.Errorf("policy apply: recording the audit entry: %w", err)
@@ -210,21 +122,33 @@ func (s *Server) apply(c echo.Context, src []byte, base int64, rekey bool, reaso
 	if aerr != nil {
 		return v, editorError("apply", aerr)
 	}
-	s.log.Info("console: policy version applied", "actor", entry.Actor, "version", v.Version, "base", base, "rollback_of", from)
+	s.log.Info("console: policy version applied", "actor", entry.Actor, "version", v.Number, "base", base, "rollback_of", from)
 	return v, nil
 }
 
+// applyOver plans src and applies it if the store is still at base (else
+// an error wrapping policystore.ErrVersionConflict, nothing stored).
+func (s *Server) applyOver(ctx context.Context, src []byte, base int64, rekey bool, by, reason string) (policystore.Version, error) {
+	p, err := s.cfg.Store.Plan(ctx, src)
+	if err != nil {
+		return policystore.Version{}, err
+	}
+	if p.Base != base {
+		return policystore.Version{}, fmt.Errorf("console: apply over version %d, the store is at %d: %w", base, p.Base, policystore.ErrVersionConflict)
+	}
+	p.ConfirmRekey = rekey
+	return s.cfg.Store.Apply(ctx, p, by, reason)
+}
+
 // planView builds the preview of plan (with the what-if estimate).
-func (s *Server) planView(ctx context.Context, plan PolicyPlan) views.PlanView {
+func (s *Server) planView(ctx context.Context, plan *policystore.Plan) views.PlanView {
 	pv := views.PlanView{
 		Base:      plan.Base,
 		Warnings:  plan.Warnings,
-		Rekey:     plan.Rekey,
-		Unchanged: plan.Unchanged,
-		Text:      plan.Text,
-	}
-	for _, ch := range plan.Changes {
-		pv.Changes = append(pv.Changes, views.PlanChangeRow{Policy: ch.Policy, Rule: ch.Rule, Kind: ch.Kind, Carries: ch.Carries, Detail: ch.Detail})
+		Rekey:     len(plan.Rekeyed()) > 0,
+		Unchanged: !plan.Changed(),
+		Text:      plan.String(),
+		Changes:   planRows(plan),
 	}
 	switch {
 	case s.cfg.WhatIf == nil:
@@ -232,34 +156,70 @@ func (s *Server) planView(ctx context.Context, plan PolicyPlan) views.PlanView {
 	default:
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		cur := plan.Current
-		if cur == nil {
-			cur = s.snap().order
+		cur, err := s.planCurrent(ctx, plan)
+		if err == nil {
+			pv.WhatIf, err = s.cfg.WhatIf.Estimate(ctx, cur, plan.Policies)
 		}
-		est, err := s.cfg.WhatIf.Estimate(ctx, cur, plan.Policies)
 		if err != nil {
 			s.warn.Warn("whatif", "console: what-if estimate failed", "err", err)
 			pv.WhatIfNote = "No estimate: the recorded traffic could not be replayed (the console's log has the error)."
-		} else {
-			pv.WhatIf = est
 		}
 	}
 	return pv
 }
 
+// planCurrent is the policies plan is made against (the what-if
+// replays them beside the plan's): its Against version's, whatever
+// version this console runs; the console's own for an empty store.
+func (s *Server) planCurrent(ctx context.Context, plan *policystore.Plan) ([]*sdk.Policy, error) {
+	if plan.Against == 0 {
+		return s.snap().order, nil
+	}
+	v, err := s.cfg.Store.Version(ctx, plan.Against)
+	if err != nil {
+		return nil, err
+	}
+	return v.Policies()
+}
+
+// planRows are the preview's rows of plan's changes: a policy's own
+// change or settings, then its changed rules.
+func planRows(p *policystore.Plan) []views.PlanChangeRow {
+	var out []views.PlanChangeRow
+	for _, d := range p.Diffs {
+		if d.Kind == policystore.Unchanged {
+			continue
+		}
+		if len(d.Settings) > 0 || d.Kind != policystore.Modified {
+			out = append(out, views.PlanChangeRow{Policy: d.Policy, Kind: "policy " + d.Kind.String(), Detail: strings.Join(d.Settings, "; ")})
+		}
+		for _, r := range d.Rules {
+			if r.Kind == policystore.Unchanged {
+				continue
+			}
+			out = append(out, views.PlanChangeRow{
+				Policy: d.Policy, Rule: r.Rule, Kind: r.Kind.String(),
+				Carries: strings.TrimPrefix(r.Carry.String(), "carries "),
+				Detail:  strings.TrimPrefix(strings.Join(r.Fields, ", ")+"; "+r.Note, "; "),
+			})
+		}
+	}
+	return out
+}
+
 // storedRow is v as the history lists it.
-func storedRow(v StoredPolicy, current int64) views.VersionRow {
+func storedRow(v policystore.Version, current int64) views.VersionRow {
 	return views.VersionRow{
-		Version: v.Version, At: fmtTime(v.At), By: v.By, Reason: v.Reason,
-		Current: v.Version == current,
-		URL:     "/policies/version?n=" + strconv.FormatInt(v.Version, 10),
+		Version: v.Number, At: fmtTime(v.At), By: v.By, Reason: v.Reason,
+		Current: v.Number == current,
+		URL:     "/policies/version?n=" + strconv.FormatInt(v.Number, 10),
 	}
 }
 
 // editPage is GET /policies/edit: the current version's source in an
 // edit box (admins) or read-only (viewers).
 func (s *Server) editPage(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	v := views.EditorView{
@@ -278,7 +238,7 @@ func (s *Server) editPage(c echo.Context) error {
 // errors, or its plan, re-keying warning and what-if estimate, with the
 // apply form.
 func (s *Server) preview(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	src := formSource(c)
@@ -295,7 +255,7 @@ func (s *Server) preview(c echo.Context) error {
 	v.Source = src
 	v.Title = "Policy editor: preview"
 	status := http.StatusOK
-	plan, err := s.cfg.Editor.Plan(ctx, []byte(src))
+	plan, err := s.cfg.Store.Plan(ctx, []byte(src))
 	switch {
 	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule):
 		v.Invalid, status = err.Error(), http.StatusUnprocessableEntity
@@ -318,7 +278,7 @@ func (s *Server) applyForm(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Version, 10))
+	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Number, 10))
 }
 
 // formSource reads the policy file a form posts: browsers send a
@@ -334,21 +294,21 @@ const historyMax = 100
 // historyPage is GET /policies/history: who applied which version, when
 // and why; links to view, diff and roll back.
 func (s *Server) historyPage(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
-	vs, err := s.cfg.Editor.History(c.Request().Context(), historyMax)
+	hs, err := s.cfg.Store.History(c.Request().Context(), historyMax)
 	if err != nil {
 		return editorError("history", err)
 	}
 	v := views.HistoryView{Page: s.page(c, "policies"), Running: s.snap().version, CanEdit: identityOf(c).Role >= RoleAdmin}
 	v.Title = "Policy history"
 	var cur int64
-	if len(vs) > 0 {
-		cur = vs[0].Version
+	if len(hs) > 0 {
+		cur = hs[0].Number
 	}
-	for _, x := range vs {
-		v.Versions = append(v.Versions, storedRow(x, cur))
+	for _, x := range hs {
+		v.Versions = append(v.Versions, storedRow(x.Version, cur))
 	}
 	if c.QueryParam("done") == "applied" {
 		v.Notice = "Version " + c.QueryParam("v") + " applied: every limiter following the store picks it up within 2 s. The apply is in the audit log."
@@ -367,7 +327,7 @@ func versionParam(get func(string) string, name string) (int64, error) {
 
 // versionPage is GET /policies/version?n=N: one version's source.
 func (s *Server) versionPage(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	n, err := versionParam(c.QueryParam, "n")
@@ -375,11 +335,11 @@ func (s *Server) versionPage(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	x, err := s.cfg.Editor.Version(ctx, n)
+	x, err := s.cfg.Store.Version(ctx, n)
 	if err != nil {
 		return editorError("read", err)
 	}
-	h, err := s.cfg.Editor.Head(ctx)
+	h, err := s.cfg.Store.Head(ctx)
 	if err != nil {
 		return editorError("read", err)
 	}
@@ -403,7 +363,7 @@ func (s *Server) versionPage(c echo.Context) error {
 // diffPage is GET /policies/diff?a=N&b=M: the line diff of two versions'
 // sources.
 func (s *Server) diffPage(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	a, err := versionParam(c.QueryParam, "a")
@@ -415,11 +375,11 @@ func (s *Server) diffPage(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	va, err := s.cfg.Editor.Version(ctx, a)
+	va, err := s.cfg.Store.Version(ctx, a)
 	if err != nil {
 		return editorError("read", err)
 	}
-	vb, err := s.cfg.Editor.Version(ctx, b)
+	vb, err := s.cfg.Store.Version(ctx, b)
 	if err != nil {
 		return editorError("read", err)
 	}
@@ -434,7 +394,7 @@ func (s *Server) diffPage(c echo.Context) error {
 // rollbackConfirm is GET /policies/rollback?n=N (admin): what applying
 // version N's document again would do, and the form confirming it.
 func (s *Server) rollbackConfirm(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	n, err := versionParam(c.QueryParam, "n")
@@ -442,11 +402,11 @@ func (s *Server) rollbackConfirm(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	x, err := s.cfg.Editor.Version(ctx, n)
+	x, err := s.cfg.Store.Version(ctx, n)
 	if err != nil {
 		return editorError("read", err)
 	}
-	plan, err := s.cfg.Editor.Plan(ctx, x.Source)
+	plan, err := s.cfg.Store.Plan(ctx, x.Source)
 	if err != nil {
 		return editorError("plan", err)
 	}
@@ -458,7 +418,7 @@ func (s *Server) rollbackConfirm(c echo.Context) error {
 // rollback is POST /policies/rollback (admin): applies version n's
 // document as a new version, over base.
 func (s *Server) rollback(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	if c.FormValue("confirm") != "yes" {
@@ -476,17 +436,17 @@ func (s *Server) rollback(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Version, 10))
+	return c.Redirect(http.StatusSeeOther, "/policies/history?done=applied&v="+strconv.FormatInt(v.Number, 10))
 }
 
 // rollbackTo applies version n's document again as a new version.
-func (s *Server) rollbackTo(c echo.Context, n, base int64, rekey bool, reason string) (StoredPolicy, error) {
-	if s.cfg.Editor == nil {
-		return StoredPolicy{}, errNoEditor
+func (s *Server) rollbackTo(c echo.Context, n, base int64, rekey bool, reason string) (policystore.Version, error) {
+	if s.cfg.Store == nil {
+		return policystore.Version{}, errNoEditor
 	}
-	x, err := s.cfg.Editor.Version(c.Request().Context(), n)
+	x, err := s.cfg.Store.Version(c.Request().Context(), n)
 	if err != nil {
-		return StoredPolicy{}, editorError("read", err)
+		return policystore.Version{}, editorError("read", err)
 	}
 	return s.apply(c, x.Source, base, rekey, reason, n)
 }

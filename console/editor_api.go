@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // PolicyDocRequest is the body of POST /api/v1/policies/plan and
@@ -62,8 +64,8 @@ type VersionJSON struct {
 	YAML string `json:"yaml,omitempty"`
 }
 
-func versionJSON(v StoredPolicy, withSource bool) VersionJSON {
-	out := VersionJSON{Version: v.Version, At: v.At.UTC(), By: v.By, Reason: v.Reason}
+func versionJSON(v policystore.Version, withSource bool) VersionJSON {
+	out := VersionJSON{Version: v.Number, At: v.At.UTC(), By: v.By, Reason: v.Reason}
 	if withSource {
 		out.YAML = string(v.Source)
 	}
@@ -73,7 +75,7 @@ func versionJSON(v StoredPolicy, withSource bool) VersionJSON {
 // apiPlan is POST /api/v1/policies/plan (admin): the editor's preview.
 // 422 with the error (line and key) for an invalid document.
 func (s *Server) apiPlan(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	var req PolicyDocRequest
@@ -81,7 +83,7 @@ func (s *Server) apiPlan(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	plan, err := s.cfg.Editor.Plan(ctx, []byte(req.YAML))
+	plan, err := s.cfg.Store.Plan(ctx, []byte(req.YAML))
 	if err != nil {
 		return editorError("plan", err)
 	}
@@ -131,7 +133,7 @@ func (s *Server) apiRollback(c echo.Context) error {
 // apiHistory is GET /api/v1/policies/history?max=N (viewer): the
 // versions, newest first (default and at most 100).
 func (s *Server) apiHistory(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	max := historyMax
@@ -142,13 +144,13 @@ func (s *Server) apiHistory(c echo.Context) error {
 		}
 		max = min(n, historyMax)
 	}
-	vs, err := s.cfg.Editor.History(c.Request().Context(), max)
+	hs, err := s.cfg.Store.History(c.Request().Context(), max)
 	if err != nil {
 		return editorError("history", err)
 	}
-	out := make([]VersionJSON, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, versionJSON(v, false))
+	out := make([]VersionJSON, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, versionJSON(h.Version, false))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"versions": out})
 }
@@ -156,7 +158,7 @@ func (s *Server) apiHistory(c echo.Context) error {
 // apiVersion is GET /api/v1/policies/version?n=N (viewer; 0 or absent:
 // the current one), with its document.
 func (s *Server) apiVersion(c echo.Context) error {
-	if s.cfg.Editor == nil {
+	if s.cfg.Store == nil {
 		return errNoEditor
 	}
 	var n int64
@@ -167,7 +169,7 @@ func (s *Server) apiVersion(c echo.Context) error {
 		}
 		n = x
 	}
-	v, err := s.cfg.Editor.Version(c.Request().Context(), n)
+	v, err := s.cfg.Store.Version(c.Request().Context(), n)
 	if err != nil {
 		return editorError("read", err)
 	}

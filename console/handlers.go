@@ -14,7 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -441,7 +441,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 func (s *Server) policiesPage(c echo.Context) error {
 	ctx := c.Request().Context()
 	ps := s.snap()
-	v := views.PoliciesView{Page: s.page(c, "policies"), Version: ps.version, Editor: s.cfg.Editor != nil}
+	v := views.PoliciesView{Page: s.page(c, "policies"), Version: ps.version, Editor: s.cfg.Store != nil}
 	v.VersionNote = s.versionNote(ctx, ps.version)
 	v.Title = "Policies"
 	desc, derr := s.describe(ctx)

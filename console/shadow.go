@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -14,10 +14,10 @@ import (
 // versionNote says when, by whom and why version n was applied ("" for
 // a policy file, or when the store cannot say).
 func (s *Server) versionNote(ctx context.Context, n int64) string {
-	if n == 0 || s.cfg.Editor == nil {
+	if n == 0 || s.cfg.Store == nil {
 		return ""
 	}
-	v, err := s.cfg.Editor.Version(ctx, n)
+	v, err := s.cfg.Store.Version(ctx, n)
 	if err != nil {
 		return ""
 	}

@@ -5,18 +5,29 @@ import (
 	"sync/atomic"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // PolicySource gives the policies in force when the console follows a
 // policy store rather than a fixed list: every page and API call reads the
-// current snapshot. A *policyfile.Live adapted by the freqcap command
+// current snapshot. A *policystore.Live (policystore.Store.Watch)
 // implements it; it must be safe for concurrent use and cheap (it is read
 // on every request).
 type PolicySource interface {
-	// Policies returns the version in force (0: not a store version) and
-	// its policies, in order, names unique. The console never modifies
-	// the slice.
-	Policies() (version int64, policies []*sdk.Policy)
+	// Current returns the version in force (nil or Version 0: not a
+	// store version) and its policies, in order, names unique. The
+	// console never modifies it.
+	Current() *policystore.Snapshot
+}
+
+// sourcePolicies is src's version in force and its policies (0 and none
+// before it has one).
+func sourcePolicies(src PolicySource) (int64, []*sdk.Policy) {
+	snap := src.Current()
+	if snap == nil {
+		return 0, nil
+	}
+	return snap.Version, snap.Policies
 }
 
 // policySet is one snapshot of the console's policies.
@@ -56,7 +67,7 @@ func (s *Server) snap() *policySet {
 	if s.cfg.Source == nil {
 		return cur
 	}
-	v, pols := s.cfg.Source.Policies()
+	v, pols := sourcePolicies(s.cfg.Source)
 	if cur != nil && cur.version == v && sameSlice(cur.src, pols) {
 		return cur
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // fixtureSeq numbers the store fixtures on a real clock (their prefixes).
@@ -31,7 +31,7 @@ var storeYAML = bytes.Replace(seed.YAML, []byte("    trail: {max: 100, ttl: 24h}
 // newStoreFixture is newFixture with the console following a policy store
 // in the backend, whose version 1 (applied by "setup") is storeYAML, and
 // its editor on that store.
-func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.Store) {
+func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policystore.Store) {
 	t.Helper()
 	return newStoreFixtureOn(t, creds, "memory")
 }
@@ -41,7 +41,7 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policyfile.St
 // "cluster" (the test binary's shared Redis server or 3-master cluster, a
 // prefix of the fixture's own; the real clock, which the server's TIME
 // follows).
-func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policyfile.Store) {
+func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policystore.Store) {
 	t.Helper()
 	var mk func(clk *fakeclock.Clock) sdk.Backend
 	var realClock bool
@@ -71,7 +71,7 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 	if bytes.Equal(storeYAML, seed.YAML) {
 		t.Fatal("storeYAML: the seed's push trail line moved")
 	}
-	var st *policyfile.Store
+	var st *policystore.Store
 	var lim *sdk.Limiter
 	prefix := sdk.DefaultPrefix
 	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be sdk.Backend, flim *sdk.Limiter) {
@@ -87,7 +87,7 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		if r, ok := cfg.Fleet.(*fleet.Reader); ok {
 			cfg.WhatIf = FleetWhatIf(r)
 		}
-		st = policyfile.NewStore(lim)
+		st = policystore.New(be, policystore.WithPrefix(prefix))
 		ctx := context.Background()
 		plan, err := st.Plan(ctx, storeYAML)
 		if err != nil {
@@ -98,14 +98,14 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		t.Cleanup(cancel)
-		live, err := st.Watch(wctx, policyfile.WatchOptions{})
+		live, err := st.Watch(wctx, policystore.WatchOptions{})
 		if err != nil {
 			t.Fatalf("Watch() error: %v", err)
 		}
 		t.Cleanup(func() { live.Close() })
 		cfg.Policies = nil
-		cfg.Source = LiveSource(live)
-		cfg.Editor = StoreEditor(st)
+		cfg.Source = live
+		cfg.Store = st
 	})
 	f.lim, f.prefix = lim, prefix
 	return f, st

@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/internal/redistest"
-	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestEditorUnreadableVersion: with the store's current version written
@@ -40,7 +40,7 @@ func TestEditorUnreadableVersion(t *testing.T) {
 					}
 					return
 				}
-				if _, err := f.lim.PutPolicies(ctx, n-1, sdk.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v9"}`), By: "freqcap-next"}); err != nil {
+				if _, err := st.PutPolicies(ctx, n-1, policystore.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v9"}`), By: "freqcap-next"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -61,7 +61,7 @@ bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 
 echo "== templ generate leaves no diff"
-# Every .templ under console/ (the views live in console/views).
+# Every .templ under console/ (the views live in console/internal/views).
 if [ -n "$(find console -name '*.templ' -print -quit)" ]; then
   go run github.com/a-h/templ/cmd/templ@v0.3.977 generate -path console >/dev/null
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -n "$(git status --porcelain -- console)" ]; then

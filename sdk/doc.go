@@ -34,7 +34,8 @@
 // [Limiter.Inspect] explains a subject's state and recent denials
 // ([Denial]); [Limiter.KeyLayout] shows where it is stored (which key holds what); [Limiter.Reset]
 // forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
-// policies from YAML.
+// policies from YAML; package sdk/policystore keeps them as versions in
+// the backend for every limiter to follow.
 //
 // # Changing rules, trying them, and exceptions
 //
@@ -49,7 +50,7 @@
 // counted: a change never uncaps anyone. A policy built [WithOverrides]
 // reads per-person overrides in the same step ([Limiter.SetOverride]:
 // exempt, block until a time, other limits for named rules;
-// [Decision].Override names the one that applied). Package sdk/policyfile
+// [Decision].Override names the one that applied). Package sdk/policystore
 // derives changes from the versions of a policy store.
 //
 // # Decisions and errors
@@ -63,8 +64,7 @@
 // package's sentinels ([ErrInvalidRule], [ErrInvalidPolicy],
 // [ErrInvalidSubject], [ErrInvalidCost], [ErrInvalidIdempotencyKey],
 // [ErrCostTooHigh], [ErrWaitTooLong], [ErrReservationNotFound],
-// [ErrInvalidOverride], [ErrOverrideNotFound], [ErrVersionConflict],
-// [ErrNoPolicyVersion], [ErrPolicyTooLarge]), matched
+// [ErrInvalidOverride], [ErrOverrideNotFound]), matched
 // with errors.Is; an operation the backend cannot do wraps
 // errors.ErrUnsupported. Subject values never appear in errors.
 //

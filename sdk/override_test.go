@@ -9,8 +9,16 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
+
+// takeOnlyBackend is a backend with no optional interface.
+type takeOnlyBackend struct{}
+
+func (takeOnlyBackend) Take(context.Context, driver.Request) (driver.Result, error) {
+	return driver.Result{}, errors.New("not called")
+}
 
 func TestSetOverrideValidation(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

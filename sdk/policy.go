@@ -125,7 +125,7 @@ func WithHotDenyCache(size int) PolicyOption {
 // Change says that a rule's identity (algorithm, window, sub-windows,
 // calendar, zone), or the meaning of its state (a GCRA rate, a limit
 // across LogLine: SameState), changed at At, in policy-store version Version: From is
-// the rule as it was (its own Epoch included). sdk/policyfile derives
+// the rule as it was (its own Epoch included). sdk/policystore derives
 // changes from a store's versions; code may give them too.
 //
 // While From's state can still prove anything (until At plus From's

@@ -70,7 +70,7 @@ const LogLine = driver.LogLine
 // SlidingLog rule, or a SlidingWindow rule whose Limit is at most LogLine
 // (driver.Rule.ExactLog). A limit change that crosses LogLine moves the
 // rule's state between a log and cells: the policy store
-// (sdk/policyfile) makes it a transition, whose old rule stays enforced
+// (sdk/policystore) makes it a transition, whose old rule stays enforced
 // and seeds the new one.
 func (r Rule) ExactLog() bool {
 	return driver.Rule{Algorithm: driver.Algorithm(r.Algorithm), Limit: r.Limit}.ExactLog()
@@ -79,7 +79,7 @@ func (r Rule) ExactLog() bool {
 // SameState reports whether rule b reads the state rule a left with the
 // same meaning, so that changing a into b (the same rule, by name)
 // carries every count exactly. It is the one test of that, for the policy
-// store's plans (sdk/policyfile: Modified, carries exactly, or a
+// store's plans (sdk/policystore: Modified, carries exactly, or a
 // transition carried conservatively) and for WithChange. The state keeps
 // its meaning when a and b have:
 //   - the same identity (RuleIDs: algorithm, window, cells, calendar,
@@ -196,7 +196,7 @@ type Rule struct {
 	// counts: it is not part of the rule's identity. See AsShadow.
 	Shadow bool
 	// Epoch is the policy-store version that gave the rule its current
-	// identity (sdk/policyfile sets it; 0 for rules built in code). It is
+	// identity (sdk/policystore sets it; 0 for rules built in code). It is
 	// part of the rule's identity: a rule whose algorithm, window, cells,
 	// calendar or zone changed in a store version, or whose state would
 	// change its meaning (a GCRA rate: SameState), starts under new keys,

@@ -18,7 +18,7 @@ import (
 // hours through every kind of change (window, sub-windows, algorithm in
 // every direction the conformance cases test, epoch-fixed to daily, time
 // zone), each later policy carrying the whole history as WithChange (as
-// sdk/policyfile derives it). An independent reference model keeps the
+// sdk/policystore derives it). An independent reference model keeps the
 // exact admission log of each user and holds every decision to it:
 //
 //   - old rule: every predecessor still in reach, evaluated exactly on the

@@ -62,14 +62,6 @@ func TestZeroLimiter(t *testing.T) {
 					_, err := l.ReservationOf(p, s, "0123456789abcdef")
 					return err
 				},
-				"PolicyHead":  func(l *sdk.Limiter) error { _, err := l.PolicyHead(ctx); return err },
-				"PutPolicies": func(l *sdk.Limiter) error { _, err := l.PutPolicies(ctx, 0, sdk.PolicyVersion{}); return err },
-				"GetPolicies": func(l *sdk.Limiter) error { _, err := l.GetPolicies(ctx, 1); return err },
-				"PolicyHistory": func(l *sdk.Limiter) error {
-					_, err := l.PolicyHistory(ctx, 1)
-					return err
-				},
-				"WatchPolicies": func(l *sdk.Limiter) error { _, err := l.WatchPolicies(ctx); return err },
 			}
 			for name, call := range calls {
 				t.Run(fmt.Sprintf("%s/%s/%s", lname, p.Name(), name), func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -180,8 +180,7 @@ func TestServeDocExamples(t *testing.T) {
 	if !strings.Contains(md, `FREQCAP_SERVE_TOKENS="`+docsTokens+`"`) {
 		t.Errorf("%s does not show freqcap serve started with FREQCAP_SERVE_TOKENS=%q, the credentials its examples use", docsFile, docsTokens)
 	}
-	lim, clk, callers := docSetup(t)
-	st := policyfile.NewStore(lim, policyfile.WithClock(clk))
+	lim, st, callers := docSetup(t)
 	ctx := context.Background()
 	plan, err := st.Plan(ctx, seed.YAML)
 	if err != nil {
@@ -190,12 +189,12 @@ func TestServeDocExamples(t *testing.T) {
 	if _, err := st.Apply(ctx, plan, "setup", "the seed policies"); err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Watch(ctx, policyfile.WatchOptions{})
+	live, err := st.Watch(ctx, policystore.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	base := docServe(t, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: callers})
+	base := docServe(t, serve.Config{Limiter: lim, Live: live.Current, Store: st, Callers: callers})
 
 	examples := transcriptExamples(t)
 	if len(examples) < 14 {
@@ -281,16 +280,18 @@ func TestServeDocExamples(t *testing.T) {
 }
 
 // docSetup returns what the manual's examples run with: a Limiter on the
-// memory backend and a clock stopped at 2026-11-24 09:00 UTC, and the
+// memory backend, the store on it planning by a clock stopped at
+// 2026-11-24 09:00 UTC, and the
 // manual's callers.
-func docSetup(t *testing.T) (*sdk.Limiter, *fakeclock.Clock, []serve.Caller) {
+func docSetup(t *testing.T) (*sdk.Limiter, *policystore.Store, []serve.Caller) {
 	t.Helper()
 	callers, err := serve.ParseCallers(docsTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := fakeclock.New(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	return sdk.New(memory.New(&memory.Options{Clock: clk})), clk, callers
+	b := memory.New(&memory.Options{Clock: clk})
+	return sdk.New(b), policystore.New(b, policystore.WithClock(clk)), callers
 }
 
 // docServe starts a server with cfg on a loopback port, stopped when t
@@ -312,7 +313,7 @@ func docServe(t *testing.T, cfg serve.Config) string {
 
 // awaitLive waits until live serves version v (a JSON string, as the
 // answer gives it): the next example is decided with it.
-func awaitLive(t *testing.T, live *policyfile.Live, v any) {
+func awaitLive(t *testing.T, live *policystore.Live, v any) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for fmt.Sprint(live.Current().Version) != fmt.Sprint(v) {

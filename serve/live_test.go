@@ -16,6 +16,7 @@ import (
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -34,15 +35,15 @@ func mustLoad(t testing.TB, doc string) []*sdk.Policy {
 // without restart, on Redis.
 func TestLivePolicies(t *testing.T) {
 	b, _ := backendKinds[1].new(t) // redis
-	var cur atomic.Pointer[serve.Snapshot]
+	var cur atomic.Pointer[policystore.Snapshot]
 	at1 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
-	cur.Store(&serve.Snapshot{Version: 1, At: at1, Policies: mustLoad(t, `
+	cur.Store(&policystore.Snapshot{Version: 1, At: at1, Policies: mustLoad(t, `
 policies:
   - name: live
     rules:
       - {name: r, algorithm: fixed_window, limit: 2, window: 1h, by: [user]}
 `)})
-	e := start(t, b, serve.Config{Live: func() serve.Snapshot { return *cur.Load() }})
+	e := start(t, b, serve.Config{Live: cur.Load})
 	ctx := context.Background()
 	raw := freqcapv1connect.NewFreqcapServiceClient(http.DefaultClient, e.url)
 	take := func(policy string) (*freqcapv1.Decision, error) {
@@ -87,7 +88,7 @@ policies:
 	// Version 2 raises the limit (same rule identity: the count carries)
 	// and adds a policy.
 	at2 := at1.Add(time.Hour)
-	cur.Store(&serve.Snapshot{Version: 2, At: at2, Policies: mustLoad(t, `
+	cur.Store(&policystore.Snapshot{Version: 2, At: at2, Policies: mustLoad(t, `
 policies:
   - name: live
     rules:
@@ -101,7 +102,7 @@ policies:
 	served(2, at2, "live", "extra")
 
 	// Version 3 removes it again.
-	cur.Store(&serve.Snapshot{Version: 3, At: at2.Add(time.Hour), Policies: mustLoad(t, `
+	cur.Store(&policystore.Snapshot{Version: 3, At: at2.Add(time.Hour), Policies: mustLoad(t, `
 policies:
   - name: live
     rules:
@@ -179,19 +180,19 @@ func TestAdminScope(t *testing.T) {
 func TestLivePoliciesUnindexable(t *testing.T) {
 	b, _ := backendKinds[0].new(t)
 	ps := mustLoad(t, "policies:\n  - name: a\n    rules:\n      - {name: r, algorithm: fixed_window, limit: 2, window: 1h, by: [user]}\n")
-	var cur atomic.Pointer[serve.Snapshot]
-	cur.Store(&serve.Snapshot{Version: 1, Policies: []*sdk.Policy{ps[0], ps[0]}})
-	e := start(t, b, serve.Config{Live: func() serve.Snapshot { return *cur.Load() }})
+	var cur atomic.Pointer[policystore.Snapshot]
+	cur.Store(&policystore.Snapshot{Version: 1, Policies: []*sdk.Policy{ps[0], ps[0]}})
+	e := start(t, b, serve.Config{Live: cur.Load})
 	c := client.New(e.url, &client.Options{Protocol: client.ConnectJSON})
 	ctx := context.Background()
 	if _, err := c.Take(ctx, ps[0], sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("Take under an unindexable first snapshot = %v, want not_found", err)
 	}
-	cur.Store(&serve.Snapshot{Version: 2, Policies: ps})
+	cur.Store(&policystore.Snapshot{Version: 2, Policies: ps})
 	if d, err := c.Take(ctx, ps[0], sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); err != nil || !d.Allowed {
 		t.Fatalf("Take under version 2 = %+v, %v", d, err)
 	}
-	cur.Store(&serve.Snapshot{Version: 3, Policies: []*sdk.Policy{ps[0], ps[0]}})
+	cur.Store(&policystore.Snapshot{Version: 3, Policies: []*sdk.Policy{ps[0], ps[0]}})
 	sp, err := c.ServedPolicies(ctx)
 	if err != nil || sp.Version != 2 {
 		t.Fatalf("ServedPolicies under an unindexable version 3 = %+v, %v; want version 2 kept", sp, err)
@@ -202,10 +203,10 @@ func TestLivePoliciesUnindexable(t *testing.T) {
 // version: the limits it reports are those of the version it names.
 func TestLivePoliciesConsistentPerCall(t *testing.T) {
 	b, _ := backendKinds[0].new(t)
-	versions := make([]serve.Snapshot, 8)
+	versions := make([]policystore.Snapshot, 8)
 	for i := range versions {
 		limit := 1000 * (i + 1)
-		versions[i] = serve.Snapshot{Version: int64(i + 1), Policies: mustLoad(t, fmt.Sprintf(`
+		versions[i] = policystore.Snapshot{Version: int64(i + 1), Policies: mustLoad(t, fmt.Sprintf(`
 policies:
   - name: flip
     rules:
@@ -213,9 +214,9 @@ policies:
       - {name: b, algorithm: sliding_window, limit: %d, window: 1h, by: [user]}
 `, limit, limit+1))}
 	}
-	var cur atomic.Pointer[serve.Snapshot]
+	var cur atomic.Pointer[policystore.Snapshot]
 	cur.Store(&versions[0])
-	e := start(t, b, serve.Config{Live: func() serve.Snapshot { return *cur.Load() }})
+	e := start(t, b, serve.Config{Live: cur.Load})
 	raw := freqcapv1connect.NewFreqcapServiceClient(http.DefaultClient, e.url)
 	// The flipper installs the next version while a call is in flight.
 	flips := make(chan struct{}, 1)

@@ -8,20 +8,11 @@ import (
 
 	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
-// Snapshot is one consistent set of policies: one version of a policy
-// store (sdk/policyfile's Live.Current), or the policies of a file
-// (Version 0).
-type Snapshot struct {
-	// Version is the policy-store version (0: not from a store); At is
-	// when it was applied.
-	Version  int64
-	At       time.Time
-	Policies []*sdk.Policy
-}
-
-// policySet is a Snapshot indexed for the calls, with its own
+// policySet is a snapshot (a version of the policy store, or the
+// policies of a file: version 0) indexed for the calls, with its own
 // RateLimit-Policy cache (dropped with the version).
 type policySet struct {
 	version int64
@@ -31,7 +22,10 @@ type policySet struct {
 	headers ratelimitheaders.Cache
 }
 
-func newPolicySet(snap Snapshot) (*policySet, error) {
+func newPolicySet(snap *policystore.Snapshot) (*policySet, error) {
+	if snap == nil {
+		snap = &policystore.Snapshot{}
+	}
 	ps := &policySet{version: snap.Version, at: snap.At, byName: make(map[string]*sdk.Policy, len(snap.Policies))}
 	for _, p := range snap.Policies {
 		if p == nil {
@@ -49,7 +43,7 @@ func newPolicySet(snap Snapshot) (*policySet, error) {
 // policies serves the static set, or follows Config.Live: the set is
 // rebuilt when the version changes, and each call reads it once.
 type policies struct {
-	live func() Snapshot
+	live func() *policystore.Snapshot
 	cur  atomic.Pointer[policySet]
 }
 
@@ -65,7 +59,7 @@ func (ps *policies) current() *policySet {
 		return cur
 	}
 	snap := ps.live()
-	if cur != nil && snap.Version == cur.version {
+	if cur != nil && snap != nil && snap.Version == cur.version {
 		return cur
 	}
 	next, err := newPolicySet(snap)

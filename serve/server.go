@@ -40,10 +40,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // Defaults of Config's bounds.
@@ -69,16 +71,16 @@ type Config struct {
 	// Ignored with Live.
 	Policies []*sdk.Policy
 	// Live, when set, gives the policies served instead: the current
-	// version of a followed policy store (sdk/policyfile's Live). The
-	// server calls it once per call, and decides the call with the
-	// policies it returned, so one call never mixes two versions; it must
-	// be cheap and safe for concurrent use. Its Version is reported in
-	// decisions and by ListPolicies. It may return no policies (an empty
+	// version of a followed policy store (a *policystore.Live's Current;
+	// nil: none yet, no policies). The server calls it once per call,
+	// and decides the call with the policies it returned, so one call
+	// never mixes two versions; it must be cheap and safe for concurrent
+	// use. Its Version is reported in decisions and by ListPolicies. It may return no policies (an empty
 	// store: every call names an unknown policy until one is applied).
-	Live func() Snapshot
+	Live func() *policystore.Snapshot
 	// Store, when set, answers PolicyService (plan, apply, history,
 	// rollback). Nil: PolicyService answers FailedPrecondition.
-	Store PolicyStore
+	Store *policystore.Store
 	// Callers are the credentials. None: every loopback client may do
 	// everything (as the caller named "local"); others are refused.
 	Callers []Caller
@@ -186,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 		if len(cfg.Policies) == 0 {
 			return nil, errors.New("serve: no policies")
 		}
-		ps, err := newPolicySet(Snapshot{Policies: cfg.Policies})
+		ps, err := newPolicySet(&policystore.Snapshot{Policies: cfg.Policies})
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +282,7 @@ func (s *Server) guard(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHostport(r.RemoteAddr) || !loopbackHostport(r.Host) {
+		if !httpauth.LoopbackHostport(r.RemoteAddr) || !httpauth.LoopbackHostport(r.Host) {
 			http.Error(w, "freqcap serve without credentials answers loopback clients only", http.StatusMisdirectedRequest)
 			return
 		}

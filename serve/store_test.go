@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -47,11 +48,12 @@ policies:
 
 // storeEnv is a server following a policy store on b, with version 1
 // applied, and an admin and a sender credential.
-func storeEnv(t *testing.T, b sdk.Backend) (*env, *policyfile.Store) {
+func storeEnv(t *testing.T, b sdk.Backend) (*env, *policystore.Store) {
 	t.Helper()
 	ctx := context.Background()
-	lim := sdk.New(b, sdk.WithPrefix(uniquePrefix()))
-	st := policyfile.NewStore(lim)
+	prefix := uniquePrefix()
+	lim := sdk.New(b, sdk.WithPrefix(prefix))
+	st := policystore.New(b, policystore.WithPrefix(prefix))
 	plan, err := st.Plan(ctx, []byte(storeV1))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +61,7 @@ func storeEnv(t *testing.T, b sdk.Backend) (*env, *policyfile.Store) {
 	if _, err := st.Apply(ctx, plan, "setup", "version 1"); err != nil {
 		t.Fatal(err)
 	}
-	live, err := st.Watch(ctx, policyfile.WatchOptions{})
+	live, err := st.Watch(ctx, policystore.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func storeEnv(t *testing.T, b sdk.Backend) (*env, *policyfile.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, b, serve.Config{Limiter: lim, Live: serve.LiveOf(live), Store: serve.StoreOf(st), Callers: cs}), st
+	return start(t, b, serve.Config{Limiter: lim, Live: live.Current, Store: st, Callers: cs}), st
 }
 
 // takeVersion takes one unit for user under news, through the wire, and
@@ -119,15 +121,13 @@ func TestPolicyStoreAPI(t *testing.T) {
 	for _, pr := range protocols {
 		t.Run(pr.name, func(t *testing.T) {
 			admin := client.New(e.url, &client.Options{Protocol: pr.p, Token: "adm1n-s3cret"})
-			plan, err := admin.PlanPolicies(ctx, []byte(storeBad))
-			if err != nil {
-				t.Fatalf("PlanPolicies(bad): %v", err)
-			}
-			if len(plan.Faults) != 1 || !strings.Contains(plan.Faults[0].Message, "line 5") || !strings.Contains(plan.Faults[0].Message, "windw") {
-				t.Errorf("PlanPolicies(bad).Faults = %+v, want one naming line 5 and windw", plan.Faults)
+			_, err := admin.PlanPolicies(ctx, []byte(storeBad))
+			var de *client.DocumentError
+			if !errors.As(err, &de) || len(de.Faults) != 1 || !strings.Contains(de.Faults[0].Message, "line 5") || !strings.Contains(de.Faults[0].Message, "windw") {
+				t.Errorf("PlanPolicies(bad) = %v, want a DocumentError with one fault naming line 5 and windw", err)
 			}
 			_, err = admin.ApplyPolicies(ctx, []byte(storeBad), 1, false, "bad")
-			var de *client.DocumentError
+			de = nil
 			if !errors.As(err, &de) || len(de.Faults) != 1 || connect.CodeOf(err) != connect.CodeInvalidArgument {
 				t.Errorf("ApplyPolicies(bad) = %v, want invalid_argument with one fault", err)
 			}
@@ -147,12 +147,13 @@ func TestPolicyStoreAPI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PlanPolicies: %v", err)
 	}
-	if plan.Base != 1 || len(plan.Faults) != 0 || plan.Rekey || len(plan.Changes) != 1 ||
-		plan.Changes[0] != (client.PolicyChange{Policy: "news", Rule: "daily", Kind: "modified", Carries: "exactly", Detail: plan.Changes[0].Detail}) ||
-		!strings.Contains(plan.Changes[0].Detail, "limit 2 → 3") || !strings.Contains(plan.Text, "version 2") {
-		t.Fatalf("PlanPolicies = %+v, want base 1 and the limit change of news/daily, carried exactly", plan)
+	if plan.Base != 1 || len(plan.Rekeyed()) != 0 || len(plan.Diffs) != 1 || plan.Diffs[0].Policy != "news" || len(plan.Diffs[0].Rules) != 1 ||
+		plan.Diffs[0].Rules[0].Rule != "daily" || plan.Diffs[0].Rules[0].Kind != policystore.Modified || plan.Diffs[0].Rules[0].Carry != policystore.CarriesExactly ||
+		!slices.Contains(plan.Diffs[0].Rules[0].Fields, "limit 2 → 3") || !strings.Contains(plan.String(), "plan: version 2 (against version 1)") ||
+		!strings.Contains(plan.String(), "rule daily: modified: limit 2 → 3; carries exactly") {
+		t.Fatalf("PlanPolicies = %+v, want base 1 and the limit change of news/daily, carried exactly:\n%s", plan, plan)
 	}
-	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 0, false, "stale"); !errors.Is(err, sdk.ErrVersionConflict) || connect.CodeOf(err) != connect.CodeAborted {
+	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 0, false, "stale"); !errors.Is(err, policystore.ErrVersionConflict) || connect.CodeOf(err) != connect.CodeAborted {
 		t.Fatalf("ApplyPolicies(expected 0) = %v, want aborted, ErrVersionConflict", err)
 	}
 	if _, err := admin.ApplyPolicies(ctx, []byte(storeV2), 1, false, ""); connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -170,11 +171,11 @@ func TestPolicyStoreAPI(t *testing.T) {
 
 	// Re-keying needs confirmation.
 	plan, err = admin.PlanPolicies(ctx, []byte(storeRekey))
-	if err != nil || !plan.Rekey || len(plan.Warnings) == 0 {
+	if err != nil || len(plan.Rekeyed()) == 0 || len(plan.Warnings) == 0 {
 		t.Fatalf("PlanPolicies(re-key) = %+v, %v; want rekey with a warning", plan, err)
 	}
-	if _, err := admin.ApplyPolicies(ctx, []byte(storeRekey), 2, false, "rekey"); !errors.Is(err, client.ErrRekeyUnconfirmed) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Fatalf("ApplyPolicies(re-key, unconfirmed) = %v, want failed_precondition, ErrRekeyUnconfirmed", err)
+	if _, err := admin.ApplyPolicies(ctx, []byte(storeRekey), 2, false, "rekey"); !errors.Is(err, policystore.ErrRekeyNotConfirmed) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("ApplyPolicies(re-key, unconfirmed) = %v, want failed_precondition, ErrRekeyNotConfirmed", err)
 	}
 
 	hist, err := admin.PolicyHistory(ctx, 0)
@@ -185,7 +186,7 @@ func TestPolicyStoreAPI(t *testing.T) {
 	if err != nil || v1.YAML != storeV1 {
 		t.Fatalf("PolicyVersionOf(1) = %+v, %v; want version 1's document", v1, err)
 	}
-	if _, err := admin.PolicyVersionOf(ctx, 9); !errors.Is(err, sdk.ErrNoPolicyVersion) || connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := admin.PolicyVersionOf(ctx, 9); !errors.Is(err, policystore.ErrNoPolicyVersion) || connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("PolicyVersionOf(9) = %v, want not_found, ErrNoPolicyVersion", err)
 	}
 

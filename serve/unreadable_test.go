@@ -11,24 +11,23 @@ import (
 	"github.com/freqcap/freqcap/client"
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/wire"
-	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestPolicyStoreUnreadableVersion: through the real server on Redis,
 // with the store's current version written by a newer freqcap: reading
 // it, or rolling back to it, is failed_precondition with
-// REASON_UNREADABLE_POLICY_VERSION (errors.Is policyfile.ErrUnreadableVersion
+// REASON_UNREADABLE_POLICY_VERSION (errors.Is policystore.ErrUnreadableVersion
 // through the client), not unavailable; the server keeps deciding with
 // version 1; a plan is made against version 1 and says so, re-keys
 // nothing, and applies unconfirmed with the counts carried.
 func TestPolicyStoreUnreadableVersion(t *testing.T) {
 	b, _ := backendKinds[1].new(t) // redis
-	e, _ := storeEnv(t, b)
+	e, st := storeEnv(t, b)
 	ctx := context.Background()
 	takeVersion(t, e, "u1")
 	takeVersion(t, e, "u1")
-	if _, err := e.lim.PutPolicies(ctx, 1, sdk.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v9","source":"…"}`), By: "freqcap-next"}); err != nil {
+	if _, err := st.PutPolicies(ctx, 1, policystore.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v9","source":"…"}`), By: "freqcap-next"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := takeVersion(t, e, "u1"); d.GetPolicyVersion() != 1 || d.GetAllowed() {
@@ -47,7 +46,7 @@ func TestPolicyStoreUnreadableVersion(t *testing.T) {
 			} {
 				err := tc.call()
 				if connect.CodeOf(err) != connect.CodeFailedPrecondition || wire.ReasonOf(err) != freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION ||
-					!errors.Is(err, policyfile.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 does not load") {
+					!errors.Is(err, policystore.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 does not load") {
 					t.Errorf("%s = %v (%v, %v), want failed_precondition, REASON_UNREADABLE_POLICY_VERSION naming version 2", tc.name, err, connect.CodeOf(err), wire.ReasonOf(err))
 				}
 			}
@@ -58,7 +57,7 @@ func TestPolicyStoreUnreadableVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Base != 2 || plan.Rekey || len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "version 2 does not load") ||
+	if plan.Base != 2 || len(plan.Rekeyed()) != 0 || len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "version 2 does not load") ||
 		!strings.Contains(plan.Warnings[0], "made against version 1") {
 		t.Fatalf("PlanPolicies over version 2 = %+v, want base 2, no re-key, a warning naming versions 2 and 1", plan)
 	}

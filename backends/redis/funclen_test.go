@@ -28,7 +28,7 @@ var notDecisionPath = map[string]string{
 // hotdeny.go, override.go, trail.go, wait.go, resume.go, limiter.go's
 // send) and what it reads there, the Policy that rule.go and policy.go
 // build (newPolicy, Rule.normalize, Policy.addChanges). sdk/driver,
-// sdk/policyfile and sdk/prom are packages of their own and not
+// sdk/policyfile, sdk/policystore and sdk/prom are packages of their own and not
 // included.
 var decisionPath = []string{".", "internal/lua", "../memory", "../../internal/alg", "../../sdk"}
 

@@ -27,12 +27,13 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 const consoleUsage = `Usage: freqcap console [flags]
 
-Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect,
-/api/v1/reset, /api/v1/policies, /api/v1/overrides) and Prometheus metrics
+Serves the support console, the JSON API (/api/v1/inspect, /api/v1/reset,
+/api/v1/policies, /api/v1/overrides) and Prometheus metrics
 (/metrics). With --policies store it follows the backend's policy store
 and its editor applies new versions.
 
@@ -41,9 +42,9 @@ exit); --demo adds synthetic traffic so counters move at once. Without
 credentials the console listens on loopback only, answers only to loopback
 host names, and everyone is an admin.
 
-Roles: viewer reads (pages, audit log, metrics, inspect, check with
-"peek"); checker may also consume quota through POST /api/v1/check
-(audited); admin may also reset subjects, set and delete per-person
+Roles: viewer reads (pages, audit log, metrics, inspect); checker reads
+too (it consumed quota through POST /api/v1/check, retired: decisions are
+freqcap serve's); admin may also reset subjects, set and delete per-person
 overrides, and apply or roll back policy versions (forms and API, audited).
 
 Credentials, each "name:secret:role" (the name is what the audit log
@@ -236,7 +237,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	}
 
 	metrics := console.NewMetrics(nil)
-	// The console records its own decisions (API checks, demo traffic)
+	// The console records its own decisions (demo traffic, inspections)
 	// like any service, so that the overview's fleet charts include them.
 	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, Service: console.ServiceName(), OnError: func(err error) {
 		limited.Warn("recorder: statistics not flushed", "err", err)
@@ -281,14 +282,14 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 		DemoUser:    demoUser(f.demo),
 	}
 	if policies == nil {
-		live, err := followStore(ctx, f, lim, rec, limited, log, traffic.restart)
+		store := policystore.New(backend, policystore.WithPrefix(f.prefix), policystore.WithTimeout(f.timeout))
+		live, err := followStore(ctx, f, store, rec, limited, log, traffic.restart)
 		if err != nil {
 			return err
 		}
 		if live != nil {
 			defer live.Close()
-			cfg.Source = console.LiveSource(live)
-			cfg.Editor = console.StoreEditor(policyfile.NewStore(lim))
+			cfg.Source, cfg.Store = live, store
 			if r, ok := reader.(*fleet.Reader); ok {
 				cfg.WhatIf = console.FleetWhatIf(r)
 			}
@@ -433,8 +434,7 @@ func (t *demoTraffic) close() {
 // Without --policies it follows the store when the store holds a version.
 // The console's own recorder announces the version it runs; onChange is
 // given each new version's policies.
-func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fleet.Recorder, limited, log *slog.Logger, onChange func([]*sdk.Policy)) (*policyfile.Live, error) {
-	st := policyfile.NewStore(lim)
+func followStore(ctx context.Context, f consoleFlags, st *policystore.Store, rec *fleet.Recorder, limited, log *slog.Logger, onChange func([]*sdk.Policy)) (*policystore.Live, error) {
 	_, err := st.Version(ctx, 0)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
@@ -442,25 +442,25 @@ func followStore(ctx context.Context, f consoleFlags, lim *sdk.Limiter, rec *fle
 			return nil, fmt.Errorf("console: --policies store: this backend keeps no policy store: %w", err)
 		}
 		return nil, nil
-	case errors.Is(err, sdk.ErrNoPolicyVersion) && f.policies == "":
+	case errors.Is(err, policystore.ErrNoPolicyVersion) && f.policies == "":
 		return nil, nil
-	case errors.Is(err, sdk.ErrNoPolicyVersion) && f.server.given():
+	case errors.Is(err, policystore.ErrNoPolicyVersion) && f.server.given():
 		return nil, fmt.Errorf("console: --policies store: the policy store is empty: apply a version first (freqcap policy apply FILE)")
-	case errors.Is(err, sdk.ErrNoPolicyVersion):
+	case errors.Is(err, policystore.ErrNoPolicyVersion):
 		plan, err := st.Plan(ctx, seed.YAML)
 		if err == nil {
 			_, err = st.Apply(ctx, plan, "freqcap-console", "the built-in seed policies")
 		}
-		if err != nil && !errors.Is(err, sdk.ErrVersionConflict) {
+		if err != nil && !errors.Is(err, policystore.ErrVersionConflict) {
 			return nil, fmt.Errorf("console: policy store: applying the seed policies: %w", err)
 		}
-	case errors.Is(err, policyfile.ErrUnreadableVersion):
+	case errors.Is(err, policystore.ErrUnreadableVersion):
 		// Watch starts from the newest version that loads, and says why.
 	case err != nil:
 		return nil, fmt.Errorf("console: policy store: %w", err)
 	}
-	live, err := st.Watch(ctx, policyfile.WatchOptions{
-		OnChange: func(snap *policyfile.Snapshot) {
+	live, err := st.Watch(ctx, policystore.WatchOptions{
+		OnChange: func(snap *policystore.Snapshot) {
 			log.Info("console: policy version in force", "version", snap.Version, "by", snap.By)
 			if rec != nil {
 				rec.SetPolicyVersion(snap.Version)

@@ -16,8 +16,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
-	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // get fetches base+path and returns the body, failing on a status other
@@ -89,7 +88,7 @@ func TestConsoleStoreRedis(t *testing.T) {
 
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
-	st := policyfile.NewStore(sdk.New(redis.New(c, nil), sdk.WithPrefix(prefix)))
+	st := policystore.New(redis.New(c, nil), policystore.WithPrefix(prefix))
 	apply := func(src []byte, reason string) {
 		t.Helper()
 		plan, err := st.Plan(ctx, src)
@@ -110,7 +109,7 @@ func TestConsoleStoreRedis(t *testing.T) {
 	for {
 		body := getPage(t, base, "/policies")
 		if strings.Contains(body, `<strong id="running-version">2</strong>`) {
-			if !strings.Contains(body, `<td class="num">40</td>`) {
+			if !strings.Contains(body, `<td class="num limit" data-label="Limit">40</td>`) {
 				t.Errorf("version 2's limit 40 is not shown:\n%s", body)
 			}
 			break

@@ -96,14 +96,14 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("override %s: %w", sub, err)
 	}
-	lim, closeLim, err := f.limiter(ctx, "override "+sub)
+	lim, be, closeLim, err := f.backend(ctx, "override "+sub)
 	if err != nil {
 		return err
 	}
 	defer closeLim()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	p, err := findPolicy(ctx, lim, f.policies, name)
+	p, err := findPolicy(ctx, f.store(be), f.policies, name)
 	if err != nil {
 		return fmt.Errorf("override %s: %w", sub, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestOverrideCommands sets, lists and deletes overrides with the
@@ -29,7 +29,7 @@ func TestOverrideCommands(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer c.Close()
 	lim := sdk.New(redis.New(c, nil))
-	v, err := policyfile.NewStore(lim).Version(ctx, 0)
+	v, err := policystore.New(redis.New(c, nil)).Version(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

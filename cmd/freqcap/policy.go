@@ -19,6 +19,7 @@ import (
 	"github.com/freqcap/freqcap/fleet/whatif"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 const policyUsage = `Usage:
@@ -57,6 +58,11 @@ func (b *backendFlags) register(fs *flag.FlagSet) {
 func (b backendFlags) limiter(ctx context.Context, cmd string) (*sdk.Limiter, func(), error) {
 	lim, _, closer, err := b.backend(ctx, cmd)
 	return lim, closer, err
+}
+
+// store returns the policy store the flags name on be (b.backend's).
+func (b backendFlags) store(be sdk.Backend) *policystore.Store {
+	return policystore.New(be, policystore.WithPrefix(b.prefix), policystore.WithTimeout(b.timeout))
 }
 
 // backend is limiter, also returning the backend.
@@ -107,15 +113,15 @@ func defaultBy() string {
 
 // findPolicy returns the policy named name: from the file when given,
 // else from the store's version in force (the newest that loads).
-func findPolicy(ctx context.Context, lim *sdk.Limiter, file, name string) (*sdk.Policy, error) {
+func findPolicy(ctx context.Context, st *policystore.Store, file, name string) (*sdk.Policy, error) {
 	var ps []*sdk.Policy
 	var err error
 	where := file
 	if file != "" {
 		ps, err = policyfile.LoadFile(file)
 	} else {
-		var h policyfile.Head
-		h, err = policyfile.NewStore(lim).Head(ctx)
+		var h policystore.Head
+		h, err = st.Head(ctx)
 		switch {
 		case err != nil:
 		case h.Number == 0:
@@ -207,14 +213,14 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 			}
 		}
 	}
-	lim, be, closeLim, err := bf.backend(ctx, cmd)
+	_, be, closeLim, err := bf.backend(ctx, cmd)
 	if err != nil {
 		return err
 	}
 	defer closeLim()
 	ctx, cancel := context.WithTimeout(ctx, bf.timeout)
 	defer cancel()
-	store := policyfile.NewStore(lim)
+	store := bf.store(be)
 	switch sub {
 	case "history":
 		hs, err := store.History(ctx, n)
@@ -240,7 +246,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 		_, err = out.Write(v.Source)
 		return err
 	}
-	var plan *policyfile.Plan
+	var plan *policystore.Plan
 	if sub == "rollback" {
 		plan, err = store.PlanRollback(ctx, version)
 		if reason == "" {
@@ -272,7 +278,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	plan.ConfirmRekey = rekey
 	v, err := store.Apply(ctx, plan, by, reason)
-	if errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		return fmt.Errorf("%s: %w: run again with -rekey to confirm that their counts start afresh", cmd, err)
 	}
 	if err != nil {
@@ -286,7 +292,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 // current version, from the traffic sample the deployment's Recorders
 // keep; what keeps it from being made is printed instead (the plan
 // stands).
-func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.Backend, bf backendFlags, plan *policyfile.Plan) {
+func whatIf(ctx context.Context, out io.Writer, store *policystore.Store, be sdk.Backend, bf backendFlags, plan *policystore.Plan) {
 	var current []*sdk.Policy
 	if plan.Against > 0 {
 		v, err := store.Version(ctx, plan.Against)
@@ -316,16 +322,16 @@ func whatIf(ctx context.Context, out io.Writer, store *policyfile.Store, be sdk.
 // version).
 func storeHint(err error, current bool) string {
 	switch {
-	case errors.Is(err, policyfile.ErrUnreadableVersion):
+	case errors.Is(err, policystore.ErrUnreadableVersion):
 		return " (apply a policy file, or roll back to a version that loads: freqcap policy history lists them; plans are made against the newest one that loads, so its rules keep their counts)"
-	case current && errors.Is(err, sdk.ErrNoPolicyVersion):
+	case current && errors.Is(err, policystore.ErrNoPolicyVersion):
 		return " (apply a policy file first: freqcap policy apply FILE -yes)"
 	}
 	return ""
 }
 
 // policyNames lists the policies of a history entry.
-func policyNames(h policyfile.HistoryEntry) string {
+func policyNames(h policystore.HistoryEntry) string {
 	if h.Err != nil {
 		return "(unreadable: " + h.Err.Error() + ")"
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 const (
@@ -203,7 +203,7 @@ func TestPolicyDiffWhatIf(t *testing.T) {
 	}
 	defer rec.Close()
 	lim := sdk.New(be, sdk.WithObserver(rec.Observe))
-	v, err := policyfile.NewStore(lim).Version(ctx, 0)
+	v, err := policystore.New(be).Version(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

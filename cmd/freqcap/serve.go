@@ -29,6 +29,7 @@ import (
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -284,7 +285,7 @@ func runServe(args []string) error {
 
 	var follow *storeFollower
 	if fromStore {
-		st := policyfile.NewStore(lim)
+		st := policystore.New(backend, policystore.WithPrefix(f.prefix), policystore.WithTimeout(f.timeout))
 		follow, err = followServeStore(ctx, st, log, rec)
 		if err != nil {
 			return fmt.Errorf("serve: policy store: %w", err)
@@ -309,7 +310,7 @@ func runServe(args []string) error {
 		cfg.TracerProvider, cfg.MeterProvider = tel.tp, tel.mp
 	}
 	if follow != nil {
-		cfg.Live, cfg.Store = follow.current, serve.StoreOf(follow.st)
+		cfg.Live, cfg.Store = follow.current, follow.st
 	}
 	srv, err := serve.New(cfg)
 	if err != nil {
@@ -328,7 +329,11 @@ func runServe(args []string) error {
 	}
 	served := fmt.Sprintf("%d policies", len(policies))
 	if follow != nil {
-		served = fmt.Sprintf("policy store version %d", follow.current().Version)
+		var n int64
+		if cur := follow.current(); cur != nil {
+			n = cur.Version
+		}
+		served = fmt.Sprintf("policy store version %d", n)
 	}
 	fmt.Fprintf(os.Stderr, "freqcap serve on %s://%s (%s backend, %s, %s)\n", scheme, ln.Addr(), desc.Name, auth, served)
 
@@ -352,26 +357,26 @@ func runServe(args []string) error {
 
 // storeFollower follows the policy store for serve (--policies store):
 // its current version, or no policies while the store is empty (it then
-// tries again every policyfile.DefaultPoll until a version is applied).
+// tries again every policystore.DefaultPoll until a version is applied).
 // Each version is announced by the recorder with its number.
 type storeFollower struct {
-	st     *policyfile.Store
-	live   atomic.Pointer[policyfile.Live]
+	st     *policystore.Store
+	live   atomic.Pointer[policystore.Live]
 	cancel context.CancelFunc
 	done   chan struct{} // closed when no goroutine of its own runs
 }
 
-func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
+func followServeStore(ctx context.Context, st *policystore.Store, log *slog.Logger, rec *fleet.Recorder) (*storeFollower, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &storeFollower{st: st, cancel: cancel, done: make(chan struct{})}
-	announce := func(s *policyfile.Snapshot) {
+	announce := func(s *policystore.Snapshot) {
 		log.Info("serve: policy store version in force", "version", s.Version, "by", s.By, "policies", len(s.Policies))
 		if rec != nil {
 			rec.SetPolicyVersion(s.Version)
 			rec.Announce(s.Policies...)
 		}
 	}
-	opts := policyfile.WatchOptions{
+	opts := policystore.WatchOptions{
 		OnChange: announce,
 		OnError: func(err error) {
 			log.Warn("serve: policy store: a version could not be read or loaded (the one in force is kept)", "err", err)
@@ -384,14 +389,14 @@ func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logge
 		close(f.done)
 		return f, nil
 	}
-	if !errors.Is(err, sdk.ErrNoPolicyVersion) {
+	if !errors.Is(err, policystore.ErrNoPolicyVersion) {
 		cancel()
 		return nil, err
 	}
 	log.Warn("serve: the policy store is empty: no policy is served until a version is applied (freqcap policy apply, or PolicyService)")
 	go func() {
 		defer close(f.done)
-		t := time.NewTicker(policyfile.DefaultPoll)
+		t := time.NewTicker(policystore.DefaultPoll)
 		defer t.Stop()
 		for {
 			select {
@@ -405,7 +410,7 @@ func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logge
 				announce(l.Current())
 				return
 			}
-			if !errors.Is(err, sdk.ErrNoPolicyVersion) && ctx.Err() == nil {
+			if !errors.Is(err, policystore.ErrNoPolicyVersion) && ctx.Err() == nil {
 				opts.OnError(err)
 			}
 		}
@@ -415,13 +420,12 @@ func followServeStore(ctx context.Context, st *policyfile.Store, log *slog.Logge
 
 // current is serve.Config.Live: the version in force (none yet: no
 // policies, version 0).
-func (f *storeFollower) current() serve.Snapshot {
+func (f *storeFollower) current() *policystore.Snapshot {
 	l := f.live.Load()
 	if l == nil {
-		return serve.Snapshot{}
+		return nil
 	}
-	s := l.Current()
-	return serve.Snapshot{Version: s.Version, At: s.At, Policies: s.Policies}
+	return l.Current()
 }
 
 // close stops following and waits for the goroutines to end.

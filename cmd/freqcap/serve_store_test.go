@@ -18,7 +18,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // The real binary with --policies store on a real Redis whose store is
@@ -108,7 +108,7 @@ func TestServePolicyStore(t *testing.T) {
 	// Another process applies version 2 (limit 2) to the same store.
 	rc := goredis.NewUniversalClient(testserver.Patient(redis.NewClientOptions(rs.Addr())))
 	defer rc.Close()
-	st := policyfile.NewStore(sdk.New(redis.New(rc, nil), sdk.WithPrefix("servestore")))
+	st := policystore.New(redis.New(rc, nil), policystore.WithPrefix("servestore"))
 	plan, err := st.Plan(ctx, []byte(strings.Replace(doc, "limit: 1", "limit: 2", 1)))
 	if err != nil {
 		t.Fatal(err)

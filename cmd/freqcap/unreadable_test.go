@@ -11,7 +11,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestPolicyCommandsUnreadable: on a real server whose store is empty,
@@ -29,6 +29,7 @@ func TestPolicyCommandsUnreadable(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer c.Close()
 	lim := sdk.New(redis.New(c, nil))
+	st := policystore.New(redis.New(c, nil))
 	key := sdk.DefaultPrefix + ":{!policies}"
 
 	type step struct {
@@ -64,7 +65,7 @@ func TestPolicyCommandsUnreadable(t *testing.T) {
 	run(step{"show on an empty store", policy, []string{"show"}, nil, []string{"the policy store is empty", "freqcap policy apply FILE -yes"}})
 	run(step{"apply v1", policy, []string{"apply", f["v1.yaml"], "-yes"}, []string{"applied version 1"}, nil})
 
-	v1, err := policyfile.NewStore(lim).Version(ctx, 1)
+	v1, err := st.Version(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestPolicyCommandsUnreadable(t *testing.T) {
 	}
 	stillDenied := func(when string, n int64) {
 		t.Helper()
-		v, err := policyfile.NewStore(lim).Version(ctx, n)
+		v, err := st.Version(ctx, n)
 		if err != nil {
 			t.Fatal(err)
 		}

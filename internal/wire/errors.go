@@ -9,7 +9,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // Classify returns the code and reason of an error the sdk returned. A
@@ -95,7 +95,9 @@ func Sentinel(r freqcapv1.Reason) error {
 	case freqcapv1.Reason_REASON_NO_POLICY_VERSION:
 		return driver.ErrNoPolicyVersion
 	case freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION:
-		return policyfile.ErrUnreadableVersion
+		return policystore.ErrUnreadableVersion
+	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
+		return policystore.ErrRekeyNotConfirmed
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
 		return sdk.ErrRefused
 	}

@@ -28,8 +28,8 @@
 //     which the sdk's Limiter then reads too.
 //   - [Overrider]: per-person overrides, read by every decision that
 //     carries an OverrideKey (sdk SetOverride, DeleteOverride, Overrides).
-//   - [PolicyStore]: versioned policy documents (sdk PutPolicies,
-//     GetPolicies, PolicyHistory, WatchPolicies; sdk/policyfile).
+//   - [PolicyStore]: versioned policy documents (sdk/policystore's
+//     PutPolicies, GetPolicies, PolicyHistory, WatchPolicies).
 //
 // A backend that does not honour Request.IdempotencyKey (sdk idempotency
 // keys) refuses a Take or Reserve that carries one with an error wrapping
@@ -356,7 +356,7 @@ var ErrOverrideNotFound = errors.New("freqcap: override not found")
 type PolicyVersion struct {
 	// Version numbers the store's versions from 1, one more per apply.
 	Version int64
-	// Document is what the sdk stored (sdk/policyfile: the policy file
+	// Document is what the store stored (sdk/policystore: the policy file
 	// as applied and what it derived from it), verbatim.
 	Document []byte
 	// At is when it was applied (the backend's clock); By and Reason who
@@ -385,7 +385,7 @@ type PolicyStore interface {
 	// version number soon after each PutPolicies on key (by any process
 	// sharing the backend), and is closed when ctx is done. Notifications
 	// may be coalesced or, if the backend loses its connection, missed:
-	// watchers also poll GetPolicies (sdk/policyfile does).
+	// watchers also poll GetPolicies (sdk/policystore does).
 	WatchPolicies(ctx context.Context, key string) (<-chan int64, error)
 }
 

@@ -8,7 +8,7 @@ import (
 
 // PolicyHeader is implemented by PolicyStores that read a store's current
 // version without its document: a follower polls the head and reads the
-// document only when the head changed (sdk Limiter.PolicyHead). The
+// document only when the head changed (sdk/policystore's Store.PolicyHead). The
 // memory and Redis backends implement it.
 type PolicyHeader interface {
 	// PolicyHead returns key's current version without its Document:

@@ -1,30 +1,9 @@
-// Package policyfile reads freqcap policies from YAML, the format of
-// freqcap's --policies file (Load), and keeps them in a backend's policy
-// store, versioned, for every limiter to follow. Errors give the line at
-// fault.
-//
-// A Store (NewStore, on an *sdk.Limiter whose backend keeps a policy
-// store) plans a policy file against the current version (Plan: per
-// policy and rule what changes and what its counts carry, see ChangeKind
-// and Carry) and applies it whole as the next version, if no one applied
-// in between (Apply). Each version records who applied it, when and why,
-// its source verbatim and its lineage: each rule's epoch (the version
-// that gave it its current identity) and its identity changes still in
-// reach, so that a rule whose window, sub-windows, algorithm, calendar or
-// zone changes starts from what its former self proves (sdk.WithChange)
-// instead of afresh. History, Version and Rollback read and restore
-// versions (a rollback is a new version).
-//
-// A Live (Store.Watch) follows the store: its Current snapshot is one
-// complete version, replaced atomically when a newer one is applied,
-// within about 2 s (the store's notifications, else a 1 s poll of the
-// version's number; the document is read only when that changed).
-//
-// A stored version that does not load (ErrUnreadableVersion: written by
-// hand or by a newer freqcap, too large, missing) costs no counts: a Live
-// keeps the version in force, and plans and rollbacks are made against
-// the newest version that loads (Store.Head, Plan.Against), keeping its
-// rules' epochs.
+// Package policyfile is the YAML format of freqcap policies, the format
+// of freqcap's --policies file: Load and LoadFile read a file into
+// *sdk.Policy values, checked, with errors that give the line and key at
+// fault. Parse reads a file keeping what builds each policy again with
+// other epochs and identity changes (Policy.Rebuild), as the versioned
+// policy store (sdk/policystore) does with every version it keeps.
 package policyfile
 
 import (
@@ -35,6 +14,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,31 +135,73 @@ func load(r io.Reader, source string) ([]*sdk.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policyfile: %s: %w", source, err)
 	}
-	ps, err := parse(data, source)
+	ps, err := Parse(data, source)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*sdk.Policy, len(ps))
 	for i, p := range ps {
-		out[i] = p.policy
+		out[i] = p.Policy
 	}
 	return out, nil
 }
 
-// A parsed policy is one policy of a file, checked, with what a store
-// version needs to build it again with its lineage (epochs and changes).
-type parsed struct {
-	policy *sdk.Policy
-	// rules are policy's rules, normalized; opts its options.
-	rules []sdk.Rule
-	opts  []sdk.PolicyOption
-	file  filePolicy
+// A Policy is one policy of a policy file, as Parse reads it: the
+// *sdk.Policy Load returns, and what builds it again with other epochs
+// and identity changes (Rebuild).
+type Policy struct {
+	*sdk.Policy
+	// opts are the policy's options as the file gives them; overrides
+	// is its overrides key.
+	opts      []sdk.PolicyOption
+	overrides bool
 }
 
-// parse checks the policy file data (named source in errors) and returns
-// its policies in file order.
-func parse(data []byte, source string) ([]parsed, error) {
-	fail := func(line int, err error) ([]parsed, error) {
+// Rebuild returns the policy with rules in place of its own (its rules
+// with other epochs, say) and opts after the file's (sdk.WithChange).
+func (p Policy) Rebuild(rules []sdk.Rule, opts ...sdk.PolicyOption) (*sdk.Policy, error) {
+	all := append(slices.Clone(p.opts), opts...)
+	np, err := sdk.NewPolicy(p.Name(), rules, all...)
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: build policy %q: %w", p.Name(), err)
+	}
+	return np, nil
+}
+
+// SettingChanges lists, in the file's words, the policy settings that
+// differ from from to p ("failure closed → open", "hot_deny_cache 0 →
+// 100"); none when they are the same.
+func (p Policy) SettingChanges(from Policy) []string {
+	var out []string
+	if of, nf := from.FailOpen(), p.FailOpen(); of != nf {
+		out = append(out, fmt.Sprintf("failure %s → %s", failure(of), failure(nf)))
+	}
+	om, ot := from.Trail()
+	nm, nt := p.Trail()
+	if om != nm || ot != nt {
+		out = append(out, fmt.Sprintf("trail {max: %d, ttl: %v} → {max: %d, ttl: %v}", om, ot, nm, nt))
+	}
+	if oh, nh := from.HotDenyCache(), p.HotDenyCache(); oh != nh {
+		out = append(out, fmt.Sprintf("hot_deny_cache %d → %d", oh, nh))
+	}
+	if from.overrides != p.overrides {
+		out = append(out, fmt.Sprintf("overrides %v → %v", from.overrides, p.overrides))
+	}
+	return out
+}
+
+func failure(open bool) string {
+	if open {
+		return "open"
+	}
+	return "closed"
+}
+
+// Parse checks the policy file data as Load does (errors name it source
+// and give the line and key at fault) and returns its policies in file
+// order.
+func Parse(data []byte, source string) ([]Policy, error) {
+	fail := func(line int, err error) ([]Policy, error) {
 		if line > 0 {
 			return nil, fmt.Errorf("policyfile: %s: line %d: %w", source, line, err)
 		}
@@ -230,7 +252,7 @@ func parse(data []byte, source string) ([]parsed, error) {
 	if len(doc.Policies) == 0 {
 		return fail(0, fmt.Errorf("%w: no policies", sdk.ErrInvalidPolicy))
 	}
-	out := make([]parsed, 0, len(doc.Policies))
+	out := make([]Policy, 0, len(doc.Policies))
 	seen := make(map[string]bool, len(doc.Policies))
 	for _, fp := range doc.Policies {
 		p, opts, line, err := fp.build()
@@ -241,7 +263,7 @@ func parse(data []byte, source string) ([]parsed, error) {
 			return fail(fp.line, fmt.Errorf("policy %q: %w: duplicate policy name", p.Name(), sdk.ErrInvalidPolicy))
 		}
 		seen[p.Name()] = true
-		out = append(out, parsed{policy: p, rules: p.Rules(), opts: opts, file: fp})
+		out = append(out, Policy{Policy: p, opts: opts, overrides: fp.Overrides})
 	}
 	return out, nil
 }

@@ -198,3 +198,47 @@ policies:
 		})
 	}
 }
+
+// TestParseRebuild: Parse gives each policy as Load does, the settings
+// that differ between two files in the file's words, and the policy built
+// again with other epochs and the file's options kept.
+func TestParseRebuild(t *testing.T) {
+	const v1 = `policies:
+  - name: push
+    failure: open
+    rules:
+      - {name: daily, algorithm: fixed_window, limit: 50, window: 24h, by: [user]}
+`
+	const v2 = `policies:
+  - name: push
+    overrides: true
+    hot_deny_cache: 100
+    rules:
+      - {name: daily, algorithm: fixed_window, limit: 50, window: 24h, by: [user]}
+`
+	a, err := policyfile.Parse([]byte(v1), "v1")
+	if err != nil || len(a) != 1 || a[0].Name() != "push" || !a[0].FailOpen() {
+		t.Fatalf("Parse(v1) = %v, %v; want push, fail-open", a, err)
+	}
+	b, err := policyfile.Parse([]byte(v2), "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b[0].SettingChanges(a[0])
+	want := []string{"failure open → closed", "hot_deny_cache 0 → 100", "overrides false → true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("SettingChanges = %q, want %q", got, want)
+	}
+	if c := b[0].SettingChanges(b[0]); len(c) != 0 {
+		t.Errorf("SettingChanges of itself = %q, want none", c)
+	}
+	rules := a[0].Rules()
+	rules[0].Epoch = 3
+	p, err := a[0].Rebuild(rules)
+	if err != nil || p.Rules()[0].Epoch != 3 || !p.FailOpen() {
+		t.Errorf("Rebuild(epoch 3) = %v, %v; want epoch 3, still fail-open", p, err)
+	}
+	if _, err := policyfile.Parse([]byte("policies:\n  - name: x\n    windw: 1\n"), "bad"); err == nil || !strings.Contains(err.Error(), "policyfile: bad: line 3") {
+		t.Errorf("Parse(bad) = %v, want the line named", err)
+	}
+}

@@ -3036,7 +3036,7 @@ type PolicyChange struct {
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// rule is empty for a change of the policy itself.
 	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
-	// kind is what changed, as sdk/policyfile names it: "added",
+	// kind is what changed, as sdk/policystore names it: "added",
 	// "removed", "modified" (limit, burst or shadow: same state),
 	// "identity changed" (window, sub-windows, algorithm, calendar or zone:
 	// new keys, seeded from the former rule), "re-keyed" (dimensions), or

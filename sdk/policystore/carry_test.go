@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestStoreChangesKeepCaps applies each kind of change to a rule through
@@ -19,23 +19,24 @@ import (
 // a limit change carries the counts exactly; a re-key starts afresh.
 func TestStoreChangesKeepCaps(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		testChangesKeepCaps(t, func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)) {
+		testChangesKeepCaps(t, func(t *testing.T) (*policystore.Store, *sdk.Limiter, func(time.Duration)) {
 			// 10:00 UTC: inside one UTC day and one Shanghai day (18:00).
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
-			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
-			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim, clock.Advance
+			b := memory.New(&memory.Options{Clock: clock})
+			lim := sdk.New(b)
+			return policystore.New(b, policystore.WithClock(clock)), lim, clock.Advance
 		})
 	})
 	t.Run("redis", func(t *testing.T) {
-		testChangesKeepCaps(t, func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration)) {
+		testChangesKeepCaps(t, func(t *testing.T) (*policystore.Store, *sdk.Limiter, func(time.Duration)) {
 			// The server's clock: nothing here waits for a window to pass.
-			lim := redisLimiter(t, false, uniquePrefix(t))
-			return policyfile.NewStore(lim), lim, func(time.Duration) {}
+			lim, st := redisPair(t, false, uniquePrefix(t))
+			return st, lim, func(time.Duration) {}
 		})
 	})
 }
 
-func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policyfile.Store, *sdk.Limiter, func(time.Duration))) {
+func testChangesKeepCaps(t *testing.T, newStore func(t *testing.T) (*policystore.Store, *sdk.Limiter, func(time.Duration))) {
 	rule := func(def string) string {
 		if !strings.Contains(def, "limit:") {
 			def = "limit: 3, " + def
@@ -130,16 +131,17 @@ func TestStoreAddedRuleKeepsOthers(t *testing.T) {
 	}
 	backends := []struct {
 		name  string
-		store func(t *testing.T) (*policyfile.Store, *sdk.Limiter)
+		store func(t *testing.T) (*policystore.Store, *sdk.Limiter)
 	}{
-		{"memory", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
+		{"memory", func(t *testing.T) (*policystore.Store, *sdk.Limiter) {
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
-			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
-			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim
+			b := memory.New(&memory.Options{Clock: clock})
+			lim := sdk.New(b)
+			return policystore.New(b, policystore.WithClock(clock)), lim
 		}},
-		{"redis", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
-			lim := redisLimiter(t, false, uniquePrefix(t))
-			return policyfile.NewStore(lim), lim
+		{"redis", func(t *testing.T) (*policystore.Store, *sdk.Limiter) {
+			lim, st := redisPair(t, false, uniquePrefix(t))
+			return st, lim
 		}},
 	}
 	for _, be := range backends {

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"encoding/json"
@@ -32,7 +32,7 @@ const documentFormat = "freqcap.policies/v1"
 
 // ErrUnknownFormat is returned for a stored document this package cannot
 // read: written by another program, or by a later freqcap.
-var ErrUnknownFormat = errors.New("policyfile: unknown policy document format")
+var ErrUnknownFormat = errors.New("policystore: unknown policy document format")
 
 type document struct {
 	Format  string                               `json:"format"`
@@ -118,7 +118,7 @@ func encodeDocument(source []byte, lin lineage) ([]byte, error) {
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: encode document: %w", err)
+		return nil, fmt.Errorf("policystore: encode document: %w", err)
 	}
 	return b, nil
 }

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"context"
@@ -65,9 +65,9 @@ func (s *Snapshot) Policy(name string) *sdk.Policy {
 // emptied and applied again, e.g. a Redis restarted without persistence;
 // OnError reports it). A version that does not load (ErrUnreadableVersion:
 // written by hand or by a newer freqcap, larger than
-// sdk.MaxPolicyDocument, or missing) is reported once through OnError and
+// MaxPolicyDocument, or missing) is reported once through OnError and
 // the version in force is kept. Each poll reads the store's version
-// number and when it was applied (sdk Limiter.PolicyHead), and a
+// number and when it was applied (Store.PolicyHead), and a
 // version's document only when those changed. A new version reaches it within
 // about 2 s: at once through the store's notifications, else by the
 // 1 s poll plus the read (WatchOptions.Poll). It owns a goroutine: Close
@@ -87,7 +87,7 @@ type Live struct {
 }
 
 // Watch loads the store's current version (an error wrapping
-// sdk.ErrNoPolicyVersion when the store is empty: apply a version first)
+// ErrNoPolicyVersion when the store is empty: apply a version first)
 // and returns a Live that follows the store until ctx is done or Close.
 // When the current version does not load, it starts from the newest one
 // before it that loads (Head), as the store's other followers run it, and
@@ -98,15 +98,15 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
 		opts.Poll = DefaultPoll
 	}
 	if opts.OnError == nil {
-		opts.OnError = func(err error) { slog.Default().Warn("policyfile: watch", "err", err) }
+		opts.OnError = func(err error) { slog.Default().Warn("policystore: watch", "err", err) }
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	// Subscribe first: a version applied while the first one loads is
 	// then not missed.
-	ch, err := s.b.WatchPolicies(wctx)
+	ch, err := s.WatchPolicies(wctx)
 	if err != nil {
 		ch = nil // the poll covers it; Watch retries at each poll
-		opts.OnError(fmt.Errorf("policyfile: watch: subscribe: %w", err))
+		opts.OnError(fmt.Errorf("policystore: watch: subscribe: %w", err))
 	}
 	l := &Live{s: s, opts: opts, cancel: cancel, done: make(chan struct{})}
 	h, err := s.Head(ctx)
@@ -123,12 +123,12 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (*Live, error) {
 	}
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("policyfile: watch: %w", err)
+		return nil, fmt.Errorf("policystore: watch: %w", err)
 	}
 	l.cur.Store(snap)
 	if len(h.Unloadable) > 0 {
 		l.failed = h.stamp
-		opts.OnError(fmt.Errorf("policyfile: watch: version %d is kept: %w", snap.Version, h.Unloadable[0].Err))
+		opts.OnError(fmt.Errorf("policystore: watch: version %d is kept: %w", snap.Version, h.Unloadable[0].Err))
 	}
 	go l.run(wctx, ch)
 	return l, nil
@@ -171,7 +171,7 @@ func (l *Live) run(ctx context.Context, ch <-chan int64) {
 			}
 		case <-tick.C:
 			if ch == nil {
-				if c, err := l.s.b.WatchPolicies(ctx); err == nil {
+				if c, err := l.s.WatchPolicies(ctx); err == nil {
 					ch = c
 				}
 			}
@@ -206,7 +206,7 @@ func (l *Live) load(ctx context.Context) {
 		// Another store than the one Current came from: emptied and
 		// applied again (a server restarted without persistence). Its
 		// current version is the one in force.
-		l.opts.OnError(fmt.Errorf("policyfile: watch: the store was reset (version %d applied %v, was version %d applied %v): following it", stamp.Version, stamp.At, cur.Version, cur.At))
+		l.opts.OnError(fmt.Errorf("policystore: watch: the store was reset (version %d applied %v, was version %d applied %v): following it", stamp.Version, stamp.At, cur.Version, cur.At))
 	}
 	var snap *Snapshot
 	if err == nil {
@@ -217,7 +217,7 @@ func (l *Live) load(ctx context.Context) {
 	}
 	if err != nil {
 		l.failed = stamp
-		l.opts.OnError(fmt.Errorf("policyfile: watch: version %d is kept: %w", cur.Version, err))
+		l.opts.OnError(fmt.Errorf("policystore: watch: version %d is kept: %w", cur.Version, err))
 		return
 	}
 	l.cur.Store(snap)
@@ -230,7 +230,7 @@ func (l *Live) load(ctx context.Context) {
 func (l *Live) readFailed(ctx context.Context, err error) {
 	if ctx.Err() == nil && !l.readErr {
 		l.readErr = true
-		l.opts.OnError(fmt.Errorf("policyfile: watch: read the current version: %w", err))
+		l.opts.OnError(fmt.Errorf("policystore: watch: read the current version: %w", err))
 	}
 }
 

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 // ChangeKind says what became of a rule (or a policy) from the store's
@@ -177,7 +178,7 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 			continue
 		}
 		pp := prev[pi]
-		d.Settings = settingChanges(pp, np)
+		d.Settings = np.policy.SettingChanges(pp.policy)
 		oldShard, newShard := pp.policy.ShardBy(), np.policy.ShardBy()
 		shardMoved := !slices.Equal(oldShard, newShard)
 		if shardMoved {
@@ -317,31 +318,25 @@ func zone(r sdk.Rule) string {
 	return r.Location.String()
 }
 
-// settingChanges lists the policy settings that differ from o to n.
-func settingChanges(o, n parsed) []string {
-	var out []string
-	if of, nf := o.policy.FailOpen(), n.policy.FailOpen(); of != nf {
-		out = append(out, fmt.Sprintf("failure %s → %s", failure(of), failure(nf)))
-	}
-	om, ot := o.policy.Trail()
-	nm, nt := n.policy.Trail()
-	if om != nm || ot != nt {
-		out = append(out, fmt.Sprintf("trail {max: %d, ttl: %v} → {max: %d, ttl: %v}", om, ot, nm, nt))
-	}
-	if oh, nh := o.policy.HotDenyCache(), n.policy.HotDenyCache(); oh != nh {
-		out = append(out, fmt.Sprintf("hot_deny_cache %d → %d", oh, nh))
-	}
-	if o.file.Overrides != n.file.Overrides {
-		out = append(out, fmt.Sprintf("overrides %v → %v", o.file.Overrides, n.file.Overrides))
-	}
-	return out
+// A parsed policy is one policy of a policy file with its rules as the
+// file gives them (epoch 0), as derive compares them.
+type parsed struct {
+	policy policyfile.Policy
+	rules  []sdk.Rule
 }
 
-func failure(open bool) string {
-	if open {
-		return "open"
+// parse checks the policy file src (named source in errors) as
+// policyfile.Load does.
+func parse(src []byte, source string) ([]parsed, error) {
+	ps, err := policyfile.Parse(src, source)
+	if err != nil {
+		return nil, err
 	}
-	return "closed"
+	out := make([]parsed, len(ps))
+	for i, p := range ps {
+		out[i] = parsed{policy: p, rules: p.Rules()}
+	}
+	return out, nil
 }
 
 // build returns the policies ps as a version with lineage lin runs them:
@@ -352,7 +347,7 @@ func build(ps []parsed, lin lineage, at time.Time) ([]*sdk.Policy, error) {
 	for i, p := range ps {
 		name := p.policy.Name()
 		rules := slices.Clone(p.rules)
-		opts := slices.Clone(p.opts)
+		var opts []sdk.PolicyOption
 		for j := range rules {
 			rl := lin.rule(name, rules[j].Name)
 			rules[j].Epoch = rl.Epoch
@@ -366,9 +361,9 @@ func build(ps []parsed, lin lineage, at time.Time) ([]*sdk.Policy, error) {
 				opts = append(opts, sdk.WithChange(rules[j].Name, cs...))
 			}
 		}
-		np, err := sdk.NewPolicy(name, rules, opts...)
+		np, err := p.policy.Rebuild(rules, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("policyfile: build policy %q with its lineage: %w", name, err)
+			return nil, fmt.Errorf("policystore: build policy %q with its lineage: %w", name, err)
 		}
 		out[i] = np
 	}
@@ -376,8 +371,14 @@ func build(ps []parsed, lin lineage, at time.Time) ([]*sdk.Policy, error) {
 }
 
 // describeRule writes r as one line of a policy file would, naming what
-// runs for a sliding window: an exact log (sdk.Rule.ExactLog) or its cells.
-func describeRule(r sdk.Rule) string {
+// runs for a sliding window: an exact log (sdk.Rule.ExactLog) or its
+// cells, in format; nothing for a rule not known (nil: a plan read from
+// a server, whose changes carry no rule definitions).
+func describeRule(rp *sdk.Rule, format string) string {
+	if rp == nil {
+		return ""
+	}
+	r := *rp
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %d per %v", algorithmNames[r.Algorithm], r.Limit, r.Window)
 	switch {
@@ -400,5 +401,5 @@ func describeRule(r sdk.Rule) string {
 	if r.Epoch != 0 {
 		fmt.Fprintf(&b, " epoch %d", r.Epoch)
 	}
-	return b.String()
+	return fmt.Sprintf(format, b.String())
 }

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"context"
@@ -14,14 +14,14 @@ var (
 	// ErrUnreadableVersion is wrapped by the error of a stored version
 	// that does not load: its document is not one this package reads
 	// (ErrUnknownFormat: written by hand, or by a newer freqcap), its
-	// policy file is not valid, it is larger than sdk.MaxPolicyDocument,
+	// policy file is not valid, it is larger than MaxPolicyDocument,
 	// or its stored fields were changed by hand. Limiters keep running the
 	// newest version that loads; plans are made against it (Head).
-	ErrUnreadableVersion = errors.New("policyfile: the version does not load")
+	ErrUnreadableVersion = errors.New("policystore: the version does not load")
 	// ErrMissingVersion is wrapped (with ErrUnreadableVersion) by the
 	// error of a version the store's current version number names but the
 	// store does not hold (deleted by hand).
-	ErrMissingVersion = errors.New("policyfile: the version is missing")
+	ErrMissingVersion = errors.New("policystore: the version is missing")
 )
 
 // versionError is a stored version that does not load: errors.Is matches
@@ -35,9 +35,9 @@ type versionError struct {
 
 func (e *versionError) Error() string {
 	if e.missing {
-		return fmt.Sprintf("policyfile: version %d is missing: the store's version number names it, but the store does not hold it (deleted by hand?)", e.n)
+		return fmt.Sprintf("policystore: version %d is missing: the store's version number names it, but the store does not hold it (deleted by hand?)", e.n)
 	}
-	return fmt.Sprintf("policyfile: version %d does not load: %v", e.n, e.err)
+	return fmt.Sprintf("policystore: version %d does not load: %v", e.n, e.err)
 }
 
 func (e *versionError) Unwrap() error { return e.err }
@@ -69,12 +69,6 @@ type Head struct {
 	stamp driver.PolicyVersion
 }
 
-// header is the optional part of a Backend that reads the current
-// version without its document (*sdk.Limiter's PolicyHead).
-type header interface {
-	PolicyHead(ctx context.Context) (driver.PolicyVersion, error)
-}
-
 // current reads the store's current version: its stamp (number, At, By,
 // Reason, no document) and, when the backend reads no head, the whole
 // version (full). An empty store is an error wrapping
@@ -85,13 +79,11 @@ func (s *Store) current(ctx context.Context) (stamp driver.PolicyVersion, full *
 			err = fmt.Errorf("%w: the store's current version number was changed by hand: set it to a version the store holds (docs/POLICIES.md): %w", ErrUnreadableVersion, err)
 		}
 	}()
-	if h, ok := s.b.(header); ok {
-		stamp, err = h.PolicyHead(ctx)
-		if !errors.Is(err, errors.ErrUnsupported) {
-			return stamp, nil, err
-		}
+	stamp, err = s.PolicyHead(ctx)
+	if !errors.Is(err, errors.ErrUnsupported) {
+		return stamp, nil, err
 	}
-	pv, err := s.b.GetPolicies(ctx, 0)
+	pv, err := s.GetPolicies(ctx, 0)
 	if err != nil {
 		return driver.PolicyVersion{}, nil, err
 	}
@@ -105,7 +97,7 @@ func (s *Store) current(ctx context.Context) (stamp driver.PolicyVersion, full *
 // by the store's version number), a versionError. A version the backend
 // refuses to read (too large, malformed) is a versionError.
 func (s *Store) fetch(ctx context.Context, n int64, missing bool) (driver.PolicyVersion, error) {
-	pv, err := s.b.GetPolicies(ctx, n)
+	pv, err := s.GetPolicies(ctx, n)
 	switch {
 	case err == nil:
 		return pv, nil
@@ -114,7 +106,7 @@ func (s *Store) fetch(ctx context.Context, n int64, missing bool) (driver.Policy
 	case errors.Is(err, driver.ErrPolicyTooLarge), errors.Is(err, driver.ErrMalformedPolicyVersion):
 		return driver.PolicyVersion{}, &versionError{n: n, err: err}
 	}
-	return driver.PolicyVersion{}, fmt.Errorf("policyfile: version %d: %w", n, err)
+	return driver.PolicyVersion{}, fmt.Errorf("policystore: version %d: %w", n, err)
 }
 
 // loadVersion decodes, parses and builds pv: the version and its parsed
@@ -144,7 +136,7 @@ func (s *Store) Head(ctx context.Context) (Head, error) {
 		return Head{}, nil
 	}
 	if err != nil {
-		return Head{}, fmt.Errorf("policyfile: read the current version: %w", err)
+		return Head{}, fmt.Errorf("policystore: read the current version: %w", err)
 	}
 	h := Head{Number: stamp.Version, stamp: stamp}
 	for k := h.Number; k >= 1 && h.Number-k < maxWalkBack; k-- {

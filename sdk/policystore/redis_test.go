@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -30,9 +30,9 @@ func uniquePrefix(tb testing.TB) string {
 	return fmt.Sprintf("pf%d-%d", time.Now().UnixNano()%1e9, prefixes.Add(1))
 }
 
-// redisLimiter is a Limiter on the shared standalone server (or, with
-// cluster, the shared cluster) under prefix, with its own client.
-func redisLimiter(tb testing.TB, cluster bool, prefix string) *sdk.Limiter {
+// redisBackend is a backend on the shared standalone server (or, with
+// cluster, the shared cluster), with its own client.
+func redisBackend(tb testing.TB, cluster bool) *redis.Backend {
 	tb.Helper()
 	var c goredis.UniversalClient
 	if cluster {
@@ -41,15 +41,27 @@ func redisLimiter(tb testing.TB, cluster bool, prefix string) *sdk.Limiter {
 		c = goredis.NewClient(testserver.Patient(redis.NewClientOptions(redistest.Standalone(tb))).Simple())
 	}
 	tb.Cleanup(func() { c.Close() })
-	return sdk.New(redis.New(c, nil), sdk.WithPrefix(prefix))
+	return redis.New(c, nil)
+}
+
+// redisPair is a Limiter and the Store of its backend under prefix (see
+// redisBackend).
+func redisPair(tb testing.TB, cluster bool, prefix string) (*sdk.Limiter, *policystore.Store) {
+	b := redisBackend(tb, cluster)
+	return sdk.New(b, sdk.WithPrefix(prefix)), policystore.New(b, policystore.WithPrefix(prefix))
+}
+
+// redisStore is a Store under prefix (see redisBackend).
+func redisStore(tb testing.TB, cluster bool, prefix string) *policystore.Store {
+	return policystore.New(redisBackend(tb, cluster), policystore.WithPrefix(prefix))
 }
 
 func TestStoreLifecycleRedis(t *testing.T) {
-	runStoreLifecycle(t, redisLimiter(t, false, uniquePrefix(t)), nil)
+	runStoreLifecycle(t, redisStore(t, false, uniquePrefix(t)))
 }
 
 func TestStoreLifecycleCluster(t *testing.T) {
-	runStoreLifecycle(t, redisLimiter(t, true, uniquePrefix(t)), nil)
+	runStoreLifecycle(t, redisStore(t, true, uniquePrefix(t)))
 }
 
 // TestLiveRedis: watchers on other clients follow versions applied
@@ -60,13 +72,13 @@ func TestLiveRedis(t *testing.T) {
 		t.Run(map[bool]string{false: "standalone", true: "cluster"}[cluster], func(t *testing.T) {
 			ctx := context.Background()
 			prefix := uniquePrefix(t)
-			s := policyfile.NewStore(redisLimiter(t, cluster, prefix))
+			s := redisStore(t, cluster, prefix)
 			mustApply(t, s, fileV1, false)
-			var lives []*policyfile.Live
+			var lives []*policystore.Live
 			var lims []*sdk.Limiter
 			for range 3 {
-				lim := redisLimiter(t, cluster, prefix)
-				l, err := policyfile.NewStore(lim).Watch(ctx, policyfile.WatchOptions{})
+				lim, st := redisPair(t, cluster, prefix)
+				l, err := st.Watch(ctx, policystore.WatchOptions{})
 				if err != nil {
 					t.Fatalf("Watch = %v", err)
 				}
@@ -107,17 +119,17 @@ func BenchmarkPropagation(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
 			prefix := uniquePrefix(b)
-			s := policyfile.NewStore(redisLimiter(b, tc.cluster, prefix))
+			s := redisStore(b, tc.cluster, prefix)
 			mustApplyB(b, s, 0)
 			const watchers = 10
 			reached := make(chan int64, watchers*4)
 			for range watchers {
-				var be policyfile.Backend = redisLimiter(b, tc.cluster, prefix)
+				var be driver.Backend = redisBackend(b, tc.cluster)
 				if tc.deaf {
-					be = deaf{be}
+					be = deaf{be.(*redis.Backend)}
 				}
-				l, err := policyfile.NewStore(be).Watch(ctx, policyfile.WatchOptions{
-					OnChange: func(sn *policyfile.Snapshot) { reached <- sn.Version },
+				l, err := policystore.New(be, policystore.WithPrefix(prefix)).Watch(ctx, policystore.WatchOptions{
+					OnChange: func(sn *policystore.Snapshot) { reached <- sn.Version },
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -154,7 +166,7 @@ var benchMu sync.Mutex
 
 // mustApplyB applies a version whose minute limit is 5+i and returns its
 // number.
-func mustApplyB(b *testing.B, s *policyfile.Store, i int) int64 {
+func mustApplyB(b *testing.B, s *policystore.Store, i int) int64 {
 	b.Helper()
 	benchMu.Lock()
 	defer benchMu.Unlock()
@@ -176,15 +188,15 @@ func mustApplyB(b *testing.B, s *policyfile.Store, i int) int64 {
 func TestLiveSurvivesRedis(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.NewServer(t)
-	newLim := func() *sdk.Limiter {
+	newStore := func() *policystore.Store {
 		c := goredis.NewClient(testserver.Patient(redis.NewClientOptions(srv.Addr())).Simple())
 		t.Cleanup(func() { c.Close() })
-		return sdk.New(redis.New(c, nil))
+		return policystore.New(redis.New(c, nil))
 	}
-	s := policyfile.NewStore(newLim())
+	s := newStore()
 	mustApply(t, s, fileV1, false)
 	errs := make(chan error, 100)
-	live, err := policyfile.NewStore(newLim()).Watch(ctx, policyfile.WatchOptions{OnError: func(err error) { errs <- err }})
+	live, err := newStore().Watch(ctx, policystore.WatchOptions{OnError: func(err error) { errs <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,12 +235,12 @@ func TestStoreConcurrentApplies(t *testing.T) {
 		t.Run(map[bool]string{false: "standalone", true: "cluster"}[cluster], func(t *testing.T) {
 			ctx := context.Background()
 			prefix := uniquePrefix(t)
-			mustApply(t, policyfile.NewStore(redisLimiter(t, cluster, prefix)), fileV1, false)
+			mustApply(t, redisStore(t, cluster, prefix), fileV1, false)
 			const n = 8
-			plans := make([]*policyfile.Plan, n)
-			stores := make([]*policyfile.Store, n)
+			plans := make([]*policystore.Plan, n)
+			stores := make([]*policystore.Store, n)
 			for i := range n {
-				stores[i] = policyfile.NewStore(redisLimiter(t, cluster, prefix))
+				stores[i] = redisStore(t, cluster, prefix)
 				src := strings.Replace(fileV1, "limit: 5,", fmt.Sprintf("limit: %d,", 10+i), 1)
 				p, err := stores[i].Plan(ctx, []byte(src))
 				if err != nil {

@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // Files of TestUnreadableVersionKeepsCounts: hourly caps a person at 15
@@ -51,8 +51,9 @@ const (
 // to write the store's keys by hand.
 type storeEnv struct {
 	lim *sdk.Limiter
-	rdb *goredis.Client // nil on memory
-	key string          // the store's key ("<prefix>:{!policies}")
+	st  *policystore.Store // lim's backend's, under lim's prefix
+	rdb *goredis.Client    // nil on memory
+	key string             // the store's key ("<prefix>:{!policies}")
 }
 
 // putRaw writes version n (and the current number n) by hand: on Redis
@@ -61,7 +62,7 @@ func (e storeEnv) putRaw(t *testing.T, n int64, fields map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	if e.rdb == nil {
-		if _, err := e.lim.PutPolicies(ctx, n-1, driver.PolicyVersion{Document: []byte(fields["doc"]), By: "hand"}); err != nil {
+		if _, err := e.st.PutPolicies(ctx, n-1, driver.PolicyVersion{Document: []byte(fields["doc"]), By: "hand"}); err != nil {
 			t.Fatalf("PutPolicies(%d) by hand = %v", n-1, err)
 		}
 		return
@@ -82,7 +83,8 @@ func rawFields(doc string) map[string]string {
 }
 
 func memoryEnv(t *testing.T) storeEnv {
-	return storeEnv{lim: sdk.New(memory.New(nil))}
+	b := memory.New(nil)
+	return storeEnv{lim: sdk.New(b), st: policystore.New(b)}
 }
 
 func redisEnv(t *testing.T, addr string) storeEnv {
@@ -90,7 +92,8 @@ func redisEnv(t *testing.T, addr string) storeEnv {
 	c := goredis.NewClient(testserver.Patient(redis.NewClientOptions(addr)).Simple())
 	t.Cleanup(func() { c.Close() })
 	prefix := uniquePrefix(t)
-	return storeEnv{lim: sdk.New(redis.New(c, nil), sdk.WithPrefix(prefix)), rdb: c, key: prefix + ":{!policies}"}
+	b := redis.New(c, nil)
+	return storeEnv{lim: sdk.New(b, sdk.WithPrefix(prefix)), st: policystore.New(b, policystore.WithPrefix(prefix)), rdb: c, key: prefix + ":{!policies}"}
 }
 
 // badVersions are the ways version 3 can fail to load, by backend (nil
@@ -103,10 +106,10 @@ var badVersions = []struct {
 }{
 	{name: "newer format", write: func(t *testing.T, e storeEnv) {
 		e.putRaw(t, 3, rawFields(`{"format":"freqcap.policies/v9","source":"x"}`))
-	}, want: policyfile.ErrUnknownFormat},
+	}, want: policystore.ErrUnknownFormat},
 	{name: "not JSON", write: func(t *testing.T, e storeEnv) {
 		e.putRaw(t, 3, rawFields("policies: [written by hand]"))
-	}, want: policyfile.ErrUnknownFormat},
+	}, want: policystore.ErrUnknownFormat},
 	{name: "invalid policy file", write: func(t *testing.T, e storeEnv) {
 		e.putRaw(t, 3, rawFields(`{"format":"freqcap.policies/v1","source":"policies: [{name: p}]"}`))
 	}, want: sdk.ErrInvalidPolicy},
@@ -114,11 +117,11 @@ var badVersions = []struct {
 		e.putRaw(t, 3, map[string]string{"doc": "x", "at": "yesterday"})
 	}, want: driver.ErrMalformedPolicyVersion},
 	{name: "oversize", redisOnly: true, write: func(t *testing.T, e storeEnv) {
-		e.putRaw(t, 3, rawFields(strings.Repeat("x", sdk.MaxPolicyDocument+1)))
-	}, want: sdk.ErrPolicyTooLarge},
+		e.putRaw(t, 3, rawFields(strings.Repeat("x", policystore.MaxPolicyDocument+1)))
+	}, want: policystore.ErrPolicyTooLarge},
 	{name: "missing", redisOnly: true, write: func(t *testing.T, e storeEnv) {
 		e.putRaw(t, 3, nil) // the number only: a dangling pointer
-	}, want: policyfile.ErrMissingVersion},
+	}, want: policystore.ErrMissingVersion},
 }
 
 // TestUnreadableVersionKeepsCounts: with the store's current version
@@ -149,7 +152,7 @@ func TestUnreadableVersionKeepsCounts(t *testing.T) {
 
 func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), want error) {
 	ctx := context.Background()
-	s := policyfile.NewStore(e.lim)
+	s := e.st
 	mustApply(t, s, badV1, false)
 	v2 := mustApply(t, s, badV2, false)
 	ps, err := v2.Policies()
@@ -172,7 +175,7 @@ func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), w
 	denied("version 2", ps[0])
 
 	errs := make(chan error, 16)
-	follower, err := s.Watch(ctx, policyfile.WatchOptions{Poll: 10 * time.Millisecond, OnError: func(err error) { errs <- err }})
+	follower, err := s.Watch(ctx, policystore.WatchOptions{Poll: 10 * time.Millisecond, OnError: func(err error) { errs <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,12 +190,12 @@ func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), w
 	} else {
 		err = err2
 	}
-	if !errors.Is(err, policyfile.ErrUnreadableVersion) || !errors.Is(err, want) {
+	if !errors.Is(err, policystore.ErrUnreadableVersion) || !errors.Is(err, want) {
 		t.Errorf("Version(0) = %v, want ErrUnreadableVersion wrapping %v", err, want)
 	}
 	select {
 	case err := <-errs:
-		if !errors.Is(err, policyfile.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 is kept") {
+		if !errors.Is(err, policystore.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 is kept") {
 			t.Errorf("the follower's OnError(%v), want version 3 unreadable, version 2 kept", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -203,7 +206,7 @@ func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), w
 	}
 	// A follower started now starts from version 2, and says why.
 	started := make(chan error, 4)
-	late, err := s.Watch(ctx, policyfile.WatchOptions{OnError: func(err error) { started <- err }})
+	late, err := s.Watch(ctx, policystore.WatchOptions{OnError: func(err error) { started <- err }})
 	if err != nil {
 		t.Fatalf("Watch with version 3 unreadable = %v, want version 2", err)
 	}
@@ -213,7 +216,7 @@ func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), w
 	}
 	select {
 	case err := <-started:
-		if !errors.Is(err, policyfile.ErrUnreadableVersion) {
+		if !errors.Is(err, policystore.ErrUnreadableVersion) {
 			t.Errorf("the new follower's OnError(%v), want ErrUnreadableVersion", err)
 		}
 	default:
@@ -267,7 +270,7 @@ func runUnreadable(t *testing.T, e storeEnv, write func(*testing.T, storeEnv), w
 		t.Fatal(err)
 	}
 	denied("version 6 (rollback to 2)", p6[0])
-	if _, err := s.PlanRollback(ctx, 5); !errors.Is(err, policyfile.ErrUnreadableVersion) {
+	if _, err := s.PlanRollback(ctx, 5); !errors.Is(err, policystore.ErrUnreadableVersion) {
 		t.Errorf("PlanRollback(5) to an unreadable version = %v, want ErrUnreadableVersion", err)
 	}
 }
@@ -279,8 +282,8 @@ func TestNoVersionLoads(t *testing.T) {
 	ctx := context.Background()
 	e := memoryEnv(t)
 	e.putRaw(t, 1, map[string]string{"doc": "{}"})
-	s := policyfile.NewStore(e.lim)
-	if _, err := s.Watch(ctx, policyfile.WatchOptions{}); !errors.Is(err, policyfile.ErrUnreadableVersion) {
+	s := e.st
+	if _, err := s.Watch(ctx, policystore.WatchOptions{}); !errors.Is(err, policystore.ErrUnreadableVersion) {
 		t.Errorf("Watch = %v, want ErrUnreadableVersion", err)
 	}
 	plan, err := s.Plan(ctx, []byte(badV1))
@@ -294,27 +297,27 @@ func TestNoVersionLoads(t *testing.T) {
 
 // TestEmptyStoreVersion: Version(0) of an empty store says so.
 func TestEmptyStoreVersion(t *testing.T) {
-	s := policyfile.NewStore(memoryEnv(t).lim)
+	s := memoryEnv(t).st
 	_, err := s.Version(context.Background(), 0)
-	if !errors.Is(err, sdk.ErrNoPolicyVersion) || errors.Is(err, policyfile.ErrUnreadableVersion) || !strings.Contains(err.Error(), "the policy store is empty (no version applied yet)") {
+	if !errors.Is(err, policystore.ErrNoPolicyVersion) || errors.Is(err, policystore.ErrUnreadableVersion) || !strings.Contains(err.Error(), "the policy store is empty (no version applied yet)") {
 		t.Errorf("Version(0) of an empty store = %v", err)
 	}
 }
 
 // countingStore counts the heads and documents a Live reads.
 type countingStore struct {
-	*sdk.Limiter
+	*memory.Backend
 	heads, gets atomic.Int64
 }
 
-func (c *countingStore) GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error) {
+func (c *countingStore) GetPolicies(ctx context.Context, key string, n int64) (driver.PolicyVersion, error) {
 	c.gets.Add(1)
-	return c.Limiter.GetPolicies(ctx, n)
+	return c.Backend.GetPolicies(ctx, key, n)
 }
 
-func (c *countingStore) PolicyHead(ctx context.Context) (driver.PolicyVersion, error) {
+func (c *countingStore) PolicyHead(ctx context.Context, key string) (driver.PolicyVersion, error) {
 	c.heads.Add(1)
-	return c.Limiter.PolicyHead(ctx)
+	return c.Backend.PolicyHead(ctx, key)
 }
 
 // quietPolls waits for 20 more polls of cs's head, and returns how many
@@ -330,10 +333,10 @@ func quietPolls(t *testing.T, cs *countingStore) int64 {
 // reads no document while nothing changes, one per version applied.
 func TestLiveReadsOnlyWhatChanged(t *testing.T) {
 	ctx := context.Background()
-	cs := &countingStore{Limiter: memoryEnv(t).lim}
-	s := policyfile.NewStore(cs)
+	cs := &countingStore{Backend: memory.New(nil)}
+	s := policystore.New(cs)
 	mustApply(t, s, badV1, false)
-	l, err := s.Watch(ctx, policyfile.WatchOptions{Poll: 5 * time.Millisecond})
+	l, err := s.Watch(ctx, policystore.WatchOptions{Poll: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,9 +379,9 @@ func TestLiveReadsOnlyWhatChangedRedis(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.NewServer(t)
 	e := redisEnv(t, srv.Addr())
-	s := policyfile.NewStore(e.lim)
+	s := e.st
 	mustApply(t, s, badV1, false)
-	l, err := s.Watch(ctx, policyfile.WatchOptions{Poll: 10 * time.Millisecond, OnError: func(error) {}})
+	l, err := s.Watch(ctx, policystore.WatchOptions{Poll: 10 * time.Millisecond, OnError: func(error) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +399,7 @@ func TestLiveReadsOnlyWhatChangedRedis(t *testing.T) {
 	}
 
 	// An oversize version 2 written by hand: refused on read, never sent.
-	e.putRaw(t, 2, rawFields(strings.Repeat("x", 2*sdk.MaxPolicyDocument)))
+	e.putRaw(t, 2, rawFields(strings.Repeat("x", 2*policystore.MaxPolicyDocument)))
 	out := func() int64 {
 		info, err := e.rdb.Info(ctx, "stats").Result()
 		if err != nil {
@@ -412,12 +415,12 @@ func TestLiveReadsOnlyWhatChangedRedis(t *testing.T) {
 		return 0
 	}
 	sent := out()
-	if _, err := e.lim.GetPolicies(ctx, 2); !errors.Is(err, sdk.ErrPolicyTooLarge) {
+	if _, err := e.st.GetPolicies(ctx, 2); !errors.Is(err, policystore.ErrPolicyTooLarge) {
 		t.Errorf("GetPolicies(oversize) = %v, want ErrPolicyTooLarge", err)
 	}
 	gets := commandCalls(t, e.rdb)["get"]
 	waitFor(t, "20 more polls", 20*time.Second, func() bool { return commandCalls(t, e.rdb)["get"] >= gets+20 })
-	if d := out() - sent; d >= sdk.MaxPolicyDocument {
+	if d := out() - sent; d >= policystore.MaxPolicyDocument {
 		t.Errorf("the server sent %d bytes after an oversize document was written, want it never sent", d)
 	}
 	if l.Current().Version != 1 {

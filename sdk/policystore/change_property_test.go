@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestChangeProperty: seeded random sequences of store versions of one
@@ -76,9 +77,10 @@ func TestChangeProperty(t *testing.T) {
 		for i := range 150 {
 			s := seed + uint64(i)
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
-			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
+			b := memory.New(&memory.Options{Clock: clock})
+			lim := sdk.New(b)
 			env := propEnv{
-				store:   policyfile.NewStore(lim, policyfile.WithClock(clock)),
+				store:   policystore.New(b, policystore.WithClock(clock)),
 				lim:     lim,
 				advance: func(d time.Duration) { clock.Advance(d) },
 			}
@@ -94,9 +96,9 @@ func TestChangeProperty(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range 16 {
 				s := seed + 1000 + uint64(i)
-				lim := redisLimiter(t, cluster, uniquePrefix(t))
+				lim, store := redisPair(t, cluster, uniquePrefix(t))
 				env := propEnv{
-					store: policyfile.NewStore(lim),
+					store: store,
 					lim:   lim,
 					advance: func(d time.Duration) {
 						until := now(t).Add(d)
@@ -142,7 +144,7 @@ func serverClock(t *testing.T, cluster bool) func(testing.TB) time.Time {
 }
 
 type propEnv struct {
-	store   *policyfile.Store
+	store   *policystore.Store
 	lim     *sdk.Limiter
 	advance func(time.Duration)
 }
@@ -238,7 +240,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 		cur = propRule(rng)
 	}
 	var policy *sdk.Policy
-	apply := func(src string, plan *policyfile.Plan, kind string) {
+	apply := func(src string, plan *policystore.Plan, kind string) {
 		if plan == nil {
 			var err error
 			if plan, err = env.store.Plan(ctx, []byte(src)); err != nil {
@@ -279,17 +281,17 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 		switch {
 		case old == nil:
 			newID(nr)
-		case rd.Carry == policyfile.CarriesExactly:
+		case rd.Carry == policystore.CarriesExactly:
 			ids[len(ids)-1].rule = nr
 			st.add(func(st *propStats) { st.exact++ })
-		case rd.Carry == policyfile.CarriesConservatively:
+		case rd.Carry == policystore.CarriesConservatively:
 			replaced[v.Number] = ids[len(ids)-1]
 			newID(nr)
 			st.add(func(st *propStats) { st.conservative++ })
 		default:
 			fail("plan of %s: %v, %v: want a carry", kind, rd.Kind, rd.Carry)
 		}
-		if old == nil || rd.Kind == policyfile.Unchanged {
+		if old == nil || rd.Kind == policystore.Unchanged {
 			return
 		}
 		st.add(func(st *propStats) { st.kinds[kind]++ })
@@ -303,7 +305,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 			st.add(func(st *propStats) { st.compared++ })
 			floor := min(b.Used, after.Limit)
 			switch {
-			case rd.Carry == policyfile.CarriesExactly && b.Used < b.Limit && b.Used < after.Limit && after.Used != b.Used:
+			case rd.Carry == policystore.CarriesExactly && b.Used < b.Limit && b.Used < after.Limit && after.Used != b.Used:
 				fail("%s %s: the plan says carries exactly, but person %d's used went %d/%d → %d/%d\n%s", kind, rd.Fields, i, b.Used, b.Limit, after.Used, after.Limit, strings.Join(history, "\n"))
 			case after.Used < floor:
 				fail("%s %s (%v): person %d's used went %d/%d → %d/%d, want at least %d\n%s", kind, rd.Fields, rd.Carry, i, b.Used, b.Limit, after.Used, after.Limit, floor, strings.Join(history, "\n"))

@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // gcraBackends are the backends the GCRA rate tests run the store on:
@@ -18,24 +18,25 @@ import (
 // (the tests take no time: 2 h windows, attempts within a second).
 func gcraBackends() []struct {
 	name  string
-	store func(t *testing.T) (*policyfile.Store, *sdk.Limiter)
+	store func(t *testing.T) (*policystore.Store, *sdk.Limiter)
 } {
 	return []struct {
 		name  string
-		store func(t *testing.T) (*policyfile.Store, *sdk.Limiter)
+		store func(t *testing.T) (*policystore.Store, *sdk.Limiter)
 	}{
-		{"memory", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
+		{"memory", func(t *testing.T) (*policystore.Store, *sdk.Limiter) {
 			clock := fakeclock.New(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
-			lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
-			return policyfile.NewStore(lim, policyfile.WithClock(clock)), lim
+			b := memory.New(&memory.Options{Clock: clock})
+			lim := sdk.New(b)
+			return policystore.New(b, policystore.WithClock(clock)), lim
 		}},
-		{"redis", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
-			lim := redisLimiter(t, false, uniquePrefix(t))
-			return policyfile.NewStore(lim), lim
+		{"redis", func(t *testing.T) (*policystore.Store, *sdk.Limiter) {
+			lim, st := redisPair(t, false, uniquePrefix(t))
+			return st, lim
 		}},
-		{"cluster", func(t *testing.T) (*policyfile.Store, *sdk.Limiter) {
-			lim := redisLimiter(t, true, uniquePrefix(t))
-			return policyfile.NewStore(lim), lim
+		{"cluster", func(t *testing.T) (*policystore.Store, *sdk.Limiter) {
+			lim, st := redisPair(t, true, uniquePrefix(t))
+			return st, lim
 		}},
 	}
 }
@@ -45,7 +46,7 @@ func gcraDoc(limit, burst int64) string {
 }
 
 // planned returns the plan of src and its one rule's diff.
-func planned(t *testing.T, s *policyfile.Store, src string) (*policyfile.Plan, policyfile.RuleDiff) {
+func planned(t *testing.T, s *policystore.Store, src string) (*policystore.Plan, policystore.RuleDiff) {
 	t.Helper()
 	plan, err := s.Plan(context.Background(), []byte(src))
 	if err != nil {
@@ -68,7 +69,7 @@ func TestStoreGCRARateChange(t *testing.T) {
 	for _, be := range gcraBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			current := func(s *policyfile.Store) *sdk.Policy {
+			current := func(s *policystore.Store) *sdk.Policy {
 				t.Helper()
 				v, err := s.Version(ctx, 0)
 				if err != nil {
@@ -114,7 +115,7 @@ func TestStoreGCRARateChange(t *testing.T) {
 					}
 				}
 				plan, rd := planned(t, s, gcraDoc(5, 9))
-				if rd.Kind != policyfile.Reidentified || rd.Carry != policyfile.CarriesConservatively {
+				if rd.Kind != policystore.Reidentified || rd.Carry != policystore.CarriesConservatively {
 					t.Errorf("plan of 10 → 5 per 2h: %v, %v, want identity changed, carries conservatively\n%s", rd.Kind, rd.Carry, plan)
 				}
 				if _, err := s.Apply(ctx, plan, "t", ""); err != nil {
@@ -159,7 +160,7 @@ func TestStoreGCRARateChange(t *testing.T) {
 					}
 				}
 				plan, rd := planned(t, s, gcraDoc(5, 4))
-				if rd.Kind != policyfile.Reidentified || rd.Carry != policyfile.CarriesConservatively {
+				if rd.Kind != policystore.Reidentified || rd.Carry != policystore.CarriesConservatively {
 					t.Errorf("plan of 10 → 5 per 2h, burst 9 → 4: %v, %v, want identity changed, carries conservatively", rd.Kind, rd.Carry)
 				}
 				if _, err := s.Apply(ctx, plan, "t", ""); err != nil {
@@ -193,7 +194,7 @@ func TestStoreGCRARateChange(t *testing.T) {
 					take(lim, p, "seven")
 				}
 				plan, rd := planned(t, s, gcraDoc(10, 4))
-				if rd.Kind != policyfile.Modified || rd.Carry != policyfile.CarriesExactly {
+				if rd.Kind != policystore.Modified || rd.Carry != policystore.CarriesExactly {
 					t.Errorf("plan of burst 9 → 4: %v, %v, want modified, carries exactly", rd.Kind, rd.Carry)
 				}
 				if _, err := s.Apply(ctx, plan, "t", ""); err != nil {

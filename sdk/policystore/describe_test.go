@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestPlanTextSaysWhatRuns: a plan describes a sliding window as what is
@@ -15,7 +15,7 @@ import (
 // above; never "(10 cells)" for a rule that runs as a log.
 func TestPlanTextSaysWhatRuns(t *testing.T) {
 	ctx := context.Background()
-	st := policyfile.NewStore(sdk.New(memory.New(nil)))
+	st := policystore.New(memory.New(nil))
 	plan, err := st.Plan(ctx, []byte(`
 policies:
   - name: push

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"context"
@@ -11,56 +11,11 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// Backend is where a Store keeps its versions: an *sdk.Limiter, whose
-// backend implements driver.PolicyStore (one store per limiter prefix).
-type Backend interface {
-	PutPolicies(ctx context.Context, prev int64, v driver.PolicyVersion) (driver.PolicyVersion, error)
-	GetPolicies(ctx context.Context, n int64) (driver.PolicyVersion, error)
-	PolicyHistory(ctx context.Context, max int) ([]driver.PolicyVersion, error)
-	WatchPolicies(ctx context.Context) (<-chan int64, error)
-}
-
-var _ Backend = (*sdk.Limiter)(nil)
-
-// ErrRekeyNotConfirmed is returned by Apply for a plan that re-keys rules
-// (their counts start afresh) without Plan.ConfirmRekey.
-var ErrRekeyNotConfirmed = errors.New("policyfile: plan re-keys rules (their counts start afresh) and is not confirmed")
-
-// A Store keeps policy files as versions in a backend's policy store:
-// applied whole (compare and set on the version planned against), each
-// with who applied it, when and why, and the lineage that keeps counts
-// across rule changes (see ChangeKind). Plan, then Apply; Watch to run
-// from it. A Store is safe for concurrent use.
-type Store struct {
-	b   Backend
-	now func() time.Time
-}
-
-// A StoreOption configures NewStore.
-type StoreOption func(*Store)
-
-// WithClock sets the clock a Store plans by (default: the system clock):
-// it decides which recorded rule changes are past their reach and are
-// left out of the next version. Give it the limiter's clock.
-func WithClock(c sdk.Clock) StoreOption {
-	return func(s *Store) {
-		if c != nil {
-			s.now = c.Now
-		}
-	}
-}
-
-// NewStore returns a Store that keeps its versions in b (an
-// *sdk.Limiter).
-func NewStore(b Backend, opts ...StoreOption) *Store {
-	s := &Store{b: b, now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
-		}
-	}
-	return s
-}
+// ErrRekeyNotConfirmed is returned by Apply (and Rollback) for a plan
+// that re-keys rules (their counts start afresh) without
+// Plan.ConfirmRekey: nothing was stored. serve, the console and the client
+// return it too (wrapped), for the same refusal.
+var ErrRekeyNotConfirmed = errors.New("policystore: the plan re-keys rules (their counts start afresh) and is not confirmed")
 
 // Version is one stored version of the policies.
 type Version struct {
@@ -195,11 +150,11 @@ func (p *Plan) String() string {
 		for _, r := range d.Rules {
 			switch r.Kind {
 			case Unchanged:
-				fmt.Fprintf(&b, "  rule %s: unchanged (%s)\n", r.Rule, describeRule(*r.After))
+				fmt.Fprintf(&b, "  rule %s: unchanged%s\n", r.Rule, describeRule(r.After, " (%s)"))
 			case Added:
-				fmt.Fprintf(&b, "  rule %s: added: %s; %s\n", r.Rule, describeRule(*r.After), r.Note)
+				fmt.Fprintf(&b, "  rule %s: added%s; %s\n", r.Rule, describeRule(r.After, ": %s"), r.Note)
 			case Removed:
-				fmt.Fprintf(&b, "  rule %s: removed (%s); %s\n", r.Rule, describeRule(*r.Before), r.Note)
+				fmt.Fprintf(&b, "  rule %s: removed%s; %s\n", r.Rule, describeRule(r.Before, " (%s)"), r.Note)
 			default:
 				fmt.Fprintf(&b, "  rule %s: %s: %s; %s: %s\n", r.Rule, r.Kind, strings.Join(r.Fields, ", "), r.Carry, r.Note)
 			}
@@ -231,7 +186,7 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 	}
 	h, err := s.Head(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: plan: %w", err)
+		return nil, fmt.Errorf("policystore: plan: %w", err)
 	}
 	now := s.now()
 	lin, diffs, warns := derive(h.parsed, h.Loaded.lin, next, h.Number+1, now)
@@ -244,7 +199,7 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 	}
 	policies, err := build(next, lin, now)
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: plan: %w", err)
+		return nil, fmt.Errorf("policystore: plan: %w", err)
 	}
 	return &Plan{
 		unreadableBase: unreadable,
@@ -262,13 +217,13 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 // Apply stores plan as the store's next version, applied by by for
 // reason, if the store is still at the version the plan was made against;
 // otherwise it stores nothing and returns an error wrapping
-// sdk.ErrVersionConflict (plan again). A plan that re-keys rules needs
+// ErrVersionConflict (plan again). A plan that re-keys rules needs
 // plan.ConfirmRekey (else ErrRekeyNotConfirmed). by is at most
 // sdk.MaxOverrideByLen bytes and reason sdk.MaxOverrideReasonLen, neither
 // holding control characters.
 func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Version, error) {
 	if plan == nil || plan.Version != plan.Base+1 {
-		return Version{}, errors.New("policyfile: apply: no plan (use Store.Plan)")
+		return Version{}, errors.New("policystore: apply: no plan (use Store.Plan)")
 	}
 	if err := checkText("by", by, sdk.MaxOverrideByLen); err != nil {
 		return Version{}, err
@@ -277,18 +232,18 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Versi
 		return Version{}, err
 	}
 	if rk := plan.Rekeyed(); len(rk) > 0 && !plan.ConfirmRekey {
-		return Version{}, fmt.Errorf("policyfile: apply: %w: %s", ErrRekeyNotConfirmed, strings.Join(rk, ", "))
+		return Version{}, fmt.Errorf("policystore: apply: %w: %s", ErrRekeyNotConfirmed, strings.Join(rk, ", "))
 	}
 	doc, err := encodeDocument(plan.Source, plan.lin)
 	if err != nil {
 		return Version{}, err
 	}
-	pv, err := s.b.PutPolicies(ctx, plan.Base, driver.PolicyVersion{Document: doc, By: by, Reason: reason})
+	pv, err := s.PutPolicies(ctx, plan.Base, driver.PolicyVersion{Document: doc, By: by, Reason: reason})
 	if errors.Is(err, driver.ErrVersionConflict) {
-		return Version{}, fmt.Errorf("policyfile: apply: the store is past version %d, which the plan was made against (someone applied since): plan again: %w", plan.Base, err)
+		return Version{}, fmt.Errorf("policystore: apply: the store is past version %d, which the plan was made against (someone applied since): plan again: %w", plan.Base, err)
 	}
 	if err != nil {
-		return Version{}, fmt.Errorf("policyfile: apply: %w", err)
+		return Version{}, fmt.Errorf("policystore: apply: %w", err)
 	}
 	return Version{Number: pv.Version, At: pv.At, By: pv.By, Reason: pv.Reason, Source: plan.Source, lin: plan.lin}, nil
 }
@@ -297,18 +252,18 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Versi
 // characters (it is printed in one line of a history).
 func checkText(field, v string, max int) error {
 	if len(v) > max {
-		return fmt.Errorf("policyfile: apply: %s is %d bytes, more than %d", field, len(v), max)
+		return fmt.Errorf("policystore: apply: %s is %d bytes, more than %d", field, len(v), max)
 	}
 	for _, r := range v {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("policyfile: apply: %s holds a control character (a line break or tab)", field)
+			return fmt.Errorf("policystore: apply: %s holds a control character (a line break or tab)", field)
 		}
 	}
 	return nil
 }
 
 // Version returns version n of the store (0: the current one). The error
-// wraps sdk.ErrNoPolicyVersion when there is none (for n = 0: the store is
+// wraps ErrNoPolicyVersion when there is none (for n = 0: the store is
 // empty), ErrUnreadableVersion when its document does not decode
 // (ErrUnknownFormat, too large), ErrMissingVersion too when the current
 // version number names a version the store does not hold.
@@ -319,9 +274,9 @@ func (s *Store) Version(ctx context.Context, n int64) (Version, error) {
 		stamp, full, cerr := s.current(ctx)
 		switch {
 		case errors.Is(cerr, driver.ErrNoPolicyVersion):
-			return Version{}, fmt.Errorf("policyfile: the policy store is empty (no version applied yet): %w", cerr)
+			return Version{}, fmt.Errorf("policystore: the policy store is empty (no version applied yet): %w", cerr)
 		case cerr != nil:
-			return Version{}, fmt.Errorf("policyfile: read the current version: %w", cerr)
+			return Version{}, fmt.Errorf("policystore: read the current version: %w", cerr)
 		case full != nil:
 			pv = *full
 		default:
@@ -346,9 +301,9 @@ type HistoryEntry struct {
 
 // History returns up to max versions, newest first (max <= 0: all).
 func (s *Store) History(ctx context.Context, max int) ([]HistoryEntry, error) {
-	pvs, err := s.b.PolicyHistory(ctx, max)
+	pvs, err := s.PolicyHistory(ctx, max)
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: history: %w", err)
+		return nil, fmt.Errorf("policystore: history: %w", err)
 	}
 	out := make([]HistoryEntry, len(pvs))
 	for i, pv := range pvs {
@@ -369,7 +324,7 @@ func (s *Store) History(ctx context.Context, max int) ([]HistoryEntry, error) {
 // an error wrapping ErrUnreadableVersion).
 func (s *Store) PlanRollback(ctx context.Context, n int64) (*Plan, error) {
 	if n <= 0 {
-		return nil, fmt.Errorf("policyfile: rollback: version must be >= 1, got %d", n)
+		return nil, fmt.Errorf("policystore: rollback: version must be >= 1, got %d", n)
 	}
 	pv, err := s.fetch(ctx, n, false)
 	var v Version
@@ -377,7 +332,7 @@ func (s *Store) PlanRollback(ctx context.Context, n int64) (*Plan, error) {
 		v, _, err = loadVersion(pv)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("policyfile: rollback: %w", err)
+		return nil, fmt.Errorf("policystore: rollback: %w", err)
 	}
 	return s.Plan(ctx, v.Source)
 }

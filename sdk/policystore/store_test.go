@@ -1,4 +1,4 @@
-package policyfile_test
+package policystore_test
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
-	"github.com/freqcap/freqcap/sdk/policyfile"
+	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // memoryStore is a store on a fresh memory backend with a fake clock.
-func memoryStore(t *testing.T) (policyfile.Backend, *fakeclock.Clock) {
+func memoryStore(t *testing.T) (*memory.Backend, *fakeclock.Clock) {
 	t.Helper()
 	clock := fakeclock.New(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	return sdk.New(memory.New(&memory.Options{Clock: clock})), clock
+	return memory.New(&memory.Options{Clock: clock}), clock
 }
 
 const (
@@ -46,7 +46,7 @@ const (
 `
 )
 
-func mustApply(t *testing.T, s *policyfile.Store, src string, confirm bool) policyfile.Version {
+func mustApply(t *testing.T, s *policystore.Store, src string, confirm bool) policystore.Version {
 	t.Helper()
 	ctx := context.Background()
 	plan, err := s.Plan(ctx, []byte(src))
@@ -72,11 +72,9 @@ func ruleNamed(t *testing.T, p *sdk.Policy, name string) sdk.Rule {
 	return sdk.Rule{}
 }
 
-// runStoreLifecycle applies, changes, re-keys and rolls back on b.
-func runStoreLifecycle(t *testing.T, b policyfile.Backend, clock sdk.Clock) {
+// runStoreLifecycle applies, changes, re-keys and rolls back on s.
+func runStoreLifecycle(t *testing.T, s *policystore.Store) {
 	ctx := context.Background()
-	s := policyfile.NewStore(b, policyfile.WithClock(clock))
-
 	plan, err := s.Plan(ctx, []byte(fileV1))
 	if err != nil {
 		t.Fatalf("Plan(v1) = %v", err)
@@ -127,7 +125,7 @@ func runStoreLifecycle(t *testing.T, b policyfile.Backend, clock sdk.Clock) {
 	if got := plan.Rekeyed(); len(got) != 1 || got[0] != "push/minute" || !strings.Contains(plan.String(), "re-keyed") {
 		t.Errorf("Plan(rekey).Rekeyed() = %q:\n%s", got, plan)
 	}
-	if _, err := s.Apply(ctx, plan, "carol", "rekey"); !errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if _, err := s.Apply(ctx, plan, "carol", "rekey"); !errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		t.Errorf("Apply(rekey, unconfirmed) = %v, want ErrRekeyNotConfirmed", err)
 	}
 	if cur, _ := s.Version(ctx, 0); cur.Number != 2 {
@@ -141,7 +139,7 @@ func runStoreLifecycle(t *testing.T, b policyfile.Backend, clock sdk.Clock) {
 	// Rollback to version 1: minute is re-keyed back, so Rollback refuses
 	// it unconfirmed; confirmed, a new version 4, daily back to its
 	// version 1 identity under a new epoch, seeded from version 2's rule.
-	if _, err := s.Rollback(ctx, 1, "dave", ""); !errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if _, err := s.Rollback(ctx, 1, "dave", ""); !errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		t.Fatalf("Rollback(1) = %v, want ErrRekeyNotConfirmed (minute is re-keyed back)", err)
 	}
 	plan, err = s.PlanRollback(ctx, 1)
@@ -183,7 +181,7 @@ func runStoreLifecycle(t *testing.T, b policyfile.Backend, clock sdk.Clock) {
 
 func TestStoreLifecycleMemory(t *testing.T) {
 	b, clock := memoryStore(t)
-	runStoreLifecycle(t, b, clock)
+	runStoreLifecycle(t, policystore.New(b, policystore.WithClock(clock)))
 }
 
 // TestStoreConflict: two plans made against one version; the second
@@ -191,7 +189,7 @@ func TestStoreLifecycleMemory(t *testing.T) {
 func TestStoreConflict(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(b)
+	s := policystore.New(b)
 	mustApply(t, s, fileV1, false)
 	p1, err := s.Plan(ctx, []byte(fileV2))
 	if err != nil {
@@ -216,7 +214,7 @@ func TestStoreConflict(t *testing.T) {
 func TestStoreApplyChecksAuthorAndReason(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(b)
+	s := policystore.New(b)
 	plan, err := s.Plan(ctx, []byte(fileV1))
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +235,7 @@ func TestStoreApplyChecksAuthorAndReason(t *testing.T) {
 
 func TestStorePlanRefusesInvalid(t *testing.T) {
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(b)
+	s := policystore.New(b)
 	for _, tc := range []struct{ name, src, want string }{
 		{"unknown key", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 5, window: 1m, by: [u], shadw: true}\n", `line 4: invalid policy: unknown key "shadw"`},
 		{"bad limit", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, limit: 1.5, window: 1m, by: [u]}\n", "line 4"},
@@ -257,15 +255,15 @@ func TestStorePlanRefusesInvalid(t *testing.T) {
 func TestStoreUnknownDocument(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memoryStore(t)
-	if _, err := b.PutPolicies(ctx, 0, driver.PolicyVersion{Document: []byte(`{"format":"other/v2"}`), By: "x"}); err != nil {
+	s := policystore.New(b)
+	if _, err := s.PutPolicies(ctx, 0, driver.PolicyVersion{Document: []byte(`{"format":"other/v2"}`), By: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	s := policyfile.NewStore(b)
-	if _, err := s.Version(ctx, 1); !errors.Is(err, policyfile.ErrUnknownFormat) || !strings.Contains(err.Error(), `"other/v2"`) {
+	if _, err := s.Version(ctx, 1); !errors.Is(err, policystore.ErrUnknownFormat) || !strings.Contains(err.Error(), `"other/v2"`) {
 		t.Errorf("Version(1) = %v, want ErrUnknownFormat naming other/v2", err)
 	}
 	hs, err := s.History(ctx, 0)
-	if err != nil || len(hs) != 1 || !errors.Is(hs[0].Err, policyfile.ErrUnknownFormat) || hs[0].By != "x" {
+	if err != nil || len(hs) != 1 || !errors.Is(hs[0].Err, policystore.ErrUnknownFormat) || hs[0].By != "x" {
 		t.Errorf("History = %+v, %v, want the entry with its error", hs, err)
 	}
 	// Applying over it is possible, confirmed: every rule starts afresh.
@@ -276,7 +274,7 @@ func TestStoreUnknownDocument(t *testing.T) {
 	if got := plan.Rekeyed(); len(got) != 2 || !strings.Contains(plan.String(), "the current version 1 does not load") {
 		t.Errorf("Plan over an unknown document: Rekeyed() = %q:\n%s", got, plan)
 	}
-	if _, err := s.Apply(ctx, plan, "a", ""); !errors.Is(err, policyfile.ErrRekeyNotConfirmed) {
+	if _, err := s.Apply(ctx, plan, "a", ""); !errors.Is(err, policystore.ErrRekeyNotConfirmed) {
 		t.Errorf("Apply(unconfirmed) = %v, want ErrRekeyNotConfirmed", err)
 	}
 	plan.ConfirmRekey = true
@@ -300,16 +298,16 @@ func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 func TestLiveFollowsAndKeepsWhatLoads(t *testing.T) {
 	ctx := context.Background()
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(b)
-	if _, err := s.Watch(ctx, policyfile.WatchOptions{}); !errors.Is(err, driver.ErrNoPolicyVersion) {
+	s := policystore.New(b)
+	if _, err := s.Watch(ctx, policystore.WatchOptions{}); !errors.Is(err, driver.ErrNoPolicyVersion) {
 		t.Errorf("Watch(empty store) = %v, want ErrNoPolicyVersion", err)
 	}
 	mustApply(t, s, fileV1, false)
 	var changes atomic.Int64
 	errs := make(chan error, 10)
-	live, err := s.Watch(ctx, policyfile.WatchOptions{
+	live, err := s.Watch(ctx, policystore.WatchOptions{
 		Poll:     time.Hour, // notifications only
-		OnChange: func(sn *policyfile.Snapshot) { changes.Store(sn.Version) },
+		OnChange: func(sn *policystore.Snapshot) { changes.Store(sn.Version) },
 		OnError:  func(err error) { errs <- err },
 	})
 	if err != nil {
@@ -329,12 +327,12 @@ func TestLiveFollowsAndKeepsWhatLoads(t *testing.T) {
 	}
 
 	// A version that does not load is reported once; version 2 is kept.
-	if _, err := b.PutPolicies(ctx, 2, driver.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v1","source":"policies: [{name: p}]"}`)}); err != nil {
+	if _, err := s.PutPolicies(ctx, 2, driver.PolicyVersion{Document: []byte(`{"format":"freqcap.policies/v1","source":"policies: [{name: p}]"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-errs:
-		if !errors.Is(err, policyfile.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 is kept: policyfile: version 3 does not load") {
+		if !errors.Is(err, policystore.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 is kept: policystore: version 3 does not load") {
 			t.Errorf("OnError(%v), want version 3 reported, version 2 kept", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -352,17 +350,24 @@ func TestLiveFollowsAndKeepsWhatLoads(t *testing.T) {
 
 // deaf is a store whose notifications never come: the poll alone must
 // bring versions.
-type deaf struct{ policyfile.Backend }
+type deaf struct{ storeBackend }
 
-func (deaf) WatchPolicies(ctx context.Context) (<-chan int64, error) {
+// storeBackend is a backend that keeps policies (memory, Redis).
+type storeBackend interface {
+	driver.Backend
+	driver.PolicyStore
+	driver.PolicyHeader
+}
+
+func (deaf) WatchPolicies(ctx context.Context, key string) (<-chan int64, error) {
 	return make(chan int64), nil
 }
 
 func TestLivePollsWithoutNotifications(t *testing.T) {
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(deaf{b})
+	s := policystore.New(deaf{b})
 	mustApply(t, s, fileV1, false)
-	live, err := s.Watch(context.Background(), policyfile.WatchOptions{Poll: 20 * time.Millisecond})
+	live, err := s.Watch(context.Background(), policystore.WatchOptions{Poll: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,10 +379,10 @@ func TestLivePollsWithoutNotifications(t *testing.T) {
 // TestLiveStopsWithContext: the Live's goroutine ends with its context.
 func TestLiveStopsWithContext(t *testing.T) {
 	b, _ := memoryStore(t)
-	s := policyfile.NewStore(b)
+	s := policystore.New(b)
 	mustApply(t, s, fileV1, false)
 	ctx, cancel := context.WithCancel(context.Background())
-	live, err := s.Watch(ctx, policyfile.WatchOptions{})
+	live, err := s.Watch(ctx, policystore.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,14 +407,14 @@ func TestLiveStopsWithContext(t *testing.T) {
 func TestStoreLimitAcrossLogLine(t *testing.T) {
 	ctx := context.Background()
 	b, clock := memoryStore(t)
-	lim := b.(*sdk.Limiter)
-	s := policyfile.NewStore(b, policyfile.WithClock(clock))
+	lim := sdk.New(b)
+	s := policystore.New(b, policystore.WithClock(clock))
 	const file = `policies:
   - name: push
     rules:
       - {name: minute, algorithm: sliding_window, limit: %d, window: 1m, by: [user]}
 `
-	policy := func(v policyfile.Version) *sdk.Policy {
+	policy := func(v policystore.Version) *sdk.Policy {
 		ps, err := v.Policies()
 		if err != nil || len(ps) != 1 {
 			t.Fatalf("Policies() = %v, %v", ps, err)

@@ -1,4 +1,4 @@
-package policyfile
+package policystore
 
 import (
 	"errors"
