@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/freqcap/freqcap/internal/seed"
+	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -52,7 +53,7 @@ func TestJavaSender(t *testing.T) {
 	}
 	// The seed policies, push reading overrides: one person is blocked.
 	ps := mustLoad(t, strings.Replace(string(seed.YAML), "  - name: push\n", "  - name: push\n    overrides: true\n", 1))
-	e := start(t, b, serve.Config{Callers: callers, Live: func() serve.Snapshot { return serve.Snapshot{Policies: ps} }})
+	e := start(t, b, serve.Config{Callers: callers, Live: func() *policystore.Snapshot { return &policystore.Snapshot{Policies: ps} }})
 	block, err := http.NewRequest("POST", e.url+"/freqcap.v1.OverrideService/SetOverride", strings.NewReader(
 		`{"policy": "push", "subject": {"user": "java-blocked"}, "override": {"kind": "OVERRIDE_KIND_BLOCK", "reason": "complaint"}, "ttl": "3600s"}`))
 	if err != nil {
