@@ -14,50 +14,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// The JSON API: the SDK's check and inspect for services written in other
-// languages. Durations are integer milliseconds (retry and reset times
-// rounded up).
+// The JSON API: what the pages show, for scripts (inspect, reset,
+// policies, overrides, stats). Durations are integer milliseconds (retry
+// and reset times rounded up). Decisions are freqcap serve's (package
+// serve): POST /api/v1/check is retired.
 
 type apiError struct {
 	Error  string `json:"error"`
 	Status int    `json:"status"`
-}
-
-// CheckRequest is the body of POST /api/v1/check.
-type CheckRequest struct {
-	Policy  string      `json:"policy"`
-	Subject sdk.Subject `json:"subject"`
-	// Cost is the number of units; 0 or absent means 1.
-	Cost int64 `json:"cost"`
-	// Peek asks without consuming (sdk.Limiter.Peek; the viewer role
-	// suffices); otherwise the units are consumed when allowed
-	// (sdk.Limiter.Take; needs the checker role, audited).
-	Peek bool `json:"peek"`
-}
-
-// DecisionJSON is a decision on the wire.
-type DecisionJSON struct {
-	Allowed      bool      `json:"allowed"`
-	Policy       string    `json:"policy"`
-	At           time.Time `json:"at"`
-	Denied       []string  `json:"denied"`
-	RetryAfterMS int64     `json:"retry_after_ms"`
-	CostTooHigh  bool      `json:"cost_too_high"`
-	Degraded     bool      `json:"degraded"`
-	// Error explains a degraded decision or a cost that can never pass.
-	Error     string     `json:"error,omitempty"`
-	NonAtomic bool       `json:"non_atomic,omitempty"`
-	Rules     []RuleJSON `json:"rules"`
-	// ShadowDenied names the shadow rules that would have denied (they
-	// never deny).
-	ShadowDenied []string `json:"shadow_denied,omitempty"`
-	// Override is the per-person override that decided (block, exempt) or
-	// changed a rule's limit; absent when none applied.
-	Override *OverrideJSON `json:"override,omitempty"`
 }
 
 // RuleJSON is one rule's part of a decision or inspection.
@@ -128,27 +95,6 @@ func rulesJSON(rds []sdk.RuleDecision) []RuleJSON {
 	return out
 }
 
-func decisionJSON(d sdk.Decision) DecisionJSON {
-	out := DecisionJSON{
-		Allowed: d.Allowed, Policy: d.Policy, At: d.At, Denied: d.Denied,
-		RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh,
-		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Rules: rulesJSON(d.Rules),
-	}
-	if out.Denied == nil {
-		out.Denied = []string{}
-	}
-	out.ShadowDenied = d.ShadowDenied
-	if d.Override.ID != 0 {
-		o := overrideJSON(d.Override)
-		out.Override = &o
-	}
-	if d.Err != nil {
-		// The backend's error names its address: logged, not sent.
-		out.Error = "decided without the backend (" + backendUnavailable + ")"
-	}
-	return out
-}
-
 // decodeJSON reads the request body into v: one JSON object of at most
 // bodyLimit bytes (else 413), valid UTF-8 (else 400: the decoder would
 // replace invalid bytes and make two byte strings one subject), no
@@ -181,99 +127,17 @@ func decodeJSON(c echo.Context, v any) error {
 // backend fails: its error names addresses, and goes to the log only.
 const backendUnavailable = "the backend is unavailable (details are in the console's log)"
 
-// apiCheck is POST /api/v1/check: 200 when allowed, 429 when denied (with
-// Retry-After), 422 when the cost exceeds a rule's limit (no retry can
-// pass, so no Retry-After), with RateLimit and RateLimit-Policy headers.
-// Consuming needs the checker role and is audited; a peek needs viewer.
-func (s *Server) apiCheck(c echo.Context) error {
-	var req CheckRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	id := identityOf(c)
-	if !req.Peek && id.Role < RoleChecker {
-		return forbidden(RoleChecker, id.Role)
-	}
-	if req.Policy == "" {
-		return echo.NewHTTPError(http.StatusBadRequest, "policy is required")
-	}
-	p, ok := s.snap().byName[req.Policy]
-	if !ok {
-		return echo.NewHTTPError(http.StatusNotFound, "no such policy")
-	}
-	if err := checkSubject(req.Subject); err != nil {
-		return err
-	}
-	if req.Cost == 0 {
-		req.Cost = 1
-	}
-	ctx := c.Request().Context()
-	var (
-		d   sdk.Decision
-		err error
-	)
-	if req.Peek {
-		d, err = s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: req.Subject, Cost: req.Cost})
-	} else {
-		d, err = s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: req.Subject, Cost: req.Cost})
-	}
-	if err != nil && (errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost)) {
-		return err // 400 from the central handler
-	}
-	if !req.Peek {
-		e := s.auditEntry(c, "check", p, req.Subject)
-		e.Cost = req.Cost
-		switch {
-		case err != nil:
-			e.Outcome = "failed: backend error"
-		case d.Allowed && d.Degraded:
-			e.Outcome = "allowed (degraded: decided without the backend)"
-		case d.Allowed:
-			e.Outcome = "allowed"
-		default:
-			e.Outcome, e.Rules = "denied", d.Denied
-		}
-		switch {
-		case err != nil || d.Override.ID == 0:
-		case d.Override.Kind == sdk.OverrideBlock:
-			e.Outcome = fmt.Sprintf("denied by block #%d", d.Override.ID)
-		case d.Override.Kind == sdk.OverrideExempt:
-			e.Outcome = fmt.Sprintf("allowed by override #%d", d.Override.ID)
-		default:
-			e.Detail = fmt.Sprintf("limits of override #%d", d.Override.ID)
-		}
-		if aerr := s.audit.Record(e); aerr != nil {
-			return fmt.Errorf("check of policy %q: recording the audit entry: %w", p.Name(), aerr)
-		}
-	}
-	if err != nil {
-		s.warn.Warn("api-check", "console: api check failed", "policy", p.Name(), "err", err)
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "could not decide: "+backendUnavailable)
-	}
-	if d.Err != nil {
-		s.warn.Warn("api-check-degraded", "console: api check degraded", "policy", p.Name(), "err", d.Err)
-	} else {
-		s.backendAnswered()
-	}
-	ratelimitheaders.Set(c.Response().Header(), p, d)
-	out := decisionJSON(d)
-	status := http.StatusOK
-	switch {
-	case d.Allowed:
-	case d.CostTooHigh:
-		status = http.StatusUnprocessableEntity
-		var rules []string
-		for _, rd := range d.Rules {
-			if rd.CostTooHigh {
-				rules = append(rules, rd.Rule)
-			}
-		}
-		out.Error = fmt.Sprintf("cost %d exceeds the limit of %s: this request can never be allowed, do not retry it", req.Cost, strings.Join(rules, ", "))
-	default:
-		status = http.StatusTooManyRequests
-		ratelimitheaders.SetRetryAfter(c.Response().Header(), d)
-	}
-	return c.JSON(status, out)
+// checkReplacement is what POST /api/v1/check, retired, tells its
+// callers to call instead: freqcap serve's decision API, whose HTTP/JSON
+// calls take the same policy, subject and cost.
+const checkReplacement = "POST /api/v1/check is retired: decisions over the network are freqcap serve's " +
+	"(POST /freqcap.v1.FreqcapService/Take to consume, /Peek to ask; the same policy, subject and cost; docs/SERVE.md). " +
+	"Migration: docs/CONSOLE.md, \"Migrating from POST /api/v1/check\""
+
+// apiCheckRetired answers POST /api/v1/check, the console's decision API
+// until freqcap serve took that over: 410 Gone, naming the replacement.
+func (s *Server) apiCheckRetired(c echo.Context) error {
+	return echo.NewHTTPError(http.StatusGone, checkReplacement)
 }
 
 // ResetRequest is the body of POST /api/v1/reset.

@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -17,7 +16,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 )
 
@@ -29,12 +29,12 @@ const (
 	// RoleNone: not signed in.
 	RoleNone Role = iota
 	// RoleViewer reads every page, the audit log and the metrics, and
-	// uses the read-only JSON API (inspect, policies, and check with
-	// "peek": true). It consumes no quota and resets nothing.
+	// uses the read-only JSON API (inspect, policies, overrides). It
+	// resets nothing.
 	RoleViewer
-	// RoleChecker may also consume quota through POST /api/v1/check
-	// (each consuming check is audited): the role of a service that uses
-	// the console as its rate limiter.
+	// RoleChecker may what RoleViewer may. It consumed quota through POST
+	// /api/v1/check, retired (decisions over the network are freqcap
+	// serve's); it stays so that existing credentials still start.
 	RoleChecker
 	// RoleAdmin may also reset a subject (form and API).
 	RoleAdmin
@@ -129,7 +129,7 @@ func newAuthenticator(creds []Credential, ttl time.Duration, now func() time.Tim
 		for j := range i {
 			// The same secret twice would sign its holder in as whichever
 			// credential comes first.
-			if subtle.ConstantTimeCompare([]byte(creds[j].Secret), []byte(c.Secret)) == 1 {
+			if httpauth.Equal(creds[j].Secret, c.Secret) {
 				return nil, fmt.Errorf("console: credentials %d and %d have the same secret: give each its own", j+1, i+1)
 			}
 		}
@@ -158,13 +158,13 @@ func validName(n string) bool {
 func (a *authenticator) enabled() bool { return len(a.creds) > 0 }
 
 // match returns the credential whose secret (and name, when name != "")
-// matches. Every credential is compared, in constant time.
+// matches. Every credential is compared, in constant time (httpauth.Equal).
 func (a *authenticator) match(name, secret string) (Credential, bool) {
 	var found Credential
 	ok := false
 	for _, c := range a.creds {
-		sm := subtle.ConstantTimeCompare([]byte(c.Secret), []byte(secret)) == 1
-		nm := name == "" || subtle.ConstantTimeCompare([]byte(c.Name), []byte(name)) == 1
+		sm := httpauth.Equal(c.Secret, secret)
+		nm := name == "" || httpauth.Equal(c.Name, name)
 		if sm && nm && !ok {
 			found, ok = c, true
 		}
@@ -282,7 +282,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			id = identity{Role: RoleAdmin, Name: "local", Method: "none"}
 		} else if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
 			keys := []lockout.Key{lockout.Addr(c.RealIP())}
-			scheme, rest, _ := strings.Cut(h, " ")
+			scheme, _, _ := strings.Cut(h, " ")
 			user, pass, basicOK := c.Request().BasicAuth()
 			if basicOK {
 				keys = append(keys, lockout.User(user))
@@ -293,7 +293,8 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				var ok bool
 				switch method {
 				case "bearer":
-					cr, ok = s.auth.match("", strings.TrimSpace(rest))
+					tok, _ := httpauth.Bearer(c.Request().Header)
+					cr, ok = s.auth.match("", tok)
 				case "basic":
 					ok = basicOK
 					if ok {
@@ -412,7 +413,7 @@ func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 				return err
 			}
 			form := req.PostFormValue(csrfField)
-			if bind == "" || form == "" || subtle.ConstantTimeCompare([]byte(s.auth.csrfToken(bind)), []byte(form)) != 1 {
+			if bind == "" || form == "" || !httpauth.Equal(s.auth.csrfToken(bind), form) {
 				return echo.NewHTTPError(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
 			}
 		}

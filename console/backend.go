@@ -34,11 +34,6 @@ type markedLimiter struct{ l Limiter }
 
 var _ Limiter = markedLimiter{}
 
-func (m markedLimiter) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
-	d, err := m.l.Take(ctx, p, a)
-	return d, marked(err)
-}
-
 func (m markedLimiter) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	d, err := m.l.Peek(ctx, p, a)
 	return d, marked(err)

@@ -1,6 +1,8 @@
 // Package console is freqcap's support console: server-rendered pages that
-// answer "why was this user throttled?", a JSON API for services written in
-// other languages, and Prometheus metrics.
+// answer "why was this user throttled?", a JSON API for scripts (inspect,
+// reset, policies, overrides), and Prometheus metrics. Decisions over the
+// network are freqcap serve's (package serve): POST /api/v1/check, the
+// console's own until then, answers 410 Gone naming serve's calls.
 //
 // The console is a client of package sdk. Build a Limiter with the
 // console's Metrics as its observer, hand both to New, and serve
@@ -15,7 +17,7 @@
 // console makes; *sdk.Limiter implements it. Config.Fleet, usually a
 // *fleet.Reader, gives the overview's fleet panel the services'
 // statistics and announcements. Handlers build the view
-// models of package console/views and render its templ components.
+// models of package console/internal/views and render its templ components.
 //
 // Pages work without JavaScript; a small script refreshes the live parts.
 // Every state-changing request is protected against CSRF, all output is
@@ -40,8 +42,9 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policystore"
@@ -53,10 +56,7 @@ var staticFS embed.FS
 // Limiter is what the console asks of the SDK: exactly the calls it
 // makes. *sdk.Limiter implements it; tests may pass a fake.
 type Limiter interface {
-	// Take consumes a.Cost units when every rule allows (POST
-	// /api/v1/check).
-	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
-	// Peek decides without consuming (POST /api/v1/check with "peek").
+	// Peek decides without consuming (the subject page's verdict).
 	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
 	// Inspect reads a subject's state and denial trail (the subject page,
 	// GET /api/v1/inspect).
@@ -127,7 +127,7 @@ type Config struct {
 	// Metrics collects decisions; nil means a fresh Metrics that nothing
 	// feeds (the rates stay at zero).
 	Metrics *Metrics
-	// Audit records resets and consuming checks; nil means an in-memory
+	// Audit records resets, override changes and policy versions; nil means an in-memory
 	// log of 200 entries of each.
 	Audit *AuditLog
 	// Credentials are the accepted tokens and basic-auth users. Empty
@@ -265,22 +265,14 @@ var ErrInsecureAddr = errors.New("console: refusing to listen on a non-loopback 
 // loopback address and authEnabled is false. An empty host ("":8080) means
 // every interface and is not loopback; "localhost" is.
 func CheckAddr(addr string, authEnabled bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	loopback, err := httpauth.LoopbackAddr(addr)
 	if err != nil {
 		return fmt.Errorf("console: address %q: %w", addr, err)
 	}
-	if authEnabled || isLoopback(host) {
+	if authEnabled || loopback {
 		return nil
 	}
 	return ErrInsecureAddr
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 // ListenAndServe listens on addr and serves until ctx ends, then shuts
@@ -388,9 +380,8 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/override/delete", s.overrideDelete, admin)
 
 	get("/metrics", s.metricsHandler, viewer)
-	// Consuming needs the checker role; the handler checks it, since a
-	// peek only reads.
-	e.POST("/api/v1/check", s.apiCheck, viewer)
+	// Retired: 410 naming serve's calls, to any signed-in caller.
+	e.POST("/api/v1/check", s.apiCheckRetired, viewer)
 	e.POST("/api/v1/reset", s.apiReset, admin)
 	get("/api/v1/inspect", s.apiInspect, viewer)
 	get("/api/v1/policies", s.apiPolicies, viewer)
@@ -437,23 +428,11 @@ func (s *Server) favicon(c echo.Context) error {
 // reaches a loopback console under its own host name, and is refused here.
 func (s *Server) checkHost(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.auth.enabled() || loopbackHost(c.Request().Host) {
+		if s.auth.enabled() || httpauth.LoopbackHostport(c.Request().Host) {
 			return next(c)
 		}
 		return echo.NewHTTPError(http.StatusMisdirectedRequest, "with authentication off this console answers only to a loopback host name (localhost, 127.0.0.1, [::1])")
 	}
-}
-
-// loopbackHost reports whether a Host header (name or address, with or
-// without a port) names the loopback interface.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		host = host[1 : len(host)-1]
-	}
-	return host != "" && isLoopback(host)
 }
 
 // render writes comp with status. It renders into a buffer first, so that

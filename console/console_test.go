@@ -533,100 +533,70 @@ func TestLoginNeedsCSRF(t *testing.T) {
 	}
 }
 
-func TestAPICheck(t *testing.T) {
+// TestAPICheckRetired: POST /api/v1/check, retired, answers its old
+// callers 410 Gone with freqcap serve's calls in the body, whatever they
+// send (after authentication, as every API call), and decides nothing.
+func TestAPICheckRetired(t *testing.T) {
 	f := newFixture(t, testCredentials())
-	check := func(body string) (*http.Response, DecisionJSON) {
-		t.Helper()
-		res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", body: body, bearer: checkerToken, header: map[string]string{"Content-Type": "application/json"}})
-		var d DecisionJSON
-		b := readBody(t, res)
-		if res.StatusCode == http.StatusOK || res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusUnprocessableEntity {
-			if err := json.Unmarshal([]byte(b), &d); err != nil {
-				t.Fatalf("decoding %s: %v", b, err)
-			}
-		}
-		return res, d
-	}
 	body := `{"policy":"push","subject":{"user":"u1","content":"c1"}}`
-	const policyHeader = `"recv-1m";q=15;w=60, "recv-24h";q=50;w=86400, "content-59s";q=2;w=59, "content-59m";q=5;w=3540`
-	// t0 lies 4.2s into a 5.9s cell of the 59s rule, which counts until
-	// a whole window after the cell's end: its counts reset (and a denial
-	// may retry) 60.7s later, 61 rounded up.
-	tests := []struct {
-		name       string
-		body       string
-		status     int
-		rateLimit  string
-		retryAfter string
-		allowed    bool
+	for _, tc := range []struct {
+		name, body, token string
+		status            int
 	}{
-		{"peek consumes nothing", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 200, `"content-59s";r=2;t=0`, "", true},
-		{"first", body, 200, `"content-59s";r=1;t=59`, "", true},
-		{"second", body, 200, `"content-59s";r=0;t=59`, "", true},
-		{"third is denied", body, 429, `"content-59s";r=0;t=59`, "59", false},
-		{"peek sees the denial", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, 429, `"content-59s";r=0;t=59`, "59", false},
-		// Retrying can never pass: 422 without Retry-After, not 429.
-		{"cost too high", `{"policy":"push","subject":{"user":"u2","content":"c1"},"cost":3}`, 422, `"content-59s";r=2;t=0`, "", false},
-	}
-	for _, tc := range tests {
+		{"checker", body, checkerToken, http.StatusGone},
+		{"viewer peek", `{"policy":"push","subject":{"user":"u1","content":"c1"},"peek":true}`, viewerToken, http.StatusGone},
+		{"bad JSON", `{"policy":`, adminToken, http.StatusGone},
+		{"no token", body, "", http.StatusUnauthorized},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, d := check(tc.body)
-			if res.StatusCode != tc.status {
-				t.Fatalf("POST /api/v1/check = %d, want %d", res.StatusCode, tc.status)
+			res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", body: tc.body, bearer: tc.token, header: map[string]string{"Content-Type": "application/json"}})
+			b := readBody(t, res)
+			var e apiError
+			if res.StatusCode != tc.status || json.Unmarshal([]byte(b), &e) != nil || e.Status != tc.status {
+				t.Fatalf("POST /api/v1/check = %d %s, want %d with a JSON error", res.StatusCode, b, tc.status)
 			}
-			if got := res.Header.Get("RateLimit"); got != tc.rateLimit {
-				t.Errorf("RateLimit = %q, want %q", got, tc.rateLimit)
-			}
-			if got := res.Header.Get("RateLimit-Policy"); got != policyHeader {
-				t.Errorf("RateLimit-Policy = %q, want %q", got, policyHeader)
-			}
-			if got := res.Header.Get("Retry-After"); got != tc.retryAfter {
-				t.Errorf("Retry-After = %q, want %q", got, tc.retryAfter)
-			}
-			if d.Allowed != tc.allowed || len(d.Rules) != 4 || d.Policy != "push" {
-				t.Errorf("decision = %+v, want allowed=%v with 4 rules", d, tc.allowed)
+			if tc.status == http.StatusGone && (e.Error != checkReplacement || !strings.Contains(e.Error, "/freqcap.v1.FreqcapService/Take")) {
+				t.Errorf("410 body = %q, want the replacement %q", e.Error, checkReplacement)
 			}
 		})
 	}
-	_, d := check(body)
-	if len(d.Denied) != 1 || d.Denied[0] != "content-59s" || d.RetryAfterMS != 59000 {
-		t.Errorf("denied decision = %+v, want content-59s, retry 59000ms (an exact log: the window)", d)
+	if ins, err := f.lim.Inspect(context.Background(), f.policies["push"], sdk.Subject{"user": "u1", "content": "c1"}); err != nil || ins.Rules[0].Used != 0 {
+		t.Errorf("after the retired checks, Inspect = %+v, %v; want nothing consumed", ins, err)
 	}
+}
 
-	t.Run("gcra quota window", func(t *testing.T) {
-		res, _ := check(`{"policy":"api","subject":{"user":"u1","campaign":"spring"}}`)
-		if got, want := res.Header.Get("RateLimit-Policy"), `"burst";q=15;w=30, "daily";q=3;w=86400`; got != want {
-			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
-		}
-	})
-
+// TestAPIBody: the JSON API reads one JSON object of bounded size, valid
+// UTF-8, no unknown fields and nothing after it, sent as
+// application/json, and answers every refusal as a JSON error.
+func TestAPIBody(t *testing.T) {
+	f := newFixture(t, testCredentials())
+	body := `{"policy":"push","subject":{"user":"u1"}}`
 	errs := []struct {
 		name, body, ctype, token string
 		status                   int
 	}{
-		{"unknown policy", `{"policy":"nope","subject":{"user":"u"}}`, "application/json", checkerToken, 404},
-		{"no policy", `{"subject":{"user":"u"}}`, "application/json", checkerToken, 400},
-		{"missing dimension", `{"policy":"push","subject":{"content":"c"}}`, "application/json", checkerToken, 400},
-		{"negative cost", `{"policy":"push","subject":{"user":"u","content":"c"},"cost":-1}`, "application/json", checkerToken, 400},
-		{"bad JSON", `{"policy":`, "application/json", checkerToken, 400},
-		{"unknown field", `{"policy":"push","subjects":{}}`, "application/json", checkerToken, 400},
-		{"trailing data", body + `{"policy":"api"}`, "application/json", checkerToken, 400},
-		{"trailing garbage", body + `x`, "application/json", checkerToken, 400},
-		{"invalid UTF-8 in an id", "{\"policy\":\"push\",\"subject\":{\"user\":\"u\xff\",\"content\":\"c\"}}", "application/json", checkerToken, 400},
-		{"lone surrogate in an id", `{"policy":"push","subject":{"user":"u\udc00","content":"c"}}`, "application/json", checkerToken, 400},
-		{"too large", `{"policy":"push","subject":{"user":"` + strings.Repeat("u", maxBody) + `","content":"c"}}`, "application/json", checkerToken, 413},
-		{"form posts are refused", `policy=push`, "application/x-www-form-urlencoded", checkerToken, 415},
-		{"text/plain is refused", body, "text/plain", checkerToken, 415},
+		{"unknown policy", `{"policy":"nope","subject":{"user":"u"}}`, "application/json", adminToken, 404},
+		{"no policy", `{"subject":{"user":"u"}}`, "application/json", adminToken, 400},
+		{"missing dimension", `{"policy":"push","subject":{"content":"c"}}`, "application/json", adminToken, 400},
+		{"bad JSON", `{"policy":`, "application/json", adminToken, 400},
+		{"unknown field", `{"policy":"push","subjects":{}}`, "application/json", adminToken, 400},
+		{"trailing data", body + `{"policy":"api"}`, "application/json", adminToken, 400},
+		{"trailing garbage", body + `x`, "application/json", adminToken, 400},
+		{"invalid UTF-8 in an id", "{\"policy\":\"push\",\"subject\":{\"user\":\"u\xff\"}}", "application/json", adminToken, 400},
+		{"lone surrogate in an id", `{"policy":"push","subject":{"user":"u\udc00"}}`, "application/json", adminToken, 400},
+		{"too large", `{"policy":"push","subject":{"user":"` + strings.Repeat("u", maxBody) + `"}}`, "application/json", adminToken, 413},
+		{"form posts are refused", `policy=push`, "application/x-www-form-urlencoded", adminToken, 415},
+		{"text/plain is refused", body, "text/plain", adminToken, 415},
 		{"no token", body, "application/json", "", 401},
-		{"a viewer may not consume", body, "application/json", viewerToken, 403},
+		{"a checker may not reset", body, "application/json", checkerToken, 403},
 	}
 	for _, tc := range errs {
 		t.Run(tc.name, func(t *testing.T) {
-			res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", body: tc.body, bearer: tc.token, header: map[string]string{"Content-Type": tc.ctype}})
+			res := f.do(t, req{method: http.MethodPost, path: "/api/v1/reset", body: tc.body, bearer: tc.token, header: map[string]string{"Content-Type": tc.ctype}})
 			b := readBody(t, res)
 			var e apiError
 			if res.StatusCode != tc.status || json.Unmarshal([]byte(b), &e) != nil || e.Status != tc.status {
-				t.Errorf("POST /api/v1/check = %d %s, want %d with a JSON error", res.StatusCode, b, tc.status)
+				t.Errorf("POST /api/v1/reset = %d %s, want %d with a JSON error", res.StatusCode, b, tc.status)
 			}
 		})
 	}
@@ -682,12 +652,12 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		"# TYPE freqcap_decisions_total counter",
-		`freqcap_decisions_total{policy="push",op="take",outcome="allowed"} 3`, // 2 + the degraded one
-		`freqcap_decisions_total{policy="push",op="take",outcome="denied"} 1`,
-		`freqcap_decisions_total{policy="api",op="take",outcome="error"} 1`,
-		`freqcap_rule_decisions_total{policy="push",rule="content-59s",outcome="denied"} 1`,
-		`freqcap_rule_decisions_total{policy="push",rule="recv-1m",outcome="allowed"} 3`,
-		`freqcap_degraded_decisions_total{policy="push",op="take"} 1`,
+		`freqcap_decisions_total{op="take",outcome="allowed",policy="push"} 3`, // 2 + the degraded one
+		`freqcap_decisions_total{op="take",outcome="denied",policy="push"} 1`,
+		`freqcap_decisions_total{op="take",outcome="error",policy="api"} 1`,
+		`freqcap_rule_decisions_total{outcome="denied",policy="push",rule="content-59s"} 1`,
+		`freqcap_rule_decisions_total{outcome="allowed",policy="push",rule="recv-1m"} 3`,
+		`freqcap_degraded_decisions_total{op="take",policy="push"} 1`,
 		"# TYPE freqcap_backend_latency_seconds histogram",
 		`freqcap_backend_latency_seconds_bucket{op="take",le="+Inf"} 5`,
 		`freqcap_backend_latency_seconds_count{op="take"} 5`,
@@ -709,12 +679,8 @@ func TestMetrics(t *testing.T) {
 func TestMetricsLabelEscaping(t *testing.T) {
 	m := NewMetrics(nil)
 	m.Observe(sdk.Event{Policy: "a\"b\\c\nd", Op: "take", Decision: sdk.Decision{Allowed: true}})
-	var b strings.Builder
-	if _, err := m.WriteTo(&b); err != nil {
-		t.Fatal(err)
-	}
-	if want := `freqcap_decisions_total{policy="a\"b\\c\nd",op="take",outcome="allowed"} 1`; !strings.Contains(b.String(), want) {
-		t.Errorf("WriteTo() lacks %s:\n%s", want, b.String())
+	if want, got := `freqcap_decisions_total{op="take",outcome="allowed",policy="a\"b\\c\nd"} 1`, scrape(t, m); !strings.Contains(got, want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, got)
 	}
 }
 
@@ -797,7 +763,7 @@ func TestPoliciesPage(t *testing.T) {
 		`id="policy-push"`, "fc:{&lt;user&gt;}:push:recv-1m.", "fc:{&lt;user&gt;}:push:content-59s.", ":&lt;content&gt;",
 		"calendar day in Asia/Shanghai", "rate 30 per 1m, burst 14: up to 15 at once (the limit shown), then one every 2s", "fc:{&lt;user&gt;}:push:!t",
 		// The keys of the rules' sets of dimensions, where Redis keeps them.
-		"<td class=\"mono\">fc:{&lt;user&gt;}:push:=</td>", "<td class=\"mono\">fc:{&lt;user&gt;}:push:=content:&lt;content&gt;</td>",
+		`<td class="mono group-key" data-label="Key of its dimensions">fc:{&lt;user&gt;}:push:=</td>`, `<td class="mono group-key" data-label="Key of its dimensions">fc:{&lt;user&gt;}:push:=content:&lt;content&gt;</td>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("policies page lacks %q", want)
@@ -847,8 +813,7 @@ func TestBackendDown(t *testing.T) {
 	}{
 		{"subject page", req{path: "/subject?policy=push&user=1"}, http.StatusServiceUnavailable, "The backend could not answer"},
 		{"overview still renders", req{path: "/"}, http.StatusOK, "The backend did not describe itself"},
-		{"fail-open check is degraded", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"push","subject":{"user":"u","content":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusOK, `"degraded":true`},
-		{"fail-closed check is 503", req{method: http.MethodPost, path: "/api/v1/check", body: `{"policy":"api","subject":{"user":"u","campaign":"c"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusServiceUnavailable, `"status":503`},
+		{"reset is 503", req{method: http.MethodPost, path: "/api/v1/reset", body: `{"policy":"push","subject":{"user":"u"}}`, header: map[string]string{"Content-Type": "application/json"}}, http.StatusServiceUnavailable, `"status":503`},
 		{"inspect is 503", req{path: "/api/v1/inspect?policy=push&user=1"}, http.StatusServiceUnavailable, `"status":503`},
 	}
 	for _, tc := range tests {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -14,6 +15,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/serve"
 )
 
 // docsFile is the console's guide: it shows the console the transcripts
@@ -34,6 +38,10 @@ var docsTranscripts = []string{
 // docsTokens are the credentials the manual's examples use; the manual
 // shows the console started with exactly this FREQCAP_TOKENS.
 const docsTokens = "alice:alice-admin-secret:admin,billing:billing-checker-secret:checker,victor:victor-viewer-secret:viewer"
+
+// docsServeToken is the credential of freqcap serve in the transcripts'
+// decisions.
+const docsServeToken = "billing:billing-serve-secret:take,peek@push"
 
 // docExample is one request block of the manual and the response block
 // after it.
@@ -161,6 +169,30 @@ func TestConsoleDocExamples(t *testing.T) {
 	// policies with overrides on for push (the editor's examples apply
 	// more).
 	f, _ := newStoreFixture(t, creds)
+	// The decisions are a sender's, through freqcap serve on the same
+	// backend and policy store: the transcripts' requests to
+	// /freqcap.v1.… go to it. Its limiter is the sender's own: the
+	// console's /metrics does not count its decisions.
+	api, err := os.ReadFile(docsTranscripts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(api), "--token '"+docsServeToken+"'") {
+		t.Errorf("%s does not show serve started with --token '%s', the credential its decisions use", docsTranscripts[0], docsServeToken)
+	}
+	sender, err := serve.ParseCaller(docsServeToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decider, err := serve.New(serve.Config{
+		Limiter: sdk.New(f.backend, sdk.WithPrefix(f.prefix), sdk.WithClock(f.clock)),
+		Live:    f.srv.cfg.Source.Current, // the store's version the console follows
+		Callers: []serve.Caller{sender},
+		Now:     f.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	examples := transcriptExamples(t)
 	if len(examples) < 20 {
 		t.Fatalf("the transcripts have %d request examples, want at least 20 (one per endpoint)", len(examples))
@@ -212,7 +244,11 @@ func TestConsoleDocExamples(t *testing.T) {
 				}
 			}
 			rec := httptest.NewRecorder()
-			f.srv.Handler().ServeHTTP(rec, req)
+			if strings.HasPrefix(route, "/freqcap.v1.") {
+				decider.Handler().ServeHTTP(rec, req)
+			} else {
+				f.srv.Handler().ServeHTTP(rec, req)
+			}
 			res := rec.Result()
 			got := rec.Body.String()
 			for _, c := range res.Cookies() {
@@ -327,6 +363,12 @@ func TestConsoleDocMetrics(t *testing.T) {
 
 	f := newFixture(t, nil)
 	f.allow(t, "push", map[string]string{"user": "42", "content": "c1"}, 1)
+	// A family appears with its first series: a degraded decision gives
+	// freqcap_degraded_decisions_total one.
+	broken := sdk.New(failing, sdk.WithObserver(f.srv.metrics.Observe))
+	if d, err := broken.Allow(context.Background(), f.policies["push"], push); err != nil || !d.Degraded {
+		t.Fatalf("Allow on a failing backend = %+v, %v; want degraded", d, err)
+	}
 	body := readBody(t, f.do(t, req{path: "/metrics"}))
 	var served []string
 	for _, l := range strings.Split(body, "\n") {

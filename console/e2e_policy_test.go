@@ -137,10 +137,11 @@ func TestE2EShadowView(t *testing.T) {
 	waitContains(t, ctx, "#trail td.retry-after", "none: not enforced")
 	waitContains(t, ctx, `#rules tr[data-rule="recv-1m-3"] .retry`, "not enforced (enforced: retry in ")
 
-	// On a phone (390 CSS px) the shadow table fits: the page does not
-	// scroll sideways, and neither does the table in its card — every
-	// cell, the 24 h columns too, lies on the screen (the rows reflow
-	// into labelled cells, as the subject page's tables do).
+	// On a phone (390 CSS px) the rules and shadow tables fit: the page
+	// does not scroll sideways, and neither does a table in its card —
+	// every cell (the rules' By and keys, the shadow's 24 h columns) lies
+	// on the screen (the rows reflow into labelled cells, as the subject
+	// page's tables do).
 	run(t, ctx, "phone-wide policies page", chromedp.EmulateViewport(390, 844),
 		chromedp.Navigate(base+"/policies"), chromedp.WaitVisible(row))
 	if vw := evalInt(t, ctx, `window.innerWidth`); vw != 390 {
@@ -149,20 +150,29 @@ func TestE2EShadowView(t *testing.T) {
 	if w := evalInt(t, ctx, `document.scrollingElement.scrollWidth`); w > 390 {
 		t.Errorf("/policies with the shadow table is %d px wide at 390 px", w)
 	}
-	off, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('.shadow-table td')].flatMap(td => {
+	for _, table := range []string{".shadow-table", ".policy-rules"} {
+		off, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('`+table+` td')].flatMap(td => {
 		const r = td.getBoundingClientRect();
 		return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth + 0.5 ? [] :
 			[td.className + " " + Math.round(r.left) + ".." + Math.round(r.right)];
 	})`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(off) > 0 {
-		t.Errorf("at 390 px, %d shadow-table cells are off the screen: %v", len(off), off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(off) > 0 {
+			t.Errorf("at 390 px, %d %s cells are off the screen: %v", len(off), table, off)
+		}
 	}
 	if cells := evalInt(t, ctx, `document.querySelectorAll('.shadow-table td').length`); cells < 7*5 {
 		t.Errorf("the shadow table has %d cells, want at least 35 (the shadow rule and 4 enforced rules, 7 columns)", cells)
 	}
+	// push's rules table: the shadow rule and 4 enforced rules, 8 cells
+	// each; its By cells are on the screen and say what they say on a
+	// desktop.
+	if cells := evalInt(t, ctx, `document.querySelectorAll('.policy-rules[data-policy="push"] td').length`); cells != 8*5 {
+		t.Errorf("push's rules table has %d cells, want 40 (5 rules, 8 columns)", cells)
+	}
+	waitText(t, ctx, `.policy-rules[data-policy="push"] tr[data-rule="recv-1m-3"] td.by`, "user")
 	screenshot(t, ctx, "phone-shadow-view.png")
 }
 

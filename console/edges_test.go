@@ -59,13 +59,13 @@ func TestCrossOriginJSON(t *testing.T) {
 		{"Origin": "https://evil.example"},
 	} {
 		h["Content-Type"] = jsonCT
-		res := f.do(t, req{method: http.MethodPost, path: "/api/v1/check", bearer: checkerToken, header: h,
-			body: `{"policy":"push","subject":{"user":"u","content":"c"}}`})
+		res := f.do(t, req{method: http.MethodPost, path: "/api/v1/reset", bearer: adminToken, header: h,
+			body: `{"policy":"push","subject":{"user":"u"}}`})
 		body := readBody(t, res)
 		var e apiError
 		if res.StatusCode != http.StatusForbidden || !strings.HasPrefix(res.Header.Get("Content-Type"), jsonCT) ||
 			json.Unmarshal([]byte(body), &e) != nil || e.Status != http.StatusForbidden || !strings.Contains(e.Error, "cross-origin") {
-			t.Errorf("cross-origin POST /api/v1/check (%v) = %d %q %s, want 403 with a JSON error", h, res.StatusCode, res.Header.Get("Content-Type"), body)
+			t.Errorf("cross-origin POST /api/v1/reset (%v) = %d %q %s, want 403 with a JSON error", h, res.StatusCode, res.Header.Get("Content-Type"), body)
 		}
 	}
 	cs := f.csrf(t)

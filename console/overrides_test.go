@@ -15,7 +15,7 @@ import (
 
 // TestOverrides, on memory, real Redis and a 3-master cluster: an admin blocks a person
 // through the subject page's form; the page lists the block, the verdict
-// and a consuming check say "denied by block #N", the trail shows it; an
+// and the service's next take say "denied by block #N", the trail shows it; an
 // exempt set through the API admits past the limits; both are audited
 // with the person and their reason; deletion asks for confirmation, then
 // the rules alone decide again. Viewers see the list and no form, and may
@@ -75,13 +75,13 @@ func TestOverrides(t *testing.T) {
 				t.Errorf("a viewer's subject page must list the override without the form or delete links:\n%s", vb)
 			}
 
-			// A consuming check is denied by the block, whatever the rules say.
-			res, out := f.api(t, http.MethodPost, "/api/v1/check", checkerToken, `{"policy":"push","subject":{"user":"`+user+`","content":"c1"}}`)
-			var d DecisionJSON
-			if err := json.Unmarshal([]byte(out), &d); err != nil || res.StatusCode != http.StatusTooManyRequests || d.Override == nil || strconv.FormatInt(d.Override.ID, 10) != id || d.Override.Kind != "block" {
-				t.Fatalf("check under a block = %d %s, want 429 naming block #%s", res.StatusCode, out, id)
+			// The service's next take is denied by the block, whatever the
+			// rules say.
+			d, err := f.lim.Take(context.Background(), f.srv.snap().byName["push"], sdk.Attempt{Subject: sdk.Subject{"user": user, "content": "c1"}})
+			if err != nil || d.Allowed || strconv.FormatInt(d.Override.ID, 10) != id || d.Override.Kind != sdk.OverrideBlock {
+				t.Fatalf("Take under a block = %+v, %v; want denied by block #%s", d, err, id)
 			}
-			res, out = f.api(t, http.MethodGet, "/api/v1/inspect?policy=push&user="+user, viewerToken, "")
+			res, out := f.api(t, http.MethodGet, "/api/v1/inspect?policy=push&user="+user, viewerToken, "")
 			var ins InspectionJSON
 			if err := json.Unmarshal([]byte(out), &ins); err != nil || res.StatusCode != http.StatusOK || ins.Allowed || ins.Override == nil || strconv.FormatInt(ins.Override.ID, 10) != id ||
 				len(ins.Denials) != 1 || strconv.FormatInt(ins.Denials[0].Override, 10) != id || ins.Denials[0].Rule != "" {
@@ -125,9 +125,9 @@ func TestOverrides(t *testing.T) {
 				t.Fatalf("POST /api/v1/overrides = %d %s", res.StatusCode, out)
 			}
 			for i := range 4 {
-				res, out := f.api(t, http.MethodPost, "/api/v1/check", checkerToken, `{"policy":"push","subject":{"user":"`+user+`","content":"c2"}}`)
-				if err := json.Unmarshal([]byte(out), &d); err != nil || res.StatusCode != http.StatusOK || d.Override == nil || d.Override.ID != o.ID {
-					t.Fatalf("check %d under an exempt = %d %s, want 200 naming #%d", i, res.StatusCode, out, o.ID)
+				d, err := f.lim.Take(context.Background(), f.srv.snap().byName["push"], sdk.Attempt{Subject: sdk.Subject{"user": user, "content": "c2"}})
+				if err != nil || !d.Allowed || d.Override.ID != o.ID {
+					t.Fatalf("Take %d under an exempt = %+v, %v; want allowed by #%d", i, d, err, o.ID)
 				}
 			}
 			if res, _ := f.api(t, http.MethodPost, "/api/v1/overrides", viewerToken, `{"policy":"push","subject":{"user":"`+user+`"},"kind":"exempt","reason":"vip"}`); res.StatusCode != http.StatusForbidden {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -68,7 +68,7 @@ func TestPlurals(t *testing.T) {
 		"/subject?policy=one&user=u1": {"The trail keeps the newest 2 denials, for 1h after the last one.", "(1 entry)", "exact log (limit at most 100)"},
 		"/audit":                      {"1 matching entry."},
 		"/":                           {"one (1 rule, last seen"},
-		"/policies":                   {"exact log (limit at most 100)", "<td>log-runs</td>"},
+		"/policies":                   {"exact log (limit at most 100)", `<td class="strategy" data-label="Strategy">log-runs</td>`},
 	}
 	for path, wants := range pages {
 		body := readBody(t, f.do(t, req{path: path}))

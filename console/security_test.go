@@ -32,52 +32,42 @@ func (f *fixture) api(t *testing.T, method, path, token, body string) (*http.Res
 	return res, readBody(t, res)
 }
 
-// TestRoles: viewers read and peek, checkers also consume (audited, by
-// name), admins also reset.
+// TestRoles: viewers and checkers read (a checker is a viewer since POST
+// /api/v1/check was retired), admins also reset, audited by name.
 func TestRoles(t *testing.T) {
 	f := newFixture(t, testCredentials())
-	take := `{"policy":"push","subject":{"user":"r1","content":"c"}}`
-	peek := `{"policy":"push","subject":{"user":"r1","content":"c"},"peek":true}`
+	inspect := "/api/v1/inspect?policy=push&user=r1"
 	reset := `{"policy":"push","subject":{"user":"r1"}}`
 	tests := []struct {
-		name, path, token, body string
-		status                  int
+		name, method, path, token, body string
+		status                          int
 	}{
-		{"viewer peeks", "/api/v1/check", viewerToken, peek, 200},
-		{"viewer may not consume", "/api/v1/check", viewerToken, take, 403},
-		{"checker consumes", "/api/v1/check", checkerToken, take, 200},
-		{"admin consumes", "/api/v1/check", adminToken, take, 200},
-		{"viewer may not reset", "/api/v1/reset", viewerToken, reset, 403},
-		{"checker may not reset", "/api/v1/reset", checkerToken, reset, 403},
-		{"anonymous may not reset", "/api/v1/reset", "", reset, 401},
-		{"admin resets", "/api/v1/reset", adminToken, reset, 200},
+		{"viewer inspects", http.MethodGet, inspect, viewerToken, "", 200},
+		{"checker inspects", http.MethodGet, inspect, checkerToken, "", 200},
+		{"anonymous may not inspect", http.MethodGet, inspect, "", "", 401},
+		{"viewer may not reset", http.MethodPost, "/api/v1/reset", viewerToken, reset, 403},
+		{"checker may not reset", http.MethodPost, "/api/v1/reset", checkerToken, reset, 403},
+		{"anonymous may not reset", http.MethodPost, "/api/v1/reset", "", reset, 401},
+		{"admin resets", http.MethodPost, "/api/v1/reset", adminToken, reset, 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res, body := f.api(t, http.MethodPost, tc.path, tc.token, tc.body)
+			res, body := f.api(t, tc.method, tc.path, tc.token, tc.body)
 			if res.StatusCode != tc.status {
-				t.Errorf("POST %s = %d, want %d: %s", tc.path, res.StatusCode, tc.status, body)
+				t.Errorf("%s %s = %d, want %d: %s", tc.method, tc.path, res.StatusCode, tc.status, body)
 			}
 		})
 	}
-	// The viewer's refused take consumed nothing: two takes, one reset.
 	entries := f.audit.Entries()
-	if len(entries) != 3 {
-		t.Fatalf("audit log = %+v, want 3 entries (2 checks, 1 reset)", entries)
+	if len(entries) != 1 {
+		t.Fatalf("audit log = %+v, want 1 entry (the reset)", entries)
 	}
-	wantNames := []struct{ name, action, role, outcome string }{
-		{"alice", "reset", "admin", "ok"}, {"alice", "check", "admin", "allowed"}, {"billing", "check", "checker", "allowed"},
-	}
-	for i, w := range wantNames {
-		e := entries[i]
-		if e.Name != w.name || e.Action != w.action || e.Role != w.role || e.Outcome != w.outcome || e.Via != "token" || e.Subject["user"] != "r1" {
-			t.Errorf("audit entry %d = %+v, want %s by %s (%s): %s", i, e, w.action, w.name, w.role, w.outcome)
-		}
+	if e := entries[0]; e.Name != "alice" || e.Action != "reset" || e.Role != "admin" || e.Outcome != "ok" || e.Via != "token" || e.Subject["user"] != "r1" {
+		t.Errorf("audit entry = %+v, want alice's reset (admin, token): ok", e)
 	}
 	// The role is named in the 403.
-	_, body := f.api(t, http.MethodPost, "/api/v1/check", viewerToken, take)
-	if !strings.Contains(body, "needs the checker role") {
-		t.Errorf("viewer check refusal = %s, want it to name the checker role", body)
+	if _, body := f.api(t, http.MethodPost, "/api/v1/reset", checkerToken, reset); !strings.Contains(body, "needs the admin role") {
+		t.Errorf("checker reset refusal = %s, want it to name the admin role", body)
 	}
 }
 
@@ -140,8 +130,11 @@ func TestAuditPage(t *testing.T) {
 			t.Fatalf("reset %s = %d %s", u, res.StatusCode, body)
 		}
 	}
-	if res, body := f.api(t, http.MethodPost, "/api/v1/check", checkerToken, `{"policy":"api","subject":{"user":"a2","campaign":"x"}}`); res.StatusCode != 200 {
-		t.Fatalf("check = %d %s", res.StatusCode, body)
+	// A check, as audit files written before POST /api/v1/check was
+	// retired hold them.
+	if err := f.audit.Record(AuditEntry{At: t0, Actor: "billing (checker, token)", Name: "billing", Role: "checker", Via: "token",
+		Action: "check", Policy: "api", Subject: sdk.Subject{"user": "a2", "campaign": "x"}, Outcome: "allowed"}); err != nil {
+		t.Fatal(err)
 	}
 	rows := func(body string) int { return strings.Count(body, `<td class="who">`) }
 	tests := []struct {
@@ -278,12 +271,12 @@ func TestHostCheck(t *testing.T) {
 func TestSubjectValuesExact(t *testing.T) {
 	f := newFixture(t, nil)
 	spaced := sdk.Subject{"user": " u1 ", "content": "c"}
-	if res, body := f.api(t, http.MethodPost, "/api/v1/check", "", `{"policy":"push","subject":{"user":" u1 ","content":"c"}}`); res.StatusCode != 200 {
-		t.Fatalf("check = %d %s", res.StatusCode, body)
+	if d, err := f.lim.Take(context.Background(), f.policies["push"], sdk.Attempt{Subject: spaced}); err != nil || !d.Allowed {
+		t.Fatalf("Take(%q) = %+v, %v", spaced, d, err)
 	}
 	body := readBody(t, f.do(t, req{path: "/subject?" + subjectQuery("push", spaced)}))
 	if u, _, _ := ruleRow(t, body, "recv-1m"); u != "1" {
-		t.Errorf("console lookup of %q: recv-1m used %s, want 1 (the API's subject)", spaced["user"], u)
+		t.Errorf("console lookup of %q: recv-1m used %s, want 1 (the service's subject)", spaced["user"], u)
 	}
 	if !strings.Contains(body, `id="hidden-chars"`) || !strings.Contains(body, `<mark class="esc" title="invisible, control or direction-changing character">\u0020</mark>u1<mark`) {
 		t.Errorf("the spaces around the user are not shown:\n%s", body)
@@ -575,8 +568,6 @@ func TestOutage(t *testing.T) {
 		name string
 		r    req
 	}{
-		{"fail-closed check", req{method: http.MethodPost, path: "/api/v1/check", bearer: checkerToken, body: `{"policy":"api","subject":{"user":"u","campaign":"c"}}`}},
-		{"fail-open check", req{method: http.MethodPost, path: "/api/v1/check", bearer: checkerToken, body: `{"policy":"push","subject":{"user":"u","content":"c"}}`}},
 		{"inspect", req{path: "/api/v1/inspect?policy=push&user=u", bearer: viewerToken}},
 		{"subject page", req{path: "/subject?policy=push&user=u", bearer: viewerToken}},
 		{"live subject", req{path: "/live/subject?policy=push&user=u", bearer: viewerToken}},
@@ -592,7 +583,7 @@ func TestOutage(t *testing.T) {
 			if strings.Contains(body, addr) {
 				t.Errorf("%s: the answer (%d) names the backend's address:\n%s", p.name, res.StatusCode, body)
 			}
-			if res.StatusCode == http.StatusOK && p.name != "fail-open check" && p.name != "overview" && p.name != "audit" && p.name != "live subject" {
+			if res.StatusCode == http.StatusOK && p.name != "overview" && p.name != "audit" && p.name != "live subject" {
 				t.Errorf("%s = 200 during an outage", p.name)
 			}
 		})
@@ -601,24 +592,24 @@ func TestOutage(t *testing.T) {
 		t.Errorf("the log lacks the backend error:\n%s", f.logs.String())
 	}
 	var outcomes []string
-	for _, e := range f.audit.Filter(AuditFilter{Action: "check"}) {
+	for _, e := range f.audit.Filter(AuditFilter{Action: "reset"}) {
 		outcomes = append(outcomes, e.Policy+": "+e.Outcome)
 	}
-	if got, want := strings.Join(outcomes, "; "), "push: allowed (degraded: decided without the backend); api: failed: backend error"; got != want {
-		t.Errorf("audited checks during the outage = %q, want %q", got, want)
+	if got, want := strings.Join(outcomes, "; "), "push: failed: backend error"; got != want {
+		t.Errorf("audited resets during the outage = %q, want %q", got, want)
 	}
 	// A burst of failures: one line per kind, then one with the count.
 	f.logs.Reset()
-	body := `{"policy":"api","subject":{"user":"u","campaign":"c"}}`
+	const inspect = "/api/v1/inspect?policy=push&user=u"
 	for range 50 {
-		f.api(t, http.MethodPost, "/api/v1/check", checkerToken, body)
+		f.api(t, http.MethodGet, inspect, viewerToken, "")
 	}
-	if n := strings.Count(f.logs.String(), "api check failed"); n != 0 {
+	if n := strings.Count(f.logs.String(), "api inspect failed"); n != 0 {
 		t.Errorf("%d lines within logEvery of the last, want 0:\n%s", n, f.logs.String())
 	}
 	f.clock.Advance(logEvery)
-	f.api(t, http.MethodPost, "/api/v1/check", checkerToken, body)
-	if logs := f.logs.String(); strings.Count(logs, "api check failed") != 1 || !strings.Contains(logs, "suppressed=50") {
+	f.api(t, http.MethodGet, inspect, viewerToken, "")
+	if logs := f.logs.String(); strings.Count(logs, "api inspect failed") != 1 || !strings.Contains(logs, "suppressed=50") {
 		t.Errorf("after logEvery: want one line with suppressed=50:\n%s", logs)
 	}
 
@@ -647,20 +638,6 @@ func TestOutage(t *testing.T) {
 	f.clock.Advance(describeErrTTL)
 	if strings.Contains(overview(), backendUnavailable) {
 		t.Errorf("overview %v after recovery still shows the outage", describeErrTTL)
-	}
-}
-
-// TestCostTooHigh: a cost no rule can ever admit is 422 with an
-// explanation and no Retry-After.
-func TestCostTooHigh(t *testing.T) {
-	f := newFixture(t, testCredentials())
-	res, body := f.api(t, http.MethodPost, "/api/v1/check", checkerToken, `{"policy":"push","subject":{"user":"u","content":"c"},"cost":3}`)
-	var d DecisionJSON
-	if res.StatusCode != http.StatusUnprocessableEntity || res.Header.Get("Retry-After") != "" || json.Unmarshal([]byte(body), &d) != nil {
-		t.Fatalf("POST /api/v1/check cost 3 = %d (Retry-After %q) %s, want 422 without Retry-After", res.StatusCode, res.Header.Get("Retry-After"), body)
-	}
-	if !d.CostTooHigh || d.Allowed || !strings.Contains(d.Error, "content-59s") || !strings.Contains(d.Error, "never be allowed") {
-		t.Errorf("decision = %+v, want cost_too_high with an error naming content-59s", d)
 	}
 }
 
@@ -701,7 +678,7 @@ func TestHeadAndFavicon(t *testing.T) {
 func TestGCRAShownConsistently(t *testing.T) {
 	f := newFixture(t, nil)
 	pol := readBody(t, f.do(t, req{path: "/policies"}))
-	if !regexp.MustCompile(`<td><strong>burst</strong></td><td><code>gcra</code><div class="muted">rate 30 per 1m, burst 14: up to 15 at once \(the limit shown\), then one every 2s</div></td><td class="num">15</td><td>30s</td>`).MatchString(pol) || !strings.Contains(pol, `id="gcra-note"`) {
+	if !regexp.MustCompile(`<td class="rule"><strong>burst</strong></td><td class="algorithm" data-label="Algorithm"><code>gcra</code><div class="muted">rate 30 per 1m, burst 14: up to 15 at once \(the limit shown\), then one every 2s</div></td><td class="num limit" data-label="Limit">15</td><td class="window" data-label="Window">30s</td>`).MatchString(pol) || !strings.Contains(pol, `id="gcra-note"`) {
 		t.Errorf("policies page does not show burst as 15 / 30s:\n%s", pol)
 	}
 	if ov := readBody(t, f.do(t, req{path: "/"})); !strings.Contains(ov, "burst: 15 / 30s (GCRA 30 per 1m, burst 14)") {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 

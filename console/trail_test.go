@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freqcap/freqcap/console/views"
+	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/sdk"
 )
 

@@ -1,14 +1,12 @@
 package serve
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/freqcap/freqcap/internal/httpauth"
 )
 
 // Op is an operation a caller may be granted.
@@ -150,8 +148,8 @@ func validCallerName(s string) bool {
 
 // callers authenticates bearer secrets.
 type callers struct {
-	list   []Caller
-	hashes [][sha256.Size]byte
+	list    []Caller
+	digests []httpauth.Digest
 }
 
 func newCallers(list []Caller) (*callers, error) {
@@ -168,65 +166,27 @@ func newCallers(list []Caller) (*callers, error) {
 		if len(c.Secret) < MinSecretLen {
 			return nil, fmt.Errorf("serve: credential %q: the secret must be at least %d bytes", c.Name, MinSecretLen)
 		}
-		h := sha256.Sum256([]byte(c.Secret))
-		if slices.Contains(cs.hashes, h) {
+		if httpauth.Match(cs.digests, c.Secret) >= 0 {
 			return nil, fmt.Errorf("serve: credential %q has the secret of another one", c.Name)
 		}
-		cs.hashes = append(cs.hashes, h)
+		cs.digests = append(cs.digests, httpauth.DigestOf(c.Secret))
 	}
 	return cs, nil
 }
 
-// find returns the caller whose secret is given, comparing it with every
-// secret in constant time (hashes of equal length, no early exit), or nil.
+// find returns the caller whose secret is given (httpauth.Match: every
+// secret compared, in constant time), or nil.
 func (cs *callers) find(secret string) *Caller {
-	h := sha256.Sum256([]byte(secret))
-	found := -1
-	for i := range cs.hashes {
-		if subtle.ConstantTimeCompare(h[:], cs.hashes[i][:]) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
+	i := httpauth.Match(cs.digests, secret)
+	if i < 0 {
 		return nil
 	}
-	return &cs.list[found]
+	return &cs.list[i]
 }
 
 // local is the caller of a server without credentials (loopback only):
 // everything is allowed.
 var local = &Caller{Name: "local", Grants: []Grant{{Ops: []Op{"*"}, Policies: []string{"*"}}}}
-
-// bearer returns the token of an "Authorization: Bearer …" header.
-func bearer(h http.Header) (string, bool) {
-	v := h.Get("Authorization")
-	scheme, tok, ok := strings.Cut(v, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}
-
-// isLoopback reports whether host (a name or an IP, no port) is a
-// loopback name: localhost, 127.0.0.0/8, ::1.
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
-
-// loopbackHostport reports whether a Host header or remote address
-// ("host:port" or a bare host) names a loopback host.
-func loopbackHostport(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	return host != "" && isLoopback(host)
-}
 
 // ErrInsecureAddr is returned for a non-loopback listen address on a
 // server without credentials.
@@ -235,11 +195,11 @@ var ErrInsecureAddr = errors.New("serve: without credentials (--token or $FREQCA
 // CheckAddr refuses a listen address that is not loopback when the
 // server has no credentials.
 func CheckAddr(addr string, withCredentials bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	loopback, err := httpauth.LoopbackAddr(addr)
 	if err != nil {
 		return fmt.Errorf("serve: address %q: %w", addr, err)
 	}
-	if withCredentials || isLoopback(host) {
+	if withCredentials || loopback {
 		return nil
 	}
 	return ErrInsecureAddr

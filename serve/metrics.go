@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/ratelimitheaders"
@@ -123,7 +124,7 @@ func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error)
 	}
 	remote := addrHost(remoteAddr)
 	var caller *Caller
-	tok, ok := bearer(h)
+	tok, ok := httpauth.Bearer(h)
 	v := s.lockout.Try(func() bool {
 		if ok {
 			caller = s.callers.find(tok)

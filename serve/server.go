@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
+	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/protoconv"
@@ -281,7 +282,7 @@ func (s *Server) guard(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHostport(r.RemoteAddr) || !loopbackHostport(r.Host) {
+		if !httpauth.LoopbackHostport(r.RemoteAddr) || !httpauth.LoopbackHostport(r.Host) {
 			http.Error(w, "freqcap serve without credentials answers loopback clients only", http.StatusMisdirectedRequest)
 			return
 		}

@@ -32,8 +32,8 @@ import (
 
 const consoleUsage = `Usage: freqcap console [flags]
 
-Serves the support console, the JSON API (/api/v1/check, /api/v1/inspect,
-/api/v1/reset, /api/v1/policies, /api/v1/overrides) and Prometheus metrics
+Serves the support console, the JSON API (/api/v1/inspect, /api/v1/reset,
+/api/v1/policies, /api/v1/overrides) and Prometheus metrics
 (/metrics). With --policies store it follows the backend's policy store
 and its editor applies new versions.
 
@@ -42,9 +42,9 @@ exit); --demo adds synthetic traffic so counters move at once. Without
 credentials the console listens on loopback only, answers only to loopback
 host names, and everyone is an admin.
 
-Roles: viewer reads (pages, audit log, metrics, inspect, check with
-"peek"); checker may also consume quota through POST /api/v1/check
-(audited); admin may also reset subjects, set and delete per-person
+Roles: viewer reads (pages, audit log, metrics, inspect); checker reads
+too (it consumed quota through POST /api/v1/check, retired: decisions are
+freqcap serve's); admin may also reset subjects, set and delete per-person
 overrides, and apply or roll back policy versions (forms and API, audited).
 
 Credentials, each "name:secret:role" (the name is what the audit log
@@ -237,7 +237,7 @@ func serveConsole(ctx context.Context, args []string, env consoleEnv) error {
 	}
 
 	metrics := console.NewMetrics(nil)
-	// The console records its own decisions (API checks, demo traffic)
+	// The console records its own decisions (demo traffic, inspections)
 	// like any service, so that the overview's fleet charts include them.
 	rec, err := fleet.NewRecorder(backend, &fleet.Options{Prefix: f.prefix, Service: console.ServiceName(), OnError: func(err error) {
 		limited.Warn("recorder: statistics not flushed", "err", err)

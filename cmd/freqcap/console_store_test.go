@@ -109,7 +109,7 @@ func TestConsoleStoreRedis(t *testing.T) {
 	for {
 		body := getPage(t, base, "/policies")
 		if strings.Contains(body, `<strong id="running-version">2</strong>`) {
-			if !strings.Contains(body, `<td class="num">40</td>`) {
+			if !strings.Contains(body, `<td class="num limit" data-label="Limit">40</td>`) {
 				t.Errorf("version 2's limit 40 is not shown:\n%s", body)
 			}
 			break

@@ -76,8 +76,7 @@ func consoleLoad(t *testing.T, base string, rounds int) (sent int) {
 	t.Helper()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	reqs := []struct{ method, path, body string }{
-		{http.MethodPost, "/api/v1/check", `{"policy":"api","subject":{"user":"u","campaign":"c"}}`},
-		{http.MethodPost, "/api/v1/check", `{"policy":"push","subject":{"user":"u","content":"c"}}`},
+		{http.MethodGet, "/api/v1/inspect?policy=api&user=u&campaign=c", ""},
 		{http.MethodGet, "/api/v1/inspect?policy=push&user=u", ""},
 		{http.MethodGet, "/api/v1/stats?policy=push", ""},
 		{http.MethodPost, "/api/v1/reset", `{"policy":"push","subject":{"user":"u"}}`},

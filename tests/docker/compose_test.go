@@ -318,37 +318,26 @@ func TestComposeUp(t *testing.T) {
 		t.Fatalf("GET /api/v1/policies = %s, %v; want at least one policy", body, err)
 	}
 
-	// A check goes through the console to the compose Redis: it consumes,
-	// so it needs the checker role, not the viewer's.
+	// The console's retired decision API names serve's instead, and
+	// decides nothing.
 	p := pols.Policies[0]
 	subject := map[string]string{}
 	for _, d := range p.Dimensions {
 		subject[d] = "compose-test-" + d
 	}
 	req, _ := json.Marshal(map[string]any{"policy": p.Name, "subject": subject})
-	if code, body := httpDo(t, hc, "POST", base+"/api/v1/check", testViewerToken, req); code != http.StatusForbidden {
-		t.Errorf("POST /api/v1/check with the viewer token = %d, want 403\n%s", code, body)
+	if code, body := httpDo(t, hc, "POST", base+"/api/v1/check", testCheckerToken, req); code != http.StatusGone || !bytes.Contains(body, []byte("/freqcap.v1.FreqcapService/Take")) {
+		t.Errorf("POST /api/v1/check = %d, want 410 naming serve's Take\n%s", code, body)
 	}
-	code, body = httpDo(t, hc, "POST", base+"/api/v1/check", testCheckerToken, req)
-	if code != http.StatusOK && code != http.StatusTooManyRequests {
-		t.Fatalf("POST /api/v1/check = %d, want 200 or 429\n%s", code, body)
-	}
-	var dec struct {
-		Degraded bool   `json:"degraded"`
-		Error    string `json:"error"`
-	}
-	if err := json.Unmarshal(body, &dec); err != nil || dec.Degraded {
-		t.Fatalf("POST /api/v1/check = %s, %v; want a non-degraded decision", body, err)
-	}
+
+	checkServeReplicas(t, c, hc, base, servePorts)
 	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(redisPort), MaxRetries: -1})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if n, err := rdb.DBSize(ctx).Result(); err != nil || n == 0 {
-		t.Errorf("compose redis DBSIZE after a check = %d, %v; want keys written by the console", n, err)
+		t.Errorf("compose redis DBSIZE after serve's takes = %d, %v; want keys written by serve", n, err)
 	}
-
-	checkServeReplicas(t, c, hc, base, servePorts)
 }
 
 func httpDo(t *testing.T, hc *http.Client, method, url, token string, body []byte) (int, []byte) {
