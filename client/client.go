@@ -38,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,10 @@ type Options struct {
 	// on 2 shared cores, 4 connections cost as much CPU per call as one:
 	// docs/benchmarks/HISTORY.md). Ignored with HTTPClient.
 	Conns int
+	// Coalesce says how concurrent Take, Allow and Peek calls share
+	// TakeBatch and PeekBatch RPCs (nil: DefaultCoalesce; &Coalesce{Off:
+	// true} sends one RPC per call).
+	Coalesce *Coalesce
 }
 
 // DefaultConns is Options.Conns's default.
@@ -117,10 +122,12 @@ const DefaultConns = 1
 // Client calls one freqcap serve (or a load balancer in front of
 // replicas). It is safe for concurrent use; create one and share it.
 type Client struct {
-	rpcs    []freqcapv1connect.FreqcapServiceClient // one per connection (Options.Conns)
-	next    atomic.Uint32
-	timeout time.Duration
-	retry   Retry // with its defaults filled in
+	rpcs     []freqcapv1connect.FreqcapServiceClient // one per connection (Options.Conns)
+	next     atomic.Uint32
+	timeout  time.Duration
+	retry    Retry    // with its defaults filled in
+	coalesce Coalesce // with its defaults filled in
+	queues   sync.Map // queueKey → *coalescer
 	// The administrative calls (rare) use the first connection.
 	store     freqcapv1connect.PolicyServiceClient
 	overrides freqcapv1connect.OverrideServiceClient
@@ -177,7 +184,11 @@ func New(baseURL string, opts *Options) *Client {
 	if o.Retry != nil {
 		r = *o.Retry
 	}
-	c := &Client{timeout: o.Timeout, retry: r.withDefaults()}
+	co := DefaultCoalesce
+	if o.Coalesce != nil {
+		co = *o.Coalesce
+	}
+	c := &Client{timeout: o.Timeout, retry: r.withDefaults(), coalesce: co.withDefaults()}
 	base := strings.TrimRight(baseURL, "/")
 	for _, hc := range hcs {
 		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, base, copts...))
@@ -253,51 +264,41 @@ func (c *Client) Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.D
 	return c.Take(ctx, p, sdk.Attempt{Subject: s})
 }
 
-// Take is sdk.Limiter.Take through the server. A send whose reply may
+// Take is sdk.Limiter.Take through the server, coalesced with the
+// concurrent calls of the same policy (Coalesce). A send whose reply may
 // have been lost is sent again (Retry) with a's idempotency key, or one
 // the client generated for it: a re-send the server had decided returns
 // the first decision, Replayed set.
 func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	a = c.keyed(ctx, a)
-	msg := &freqcapv1.TakeRequest{
-		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL),
-	}
-	var res *connect.Response[freqcapv1.TakeResponse]
-	err := c.send(ctx, func(ctx context.Context) (err error) {
-		res, err = c.rpc().Take(ctx, connect.NewRequest(msg))
-		return err
-	})
-	if err != nil {
-		err = wrap("take", err)
-		if p.FailOpen() && undecided(err) {
-			return degraded(p, err), nil
-		}
-		return sdk.Decision{}, err
-	}
-	return protoconv.FromDecision(res.Msg.GetDecision()), nil
+	return c.one(ctx, "take", opTake, p, c.keyed(ctx, a))
 }
 
-// Peek is sdk.Limiter.Peek through the server (re-sent as Retry says).
+// Peek is sdk.Limiter.Peek through the server, coalesced as Take is
+// (re-sent as Retry says).
 func (c *Client) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	msg := &freqcapv1.PeekRequest{Policy: name(p), Subject: a.Subject, Cost: a.Cost}
-	var res *connect.Response[freqcapv1.PeekResponse]
-	err := c.send(ctx, func(ctx context.Context) (err error) {
-		res, err = c.rpc().Peek(ctx, connect.NewRequest(msg))
-		return err
+	return c.one(ctx, "peek", opPeek, p, a)
+}
+
+// one carries out a under p with o (decide), re-sent as Retry says; a
+// fail-open policy answers degraded when the server did not decide.
+func (c *Client) one(ctx context.Context, opName string, o *op, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error) {
+	var d sdk.Decision
+	err := c.resend(ctx, func(ctx context.Context) (answered bool, err error) {
+		d, answered, err = c.decide(ctx, o, name(p), a)
+		return answered, err
 	})
 	if err != nil {
-		err = wrap("peek", err)
+		err = wrap(opName, err)
 		if p.FailOpen() && undecided(err) {
 			return degraded(p, err), nil
 		}
 		return sdk.Decision{}, err
 	}
-	return protoconv.FromDecision(res.Msg.GetDecision()), nil
+	return d, nil
 }
 
 // Reservation is units Reserve consumed and holds until Commit or Cancel
@@ -443,23 +444,18 @@ func (c *Client) batch(ctx context.Context, p *sdk.Policy, op string, as []sdk.A
 		})
 		answered := false // err is the server's answer, not the transport's
 		if err == nil && len(rs) != len(sub) {
-			err = connect.NewError(connect.CodeInternal, fmt.Errorf("the server answered %d results for %d attempts", len(rs), len(sub)))
-			answered = true
+			err, answered = miscount(len(rs), len(sub)), true
 		}
 		var again []int
 		for k, i := range pending {
 			aerr, fromServer := err, answered
 			if err == nil {
-				e := rs[k].GetError()
-				if e == nil {
-					out[i] = sdk.BatchResult{Decision: protoconv.FromDecision(rs[k].GetDecision())}
+				d, eerr := entry(rs[k])
+				if eerr == nil {
+					out[i] = sdk.BatchResult{Decision: d}
 					continue
 				}
-				var code connect.Code
-				if code.UnmarshalText([]byte(e.GetCode())) != nil {
-					code = connect.CodeUnknown
-				}
-				aerr, fromServer = protoconv.NewError(code, e.GetReason(), e.GetMessage()), true
+				aerr, fromServer = eerr, true
 			}
 			out[i] = sdk.BatchResult{Err: aerr}
 			if lost(ctx, aerr, fromServer) {
@@ -499,11 +495,7 @@ func (c *Client) TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 		keyed[i] = c.keyed(ctx, a)
 	}
 	return c.batch(ctx, p, "take batch", keyed, func(ctx context.Context, at []*freqcapv1.Attempt) ([]*freqcapv1.BatchResult, error) {
-		res, err := c.rpc().TakeBatch(ctx, connect.NewRequest(&freqcapv1.TakeBatchRequest{Policy: name(p), Attempts: at}))
-		if err != nil {
-			return nil, err
-		}
-		return res.Msg.GetResults(), nil
+		return c.takeMany(ctx, name(p), at)
 	})
 }
 
@@ -513,11 +505,7 @@ func (c *Client) PeekBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	return c.batch(ctx, p, "peek batch", as, func(ctx context.Context, at []*freqcapv1.Attempt) ([]*freqcapv1.BatchResult, error) {
-		res, err := c.rpc().PeekBatch(ctx, connect.NewRequest(&freqcapv1.PeekBatchRequest{Policy: name(p), Attempts: at}))
-		if err != nil {
-			return nil, err
-		}
-		return res.Msg.GetResults(), nil
+		return c.peekMany(ctx, name(p), at)
 	})
 }
 
