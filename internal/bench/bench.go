@@ -148,7 +148,8 @@ type Config struct {
 	// per call, through a serve on the memory backend, deciding
 	// nothing (the RPC layer's own cost at that load), with its ratio to
 	// the in-process run and that of the run through serve to it. With
-	// Batch, also TakeBatch through serve against one-by-one through serve.
+	// Batch, also TakeBatch through serve against one-by-one through serve
+	// (coalesced, and one RPC per call).
 	Serve bool
 }
 
@@ -432,7 +433,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			if err != nil {
 				return err
 			}
-			ratios = append(ratios, [2]int{serveOne, len(runs) - 1})
+			oneRPCRun := len(runs) - 1
+			ratios = append(ratios, [2]int{serveOne, oneRPCRun})
 			{
 				// serve's floor: the same calls deciding nothing (a Peek
 				// on the memory backend finding no state), the RPC
@@ -452,7 +454,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				if err != nil {
 					return err
 				}
-				ratios = append(ratios, [2]int{len(runs) - 1, serveOne})
+				ratios = append(ratios, [2]int{len(runs) - 1, serveOne}, [2]int{len(runs) - 1, oneRPCRun})
 			}
 		}
 		if cfg.Raw {

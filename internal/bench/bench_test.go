@@ -76,6 +76,7 @@ func TestBenchModes(t *testing.T) {
 			`^policy push through serve, one RPC per call: .* errors 0;`,
 			`^ratio policy push through serve \(gRPC, loopback, coalesce 4\) / policy push through serve, one RPC per call: [0-9.]+ `,
 			`^ratio policy push through serve, TakeBatch of 20 / policy push through serve \(gRPC, loopback, coalesce 4\): [0-9.]+ `,
+			`^ratio policy push through serve, TakeBatch of 20 / policy push through serve, one RPC per call: [0-9.]+ `,
 			`^serve floor: Peek through serve on the memory backend, nothing decided: .* errors 0;`,
 			`^ratio serve floor: Peek through serve on the memory backend, nothing decided / policy push: [0-9.]+ `,
 			`^ratio policy push through serve \(gRPC, loopback, coalesce 4\) / serve floor: Peek through serve on the memory backend, nothing decided: [0-9.]+ `,
