@@ -89,7 +89,7 @@ type coEnv struct {
 	r           *rpcs
 }
 
-func startCounted(t *testing.T) *coEnv {
+func startCounted(t testing.TB) *coEnv {
 	t.Helper()
 	var ps []*sdk.Policy
 	for _, n := range []string{"push", "other"} {
@@ -468,5 +468,26 @@ func TestCoalesceOff(t *testing.T) {
 	}
 	if n := e.r.count("TakeBatch"); n != 0 {
 		t.Errorf("TakeBatch sent %d times with coalescing off, want 0", n)
+	}
+}
+
+// BenchmarkLoneTake: one caller's Takes through serve on the memory
+// backend, coalescing on (each goes alone, as a Take) and off: what
+// coalescing costs a lone caller.
+func BenchmarkLoneTake(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		co   *client.Coalesce
+	}{{"coalesce", nil}, {"off", &client.Coalesce{Off: true}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := startCounted(b)
+			c := client.New(e.url, &client.Options{Coalesce: bc.co, Retry: &client.Retry{Tries: 1}})
+			ctx := context.Background()
+			for i := 0; b.Loop(); i++ {
+				if _, err := c.Take(ctx, e.push, sdk.Attempt{Subject: sdk.Subject{"user": fmt.Sprint(i % 1000)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
