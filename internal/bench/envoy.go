@@ -160,7 +160,7 @@ type rlsResult struct {
 	lat     hist
 	svcCPU  float64 // µs per decision
 	rdsCPU  float64 // µs per decision
-	cmds    float64 // Redis commands per decision (scripts and the commands inside them, pipelined commands)
+	cmds    float64 // Redis commands per decision (INFO commandstats: scripts, the commands they call, commands sent alone or pipelined)
 	scripts float64 // EVALSHA/EVAL per decision
 	genCPU  float64 // the load generator's (this process's) CPU, µs per decision
 	check   string
@@ -169,7 +169,7 @@ type rlsResult struct {
 func (r *rlsResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
 func (r *rlsResult) print(w io.Writer) {
-	fmt.Fprintf(w, "%s, R=%d: %d decisions in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, over limit %d, errors %d; service CPU %.1f µs per decision; Redis CPU %.1f µs per decision; Redis commands %.2f per decision (%.2f scripts); load generator CPU %.1f µs per decision\n",
+	fmt.Fprintf(w, "%s, R=%d: %d decisions in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, over limit %d, errors %d; service CPU %.1f µs per decision; Redis CPU %.1f µs per decision; Redis commands %.2f per decision (%.2f of them scripts, the rest pipelined or called by the scripts); load generator CPU %.1f µs per decision\n",
 		r.service, r.r, r.n, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.5), r.lat.quantile(0.99),
 		r.allowed, r.n-r.allowed-r.errs, r.errs, r.svcCPU, r.rdsCPU, r.cmds, r.scripts, r.genCPU)
 	if r.err != nil {
@@ -209,10 +209,11 @@ func RunEnvoy(ctx context.Context, cfg EnvoyConfig, w io.Writer) (err error) {
 	defer fq.close()
 	services := []*rlsService{envoy, fq}
 	version, _ := redisVersion(ctx, envoy.rdb)
-	fmt.Fprintf(w, "freqcap bench -envoy: %s (%s, %s) against freqcap serve (%s serve, its default flags), each on its own redis-server %s on loopback; %d callers over %d gRPC connections each, %d users, every decision allowed; %v warm-up, then %v measured per run; %d round(s), alternating\n",
-		EnvoyRLSPackage+"@"+EnvoyRLSVersion, cfg.EnvoyBin, envoyShape(cfg.Limits), cfg.Freqcap, version,
-		cfg.Workers, cfg.Conns, cfg.Users, cfg.Warmup, cfg.Duration, cfg.Rounds)
-	fmt.Fprintf(w, "freqcap serve: %s\n", serveShape(cfg.Limits))
+	fmt.Fprintf(w, "freqcap bench -envoy: %d callers over %d gRPC connections per service, %d users, every decision allowed; %v warm-up, then %v measured per run; %d round(s), alternating; each service on a redis-server %s of its own on loopback\n",
+		cfg.Workers, cfg.Conns, cfg.Users, cfg.Warmup, cfg.Duration, cfg.Rounds, version)
+	fmt.Fprintf(w, "%s: %s@%s (%s), its defaults but REDIS_SOCKET_TYPE, REDIS_URL, USE_STATSD=false, the runtime directory, ports and LOG_LEVEL; %s\n",
+		envoy.name, EnvoyRLSPackage, EnvoyRLSVersion, cfg.EnvoyBin, envoyShape(cfg.Limits))
+	fmt.Fprintf(w, "%s: %s %s (its default flags otherwise); %s\n", fq.name, cfg.Freqcap, strings.Join(fq.proc.cmd.Args[1:], " "), serveShape(cfg.Limits))
 
 	type key struct {
 		svc string
