@@ -78,7 +78,9 @@ func TestBenchEnvoy(t *testing.T) {
 		}
 	}
 	for _, l := range []string{
-		`^freqcap bench -envoy: github\.com/envoyproxy/ratelimit/src/service_cmd@` + regexp.QuoteMeta(bench.EnvoyRLSVersion),
+		`^freqcap bench -envoy: 8 callers over 2 gRPC connections per service, 500 users, every decision allowed; 200ms warm-up, then 500ms measured per run; 2 round\(s\), alternating`,
+		`^envoyproxy/ratelimit: github\.com/envoyproxy/ratelimit/src/service_cmd@` + regexp.QuoteMeta(bench.EnvoyRLSVersion) + ` \(` + regexp.QuoteMeta(envoyBin) + `\)`,
+		`^freqcap serve: ` + regexp.QuoteMeta(bin) + ` serve --addr 127\.0\.0\.1:0 --redis 127\.0\.0\.1:[0-9]+ --policies \S+ \(its default flags otherwise\)`,
 		`^round 2/2$`,
 		`^ratio serve / Envoy, R=4: decisions/s [0-9.]+; service CPU per decision [0-9.]+; Redis CPU per decision [0-9.]+$`,
 		`^\| freqcap serve \| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \| [0-9–]+ µs \| [0-9–]+ µs \|$`,
