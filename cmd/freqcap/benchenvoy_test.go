@@ -83,7 +83,7 @@ func TestBenchEnvoy(t *testing.T) {
 		`^freqcap serve: ` + regexp.QuoteMeta(bin) + ` serve --addr 127\.0\.0\.1:0 --redis 127\.0\.0\.1:[0-9]+ --policies \S+ \(its default flags otherwise\)`,
 		`^round 2/2$`,
 		`^ratio serve / Envoy, R=4: decisions/s [0-9.]+; service CPU per decision [0-9.]+; Redis CPU per decision [0-9.]+$`,
-		`^\| freqcap serve \| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \| [0-9–]+ µs \| [0-9–]+ µs \|$`,
+		`^\| freqcap serve \| [0-9]+ / [0-9]+ \| [0-9]+ / [0-9]+ \| [0-9–]+ / [0-9–]+ µs \| [0-9–]+ / [0-9–]+ µs \|$`,
 		`^\| ratio serve / Envoy \| `,
 	} {
 		if !regexp.MustCompile("(?m)" + l).MatchString(text) {

@@ -247,13 +247,21 @@ func RunEnvoy(ctx context.Context, cfg EnvoyConfig, w io.Writer) (err error) {
 		}
 	}
 
-	// The table: each cell lists the rounds' figures, in order.
+	// The table: each cell lists the rounds' figures, in order (CPU:
+	// each R's lowest–highest).
+	perR := func(label string) string {
+		var s []string
+		for _, r := range cfg.Limits {
+			s = append(s, fmt.Sprintf("R=%d", r))
+		}
+		return label + " (" + strings.Join(s, " / ") + ")"
+	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| |")
 	for _, r := range cfg.Limits {
 		fmt.Fprintf(w, " decisions/s, R=%d |", r)
 	}
-	fmt.Fprintln(w, " service CPU per decision | Redis CPU per decision |")
+	fmt.Fprintf(w, " %s | %s |\n", perR("service CPU per decision"), perR("Redis CPU per decision"))
 	fmt.Fprint(w, "|---|")
 	for range cfg.Limits {
 		fmt.Fprint(w, "---:|")
@@ -261,27 +269,30 @@ func RunEnvoy(ctx context.Context, cfg EnvoyConfig, w io.Writer) (err error) {
 	fmt.Fprintln(w, "---:|---:|")
 	for _, s := range services {
 		fmt.Fprintf(w, "| %s |", s.name)
-		var all []*rlsResult
+		var svc, rds []string
 		for _, r := range cfg.Limits {
 			rs := got[key{s.name, r}]
-			all = append(all, rs...)
 			fmt.Fprintf(w, " %s |", joinFigures(rs, func(x *rlsResult) float64 { return x.rate() }, "%.0f"))
+			svc = append(svc, spanFigures(rs, func(x *rlsResult) float64 { return x.svcCPU }))
+			rds = append(rds, spanFigures(rs, func(x *rlsResult) float64 { return x.rdsCPU }))
 		}
-		fmt.Fprintf(w, " %s µs | %s µs |\n", spanFigures(all, func(x *rlsResult) float64 { return x.svcCPU }), spanFigures(all, func(x *rlsResult) float64 { return x.rdsCPU }))
+		fmt.Fprintf(w, " %s µs | %s µs |\n", strings.Join(svc, " / "), strings.Join(rds, " / "))
 	}
 	fmt.Fprint(w, "| ratio serve / Envoy |")
-	var svc, rds []float64
+	var svc, rds []string
 	for _, r := range cfg.Limits {
 		e, f := got[key{envoy.name, r}], got[key{fq.name, r}]
 		var rs []string
+		var sv, rd []float64
 		for i := range e {
 			rs = append(rs, fmt.Sprintf("%.2f", f[i].rate()/e[i].rate()))
-			svc = append(svc, f[i].svcCPU/e[i].svcCPU)
-			rds = append(rds, f[i].rdsCPU/e[i].rdsCPU)
+			sv = append(sv, f[i].svcCPU/e[i].svcCPU)
+			rd = append(rd, f[i].rdsCPU/e[i].rdsCPU)
 		}
 		fmt.Fprintf(w, " %s |", strings.Join(rs, " / "))
+		svc, rds = append(svc, span(sv, "%.2f")), append(rds, span(rd, "%.2f"))
 	}
-	fmt.Fprintf(w, " %s | %s |\n", span(svc, "%.2f"), span(rds, "%.2f"))
+	fmt.Fprintf(w, " %s | %s |\n", strings.Join(svc, " / "), strings.Join(rds, " / "))
 	return nil
 }
 
