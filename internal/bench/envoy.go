@@ -359,6 +359,7 @@ func rlsRun(ctx context.Context, cfg EnvoyConfig, s *rlsService, r int) (*rlsRes
 		users[i] = "user-" + strconv.Itoa(i)
 	}
 	var allowed atomic.Int64 // warm-up and run
+	hour := time.Now().Truncate(time.Hour) // the hour window the run starts in
 	loop := func(d time.Duration, seed uint64) *rlsResult {
 		res := &rlsResult{service: s.name, r: r}
 		var (
@@ -474,7 +475,6 @@ func rlsRun(ctx context.Context, cfg EnvoyConfig, s *rlsService, r int) (*rlsRes
 			seen = append(seen, users[i])
 		}
 	}
-	hour := time.Now().Truncate(time.Hour)
 	counted, err := s.counted(ctx, r, seen)
 	switch {
 	case err != nil:
