@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -36,12 +36,12 @@ func (c *Client) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, 
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	res, err := c.overrides.SetOverride(ctx, connect.NewRequest(&freqcapv1.SetOverrideRequest{
-		Policy: name(p), Subject: s, Override: wire.Override(o),
+		Policy: name(p), Subject: s, Override: protoconv.Override(o),
 	}))
 	if err != nil {
 		return sdk.Override{}, wrap("set override", err)
 	}
-	return wire.FromOverride(res.Msg.GetOverride()), nil
+	return protoconv.FromOverride(res.Msg.GetOverride()), nil
 }
 
 // DeleteOverride is sdk.Limiter.DeleteOverride through the server: an
@@ -68,7 +68,7 @@ func (c *Client) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([
 	}
 	out := make([]sdk.Override, 0, len(res.Msg.GetOverrides()))
 	for _, o := range res.Msg.GetOverrides() {
-		out = append(out, wire.FromOverride(o))
+		out = append(out, protoconv.FromOverride(o))
 	}
 	return out, nil
 }
@@ -125,9 +125,9 @@ func fromFaults(in []*freqcapv1.DocumentFault) []Fault {
 // ErrVersionConflict, ErrNoPolicyVersion, ErrUnreadableVersion or
 // ErrRekeyNotConfirmed, or a *DocumentError, as the server's reason says.
 func storeErr(op string, err error) error {
-	switch wire.ReasonOf(err) {
+	switch protoconv.ReasonOf(err) {
 	case freqcapv1.Reason_REASON_INVALID_POLICY_DOCUMENT:
-		return fmt.Errorf("client: %s: %w: %w", op, &DocumentError{Faults: fromFaults(wire.Faults(err))}, err)
+		return fmt.Errorf("client: %s: %w: %w", op, &DocumentError{Faults: fromFaults(protoconv.Faults(err))}, err)
 	}
 	return wrap(op, err)
 }
@@ -158,7 +158,7 @@ func (c *Client) PlanPolicies(ctx context.Context, doc []byte) (*policystore.Pla
 	if m := res.Msg; !m.GetValid() {
 		return nil, fmt.Errorf("client: plan policies: %w", &DocumentError{Faults: fromFaults(m.GetFaults())})
 	}
-	return wire.FromPlan(res.Msg, doc), nil
+	return protoconv.FromPlan(res.Msg, doc), nil
 }
 
 // ApplyPolicies stores doc as the store's next version if it is still at

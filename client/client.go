@@ -36,7 +36,7 @@ import (
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -154,7 +154,7 @@ func New(baseURL string, opts *Options) *Client {
 	case GRPC:
 		copts = append(copts, connect.WithGRPC())
 	case ConnectJSON:
-		copts = append(copts, wire.JSONCodecs()[0])
+		copts = append(copts, protoconv.JSONCodecs()[0])
 	}
 	if o.Token != "" {
 		tok := "Bearer " + o.Token
@@ -207,11 +207,11 @@ func (c *Client) ctx(ctx context.Context) (context.Context, context.CancelFunc) 
 // wrap names the operation and adds the sdk sentinel the server's reason
 // stands for.
 func wrap(op string, err error) error {
-	reason := wire.ReasonOf(err)
+	reason := protoconv.ReasonOf(err)
 	if reason == freqcapv1.Reason_REASON_SHUTTING_DOWN {
 		return fmt.Errorf("client: %s: %w: %w", op, ErrShuttingDown, err)
 	}
-	if s := wire.Sentinel(reason); s != nil {
+	if s := protoconv.Sentinel(reason); s != nil {
 		return fmt.Errorf("client: %s: %w: %w", op, s, err)
 	}
 	return fmt.Errorf("client: %s: %w", op, err)
@@ -255,7 +255,7 @@ func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.De
 	a = c.keyed(ctx, a)
 	msg := &freqcapv1.TakeRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: wire.ToIdempotencyTTL(a.IdempotencyTTL),
+		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL),
 	}
 	var res *connect.Response[freqcapv1.TakeResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {
@@ -269,7 +269,7 @@ func (c *Client) Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.De
 		}
 		return sdk.Decision{}, err
 	}
-	return wire.FromDecision(res.Msg.GetDecision()), nil
+	return protoconv.FromDecision(res.Msg.GetDecision()), nil
 }
 
 // Peek is sdk.Limiter.Peek through the server (re-sent as Retry says).
@@ -289,7 +289,7 @@ func (c *Client) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.De
 		}
 		return sdk.Decision{}, err
 	}
-	return wire.FromDecision(res.Msg.GetDecision()), nil
+	return protoconv.FromDecision(res.Msg.GetDecision()), nil
 }
 
 // Reservation is units Reserve consumed and holds until Commit or Cancel
@@ -352,7 +352,7 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 	a = c.keyed(ctx, a)
 	msg := &freqcapv1.ReserveRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey, Ttl: durationpb.New(ttl),
-		IdempotencyTtl: wire.ToIdempotencyTTL(a.IdempotencyTTL),
+		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL),
 	}
 	var res *connect.Response[freqcapv1.ReserveResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {
@@ -366,7 +366,7 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 		}
 		return sdk.Decision{}, nil, err
 	}
-	d := wire.FromDecision(res.Msg.GetDecision())
+	d := protoconv.FromDecision(res.Msg.GetDecision())
 	if !d.Allowed {
 		return d, nil, nil
 	}
@@ -400,7 +400,7 @@ func (c *Client) batch(ctx context.Context, p *sdk.Policy, op string, as []sdk.A
 		}
 		var rs []*freqcapv1.BatchResult
 		err := c.try(ctx, func(ctx context.Context) (err error) {
-			rs, err = f(ctx, wire.ToAttempts(sub))
+			rs, err = f(ctx, protoconv.ToAttempts(sub))
 			return err
 		})
 		answered := false // err is the server's answer, not the transport's
@@ -414,14 +414,14 @@ func (c *Client) batch(ctx context.Context, p *sdk.Policy, op string, as []sdk.A
 			if err == nil {
 				e := rs[k].GetError()
 				if e == nil {
-					out[i] = sdk.BatchResult{Decision: wire.FromDecision(rs[k].GetDecision())}
+					out[i] = sdk.BatchResult{Decision: protoconv.FromDecision(rs[k].GetDecision())}
 					continue
 				}
 				var code connect.Code
 				if code.UnmarshalText([]byte(e.GetCode())) != nil {
 					code = connect.CodeUnknown
 				}
-				aerr, fromServer = wire.NewError(code, e.GetReason(), e.GetMessage()), true
+				aerr, fromServer = protoconv.NewError(code, e.GetReason(), e.GetMessage()), true
 			}
 			out[i] = sdk.BatchResult{Err: aerr}
 			if lost(ctx, aerr, fromServer) {
@@ -497,7 +497,7 @@ func (c *Client) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk
 	if err != nil {
 		return sdk.Inspection{}, wrap("inspect", err)
 	}
-	return wire.FromInspection(res.Msg), nil
+	return protoconv.FromInspection(res.Msg), nil
 }
 
 // Reset is sdk.Limiter.Reset through the server (audited there with the
@@ -550,7 +550,7 @@ func (c *Client) ServedPolicies(ctx context.Context) (ServedPolicies, error) {
 		out.At = at.AsTime()
 	}
 	for _, wp := range res.Msg.GetPolicies() {
-		p, err := wire.FromPolicy(wp)
+		p, err := protoconv.FromPolicy(wp)
 		if err != nil {
 			return ServedPolicies{}, fmt.Errorf("client: policies: %w", err)
 		}

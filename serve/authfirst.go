@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 )
 
 // authKey holds a call's authentication (authFirst) in its context.
@@ -58,7 +58,7 @@ func (s *Server) authenticated(ctx context.Context) (*Caller, error) {
 	}
 	a, ok := ctx.Value(authKey{}).(authResult)
 	if !ok { // a handler New did not wrap in authFirst: refused
-		return nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "no credential checked")
+		return nil, protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "no credential checked")
 	}
 	return a.caller, a.err
 }

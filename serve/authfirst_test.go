@@ -19,7 +19,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/client"
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -108,7 +108,7 @@ func TestAuthBeforeBody(t *testing.T) {
 			}
 			good := client.New(e.url, &client.Options{Protocol: client.ConnectJSON, Token: supportSecret})
 			_, err := good.Take(context.Background(), e.policies["push"], sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}})
-			if connect.CodeOf(err) != connect.CodeResourceExhausted || wire.ReasonOf(err) != freqcapv1.Reason_REASON_LOCKED_OUT {
+			if connect.CodeOf(err) != connect.CodeResourceExhausted || protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_LOCKED_OUT {
 				t.Errorf("a valid Take after 6 wrong credentials with bad bodies = %v, want resource_exhausted, LOCKED_OUT (each counted)", err)
 			}
 		})

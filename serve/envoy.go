@@ -68,6 +68,20 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 			return nil, err
 		}
 	}
+	atts, err := e.attempts(p, m)
+	if err != nil {
+		return nil, err
+	}
+	decisions, err := e.decide(ctx, p, atts)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(e.response(set, p, decisions)), nil
+}
+
+// attempts returns the attempts of m's descriptors under p, or the
+// error that refuses the whole request before any of it is decided.
+func (e *envoyService) attempts(p *sdk.Policy, m *rlsv3.RateLimitRequest) ([]descriptorAttempt, error) {
 	ds := m.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "a rate-limit request needs at least one descriptor")
@@ -96,16 +110,16 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 			atts[i].peek = cost == 0
 		}
 		atts[i].a = sdk.Attempt{Subject: subj, Cost: cost}
-		// Refuse the whole request before deciding any of it.
 		if err := e.svc.s.cfg.Limiter.Check(p, atts[i].a); err != nil {
 			return nil, e.svc.failed("take", p, err)
 		}
 	}
-	decisions, err := e.decide(ctx, p, atts)
-	if err != nil {
-		return nil, err
-	}
+	return atts, nil
+}
 
+// response is the answer to decisions: each descriptor's status, the
+// overall code, and the headers of the most restrictive descriptor.
+func (e *envoyService) response(set *policySet, p *sdk.Policy, decisions []sdk.Decision) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(decisions))}
 	gov := -1 // the most restrictive descriptor
 	for i, d := range decisions {
@@ -124,7 +138,7 @@ func (e *envoyService) ShouldRateLimit(ctx context.Context, req *connect.Request
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
 		}
 	}
-	return connect.NewResponse(out), nil
+	return out
 }
 
 // envoyOps are the operations m's descriptors do: take for those that

@@ -13,9 +13,9 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/client"
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
-	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -77,9 +77,9 @@ func TestReadyzEviction(t *testing.T) {
 				for _, pr := range []client.Protocol{client.GRPC, client.ConnectJSON} {
 					c := client.New(er.url, &client.Options{Protocol: pr, Timeout: 5 * time.Second})
 					_, err := c.Take(context.Background(), er.policies["push"], sdk.Attempt{Subject: sdk.Subject{"user": "u-evict", "content": "c"}})
-					if connect.CodeOf(err) != connect.CodeFailedPrecondition || wire.ReasonOf(err) != freqcapv1.Reason_REASON_BACKEND_REFUSED ||
+					if connect.CodeOf(err) != connect.CodeFailedPrecondition || protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_BACKEND_REFUSED ||
 						!errors.Is(err, sdk.ErrRefused) || strings.Contains(err.Error(), srv.Addr()) {
-						t.Errorf("Take (%v) on the refusing backend = %v (%v, %v), want failed_precondition, REASON_BACKEND_REFUSED, errors.Is sdk.ErrRefused, no address", pr, err, connect.CodeOf(err), wire.ReasonOf(err))
+						t.Errorf("Take (%v) on the refusing backend = %v (%v, %v), want failed_precondition, REASON_BACKEND_REFUSED, errors.Is sdk.ErrRefused, no address", pr, err, connect.CodeOf(err), protoconv.ReasonOf(err))
 					}
 				}
 			}

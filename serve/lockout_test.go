@@ -19,7 +19,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/client"
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/serve"
 	"google.golang.org/protobuf/proto"
@@ -105,7 +105,7 @@ func TestLockout(t *testing.T) {
 	g := client.New(e.url, &client.Options{Token: senderSecret})
 	_, err := g.Take(ctx, push, sdk.Attempt{Subject: s})
 	var ce *connect.Error
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || wire.ReasonOf(err) != locked {
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || protoconv.ReasonOf(err) != locked {
 		t.Fatalf("gRPC Take while locked out = %v, want resource_exhausted, LOCKED_OUT", err)
 	}
 	if errors.As(err, &ce); ce == nil || ce.Meta().Get("Retry-After") != "1" {

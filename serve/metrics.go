@@ -15,7 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/ratelimitheaders"
 )
 
@@ -82,7 +82,7 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 			}
 			switch connect.CodeOf(err) {
 			case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-				if err != nil && wire.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
+				if err != nil && protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
 					s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
 				}
 			}
@@ -96,7 +96,7 @@ func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 
 func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (*Caller, connect.AnyResponse, error) {
 	if s.draining.Load() {
-		return nil, nil, wire.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
+		return nil, nil, protoconv.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
 			"the server is shutting down: nothing was done, retry on another replica")
 	}
 	caller, err := s.authenticated(ctx) // authFirst's, before the body was read
@@ -117,7 +117,7 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 // and Retry-After; an unknown credential, or an Authorization header that
 // is not a bearer token, counts a failure against the address.
 func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error) {
-	noCredential := wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+	noCredential := protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
 		`no credential: send "Authorization: Bearer <secret>"`)
 	if h.Get("Authorization") == "" {
 		return nil, noCredential
@@ -133,7 +133,7 @@ func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error)
 	}, lockout.Addr(remote))
 	if v.Locked > 0 {
 		secs := strconv.FormatInt(ratelimitheaders.Seconds(v.Locked), 10)
-		e := wire.NewError(connect.CodeResourceExhausted, freqcapv1.Reason_REASON_LOCKED_OUT,
+		e := protoconv.NewError(connect.CodeResourceExhausted, freqcapv1.Reason_REASON_LOCKED_OUT,
 			"too many failed credentials from your address: try again in "+secs+"s")
 		e.Meta().Set("Retry-After", secs)
 		return nil, e
@@ -143,7 +143,7 @@ func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error)
 		if !ok {
 			return nil, noCredential
 		}
-		return nil, wire.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "unknown credential")
+		return nil, protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "unknown credential")
 	}
 	return caller, nil
 }

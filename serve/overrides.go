@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -35,7 +35,7 @@ func (ovs *overrideService) target(ctx context.Context, op Op, policy string, su
 // failed turns an sdk error into the call's error.
 func (ovs *overrideService) failed(op string, p *sdk.Policy, err error) error {
 	if errors.Is(err, sdk.ErrOverrideNotFound) {
-		return wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_OVERRIDE_NOT_FOUND,
+		return protoconv.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_OVERRIDE_NOT_FOUND,
 			"no such override for this subject under this policy (never set, deleted, or ended)")
 	}
 	return (&service{s: ovs.s}).failed(op, p, err)
@@ -72,7 +72,7 @@ func (ovs *overrideService) audit(ctx context.Context, peer, action string, p *s
 	if ovs.s.cfg.Audit != nil {
 		if aerr := ovs.s.cfg.Audit(e); aerr != nil {
 			ovs.s.log.Error("serve: an override change could not be audited", "action", action, "policy", p.Name(), "caller", caller.Name, "outcome", e.Outcome, "err", aerr)
-			return wire.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
+			return protoconv.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
 				"the "+action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
 		}
 	}
@@ -95,7 +95,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 	if in.GetKind() == freqcapv1.OverrideKind_OVERRIDE_KIND_UNSPECIFIED {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override.kind is required: exempt, block or limit")
 	}
-	o := wire.FromOverride(in)
+	o := protoconv.FromOverride(in)
 	o.ID, o.Created, o.By = 0, time.Time{}, callerOf(ctx).Name
 	if ttl := m.GetTtl(); ttl != nil {
 		if in.GetUntil() != nil {
@@ -117,7 +117,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, ovs.failed("set override", p, err)
 	}
-	return connect.NewResponse(&freqcapv1.SetOverrideResponse{Override: wire.Override(got)}), nil
+	return connect.NewResponse(&freqcapv1.SetOverrideResponse{Override: protoconv.Override(got)}), nil
 }
 
 func (ovs *overrideService) ListOverrides(ctx context.Context, req *connect.Request[freqcapv1.ListOverridesRequest]) (*connect.Response[freqcapv1.ListOverridesResponse], error) {
@@ -132,7 +132,7 @@ func (ovs *overrideService) ListOverrides(ctx context.Context, req *connect.Requ
 	}
 	out := &freqcapv1.ListOverridesResponse{}
 	for _, o := range list {
-		out.Overrides = append(out.Overrides, wire.Override(o))
+		out.Overrides = append(out.Overrides, protoconv.Override(o))
 	}
 	return connect.NewResponse(out), nil
 }

@@ -43,7 +43,7 @@ import (
 	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/internal/lograte"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -231,7 +231,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = m
 
 	var opts []connect.HandlerOption
-	for _, o := range wire.JSONCodecs() {
+	for _, o := range protoconv.JSONCodecs() {
 		opts = append(opts, o)
 	}
 	interceptors := []connect.Interceptor{s.interceptor()}

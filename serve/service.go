@@ -14,7 +14,7 @@ import (
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
 )
@@ -30,7 +30,7 @@ var _ freqcapv1connect.FreqcapServiceHandler = (*service)(nil)
 func newService(s *Server) *service { return &service{s: s} }
 
 func invalid(reason freqcapv1.Reason, format string, args ...any) *connect.Error {
-	return wire.NewError(connect.CodeInvalidArgument, reason, fmt.Sprintf(format, args...))
+	return protoconv.NewError(connect.CodeInvalidArgument, reason, fmt.Sprintf(format, args...))
 }
 
 // policy returns the policy named name if the call's caller may do op on
@@ -49,12 +49,12 @@ func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy
 		if c != nil {
 			who = fmt.Sprintf("credential %q", c.Name)
 		}
-		return nil, nil, wire.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
+		return nil, nil, protoconv.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
 			fmt.Sprintf("%s may not %s on policy %q", who, op, name))
 	}
 	p := set.byName[name]
 	if p == nil {
-		return nil, nil, wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_UNKNOWN_POLICY,
+		return nil, nil, protoconv.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_UNKNOWN_POLICY,
 			fmt.Sprintf("no such policy %q (ListPolicies lists them)", name))
 	}
 	return p, set, nil
@@ -62,7 +62,7 @@ func (svc *service) policy(ctx context.Context, op Op, name string) (*sdk.Policy
 
 // decision converts d, decided under set's version, to the wire.
 func decision(set *policySet, d sdk.Decision) *freqcapv1.Decision {
-	out := wire.Decision(d)
+	out := protoconv.Decision(d)
 	out.PolicyVersion = set.version
 	return out
 }
@@ -83,7 +83,7 @@ func checkSubject(p *sdk.Policy, s map[string]string) *connect.Error {
 // failed turns an sdk error into the call's error. Backend failures are
 // logged (they name servers) and answered with a message that does not.
 func (svc *service) failed(op string, p *sdk.Policy, err error) error {
-	code, reason := wire.Classify(err)
+	code, reason := protoconv.Classify(err)
 	msg := err.Error() // the sdk's own errors: no subject values
 	switch reason {
 	case freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE:
@@ -95,7 +95,7 @@ func (svc *service) failed(op string, p *sdk.Policy, err error) error {
 	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
 		msg = "the call's deadline passed before an answer (a consuming call may have been applied: retry it with the same idempotency key)"
 	}
-	return wire.NewError(code, reason, msg)
+	return protoconv.NewError(code, reason, msg)
 }
 
 func (svc *service) setHeaders(h http.Header, set *policySet, p *sdk.Policy, d sdk.Decision) {
@@ -113,7 +113,7 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 		return nil, err
 	}
 	d, err := svc.s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: wire.IdempotencyTTL(m.GetIdempotencyTtl())})
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl())})
 	if err != nil {
 		return nil, svc.failed("take", p, err)
 	}
@@ -160,7 +160,7 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "ttl must be from 1ms to %v, got %v", svc.s.cfg.MaxReserveTTL, ttl)
 	}
 	d, r, err := svc.s.cfg.Limiter.Reserve(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: wire.IdempotencyTTL(m.GetIdempotencyTtl())}, ttl)
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl())}, ttl)
 	if err != nil {
 		return nil, svc.failed("reserve", p, err)
 	}
@@ -219,7 +219,7 @@ func (svc *service) batch(ctx context.Context, op string, set *policySet, p *sdk
 		return nil, invalid(freqcapv1.Reason_REASON_TOO_LARGE, "%d attempts: a batch holds at most %d", len(in), svc.s.cfg.MaxBatch)
 	}
 	out := make([]*freqcapv1.BatchResult, len(in))
-	all := wire.Attempts(in)
+	all := protoconv.Attempts(in)
 	valid := make([]sdk.Attempt, 0, len(in))
 	idx := make([]int, 0, len(in))
 	for i, a := range in {
@@ -245,7 +245,7 @@ func (svc *service) batch(ctx context.Context, op string, set *policySet, p *sdk
 }
 
 func attemptError(e *connect.Error) *freqcapv1.AttemptError {
-	return &freqcapv1.AttemptError{Code: e.Code().String(), Message: e.Message(), Reason: wire.ReasonOf(e)}
+	return &freqcapv1.AttemptError{Code: e.Code().String(), Message: e.Message(), Reason: protoconv.ReasonOf(e)}
 }
 
 func (svc *service) TakeBatch(ctx context.Context, req *connect.Request[freqcapv1.TakeBatchRequest]) (*connect.Response[freqcapv1.TakeBatchResponse], error) {
@@ -285,7 +285,7 @@ func (svc *service) Inspect(ctx context.Context, req *connect.Request[freqcapv1.
 	if err != nil {
 		return nil, svc.failed("inspect", p, err)
 	}
-	return connect.NewResponse(wire.Inspection(in)), nil
+	return connect.NewResponse(protoconv.Inspection(in)), nil
 }
 
 // resetRules splits p's rules into those whose dimensions s gives all of
@@ -322,7 +322,7 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 	reset, kept := resetRules(p, m.GetSubject())
 	rerr := svc.s.cfg.Limiter.Reset(ctx, p, m.GetSubject())
 	if rerr != nil {
-		if _, reason := wire.Classify(rerr); reason != freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE {
+		if _, reason := protoconv.Classify(rerr); reason != freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE {
 			return nil, svc.failed("reset", p, rerr) // invalid input: nothing was tried
 		}
 	}
@@ -337,7 +337,7 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 	if svc.s.cfg.Audit != nil {
 		if err := svc.s.cfg.Audit(entry); err != nil {
 			svc.s.log.Error("serve: a reset could not be audited", "policy", p.Name(), "caller", caller.Name, "outcome", entry.Outcome, "err", err)
-			return nil, wire.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
+			return nil, protoconv.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
 				"the reset was "+entry.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
 		}
 	}
@@ -354,7 +354,7 @@ func (svc *service) ListPolicies(ctx context.Context, req *connect.Request[freqc
 	out := &freqcapv1.ListPoliciesResponse{Version: set.version, VersionAt: instant(set.at)}
 	for _, p := range set.order {
 		if c != nil && c.mayUse(p.Name()) {
-			out.Policies = append(out.Policies, wire.Policy(p))
+			out.Policies = append(out.Policies, protoconv.Policy(p))
 		}
 	}
 	return connect.NewResponse(out), nil

@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -80,11 +80,11 @@ func (ps *policyService) storeFor(ctx context.Context, op Op) (*policystore.Stor
 		if c != nil {
 			who = fmt.Sprintf("credential %q", c.Name)
 		}
-		return nil, wire.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
+		return nil, protoconv.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
 			fmt.Sprintf("%s may not %s the policy store (it needs %s on every policy: %s@*)", who, op, op, op))
 	}
 	if ps.s.cfg.Store == nil {
-		return nil, wire.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNSUPPORTED,
+		return nil, protoconv.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNSUPPORTED,
 			"this server serves a policy file, not a policy store (start it with --policies store)")
 	}
 	return ps.s.cfg.Store, nil
@@ -101,24 +101,24 @@ func (ps *policyService) storeFailed(op string, err error) error {
 		}
 		return e
 	case errors.Is(err, policystore.ErrVersionConflict):
-		return wire.NewError(connect.CodeAborted, freqcapv1.Reason_REASON_VERSION_CONFLICT,
+		return protoconv.NewError(connect.CodeAborted, freqcapv1.Reason_REASON_VERSION_CONFLICT,
 			"the policy store moved past the expected version (someone applied in between): nothing was stored; plan again")
 	case errors.Is(err, policystore.ErrRekeyNotConfirmed):
-		return wire.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_REKEY_UNCONFIRMED, err.Error())
+		return protoconv.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_REKEY_UNCONFIRMED, err.Error())
 	case errors.Is(err, policystore.ErrUnreadableVersion):
 		// Not an outage: retrying does not help, a new version does.
-		return wire.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION,
+		return protoconv.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION,
 			err.Error()+": apply a document, or roll back to a version that loads (plans are made against the newest one that does)")
 	case errors.Is(err, policystore.ErrNoPolicyVersion):
-		return wire.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_NO_POLICY_VERSION, "the policy store has no such version")
+		return protoconv.NewError(connect.CodeNotFound, freqcapv1.Reason_REASON_NO_POLICY_VERSION, "the policy store has no such version")
 	}
-	code, reason := wire.Classify(err)
+	code, reason := protoconv.Classify(err)
 	msg := err.Error()
 	if reason == freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE {
 		ps.s.logRate.Log(ps.s.log, slog.LevelWarn, "store-"+op, "serve: policy store failed (one line per operation every 10 s)", "op", op, "err", err)
 		msg = "the policy store is unavailable (details are in the server's log)"
 	}
-	return wire.NewError(code, reason, msg)
+	return protoconv.NewError(code, reason, msg)
 }
 
 // audit records a store write; an error recording it fails the call.
@@ -133,7 +133,7 @@ func (ps *policyService) audit(ctx context.Context, peer, action string, v polic
 	if ps.s.cfg.Audit != nil {
 		if aerr := ps.s.cfg.Audit(e); aerr != nil {
 			ps.s.log.Error("serve: a policy-store write could not be audited", "action", action, "caller", caller.Name, "outcome", e.Outcome, "err", aerr)
-			return wire.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
+			return protoconv.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
 				"the "+action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
 		}
 	}
@@ -156,7 +156,7 @@ func (ps *policyService) PlanPolicies(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, ps.storeFailed("plan", err)
 	}
-	return connect.NewResponse(wire.Plan(plan)), nil
+	return connect.NewResponse(protoconv.Plan(plan)), nil
 }
 
 func (ps *policyService) ApplyPolicies(ctx context.Context, req *connect.Request[freqcapv1.ApplyPoliciesRequest]) (*connect.Response[freqcapv1.ApplyPoliciesResponse], error) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/freqcap/freqcap/client"
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
@@ -45,9 +45,9 @@ func TestPolicyStoreUnreadableVersion(t *testing.T) {
 				{"RollbackPolicies(2)", func() error { _, err := admin.RollbackPolicies(ctx, 2, 0, false, "to 2"); return err }},
 			} {
 				err := tc.call()
-				if connect.CodeOf(err) != connect.CodeFailedPrecondition || wire.ReasonOf(err) != freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION ||
+				if connect.CodeOf(err) != connect.CodeFailedPrecondition || protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_UNREADABLE_POLICY_VERSION ||
 					!errors.Is(err, policystore.ErrUnreadableVersion) || !strings.Contains(err.Error(), "version 2 does not load") {
-					t.Errorf("%s = %v (%v, %v), want failed_precondition, REASON_UNREADABLE_POLICY_VERSION naming version 2", tc.name, err, connect.CodeOf(err), wire.ReasonOf(err))
+					t.Errorf("%s = %v (%v, %v), want failed_precondition, REASON_UNREADABLE_POLICY_VERSION naming version 2", tc.name, err, connect.CodeOf(err), protoconv.ReasonOf(err))
 				}
 			}
 		})

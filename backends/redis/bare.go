@@ -41,7 +41,7 @@ import (
 //
 // The denial trail and idempotency records are written with plain
 // commands after the decision (not in the same atomic step), in
-// take.lua's formats: a record is the one wire.go describes, and bare
+// take.lua's formats: a record is the one storage.go describes, and bare
 // mode replays take.lua's records as take.lua replays its own, legacy
 // text records included (parseTake decodes both modes' replies and
 // replays). Reservations
@@ -128,7 +128,7 @@ func (b *Backend) takeBare(ctx context.Context, o op, req driver.Request, rep *c
 func bareRecord(rules []bareRule, now int64, allowed bool) record {
 	rec := record{now: now}
 	if allowed {
-		rec.first = 1
+		rec.first = lua.ReplyAllowed
 	}
 	bin := make([]byte, 0, len(rules)*perRuleBytes)
 	for k := range rules {
@@ -432,16 +432,16 @@ func (br *bareRule) evalTairHash(cmd *goredis.Cmd, now, c int64) error {
 	return nil
 }
 
-// replyFlags is a verdict as a rule's reply numbers: flags (0 denied, 1
-// allowed, 2 cost too high) and the retry in µs, rounded up.
+// replyFlags is a verdict as a rule's reply numbers: flags
+// (lua.RuleFlag*) and the retry in µs, rounded up.
 func replyFlags(v alg.Verdict) (flags, retry int64) {
 	switch {
 	case v.Allowed:
-		return 1, 0
+		return lua.RuleFlagAllowed, 0
 	case v.CostTooHigh:
-		return 2, 0
+		return lua.RuleFlagTooHigh, 0
 	}
-	return 0, ceilMicros(v.RetryAfter)
+	return lua.RuleFlagDenied, ceilMicros(v.RetryAfter)
 }
 
 // bareCells reads a rule's cells from EXHGETALL's reply (name, value, …),
@@ -509,7 +509,7 @@ func (br *bareRule) incr(ctx context.Context, c goredis.UniversalClient, delta, 
 	return err
 }
 
-// replayRecord decodes an idempotency record (wire.go: take.lua's or bare
+// replayRecord decodes an idempotency record (storage.go: take.lua's or bare
 // mode's, or the legacy text) into the replayed Result.
 func replayRecord(rec string, rules []driver.Rule) (driver.Result, error) {
 	r, err := decodeRecord(rec)

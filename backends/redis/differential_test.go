@@ -53,7 +53,7 @@ import (
 // reservation lapsed) gives back only the part of c·T still ahead of now
 // (min(c·T, reserved TAT − now)) on both backends: the test found the
 // scripts giving back the whole c·T (seed 1795722346701036204), fixed in
-// internal/lua/alg/gcra.lua.
+// lua/alg/gcra.lua.
 //
 // The redis-cell strategy (lua+redis-cell, only with
 // Config.ModuleStrategies) is not a target: CL.THROTTLE reads the wall

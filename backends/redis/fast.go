@@ -13,7 +13,7 @@ import (
 )
 
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
-// internal/lua/fast.lua.tmpl). A take or peek whose rules are all packed (fixed
+// lua/fast.lua.tmpl). A take or peek whose rules are all packed (fixed
 // windows, calendar excepted; sliding window counters; GCRA on plain
 // Lua; packed sliding logs: driver.Rule.ExactLog up to driver.LogLine),
 // at most lua.FastMax of them, none shadow or

@@ -201,7 +201,7 @@ func TestFastMatchesTake(t *testing.T) {
 }
 
 // TestFastShortForm: a lone fast attempt goes in the short ARGV
-// (wire.go's fastArgs), with and without a trail and a reservations key,
+// (args.go's fastArgs), with and without a trail and a reservations key,
 // and decides, counts and writes the trail as take.lua does.
 func TestFastShortForm(t *testing.T) {
 	fast, c := plainStandalone(t)

@@ -235,7 +235,7 @@ func TestGCRASweepCell(t *testing.T) {
 }
 
 // gcraFloor returns take.lua's floor division of GCRA's Remaining, as
-// the algorithm fragment (internal/lua/alg/gcra.lua) pastes it inline: the double
+// the algorithm fragment (lua/alg/gcra.lua) pastes it inline: the double
 // quotient q = left / T floored inline (q - q % 1), corrected by one
 // where rounding carried it across an integer, then clamped to [0, L]
 // (gcraClamp). Every copy in take.lua must be the same (evaluate and

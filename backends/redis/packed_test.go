@@ -13,7 +13,7 @@ import (
 )
 
 // Helpers for tests that read or plant raw state in the packed layout
-// (internal/lua/prelude.lua, wire.go): the fixed-window, calendar, sliding-window
+// (lua/prelude.lua, storage.go): the fixed-window, calendar, sliding-window
 // and GCRA rules of a dimension set keep one entry each in the string
 // value at group(&r).
 

@@ -6,7 +6,7 @@
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
 // them only if every enforced one admits (a shadow rule consumes only
-// when it admits too, driver.Rule.Shadow): take.lua (package internal/lua), or, for a
+// when it admits too, driver.Rule.Shadow): take.lua (the top-level package lua holds the sources; internal/lua builds the scripts), or, for a
 // take or peek whose rules are all fixed windows (not calendar ones),
 // sliding-window counters or GCRA on plain Lua, or packed sliding logs (limit at most driver.LogLine; at most
 // internal/lua's FastMax rules, none shadow or seeded, no idempotency

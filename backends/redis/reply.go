@@ -44,7 +44,7 @@ func replyString(v any) (string, error) {
 
 // parseTake decodes take.lua's reply for a request of the given rules:
 // {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
-// µs, retry µs), then, first >= 4, the override element, then trail
+// µs, retry µs), then, first with lua.ReplyOverride, the override element, then trail
 // entries or a replay's reservation id}; or a fast script's, one string:
 // first and now in fastHead bytes, then the rules' bytes ({that string,
 // the override element} where an override applied).
@@ -128,21 +128,22 @@ func parseArrayReply(f, at any, rest []any, rules []driver.Rule, rule func(int) 
 func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int) [perRuleReply]int64) (driver.Result, error) {
 	var res driver.Result
 	var err error
-	// 0/1: decided now; 2/3: a replay of the decision stored under the
-	// request's idempotency key, followed by the original reservation id;
-	// plus 4: an override applied, its element first after the rules.
-	if first < 0 || first > 7 {
-		return driver.Result{}, fmt.Errorf("reply: first element must be 0..7, got %d", first)
+	// Bits (lua.Reply*): allowed; a replay of the decision stored under
+	// the request's idempotency key, followed by the original reservation
+	// id; an override applied, its element first after the rules.
+	const all = lua.ReplyAllowed | lua.ReplyReplayed | lua.ReplyOverride
+	if first < 0 || first&^all != 0 {
+		return driver.Result{}, fmt.Errorf("reply: first element must be 0..%d, got %d", all, first)
 	}
 	var lims []int64
-	if first >= 4 {
+	if first&lua.ReplyOverride != 0 {
 		if res.Override, lims, err = replyOverride(rest, len(rules)); err != nil {
 			return driver.Result{}, err
 		}
-		rest, first = rest[1:], first-4
+		rest = rest[1:]
 	}
-	res.Allowed = first%2 == 1
-	res.Replayed = first >= 2
+	res.Allowed = first&lua.ReplyAllowed != 0
+	res.Replayed = first&lua.ReplyReplayed != 0
 	res.Now = time.UnixMicro(now)
 	if res.Rules, err = replyRules(rules, lims, rule); err != nil {
 		return driver.Result{}, err
@@ -183,11 +184,14 @@ func replyRules(rules []driver.Rule, lims []int64, rule func(int) [perRuleReply]
 	for i := range out {
 		r := &out[i]
 		ints := rule(i)
-		if ints[0] < 0 || ints[0] > 2 {
-			return nil, fmt.Errorf("rule %d: reply: flags must be 0, 1 or 2, got %d", i, ints[0])
+		switch ints[0] {
+		case lua.RuleFlagDenied, lua.RuleFlagAllowed, lua.RuleFlagTooHigh:
+		default:
+			return nil, fmt.Errorf("rule %d: reply: flags must be %d, %d or %d, got %d", i,
+				lua.RuleFlagDenied, lua.RuleFlagAllowed, lua.RuleFlagTooHigh, ints[0])
 		}
-		r.Allowed = ints[0] == 1
-		r.CostTooHigh = ints[0] == 2
+		r.Allowed = ints[0] == lua.RuleFlagAllowed
+		r.CostTooHigh = ints[0] == lua.RuleFlagTooHigh
 		r.Used = ints[1]
 		r.Limit = rules[i].ReportedLimit()
 		if lims != nil {

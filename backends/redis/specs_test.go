@@ -22,9 +22,9 @@ func withStrategy(rep capability.Report, a driver.Algorithm, st capability.Strat
 	return rep
 }
 
-// wire returns c's argument list as the server receives it: the keys,
+// received returns c's argument list as the server receives it: the keys,
 // boxed as *string, read back as strings.
-func wire(c call) []any {
+func received(c call) []any {
 	out := make([]any, len(c.args))
 	for i, a := range c.args {
 		if p, ok := a.(*string); ok {
@@ -84,8 +84,8 @@ func TestSpecCacheNeverStale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(wire(got), wire(want)) || !reflect.DeepEqual(got.keys, want.keys) || !reflect.DeepEqual(got.attempts, want.attempts) {
-				t.Errorf("encode() after a cached spec = %v %v, want %v %v", wire(got), got.attempts, wire(want), want.attempts)
+			if !reflect.DeepEqual(received(got), received(want)) || !reflect.DeepEqual(got.keys, want.keys) || !reflect.DeepEqual(got.attempts, want.attempts) {
+				t.Errorf("encode() after a cached spec = %v %v, want %v %v", received(got), got.attempts, received(want), want.attempts)
 			}
 		})
 	}
@@ -106,7 +106,7 @@ func TestSpecCacheBounded(t *testing.T) {
 		}
 		// ARGV: the attempt count, the header, then the rule's static
 		// values (code, name, limit, window µs, 0, tag) and its key index.
-		argv := wire(c)[evalArgs+len(c.keys):]
+		argv := received(c)[evalArgs+len(c.keys):]
 		if fmt.Sprint(argv[0]) != "1" {
 			t.Fatalf("encode() ARGV[1] = %v, want 1 attempt", argv[0])
 		}

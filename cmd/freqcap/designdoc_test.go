@@ -29,7 +29,7 @@ func TestDesignNamesEveryPackage(t *testing.T) {
 	block := s[i+a+4:]
 	block = block[:strings.Index(block, "```")]
 	named := map[string]bool{}
-	for _, m := range regexp.MustCompile(`[a-z][a-z0-9]*(?:/[a-z0-9]+)+|\b(?:sdk|console|serve|client|fleet|middleware|ratelimitheaders)\b`).FindAllString(block, -1) {
+	for _, m := range regexp.MustCompile(`[a-z][a-z0-9]*(?:/[a-z0-9]+)+|\b(?:sdk|console|serve|client|fleet|middleware|ratelimitheaders|lua)\b`).FindAllString(block, -1) {
 		named[m] = true
 	}
 	var pkgs []string

@@ -3,7 +3,7 @@
 // rule, cost and now, with no I/O. The memory backend keeps its state in
 // these shapes; the Redis backend's bare mode evaluates its sliding
 // windows here. The Lua scripts mirror them function for function
-// (backends/redis/internal/lua/alg), and the differential test
+// (lua/alg), and the differential test
 // (backends/redis/differential_test.go) holds the scripts to them.
 package alg
 

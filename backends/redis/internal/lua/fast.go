@@ -66,7 +66,7 @@ func FastOverrides(rules []FastRule) (string, error) { return fast(rules, true) 
 
 // fast executes fast.lua.tmpl for rules, then builds the helpers of
 // prelude.lua and holds.lua the script calls (lazy) and writes in the
-// wire's tokens (subst).
+// tokens (subst).
 func fast(rules []FastRule, ov bool) (string, error) {
 	d, err := fastFill(rules, ov)
 	if err != nil {
@@ -366,7 +366,7 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 	return fr
 }
 
-// entry sets the rule's EntryFormat (the value of wire token format, a
+// entry sets the rule's EntryFormat (the value of token format, a
 // struct format) and EntryArgs (args with the rule's tag and expiry
 // written in, every other name suffixed with N: locals of the script)
 // and Kept (those locals, but the ones eval saved: declared already),

@@ -59,7 +59,7 @@ var goldenShapes = []struct {
 // TestFastGolden: the scripts Fast and FastOverrides build for
 // goldenShapes, after their helpers (prelude.lua's and holds.lua's own
 // text, which TestFastLazyHelpers covers), are testdata/fast/<shape>[-ov].lua,
-// byte for byte, and free of wire tokens (go test -run FastGolden -update
+// byte for byte, and free of tokens (go test -run FastGolden -update
 // rewrites them: then read the diff, and run the backend's Fast and
 // Differential tests, which run the scripts).
 func TestFastGolden(t *testing.T) {

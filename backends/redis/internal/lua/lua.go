@@ -1,26 +1,18 @@
-// Package lua embeds the Redis scripts of the redis backend (the
-// benchmark's own scripts are in internal/bench/scripts).
+// Package lua builds the Redis scripts of the redis backend from the
+// sources of the top-level package lua (which says what each file does;
+// the benchmark's own scripts are in internal/bench/scripts), and
+// declares the values Go and Lua share (tokens.go).
 //
 // The sources are split by concern and joined here into complete scripts
 // ready for EVAL/EVALSHA (Take, Settle and Reset once, at init; a fast script
 // each time Fast is called, which the backend caches per set of rules),
-// so that a decision stays one EVALSHA of one script:
-//
-//   - prelude.lua: the packed value's codec and small helpers;
-//   - alg/*.lua: one fragment per algorithm, in sections (eval, commit,
-//     refund, and read, consume or import where needed): fixed, sliding, gcra and
-//     log on plain data types, modsliding and cell on module commands;
-//   - holds.lua: reservations, refunds and hold markers, built on demand;
-//   - upgrade.lua: reading through the one-key-per-rule layout;
-//   - take.lua, settle.lua, reset.lua: the frames, whose header comments
-//     give their KEYS, ARGV and reply;
-//   - fast.lua.tmpl: the fast scripts, take.lua specialised to one set of
-//     rules, as Lua text with holes (text/template, parsed once): Fast
-//     executes it with what only Go computes (each rule's number, code,
-//     limit, tag and dimension set, its fragment's sections with its
-//     values written in, the entries' positions, the reply's format);
-//     the shape of the script (the reads, the unrolled rule blocks, the
-//     writes, the trail and the reply) is the template's text.
+// so that a decision stays one EVALSHA of one script. fast.lua.tmpl, the
+// fast scripts' text with holes (text/template, parsed once), is executed
+// with what only Go computes (each rule's number, code, limit, tag and
+// dimension set, its fragment's sections with its values written in, the
+// entries' positions, the reply's format); the shape of the script (the
+// reads, the unrolled rule blocks, the writes, the trail and the reply)
+// is the template's text.
 //
 // A line "--@<fragment>.<section>" in take.lua, holds.lua or upgrade.lua
 // is replaced by that section's code, inline (a fast script writes in its
@@ -30,25 +22,26 @@
 // "--@save a, b" (eval) and "--@load a, b" (commit) carry values from
 // eval to commit: through a table per rule in take.lua, through locals in
 // a fast script. A commit section's last line "--@entry FORMAT, tag, len,
-// exp, …" names its entry's values (FORMAT a wire token: ENTINT, LOGENT):
+// exp, …" names its entry's values (FORMAT a token: ENTINT, LOGENT):
 // take.lua packs them into the entry, a fast script packs its set's whole
 // value from every rule's in one struct.pack. A fast script leaves out a
 // commit section's reservation bookkeeping ("if plan then … end"): it
-// reserves nothing. Every source's wire tokens (wire.go) are written in by
+// reserves nothing. Every source's tokens (tokens.go) are written in by
 // subst, the fast scripts' after the template ran. Scripts are never read
 // from disk at run time.
 package lua
 
 import (
-	"embed"
 	"fmt"
 	"path"
 	"regexp"
 	"strings"
+
+	sources "github.com/freqcap/freqcap/lua"
 )
 
-//go:embed *.lua alg/*.lua fast.lua.tmpl
-var files embed.FS
+// files are the Lua sources (package lua at the top of the module).
+var files = sources.FS
 
 // Take decides one or more requests, each over all its rules (take, peek,
 // reserve, inspect): see take.lua.
@@ -64,7 +57,7 @@ var (
 	saveLoad = regexp.MustCompile(`(?m)^([ \t]*)--@(save|load) ([a-zA-Z_][a-zA-Z_0-9]*(?:, [a-zA-Z_][a-zA-Z_0-9]*)*)[ \t]*$`)
 	// entryLine is a commit section's "--@entry FORMAT, a, b + #c, …"
 	// line: its entry is struct.pack(FORMAT, a, b + #c, …), FORMAT a
-	// wire token (take.lua: ent = that; a fast script packs the set's
+	// token (take.lua: ent = that; a fast script packs the set's
 	// value in one call from the values named: fast.go's entry).
 	entryLine = regexp.MustCompile(`(?m)^([ \t]*)--@entry ([A-Z]+), (.+?)[ \t]*$`)
 )
@@ -80,7 +73,7 @@ func build(frame string) string {
 	return b.String()
 }
 
-// read returns a source file with its wire tokens replaced (subst).
+// read returns a source file with its tokens replaced (subst).
 func read(name string) string {
 	src, err := files.ReadFile(name)
 	if err != nil {

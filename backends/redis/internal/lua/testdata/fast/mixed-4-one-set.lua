@@ -40,7 +40,7 @@
 -- applied, which the rules' heads set), and after eval a block denies
 -- and an exempt admits.
 --
--- ARGV has one of two forms (backends/redis/wire.go). The full form:
+-- ARGV has one of two forms (backends/redis/args.go). The full form:
 -- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
 -- ARGV[a+F_OP]  op: t take, p peek
 -- ARGV[a+F_COST]  cost (>= 1)
@@ -60,9 +60,9 @@
 -- reservations if there are more keys. Redis builds the ARGV table on
 -- every call, and a short one costs less.
 --
--- Reply, per attempt: struct '<Bi7' (1 allowed or 0, now µs), then
+-- Reply, per attempt: struct '<Bi7' (REPLY_ALLOWED or 0, now µs), then
 -- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
--- where an override applied, 4 is added to the first byte and the reply
+-- where an override applied, REPLY_OVERRIDE is added to the first byte and the reply
 -- is {that string, take.lua's override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
@@ -535,16 +535,16 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, 8, c, Y4, F4 / 2) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, 8, c, Y4, F4 == 2 and 1 or 0) .. tv
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, 20, c, Y3, F3 / 2) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, 20, c, Y3, F3 == 2 and 1 or 0) .. tv
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, 50, c, Y2, F2 / 2) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, 50, c, Y2, F2 == 2 and 1 or 0) .. tv
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, 3, c, Y1, F1 / 2) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, 3, c, Y1, F1 == 2 and 1 or 0) .. tv
       end
       L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
     end

@@ -45,9 +45,9 @@ local lo = sf('(%d', now - W)
 used = redis.call('ZCOUNT', key, lo, BELOW)
 if used > 0 then reset = lg.newest + W - now end
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif used + c > L then
-  flags = 0
+  flags = RULE_DENIED
   local z = redis.call('ZRANGEBYSCORE', key, lo, BELOW, 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
   retry = tonumber(z[2]) + W - now
 end

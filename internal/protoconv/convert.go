@@ -1,8 +1,8 @@
-// Package wire translates between the sdk's types and the messages of
+// Package protoconv translates between the sdk's types and the messages of
 // proto/freqcap/v1 (package freqcapv1), both ways: freqcap serve answers
 // with them and package client reads them back. It also holds the JSON
 // codec both use. It is the one owner of that mapping.
-package wire
+package protoconv
 
 import (
 	"errors"

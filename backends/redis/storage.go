@@ -13,99 +13,12 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The wire format between the backend and its scripts: declared once in
-// internal/lua/wire.go (ARGV positions, op codes, the packed entry's
-// header, the reply's record per rule, the idempotency record), whose
-// constants the Lua sources name as tokens written in when the scripts
-// are built; the encoder (encode.go), the reply parser (reply.go) and
-// bare mode (bare.go) use the same constants, through the names below.
-
-// EVALSHA's argument list: evalArgs placeholders (command, script, key
-// count), the keys, then ARGV: ARGV[1] the number of attempts, then per
-// attempt headerArgs values and argsPerRule per rule (take.lua's header
-// comment gives each offset).
-const (
-	evalArgs    = 3
-	headerArgs  = lua.HeaderArgs
-	argsPerRule = lua.RuleArgs
-	// staticArgs is the part of a rule's ARGV that depends neither on the
-	// request nor on the clock (all but the two key indices): cached per
-	// rule.
-	staticArgs = argsPerRule - 2
-	// perRuleReply is the numbers per rule in a reply: flags, used,
-	// reset-after µs, retry-after µs; perRuleBytes their bytes in the
-	// reply's string (struct '<Bi7i7i7').
-	perRuleReply = lua.ReplyPerRule
-	perRuleBytes = lua.ReplyRuleSize
-)
-
-// fastArgs is the ARGV per attempt of a fast script in its full form
-// (internal/lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
-// trail's and the reservations' key indexes, trail max and TTL (ms),
-// policy name, trail values; then, in a script where sets nest, their
-// ids (sectionID, 8 bytes each, in one value). A lone attempt goes in the
-// short form instead: no attempt count, op code and cost, the nested
-// sets' ids where sets nest, then, with a trail (its key after the
-// dimension sets), its max, TTL, policy name and values; a reservations
-// key is the last key, after them (fastAttempt.args builds the short
-// form, fastAttempt.full and encoder.addFast the full one).
-//
-// A fast script replies per attempt one string (parseTake): fastHead
-// bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
-// rule; m > 1 attempts get a table of them.
-const (
-	fastArgs = lua.FastArgs
-	fastHead = 1 + lua.ReplyInt
-)
-
-// Op codes: take.lua's (and fast scripts') ARGV[a+1].
-const (
-	opCodeTake    = lua.OpTake
-	opCodePeek    = lua.OpPeek
-	opCodeReserve = lua.OpReserve
-	opCodeInspect = lua.OpInspect
-)
-
-// opCode maps an op to its code, boxed for the argument list (a constant
-// boxes without allocating).
-func opCode(o op) (any, error) {
-	switch o {
-	case opTake:
-		return opCodeTake, nil
-	case opPeek:
-		return opCodePeek, nil
-	case opReserve:
-		return opCodeReserve, nil
-	case opInspect:
-		return opCodeInspect, nil
-	}
-	return nil, fmt.Errorf("unknown op %d", o)
-}
-
-// Algorithm codes: a rule's first ARGV value. Packed codes keep their
-// state as one entry of the dimension set's packed value (internal/lua/prelude.lua),
-// the log code in the dimension set's sorted set, the module codes in a
-// key of the rule's own.
-const (
-	codeFixed    = lua.CodeFixed    // fixed window, epoch-aligned: p1 = window µs
-	codeCalendar = lua.CodeCalendar // calendar window: p1 = consecutive boundaries, ms, comma-separated
-	codeSliding  = lua.CodeSliding  // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
-	codeGCRA     = lua.CodeGCRA     // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = lua.CodeLog      // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
-	codeZLog     = lua.CodeZLog     // sliding log in a sorted set (larger limits): p1 = window µs
-	codeTairHash = lua.CodeTairHash // sliding window on TairHash fields: as codeSliding
-	codeHFE      = lua.CodeHFE      // sliding window on native hash-field expiry: as codeSliding
-	codeCell     = lua.CodeCell     // GCRA on redis-cell: p1 = T µs, p2 = "<count>:<period s>"
-)
-
-// packedCode reports whether code keeps its state in the packed value.
-func packedCode(code string) bool {
-	switch code {
-	case codeFixed, codeCalendar, codeSliding, codeGCRA, codeLog:
-		return true
-	}
-	return false
-}
+// The formats of what the backend keeps in Redis: state keys and their
+// suffixes, nested sets, packed entries' tags and the packed value, trail
+// entries, overrides, idempotency records and reservations. The Lua
+// sources (package lua) read and write the same formats; the constants
+// both sides use (headers, marks, flags, the trail entry's format) are
+// declared once, in internal/lua/tokens.go.
 
 // Key suffixes. A rule under a module strategy keeps its state at
 // driver.Rule.Key plus its suffix, so that a change of strategy (a module
@@ -131,7 +44,7 @@ const (
 // of a dimension set whose key extends a root's, the key of the set of
 // the shard dimensions alone (the sdk's group keys: "<base>=" for that
 // set, "<base>=<dimensions>:<values>" for the others), is kept as a
-// section of the root's value (internal/lua/prelude.lua), whether or not
+// section of the root's value (lua/prelude.lua), whether or not
 // the request has rules of the root's own: one key per subject and
 // policy, one GET and one write per decision, and a policy that gains or
 // loses rules over the shard dimensions alone moves no state. A section is identified by sectionID of the
@@ -237,17 +150,16 @@ func logTagOf(r *driver.Rule) string {
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:
-// "at µs|policy|rule|used|limit|cost|retry µs|flags", then "|values"
-// when the request had TrailValues (entries written before values existed
-// have 8 fields). flags adds trailTooHigh (the cost could never fit),
-// trailShadow (a shadow rule would have denied) and trailOverride (a
-// block override denied: the rule field is then the override's ID, used
-// and limit are 0). Entries written before shadow rules and overrides
-// have flags 0 or 1, and read the same.
+// lua.TrailEntry, "at µs|policy|rule|used|limit|cost|retry µs|flags",
+// then "|values" when the request had TrailValues; flags are
+// lua.TrailTooHigh, lua.TrailShadow and lua.TrailOverride. The format
+// and the flags are declared once, in internal/lua/tokens.go: take.lua
+// and the fast scripts write entries with the same declaration (TRAILENT
+// and the TRAIL_* tokens), bare mode with formatDenial.
 const (
-	trailTooHigh  = 1
-	trailShadow   = 2
-	trailOverride = 4
+	trailTooHigh  = lua.TrailTooHigh
+	trailShadow   = lua.TrailShadow
+	trailOverride = lua.TrailOverride
 )
 
 // formatDenial writes one trail entry (bare mode; take.lua writes the
@@ -260,20 +172,20 @@ func formatDenial(at int64, policy, rule string, used, limit, cost, retry int64,
 	if shadow {
 		flags |= trailShadow
 	}
-	e := fmt.Sprintf("%d|%s|%s|%d|%d|%d|%d|%d", at, policy, rule, used, limit, cost, retry, flags)
+	e := fmt.Sprintf(lua.TrailEntry, at, policy, rule, used, limit, cost, retry, flags)
 	if values != "" {
-		e += "|" + values
+		e += lua.TrailSep + values
 	}
 	return e
 }
 
 // parseDenial decodes one trail entry.
 func parseDenial(s string) (driver.Denial, error) {
-	f := strings.Split(s, "|")
-	if len(f) != 8 && len(f) != 9 {
-		return driver.Denial{}, fmt.Errorf("reply: trail entry: want 8 or 9 fields, got %d", len(f))
+	f := strings.Split(s, lua.TrailSep)
+	if len(f) != lua.TrailFields && len(f) != lua.TrailFields+1 {
+		return driver.Denial{}, fmt.Errorf("reply: trail entry: want %d or %d fields, got %d", lua.TrailFields, lua.TrailFields+1, len(f))
 	}
-	var ints [8]int64
+	var ints [lua.TrailFields]int64
 	for _, i := range []int{0, 3, 4, 5, 6, 7} {
 		n, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
@@ -282,8 +194,8 @@ func parseDenial(s string) (driver.Denial, error) {
 		ints[i] = n
 	}
 	var values string
-	if len(f) == 9 {
-		values = f[8]
+	if len(f) == lua.TrailFields+1 {
+		values = f[lua.TrailFields]
 	}
 	flags := ints[7]
 	if flags < 0 || flags > trailTooHigh|trailShadow|trailOverride {
@@ -395,7 +307,7 @@ func parseOverride(id int64, v string) (driver.Override, error) {
 }
 
 // parseOverrideElement decodes the override element of take.lua's reply
-// (first element >= 4): "<ID>|<every rule's reported limit,
+// (first element with lua.ReplyOverride): "<ID>|<every rule's reported limit,
 // comma-separated>|<the override's stored value>". It returns the
 // override and the limits, one per rule of n.
 func parseOverrideElement(s string, n int) (driver.Override, []int64, error) {
@@ -437,14 +349,14 @@ func overrideCounter(key string) string {
 }
 
 // Idempotency records (driver.Request.IdempotencyKey): one format, declared
-// in internal/lua/wire.go (lua.RecordMark and the header after it), which
+// in internal/lua/tokens.go (lua.RecordMark and the header after it), which
 // take.lua and bare mode (record.encode) both write and both read. A
 // record holds the reply as the decision returned it: recordMark, the
-// first element (1 allowed or 0, plus 4 when an override applied), now
+// first element (lua.ReplyAllowed or 0, plus lua.ReplyOverride when an override applied), now
 // µs, the rules' bytes' length, the rules' bytes (perRuleBytes each),
-// the override element when first >= 4 (its length, then its bytes),
+// the override element when first has lua.ReplyOverride (its length, then its bytes),
 // then the reservation id (to the end; empty for a take or a denial). A
-// replay returns it in parseTake's shape: {first+2, now, the rules'
+// replay returns it in parseTake's shape: {first plus lua.ReplyReplayed, now, the rules'
 // bytes, [override element], reservation id} (record.replay).
 //
 // Legacy, read only: the one-key-per-rule layout, and bare mode before it
@@ -460,10 +372,10 @@ const (
 
 // record is an idempotency record's content.
 type record struct {
-	first    int64  // the reply's first element: 1 allowed or 0, plus 4 with an override
+	first    int64  // the reply's first element: lua.ReplyAllowed or 0, plus lua.ReplyOverride with an override
 	now      int64  // µs
 	rules    string // the rules' bytes, perRuleBytes each (appendRule)
-	override string // the override element (first >= 4)
+	override string // the override element (first has lua.ReplyOverride)
 	hold     string // the reservation id; "" for a take or a denial
 }
 
@@ -481,26 +393,30 @@ func (r record) encode() (string, error) {
 	b = appendLE(b, r.now, lua.ReplyInt)
 	b = appendLE(b, int64(len(r.rules)), recordLen)
 	b = append(b, r.rules...)
-	if r.first >= 4 {
+	if r.overridden() {
 		b = appendLE(b, int64(len(r.override)), recordLen)
 		b = append(b, r.override...)
 	}
 	return string(append(b, r.hold...)), nil
 }
 
-// check reports a first element a decision does not return (1 or 0,
-// plus 4 with an override) or an override element without its 4.
+// check reports a first element a decision does not return (lua.ReplyAllowed or 0,
+// plus lua.ReplyOverride with an override) or an override element without it.
 func (r record) check() error {
-	if !decided(r.first) || (r.first >= 4) != (r.override != "") {
+	if !decided(r.first) || r.overridden() != (r.override != "") {
 		return fmt.Errorf("idempotency record: first element %d with %d bytes of override element", r.first, len(r.override))
 	}
 	return nil
 }
 
+// overridden reports whether an override applied (lua.ReplyOverride).
+func (r record) overridden() bool { return r.first&lua.ReplyOverride != 0 }
+
 // decided reports whether first is a decision's first element (not a
-// replay's): 1 allowed or 0, plus 4 with an override.
+// replay's): lua.ReplyAllowed or 0, plus lua.ReplyOverride with an
+// override.
 func decided(first int64) bool {
-	return first >= 0 && first <= 5 && first&2 == 0
+	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride) == 0
 }
 
 // decodeRecord reads an idempotency record, either format.
@@ -521,7 +437,7 @@ func decodeRecord(s string) (record, error) {
 		return record{}, fmt.Errorf("idempotency record: %d bytes of rules past its end", n)
 	}
 	r.rules, p = s[p:p+n], p+n
-	if r.first >= 4 {
+	if r.overridden() {
 		if p+recordLen > len(s) {
 			return record{}, fmt.Errorf("idempotency record: no override element's length")
 		}
@@ -565,11 +481,11 @@ func decodeLegacyRecord(s string) (record, error) {
 	return r, nil
 }
 
-// replay returns r as take.lua replays it, parseTake's shape: {first+2,
+// replay returns r as take.lua replays it, parseTake's shape: {first plus lua.ReplyReplayed,
 // now, the rules' bytes, [override element], reservation id}.
 func (r record) replay() []any {
-	v := []any{r.first + 2, r.now, r.rules}
-	if r.first >= 4 {
+	v := []any{r.first | lua.ReplyReplayed, r.now, r.rules}
+	if r.overridden() {
 		v = append(v, r.override)
 	}
 	return append(v, r.hold)
@@ -577,7 +493,7 @@ func (r record) replay() []any {
 
 // Reservations (driver.Request.ReservationKey, a hash): field = id, value
 // = "<lapse µs>" then one "\n<entry>" per rule, "<code> <key> …"
-// (internal/lua/holds.lua lists the entries).
+// (lua/holds.lua lists the entries).
 
 // reservationKeys returns the distinct keys a reservation's entries name
 // (a nested set's vkey, then its root's key too).
@@ -599,7 +515,7 @@ func reservationKeys(plan string) []string {
 	return keys
 }
 
-// The packed value (internal/lua/prelude.lua): packedFormat, then entries of a
+// The packed value (lua/prelude.lua): packedFormat, then entries of a
 // 13-byte header (a 4-byte tag, the payload's length as 3 bytes and the
 // entry's expiry in Unix ms as 6, little-endian) and a payload of 7-byte
 // little-endian numbers; or, for a tag whose first byte is >= 0x80, a

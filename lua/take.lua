@@ -2,10 +2,10 @@
 -- attempts in order, each over all its rules, all-or-nothing. (lua.go
 -- puts prelude.lua and holds.lua first, and pastes the sections of the
 -- algorithm fragments, alg/*.lua, where a "--@<fragment>.<section>" line
--- names them; backends/redis/wire.go writes what this reads.)
+-- names them; backends/redis/args.go writes what this reads.)
 --
 -- The upper-case names (A_*, R_*, OP_*, C_*, HA, RA, HDR, REC, …) are
--- the wire's (internal/lua/wire.go, which declares each position, code
+-- declared in Go (internal/lua/tokens.go, which declares each position, code
 -- and format once): lua.go writes their values in when it builds the
 -- script.
 --
@@ -16,8 +16,8 @@
 -- hands to commit), plan (a reservation's entries, or nil); a packed
 -- rule's v (the value read) and p (its entry's start, or nil) with, when
 -- p, the entry's payload length pl, expiry pe and payload start pq; a log
--- rule's lg (its log's state). eval sets flags (1 admitted, 0 denied, 2
--- cost too high), used, reset and retry (µs), and saves what commit
+-- rule's lg (its log's state). eval sets flags (RULE_ALLOWED,
+-- RULE_DENIED or RULE_TOOHIGH: the cost could never fit), used, reset and retry (µs), and saves what commit
 -- needs with a line "--@save a, b" (here st[r] = {a, b}; lua.go); commit
 -- gets them back with "--@load a, b" (here from x = st[r]) and used
 -- (before), sets used and reset after consuming and, for
@@ -81,31 +81,31 @@
 -- written with one SET; tag identifies the rule's entry there ("" for the
 -- others). Unused p's are "0".
 --
--- Reply, per attempt: {allowed 0|1 (plus 4 when an override applied),
---   now µs, the rules' bytes: per rule
---   struct '<Bi7i7i7' flags (1 = allowed, 0 denied, 2 = cost too high),
+-- Reply, per attempt: {REPLY_ALLOWED or 0 (plus REPLY_OVERRIDE when an
+--   override applied), now µs, the rules' bytes: per rule
+--   struct '<Bi7i7i7' flags (RULE_ALLOWED, RULE_DENIED, RULE_TOOHIGH),
 --   used, reset-after µs, retry-after µs; then, when an override applied,
 --   "<its ID>|<every rule's limit as reported, comma-separated>|<its
 --   stored value>"; then (op i) the trail entries,
 --   newest first, strings "at µs|policy|rule|used|limit|cost|retry
---   µs|flags" (prelude.lua's TRAIL), then "|values" when ARGV[a+A_TRAIL_VALUES] is not
---   empty}.
+--   µs|flags" (prelude.lua's TRAIL), then "|values" when
+--   ARGV[a+A_TRAIL_VALUES] is not empty}.
 -- The caller knows each rule's limit (but for overrides), hence remaining
 -- = math.max(0, limit-used).
 -- A replay (a live idempotency record exists) returns the stored reply
--- with 2 added to its first element and the original hold id ("" for a
+-- with REPLY_REPLAYED added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
 --
 -- Shadow rules (ARGV[a+A_SHADOWS]) are evaluated and reported but never deny;
 -- they are committed only when they admit and the attempt consumes; a
--- take or reserve they would have denied writes a trail entry flagged 2,
+-- take or reserve they would have denied writes a trail entry flagged TRAIL_SHADOW,
 -- allowed or not. A seeded rule (ARGV[a+A_SEEDS]) whose state shows nothing
 -- (used 0) is first given the state a take of u units at now leaves on
 -- empty state (its fragment's eval and commit run on no state with cost
 -- u), u being its seed rule's used as evaluated in this attempt; the
 -- seeded state is written by a take or reserve, allowed or denied (a
 -- denied one writes the carried units alone), never by a peek. Overrides
--- (ARGV[a+A_OVERRIDES], a hash: field = ID, value = wire.go's override format, of
+-- (ARGV[a+A_OVERRIDES], a hash: field = ID, value = storage.go's override format, of
 -- which the script reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|"): live ones (until 0 or after now) apply, block over exempt
 -- over limits (the latest ID of each kind; per rule for limits).
@@ -157,7 +157,7 @@ for a = 1, attempts do
   end
   repeat
     -- Idempotency: a live record means this attempt was decided before.
-    -- A record (internal/lua/wire.go declares it; bare mode writes it
+    -- A record (internal/lua/tokens.go declares it; bare mode writes it
     -- too) is REC, then struct RECHDR (the first element, now, the rules'
     -- bytes' length), the rules' bytes as the reply has them, then with
     -- an override (first element >= 4) its element (RECLEN length, then
@@ -171,11 +171,11 @@ for a = 1, attempts do
           local al, at, len, p = struct.unpack(RECHDR, rec, 2)
           local bin = string.sub(rec, p, p + len - 1)
           p = p + len
-          if al >= 4 then
+          if al >= REPLY_OVERRIDE then
             local ol, q = struct.unpack(RECLEN, rec, p)
-            reply = {al + 2, at, bin, string.sub(rec, q, q + ol - 1), string.sub(rec, q + ol)}
+            reply = {al + REPLY_REPLAYED, at, bin, string.sub(rec, q, q + ol - 1), string.sub(rec, q + ol)}
           else
-            reply = {al + 2, at, bin, string.sub(rec, p)}
+            reply = {al + REPLY_REPLAYED, at, bin, string.sub(rec, p)}
           end
           break
         end
@@ -185,7 +185,7 @@ for a = 1, attempts do
         local k = (#ints - 2) / 4
         local bin = ''
         if k > 0 then bin = struct.pack('<' .. string.rep(string.sub(RULEREC, 2), k), unpack(ints, 3)) end
-        reply = {ints[1] + 2, ints[2], bin, string.sub(rec, 1, sep - 1)}
+        reply = {ints[1] + REPLY_REPLAYED, ints[2], bin, string.sub(rec, 1, sep - 1)}
         break
       end
     end
@@ -397,7 +397,7 @@ for a = 1, attempts do
       local seedu = 0
       if seeds and seeds[r] and seeds[r] > 0 then seedu = res[3 + (seeds[r] - 1) * 4 + 1] end
       for pass = 1, 2 do
-        flags, used, reset, retry = 1, 0, 0, 0
+        flags, used, reset, retry = RULE_ALLOWED, 0, 0, 0
         local v, p, _, pl, pe, pq -- a packed rule's value and entry
         if vals[ki] then
           v, p = raws[ki], vals[ki][tag]
@@ -432,7 +432,7 @@ for a = 1, attempts do
           local ent, exp
           do
             local c, L, p, plan, st = seedu, math.max(L, seedu), nil, nil, {}
-            local flags, used, reset, retry = 1, 0, 0, 0
+            local flags, used, reset, retry = RULE_ALLOWED, 0, 0, 0
             if code == C_SLIDING then
               --@sliding.eval
             elseif code == C_GCRA then
@@ -467,11 +467,11 @@ for a = 1, attempts do
           -- there.
           local lg, W = logs[ki], tonumber(ARGV[b + R_P1])
           local u = math.min(seedu, L)
-          used, reset, retry, flags = u, W, 0, 1
+          used, reset, retry, flags = u, W, 0, RULE_ALLOWED
           if c > L then
-            flags = 2
+            flags = RULE_TOOHIGH
           elseif u + c > L then
-            flags, retry = 0, W
+            flags, retry = RULE_DENIED, W
           end
           if not lg.seedu or lg.seedu < u then lg.seedu = u end
           break
@@ -480,7 +480,7 @@ for a = 1, attempts do
         end
       end
       if fail then break end
-      if flags ~= 1 and not (shadow and shadow[r]) then allowed = false end
+      if flags ~= RULE_ALLOWED and not (shadow and shadow[r]) then allowed = false end
       local o = 3 + (r - 1) * 4
       res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
     end
@@ -545,7 +545,7 @@ for a = 1, attempts do
         local x = st[r]
         local used, reset = res[o + 1], res[o + 2]
         local ent, exp
-        if nocount or (shadow and shadow[r] and res[o] ~= 1) then
+        if nocount or (shadow and shadow[r] and res[o] ~= RULE_ALLOWED) then
           -- not consumed: reported as evaluated
         elseif code == C_SLIDING then
           local v = raws[ki]
@@ -665,7 +665,7 @@ for a = 1, attempts do
       local ns = nest and nest[ki]
       if ns and ns[4] then redis.call('DEL', KEYS[kb + ki]) end -- imported (Options.Upgrade)
     end
-    res[1] = allowed and 1 or 0
+    res[1] = allowed and REPLY_ALLOWED or 0
 
     -- The denial trail, same atomic step: one entry per denying rule of a
     -- denied attempt (not under a block: the block's entry instead), and
@@ -673,16 +673,16 @@ for a = 1, attempts do
     if consume and (not allowed or shadow) and tk > 0 and tonumber(ARGV[ab + A_TRAIL_MAX]) > 0 then
       local tkey = KEYS[kb + tk]
       local tv = ARGV[ab + A_TRAIL_VALUES]
-      if tv ~= '' then tv = '|' .. tv end
+      if tv ~= '' then tv = TRAILSEP .. tv end
       local ent = {}
       for r = n, 1, -1 do
         local o = 3 + (r - 1) * 4
         local fl = res[o]
         local sh = shadow and shadow[r]
-        if fl ~= 1 and (sh or (not allowed and not blk)) then
+        if fl ~= RULE_ALLOWED and (sh or (not allowed and not blk)) then
           local b = ab + HA + (r - 1) * RA
-          local fg = fl / 2
-          if sh then fg = fg + 2 end
+          local fg = fl == RULE_TOOHIGH and TRAIL_TOOHIGH or 0
+          if sh then fg = fg + TRAIL_SHADOW end
           ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], ARGV[b + R_NAME],
             res[o + 1], (lim and lim[r]) or ARGV[b + R_LIMIT], c, res[o + 3], fg) .. tv
         end
@@ -690,7 +690,7 @@ for a = 1, attempts do
       if blk then
         local ra = 0
         if blk[3] > 0 then ra = blk[3] - now end
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], sf('%d', blk[1]), 0, 0, c, ra, 4) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], sf('%d', blk[1]), 0, 0, c, ra, TRAIL_OVERRIDE) .. tv
       end
       if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + A_TRAIL_MAX]), ARGV[ab + A_TRAIL_TTL]) end
     end
@@ -709,7 +709,7 @@ for a = 1, attempts do
         if type(ls[r]) == 'number' then ls[r] = sf('%d', ls[r]) end
       end
       ovs = sf('%d', ov[1]) .. '|' .. table.concat(ls, ',') .. '|' .. ov[2]
-      out[1], out[4] = out[1] + 4, ovs
+      out[1], out[4] = out[1] + REPLY_OVERRIDE, ovs
     end
 
     -- Store the decision for retries of the same attempt, in the same

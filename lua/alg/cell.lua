@@ -35,9 +35,9 @@ local ttl = 0
 if tv then ttl = math.max(nsup(tv) - now, 0) end
 local rem = tonumber(pk[3])
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif rem < c then
-  flags, retry = 0, math.max(1, ttl + c * T - T * L)
+  flags, retry = RULE_DENIED, math.max(1, ttl + c * T - T * L)
 end
 if rem < 0 then rem = 0 elseif rem > L then rem = L end
 used, reset = L - rem, ttl
@@ -66,7 +66,7 @@ for r = 1, n do
     if tonumber(cr[1]) ~= 0 and shadow and shadow[r] then
       -- A shadow rule CL.THROTTLE denies now: reported so, never denying.
       saved[#saved] = nil
-      res[o] = 0
+      res[o] = RULE_DENIED
     elseif tonumber(cr[1]) ~= 0 then
       for q = #saved - 1, 1, -1 do
         local sk, sv, sttl = saved[q][1], saved[q][2], saved[q][3]
@@ -80,7 +80,7 @@ for r = 1, n do
       end
       local ttl = 0
       if tv then ttl = math.max(nsup(tv) - now, 0) end
-      res[o], res[o + 1], res[o + 3] = 0, L - rem, math.max(1, ttl + c * xs[3] - xs[3] * L)
+      res[o], res[o + 1], res[o + 3] = RULE_DENIED, L - rem, math.max(1, ttl + c * xs[3] - xs[3] * L)
       res[o + 2] = ttl
       allowed, out = false, nil
       break

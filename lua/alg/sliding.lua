@@ -53,11 +53,11 @@ if p then
 end
 if newest >= 0 then reset = (newest + K + 1) * s - now end
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif used + c > L then
   -- Retry when the oldest cells holding the units over stop counting
   -- (cells beyond i, the server clock having gone back: one cell).
-  flags, retry = 0, s
+  flags, retry = RULE_DENIED, s
   if p then
     list = list or ints(v, q + 14, k)
     local need, acc = used + c - L, 0

@@ -1,4 +1,4 @@
-package wire
+package protoconv
 
 import (
 	"context"

@@ -52,9 +52,9 @@ if j <= k then
   end
 end
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif used + c > L then
-  flags = 0
+  flags = RULE_DENIED
 end
 --@save j, nl, before, top
 

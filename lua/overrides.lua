@@ -1,6 +1,6 @@
 -- overrides.lua: per-person overrides (driver.Overrider), kept in a hash
 -- at KEYS[1] (driver.Request.OverrideKey): field = the override's ID,
--- value = backends/redis/wire.go's override format, whose first fields
+-- value = backends/redis/storage.go's override format, whose first fields
 -- "<kind>|<counted>|<until µs>|<created µs>|" this script reads and
 -- writes. take.lua reads the same hash on the decision path.
 --

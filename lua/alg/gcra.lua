@@ -21,9 +21,9 @@ if p then
 end
 local new = ttl + c * T
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif new > tol then
-  flags, retry = 0, new - tol
+  flags, retry = RULE_DENIED, new - tol
 end
 -- What commit stores: a counted exempt takes c whatever the limit, the
 -- TAT at most MAXDEBT µs ahead of now (driver.MaxDebt, alg.GCRAExempt;

@@ -26,11 +26,11 @@ for k = 1, #h, 2 do
 end
 if newest >= 0 then reset = (newest + K + 1) * s - now end
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif used + c > L then
   -- Retry when the oldest cells holding the units over stop counting
   -- (cells beyond i, the server clock having gone back: one cell).
-  flags, retry = 0, s
+  flags, retry = RULE_DENIED, s
   local need, acc = used + c - L, 0
   for j = lo, i do
     acc = acc + (cs[j] or 0)

@@ -1,4 +1,4 @@
-package wire_test
+package protoconv_test
 
 import (
 	"reflect"
@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
-	"github.com/freqcap/freqcap/internal/wire"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -22,8 +22,8 @@ func TestAttemptsRoundTrip(t *testing.T) {
 		{Subject: sdk.Subject{"user": "3"}, IdempotencyKey: "k3", IdempotencyTTL: -time.Millisecond}, // the sdk refuses it
 		{Subject: sdk.Subject{"user": "4"}, IdempotencyTTL: 1500 * time.Millisecond},
 	}
-	w := wire.ToAttempts(as)
-	if got := wire.Attempts(w); !reflect.DeepEqual(got, as) {
+	w := protoconv.ToAttempts(as)
+	if got := protoconv.Attempts(w); !reflect.DeepEqual(got, as) {
 		t.Errorf("round trip = %+v, want %+v", got, as)
 	}
 	if w[1].GetIdempotencyTtl() != nil {
@@ -37,7 +37,7 @@ func TestAttemptsRoundTrip(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(`{"subject": {"user": "1"}, "cost": 2, "idempotency_key": "k1", "idempotency_ttl": "90s"}`), &back); err != nil {
 		t.Fatalf("JSON attempt with idempotency_ttl: %v", err)
 	}
-	if got := wire.Attempts([]*freqcapv1.Attempt{&back})[0]; !reflect.DeepEqual(got, as[0]) {
+	if got := protoconv.Attempts([]*freqcapv1.Attempt{&back})[0]; !reflect.DeepEqual(got, as[0]) {
 		t.Errorf("JSON %s read as %+v, want %+v", j, got, as[0])
 	}
 }

@@ -14,7 +14,7 @@
 --           ms: when the entry stops mattering), then the payload
 --
 -- A tag is 4 bytes the backend derives from the rule's name and state
--- shape (wire.go, ruleTag), so a changed rule starts afresh under a new
+-- shape (backends/redis/storage.go, ruleTag), so a changed rule starts afresh under a new
 -- tag. An entry whose tag the request does not name is copied unchanged
 -- while its expiry lies ahead and dropped after that: a rule removed from
 -- the policy costs memory until its state would have expired anyway, and
@@ -48,18 +48,20 @@ local sf = string.format
 -- HA and RA (the ARGV per attempt header and per rule, take.lua), HDR
 -- (the packed entry's header, struct format), REC and RECHDR (an
 -- idempotency record's first byte and header, take.lua) and the other
--- upper-case wire tokens are written in by lua.go from
--- internal/lua/wire.go.
+-- upper-case tokens are written in by lua.go from
+-- internal/lua/tokens.go.
 
 local FMT = '\1'
 -- FOREIGN ends the error for a state key holding a value freqcap did not
 -- write ('freqcap: rule <name>' .. FOREIGN); TRAIL formats a denial-trail
--- entry (at µs, policy, rule, used, limit, cost, retry µs, flags: 1 cost
--- too high, 2 shadow, 4 override block (then the rule field is the
--- override's ID); every number with '%d', a number or a numeral string),
--- then "|values" (take.lua's header; backends/redis/wire.go owns it).
+-- entry (at µs, policy, rule, used, limit, cost, retry µs, flags:
+-- TRAIL_TOOHIGH, TRAIL_SHADOW, TRAIL_OVERRIDE (a block override: the rule
+-- field is then its ID); every number with '%d', a number or a numeral
+-- string), then TRAILSEP and the values (take.lua's header): TRAILENT,
+-- declared with the flags in internal/lua/tokens.go, which Go's trail
+-- writer and parser use too.
 local FOREIGN = ': its state key holds a value freqcap did not write' .. UNTOUCHED
-local TRAIL = '%d|%s|%s|%d|%d|%d|%d|%d'
+local TRAIL = TRAILENT
 local MARK = '\0\0\0\0'
 -- A sliding log's hold marker is the member '!<lapse ms>' scored BIG:
 -- above every timestamp, so counts and trims (scores below BIG) skip it.
@@ -208,7 +210,7 @@ local function pints(list)
 end
 
 -- overrides parses a subject's overrides h (HGETALL of
--- driver.Request.OverrideKey: ID, value, …; backends/redis/wire.go's
+-- driver.Request.OverrideKey: ID, value, …; backends/redis/storage.go's
 -- format, of which it reads "<kind>|<counted>|<until µs>|<created µs>|
 -- <limits>|") and returns the live ones (until 0 or after now) that
 -- decide: the latest block {ID, value, until}, the latest exempt {ID,

@@ -10,16 +10,18 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The wire between the redis backend and its scripts, declared once: the
-// positions of take.lua's and the fast scripts' ARGV, the op codes, the
-// packed value's entry header, the reply's per-rule record and the
-// idempotency record. The Go
-// encoder and parsers (backends/redis) use these constants; the Lua
-// sources name them with upper-case tokens (A_COST, R_LIMIT, F_TRAIL_MAX,
-// OP_TAKE, HDR, REC, …) that subst replaces with their values when the scripts
-// are built, so no offset or code is written twice. A token the
-// declaration lacks stops the build (init panics; TestWireTokens lists
-// them).
+// What the redis backend and its scripts (package lua) share, declared
+// once: the positions of take.lua's and the fast scripts' ARGV, the op
+// and algorithm codes, the packed value's entry header, the reply's
+// per-rule record and flags, the trail entry and its flags, and the
+// idempotency record. The Go encoder and parsers (backends/redis) use
+// these constants; the Lua sources name them with upper-case tokens
+// (A_COST, R_LIMIT, F_TRAIL_MAX, OP_TAKE, HDR, REC, RULE_TOOHIGH,
+// TRAIL_SHADOW, …) that subst replaces with their values when the
+// scripts are built, so no offset, code, flag or format is written
+// twice. A token the declaration lacks stops the build (init panics;
+// TestTokens lists them), and TestNoBareFlags fails on a flag written
+// as a number in the sources.
 
 // take.lua's ARGV per attempt, from the attempt's offset a: ARGV[a+ArgX].
 const (
@@ -116,14 +118,55 @@ const (
 	ReplyRuleSize = 1 + 3*ReplyInt
 )
 
+// The reply's first element (take.lua's first element, a fast script's
+// first byte, an idempotency record's, parseReply): bits. 0 is a denial
+// decided now.
+const (
+	ReplyAllowed  = 1 // allowed (REPLY_ALLOWED in Lua)
+	ReplyReplayed = 2 // a replay of the decision stored under the idempotency key (REPLY_REPLAYED)
+	ReplyOverride = 4 // an override applied: its element follows the rules (REPLY_OVERRIDE)
+)
+
+// A rule's flags, the first byte of its record in the reply: one of
+// these (RULE_DENIED, RULE_ALLOWED, RULE_TOOHIGH in Lua, where the
+// algorithm fragments' eval sections set them).
+const (
+	RuleFlagDenied  = 0
+	RuleFlagAllowed = 1
+	RuleFlagTooHigh = 2 // the cost could never fit: denied whatever the state
+)
+
+// TrailEntry is a denial-trail entry (the list at driver.Request.TrailKey,
+// newest first), for Go's fmt and Lua's string.format alike (TRAILENT in
+// Lua; prelude.lua's TRAIL): at µs, policy, rule, used, limit, cost,
+// retry µs, flags (Trail*). An entry then has TrailSep and the request's
+// values when it had driver.Request.TrailValues; entries written before
+// values existed have TrailFields fields.
+const (
+	TrailEntry  = "%d|%s|%s|%d|%d|%d|%d|%d"
+	TrailSep    = "|"
+	TrailFields = 8
+)
+
+// A trail entry's flags (its last field), bits: the cost could never fit;
+// a shadow rule would have denied; a block override denied, the rule
+// field then the override's ID, used and limit 0 (TRAIL_TOOHIGH,
+// TRAIL_SHADOW, TRAIL_OVERRIDE in Lua). Entries written before shadow
+// rules and overrides have flags 0 or 1, and read the same.
+const (
+	TrailTooHigh  = 1
+	TrailShadow   = 2
+	TrailOverride = 4
+)
+
 // The idempotency record (the value at driver.Request.IdempotencyKey), one
-// format whoever writes it (take.lua; bare mode, backends/redis/wire.go):
+// format whoever writes it (take.lua; bare mode, backends/redis/storage.go):
 // RecordMark (one byte, REC in Lua), then the header, struct RECHDR: the
-// reply's first element (1 allowed or 0, plus 4 when an override
-// applied; one byte), now µs (ReplyInt bytes, signed) and the length of
-// the rules' bytes (RecordLen bytes); then the rules' bytes as the reply
-// has them (ReplyRuleSize per rule); then, when the first element is >=
-// 4, the override element, its length as RecordLen bytes (struct RECLEN)
+// reply's first element (ReplyAllowed or 0, plus ReplyOverride when an
+// override applied; one byte), now µs (ReplyInt bytes, signed) and the
+// length of the rules' bytes (RecordLen bytes); then the rules' bytes as
+// the reply has them (ReplyRuleSize per rule); then, when the first
+// element has ReplyOverride, the override element, its length as RecordLen bytes (struct RECLEN)
 // then its bytes; then the reservation id to the end ("" for a take or a
 // denial). Little-endian. A value not starting with RecordMark is the
 // legacy text "<reservation id>|<the reply's integers, comma-separated>",
@@ -202,7 +245,14 @@ var tokens = func() map[string]string {
 		"NESTREC":  quote("<I2I2Bc8"),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
-		"UNTOUCHED": quote(Untouched),
+		"UNTOUCHED":     quote(Untouched),
+		"REPLY_ALLOWED": strconv.Itoa(ReplyAllowed), "REPLY_REPLAYED": strconv.Itoa(ReplyReplayed),
+		"REPLY_OVERRIDE": strconv.Itoa(ReplyOverride),
+		"RULE_DENIED":    strconv.Itoa(RuleFlagDenied), "RULE_ALLOWED": strconv.Itoa(RuleFlagAllowed),
+		"RULE_TOOHIGH": strconv.Itoa(RuleFlagTooHigh),
+		"TRAILENT":     quote(TrailEntry), "TRAILSEP": quote(TrailSep),
+		"TRAIL_TOOHIGH": strconv.Itoa(TrailTooHigh), "TRAIL_SHADOW": strconv.Itoa(TrailShadow),
+		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride),
 	}
 	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
 		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
@@ -230,7 +280,7 @@ var tokens = func() map[string]string {
 	return m
 }()
 
-// token matches the wire tokens in Lua code, as whole words outside
+// token matches the tokens in Lua code, as whole words outside
 // comments: A_X, R_X, F_X, C_X, OP_X (upper case; one tokens lacks
 // panics) and every other name tokens declares.
 var token = func() *regexp.Regexp {
@@ -245,7 +295,7 @@ var token = func() *regexp.Regexp {
 	return regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|` + strings.Join(names, "|") + `)\b`)
 }()
 
-// subst replaces the wire tokens of src's code (not of its comments or
+// subst replaces the tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays
 // as it is) with their values; an unknown token panics.
 func subst(src string) string {
@@ -255,7 +305,7 @@ func subst(src string) string {
 		b.WriteString(token.ReplaceAllStringFunc(s, func(t string) string {
 			v, ok := tokens[t]
 			if !ok {
-				panic(fmt.Sprintf("lua: wire token %s is not declared (internal/lua/wire.go)", t))
+				panic(fmt.Sprintf("lua: token %s is not declared (internal/lua/tokens.go)", t))
 			}
 			return v
 		}))

@@ -30,9 +30,9 @@ if em % 1 ~= 0 then em = em - em % 1 + 1 end
 if p and pe == em then used = struct.unpack('<I7', v, pq) end
 if used > 0 then reset = e - now end
 if c > L then
-  flags = 2
+  flags = RULE_TOOHIGH
 elseif used + c > L then
-  flags, retry = 0, e - now
+  flags, retry = RULE_DENIED, e - now
 end
 --@save em, e
 

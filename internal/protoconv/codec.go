@@ -1,4 +1,4 @@
-package wire
+package protoconv
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func (c jsonCodec) Name() string { return c.name }
 func (c jsonCodec) Marshal(m any) ([]byte, error) {
 	pm, ok := m.(proto.Message)
 	if !ok {
-		return nil, fmt.Errorf("wire: %T is not a protobuf message", m)
+		return nil, fmt.Errorf("protoconv: %T is not a protobuf message", m)
 	}
 	return marshalJSON.Marshal(pm)
 }
@@ -44,7 +44,7 @@ func (c jsonCodec) Marshal(m any) ([]byte, error) {
 func (c jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	pm, ok := m.(proto.Message)
 	if !ok {
-		return nil, fmt.Errorf("wire: %T is not a protobuf message", m)
+		return nil, fmt.Errorf("protoconv: %T is not a protobuf message", m)
 	}
 	return marshalJSON.MarshalAppend(dst, pm)
 }
@@ -52,7 +52,7 @@ func (c jsonCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 func (c jsonCodec) Unmarshal(data []byte, m any) error {
 	pm, ok := m.(proto.Message)
 	if !ok {
-		return fmt.Errorf("wire: %T is not a protobuf message", m)
+		return fmt.Errorf("protoconv: %T is not a protobuf message", m)
 	}
 	if len(data) == 0 {
 		return errors.New("empty body: want a JSON object")

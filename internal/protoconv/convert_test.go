@@ -1,4 +1,4 @@
-package wire_test
+package protoconv_test
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/internal/seed"
-	"github.com/freqcap/freqcap/internal/wire"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -27,15 +27,15 @@ func TestRoundTrip(t *testing.T) {
 			{Rule: "c", Algorithm: sdk.AlgorithmFixedWindow, Used: 1, Limit: 1, Shadow: true},
 		},
 	}
-	if got := wire.FromDecision(wire.Decision(d)); !reflect.DeepEqual(got, d) {
+	if got := protoconv.FromDecision(protoconv.Decision(d)); !reflect.DeepEqual(got, d) {
 		t.Errorf("round trip = %+v, want %+v", got, d)
 	}
 	deg := sdk.Decision{Allowed: true, Policy: "push", At: at, Degraded: true, Err: errors.New("dial tcp 10.0.0.1:6379: refused")}
-	w := wire.Decision(deg)
-	if w.GetDegradedReason() != wire.DegradedReason {
+	w := protoconv.Decision(deg)
+	if w.GetDegradedReason() != protoconv.DegradedReason {
 		t.Errorf("degraded reason = %q: the backend's error must not travel", w.GetDegradedReason())
 	}
-	if got := wire.FromDecision(w); !got.Degraded || !errors.Is(got.Err, wire.ErrDegraded) {
+	if got := protoconv.FromDecision(w); !got.Degraded || !errors.Is(got.Err, protoconv.ErrDegraded) {
 		t.Errorf("degraded round trip = %+v", got)
 	}
 	in := sdk.Inspection{
@@ -47,7 +47,7 @@ func TestRoundTrip(t *testing.T) {
 			{At: at, Policy: "push", Cost: 1, RetryAfter: time.Hour, Override: 12},
 		},
 	}
-	if got := wire.FromInspection(wire.Inspection(in)); !reflect.DeepEqual(got, in) {
+	if got := protoconv.FromInspection(protoconv.Inspection(in)); !reflect.DeepEqual(got, in) {
 		t.Errorf("inspection round trip = %+v, want %+v", got, in)
 	}
 }
@@ -60,7 +60,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range ps {
-		got, err := wire.FromPolicy(wire.Policy(p))
+		got, err := protoconv.FromPolicy(protoconv.Policy(p))
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name(), err)
 		}
@@ -94,7 +94,7 @@ func TestPolicyRoundTripStoreFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := wire.FromPolicy(wire.Policy(p))
+	got, err := protoconv.FromPolicy(protoconv.Policy(p))
 	if err != nil {
 		t.Fatal(err)
 	}
