@@ -358,7 +358,7 @@ func rlsRun(ctx context.Context, cfg EnvoyConfig, s *rlsService, r int) (*rlsRes
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
 	}
-	var allowed atomic.Int64 // warm-up and run
+	var allowed atomic.Int64               // warm-up and run
 	hour := time.Now().Truncate(time.Hour) // the hour window the run starts in
 	loop := func(d time.Duration, seed uint64) *rlsResult {
 		res := &rlsResult{service: s.name, r: r}
