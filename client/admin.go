@@ -11,62 +11,117 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
-// Overrider is what *sdk.Limiter and *Client have in common for
-// per-person overrides: code that sets them runs in-process or remote
-// alike.
-type Overrider interface {
-	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error)
+// Administrator is what *sdk.Admin and *Admin have in common: code that
+// inspects, resets or sets overrides runs in-process or remote alike.
+type Administrator interface {
+	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
+	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
+	ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error
+	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o driver.Override) (driver.Override, error)
 	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
-	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error)
+	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]driver.Override, error)
 }
 
 var (
-	_ Overrider = (*sdk.Limiter)(nil)
-	_ Overrider = (*Client)(nil)
+	_ Administrator = (*sdk.Admin)(nil)
+	_ Administrator = (*Admin)(nil)
 )
 
-// SetOverride is sdk.Limiter.SetOverride through the server (its
+// Admin is sdk.Admin through the server: the administrative calls of a
+// Client (Client.Admin), audited there with the caller's name. They are
+// never re-sent (Retry), but for Inspect, which consumes nothing.
+type Admin struct{ c *Client }
+
+// Admin returns c's administrative calls, as sdk.Limiter.Admin does.
+func (c *Client) Admin() *Admin { return &Admin{c: c} }
+
+// Inspect is sdk.Admin.Inspect through the server (re-sent as Retry
+// says).
+func (a *Admin) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
+	c := a.c
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	msg := &freqcapv1.InspectRequest{Policy: name(p), Subject: s}
+	var res *connect.Response[freqcapv1.InspectResponse]
+	err := c.send(ctx, func(ctx context.Context) (err error) {
+		res, err = c.rpc().Inspect(ctx, connect.NewRequest(msg))
+		return err
+	})
+	if err != nil {
+		return sdk.Inspection{}, wrap("inspect", err)
+	}
+	return protoconv.FromInspection(res.Msg), nil
+}
+
+// Reset is sdk.Admin.Reset through the server.
+func (a *Admin) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error {
+	return a.reset(ctx, "reset", p, s, nil)
+}
+
+// ResetRules is sdk.Admin.ResetRules through the server: only the named
+// rules' state of s is deleted. No name at all is an error wrapping
+// sdk.ErrInvalidRule, as in the sdk, and nothing is sent; the server
+// checks the names as the sdk does.
+func (a *Admin) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error {
+	if len(rules) == 0 {
+		return fmt.Errorf("client: reset rules: %w: name at least one rule", sdk.ErrInvalidRule)
+	}
+	return a.reset(ctx, "reset rules", p, s, rules)
+}
+
+func (a *Admin) reset(ctx context.Context, op string, p *sdk.Policy, s sdk.Subject, rules []string) error {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	_, err := a.c.rpc().Reset(ctx, connect.NewRequest(&freqcapv1.ResetRequest{Policy: name(p), Subject: s, Rules: rules}))
+	if err != nil {
+		return wrap(op, err)
+	}
+	return nil
+}
+
+// SetOverride is sdk.Admin.SetOverride through the server (its
 // OverrideService; the credential needs admin on the policy): it stores o
 // for s under p with a new ID and returns it as stored. The server records
 // its caller's name as By, whatever o.By says.
-func (c *Client) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error) {
-	ctx, cancel := c.ctx(ctx)
+func (a *Admin) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o driver.Override) (driver.Override, error) {
+	ctx, cancel := a.c.ctx(ctx)
 	defer cancel()
-	res, err := c.overrides.SetOverride(ctx, connect.NewRequest(&freqcapv1.SetOverrideRequest{
+	res, err := a.c.overrides.SetOverride(ctx, connect.NewRequest(&freqcapv1.SetOverrideRequest{
 		Policy: name(p), Subject: s, Override: protoconv.Override(o),
 	}))
 	if err != nil {
-		return sdk.Override{}, wrap("set override", err)
+		return driver.Override{}, wrap("set override", err)
 	}
 	return protoconv.FromOverride(res.Msg.GetOverride()), nil
 }
 
-// DeleteOverride is sdk.Limiter.DeleteOverride through the server: an
+// DeleteOverride is sdk.Admin.DeleteOverride through the server: an
 // unknown, deleted or ended override is an error wrapping
 // sdk.ErrOverrideNotFound.
-func (c *Client) DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error {
-	ctx, cancel := c.ctx(ctx)
+func (a *Admin) DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error {
+	ctx, cancel := a.c.ctx(ctx)
 	defer cancel()
-	_, err := c.overrides.DeleteOverride(ctx, connect.NewRequest(&freqcapv1.DeleteOverrideRequest{Policy: name(p), Subject: s, Id: id}))
+	_, err := a.c.overrides.DeleteOverride(ctx, connect.NewRequest(&freqcapv1.DeleteOverrideRequest{Policy: name(p), Subject: s, Id: id}))
 	if err != nil {
 		return wrap("delete override", err)
 	}
 	return nil
 }
 
-// Overrides is sdk.Limiter.Overrides through the server: s's live
+// Overrides is sdk.Admin.Overrides through the server: s's live
 // overrides under p, by ID.
-func (c *Client) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error) {
-	ctx, cancel := c.ctx(ctx)
+func (a *Admin) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]driver.Override, error) {
+	ctx, cancel := a.c.ctx(ctx)
 	defer cancel()
-	res, err := c.overrides.ListOverrides(ctx, connect.NewRequest(&freqcapv1.ListOverridesRequest{Policy: name(p), Subject: s}))
+	res, err := a.c.overrides.ListOverrides(ctx, connect.NewRequest(&freqcapv1.ListOverridesRequest{Policy: name(p), Subject: s}))
 	if err != nil {
 		return nil, wrap("list overrides", err)
 	}
-	out := make([]sdk.Override, 0, len(res.Msg.GetOverrides()))
+	out := make([]driver.Override, 0, len(res.Msg.GetOverrides()))
 	for _, o := range res.Msg.GetOverrides() {
 		out = append(out, protoconv.FromOverride(o))
 	}

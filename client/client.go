@@ -1,11 +1,20 @@
 // Package client calls a freqcap serve over the network with the calls
-// of sdk.Limiter: the same methods, arguments and results (sdk.Decision,
-// sdk.Inspection, sdk.BatchResult), so a Go service moves from deciding
-// in-process to deciding remotely by changing one constructor:
+// of sdk.Limiter and sdk.Admin: the same methods, arguments and results
+// (sdk.Decision, sdk.BatchResult, sdk.Inspection), so a Go service moves
+// from deciding in-process to deciding remotely by changing one
+// constructor:
 //
 //	var lim client.Limiter = sdk.New(redis.New(rdb, nil)) // in-process
 //	var lim client.Limiter = client.New("http://freqcap:8081", &client.Options{Token: tok}) // remote
 //	d, err := lim.Allow(ctx, push, sdk.Subject{"user": id})
+//
+// As in the sdk, the decisions are the Client's methods (Take, Allow,
+// Peek, TakeBatch, PeekBatch, Reserve, ReservationOf) and the
+// administration is its Admin's (Inspect, Reset, ResetRules,
+// SetOverride, DeleteOverride, Overrides; Limiter and Administrator are
+// the interfaces each pair shares). The sdk's Limiter.Wait and
+// Limiter.Check, and its in-process diagnostics (Admin.Describe,
+// KeyLayout, HotDenyStats), have no remote counterpart.
 //
 // Only the policy's name goes over the wire: the server's policy of that
 // name decides (Policies returns the server's policies). Errors wrap the
@@ -41,18 +50,17 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Limiter is what *sdk.Limiter and *Client have in common: code written
-// against it runs in-process or remote alike. Reserve is left out only
-// because its reservation types differ (*sdk.Reservation,
-// *client.Reservation); both have ID, Commit and Cancel.
+// Limiter is the decisions *sdk.Limiter and *Client have in common: code
+// written against it runs in-process or remote alike. Reserve and
+// ReservationOf are left out only because their reservation types differ
+// (*sdk.Reservation, *client.Reservation); both have ID, Commit and
+// Cancel, and the same arguments.
 type Limiter interface {
 	Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Decision, error)
 	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
 	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
 	TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult
 	PeekBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult
-	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
-	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
 }
 
 var (
@@ -373,11 +381,41 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 	return d, &Reservation{c: c, policy: name(p), subject: a.Subject, id: res.Msg.GetReservationId()}, nil
 }
 
-// ReservationOf returns the reservation id under p for s (its shard
-// values suffice), e.g. one another process made, to Commit or Cancel
-// it (sdk.Limiter.ReservationOf).
-func (c *Client) ReservationOf(p *sdk.Policy, s sdk.Subject, id string) *Reservation {
-	return &Reservation{c: c, policy: name(p), subject: s, id: id}
+// ReservationOf is sdk.Limiter.ReservationOf through the server: it
+// returns the reservation id that Reserve made under p for s (its shard
+// values suffice), e.g. one another process made, to Commit or Cancel.
+// It sends nothing: an id that is not 16 lowercase hex characters is an
+// error wrapping sdk.ErrReservationNotFound, a nil policy one wrapping
+// sdk.ErrInvalidPolicy, a subject without a shard dimension one wrapping
+// sdk.ErrInvalidSubject; Commit and Cancel report a reservation the
+// server does not hold (settled, lapsed, never made).
+func (c *Client) ReservationOf(p *sdk.Policy, s sdk.Subject, id string) (*Reservation, error) {
+	if p == nil {
+		return nil, fmt.Errorf("client: reservation: %w: nil policy", sdk.ErrInvalidPolicy)
+	}
+	if !validReservationID(id) {
+		return nil, fmt.Errorf("client: reservation: %w: id must be 16 lowercase hex characters", sdk.ErrReservationNotFound)
+	}
+	for _, d := range p.ShardBy() {
+		if s[d] == "" {
+			return nil, fmt.Errorf("client: reservation: %w: the subject must give the shard dimension %q", sdk.ErrInvalidSubject, d)
+		}
+	}
+	return &Reservation{c: c, policy: p.Name(), subject: s, id: id}, nil
+}
+
+// validReservationID reports whether id has the form of the ids the
+// sdk's Reserve makes: 16 lowercase hex characters.
+func validReservationID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // batch sends as under p in one call with f, and re-sends as Retry says
@@ -481,42 +519,6 @@ func (c *Client) PeekBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt)
 		}
 		return res.Msg.GetResults(), nil
 	})
-}
-
-// Inspect is sdk.Limiter.Inspect through the server (re-sent as Retry
-// says).
-func (c *Client) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
-	ctx, cancel := c.ctx(ctx)
-	defer cancel()
-	msg := &freqcapv1.InspectRequest{Policy: name(p), Subject: s}
-	var res *connect.Response[freqcapv1.InspectResponse]
-	err := c.send(ctx, func(ctx context.Context) (err error) {
-		res, err = c.rpc().Inspect(ctx, connect.NewRequest(msg))
-		return err
-	})
-	if err != nil {
-		return sdk.Inspection{}, wrap("inspect", err)
-	}
-	return protoconv.FromInspection(res.Msg), nil
-}
-
-// Reset is sdk.Limiter.Reset through the server (audited there with the
-// caller's name).
-func (c *Client) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error {
-	_, _, err := c.ResetRules(ctx, p, s)
-	return err
-}
-
-// ResetRules is Reset that also returns the rules reset and those kept
-// (the subject lacks one of their dimensions).
-func (c *Client) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject) (reset, kept []string, err error) {
-	ctx, cancel := c.ctx(ctx)
-	defer cancel()
-	res, err := c.rpc().Reset(ctx, connect.NewRequest(&freqcapv1.ResetRequest{Policy: name(p), Subject: s}))
-	if err != nil {
-		return nil, nil, wrap("reset", err)
-	}
-	return res.Msg.GetResetRules(), res.Msg.GetKeptRules(), nil
 }
 
 // Policies returns the policies the server serves to this caller, built

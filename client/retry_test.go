@@ -88,7 +88,7 @@ func startLossy(t *testing.T, method string, drop int64) *retryEnv {
 
 func (e *retryEnv) used(t *testing.T, user string) int64 {
 	t.Helper()
-	in, err := e.lim.Inspect(context.Background(), e.push, sdk.Subject{"user": user})
+	in, err := e.lim.Admin().Inspect(context.Background(), e.push, sdk.Subject{"user": user})
 	if err != nil {
 		t.Fatal(err)
 	}

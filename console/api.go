@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // The JSON API: what the pages show, for scripts (inspect, reset,
@@ -147,7 +148,7 @@ type ResetRequest struct {
 	// others: the rules whose dimensions it all gives are reset, as in
 	// the console's reset form.
 	Subject sdk.Subject `json:"subject"`
-	// Rules, when given, resets only these rules (sdk.Limiter.ResetRules:
+	// Rules, when given, resets only these rules (sdk.Admin.ResetRules:
 	// every rule keyed by the same dimensions as one named must be named
 	// too) and keeps the open reservations.
 	Rules []string `json:"rules,omitempty"`
@@ -228,7 +229,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	if err := checkSubject(subj); err != nil {
 		return err
 	}
-	ins, err := s.cfg.Limiter.Inspect(c.Request().Context(), p, subj)
+	ins, err := s.cfg.Admin.Inspect(c.Request().Context(), p, subj)
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidSubject) {
 			return err
@@ -251,7 +252,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 	}
 	if o := s.deciding(c.Request().Context(), p, subj, ins.At); o != nil {
 		oj := overrideJSON(*o)
-		out.Override, out.Allowed = &oj, o.Kind != sdk.OverrideBlock
+		out.Override, out.Allowed = &oj, o.Kind != driver.Block
 	}
 	for _, d := range ins.Denials {
 		out.Denials = append(out.Denials, DenialJSON{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // backendError is an error a Limiter call returned. The central error
@@ -39,17 +40,23 @@ func (m markedLimiter) Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (
 	return d, marked(err)
 }
 
-func (m markedLimiter) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
-	ins, err := m.l.Inspect(ctx, p, s)
+// markedAdmin is the Admin the console calls: Config.Admin, its errors
+// marked as markedLimiter's are.
+type markedAdmin struct{ a Admin }
+
+var _ Admin = markedAdmin{}
+
+func (m markedAdmin) Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error) {
+	ins, err := m.a.Inspect(ctx, p, s)
 	return ins, marked(err)
 }
 
-func (m markedLimiter) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error {
-	return marked(m.l.Reset(ctx, p, s))
+func (m markedAdmin) Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error {
+	return marked(m.a.Reset(ctx, p, s))
 }
 
-func (m markedLimiter) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error {
-	return marked(m.l.ResetRules(ctx, p, s, rules...))
+func (m markedAdmin) ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error {
+	return marked(m.a.ResetRules(ctx, p, s, rules...))
 }
 
 // markedFleet is the Fleet the console calls: Config.Fleet, with every
@@ -95,13 +102,13 @@ func (noFleet) Shadow(context.Context, *sdk.Policy, time.Duration) (fleet.Shadow
 	return fleet.ShadowStats{}, fmt.Errorf("console: shadow: no Config.Fleet: %w", errors.ErrUnsupported)
 }
 
-func (m markedLimiter) Describe(ctx context.Context) (sdk.Description, error) {
-	d, err := m.l.Describe(ctx)
+func (m markedAdmin) Describe(ctx context.Context) (driver.Description, error) {
+	d, err := m.a.Describe(ctx)
 	return d, marked(err)
 }
 
-func (m markedLimiter) KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout {
-	return m.l.KeyLayout(p, s)
+func (m markedAdmin) KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout {
+	return m.a.KeyLayout(p, s)
 }
 
 func (noFleet) Evictions(context.Context, time.Duration) (fleet.Evictions, error) {

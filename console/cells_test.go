@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestSlidingWindowCellNote: a wait within the window is never explained
 // as longer than it. The seed policy's sliding windows (limits 2 to 50,
-// at most sdk.LogLine) are exact logs, so their retry and reset never
+// at most driver.LogLine) are exact logs, so their retry and reset never
 // exceed the window: no cell note anywhere. (A sliding window above the
 // line counts in cells and gets the note where its wait exceeds the
 // window: TestSlidingWindowCellNoteAboveLogLine.)
@@ -40,17 +41,17 @@ func TestSlidingWindowCellNote(t *testing.T) {
 }
 
 // TestSlidingWindowCellNoteAboveLogLine: a sliding window above
-// sdk.LogLine counts in cells, so its reset or retry can be longer than
+// driver.LogLine counts in cells, so its reset or retry can be longer than
 // its window (a unit counts until its whole cell has left it); the
 // subject page explains that beside the value (the rules table, the
 // verdict, the trail) and once at length, and not once the wait is back
 // within the window.
 func TestSlidingWindowCellNoteAboveLogLine(t *testing.T) {
-	bulk, err := sdk.NewPolicy("bulk", []sdk.Rule{sdk.SlidingWindow("bulk-1m", 5*sdk.LogLine, time.Minute).By("user")}, sdk.WithTrail(10, time.Hour))
+	bulk, err := sdk.NewPolicy("bulk", []sdk.Rule{sdk.SlidingWindow("bulk-1m", 5*driver.LogLine, time.Minute).By("user")}, sdk.WithTrail(10, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixtureCfg(t, nil, nil, nil, func(cfg *Config, _ sdk.Backend, _ *sdk.Limiter) {
+	f := newFixtureCfg(t, nil, nil, nil, func(cfg *Config, _ driver.Backend, _ *sdk.Limiter) {
 		cfg.Policies = append(cfg.Policies, bulk)
 	})
 	// The start of one of bulk-1m's 6 s cells: the whole limit taken
@@ -60,8 +61,8 @@ func TestSlidingWindowCellNoteAboveLogLine(t *testing.T) {
 	f.clock.Set(time.UnixMilli((t0.UnixMilli()/cell.Milliseconds() + 1) * cell.Milliseconds()).UTC())
 	ctx := context.Background()
 	subj := sdk.Subject{"user": "u-cells"}
-	if d, err := f.lim.Take(ctx, bulk, sdk.Attempt{Subject: subj, Cost: 5 * sdk.LogLine}); err != nil || !d.Allowed {
-		t.Fatalf("Take(cost %d) = %+v, %v, want allowed", 5*sdk.LogLine, d, err)
+	if d, err := f.lim.Take(ctx, bulk, sdk.Attempt{Subject: subj, Cost: 5 * driver.LogLine}); err != nil || !d.Allowed {
+		t.Fatalf("Take(cost %d) = %+v, %v, want allowed", 5*driver.LogLine, d, err)
 	}
 	if d, err := f.lim.Allow(ctx, bulk, subj); err != nil || d.Allowed || d.RetryAfter != 11*cell {
 		t.Fatalf("Allow after the limit = %+v, %v, want denied for 11 cells (%v)", d, err, 11*cell)

@@ -13,8 +13,10 @@
 //	lim := sdk.New(memory.New(nil), sdk.WithObserver(m.Observe))
 //	srv, err := console.New(console.Config{Limiter: lim, Policies: pols, Metrics: m})
 //
-// Config.Limiter is a Limiter, the small interface of the calls the
-// console makes; *sdk.Limiter implements it. Config.Fleet, usually a
+// Config.Limiter and Config.Admin are the small interfaces of the calls
+// the console makes, decisions (Limiter: *sdk.Limiter implements it) and
+// administration (Admin: *sdk.Admin does; nil means the Limiter's
+// Admin()). Config.Fleet, usually a
 // *fleet.Reader, gives the overview's fleet panel the services'
 // statistics and announcements. Handlers build the view
 // models of package console/internal/views and render its templ components.
@@ -47,17 +49,26 @@ import (
 	"github.com/freqcap/freqcap/internal/httpauth"
 	"github.com/freqcap/freqcap/internal/lockout"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 //go:embed static
 var staticFS embed.FS
 
-// Limiter is what the console asks of the SDK: exactly the calls it
-// makes. *sdk.Limiter implements it; tests may pass a fake.
+// Limiter is the decisions the console asks of the SDK: exactly the
+// calls it makes. *sdk.Limiter implements it; tests may pass a fake.
 type Limiter interface {
 	// Peek decides without consuming (the subject page's verdict).
 	Peek(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
+}
+
+var _ Limiter = (*sdk.Limiter)(nil)
+
+// Admin is the administration and diagnostics the console asks of the
+// SDK: exactly the calls it makes. *sdk.Admin (sdk.Limiter.Admin)
+// implements it; tests may pass a fake.
+type Admin interface {
 	// Inspect reads a subject's state and denial trail (the subject page,
 	// GET /api/v1/inspect).
 	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
@@ -68,14 +79,14 @@ type Limiter interface {
 	// reset of a pair, POST /api/v1/reset with "rules").
 	ResetRules(ctx context.Context, p *sdk.Policy, s sdk.Subject, rules ...string) error
 	// Describe is the backend's account of itself (the overview).
-	Describe(ctx context.Context) (sdk.Description, error)
+	Describe(ctx context.Context) (driver.Description, error)
 	// KeyLayout is where a subject's state is kept: its rules' sets of
 	// dimensions and own keys, its trail and reservations (the subject,
 	// policies and reset pages).
 	KeyLayout(p *sdk.Policy, s sdk.Subject) sdk.KeyLayout
 }
 
-var _ Limiter = (*sdk.Limiter)(nil)
+var _ Admin = (*sdk.Admin)(nil)
 
 // Fleet is what the console reads of the fleet's telemetry: what the
 // services' fleet.Recorders flushed to the backend. *fleet.Reader
@@ -104,6 +115,11 @@ type Config struct {
 	// Metrics.Observe to sdk.WithObserver when building it so that
 	// /metrics and the overview's rates see them.
 	Limiter Limiter
+	// Admin inspects, resets and describes what Limiter decides: usually
+	// its sdk.Limiter.Admin. Nil means Limiter's Admin() when it has one
+	// (an *sdk.Limiter does); else New fails. When it implements
+	// Overrider (*sdk.Admin does), the console manages overrides too.
+	Admin Admin
 	// Fleet reads the services' statistics and announcements: usually a
 	// *fleet.Reader of the Limiter's backend, with the services'
 	// Recorders' prefix. Nil means the backend keeps none: the overview
@@ -186,11 +202,19 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Policies) == 0 && cfg.Source == nil {
 		return nil, errors.New("console: no policies")
 	}
+	if cfg.Admin == nil {
+		l, ok := cfg.Limiter.(interface{ Admin() *sdk.Admin })
+		if !ok {
+			return nil, errors.New("console: Config.Admin is nil and Config.Limiter has no Admin")
+		}
+		cfg.Admin = l.Admin()
+	}
 	var ovr Overrider
-	if o, ok := cfg.Limiter.(Overrider); ok {
+	if o, ok := cfg.Admin.(Overrider); ok {
 		ovr = markedOverrider{o}
 	}
 	cfg.Limiter = markedLimiter{cfg.Limiter}
+	cfg.Admin = markedAdmin{cfg.Admin}
 	if cfg.Fleet == nil {
 		cfg.Fleet = noFleet{}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -41,8 +42,8 @@ type fixture struct {
 	clock    *fakeclock.Clock
 	policies map[string]*sdk.Policy
 	audit    *AuditLog
-	backend  sdk.Backend // what lim uses
-	prefix   string      // lim's key prefix ("": the default)
+	backend  driver.Backend // what lim uses
+	prefix   string         // lim's key prefix ("": the default)
 	auditBuf *bytes.Buffer
 	logs     *bytes.Buffer // the console's log lines
 }
@@ -67,9 +68,9 @@ func newFixture(t *testing.T, creds []Credential) *fixture {
 // auditBuf).
 func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) *faulty.Backend, audit *AuditLog) *fixture {
 	t.Helper()
-	var mkb func(clk *fakeclock.Clock) sdk.Backend
+	var mkb func(clk *fakeclock.Clock) driver.Backend
 	if mk != nil {
-		mkb = func(clk *fakeclock.Clock) sdk.Backend { return mk(clk) }
+		mkb = func(clk *fakeclock.Clock) driver.Backend { return mk(clk) }
 	}
 	return newFixtureCfg(t, creds, mkb, audit, nil)
 }
@@ -77,7 +78,7 @@ func newFixtureWith(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clo
 // newFixtureCfg is newFixtureWith with a hook that completes the
 // console's Config (nil: none) before New, given the fixture's backend
 // and limiter.
-func newFixtureCfg(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) sdk.Backend, audit *AuditLog, hook func(*Config, sdk.Backend, *sdk.Limiter)) *fixture {
+func newFixtureCfg(t *testing.T, creds []Credential, mk func(clk *fakeclock.Clock) driver.Backend, audit *AuditLog, hook func(*Config, driver.Backend, *sdk.Limiter)) *fixture {
 	t.Helper()
 	clk := fakeclock.New(t0)
 	pols, err := seed.Policies()
@@ -86,7 +87,7 @@ func newFixtureCfg(t *testing.T, creds []Credential, mk func(clk *fakeclock.Cloc
 	}
 	m := NewMetrics(clk.Now)
 	opts := []sdk.Option{sdk.WithClock(clk), sdk.WithObserver(m.Observe)}
-	var be sdk.Backend = memory.New(&memory.Options{Clock: clk})
+	var be driver.Backend = memory.New(&memory.Options{Clock: clk})
 	if mk != nil {
 		be = mk(clk)
 	}
@@ -560,7 +561,7 @@ func TestAPICheckRetired(t *testing.T) {
 			}
 		})
 	}
-	if ins, err := f.lim.Inspect(context.Background(), f.policies["push"], sdk.Subject{"user": "u1", "content": "c1"}); err != nil || ins.Rules[0].Used != 0 {
+	if ins, err := f.lim.Admin().Inspect(context.Background(), f.policies["push"], sdk.Subject{"user": "u1", "content": "c1"}); err != nil || ins.Rules[0].Used != 0 {
 		t.Errorf("after the retired checks, Inspect = %+v, %v; want nothing consumed", ins, err)
 	}
 }
@@ -914,7 +915,7 @@ func TestDemoBanner(t *testing.T) {
 }
 
 // fleetOf is a Reader of b, or nil when b keeps no statistics.
-func fleetOf(b sdk.Backend, o *fleet.Options) Fleet {
+func fleetOf(b driver.Backend, o *fleet.Options) Fleet {
 	r, err := fleet.NewReader(b, o)
 	if err != nil {
 		return nil

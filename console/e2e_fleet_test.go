@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
@@ -46,7 +47,7 @@ func TestE2EFleet(t *testing.T) {
 	c := goredis.NewClient(redis.NewClientOptions(addr).Simple())
 	t.Cleanup(func() { c.Close() })
 	for attempt := 1; ; attempt++ {
-		out, err := exec.Command(bin, "-redis", addr, "-recipients", "300", "-prefix", sdk.DefaultPrefix).CombinedOutput()
+		out, err := exec.Command(bin, "-redis", addr, "-recipients", "300", "-prefix", keyname.DefaultPrefix).CombinedOutput()
 		if err == nil && strings.Contains(string(out), "(300 by content-59s)") {
 			break
 		}

@@ -123,7 +123,7 @@ func TestE2EPhone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := lim.Reset(context.Background(), pols[0], sdk.Subject{"user": "18829340002"}); err != nil {
+	if err := lim.Admin().Reset(context.Background(), pols[0], sdk.Subject{"user": "18829340002"}); err != nil {
 		t.Fatal(err)
 	}
 	page := base + "/subject?" + subjectQuery("push", subject)

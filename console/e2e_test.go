@@ -187,7 +187,7 @@ func TestE2EBrowser(t *testing.T) {
 	if e := audit.Entries(); len(e) != 1 {
 		t.Errorf("audit log has %d entries after the viewer's attempts, want 1", len(e))
 	}
-	ins, err := lim.Inspect(context.Background(), policies["push"], subject)
+	ins, err := lim.Admin().Inspect(context.Background(), policies["push"], subject)
 	if err != nil || ins.Rules[0].Used != 2 {
 		t.Errorf("after the viewer's attempts recv-1m = %+v, %v; want used 2", ins.Rules, err)
 	}

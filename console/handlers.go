@@ -16,6 +16,7 @@ import (
 
 	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // describeTTL is how long the backend's description is cached;
@@ -30,12 +31,12 @@ const (
 type describeCache struct {
 	mu   sync.Mutex
 	at   time.Time
-	desc sdk.Description
+	desc driver.Description
 	err  error
 }
 
 // describe returns the backend's description, cached for describeTTL.
-func (s *Server) describe(ctx context.Context) (sdk.Description, error) {
+func (s *Server) describe(ctx context.Context) (driver.Description, error) {
 	dc := &s.descCache
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
@@ -49,7 +50,7 @@ func (s *Server) describe(ctx context.Context) (sdk.Description, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	dc.desc, dc.err = s.cfg.Limiter.Describe(ctx)
+	dc.desc, dc.err = s.cfg.Admin.Describe(ctx)
 	dc.at = now
 	if dc.err != nil && !errors.Is(dc.err, errors.ErrUnsupported) {
 		s.warn.Warn("describe", "console: backend did not describe itself", "err", dc.err)
@@ -121,7 +122,7 @@ func (s *Server) overview(c echo.Context) error {
 		}
 		for _, r := range p.Rules() {
 			line := fmt.Sprintf("%s: %d / %s", r.Name, shownLimit(r), ruleWindow(r))
-			if r.Algorithm == sdk.AlgorithmGCRA {
+			if r.Algorithm == driver.GCRA {
 				line += fmt.Sprintf(" (GCRA %d per %s, burst %d)", r.Limit, fmtWindow(r.Window), r.Burst)
 			}
 			if r.Shadow {
@@ -160,7 +161,7 @@ func (s *Server) overviewLiveView() views.OverviewLive {
 	return live
 }
 
-func backendView(d sdk.Description) views.BackendView {
+func backendView(d driver.Description) views.BackendView {
 	b := views.BackendView{Name: d.Name, Target: d.Target, Notes: d.Notes, Warnings: d.Warnings}
 	for _, m := range d.Memory {
 		row := views.MemoryRow{Node: m.Node, Evicts: m.Evicts || !m.Known}
@@ -179,7 +180,7 @@ func backendView(d sdk.Description) views.BackendView {
 		}
 		b.Memory = append(b.Memory, row)
 	}
-	algs := make([]sdk.Algorithm, 0, len(d.Strategies))
+	algs := make([]driver.Algorithm, 0, len(d.Strategies))
 	for a := range d.Strategies {
 		algs = append(algs, a)
 	}
@@ -326,7 +327,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			return live
 		}
 	}
-	ins, err := s.cfg.Limiter.Inspect(ctx, p, subj)
+	ins, err := s.cfg.Admin.Inspect(ctx, p, subj)
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidSubject) {
 			live.Error = err.Error() // sdk errors never contain subject values
@@ -340,7 +341,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 	s.backendAnswered()
 	desc, derr := s.describe(ctx)
 	live.Backend = desc.Name
-	layout := s.cfg.Limiter.KeyLayout(p, subj)
+	layout := s.cfg.Admin.KeyLayout(p, subj)
 	keys := ruleKeysOf(layout)
 	rules := map[string]sdk.Rule{}
 	for _, r := range p.Rules() {
@@ -452,7 +453,7 @@ func (s *Server) policiesPage(c echo.Context) error {
 		for _, d := range p.Dimensions() {
 			ph[d] = "<" + d + ">"
 		}
-		layout := s.cfg.Limiter.KeyLayout(p, ph)
+		layout := s.cfg.Admin.KeyLayout(p, ph)
 		keys := ruleKeysOf(layout)
 		pd := views.PolicyDetail{
 			Name:      p.Name(),
@@ -530,11 +531,11 @@ func resetRules(p *sdk.Policy, subj sdk.Subject) (reset, keep []string) {
 // resetPlan is what a reset of a subject under a policy can do.
 type resetPlan struct {
 	// all are the rules the subject gives every dimension of, keep the
-	// others: a whole reset (Limiter.Reset) deletes all.
+	// others: a whole reset (Admin.Reset) deletes all.
 	all, keep []string
 	// exact are the rules keyed by exactly the dimensions the subject
 	// gives (a user and content pair's own rules): what
-	// Limiter.ResetRules deletes when the page resets "this pair".
+	// Admin.ResetRules deletes when the page resets "this pair".
 	exact []string
 }
 
@@ -633,7 +634,7 @@ func (s *Server) resetConfirm(c echo.Context) error {
 }
 
 // reset carries out a confirmed reset and records it in the audit log:
-// the rules the form names (rules=a,b: Limiter.ResetRules), or without
+// the rules the form names (rules=a,b: Admin.ResetRules), or without
 // that field every rule the subject gives the dimensions of.
 func (s *Server) reset(c echo.Context) error {
 	p, subj, _, err := s.resetTarget(c.FormValue)
@@ -681,8 +682,8 @@ func (s *Server) auditEntry(c echo.Context, action string, p *sdk.Policy, subj s
 
 // doReset resets subj under p and records it in the audit log, for the
 // form and the API alike: with only nil, every rule subj gives the
-// dimensions of and the open reservations (Limiter.Reset); else exactly
-// the rules only names (Limiter.ResetRules: whole sets of dimensions,
+// dimensions of and the open reservations (Admin.Reset); else exactly
+// the rules only names (Admin.ResetRules: whole sets of dimensions,
 // reservations kept). reset and keep name the rules reset and kept, in
 // policy order.
 func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject, only []string) (reset, keep []string, err error) {
@@ -690,9 +691,9 @@ func (s *Server) doReset(c echo.Context, p *sdk.Policy, subj sdk.Subject, only [
 	var rerr error
 	if only == nil {
 		reset, keep = resetRules(p, subj)
-		rerr = s.cfg.Limiter.Reset(ctx, p, subj)
+		rerr = s.cfg.Admin.Reset(ctx, p, subj)
 	} else {
-		rerr = s.cfg.Limiter.ResetRules(ctx, p, subj, only...)
+		rerr = s.cfg.Admin.ResetRules(ctx, p, subj, only...)
 		if errors.Is(rerr, sdk.ErrInvalidRule) || errors.Is(rerr, sdk.ErrInvalidSubject) {
 			// Nothing was reset: the request named rules it cannot reset.
 			// sdk errors never contain subject values.
@@ -787,7 +788,7 @@ func (s *Server) auditPage(c echo.Context) error {
 // key; not the denial trail's, which a reset keeps. With only, the keys
 // of those rules alone.
 func (s *Server) resetKeys(p *sdk.Policy, subj sdk.Subject, only []string) []string {
-	layout := s.cfg.Limiter.KeyLayout(p, subj)
+	layout := s.cfg.Admin.KeyLayout(p, subj)
 	keys := ruleKeysOf(layout)
 	pick := func(rule string) bool { return only == nil || slices.Contains(only, rule) }
 	var out []string

@@ -12,12 +12,13 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// noReset is a Limiter whose backend cannot reset subjects and does not
-// describe itself: an *sdk.Limiter with two calls replaced.
+// noReset is an Admin whose backend cannot reset subjects and does not
+// describe itself: an *sdk.Admin with two calls replaced.
 type noReset struct {
-	*sdk.Limiter
+	*sdk.Admin
 	resets int
 }
 
@@ -26,13 +27,14 @@ func (l *noReset) Reset(context.Context, *sdk.Policy, sdk.Subject) error {
 	return errors.ErrUnsupported
 }
 
-func (l *noReset) Describe(context.Context) (sdk.Description, error) {
-	return sdk.Description{}, errors.ErrUnsupported
+func (l *noReset) Describe(context.Context) (driver.Description, error) {
+	return driver.Description{}, errors.ErrUnsupported
 }
 
-// TestConfigLimiter: the console works with any Limiter, not only
-// *sdk.Limiter, and refuses none at all (a nil interface or a nil
-// *sdk.Limiter).
+// TestConfigLimiter: the console works with any Limiter and Admin, not
+// only *sdk.Limiter and its *sdk.Admin, and refuses no Limiter at all (a
+// nil interface or a nil *sdk.Limiter), or no Admin where the Limiter has
+// none.
 func TestConfigLimiter(t *testing.T) {
 	pols, err := seed.Policies()
 	if err != nil {
@@ -45,8 +47,12 @@ func TestConfigLimiter(t *testing.T) {
 		}
 	}
 
-	fake := &noReset{Limiter: sdk.New(memory.New(nil))}
-	srv, err := New(Config{Limiter: fake, Policies: pols, Logger: quiet})
+	lim := sdk.New(memory.New(nil))
+	if _, err := New(Config{Limiter: struct{ Limiter }{lim}, Policies: pols, Logger: quiet}); err == nil {
+		t.Error("New(Config{Limiter without Admin(), no Admin}) = nil error, want one")
+	}
+	fake := &noReset{Admin: lim.Admin()}
+	srv, err := New(Config{Limiter: lim, Admin: fake, Policies: pols, Logger: quiet})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}

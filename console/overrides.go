@@ -21,25 +21,25 @@ import (
 
 // Overrider is what the console asks of a Limiter that keeps per-person
 // overrides (the subject page's overrides, /api/v1/overrides).
-// *sdk.Limiter implements it; the console finds it on Config.Limiter with
+// *sdk.Admin implements it; the console finds it on Config.Admin with
 // a type assertion. Without it the subject page says the backend keeps no
 // overrides and the API answers 501.
 type Overrider interface {
 	// SetOverride stores o for subject s (its shard values) under p and
 	// returns it with its ID.
-	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error)
+	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o driver.Override) (driver.Override, error)
 	// DeleteOverride removes override id of s under p;
 	// sdk.ErrOverrideNotFound when it is not there.
 	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
 	// Overrides lists s's live overrides under p, by ID.
-	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error)
+	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]driver.Override, error)
 }
 
 // markedOverrider is the Overrider the console calls, its errors marked
 // as the backend's (see markedLimiter).
 type markedOverrider struct{ o Overrider }
 
-func (m markedOverrider) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o sdk.Override) (sdk.Override, error) {
+func (m markedOverrider) SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o driver.Override) (driver.Override, error) {
 	out, err := m.o.SetOverride(ctx, p, s, o)
 	return out, marked(err)
 }
@@ -48,7 +48,7 @@ func (m markedOverrider) DeleteOverride(ctx context.Context, p *sdk.Policy, s sd
 	return marked(m.o.DeleteOverride(ctx, p, s, id))
 }
 
-func (m markedOverrider) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]sdk.Override, error) {
+func (m markedOverrider) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]driver.Override, error) {
 	out, err := m.o.Overrides(ctx, p, s)
 	return out, marked(err)
 }
@@ -87,17 +87,17 @@ type overrideInput struct {
 
 // build checks in and returns the override it describes, at now. Errors
 // are the HTTP 400s the form and the API show.
-func (in overrideInput) build(p *sdk.Policy, now time.Time) (sdk.Override, error) {
-	var o sdk.Override
+func (in overrideInput) build(p *sdk.Policy, now time.Time) (driver.Override, error) {
+	var o driver.Override
 	k, ok := driver.ParseOverrideKind(in.Kind)
 	if !ok {
 		return o, badRequest("kind must be exempt, block or limit")
 	}
 	o.Kind = k
-	if k == sdk.OverrideExempt {
+	if k == driver.Exempt {
 		o.Counted = in.Counted
 	}
-	if o.Kind == sdk.OverrideLimit {
+	if o.Kind == driver.Limit {
 		if len(in.Limits) == 0 {
 			return o, badRequest("a limit override needs a limit for at least one rule")
 		}
@@ -106,8 +106,8 @@ func (in overrideInput) build(p *sdk.Policy, now time.Time) (sdk.Override, error
 			if _, ok := ruleNamed(p, name); !ok {
 				return o, badRequest(fmt.Sprintf("policy %q has no rule %q", p.Name(), name))
 			}
-			if lim < 1 || lim > sdk.MaxLimit {
-				return o, badRequest(fmt.Sprintf("the limit of rule %q must be between 1 and %d", name, sdk.MaxLimit))
+			if lim < 1 || lim > driver.MaxLimit {
+				return o, badRequest(fmt.Sprintf("the limit of rule %q must be between 1 and %d", name, driver.MaxLimit))
 			}
 			o.Limits[name] = lim
 		}
@@ -205,9 +205,9 @@ func overrideError(op string, p *sdk.Policy, err error) error {
 
 // setOverride stores an override and records it in the audit log, for
 // the form and the API alike.
-func (s *Server) setOverride(c echo.Context, p *sdk.Policy, shard sdk.Subject, in overrideInput) (sdk.Override, error) {
+func (s *Server) setOverride(c echo.Context, p *sdk.Policy, shard sdk.Subject, in overrideInput) (driver.Override, error) {
 	if s.ovr == nil {
-		return sdk.Override{}, errNoOverrides
+		return driver.Override{}, errNoOverrides
 	}
 	o, err := in.build(p, s.now())
 	if err != nil {
@@ -266,13 +266,13 @@ func (s *Server) deleteOverride(c echo.Context, p *sdk.Policy, shard sdk.Subject
 }
 
 // overrideText describes o in one line, as the audit log keeps it.
-func overrideText(o sdk.Override) string {
+func overrideText(o driver.Override) string {
 	var b strings.Builder
 	if o.ID != 0 {
 		fmt.Fprintf(&b, "#%d ", o.ID)
 	}
 	b.WriteString(o.Kind.String())
-	if o.Kind == sdk.OverrideExempt {
+	if o.Kind == driver.Exempt {
 		if o.Counted {
 			b.WriteString(" (counted)")
 		} else {
@@ -305,13 +305,13 @@ func limitsText(limits map[string]int64) string {
 }
 
 // overrideRows are os as the subject page shows them.
-func overrideRows(p *sdk.Policy, shard sdk.Subject, os []sdk.Override, now time.Time, canEdit bool) []views.OverrideRow {
+func overrideRows(p *sdk.Policy, shard sdk.Subject, os []driver.Override, now time.Time, canEdit bool) []views.OverrideRow {
 	rows := make([]views.OverrideRow, 0, len(os))
 	for _, o := range os {
 		r := views.OverrideRow{
 			ID:      o.ID,
 			Kind:    o.Kind.String(),
-			Counted: o.Kind == sdk.OverrideExempt && o.Counted,
+			Counted: o.Kind == driver.Exempt && o.Counted,
 			Limits:  limitsText(o.Limits),
 			Until:   "no end",
 			Reason:  o.Reason,
@@ -359,17 +359,17 @@ func (s *Server) overridesView(ctx context.Context, p *sdk.Policy, subj sdk.Subj
 
 // liveOverride finds the override that decides a request of subj now:
 // the latest live block, else the latest live exempt; nil when none.
-func liveOverride(os []sdk.Override, now time.Time) *sdk.Override {
-	var exempt *sdk.Override
+func liveOverride(os []driver.Override, now time.Time) *driver.Override {
+	var exempt *driver.Override
 	for i := len(os) - 1; i >= 0; i-- {
 		o := &os[i]
 		if !o.Until.IsZero() && !o.Until.After(now) {
 			continue
 		}
-		if o.Kind == sdk.OverrideBlock {
+		if o.Kind == driver.Block {
 			return o
 		}
-		if o.Kind == sdk.OverrideExempt && exempt == nil {
+		if o.Kind == driver.Exempt && exempt == nil {
 			exempt = o
 		}
 	}
@@ -380,7 +380,7 @@ func liveOverride(os []sdk.Override, now time.Time) *sdk.Override {
 // now (liveOverride), or nil: none, the policy reads none, the subject
 // lacks shard values, or the overrides could not be read (the rules'
 // word stands).
-func (s *Server) deciding(ctx context.Context, p *sdk.Policy, subj sdk.Subject, now time.Time) *sdk.Override {
+func (s *Server) deciding(ctx context.Context, p *sdk.Policy, subj sdk.Subject, now time.Time) *driver.Override {
 	shard := shardOf(p, subj)
 	if s.ovr == nil || len(shard) != len(p.ShardBy()) {
 		return nil
@@ -407,7 +407,7 @@ func (s *Server) limitedBy(ctx context.Context, p *sdk.Policy, subj sdk.Subject,
 	}
 	var by map[string]int64
 	for _, o := range os {
-		if o.Kind != sdk.OverrideLimit || (!o.Until.IsZero() && !o.Until.After(now)) {
+		if o.Kind != driver.Limit || (!o.Until.IsZero() && !o.Until.After(now)) {
 			continue
 		}
 		for name := range o.Limits {
@@ -478,7 +478,7 @@ func (s *Server) overrideDeleteConfirm(c echo.Context) error {
 	if err != nil {
 		return overrideError("read", p, err)
 	}
-	i := slices.IndexFunc(os, func(o sdk.Override) bool { return o.ID == id })
+	i := slices.IndexFunc(os, func(o driver.Override) bool { return o.ID == id })
 	if i < 0 {
 		return echo.NewHTTPError(http.StatusNotFound, "no such override (deleted, or ended)")
 	}

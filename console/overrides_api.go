@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // OverrideJSON is a per-person override on the wire.
@@ -24,7 +25,7 @@ type OverrideJSON struct {
 	Created *time.Time `json:"created,omitempty"`
 }
 
-func overrideJSON(o sdk.Override) OverrideJSON {
+func overrideJSON(o driver.Override) OverrideJSON {
 	out := OverrideJSON{ID: o.ID, Kind: o.Kind.String(), Counted: o.Counted, Limits: o.Limits, Reason: o.Reason, By: o.By}
 	if !o.Until.IsZero() {
 		u := o.Until.UTC()

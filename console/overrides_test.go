@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestOverrides, on memory, real Redis and a 3-master cluster: an admin blocks a person
@@ -78,7 +79,7 @@ func TestOverrides(t *testing.T) {
 			// The service's next take is denied by the block, whatever the
 			// rules say.
 			d, err := f.lim.Take(context.Background(), f.srv.snap().byName["push"], sdk.Attempt{Subject: sdk.Subject{"user": user, "content": "c1"}})
-			if err != nil || d.Allowed || strconv.FormatInt(d.Override.ID, 10) != id || d.Override.Kind != sdk.OverrideBlock {
+			if err != nil || d.Allowed || strconv.FormatInt(d.Override.ID, 10) != id || d.Override.Kind != driver.Block {
 				t.Fatalf("Take under a block = %+v, %v; want denied by block #%s", d, err, id)
 			}
 			res, out := f.api(t, http.MethodGet, "/api/v1/inspect?policy=push&user="+user, viewerToken, "")
@@ -165,7 +166,7 @@ func TestOverrides(t *testing.T) {
 			if len(got) != 3 || got[0].Outcome != "ok" || got[1].Outcome != "refused: no such override" || got[2].Outcome != "ok" {
 				t.Errorf("override-delete audit entries = %+v, want ok, refused, ok", got)
 			}
-			if err := f.lim.DeleteOverride(context.Background(), f.srv.snap().byName["push"], sdk.Subject{"user": user}, o.ID); err == nil {
+			if err := f.lim.Admin().DeleteOverride(context.Background(), f.srv.snap().byName["push"], sdk.Subject{"user": user}, o.ID); err == nil {
 				t.Errorf("the exempt is still there after the API's delete")
 			}
 

@@ -15,7 +15,7 @@ import (
 // usedBy returns each rule's Used for s under policy, by rule name.
 func (f *fixture) usedBy(t *testing.T, policy string, s sdk.Subject) map[string]int64 {
 	t.Helper()
-	ins, err := f.lim.Inspect(context.Background(), f.policies[policy], s)
+	ins, err := f.lim.Admin().Inspect(context.Background(), f.policies[policy], s)
 	if err != nil {
 		t.Fatalf("Inspect(%s) error: %v", policy, err)
 	}

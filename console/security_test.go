@@ -83,7 +83,7 @@ func TestAPIReset(t *testing.T) {
 	if strings.Join(out.Reset, ",") != "recv-1m,recv-24h" || strings.Join(out.Kept, ",") != "content-59s,content-59m" {
 		t.Errorf("reset = %+v, want the user's rules reset and the content rules kept", out)
 	}
-	ins, err := f.lim.Inspect(context.Background(), f.policies["push"], push)
+	ins, err := f.lim.Admin().Inspect(context.Background(), f.policies["push"], push)
 	if err != nil {
 		t.Fatal(err)
 	}

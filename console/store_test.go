@@ -13,10 +13,12 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -43,25 +45,25 @@ func newStoreFixture(t *testing.T, creds []Credential) (*fixture, *policystore.S
 // follows).
 func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixture, *policystore.Store) {
 	t.Helper()
-	var mk func(clk *fakeclock.Clock) sdk.Backend
+	var mk func(clk *fakeclock.Clock) driver.Backend
 	var realClock bool
 	switch backend {
 	case "memory-now":
 		// The real clock: browsers drop cookies that expired by theirs.
-		mk = func(*fakeclock.Clock) sdk.Backend { return memory.New(nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return memory.New(nil) }
 		realClock = true
 	case "redis":
 		addr := redistest.Standalone(t)
 		c := goredis.NewClient(&goredis.Options{Addr: addr})
 		t.Cleanup(func() { c.Close() })
-		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return redis.New(c, nil) }
 		realClock = true
 	case "cluster":
 		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...))
 		o.IsClusterMode = true
 		c := goredis.NewUniversalClient(o)
 		t.Cleanup(func() { c.Close() })
-		mk = func(*fakeclock.Clock) sdk.Backend { return redis.New(c, nil) }
+		mk = func(*fakeclock.Clock) driver.Backend { return redis.New(c, nil) }
 		realClock = true
 	default:
 		if backend != "memory" {
@@ -73,8 +75,8 @@ func newStoreFixtureOn(t *testing.T, creds []Credential, backend string) (*fixtu
 	}
 	var st *policystore.Store
 	var lim *sdk.Limiter
-	prefix := sdk.DefaultPrefix
-	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be sdk.Backend, flim *sdk.Limiter) {
+	prefix := keyname.DefaultPrefix
+	f := newFixtureCfg(t, creds, mk, nil, func(cfg *Config, be driver.Backend, flim *sdk.Limiter) {
 		lim = flim
 		if realClock {
 			// Tests share a Redis server: each fixture its own prefix.

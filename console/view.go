@@ -74,7 +74,7 @@ func cells(r sdk.Rule) (time.Duration, int64) {
 // until its whole cell has left the window (docs/DESIGN.md,
 // "SlidingWindow"). The pages explain it at length once (cellsNote).
 func cellNote(r sdk.Rule, d time.Duration) string {
-	if r.Algorithm != sdk.AlgorithmSlidingWindow || r.ExactLog() || d <= r.Window {
+	if r.Algorithm != driver.SlidingWindow || r.ExactLog() || d <= r.Window {
 		return ""
 	}
 	size, _ := cells(r)
@@ -85,10 +85,10 @@ func cellNote(r sdk.Rule, d time.Duration) string {
 const cellsNote = "Why a wait can be longer than its window: a sliding window counts in cells, and a unit counts until its whole cell has left the window, up to one cell longer than the window (two when the cells do not divide it). In exchange no span of the window's length ever holds more than the limit."
 
 // evaluatedAs is the algorithm whose strategy runs r: a sliding window of
-// limit at most sdk.LogLine runs as an exact sliding log.
-func evaluatedAs(r sdk.Rule) sdk.Algorithm {
-	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.ExactLog() {
-		return sdk.AlgorithmSlidingLog
+// limit at most driver.LogLine runs as an exact sliding log.
+func evaluatedAs(r sdk.Rule) driver.Algorithm {
+	if r.Algorithm == driver.SlidingWindow && r.ExactLog() {
+		return driver.SlidingLog
 	}
 	return r.Algorithm
 }
@@ -106,16 +106,16 @@ func ruleNamed(p *sdk.Policy, name string) (sdk.Rule, bool) {
 // algorithmDetail describes a rule's parameters beyond limit and window.
 func algorithmDetail(r sdk.Rule) string {
 	switch r.Algorithm {
-	case sdk.AlgorithmSlidingWindow:
+	case driver.SlidingWindow:
 		if r.ExactLog() {
-			return fmt.Sprintf("exact log (limit at most %d): each unit counts for exactly the window", sdk.LogLine)
+			return fmt.Sprintf("exact log (limit at most %d): each unit counts for exactly the window", driver.LogLine)
 		}
 		size, n := cells(r)
 		return views.Count(n, "cell", "cells") + " of " + fmtWindow(size)
-	case sdk.AlgorithmGCRA:
+	case driver.GCRA:
 		return fmt.Sprintf("rate %d per %s, burst %d: up to %d at once (the limit shown), then one every %s", r.Limit, fmtWindow(r.Window), r.Burst, r.Burst+1, fmtWindow(r.Window/time.Duration(max(r.Limit, 1))))
-	case sdk.AlgorithmFixedWindow:
-		if r.Calendar != sdk.NoCalendar {
+	case driver.FixedWindow:
+		if r.Calendar != driver.NoCalendar {
 			loc := "UTC"
 			if r.Location != nil {
 				loc = r.Location.String()
@@ -123,7 +123,7 @@ func algorithmDetail(r sdk.Rule) string {
 			return "calendar " + r.Calendar.String() + " in " + loc
 		}
 		return "epoch-aligned"
-	case sdk.AlgorithmSlidingLog:
+	case driver.SlidingLog:
 		return "one entry per unit"
 	}
 	return ""
@@ -132,7 +132,7 @@ func algorithmDetail(r sdk.Rule) string {
 // ruleWindow is the rule's window as shown: for GCRA, the time the shown
 // limit (burst+1 units) takes to accrue at the rule's rate.
 func ruleWindow(r sdk.Rule) string {
-	if r.Calendar != sdk.NoCalendar {
+	if r.Calendar != driver.NoCalendar {
 		return "1 " + r.Calendar.String()
 	}
 	return fmtWindow(shownWindow(r))
@@ -142,7 +142,7 @@ func ruleWindow(r sdk.Rule) string {
 // shows: the configured limit, except for GCRA, where it is Burst+1 (the
 // most a subject can use at once; the rate is Limit per Window).
 func shownLimit(r sdk.Rule) int64 {
-	if r.Algorithm == sdk.AlgorithmGCRA {
+	if r.Algorithm == driver.GCRA {
 		return r.Burst + 1
 	}
 	return r.Limit
@@ -151,7 +151,7 @@ func shownLimit(r sdk.Rule) int64 {
 // shownWindow is the window shownLimit refills over: r's window, for GCRA
 // the time Burst+1 units take to accrue at Limit per Window.
 func shownWindow(r sdk.Rule) time.Duration {
-	if r.Algorithm == sdk.AlgorithmGCRA && r.Limit > 0 {
+	if r.Algorithm == driver.GCRA && r.Limit > 0 {
 		return time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1))
 	}
 	return r.Window

@@ -10,7 +10,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
-	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // clock), a standalone Redis or a 3-master Redis Cluster.
 type storage struct {
 	name string
-	new  func(t *testing.T, c *fakeclock.Clock) sdk.Backend
+	new  func(t *testing.T, c *fakeclock.Clock) driver.Backend
 }
 
 // now is the clock of a Recorder or Reader of decisions made on the
@@ -37,14 +37,14 @@ func (sg storage) now(c *fakeclock.Clock) func() time.Time {
 // follows the fake clock; Redis expires keys by its own clock, so tests
 // that read Redis keep their instants near the real time.
 var storages = []storage{
-	{"memory", func(t *testing.T, c *fakeclock.Clock) sdk.Backend { return memory.New(&memory.Options{Clock: c}) }},
-	{"redis", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
+	{"memory", func(t *testing.T, c *fakeclock.Clock) driver.Backend { return memory.New(&memory.Options{Clock: c}) }},
+	{"redis", func(t *testing.T, _ *fakeclock.Clock) driver.Backend {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Standalone(t))).Simple()
 		c := goredis.NewClient(o)
 		t.Cleanup(func() { c.Close() })
 		return redis.New(c, nil)
 	}},
-	{"cluster", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
+	{"cluster", func(t *testing.T, _ *fakeclock.Clock) driver.Backend {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...)).Cluster()
 		c := goredis.NewClusterClient(o)
 		t.Cleanup(func() { c.Close() })

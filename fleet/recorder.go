@@ -25,6 +25,7 @@ import (
 	"github.com/freqcap/freqcap/internal/arith"
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
@@ -72,7 +73,7 @@ const (
 // Timeout and SampleKeep). The zero value means defaults.
 type Options struct {
 	// Prefix is the first segment of the statistics keys (default
-	// sdk.DefaultPrefix), escaped as sdk.WithPrefix escapes it. A Reader
+	// "fc", as the sdk's), escaped as sdk.WithPrefix escapes it. A Reader
 	// reads what the Recorders of its prefix flushed: give them the same
 	// one (the Limiters' own, by convention).
 	Prefix string
@@ -256,7 +257,7 @@ type ruleCounts struct{ allowed, denied, near, shadow, shadowAllowed atomic.Int6
 // stats.Counters (the memory and Redis backends do; else the error
 // wraps errors.ErrUnsupported). Nil opts means defaults. Unless
 // opts.FlushEvery < 0 it starts the flushing goroutine: call Close.
-func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
+func NewRecorder(b driver.Backend, opts *Options) (*Recorder, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -285,7 +286,7 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 	if o.SampleKeep == 0 {
 		o.SampleKeep = DefaultSampleKeep
 	}
-	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
+	r := &Recorder{seed: maphash.MakeSeed(), st: st, prefix: keyname.Prefix(o.Prefix, keyname.DefaultPrefix), now: now, near: o.NearLimit, topK: o.TopK,
 		onErr: o.OnError, tmo: o.FlushTimeout, done: make(chan struct{}), idents: map[string]*policyStats{},
 		sampleN: o.Sample, sampleKeep: o.SampleKeep, service: o.Service}
 	if r.near == 0 {
@@ -309,7 +310,7 @@ func NewRecorder(b sdk.Backend, opts *Options) (*Recorder, error) {
 
 // open returns b's statistics store and the clock o names (b's own when
 // o names none and b decides on one of this process, else time.Now).
-func open(b sdk.Backend, o *Options, op string) (stats.Counters, func() time.Time, error) {
+func open(b driver.Backend, o *Options, op string) (stats.Counters, func() time.Time, error) {
 	st, ok := b.(stats.Counters)
 	if !ok {
 		return nil, nil, fmt.Errorf("fleet: %s: backend %T cannot store statistics: %w", op, b, errors.ErrUnsupported)
@@ -317,7 +318,7 @@ func open(b sdk.Backend, o *Options, op string) (stats.Counters, func() time.Tim
 	if o.Now != nil {
 		return st, o.Now, nil
 	}
-	if cb, ok := b.(interface{ Clock() sdk.Clock }); ok && cb.Clock() != nil {
+	if cb, ok := b.(interface{ Clock() driver.Clock }); ok && cb.Clock() != nil {
 		return st, cb.Clock().Now, nil
 	}
 	return st, time.Now, nil
@@ -434,9 +435,9 @@ func (r *Recorder) Observe(e sdk.Event) {
 		s.denied.Add(1)
 	}
 	exempt := false // an exempt decided: the rules' verdicts denied no one
-	if o := d.Override; o.ID != 0 && o.Kind >= sdk.OverrideExempt && o.Kind <= sdk.OverrideLimit {
-		s.overrides[o.Kind-sdk.OverrideExempt].Add(1)
-		exempt = o.Kind == sdk.OverrideExempt
+	if o := d.Override; o.ID != 0 && o.Kind >= driver.Exempt && o.Kind <= driver.Limit {
+		s.overrides[o.Kind-driver.Exempt].Add(1)
+		exempt = o.Kind == driver.Exempt
 	}
 	j, formerDenied := 0, false // j: the rule's index in ps.rules
 	for i := range d.Rules {

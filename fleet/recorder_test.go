@@ -13,6 +13,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -233,7 +234,7 @@ func TestRecorderClose(t *testing.T) {
 	}
 }
 
-type bareBackend struct{ sdk.Backend }
+type bareBackend struct{ driver.Backend }
 
 func TestRecorderUnsupported(t *testing.T) {
 	bare := bareBackend{memory.New(nil)}
@@ -408,7 +409,7 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		b      sdk.Backend
+		b      driver.Backend
 		fields int
 	}{
 		{"bad names", b, 4},
@@ -452,7 +453,7 @@ func (m malformedValue) ReadStats(ctx context.Context, q stats.Query) (stats.Dat
 }
 
 // newReader is a Reader of b on clock c (nil: b's own).
-func newReader(t testing.TB, b sdk.Backend, c *fakeclock.Clock) *fleet.Reader {
+func newReader(t testing.TB, b driver.Backend, c *fakeclock.Clock) *fleet.Reader {
 	t.Helper()
 	var o fleet.Options
 	if c != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -88,9 +89,9 @@ func TestRecorderShadow(t *testing.T) {
 			changed.Decision.Rules[1].Allowed = true
 			recs[1].Observe(changed)
 			// Overrides: 2 exempt, 1 block, 3 limit.
-			for i, k := range []sdk.OverrideKind{sdk.OverrideExempt, sdk.OverrideExempt, sdk.OverrideBlock, sdk.OverrideLimit, sdk.OverrideLimit, sdk.OverrideLimit} {
-				e := shadowEvent(p, c.Now(), "o", k != sdk.OverrideBlock, true)
-				e.Decision.Override = sdk.Override{ID: int64(i + 1), Kind: k}
+			for i, k := range []driver.OverrideKind{driver.Exempt, driver.Exempt, driver.Block, driver.Limit, driver.Limit, driver.Limit} {
+				e := shadowEvent(p, c.Now(), "o", k != driver.Block, true)
+				e.Decision.Override = driver.Override{ID: int64(i + 1), Kind: k}
 				if i == 0 { // the exempt admits what cap would deny: no denial of cap
 					e.Decision.Rules[0].Allowed = false
 				}
@@ -322,10 +323,10 @@ func TestRecorderShadowLimiter(t *testing.T) {
 				t.Fatal(err)
 			}
 			lim := sdk.New(memory.New(&memory.Options{Clock: c}), sdk.WithClock(c), sdk.WithObserver(rec.Observe))
-			if _, err := lim.SetOverride(ctx, p, sdk.Subject{"user": "vip"}, sdk.Override{Kind: sdk.OverrideExempt, Reason: "test"}); err != nil {
+			if _, err := lim.Admin().SetOverride(ctx, p, sdk.Subject{"user": "vip"}, driver.Override{Kind: driver.Exempt, Reason: "test"}); err != nil {
 				t.Fatalf("SetOverride = %v", err)
 			}
-			if _, err := lim.SetOverride(ctx, p, sdk.Subject{"user": "abuser"}, sdk.Override{Kind: sdk.OverrideBlock, Reason: "test"}); err != nil {
+			if _, err := lim.Admin().SetOverride(ctx, p, sdk.Subject{"user": "abuser"}, driver.Override{Kind: driver.Block, Reason: "test"}); err != nil {
 				t.Fatalf("SetOverride = %v", err)
 			}
 			// u0..u3: 6 attempts each: 5 allowed, 1 denied by cap; trial

@@ -12,6 +12,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
@@ -116,7 +117,7 @@ type Reader struct {
 // (else the error wraps errors.ErrUnsupported). Of opts (nil means
 // defaults) it reads Prefix, Now, Timeout and SampleKeep (give the
 // Recorders' own).
-func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
+func NewReader(b driver.Backend, opts *Options) (*Reader, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -129,7 +130,7 @@ func NewReader(b sdk.Backend, opts *Options) (*Reader, error) {
 	if keep <= 0 {
 		keep = DefaultSampleKeep
 	}
-	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, sdk.DefaultPrefix), now: now, timeout: max(o.Timeout, 0), keep: keep}, nil
+	return &Reader{st: st, prefix: keyname.Prefix(o.Prefix, keyname.DefaultPrefix), now: now, timeout: max(o.Timeout, 0), keep: keep}, nil
 }
 
 // withTimeout bounds ctx by the Reader's timeout, if any.
@@ -516,7 +517,7 @@ func validService(s string) bool {
 }
 
 // validName reports whether s is a name sdk.NewPolicy accepts.
-func validName(s string) bool { return keyname.Valid(s, sdk.MaxNameLen) }
+func validName(s string) bool { return keyname.Valid(s, keyname.MaxName) }
 
 // enforcement names a rule's mode in Diff's phrases.
 func enforcement(shadow bool) string {

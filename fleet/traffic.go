@@ -13,6 +13,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
 )
 
@@ -101,7 +102,7 @@ func (r *Recorder) sample(ps *policyStats, e *sdk.Event, h uint64) {
 
 // overrideOf is the kind of the override that decided d (Exempt, Block)
 // or changed its limits (Limit); 0 when none.
-func overrideOf(d *sdk.Decision) sdk.OverrideKind {
+func overrideOf(d *sdk.Decision) driver.OverrideKind {
 	if d.Override.ID == 0 {
 		return 0
 	}
@@ -143,7 +144,7 @@ type SampledAttempt struct {
 	Allowed, Cached bool
 	// Override is the kind of the per-person override that decided the
 	// decision (Exempt, Block) or changed its limits (Limit); 0: none.
-	Override sdk.OverrideKind
+	Override driver.OverrideKind
 	// Person identifies the subject (a 64-bit hash of its shard values,
 	// the same in every process).
 	Person uint64
@@ -200,11 +201,11 @@ func encodeSample(a SampledAttempt, n int, s sdk.Subject) string {
 		b = append(b, 'c')
 	}
 	switch a.Override {
-	case sdk.OverrideExempt:
+	case driver.Exempt:
 		b = append(b, 'E')
-	case sdk.OverrideBlock:
+	case driver.Block:
 		b = append(b, 'B')
-	case sdk.OverrideLimit:
+	case driver.Limit:
 		b = append(b, 'L')
 	}
 	if partial {
@@ -271,11 +272,11 @@ func decodeSample(entry string) (SampledAttempt, bool) {
 		case i > 0 && c == 'c':
 			a.Cached = true
 		case i > 0 && c == 'E':
-			a.Override = sdk.OverrideExempt
+			a.Override = driver.Exempt
 		case i > 0 && c == 'B':
-			a.Override = sdk.OverrideBlock
+			a.Override = driver.Block
 		case i > 0 && c == 'L':
-			a.Override = sdk.OverrideLimit
+			a.Override = driver.Limit
 		case i > 0 && c == '+':
 			a.Partial = true
 		default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestSampleFormat: an entry decodes to what was encoded; values are
@@ -21,9 +22,9 @@ func TestSampleFormat(t *testing.T) {
 	}{
 		{"allowed", SampledAttempt{At: at, Cost: 3, Op: "take", Allowed: true, Person: 0xfeed}, 16, s},
 		{"denied cached", SampledAttempt{At: at, Cost: 1, Op: "wait", Cached: true, Person: 1}, 1, s},
-		{"exempt", SampledAttempt{At: at, Cost: 1, Op: "reserve", Allowed: true, Override: sdk.OverrideExempt, Person: 2}, 2, s},
-		{"block", SampledAttempt{At: at, Cost: 1, Op: "take", Override: sdk.OverrideBlock, Person: 3}, 4, s},
-		{"limit", SampledAttempt{At: at, Cost: 1, Op: "take", Override: sdk.OverrideLimit, Person: 4}, 8, nil},
+		{"exempt", SampledAttempt{At: at, Cost: 1, Op: "reserve", Allowed: true, Override: driver.Exempt, Person: 2}, 2, s},
+		{"block", SampledAttempt{At: at, Cost: 1, Op: "take", Override: driver.Block, Person: 3}, 4, s},
+		{"limit", SampledAttempt{At: at, Cost: 1, Op: "take", Override: driver.Limit, Person: 4}, 8, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

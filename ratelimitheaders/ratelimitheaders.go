@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Set sets RateLimit-Policy and RateLimit for d, a decision under p.
@@ -155,7 +156,7 @@ func SetRetryAfter(h http.Header, d sdk.Decision) {
 // reported limit is Burst+1, the time Burst+1 units take to accrue at
 // Limit per Window.
 func QuotaWindow(r sdk.Rule) time.Duration {
-	if r.Algorithm == sdk.AlgorithmGCRA && r.Limit > 0 {
+	if r.Algorithm == driver.GCRA && r.Limit > 0 {
 		return time.Duration(float64(r.Window) / float64(r.Limit) * float64(r.Burst+1))
 	}
 	return r.Window

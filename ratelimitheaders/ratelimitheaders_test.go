@@ -10,6 +10,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -138,17 +139,17 @@ func TestHeadersSaturated(t *testing.T) {
 	lim := sdk.New(memory.New(&memory.Options{Clock: clk}))
 	ctx := context.Background()
 	s := sdk.Subject{"user": "u1"}
-	if _, err := lim.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideExempt, Counted: true}); err != nil {
+	if _, err := lim.Admin().SetOverride(ctx, p, s, driver.Override{Kind: driver.Exempt, Counted: true}); err != nil {
 		t.Fatal(err)
 	}
 	var d sdk.Decision
 	for range 40 { // 40 × 2^50 > 2^55, where the Redis reply used to wrap
-		if d, err = lim.Take(ctx, p, sdk.Attempt{Subject: s, Cost: sdk.MaxLimit}); err != nil {
+		if d, err = lim.Take(ctx, p, sdk.Attempt{Subject: s, Cost: driver.MaxLimit}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if u := d.Rules[0].Used; u != sdk.MaxUsed {
-		t.Errorf("Used = %d, want MaxUsed %d", u, int64(sdk.MaxUsed))
+	if u := d.Rules[0].Used; u != driver.MaxUsed {
+		t.Errorf("Used = %d, want MaxUsed %d", u, int64(driver.MaxUsed))
 	}
 	h := http.Header{}
 	ratelimitheaders.Set(h, p, d)

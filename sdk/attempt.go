@@ -17,7 +17,7 @@ type Attempt struct {
 	// Subject is what the decision is about.
 	Subject Subject
 	// Cost is the number of units to take; 0 means 1, and a negative
-	// cost or one above MaxLimit is invalid (ErrInvalidCost).
+	// cost or one above driver.MaxLimit is invalid (ErrInvalidCost).
 	Cost int64
 	// IdempotencyKey, when not empty, names the attempt: a retry of it
 	// (e.g. after a timeout) with the same key, for the same policy and
@@ -77,7 +77,7 @@ func (l *Limiter) Peek(ctx context.Context, p *Policy, a Attempt) (Decision, err
 }
 
 // Reserve is Take that can be undone: when allowed, the units are
-// consumed and held for ttl (1ms to MaxWindow); Commit keeps them,
+// consumed and held for ttl (1ms to driver.MaxWindow); Commit keeps them,
 // Cancel gives them back, and a reservation neither committed nor
 // cancelled within ttl is given back by itself. It suits "check during selection, consume only for the
 // ad finally shown". A denied Reserve returns a nil Reservation.
@@ -128,8 +128,8 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", name, ErrInvalidCost, a.Cost)
 	}
 	n, idem := a.cost(), a.IdempotencyKey
-	if n > MaxLimit {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, MaxLimit, n)
+	if n > driver.MaxLimit {
+		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, driver.MaxLimit, n)
 	}
 	res, err := resolve(l.prefix, p, a.Subject, false, l.now)
 	if err != nil {

@@ -120,7 +120,7 @@ func TestChangePredecessors(t *testing.T) {
 	if got, want := befores(), []int64{0, 2, 3, 0}; !slices.Equal(got, want) {
 		t.Errorf("Allow() Rules[].Before = %v, want %v", got, want)
 	}
-	kl := lim.KeyLayout(p, s)
+	kl := lim.Admin().KeyLayout(p, s)
 	var keyed []int64
 	for _, set := range kl.Sets {
 		for _, r := range set.Rules {
@@ -165,8 +165,8 @@ func TestChangeReset(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"Reset", func() error { return lim.Reset(ctx, p, s) }},
-		{"ResetRules", func() error { return lim.ResetRules(ctx, p, s, "recv") }},
+		{"Reset", func() error { return lim.Admin().Reset(ctx, p, s) }},
+		{"ResetRules", func() error { return lim.Admin().ResetRules(ctx, p, s, "recv") }},
 	} {
 		if d, err := lim.Peek(ctx, p, sdk.Attempt{Subject: s}); err != nil || d.Allowed || d.Rules[0].Used != 5 {
 			t.Fatalf("Peek before %s = %+v, %v, want denied by the predecessor at 5", reset.name, d, err)

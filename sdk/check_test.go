@@ -9,6 +9,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestCheck: Check refuses what Take refuses for its input, with the same
@@ -34,7 +35,7 @@ func TestCheck(t *testing.T) {
 		{"empty value", sdk.Attempt{Subject: sdk.Subject{"user": "u", "path": ""}}, sdk.ErrInvalidSubject},
 		{"value too long", sdk.Attempt{Subject: sdk.Subject{"user": strings.Repeat("u", sdk.MaxValueLen+1), "path": "/x"}}, sdk.ErrInvalidSubject},
 		{"negative cost", sdk.Attempt{Subject: ok, Cost: -1}, sdk.ErrInvalidCost},
-		{"cost above MaxLimit", sdk.Attempt{Subject: ok, Cost: sdk.MaxLimit + 1}, sdk.ErrInvalidCost},
+		{"cost above MaxLimit", sdk.Attempt{Subject: ok, Cost: driver.MaxLimit + 1}, sdk.ErrInvalidCost},
 		{"key too long", sdk.Attempt{Subject: ok, IdempotencyKey: strings.Repeat("k", sdk.MaxIdempotencyKeyLen+1)}, sdk.ErrInvalidIdempotencyKey},
 	}
 	for _, tc := range tests {
@@ -63,7 +64,7 @@ func TestCheckDecidesNothing(t *testing.T) {
 			t.Fatalf("Check = %v", err)
 		}
 	}
-	in, err := lim.Inspect(context.Background(), p, s)
+	in, err := lim.Admin().Inspect(context.Background(), p, s)
 	if err != nil || in.Rules[0].Used != 0 {
 		t.Errorf("Inspect after 3 checks = %+v, %v; want used 0", in.Rules, err)
 	}

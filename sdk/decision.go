@@ -64,8 +64,8 @@ type Decision struct {
 	ShadowDenied []string
 	// Override is the per-person override that decided this decision
 	// (a Block or an Exempt) or changed one of its rules' limits; its ID
-	// is 0 when none applied (see Limiter.SetOverride).
-	Override Override
+	// is 0 when none applied (see Admin.SetOverride).
+	Override driver.Override
 	// Durable reports that the replicas the backend was asked to wait for
 	// (the Redis backend's Options.Durability) acknowledged this
 	// decision's writes before the wait's timeout, so that a failover to
@@ -88,7 +88,7 @@ type RuleDecision struct {
 	// Rule is the rule's name.
 	Rule string
 	// Algorithm is the rule's algorithm.
-	Algorithm Algorithm
+	Algorithm driver.Algorithm
 	// Allowed reports whether this rule admits the cost.
 	Allowed bool
 	// Used is the count after the call (including the cost only if it was
@@ -165,16 +165,16 @@ type Denial struct {
 	// Values are the attempt's values of the policy's dimensions other
 	// than the shard ones (e.g. "content": a fingerprint): what was
 	// blocked. Nil when the attempt gave none, and for entries written
-	// before values were recorded. At most MaxTrailValues of them.
+	// before values were recorded. At most 8 of them.
 	Values map[string]string
 	// ValuesPartial reports that some of the attempt's values were left
-	// out of the entry (more than MaxTrailValues, or more than
-	// MaxTrailValuesLen bytes escaped).
+	// out of the entry (more than 8, or more than
+	// 1,024 bytes escaped).
 	ValuesPartial bool
 	// Shadow reports a shadow rule's denial: the rule would have denied,
 	// the attempt may well have been allowed.
 	Shadow bool
-	// Override, when nonzero, is the Block override that denied ("denied
+	// driver.Override, when nonzero, is the Block override that denied ("denied
 	// by block until …"): Rule is empty, Until is when the block ends
 	// (At for a block without end).
 	Override int64
@@ -295,7 +295,7 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 		x := rr[i]
 		out[i] = RuleDecision{
 			Rule:        r.Name,
-			Algorithm:   Algorithm(r.Algorithm),
+			Algorithm:   driver.Algorithm(r.Algorithm),
 			Allowed:     x.Allowed,
 			Used:        x.Used,
 			Limit:       x.Limit,
@@ -309,24 +309,3 @@ func ruleDecisions(rules []driver.Rule, rr []driver.RuleResult) []RuleDecision {
 	}
 	return out
 }
-
-// Override is one per-person exception to a policy (Limiter.SetOverride):
-// exempt (never denied; counted or not), block (denied until a time, with
-// a reason), or other limits for named rules.
-type Override = driver.Override
-
-// OverrideKind is what an Override does.
-type OverrideKind = driver.OverrideKind
-
-// The override kinds.
-const (
-	// OverrideExempt admits every attempt; Override.Counted says whether
-	// its units are still consumed from the rules.
-	OverrideExempt = driver.Exempt
-	// OverrideBlock denies every attempt until Override.Until (zero:
-	// until deleted), with Override.Reason.
-	OverrideBlock = driver.Block
-	// OverrideLimit gives the rules named in Override.Limits other limits
-	// (a VIP tier, a partner quota).
-	OverrideLimit = driver.Limit
-)

@@ -31,11 +31,29 @@
 // decision instead of consuming twice; a policy's [WithHotDenyCache] answers
 // recently denied subjects without a backend call.
 //
-// [Limiter.Inspect] explains a subject's state and recent denials
-// ([Denial]); [Limiter.KeyLayout] shows where it is stored (which key holds what); [Limiter.Reset]
-// forgets it, [Limiter.ResetRules] only some of its rules. Package sdk/policyfile loads
-// policies from YAML; package sdk/policystore keeps them as versions in
-// the backend for every limiter to follow.
+// # Administration
+//
+// The Limiter decides; what an operator does besides is its [Admin]'s
+// ([Limiter.Admin], sharing the Limiter's backend, options and hot-deny
+// cache): [Admin.Inspect] explains a subject's state and recent denials
+// ([Denial]); [Admin.Reset] forgets it, [Admin.ResetRules] only some of
+// its rules; [Admin.SetOverride], [Admin.DeleteOverride] and
+// [Admin.Overrides] manage per-person exceptions; [Admin.Describe],
+// [Admin.KeyLayout] and [Admin.HotDenyStats] say how the backend decides,
+// which key holds what, and how the hot-deny cache fares.
+//
+//	adm := lim.Admin()
+//	in, err := adm.Inspect(ctx, push, sdk.Subject{"user": id})
+//
+// Package sdk/policyfile loads policies from YAML; package sdk/policystore
+// keeps them as versions in the backend for every limiter to follow.
+// Package sdk/driver
+// owns the values the sdk shares with backends: the algorithms and
+// calendar units of a [Rule] (driver.FixedWindow, driver.Day…), the
+// number bounds (driver.MaxLimit and its siblings), an override
+// (driver.Override, driver.Exempt, driver.Block, driver.Limit), a
+// backend's description, and the Backend and Clock interfaces [New] and
+// [WithClock] take.
 //
 // # Changing rules, trying them, and exceptions
 //
@@ -48,7 +66,7 @@
 // former rule keeps enforcing until its state proves nothing more
 // ([RuleDecision].Before) and the new one starts from the units it
 // counted: a change never uncaps anyone. A policy built [WithOverrides]
-// reads per-person overrides in the same step ([Limiter.SetOverride]:
+// reads per-person overrides in the same step ([Admin.SetOverride]:
 // exempt, block until a time, other limits for named rules;
 // [Decision].Override names the one that applied). Package sdk/policystore
 // derives changes from the versions of a policy store.
@@ -69,9 +87,9 @@
 // errors.ErrUnsupported. Subject values never appear in errors.
 //
 // Numbers are bounded so that no backend overflows an int64 or rounds a
-// double for their size: Limit, Burst+1 and a cost at most [MaxLimit],
-// Window at most [MaxWindow], a GCRA rule's emission interval at least
-// [MinInterval] and its tolerance at most [MaxTolerance]. [NewPolicy]
+// double for their size: Limit, Burst+1 and a cost at most driver.MaxLimit,
+// Window at most driver.MaxWindow, a GCRA rule's emission interval at least
+// driver.MinInterval and its tolerance at most driver.MaxTolerance. [NewPolicy]
 // and the calls refuse anything beyond with an error that
 // names the field and the bound.
 //
@@ -100,8 +118,8 @@
 // day or an hour) makes the decision fail with an error. The Limiter
 // reads the backend's clock for what it times itself (degraded
 // decisions, Wait's deadline check and sleeps, the hot-deny cache),
-// unless [WithClock] sets another; see
-// [Clock]. A *fakeclock.Clock (package sdk/fakeclock) given to the memory
+// unless [WithClock] sets another (a driver.Clock).
+// A *fakeclock.Clock (package sdk/fakeclock) given to the memory
 // backend makes a test deterministic: time moves only when the test moves
 // it, and Wait advances it instead of sleeping.
 package sdk

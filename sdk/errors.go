@@ -20,7 +20,7 @@ var (
 	// value is empty or longer than MaxValueLen bytes.
 	ErrInvalidSubject = errors.New("invalid subject")
 	// ErrInvalidCost: the cost is negative (Attempt.Cost 0 means 1) or
-	// more than MaxLimit.
+	// more than driver.MaxLimit.
 	ErrInvalidCost = errors.New("invalid cost")
 	// ErrInvalidIdempotencyKey: an attempt's idempotency key is longer
 	// than MaxIdempotencyKeyLen bytes, or was first used by another kind
@@ -38,17 +38,12 @@ var (
 	ErrReservationNotFound = driver.ErrReservationNotFound
 )
 
-// ErrRefused is wrapped by the errors of a backend that answers but, as
-// configured, refuses to decide on a server it judges unsafe (the Redis
-// backend's redis.ErrEvictionPolicy under redis.EvictionRefuse).
-var ErrRefused = driver.ErrRefused
-
-// ErrOverrideNotFound is returned by Limiter.DeleteOverride for an
+// ErrOverrideNotFound is returned by Admin.DeleteOverride for an
 // unknown, deleted or ended override.
 var ErrOverrideNotFound = driver.ErrOverrideNotFound
 
-// ErrInvalidOverride: an override given to Limiter.SetOverride is
-// malformed: an unknown kind, limits on a kind other than OverrideLimit
+// ErrInvalidOverride: an override given to Admin.SetOverride is
+// malformed: an unknown kind, limits on a kind other than driver.Limit
 // or naming no rule of the policy, a limit out of range, an end already
 // past, or a reason or author too long or holding a line break.
 var ErrInvalidOverride = errors.New("invalid override")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // A rule's window changes from a fixed hour to a sliding two hours. The
@@ -77,7 +78,7 @@ func ExampleRule_AsShadow() {
 
 // Per-person overrides: a block until a time, with a reason, decided in
 // the same step as the rules.
-func ExampleLimiter_SetOverride() {
+func ExampleAdmin_SetOverride() {
 	clock := fixed()
 	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
 	ctx := context.Background()
@@ -86,8 +87,8 @@ func ExampleLimiter_SetOverride() {
 		panic(err)
 	}
 	carol := sdk.Subject{"user": "carol"}
-	o, err := lim.SetOverride(ctx, p, carol, sdk.Override{
-		Kind: sdk.OverrideBlock, Until: clock.Now().Add(30 * time.Minute), Reason: "spam reports", By: "support",
+	o, err := lim.Admin().SetOverride(ctx, p, carol, driver.Override{
+		Kind: driver.Block, Until: clock.Now().Add(30 * time.Minute), Reason: "spam reports", By: "support",
 	})
 	if err != nil {
 		panic(err)

@@ -40,7 +40,7 @@ func ExampleLimiter_Allow() {
 
 // A policy checks all its rules at once; a denial names every rule that
 // denied and consumes nothing from the others. (The retry is 59s, the
-// window: sliding windows whose limit is at most sdk.LogLine are exact
+// window: sliding windows whose limit is at most driver.LogLine are exact
 // logs, and the first send leaves 59s after it.)
 func ExampleLimiter_Allow_multiRule() {
 	push, err := sdk.NewPolicy("push", []sdk.Rule{
@@ -120,13 +120,13 @@ func ExampleLimiter_Reserve() {
 // subject, so one decision touches one cluster slot): the rules by set of
 // dimensions, each set's key (where the Redis backend keeps its rules)
 // and each rule's own (where the memory backend keeps it).
-func ExampleLimiter_KeyLayout() {
+func ExampleAdmin_KeyLayout() {
 	push, _ := sdk.NewPolicy("push", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 	})
 	lim := sdk.New(memory.New(nil))
-	l := lim.KeyLayout(push, sdk.Subject{"user": "u:42", "content": "c1"})
+	l := lim.Admin().KeyLayout(push, sdk.Subject{"user": "u:42", "content": "c1"})
 	for _, set := range l.Sets {
 		fmt.Println("set", set.Dimensions, set.Key)
 		for _, r := range set.Rules {

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// HotDenyStats describes a policy's hot-deny cache in one Limiter.
+// HotDenyStats describes a policy's hot-deny cache in one Limiter
+// (Admin.HotDenyStats).
 type HotDenyStats struct {
 	// Size is the cache's capacity (0: the policy has no hot-deny cache,
 	// or this Limiter has not used it yet).
@@ -26,9 +27,10 @@ type HotDenyStats struct {
 	Evictions uint64
 }
 
-// HotDenyStats reports p's hot-deny cache in l (e.g. for `freqcap bench`).
-func (l *Limiter) HotDenyStats(p *Policy) HotDenyStats {
-	h := l.hotCacheOf(p)
+// HotDenyStats reports p's hot-deny cache in the Limiter ad administers
+// (e.g. for `freqcap bench`).
+func (ad *Admin) HotDenyStats(p *Policy) HotDenyStats {
+	h := ad.lim().hotCacheOf(p)
 	if h == nil {
 		return HotDenyStats{}
 	}

@@ -74,7 +74,7 @@ func TestHotDeny(t *testing.T) {
 	allow("1ms before retry", false, true, time.Millisecond, 2)
 	c.Advance(time.Millisecond)
 	allow("at retry", true, false, 0, 3)
-	if st := lim.HotDenyStats(p); st != (sdk.HotDenyStats{Size: 10, Entries: 0, Hits: 2, Misses: 3}) {
+	if st := lim.Admin().HotDenyStats(p); st != (sdk.HotDenyStats{Size: 10, Entries: 0, Hits: 2, Misses: 3}) {
 		t.Errorf("HotDenyStats = %+v, want size 10, no entries, 2 hits, 3 misses", st)
 	}
 }
@@ -133,7 +133,7 @@ func TestHotDenyRules(t *testing.T) {
 			{allowN(3), false, 1},
 			{allowN(1), false, 2},
 			{func(l *sdk.Limiter, p *sdk.Policy, r *sdk.Reservation) (sdk.Decision, *sdk.Reservation, error) {
-				return sdk.Decision{}, r, l.Reset(ctx, p, s)
+				return sdk.Decision{}, r, l.Admin().Reset(ctx, p, s)
 			}, false, 2},
 			{allowN(1), false, 3},
 		}},
@@ -191,11 +191,11 @@ func TestHotDenyBound(t *testing.T) {
 				if d, _ := lim.Allow(ctx, p, s); d.Allowed || d.Cached {
 					t.Fatalf("second Allow(%d) = %+v, want denied by the backend", i, d)
 				}
-				if st := lim.HotDenyStats(p); st.Entries > size {
+				if st := lim.Admin().HotDenyStats(p); st.Entries > size {
 					t.Fatalf("after %d denials: %d entries, want <= %d", i+1, st.Entries, size)
 				}
 			}
-			st := lim.HotDenyStats(p)
+			st := lim.Admin().HotDenyStats(p)
 			if st.Entries != size || st.Evictions != uint64(subjects-size) {
 				t.Errorf("HotDenyStats = %+v, want %d entries, %d evictions", st, size, subjects-size)
 			}
@@ -244,7 +244,7 @@ func TestHotDenyReload(t *testing.T) {
 	if d, _ := lim.Allow(ctx, p2, s); d.Cached || !d.Allowed {
 		t.Errorf("Allow under the reloaded policy = %+v, want allowed by the backend", d)
 	}
-	if st := lim.HotDenyStats(p1); st != (sdk.HotDenyStats{}) {
+	if st := lim.Admin().HotDenyStats(p1); st != (sdk.HotDenyStats{}) {
 		t.Errorf("HotDenyStats(old policy) = %+v, want zero (replaced)", st)
 	}
 }
@@ -265,7 +265,7 @@ func TestHotDenyConcurrent(t *testing.T) {
 				s := sdk.Subject{"user": fmt.Sprint((g + i) % 20)}
 				switch i % 10 {
 				case 0:
-					_ = lim.Reset(ctx, p, sdk.Subject{"user": fmt.Sprint(i % 20)})
+					_ = lim.Admin().Reset(ctx, p, sdk.Subject{"user": fmt.Sprint(i % 20)})
 					continue
 				case 1:
 					c.Advance(time.Second)
@@ -290,14 +290,14 @@ func TestHotDenyConcurrent(t *testing.T) {
 						t.Errorf("cached decision %+v, want a denial with a retry", d)
 					}
 				}
-				if st := lim.HotDenyStats(p); st.Entries > size {
+				if st := lim.Admin().HotDenyStats(p); st.Entries > size {
 					t.Errorf("%d entries, want <= %d", st.Entries, size)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	st := lim.HotDenyStats(p)
+	st := lim.Admin().HotDenyStats(p)
 	if st.Hits == 0 || st.Misses == 0 {
 		t.Errorf("HotDenyStats = %+v, want some hits and misses", st)
 	}

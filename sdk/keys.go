@@ -9,10 +9,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// DefaultPrefix is the first segment of every key unless WithPrefix says
-// otherwise.
-const DefaultPrefix = "fc"
-
 const hexDigits = keyname.Hex
 
 // escapeValue escapes a subject value for a key: '%', '{', '}', ':' and
@@ -54,8 +50,8 @@ func mustEscape(c byte) bool {
 }
 
 // sanitizePrefix escapes a prefix as keyname.Prefix does (an empty prefix
-// means DefaultPrefix).
-func sanitizePrefix(p string) string { return keyname.Prefix(p, DefaultPrefix) }
+// means "fc").
+func sanitizePrefix(p string) string { return keyname.Prefix(p, keyname.DefaultPrefix) }
 
 // resolved is a policy applied to a subject: the driver rules and keys.
 type resolved struct {
@@ -295,7 +291,7 @@ func appendGroupKey(buf, base []byte, p *Policy, i int, s Subject) []byte {
 }
 
 // KeyLayout is where a subject's state under a policy is kept, key by
-// key (Limiter.KeyLayout). Every key shares the subject's hash tag.
+// key (Admin.KeyLayout). Every key shares the subject's hash tag.
 type KeyLayout struct {
 	// Sets are the rules the subject gives the dimensions of, by set of
 	// dimensions, in policy order of each set's first rule.
@@ -317,7 +313,7 @@ type KeySet struct {
 	Dimensions []string
 	// Key is the set's key. The Redis backend keeps the state of the
 	// set's rules there: fixed windows, sliding-window counters, GCRA
-	// and sliding logs up to LogLine packed into one string; larger
+	// and sliding logs up to driver.LogLine packed into one string; larger
 	// sliding logs in a sorted set at Key plus a suffix; a rule on a
 	// module strategy under its own key plus a suffix (docs/DESIGN.md,
 	// "Keys"). A set over more than the shard dimensions keeps its packed
@@ -345,7 +341,8 @@ type RuleKey struct {
 // KeyLayout returns the keys of s under p (see KeyLayout), for the
 // rules s gives the dimensions of. It returns the zero KeyLayout when s
 // lacks a shard dimension or p is invalid. It touches no backend.
-func (l *Limiter) KeyLayout(p *Policy, s Subject) KeyLayout {
+func (ad *Admin) KeyLayout(p *Policy, s Subject) KeyLayout {
+	l := ad.lim()
 	res, err := resolve(l.prefix, p, s, true, l.now)
 	if err != nil {
 		return KeyLayout{}

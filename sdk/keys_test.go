@@ -33,7 +33,7 @@ func keysPolicy(t *testing.T) *sdk.Policy {
 // ownKeys flattens lim.KeyLayout(p, s) into the rules' own keys in policy
 // order, then the trail's and the reservations' keys (nil: no layout).
 func ownKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
-	l := lim.KeyLayout(p, s)
+	l := lim.Admin().KeyLayout(p, s)
 	if l.Trail == "" {
 		return nil
 	}
@@ -44,7 +44,7 @@ func ownKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
 // setKeys is, for each rule of lim.KeyLayout(p, s) in policy order, its
 // set's key (nil: no layout).
 func setKeys(lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) []string {
-	_, sets := ruleKeys(lim.KeyLayout(p, s), p)
+	_, sets := ruleKeys(lim.Admin().KeyLayout(p, s), p)
 	return sets
 }
 
@@ -307,7 +307,7 @@ func TestKeyLayout(t *testing.T) {
 		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
 		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user"),
 	)
-	l := sdk.New(nil).KeyLayout(p, sdk.Subject{"user": "u:1", "content": "c1"})
+	l := sdk.New(nil).Admin().KeyLayout(p, sdk.Subject{"user": "u:1", "content": "c1"})
 	if l.Trail != "fc:{u%3A1}:push:!t" || l.Reservations != "fc:{u%3A1}:push:!h" {
 		t.Errorf("Trail, Reservations = %q, %q, want fc:{u%%3A1}:push:!t and !h", l.Trail, l.Reservations)
 	}
@@ -323,7 +323,7 @@ func TestKeyLayout(t *testing.T) {
 		len(content.Rules) != 1 || content.Rules[0].Rule != "content-59s" || !strings.HasSuffix(content.Rules[0].Key, ":c1") {
 		t.Errorf("Sets[1] = %+v, want key fc:{u%%3A1}:push:=content:c1, [content user], content-59s", content)
 	}
-	if got := sdk.New(nil).KeyLayout(p, sdk.Subject{"content": "c1"}); got.Sets != nil || got.Trail != "" {
+	if got := sdk.New(nil).Admin().KeyLayout(p, sdk.Subject{"content": "c1"}); got.Sets != nil || got.Trail != "" {
 		t.Errorf("KeyLayout(no user) = %+v, want the zero layout", got)
 	}
 }

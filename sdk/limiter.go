@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -24,14 +24,18 @@ import (
 // attempts at once; Peek asks without consuming; Wait delays instead of
 // denying; Reserve checks now and commits or cancels later.
 //
+// Administration and diagnostics (overrides, resets, inspection, the
+// backend's description, key layout, hot-deny statistics) are not the
+// Limiter's methods but its Admin's (Limiter.Admin).
+//
 // The zero Limiter, like New(nil), has no backend: every method that
-// returns an error returns one saying so (use New), under a fail-open
-// policy too — a missing backend is the caller's mistake, not a backend
+// returns an error returns one saying so (use New), its Admin's too,
+// under a fail-open policy too — a missing backend is the caller's mistake, not a backend
 // failure to decide through.
 type Limiter struct {
 	b       driver.Backend
 	prefix  string
-	clock   Clock
+	clock   driver.Clock
 	timeout time.Duration
 	observe []func(Event) // WithObserver, in the order given
 	hot     sync.Map      // policy name -> *hotSlot: the hot-deny caches
@@ -41,24 +45,22 @@ type Limiter struct {
 type Option func(*Limiter)
 
 // WithPrefix sets the first segment of every storage key (default
-// DefaultPrefix, "fc"), so that several applications can share one
+// "fc"), so that several applications can share one
 // database. Bytes outside [A-Za-z0-9_.-] are escaped as %XX, so a prefix
 // can never open a hash tag or forge a separator.
 func WithPrefix(p string) Option {
 	return func(l *Limiter) { l.prefix = sanitizePrefix(p) }
 }
 
-// Clock is where a Limiter reads the time (degraded decisions, Wait's
-// deadline check, Event.Latency, the hot-deny cache) and how Wait sleeps.
-// A *fakeclock.Clock is one for tests: its Sleep advances it at once.
-type Clock = driver.Clock
-
-// WithClock sets the Limiter's clock. By default a Limiter reads its
+// WithClock sets the clock where the Limiter reads the time (degraded
+// decisions, Wait's deadline check, Event.Latency, the hot-deny cache)
+// and with which Wait sleeps; a *fakeclock.Clock is one for tests, its
+// Sleep advancing it at once. By default a Limiter reads its
 // backend's clock when the backend decides on one of this process (the
 // memory backend: set memory.Options.Clock, once, and the Limiter
 // follows), else the system clock. Decisions themselves always use the
 // backend's clock (a Redis server's own).
-func WithClock(c Clock) Option {
+func WithClock(c driver.Clock) Option {
 	return func(l *Limiter) {
 		if c != nil {
 			l.clock = c
@@ -85,13 +87,11 @@ func WithObserver(f func(Event)) Option {
 	}
 }
 
-// Backend is what a Limiter decides with: backends/memory, backends/redis,
-// or any implementation of package sdk/driver's contract.
-type Backend = driver.Backend
-
-// New returns a Limiter that decides with b.
-func New(b Backend, opts ...Option) *Limiter {
-	l := &Limiter{b: b, prefix: DefaultPrefix, clock: driver.SystemClock}
+// New returns a Limiter that decides with b: backends/memory,
+// backends/redis, or any implementation of package sdk/driver's contract
+// (driver.Backend).
+func New(b driver.Backend, opts ...Option) *Limiter {
+	l := &Limiter{b: b, prefix: keyname.DefaultPrefix, clock: driver.SystemClock}
 	if cb, ok := b.(driver.Clocked); ok && cb.Clock() != nil {
 		l.clock = cb.Clock()
 	}
@@ -114,8 +114,8 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 		return Decision{}, nil, err
 	}
 	st, _ := l.b.(driver.Reserver) // nil for a nil backend, which fails in send
-	if ttl < time.Millisecond || ttl > MaxWindow {
-		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", MaxWindow, ttl)
+	if ttl < time.Millisecond || ttl > driver.MaxWindow {
+		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", driver.MaxWindow, ttl)
 	}
 	d, c, err := l.take(ctx, "reserve", opReserve, p, a, ttl)
 	if err != nil || !d.Allowed {
@@ -177,162 +177,6 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 		return fmt.Errorf("sdk: %s: %w", op, err)
 	}
 	return nil
-}
-
-// Reset forgets s under p: it deletes the state of every rule whose
-// dimensions s gives (a changed rule's former selves too, WithChange),
-// and the subject's open reservations; the denial trail and the
-// subject's overrides are kept. s must give the shard dimensions (ShardBy); rules needing
-// other dimensions s lacks are left alone. The backend must support
-// resets (the memory and Redis backends do), else the error wraps
-// errors.ErrUnsupported.
-func (l *Limiter) Reset(ctx context.Context, p *Policy, s Subject) error {
-	if err := l.hasBackend("reset"); err != nil {
-		return err
-	}
-	rs, ok := l.b.(driver.Resetter)
-	if !ok {
-		return fmt.Errorf("sdk: reset: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
-	}
-	res, err := resolve(l.prefix, p, s, true, nil)
-	if err != nil {
-		return fmt.Errorf("sdk: reset: %w", err)
-	}
-	if h := l.hotCacheOf(p); h != nil {
-		h.evictSubject(res.base)
-	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	req := l.request(p, res, 1)
-	if err := rs.Reset(ctx, req); err != nil {
-		return fmt.Errorf("sdk: reset: %w", err)
-	}
-	return nil
-}
-
-// ResetRules is Reset limited to the named rules of p: it deletes the
-// state of s under those rules and nothing else. Every other rule's
-// counts, the subject's open reservations and its denial trail are kept
-// (a reservation made before and cancelled or lapsed after still gives its
-// units back to every rule it took from, the ones reset included, never
-// below zero). s must give the shard dimensions and every dimension of the
-// named rules, else the error wraps ErrInvalidSubject.
-//
-// Rules keyed by the same dimensions share their state on some backends
-// (the Redis backend keeps a set of dimensions in one value and one
-// sorted set), so they are reset together: the names must include every
-// rule of p keyed by exactly the dimensions of a rule named. An unknown
-// name, no name at all, or a set of dimensions named in part is an error
-// wrapping ErrInvalidRule, and nothing is reset. The backend must support
-// resets, as for Reset.
-func (l *Limiter) ResetRules(ctx context.Context, p *Policy, s Subject, rules ...string) error {
-	if err := l.hasBackend("reset rules"); err != nil {
-		return err
-	}
-	rs, ok := l.b.(driver.Resetter)
-	if !ok {
-		return fmt.Errorf("sdk: reset rules: backend %T does not support reset: %w", l.b, errors.ErrUnsupported)
-	}
-	if err := p.valid(); err != nil {
-		return fmt.Errorf("sdk: reset rules: %w", err)
-	}
-	if err := p.checkResetSet(rules); err != nil {
-		return fmt.Errorf("sdk: reset rules: %w", err)
-	}
-	res, err := resolve(l.prefix, p, s, true, nil)
-	if err != nil {
-		return fmt.Errorf("sdk: reset rules: %w", err)
-	}
-	chosen := make([]driver.Rule, 0, len(rules))
-	for _, r := range res.rules {
-		if slices.Contains(rules, r.Name) {
-			chosen = append(chosen, r)
-		}
-	}
-	for _, name := range res.skipped {
-		if slices.Contains(rules, name) {
-			return fmt.Errorf("sdk: reset rules: %w: rule %q needs dimensions the subject does not give", ErrInvalidSubject, name)
-		}
-	}
-	if h := l.hotCacheOf(p); h != nil {
-		h.evictSubject(res.base)
-	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	req := l.request(p, res, 1)
-	req.Rules, req.ReservationKey = chosen, ""
-	if err := rs.Reset(ctx, req); err != nil {
-		return fmt.Errorf("sdk: reset rules: %w", err)
-	}
-	return nil
-}
-
-// Inspect reports the state of s under p without consuming anything: each
-// rule as a cost-1 peek, and the recent denials (each with the values it
-// blocked, Denial.Values) with how far back they go (TrailFull,
-// TrailSince). s must give the shard dimensions (ShardBy); rules needing
-// other dimensions s lacks are listed in Skipped: a denial in the trail by
-// one of them, with its Values, says which values may still be blocked. A
-// backend failure is always returned as an error. The backend must
-// support inspection (the memory and Redis backends do), else the error
-// wraps errors.ErrUnsupported.
-func (l *Limiter) Inspect(ctx context.Context, p *Policy, s Subject) (Inspection, error) {
-	if err := l.supports("inspect", opInspect); err != nil {
-		return Inspection{}, err
-	}
-	res, err := resolve(l.prefix, p, s, true, l.now)
-	if err != nil {
-		return Inspection{}, fmt.Errorf("sdk: inspect: %w", err)
-	}
-	req := l.request(p, res, 1)
-	a := l.send(ctx, opInspect, req)
-	r, lat, err := a.r, a.lat, a.err
-	if err != nil {
-		err = fmt.Errorf("sdk: inspect: %w", err)
-		l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Err: err, Latency: lat})
-		return Inspection{}, err
-	}
-	d := decide(p.name, res.rules, res.before, r)
-	l.emit(Event{Policy: p.name, PolicyRef: p, Op: "inspect", Decision: d, Latency: lat})
-	in := Inspection{
-		Policy:   p.name,
-		At:       r.Now,
-		Rules:    d.Rules,
-		Skipped:  res.skipped,
-		Denials:  denials(r.Trail),
-		TrailMax: p.trailMax,
-		TrailTTL: p.trailTTL,
-	}
-	in.TrailFull = p.trailMax > 0 && len(in.Denials) >= p.trailMax
-	return in, nil
-}
-
-// Description is a backend's account of itself: what it is, where it
-// keeps state and how it implements each algorithm (Limiter.Describe).
-type Description = driver.Description
-
-// Strategy is how a backend implements one algorithm, e.g. "tairhash"
-// because "EXHINCRBY on 3/3 masters".
-type Strategy = driver.Strategy
-
-// Describe returns the backend's account of itself. Not every backend can
-// describe itself (the memory and Redis backends can); one that cannot
-// returns an error wrapping errors.ErrUnsupported.
-func (l *Limiter) Describe(ctx context.Context) (Description, error) {
-	if err := l.hasBackend("describe"); err != nil {
-		return Description{}, err
-	}
-	ds, ok := l.b.(driver.Describer)
-	if !ok {
-		return Description{}, fmt.Errorf("sdk: describe: backend %T cannot describe itself: %w", l.b, errors.ErrUnsupported)
-	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	desc, err := ds.Describe(ctx)
-	if err != nil {
-		return Description{}, fmt.Errorf("sdk: describe: %w", err)
-	}
-	return desc, nil
 }
 
 // take makes one decision (op names it for errors and events).

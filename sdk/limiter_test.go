@@ -185,7 +185,7 @@ func TestDecisionTranslation(t *testing.T) {
 		d.CostTooHigh || !d.NonAtomic || !d.At.Equal(at) || d.Degraded {
 		t.Errorf("Allow(…) = %+v, want denied by recv-1m and burst, retry 10s, non-atomic, at %v", d, at)
 	}
-	want := sdk.RuleDecision{Rule: "content-59s", Algorithm: sdk.AlgorithmSlidingLog, Allowed: true, Used: 1, Limit: 2, Remaining: 1, ResetAfter: 59 * time.Second}
+	want := sdk.RuleDecision{Rule: "content-59s", Algorithm: driver.SlidingLog, Allowed: true, Used: 1, Limit: 2, Remaining: 1, ResetAfter: 59 * time.Second}
 	if d.Rules[1] != want {
 		t.Errorf("Allow(…).Rules[1] = %+v, want %+v", d.Rules[1], want)
 	}
@@ -246,7 +246,7 @@ func TestOps(t *testing.T) {
 		t.Errorf("two reservations share id %q", res.ID())
 	}
 
-	ins, err := lim.Inspect(ctx, p, sdk.Subject{"user": "u"})
+	ins, err := lim.Admin().Inspect(ctx, p, sdk.Subject{"user": "u"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,13 +258,13 @@ func TestOps(t *testing.T) {
 		t.Errorf("Inspect(user only) = %+v, want rules recv-1m, burst and content-59s skipped", ins)
 	}
 
-	if err := lim.Reset(ctx, p, sdk.Subject{"user": "u"}); err != nil {
+	if err := lim.Admin().Reset(ctx, p, sdk.Subject{"user": "u"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.reset[0]; len(r.Rules) != 2 || r.ReservationKey != req.ReservationKey {
 		t.Errorf("Reset sent %+v, want 2 rules and the reservation key", r)
 	}
-	if desc, err := lim.Describe(ctx); err != nil || desc.Name != "fake" {
+	if desc, err := lim.Admin().Describe(ctx); err != nil || desc.Name != "fake" {
 		t.Errorf("Describe() = %+v, %v, want fake", desc, err)
 	}
 }
@@ -284,17 +284,17 @@ func TestUnsupported(t *testing.T) {
 	if r := bare.PeekBatch(ctx, p, []sdk.Attempt{{Subject: s}}); !errors.Is(r[0].Err, errors.ErrUnsupported) {
 		t.Errorf("PeekBatch(…) without a driver.Peeker = %v, want %v", r[0].Err, errors.ErrUnsupported)
 	}
-	if _, err := bare.Inspect(ctx, p, s); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := bare.Admin().Inspect(ctx, p, s); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Inspect(…) without a driver.Inspector = %v, want %v", err, errors.ErrUnsupported)
 	}
 	_, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Reserve(…) = %v, want %v", err, errors.ErrUnsupported)
 	}
-	if err := lim.Reset(ctx, p, s); !errors.Is(err, errors.ErrUnsupported) {
+	if err := lim.Admin().Reset(ctx, p, s); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Reset(…) = %v, want %v", err, errors.ErrUnsupported)
 	}
-	if _, err := lim.Describe(ctx); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := lim.Admin().Describe(ctx); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Describe() = %v, want %v", err, errors.ErrUnsupported)
 	}
 }
@@ -322,7 +322,7 @@ func TestInvalidInput(t *testing.T) {
 		{"empty value", p, sdk.Subject{"user": "", "content": secret}, 1, sdk.ErrInvalidSubject, ""},
 		{"long value", p, sdk.Subject{"user": secret, "content": long}, 1, sdk.ErrInvalidSubject, ""},
 		{"negative cost", p, sdk.Subject{"user": secret, "content": "c"}, -5, sdk.ErrInvalidCost, ""},
-		{"cost above MaxLimit", p, sdk.Subject{"user": secret, "content": "c"}, sdk.MaxLimit + 1, sdk.ErrInvalidCost, "cost must be <= 1125899906842624 (MaxLimit)"},
+		{"cost above MaxLimit", p, sdk.Subject{"user": secret, "content": "c"}, driver.MaxLimit + 1, sdk.ErrInvalidCost, "cost must be <= 1125899906842624 (MaxLimit)"},
 		{"max int64 cost", p, sdk.Subject{"user": secret, "content": "c"}, math.MaxInt64, sdk.ErrInvalidCost, "cost must be <= 1125899906842624 (MaxLimit)"},
 	}
 	for _, tc := range tests {
@@ -351,20 +351,20 @@ func TestInvalidInput(t *testing.T) {
 	}
 	// Inspect and Reset need only the shard dimensions.
 	for _, s := range []sdk.Subject{nil, {"content": "c"}, {"user": ""}} {
-		if _, err := lim.Inspect(ctx, p, s); !errors.Is(err, sdk.ErrInvalidSubject) {
+		if _, err := lim.Admin().Inspect(ctx, p, s); !errors.Is(err, sdk.ErrInvalidSubject) {
 			t.Errorf("Inspect(%v) = %v, want %v", s, err, sdk.ErrInvalidSubject)
 		}
-		if err := lim.Reset(ctx, p, s); !errors.Is(err, sdk.ErrInvalidSubject) {
+		if err := lim.Admin().Reset(ctx, p, s); !errors.Is(err, sdk.ErrInvalidSubject) {
 			t.Errorf("Reset(%v) = %v, want %v", s, err, sdk.ErrInvalidSubject)
 		}
 	}
-	if _, err := lim.Inspect(ctx, nil, sdk.Subject{"user": "u"}); !errors.Is(err, sdk.ErrInvalidPolicy) {
+	if _, err := lim.Admin().Inspect(ctx, nil, sdk.Subject{"user": "u"}); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("Inspect(nil policy) = %v, want %v", err, sdk.ErrInvalidPolicy)
 	}
 	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, 0); err == nil {
 		t.Error("Reserve(…, ttl 0) = nil error, want one")
 	}
-	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, sdk.MaxWindow+1); err == nil || !strings.Contains(err.Error(), "(MaxWindow)") {
+	if _, _, err := lim.Reserve(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u", "content": "c"}}, driver.MaxWindow+1); err == nil || !strings.Contains(err.Error(), "(MaxWindow)") {
 		t.Errorf("Reserve(…, ttl MaxWindow+1) = %v, want an error naming MaxWindow", err)
 	}
 	nilLim := sdk.New(nil)
@@ -373,7 +373,7 @@ func TestInvalidInput(t *testing.T) {
 		"Allow":   func() error { _, err := nilLim.Allow(ctx, p, a.Subject); return err },
 		"Peek":    func() error { _, err := nilLim.Peek(ctx, p, a); return err },
 		"Reserve": func() error { _, _, err := nilLim.Reserve(ctx, p, a, time.Minute); return err },
-		"Inspect": func() error { _, err := nilLim.Inspect(ctx, p, a.Subject); return err },
+		"Inspect": func() error { _, err := nilLim.Admin().Inspect(ctx, p, a.Subject); return err },
 	} {
 		if err := call(); err == nil {
 			t.Errorf("New(nil).%s(…) = nil error, want one", name)
@@ -425,7 +425,7 @@ func TestFailurePolicy(t *testing.T) {
 			{"take", func() error { _, err := lim.Take(ctx, pushPolicy(t), a); return err }()},
 			{"peek", func() error { _, err := lim.Peek(ctx, pushPolicy(t), a); return err }()},
 			{"wait", func() error { _, err := lim.Wait(ctx, pushPolicy(t), a); return err }()},
-			{"inspect", func() error { _, err := lim.Inspect(ctx, pushPolicy(t), s); return err }()},
+			{"inspect", func() error { _, err := lim.Admin().Inspect(ctx, pushPolicy(t), s); return err }()},
 			{"peek batch", lim.PeekBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
 			{"take batch", lim.TakeBatch(ctx, pushPolicy(t), []sdk.Attempt{a})[0].Err},
 		} {
@@ -453,7 +453,7 @@ func TestFailurePolicy(t *testing.T) {
 			t.Errorf("Allow(empty subject) = %v, want %v", err, sdk.ErrInvalidSubject)
 		}
 		// Inspect is no decision: it reports the failure.
-		if _, err := lim.Inspect(ctx, p, s); !errors.Is(err, boom) {
+		if _, err := lim.Admin().Inspect(ctx, p, s); !errors.Is(err, boom) {
 			t.Errorf("Inspect(…) = %v, want %v", err, boom)
 		}
 	})
@@ -532,7 +532,7 @@ func TestObserver(t *testing.T) {
 	_, _ = lim.Peek(ctx, p, sdk.Attempt{Subject: s})
 	_, _, _ = lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Second)
 	_, _ = lim.Wait(ctx, p, sdk.Attempt{Subject: s})
-	_, _ = lim.Inspect(ctx, p, s)
+	_, _ = lim.Admin().Inspect(ctx, p, s)
 	if want := []string{"take", "take", "peek", "reserve", "wait", "inspect"}; !slices.Equal(ops, want) {
 		t.Errorf("observed ops = %q, want %q", ops, want)
 	}
@@ -572,7 +572,7 @@ func TestObservers(t *testing.T) {
 	if _, err := lim.Allow(ctx, p, s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lim.Inspect(ctx, p, s); err != nil {
+	if _, err := lim.Admin().Inspect(ctx, p, s); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"first", "second", "first", "second"}; !slices.Equal(order, want) {

@@ -66,7 +66,7 @@ func TestResetMemory(t *testing.T) {
 	}
 	// Reset with the user only: the per-user rules are forgotten, the
 	// per-content ones (which it cannot name) are kept.
-	if err := lim.Reset(ctx, push, sdk.Subject{"user": "A"}); err != nil {
+	if err := lim.Admin().Reset(ctx, push, sdk.Subject{"user": "A"}); err != nil {
 		t.Fatalf("Reset(user A) = %v", err)
 	}
 	want := map[string]int64{"recv-1m": 0, "recv-24h": 0, "content-59s": 2, "content-59m": 2} // the third send was denied
@@ -77,7 +77,7 @@ func TestResetMemory(t *testing.T) {
 		}
 	}
 	// The trail is kept.
-	ins, err := lim.Inspect(ctx, push, s)
+	ins, err := lim.Admin().Inspect(ctx, push, s)
 	if err != nil || len(ins.Denials) != 1 || ins.Denials[0].Rule != "content-59s" {
 		t.Errorf("Inspect(…).Denials after Reset = %+v, %v, want the content-59s denial", ins.Denials, err)
 	}

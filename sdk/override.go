@@ -11,12 +11,6 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The longest Override.Reason and Override.By, in bytes.
-const (
-	MaxOverrideReasonLen = 256
-	MaxOverrideByLen     = 64
-)
-
 // ReadsOverrides reports whether the policy's decisions read per-person
 // overrides (WithOverrides).
 func (p *Policy) ReadsOverrides() bool { return p != nil && p.overrides }
@@ -30,24 +24,25 @@ func (p *Policy) ReadsOverrides() bool { return p != nil && p.overrides }
 //
 // Each kind's meaning and their precedence (a block before an exempt
 // before limits) are those of driver.Request.OverrideKey. o must have a
-// known Kind; Limits only for OverrideLimit (at least one), naming rules
-// of p, each from 1 to MaxLimit (and giving a GCRA rule an emission
-// interval of at least MinInterval); Until zero (no end) or after now; a
-// Reason of at most MaxOverrideReasonLen bytes and a By of at most
-// MaxOverrideByLen, neither holding a line break. Else the error wraps
+// known Kind; Limits only for driver.Limit (at least one), naming rules
+// of p, each from 1 to driver.MaxLimit (and giving a GCRA rule an emission
+// interval of at least driver.MinInterval); Until zero (no end) or after now; a
+// Reason of at most driver.MaxOverrideReasonLen bytes and a By of at most
+// driver.MaxOverrideByLen, neither holding a line break. Else the error wraps
 // ErrInvalidOverride.
 //
 // The policy must read overrides (WithOverrides, or `overrides: true` in
 // a policy file), else the error wraps ErrInvalidPolicy; the backend must
 // keep them (driver.Overrider: the memory and Redis backends do), else
 // the error wraps errors.ErrUnsupported.
-func (l *Limiter) SetOverride(ctx context.Context, p *Policy, s Subject, o Override) (Override, error) {
+func (ad *Admin) SetOverride(ctx context.Context, p *Policy, s Subject, o driver.Override) (driver.Override, error) {
+	l := ad.lim()
 	ov, res, err := l.overrider("set override", p, s)
 	if err != nil {
-		return Override{}, err
+		return driver.Override{}, err
 	}
 	if err := p.checkOverride(o, l.now()); err != nil {
-		return Override{}, fmt.Errorf("sdk: set override: %w", err)
+		return driver.Override{}, fmt.Errorf("sdk: set override: %w", err)
 	}
 	o.ID, o.Created = 0, time.Time{}
 	o.Limits = maps.Clone(o.Limits)
@@ -55,7 +50,7 @@ func (l *Limiter) SetOverride(ctx context.Context, p *Policy, s Subject, o Overr
 	defer cancel()
 	out, err := ov.SetOverride(ctx, res.overrideKey, o)
 	if err != nil {
-		return Override{}, fmt.Errorf("sdk: set override: %w", err)
+		return driver.Override{}, fmt.Errorf("sdk: set override: %w", err)
 	}
 	l.forgetSubject(p, res.base)
 	return out, nil
@@ -64,7 +59,8 @@ func (l *Limiter) SetOverride(ctx context.Context, p *Policy, s Subject, o Overr
 // DeleteOverride removes override id of s under p. It returns an error
 // wrapping ErrOverrideNotFound when s has no such live override (never
 // set, deleted, or ended). Its requirements are SetOverride's.
-func (l *Limiter) DeleteOverride(ctx context.Context, p *Policy, s Subject, id int64) error {
+func (ad *Admin) DeleteOverride(ctx context.Context, p *Policy, s Subject, id int64) error {
+	l := ad.lim()
 	ov, res, err := l.overrider("delete override", p, s)
 	if err != nil {
 		return err
@@ -80,7 +76,8 @@ func (l *Limiter) DeleteOverride(ctx context.Context, p *Policy, s Subject, id i
 
 // Overrides returns the live overrides of s under p (those not ended), by
 // ID. Its requirements are SetOverride's.
-func (l *Limiter) Overrides(ctx context.Context, p *Policy, s Subject) ([]Override, error) {
+func (ad *Admin) Overrides(ctx context.Context, p *Policy, s Subject) ([]driver.Override, error) {
+	l := ad.lim()
 	ov, res, err := l.overrider("overrides", p, s)
 	if err != nil {
 		return nil, err
@@ -126,18 +123,18 @@ func (l *Limiter) forgetSubject(p *Policy, base string) {
 
 // checkOverride checks o for SetOverride at now. Errors wrap
 // ErrInvalidOverride.
-func (p *Policy) checkOverride(o Override, now time.Time) error {
+func (p *Policy) checkOverride(o driver.Override, now time.Time) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOverride}, args...)...)
 	}
 	switch o.Kind {
-	case OverrideExempt, OverrideBlock:
+	case driver.Exempt, driver.Block:
 		if len(o.Limits) > 0 {
-			return bad("limits are only for kind %v, got kind %v", OverrideLimit, o.Kind)
+			return bad("limits are only for kind %v, got kind %v", driver.Limit, o.Kind)
 		}
-	case OverrideLimit:
+	case driver.Limit:
 		if len(o.Limits) == 0 {
-			return bad("kind %v needs at least one rule's limit", OverrideLimit)
+			return bad("kind %v needs at least one rule's limit", driver.Limit)
 		}
 		for name, lim := range o.Limits {
 			i := -1
@@ -149,8 +146,8 @@ func (p *Policy) checkOverride(o Override, now time.Time) error {
 			if i < 0 {
 				return bad("policy %q has no rule %q", p.name, name)
 			}
-			if lim < 1 || lim > MaxLimit {
-				return bad("rule %q: limit must be from 1 to %d (MaxLimit), got %d", name, MaxLimit, lim)
+			if lim < 1 || lim > driver.MaxLimit {
+				return bad("rule %q: limit must be from 1 to %d (MaxLimit), got %d", name, driver.MaxLimit, lim)
 			}
 			r := p.rules[i]
 			r.Limit = lim
@@ -164,11 +161,11 @@ func (p *Policy) checkOverride(o Override, now time.Time) error {
 	if !o.Until.IsZero() && !o.Until.After(now) {
 		return bad("until %v is not after now (%v)", o.Until.UTC(), now.UTC())
 	}
-	if len(o.Reason) > MaxOverrideReasonLen {
-		return bad("reason is %d bytes, want <= %d", len(o.Reason), MaxOverrideReasonLen)
+	if len(o.Reason) > driver.MaxOverrideReasonLen {
+		return bad("reason is %d bytes, want <= %d", len(o.Reason), driver.MaxOverrideReasonLen)
 	}
-	if len(o.By) > MaxOverrideByLen {
-		return bad("by is %d bytes, want <= %d", len(o.By), MaxOverrideByLen)
+	if len(o.By) > driver.MaxOverrideByLen {
+		return bad("by is %d bytes, want <= %d", len(o.By), driver.MaxOverrideByLen)
 	}
 	if strings.ContainsAny(o.Reason, "\r\n") {
 		return bad("reason holds a line break")

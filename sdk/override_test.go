@@ -32,30 +32,30 @@ func TestSetOverrideValidation(t *testing.T) {
 	s := sdk.Subject{"user": "secret-user-value"}
 	tests := []struct {
 		name    string
-		o       sdk.Override
+		o       driver.Override
 		wantErr string // "": accepted
 	}{
-		{"exempt", sdk.Override{Kind: sdk.OverrideExempt, Reason: "vip", By: "ops"}, ""},
-		{"block until", sdk.Override{Kind: sdk.OverrideBlock, Until: now.Add(time.Hour)}, ""},
-		{"limit", sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"day": 100}}, ""},
-		{"unknown kind", sdk.Override{Kind: 9}, "unknown kind"},
-		{"zero kind", sdk.Override{}, "unknown kind"},
-		{"limits on exempt", sdk.Override{Kind: sdk.OverrideExempt, Limits: map[string]int64{"day": 1}}, "only for kind limit"},
-		{"limit without limits", sdk.Override{Kind: sdk.OverrideLimit}, "at least one"},
-		{"unknown rule", sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"nope": 1}}, "no rule"},
-		{"limit 0", sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"day": 0}}, "from 1 to"},
-		{"limit too high", sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"day": sdk.MaxLimit + 1}}, "from 1 to"},
-		{"gcra interval too short", sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"rate": 2_000_000}}, "emission interval"},
-		{"until past", sdk.Override{Kind: sdk.OverrideBlock, Until: now.Add(-time.Second)}, "not after now"},
-		{"until now", sdk.Override{Kind: sdk.OverrideBlock, Until: now}, "not after now"},
-		{"reason too long", sdk.Override{Kind: sdk.OverrideBlock, Reason: strings.Repeat("r", 257)}, "reason is 257 bytes"},
-		{"by too long", sdk.Override{Kind: sdk.OverrideBlock, By: strings.Repeat("b", 65)}, "by is 65 bytes"},
-		{"reason line break", sdk.Override{Kind: sdk.OverrideBlock, Reason: "a\nb"}, "line break"},
-		{"by line break", sdk.Override{Kind: sdk.OverrideBlock, By: "a\rb"}, "line break"},
+		{"exempt", driver.Override{Kind: driver.Exempt, Reason: "vip", By: "ops"}, ""},
+		{"block until", driver.Override{Kind: driver.Block, Until: now.Add(time.Hour)}, ""},
+		{"limit", driver.Override{Kind: driver.Limit, Limits: map[string]int64{"day": 100}}, ""},
+		{"unknown kind", driver.Override{Kind: 9}, "unknown kind"},
+		{"zero kind", driver.Override{}, "unknown kind"},
+		{"limits on exempt", driver.Override{Kind: driver.Exempt, Limits: map[string]int64{"day": 1}}, "only for kind limit"},
+		{"limit without limits", driver.Override{Kind: driver.Limit}, "at least one"},
+		{"unknown rule", driver.Override{Kind: driver.Limit, Limits: map[string]int64{"nope": 1}}, "no rule"},
+		{"limit 0", driver.Override{Kind: driver.Limit, Limits: map[string]int64{"day": 0}}, "from 1 to"},
+		{"limit too high", driver.Override{Kind: driver.Limit, Limits: map[string]int64{"day": driver.MaxLimit + 1}}, "from 1 to"},
+		{"gcra interval too short", driver.Override{Kind: driver.Limit, Limits: map[string]int64{"rate": 2_000_000}}, "emission interval"},
+		{"until past", driver.Override{Kind: driver.Block, Until: now.Add(-time.Second)}, "not after now"},
+		{"until now", driver.Override{Kind: driver.Block, Until: now}, "not after now"},
+		{"reason too long", driver.Override{Kind: driver.Block, Reason: strings.Repeat("r", 257)}, "reason is 257 bytes"},
+		{"by too long", driver.Override{Kind: driver.Block, By: strings.Repeat("b", 65)}, "by is 65 bytes"},
+		{"reason line break", driver.Override{Kind: driver.Block, Reason: "a\nb"}, "line break"},
+		{"by line break", driver.Override{Kind: driver.Block, By: "a\rb"}, "line break"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := lim.SetOverride(context.Background(), p, s, tc.o)
+			got, err := lim.Admin().SetOverride(context.Background(), p, s, tc.o)
 			if tc.wantErr == "" {
 				if err != nil || got.ID == 0 || !got.Created.Equal(now) {
 					t.Fatalf("SetOverride(%s) = %+v, %v, want it stored with an ID, created now", tc.name, got, err)
@@ -75,27 +75,27 @@ func TestSetOverrideValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := sdk.Override{Kind: sdk.OverrideExempt}
-	if _, err := lim.SetOverride(context.Background(), plain, s, o); !errors.Is(err, sdk.ErrInvalidPolicy) || !strings.Contains(err.Error(), "WithOverrides") {
+	o := driver.Override{Kind: driver.Exempt}
+	if _, err := lim.Admin().SetOverride(context.Background(), plain, s, o); !errors.Is(err, sdk.ErrInvalidPolicy) || !strings.Contains(err.Error(), "WithOverrides") {
 		t.Errorf("SetOverride(policy without overrides) = %v, want ErrInvalidPolicy naming WithOverrides", err)
 	}
-	if err := lim.DeleteOverride(context.Background(), plain, s, 1); !errors.Is(err, sdk.ErrInvalidPolicy) {
+	if err := lim.Admin().DeleteOverride(context.Background(), plain, s, 1); !errors.Is(err, sdk.ErrInvalidPolicy) {
 		t.Errorf("DeleteOverride(policy without overrides) = %v, want ErrInvalidPolicy", err)
 	}
 	bare := sdk.New(takeOnlyBackend{}) // store_test.go: no optional interface
-	if _, err := bare.SetOverride(context.Background(), p, s, o); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := bare.Admin().SetOverride(context.Background(), p, s, o); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetOverride(backend without overrides) = %v, want errors.ErrUnsupported", err)
 	}
-	if _, err := bare.Overrides(context.Background(), p, s); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := bare.Admin().Overrides(context.Background(), p, s); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Overrides(backend without overrides) = %v, want errors.ErrUnsupported", err)
 	}
-	if _, err := lim.Overrides(context.Background(), p, sdk.Subject{}); !errors.Is(err, sdk.ErrInvalidSubject) {
+	if _, err := lim.Admin().Overrides(context.Background(), p, sdk.Subject{}); !errors.Is(err, sdk.ErrInvalidSubject) {
 		t.Errorf("Overrides(no shard value) = %v, want ErrInvalidSubject", err)
 	}
-	if got := lim.KeyLayout(p, s).Overrides; !strings.HasSuffix(got, ":p:!o") {
+	if got := lim.Admin().KeyLayout(p, s).Overrides; !strings.HasSuffix(got, ":p:!o") {
 		t.Errorf("KeyLayout(p).Overrides = %q, want the base key and !o", got)
 	}
-	if got := lim.KeyLayout(plain, s).Overrides; got != "" {
+	if got := lim.Admin().KeyLayout(plain, s).Overrides; got != "" {
 		t.Errorf("KeyLayout(policy without overrides).Overrides = %q, want none", got)
 	}
 }
@@ -129,27 +129,27 @@ func TestOverrideHotDeny(t *testing.T) {
 		t.Fatalf("Allow #3 = cached %t, want the cached denial", d.Cached)
 	}
 	// An exempt set through the Limiter evicts the cached denial.
-	ex, err := lim.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideExempt})
+	ex, err := lim.Admin().SetOverride(ctx, p, s, driver.Override{Kind: driver.Exempt})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := allow("under exempt"); !d.Allowed || d.Cached || d.Override.ID != ex.ID || len(d.Denied) != 0 {
 		t.Fatalf("Allow under exempt = allowed %t, cached %t, override %d, denied %v, want allowed by #%d", d.Allowed, d.Cached, d.Override.ID, d.Denied, ex.ID)
 	}
-	if err := lim.DeleteOverride(ctx, p, s, ex.ID); err != nil {
+	if err := lim.Admin().DeleteOverride(ctx, p, s, ex.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A limit override's denial is never cached.
-	if _, err := lim.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"r": 1}}); err != nil {
+	if _, err := lim.Admin().SetOverride(ctx, p, s, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"r": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if d := allow("under limit"); d.Allowed || d.Cached || d.Override.Kind != sdk.OverrideLimit {
+		if d := allow("under limit"); d.Allowed || d.Cached || d.Override.Kind != driver.Limit {
 			t.Fatalf("Allow #%d under a limit override = allowed %t, cached %t, override kind %v, want a denial from the backend naming the override", i, d.Allowed, d.Cached, d.Override.Kind)
 		}
 	}
 	// A block is cached until its end.
-	blk, err := lim.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideBlock, Until: now.Add(time.Minute)})
+	blk, err := lim.Admin().SetOverride(ctx, p, s, driver.Override{Kind: driver.Block, Until: now.Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestWaitEndlessBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := sdk.Subject{"user": "u"}
-	if _, err := lim.SetOverride(context.Background(), p, s, sdk.Override{Kind: sdk.OverrideBlock}); err != nil {
+	if _, err := lim.Admin().SetOverride(context.Background(), p, s, driver.Override{Kind: driver.Block}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -200,7 +200,7 @@ func TestShadowHotDeny(t *testing.T) {
 			t.Fatalf("Allow #%d = allowed %t, cached %t, %v, want allowed from the backend (only the shadow rule would deny)", i, d.Allowed, d.Cached, err)
 		}
 	}
-	if st := lim.HotDenyStats(p); st.Entries != 0 {
+	if st := lim.Admin().HotDenyStats(p); st.Entries != 0 {
 		t.Errorf("HotDenyStats = %+v, want no entry: shadow rules never deny", st)
 	}
 	d, err := lim.Allow(context.Background(), p, s)

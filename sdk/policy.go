@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -107,11 +108,11 @@ func WithTrail(max int, ttl time.Duration) PolicyOption {
 // WithHotDenyCache makes every Limiter keep, per process, up to size recent
 // denials of this policy and answer a repeated request for a denied
 // subject locally, without a backend call, until the denial's RetryAfter
-// has passed (Decision.Cached). A
-// cached denial answers requests of at least the cost denied. It can
-// over-deny when units are given back elsewhere (a Reset or Cancel in
-// another process, a lapsed reservation) before RetryAfter; Reset and Cancel
-// through the same Limiter evict it. size must be > 0.
+// has passed (Decision.Cached). A cached denial answers requests of at
+// least the cost denied. It can over-deny when units are given back
+// elsewhere (a Reset or Cancel in another process, a lapsed reservation)
+// before RetryAfter; a Cancel through the same Limiter, or a Reset or an
+// override through its Admin, evicts it. size must be > 0.
 func WithHotDenyCache(size int) PolicyOption {
 	return func(o *policyOptions) error {
 		if size <= 0 {
@@ -170,7 +171,7 @@ func WithChange(rule string, changes ...Change) PolicyOption {
 }
 
 // WithOverrides makes the policy's decisions read the subject's
-// per-person overrides (Limiter.SetOverride), in the same atomic step:
+// per-person overrides (Admin.SetOverride), in the same atomic step:
 // one more key read per decision. Without it overrides are neither read
 // nor settable for the policy.
 func WithOverrides() PolicyOption {
@@ -201,7 +202,7 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return nil, -1, fmt.Errorf("policy %q: %w: "+format, append([]any{name, ErrInvalidPolicy}, args...)...)
 	}
 	if !validName(name) {
-		return bad("name must match [A-Za-z0-9_.-]{1,%d}", MaxNameLen)
+		return bad("name must match [A-Za-z0-9_.-]{1,%d}", keyname.MaxName)
 	}
 	if len(rules) == 0 {
 		return bad("no rules")
@@ -352,7 +353,7 @@ func (p *Policy) newChange(i int, c Change) (change, error) {
 	}
 	if id == p.ids[i] {
 		// Another meaning under the same keys (a GCRA rate, a limit
-		// across LogLine): From and the rule would share state.
+		// across driver.LogLine): From and the rule would share state.
 		return change{}, fmt.Errorf("rule %q: %w: change (version %d) from a rule with the same keys (another GCRA interval or a limit across LogLine, the same Epoch): give the rule a new Epoch",
 			name, ErrInvalidPolicy, c.Version)
 	}
@@ -398,7 +399,7 @@ func driverRule(r Rule) driver.Rule {
 // left out so that changing them keeps the counts.
 func ruleID(r Rule) string {
 	zone := ""
-	if r.Calendar != NoCalendar && r.Location != nil {
+	if r.Calendar != driver.NoCalendar && r.Location != nil {
 		zone = r.Location.String()
 	}
 	id := fmt.Sprintf("freqcap/rule/v1\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
@@ -508,7 +509,7 @@ func (p *Policy) checkResetSet(names []string) error {
 
 // SameDimensions returns the names of p's rules keyed by exactly the
 // dimensions named (in any order; the shard dimensions included), in
-// policy order: the sets Limiter.ResetRules resets whole.
+// policy order: the sets Admin.ResetRules resets whole.
 func (p *Policy) SameDimensions(dims ...string) []string {
 	if p == nil {
 		return nil

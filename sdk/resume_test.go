@@ -38,7 +38,7 @@ func TestReservationOf(t *testing.T) {
 	}
 	used := func() int64 {
 		t.Helper()
-		in, err := a.Inspect(ctx, p, full)
+		in, err := a.Admin().Inspect(ctx, p, full)
 		if err != nil {
 			t.Fatal(err)
 		}

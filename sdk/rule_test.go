@@ -35,46 +35,46 @@ func TestRuleValidation(t *testing.T) {
 		{"rate", sdk.GCRA("r", 30, time.Minute, 14).By("user"), nil, ""},
 		{"daily", sdk.Daily("d", 3, loc).By("user"), nil, ""},
 		{"hourly", sdk.Hourly("h", 3, loc).By("user"), nil, ""},
-		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
+		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
 		{"1ms window", sdk.FixedWindow("f", 1, time.Millisecond).By("user"), nil, ""},
 		{"1ms cells", sdk.SlidingWindow("s", 1, 10*time.Millisecond).By("user"), nil, ""},
-		{"limit at MaxLimit", sdk.FixedWindow("f", sdk.MaxLimit, time.Hour).By("user"), nil, ""},
-		{"window at MaxWindow", sdk.SlidingLog("l", 1, sdk.MaxWindow).By("user"), nil, ""},
+		{"limit at MaxLimit", sdk.FixedWindow("f", driver.MaxLimit, time.Hour).By("user"), nil, ""},
+		{"window at MaxWindow", sdk.SlidingLog("l", 1, driver.MaxWindow).By("user"), nil, ""},
 		{"gcra at MinInterval", sdk.GCRA("r", 1_000_000, time.Second, 0).By("user"), nil, ""},
 		// 1µs*9007199254740 = 9007199254740000ns, the largest multiple of 1µs <= 2^53ns.
 		{"gcra at MaxTolerance", sdk.GCRA("r", 1_000_000, time.Second, 9_007_199_254_739).By("user"), nil, ""},
-		{"gcra 1 per MaxTolerance", sdk.GCRA("r", 1, sdk.MaxTolerance, 0).By("user"), nil, ""},
+		{"gcra 1 per MaxTolerance", sdk.GCRA("r", 1, driver.MaxTolerance, 0).By("user"), nil, ""},
 
 		{"zero limit", sdk.FixedWindow("recv-1m", 0, time.Minute).By("user"), sdk.ErrInvalidRule, `rule "recv-1m": invalid rule: limit must be > 0, got 0`},
 		{"negative limit", sdk.FixedWindow("f", -1, time.Minute).By("user"), sdk.ErrInvalidRule, "limit must be > 0, got -1"},
-		{"limit above MaxLimit", sdk.FixedWindow("f", sdk.MaxLimit+1, time.Hour).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit), got 1125899906842625"},
+		{"limit above MaxLimit", sdk.FixedWindow("f", driver.MaxLimit+1, time.Hour).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit), got 1125899906842625"},
 		{"limit max int64", sdk.SlidingWindow("s", math.MaxInt64, time.Hour).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit)"},
 		{"gcra limit max int64", sdk.GCRA("r", math.MaxInt64, time.Hour, 0).By("user"), sdk.ErrInvalidRule, "limit must be <= 1125899906842624 (MaxLimit)"},
 		{"short window", sdk.FixedWindow("f", 1, time.Microsecond).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
-		{"window above MaxWindow", sdk.FixedWindow("f", 1, sdk.MaxWindow+1).By("user"), sdk.ErrInvalidRule, "window must be <= 625499h56m53.685248s (MaxWindow)"},
+		{"window above MaxWindow", sdk.FixedWindow("f", 1, driver.MaxWindow+1).By("user"), sdk.ErrInvalidRule, "window must be <= 625499h56m53.685248s (MaxWindow)"},
 		{"window max duration", sdk.SlidingWindow("s", 1, math.MaxInt64).By("user"), sdk.ErrInvalidRule, "(MaxWindow)"},
 		{"gcra window max duration", sdk.GCRA("r", 1, math.MaxInt64, 0).By("user"), sdk.ErrInvalidRule, "(MaxWindow)"},
-		{"burst above MaxLimit-1", sdk.GCRA("r", 1, time.Second, sdk.MaxLimit).By("user"), sdk.ErrInvalidRule, "burst must be <= 1125899906842623 (MaxLimit-1)"},
+		{"burst above MaxLimit-1", sdk.GCRA("r", 1, time.Second, driver.MaxLimit).By("user"), sdk.ErrInvalidRule, "burst must be <= 1125899906842623 (MaxLimit-1)"},
 		{"burst max int64", sdk.GCRA("r", 1, time.Second, math.MaxInt64).By("user"), sdk.ErrInvalidRule, "burst must be <= 1125899906842623 (MaxLimit-1)"},
 		{"gcra interval below MinInterval", sdk.GCRA("r", 1_000_001, time.Second, 0).By("user"), sdk.ErrInvalidRule, "emission interval window/limit must be >= 1µs (MinInterval), got 999ns"},
-		{"gcra interval zero", sdk.GCRA("r", sdk.MaxLimit, time.Millisecond, 0).By("user"), sdk.ErrInvalidRule, "emission interval window/limit must be >= 1µs (MinInterval), got 0s"},
+		{"gcra interval zero", sdk.GCRA("r", driver.MaxLimit, time.Millisecond, 0).By("user"), sdk.ErrInvalidRule, "emission interval window/limit must be >= 1µs (MinInterval), got 0s"},
 		{"gcra tolerance above MaxTolerance", sdk.GCRA("r", 1_000_000, time.Second, 9_007_199_254_740).By("user"), sdk.ErrInvalidRule, "tolerance window/limit*(burst+1) must be <= 2501h59m59.254740992s (MaxTolerance), got 1µs*9007199254741"},
-		{"gcra interval above MaxTolerance", sdk.GCRA("r", 1, sdk.MaxTolerance+1, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
-		{"gcra 1 per MaxWindow", sdk.GCRA("r", 1, sdk.MaxWindow, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
-		{"gcra max burst at max rate", sdk.GCRA("r", sdk.MaxLimit, sdk.MaxWindow, sdk.MaxLimit-1).By("user"), sdk.ErrInvalidRule, "(MaxTolerance), got 2µs*1125899906842624"},
+		{"gcra interval above MaxTolerance", sdk.GCRA("r", 1, driver.MaxTolerance+1, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
+		{"gcra 1 per MaxWindow", sdk.GCRA("r", 1, driver.MaxWindow, 0).By("user"), sdk.ErrInvalidRule, "(MaxTolerance)"},
+		{"gcra max burst at max rate", sdk.GCRA("r", driver.MaxLimit, driver.MaxWindow, driver.MaxLimit-1).By("user"), sdk.ErrInvalidRule, "(MaxTolerance), got 2µs*1125899906842624"},
 		{"zero window", sdk.SlidingLog("f", 1, 0).By("user"), sdk.ErrInvalidRule, "window must be >= 1ms"},
 		{"unknown algorithm", sdk.Rule{Name: "f", Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
 		{"unknown algorithm 9", sdk.Rule{Name: "f", Algorithm: 9, Limit: 1, Window: time.Second, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown algorithm"},
 		{"negative burst", sdk.GCRA("r", 1, time.Second, -1).By("user"), sdk.ErrInvalidRule, "burst must be >= 0, got -1"},
-		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
+		{"burst on fixed", sdk.Rule{Name: "f", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Second, Burst: 2, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "burst is only for gcra"},
 		{"cells below 1ms", sdk.SlidingWindow("s", 1, 10*time.Millisecond).WithSubWindows(11).By("user"), sdk.ErrInvalidRule, "sub_windows 11 makes cells of"},
 		{"negative cells", sdk.SlidingWindow("s", 1, time.Second).WithSubWindows(-1).By("user"), sdk.ErrInvalidRule, "sub_windows must be >= 0"},
 		{"cells on log", sdk.SlidingLog("l", 1, time.Second).WithSubWindows(4).By("user"), sdk.ErrInvalidRule, "sub_windows is only for sliding_window"},
-		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: sdk.AlgorithmSlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
+		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: driver.SlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
 		{"calendar without location", sdk.Daily("d", 1, nil).By("user"), sdk.ErrInvalidRule, "requires a location"},
-		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Calendar: sdk.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
-		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
-		{"location without calendar", sdk.Rule{Name: "d", Algorithm: sdk.AlgorithmFixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
+		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
+		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
+		{"location without calendar", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
 		{"empty name", sdk.FixedWindow("", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
 		{"name with colon", sdk.FixedWindow("a:b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
 		{"name with brace", sdk.FixedWindow("a{b", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
@@ -103,7 +103,7 @@ func TestRuleValidation(t *testing.T) {
 func TestRuleHelpers(t *testing.T) {
 	r := sdk.SlidingWindow("s", 5, time.Minute)
 	r2 := r.By("user", "content").WithSubWindows(6)
-	if r.Dimensions != nil || r.SubWindows != sdk.DefaultSubWindows {
+	if r.Dimensions != nil || r.SubWindows != driver.DefaultSubWindows {
 		t.Errorf("By/Cells changed the receiver: %+v", r)
 	}
 	if got, want := strings.Join(r2.Dimensions, ","), "user,content"; got != want {
@@ -124,27 +124,27 @@ func TestRuleHelpers(t *testing.T) {
 // sdk/driver's by value, so each must equal its driver twin.
 func TestDriverValues(t *testing.T) {
 	for _, tc := range []struct {
-		sdk    sdk.Algorithm
+		sdk    driver.Algorithm
 		driver driver.Algorithm
 	}{
-		{sdk.AlgorithmFixedWindow, driver.FixedWindow},
-		{sdk.AlgorithmSlidingWindow, driver.SlidingWindow},
-		{sdk.AlgorithmSlidingLog, driver.SlidingLog},
-		{sdk.AlgorithmGCRA, driver.GCRA},
+		{driver.FixedWindow, driver.FixedWindow},
+		{driver.SlidingWindow, driver.SlidingWindow},
+		{driver.SlidingLog, driver.SlidingLog},
+		{driver.GCRA, driver.GCRA},
 	} {
 		if driver.Algorithm(tc.sdk) != tc.driver || tc.sdk.String() != tc.driver.String() {
 			t.Errorf("sdk %v (%d) != driver %v (%d)", tc.sdk, tc.sdk, tc.driver, tc.driver)
 		}
 	}
 	for _, tc := range []struct {
-		sdk    sdk.CalendarUnit
+		sdk    driver.CalendarUnit
 		driver driver.CalendarUnit
-	}{{sdk.NoCalendar, driver.NoCalendar}, {sdk.Day, driver.Day}, {sdk.Hour, driver.Hour}} {
+	}{{driver.NoCalendar, driver.NoCalendar}, {driver.Day, driver.Day}, {driver.Hour, driver.Hour}} {
 		if driver.CalendarUnit(tc.sdk) != tc.driver {
 			t.Errorf("sdk calendar %v (%d) != driver %v (%d)", tc.sdk, tc.sdk, tc.driver, tc.driver)
 		}
 	}
-	if sdk.DefaultSubWindows != driver.DefaultSubWindows {
-		t.Errorf("DefaultSubWindows = %d, driver's %d", sdk.DefaultSubWindows, driver.DefaultSubWindows)
+	if driver.DefaultSubWindows != driver.DefaultSubWindows {
+		t.Errorf("DefaultSubWindows = %d, driver's %d", driver.DefaultSubWindows, driver.DefaultSubWindows)
 	}
 }

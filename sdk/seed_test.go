@@ -42,7 +42,7 @@ func newMemLimiter(t *testing.T, c *fakeclock.Clock) *sdk.Limiter {
 // used returns each rule's Used from an Inspect of s.
 func used(t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject) map[string]int64 {
 	t.Helper()
-	ins, err := lim.Inspect(context.Background(), p, s)
+	ins, err := lim.Admin().Inspect(context.Background(), p, s)
 	if err != nil {
 		t.Fatalf("Inspect(…) = %v", err)
 	}
@@ -98,7 +98,7 @@ func TestSeedCaps(t *testing.T) {
 		if d, err := lim.Allow(ctx, push, s); err != nil || !d.Allowed {
 			t.Errorf("Allow(send 16 after RetryAfter) = %+v, %v, want allowed", d, err)
 		}
-		ins, err := lim.Inspect(ctx, push, sdk.Subject{"user": "A"})
+		ins, err := lim.Admin().Inspect(ctx, push, sdk.Subject{"user": "A"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ import (
 //     be zero; so must any closed interval [t-W, t] over the limit);
 //   - the cost of strictness: the backend denies what the exact log would
 //     admit (printed with -v; docs/DESIGN.md quotes it): at most 1% of
-//     the attempts (the seed policy's limits are at most sdk.LogLine, so
+//     the attempts (the seed policy's limits are at most driver.LogLine, so
 //     its sliding windows are exact logs: none);
 //   - every retry-after and reset-after is at most the rule's window.
 //

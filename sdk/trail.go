@@ -20,15 +20,15 @@ import (
 
 // Bounds of what a denial trail entry records of its attempt
 // (Denial.Values): the values of the policy's dimensions other than the
-// shard ones, at most MaxTrailValues of them in at most MaxTrailValuesLen
+// shard ones, at most maxTrailValues of them in at most maxTrailValuesLen
 // bytes once escaped. Values that do not fit are left out, and
 // Denial.ValuesPartial says so.
 const (
-	// MaxTrailValues is the most dimension values one trail entry records.
-	MaxTrailValues = 8
-	// MaxTrailValuesLen bounds the encoded values of one trail entry, in
+	// maxTrailValues is the most dimension values one trail entry records.
+	maxTrailValues = 8
+	// maxTrailValuesLen bounds the encoded values of one trail entry, in
 	// bytes (a value of MaxValueLen bytes, every one escaped, takes 768).
-	MaxTrailValuesLen = 1024
+	maxTrailValuesLen = 1024
 )
 
 // trailMore marks an encoding from which some pairs were left out.
@@ -101,7 +101,7 @@ func trailValues(p *Policy, s Subject) string {
 		if n > 0 {
 			sep = 1
 		}
-		if n == MaxTrailValues || b.Len()+sep+len(ed)+1+len(ev)+len(","+trailMore) > MaxTrailValuesLen {
+		if n == maxTrailValues || b.Len()+sep+len(ed)+1+len(ev)+len(","+trailMore) > maxTrailValuesLen {
 			if n > 0 {
 				b.WriteByte(',')
 			}

@@ -55,8 +55,8 @@ func TestTrailValuesEncoding(t *testing.T) {
 			t.Errorf("parseTrailValues(%q) = %q, %v, want nil, true", f, vals, partial)
 		}
 	}
-	if got := len(trailValues(p, Subject{"user": "u", "content": strings.Repeat("|", MaxValueLen), "campaign": strings.Repeat("%", MaxValueLen)})); got > MaxTrailValuesLen {
-		t.Errorf("encoded values are %d bytes, want <= %d", got, MaxTrailValuesLen)
+	if got := len(trailValues(p, Subject{"user": "u", "content": strings.Repeat("|", MaxValueLen), "campaign": strings.Repeat("%", MaxValueLen)})); got > maxTrailValuesLen {
+		t.Errorf("encoded values are %d bytes, want <= %d", got, maxTrailValuesLen)
 	}
 }
 

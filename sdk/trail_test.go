@@ -49,7 +49,7 @@ func TestTrailValuesMemory(t *testing.T) {
 			if d, err := lim.Allow(ctx, p, s); err != nil || d.Allowed {
 				t.Fatalf("Allow(…) = %+v, %v, want denied", d, err)
 			}
-			ins, err := lim.Inspect(ctx, p, sdk.Subject{"user": user})
+			ins, err := lim.Admin().Inspect(ctx, p, sdk.Subject{"user": user})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func TestTrailValuesMemory(t *testing.T) {
 			s["content"], s["campaign"] = fmt.Sprint("m", i), "c"
 			lim.Allow(ctx, p, s)
 			lim.Allow(ctx, p, s)
-			ins, err := lim.Inspect(ctx, p, sdk.Subject{"user": "h"})
+			ins, err := lim.Admin().Inspect(ctx, p, sdk.Subject{"user": "h"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,15 +100,15 @@ func TestTrailValuesMemory(t *testing.T) {
 		s := sdk.Subject{"user": "n"}
 		lim.Allow(ctx, q, s)
 		lim.Allow(ctx, q, s)
-		ins, err := lim.Inspect(ctx, q, s)
+		ins, err := lim.Admin().Inspect(ctx, q, s)
 		if err != nil || len(ins.Denials) != 1 || ins.Denials[0].Values != nil {
 			t.Fatalf("Inspect(…) = %+v, %v, want one denial without values", ins.Denials, err)
 		}
 	})
 }
 
-// TestTrailValuesBounds: at most MaxTrailValues values, at most
-// MaxTrailValuesLen bytes; what is left out is said.
+// TestTrailValuesBounds: at most 8 values, at most 1,024 bytes
+// (Denial.Values); what is left out is said.
 func TestTrailValuesBounds(t *testing.T) {
 	clock := fakeclock.New(fakeNow)
 	lim := sdk.New(memory.New(&memory.Options{Clock: clock}))
@@ -130,7 +130,7 @@ func TestTrailValuesBounds(t *testing.T) {
 		wantN   int
 		partial bool
 	}{
-		{"short values", func(i int) string { return fmt.Sprint("v", i) }, sdk.MaxTrailValues, true},
+		{"short values", func(i int) string { return fmt.Sprint("v", i) }, 8, true},
 		{"longest values, all escaped", func(int) string { return strings.Repeat(",", sdk.MaxValueLen) }, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestTrailValuesBounds(t *testing.T) {
 			}
 			lim.Allow(ctx, p, s)
 			lim.Allow(ctx, p, s)
-			ins, err := lim.Inspect(ctx, p, sdk.Subject{"user": tc.name})
+			ins, err := lim.Admin().Inspect(ctx, p, sdk.Subject{"user": tc.name})
 			if err != nil || len(ins.Denials) != 1 {
 				t.Fatalf("Inspect(…) = %+v, %v, want one denial", ins.Denials, err)
 			}

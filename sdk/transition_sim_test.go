@@ -2,14 +2,16 @@ package sdk_test
 
 import (
 	"context"
-	"github.com/freqcap/freqcap/internal/ruleref"
 	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/ruleref"
+
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -205,16 +207,16 @@ func TestTransitionSimulation(t *testing.T) {
 func reachOf(r sdk.Rule) time.Duration {
 	r = ruleref.AsLog(r)
 	switch r.Algorithm {
-	case sdk.AlgorithmFixedWindow:
-		if r.Calendar != sdk.NoCalendar {
+	case driver.FixedWindow:
+		if r.Calendar != driver.NoCalendar {
 			return r.Window + time.Hour
 		}
 		return r.Window
-	case sdk.AlgorithmSlidingWindow:
+	case driver.SlidingWindow:
 		size := (r.Window / time.Duration(r.SubWindows)).Truncate(time.Millisecond)
 		back := (r.Window + size - 1) / size
 		return (back + 1) * size
-	case sdk.AlgorithmGCRA:
+	case driver.GCRA:
 		return (r.Window / time.Duration(r.Limit)).Truncate(time.Microsecond) * time.Duration(r.Burst+1)
 	}
 	return r.Window

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Wait is Take that delays instead of denying (shaping rather than
@@ -14,7 +16,7 @@ import (
 // admitted before it (a retry due exactly at the deadline counts as too
 // late), Wait returns the denied Decision and an error
 // wrapping ErrWaitTooLong at once, having consumed nothing; so does a
-// Block override without end (Limiter.SetOverride). A cost some
+// Block override without end (Admin.SetOverride). A cost some
 // rule can never admit returns ErrCostTooHigh at once. When ctx is done
 // while sleeping, Wait returns ctx's error. On these errors the Decision
 // returned is the last denial.
@@ -36,7 +38,7 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		if d.CostTooHigh {
 			return d, fmt.Errorf("sdk: wait: %w (denied by %v)", ErrCostTooHigh, d.Denied)
 		}
-		if d.Override.Kind == OverrideBlock && d.RetryAfter <= 0 {
+		if d.Override.Kind == driver.Block && d.RetryAfter <= 0 {
 			return d, fmt.Errorf("sdk: wait: %w: blocked by override #%d, which has no end", ErrWaitTooLong, d.Override.ID)
 		}
 		delay := max(d.RetryAfter, time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestZeroLimiter: every method of a zero Limiter (and of New(nil))
@@ -48,16 +49,16 @@ func TestZeroLimiter(t *testing.T) {
 				"TakeBatch":  func(l *sdk.Limiter) error { return l.TakeBatch(ctx, p, []sdk.Attempt{a})[0].Err },
 				"PeekBatch":  func(l *sdk.Limiter) error { return l.PeekBatch(ctx, p, []sdk.Attempt{a})[0].Err },
 				"Check":      func(l *sdk.Limiter) error { return l.Check(p, a) },
-				"Reset":      func(l *sdk.Limiter) error { return l.Reset(ctx, p, s) },
-				"ResetRules": func(l *sdk.Limiter) error { return l.ResetRules(ctx, p, s, "f") },
-				"Inspect":    func(l *sdk.Limiter) error { _, err := l.Inspect(ctx, p, s); return err },
-				"Describe":   func(l *sdk.Limiter) error { _, err := l.Describe(ctx); return err },
+				"Reset":      func(l *sdk.Limiter) error { return l.Admin().Reset(ctx, p, s) },
+				"ResetRules": func(l *sdk.Limiter) error { return l.Admin().ResetRules(ctx, p, s, "f") },
+				"Inspect":    func(l *sdk.Limiter) error { _, err := l.Admin().Inspect(ctx, p, s); return err },
+				"Describe":   func(l *sdk.Limiter) error { _, err := l.Admin().Describe(ctx); return err },
 				"SetOverride": func(l *sdk.Limiter) error {
-					_, err := l.SetOverride(ctx, p, s, sdk.Override{Kind: sdk.OverrideBlock})
+					_, err := l.Admin().SetOverride(ctx, p, s, driver.Override{Kind: driver.Block})
 					return err
 				},
-				"DeleteOverride": func(l *sdk.Limiter) error { return l.DeleteOverride(ctx, p, s, 1) },
-				"Overrides":      func(l *sdk.Limiter) error { _, err := l.Overrides(ctx, p, s); return err },
+				"DeleteOverride": func(l *sdk.Limiter) error { return l.Admin().DeleteOverride(ctx, p, s, 1) },
+				"Overrides":      func(l *sdk.Limiter) error { _, err := l.Admin().Overrides(ctx, p, s); return err },
 				"ReservationOf": func(l *sdk.Limiter) error {
 					_, err := l.ReservationOf(p, s, "0123456789abcdef")
 					return err
@@ -84,9 +85,46 @@ func TestZeroLimiter(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s/%s/no-error methods", lname, p.Name()), func(t *testing.T) {
 				l := mk()
-				_ = l.HotDenyStats(p) // must not panic
-				_ = l.KeyLayout(p, s)
+				_ = l.Admin().HotDenyStats(p) // must not panic
+				_ = l.Admin().KeyLayout(p, s)
 			})
+		}
+	}
+}
+
+// TestZeroAdmin: the zero Admin, like the Admin of a zero Limiter, has
+// no backend: every method that can fail says to use sdk.New, and none
+// panics.
+func TestZeroAdmin(t *testing.T) {
+	ctx := context.Background()
+	p, err := sdk.NewPolicy("p", []sdk.Rule{sdk.FixedWindow("f", 5, time.Minute).By("user")}, sdk.WithOverrides(), sdk.WithFailOpen())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sdk.Subject{"user": "a"}
+	admins := map[string]*sdk.Admin{"zero": {}, "nil Limiter's": (*sdk.Limiter)(nil).Admin()}
+	for aname, ad := range admins {
+		calls := map[string]func() error{
+			"Reset":          func() error { return ad.Reset(ctx, p, s) },
+			"ResetRules":     func() error { return ad.ResetRules(ctx, p, s, "f") },
+			"Inspect":        func() error { _, err := ad.Inspect(ctx, p, s); return err },
+			"Describe":       func() error { _, err := ad.Describe(ctx); return err },
+			"SetOverride":    func() error { _, err := ad.SetOverride(ctx, p, s, driver.Override{Kind: driver.Block}); return err },
+			"DeleteOverride": func() error { return ad.DeleteOverride(ctx, p, s, 1) },
+			"Overrides":      func() error { _, err := ad.Overrides(ctx, p, s); return err },
+		}
+		for name, call := range calls {
+			t.Run(aname+"/"+name, func(t *testing.T) {
+				if err := call(); err == nil || !strings.Contains(err.Error(), "sdk.New") {
+					t.Errorf("%s on the %s Admin = %v, want an error that says to use sdk.New", name, aname, err)
+				}
+			})
+		}
+		if st := ad.HotDenyStats(p); st != (sdk.HotDenyStats{}) {
+			t.Errorf("HotDenyStats on the %s Admin = %+v, want zero", aname, st)
+		}
+		if kl := ad.KeyLayout(p, s); kl.Trail == "" {
+			t.Errorf("KeyLayout on the %s Admin = %+v, want the keys (it touches no backend)", aname, kl)
 		}
 	}
 }

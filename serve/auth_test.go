@@ -63,18 +63,18 @@ func TestAuthScopes(t *testing.T) {
 						{"sender peeks on ads", func() error { _, err := sender.Peek(ctx, ads, sdk.Attempt{Subject: as}); return err }, 0},
 						{"sender may not take on ads", func() error { return take(sender, ads, as) }, connect.CodePermissionDenied},
 						{"sender may not batch on ads", func() error { return sender.TakeBatch(ctx, ads, []sdk.Attempt{{Subject: as}})[0].Err }, connect.CodePermissionDenied},
-						{"sender may not reset", func() error { return sender.Reset(ctx, push, sdk.Subject{"user": user}) }, connect.CodePermissionDenied},
-						{"sender may not inspect", func() error { _, err := sender.Inspect(ctx, push, sdk.Subject{"user": user}); return err }, connect.CodePermissionDenied},
+						{"sender may not reset", func() error { return sender.Admin().Reset(ctx, push, sdk.Subject{"user": user}) }, connect.CodePermissionDenied},
+						{"sender may not inspect", func() error { _, err := sender.Admin().Inspect(ctx, push, sdk.Subject{"user": user}); return err }, connect.CodePermissionDenied},
 						{"sender may not take on an unknown policy", func() error {
 							p, _ := sdk.NewPolicy("secret-policy", []sdk.Rule{sdk.FixedWindow("r", 1, time.Minute).By("user")})
 							return take(sender, p, sdk.Subject{"user": user})
 						}, connect.CodePermissionDenied},
-						{"auditor inspects", func() error { _, err := auditor.Inspect(ctx, ads, sdk.Subject{"user": user}); return err }, 0},
+						{"auditor inspects", func() error { _, err := auditor.Admin().Inspect(ctx, ads, sdk.Subject{"user": user}); return err }, 0},
 						{"auditor may not take", func() error { return take(auditor, push, s) }, connect.CodePermissionDenied},
 						{"no credential", func() error { return take(cl(""), push, s) }, connect.CodeUnauthenticated},
 						{"wrong credential", func() error { return take(cl("not-a-known-secret"), push, s) }, connect.CodeUnauthenticated},
 						{"a prefix of a secret", func() error { return take(cl(senderSecret[:8]), push, s) }, connect.CodeUnauthenticated},
-						{"support resets", func() error { return support.Reset(ctx, ads, sdk.Subject{"user": user}) }, 0},
+						{"support resets", func() error { return support.Admin().Reset(ctx, ads, sdk.Subject{"user": user}) }, 0},
 					} {
 						t.Run(tc.name, func(t *testing.T) {
 							err := tc.call()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -52,7 +53,7 @@ func TestPythonSender(t *testing.T) {
 	ps := mustLoad(t, strings.Replace(testPolicies, "  - name: push\n", "  - name: push\n    overrides: true\n", 1))
 	e := start(t, b, serve.Config{Callers: callers, Live: func() *policystore.Snapshot { return &policystore.Snapshot{Policies: ps} }})
 	blocked := sdk.Subject{"user": "py-blocked"}
-	if _, err := e.lim.SetOverride(context.Background(), ps[0], blocked, sdk.Override{Kind: sdk.OverrideBlock, Until: time.Now().Add(time.Hour), Reason: "complaint"}); err != nil {
+	if _, err := e.lim.Admin().SetOverride(context.Background(), ps[0], blocked, driver.Override{Kind: driver.Block, Until: time.Now().Add(time.Hour), Reason: "complaint"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -277,7 +278,7 @@ func TestEnvoyRateLimitService(t *testing.T) {
 		{"a dimension missing", supportSecret, envoyRequest("ads", 0, fresh, envoyDescriptor{entries: [][2]string{{"user", "envoy-4"}}, hits: -1}), codes.InvalidArgument},
 		{"an empty value", supportSecret, envoyRequest("ads", 0, fresh, envoyDescriptor{entries: [][2]string{{"user", "envoy-4"}, {"campaign", ""}}, hits: -1}), codes.InvalidArgument},
 		{"a key twice", supportSecret, envoyRequest("ads", 0, fresh, envoyDescriptor{entries: [][2]string{{"user", "envoy-4"}, {"campaign", "a"}, {"campaign", "b"}}, hits: -1}), codes.InvalidArgument},
-		{"a cost above MaxLimit", supportSecret, envoyRequest("ads", 0, fresh, ads("envoy-4", sdk.MaxLimit+1)), codes.InvalidArgument},
+		{"a cost above MaxLimit", supportSecret, envoyRequest("ads", 0, fresh, ads("envoy-4", driver.MaxLimit+1)), codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := call(tc.token, tc.req)

@@ -17,6 +17,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -73,13 +74,13 @@ func TestReadyzEviction(t *testing.T) {
 			if tc.evicts {
 				// A decision on the refusing backend: failed_precondition,
 				// REASON_BACKEND_REFUSED (not unavailable: retrying does not
-				// help), errors.Is sdk.ErrRefused, no address in the message.
+				// help), errors.Is driver.ErrRefused, no address in the message.
 				for _, pr := range []client.Protocol{client.GRPC, client.ConnectJSON} {
 					c := client.New(er.url, &client.Options{Protocol: pr, Timeout: 5 * time.Second})
 					_, err := c.Take(context.Background(), er.policies["push"], sdk.Attempt{Subject: sdk.Subject{"user": "u-evict", "content": "c"}})
 					if connect.CodeOf(err) != connect.CodeFailedPrecondition || protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_BACKEND_REFUSED ||
-						!errors.Is(err, sdk.ErrRefused) || strings.Contains(err.Error(), srv.Addr()) {
-						t.Errorf("Take (%v) on the refusing backend = %v (%v, %v), want failed_precondition, REASON_BACKEND_REFUSED, errors.Is sdk.ErrRefused, no address", pr, err, connect.CodeOf(err), protoconv.ReasonOf(err))
+						!errors.Is(err, driver.ErrRefused) || strings.Contains(err.Error(), srv.Addr()) {
+						t.Errorf("Take (%v) on the refusing backend = %v (%v, %v), want failed_precondition, REASON_BACKEND_REFUSED, errors.Is driver.ErrRefused, no address", pr, err, connect.CodeOf(err), protoconv.ReasonOf(err))
 					}
 				}
 			}

@@ -48,7 +48,7 @@ func TestClientFailOpen(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Errorf("%s: Take(fail-closed) = %v, want unavailable", pr.name, err)
 		}
-		if _, err := c.Inspect(ctx, ads, s); err == nil || errors.Is(err, sdk.ErrInvalidSubject) {
+		if _, err := c.Admin().Inspect(ctx, ads, s); err == nil || errors.Is(err, sdk.ErrInvalidSubject) {
 			t.Errorf("%s: Inspect = %v, want a transport error", pr.name, err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/prom"
 	"github.com/freqcap/freqcap/serve"
@@ -63,19 +64,19 @@ func loadPolicies(t testing.TB) []*sdk.Policy {
 // backendKind names a backend the tests run against.
 type backendKind struct {
 	name string
-	new  func(t testing.TB) (sdk.Backend, func(context.Context) error)
+	new  func(t testing.TB) (driver.Backend, func(context.Context) error)
 }
 
 // backendKinds are memory, a real Redis (coalescing on, as serve runs it)
 // and a Redis Cluster.
 var backendKinds = []backendKind{
-	{"memory", func(t testing.TB) (sdk.Backend, func(context.Context) error) { return memory.New(nil), nil }},
-	{"redis", func(t testing.TB) (sdk.Backend, func(context.Context) error) {
+	{"memory", func(t testing.TB) (driver.Backend, func(context.Context) error) { return memory.New(nil), nil }},
+	{"redis", func(t testing.TB) (driver.Backend, func(context.Context) error) {
 		c := goredis.NewUniversalClient(testserver.Patient(redis.NewClientOptions(redistest.Standalone(t))))
 		t.Cleanup(func() { c.Close() })
 		return redis.New(c, &redis.Options{Coalesce: 4}), func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	}},
-	{"cluster", func(t testing.TB) (sdk.Backend, func(context.Context) error) {
+	{"cluster", func(t testing.TB) (driver.Backend, func(context.Context) error) {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...))
 		o.IsClusterMode = true
 		c := goredis.NewUniversalClient(o)
@@ -110,7 +111,7 @@ type env struct {
 // start serves policies over b on a loopback port; cfg's Limiter (unless
 // given: then it must be over b), Policies, Audit and Registry are filled
 // in. Each env has its own key prefix.
-func start(t testing.TB, b sdk.Backend, cfg serve.Config) *env {
+func start(t testing.TB, b driver.Backend, cfg serve.Config) *env {
 	t.Helper()
 	e := &env{policies: map[string]*sdk.Policy{}, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	col := prom.New(nil)
@@ -170,7 +171,7 @@ func (e *env) audits() []serve.AuditEntry {
 // used reads a rule's count for s directly from the backend.
 func (e *env) used(t testing.TB, policy string, s sdk.Subject, rule string) int64 {
 	t.Helper()
-	in, err := e.lim.Inspect(context.Background(), e.policies[policy], s)
+	in, err := e.lim.Admin().Inspect(context.Background(), e.policies[policy], s)
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
@@ -185,7 +186,7 @@ func (e *env) used(t testing.TB, policy string, s sdk.Subject, rule string) int6
 
 // redisBackend is a Redis backend on addr with coalescing, as serve runs
 // it, and its readiness probe.
-func redisBackend(t testing.TB, addr string) (sdk.Backend, func(context.Context) error) {
+func redisBackend(t testing.TB, addr string) (driver.Backend, func(context.Context) error) {
 	c := goredis.NewUniversalClient(testserver.Patient(redis.NewClientOptions(addr)))
 	t.Cleanup(func() { c.Close() })
 	return redis.New(c, &redis.Options{Coalesce: 4}), func(ctx context.Context) error { return c.Ping(ctx).Err() }

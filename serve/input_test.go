@@ -13,6 +13,7 @@ import (
 
 	"github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -85,23 +86,32 @@ func TestBadInput(t *testing.T) {
 						}, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
 						{"negative cost", func() error { _, err := c.Take(ctx, push, sdk.Attempt{Subject: s, Cost: -1}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
 						{"cost above MaxLimit", func() error {
-							_, err := c.Take(ctx, bulk, sdk.Attempt{Subject: sdk.Subject{"user": user}, Cost: sdk.MaxLimit + 1})
+							_, err := c.Take(ctx, bulk, sdk.Attempt{Subject: sdk.Subject{"user": user}, Cost: driver.MaxLimit + 1})
 							return err
 						}, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
-						{"peek cost above MaxLimit", func() error { _, err := c.Peek(ctx, push, sdk.Attempt{Subject: s, Cost: sdk.MaxLimit + 1}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
+						{"peek cost above MaxLimit", func() error {
+							_, err := c.Peek(ctx, push, sdk.Attempt{Subject: s, Cost: driver.MaxLimit + 1})
+							return err
+						}, connect.CodeInvalidArgument, sdk.ErrInvalidCost},
 						{"idempotency key too long", func() error {
 							_, err := c.Take(ctx, push, sdk.Attempt{Subject: s, IdempotencyKey: strings.Repeat("k", sdk.MaxIdempotencyKeyLen+1)})
 							return err
 						}, connect.CodeInvalidArgument, sdk.ErrInvalidIdempotencyKey},
 						{"reserve ttl too long", func() error { _, _, err := c.Reserve(ctx, push, sdk.Attempt{Subject: s}, 2*time.Hour); return err }, connect.CodeInvalidArgument, nil},
-						{"malformed reservation id", func() error { return c.ReservationOf(push, s, "zz").Commit(ctx) }, connect.CodeNotFound, sdk.ErrReservationNotFound},
+						{"unknown reservation id", func() error {
+							r, err := c.ReservationOf(push, s, "0123456789abcdef")
+							if err != nil {
+								return err
+							}
+							return r.Commit(ctx)
+						}, connect.CodeNotFound, sdk.ErrReservationNotFound},
 						{"batch too long", func() error { return c.TakeBatch(ctx, push, many)[0].Err }, connect.CodeInvalidArgument, nil},
 						{"oversized request", func() error {
 							_, err := c.Take(ctx, push, sdk.Attempt{Subject: s, IdempotencyKey: strings.Repeat("k", 5<<10)})
 							return err
 						}, connect.CodeResourceExhausted, nil},
-						{"inspect without shard value", func() error { _, err := c.Inspect(ctx, push, sdk.Subject{"content": "c"}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
-						{"reset without shard value", func() error { return c.Reset(ctx, push, sdk.Subject{"content": "c"}) }, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
+						{"inspect without shard value", func() error { _, err := c.Admin().Inspect(ctx, push, sdk.Subject{"content": "c"}); return err }, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
+						{"reset without shard value", func() error { return c.Admin().Reset(ctx, push, sdk.Subject{"content": "c"}) }, connect.CodeInvalidArgument, sdk.ErrInvalidSubject},
 					} {
 						t.Run(tc.name, func(t *testing.T) {
 							err := tc.call()

@@ -15,6 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
@@ -137,7 +138,7 @@ func TestAdminScope(t *testing.T) {
 				return err
 			}
 			setOverride := func(c *client.Client) error {
-				_, err := c.SetOverride(ctx, push, s, sdk.Override{Kind: sdk.OverrideBlock, Reason: "test"})
+				_, err := c.Admin().SetOverride(ctx, push, s, driver.Override{Kind: driver.Block, Reason: "test"})
 				return err
 			}
 			for _, tc := range []struct {
@@ -151,7 +152,7 @@ func TestAdminScope(t *testing.T) {
 					return err
 				}, connect.CodePermissionDenied},
 				{"*@* may not set an override", func() error { return setOverride(support) }, connect.CodePermissionDenied},
-				{"*@* may not delete an override", func() error { return support.DeleteOverride(ctx, push, s, 1) }, connect.CodePermissionDenied},
+				{"*@* may not delete an override", func() error { return support.Admin().DeleteOverride(ctx, push, s, 1) }, connect.CodePermissionDenied},
 				{"admin on push may not apply", func() error { return apply(pushAdmin) }, connect.CodePermissionDenied},
 				{"inspect on push may not read the store", func() error {
 					_, err := auditor.PolicyHistory(ctx, 0)

@@ -12,6 +12,7 @@ import (
 	"github.com/freqcap/freqcap/client"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -46,7 +47,7 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 				t.Fatalf("Take #%d = %+v: want policy push, 4 rules, a time", i, d)
 			}
 			if r := d.Rules[2]; r.Rule != "content-59s" || r.Used != int64(i) || r.Limit != 2 || r.Remaining != int64(2-i) ||
-				r.Algorithm != sdk.AlgorithmSlidingWindow || r.ResetAfter <= 0 || !r.Allowed {
+				r.Algorithm != driver.SlidingWindow || r.ResetAfter <= 0 || !r.Allowed {
 				t.Errorf("Take #%d rule content-59s = %+v", i, r)
 			}
 		}
@@ -124,7 +125,11 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 		}
 		// Settled through a Reservation built from the shard value alone
 		// (another process, another replica).
-		if err := c.ReservationOf(ads, sdk.Subject{"user": user}, r.ID()).Cancel(ctx); err != nil {
+		r2, err := c.ReservationOf(ads, sdk.Subject{"user": user}, r.ID())
+		if err != nil {
+			t.Fatalf("ReservationOf: %v", err)
+		}
+		if err := r2.Cancel(ctx); err != nil {
 			t.Fatalf("Cancel: %v", err)
 		}
 		if got := e.used(t, "ads", as, "daily"); got != 1 {
@@ -181,11 +186,11 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 	})
 
 	t.Run("inspect", func(t *testing.T) {
-		in, err := c.Inspect(ctx, push, sdk.Subject{"user": user})
+		in, err := c.Admin().Inspect(ctx, push, sdk.Subject{"user": user})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := e.lim.Inspect(ctx, push, sdk.Subject{"user": user})
+		want, err := e.lim.Admin().Inspect(ctx, push, sdk.Subject{"user": user})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,12 +209,8 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 
 	t.Run("reset", func(t *testing.T) {
 		before := len(e.audits())
-		reset, kept, err := c.ResetRules(ctx, push, sdk.Subject{"user": user})
-		if err != nil {
+		if err := c.Admin().Reset(ctx, push, sdk.Subject{"user": user}); err != nil {
 			t.Fatal(err)
-		}
-		if !slices.Equal(reset, []string{"recv-1m", "recv-24h"}) || !slices.Equal(kept, []string{"content-59s", "content-59m"}) {
-			t.Errorf("Reset = %v kept %v", reset, kept)
 		}
 		if got := e.used(t, "push", s, "recv-1m"); got != 0 {
 			t.Errorf("recv-1m used after Reset = %d, want 0", got)
@@ -221,7 +222,8 @@ func testOperations(t *testing.T, e *env, c *client.Client, user string) {
 		if len(au) != before+1 {
 			t.Fatalf("audit entries = %d, want %d", len(au), before+1)
 		}
-		if a := au[len(au)-1]; a.Caller != "local" || a.Policy != "push" || a.Subject["user"] != user || a.Outcome != "ok" || !slices.Equal(a.Rules, reset) {
+		if a := au[len(au)-1]; a.Caller != "local" || a.Policy != "push" || a.Subject["user"] != user || a.Outcome != "ok" ||
+			!slices.Equal(a.Rules, []string{"recv-1m", "recv-24h"}) || !slices.Equal(a.Kept, []string{"content-59s", "content-59m"}) {
 			t.Errorf("audit entry = %+v", a)
 		}
 	})

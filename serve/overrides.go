@@ -12,6 +12,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // overrideService implements OverrideService over the Limiter (a
@@ -43,10 +44,10 @@ func (ovs *overrideService) failed(op string, p *sdk.Policy, err error) error {
 
 // describe says what an override does, for the audit log (no subject
 // values).
-func describe(o sdk.Override) string {
+func describe(o driver.Override) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "override #%d %s", o.ID, o.Kind)
-	if o.Kind == sdk.OverrideExempt && o.Counted {
+	if o.Kind == driver.Exempt && o.Counted {
 		b.WriteString(" (counted)")
 	}
 	if len(o.Limits) > 0 {
@@ -93,7 +94,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override is required")
 	}
 	if in.GetKind() == freqcapv1.OverrideKind_OVERRIDE_KIND_UNSPECIFIED {
-		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "override.kind is required: exempt, block or limit")
+		return nil, invalid(freqcapv1.Reason_REASON_INVALID_OVERRIDE, "override.kind is required: exempt, block or limit")
 	}
 	o := protoconv.FromOverride(in)
 	o.ID, o.Created, o.By = 0, time.Time{}, callerOf(ctx).Name
@@ -106,7 +107,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 		}
 		o.Until = ovs.s.cfg.Now().Add(ttl.AsDuration())
 	}
-	got, err := ov.SetOverride(ctx, p, m.GetSubject(), o)
+	got, err := ov.Admin().SetOverride(ctx, p, m.GetSubject(), o)
 	detail := describe(got)
 	if err != nil {
 		detail = describe(o)
@@ -126,7 +127,7 @@ func (ovs *overrideService) ListOverrides(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
-	list, err := ov.Overrides(ctx, p, m.GetSubject())
+	list, err := ov.Admin().Overrides(ctx, p, m.GetSubject())
 	if err != nil {
 		return nil, ovs.failed("list overrides", p, err)
 	}
@@ -146,7 +147,7 @@ func (ovs *overrideService) DeleteOverride(ctx context.Context, req *connect.Req
 	if m.GetId() <= 0 {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "id is required (ListOverrides lists them)")
 	}
-	err = ov.DeleteOverride(ctx, p, m.GetSubject(), m.GetId())
+	err = ov.Admin().DeleteOverride(ctx, p, m.GetSubject(), m.GetId())
 	if aerr := ovs.audit(ctx, req.Peer().Addr, ActionOverrideDelete, p, m.GetSubject(), fmt.Sprintf("override #%d", m.GetId()), err); aerr != nil {
 		return nil, aerr
 	}

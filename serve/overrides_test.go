@@ -15,6 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -41,27 +42,27 @@ func TestOverridesAPI(t *testing.T) {
 			// A block denies, names itself, and is trailed.
 			abuser := sdk.Subject{"user": "abuser"}
 			until := time.Now().Add(time.Hour).Truncate(time.Second)
-			blk, err := admin.SetOverride(ctx, vip, abuser, sdk.Override{Kind: sdk.OverrideBlock, Until: until, Reason: "abuse report 7", By: "someone else"})
-			if err != nil || blk.ID <= 0 || blk.Kind != sdk.OverrideBlock || blk.By != "vipadmin" || !blk.Until.Equal(until) || blk.Created.IsZero() {
+			blk, err := admin.Admin().SetOverride(ctx, vip, abuser, driver.Override{Kind: driver.Block, Until: until, Reason: "abuse report 7", By: "someone else"})
+			if err != nil || blk.ID <= 0 || blk.Kind != driver.Block || blk.By != "vipadmin" || !blk.Until.Equal(until) || blk.Created.IsZero() {
 				t.Fatalf("SetOverride(block) = %+v, %v; want an id, by vipadmin, until %v", blk, err, until)
 			}
 			d, err := sender.Take(ctx, vip, sdk.Attempt{Subject: abuser})
-			if err != nil || d.Allowed || len(d.Denied) != 0 || d.Override.ID != blk.ID || d.Override.Kind != sdk.OverrideBlock || d.Override.Reason != "abuse report 7" ||
+			if err != nil || d.Allowed || len(d.Denied) != 0 || d.Override.ID != blk.ID || d.Override.Kind != driver.Block || d.Override.Reason != "abuse report 7" ||
 				!d.Override.Until.Equal(until) || d.RetryAfter <= 50*time.Minute {
 				t.Fatalf("Take(abuser) = %+v, %v; want denied by override #%d until %v", d, err, blk.ID, until)
 			}
-			in, err := auditor.Inspect(ctx, vip, abuser)
+			in, err := auditor.Admin().Inspect(ctx, vip, abuser)
 			if err != nil || len(in.Denials) == 0 || in.Denials[0].Override != blk.ID || in.Denials[0].Rule != "" {
 				t.Fatalf("Inspect(abuser) = %+v, %v; want a trail entry naming override #%d", in.Denials, err, blk.ID)
 			}
-			list, err := auditor.Overrides(ctx, vip, abuser)
+			list, err := auditor.Admin().Overrides(ctx, vip, abuser)
 			if err != nil || len(list) != 1 || list[0].ID != blk.ID || list[0].Reason != "abuse report 7" {
 				t.Fatalf("Overrides(abuser) = %+v, %v; want override #%d", list, err, blk.ID)
 			}
-			if err := admin.DeleteOverride(ctx, vip, abuser, blk.ID); err != nil {
+			if err := admin.Admin().DeleteOverride(ctx, vip, abuser, blk.ID); err != nil {
 				t.Fatalf("DeleteOverride: %v", err)
 			}
-			if err := admin.DeleteOverride(ctx, vip, abuser, blk.ID); !errors.Is(err, sdk.ErrOverrideNotFound) || connect.CodeOf(err) != connect.CodeNotFound {
+			if err := admin.Admin().DeleteOverride(ctx, vip, abuser, blk.ID); !errors.Is(err, sdk.ErrOverrideNotFound) || connect.CodeOf(err) != connect.CodeNotFound {
 				t.Fatalf("DeleteOverride again = %v, want not_found, ErrOverrideNotFound", err)
 			}
 			if d, err := sender.Take(ctx, vip, sdk.Attempt{Subject: abuser}); err != nil || !d.Allowed || d.Override.ID != 0 {
@@ -70,13 +71,13 @@ func TestOverridesAPI(t *testing.T) {
 
 			// An uncounted exempt admits past the limit, naming itself.
 			star := sdk.Subject{"user": "star"}
-			ex, err := admin.SetOverride(ctx, vip, star, sdk.Override{Kind: sdk.OverrideExempt, Reason: "ceo"})
+			ex, err := admin.Admin().SetOverride(ctx, vip, star, driver.Override{Kind: driver.Exempt, Reason: "ceo"})
 			if err != nil {
 				t.Fatalf("SetOverride(exempt): %v", err)
 			}
 			for i := range 4 {
 				d, err := sender.Take(ctx, vip, sdk.Attempt{Subject: star})
-				if err != nil || !d.Allowed || d.Override.ID != ex.ID || d.Override.Kind != sdk.OverrideExempt {
+				if err != nil || !d.Allowed || d.Override.ID != ex.ID || d.Override.Kind != driver.Exempt {
 					t.Fatalf("Take(star) #%d = %+v, %v; want allowed by override #%d", i+1, d, err, ex.ID)
 				}
 			}
@@ -113,7 +114,7 @@ func TestOverridesAPI(t *testing.T) {
 					t.Fatalf("Take(plain) #%d = %+v, %v; want allowed, shadow_denied %q", i, d, err, wantShadow)
 				}
 			}
-			in, err = auditor.Inspect(ctx, vip, plain)
+			in, err = auditor.Admin().Inspect(ctx, vip, plain)
 			if err != nil || len(in.Denials) != 1 || !in.Denials[0].Shadow || in.Denials[0].Rule != "trial" {
 				t.Fatalf("Inspect(plain).Denials = %+v, %v; want one shadow entry of trial", in.Denials, err)
 			}
@@ -125,22 +126,22 @@ func TestOverridesAPI(t *testing.T) {
 				code connect.Code
 			}{
 				{"a policy without overrides", func() error {
-					_, err := admin.SetOverride(ctx, push, sdk.Subject{"user": "x"}, sdk.Override{Kind: sdk.OverrideExempt})
+					_, err := admin.Admin().SetOverride(ctx, push, sdk.Subject{"user": "x"}, driver.Override{Kind: driver.Exempt})
 					return err
 				}, connect.CodeInvalidArgument},
 				{"inspect may not set", func() error {
-					_, err := auditor.SetOverride(ctx, vip, star, sdk.Override{Kind: sdk.OverrideExempt})
+					_, err := auditor.Admin().SetOverride(ctx, vip, star, driver.Override{Kind: driver.Exempt})
 					return err
 				}, connect.CodePermissionDenied},
-				{"inspect may not delete", func() error { return auditor.DeleteOverride(ctx, vip, star, ex.ID) }, connect.CodePermissionDenied},
-				{"take may not list", func() error { _, err := sender.Overrides(ctx, vip, star); return err }, connect.CodePermissionDenied},
-				{"no kind", func() error { _, err := admin.SetOverride(ctx, vip, star, sdk.Override{}); return err }, connect.CodeInvalidArgument},
+				{"inspect may not delete", func() error { return auditor.Admin().DeleteOverride(ctx, vip, star, ex.ID) }, connect.CodePermissionDenied},
+				{"take may not list", func() error { _, err := sender.Admin().Overrides(ctx, vip, star); return err }, connect.CodePermissionDenied},
+				{"no kind", func() error { _, err := admin.Admin().SetOverride(ctx, vip, star, driver.Override{}); return err }, connect.CodeInvalidArgument},
 				{"a rule the policy lacks", func() error {
-					_, err := admin.SetOverride(ctx, vip, star, sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{"nope": 3}})
+					_, err := admin.Admin().SetOverride(ctx, vip, star, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"nope": 3}})
 					return err
 				}, connect.CodeInvalidArgument},
 				{"ended already", func() error {
-					_, err := admin.SetOverride(ctx, vip, star, sdk.Override{Kind: sdk.OverrideBlock, Until: time.Now().Add(-time.Hour)})
+					_, err := admin.Admin().SetOverride(ctx, vip, star, driver.Override{Kind: driver.Block, Until: time.Now().Add(-time.Hour)})
 					return err
 				}, connect.CodeInvalidArgument},
 			} {

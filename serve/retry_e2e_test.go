@@ -104,7 +104,7 @@ $`)
 	if got := takes.Load(); got != 5 {
 		t.Errorf("serve got %d takes, want 5 (4 and the re-send of the lost one)", got)
 	}
-	in, err := lim.Inspect(context.Background(), ps[0], sdk.Subject{"user": "py-lost"})
+	in, err := lim.Admin().Inspect(context.Background(), ps[0], sdk.Subject{"user": "py-lost"})
 	if err != nil {
 		t.Fatal(err)
 	}

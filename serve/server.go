@@ -45,6 +45,7 @@ import (
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
@@ -297,9 +298,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 // readyz is 200 while the backend answers and the server takes calls,
 // else 503 (draining, or the backend failed or refuses to decide,
-// sdk.ErrRefused: its error goes to the log). Ready, or refusing, its
+// driver.ErrRefused: its error goes to the log). Ready, or refusing, its
 // body gives each master's memory as the backend describes it
-// (sdk.Description.Memory: maxmemory, maxmemory-policy, evicted_keys),
+// (driver.Description.Memory: maxmemory, maxmemory-policy, evicted_keys),
 // with a warning line for each that may evict freqcap's keys: masters are
 // numbered, never named, since /readyz answers anyone.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -314,7 +315,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ready != nil {
 		err := s.cfg.Ready(ctx)
 		switch {
-		case errors.Is(err, sdk.ErrRefused):
+		case errors.Is(err, driver.ErrRefused):
 			s.log.Warn("serve: not ready: the backend refuses to decide", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "the backend refuses to decide (the log has its error)")
@@ -336,7 +337,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // A backend that does not describe itself, or keeps no memory report,
 // writes none.
 func (s *Server) writeMemory(ctx context.Context, w io.Writer) {
-	d, err := s.cfg.Limiter.Describe(ctx)
+	d, err := s.cfg.Limiter.Admin().Describe(ctx)
 	if err != nil {
 		if !errors.Is(err, errors.ErrUnsupported) {
 			fmt.Fprintln(w, "memory: unknown (the backend did not describe itself)")

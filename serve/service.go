@@ -281,7 +281,7 @@ func (svc *service) Inspect(ctx context.Context, req *connect.Request[freqcapv1.
 	if err := checkSubject(p, m.GetSubject()); err != nil {
 		return nil, err
 	}
-	in, err := svc.s.cfg.Limiter.Inspect(ctx, p, m.GetSubject())
+	in, err := svc.s.cfg.Limiter.Admin().Inspect(ctx, p, m.GetSubject())
 	if err != nil {
 		return nil, svc.failed("inspect", p, err)
 	}
@@ -289,11 +289,16 @@ func (svc *service) Inspect(ctx context.Context, req *connect.Request[freqcapv1.
 }
 
 // resetRules splits p's rules into those whose dimensions s gives all of
-// (Reset deletes their state) and the others (kept).
-func resetRules(p *sdk.Policy, s map[string]string) (reset, kept []string) {
+// (Reset deletes their state) and the others (kept); with named rules
+// (ResetRules), those not named are kept too.
+func resetRules(p *sdk.Policy, s map[string]string, named []string) (reset, kept []string) {
 	reset, kept = []string{}, []string{}
 rules:
 	for _, r := range p.Rules() {
+		if len(named) > 0 && !slices.Contains(named, r.Name) {
+			kept = append(kept, r.Name)
+			continue
+		}
 		for _, d := range r.Dimensions {
 			if _, ok := s[d]; !ok {
 				kept = append(kept, r.Name)
@@ -319,8 +324,13 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 			return nil, invalid(freqcapv1.Reason_REASON_INVALID_SUBJECT, "the subject must give the shard dimension %q", d)
 		}
 	}
-	reset, kept := resetRules(p, m.GetSubject())
-	rerr := svc.s.cfg.Limiter.Reset(ctx, p, m.GetSubject())
+	reset, kept := resetRules(p, m.GetSubject(), m.GetRules())
+	var rerr error
+	if len(m.GetRules()) > 0 {
+		rerr = svc.s.cfg.Limiter.Admin().ResetRules(ctx, p, m.GetSubject(), m.GetRules()...)
+	} else {
+		rerr = svc.s.cfg.Limiter.Admin().Reset(ctx, p, m.GetSubject())
+	}
 	if rerr != nil {
 		if _, reason := protoconv.Classify(rerr); reason != freqcapv1.Reason_REASON_BACKEND_UNAVAILABLE {
 			return nil, svc.failed("reset", p, rerr) // invalid input: nothing was tried

@@ -15,6 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/serve"
 )
@@ -48,7 +49,7 @@ policies:
 
 // storeEnv is a server following a policy store on b, with version 1
 // applied, and an admin and a sender credential.
-func storeEnv(t *testing.T, b sdk.Backend) (*env, *policystore.Store) {
+func storeEnv(t *testing.T, b driver.Backend) (*env, *policystore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	prefix := uniquePrefix()

@@ -45,8 +45,8 @@ func TestFailAndRecover(t *testing.T) {
 	for name, err := range map[string]error{
 		"take":    func() error { _, err := lim.Take(ctx, p, a); return err }(),
 		"peek":    func() error { _, err := lim.Peek(ctx, p, a); return err }(),
-		"inspect": func() error { _, err := lim.Inspect(ctx, p, a.Subject); return err }(),
-		"reset":   lim.Reset(ctx, p, a.Subject),
+		"inspect": func() error { _, err := lim.Admin().Inspect(ctx, p, a.Subject); return err }(),
+		"reset":   lim.Admin().Reset(ctx, p, a.Subject),
 		"reserve": func() error { _, _, err := lim.Reserve(ctx, p, a, time.Minute); return err }(),
 		"batch":   lim.TakeBatch(ctx, p, []sdk.Attempt{a})[0].Err,
 	} {

@@ -127,7 +127,7 @@ func takeInBatch(ctx context.Context, t *testing.T, lim *sdk.Limiter, p *sdk.Pol
 // numbers. The module strategies run where FREQCAP_TEST_TAIRHASH,
 // FREQCAP_TEST_CELL and FREQCAP_TEST_HFE name servers.
 func TestBoundsExact(t *testing.T) {
-	const burst = int64(sdk.MaxTolerance/sdk.MinInterval) - 1 // the largest GCRA burst
+	const burst = int64(driver.MaxTolerance/driver.MinInterval) - 1 // the largest GCRA burst
 	algos := []struct {
 		name  string
 		algo  driver.Algorithm
@@ -141,14 +141,14 @@ func TestBoundsExact(t *testing.T) {
 	}{
 		// The limit, 10^14, which Lua's tostring writes as 1e+14
 		// (its window an hour there; here one no test run sees end).
-		{"fixed 1e14", driver.FixedWindow, sdk.FixedWindow("r", 100_000_000_000_000, sdk.MaxWindow).By("user"), 100_000_000_000_000, 1, 100_000_000_000_000, false},
-		{"fixed", driver.FixedWindow, sdk.FixedWindow("f", sdk.MaxLimit, sdk.MaxWindow).By("user"), sdk.MaxLimit, sdk.MaxLimit, sdk.MaxLimit, false},
-		{"sliding", driver.SlidingWindow, sdk.SlidingWindow("s", sdk.MaxLimit, sdk.MaxWindow).By("user"), sdk.MaxLimit, sdk.MaxLimit, sdk.MaxLimit, false},
+		{"fixed 1e14", driver.FixedWindow, sdk.FixedWindow("r", 100_000_000_000_000, driver.MaxWindow).By("user"), 100_000_000_000_000, 1, 100_000_000_000_000, false},
+		{"fixed", driver.FixedWindow, sdk.FixedWindow("f", driver.MaxLimit, driver.MaxWindow).By("user"), driver.MaxLimit, driver.MaxLimit, driver.MaxLimit, false},
+		{"sliding", driver.SlidingWindow, sdk.SlidingWindow("s", driver.MaxLimit, driver.MaxWindow).By("user"), driver.MaxLimit, driver.MaxLimit, driver.MaxLimit, false},
 		// One member per unit: the count stays small, the limit, the
 		// denied cost and the window are at their bounds.
-		{"sliding log", driver.SlidingLog, sdk.SlidingLog("l", sdk.MaxLimit, sdk.MaxWindow).By("user"), 1, sdk.MaxLimit, sdk.MaxLimit, false},
+		{"sliding log", driver.SlidingLog, sdk.SlidingLog("l", driver.MaxLimit, driver.MaxWindow).By("user"), 1, driver.MaxLimit, driver.MaxLimit, false},
 		// An emission interval of 1µs and the largest tolerance.
-		{"gcra", driver.GCRA, sdk.GCRA("g", sdk.MaxLimit, time.Duration(sdk.MaxLimit)*time.Microsecond, burst).By("user"), burst + 1, burst + 1, burst + 1, true},
+		{"gcra", driver.GCRA, sdk.GCRA("g", driver.MaxLimit, time.Duration(driver.MaxLimit)*time.Microsecond, burst).By("user"), burst + 1, burst + 1, burst + 1, true},
 	}
 	reserve := func(ctx context.Context, t *testing.T, lim *sdk.Limiter, p *sdk.Policy, s sdk.Subject, cost int64, n int) sdk.Decision {
 		t.Helper()
@@ -278,7 +278,7 @@ func TestBoundsExact(t *testing.T) {
 							// (a sliding log above driver.LogLine is a sorted
 							// set: take.lua's alone)
 							fast := pa.fast && rep.Choice(al.algo).Strategy == capability.PlainLua &&
-								(al.algo != driver.SlidingLog || al.rule.Limit <= sdk.LogLine)
+								(al.algo != driver.SlidingLog || al.rule.Limit <= driver.LogLine)
 							for _, call := range log.take() {
 								if call.sha == settleScript.Hash() {
 									continue // Cancel (reservation)
@@ -288,7 +288,7 @@ func TestBoundsExact(t *testing.T) {
 								}
 							}
 
-							ins, err := lim.Inspect(ctx, p, s)
+							ins, err := lim.Admin().Inspect(ctx, p, s)
 							if err != nil {
 								t.Fatalf("Inspect() error: %v", err)
 							}

@@ -57,7 +57,7 @@ func ParseEviction(s string) (Eviction, error) {
 // refused under EvictionRefuse: some master may evict freqcap's keys, or
 // would not say. The error's text names the master, its maxmemory and
 // maxmemory-policy, and the fix: CONFIG SET maxmemory-policy noeviction.
-// It wraps driver.ErrRefused (sdk.ErrRefused).
+// It wraps driver.ErrRefused (driver.ErrRefused).
 var ErrEvictionPolicy = fmt.Errorf("%w: the server may evict freqcap's keys (maxmemory-policy is not noeviction)", driver.ErrRefused)
 
 // DefaultEvictionRecheck is Options.EvictionRecheck when it is 0.

@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // evictingPolicies are every maxmemory-policy of Redis 7 but noeviction:
@@ -106,7 +107,7 @@ func TestEvictionReported(t *testing.T) {
 			s := sdk.Subject{"user": "refuse-" + tc.maxmemory + "-" + tc.policy + "-" + fmt.Sprint(time.Now().UnixNano())}
 			dec, err := sdk.New(refuse).Allow(ctx, p, s)
 			switch {
-			case tc.evicts && (!errors.Is(err, ErrEvictionPolicy) || !errors.Is(err, sdk.ErrRefused) || dec.Allowed ||
+			case tc.evicts && (!errors.Is(err, ErrEvictionPolicy) || !errors.Is(err, driver.ErrRefused) || dec.Allowed ||
 				!strings.Contains(err.Error(), "maxmemory-policy "+tc.policy) ||
 				!strings.Contains(err.Error(), "CONFIG SET maxmemory-policy noeviction")):
 				t.Errorf("Allow(refuse) = %+v, %v; want an error wrapping ErrEvictionPolicy naming %s and the fix", dec, err, tc.policy)

@@ -45,10 +45,10 @@ func TestReplica(t *testing.T) {
 	check("Peek", err)
 	_, _, err = lim.Reserve(ctx, p, sdk.Attempt{Subject: s}, time.Minute)
 	check("Reserve", err)
-	_, err = lim.Inspect(ctx, p, s)
+	_, err = lim.Admin().Inspect(ctx, p, s)
 	check("Inspect", err)
 	check("TakeBatch", lim.TakeBatch(ctx, p, []sdk.Attempt{{Subject: s}})[0].Err)
-	d, err := lim.Describe(ctx)
+	d, err := lim.Admin().Describe(ctx)
 	if err != nil || !strings.Contains(strings.Join(d.Notes, "\n"), "replica of "+master.Addr()) {
 		t.Errorf("Describe() = %+v, %v; want a note naming the master", d, err)
 	}

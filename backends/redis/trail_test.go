@@ -46,7 +46,7 @@ func TestTrailValues(t *testing.T) {
 			if d, err := lim.Allow(ctx, p, s); err != nil || d.Allowed {
 				t.Fatalf("Allow(…) = %+v, %v, want denied", d, err)
 			}
-			ins, err := lim.Inspect(ctx, p, sdk.Subject{"user": "u-" + tc.name})
+			ins, err := lim.Admin().Inspect(ctx, p, sdk.Subject{"user": "u-" + tc.name})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestTrailValues(t *testing.T) {
 
 	t.Run("old entries", func(t *testing.T) {
 		u := sdk.Subject{"user": "old"}
-		trail := lim.KeyLayout(p, u).Trail
+		trail := lim.Admin().KeyLayout(p, u).Trail
 		// An entry as written before values were recorded.
 		old := "1700000000000000|msg|content-1h|1|1|1|5000000|0"
 		if err := c.LPush(ctx, trail, old).Err(); err != nil {
@@ -68,7 +68,7 @@ func TestTrailValues(t *testing.T) {
 		s := sdk.Subject{"user": "old", "content": "new", "campaign": "c"}
 		lim.Allow(ctx, p, s)
 		lim.Allow(ctx, p, s)
-		ins, err := lim.Inspect(ctx, p, u)
+		ins, err := lim.Admin().Inspect(ctx, p, u)
 		if err != nil || len(ins.Denials) != 2 {
 			t.Fatalf("Inspect(…) = %+v, %v, want 2 denials", ins.Denials, err)
 		}
@@ -90,11 +90,11 @@ func TestTrailValues(t *testing.T) {
 			lim.Allow(ctx, p, s)
 			lim.Allow(ctx, p, s)
 		}
-		ins, err := lim.Inspect(ctx, p, u)
+		ins, err := lim.Admin().Inspect(ctx, p, u)
 		if err != nil || len(ins.Denials) != 3 || !ins.TrailFull || ins.Denials[0].Values["content"] != "e" || ins.Denials[2].Values["content"] != "c" {
 			t.Fatalf("Inspect(…) = %+v (full %v), %v; want the newest 3 (e, d, c), full", ins.Denials, ins.TrailFull, err)
 		}
-		if n, err := c.LLen(ctx, lim.KeyLayout(p, u).Trail).Result(); err != nil || n != 3 {
+		if n, err := c.LLen(ctx, lim.Admin().KeyLayout(p, u).Trail).Result(); err != nil || n != 3 {
 			t.Errorf("LLEN trail = %d, %v, want 3", n, err)
 		}
 	})

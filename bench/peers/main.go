@@ -50,6 +50,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // zsetLog is the sliding log of the articles: one sorted set per user, one
@@ -247,7 +248,7 @@ func buildRuns(c goredis.UniversalClient, cfg config, w io.Writer) ([]run, error
 	lim := sdk.New(redis.New(c, nil), sdk.WithPrefix("peers-fq"))
 	if d, err := lim.Describe(context.Background()); err == nil {
 		fmt.Fprintf(w, "freqcap's strategies:")
-		for _, a := range []sdk.Algorithm{sdk.AlgorithmFixedWindow, sdk.AlgorithmSlidingWindow, sdk.AlgorithmGCRA, sdk.AlgorithmSlidingLog} {
+		for _, a := range []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.GCRA, driver.SlidingLog} {
 			fmt.Fprintf(w, " %s %s;", a, d.Strategies[a].Name)
 		}
 		fmt.Fprintln(w)

@@ -23,9 +23,11 @@ import (
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/demo"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -100,7 +102,7 @@ func parseConsoleFlags(args []string, stderr io.Writer) (consoleFlags, error) {
 	fs.BoolVar(&f.demo, "demo", false, "generate synthetic traffic over the policies")
 	fs.Float64Var(&f.demoRate, "demo-rate", 20, "demo decisions per second (above 0, at most 1000)")
 	f.server.register(fs) // none given: the in-memory backend
-	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix")
+	fs.StringVar(&f.prefix, "prefix", keyname.DefaultPrefix, "key prefix")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call (positive)")
 	// No secret is ever a flag's default: -h prints defaults, and a flag
 	// error prints the usage. The environment is read after parsing.
@@ -350,7 +352,7 @@ func openAudit(path string, log *slog.Logger) (*console.AuditLog, func(), error)
 // consoleBackend builds the backend the flags ask for, and its closer. A
 // Redis deployment is pinged first, so that an unreachable server or a
 // wrong password reads as such (see connect).
-func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), error) {
+func consoleBackend(ctx context.Context, f consoleFlags) (driver.Backend, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), func() {}, nil
 	}
@@ -367,10 +369,10 @@ func consoleBackend(ctx context.Context, f consoleFlags) (sdk.Backend, func(), e
 	return redis.New(c, ro), func() { c.Close() }, nil
 }
 
-func strategies(d sdk.Description) string {
+func strategies(d driver.Description) string {
 	var parts []string
 	for _, a := range capability.Algorithms {
-		if st, ok := d.Strategies[sdk.Algorithm(a)]; ok {
+		if st, ok := d.Strategies[driver.Algorithm(a)]; ok {
 			parts = append(parts, a.String()+"="+st.Name)
 		}
 	}

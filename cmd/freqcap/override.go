@@ -113,7 +113,7 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("override set: %w", err)
 		}
-		got, err := lim.SetOverride(ctx, p, subject, o)
+		got, err := lim.Admin().SetOverride(ctx, p, subject, o)
 		if err != nil {
 			return fmt.Errorf("override set: %w", err)
 		}
@@ -123,13 +123,13 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 		if f.id <= 0 {
 			return errors.New("override delete: give -id N (see override list)")
 		}
-		if err := lim.DeleteOverride(ctx, p, subject, f.id); err != nil {
+		if err := lim.Admin().DeleteOverride(ctx, p, subject, f.id); err != nil {
 			return fmt.Errorf("override delete: %w", err)
 		}
 		fmt.Fprintf(out, "override #%d deleted\n", f.id)
 		return nil
 	}
-	list, err := lim.Overrides(ctx, p, subject)
+	list, err := lim.Admin().Overrides(ctx, p, subject)
 	if err != nil {
 		return fmt.Errorf("override list: %w", err)
 	}
@@ -146,8 +146,8 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // override builds the override the set flags describe, at now.
-func (f overrideFlags) override(now time.Time) (sdk.Override, error) {
-	var o sdk.Override
+func (f overrideFlags) override(now time.Time) (driver.Override, error) {
+	var o driver.Override
 	k, ok := driver.ParseOverrideKind(f.kind)
 	switch {
 	case f.kind == "":
@@ -156,14 +156,14 @@ func (f overrideFlags) override(now time.Time) (sdk.Override, error) {
 		return o, fmt.Errorf("-kind must be exempt, block or limit, got %q", f.kind)
 	}
 	o.Kind = k
-	if f.counted && o.Kind != sdk.OverrideExempt {
+	if f.counted && o.Kind != driver.Exempt {
 		return o, errors.New("-counted is for -kind exempt")
 	}
 	o.Counted = f.counted
-	if len(f.limits) > 0 && o.Kind != sdk.OverrideLimit {
+	if len(f.limits) > 0 && o.Kind != driver.Limit {
 		return o, errors.New("-limit is for -kind limit")
 	}
-	if o.Kind == sdk.OverrideLimit && len(f.limits) == 0 {
+	if o.Kind == driver.Limit && len(f.limits) == 0 {
 		return o, errors.New("-kind limit needs -limit RULE=N")
 	}
 	for _, l := range f.limits {
@@ -219,14 +219,14 @@ func parseSubject(args []string) (sdk.Subject, error) {
 	return s, nil
 }
 
-func kindText(o sdk.Override) string {
+func kindText(o driver.Override) string {
 	switch o.Kind {
-	case sdk.OverrideExempt:
+	case driver.Exempt:
 		if o.Counted {
 			return "exempt (counted)"
 		}
 		return "exempt"
-	case sdk.OverrideLimit:
+	case driver.Limit:
 		names := make([]string, 0, len(o.Limits))
 		for r := range o.Limits {
 			names = append(names, r)
@@ -248,6 +248,6 @@ func untilText(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func describeOverride(o sdk.Override) string {
+func describeOverride(o driver.Override) string {
 	return fmt.Sprintf("%s, %s, by %q: %s", kindText(o), untilText(o.Until), o.By, o.Reason)
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/fleet/whatif"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
@@ -49,7 +51,7 @@ type backendFlags struct {
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
 	b.server.register(fs)
-	fs.StringVar(&b.prefix, "prefix", sdk.DefaultPrefix, "key prefix (one policy store per prefix; the console and serve read the same one)")
+	fs.StringVar(&b.prefix, "prefix", keyname.DefaultPrefix, "key prefix (one policy store per prefix; the console and serve read the same one)")
 	fs.DurationVar(&b.timeout, "timeout", 10*time.Second, "give up after this long")
 }
 
@@ -61,12 +63,12 @@ func (b backendFlags) limiter(ctx context.Context, cmd string) (*sdk.Limiter, fu
 }
 
 // store returns the policy store the flags name on be (b.backend's).
-func (b backendFlags) store(be sdk.Backend) *policystore.Store {
+func (b backendFlags) store(be driver.Backend) *policystore.Store {
 	return policystore.New(be, policystore.WithPrefix(b.prefix), policystore.WithTimeout(b.timeout))
 }
 
 // backend is limiter, also returning the backend.
-func (b backendFlags) backend(ctx context.Context, cmd string) (*sdk.Limiter, sdk.Backend, func(), error) {
+func (b backendFlags) backend(ctx context.Context, cmd string) (*sdk.Limiter, driver.Backend, func(), error) {
 	if err := b.server.check(); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
@@ -292,7 +294,7 @@ func policyMain(ctx context.Context, args []string, out io.Writer) error {
 // current version, from the traffic sample the deployment's Recorders
 // keep; what keeps it from being made is printed instead (the plan
 // stands).
-func whatIf(ctx context.Context, out io.Writer, store *policystore.Store, be sdk.Backend, bf backendFlags, plan *policystore.Plan) {
+func whatIf(ctx context.Context, out io.Writer, store *policystore.Store, be driver.Backend, bf backendFlags, plan *policystore.Plan) {
 	var current []*sdk.Policy
 	if plan.Against > 0 {
 		v, err := store.Version(ctx, plan.Against)

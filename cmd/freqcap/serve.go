@@ -25,9 +25,11 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/console"
 	"github.com/freqcap/freqcap/fleet"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/lograte"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
 	"github.com/freqcap/freqcap/sdk/prom"
@@ -108,7 +110,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "listen address; a non-loopback address needs credentials")
 	fs.StringVar(&f.policies, "policies", "", "policy YAML `FILE`, or \"store\" to follow the policy store in the backend (freqcap policy apply; PolicyService) without restart (default: the built-in seed policies)")
 	f.server.register(fs)
-	fs.StringVar(&f.prefix, "prefix", sdk.DefaultPrefix, "key prefix (the console reads the same one)")
+	fs.StringVar(&f.prefix, "prefix", keyname.DefaultPrefix, "key prefix (the console reads the same one)")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "timeout of each backend call")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", serve.DefaultTimeout, "longest time one call may take, whatever the caller's deadline")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish")
@@ -462,7 +464,7 @@ func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) e
 
 // serveBackend builds the backend the flags ask for, the readiness probe
 // (nil for memory: always ready) and the closer. Redis gets coalescing.
-func serveBackend(ctx context.Context, f serveFlags) (sdk.Backend, func(context.Context) error, func(), error) {
+func serveBackend(ctx context.Context, f serveFlags) (driver.Backend, func(context.Context) error, func(), error) {
 	if !f.server.given() {
 		return memory.New(nil), nil, func() {}, nil
 	}

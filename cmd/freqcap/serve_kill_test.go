@@ -192,7 +192,7 @@ func TestServeSIGKILLRetries(t *testing.T) {
 	lim := sdk.New(redis.New(rc, nil), sdk.WithPrefix(prefix))
 	var counted int64
 	for w := range workers {
-		in, err := lim.Inspect(context.Background(), bulk, sdk.Subject{"user": fmt.Sprintf("k%d", w)})
+		in, err := lim.Admin().Inspect(context.Background(), bulk, sdk.Subject{"user": fmt.Sprintf("k%d", w)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -132,7 +132,7 @@ func TestServeSIGTERMUnderLoad(t *testing.T) {
 	defer rc.Close()
 	lim := sdk.New(redis.New(rc, nil), sdk.WithPrefix("sigterm"))
 	for w := range workers {
-		in, err := lim.Inspect(context.Background(), bulk, sdk.Subject{"user": fmt.Sprintf("w%d", w)})
+		in, err := lim.Admin().Inspect(context.Background(), bulk, sdk.Subject{"user": fmt.Sprintf("w%d", w)})
 		if err != nil {
 			t.Fatal(err)
 		}

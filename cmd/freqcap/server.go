@@ -17,6 +17,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // serverFlags name a Redis deployment: one standalone server, a cluster,
@@ -222,10 +223,10 @@ func isAuthError(err error) bool {
 // describeBackend asks lim what its backend is (at most 5 s) and logs
 // it, as the console and serve do at start; a backend that cannot
 // describe itself is not an error.
-func describeBackend(ctx context.Context, lim *sdk.Limiter, log *slog.Logger) (sdk.Description, error) {
+func describeBackend(ctx context.Context, lim *sdk.Limiter, log *slog.Logger) (driver.Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	desc, err := lim.Describe(ctx)
+	desc, err := lim.Admin().Describe(ctx)
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return desc, err
 	}

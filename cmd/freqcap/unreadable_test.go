@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/policystore"
@@ -30,7 +31,7 @@ func TestPolicyCommandsUnreadable(t *testing.T) {
 	defer c.Close()
 	lim := sdk.New(redis.New(c, nil))
 	st := policystore.New(redis.New(c, nil))
-	key := sdk.DefaultPrefix + ":{!policies}"
+	key := keyname.DefaultPrefix + ":{!policies}"
 
 	type step struct {
 		name    string

@@ -72,7 +72,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	// The default is made after parsing, so that -h shows what it is
 	// rather than one run's random value beside it.
 	fs.StringVar(&o.prefix, "prefix", "", "key `PREFIX` of the decisions (default: campaign-<random>, one of its own per run; through serve, the recipients' ids start with it)")
-	fs.StringVar(&o.statsPrefix, "stats-prefix", sdk.DefaultPrefix, "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
+	fs.StringVar(&o.statsPrefix, "stats-prefix", "fc", "key `PREFIX` of the recorder's statistics (a console reads those of its own --prefix)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -130,7 +130,7 @@ func campaign(args []string, getenv func(string) string, w io.Writer) error {
 		// in-process; the client's default would give every attempt a
 		// key (client.Retry), and keyed attempts skip that cache.
 		lim := client.New(o.serve, &client.Options{Token: getenv("FREQCAP_TOKEN"), Timeout: 30 * time.Second, Retry: &client.Retry{Tries: 1}})
-		_, err := run(context.Background(), w, lim, o.recipients, o.prefix+"/")
+		_, err := run(context.Background(), w, lim, lim.Admin(), o.recipients, o.prefix+"/")
 		return err
 	}
 
@@ -161,7 +161,7 @@ func campaign(args []string, getenv func(string) string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = run(context.Background(), w, lim, o.recipients, "")
+	_, err = run(context.Background(), w, lim, lim.Admin(), o.recipients, "")
 	// Close flushes what the recorder counted since its last flush.
 	if cerr := rec.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("recorder: %w", cerr)
@@ -198,8 +198,9 @@ func pushPolicy() (*sdk.Policy, error) {
 // run sends one content three times to n recipients, retries the first
 // send as after a timeout, and tries the third once more, printing what
 // each step decided. lim decides in-process (*sdk.Limiter) or through
-// freqcap serve (*client.Client); recipients' ids start with users.
-func run(ctx context.Context, w io.Writer, lim client.Limiter, n int, users string) (summary, error) {
+// freqcap serve (*client.Client), and adm, its Admin,
+// inspects; recipients' ids start with users.
+func run(ctx context.Context, w io.Writer, lim client.Limiter, adm client.Administrator, n int, users string) (summary, error) {
 	push, err := pushPolicy()
 	if err != nil {
 		return summary{}, err
@@ -281,7 +282,7 @@ func run(ctx context.Context, w io.Writer, lim client.Limiter, n int, users stri
 		line(st.what, t)
 	}
 
-	in, err := lim.Inspect(ctx, push, sdk.Subject{"user": user(0), "content": content})
+	in, err := adm.Inspect(ctx, push, sdk.Subject{"user": user(0), "content": content})
 	if err != nil {
 		return s, err
 	}

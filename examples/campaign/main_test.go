@@ -18,6 +18,7 @@ import (
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -56,7 +57,7 @@ func TestCampaign(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			var out bytes.Buffer
 			lim, rec, reader := b.new(t)
-			s, err := run(context.Background(), &out, lim, n, "")
+			s, err := run(context.Background(), &out, lim, lim.Admin(), n, "")
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}
@@ -129,7 +130,7 @@ func TestReadmeOutput(t *testing.T) {
 	}
 	var out bytes.Buffer
 	lim := sdk.New(memory.New(nil), sdk.WithPrefix("readme"))
-	if _, err := run(context.Background(), &out, lim, 2000, ""); err != nil {
+	if _, err := run(context.Background(), &out, lim, lim.Admin(), 2000, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); got != want {
@@ -139,7 +140,7 @@ func TestReadmeOutput(t *testing.T) {
 
 // withRecorder returns a limiter on b with a recorder, flushed by hand,
 // and a reader on the same storage (a console) that sees its statistics.
-func withRecorder(t *testing.T, b sdk.Backend, opts ...sdk.Option) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
+func withRecorder(t *testing.T, b driver.Backend, opts ...sdk.Option) (*sdk.Limiter, *fleet.Recorder, *fleet.Reader) {
 	t.Helper()
 	rec, err := fleet.NewRecorder(b, &fleet.Options{Prefix: stats(t), FlushEvery: -1})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
 )
 
@@ -28,10 +29,10 @@ func TestCampaignThroughServe(t *testing.T) {
 	const n = 1200
 	backends := []struct {
 		name string
-		new  func(t *testing.T) sdk.Backend
+		new  func(t *testing.T) driver.Backend
 	}{
-		{"memory", func(t *testing.T) sdk.Backend { return memory.New(nil) }},
-		{"redis", func(t *testing.T) sdk.Backend {
+		{"memory", func(t *testing.T) driver.Backend { return memory.New(nil) }},
+		{"redis", func(t *testing.T) driver.Backend {
 			c := goredis.NewUniversalClient(redis.NewClientOptions(redistest.Standalone(t)))
 			t.Cleanup(func() { c.Close() })
 			return redis.New(c, &redis.Options{Coalesce: 4})
@@ -70,7 +71,7 @@ func TestCampaignThroughServe(t *testing.T) {
 			// The server's own limiter holds the counts.
 			content := sdk.Fingerprint("Spring sale: 20% off everything until midnight")
 			for _, i := range []int{0, n - 1} {
-				in, err := lim.Inspect(context.Background(), push, sdk.Subject{"user": fmt.Sprintf("run-7/user-%d", i), "content": content})
+				in, err := lim.Admin().Inspect(context.Background(), push, sdk.Subject{"user": fmt.Sprintf("run-7/user-%d", i), "content": content})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,9 +7,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis"
-	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/conformance/containers"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // TestConformanceOwnImage runs freqcap's conformance suite against a server
@@ -40,6 +40,6 @@ func TestConformanceOwnImage(t *testing.T) {
 	backend := redis.New(client, nil)
 
 	conformance.Run(t, conformance.Harness{
-		NewBackend: func(*testing.T) sdk.Backend { return backend },
+		NewBackend: func(*testing.T) driver.Backend { return backend },
 	})
 }

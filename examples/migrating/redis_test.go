@@ -11,6 +11,7 @@ import (
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -145,7 +146,7 @@ func TestDifferencesOnRedis(t *testing.T) {
 					s := subject(t)
 					s["key"] += fmt.Sprint(attempt)
 					d5, d6, d1 := take(t, p, s, 5), take(t, p, s, 6), take(t, p, s, 1)
-					if r.Algorithm == sdk.AlgorithmFixedWindow && !d5.At.Truncate(24*time.Hour).Equal(d1.At.Truncate(24*time.Hour)) {
+					if r.Algorithm == driver.FixedWindow && !d5.At.Truncate(24*time.Hour).Equal(d1.At.Truncate(24*time.Hour)) {
 						continue
 					}
 					if !d5.Allowed || d6.Allowed || !d1.Allowed || d6.Rules[0].Used != 5 || d1.Rules[0].Used != 6 {

@@ -48,6 +48,7 @@ import (
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -306,7 +307,7 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 				}
 			}
 		}
-		if a.Override == sdk.OverrideExempt || a.Override == sdk.OverrideBlock {
+		if a.Override == driver.Exempt || a.Override == driver.Block {
 			pr.Overridden++
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -30,16 +31,16 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // time).
 var storages = []struct {
 	name string
-	new  func(t *testing.T, c *fakeclock.Clock) sdk.Backend
+	new  func(t *testing.T, c *fakeclock.Clock) driver.Backend
 }{
-	{"memory", func(t *testing.T, c *fakeclock.Clock) sdk.Backend { return memory.New(&memory.Options{Clock: c}) }},
-	{"redis", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
+	{"memory", func(t *testing.T, c *fakeclock.Clock) driver.Backend { return memory.New(&memory.Options{Clock: c}) }},
+	{"redis", func(t *testing.T, _ *fakeclock.Clock) driver.Backend {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Standalone(t))).Simple()
 		c := goredis.NewClient(o)
 		t.Cleanup(func() { c.Close() })
 		return redis.New(c, nil)
 	}},
-	{"cluster", func(t *testing.T, _ *fakeclock.Clock) sdk.Backend {
+	{"cluster", func(t *testing.T, _ *fakeclock.Clock) driver.Backend {
 		o := testserver.Patient(redis.NewClientOptions(redistest.Cluster(t)...)).Cluster()
 		c := goredis.NewClusterClient(o)
 		t.Cleanup(func() { c.Close() })
@@ -105,7 +106,7 @@ type truth struct {
 // 1 in n) on storage b, and beside it a service running the proposed
 // policy on a memory backend of its own, both fed the same traffic; it
 // returns per window what each denied, and the Reader.
-func run(t *testing.T, b sdk.Backend, c *fakeclock.Clock, prefix string, n int, tr []attempt, windows []time.Duration, end time.Time) ([]truth, *fleet.Reader) {
+func run(t *testing.T, b driver.Backend, c *fakeclock.Clock, prefix string, n int, tr []attempt, windows []time.Duration, end time.Time) ([]truth, *fleet.Reader) {
 	t.Helper()
 	ctx := context.Background()
 	cur, prop := policies(t)
@@ -367,9 +368,9 @@ func TestEstimateShadowAndOverrides(t *testing.T) {
 	lim := sdk.New(b, sdk.WithClock(c), sdk.WithObserver(rec.Observe))
 	for _, o := range []struct {
 		user string
-		kind sdk.OverrideKind
-	}{{"vip", sdk.OverrideExempt}, {"abuser", sdk.OverrideBlock}} {
-		if _, err := lim.SetOverride(ctx, cur, sdk.Subject{"user": o.user}, sdk.Override{Kind: o.kind, Reason: "test"}); err != nil {
+		kind driver.OverrideKind
+	}{{"vip", driver.Exempt}, {"abuser", driver.Block}} {
+		if _, err := lim.Admin().SetOverride(ctx, cur, sdk.Subject{"user": o.user}, driver.Override{Kind: o.kind, Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}

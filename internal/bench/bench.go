@@ -35,6 +35,7 @@ import (
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Config is one invocation. The zero value of a field means its default.
@@ -76,7 +77,7 @@ type Config struct {
 	// step in pipelines of Batch); with Raw, also the floor of the
 	// policy's layout for its R rules, reporting the policy's ratio to it
 	// and its ratio to raw(R): scripts.LogFloor when the rules are all
-	// sliding logs above sdk.LogLine (sorted sets) on the same dimensions,
+	// sliding logs above driver.LogLine (sorted sets) on the same dimensions,
 	// else scripts.PackedFloor (1 to 9 rules). It implies Baseline.
 	Floor bool
 	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
@@ -256,7 +257,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	gen := newSubjects(policy, cfg.Subjects, cfg.Values)
 	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension\n",
 		cfg.Target, policy.Name(), len(policy.Rules()), cfg.Workers, cfg.Duration, cfg.Subjects, cfg.Values)
-	if d, err := lim.Describe(ctx); err == nil {
+	if d, err := lim.Admin().Describe(ctx); err == nil {
 		fmt.Fprintf(w, "backend strategies:%s\n", describeStrategies(policy, d))
 	}
 
@@ -569,7 +570,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	recs = nil
 	for _, l := range hotLims {
-		st := l.HotDenyStats(hotCached)
+		st := l.Admin().HotDenyStats(hotCached)
 		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
 	}
 
@@ -592,9 +593,9 @@ func errText(err error) string {
 
 // describeStrategies lists the backend's strategy for each algorithm p
 // uses.
-func describeStrategies(p *sdk.Policy, d sdk.Description) string {
+func describeStrategies(p *sdk.Policy, d driver.Description) string {
 	var b strings.Builder
-	seen := map[sdk.Algorithm]bool{}
+	seen := map[driver.Algorithm]bool{}
 	for _, r := range p.Rules() {
 		if seen[r.Algorithm] {
 			continue

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // withOverrides returns policy again, reading overrides
@@ -46,8 +47,8 @@ func setLimitOverrides(ctx context.Context, lim *sdk.Limiter, p *sdk.Policy, gen
 		go func() {
 			defer wg.Done()
 			for j := int(next.Add(1) - 1); j < n; j = int(next.Add(1) - 1) {
-				o := sdk.Override{Kind: sdk.OverrideLimit, Limits: map[string]int64{r.Name: r.Limit}, Reason: "bench", By: "bench"}
-				if _, err := lim.SetOverride(ctx, p, gen.subject(j, 0), o); err != nil {
+				o := driver.Override{Kind: driver.Limit, Limits: map[string]int64{r.Name: r.Limit}, Reason: "bench", By: "bench"}
+				if _, err := lim.Admin().SetOverride(ctx, p, gen.subject(j, 0), o); err != nil {
 					errOnce.Do(func() { first = err })
 					return
 				}

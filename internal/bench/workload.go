@@ -2,6 +2,7 @@ package bench
 
 import (
 	"cmp"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"context"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/bench/scripts"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // decideFunc makes one call (one or more decisions) for a bench worker.
@@ -245,13 +247,13 @@ func (s *subjects) subject(j, k int) sdk.Subject {
 }
 
 // logWindows returns the windows of policy's rules, the longest first, if
-// they are all sliding logs above sdk.LogLine on the same dimensions (one
+// they are all sliding logs above driver.LogLine on the same dimensions (one
 // sorted set per subject; smaller logs are packed), else nil.
 func logWindows(policy *sdk.Policy) []time.Duration {
 	var ws []time.Duration
 	rules := policy.Rules()
 	for _, r := range rules {
-		if r.Algorithm != sdk.AlgorithmSlidingLog || r.Limit <= sdk.LogLine || !slices.Equal(r.Dimensions, rules[0].Dimensions) {
+		if r.Algorithm != driver.SlidingLog || r.Limit <= driver.LogLine || !slices.Equal(r.Dimensions, rules[0].Dimensions) {
 			return nil
 		}
 		ws = append(ws, r.Window)

@@ -66,7 +66,7 @@ func TestDemoProducesDenials(t *testing.T) {
 		if err := d.Close(); err != nil {
 			t.Fatalf("second Close() = %v", err)
 		}
-		ins, err := lim.Inspect(context.Background(), pols[0], sdk.Subject{"user": Users[0]})
+		ins, err := lim.Admin().Inspect(context.Background(), pols[0], sdk.Subject{"user": Users[0]})
 		if err != nil || len(ins.Denials) == 0 {
 			t.Errorf("hot demo user has no denial trail: %+v, %v", ins, err)
 		}

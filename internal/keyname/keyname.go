@@ -5,6 +5,13 @@ package keyname
 
 import "strings"
 
+// DefaultPrefix is the first segment of every key unless sdk.WithPrefix
+// (fleet.Options.Prefix, --prefix) says otherwise.
+const DefaultPrefix = "fc"
+
+// MaxName is the longest name a policy, rule or dimension may have.
+const MaxName = 64
+
 // Hex is the digits of a %XX escape.
 const Hex = "0123456789ABCDEF"
 

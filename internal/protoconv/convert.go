@@ -15,6 +15,7 @@ import (
 	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/ratelimitheaders"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // DegradedReason is what a degraded decision says instead of the
@@ -76,7 +77,7 @@ func FromRules(in []*freqcapv1.RuleDecision) []sdk.RuleDecision {
 	out := make([]sdk.RuleDecision, len(in))
 	for i, rd := range in {
 		out[i] = sdk.RuleDecision{
-			Rule: rd.GetRule(), Algorithm: sdk.Algorithm(rd.GetAlgorithm()), Allowed: rd.GetAllowed(),
+			Rule: rd.GetRule(), Algorithm: driver.Algorithm(rd.GetAlgorithm()), Allowed: rd.GetAllowed(),
 			Used: rd.GetUsed(), Limit: rd.GetLimit(), Remaining: rd.GetRemaining(),
 			ResetAfter: fromDur(rd.GetResetAfter()), RetryAfter: fromDur(rd.GetRetryAfter()),
 			CostTooHigh: rd.GetCostTooHigh(), Strategy: rd.GetStrategy(),
@@ -210,10 +211,10 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 			Quota: r.Limit, QuotaWindow: dur(ratelimitheaders.QuotaWindow(r)),
 			Shadow: r.Shadow, Epoch: r.Epoch,
 		}
-		if r.Algorithm == sdk.AlgorithmGCRA {
+		if r.Algorithm == driver.GCRA {
 			rj.Quota = r.Burst + 1
 		}
-		if r.Calendar != sdk.NoCalendar && r.Location != nil {
+		if r.Calendar != driver.NoCalendar && r.Location != nil {
 			rj.Timezone = r.Location.String()
 		}
 		out.Rules = append(out.Rules, rj)
@@ -227,9 +228,9 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	rules := make([]sdk.Rule, 0, len(in.GetRules()))
 	for _, r := range in.GetRules() {
 		sr := sdk.Rule{
-			Name: r.GetName(), Algorithm: sdk.Algorithm(r.GetAlgorithm()), Limit: r.GetLimit(),
+			Name: r.GetName(), Algorithm: driver.Algorithm(r.GetAlgorithm()), Limit: r.GetLimit(),
 			Window: fromDur(r.GetWindow()), Dimensions: r.GetDimensions(), SubWindows: int(r.GetSubWindows()),
-			Burst: r.GetBurst(), Calendar: sdk.CalendarUnit(r.GetCalendar()),
+			Burst: r.GetBurst(), Calendar: driver.CalendarUnit(r.GetCalendar()),
 			Shadow: r.GetShadow(), Epoch: r.GetEpoch(),
 		}
 		if tz := r.GetTimezone(); tz != "" {
@@ -255,7 +256,7 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 }
 
 // Override converts o to the wire.
-func Override(o sdk.Override) *freqcapv1.Override {
+func Override(o driver.Override) *freqcapv1.Override {
 	return &freqcapv1.Override{
 		Id: o.ID, Kind: freqcapv1.OverrideKind(o.Kind), Counted: o.Counted, Limits: o.Limits,
 		Until: ts(o.Until), Reason: o.Reason, By: o.By, Created: ts(o.Created),
@@ -263,9 +264,13 @@ func Override(o sdk.Override) *freqcapv1.Override {
 }
 
 // FromOverride reads an override from the wire.
-func FromOverride(in *freqcapv1.Override) sdk.Override {
-	return sdk.Override{
-		ID: in.GetId(), Kind: sdk.OverrideKind(in.GetKind()), Counted: in.GetCounted(), Limits: in.GetLimits(),
+func FromOverride(in *freqcapv1.Override) driver.Override {
+	o := driver.Override{
+		ID: in.GetId(), Kind: driver.OverrideKind(in.GetKind()), Counted: in.GetCounted(), Limits: in.GetLimits(),
 		Until: fromTS(in.GetUntil()), Reason: in.GetReason(), By: in.GetBy(), Created: fromTS(in.GetCreated()),
 	}
+	if len(o.Limits) == 0 {
+		o.Limits = nil // as the sdk's: a JSON body decodes an absent map as an empty one
+	}
+	return o
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/freqcap/freqcap/internal/protoconv"
 	"github.com/freqcap/freqcap/internal/seed"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // A decision and an inspection survive the trip to the wire and back.
@@ -18,13 +19,13 @@ func TestRoundTrip(t *testing.T) {
 	d := sdk.Decision{
 		Allowed: false, Policy: "push", At: at, Denied: []string{"b"}, RetryAfter: 1500 * time.Millisecond,
 		CostTooHigh: true, NonAtomic: true, Replayed: true, Cached: true, ShadowDenied: []string{"c"}, Durable: true, Replicas: 2,
-		Override: sdk.Override{ID: 12, Kind: sdk.OverrideLimit, Limits: map[string]int64{"b": 5}, Until: at.Add(time.Hour),
+		Override: driver.Override{ID: 12, Kind: driver.Limit, Limits: map[string]int64{"b": 5}, Until: at.Add(time.Hour),
 			Reason: "partner", By: "ops", Created: at.Add(-time.Hour)},
 		Rules: []sdk.RuleDecision{
-			{Rule: "a", Algorithm: sdk.AlgorithmGCRA, Allowed: true, Used: 1, Limit: 15, Remaining: 14, ResetAfter: time.Second, Strategy: "gcra-tat"},
-			{Rule: "b", Algorithm: sdk.AlgorithmFixedWindow, Used: 5, Limit: 5, Before: 3},
-			{Rule: "b", Algorithm: sdk.AlgorithmSlidingLog, Used: 5, Limit: 5, ResetAfter: time.Minute, RetryAfter: 1500 * time.Millisecond, CostTooHigh: true},
-			{Rule: "c", Algorithm: sdk.AlgorithmFixedWindow, Used: 1, Limit: 1, Shadow: true},
+			{Rule: "a", Algorithm: driver.GCRA, Allowed: true, Used: 1, Limit: 15, Remaining: 14, ResetAfter: time.Second, Strategy: "gcra-tat"},
+			{Rule: "b", Algorithm: driver.FixedWindow, Used: 5, Limit: 5, Before: 3},
+			{Rule: "b", Algorithm: driver.SlidingLog, Used: 5, Limit: 5, ResetAfter: time.Minute, RetryAfter: 1500 * time.Millisecond, CostTooHigh: true},
+			{Rule: "c", Algorithm: driver.FixedWindow, Used: 1, Limit: 1, Shadow: true},
 		},
 	}
 	if got := protoconv.FromDecision(protoconv.Decision(d)); !reflect.DeepEqual(got, d) {

@@ -27,9 +27,13 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_COST
 	case errors.Is(err, sdk.ErrInvalidIdempotencyKey):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
-	case errors.Is(err, sdk.ErrInvalidPolicy), errors.Is(err, sdk.ErrInvalidRule), errors.Is(err, sdk.ErrInvalidOverride):
-		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ARGUMENT
-	case errors.Is(err, sdk.ErrRefused):
+	case errors.Is(err, sdk.ErrInvalidOverride):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_OVERRIDE
+	case errors.Is(err, sdk.ErrInvalidRule):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_RULE
+	case errors.Is(err, sdk.ErrInvalidPolicy):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_POLICY
+	case errors.Is(err, driver.ErrRefused):
 		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_BACKEND_REFUSED
 	case errors.Is(err, errors.ErrUnsupported):
 		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
@@ -82,8 +86,12 @@ func Sentinel(r freqcapv1.Reason) error {
 		return sdk.ErrInvalidIdempotencyKey
 	case freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND:
 		return sdk.ErrReservationNotFound
-	case freqcapv1.Reason_REASON_UNKNOWN_POLICY:
+	case freqcapv1.Reason_REASON_UNKNOWN_POLICY, freqcapv1.Reason_REASON_INVALID_POLICY:
 		return sdk.ErrInvalidPolicy
+	case freqcapv1.Reason_REASON_INVALID_RULE:
+		return sdk.ErrInvalidRule
+	case freqcapv1.Reason_REASON_INVALID_OVERRIDE:
+		return sdk.ErrInvalidOverride
 	case freqcapv1.Reason_REASON_UNSUPPORTED:
 		return errors.ErrUnsupported
 	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
@@ -99,7 +107,7 @@ func Sentinel(r freqcapv1.Reason) error {
 	case freqcapv1.Reason_REASON_REKEY_UNCONFIRMED:
 		return policystore.ErrRekeyNotConfirmed
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
-		return sdk.ErrRefused
+		return driver.ErrRefused
 	}
 	return nil
 }

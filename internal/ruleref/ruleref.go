@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Unit is N units admitted at one instant.
@@ -36,10 +37,10 @@ func Trim(lg []Unit, from time.Time) []Unit {
 }
 
 // AsLog returns r as a sliding log when it is a sliding window whose
-// limit is at most sdk.LogLine (every backend evaluates it so), else r.
+// limit is at most driver.LogLine (every backend evaluates it so), else r.
 func AsLog(r sdk.Rule) sdk.Rule {
-	if r.Algorithm == sdk.AlgorithmSlidingWindow && r.Limit <= sdk.LogLine {
-		r.Algorithm = sdk.AlgorithmSlidingLog
+	if r.Algorithm == driver.SlidingWindow && r.Limit <= driver.LogLine {
+		r.Algorithm = driver.SlidingLog
 	}
 	return r
 }
@@ -60,9 +61,9 @@ func Decide(r sdk.Rule, lg []Unit, start, now time.Time, cost int64) (used int64
 		return n
 	}
 	switch r.Algorithm {
-	case sdk.AlgorithmFixedWindow:
+	case driver.FixedWindow:
 		var from, to time.Time
-		if r.Calendar == sdk.Day {
+		if r.Calendar == driver.Day {
 			l := now.In(r.Location)
 			from = time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, r.Location)
 			to = time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, r.Location)
@@ -73,13 +74,13 @@ func Decide(r sdk.Rule, lg []Unit, start, now time.Time, cost int64) (used int64
 		}
 		used = count(func(t time.Time) bool { return !t.Before(from) && t.Before(to) })
 		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingWindow:
+	case driver.SlidingWindow:
 		size := int64((r.Window / time.Duration(r.SubWindows)).Truncate(time.Millisecond))
 		back := (int64(r.Window) + size - 1) / size
 		oldest := now.UnixNano()/size - back
 		used = count(func(t time.Time) bool { return t.UnixNano()/size >= oldest })
 		return used, used+cost <= r.Limit
-	case sdk.AlgorithmSlidingLog:
+	case driver.SlidingLog:
 		from := now.Add(-r.Window)
 		used = count(func(t time.Time) bool { return t.After(from) })
 		return used, used+cost <= r.Limit

@@ -128,7 +128,7 @@ func batchErrors(e *env) {
 
 	// Directly: a request of cost 0 fails alone.
 	bt := e.b.(driver.Batcher)
-	k := e.lim.KeyLayout(e.policy(f), e.subject("direct"))
+	k := e.lim.Admin().KeyLayout(e.policy(f), e.subject("direct"))
 	rule := driver.Rule{Name: "f", Key: k.Sets[0].Rules[0].Key, Group: k.Sets[0].Key, Algorithm: driver.FixedWindow, Limit: 5, Window: w}
 	req := driver.Request{Policy: "p", Rules: []driver.Rule{rule}, Cost: 1, TrailKey: k.Trail, ReservationKey: k.Reservations}
 	zero := req

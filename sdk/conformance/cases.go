@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // groups is the suite, in the order Run runs it.
 var groups = []group{
 	{name: "Concurrency", serial: true, cases: []testCase{
-		{name: "FixedWindow", run: concurrency(sdk.AlgorithmFixedWindow)},
-		{name: "SlidingWindow", run: concurrency(sdk.AlgorithmSlidingWindow)},
-		{name: "SlidingLog", run: concurrency(sdk.AlgorithmSlidingLog)},
-		{name: "GCRA", run: concurrency(sdk.AlgorithmGCRA)},
+		{name: "FixedWindow", run: concurrency(driver.FixedWindow)},
+		{name: "SlidingWindow", run: concurrency(driver.SlidingWindow)},
+		{name: "SlidingLog", run: concurrency(driver.SlidingLog)},
+		{name: "GCRA", run: concurrency(driver.GCRA)},
 		{name: "AllRules", run: concurrency(0)},
 	}},
 	{name: "FixedWindow", cases: []testCase{
@@ -323,7 +324,7 @@ func calendarDay(e *env, zone string) {
 	if err != nil {
 		e.t.Fatalf("LoadLocation(%q) = %v", zone, err)
 	}
-	r := e.calendar("d", 3, sdk.Day, loc)
+	r := e.calendar("d", 3, driver.Day, loc)
 	if e.fake != nil {
 		// One minute before a local midnight still ahead.
 		now := e.now()
@@ -367,7 +368,7 @@ func calendarDST(e *env) {
 	if err != nil {
 		e.t.Fatalf("LoadLocation = %v", err)
 	}
-	r := e.calendar("d", 2, sdk.Day, loc)
+	r := e.calendar("d", 2, driver.Day, loc)
 	for range 2 {
 		start := nextMidnight(e.now(), loc)
 		for n := 0; ; n++ {
@@ -398,7 +399,7 @@ func calendarKathmandu(e *env) {
 	if err != nil {
 		e.t.Fatalf("LoadLocation = %v", err)
 	}
-	r := e.calendar("h", 2, sdk.Hour, loc)
+	r := e.calendar("h", 2, driver.Hour, loc)
 	hourEnd := func(t time.Time) time.Time {
 		lt := t.In(loc)
 		return time.Date(lt.Year(), lt.Month(), lt.Day(), lt.Hour()+1, 0, 0, 0, loc)
@@ -685,7 +686,7 @@ func resetCase(e *env) {
 	e.take(3, rules...)
 	_, rv := e.reservation(rules...)
 	e.take(5, rules...) // a denial for the trail
-	if err := e.lim.Reset(bg(), p, e.subject()); err != nil {
+	if err := e.lim.Admin().Reset(bg(), p, e.subject()); err != nil {
 		e.t.Fatalf("Reset = %v, want nil", err)
 	}
 	d := e.peek(1, rules...)
@@ -756,13 +757,13 @@ func resetRulesCase(e *env) {
 		{"a subject without c", sdk.Subject{dim: e.tag, "d": "y"}, pair, sdk.ErrInvalidSubject},
 	}
 	for _, tc := range refused {
-		if err := e.lim.ResetRules(bg(), p, tc.subj, tc.names...); !errors.Is(err, tc.want) {
+		if err := e.lim.Admin().ResetRules(bg(), p, tc.subj, tc.names...); !errors.Is(err, tc.want) {
 			e.t.Errorf("ResetRules(%s) = %v, want an error wrapping %v", tc.label, err, tc.want)
 		}
 	}
 	n := 3 + held
 	peek("Peek(all) after the refused ResetRules", n, n, n, n, n, n, n, n, n)
-	if err := e.lim.ResetRules(bg(), p, subj, pair...); err != nil {
+	if err := e.lim.Admin().ResetRules(bg(), p, subj, pair...); err != nil {
 		e.t.Fatalf("ResetRules(%v) = %v, want nil", pair, err)
 	}
 	peek("Peek(all) after ResetRules(c-*)", n, n, n, 0, 0, 0, 0, n, n)
@@ -862,7 +863,7 @@ func trailMulti(e *env) {
 	// An inspection whose subject lacks a rule's other dimension leaves
 	// that rule out (the backend is sent the rules it can be named).
 	x := sdk.FixedWindow("x", 1, w).By(dim, "other")
-	in, err := e.lim.Inspect(bg(), e.policy(ok, x), e.subject())
+	in, err := e.lim.Admin().Inspect(bg(), e.policy(ok, x), e.subject())
 	if err != nil || len(in.Rules) != 1 || len(in.Skipped) != 1 || in.Skipped[0] != "x" {
 		e.t.Fatalf("Inspect(ok+x) without x's dimension = %+v, %v, want ok inspected and x skipped", in, err)
 	}
@@ -933,7 +934,7 @@ func trailDisabled(e *env) {
 // ---- Describe ----
 
 func describe(e *env) {
-	desc, err := e.lim.Describe(bg())
+	desc, err := e.lim.Admin().Describe(bg())
 	if err != nil || desc.Name == "" {
 		e.t.Errorf("Describe() = %+v, %v, want a name and no error", desc, err)
 	}

@@ -6,25 +6,26 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // concurrency races 64 goroutines on one subject through one Limiter: the
 // backend must admit exactly the limit, each admitted take seeing a
 // distinct count. alg 0 races one policy with a rule of every algorithm.
-func concurrency(alg sdk.Algorithm) func(e *env) {
+func concurrency(alg driver.Algorithm) func(e *env) {
 	return func(e *env) {
 		const limit, workers, each = 20, 64, 4
 		w := time.Hour
 		e.ensureRoom(w, 30*time.Second)
 		var rules []sdk.Rule
 		switch alg {
-		case sdk.AlgorithmFixedWindow:
+		case driver.FixedWindow:
 			rules = []sdk.Rule{e.fixed("r", limit, w)}
-		case sdk.AlgorithmSlidingWindow:
+		case driver.SlidingWindow:
 			rules = []sdk.Rule{e.sliding("r", limit, w, 10)}
-		case sdk.AlgorithmSlidingLog:
+		case driver.SlidingLog:
 			rules = []sdk.Rule{e.log("r", limit, w)}
-		case sdk.AlgorithmGCRA:
+		case driver.GCRA:
 			rules = []sdk.Rule{e.gcra("r", limit, w, limit-1)}
 		default:
 			rules = e.fourRules(limit, w)
@@ -67,7 +68,7 @@ func concurrency(alg sdk.Algorithm) func(e *env) {
 			e.t.Errorf("Take(%s) from %d goroutines × %d = %d admitted, want exactly %d", names(rules), workers, each,
 				admits, limit)
 		}
-		if alg != sdk.AlgorithmGCRA {
+		if alg != driver.GCRA {
 			for u := int64(1); u <= limit; u++ {
 				if seen[u] != 1 {
 					e.t.Errorf("admitted takes reporting used %d = %d, want 1 (each admitted take sees a distinct count)",

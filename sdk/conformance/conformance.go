@@ -159,21 +159,23 @@ var features = []struct {
 		}},
 	{inspector, "driver.Inspector", func(b driver.Backend) bool { _, ok := b.(driver.Inspector); return ok },
 		func(e *env) error {
-			_, err := e.lim.Inspect(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject())
+			_, err := e.lim.Admin().Inspect(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject())
 			return err
 		}},
 	{resetter, "driver.Resetter", func(b driver.Backend) bool { _, ok := b.(driver.Resetter); return ok },
-		func(e *env) error { return e.lim.Reset(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject()) }},
+		func(e *env) error {
+			return e.lim.Admin().Reset(bg(), e.policy(e.fixed("f", 1, time.Hour)), e.subject())
+		}},
 	{idempotent, "idempotency keys", nil, func(e *env) error {
 		_, err := e.lim.Take(bg(), e.policy(e.fixed("f", 1, time.Hour)), sdk.Attempt{Subject: e.subject(), IdempotencyKey: "k"})
 		return err
 	}},
 	{batcher, "driver.Batcher", func(b driver.Backend) bool { _, ok := b.(driver.Batcher); return ok }, nil},
 	{describer, "driver.Describer", func(b driver.Backend) bool { _, ok := b.(driver.Describer); return ok },
-		func(e *env) error { _, err := e.lim.Describe(bg()); return err }},
+		func(e *env) error { _, err := e.lim.Admin().Describe(bg()); return err }},
 	{overrider, "driver.Overrider", func(b driver.Backend) bool { _, ok := b.(driver.Overrider); return ok },
 		func(e *env) error {
-			_, err := e.lim.Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
+			_, err := e.lim.Admin().Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
 			return err
 		}},
 }
@@ -293,7 +295,7 @@ func newEnv(t *testing.T, h *Harness) *env {
 		lim: sdk.New(b, sdk.WithPrefix("ct-"+tag)),
 		tag: tag, trailMax: 20, trailTTL: time.Hour,
 	}
-	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", sdk.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
+	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", driver.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
 	if err != nil {
 		t.Fatalf("NewPolicy(clock) = %v", err)
 	}
@@ -334,8 +336,8 @@ func (e *env) sliding(name string, limit int64, w time.Duration, cells int) sdk.
 
 // cellScale is what the cell cases (a SlidingWindow rule counting in
 // cells) multiply their limits and costs by: a sliding window whose limit
-// is at most sdk.LogLine is an exact log (the log cases hold it to that).
-const cellScale = sdk.LogLine + 1
+// is at most driver.LogLine is an exact log (the log cases hold it to that).
+const cellScale = driver.LogLine + 1
 
 // cells is a SlidingWindow rule counting in cells: limit*cellScale.
 func (e *env) cells(name string, limit int64, w time.Duration, cells int) sdk.Rule {
@@ -376,8 +378,8 @@ func (e *env) gcra(name string, limit int64, per time.Duration, burst int64) sdk
 	return sdk.GCRA(name, limit, per, burst).By(dim)
 }
 
-func (e *env) calendar(name string, limit int64, unit sdk.CalendarUnit, loc *time.Location) sdk.Rule {
-	if unit == sdk.Hour {
+func (e *env) calendar(name string, limit int64, unit driver.CalendarUnit, loc *time.Location) sdk.Rule {
+	if unit == driver.Hour {
 		return sdk.Hourly(name, limit, loc).By(dim)
 	}
 	return sdk.Daily(name, limit, loc).By(dim)
@@ -447,7 +449,7 @@ func (e *env) peek(cost int64, rules ...sdk.Rule) sdk.Decision {
 // denials.
 func (e *env) inspect(rules ...sdk.Rule) (sdk.Decision, []sdk.Denial) {
 	e.t.Helper()
-	in, err := e.lim.Inspect(bg(), e.policy(rules...), e.subject())
+	in, err := e.lim.Admin().Inspect(bg(), e.policy(rules...), e.subject())
 	label := fmt.Sprintf("Inspect(%s)", names(rules))
 	if err != nil {
 		e.t.Fatalf("%s = error %v, want an inspection", label, err)
@@ -499,7 +501,7 @@ func (e *env) reserver() driver.Reserver {
 // (KeyLayout.Reservations).
 func (e *env) reservationKey(rules ...sdk.Rule) string {
 	e.t.Helper()
-	k := e.lim.KeyLayout(e.policy(rules...), e.subject()).Reservations
+	k := e.lim.Admin().KeyLayout(e.policy(rules...), e.subject()).Reservations
 	if k == "" {
 		e.t.Fatalf("KeyLayout(p) = none")
 	}

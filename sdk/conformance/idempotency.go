@@ -204,7 +204,7 @@ func idemReset(e *env) {
 	e.ensureRoom(w, 10*time.Second)
 	f := e.fixed("f", 10, w)
 	first := e.takeAttempt(e.keyed("k", 3), f)
-	if err := e.lim.Reset(bg(), e.policy(f), e.subject()); err != nil {
+	if err := e.lim.Admin().Reset(bg(), e.policy(f), e.subject()); err != nil {
 		e.t.Fatalf("Reset = %v", err)
 	}
 	e.sameDecision("Take(f, key k) after Reset (Reset keeps idempotency records)", e.takeAttempt(e.keyed("k", 3), f), first)

@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // The numbers cases: rules at the largest numbers sdk accepts
-// (sdk.MaxLimit, MaxWindow, MaxTolerance, MinInterval) count exactly,
+// (driver.MaxLimit, MaxWindow, MaxTolerance, MinInterval) count exactly,
 // unit by unit, on every backend: no overflow in Go's int64, no rounding
 // in Lua's doubles.
 
@@ -28,7 +29,7 @@ func (e *env) exact(label string, res sdk.Decision, allowed bool, used, limit in
 // is denied (fixed and sliding window). The log is checked with small
 // takes and large peeks (it stores one entry per unit taken).
 func numbersMaxLimit(e *env) {
-	const m = sdk.MaxLimit
+	const m = driver.MaxLimit
 	w := time.Hour
 	e.ensureRoom(w, 10*time.Second)
 	for _, r := range []sdk.Rule{e.fixed("f", m, w), e.sliding("s", m, w, 10)} {
@@ -53,7 +54,7 @@ func numbersMaxLimit(e *env) {
 // the size of its numbers) admits 2, denies the third, and a fixed
 // window's reset is its epoch-aligned end, in 2041.
 func numbersMaxWindow(e *env) {
-	w := sdk.MaxWindow
+	w := driver.MaxWindow
 	f := e.fixed("f", 2, w)
 	for _, r := range []sdk.Rule{f, e.sliding("s", 2, w, 10), e.log("l", 2, w), e.gcra("g", 1024, w, 1)} {
 		e.exact(fmt.Sprintf("Take(%s, cost 2) of 2 per MaxWindow", r.Name), e.take(2, r), true, 2, 2)
@@ -68,7 +69,7 @@ func numbersMaxWindow(e *env) {
 // tolerance allows (MaxTolerance/1s units): take all but one, then one,
 // then one more is denied, all within a second of the first.
 func numbersGCRAMaxTolerance(e *env) {
-	limit := int64(sdk.MaxTolerance / time.Second) // Burst+1
+	limit := int64(driver.MaxTolerance / time.Second) // Burst+1
 	r := e.gcra("g", 1, time.Second, limit-1)
 	res := e.take(limit-1, r)
 	t0 := res.At
@@ -90,8 +91,8 @@ func numbersGCRAMaxTolerance(e *env) {
 // and redis-cell decides by a clock of its own some µs after the script's
 // TIME: counts after the first call differ by the µs between the clocks.)
 func numbersGCRAMinInterval(e *env) {
-	t := sdk.MinInterval
-	limit := int64(sdk.MaxTolerance / t) // Burst+1
+	t := driver.MinInterval
+	limit := int64(driver.MaxTolerance / t) // Burst+1
 	r := e.gcra("g", int64(time.Second/t), time.Second, limit-1)
 	m := newGCRAModel(r)
 	res := e.take(limit-1, r)

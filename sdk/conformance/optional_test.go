@@ -58,9 +58,9 @@ func TestUnsupported(t *testing.T) {
 		{"Peek (driver.Peeker)", func() error { _, err := lim.Peek(ctx, p, a); return err }},
 		{"PeekBatch (driver.Peeker)", func() error { return lim.PeekBatch(ctx, p, []sdk.Attempt{a})[0].Err }},
 		{"Reserve (driver.Reserver)", func() error { _, _, err := lim.Reserve(ctx, p, a, time.Minute); return err }},
-		{"Inspect (driver.Inspector)", func() error { _, err := lim.Inspect(ctx, p, s); return err }},
-		{"Reset (driver.Resetter)", func() error { return lim.Reset(ctx, p, s) }},
-		{"Describe (driver.Describer)", func() error { _, err := lim.Describe(ctx); return err }},
+		{"Inspect (driver.Inspector)", func() error { _, err := lim.Admin().Inspect(ctx, p, s); return err }},
+		{"Reset (driver.Resetter)", func() error { return lim.Admin().Reset(ctx, p, s) }},
+		{"Describe (driver.Describer)", func() error { _, err := lim.Admin().Describe(ctx); return err }},
 		{"Take with a key (no idempotency)", func() error {
 			_, err := lim.Take(ctx, p, sdk.Attempt{Subject: s, IdempotencyKey: "k"})
 			return err

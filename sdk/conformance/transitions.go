@@ -68,7 +68,7 @@ var transitions = []struct {
 		new:   func(e *env) sdk.Rule { return e.sliding("r", 4, 2*e.w(), 4) },
 		align: alignW,
 		hold:  func(e *env) time.Duration { return e.w() },
-		// limits this small (sdk.LogLine) make both exact logs, whatever
+		// limits this small (driver.LogLine) make both exact logs, whatever
 		// their cells: A's units leave at 2w, the old rule's reach
 		after: func(e *env) *bool { return yes() },
 	}},
@@ -104,7 +104,7 @@ var transitions = []struct {
 	}},
 	{"EpochFixedToDaily", transition{
 		old: func(e *env) sdk.Rule { return e.fixed("r", 5, e.pick(24*time.Hour, time.Second)) },
-		new: func(e *env) sdk.Rule { return e.calendar("r", 4, sdk.Day, mustZone(e, "Asia/Shanghai")) },
+		new: func(e *env) sdk.Rule { return e.calendar("r", 4, driver.Day, mustZone(e, "Asia/Shanghai")) },
 		align: func(e *env) time.Time {
 			// A UTC midnight (08:00 in Shanghai) on a fake clock; on a
 			// real one a second, with room before Shanghai's midnight.
@@ -122,8 +122,8 @@ var transitions = []struct {
 		},
 	}},
 	{"ZoneChange", transition{
-		old: func(e *env) sdk.Rule { return e.calendar("r", 5, sdk.Day, mustZone(e, "America/New_York")) },
-		new: func(e *env) sdk.Rule { return e.calendar("r", 4, sdk.Day, mustZone(e, "Asia/Shanghai")) },
+		old: func(e *env) sdk.Rule { return e.calendar("r", 5, driver.Day, mustZone(e, "America/New_York")) },
+		new: func(e *env) sdk.Rule { return e.calendar("r", 4, driver.Day, mustZone(e, "Asia/Shanghai")) },
 		align: func(e *env) time.Time {
 			ny, sh := mustZone(e, "America/New_York"), mustZone(e, "Asia/Shanghai")
 			if e.fake != nil {

@@ -71,8 +71,11 @@ const (
 	// half-open, ever holds more than Limit admitted units. The cells'
 	// price: a unit counts for up to one cell longer than Window (two when
 	// the cells do not divide it), so some requests an exact log would
-	// admit are denied (measured on the seed policy:
-	// sdk.AlgorithmSlidingWindow). Finer cells shorten the extra time a
+	// admit are denied. On the seed policy (limits 2 to 50) that is 0
+	// attempts over and 0 under an exact log, where cells denied 11.1%
+	// (6,456 of 58,133) the log admits; measured in this repository with
+	// go test -count=1 -run TestStrictnessCost -v ./sdk/
+	// Finer cells (sdk's Rule.WithSubWindows) shorten the extra time a
 	// unit counts.
 	SlidingWindow
 	// SlidingLog keeps one entry per unit and counts those in
@@ -309,6 +312,13 @@ func ParseOverrideKind(s string) (k OverrideKind, ok bool) {
 	}
 	return 0, false
 }
+
+// The longest Override.Reason and Override.By, in bytes (sdk's
+// Admin.SetOverride refuses longer ones).
+const (
+	MaxOverrideReasonLen = 256
+	MaxOverrideByLen     = 64
+)
 
 // Override is one per-person exception to a policy's rules, kept by the
 // backend under a subject's Request.OverrideKey.
@@ -707,7 +717,7 @@ func HashTag(key string) string {
 const DefaultSubWindows = 10
 
 // The largest numbers a rule may hold, the same for every backend. sdk
-// refuses a rule or a cost beyond them (sdk.MaxLimit and its siblings), so
+// refuses a rule or a cost beyond them, so
 // a backend sees only numbers that neither overflow an int64 nor lose
 // precision as a double:
 //

@@ -23,6 +23,7 @@ import (
 
 	"github.com/freqcap/freqcap/internal/duration"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // Load reads policies from YAML:
@@ -53,7 +54,7 @@ import (
 // failure, trail, hot_deny_cache, overrides (true: the policy's decisions
 // read per-person overrides, sdk.WithOverrides), rules. Numbers (limit, burst, sub_windows,
 // hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
-// limits and bursts beyond [sdk.MaxLimit]. Unknown keys are errors. Every
+// limits and bursts beyond [driver.MaxLimit]. Unknown keys are errors. Every
 // error wraps [sdk.ErrInvalidPolicy] or [sdk.ErrInvalidRule] and gives the
 // line.
 func Load(r io.Reader) ([]*sdk.Policy, error) {
@@ -345,13 +346,13 @@ func (fr fileRule) rule() (sdk.Rule, error) {
 	}
 	switch fr.Algorithm {
 	case "fixed_window":
-		r.Algorithm = sdk.AlgorithmFixedWindow
+		r.Algorithm = driver.FixedWindow
 	case "sliding_window":
-		r.Algorithm = sdk.AlgorithmSlidingWindow
+		r.Algorithm = driver.SlidingWindow
 	case "sliding_log":
-		r.Algorithm = sdk.AlgorithmSlidingLog
+		r.Algorithm = driver.SlidingLog
 	case "gcra":
-		r.Algorithm = sdk.AlgorithmGCRA
+		r.Algorithm = driver.GCRA
 	case "":
 		return bad("algorithm missing (fixed_window, sliding_window, sliding_log or gcra)")
 	default:
@@ -360,14 +361,14 @@ func (fr fileRule) rule() (sdk.Rule, error) {
 	switch fr.Calendar {
 	case "":
 	case "day":
-		r.Calendar = sdk.Day
+		r.Calendar = driver.Day
 	case "hour":
-		r.Calendar = sdk.Hour
+		r.Calendar = driver.Hour
 	default:
 		return bad("calendar must be day or hour, got %q", fr.Calendar)
 	}
 	if fr.Timezone != "" {
-		if r.Calendar == sdk.NoCalendar {
+		if r.Calendar == driver.NoCalendar {
 			return bad("timezone is only for calendar rules")
 		}
 		loc, err := time.LoadLocation(fr.Timezone)
@@ -388,7 +389,7 @@ type intKey struct {
 }
 
 var (
-	ruleInts   = []intKey{{"limit", sdk.MaxLimit, "MaxLimit"}, {"burst", sdk.MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
+	ruleInts   = []intKey{{"limit", driver.MaxLimit, "MaxLimit"}, {"burst", driver.MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
 	policyInts = []intKey{{"hot_deny_cache", math.MaxInt, ""}}
 	trailInts  = []intKey{{"max", math.MaxInt, ""}}
 )

@@ -3,7 +3,6 @@ package policystore_test
 import (
 	"context"
 	"fmt"
-	"github.com/freqcap/freqcap/internal/ruleref"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/ruleref"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/memory"
@@ -21,6 +22,7 @@ import (
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 	"github.com/freqcap/freqcap/sdk/policyfile"
 	"github.com/freqcap/freqcap/sdk/policystore"
@@ -455,13 +457,13 @@ func propRule(rng *rand.Rand) sdk.Rule {
 	r := sdk.Rule{Name: "r", Dimensions: []string{"user"}, Limit: int64(2 + rng.IntN(6)), Window: propWindow(rng)}
 	switch rng.IntN(5) {
 	case 0:
-		r.Algorithm = sdk.AlgorithmFixedWindow
+		r.Algorithm = driver.FixedWindow
 	case 1:
-		r.Algorithm, r.SubWindows = sdk.AlgorithmSlidingWindow, 2+rng.IntN(5)
+		r.Algorithm, r.SubWindows = driver.SlidingWindow, 2+rng.IntN(5)
 	case 2:
-		r.Algorithm = sdk.AlgorithmSlidingLog
+		r.Algorithm = driver.SlidingLog
 	case 3:
-		r.Algorithm, r.Burst = sdk.AlgorithmGCRA, int64(rng.IntN(5))
+		r.Algorithm, r.Burst = driver.GCRA, int64(rng.IntN(5))
 	case 4:
 		r = propCalendar(rng, r)
 	}
@@ -474,10 +476,10 @@ func propWindow(rng *rand.Rand) time.Duration {
 
 func propCalendar(rng *rand.Rand, r sdk.Rule) sdk.Rule {
 	loc, _ := time.LoadLocation(propZones[rng.IntN(len(propZones))])
-	r.Algorithm, r.SubWindows, r.Burst, r.Location = sdk.AlgorithmFixedWindow, 0, 0, loc
-	r.Calendar, r.Window = sdk.Day, 24*time.Hour
+	r.Algorithm, r.SubWindows, r.Burst, r.Location = driver.FixedWindow, 0, 0, loc
+	r.Calendar, r.Window = driver.Day, 24*time.Hour
 	if rng.IntN(2) == 0 {
-		r.Calendar, r.Window = sdk.Hour, time.Hour
+		r.Calendar, r.Window = driver.Hour, time.Hour
 	}
 	return r
 }
@@ -485,7 +487,7 @@ func propCalendar(rng *rand.Rand, r sdk.Rule) sdk.Rule {
 // propChange returns r changed by kind, or false when kind does not
 // apply to r.
 func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
-	gcra := r.Algorithm == sdk.AlgorithmGCRA
+	gcra := r.Algorithm == driver.GCRA
 	switch kind {
 	case "limit", "gcra rate":
 		if gcra != (kind == "gcra rate") {
@@ -506,7 +508,7 @@ func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
 		}
 		r.Burst = b
 	case "window":
-		if r.Calendar != sdk.NoCalendar {
+		if r.Calendar != driver.NoCalendar {
 			return r, false
 		}
 		w := r.Window
@@ -516,30 +518,30 @@ func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
 		r.Window = w
 	case "algorithm":
 		n := propRule(rng)
-		if n.Algorithm == r.Algorithm || n.Calendar != sdk.NoCalendar {
+		if n.Algorithm == r.Algorithm || n.Calendar != driver.NoCalendar {
 			return r, false
 		}
 		n.Limit, n.Shadow = r.Limit, r.Shadow
-		if r.Calendar == sdk.NoCalendar {
+		if r.Calendar == driver.NoCalendar {
 			n.Window = r.Window
 		}
 		r = n
 	case "calendar":
 		shadow := r.Shadow
-		if r.Calendar != sdk.NoCalendar {
+		if r.Calendar != driver.NoCalendar {
 			r = propRule(rng)
 			r.Shadow = shadow
-			return r, r.Calendar == sdk.NoCalendar
+			return r, r.Calendar == driver.NoCalendar
 		}
 		r = propCalendar(rng, r)
 	case "zone":
-		if r.Calendar == sdk.NoCalendar {
+		if r.Calendar == driver.NoCalendar {
 			return r, false
 		}
 		loc := r.Location.String()
 		r.Location, _ = time.LoadLocation(propZones[(slices.Index(propZones, loc)+1)%len(propZones)])
 	case "sub-windows":
-		if r.Algorithm != sdk.AlgorithmSlidingWindow {
+		if r.Algorithm != driver.SlidingWindow {
 			return r, false
 		}
 		n := r.SubWindows
@@ -555,11 +557,11 @@ func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
 	return r, true
 }
 
-var propAlgorithms = map[sdk.Algorithm]string{
-	sdk.AlgorithmFixedWindow:   "fixed_window",
-	sdk.AlgorithmSlidingWindow: "sliding_window",
-	sdk.AlgorithmSlidingLog:    "sliding_log",
-	sdk.AlgorithmGCRA:          "gcra",
+var propAlgorithms = map[driver.Algorithm]string{
+	driver.FixedWindow:   "fixed_window",
+	driver.SlidingWindow: "sliding_window",
+	driver.SlidingLog:    "sliding_log",
+	driver.GCRA:          "gcra",
 }
 
 // propYAML writes r as a policy file's rule.
@@ -567,17 +569,17 @@ func propYAML(r sdk.Rule) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{name: r, algorithm: %s, limit: %d, by: [user]", propAlgorithms[r.Algorithm], r.Limit)
 	switch r.Calendar {
-	case sdk.Day:
+	case driver.Day:
 		fmt.Fprintf(&b, ", calendar: day, timezone: %s", r.Location)
-	case sdk.Hour:
+	case driver.Hour:
 		fmt.Fprintf(&b, ", calendar: hour, timezone: %s", r.Location)
 	default:
 		fmt.Fprintf(&b, ", window: %v", r.Window)
 	}
-	if r.Algorithm == sdk.AlgorithmSlidingWindow {
+	if r.Algorithm == driver.SlidingWindow {
 		fmt.Fprintf(&b, ", sub_windows: %d", r.SubWindows)
 	}
-	if r.Algorithm == sdk.AlgorithmGCRA {
+	if r.Algorithm == driver.GCRA {
 		fmt.Fprintf(&b, ", burst: %d", r.Burst)
 	}
 	if r.Shadow {

@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/freqcap/freqcap/backends/memory"
-	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/policystore"
 )
 
 // TestPlanTextSaysWhatRuns: a plan describes a sliding window as what is
-// evaluated (sdk.Rule.ExactLog): "exact log" up to sdk.LogLine, its cells
+// evaluated (sdk.Rule.ExactLog): "exact log" up to driver.LogLine, its cells
 // above; never "(10 cells)" for a rule that runs as a log.
 func TestPlanTextSaysWhatRuns(t *testing.T) {
 	ctx := context.Background()
@@ -27,8 +27,8 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sdk.LogLine != 100 {
-		t.Fatalf("sdk.LogLine = %d: the test's limits assume 100", sdk.LogLine)
+	if driver.LogLine != 100 {
+		t.Fatalf("driver.LogLine = %d: the test's limits assume 100", driver.LogLine)
 	}
 	text := plan.String()
 	for _, want := range []string{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // This file owns the format of a store version's document
@@ -169,14 +170,14 @@ func truncate(s string, n int) string {
 	return s
 }
 
-var algorithmNames = map[sdk.Algorithm]string{
-	sdk.AlgorithmFixedWindow:   "fixed_window",
-	sdk.AlgorithmSlidingWindow: "sliding_window",
-	sdk.AlgorithmSlidingLog:    "sliding_log",
-	sdk.AlgorithmGCRA:          "gcra",
+var algorithmNames = map[driver.Algorithm]string{
+	driver.FixedWindow:   "fixed_window",
+	driver.SlidingWindow: "sliding_window",
+	driver.SlidingLog:    "sliding_log",
+	driver.GCRA:          "gcra",
 }
 
-var calendarNames = map[sdk.CalendarUnit]string{sdk.NoCalendar: "", sdk.Day: "day", sdk.Hour: "hour"}
+var calendarNames = map[driver.CalendarUnit]string{driver.NoCalendar: "", driver.Day: "day", driver.Hour: "hour"}
 
 func encodeRule(r sdk.Rule) docRule {
 	d := docRule{
@@ -191,7 +192,7 @@ func encodeRule(r sdk.Rule) docRule {
 		Shadow:     r.Shadow,
 		Epoch:      r.Epoch,
 	}
-	if r.Calendar != sdk.NoCalendar && r.Location != nil {
+	if r.Calendar != driver.NoCalendar && r.Location != nil {
 		d.Timezone = r.Location.String()
 	}
 	return d

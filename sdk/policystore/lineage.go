@@ -33,7 +33,7 @@ const (
 	// Reidentified: the window, sub-windows, algorithm, calendar or zone
 	// changed, or the state would change its meaning under the same keys
 	// (a GCRA rule's rate, hence its emission interval; a sliding window's
-	// limit across sdk.LogLine): the rule starts under new keys (a new
+	// limit across driver.LogLine): the rule starts under new keys (a new
 	// epoch) from what its former self proves, and the former rule is
 	// enforced beside it until its state proves nothing more
 	// (sdk.Change): carried conservatively.
@@ -212,7 +212,7 @@ func derive(prev []parsed, prevLin lineage, next []parsed, version int64, now ti
 				warns = append(warns, fmt.Sprintf("policy %q rule %q is re-keyed (%s): its counts start afresh, so people it capped are uncapped for up to %v; confirm with -rekey (Plan.ConfirmRekey)", name, r.Name, why, reach(o)))
 			case !sdk.SameState(pp.rules[j], r): // both as the files give them, epoch 0
 				// Another identity, or the same keys with another meaning
-				// (a limit crossing sdk.LogLine, a GCRA rate): a transition.
+				// (a limit crossing driver.LogLine, a GCRA rate): a transition.
 				r.Epoch = version
 				changes := append([]sdk.Change{{From: o, Version: version}}, live(prl.Changes)...)
 				lin.set(name, r.Name, ruleLineage{Epoch: r.Epoch, Changes: changes})
@@ -304,15 +304,15 @@ func fieldChanges(o, r sdk.Rule) []string {
 	return out
 }
 
-func calendarOrNone(c sdk.CalendarUnit) string {
-	if c == sdk.NoCalendar {
+func calendarOrNone(c driver.CalendarUnit) string {
+	if c == driver.NoCalendar {
 		return "none"
 	}
 	return calendarNames[c]
 }
 
 func zone(r sdk.Rule) string {
-	if r.Calendar == sdk.NoCalendar || r.Location == nil {
+	if r.Calendar == driver.NoCalendar || r.Location == nil {
 		return "none"
 	}
 	return r.Location.String()
@@ -382,7 +382,7 @@ func describeRule(rp *sdk.Rule, format string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %d per %v", algorithmNames[r.Algorithm], r.Limit, r.Window)
 	switch {
-	case r.Algorithm != sdk.AlgorithmSlidingWindow:
+	case r.Algorithm != driver.SlidingWindow:
 	case r.ExactLog(): // what runs: a log; its cells are unused
 		b.WriteString(" (exact log)")
 	case r.SubWindows > 0:
@@ -391,7 +391,7 @@ func describeRule(rp *sdk.Rule, format string) string {
 	if r.Burst > 0 {
 		fmt.Fprintf(&b, " burst %d", r.Burst)
 	}
-	if r.Calendar != sdk.NoCalendar {
+	if r.Calendar != driver.NoCalendar {
 		fmt.Fprintf(&b, " calendar %s %s", calendarNames[r.Calendar], zone(r))
 	}
 	fmt.Fprintf(&b, " by %v", r.Dimensions)

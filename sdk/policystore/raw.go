@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/internal/keyname"
-	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -59,7 +58,7 @@ type Store struct {
 type Option func(*Store)
 
 // WithPrefix sets the prefix whose store a Store keeps: the limiters'
-// (sdk.WithPrefix; default sdk.DefaultPrefix), escaped as they escape it.
+// (sdk.WithPrefix; default "fc"), escaped as they escape it.
 func WithPrefix(p string) Option {
 	return func(s *Store) { s.key = storeKey(p) }
 }
@@ -75,7 +74,7 @@ func WithTimeout(d time.Duration) Option {
 // it decides which recorded rule changes are past their reach and are
 // left out of the next version. Give it the limiters' clock. Versions are
 // stamped by the backend's clock.
-func WithClock(c sdk.Clock) Option {
+func WithClock(c driver.Clock) Option {
 	return func(s *Store) {
 		if c != nil {
 			s.now = c.Now
@@ -86,7 +85,7 @@ func WithClock(c sdk.Clock) Option {
 // New returns the Store of backend b (memory.New, redis.New: the
 // limiters'), for the default prefix unless WithPrefix says otherwise.
 func New(b driver.Backend, opts ...Option) *Store {
-	s := &Store{b: b, key: storeKey(sdk.DefaultPrefix), now: time.Now}
+	s := &Store{b: b, key: storeKey(keyname.DefaultPrefix), now: time.Now}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -98,7 +97,7 @@ func New(b driver.Backend, opts ...Option) *Store {
 // storeKey is the storage key of the policy store of prefix: one store
 // per prefix.
 func storeKey(prefix string) string {
-	return keyname.Prefix(prefix, sdk.DefaultPrefix) + ":{!policies}"
+	return keyname.Prefix(prefix, keyname.DefaultPrefix) + ":{!policies}"
 }
 
 // backend returns the backend as a driver.PolicyStore, or an error

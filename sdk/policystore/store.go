@@ -219,16 +219,16 @@ func (s *Store) Plan(ctx context.Context, src []byte) (*Plan, error) {
 // otherwise it stores nothing and returns an error wrapping
 // ErrVersionConflict (plan again). A plan that re-keys rules needs
 // plan.ConfirmRekey (else ErrRekeyNotConfirmed). by is at most
-// sdk.MaxOverrideByLen bytes and reason sdk.MaxOverrideReasonLen, neither
+// driver.MaxOverrideByLen bytes and reason driver.MaxOverrideReasonLen, neither
 // holding control characters.
 func (s *Store) Apply(ctx context.Context, plan *Plan, by, reason string) (Version, error) {
 	if plan == nil || plan.Version != plan.Base+1 {
 		return Version{}, errors.New("policystore: apply: no plan (use Store.Plan)")
 	}
-	if err := checkText("by", by, sdk.MaxOverrideByLen); err != nil {
+	if err := checkText("by", by, driver.MaxOverrideByLen); err != nil {
 		return Version{}, err
 	}
-	if err := checkText("reason", reason, sdk.MaxOverrideReasonLen); err != nil {
+	if err := checkText("reason", reason, driver.MaxOverrideReasonLen); err != nil {
 		return Version{}, err
 	}
 	if rk := plan.Rekeyed(); len(rk) > 0 && !plan.ConfirmRekey {

@@ -155,7 +155,7 @@ func runStoreLifecycle(t *testing.T, s *policystore.Store) {
 	if err != nil {
 		t.Fatalf("Policies() = %v", err)
 	}
-	if d := ruleNamed(t, ps[0], "daily"); d.Epoch != 4 || d.Algorithm != sdk.AlgorithmFixedWindow {
+	if d := ruleNamed(t, ps[0], "daily"); d.Epoch != 4 || d.Algorithm != driver.FixedWindow {
 		t.Errorf("rolled back daily = epoch %d %v, want epoch 4 fixed_window", d.Epoch, d.Algorithm)
 	}
 
@@ -220,8 +220,8 @@ func TestStoreApplyChecksAuthorAndReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ by, reason, want string }{
-		{strings.Repeat("a", sdk.MaxOverrideByLen+1), "", "by is 65 bytes, more than 64"},
-		{"a", strings.Repeat("r", sdk.MaxOverrideReasonLen+1), "reason is 257 bytes, more than 256"},
+		{strings.Repeat("a", driver.MaxOverrideByLen+1), "", "by is 65 bytes, more than 64"},
+		{"a", strings.Repeat("r", driver.MaxOverrideReasonLen+1), "reason is 257 bytes, more than 256"},
 		{"a", "two\nlines", "reason holds a control character"},
 	} {
 		if _, err := s.Apply(ctx, plan, tc.by, tc.reason); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -400,7 +400,7 @@ func TestLiveStopsWithContext(t *testing.T) {
 }
 
 // TestStoreLimitAcrossLogLine: a sliding window's limit raised across
-// sdk.LogLine (its state moves from an exact log to cells) is applied as
+// driver.LogLine (its state moves from an exact log to cells) is applied as
 // a transition: a person at the old limit stays capped by the old rule
 // for its window, where a bare limit change would have started afresh
 // and admitted up to the new limit at once.

@@ -112,14 +112,18 @@ func checkServeReplicas(t *testing.T, c *compose, hc *http.Client, base string, 
 	if err != nil || !d.Allowed {
 		t.Fatalf("serve-1 Reserve = %v, %v; want allowed", d.Allowed, err)
 	}
-	if err := lims[1].ReservationOf(push, s(9), res.ID()).Commit(ctx); err != nil {
+	r, err := lims[1].ReservationOf(push, s(9), res.ID())
+	if err != nil {
+		t.Fatalf("serve-2 ReservationOf(serve-1's id) = %v", err)
+	}
+	if err := r.Commit(ctx); err != nil {
 		t.Fatalf("serve-2 Commit of serve-1's reservation = %v", err)
 	}
 	// 3 takes (the replay consumed nothing) and the committed
 	// reservation, in the per-user rules.
 	const want = 4
 	for i, lim := range lims {
-		in, err := lim.Inspect(ctx, push, s(0))
+		in, err := lim.Admin().Inspect(ctx, push, s(0))
 		if err != nil {
 			t.Fatalf("%s Inspect = %v", names[i], err)
 		}

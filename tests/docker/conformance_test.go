@@ -11,9 +11,9 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/internal/testserver"
-	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/conformance"
 	"github.com/freqcap/freqcap/sdk/conformance/containers"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // launchers are the kinds of server the tests of this package run on: a
@@ -71,7 +71,7 @@ func TestConformanceModules(t *testing.T) {
 		}
 		srv := containers.Start(t, containers.Spec{Image: image, ImageCmd: true, Name: "tairhash"})
 		c := newClient(t, fcredis.NewClientOptions(srv.Addr()))
-		wantStrategy(t, fcredis.New(c, modStrategies), sdk.AlgorithmSlidingWindow, capability.TairHashLua)
+		wantStrategy(t, fcredis.New(c, modStrategies), driver.SlidingWindow, capability.TairHashLua)
 		runModuleConformance(t, c)
 	})
 	t.Run("cell", func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestConformanceModules(t *testing.T) {
 		}
 		srv := containers.Start(t, spec)
 		c := newClient(t, fcredis.NewClientOptions(srv.Addr()))
-		wantStrategy(t, fcredis.New(c, modStrategies), sdk.AlgorithmGCRA, capability.CellLua)
+		wantStrategy(t, fcredis.New(c, modStrategies), driver.GCRA, capability.CellLua)
 		runModuleConformance(t, c)
 	})
 }
@@ -108,7 +108,7 @@ func newClient(t *testing.T, o *goredis.UniversalOptions) goredis.UniversalClien
 func runConformance(t *testing.T, c goredis.UniversalClient, opts *fcredis.Options) {
 	t.Helper()
 	b := fcredis.New(c, opts)
-	conformance.Run(t, conformance.Harness{NewBackend: func(*testing.T) sdk.Backend { return b }})
+	conformance.Run(t, conformance.Harness{NewBackend: func(*testing.T) driver.Backend { return b }})
 }
 
 // modStrategies has the backend use the module strategies where the
@@ -126,7 +126,7 @@ func runModuleConformance(t *testing.T, c goredis.UniversalClient) {
 
 // wantStrategy fails unless b chose want for a: the module was loaded and
 // found.
-func wantStrategy(t *testing.T, b *fcredis.Backend, a sdk.Algorithm, want capability.Strategy) {
+func wantStrategy(t *testing.T, b *fcredis.Backend, a driver.Algorithm, want capability.Strategy) {
 	t.Helper()
 	rep, err := b.Capabilities(context.Background())
 	if err != nil {

@@ -240,7 +240,7 @@ func TestClusterFailover(t *testing.T) {
 			t.Fatalf("Allow #%d before the failover = %v, %v, want allowed", i+1, d.Allowed, err)
 		}
 	}
-	key := lim.KeyLayout(p, s).Sets[0].Key
+	key := lim.Admin().KeyLayout(p, s).Sets[0].Key
 	master, err := rdb.MasterForKey(ctx, key)
 	if err != nil {
 		t.Fatalf("MasterForKey(%q): %v", key, err)
@@ -271,7 +271,7 @@ func TestClusterFailover(t *testing.T) {
 	// Fresh keys in the same slot (same hash tag: same subject, another
 	// policy) are counted exactly on the new master.
 	p2 := policy(t, unique("after"), 3, false)
-	if m, err := rdb.MasterForKey(ctx, lim.KeyLayout(p2, s).Sets[0].Key); err != nil || m.Options().Addr != replicaAddr {
+	if m, err := rdb.MasterForKey(ctx, lim.Admin().KeyLayout(p2, s).Sets[0].Key); err != nil || m.Options().Addr != replicaAddr {
 		t.Errorf("the slot's master after failover = %v, %v; want %s", addrOf(m), err, replicaAddr)
 	}
 	expectExact(t, lim, p2, s, 3)

@@ -43,7 +43,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Algorithm is how a rule counts (sdk.Algorithm, same numbers).
+// Algorithm is how a rule counts (driver.Algorithm, same numbers).
 type Algorithm int32
 
 const (
@@ -163,7 +163,7 @@ const (
 	// The subject lacks a dimension a rule needs, names one the policy does
 	// not have, or a value is empty, too long or not valid UTF-8.
 	Reason_REASON_INVALID_SUBJECT Reason = 3
-	// The cost is negative or above 2^50 (sdk.MaxLimit).
+	// The cost is negative or above 2^50 (driver.MaxLimit).
 	Reason_REASON_INVALID_COST Reason = 4
 	// The idempotency key is too long, or was first used by another kind
 	// of operation (a take replaying a reservation, or the reverse).
@@ -216,6 +216,16 @@ const (
 	// acts): with --eviction refuse, a master's maxmemory-policy may evict
 	// freqcap's keys. /readyz says which master and the server's log why.
 	Reason_REASON_BACKEND_REFUSED Reason = 21
+	// Reset names a rule the policy does not have, or part of a set of
+	// rules keyed by the same dimensions (sdk.ErrInvalidRule).
+	Reason_REASON_INVALID_RULE Reason = 22
+	// The override is malformed: an unknown kind, limits naming no rule of
+	// the policy or out of range, an end already past, a reason or author
+	// too long (sdk.ErrInvalidOverride).
+	Reason_REASON_INVALID_OVERRIDE Reason = 23
+	// The policy cannot be used so: an override on a policy that does not
+	// read them (`overrides: true`) (sdk.ErrInvalidPolicy).
+	Reason_REASON_INVALID_POLICY Reason = 24
 )
 
 // Enum value maps for Reason.
@@ -243,6 +253,9 @@ var (
 		19: "REASON_NO_POLICY_VERSION",
 		20: "REASON_UNREADABLE_POLICY_VERSION",
 		21: "REASON_BACKEND_REFUSED",
+		22: "REASON_INVALID_RULE",
+		23: "REASON_INVALID_OVERRIDE",
+		24: "REASON_INVALID_POLICY",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -267,6 +280,9 @@ var (
 		"REASON_NO_POLICY_VERSION":         19,
 		"REASON_UNREADABLE_POLICY_VERSION": 20,
 		"REASON_BACKEND_REFUSED":           21,
+		"REASON_INVALID_RULE":              22,
+		"REASON_INVALID_OVERRIDE":          23,
+		"REASON_INVALID_POLICY":            24,
 	}
 )
 
@@ -297,7 +313,7 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{2}
 }
 
-// OverrideKind is what an override does (sdk.OverrideKind, same numbers).
+// OverrideKind is what an override does (driver.OverrideKind, same numbers).
 type OverrideKind int32
 
 const (
@@ -2057,7 +2073,12 @@ type ResetRequest struct {
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// subject must give the shard dimensions; the rules whose dimensions
 	// it gives all are reset, the others kept.
-	Subject       map[string]string `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Subject map[string]string `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// rules, when given, limits the reset to these rules of the policy
+	// (sdk's Admin.ResetRules): every rule keyed by exactly the dimensions
+	// of a rule named must be named too, and the subject must give their
+	// dimensions; else invalid_argument and nothing is reset.
+	Rules         []string `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2102,6 +2123,13 @@ func (x *ResetRequest) GetPolicy() string {
 func (x *ResetRequest) GetSubject() map[string]string {
 	if x != nil {
 		return x.Subject
+	}
+	return nil
+}
+
+func (x *ResetRequest) GetRules() []string {
+	if x != nil {
+		return x.Rules
 	}
 	return nil
 }
@@ -2529,7 +2557,7 @@ func (x *Rule) GetEpoch() int64 {
 	return 0
 }
 
-// Override is one per-person exception to a policy (sdk.Override).
+// Override is one per-person exception to a policy (driver.Override).
 type Override struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id numbers the override, unique in the backend ("allowed by override
@@ -3825,10 +3853,11 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\boverride\x18\v \x01(\x03R\boverride\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
 	"\fResetRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12?\n" +
-	"\asubject\x18\x02 \x03(\v2%.freqcap.v1.ResetRequest.SubjectEntryR\asubject\x1a:\n" +
+	"\asubject\x18\x02 \x03(\v2%.freqcap.v1.ResetRequest.SubjectEntryR\asubject\x12\x14\n" +
+	"\x05rules\x18\x03 \x03(\tR\x05rules\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"g\n" +
@@ -3965,7 +3994,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\x88\x05\n" +
+	"\rCALENDAR_HOUR\x10\x02*\xd9\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -3989,7 +4018,10 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x19REASON_OVERRIDE_NOT_FOUND\x10\x12\x12\x1c\n" +
 	"\x18REASON_NO_POLICY_VERSION\x10\x13\x12$\n" +
 	" REASON_UNREADABLE_POLICY_VERSION\x10\x14\x12\x1a\n" +
-	"\x16REASON_BACKEND_REFUSED\x10\x15*y\n" +
+	"\x16REASON_BACKEND_REFUSED\x10\x15\x12\x17\n" +
+	"\x13REASON_INVALID_RULE\x10\x16\x12\x1b\n" +
+	"\x17REASON_INVALID_OVERRIDE\x10\x17\x12\x19\n" +
+	"\x15REASON_INVALID_POLICY\x10\x18*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +

@@ -135,7 +135,8 @@ type FreqcapServiceClient interface {
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// Reset forgets the subject's counts under the rules whose dimensions
 	// it gives all of, and its open reservations; audited with the
-	// caller's name. Scope: reset.
+	// caller's name; with rules, only those rules' counts (sdk's
+	// Admin.ResetRules). Scope: reset.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 	// ListPolicies lists the policies the caller may use, with their rules.
 	// Any authenticated caller may list.
@@ -309,7 +310,8 @@ type FreqcapServiceHandler interface {
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// Reset forgets the subject's counts under the rules whose dimensions
 	// it gives all of, and its open reservations; audited with the
-	// caller's name. Scope: reset.
+	// caller's name; with rules, only those rules' counts (sdk's
+	// Admin.ResetRules). Scope: reset.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 	// ListPolicies lists the policies the caller may use, with their rules.
 	// Any authenticated caller may list.
