@@ -325,7 +325,7 @@ func TestCoalesceDeadlines(t *testing.T) {
 	// A batch of a short and a long deadline, held at the server.
 	openBatch := e.r.hold("TakeBatch")
 	defer openBatch()
-	short2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	short2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	long, cancel3 := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel3()
