@@ -94,8 +94,9 @@ func (c *MovableCluster) Migrating(slot int) (bool, error) {
 // the way redis-cli --cluster reshard does: CLUSTER SETSLOT IMPORTING on
 // the destination, MIGRATING on the source, then MIGRATE of its keys one
 // at a time (so a multi-key command meets some keys moved and others not:
-// ASK, then TRYAGAIN), then SETSLOT NODE on the destination, the source
-// and the other master. hold is a pause after MIGRATING and after each
+// ASK, then TRYAGAIN), then, once the destination knows every master's
+// config epoch, SETSLOT NODE on the destination, the source and the other
+// master. hold is a pause after MIGRATING and after each
 // key, keeping the slot in migration longer (0: none). A slot the
 // destination already owns is left alone.
 func (c *MovableCluster) MoveSlot(slot, to int, hold time.Duration) error {
@@ -136,6 +137,20 @@ func (c *MovableCluster) MoveSlot(slot, to int, hold time.Duration) error {
 			time.Sleep(hold)
 		}
 	}
+	// The destination claims the slot at a config epoch of its own (SETSLOT
+	// NODE on an importing master bumps its epoch unless it has the
+	// greatest it knows of). That claim must beat every claim still in
+	// flight: a master that learns of a claim on one of its slots at a
+	// greater epoch gives the slot up and deletes its keys there (Redis
+	// Cluster's "dirty slot"). The source's epoch may have risen moments
+	// before (it imported another slot), and gossip may not have told the
+	// destination yet: the destination then claims the slot below the
+	// source's epoch, the source's last ping (sent while it still owned the
+	// slot) takes it back, and the destination drops the keys just moved to
+	// it. So the destination first learns every master's epoch.
+	if err := c.awaitEpochs(to); err != nil {
+		return fmt.Errorf("slot %d: %w", slot, err)
+	}
 	// The destination first, so that it bumps its epoch and claims the
 	// slot before the source sends clients there.
 	order := []int{to, from}
@@ -149,45 +164,69 @@ func (c *MovableCluster) MoveSlot(slot, to int, hold time.Duration) error {
 			return fmt.Errorf("slot %d: SETSLOT NODE on %s: %w", slot, c.nodes[i].Addr(), err)
 		}
 	}
-	return c.settle(slot, to, order)
+	return c.settle(slot, to)
 }
 
-// settle waits until every master sees slot owned by master to. Moved
-// back and forth quickly, a slot can meet a gossip message sent before
-// the last SETSLOT NODE, carrying the former owner's claim at a higher
-// config epoch than the new owner's: both nodes then name the other as
-// owner and redirect clients to each other. Where the masters do not
-// agree soon, the new owner takes a config epoch above every other
-// (CLUSTER BUMPEPOCH) and the assignment is repeated, so that its claim
-// wins every later comparison.
-func (c *MovableCluster) settle(slot, to int, order []int) error {
-	s := strconv.Itoa(slot)
-	deadline := time.Now().Add(10 * time.Second)
-	for try := 0; ; try++ {
-		agreed := 0
-		for i := range c.nodes {
-			if id, err := c.ownerSeenBy(i, slot); err == nil && id == c.ids[to] {
-				agreed++
-			}
+// settle checks that every master sees slot owned by master to after
+// the SETSLOT NODE commands. A master that names another owner has taken
+// a claim at a greater config epoch over the assignment: were it the new
+// owner, it has deleted the slot's keys (MoveSlot), so this is an error,
+// never repaired (giving the slot back to the new owner would hide the
+// lost keys from the test).
+func (c *MovableCluster) settle(slot, to int) error {
+	for i := range c.nodes {
+		id, err := c.ownerSeenBy(i, slot)
+		if err != nil {
+			return fmt.Errorf("slot %d: CLUSTER NODES on %s: %w", slot, c.nodes[i].Addr(), err)
 		}
-		if agreed == len(c.nodes) {
+		if id != c.ids[to] {
+			return fmt.Errorf("slot %d: master %d sees it owned by %q after SETSLOT NODE %s: a claim at a greater config epoch took it over (its keys on the new owner may be deleted)", slot, i, id, c.ids[to])
+		}
+	}
+	return nil
+}
+
+// awaitEpochs waits until master to knows every master's config epoch as
+// that master has it (CLUSTER NODES), as gossip tells it.
+func (c *MovableCluster) awaitEpochs(to int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		seen, err := c.epochsSeenBy(to)
+		if err != nil {
+			return err
+		}
+		known := true
+		for i := range c.nodes {
+			own, err := c.epochsSeenBy(i)
+			if err != nil {
+				return err
+			}
+			known = known && seen[c.ids[i]] == own[c.ids[i]]
+		}
+		if known {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("slot %d: %d of %d masters see it owned by master %d after 10 s", slot, agreed, len(c.nodes), to)
+			return fmt.Errorf("master %d does not know the other masters' config epochs after 10 s", to)
 		}
-		if try%10 == 9 { // about 200 ms without agreement
-			if _, err := command(c.nodes[to].Addr(), "CLUSTER", "BUMPEPOCH"); err != nil {
-				return fmt.Errorf("slot %d: CLUSTER BUMPEPOCH on %s: %w", slot, c.nodes[to].Addr(), err)
-			}
-			for _, i := range order {
-				if _, err := command(c.nodes[i].Addr(), "CLUSTER", "SETSLOT", s, "NODE", c.ids[to]); err != nil {
-					return fmt.Errorf("slot %d: SETSLOT NODE on %s: %w", slot, c.nodes[i].Addr(), err)
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond) // polling the masters' views
+		time.Sleep(5 * time.Millisecond) // polling for gossip
 	}
+}
+
+// epochsSeenBy returns the config epoch of each node (by id) as master i
+// sees it.
+func (c *MovableCluster) epochsSeenBy(i int) (map[string]string, error) {
+	nodes, err := command(c.nodes[i].Addr(), "CLUSTER", "NODES")
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER NODES on %s: %w", c.nodes[i].Addr(), err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(l); len(f) >= 7 {
+			out[f[0]] = f[6] // id … config-epoch
+		}
+	}
+	return out, nil
 }
 
 // ownerSeenBy returns the id of the master that master i sees owning
