@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,6 +19,7 @@ import (
 )
 
 const benchUsage = `Usage: freqcap bench --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]
+       freqcap bench -envoy [-envoy-bin PATH] [flags]
 
 Load test: -workers concurrent callers take decisions of one policy for
 -duration (after -warmup) over -subjects subjects, against the Redis
@@ -32,6 +34,15 @@ its deprecated spelling); -all runs every policy of the file in turn.
 testdata/bench-policies.yaml holds the shapes docs/benchmarks/HISTORY.md compares.
 Flags take one dash or two.
 
+-envoy compares freqcap serve with Envoy's own rate-limit service
+(github.com/envoyproxy/ratelimit, at a pinned version) on Envoy's
+rate-limit API instead: each service on a redis-server of its own that
+the bench starts on loopback, the same gRPC load for both (-workers
+callers over -conns connections, -subjects users, every decision
+allowed), for 1 and 4 fixed windows, -rounds times alternating; it
+prints decisions/s, the service's and Redis's CPU per decision, and
+checks the counts in Redis (docs/BENCHMARKS.md).
+
 Flags:
 `
 
@@ -44,6 +55,9 @@ func runBench(args []string) error {
 		policyFile, policyName string
 		all                    bool
 		cpuProfile             string
+		envoy                  bool
+		envoyBin               string
+		conns                  int
 	)
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -83,11 +97,20 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.Serve, "serve", false, "also run the policy through a freqcap serve on loopback (coalesce 4, or -coalesce N), called over gRPC by the same workers, and report its ratio to the in-process run and the p99 it adds, and serve's floor: the same calls as Peek through a serve on the memory backend, deciding nothing (with -batch N, also TakeBatch of N through serve against one-by-one through serve)")
 	fs.BoolVar(&cfg.Recorder, "recorder", false, "also run the policy with an fleet.Recorder (flushing every second to the same server) and report its ratio to the run without one (with -hot: the HotDenyCache run, every decision a cached denial counted in the top denied subjects)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "client read/write timeout (default 2s; with -batch, 2s + 100µs per attempt in flight)")
+	fs.BoolVar(&envoy, "envoy", false, "compare freqcap serve (this binary's, default flags) with Envoy's rate-limit service ("+bench.EnvoyRLSModule+"@"+bench.EnvoyRLSVersion+") on Envoy's rate-limit API, each on a redis-server of its own the bench starts (redis-server in PATH); no --redis: see above")
+	fs.StringVar(&envoyBin, "envoy-bin", "", "with -envoy: Envoy's rate-limit service `BINARY` (default: the one built by go install into the user cache directory, building it there when missing)")
+	fs.IntVar(&conns, "conns", 4, "with -envoy: gRPC connections the -workers callers share")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return unexpectedArg("bench", args, fs, "flags after it would be ignored")
+	}
+	if envoy {
+		if server.given() {
+			return errors.New("bench: -envoy starts its own redis-servers: give no --redis, --cluster or --sentinel")
+		}
+		return runBenchEnvoy(cfg, envoyBin, conns)
 	}
 	// Zero means "the default" in bench.Config; on the command line it
 	// is a mistake.
@@ -137,6 +160,36 @@ func runBench(args []string) error {
 	}
 	cfg.Target = server.describe()
 	return bench.Run(context.Background(), cfg, os.Stdout)
+}
+
+// runBenchEnvoy is `freqcap bench -envoy`: serve is this binary's.
+func runBenchEnvoy(cfg bench.Config, envoyBin string, conns int) error {
+	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Duration <= 0 || cfg.Warmup < 0 || cfg.Rounds < 1 || conns < 1 {
+		return errors.New("bench: -workers, -subjects, -duration, -rounds and -conns must be positive, -warmup >= 0")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: the freqcap binary to run serve from: %w", err)
+	}
+	ctx := context.Background()
+	if envoyBin == "" {
+		if envoyBin, err = bench.EnsureEnvoyRLS(ctx, os.Stderr); err != nil {
+			return err
+		}
+	} else if _, err := os.Stat(envoyBin); err != nil {
+		return fmt.Errorf("bench: -envoy-bin: %w; build Envoy's rate-limit service with `%s`, or leave -envoy-bin out to have the bench build it into the user cache directory",
+			err, strings.Join(bench.EnvoyRLSInstall("DIR"), " "))
+	}
+	return bench.RunEnvoy(ctx, bench.EnvoyConfig{
+		Freqcap:  self,
+		EnvoyBin: envoyBin,
+		Workers:  cfg.Workers,
+		Conns:    conns,
+		Users:    cfg.Subjects,
+		Duration: cfg.Duration,
+		Warmup:   cfg.Warmup,
+		Rounds:   cfg.Rounds,
+	}, os.Stdout)
 }
 
 // ping checks once that o's deployment answers and takes its
