@@ -8,6 +8,10 @@
 // Run prints one line per measured run (decisions/s, latency quantiles,
 // round trips, commands and server time per decision) and the ratios of
 // the compared runs; docs/BENCHMARKS.md and docs/benchmarks/HISTORY.md explain the figures.
+//
+// RunEnvoy (`freqcap bench -envoy`) compares freqcap serve with Envoy's
+// own rate-limit service on Envoy's rate-limit API, each on a
+// redis-server of its own.
 package bench
 
 import (

@@ -21,7 +21,7 @@ import (
 // Envoy's rate-limit service, as the comparison builds it: the module's
 // service command at a pinned version (the one `go list -m
 // github.com/envoyproxy/ratelimit@latest` gave when the comparison was
-// written; the module has no releases since v1.4.0 of 2019).
+// written: a pseudo-version of its main branch of 2026-01-22).
 const (
 	EnvoyRLSModule  = "github.com/envoyproxy/ratelimit"
 	EnvoyRLSPackage = EnvoyRLSModule + "/src/service_cmd"

@@ -111,7 +111,7 @@ func Run(t *testing.T, h Harness) {
 						return
 					}
 					for attempt := 1; ; attempt++ {
-						late := runCase(t, &h, c)
+						late := runCase(t, &h, c, attempt)
 						if late == "" {
 							return
 						}
@@ -234,7 +234,7 @@ type late struct{ msg string }
 
 // runCase runs c once on a fresh env. It returns why, if the attempt was
 // abandoned because a step was late for its real-clock window.
-func runCase(t *testing.T, h *Harness, c testCase) (why string) {
+func runCase(t *testing.T, h *Harness, c testCase, attempt int) (why string) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
@@ -245,7 +245,11 @@ func runCase(t *testing.T, h *Harness, c testCase) (why string) {
 			why = l.msg
 		}
 	}()
-	c.run(newEnv(t, h))
+	e := newEnv(t, h)
+	// A retry after a late step stretches the real-clock windows of the
+	// cases that scale with e.w() (transitions): 1×, 2×, then 4×.
+	e.slow = time.Duration(1) << min(attempt-1, 2)
+	c.run(e)
 	return ""
 }
 
@@ -284,6 +288,7 @@ type env struct {
 	trailMax int
 	trailTTL time.Duration
 	clockP   *sdk.Policy
+	slow     time.Duration // real clock only: e.w()'s multiplier (runCase)
 }
 
 func newEnv(t *testing.T, h *Harness) *env {
@@ -293,7 +298,7 @@ func newEnv(t *testing.T, h *Harness) *env {
 	e := &env{
 		t: t, h: h, b: b, fake: h.Clock, tol: h.Tolerance,
 		lim: sdk.New(b, sdk.WithPrefix("ct-"+tag)),
-		tag: tag, trailMax: 20, trailTTL: time.Hour,
+		tag: tag, trailMax: 20, trailTTL: time.Hour, slow: 1,
 	}
 	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", driver.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
 	if err != nil {

@@ -42,8 +42,9 @@ type transition struct {
 func yes() *bool { b := true; return &b }
 func no() *bool  { b := false; return &b }
 
-// w is the unit window of the transition cases.
-func (e *env) w() time.Duration { return e.pick(time.Minute, time.Second) }
+// w is the unit window of the transition cases: a minute on a fake clock,
+// a second on a real one (longer on a retry after a late step: env.slow).
+func (e *env) w() time.Duration { return e.pick(time.Minute, e.slow*time.Second) }
 
 // alignW aligns the story to a boundary of 2w (so of w and of its cells
 // too), a little after it.

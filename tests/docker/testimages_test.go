@@ -44,7 +44,7 @@ func TestTestScriptRemovesItsImages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			repo, bin, state := filepath.Join(dir, "repo"), filepath.Join(dir, "bin"), filepath.Join(dir, "images")
-			for _, d := range []string{filepath.Join(repo, "scripts"), filepath.Join(repo, "console"), bin, state} {
+			for _, d := range []string{filepath.Join(repo, "scripts"), filepath.Join(repo, "console"), filepath.Join(repo, "examples", "java"), bin, state} {
 				if err := os.MkdirAll(d, 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -70,6 +70,7 @@ func TestTestScriptRemovesItsImages(t *testing.T) {
 				filepath.Join(repo, "scripts", "test.sh"):             string(script),
 				filepath.Join(repo, "scripts", "missing-packages.sh"): "#!/bin/sh\n",
 				filepath.Join(repo, "scripts", "gen-proto.sh"):        "#!/bin/sh\n",
+				filepath.Join(repo, "examples", "java", "build.sh"):   "#!/bin/sh\n", // --missing: nothing
 				filepath.Join(repo, "scripts", "build-images.sh"): "#!/bin/sh\n" +
 					"if [ \"$1\" = --names ]; then exec bash " + filepath.Join(root, "scripts", "build-images.sh") + " --names; fi\n" +
 					"for f in " + file(images[0]) + " " + file(images[1]) + "; do : >\"$f\"; done\n",
