@@ -201,9 +201,19 @@ func (c *Client) pause(ctx context.Context, n int) bool {
 // send calls f, re-sending it while its error is lost and c.retry allows.
 // Each send gets a context bounded by Retry.PerTry.
 func (c *Client) send(ctx context.Context, f func(context.Context) error) error {
+	return c.resend(ctx, func(ctx context.Context) (bool, error) { return false, f(ctx) })
+}
+
+// resend is send for an f that says whether its error is the server's
+// answer (a batch entry's: lost's fromServer).
+func (c *Client) resend(ctx context.Context, f func(context.Context) (answered bool, err error)) error {
 	for n := 1; ; n++ {
-		err := c.try(ctx, f)
-		if n >= c.retry.Tries || !lost(ctx, err, false) || !c.pause(ctx, n) {
+		var answered bool
+		err := c.try(ctx, func(ctx context.Context) (err error) {
+			answered, err = f(ctx)
+			return err
+		})
+		if n >= c.retry.Tries || !lost(ctx, err, answered) || !c.pause(ctx, n) {
 			return err
 		}
 	}

@@ -145,12 +145,15 @@ type Config struct {
 	// Serve also runs the policy through a freqcap serve on loopback
 	// (package serve, over its own Redis backend with Coalesce, 4 unless
 	// Coalesce says otherwise, as `freqcap serve` runs), called by the
-	// Go client over gRPC by the same workers, and reports its ratio to
-	// the in-process run and the p99 it adds; and serve's floor: the
-	// same calls as Peek through a serve on the memory backend, deciding
+	// Go client over gRPC by the same workers (its calls coalesced,
+	// client.DefaultCoalesce), and reports its ratio to the in-process
+	// run and the p99 it adds, and its ratio to the same calls sent one
+	// RPC per call; and serve's floor: the same calls as Peek, one RPC
+	// per call, through a serve on the memory backend, deciding
 	// nothing (the RPC layer's own cost at that load), with its ratio to
 	// the in-process run and that of the run through serve to it. With
-	// Batch, also TakeBatch through serve against one-by-one through serve.
+	// Batch, also TakeBatch through serve against one-by-one through serve
+	// (coalesced, and one RPC per call).
 	Serve bool
 }
 
@@ -410,23 +413,32 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			// The same workload through a freqcap serve on loopback, as
 			// `freqcap serve` runs it (coalescing on), one server per
 			// run so that each run has its own keys.
-			through := func(name string, per int, mk func(c *fqclient.Client) decideFunc) error {
+			through := func(name string, per int, co *fqclient.Coalesce, mk func(c *fqclient.Client) decideFunc) error {
 				url, stop, err := startServe(ctx, client, bopts, cfg, cfg.Prefix+"-"+strconv.Itoa(len(runs)+1), policy)
 				if err != nil {
 					return err
 				}
 				stops = append(stops, stop)
-				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry})
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry, Coalesce: co})
 				runs = append(runs, run{name, per, mk(c)})
 				return nil
 			}
-			err := through(fmt.Sprintf("policy %s through serve (gRPC, loopback, coalesce %d)", policy.Name(), serveCoalesce(cfg)), 1,
+			err := through(fmt.Sprintf("policy %s through serve (gRPC, loopback, coalesce %d)", policy.Name(), serveCoalesce(cfg)), 1, nil,
 				func(c *fqclient.Client) decideFunc { return allowOne(c, policy, gen) })
 			if err != nil {
 				return err
 			}
 			serveOne = len(runs) - 1
 			ratios = append(ratios, [2]int{serveOne, 0})
+			// The same calls, each an RPC of its own: what the client's
+			// coalescing (client.DefaultCoalesce) gains.
+			err = through(fmt.Sprintf("policy %s through serve, one RPC per call", policy.Name()), 1, oneRPC,
+				func(c *fqclient.Client) decideFunc { return allowOne(c, policy, gen) })
+			if err != nil {
+				return err
+			}
+			oneRPCRun := len(runs) - 1
+			ratios = append(ratios, [2]int{serveOne, oneRPCRun})
 			{
 				// serve's floor: the same calls deciding nothing (a Peek
 				// on the memory backend finding no state), the RPC
@@ -436,17 +448,17 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 					return err
 				}
 				stops = append(stops, stop)
-				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry})
+				c := fqclient.New(url, &fqclient.Options{Timeout: cfg.Timeout, Retry: noRetry, Coalesce: oneRPC})
 				runs = append(runs, run{"serve floor: Peek through serve on the memory backend, nothing decided", 1, peekOne(c, policy, gen)})
 				ratios = append(ratios, [2]int{len(runs) - 1, 0}, [2]int{serveOne, len(runs) - 1})
 			}
 			if cfg.Batch > 0 {
-				err := through(fmt.Sprintf("policy %s through serve, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch,
+				err := through(fmt.Sprintf("policy %s through serve, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, nil,
 					func(c *fqclient.Client) decideFunc { return takeBatch(c, policy, gen, cfg.Batch) })
 				if err != nil {
 					return err
 				}
-				ratios = append(ratios, [2]int{len(runs) - 1, serveOne})
+				ratios = append(ratios, [2]int{len(runs) - 1, serveOne}, [2]int{len(runs) - 1, oneRPCRun})
 			}
 		}
 		if cfg.Raw {

@@ -82,3 +82,8 @@ func peekOne(c *fqclient.Client, p *sdk.Policy, gen *subjects) decideFunc {
 // different decision path, costed in docs/serve/retries.md) and ratios compare
 // the same decisions.
 var noRetry = &fqclient.Retry{Tries: 1}
+
+// oneRPC is the client coalescing of the runs through serve that send
+// one RPC per call: serve's floor (the RPC layer's cost per call), and
+// the policy's run without client coalescing.
+var oneRPC = &fqclient.Coalesce{Off: true}
