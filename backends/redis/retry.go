@@ -93,6 +93,9 @@ const (
 	// deadline (or a later one): a resharding refuses a slot's
 	// multi-key commands for as long as that slot's keys take to move.
 	resendBudget = 2 * time.Second
+	// resendSlack is the margin a re-send keeps before the deadline
+	// beyond twice the latest round trip (resender.wait).
+	resendSlack = 5 * time.Millisecond
 )
 
 // resends is a Backend's record of its re-sends (Backend.resends).
@@ -118,10 +121,12 @@ func (b *Backend) resender() resender {
 
 // wait pauses before the next send of a script the cluster refused
 // (clusterRefused), and returns nil when it may be sent. It returns at
-// once with errNoTime when the pause plus the latest send's round trip
-// would end past ctx's deadline or the resend budget (so a try is never
-// sent only to time out: a timeout would leave the caller not knowing
-// whether it ran), or with ctx's error when ctx ends while it pauses.
+// once with errNoTime when the pause plus twice the latest send's round
+// trip, plus resendSlack, would end past ctx's deadline or the resend
+// budget (so a try is never sent only to time out: a timeout would leave
+// the caller not knowing whether it ran; round trips vary on a loaded
+// machine, hence the margin), or with ctx's error when ctx ends while it
+// pauses.
 func (r *resender) wait(ctx context.Context) error {
 	d := resendFirst << min(r.n, 10)
 	d = min(d, resendMost)
@@ -135,7 +140,7 @@ func (r *resender) wait(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
 		end = dl
 	}
-	if !now.Add(d + now.Sub(r.sent)).Before(end) {
+	if !now.Add(d + 2*now.Sub(r.sent) + resendSlack).Before(end) {
 		return errNoTime
 	}
 	t := time.NewTimer(d)

@@ -609,6 +609,19 @@ func (e *env) before(d sdk.Decision, deadline time.Time, what string) {
 	panic(late{msg})
 }
 
+// stillBefore is before for what returns no Decision: with a real clock,
+// the backend's clock must still read before deadline after the calls
+// just made (else they may have seen the instant pass: a late attempt).
+func (e *env) stillBefore(deadline time.Time, what string) {
+	e.t.Helper()
+	if e.fake != nil {
+		return
+	}
+	if now := e.readClock(); !now.Before(deadline) {
+		panic(late{fmt.Sprintf("%s ended at %v, not before %v", what, now, deadline)})
+	}
+}
+
 func windowStart(t time.Time, w time.Duration) time.Time {
 	ns, wn := t.UnixNano(), int64(w)
 	s := ns / wn * wn

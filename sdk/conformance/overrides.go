@@ -43,16 +43,18 @@ func overrideBlock(e *env) {
 	r := e.fixed("r", 5, w)
 	p := e.ovPolicy(r)
 	e.takeOv("Take before the block", p, 1)
-	hold := e.pick(time.Minute, time.Second)
+	hold := e.pick(time.Minute, e.slow*time.Second)
 	until := e.now().Add(hold)
 	b := e.setOverride(p, driver.Override{Kind: driver.Block, Until: until, Reason: "abuse", By: "ops"})
 	d := e.takeOv("Take under a block", p, 1)
+	e.before(d, until, "Take under a block")
 	if d.Allowed || len(d.Denied) != 0 || d.Override.ID != b.ID || d.Override.Kind != driver.Block ||
 		!nearDur(d.RetryAfter, until.Sub(d.At), e.tol) || len(d.Rules) != 1 || d.Rules[0].Used != 1 {
 		e.t.Errorf("Take under block #%d = allowed %t, denied %v, override #%d, retry %v, rules %s, want denied by the block (no rule), retry %v, r reported at 1",
 			b.ID, d.Allowed, d.Denied, d.Override.ID, d.RetryAfter, fmtRules(d.Rules), until.Sub(d.At))
 	}
 	in, err := e.lim.Admin().Inspect(bg(), p, e.subject())
+	e.stillBefore(until, "Inspect under a block")
 	if err != nil {
 		e.t.Fatalf("Inspect = %v", err)
 	}
@@ -130,7 +132,7 @@ func overrideLimit(e *env) {
 	r := e.fixed("r", 2, w)
 	other := e.fixed("o", 100, w)
 	p := e.ovPolicy(r, other)
-	hold := e.pick(time.Minute, time.Second)
+	hold := e.pick(time.Minute, e.slow*time.Second)
 	until := e.now().Add(hold)
 	a := e.setOverride(p, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"r": 3}, Until: until, Reason: "partner"})
 	b := e.setOverride(p, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"r": 4}, Until: until, Reason: "partner+"})
@@ -139,12 +141,14 @@ func overrideLimit(e *env) {
 	}
 	for i := int64(1); i <= 4; i++ {
 		d := e.takeOv("Take under limit overrides", p, 1)
+		e.before(d, until, "Take under limit overrides")
 		if !d.Allowed || d.Rules[0].Limit != 4 || d.Rules[0].Used != i || d.Rules[1].Limit != 100 || d.Override.ID != b.ID || d.Override.Kind != driver.Limit {
 			e.t.Errorf("Take #%d under limit overrides = allowed %t, override #%d, rules %s, want allowed with r's limit 4 (the latest, #%d) and o's unchanged",
 				i, d.Allowed, d.Override.ID, fmtRules(d.Rules), b.ID)
 		}
 	}
 	d := e.takeOv("Take #5 under limit overrides", p, 1)
+	e.before(d, until, "Take #5 under limit overrides")
 	if d.Allowed || !slices.Equal(d.Denied, []string{"r"}) || d.Rules[0].Limit != 4 || d.Override.ID != b.ID {
 		e.t.Errorf("Take #5 under limit overrides = allowed %t, denied %v, rules %s, want denied by r at 4/4, override #%d", d.Allowed, d.Denied, fmtRules(d.Rules), b.ID)
 	}
@@ -153,6 +157,7 @@ func overrideLimit(e *env) {
 		e.t.Errorf("Inspect under limit overrides = %+v, %v, want r's limit 4", in.Rules, err)
 	}
 	list, err := e.lim.Admin().Overrides(bg(), p, e.subject())
+	e.stillBefore(until, "Inspect and Overrides under limit overrides")
 	if err != nil || len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID || list[1].Limits["r"] != 4 {
 		e.t.Errorf("Overrides = %+v, %v, want #%d and #%d by ID", list, err, a.ID, b.ID)
 	}
