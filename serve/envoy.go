@@ -28,7 +28,10 @@ import (
 //     (atomic, all-or-nothing, on its own): its entries are the subject,
 //     key → dimension, value → value; a key the policy lacks, a key given
 //     twice, a missing or empty dimension or a bad hits_addend refuse the
-//     whole request before any of it is decided (invalid_argument);
+//     whole request before any of it is decided (invalid_argument); on
+//     Redis the descriptors go through the backend's coalescer
+//     (redis.Options.Coalesce): they share a script, in order, with
+//     the concurrent calls;
 //   - the cost is the descriptor's hits_addend when set, else the
 //     request's, else 1; a descriptor hits_addend of 0 peeks (over limit
 //     when one more unit would be denied; nothing consumed); a

@@ -3,9 +3,13 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/serve"
@@ -186,7 +190,18 @@ func decodeEnvoyResponse(t *testing.T, b []byte) envoyResponse {
 // reset, and the IETF RateLimit headers for Envoy to add; bad requests
 // are refused whole with clear codes, consuming nothing.
 func TestEnvoyRateLimitService(t *testing.T) {
-	e := start(t, memory.New(nil), serve.Config{Callers: testCallers(t)})
+	for _, bk := range backendKinds {
+		t.Run(bk.name, func(t *testing.T) {
+			b, _ := bk.new(t)
+			testEnvoyRateLimitService(t, b)
+		})
+	}
+}
+
+// testEnvoyRateLimitService: on b (memory; Redis, where a request's
+// descriptors go through the coalescer; a cluster).
+func testEnvoyRateLimitService(t *testing.T, b driver.Backend) {
+	e := start(t, b, serve.Config{Callers: testCallers(t)})
 	conn, err := grpc.NewClient(strings.TrimPrefix(e.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -293,4 +308,74 @@ func TestEnvoyRateLimitService(t *testing.T) {
 	if got := e.used(t, "ads", sdk.Subject{"user": "envoy-4", "campaign": "spring"}, "daily"); got != 0 {
 		t.Errorf("envoy-4 daily used = %d after refused requests, want 0", got)
 	}
+}
+
+// TestEnvoyCoalesces: concurrent rate-limit requests of two descriptors
+// each, on Redis with coalescing (as serve runs it), are decided exactly
+// (every unit counted once) and share scripts: Redis runs fewer EVALSHAs
+// than requests (INFO commandstats, on a server of the test's own).
+func TestEnvoyCoalesces(t *testing.T) {
+	const workers, requests, users = 32, 25, 8
+	srv := redistest.NewServer(t)
+	b, _ := redisBackend(t, srv.Addr())
+	e := start(t, b, serve.Config{})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatalf("CONFIG RESETSTAT: %v", err)
+	}
+	conn, err := grpc.NewClient(strings.TrimPrefix(e.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	user := func(k int) envoyDescriptor {
+		return envoyDescriptor{entries: [][2]string{{"user", fmt.Sprintf("co-%d", k%users)}}, hits: -1}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range requests {
+				req := envoyRequest("bulk", 1, user(w), user(w+1))
+				var out []byte
+				if err := conn.Invoke(context.Background(), shouldRateLimit, &req, &out, grpc.ForceCodec(rawCodec{})); err != nil {
+					errs <- err
+					return
+				}
+				if r := decodeEnvoyResponse(t, out); r.overall != 1 || len(r.statuses) != 2 {
+					errs <- fmt.Errorf("ShouldRateLimit = %+v, want OK with two statuses", r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range users {
+		// Each worker's request counts one unit on its user and one on the next.
+		if got, want := e.used(t, "bulk", sdk.Subject{"user": fmt.Sprintf("co-%d", k)}, "big"), int64(2*workers/users*requests); got != want {
+			t.Errorf("co-%d used = %d, want %d", k, got, want)
+		}
+	}
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := int64(-1)
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "cmdstat_evalsha:calls="); ok {
+			n, _, _ := strings.Cut(v, ",")
+			calls, _ = strconv.ParseInt(n, 10, 64)
+		}
+	}
+	if calls <= 0 || calls >= workers*requests {
+		t.Errorf("EVALSHAs = %d for %d requests, want fewer than requests (coalesced)", calls, workers*requests)
+	}
+	t.Logf("%d requests of 2 descriptors: %d EVALSHAs", workers*requests, calls)
 }

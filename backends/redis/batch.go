@@ -40,7 +40,9 @@ const batchAttempts = 128
 // requests in input order (consecutive requests that share a fast
 // script, see the package doc, in a script of it; the others in
 // take.lua's), each still atomic and all-or-nothing on its own (a denied request consumes nothing and does not stop the others),
-// and the EVALSHAs of a batch go in one pipeline. On a Redis Cluster each
+// and the EVALSHAs of a batch go in one pipeline; under Options.Coalesce
+// a batch of up to 128 requests shares its script with concurrent calls
+// (its requests together, in input order). On a Redis Cluster each
 // request is one EVALSHA routed by the slot of its keys (one hash tag per
 // request): the client sends one pipeline per master, in parallel,
 // keeping input order within a master, so requests on the same subject

@@ -188,8 +188,11 @@ func TestBoundsExact(t *testing.T) {
 	paths := []boundsPath{
 		{name: "take.lua", noFast: true, decide: takeOne},
 		{name: "fast short", fast: true, short: true, decide: takeOne},
-		{name: "take.lua batch", noFast: true, decide: takeInBatch},
-		{name: "fast batch", fast: true, decide: takeInBatch},
+		// Uncoalesced: under coalescing a batch of one goes as a single
+		// decision (the short form, "coalesced fast batch").
+		{name: "take.lua batch", noFast: true, coalesce: -1, decide: takeInBatch},
+		{name: "fast batch", fast: true, coalesce: -1, decide: takeInBatch},
+		{name: "coalesced fast batch", coalesce: 2, fast: true, short: true, decide: takeInBatch},
 		{name: "coalesced take.lua", noFast: true, coalesce: 2, decide: takeOne},
 		// A lone coalesced call goes out alone, in the short form.
 		{name: "coalesced fast", coalesce: 2, fast: true, short: true, decide: takeOne},

@@ -10,8 +10,8 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// coalescer sends the concurrent single decisions of one Backend as
-// multi-attempt scripts (take.lua's or a fast script's, as batches:
+// coalescer sends the concurrent single decisions and small batches of
+// one Backend as multi-attempt scripts (take.lua's or a fast script's, as batches:
 // Backend.scripts) (Options.Coalesce). It starts no
 // goroutine: the callers themselves send the scripts.
 //
@@ -50,14 +50,18 @@ const (
 	done                    // outcome in res
 )
 
-// waiter is one call waiting in the coalescer.
+// waiter is one call waiting in the coalescer: a single decision, or a
+// small batch (group) whose requests go in one script, in input order.
 type waiter struct {
-	req  request
+	reqs []request
 	wake chan struct{} // capacity 1: a change of state or lead
 	// Under coalescer.mu:
 	state waitState
-	lead  bool // holds a slot
-	res   driver.BatchResult
+	lead  bool                 // holds a slot
+	res   []driver.BatchResult // one per request
+
+	one    [1]request // reqs' array for a single decision
+	oneRes [1]driver.BatchResult
 }
 
 func newCoalescer(max int) *coalescer { return &coalescer{max: max} }
@@ -81,7 +85,52 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 	if c.slots == 0 && len(c.queue) == 0 {
 		return c.alone(ctx, b, rep, r)
 	}
-	w := &waiter{req: r, wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1)}
+	w.one[0] = r
+	w.reqs, w.res = w.one[:], w.oneRes[:]
+	if err := c.wait(ctx, b, rep, w); err != nil {
+		return driver.Result{}, err
+	}
+	return w.res[0].Result, w.res[0].Err
+}
+
+// group carries out reqs (at most batchAttempts), a batch, coalesced with
+// the concurrent calls: its requests go together, in input order, in one
+// script shared with the calls queued beside them, and each outcome is
+// written to out (len(reqs)), its error not yet naming the operation. A
+// batch finding nothing in flight and nobody queued goes out at once, as
+// it would uncoalesced.
+func (c *coalescer) group(ctx context.Context, b *Backend, rep *capability.Report, reqs []request, out []driver.BatchResult) {
+	if err := ctx.Err(); err != nil {
+		fail(out, err)
+		return
+	}
+	c.mu.Lock()
+	if c.slots == 0 && len(c.queue) == 0 {
+		c.slots++
+		c.mu.Unlock()
+		b.scripts(ctx, reqs, rep, out)
+		c.mu.Lock()
+		c.release()
+		c.mu.Unlock()
+		return
+	}
+	w := &waiter{reqs: reqs, res: out, wake: make(chan struct{}, 1)}
+	if err := c.wait(ctx, b, rep, w); err != nil {
+		fail(out, err)
+	}
+}
+
+func fail(out []driver.BatchResult, err error) {
+	for i := range out {
+		out[i] = driver.BatchResult{Err: err}
+	}
+}
+
+// wait queues w and returns once its outcome is in w.res, sending
+// scripts while it holds a slot, or ctx's error if ctx ends first (see
+// Options.Coalesce). Called with mu held; returns with it released.
+func (c *coalescer) wait(ctx context.Context, b *Backend, rep *capability.Report, w *waiter) error {
 	c.queue = append(c.queue, w)
 	if c.slots < c.max {
 		c.slots++
@@ -97,13 +146,13 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 				c.pass(w)
 			}
 			c.mu.Unlock()
-			return w.res.Result, w.res.Err
+			return nil
 		case w.lead && w.state == queued:
 			if err := ctx.Err(); err != nil { // not sent: nothing consumed
 				c.remove(w)
 				c.pass(w)
 				c.mu.Unlock()
-				return driver.Result{}, err
+				return err
 			}
 			batch := c.take()
 			c.mu.Unlock()
@@ -129,7 +178,7 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 				c.pass(w)
 			}
 			c.mu.Unlock()
-			return driver.Result{}, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -158,10 +207,15 @@ func (c *coalescer) alone(ctx context.Context, b *Backend, rep *capability.Repor
 	return res, err
 }
 
-// take removes up to batchAttempts requests from the head of the queue
-// and marks them sent. Called with mu held.
+// take removes waiters from the head of the queue, up to batchAttempts
+// requests (always at least one waiter), and marks them sent. Called
+// with mu held.
 func (c *coalescer) take() []*waiter {
-	n := min(len(c.queue), batchAttempts)
+	n, attempts := 0, 0
+	for n < len(c.queue) && (n == 0 || attempts+len(c.queue[n].reqs) <= batchAttempts) {
+		attempts += len(c.queue[n].reqs)
+		n++
+	}
 	batch := make([]*waiter, n)
 	copy(batch, c.queue)
 	for _, w := range batch {
@@ -211,15 +265,17 @@ func (c *coalescer) release() {
 // it, but the flusher's caller giving up does not fail the others'
 // attempts.
 func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Report, batch []*waiter) {
-	reqs := make([]request, len(batch))
-	for i, w := range batch {
-		reqs[i] = w.req
+	var reqs []request
+	for _, w := range batch {
+		reqs = append(reqs, w.reqs...)
 	}
-	out := make([]driver.BatchResult, len(batch))
+	out := make([]driver.BatchResult, len(reqs))
 	b.scripts(flushContext{ctx}, reqs, rep, out)
 	c.mu.Lock()
-	for i, w := range batch {
-		w.res, w.state = out[i], done
+	for _, w := range batch {
+		n := copy(w.res, out)
+		out = out[n:]
+		w.state = done
 		w.signal()
 	}
 	c.mu.Unlock()

@@ -632,3 +632,83 @@ func TestCoalesceJoinsInFlight(t *testing.T) {
 		t.Errorf("Take with nothing in flight went out as %q, want alone in the short form (\"alone t\")", got)
 	}
 }
+
+// TestCoalesceBatch: a TakeBatch of a few requests that finds a script in
+// flight queues as one, and goes out with a single call queued after it
+// in one script (its requests first, in input order: the second request
+// on its subject sees the first's unit); alone, it goes out at once; a
+// batch above batchAttempts goes in scripts of its own.
+func TestCoalesceBatch(t *testing.T) {
+	b, g := gated(t, true) // scripts loaded: none meets NOSCRIPT
+	first := holdFirst(t, b, g)
+	s1, s2 := newSubject(t, "batch1"), newSubject(t, "single")
+	f1, f2 := s1.fixed("f", 10, time.Hour), s2.fixed("f", 10, time.Hour)
+	bch := make(chan []driver.BatchResult, 1)
+	go func() {
+		bch <- b.TakeBatch(context.Background(), []driver.Request{s1.request(opTake, 1, f1).Request, s1.request(opTake, 2, f1).Request})
+	}()
+	waitQueued(t, b, 1)
+	single := async(context.Background(), b, s2.request(opTake, 3, f2))
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	if o := <-first; o.err != nil || !o.res.Allowed {
+		t.Fatalf("first Take = %+v, %v; want allowed", o.res, o.err)
+	}
+	if got := <-g.entered; len(got) != 1 || got[0] != 3 {
+		t.Fatalf("second script = attempts %v, want [3] (the batch's 2 and the single call)", got)
+	}
+	g.release <- struct{}{}
+	rs := <-bch
+	for k, want := range []int64{1, 3} {
+		if rs[k].Err != nil {
+			t.Fatalf("TakeBatch[%d] = %v", k, rs[k].Err)
+		}
+		checkRule(t, fmt.Sprintf("TakeBatch[%d]", k), rs[k].Result.Rules[0], true, want, 10)
+	}
+	if o := <-single; o.err != nil {
+		t.Fatalf("Take(single) = %v", o.err)
+	} else {
+		checkRule(t, "Take(single)", o.res.Rules[0], true, 3, 10)
+	}
+
+	// Alone: at once, one script.
+	done := make(chan []driver.BatchResult, 1)
+	go func() {
+		done <- b.TakeBatch(context.Background(), []driver.Request{s1.request(opTake, 1, f1).Request, s2.request(opTake, 1, f2).Request})
+	}()
+	if got := <-g.entered; len(got) != 1 || got[0] != 2 {
+		t.Fatalf("lone batch = attempts %v, want [2]", got)
+	}
+	g.release <- struct{}{}
+	for k, r := range <-done {
+		if r.Err != nil || !r.Result.Allowed {
+			t.Fatalf("lone TakeBatch[%d] = %+v, %v", k, r.Result, r.Err)
+		}
+	}
+	if n := b.co.queued(); n != 0 {
+		t.Errorf("queued after the calls = %d, want 0", n)
+	}
+
+	// Above batchAttempts: scripts of its own, outside the coalescer.
+	big := make([]driver.Request, batchAttempts+1)
+	for i := range big {
+		big[i] = s1.request(opPeek, 1, f1).Request
+	}
+	done = make(chan []driver.BatchResult, 1)
+	go func() { done <- b.PeekBatch(context.Background(), big) }()
+	if got := <-g.entered; len(got) != 2 || got[0] != batchAttempts || got[1] != 1 {
+		t.Fatalf("big batch = attempts %v, want [%d 1]", got, batchAttempts)
+	}
+	b.co.mu.Lock()
+	slots := b.co.slots
+	b.co.mu.Unlock()
+	if slots != 0 {
+		t.Errorf("slots held while a big batch is in flight = %d, want 0 (it does not use the coalescer)", slots)
+	}
+	g.release <- struct{}{}
+	for k, r := range <-done {
+		if r.Err != nil {
+			t.Fatalf("PeekBatch[%d] = %v", k, r.Err)
+		}
+	}
+}

@@ -103,7 +103,20 @@ func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *
 	return res, err
 }
 
+// batch sends reqs through the coalescer, when on, if they fit in one
+// script (a batch of up to batchAttempts, such as one call of a few
+// attempts): they share a script with concurrent calls, in input order;
+// a batch of one goes as a single decision.
+// A larger batch goes in scripts of its own.
 func (m scriptMode) batch(ctx context.Context, reqs []request, out []driver.BatchResult) {
+	switch {
+	case m.b.co != nil && len(reqs) == 1: // as a single decision (alone: the short form)
+		out[0].Result, out[0].Err = m.b.co.do(ctx, m.b, m.rep, reqs[0])
+		return
+	case m.b.co != nil && len(reqs) <= batchAttempts:
+		m.b.co.group(ctx, m.b, m.rep, reqs, out)
+		return
+	}
 	m.b.scripts(ctx, reqs, m.rep, out)
 }
 

@@ -152,7 +152,9 @@ type Options struct {
 	// policies has passed. Default: off (state starts afresh).
 	Upgrade bool
 	// Coalesce, N, coalesces the concurrent single decisions
-	// (Take, Peek, Reserve, Inspect) of this Backend: calls that arrive
+	// (Take, Peek, Reserve, Inspect) and small batches (TakeBatch and
+	// PeekBatch of up to 128 requests, whose requests stay together, in
+	// input order, in one script) of this Backend: calls that arrive
 	// while N scripts are in flight queue, and each script that ends
 	// carries the queued calls (up to 128, in arrival order) in
 	// multi-attempt EVALSHAs of one pipeline, as TakeBatch does (one per
