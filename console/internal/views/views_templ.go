@@ -4086,7 +4086,7 @@ func PoliciesPage(v PoliciesView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 389, " <p class=\"muted\" id=\"gcra-note\">For a GCRA rule the limit shown is its burst + 1: the most a subject can use at once, and what decisions, the subject page and the API's RateLimit headers report. Its window is the time that many units take to come back at the rule's rate (shown under the algorithm).</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 389, " <p class=\"muted\" id=\"gcra-note\">For a GCRA rule the limit shown is its burst + 1: the most a subject can use at once, and what decisions, the subject page and RateLimit headers (middleware, package ratelimitheaders) report. Its window is the time that many units take to come back at the rule's rate (shown under the algorithm).</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
