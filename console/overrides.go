@@ -53,11 +53,6 @@ func (m markedOverrider) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Sub
 	return out, marked(err)
 }
 
-// Limits of an override's text fields, as the sdk checks them.
-const (
-	maxOverrideReason = 256
-)
-
 // shardOf returns the shard values of subj under p: the person an
 // override is kept for.
 func shardOf(p *sdk.Policy, subj sdk.Subject) sdk.Subject {
@@ -123,8 +118,8 @@ func (in overrideInput) build(p *sdk.Policy, now time.Time) (driver.Override, er
 	switch {
 	case reason == "":
 		return o, badRequest("give a reason: it is kept with the override and in the audit log")
-	case len(reason) > maxOverrideReason:
-		return o, badRequest(fmt.Sprintf("the reason is longer than %d bytes", maxOverrideReason))
+	case len(reason) > driver.MaxOverrideReasonLen:
+		return o, badRequest(fmt.Sprintf("the reason is longer than %d bytes", driver.MaxOverrideReasonLen))
 	case !utf8.ValidString(reason) || strings.ContainsAny(reason, "\r\n"):
 		return o, badRequest("the reason must be one line of text")
 	}
