@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +31,9 @@ computed within the invocation.
 
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is
-its deprecated spelling); -all runs every policy of the file in turn.
+its deprecated spelling); -all, or names separated by commas, run every
+policy of the file, or those, in turn. -prefill K,… measures each policy
+with K live values per subject, for each K.
 testdata/bench-policies.yaml holds the shapes docs/benchmarks/HISTORY.md compares.
 Flags take one dash or two.
 
@@ -70,10 +73,16 @@ func runBench(args []string) error {
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up before each run (0: a single unmeasured call, which loads the run's scripts)")
 	fs.IntVar(&cfg.Subjects, "subjects", 100000, "distinct subjects (values of the policy's shard dimensions)")
 	fs.IntVar(&cfg.Values, "values", 4, "distinct values of each other dimension (e.g. content) per run")
+	fs.Func("prefill", "measure the policy once for each `K` of a comma-separated list, in turn: before measuring, take once for each subject and each of K values of the other dimensions (those outside the policy's shard dimensions, e.g. campaign), so that every subject has K live values, then measure decisions picking among those K (-values is K; -memory then measures, after its FLUSHALL, the used_memory growth over the pre-fill, per subject and per live value); e.g. -prefill 1,10,100,1000", func(v string) error {
+		ks, err := parsePrefill(v)
+		cfg.Prefill = ks
+		return err
+	})
+	fs.IntVar(&cfg.PrefillTotal, "prefill-total", 0, "with -prefill: run each K with `N`/K subjects (at least 1) instead of -subjects, N live values in all at each K (0: -subjects at each K)")
 	fs.Int64Var(&cfg.MaxDecisions, "max", 50_000_000, "stop a run after this many decisions")
 	fs.StringVar(&policyFile, "policies", "", "policy `FILE` (YAML), as for freqcap console; default: the seed policies (internal/seed)")
 	fs.StringVar(&policyFile, "policy", "", "deprecated: use --policies")
-	fs.StringVar(&policyName, "name", "", "policy to run from the file (default: the first)")
+	fs.StringVar(&policyName, "name", "", "`NAME` of the policy to run from the file (default: the first); names separated by commas run each, one after the other, as -all does")
 	fs.BoolVar(&all, "all", false, "run every policy of the file (or of the seed policies), one after the other (with -raw: each against raw(R) for its own number of rules R)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also run raw(R): one EVALSHA doing INCRBY (PEXPIRE on the first hit) on R keys, R = the policy's rules, deciding nothing, and report the policy's ratio to it")
@@ -112,10 +121,20 @@ func runBench(args []string) error {
 		}
 		return runBenchEnvoy(cfg, envoyBin, conns)
 	}
+	if len(cfg.Prefill) > 0 {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "values" || f.Name == "memory-takes" })
+		if explicit {
+			return errors.New("bench: -prefill K sets -values to K, and -memory measures the pre-fill: give neither -values nor -memory-takes")
+		}
+	}
 	// Zero means "the default" in bench.Config; on the command line it
 	// is a mistake.
 	if cfg.Workers < 1 || cfg.Subjects < 1 || cfg.Values < 1 || cfg.Duration <= 0 || cfg.MaxDecisions < 1 || cfg.Warmup < 0 {
 		return errors.New("bench: -workers, -subjects, -values, -duration and -max must be positive, -warmup >= 0")
+	}
+	if cfg.PrefillTotal < 0 || (cfg.PrefillTotal > 0 && len(cfg.Prefill) == 0) {
+		return errors.New("bench: -prefill-total needs -prefill, and must be >= 0")
 	}
 	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
 		return errors.New("bench: -batch must be >= 0, -coalesce >= -1, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")
@@ -147,6 +166,14 @@ func runBench(args []string) error {
 			return err
 		}
 		cfg.Policies = ps
+	case strings.Contains(policyName, ","):
+		for _, name := range strings.Split(policyName, ",") {
+			p, err := benchLoadPolicy(policyFile, name)
+			if err != nil {
+				return err
+			}
+			cfg.Policies = append(cfg.Policies, p)
+		}
 	case policyFile != "" || policyName != "":
 		p, err := benchLoadPolicy(policyFile, policyName)
 		if err != nil {
@@ -231,4 +258,17 @@ func benchLoadPolicy(file, name string) (*sdk.Policy, error) {
 		}
 	}
 	return nil, fmt.Errorf("bench: no policy named %q", name)
+}
+
+// parsePrefill parses -prefill's comma-separated list of positive K.
+func parsePrefill(v string) ([]int, error) {
+	var ks []int
+	for _, f := range strings.Split(v, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			return nil, fmt.Errorf("want positive integers separated by commas, got %q", v)
+		}
+		ks = append(ks, k)
+	}
+	return ks, nil
 }

@@ -119,3 +119,42 @@ func TestBenchAll(t *testing.T) {
 		t.Errorf("runBench(-all -name) = %v, want an error", err)
 	}
 }
+
+// TestBenchPrefill: -name takes several policies, -prefill K,… runs each
+// at each K, and -prefill-total sets the subjects per K.
+func TestBenchPrefill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench runs take a few seconds")
+	}
+	addr := redistest.NewServer(t).Addr()
+	args := []string{"-redis", addr, "-workers", "2", "-duration", "100ms", "-warmup", "0",
+		"--policies", "../../testdata/bench-policies.yaml", "-name", "ad-fixed,ad-log", "-prefill", "1,4", "-prefill-total", "40", "-raw"}
+	out, err := captureStdout(t, func() error { return runBench(args) })
+	if err != nil {
+		t.Fatalf("runBench(%q) = %v, want nil\n%s", args, err, out)
+	}
+	for _, p := range []string{"ad-fixed", "ad-log"} {
+		for _, l := range []string{
+			`^pre-fill of policy ` + p + `: 40 takes \(40 subjects x 1 values\) in .*, allowed 40, denied 0$`,
+			`^pre-fill of policy ` + p + `: 40 takes \(10 subjects x 4 values\) in .*, allowed 40, denied 0$`,
+			`^ratio policy ` + p + ` / raw\(2\) INCRBY\+PEXPIRE on 2 keys: [0-9.]+ `,
+		} {
+			if !regexp.MustCompile("(?m)" + l).MatchString(out) {
+				t.Errorf("runBench(%q): no line matches %s:\n%s", args, l, out)
+			}
+		}
+	}
+	if strings.Contains(out, "first error") {
+		t.Errorf("runBench(%q) reported errors:\n%s", args, out)
+	}
+	for _, bad := range [][]string{
+		{"-prefill", "0"},
+		{"-prefill", "1,x"},
+		{"-prefill", "2", "-values", "3"},
+		{"-prefill-total", "10"},
+	} {
+		if _, err := captureStderr(t, func() error { return runBench(append([]string{"-redis", addr}, bad...)) }); err == nil {
+			t.Errorf("runBench(%q) = nil, want an error", bad)
+		}
+	}
+}

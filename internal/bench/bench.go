@@ -86,6 +86,24 @@ type Config struct {
 	// MemoryTakes is the decisions per subject of Memory (default 1),
 	// the k-th with the k-th value (mod Values) of each other dimension.
 	MemoryTakes int
+	// Prefill, when not empty, measures the policy (each of Policies) once
+	// for each K in it, in turn, each under its own key prefix
+	// (Prefix-k<K>) with Values = K: before the measured runs, each run
+	// deciding the policy takes once for each subject and each of the K
+	// values (the k-th value of each dimension outside the shard
+	// dimensions), so that every subject has K live values, and the
+	// measured decisions then pick among those K. With Memory, the
+	// memory measured is the used_memory growth over the pre-fill of the
+	// policy's run, right after a FLUSHALL (which Memory makes anyway),
+	// per subject and per live value. The
+	// policy must have a dimension outside its shard dimensions.
+	Prefill []int
+	// PrefillTotal, with Prefill, runs each K with PrefillTotal/K
+	// subjects (at least 1) instead of Subjects: the same number of live
+	// values in all at each K (0: Subjects at every K).
+	PrefillTotal int
+	// prefill is the K of this Run (0: no pre-fill).
+	prefill int
 	// PlainLua forces the plain Lua strategies
 	// (capability.Config.ForcePlainLua), even with ModuleStrategies.
 	PlainLua bool
@@ -196,6 +214,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2*time.Second + time.Duration(cfg.Workers*max(1, cfg.Batch))*100*time.Microsecond
 	}
+	if cfg.prefill > 0 {
+		cfg.Values = cfg.prefill
+	}
 	if cfg.Policy == nil {
 		ps, err := seed.Policies()
 		if err != nil {
@@ -222,11 +243,38 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}
 		return nil
 	}
+	if len(cfg.Prefill) > 0 {
+		for _, k := range cfg.Prefill {
+			if k < 1 || cfg.PrefillTotal < 0 {
+				return errors.New("bench: prefill values must be positive, prefill total >= 0")
+			}
+		}
+		for _, k := range cfg.Prefill {
+			c := cfg
+			c.Prefill, c.prefill = nil, k
+			if cfg.PrefillTotal > 0 {
+				c.Subjects = max(1, cfg.PrefillTotal/k)
+			}
+			c.Prefix = cmp.Or(cfg.Prefix, "bench") + "-k" + strconv.Itoa(k)
+			if err := Run(ctx, c, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
 	policy := cfg.Policy
+	if cfg.prefill > 0 {
+		if err := checkPrefill(policy); err != nil {
+			return err
+		}
+		if cfg.Hot || cfg.Serve || cfg.WaitReplicas > 0 || cfg.Overrides {
+			return errors.New("bench: -prefill measures the policy's own runs (with -raw, -baseline, -floor, -batch, -coalesce, -recorder, -memory): not -hot, -serve, -wait-replicas or -overrides")
+		}
+	}
 	o := *cfg.Redis
 	o.PoolSize = cfg.Workers
 	o.MinIdleConns = cfg.Workers
@@ -258,8 +306,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	be := redis.New(client, bopts)
 	lim := sdk.New(be, sdk.WithPrefix(cfg.Prefix)) // -memory, Describe
 	gen := newSubjects(policy, cfg.Subjects, cfg.Values)
-	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension\n",
-		cfg.Target, policy.Name(), len(policy.Rules()), cfg.Workers, cfg.Duration, cfg.Subjects, cfg.Values)
+	live := ""
+	if cfg.prefill > 0 {
+		live = " (pre-filled: each subject has them all live)"
+	}
+	fmt.Fprintf(w, "freqcap bench: %s, policy %q (%d rules), %d workers, %v per run, %d subjects, %d values per other dimension%s\n",
+		cfg.Target, policy.Name(), len(policy.Rules()), cfg.Workers, cfg.Duration, cfg.Subjects, cfg.Values, live)
 	if d, err := lim.Admin().Describe(ctx); err == nil {
 		fmt.Fprintf(w, "backend strategies:%s\n", describeStrategies(policy, d))
 	}
@@ -281,7 +333,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		hotLims   []*sdk.Limiter
 		hotCached *sdk.Policy
 		recs      []*fleet.Recorder
-		tally     *durableTally // the WaitReplicas run's
+		tally     *durableTally  // the WaitReplicas run's
+		filled    []int          // the runs deciding policy on limiters of their own, pre-filled with Prefill
+		lims      []*sdk.Limiter // their limiters
 	)
 	defer func() {
 		for _, r := range recs {
@@ -351,17 +405,25 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			ratios = append(ratios, [2]int{len(runs) - 1, 1})
 		}
 	} else {
-		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(runLim(), policy, gen)})
+		l := runLim()
+		runs = append(runs, run{"policy " + policy.Name(), 1, allowOne(l, policy, gen)})
+		filled = append(filled, len(runs)-1)
+		lims = append(lims, l)
 		if cfg.Recorder {
 			l, err := recorded()
 			if err != nil {
 				return err
 			}
 			runs = append(runs, run{"policy " + policy.Name() + ", recorder on", 1, allowOne(l, policy, gen)})
+			filled = append(filled, len(runs)-1)
+			lims = append(lims, l)
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
 		if cfg.Batch > 0 {
-			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(runLim(), policy, gen, cfg.Batch)})
+			l := runLim()
+			runs = append(runs, run{fmt.Sprintf("policy %s, TakeBatch of %d", policy.Name(), cfg.Batch), cfg.Batch, takeBatch(l, policy, gen, cfg.Batch)})
+			filled = append(filled, len(runs)-1)
+			lims = append(lims, l)
 			ratios = append(ratios, [2]int{len(runs) - 1, 0})
 		}
 		var overridden []int // the runs with overrides
@@ -397,6 +459,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				name = fmt.Sprintf("policy %s, coalesce off", policy.Name())
 			}
 			runs = append(runs, run{name, 1, allowOne(l, policy, gen)})
+			filled = append(filled, len(runs)-1)
+			lims = append(lims, l)
 			coalesced = len(runs) - 1
 			ratios = append(ratios, [2]int{coalesced, 0})
 		}
@@ -521,6 +585,35 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}
 	}
 	nruns = len(runs) // each run made its Limiter with prefix Prefix-<its index + 1>
+	if cfg.prefill > 0 {
+		for i, k := range filled {
+			r := runs[k]
+			var before int64
+			if i == 0 && cfg.Memory {
+				if err := flushAll(ctx, client); err != nil {
+					return err
+				}
+				if before, err = settledMemory(ctx, client); err != nil {
+					return fmt.Errorf("bench: INFO memory: %w", err)
+				}
+			}
+			st, err := prefill(ctx, lims[i], policy, gen, cfg.Subjects, cfg.prefill, cfg.Workers)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "pre-fill of %s: %d takes (%d subjects x %d values) in %v, allowed %d, denied %d\n",
+				r.name, st.takes, cfg.Subjects, cfg.prefill, st.elapsed.Round(time.Millisecond), st.allowed, st.takes-st.allowed)
+			if i == 0 && cfg.Memory {
+				after, err := settledMemory(ctx, client)
+				if err != nil {
+					return fmt.Errorf("bench: INFO memory: %w", err)
+				}
+				per := float64(after-before) / float64(cfg.Subjects)
+				fmt.Fprintf(w, "memory: %.0f bytes per subject, %.1f per live value (%d values live for each of %d subjects; INFO used_memory delta over the pre-fill, after FLUSHALL)\n",
+					per, per/float64(cfg.prefill), cfg.prefill, cfg.Subjects)
+			}
+		}
+	}
 	rounds := max(1, cfg.Rounds)
 	if len(runs) == 1 {
 		rounds = 1
@@ -586,7 +679,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		fmt.Fprintf(w, "hot-deny cache: size %d, %d entries, %d hits, %d misses, %d evictions\n", st.Size, st.Entries, st.Hits, st.Misses, st.Evictions)
 	}
 
-	if cfg.Memory {
+	if cfg.Memory && cfg.prefill == 0 {
 		per, err := benchMemory(ctx, client, cfg, lim, policy, gen)
 		if err != nil {
 			return err

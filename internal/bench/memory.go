@@ -16,16 +16,8 @@ import (
 // each of cfg.Subjects subjects (rotating the values of the other
 // dimensions) and returns the used_memory growth per subject.
 func benchMemory(ctx context.Context, c goredis.UniversalClient, cfg Config, lim *sdk.Limiter, p *sdk.Policy, gen *subjects) (float64, error) {
-	if err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
-		// A synchronous FLUSHALL of a large dataset outlasts the bench's
-		// timeouts: send it on a client of its own with a long one.
-		o := *n.Options()
-		o.ReadTimeout, o.WriteTimeout = 5*time.Minute, 5*time.Minute
-		fc := goredis.NewClient(&o)
-		defer fc.Close()
-		return fc.FlushAll(ctx).Err()
-	}); err != nil {
-		return 0, fmt.Errorf("bench: FLUSHALL: %w", err)
+	if err := flushAll(ctx, c); err != nil {
+		return 0, err
 	}
 	before, err := usedMemory(ctx, c)
 	if err != nil {
@@ -68,4 +60,20 @@ func benchMemory(ctx context.Context, c goredis.UniversalClient, cfg Config, lim
 		return 0, fmt.Errorf("bench: INFO memory: %w", err)
 	}
 	return float64(after-before) / float64(cfg.Subjects), nil
+}
+
+// flushAll sends a synchronous FLUSHALL to every master.
+func flushAll(ctx context.Context, c goredis.UniversalClient) error {
+	if err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+		// A synchronous FLUSHALL of a large dataset outlasts the bench's
+		// timeouts: send it on a client of its own with a long one.
+		o := *n.Options()
+		o.ReadTimeout, o.WriteTimeout = 5*time.Minute, 5*time.Minute
+		fc := goredis.NewClient(&o)
+		defer fc.Close()
+		return fc.FlushAll(ctx).Err()
+	}); err != nil {
+		return fmt.Errorf("bench: FLUSHALL: %w", err)
+	}
+	return nil
 }

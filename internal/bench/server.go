@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // roundTrips counts the requests the client sends to servers: each
@@ -137,24 +138,54 @@ func serverCPU(ctx context.Context, c goredis.UniversalClient) (float64, error) 
 }
 
 func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
-	var total atomic.Int64
-	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+	used, _, err := memoryInfo(ctx, c)
+	return used, err
+}
+
+// settledMemory is usedMemory once no master has objects left to free in
+// the background (lazyfree_pending_objects 0: the UNLINKs of an earlier
+// run's cleanup done), polled for at most a minute.
+func settledMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		used, pending, err := memoryInfo(ctx, c)
+		if err != nil || pending == 0 {
+			return used, err
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("bench: %d objects still pending lazy free after a minute", pending)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// memoryInfo sums used_memory and lazyfree_pending_objects over the
+// masters.
+func memoryInfo(ctx context.Context, c goredis.UniversalClient) (used, pending int64, err error) {
+	var tu, tp atomic.Int64
+	err = forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
 		s, err := n.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
 		}
 		for _, l := range strings.Split(s, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
-				m, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return err
+			for name, total := range map[string]*atomic.Int64{"used_memory:": &tu, "lazyfree_pending_objects:": &tp} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), name); ok {
+					m, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						return err
+					}
+					total.Add(m)
 				}
-				total.Add(m)
 			}
 		}
 		return nil
 	})
-	return total.Load(), err
+	return tu.Load(), tp.Load(), err
 }
 
 // deleteKeys deletes every key matching one of patterns on every master
