@@ -60,54 +60,65 @@ func callerOf(ctx context.Context) *Caller {
 	return c
 }
 
-// interceptor refuses calls while draining and those authFirst did not
-// authenticate (answering its refusal in the call's protocol), bounds
-// each call's time, and measures and logs it.
+// interceptor is frame on connect's stack: the caller is authFirst's,
+// found before the body was read.
 func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			op := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
-			start := time.Now()
-			s.metrics.inflight.Inc()
-			defer s.metrics.inflight.Dec()
-			caller, res, err := s.call(ctx, req, next)
-			code := "ok"
-			if err != nil {
-				code = connect.CodeOf(err).String()
-			}
-			s.metrics.duration.WithLabelValues(op, code).Observe(time.Since(start).Seconds())
-			name := ""
-			if caller != nil {
-				name = caller.Name
-			}
-			switch connect.CodeOf(err) {
-			case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-				if err != nil && protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
-					s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
-				}
-			}
-			if s.log.Enabled(ctx, -4) { // slog.LevelDebug
-				s.log.Debug("serve: call", "op", op, "code", code, "caller", name, "took", time.Since(start))
-			}
+			var res connect.AnyResponse
+			err := s.frame(ctx, op, s.authenticated, func(ctx context.Context) (err error) {
+				res, err = next(ctx, req)
+				return err
+			})
 			return res, err
 		}
 	}
 }
 
-func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (*Caller, connect.AnyResponse, error) {
+// frame is every call's frame, on both stacks (connect's and grpc-go's):
+// it refuses calls while draining and those auth refuses (answering the
+// refusal in the call's protocol), bounds the call's time, runs it with
+// its caller in its context, and measures and logs it.
+func (s *Server) frame(ctx context.Context, op string, auth func(context.Context) (*Caller, error), run func(context.Context) error) error {
+	start := time.Now()
+	s.metrics.inflight.Inc()
+	defer s.metrics.inflight.Dec()
+	caller, err := s.call(ctx, auth, run)
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	s.metrics.duration.WithLabelValues(op, code).Observe(time.Since(start).Seconds())
+	name := ""
+	if caller != nil {
+		name = caller.Name
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
+		if err != nil && protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
+			s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
+		}
+	}
+	if s.log.Enabled(ctx, -4) { // slog.LevelDebug
+		s.log.Debug("serve: call", "op", op, "code", code, "caller", name, "took", time.Since(start))
+	}
+	return err
+}
+
+func (s *Server) call(ctx context.Context, auth func(context.Context) (*Caller, error), run func(context.Context) error) (*Caller, error) {
 	if s.draining.Load() {
-		return nil, nil, protoconv.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
+		return nil, protoconv.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
 			"the server is shutting down: nothing was done, retry on another replica")
 	}
-	caller, err := s.authenticated(ctx) // authFirst's, before the body was read
+	caller, err := auth(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	annotate(ctx, AttrCaller.String(caller.Name))
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
 	defer cancel()
-	res, err := next(ctx, req)
-	return caller, res, err
+	return caller, run(ctx)
 }
 
 // authenticate returns the caller whose secret a call's headers h send,
