@@ -41,12 +41,19 @@ import (
 // attrErrorType is the error.type of a failed call's span.
 const attrErrorType = attribute.Key("error.type")
 
+// streamWorkers is the number of goroutines that serve gRPC calls (more
+// calls at once each get a goroutine of their own).
+const streamWorkers = 64
+
 // newGRPC returns the server of the gRPC stack, serving every method of
 // the connect handlers (grpcServices).
 func (s *Server) newGRPC() *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestSize),
 		grpc.MaxConcurrentStreams(250), // net/http's HTTP/2 default
+		// Calls run on a pool of goroutines whose stacks have grown
+		// (a new goroutine per call grows its stack on every call).
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if s.cfg.TracerProvider != nil || s.cfg.MeterProvider != nil {
 		// otelgrpc: what otelconnect does on connect's stack (otel.go).
@@ -142,21 +149,16 @@ func unary[Req, Res any](s *Server, name string, h func(context.Context, *connec
 // caller whose bearer secret the call's metadata sends (without
 // credentials: loopback clients only, as guard).
 func (s *Server) grpcAuthenticated(ctx context.Context) (*Caller, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
 	remote := remoteAddr(ctx, nil)
 	if s.callers == nil {
-		authority := md.Get(":authority")
+		authority := metadata.ValueFromIncomingContext(ctx, ":authority")
 		if !httpauth.LoopbackHostport(remote) || len(authority) > 0 && !httpauth.LoopbackHostport(authority[0]) {
 			return nil, protoconv.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
 				"freqcap serve without credentials answers loopback clients only")
 		}
 		return local, nil
 	}
-	h := http.Header{}
-	for _, v := range md.Get("authorization") {
-		h.Add("Authorization", v)
-	}
-	return s.authenticate(h, remote)
+	return s.authenticate(http.Header{"Authorization": metadata.ValueFromIncomingContext(ctx, "authorization")}, remote)
 }
 
 // remoteAddr is the client's address of a call on either stack: req's

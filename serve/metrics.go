@@ -128,10 +128,12 @@ func (s *Server) call(ctx context.Context, auth func(context.Context) (*Caller, 
 // and Retry-After; an unknown credential, or an Authorization header that
 // is not a bearer token, counts a failure against the address.
 func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error) {
-	noCredential := protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
-		`no credential: send "Authorization: Bearer <secret>"`)
+	noCredential := func() error {
+		return protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+			`no credential: send "Authorization: Bearer <secret>"`)
+	}
 	if h.Get("Authorization") == "" {
-		return nil, noCredential
+		return nil, noCredential()
 	}
 	remote := addrHost(remoteAddr)
 	var caller *Caller
@@ -152,7 +154,7 @@ func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error)
 	if !v.OK {
 		s.log.Warn("serve: failed credential", "remote", remote, "failures", v.Failures, "locked_for", v.Wait)
 		if !ok {
-			return nil, noCredential
+			return nil, noCredential()
 		}
 		return nil, protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "unknown credential")
 	}
