@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,7 @@ type Client struct {
 	// The administrative calls (rare) use the first connection.
 	store     freqcapv1connect.PolicyServiceClient
 	overrides freqcapv1connect.OverrideServiceClient
+	closers   []*grpcConn // grpc-go's connections (Close)
 }
 
 // rpc returns the stub of the next connection in turn.
@@ -196,6 +198,9 @@ func New(baseURL string, opts *Options) *Client {
 		co = *o.Coalesce
 	}
 	c := &Client{timeout: o.Timeout, retry: r.withDefaults(), coalesce: co.withDefaults()}
+	if o.HTTPClient == nil && o.Protocol == GRPC && c.dialGRPC(baseURL, &o) {
+		return c
+	}
 	base := strings.TrimRight(baseURL, "/")
 	for _, hc := range hcs {
 		c.rpcs = append(c.rpcs, freqcapv1connect.NewFreqcapServiceClient(hc, base, copts...))
@@ -203,6 +208,46 @@ func New(baseURL string, opts *Options) *Client {
 	c.store = freqcapv1connect.NewPolicyServiceClient(hcs[0], base, copts...)
 	c.overrides = freqcapv1connect.NewOverrideServiceClient(hcs[0], base, copts...)
 	return c
+}
+
+// dialGRPC sets c up on grpc-go's transport (grpcconn.go), Options.Conns
+// connections; false when baseURL is not an http(s) URL (connect's
+// client then reports it at each call).
+func (c *Client) dialGRPC(baseURL string, o *Options) bool {
+	n := o.Conns
+	if n <= 0 {
+		n = DefaultConns
+	}
+	var conns []*grpcConn
+	for range n {
+		g, err := dialGRPC(baseURL, o.TLSConfig, o.Token)
+		if err != nil {
+			return false
+		}
+		conns = append(conns, g)
+		c.rpcs = append(c.rpcs, grpcFreqcap{g})
+	}
+	c.store, c.overrides = grpcPolicies{conns[0]}, grpcOverrides{conns[0]}
+	c.closers = conns
+	// A Client dropped without Close still closes its connections.
+	runtime.AddCleanup(c, func(conns []*grpcConn) {
+		for _, g := range conns {
+			g.close()
+		}
+	}, conns)
+	return true
+}
+
+// Close closes the Client's connections; calls in flight fail. A Client
+// is not used after Close.
+func (c *Client) Close() error {
+	var errs []error
+	for _, g := range c.closers {
+		if err := g.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // newHTTPClient is the default HTTP client of New: HTTP/2, in clear

@@ -131,7 +131,7 @@ func unary[Req, Res any](s *Server, name string, h func(context.Context, *connec
 			if err != nil {
 				return err
 			}
-			if err := sendMetadata(ctx, res.Header(), res.Trailer()); err != nil {
+			if err := sendMetadata(ctx, res.Header(), nil); err != nil { // the handlers set no trailers
 				return err
 			}
 			out = res.Msg
