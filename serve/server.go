@@ -1,7 +1,10 @@
 // Package serve is freqcap's decision server: the sdk's operations over
 // the network, for senders in any language. One schema
-// (proto/freqcap/v1/freqcap.proto) is served by one handler as gRPC,
-// gRPC-Web and the Connect protocol's HTTP/JSON (connectrpc.com/connect).
+// (proto/freqcap/v1/freqcap.proto) is served by one handler per operation
+// as gRPC, gRPC-Web and the Connect protocol's HTTP/JSON
+// (connectrpc.com/connect), on one port; Serve gives the calls in the gRPC
+// protocol to grpc-go's transport, which costs less per call, and the
+// others to net/http (the same handlers answer both).
 //
 // A Server is stateless: every count lives in the Limiter's backend, so
 // any number of replicas may serve the same Redis deployment, and a
@@ -120,7 +123,8 @@ type Config struct {
 	Now func() time.Time
 	// TracerProvider and MeterProvider, when set, make the server emit
 	// OpenTelemetry traces and metrics of its calls
-	// (connectrpc.com/otelconnect): one server span per call, named
+	// (connectrpc.com/otelconnect, and otelgrpc for the calls grpc-go's
+	// transport serves): one server span per call, named
 	// after its method (freqcap.v1.FreqcapService/Take), with the
 	// caller's name and the policy (AttrCaller, AttrPolicy), and the
 	// rpc.server.* metrics by method and code; never a subject value or
