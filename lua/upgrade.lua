@@ -2,8 +2,11 @@
 -- before the packed layout; Options.Upgrade in backends/redis), where a
 -- rule's state was a key of its own (driver.Rule.Key): a counter string,
 -- a hash of cells, a TAT string, a sorted set. The frame calls it only for
--- a packed value that does not exist yet; the per-rule keys are read, not
--- changed, and expire on their own.
+-- a packed value, or a packed log, that does not exist yet; the per-rule
+-- keys are read, not changed, and expire on their own. A packed log is
+-- also built from the sorted-set logs of the layout before packed logs,
+-- and a sliding window's (driver.LogLine) from the cells it counted in
+-- before it was a log.
 
 -- upgrade returns oldState, oldLog and oldLogs, built only where an attempt reads
 -- through (ARGV's old key indices, a packed log's p2).

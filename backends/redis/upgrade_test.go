@@ -150,6 +150,11 @@ func oldCells(r driver.Rule, top int64, units map[int64]int64) packedEntry {
 // cost 1 at now (µs) under limit, by driver.CellSpan: used, whether it
 // is admitted, its reset-after and, denied, its retry-after.
 func cellsAnswer(sp driver.CellSpan, units map[int64]int64, limit, now int64) (used int64, allowed bool, reset, retry time.Duration) {
+	return cellsAnswerN(sp, units, limit, 1, now)
+}
+
+// cellsAnswerN is cellsAnswer for a take of cost.
+func cellsAnswerN(sp driver.CellSpan, units map[int64]int64, limit, cost, now int64) (used int64, allowed bool, reset, retry time.Duration) {
 	lo := sp.Oldest(sp.Index(now))
 	var live []int64
 	for j, u := range units {
@@ -162,10 +167,10 @@ func cellsAnswer(sp driver.CellSpan, units map[int64]int64, limit, now int64) (u
 	if len(live) > 0 {
 		reset = time.Duration(sp.Leaves(live[len(live)-1])-now) * time.Microsecond
 	}
-	if used+1 <= limit {
+	if used+cost <= limit {
 		return used, true, reset, 0
 	}
-	need, acc := used+1-limit, int64(0)
+	need, acc := used+cost-limit, int64(0)
 	for _, j := range live {
 		if acc += units[j]; acc >= need {
 			return used, false, reset, time.Duration(sp.Leaves(j)-now) * time.Microsecond
@@ -373,5 +378,31 @@ func TestUpgradeCappedUntilCellsLetGo(t *testing.T) {
 	}
 	if denials == 0 {
 		t.Errorf("never denied: the first decision came after the cells let go")
+	}
+}
+
+// TestUpgradeCarriesCellsOverLimit: cells holding more units than the
+// limit (a limit lowered, a counted exempt) in more cells than the limit
+// are carried whole, in at most Limit records (the oldest folded into the
+// oldest kept): every take is answered as the cells answer it, whatever
+// its cost.
+func TestUpgradeCarriesCellsOverLimit(t *testing.T) {
+	_, c := standalone(t)
+	b := New(c, &Options{Upgrade: true})
+	s := newSubject(t, "fold")
+	const limit = 3
+	r := s.sliding("w", limit, time.Hour, 10)
+	r.Group = s.base + "="
+	sp := r.Span(time.Microsecond)
+	i := sp.Index(serverNow(t, c).UnixMicro())
+	units := map[int64]int64{i - sp.Back: 2, i - 7: 1, i - 5: 3, i - 2: 1, i: 1}
+	putPacked(t, c, r.Group, oldCells(r, i, units))
+	for cost := int64(1); cost <= limit; cost++ {
+		res := take(t, b, s.request(opTake, cost, r))
+		used, allowed, reset, retry := cellsAnswerN(sp, units, limit, cost, res.Now.UnixMicro())
+		if got := res.Rules[0]; res.Allowed != allowed || got.Used != used || got.ResetAfter != reset || got.RetryAfter != retry {
+			t.Errorf("Take of %d = %+v, want the cells' answer: allowed %v, used %d, reset-after %v, retry-after %v",
+				cost, got, allowed, used, reset, retry)
+		}
 	}
 }
