@@ -331,9 +331,19 @@ func TestUpgradeCarriesCells(t *testing.T) {
 // let it go, each denial's retry-after exactly that instant, and is
 // admitted then, counting only its own unit. On the server's clock
 // (TIME, which no test can set): the decisions are polled, each judged
-// at the instant it reports.
+// at the instant it reports. On a standalone server and a cluster.
 func TestUpgradeCappedUntilCellsLetGo(t *testing.T) {
-	_, c := standalone(t)
+	_, sc := standalone(t)
+	_, cc := cluster(t)
+	for _, srv := range []struct {
+		name string
+		c    goredis.UniversalClient
+	}{{"standalone", sc}, {"cluster", cc}} {
+		t.Run(srv.name, func(t *testing.T) { cappedUntilCellsLetGo(t, srv.c) })
+	}
+}
+
+func cappedUntilCellsLetGo(t *testing.T, c goredis.UniversalClient) {
 	s := newSubject(t, "letgo")
 	old := s.sliding("w", driver.LogLine+1, 2*time.Second, 4) // cells of 500ms
 	old.Group = s.base + "="
@@ -362,6 +372,7 @@ func TestUpgradeCappedUntilCellsLetGo(t *testing.T) {
 			if res.Rules[0].Used != 1 {
 				t.Errorf("admitted at %d = %+v, want used 1 (the carried units gone, counted once)", now, res.Rules[0])
 			}
+			t.Logf("denied %d times, then admitted %dµs after the cells let go", denials, now-free)
 			break
 		}
 		if now >= free {
