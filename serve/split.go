@@ -47,16 +47,20 @@ const maxSniff = 64 << 10
 func (sp *split) run() error {
 	defer sp.grpc.Close()
 	defer sp.web.Close()
+	var backoff time.Duration
 	for {
 		c, err := sp.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors and the like: wait and accept
+			// again, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		go sp.route(c)
 	}
 }
