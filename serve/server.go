@@ -389,7 +389,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	// gives net/http is HTTP/1.1, a *tls.Conn, or HTTP/2 with prior
 	// knowledge.
 	hs.Protocols.SetUnencryptedHTTP2(true)
-	sp := &split{ln: ln, grpc: newConnQueue(ln.Addr()), web: newConnQueue(ln.Addr()), timeout: hs.ReadHeaderTimeout}
+	sp := &split{ln: ln, grpc: newConnQueue(ln.Addr()), web: newConnQueue(ln.Addr()), timeout: hs.ReadHeaderTimeout, stopped: s.draining.Load}
 	if s.cfg.TLS != nil {
 		sp.tls = s.cfg.TLS.Clone()
 		if len(sp.tls.NextProtos) == 0 {

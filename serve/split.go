@@ -34,6 +34,7 @@ type split struct {
 	tls       *tls.Config
 	grpc, web *connQueue
 	timeout   time.Duration // to read the first request
+	stopped   func() bool   // whether the server is shutting down (nil: never)
 }
 
 // http2Preface is the client connection preface of HTTP/2 (RFC 9113 3.4).
@@ -51,7 +52,7 @@ func (sp *split) run() error {
 	for {
 		c, err := sp.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || sp.stopped != nil && sp.stopped() {
 				return err
 			}
 			// Out of file descriptors and the like: wait and accept
