@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests, as connect takes them
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -54,6 +56,11 @@ func (s *Server) newGRPC() *grpc.Server {
 		// Calls run on a pool of goroutines whose stacks have grown
 		// (a new goroutine per call grows its stack on every call).
 		grpc.NumStreamWorkers(streamWorkers),
+		// As net/http's side: idle connections close after idleTimeout;
+		// clients may ping every 10 s (grpc-go's default would answer a
+		// client pinging more often than every 5 min with GOAWAY).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if s.cfg.TracerProvider != nil || s.cfg.MeterProvider != nil {
 		// otelgrpc: what otelconnect does on connect's stack (otel.go).

@@ -61,6 +61,9 @@ const (
 	DefaultMaxReserveTTL  = time.Hour
 )
 
+// idleTimeout closes a connection without calls for that long.
+const idleTimeout = 2 * time.Minute
+
 // compressMinBytes is the smallest answer gzipped for a client that
 // accepts it.
 const compressMinBytes = 16 << 10
@@ -378,7 +381,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      s.cfg.Timeout + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		Protocols:         new(http.Protocols),
