@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,20 @@ const InFlight = "freqcap_serve_requests_in_flight"
 type metrics struct {
 	duration *prometheus.HistogramVec
 	inflight prometheus.Gauge
+	ok       sync.Map // op → the duration's observer of code "ok" (most calls: no label hashing)
+}
+
+// observer is the duration's observer of op and code.
+func (m *metrics) observer(op, code string) prometheus.Observer {
+	if code != "ok" {
+		return m.duration.WithLabelValues(op, code)
+	}
+	if o, ok := m.ok.Load(op); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.duration.WithLabelValues(op, code)
+	m.ok.Store(op, o)
+	return o
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -89,7 +104,7 @@ func (s *Server) frame(ctx context.Context, op string, auth func(context.Context
 	if err != nil {
 		code = connect.CodeOf(err).String()
 	}
-	s.metrics.duration.WithLabelValues(op, code).Observe(time.Since(start).Seconds())
+	s.metrics.observer(op, code).Observe(time.Since(start).Seconds())
 	name := ""
 	if caller != nil {
 		name = caller.Name
