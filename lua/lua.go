@@ -22,8 +22,9 @@
 //   - prelude.lua: helpers take.lua, the fast scripts, settle.lua and
 //     reset.lua start with: the packed value's codec, the trail writer.
 //   - holds.lua: reservations (refunds, hold markers), built on demand.
-//   - upgrade.lua: reads state kept in the layout of older versions (one
-//     key per rule), read only.
+//   - upgrade.lua: reads state kept in the layouts of older versions (one
+//     key per rule; sorted-set logs; a sliding window's cells before it
+//     was an exact log), read only.
 //   - alg/*.lua: one fragment per algorithm, pasted into take.lua, the
 //     fast scripts and holds.lua: fixed (fixed and calendar windows),
 //     sliding (sliding window counters), gcra, log (exact sliding logs,

@@ -67,9 +67,11 @@
 --   c  calendar fixed window         packed   (alg/fixed.lua)
 --   s  sliding window counters       packed   (alg/sliding.lua)
 --   g  GCRA                          packed   (alg/gcra.lua)
---   l  sliding log, limit at most    packed (alg/log.lua; p2: the index
---      driver.LogLine (and sliding   of the set's sorted-set log, read
---      windows evaluated as logs)    once under Options.Upgrade)
+--   l  sliding log, limit at most    packed (alg/log.lua; p2, under
+--      driver.LogLine (and sliding   Options.Upgrade, what the log is
+--      windows evaluated as logs)    built from once: the index of the
+--                                    set's sorted-set log, or a sliding
+--                                    window's cells, CARRYREC)
 --   z  sliding log, larger limit     the dimension set's sorted set
 --                                    (alg/zlog.lua; p2: the index of its
 --                                    key in the previous layout, read
@@ -201,13 +203,23 @@ for a = 1, attempts do
         local code = ARGV[b + R_CODE]
         local ki = tonumber(ARGV[b + R_KEY])
         local key = KEYS[kb + ki]
-        if code == C_LOG and tonumber(ARGV[b + R_P2]) > 0 then
-          -- Options.Upgrade: the sorted-set logs read when the rule's
-          -- packed log is not there yet (the set's, the rule's own).
-          local srcs = {KEYS[kb + tonumber(ARGV[b + R_P2])]}
-          if tonumber(ARGV[b + R_OLD]) > 0 then srcs[2] = KEYS[kb + tonumber(ARGV[b + R_OLD])] end
+        if code == C_LOG and ARGV[b + R_P2] ~= '0' then
+          -- Options.Upgrade: what the rule's packed log is built from when
+          -- it is not there yet: a sliding log's sorted-set logs (the
+          -- set's, p2, and the rule's own), a sliding window's cells (p2 a
+          -- CARRYREC: the set's value's entry of their tag, else the rule's
+          -- own hash).
+          local p2, srcs, cells, oi = ARGV[b + R_P2], {}, nil, tonumber(ARGV[b + R_OLD])
+          if string.sub(p2, 1, 1) == C_SLIDING then
+            local _, K, s, ctag = struct.unpack(CARRYREC, p2)
+            cells = {K, s, ctag}
+            if oi > 0 then cells[4] = KEYS[kb + oi] end
+          else
+            srcs[1] = KEYS[kb + tonumber(p2)]
+            if oi > 0 then srcs[2] = KEYS[kb + oi] end
+          end
           olds = olds or {}
-          olds[#olds + 1] = {ki, ARGV[b + R_TAG], tonumber(ARGV[b + R_P1]), srcs}
+          olds[#olds + 1] = {ki, ARGV[b + R_TAG], tonumber(ARGV[b + R_P1]), srcs, cells, tonumber(ARGV[b + R_LIMIT])}
         end
         if code == C_FIXED or code == C_SLIDING or code == C_GCRA or code == C_CALENDAR or code == C_LOG then
           local ns = nest and nest[ki]
@@ -284,7 +296,7 @@ for a = 1, attempts do
         local ki, tag = o[1], o[2]
         if not vals[ki][tag] then
           local _, _, oldLogs = upgrade()
-          local ent = oldLogs(o[4], o[3], tag, now)
+          local ent = oldLogs(o[4], o[3], o[6], tag, now, o[5], raws[ki], vals[ki])
           if ent then
             local sv = packv(raws[ki], vals[ki], {ent}, 0, nowms)
             raws[ki], vals[ki] = sv, unpackv(sv)

@@ -29,6 +29,8 @@ func TestSameState(t *testing.T) {
 		{"gcra window", g, by(sdk.GCRA("r", 20, 4*time.Hour, 9)), false},
 		{"fixed limit", by(sdk.FixedWindow("r", 10, time.Hour)), by(sdk.FixedWindow("r", 5, time.Hour)), true},
 		{"log limit", by(sdk.SlidingLog("r", 10, time.Hour)), by(sdk.SlidingLog("r", 50, time.Hour)), true},
+		{"log limit across LogLine", by(sdk.SlidingLog("r", 100, time.Hour)), by(sdk.SlidingLog("r", 101, time.Hour)), false},
+		{"log limit above LogLine", by(sdk.SlidingLog("r", 200, time.Hour)), by(sdk.SlidingLog("r", 101, time.Hour)), true},
 		{"sliding limit across LogLine", by(sdk.SlidingWindow("r", 100, time.Hour)), by(sdk.SlidingWindow("r", 101, time.Hour)), false},
 		{"sliding limit above LogLine", by(sdk.SlidingWindow("r", 200, time.Hour)), by(sdk.SlidingWindow("r", 101, time.Hour)), true},
 		{"window", by(sdk.FixedWindow("r", 10, time.Hour)), by(sdk.FixedWindow("r", 10, 2*time.Hour)), false},

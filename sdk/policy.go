@@ -124,8 +124,8 @@ func WithHotDenyCache(size int) PolicyOption {
 }
 
 // Change says that a rule's identity (algorithm, window, sub-windows,
-// calendar, zone), or the meaning of its state (a GCRA rate, a limit
-// across LogLine: SameState), changed at At, in policy-store version Version: From is
+// calendar, zone), or the meaning of its state (a GCRA rate, a sliding
+// window's or sliding log's limit across LogLine: SameState), changed at At, in policy-store version Version: From is
 // the rule as it was (its own Epoch included). sdk/policystore derives
 // changes from a store's versions; code may give them too.
 //

@@ -11,9 +11,10 @@ import (
 // ExactLog reports whether r is evaluated as an exact sliding log: a
 // SlidingLog rule, or a SlidingWindow rule whose Limit is at most driver.LogLine
 // (driver.Rule.ExactLog). A limit change that crosses driver.LogLine moves the
-// rule's state between a log and cells: the policy store
+// rule's state between a log and cells (a sliding log's, on Redis, between
+// its packed log and its set's sorted set): the policy store
 // (sdk/policystore) makes it a transition, whose old rule stays enforced
-// and seeds the new one.
+// and seeds the new one (SameState).
 func (r Rule) ExactLog() bool {
 	return driver.Rule{Algorithm: driver.Algorithm(r.Algorithm), Limit: r.Limit}.ExactLog()
 }
@@ -28,7 +29,10 @@ func (r Rule) ExactLog() bool {
 //     zone, dimensions, Epoch), which names the keys;
 //   - the same evaluation: both or neither an exact log (ExactLog: a
 //     sliding window's limit crossing driver.LogLine moves its state between a
-//     log and cells);
+//     log and cells), and for a sliding log both or neither above
+//     driver.LogLine (the Redis backend keeps a log up to the line packed
+//     in its dimension set's value, a larger one in the set's sorted set:
+//     a limit crossing the line would leave the count behind);
 //   - for GCRA, the same emission interval (Window/Limit as
 //     driver.Rule.GCRAParams truncates it): the state is a theoretical
 //     arrival time, the units held times the interval, so read at another
@@ -50,7 +54,7 @@ func SameState(a, b Rule) bool {
 	if err != nil {
 		return false
 	}
-	if ruleID(na) != ruleID(nb) || na.ExactLog() != nb.ExactLog() {
+	if ruleID(na) != ruleID(nb) || na.ExactLog() != nb.ExactLog() || packedLog(na) != packedLog(nb) {
 		return false
 	}
 	if na.Algorithm == driver.GCRA {
@@ -59,6 +63,12 @@ func SameState(a, b Rule) bool {
 		return ta == tb
 	}
 	return true
+}
+
+// packedLog reports whether r is a sliding log of limit at most
+// driver.LogLine: one the Redis backend keeps packed (SameState).
+func packedLog(r Rule) bool {
+	return r.Algorithm == driver.SlidingLog && r.Limit <= driver.LogLine
 }
 
 // Rule is one cap: at most Limit units per Window for each combination of

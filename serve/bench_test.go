@@ -3,8 +3,11 @@ package serve_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -34,6 +37,10 @@ import (
 //   - GRPC/Floor: Peek of 64 subjects that stay in memory (a map
 //     lookup, nothing written), as GRPC/Take calls it: about the RPC
 //     layer's own cost ("decisions/s" counts calls);
+//   - OneAtATime/GRPC, OneAtATime/JSON, OneAtATime/JSONNewConn: one
+//     caller, one Take at a time: through the client over gRPC, and as
+//     curl sends it (POST, a JSON body) on a kept connection and on a new
+//     connection per call;
 //   - Handler/Take: one Take request (Connect protocol, binary protobuf)
 //     through the server's http.Handler, without a network or a client:
 //     its allocs/op are the server's allocations per request.
@@ -144,6 +151,42 @@ func BenchmarkServeMemory(b *testing.B) {
 		decisionsPerSecond(b, int64(b.N))
 	})
 
+	// One call at a time, as curl or a simple sender calls: gRPC through
+	// the client (coalescing has nothing to share), HTTP/JSON on a kept
+	// connection, and HTTP/JSON on a new connection per call (curl's).
+	for _, run := range []struct {
+		name string
+		call func(b *testing.B, e *env) func(i int64) error
+	}{
+		{"OneAtATime/GRPC", func(b *testing.B, e *env) func(i int64) error {
+			c := client.New(e.url, &client.Options{Retry: noRetry})
+			b.Cleanup(func() { c.Close() })
+			return func(i int64) error {
+				_, err := c.Take(context.Background(), e.policies["push"], sdk.Attempt{Subject: subject(i)})
+				return err
+			}
+		}},
+		{"OneAtATime/JSON", func(b *testing.B, e *env) func(i int64) error {
+			return postJSON(e.url, &http.Client{Transport: &http.Transport{}}, subject)
+		}},
+		{"OneAtATime/JSONNewConn", func(b *testing.B, e *env) func(i int64) error {
+			return postJSON(e.url, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, subject)
+		}},
+	} {
+		b.Run(run.name, func(b *testing.B) {
+			e := start(b, memory.New(nil), serve.Config{})
+			call := run.call(b, e)
+			b.ReportAllocs()
+			startCPU(b)
+			for i := 0; i < b.N; i++ {
+				if err := call(int64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			decisionsPerSecond(b, int64(b.N))
+		})
+	}
+
 	b.Run("Handler/Take", func(b *testing.B) {
 		e := start(b, memory.New(nil), serve.Config{})
 		h := e.srv.Handler()
@@ -177,6 +220,27 @@ func BenchmarkServeMemory(b *testing.B) {
 		}
 		decisionsPerSecond(b, int64(b.N))
 	})
+}
+
+// postJSON returns a Take of subject(i) under push as curl sends it:
+// POST, a JSON body, through hc.
+func postJSON(url string, hc *http.Client, subject func(int64) sdk.Subject) func(i int64) error {
+	return func(i int64) error {
+		s := subject(i)
+		body := `{"policy":"push","subject":{"user":"` + s["user"] + `","content":"` + s["content"] + `"}}`
+		resp, err := hc.Post(url+"/freqcap.v1.FreqcapService/Take", "application/json", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("Take over JSON: %s", resp.Status)
+		}
+		return nil
+	}
 }
 
 // processCPU is the process's CPU time so far, user and system.

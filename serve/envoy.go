@@ -165,7 +165,7 @@ func envoyOps(m *rlsv3.RateLimitRequest) []Op {
 	return []Op{OpTake}
 }
 
-// decide takes (TakeBatch) the consuming attempts and peeks the others,
+// decide takes (TakeBatch; Take for one) the consuming attempts and peeks the others,
 // returning the decisions in input order, or the call's error for the
 // first attempt that could not be decided.
 func (e *envoyService) decide(ctx context.Context, p *sdk.Policy, atts []descriptorAttempt) ([]sdk.Decision, error) {
@@ -182,9 +182,18 @@ func (e *envoyService) decide(ctx context.Context, p *sdk.Policy, atts []descrip
 		if len(as) == 0 {
 			continue
 		}
-		f, op := e.svc.s.cfg.Limiter.TakeBatch, "take"
+		lim := e.svc.s.cfg.Limiter
+		f, op, one := lim.TakeBatch, "take", lim.Take
 		if peek {
-			f, op = e.svc.s.cfg.Limiter.PeekBatch, "peek"
+			f, op, one = lim.PeekBatch, "peek", lim.Peek
+		}
+		if len(as) == 1 { // one descriptor (the common request): the single call's path, cheaper than a batch of one
+			d, err := one(ctx, p, as[0])
+			if err != nil {
+				return nil, e.svc.failed(op, p, err)
+			}
+			out[idx[0]] = d
+			continue
 		}
 		for j, r := range f(ctx, p, as) {
 			if r.Err != nil {

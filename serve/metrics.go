@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,20 @@ const InFlight = "freqcap_serve_requests_in_flight"
 type metrics struct {
 	duration *prometheus.HistogramVec
 	inflight prometheus.Gauge
+	ok       sync.Map // op → the duration's observer of code "ok" (most calls: no label hashing)
+}
+
+// observer is the duration's observer of op and code.
+func (m *metrics) observer(op, code string) prometheus.Observer {
+	if code != "ok" {
+		return m.duration.WithLabelValues(op, code)
+	}
+	if o, ok := m.ok.Load(op); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.duration.WithLabelValues(op, code)
+	m.ok.Store(op, o)
+	return o
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -60,54 +75,65 @@ func callerOf(ctx context.Context) *Caller {
 	return c
 }
 
-// interceptor refuses calls while draining and those authFirst did not
-// authenticate (answering its refusal in the call's protocol), bounds
-// each call's time, and measures and logs it.
+// interceptor is frame on connect's stack: the caller is authFirst's,
+// found before the body was read.
 func (s *Server) interceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			op := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
-			start := time.Now()
-			s.metrics.inflight.Inc()
-			defer s.metrics.inflight.Dec()
-			caller, res, err := s.call(ctx, req, next)
-			code := "ok"
-			if err != nil {
-				code = connect.CodeOf(err).String()
-			}
-			s.metrics.duration.WithLabelValues(op, code).Observe(time.Since(start).Seconds())
-			name := ""
-			if caller != nil {
-				name = caller.Name
-			}
-			switch connect.CodeOf(err) {
-			case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-				if err != nil && protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
-					s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
-				}
-			}
-			if s.log.Enabled(ctx, -4) { // slog.LevelDebug
-				s.log.Debug("serve: call", "op", op, "code", code, "caller", name, "took", time.Since(start))
-			}
+			var res connect.AnyResponse
+			err := s.frame(ctx, op, s.authenticated, func(ctx context.Context) (err error) {
+				res, err = next(ctx, req)
+				return err
+			})
 			return res, err
 		}
 	}
 }
 
-func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (*Caller, connect.AnyResponse, error) {
+// frame is every call's frame, on both stacks (connect's and grpc-go's):
+// it refuses calls while draining and those auth refuses (answering the
+// refusal in the call's protocol), bounds the call's time, runs it with
+// its caller in its context, and measures and logs it.
+func (s *Server) frame(ctx context.Context, op string, auth func(context.Context) (*Caller, error), run func(context.Context) error) error {
+	start := time.Now()
+	s.metrics.inflight.Inc()
+	defer s.metrics.inflight.Dec()
+	caller, err := s.call(ctx, auth, run)
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	s.metrics.observer(op, code).Observe(time.Since(start).Seconds())
+	name := ""
+	if caller != nil {
+		name = caller.Name
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded:
+		if err != nil && protoconv.ReasonOf(err) != freqcapv1.Reason_REASON_SHUTTING_DOWN {
+			s.logRate.Log(s.log, slog.LevelWarn, "call-"+op+"-"+code, "serve: call failed (one line per operation and code every 10 s)", "op", op, "code", code, "caller", name, "err", err)
+		}
+	}
+	if s.log.Enabled(ctx, -4) { // slog.LevelDebug
+		s.log.Debug("serve: call", "op", op, "code", code, "caller", name, "took", time.Since(start))
+	}
+	return err
+}
+
+func (s *Server) call(ctx context.Context, auth func(context.Context) (*Caller, error), run func(context.Context) error) (*Caller, error) {
 	if s.draining.Load() {
-		return nil, nil, protoconv.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
+		return nil, protoconv.NewError(connect.CodeUnavailable, freqcapv1.Reason_REASON_SHUTTING_DOWN,
 			"the server is shutting down: nothing was done, retry on another replica")
 	}
-	caller, err := s.authenticated(ctx) // authFirst's, before the body was read
+	caller, err := auth(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	annotate(ctx, AttrCaller.String(caller.Name))
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callerKey{}, caller), s.cfg.Timeout)
 	defer cancel()
-	res, err := next(ctx, req)
-	return caller, res, err
+	return caller, run(ctx)
 }
 
 // authenticate returns the caller whose secret a call's headers h send,
@@ -117,10 +143,12 @@ func (s *Server) call(ctx context.Context, req connect.AnyRequest, next connect.
 // and Retry-After; an unknown credential, or an Authorization header that
 // is not a bearer token, counts a failure against the address.
 func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error) {
-	noCredential := protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
-		`no credential: send "Authorization: Bearer <secret>"`)
+	noCredential := func() error {
+		return protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED,
+			`no credential: send "Authorization: Bearer <secret>"`)
+	}
 	if h.Get("Authorization") == "" {
-		return nil, noCredential
+		return nil, noCredential()
 	}
 	remote := addrHost(remoteAddr)
 	var caller *Caller
@@ -141,7 +169,7 @@ func (s *Server) authenticate(h http.Header, remoteAddr string) (*Caller, error)
 	if !v.OK {
 		s.log.Warn("serve: failed credential", "remote", remote, "failures", v.Failures, "locked_for", v.Wait)
 		if !ok {
-			return nil, noCredential
+			return nil, noCredential()
 		}
 		return nil, protoconv.NewError(connect.CodeUnauthenticated, freqcapv1.Reason_REASON_UNAUTHENTICATED, "unknown credential")
 	}

@@ -112,7 +112,7 @@ func (ovs *overrideService) SetOverride(ctx context.Context, req *connect.Reques
 	if err != nil {
 		detail = describe(o)
 	}
-	if aerr := ovs.audit(ctx, req.Peer().Addr, ActionOverrideSet, p, m.GetSubject(), detail, err); aerr != nil {
+	if aerr := ovs.audit(ctx, remoteAddr(ctx, req), ActionOverrideSet, p, m.GetSubject(), detail, err); aerr != nil {
 		return nil, aerr
 	}
 	if err != nil {
@@ -148,7 +148,7 @@ func (ovs *overrideService) DeleteOverride(ctx context.Context, req *connect.Req
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "id is required (ListOverrides lists them)")
 	}
 	err = ov.Admin().DeleteOverride(ctx, p, m.GetSubject(), m.GetId())
-	if aerr := ovs.audit(ctx, req.Peer().Addr, ActionOverrideDelete, p, m.GetSubject(), fmt.Sprintf("override #%d", m.GetId()), err); aerr != nil {
+	if aerr := ovs.audit(ctx, remoteAddr(ctx, req), ActionOverrideDelete, p, m.GetSubject(), fmt.Sprintf("override #%d", m.GetId()), err); aerr != nil {
 		return nil, aerr
 	}
 	if err != nil {

@@ -1,7 +1,10 @@
 // Package serve is freqcap's decision server: the sdk's operations over
 // the network, for senders in any language. One schema
-// (proto/freqcap/v1/freqcap.proto) is served by one handler as gRPC,
-// gRPC-Web and the Connect protocol's HTTP/JSON (connectrpc.com/connect).
+// (proto/freqcap/v1/freqcap.proto) is served by one handler per operation
+// as gRPC, gRPC-Web and the Connect protocol's HTTP/JSON
+// (connectrpc.com/connect), on one port; Serve gives the calls in the gRPC
+// protocol to grpc-go's transport, which costs less per call, and the
+// others to net/http (the same handlers answer both).
 //
 // A Server is stateless: every count lives in the Limiter's backend, so
 // any number of replicas may serve the same Redis deployment, and a
@@ -38,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/freqcap/freqcap/gen/freqcap/v1/freqcapv1connect"
 	"github.com/freqcap/freqcap/internal/httpauth"
@@ -56,6 +60,9 @@ const (
 	DefaultTimeout        = 2 * time.Second
 	DefaultMaxReserveTTL  = time.Hour
 )
+
+// idleTimeout closes a connection without calls for that long.
+const idleTimeout = 2 * time.Minute
 
 // compressMinBytes is the smallest answer gzipped for a client that
 // accepts it.
@@ -119,7 +126,8 @@ type Config struct {
 	Now func() time.Time
 	// TracerProvider and MeterProvider, when set, make the server emit
 	// OpenTelemetry traces and metrics of its calls
-	// (connectrpc.com/otelconnect): one server span per call, named
+	// (connectrpc.com/otelconnect, and otelgrpc for the calls grpc-go's
+	// transport serves): one server span per call, named
 	// after its method (freqcap.v1.FreqcapService/Take), with the
 	// caller's name and the policy (AttrCaller, AttrPolicy), and the
 	// rpc.server.* metrics by method and code; never a subject value or
@@ -172,9 +180,12 @@ type Server struct {
 	metrics  *metrics
 	handler  http.Handler
 
-	draining atomic.Bool
-	mu       sync.Mutex
-	servers  []*http.Server
+	grpc *grpc.Server // the gRPC stack (grpcstack.go)
+
+	draining  atomic.Bool
+	mu        sync.Mutex
+	servers   []*http.Server
+	listeners []net.Listener
 }
 
 // New checks cfg and returns a Server.
@@ -265,6 +276,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", s.guard(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
 	s.handler = mux
+	s.grpc = s.newGRPC()
 	return s, nil
 }
 
@@ -360,28 +372,32 @@ func (s *Server) writeMemory(ctx context.Context, w io.Writer) {
 
 // Serve accepts connections on ln until Shutdown, with the server's
 // timeouts; TLS when Config.TLS is set, else HTTP/1.1 and clear-text
-// HTTP/2 (gRPC needs HTTP/2). It returns nil after Shutdown.
+// HTTP/2 (gRPC needs HTTP/2). Calls in the gRPC protocol are served by
+// grpc-go's transport, the others by net/http (split.go; the same
+// handlers answer both). It returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      s.cfg.Timeout + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		Protocols:         new(http.Protocols),
 	}
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetHTTP2(true)
+	// split reads each connection's preface (and completes TLS): what it
+	// gives net/http is HTTP/1.1, a *tls.Conn, or HTTP/2 with prior
+	// knowledge.
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	sp := &split{ln: ln, grpc: newConnQueue(ln.Addr()), web: newConnQueue(ln.Addr()), timeout: hs.ReadHeaderTimeout, stopped: s.draining.Load}
 	if s.cfg.TLS != nil {
-		hs.TLSConfig = s.cfg.TLS.Clone()
-		if len(hs.TLSConfig.NextProtos) == 0 {
-			hs.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+		sp.tls = s.cfg.TLS.Clone()
+		if len(sp.tls.NextProtos) == 0 {
+			sp.tls.NextProtos = []string{"h2", "http/1.1"}
 		}
-		ln = tls.NewListener(ln, hs.TLSConfig)
-	} else {
-		hs.Protocols.SetUnencryptedHTTP2(true)
 	}
 	s.mu.Lock()
 	if s.draining.Load() {
@@ -390,8 +406,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.servers = append(s.servers, hs)
+	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	go s.grpc.Serve(sp.grpc)
+	errc := make(chan error, 1)
+	go func() { errc <- sp.run() }()
+	err := hs.Serve(sp.web)
+	ln.Close()
+	if lerr := <-errc; !errors.Is(lerr, net.ErrClosed) && !s.draining.Load() {
+		return fmt.Errorf("serve: %w", lerr)
+	}
+	if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
@@ -409,15 +434,26 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.Drain()
-	servers := s.servers
-	s.servers = nil // a second Shutdown has nothing left to do
+	servers, listeners := s.servers, s.listeners
+	s.servers, s.listeners = nil, nil // a second Shutdown has nothing left to do
 	s.mu.Unlock()
+	for _, ln := range listeners {
+		ln.Close()
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	var errs []error
 	for _, hs := range servers {
 		if err := hs.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 			hs.Close()
 		}
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		errs = append(errs, ctx.Err())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)

@@ -338,7 +338,7 @@ func (svc *service) Reset(ctx context.Context, req *connect.Request[freqcapv1.Re
 	}
 	caller := callerOf(ctx)
 	entry := AuditEntry{
-		At: time.Now(), Action: ActionReset, Caller: caller.Name, Remote: req.Peer().Addr, Policy: p.Name(),
+		At: time.Now(), Action: ActionReset, Caller: caller.Name, Remote: remoteAddr(ctx, req), Policy: p.Name(),
 		Subject: m.GetSubject(), Rules: reset, Kept: kept, Outcome: "ok",
 	}
 	if rerr != nil {

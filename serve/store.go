@@ -172,7 +172,7 @@ func (ps *policyService) ApplyPolicies(ctx context.Context, req *connect.Request
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "reason is required: say why, it is kept with the version")
 	}
 	v, err := apply(ctx, st, []byte(m.GetYaml()), 0, m.GetExpectedVersion(), m.GetConfirmRekey(), callerOf(ctx).Name, m.GetReason())
-	if aerr := ps.audit(ctx, req.Peer().Addr, ActionPolicyApply, v, err); aerr != nil {
+	if aerr := ps.audit(ctx, remoteAddr(ctx, req), ActionPolicyApply, v, err); aerr != nil {
 		return nil, aerr
 	}
 	if err != nil {
@@ -232,7 +232,7 @@ func (ps *policyService) RollbackPolicies(ctx context.Context, req *connect.Requ
 		expected = -1 // whatever version is current
 	}
 	v, err := apply(ctx, st, nil, m.GetVersion(), expected, m.GetConfirmRekey(), callerOf(ctx).Name, m.GetReason())
-	if aerr := ps.audit(ctx, req.Peer().Addr, ActionPolicyRollback, v, err); aerr != nil {
+	if aerr := ps.audit(ctx, remoteAddr(ctx, req), ActionPolicyRollback, v, err); aerr != nil {
 		return nil, aerr
 	}
 	if err != nil {

@@ -84,7 +84,7 @@ const (
 	codeCalendar = lua.CodeCalendar // calendar window: p1 = consecutive boundaries, ms, comma-separated
 	codeSliding  = lua.CodeSliding  // sliding window counters: p1 = K, p2 = cell µs (driver.CellSpan)
 	codeGCRA     = lua.CodeGCRA     // GCRA: limit = burst+1, p1 = T µs, p2 = tolerance µs
-	codeLog      = lua.CodeLog      // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log (Upgrade)
+	codeLog      = lua.CodeLog      // packed sliding log (limit <= driver.LogLine): p1 = window µs, p2 = the set's sorted-set log, or a sliding window's cells (carryCells) (Upgrade)
 	codeZLog     = lua.CodeZLog     // sliding log in a sorted set (larger limits): p1 = window µs
 	codeTairHash = lua.CodeTairHash // sliding window on TairHash fields: as codeSliding
 	codeHFE      = lua.CodeHFE      // sliding window on native hash-field expiry: as codeSliding

@@ -306,6 +306,8 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 	e.argv = append(e.argv, sp.args[:]...)
 	if prev != "" {
 		e.argv[len(e.argv)-2] = a.index(prev) // p2: the previous layout's log, read through
+	} else if b.opts.Upgrade && sp.code == codeLog && r.Algorithm == driver.SlidingWindow {
+		e.argv[len(e.argv)-2] = carryCells(r) // p2: the cells it counted in before it was a log
 	}
 	if sp.code == codeCalendar {
 		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
@@ -329,8 +331,11 @@ func (b *Backend) ruleKey(req *driver.Request, r *driver.Rule, sp *ruleSpec, lg 
 	case sp.suffix != "": // a module strategy: the rule's own key
 		return r.Key + sp.suffix, ""
 	case sp.code == codeLog:
-		if b.opts.Upgrade {
-			prev = logKey(r) // the set's sorted-set log, read once when the packed one is absent
+		if b.opts.Upgrade && r.Algorithm == driver.SlidingLog {
+			// The set's sorted-set log, read once when the packed one is
+			// absent (a sliding window evaluated as a log never counted
+			// there: its cells are carried instead, carryCells).
+			prev = logKey(r)
 		}
 		return group(r), prev
 	case sp.code == codeZLog && !b.opts.Upgrade:

@@ -147,7 +147,14 @@ type Options struct {
 	// set (docs/DESIGN.md, "One key per subject") that has no section yet
 	// from its own key, as the version before nesting kept it (one GET
 	// more while the section is absent), and deletes that key once the
-	// section is written.
+	// section is written. And it builds the exact log of a sliding window
+	// whose limit is at most driver.LogLine, where the log is not there
+	// yet, from the cells the window counted in before it was a log (their
+	// entry in the set's packed value, else the rule's one-key-per-rule
+	// hash: one HGETALL more), each cell's units leaving the log when the
+	// cell would have stopped counting, so a subject capped before the
+	// upgrade stays capped exactly as long; without Upgrade those counts
+	// start afresh.
 	// Turn it on for the upgrade and off once the longest window of your
 	// policies has passed. Default: off (state starts afresh).
 	Upgrade bool

@@ -261,7 +261,9 @@ func TestLogReadThrough(t *testing.T) {
 			ctx := context.Background()
 			s := newSubject(t, "log-prev")
 			grp := s.base + "=u"
-			rules := []driver.Rule{s.log("a", 5, time.Hour), s.log("b", 6, 2*time.Hour)}
+			// w, a sliding window evaluated as a log, never counted in the
+			// sorted set: it does not read it.
+			rules := []driver.Rule{s.log("a", 5, time.Hour), s.log("b", 6, 2*time.Hour), s.sliding("w", 5, time.Hour, 10)}
 			for i := range rules {
 				rules[i].Group = grp
 			}
@@ -280,8 +282,8 @@ func TestLogReadThrough(t *testing.T) {
 				}
 				return
 			}
-			if !res.Allowed || res.Rules[0].Used != 4 || res.Rules[1].Used != 4 {
-				t.Fatalf("Take = %+v, want allowed at 4 (3 read through)", res)
+			if !res.Allowed || res.Rules[0].Used != 4 || res.Rules[1].Used != 4 || res.Rules[2].Used != 1 {
+				t.Fatalf("Take = %+v, want allowed at 4 (3 read through), the sliding window at 1", res)
 			}
 			if n := logUnits(t, c, rules[0]); n != 4 {
 				t.Errorf("the packed log holds %d units, want the 3 read through and 1", n)

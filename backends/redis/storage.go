@@ -140,13 +140,31 @@ func ruleTag(r *driver.Rule) string {
 
 // logTagOf returns the tag of r's packed sliding log (codeLog): ruleTag
 // of r as a SlidingLog rule, so a SlidingWindow rule evaluated as a log
-// never reads the cells its tag (ruleTag) held in a version before
-// driver.LogLine, or holds again above it: its counts start afresh
-// there, as a rule's of another algorithm.
+// never counts as a log the cells its tag (ruleTag) held in a version
+// before driver.LogLine, or holds again above it. Under Options.Upgrade
+// its log is built from those cells once (carryCells); otherwise its
+// counts start afresh there, as a rule's of another algorithm.
 func logTagOf(r *driver.Rule) string {
 	q := *r
 	q.Algorithm, q.SubWindows = driver.SlidingLog, 0
 	return ruleTag(&q)
+}
+
+// carryCells returns the p2 of SlidingWindow rule r evaluated as a packed
+// log under Options.Upgrade: lua.CarryRec, codeSliding then the cells r
+// counted in before it was a log (the version before driver.LogLine: its
+// CellSpan in µs, as codeSliding's p1 and p2, and its entry's tag,
+// ruleTag). take.lua builds r's log from them once, where the log is not
+// there yet: from that entry of the set's packed value, else from the
+// one-key-per-rule layout's hash (the rule's own key), each cell still
+// counting carried as a record that leaves the window when the cell
+// would have stopped counting (lua/alg/log.lua's import).
+func carryCells(r *driver.Rule) string {
+	sp := r.Span(time.Microsecond)
+	b := make([]byte, 0, lua.CarryRec)
+	b = append(b, codeSliding...)
+	b = appendLE(appendLE(b, sp.Back, packedInt), sp.Size, packedInt)
+	return string(append(b, ruleTag(r)...))
 }
 
 // Trail entries (the list at driver.Request.TrailKey), newest first:

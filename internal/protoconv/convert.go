@@ -29,6 +29,12 @@ var ErrDegraded = errors.New(DegradedReason)
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
+// setDur sets *p to d (as durationpb.New) and returns p.
+func setDur(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return p
+}
+
 func ts(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
@@ -56,15 +62,18 @@ func Rules(rds []sdk.RuleDecision) []*freqcapv1.RuleDecision {
 	if len(rds) == 0 {
 		return nil
 	}
+	// One allocation for the messages and one for their durations (a
+	// batch answer holds many).
 	out := make([]*freqcapv1.RuleDecision, len(rds))
+	msgs := make([]freqcapv1.RuleDecision, len(rds))
+	durs := make([]durationpb.Duration, 2*len(rds))
 	for i, rd := range rds {
-		out[i] = &freqcapv1.RuleDecision{
-			Rule: rd.Rule, Algorithm: freqcapv1.Algorithm(rd.Algorithm), Allowed: rd.Allowed,
-			Used: rd.Used, Limit: rd.Limit, Remaining: rd.Remaining,
-			ResetAfter: dur(rd.ResetAfter), RetryAfter: dur(rd.RetryAfter),
-			CostTooHigh: rd.CostTooHigh, Strategy: rd.Strategy,
-			Shadow: rd.Shadow, Before: rd.Before,
-		}
+		m := &msgs[i]
+		m.Rule, m.Algorithm, m.Allowed = rd.Rule, freqcapv1.Algorithm(rd.Algorithm), rd.Allowed
+		m.Used, m.Limit, m.Remaining = rd.Used, rd.Limit, rd.Remaining
+		m.ResetAfter, m.RetryAfter = setDur(&durs[2*i], rd.ResetAfter), setDur(&durs[2*i+1], rd.RetryAfter)
+		m.CostTooHigh, m.Strategy, m.Shadow, m.Before = rd.CostTooHigh, rd.Strategy, rd.Shadow, rd.Before
+		out[i] = m
 	}
 	return out
 }

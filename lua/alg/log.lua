@@ -1,5 +1,7 @@
--- log.lua: packed sliding logs ('l': p1 = window µs, p2 = the index of the
--- set's sorted-set log, read once under Options.Upgrade, 0 = none): the
+-- log.lua: packed sliding logs ('l': p1 = window µs, p2 under
+-- Options.Upgrade what the log is built from once when it is not there:
+-- the index of the set's sorted-set log, or a sliding window's cells,
+-- CARRYREC; 0 = none): the
 -- SlidingLog rules, and the SlidingWindow rules evaluated as exact logs
 -- (driver.Rule.ExactLog), whose limit is at most driver.LogLine. A rule's
 -- log is its entry in the dimension set's packed value, as any packed
@@ -126,10 +128,18 @@ used, reset = used + c, hi + W - now
 if plan then plan[#plan + 1] = 'L ' .. key .. ' ' .. tag .. ' ' .. sf('%d', now) .. ' ' .. sf('%d', c) end
 
 --@import
--- The sorted-set logs srcs (the set's "%l" log, the one-key-per-rule
--- layout's per-rule logs: every admission added the same member to each)
--- as a packed entry: their members (one unit each, the union by member,
--- the hold markers scored BIG left out) in (now-w, BIG), per score.
+-- What the rule counted in before (upgrade.lua's oldLogs) as a packed
+-- entry, per instant in (now-w, BIG): the sorted-set logs srcs (the set's
+-- "%l" log, the one-key-per-rule layout's per-rule logs: every admission
+-- added the same member to each), a member one unit at its score (the
+-- union by member, the hold markers scored BIG left out); and live, the
+-- cells of a sliding window before it was a log, a cell's units at when
+-- it stops counting less w, so that they leave the window exactly when
+-- the cell would have stopped counting (the cell's end when cells divide
+-- the window, later when they do not). At most L records (each holds a
+-- unit or more, as a decision leaves them): the oldest beyond are folded
+-- into the oldest kept, leaving with it, later than they would have
+-- (never earlier); no unit is dropped.
 local seen, units, ts = {}, {}, {}
 for _, src in ipairs(srcs) do
   local z = redis.pcall('ZRANGEBYSCORE', src, sf('(%d', now - w), BELOW, 'WITHSCORES')
@@ -144,13 +154,22 @@ for _, src in ipairs(srcs) do
     end
   end
 end
+for _, cell in ipairs(live) do
+  local t = cell[1] - w
+  if t > now - w then
+    if not units[t] then ts[#ts + 1] = t end
+    units[t] = (units[t] or 0) + cell[2]
+  end
+end
 if #ts > 0 then
   table.sort(ts)
-  local out, cum = {0}, 0
-  for _, t in ipairs(ts) do
+  local out, cum, first = {0}, 0, #ts - L + 1
+  for z, t in ipairs(ts) do
     cum = cum + units[t]
-    out[#out + 1] = t
-    out[#out + 1] = cum
+    if z >= first then
+      out[#out + 1] = t
+      out[#out + 1] = cum
+    end
   end
   local body = pints(out)
   local exp = (ts[#ts] + w) / 1000 -- ms, rounded up

@@ -123,11 +123,11 @@ if plan then
 end
 
 --@import
--- The one-key-per-rule layout's hash, one field per cell (the same
--- driver.CellSpan): its newest K+1 cells.
+-- The one-key-per-rule layout's hash okey, one field per cell (the same
+-- driver.CellSpan: K and s, the caller's), as the entry of tag: its newest
+-- K+1 cells.
 local h = redis.pcall('HGETALL', okey)
 if type(h) == 'table' and not h.err and #h > 0 then
-  local K, s = tonumber(ARGV[b + R_P1]), tonumber(ARGV[b + R_P2])
   local cs, hi = {}, nil
   for k = 1, #h, 2 do
     local j, u = tonumber(h[k]), tonumber(h[k + 1])
@@ -146,6 +146,20 @@ if type(h) == 'table' and not h.err and #h > 0 then
     local body = pints(list)
     parts[#parts + 1] = struct.pack(HDR, tag, #body, math.ceil((hi + K + 1) * s / 1000)) .. body
   end
+end
+
+--@live
+-- The cells of the entry at p of v (K and s, the caller's) that still
+-- count at now and hold units, appended to live as {when the cell stops
+-- counting (leaves, µs), its units}: what a log carries of them
+-- (upgrade.lua's oldLogs).
+local _, pl, _, pq = struct.unpack(HDR, v, p)
+local k = (pl - 14) / 7
+local top = struct.unpack('<I7', v, pq)
+local lo = (now - now % s) / s - K
+for z = 1, k do
+  local j, u = top - k + z, struct.unpack('<I7', v, pq + 7 + 7 * z)
+  if u > 0 and j >= lo then live[#live + 1] = {(j + K + 1) * s, u} end
 end
 
 --@refund

@@ -33,7 +33,7 @@ const (
 	// Reidentified: the window, sub-windows, algorithm, calendar or zone
 	// changed, or the state would change its meaning under the same keys
 	// (a GCRA rule's rate, hence its emission interval; a sliding window's
-	// limit across driver.LogLine): the rule starts under new keys (a new
+	// or sliding log's limit across driver.LogLine): the rule starts under new keys (a new
 	// epoch) from what its former self proves, and the former rule is
 	// enforced beside it until its state proves nothing more
 	// (sdk.Change): carried conservatively.

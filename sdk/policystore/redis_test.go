@@ -279,3 +279,57 @@ func TestStoreConcurrentApplies(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreLogLimitAcrossLogLineRedis: a sliding log's limit crossing
+// driver.LogLine moves its state on Redis between its packed log (up to
+// the line) and its dimension set's sorted set (above), so the store
+// applies it as a transition (sdk.SameState), not as a change that
+// carries exactly: a person capped before it stays capped after it, both
+// ways, on a server and on a cluster.
+func TestStoreLogLimitAcrossLogLineRedis(t *testing.T) {
+	ctx := context.Background()
+	const file = `policies:
+  - name: push
+    rules:
+      - {name: day, algorithm: sliding_log, limit: %d, window: 24h, by: [user]}
+`
+	for _, cluster := range []bool{false, true} {
+		for _, tc := range []struct{ from, to int64 }{{5, driver.LogLine + 50}, {driver.LogLine + 50, 50}} {
+			t.Run(fmt.Sprintf("cluster=%t/%d→%d", cluster, tc.from, tc.to), func(t *testing.T) {
+				lim, s := redisPair(t, cluster, uniquePrefix(t))
+				policy := func(v policystore.Version) *sdk.Policy {
+					ps, err := v.Policies()
+					if err != nil || len(ps) != 1 {
+						t.Fatalf("Policies() = %v, %v", ps, err)
+					}
+					return ps[0]
+				}
+				p1 := policy(mustApply(t, s, fmt.Sprintf(file, tc.from), false))
+				who := sdk.Subject{"user": "u1"}
+				// Capped: all the old limit allows (5 → 150: the old rule,
+				// enforced for its reach, denies), or one more than the new
+				// limit (150 → 50: the new rule, seeded with the old count,
+				// denies).
+				n := min(tc.from, tc.to+1)
+				if d, err := lim.Take(ctx, p1, sdk.Attempt{Subject: who, Cost: n}); err != nil || !d.Allowed {
+					t.Fatalf("Take of %d under limit %d = %+v, %v", n, tc.from, d, err)
+				}
+				plan, err := s.Plan(ctx, []byte(fmt.Sprintf(file, tc.to)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(plan.String(), "old rule stays enforced") {
+					t.Errorf("Plan(limit %d → %d) is not a transition:\n%s", tc.from, tc.to, plan)
+				}
+				v2, err := s.Apply(ctx, plan, "alice", "across the line")
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := lim.Allow(ctx, policy(v2), who)
+				if err != nil || d.Allowed {
+					t.Fatalf("Allow after the limit %d → %d, %d taken = %+v, %v; want denied", tc.from, tc.to, n, d, err)
+				}
+			})
+		}
+	}
+}

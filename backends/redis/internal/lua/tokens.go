@@ -196,6 +196,16 @@ const (
 // (backends/redis's sectionID, 8 bytes).
 const NestRec = 2 + 2 + 1 + 8
 
+// CarryRec is a packed log's p2 (take.lua's ARGV[b+R_P2], code CodeLog)
+// under Options.Upgrade for a sliding window evaluated as a log
+// (driver.Rule.ExactLog), struct CARRYREC, little-endian: CodeSliding (one
+// byte, which no key index starts with), then the cells the rule counted
+// in before it was a log, as CodeSliding's p1 and p2 (K, the cells counted
+// behind the current one, and the cell's µs: driver.CellSpan), PackedInt
+// bytes each, and their entry's tag (PackedTag bytes). take.lua carries
+// them into the log when it is not there yet (upgrade.lua's oldLogs).
+const CarryRec = 1 + 2*PackedInt + PackedTag
+
 // FieldSlackMs is how long, in ms, a TairHash field holding a sliding
 // window's cell outlives the last ms the cell counts (SLACKMS in Lua;
 // modsliding.lua, and bare mode, backends/redis/bare.go). Cells are
@@ -244,6 +254,7 @@ var tokens = func() map[string]string {
 		"MAXDEBT":  strconv.FormatInt(driver.MaxDebt.Microseconds(), 10),
 		"NESTREC":  quote("<I2I2Bc8"),
 		"NESTLEN":  strconv.Itoa(NestRec),
+		"CARRYREC": quote(fmt.Sprintf("<c1I%[1]dI%[1]dc%[2]d", PackedInt, PackedTag)),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
 		"UNTOUCHED":     quote(Untouched),
 		"REPLY_ALLOWED": strconv.Itoa(ReplyAllowed), "REPLY_REPLAYED": strconv.Itoa(ReplyReplayed),
