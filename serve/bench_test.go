@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/freqcap/freqcap/backends/memory"
@@ -41,6 +43,9 @@ import (
 //     caller, one Take at a time: through the client over gRPC, and as
 //     curl sends it (POST, a JSON body) on a kept connection and on a new
 //     connection per call;
+//   - EnvoyRLS: Envoy's ShouldRateLimit, one descriptor (user, content)
+//     of push, 64 callers over 4 grpc-go connections (freqcap bench
+//     -envoy's load, on the memory backend);
 //   - Handler/Take: one Take request (Connect protocol, binary protobuf)
 //     through the server's http.Handler, without a network or a client:
 //     its allocs/op are the server's allocations per request.
@@ -186,6 +191,40 @@ func BenchmarkServeMemory(b *testing.B) {
 			decisionsPerSecond(b, int64(b.N))
 		})
 	}
+
+	b.Run("EnvoyRLS", func(b *testing.B) {
+		e := start(b, memory.New(nil), serve.Config{})
+		var conns []*grpc.ClientConn
+		for range 4 {
+			cc, err := grpc.NewClient(strings.TrimPrefix(e.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cc.Close() })
+			conns = append(conns, cc)
+		}
+		reqs := make([][]byte, 1024)
+		for i := range reqs {
+			s := subject(int64(i))
+			reqs[i] = envoyRequest("push", 0, envoyDescriptor{entries: [][2]string{{"user", s["user"]}, {"content", s["content"]}}, hits: -1})
+		}
+		var seq atomic.Int64
+		b.ReportAllocs()
+		startCPU(b)
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				i := seq.Add(1)
+				var out []byte
+				if err := conns[i%4].Invoke(ctx, shouldRateLimit, &reqs[i%1024], &out, grpc.ForceCodec(rawCodec{})); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		decisionsPerSecond(b, int64(b.N))
+	})
 
 	b.Run("Handler/Take", func(b *testing.B) {
 		e := start(b, memory.New(nil), serve.Config{})
