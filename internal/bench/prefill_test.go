@@ -99,7 +99,9 @@ func TestRunPrefill(t *testing.T) {
 	cfg := Config{
 		Redis:  &goredis.UniversalOptions{Addrs: []string{addr}},
 		Target: addr, Policy: adPolicies(t)[0],
-		Workers: 4, Duration: 200 * time.Millisecond, Subjects: 50,
+		// 1 000 subjects: their memory (hundreds of KB) stands above
+		// used_memory's own movements (client buffers: tens of KB).
+		Workers: 4, Duration: 200 * time.Millisecond, Subjects: 1000,
 		Prefill: []int{1, 3}, Raw: true, Memory: true, Coalesce: -1,
 	}
 	var buf bytes.Buffer
@@ -108,11 +110,11 @@ func TestRunPrefill(t *testing.T) {
 	}
 	out := buf.String()
 	for _, l := range []string{
-		`^freqcap bench: .*policy "ad-fixed" \(2 rules\), .* 50 subjects, 1 values per other dimension \(pre-filled: each subject has them all live\)$`,
-		`^pre-fill of policy ad-fixed: 50 takes \(50 subjects x 1 values\) in .*, allowed 50, denied 0$`,
-		`^pre-fill of policy ad-fixed, coalesce off: 50 takes \(50 subjects x 1 values\) in .*, allowed 50, denied 0$`,
-		`^pre-fill of policy ad-fixed: 150 takes \(50 subjects x 3 values\) in .*, allowed 150, denied 0$`,
-		`^memory: [1-9][0-9]* bytes per subject, [0-9.]+ per live value \(3 values live for each of 50 subjects; `,
+		`^freqcap bench: .*policy "ad-fixed" \(2 rules\), .* 1000 subjects, 1 values per other dimension \(pre-filled: each subject has them all live\)$`,
+		`^pre-fill of policy ad-fixed: 1000 takes \(1000 subjects x 1 values\) in .*, allowed 1000, denied 0$`,
+		`^pre-fill of policy ad-fixed, coalesce off: 1000 takes \(1000 subjects x 1 values\) in .*, allowed 1000, denied 0$`,
+		`^pre-fill of policy ad-fixed: 3000 takes \(1000 subjects x 3 values\) in .*, allowed 3000, denied 0$`,
+		`^memory: [1-9][0-9]* bytes per subject, [0-9.]+ per live value \(3 values live for each of 1000 subjects; `,
 		`^ratio policy ad-fixed / raw\(2\) INCRBY\+PEXPIRE on 2 keys: [0-9.]+ `,
 		`^cleanup: deleted [1-9][0-9]* keys under bench-k3:\* `,
 	} {
