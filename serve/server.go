@@ -282,9 +282,11 @@ func New(cfg Config) (*Server, error) {
 
 // Handler returns the server's handler: the calls under
 // /freqcap.v1.FreqcapService/, /freqcap.v1.PolicyService/ and
-// /freqcap.v1.OverrideService/, /healthz, /readyz and /metrics. Serve
-// uses it; a program with its own http.Server may mount it (it then
-// shuts that server down itself, after Drain).
+// /freqcap.v1.OverrideService/, /healthz, /readyz and /metrics, every
+// protocol through connect. Serve uses it for all but gRPC (which it
+// gives grpc-go's transport); a program with its own http.Server may
+// mount it, gRPC included (it then shuts that server down itself, after
+// Drain).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // guard refuses, on a server without credentials, clients that are not on
