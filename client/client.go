@@ -143,7 +143,7 @@ type Client struct {
 	// The administrative calls (rare) use the first connection.
 	store     freqcapv1connect.PolicyServiceClient
 	overrides freqcapv1connect.OverrideServiceClient
-	closers   []*grpcConn // grpc-go's connections (Close)
+	life      *grpcLife // grpc-go's connections (Close), or nil
 }
 
 // rpc returns the stub of the next connection in turn.
@@ -222,31 +222,39 @@ func (c *Client) dialGRPC(baseURL string, o *Options) bool {
 	if n <= 0 {
 		n = DefaultConns
 	}
-	var conns []*grpcConn
+	life := &grpcLife{}
 	for range n {
 		g, err := dialGRPC(baseURL, o.TLSConfig, o.Token)
 		if err != nil {
+			for _, g := range life.conns {
+				g.close()
+			}
 			return false
 		}
-		conns = append(conns, g)
-		c.rpcs = append(c.rpcs, grpcFreqcap{g})
+		life.conns = append(life.conns, g)
+		c.rpcs = append(c.rpcs, grpcFreqcap{grpcRef{g, life}})
 	}
-	c.store, c.overrides = grpcPolicies{conns[0]}, grpcOverrides{conns[0]}
-	c.closers = conns
-	// A Client dropped without Close still closes its connections.
-	runtime.AddCleanup(c, func(conns []*grpcConn) {
+	ref := grpcRef{life.conns[0], life}
+	c.store, c.overrides = grpcPolicies{ref}, grpcOverrides{ref}
+	c.life = life
+	// A Client dropped without Close still closes its connections, once
+	// no call is in flight (grpcLife).
+	runtime.AddCleanup(life, func(conns []*grpcConn) {
 		for _, g := range conns {
 			g.close()
 		}
-	}, conns)
+	}, life.conns)
 	return true
 }
 
 // Close closes the Client's connections; calls in flight fail. A Client
 // is not used after Close.
 func (c *Client) Close() error {
+	if c.life == nil {
+		return nil
+	}
 	var errs []error
-	for _, g := range c.closers {
+	for _, g := range c.life.conns {
 		if err := g.close(); err != nil {
 			errs = append(errs, err)
 		}

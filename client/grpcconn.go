@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -62,9 +63,24 @@ func dialGRPC(baseURL string, tlsConfig *tls.Config, token string) (*grpcConn, e
 	return g, nil
 }
 
+// grpcLife is what a Client's cleanup is attached to (Client.dialGRPC):
+// the Client and every service stub (grpcRef) hold it, and invoke keeps
+// it alive until its call returns, so a Client dropped during a call
+// (its last use may come before the call ends) never has its connections
+// closed under that call. Nothing it reaches points back at it (the
+// cleanup's argument must not).
+type grpcLife struct{ conns []*grpcConn }
+
+// grpcRef is a connection as the service stubs hold it.
+type grpcRef struct {
+	*grpcConn
+	life *grpcLife
+}
+
 // invoke calls method with req's message: the answer, or the error as a
 // *connect.Error.
-func invoke[Req, Res any](g *grpcConn, ctx context.Context, method string, req *connect.Request[Req]) (*connect.Response[Res], error) {
+func invoke[Req, Res any](g grpcRef, ctx context.Context, method string, req *connect.Request[Req]) (*connect.Response[Res], error) {
+	defer runtime.KeepAlive(g.life)
 	if g.token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", g.token)
 	}
@@ -113,86 +129,86 @@ func (g *grpcConn) close() error { return g.cc.Close() }
 // The methods of the three services, by their connect procedure names
 // (the gRPC method names).
 
-type grpcFreqcap struct{ *grpcConn }
+type grpcFreqcap struct{ grpcRef }
 
 var _ freqcapv1connect.FreqcapServiceClient = grpcFreqcap{}
 
 func (g grpcFreqcap) Take(ctx context.Context, r *connect.Request[freqcapv1.TakeRequest]) (*connect.Response[freqcapv1.TakeResponse], error) {
-	return invoke[freqcapv1.TakeRequest, freqcapv1.TakeResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceTakeProcedure, r)
+	return invoke[freqcapv1.TakeRequest, freqcapv1.TakeResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceTakeProcedure, r)
 }
 
 func (g grpcFreqcap) Peek(ctx context.Context, r *connect.Request[freqcapv1.PeekRequest]) (*connect.Response[freqcapv1.PeekResponse], error) {
-	return invoke[freqcapv1.PeekRequest, freqcapv1.PeekResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServicePeekProcedure, r)
+	return invoke[freqcapv1.PeekRequest, freqcapv1.PeekResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServicePeekProcedure, r)
 }
 
 func (g grpcFreqcap) Reserve(ctx context.Context, r *connect.Request[freqcapv1.ReserveRequest]) (*connect.Response[freqcapv1.ReserveResponse], error) {
-	return invoke[freqcapv1.ReserveRequest, freqcapv1.ReserveResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceReserveProcedure, r)
+	return invoke[freqcapv1.ReserveRequest, freqcapv1.ReserveResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceReserveProcedure, r)
 }
 
 func (g grpcFreqcap) Commit(ctx context.Context, r *connect.Request[freqcapv1.CommitRequest]) (*connect.Response[freqcapv1.CommitResponse], error) {
-	return invoke[freqcapv1.CommitRequest, freqcapv1.CommitResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceCommitProcedure, r)
+	return invoke[freqcapv1.CommitRequest, freqcapv1.CommitResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceCommitProcedure, r)
 }
 
 func (g grpcFreqcap) Cancel(ctx context.Context, r *connect.Request[freqcapv1.CancelRequest]) (*connect.Response[freqcapv1.CancelResponse], error) {
-	return invoke[freqcapv1.CancelRequest, freqcapv1.CancelResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceCancelProcedure, r)
+	return invoke[freqcapv1.CancelRequest, freqcapv1.CancelResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceCancelProcedure, r)
 }
 
 func (g grpcFreqcap) TakeBatch(ctx context.Context, r *connect.Request[freqcapv1.TakeBatchRequest]) (*connect.Response[freqcapv1.TakeBatchResponse], error) {
-	return invoke[freqcapv1.TakeBatchRequest, freqcapv1.TakeBatchResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceTakeBatchProcedure, r)
+	return invoke[freqcapv1.TakeBatchRequest, freqcapv1.TakeBatchResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceTakeBatchProcedure, r)
 }
 
 func (g grpcFreqcap) PeekBatch(ctx context.Context, r *connect.Request[freqcapv1.PeekBatchRequest]) (*connect.Response[freqcapv1.PeekBatchResponse], error) {
-	return invoke[freqcapv1.PeekBatchRequest, freqcapv1.PeekBatchResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServicePeekBatchProcedure, r)
+	return invoke[freqcapv1.PeekBatchRequest, freqcapv1.PeekBatchResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServicePeekBatchProcedure, r)
 }
 
 func (g grpcFreqcap) Inspect(ctx context.Context, r *connect.Request[freqcapv1.InspectRequest]) (*connect.Response[freqcapv1.InspectResponse], error) {
-	return invoke[freqcapv1.InspectRequest, freqcapv1.InspectResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceInspectProcedure, r)
+	return invoke[freqcapv1.InspectRequest, freqcapv1.InspectResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceInspectProcedure, r)
 }
 
 func (g grpcFreqcap) Reset(ctx context.Context, r *connect.Request[freqcapv1.ResetRequest]) (*connect.Response[freqcapv1.ResetResponse], error) {
-	return invoke[freqcapv1.ResetRequest, freqcapv1.ResetResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceResetProcedure, r)
+	return invoke[freqcapv1.ResetRequest, freqcapv1.ResetResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceResetProcedure, r)
 }
 
 func (g grpcFreqcap) ListPolicies(ctx context.Context, r *connect.Request[freqcapv1.ListPoliciesRequest]) (*connect.Response[freqcapv1.ListPoliciesResponse], error) {
-	return invoke[freqcapv1.ListPoliciesRequest, freqcapv1.ListPoliciesResponse](g.grpcConn, ctx, freqcapv1connect.FreqcapServiceListPoliciesProcedure, r)
+	return invoke[freqcapv1.ListPoliciesRequest, freqcapv1.ListPoliciesResponse](g.grpcRef, ctx, freqcapv1connect.FreqcapServiceListPoliciesProcedure, r)
 }
 
-type grpcPolicies struct{ *grpcConn }
+type grpcPolicies struct{ grpcRef }
 
 var _ freqcapv1connect.PolicyServiceClient = grpcPolicies{}
 
 func (g grpcPolicies) PlanPolicies(ctx context.Context, r *connect.Request[freqcapv1.PlanPoliciesRequest]) (*connect.Response[freqcapv1.PlanPoliciesResponse], error) {
-	return invoke[freqcapv1.PlanPoliciesRequest, freqcapv1.PlanPoliciesResponse](g.grpcConn, ctx, freqcapv1connect.PolicyServicePlanPoliciesProcedure, r)
+	return invoke[freqcapv1.PlanPoliciesRequest, freqcapv1.PlanPoliciesResponse](g.grpcRef, ctx, freqcapv1connect.PolicyServicePlanPoliciesProcedure, r)
 }
 
 func (g grpcPolicies) ApplyPolicies(ctx context.Context, r *connect.Request[freqcapv1.ApplyPoliciesRequest]) (*connect.Response[freqcapv1.ApplyPoliciesResponse], error) {
-	return invoke[freqcapv1.ApplyPoliciesRequest, freqcapv1.ApplyPoliciesResponse](g.grpcConn, ctx, freqcapv1connect.PolicyServiceApplyPoliciesProcedure, r)
+	return invoke[freqcapv1.ApplyPoliciesRequest, freqcapv1.ApplyPoliciesResponse](g.grpcRef, ctx, freqcapv1connect.PolicyServiceApplyPoliciesProcedure, r)
 }
 
 func (g grpcPolicies) PolicyHistory(ctx context.Context, r *connect.Request[freqcapv1.PolicyHistoryRequest]) (*connect.Response[freqcapv1.PolicyHistoryResponse], error) {
-	return invoke[freqcapv1.PolicyHistoryRequest, freqcapv1.PolicyHistoryResponse](g.grpcConn, ctx, freqcapv1connect.PolicyServicePolicyHistoryProcedure, r)
+	return invoke[freqcapv1.PolicyHistoryRequest, freqcapv1.PolicyHistoryResponse](g.grpcRef, ctx, freqcapv1connect.PolicyServicePolicyHistoryProcedure, r)
 }
 
 func (g grpcPolicies) GetPolicyVersion(ctx context.Context, r *connect.Request[freqcapv1.GetPolicyVersionRequest]) (*connect.Response[freqcapv1.GetPolicyVersionResponse], error) {
-	return invoke[freqcapv1.GetPolicyVersionRequest, freqcapv1.GetPolicyVersionResponse](g.grpcConn, ctx, freqcapv1connect.PolicyServiceGetPolicyVersionProcedure, r)
+	return invoke[freqcapv1.GetPolicyVersionRequest, freqcapv1.GetPolicyVersionResponse](g.grpcRef, ctx, freqcapv1connect.PolicyServiceGetPolicyVersionProcedure, r)
 }
 
 func (g grpcPolicies) RollbackPolicies(ctx context.Context, r *connect.Request[freqcapv1.RollbackPoliciesRequest]) (*connect.Response[freqcapv1.RollbackPoliciesResponse], error) {
-	return invoke[freqcapv1.RollbackPoliciesRequest, freqcapv1.RollbackPoliciesResponse](g.grpcConn, ctx, freqcapv1connect.PolicyServiceRollbackPoliciesProcedure, r)
+	return invoke[freqcapv1.RollbackPoliciesRequest, freqcapv1.RollbackPoliciesResponse](g.grpcRef, ctx, freqcapv1connect.PolicyServiceRollbackPoliciesProcedure, r)
 }
 
-type grpcOverrides struct{ *grpcConn }
+type grpcOverrides struct{ grpcRef }
 
 var _ freqcapv1connect.OverrideServiceClient = grpcOverrides{}
 
 func (g grpcOverrides) SetOverride(ctx context.Context, r *connect.Request[freqcapv1.SetOverrideRequest]) (*connect.Response[freqcapv1.SetOverrideResponse], error) {
-	return invoke[freqcapv1.SetOverrideRequest, freqcapv1.SetOverrideResponse](g.grpcConn, ctx, freqcapv1connect.OverrideServiceSetOverrideProcedure, r)
+	return invoke[freqcapv1.SetOverrideRequest, freqcapv1.SetOverrideResponse](g.grpcRef, ctx, freqcapv1connect.OverrideServiceSetOverrideProcedure, r)
 }
 
 func (g grpcOverrides) ListOverrides(ctx context.Context, r *connect.Request[freqcapv1.ListOverridesRequest]) (*connect.Response[freqcapv1.ListOverridesResponse], error) {
-	return invoke[freqcapv1.ListOverridesRequest, freqcapv1.ListOverridesResponse](g.grpcConn, ctx, freqcapv1connect.OverrideServiceListOverridesProcedure, r)
+	return invoke[freqcapv1.ListOverridesRequest, freqcapv1.ListOverridesResponse](g.grpcRef, ctx, freqcapv1connect.OverrideServiceListOverridesProcedure, r)
 }
 
 func (g grpcOverrides) DeleteOverride(ctx context.Context, r *connect.Request[freqcapv1.DeleteOverrideRequest]) (*connect.Response[freqcapv1.DeleteOverrideResponse], error) {
-	return invoke[freqcapv1.DeleteOverrideRequest, freqcapv1.DeleteOverrideResponse](g.grpcConn, ctx, freqcapv1connect.OverrideServiceDeleteOverrideProcedure, r)
+	return invoke[freqcapv1.DeleteOverrideRequest, freqcapv1.DeleteOverrideResponse](g.grpcRef, ctx, freqcapv1connect.OverrideServiceDeleteOverrideProcedure, r)
 }
