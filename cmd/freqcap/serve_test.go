@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,4 +142,43 @@ func TestServeSIGTERMUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d takes answered, then %d calls refused", total.Load(), refused.Load())
+}
+
+// serve's collector target: --gc-percent when given, whatever $GOGC
+// says; else $GOGC (the runtime applied it: serve leaves it); else 400.
+func TestServeGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		gogc   string
+		want   int
+		set    bool
+		errSub string
+	}{
+		{nil, "", defaultGCPercent, true, ""},
+		{nil, "100", 0, false, ""},
+		{[]string{"--gc-percent", "150"}, "", 150, true, ""},
+		{[]string{"--gc-percent", "150"}, "100", 150, true, ""},
+		{[]string{"--gc-percent", "-1"}, "", -1, true, ""},
+		{[]string{"--gc-percent", "-2"}, "", 0, false, "--gc-percent -2"},
+	} {
+		f, err := parseServeFlags(tc.args, io.Discard)
+		if tc.errSub != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errSub) {
+				t.Errorf("parseServeFlags(%q) = %v, want an error naming %q", tc.args, err, tc.errSub)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("parseServeFlags(%q) = %v", tc.args, err)
+		}
+		n, set := f.gcTarget(func(k string) string {
+			if k == "GOGC" {
+				return tc.gogc
+			}
+			return ""
+		})
+		if n != tc.want || set != tc.set {
+			t.Errorf("%q with GOGC=%q: gcTarget = %d, %v; want %d, %v", tc.args, tc.gogc, n, set, tc.want, tc.set)
+		}
+	}
 }
