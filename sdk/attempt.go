@@ -221,7 +221,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			// here; a Limit override's denial is not cached (the
 			// override may be changed elsewhere at any time), a Block's
 			// until its end.
-			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, d)
+			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, l.now(), d)
 		}
 	}
 	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Latency: a.lat, Batch: c.batch})

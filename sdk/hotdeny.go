@@ -122,13 +122,16 @@ type hotShard struct {
 
 // hotEntry is one cached denial: for cost or more, denied until until.
 // at is the Limiter's clock when the denied call started (a lower bound
-// of the backend's decision time, so until is never late).
+// of the backend's decision time, so until is never late); answered its
+// clock when the answer came back (an upper bound: a hit's At, advanced
+// from it, is never later than the hit).
 type hotEntry struct {
-	key   string
-	at    time.Time
-	until time.Time
-	cost  int64
-	d     Decision
+	key      string
+	at       time.Time
+	answered time.Time
+	until    time.Time
+	cost     int64
+	d        Decision
 }
 
 // maxHotShards bounds the number of shards of a cache.
@@ -183,13 +186,14 @@ func (c *hotCache) get(base, key string, cost int64, now time.Time) (Decision, b
 }
 
 // decision returns the cached denial as of now: Cached, its timings
-// reduced by the time since it was made.
+// reduced by the time since its call started, its At advanced by the
+// time since it was answered.
 func (e *hotEntry) decision(now time.Time) Decision {
 	el := now.Sub(e.at)
 	d := e.d
 	d.Cached = true
 	d.Durable, d.Replicas = false, 0 // nothing written now
-	d.At = d.At.Add(el)
+	d.At = d.At.Add(now.Sub(e.answered))
 	d.RetryAfter = e.until.Sub(now)
 	d.Denied = slices.Clone(d.Denied)
 	d.Rules = slices.Clone(d.Rules)
@@ -201,11 +205,12 @@ func (e *hotEntry) decision(now time.Time) Decision {
 	return d
 }
 
-// put caches d, a denial for cost of a call started at at.
-func (c *hotCache) put(base, key string, cost int64, at time.Time, d Decision) {
+// put caches d, a denial for cost of a call started at at and answered
+// at answered.
+func (c *hotCache) put(base, key string, cost int64, at, answered time.Time, d Decision) {
 	d.Denied = slices.Clone(d.Denied)
 	d.Rules = slices.Clone(d.Rules)
-	e := &hotEntry{key: key, at: at, until: at.Add(d.RetryAfter), cost: cost, d: d}
+	e := &hotEntry{key: key, at: at, answered: answered, until: at.Add(d.RetryAfter), cost: cost, d: d}
 	s := c.shard(base)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
 func hotPolicy(t *testing.T, size int, rules ...sdk.Rule) *sdk.Policy {
@@ -300,5 +302,50 @@ func TestHotDenyConcurrent(t *testing.T) {
 	st := lim.Admin().HotDenyStats(p)
 	if st.Hits == 0 || st.Misses == 0 {
 		t.Errorf("HotDenyStats = %+v, want some hits and misses", st)
+	}
+}
+
+// slowBackend decides after its clock moved on by delay (a slow round
+// trip before the server decided).
+type slowBackend struct {
+	*countingBackend
+	c     *fakeclock.Clock
+	delay time.Duration
+}
+
+func (s *slowBackend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
+	s.c.Advance(s.delay)
+	return s.countingBackend.Take(ctx, req)
+}
+
+// TestHotDenyAtNotAhead: a denial decided late in its call (the backend
+// answered 3 s after the call began) and hit from the cache 1 s after it
+// came back says At = its own At + 1 s: the instant of the hit, never
+// later (advancing it from the call's start put cached decisions up to a
+// round trip in the future, and a recorder counted them in a bucket its
+// reader had not reached yet).
+func TestHotDenyAtNotAhead(t *testing.T) {
+	ctx := context.Background()
+	c := newClock(t0)
+	b := &slowBackend{countingBackend: newCounting(c), c: c}
+	lim := sdk.New(b, sdk.WithClock(c))
+	p := hotPolicy(t, 10, sdk.FixedWindow("f", 1, time.Minute).By("user"))
+	s := sdk.Subject{"user": "u"}
+	if d, err := lim.Take(ctx, p, sdk.Attempt{Subject: s}); err != nil || !d.Allowed {
+		t.Fatalf("first Take = %+v, %v; want allowed", d, err)
+	}
+	b.delay = 3 * time.Second
+	first, err := lim.Take(ctx, p, sdk.Attempt{Subject: s})
+	if err != nil || first.Allowed || first.Cached {
+		t.Fatalf("second Take = %+v, %v; want denied by the backend", first, err)
+	}
+	b.delay = 0
+	c.Advance(time.Second)
+	d, err := lim.Take(ctx, p, sdk.Attempt{Subject: s})
+	if err != nil || !d.Cached {
+		t.Fatalf("third Take = %+v, %v; want a cached denial", d, err)
+	}
+	if want := first.At.Add(time.Second); !d.At.Equal(want) || d.At.After(c.Now()) {
+		t.Errorf("cached At = %v, want %v (the hit's instant, %v)", d.At, want, c.Now())
 	}
 }
