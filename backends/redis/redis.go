@@ -558,6 +558,9 @@ func (b *Backend) reset(ctx context.Context, keys []string) error {
 		return b.c.Del(ctx, keys...).Err() // bare mode: nothing nests
 	}
 	all := slices.Clone(roots)
+	for _, r := range roots {
+		all = append(all, wideKey(r)) // reset.lua: KEYS[m+1..2m]
+	}
 	for _, k := range keys {
 		if !slices.Contains(roots, k) {
 			all = append(all, k)
