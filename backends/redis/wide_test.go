@@ -2,11 +2,14 @@ package redis
 
 import (
 	"context"
+	_ "embed"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -65,6 +68,75 @@ func TestWideSprays(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Errorf("%d takes counted wrong", bad)
+			}
+		})
+	}
+}
+
+//go:embed testdata/take-887acc9.lua
+var take887acc9 string
+
+// TestWideRootRefusedByOlderVersion: during a rolling deploy, a freqcap
+// that knows nothing of wide roots (take.lua as built at 887acc9, frozen in
+// testdata) meets a root this one made wide. It must refuse it (an
+// error: the limiter's failure policy decides, fail-closed by default),
+// never read it as a root without sections, which would start every
+// nested set's count afresh: a wide root starts with lua.WideFormat, not
+// the packed format byte that version's unpackv (and its fast scripts)
+// accept.
+func TestWideRootRefusedByOlderVersion(t *testing.T) {
+	b, c := plainStandalone(t)
+	ctx := context.Background()
+	rep, err := b.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSubject(t, "olderversion")
+	root := driver.Rule{Name: "a", Key: s.key("a"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: time.Hour}
+	rules := func(cn string) []driver.Rule {
+		return []driver.Rule{root, {Name: "b", Key: s.key("b", cn), Group: s.base + "=c:" + cn, Algorithm: driver.FixedWindow, Limit: 3, Window: time.Hour}}
+	}
+	older := func(t *testing.T, rules []driver.Rule) error {
+		t.Helper()
+		cl, err := b.encode(opTake, driver.Request{Policy: "p", Rules: rules, Cost: 1}, time.Now(), rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv := cl.args[evalArgs+len(cl.keys):]
+		// That version's NESTREC: key index, root's index, Options.Upgrade, id
+		// (no wide hash index; flags were 0 or 1).
+		if nest := argv[lua.ArgNest].(string); nest != "" {
+			var old []byte
+			for p := 0; p < len(nest); p += lua.NestRec {
+				r := nest[p : p+lua.NestRec]
+				old = append(append(append(old, r[:4]...), r[6]&lua.NestUpgrade), r[7:]...)
+			}
+			argv[lua.ArgNest] = string(old)
+		}
+		return c.Eval(ctx, take887acc9, cl.keys, argv...).Err()
+	}
+	for i := range 80 {
+		take(t, b, request{op: opTake, Request: driver.Request{Policy: "p", Rules: rules("v" + strconv.Itoa(i)), Cost: 1}})
+		if i == 3 { // narrow: the older version decides on it
+			if err := older(t, rules("v1")); err != nil {
+				t.Fatalf("the older take.lua on a narrow root: %v", err)
+			}
+		}
+	}
+	if v := c.Get(ctx, s.base+"=").Val(); len(v) == 0 || v[0] != lua.WideFormat {
+		t.Fatalf("the root is not wide after 80 contents (%d bytes)", len(v))
+	}
+	for _, tc := range []struct {
+		name  string
+		rules []driver.Rule
+	}{
+		{"the root's rule", []driver.Rule{root}},
+		{"a content's rules", rules("v1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := older(t, tc.rules)
+			if err == nil || !strings.Contains(err.Error(), "its state key holds a value freqcap did not write") {
+				t.Fatalf("the older take.lua on a wide root: error %v, want its refusal of a value it did not write", err)
 			}
 		})
 	}
