@@ -4,11 +4,14 @@ import (
 	"context"
 	_ "embed"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -137,6 +140,39 @@ func TestWideRootRefusedByOlderVersion(t *testing.T) {
 			err := older(t, tc.rules)
 			if err == nil || !strings.Contains(err.Error(), "its state key holds a value freqcap did not write") {
 				t.Fatalf("the older take.lua on a wide root: error %v, want its refusal of a value it did not write", err)
+			}
+		})
+	}
+}
+
+// TestWideDescribe: Describe says where a wide root's nested sets live
+// and how their fields expire: swept on Redis 7.0, HPEXPIREAT on a server
+// with native hash-field expiry (FREQCAP_TEST_HFE).
+func TestWideDescribe(t *testing.T) {
+	cases := []struct {
+		name, env, want string
+	}{
+		{"redis-7.0", "", "a plain hash whose dead fields each write sweeps"},
+		{"hfe", "FREQCAP_TEST_HFE", "expiring by HPEXPIREAT"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var b *Backend
+			if tc.env == "" {
+				b, _ = plainStandalone(t)
+			} else if addr := os.Getenv(tc.env); addr != "" {
+				b, _ = moduleBackend(t, addr, capability.Config{})
+			} else {
+				t.Skipf("SKIPPED: %s is not set", tc.env)
+			}
+			d, err := b.Describe(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(d.Notes, func(n string) bool {
+				return strings.HasPrefix(n, "wide subjects: ") && strings.Contains(n, tc.want)
+			}) {
+				t.Errorf("Describe().Notes = %q, want a wide subjects note saying %q", d.Notes, tc.want)
 			}
 		})
 	}
