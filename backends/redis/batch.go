@@ -180,6 +180,7 @@ func (b *Backend) wideRetries(ctx context.Context, reqs []request, rep *capabili
 		}
 		out[i].Err = nil
 		o, req := reqs[i].op, reqs[i].Request
+		b.wide.add(&req)
 		c, err := b.encode(o, req, time.Now(), rep)
 		if err != nil {
 			out[i].Err = err

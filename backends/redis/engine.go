@@ -89,6 +89,9 @@ func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *
 		v, a, err = b.runFor(ctx, o, rep, f.s.script, f.s.src, f.keys, f.args())
 		choices = f.s.choices
 		fast = err != nil || !wideRetry(v) // a wide root: take.lua's (nothing was written)
+		if !fast {
+			b.wide.add(&req)
+		}
 	}
 	if !fast {
 		var c call
