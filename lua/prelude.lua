@@ -36,7 +36,9 @@
 -- root value rewritten keeps the sections it does not replace while
 -- their expiry lies ahead (packv). Reservations name a nested set by
 -- its VKEY, the root's key, '%n', then the rest of the set's key (the
--- sdk escapes '%' as %XX: no key it builds holds '%n').
+-- sdk escapes '%' as %XX: no key it builds holds '%n'). A root whose
+-- value would pass WIDEAT bytes keeps its sections in a hash beside it
+-- instead (wide, below; docs/DESIGN.md, "Wide subjects").
 
 -- sf('%d', n) is how a script writes an integer as text, exact to 2^53
 -- (the bounds keep every number below it): tostring(n) and n .. '' write

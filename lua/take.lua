@@ -56,9 +56,12 @@
 --             comma-separated (a GCRA rule's rate under a limit override)
 -- ARGV[a+A_NEST]  nested sets: "" or per dimension set whose value is a
 --             section of a root's (prelude.lua) struct NESTREC: its key
---             index, its root's, 1 under Options.Upgrade (a set without its
+--             index, its root's, its root's wide hash's (prelude.lua's
+--             wide: where its section is a field once the root is wide),
+--             flags (NEST_UPGRADE: Options.Upgrade, a set without its
 --             section yet is then read from its own key, the layout before
---             nesting, deleted once the section is written), its id
+--             nesting, deleted once the section is written; NEST_HFE: the
+--             server has HPEXPIREAT, for a root going wide), its id
 -- then RA per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
