@@ -226,8 +226,9 @@ local function wide(nowms)
   -- of the root would be read as live); else it is written as packv
   -- builds it. hfe: the server has HPEXPIREAT, which a root going wide
   -- now uses (WIDE_HFE) for its fields' expiry; else (WIDE_SWEEP) each
-  -- write removes the dead fields among the next WIDESWEEP of an HSCAN
-  -- whose cursor the marker keeps.
+  -- write that adds a field removes the dead fields among the next
+  -- WIDESWEEP of an HSCAN whose cursor the marker keeps (a write that
+  -- only rewrites fields sweeps nothing: the hash does not grow).
   local function root(key, hkey, v, m, ours, top, secs, hfe)
     local mode, cur, wtop = WIDE_SWEEP, '0', 0
     local wp = m[WIDETAG]
@@ -256,21 +257,21 @@ local function wide(nowms)
       if hfe then mode = WIDE_HFE end
       redis.call('DEL', hkey)
     end
-    local hs, hd = {}, {}
+    local hs, hd, grew = {}, {}, false
     for id, s in pairs(secs) do
       if s then
         local _, _, exp = struct.unpack(HDR, s, 1)
         hs[#hs + 1], hs[#hs + 2] = id, s
         if exp > wtop then wtop = exp end
         if #hs >= 200 then
-          redis.call('HSET', hkey, unpack(hs))
+          grew = redis.call('HSET', hkey, unpack(hs)) > 0 or grew
           hs = {}
         end
       else
         hd[#hd + 1] = id
       end
     end
-    if #hs > 0 then redis.call('HSET', hkey, unpack(hs)) end
+    if #hs > 0 then grew = redis.call('HSET', hkey, unpack(hs)) > 0 or grew end
     if #hd > 0 then redis.call('HDEL', hkey, unpack(hd)) end
     if mode == WIDE_HFE then
       for id, s in pairs(secs) do
@@ -279,7 +280,7 @@ local function wide(nowms)
           redis.call('HPEXPIREAT', hkey, sf('%d', exp + WIDESLACK), 'FIELDS', 1, id)
         end
       end
-    else
+    elseif grew then -- a new field: the sweep's turn
       local r = redis.call('HSCAN', hkey, cur, 'COUNT', WIDESWEEP)
       local kv, dead = r[2], {}
       cur = r[1]

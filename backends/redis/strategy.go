@@ -140,7 +140,7 @@ func describeReport(rep *capability.Report) driver.Description {
 // wideNote says where the nested sets of a root past lua.WideAt live on
 // the server rep describes, and why (docs/DESIGN.md, "Wide subjects").
 func wideNote(rep *capability.Report) string {
-	how := "a plain hash whose dead fields each write sweeps (HSCAN of " + strconv.Itoa(lua.WideSweep) +
+	how := "a plain hash whose dead fields each write adding a field sweeps (HSCAN of " + strconv.Itoa(lua.WideSweep) +
 		" fields from a cursor kept in the root): the server has no native hash-field expiry"
 	if wideHFE(rep) {
 		how = "one field per value expiring by HPEXPIREAT (native hash-field expiry, hfe usable on every master)"

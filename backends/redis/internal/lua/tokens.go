@@ -222,7 +222,7 @@ const (
 // nested count afresh). A fast script that meets a wide root, or whose
 // decision could make its root pass WideAt, writes nothing and replies
 // WideRetry: the backend decides that attempt with take.lua. WideSweep is
-// the sweep's HSCAN COUNT per write. WideSlackMs is how long, in ms, the
+// the sweep's HSCAN COUNT per write that adds a field. WideSlackMs is how long, in ms, the
 // hash key, its fields' own expiry (WideModeHFE) and the wide root's key
 // outlive the latest expiry they hold: an expiry set to an instant the
 // server's clock has already passed deletes at once (PEXPIREAT,
