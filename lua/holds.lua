@@ -32,7 +32,9 @@ local function holds(now)
   -- -> expiry, payload, called with nothing (nil) when there is no such
   -- entry. A value freqcap did not write is left alone. key may be a
   -- nested set's VKEY (prelude.lua): the entry is its section's, which
-  -- must exist, and the root's key is written.
+  -- must exist, and the root's key is written (a wide root's hash field,
+  -- the hash at the root's key plus WIDESUFFIX, which the caller
+  -- declares among its KEYS).
   local function put(key, tag, fn)
     local rkey, ckey = key, nil
     local at = string.find(key, '%n', 1, true)
@@ -44,7 +46,11 @@ local function holds(now)
     local v, m, id = rv, rm, nil
     if ckey then
       id = sectid(ckey)
-      v = sectv(rv, rm, id)
+      if rm[WIDETAG] then
+        v = wide(math.floor(now / 1000)).get(rkey .. WIDESUFFIX, id)
+      else
+        v = sectv(rv, rm, id)
+      end
       if not v then return end
       m = unpackv(v)
       if not m then return end
@@ -61,6 +67,11 @@ local function holds(now)
     local ours = {}
     if nexp then ours[1] = struct.pack(HDR, tag, #payload, nexp) .. payload end
     local nv, top = packv(v, m, ours, nexp or 0, 0)
+    if ckey and rm[WIDETAG] then
+      -- A wide root's section is its hash's field (prelude.lua's wide).
+      wide(math.floor(now / 1000)).root(rkey, rkey .. WIDESUFFIX, rv, rm, {}, 0, {[id] = section(id, nv, top)})
+      return
+    end
     if ckey then nv = packv(rv, rm, {}, 0, 0, {[id] = section(id, nv, top)}) end
     redis.call('SET', rkey, nv, 'KEEPTTL')
   end

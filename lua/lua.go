@@ -20,7 +20,8 @@
 //   - overrides.lua: sets, deletes and lists per-person overrides (not on
 //     the decision path).
 //   - prelude.lua: helpers take.lua, the fast scripts, settle.lua and
-//     reset.lua start with: the packed value's codec, the trail writer.
+//     reset.lua start with: the packed value's codec, wide roots (a
+//     root's nested sets in a hash beside it), the trail writer.
 //   - holds.lua: reservations (refunds, hold markers), built on demand.
 //   - upgrade.lua: reads state kept in the layouts of older versions (one
 //     key per rule; sorted-set logs; a sliding window's cells before it

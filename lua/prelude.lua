@@ -36,7 +36,9 @@
 -- root value rewritten keeps the sections it does not replace while
 -- their expiry lies ahead (packv). Reservations name a nested set by
 -- its VKEY, the root's key, '%n', then the rest of the set's key (the
--- sdk escapes '%' as %XX: no key it builds holds '%n').
+-- sdk escapes '%' as %XX: no key it builds holds '%n'). A root whose
+-- value would pass WIDEAT bytes keeps its sections in a hash beside it
+-- instead (wide, below; docs/DESIGN.md, "Wide subjects").
 
 -- sf('%d', n) is how a script writes an integer as text, exact to 2^53
 -- (the bounds keep every number below it): tostring(n) and n .. '' write
@@ -85,7 +87,8 @@ local function unpackv(v)
   local m = {}
   if not v then return m end
   local n = #v
-  if n == 0 or string.sub(v, 1, 1) ~= FMT then return nil end
+  local f = string.sub(v, 1, 1)
+  if n == 0 or (f ~= FMT and f ~= WIDEFMT) then return nil end
   local p = 2
   while p <= n do
     if p + 12 > n then return nil end
@@ -105,6 +108,7 @@ local function unpackv(v)
     end
     p = q + len
   end
+  if f == WIDEFMT and (m[0] or not m[WIDETAG]) then return nil end
   return m
 end
 
@@ -115,11 +119,12 @@ end
 -- that replaces the one of that id, false: none), then v's other
 -- sections whose expiry is after nowms. top is the latest expiry of
 -- ours; packv returns the value and the latest expiry in it (the key's
--- PXAT).
+-- PXAT). A wide root's marker copied (WIDETAG: not in ours) keeps the
+-- value wide (WIDEFMT).
 local function packv(v, m, ours, top, nowms, secs)
   if next(m) == nil and not secs then return FMT .. table.concat(ours), top end
   local n = #ours
-  local seen = {}
+  local seen, f = {}, FMT
   for k = 1, n do seen[string.sub(ours[k], 1, 4)] = true end
   for tag, p in pairs(m) do
     if tag ~= 0 and not seen[tag] then
@@ -128,6 +133,7 @@ local function packv(v, m, ours, top, nowms, secs)
         n = n + 1
         ours[n] = string.sub(v, p, q + len - 1)
         if exp > top then top = exp end
+        if tag == WIDETAG then f = WIDEFMT end
       end
     end
   end
@@ -152,7 +158,7 @@ local function packv(v, m, ours, top, nowms, secs)
       end
     end
   end
-  return FMT .. table.concat(ours), top
+  return f .. table.concat(ours), top
 end
 
 -- sectid returns the 8-byte id of the nested set at key (its section's
@@ -184,6 +190,121 @@ end
 local function section(id, sv, top)
   if #sv <= 1 then return false end
   return struct.pack(HDR, string.sub(id, 1, 4), #sv + 3, top) .. string.sub(id, 5, 8) .. string.sub(sv, 2)
+end
+
+-- wide returns the helpers of wide roots (docs/DESIGN.md, "Wide
+-- subjects"; internal/lua/tokens.go's WideAt), built only where a script
+-- meets one: get and root. A wide root's value starts with WIDEFMT and
+-- holds its own entries and the wide marker (tag WIDETAG, payload: the
+-- mode, WIDE_HFE or WIDE_SWEEP, then the sweep's HSCAN cursor; expiry:
+-- the latest of its hash's fields, the hash key's PEXPIREAT); its
+-- sections are the fields of the hash at its key plus WIDESUFFIX, field =
+-- the section's id, value = the section's bytes. The hash key, its
+-- fields (WIDE_HFE) and the wide root's key expire WIDESLACK ms after
+-- what they hold stops mattering: a key's expiry set to an instant the
+-- server's clock has passed deletes it at once, and the clock goes on
+-- during a script that decides many attempts at one TIME.
+local function wide(nowms)
+  -- get returns the value of the nested set of id, as if stored alone
+  -- (sectv's), from the wide hash at hkey: false when it has no such
+  -- field, '' (which unpackv refuses) for a field freqcap did not write.
+  local function get(hkey, id)
+    local s = redis.call('HGET', hkey, id)
+    if not s then return false end
+    if #s < HDRLEN + 4 then return '' end
+    local _, len, _, q = struct.unpack(HDR, s, 1)
+    if q + len - 1 ~= #s then return '' end
+    return FMT .. string.sub(s, q + 4, q + len - 1)
+  end
+
+  -- root writes, at key, the root whose value v parsed as m, with ours
+  -- (its new entries, whose latest expiry is top) and secs (id -> its
+  -- nested set's new section, false: none), the sections kept in the
+  -- hash at hkey: a wide root's go there; a narrow root's value goes
+  -- wide when it would pass WIDEAT bytes, all its live sections moving
+  -- into the hash (emptied first: a field left by an earlier wide time
+  -- of the root would be read as live); else it is written as packv
+  -- builds it. hfe: the server has HPEXPIREAT, which a root going wide
+  -- now uses (WIDE_HFE) for its fields' expiry; else (WIDE_SWEEP) each
+  -- write that adds a field removes the dead fields among the next
+  -- WIDESWEEP of an HSCAN whose cursor the marker keeps (a write that
+  -- only rewrites fields sweeps nothing: the hash does not grow).
+  local function root(key, hkey, v, m, ours, top, secs, hfe)
+    local mode, cur, wtop = WIDE_SWEEP, '0', 0
+    local wp = m[WIDETAG]
+    if wp then
+      local _, len, exp, q = struct.unpack(HDR, v, wp)
+      mode, cur, wtop = string.sub(v, q, q), string.sub(v, q + 1, q + len - 1), exp
+    else
+      local nv, ntop = packv(v, m, {unpack(ours)}, top, nowms, secs)
+      local all, any = {}, false
+      if #nv > WIDEAT then
+        for _, sp in ipairs(m[0] or {}) do
+          local tag, len, exp, q = struct.unpack(HDR, v, sp)
+          local id = tag .. string.sub(v, q, q + 3)
+          if exp > nowms and secs[id] == nil then all[id], any = string.sub(v, sp, q + len - 1), true end
+        end
+        for id, s in pairs(secs) do
+          all[id] = s
+          any = any or s ~= false
+        end
+      end
+      if not any then
+        if ntop > 0 then redis.call('SET', key, nv, 'PXAT', sf('%d', ntop)) end
+        return
+      end
+      secs = all
+      if hfe then mode = WIDE_HFE end
+      redis.call('DEL', hkey)
+    end
+    local hs, hd, grew = {}, {}, false
+    for id, s in pairs(secs) do
+      if s then
+        local _, _, exp = struct.unpack(HDR, s, 1)
+        hs[#hs + 1], hs[#hs + 2] = id, s
+        if exp > wtop then wtop = exp end
+        if #hs >= 200 then
+          grew = redis.call('HSET', hkey, unpack(hs)) > 0 or grew
+          hs = {}
+        end
+      else
+        hd[#hd + 1] = id
+      end
+    end
+    if #hs > 0 then grew = redis.call('HSET', hkey, unpack(hs)) > 0 or grew end
+    if #hd > 0 then redis.call('HDEL', hkey, unpack(hd)) end
+    if mode == WIDE_HFE then
+      for id, s in pairs(secs) do
+        if s then
+          local _, _, exp = struct.unpack(HDR, s, 1)
+          redis.call('HPEXPIREAT', hkey, sf('%d', exp + WIDESLACK), 'FIELDS', 1, id)
+        end
+      end
+    elseif grew then -- a new field: the sweep's turn
+      local r = redis.call('HSCAN', hkey, cur, 'COUNT', WIDESWEEP)
+      local kv, dead = r[2], {}
+      cur = r[1]
+      for k = 1, #kv, 2 do
+        local f = kv[k + 1]
+        if secs[kv[k]] == nil and #f >= HDRLEN then
+          local _, _, exp = struct.unpack(HDR, f, 1)
+          if exp <= nowms then dead[#dead + 1] = kv[k] end
+        end
+      end
+      if #dead > 0 then redis.call('HDEL', hkey, unpack(dead)) end
+    end
+    if wtop > nowms then redis.call('PEXPIREAT', hkey, sf('%d', wtop + WIDESLACK)) end
+    local keep = {}
+    for tag, p in pairs(m) do
+      if tag ~= 0 and tag ~= WIDETAG then keep[tag] = p end
+    end
+    ours[#ours + 1] = struct.pack(HDR, WIDETAG, 1 + #cur, wtop) .. mode .. cur
+    if wtop > top then top = wtop end
+    local nv, ntop = packv(v, keep, ours, top, nowms)
+    redis.call('SET', key, WIDEFMT .. string.sub(nv, 2), 'PXAT', sf('%d', ntop + WIDESLACK))
+  end
+
+  return {get = get, root = root}
 end
 
 -- ints reads k '<I7' numbers of v from position p: a list.

@@ -56,9 +56,12 @@
 --             comma-separated (a GCRA rule's rate under a limit override)
 -- ARGV[a+A_NEST]  nested sets: "" or per dimension set whose value is a
 --             section of a root's (prelude.lua) struct NESTREC: its key
---             index, its root's, 1 under Options.Upgrade (a set without its
+--             index, its root's, its root's wide hash's (prelude.lua's
+--             wide: where its section is a field once the root is wide),
+--             flags (NEST_UPGRADE: Options.Upgrade, a set without its
 --             section yet is then read from its own key, the layout before
---             nesting, deleted once the section is written), its id
+--             nesting, deleted once the section is written; NEST_HFE: the
+--             server has HPEXPIREAT, for a root going wide), its id
 -- then RA per rule: code, name, limit, p1, p2, tag, ki (the index of the
 -- rule's state key) and oi (the index of its key in the one-key-per-rule
 -- layout, read through while the packed layout has no state there:
@@ -146,15 +149,18 @@ for a = 1, attempts do
   local tk, hk, ik = tonumber(ARGV[ab + A_TRAIL]), tonumber(ARGV[ab + A_HOLDS]), tonumber(ARGV[ab + A_RECORD])
   local op = ARGV[ab + A_OP]
   local reply, fail
-  -- nest: key index -> {its root's key index, Options.Upgrade, its id},
-  -- for the nested sets; nil (most attempts) when none.
-  local nest
+  -- nest: key index -> {its root's key index, Options.Upgrade, its id,
+  -- (set once imported), its root's wide hash's key index}, for the
+  -- nested sets; nil (most attempts) when none. hfe: the server has
+  -- HPEXPIREAT (prelude.lua's wide).
+  local nest, hfe
   local nspec = ARGV[ab + A_NEST]
   if nspec ~= '' then
     nest = {}
     for p = 1, #nspec, NESTLEN do
-      local ki, ri, u, id = struct.unpack(NESTREC, nspec, p)
-      nest[ki] = {ri, u == 1, id}
+      local ki, ri, wi, fl, id = struct.unpack(NESTREC, nspec, p)
+      nest[ki] = {ri, fl % 2 == NEST_UPGRADE, id, false, wi}
+      hfe = fl >= NEST_HFE
     end
   end
   repeat
@@ -244,7 +250,11 @@ for a = 1, attempts do
           if not vals[ki] then
             local v
             if ns then
-              v = sectv(raws[ns[1]], vals[ns[1]], ns[3])
+              if vals[ns[1]][WIDETAG] then
+                v = wide(nowms).get(KEYS[kb + ns[5]], ns[3])
+              else
+                v = sectv(raws[ns[1]], vals[ns[1]], ns[3])
+              end
               if not v and ns[2] then
                 v = redis.pcall('GET', key) -- Options.Upgrade: the set's own key, before nesting
                 if v then
@@ -640,6 +650,13 @@ for a = 1, attempts do
         secs[ns[1]][ns[3]] = section(ns[3], sv, top)
       end
     end
+    -- wk: root key index -> its wide hash's key index (a root with a
+    -- section written goes through prelude.lua's wide, which may widen it).
+    local wk
+    if secs then
+      wk = {}
+      for _, ns in pairs(nest) do wk[ns[1]] = ns[5] end
+    end
     for ki, list in pairs(ours) do
       if not (nest and nest[ki]) then
         local m, raw, pos = vals[ki], raws[ki], 2
@@ -662,6 +679,8 @@ for a = 1, attempts do
         end
         if raw and #list > 0 and not sc and not (built and built[ki]) and pos == #raw + 1 then
           redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
+        elseif sc then
+          wide(nowms).root(KEYS[kb + ki], KEYS[kb + wk[ki]], raw, m, list, tops[ki], sc, hfe)
         else
           local v, top = packv(raw, m, list, tops[ki], nowms, sc)
           if top > 0 then redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top)) end
@@ -670,8 +689,7 @@ for a = 1, attempts do
       end
     end
     for ri, sc in pairs(secs or NONE) do -- roots without entries of their own written
-      local v, top = packv(raws[ri], vals[ri], {}, 0, nowms, sc)
-      redis.call('SET', KEYS[kb + ri], v, 'PXAT', sf('%d', top))
+      wide(nowms).root(KEYS[kb + ri], KEYS[kb + wk[ri]], raws[ri], vals[ri], {}, 0, sc, hfe)
     end
     for ki in pairs(ours) do
       local ns = nest and nest[ki]

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -134,5 +135,65 @@ func TestClusterScriptFlush(t *testing.T) {
 		}
 		res := take(t, b, s.request(opTake, 1, r))
 		checkRule(t, "take after SCRIPT FLUSH", res.Rules[0], true, i, 10)
+	}
+}
+
+// TestClusterWideSubject: a person with 80 live campaigns on a cluster
+// (the root goes wide: its hash, lua.WideSuffix, shares the root's slot):
+// takes, a denial, a reservation cancelled, Inspect and resets, on fast
+// scripts (handing the wide root to take.lua) and on take.lua.
+func TestClusterWideSubject(t *testing.T) {
+	b, c := cluster(t)
+	ctx := context.Background()
+	s := newSubject(t, "wide")
+	user := driver.Rule{Name: "user", Key: s.key("user"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: 24 * time.Hour}
+	rules := func(campaign string) []driver.Rule {
+		return []driver.Rule{user, {Name: "campaign", Key: s.key("campaign", campaign), Group: s.base + "=c:" + campaign,
+			Algorithm: driver.FixedWindow, Limit: 3, Window: 24 * time.Hour}}
+	}
+	for i := range 80 {
+		if res := take(t, b, s.request(opTake, 1, rules(fmt.Sprintf("k%d", i))...)); !res.Allowed {
+			t.Fatalf("take of campaign %d denied", i)
+		}
+	}
+	root := s.base + "="
+	if v := c.Get(ctx, root).Val(); len(v) == 0 || v[0] != lua.WideFormat {
+		t.Fatalf("root not wide after 80 campaigns (%d bytes)", len(v))
+	}
+	rs, _ := c.ClusterKeySlot(ctx, root).Result()
+	if ws, _ := c.ClusterKeySlot(ctx, wideKey(root)).Result(); ws != rs {
+		t.Fatalf("wide hash in slot %d, root in %d", ws, rs)
+	}
+	if n := c.HLen(ctx, wideKey(root)).Val(); n != 80 {
+		t.Errorf("wide hash holds %d fields, want 80", n)
+	}
+	for i, want := range []bool{true, true, false} { // campaign k1 had 1 of 3
+		res := take(t, b, s.request(opTake, 1, rules("k1")...))
+		if res.Allowed != want || res.Rules[0].Used != int64(81+min(i, 1)) {
+			t.Errorf("take #%d of k1: allowed %v user used %d, want %v", i+2, res.Allowed, res.Rules[0].Used, want)
+		}
+	}
+	req := s.request(opReserve, 2, rules("k2")...)
+	req.ReservationID, req.ReservationTTL = "h", time.Minute
+	if res := take(t, b, req); !res.Allowed || res.Rules[1].Used != 3 {
+		t.Fatalf("reserve 2 of k2: %s", resLine(res))
+	}
+	if err := b.Cancel(ctx, s.reservations(), "h"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	res := take(t, b, s.request(opInspect, 0, rules("k2")...))
+	if res.Rules[1].Used != 1 || len(res.Trail) != 1 || res.Trail[0].Rule != "campaign" {
+		t.Errorf("inspect of k2: %s, trail %+v; want k2 used 1 (the reservation given back), one campaign denial", resLine(res), res.Trail)
+	}
+	if err := b.Reset(ctx, driver.Request{Policy: "p", Rules: rules("k1")[1:]}); err != nil {
+		t.Fatalf("ResetRules of k1: %v", err)
+	}
+	for _, tc := range []struct {
+		campaign string
+		used     int64
+	}{{"k1", 0}, {"k3", 1}} {
+		if res := take(t, b, s.request(opPeek, 1, rules(tc.campaign)...)); res.Rules[1].Used != tc.used {
+			t.Errorf("after the reset of k1, %s used %d, want %d", tc.campaign, res.Rules[1].Used, tc.used)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -88,8 +89,12 @@ type diffTarget struct {
 	// calls are coalesced with each other's.
 	coalesce int
 	bare     bool // scripting refused: sliding windows only, no reservations
-	algos    []driver.Algorithm
-	want     map[driver.Algorithm]capability.Strategy
+	// wide: the sequences also spray takes over many contents (set 2's
+	// values), so that the subject's root crosses lua.WideAt both ways
+	// (TestDifferentialWide).
+	wide  bool
+	algos []driver.Algorithm
+	want  map[driver.Algorithm]capability.Strategy
 }
 
 var allAlgos = []driver.Algorithm{driver.FixedWindow, driver.SlidingWindow, driver.SlidingLog, driver.GCRA}
@@ -116,7 +121,30 @@ func diffTargets() []diffTarget {
 	}
 }
 
-func TestDifferential(t *testing.T) {
+func TestDifferential(t *testing.T) { runDifferential(t, diffTargets()) }
+
+// TestDifferentialWide is the differential test over subjects with many
+// values of set 2 live at once (wide subjects: lua.WideAt): beside the
+// usual steps, sprays of takes over 40 to 90 contents (a batch), resets
+// of one content's rules or of the whole subject, and clock steps long
+// enough for every content to expire (the root then narrow again). The
+// root's rules admit sprays (large limits), reservations stay on the
+// contents x and y. Targets: plain Lua with fast scripts, take.lua
+// alone, coalesced; native hash-field expiry (FREQCAP_TEST_HFE, a Redis
+// >= 7.4: the wide hash's fields expire by HPEXPIREAT) and TairHash
+// (FREQCAP_TEST_TAIRHASH: a plain hash swept), plain Lua on both.
+func TestDifferentialWide(t *testing.T) {
+	plain := capability.Config{ForcePlainLua: true}
+	runDifferential(t, []diffTarget{
+		{name: "wide/fast", cfg: plain, algos: allAlgos, wide: true},
+		{name: "wide/take.lua", cfg: plain, noFast: true, algos: allAlgos, wide: true},
+		{name: "wide/coalesced", cfg: plain, coalesce: 2, algos: allAlgos, wide: true},
+		{name: "wide/hfe", cfg: plain, env: "FREQCAP_TEST_HFE", algos: allAlgos, wide: true},
+		{name: "wide/tairhash", cfg: plain, env: "FREQCAP_TEST_TAIRHASH", algos: allAlgos, wide: true},
+	})
+}
+
+func runDifferential(t *testing.T, targets []diffTarget) {
 	base := uint64(time.Now().UnixNano())
 	if s := os.Getenv("FREQCAP_DIFF_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -134,7 +162,7 @@ func TestDifferential(t *testing.T) {
 		n = v
 	}
 	t.Logf("base seed %d (FREQCAP_DIFF_SEED=%d reruns it), %d sequences of %d steps per strategy", base, base, n, diffSteps)
-	for _, tg := range diffTargets() {
+	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			var addr string
 			if tg.env == "" {
@@ -168,12 +196,24 @@ func TestDifferential(t *testing.T) {
 			wg.Wait()
 			t.Logf("%s: %d sequences, %d operations compared (%d rule results), %d batches, %d settles, %d cut at an unknowable settle instant, in %v",
 				tg.name, n, st.ops.Load(), st.rules.Load(), st.batches.Load(), st.settles.Load(), st.cuts.Load(), time.Since(start).Round(time.Millisecond))
+			if tg.wide {
+				t.Logf("%s: %d sprays, %d resets; roots seen wide %d times, narrow again after wide %d times",
+					tg.name, st.sprays.Load(), st.resets.Load(), st.wide.Load(), st.narrowed.Load())
+				if want := tg.name == "wide/hfe"; want != (st.hfe.Load() > 0) {
+					t.Errorf("%s: %d steps saw a root wide with hash-field expiry, want some: %v", tg.name, st.hfe.Load(), want)
+				}
+				if st.wide.Load() == 0 || st.narrowed.Load() == 0 {
+					t.Errorf("%s: no root crossed lua.WideAt both ways (wide %d, narrow again %d)", tg.name, st.wide.Load(), st.narrowed.Load())
+				}
+			}
 		})
 	}
 }
 
 type diffStats struct {
 	ops, rules, batches, settles, cuts atomic.Int64
+	sprays, resets, wide, narrowed     atomic.Int64
+	hfe                                atomic.Int64 // steps after which the root was wide with lua.WideModeHFE
 }
 
 // diffSeq is one sequence: its rules, the memory reference and the steps
@@ -207,6 +247,8 @@ type diffSeq struct {
 	wait  time.Duration
 	st    *diffStats
 	nres  int
+	// wasWide: the subject's root was last seen wide (wide targets).
+	wasWide bool
 }
 
 func runDiffSeq(t *testing.T, b *Backend, c *goredis.Client, tg diffTarget, seed uint64, st *diffStats) {
@@ -236,7 +278,104 @@ func runDiffSeq(t *testing.T, b *Backend, c *goredis.Client, tg diffTarget, seed
 		if !q.step(step) {
 			return
 		}
+		if tg.wide {
+			q.seeWide()
+		}
 	}
+}
+
+// seeWide reads whether the subject's root is wide now, and counts the
+// crossings.
+func (q *diffSeq) seeWide() {
+	v, err := q.c.Get(context.Background(), q.s.base+"=").Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		q.fail("GET root: %v", err)
+	}
+	w := len(v) > 0 && v[0] == lua.WideFormat
+	if w {
+		for p := 1; p+lua.PackedHeader <= len(v); {
+			n := int(leUint(v[p+lua.PackedTag : p+lua.PackedTag+lua.PackedLen]))
+			if v[p:p+lua.PackedTag] == lua.WideTag && n > 0 && string(v[p+lua.PackedHeader]) == lua.WideModeHFE {
+				q.st.hfe.Add(1)
+			}
+			p += lua.PackedHeader + n
+		}
+	}
+	switch {
+	case w && !q.wasWide:
+		q.st.wide.Add(1)
+		q.logf("  (root wide, %d bytes)", len(v))
+	case !w && q.wasWide:
+		q.st.narrowed.Add(1)
+		q.logf("  (root narrow again)")
+	}
+	q.wasWide = w
+}
+
+// content returns rules with set 2's content c in place of x.
+func (q *diffSeq) content(c string) []driver.Rule {
+	rs := slices.Clone(q.rules)
+	for i := range rs {
+		if r := &rs[i]; strings.HasSuffix(r.Group, "c:x") {
+			r.Key, r.Group = q.s.key(r.Name, c), q.s.base+"=c:"+c
+		}
+	}
+	return rs
+}
+
+// wideContents is how many contents a wide sequence draws from.
+const wideContents = 150
+
+// spray takes 1 unit of 40 to 90 distinct contents in one batch and
+// compares each result.
+func (q *diffSeq) spray() {
+	q.t.Helper()
+	n := 40 + q.rng.IntN(51)
+	perm := q.rng.Perm(wideContents)[:n]
+	reqs := make([]request, n)
+	for k, c := range perm {
+		reqs[k] = request{op: opTake, Request: q.reqOn(q.content("v"+strconv.Itoa(c)), 1)}
+	}
+	q.logf("spray of %d contents", n)
+	q.st.sprays.Add(1)
+	out := q.b.batch(context.Background(), reqs)
+	for k, br := range out {
+		if br.Err != nil {
+			q.fail("spray[%d]: Redis error: %v", k, br.Err)
+		}
+		q.compare(fmt.Sprintf("  spray[%d] v%d", k, perm[k]), opTake, reqs[k].Request, br.Result)
+	}
+}
+
+// reset resets one sprayed content's set-2 rules (ResetRules), or the
+// whole subject with its reservations, on both sides.
+func (q *diffSeq) reset() {
+	q.t.Helper()
+	ctx := context.Background()
+	req := driver.Request{Policy: "p", Rules: q.rules, ReservationKey: q.s.reservations()}
+	what := "reset all"
+	if q.rng.IntN(2) == 0 {
+		c := "v" + strconv.Itoa(q.rng.IntN(wideContents))
+		req = driver.Request{Policy: "p"}
+		for _, r := range q.content(c) {
+			if strings.HasSuffix(r.Group, "c:"+c) {
+				req.Rules = append(req.Rules, r)
+			}
+		}
+		what = "reset rules of " + c
+	} else {
+		q.open = nil
+	}
+	if err := q.b.Reset(ctx, req); err != nil {
+		q.fail("%s: Redis error: %v", what, err)
+	}
+	var werr error
+	q.record(q.last, func(m *memory.Backend) { werr = m.Reset(ctx, req) })
+	if werr != nil {
+		q.fail("%s: memory error: %v", what, werr)
+	}
+	q.st.resets.Add(1)
+	q.logf("%s", what)
 }
 
 // fail reports a mismatch with the sequence so far, and stops it.
@@ -290,11 +429,17 @@ func (q *diffSeq) genRules() []driver.Rule {
 	r := q.rng
 	n := 1 + r.IntN(4)
 	sets := 1 + r.IntN(2)
+	if q.tg.wide { // a rule of the root, then one of set 2 at least
+		n, sets = 2+r.IntN(3), 2
+	}
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+r.IntN(hi-lo+1)) * time.Millisecond }
 	var out []driver.Rule
 	for i := 0; i < n; i++ {
 		name := string(rune('a' + i))
 		set := r.IntN(sets)
+		if q.tg.wide && i < 2 {
+			set = i
+		}
 		var rule driver.Rule
 		if set == 0 {
 			rule = driver.Rule{Name: name, Key: q.s.key(name), Group: q.s.base + "="}
@@ -335,6 +480,19 @@ func (q *diffSeq) genRules() []driver.Rule {
 			rule.Window = ms(50, 1000)
 			rule.Burst = r.Int64N(6)
 		}
+		if q.tg.wide && set == 0 { // the root's rules admit sprays
+			if rule.Algorithm == driver.SlidingLog {
+				// Not a sorted set (above driver.LogLine): its key expires
+				// at the script's TIME plus its window, which a spray's
+				// script outlives on a loaded machine (the key then gone
+				// for its later attempts).
+				rule.Algorithm = driver.FixedWindow
+			}
+			rule.Limit = 300 + r.Int64N(700)
+			if rule.Algorithm == driver.GCRA {
+				rule.Burst = 200 + r.Int64N(100)
+			}
+		}
 		out = append(out, rule)
 	}
 	return out
@@ -342,6 +500,16 @@ func (q *diffSeq) genRules() []driver.Rule {
 
 // req builds a request of o for cost over the sequence's rules.
 func (q *diffSeq) req(cost int64) driver.Request {
+	if q.tg.wide && q.rng.IntN(2) == 0 {
+		c := "v" + strconv.Itoa(q.rng.IntN(wideContents))
+		q.logf("  (content %s)", c)
+		return q.reqOn(q.content(c), cost)
+	}
+	return q.reqXY(cost)
+}
+
+// reqXY builds a request for cost over the rules, of content x or y.
+func (q *diffSeq) reqXY(cost int64) driver.Request {
 	rules := q.rules
 	if q.alt != nil && q.rng.IntN(2) == 0 {
 		rules = q.alt
@@ -408,6 +576,16 @@ func (q *diffSeq) step(i int) bool {
 		q.advance()
 	}
 	r := q.rng.IntN(100)
+	if q.tg.wide {
+		switch k := q.rng.IntN(100); {
+		case k < 15 || i == 0:
+			q.spray()
+			return true
+		case k < 19:
+			q.reset()
+			return true
+		}
+	}
 	switch {
 	case r < 35:
 		q.decide(opTake, q.req(q.cost()))
@@ -416,7 +594,7 @@ func (q *diffSeq) step(i int) bool {
 	case r < 52:
 		q.decide(opInspect, q.req(1))
 	case r < 64 && !q.tg.bare:
-		req := q.req(q.cost())
+		req := q.reqXY(q.cost())
 		q.nres++
 		req.ReservationID = fmt.Sprintf("r%d", q.nres)
 		req.ReservationTTL = time.Duration(20+q.rng.IntN(400)) * time.Millisecond

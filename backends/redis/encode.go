@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -70,7 +71,7 @@ type encoder struct {
 // keys a request can have, and moved down once the keys are known.
 func (b *Backend) encode(o op, req driver.Request, now time.Time, rep *capability.Report) (call, error) {
 	n := len(req.Rules)
-	most := 2*n + 5 // a state key and an old-layout key per rule, trail, reservations, record, overrides, a root of no rule (nestArg)
+	most := 3*n + 6 // a state key, an old-layout key and a wide hash per rule, trail, reservations, record, overrides, a root of no rule and its wide hash (nestArg)
 	e := encoder{keys: make([]string, 0, most)}
 	args := make([]any, evalArgs+most+1, evalArgs+most+1+headerArgs+n*argsPerRule)
 	e.argv = args[len(args):len(args)]
@@ -160,7 +161,7 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 		h[15] = a.index(req.OverrideKey)
 	}
 	h[16], h[17], h[18] = lists[0], lists[1], lists[2]
-	h[19] = b.nestArg(&a, choices)
+	h[19] = b.nestArg(&a, choices, rep)
 	if len(e.keys) == a.k0 {
 		return a.fail(errNoKeys)
 	}
@@ -171,9 +172,11 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 
 // nestArg returns take.lua's ARGV[a+A_NEST] for attempt a, whose rules
 // chose choices: a lua.NestRec per dimension set kept as a section of its
-// root's value (nests; the root's key is added to the attempt's keys when
-// no rule names it); "" when none (no allocation).
-func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice) string {
+// root's value (nests; the root's key, and its wide hash's, wideKey, are
+// added to the attempt's keys: a root may be wide, lua.WideAt); "" when
+// none (no allocation). rep says whether the server has native hash-field
+// expiry (lua.NestHFE: a root going wide uses it).
+func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice, rep *capability.Report) string {
 	var out []byte
 	for i, c := range choices {
 		if !packedCode(c.code) || slices.ContainsFunc(choices[:i], func(p ruleChoice) bool { return p.key == c.key }) {
@@ -183,13 +186,17 @@ func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice) string {
 		if root == "" || !nests(c.key, root) {
 			continue
 		}
-		up := byte(0)
+		flags := byte(0)
 		if b.opts.Upgrade {
-			up = 1
+			flags |= lua.NestUpgrade
+		}
+		if wideHFE(rep) {
+			flags |= lua.NestHFE
 		}
 		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(c.key)))
 		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(root)))
-		out = append(append(out, up), sectionID(c.key)...)
+		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(wideKey(root))))
+		out = append(append(out, flags), sectionID(c.key)...)
 	}
 	return string(out)
 }

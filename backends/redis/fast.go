@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -110,7 +111,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 	}
 	k, groups, g, ok := b.fastKeyOf(&req, rep)
-	if !ok {
+	if !ok || (b.wide.n.Load() > 0 && b.wide.any(&k, groups[:g])) {
 		return fastAttempt{}, false
 	}
 	s := b.fast.get(&k)
@@ -176,6 +177,58 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		k.roots[i] = uint8(j + 1)
 	}
 	return k, groups, g, true
+}
+
+// wideSeen remembers, for wideFor, the roots a fast script found wide
+// or about to be (lua.WideRetry): a decision on one of them goes to
+// take.lua at once instead of a fast script that would hand it back
+// (one EVALSHA instead of two). A root that is narrow again is decided
+// by take.lua until it is forgotten, correctly. At most wideSeenMax
+// roots (it empties when full, as fastCache does). Safe for concurrent
+// use.
+type wideSeen struct {
+	n  atomic.Int64 // entries: 0 spares the lookup (no root seen wide)
+	mu sync.RWMutex
+	m  map[string]time.Time // root key -> when to forget it
+}
+
+const (
+	wideSeenMax = 1 << 16
+	wideFor     = time.Minute
+)
+
+// add remembers the roots of req's nested sets.
+func (w *wideSeen) add(req *driver.Request) {
+	until := time.Now().Add(wideFor)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil || len(w.m) >= wideSeenMax {
+		w.m = make(map[string]time.Time)
+	}
+	for i := range req.Rules {
+		g := group(&req.Rules[i])
+		if root := rootOf(g); root != "" && nests(g, root) {
+			w.m[root] = until
+		}
+	}
+	w.n.Store(int64(len(w.m)))
+}
+
+// any reports whether a root of k's sets (sets: their keys) is
+// remembered and not yet forgotten.
+func (w *wideSeen) any(k *fastKey, sets []string) bool {
+	now := time.Now()
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	for i := range sets {
+		if k.roots[i] == 0 {
+			continue
+		}
+		if until, ok := w.m[sets[k.roots[i]-1]]; ok && now.Before(until) {
+			return true
+		}
+	}
+	return false
 }
 
 // nestedIDs returns the ids of the sets of k that nest (k.roots), in

@@ -255,6 +255,9 @@ type Backend struct {
 	// noFast turns them off (tests comparing them with take.lua).
 	fast   fastCache
 	noFast bool
+	// wide remembers the roots a fast script found wide (lua.WideRetry),
+	// whose decisions then go to take.lua directly (fast.go).
+	wide wideSeen
 	// noScripts counts the NOSCRIPT replies the backend met; takeThere
 	// (and each fast script's there) is noScripts+1 when take.lua was
 	// found or loaded on the server since the last one (loadScripts).
@@ -558,6 +561,9 @@ func (b *Backend) reset(ctx context.Context, keys []string) error {
 		return b.c.Del(ctx, keys...).Err() // bare mode: nothing nests
 	}
 	all := slices.Clone(roots)
+	for _, r := range roots {
+		all = append(all, wideKey(r)) // reset.lua: KEYS[m+1..2m]
+	}
 	for _, k := range keys {
 		if !slices.Contains(roots, k) {
 			all = append(all, k)
@@ -570,7 +576,7 @@ func (b *Backend) reset(ctx context.Context, keys []string) error {
 			spec[0] = '1' // named: its own entries go too
 		}
 		for i, k := range all {
-			if nests(k, r) {
+			if nests(k, r) && k != wideKey(r) {
 				spec = append(strconv.AppendInt(spec, int64(i+1), 10), ',')
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -73,6 +74,19 @@ func rootOf(key string) string {
 		return ""
 	}
 	return key[:i+j+1]
+}
+
+// wideKey returns the key of the hash that holds the sections of the
+// root at root once it is wide (lua.WideAt; lua/prelude.lua's wide): the
+// root's key plus lua.WideSuffix, in the root's hash slot.
+func wideKey(root string) string { return root + lua.WideSuffix }
+
+// wideHFE reports whether a root going wide on the server rep describes
+// gives its hash's fields their expiry with HPEXPIREAT (native hash-field
+// expiry, Redis >= 7.4 and Valkey >= 9), rather than a bounded sweep of
+// dead fields on each write.
+func wideHFE(rep *capability.Report) bool {
+	return rep != nil && rep.Feature(capability.HFE).Usable
 }
 
 // sectionID returns the id of the section of the nested set at key: the
@@ -527,7 +541,7 @@ func reservationKeys(plan string) []string {
 			keys = append(keys, f[1])
 		}
 		if root, set := vkey(f[1]); set != "" && !slices.Contains(keys, root) {
-			keys = append(keys, root) // a nested set's vkey: its root is written
+			keys = append(keys, root, wideKey(root)) // a nested set's vkey: its root is written (its wide hash if wide)
 		}
 	}
 	return keys

@@ -138,6 +138,10 @@ type fastSet struct {
 	Root, IDAt int
 	Kids       []int
 	KidSets    []*fastSet
+	// WideBelow, for a root: the length of its value above which the
+	// decision could make it pass WideAt (grows), and the script replies
+	// WideRetry instead (take.lua's).
+	WideBelow int
 	// Fmt and Args are the struct format (without '<') and the values of
 	// the set's entries, as Body packs them; BodyLen the Lua expression of
 	// their length. SectFormat is a nested set's section's format (header,
@@ -279,6 +283,7 @@ func (d *fastData) nest() error {
 	}
 	for i := range d.Sets {
 		if s := &d.Sets[i]; len(s.Kids) > 0 {
+			s.WideBelow = WideAt - s.grows()
 			d.Reads = append(d.Reads, s)
 		}
 	}
@@ -294,6 +299,36 @@ func (d *fastData) nest() error {
 		}
 	}
 	return nil
+}
+
+// grows returns how many bytes a decision of the script can add to the
+// value of root s at most: a new entry per rule (a packed log's grows by
+// one record), a new section per nested set.
+func (s *fastSet) grows() int {
+	n := 0
+	for _, r := range s.Rules {
+		n += r.grows()
+	}
+	for _, k := range s.KidSets {
+		n += PackedHeader + 4
+		for _, r := range k.Rules {
+			n += r.grows()
+		}
+	}
+	return n
+}
+
+// grows returns how many bytes a decision can add to r's entry at most:
+// the whole entry when there is none (a sliding window's holds its K+1
+// counted cells, its top and its sum), a record when a log has one.
+func (r *fastRule) grows() int {
+	switch r.Code {
+	case CodeSliding:
+		return PackedHeader + PackedInt*(int(r.P1)+3)
+	case CodeLog:
+		return PackedHeader + 3*PackedInt
+	}
+	return PackedHeader + PackedInt
 }
 
 // pack sets the set's Body, Value, Fmt, Args, BodyLen, Name, Top and

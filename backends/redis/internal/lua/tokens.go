@@ -192,9 +192,55 @@ const (
 
 // NestRec is take.lua's ARGV[a+A_NEST] per nested set (prelude.lua),
 // struct NESTREC, little-endian: the set's key index (2 bytes), its
-// root's (2 bytes), 1 under Options.Upgrade else 0 (1 byte), its id
-// (backends/redis's sectionID, 8 bytes).
-const NestRec = 2 + 2 + 1 + 8
+// root's (2 bytes), its root's wide hash's (2 bytes; WideSuffix), flags
+// (1 byte: NestUpgrade, NestHFE), its id (backends/redis's sectionID, 8
+// bytes).
+const NestRec = 2 + 2 + 2 + 1 + 8
+
+// NestRec's flags: Options.Upgrade (a set without its section yet is read
+// from its own key, the layout before nesting); the server has native
+// hash-field expiry (HPEXPIREAT), which a root that goes wide then uses
+// for its fields (NEST_UPGRADE, NEST_HFE in Lua).
+const (
+	NestUpgrade = 1
+	NestHFE     = 2
+)
+
+// Wide roots (prelude.lua, docs/DESIGN.md "Wide subjects"). A root whose
+// packed value would pass WideAt bytes while holding sections goes wide:
+// every section moves to a hash at the root's key plus WideSuffix (same
+// hash tag), field = the section's 8-byte id, value = the section's bytes
+// unchanged; the root keeps its own entries and a wide marker, the entry
+// tagged WideTag (never a rule's tag, nor the hold marker's), whose
+// payload is the mode (WideModeHFE: the fields expire by themselves,
+// HPEXPIREAT; WideModeSweep: a bounded sweep removes dead fields) then the
+// sweep's HSCAN cursor, and whose expiry is the latest of the hash's
+// fields (the hash key's PEXPIREAT). A wide root's value starts with
+// WideFormat instead of the packed format byte, so that a freqcap that
+// knows nothing of wide roots refuses it (its unpackv: a value freqcap did
+// not write, an error) rather than read a root without sections (every
+// nested count afresh). A fast script that meets a wide root, or whose
+// decision could make its root pass WideAt, writes nothing and replies
+// WideRetry: the backend decides that attempt with take.lua. WideSweep is
+// the sweep's HSCAN COUNT per write that adds a field. WideSlackMs is how long, in ms, the
+// hash key, its fields' own expiry (WideModeHFE) and the wide root's key
+// outlive the latest expiry they hold: an expiry set to an instant the
+// server's clock has already passed deletes at once (PEXPIREAT,
+// HPEXPIREAT, SET PXAT), and the clock goes on during a script, whose
+// decisions all read one TIME (a batch of a hundred attempts takes
+// milliseconds): without it the fields written early in such a script
+// could be gone for its later attempts.
+const (
+	WideAt        = 2048
+	WideSuffix    = "%w"
+	WideFormat    = 2
+	WideTag       = "\x00\x00\x00\x01"
+	WideModeHFE   = "h"
+	WideModeSweep = "s"
+	WideSweep     = 8
+	WideSlackMs   = 1000
+	WideRetry     = "freqcap:wide"
+)
 
 // CarryRec is a packed log's p2 (take.lua's ARGV[b+R_P2], code CodeLog)
 // under Options.Upgrade for a sliding window evaluated as a log
@@ -250,9 +296,13 @@ var tokens = func() map[string]string {
 		// A counted exempt's saturation (driver.MaxUsed: the units a rule
 		// counts at most; driver.MaxDebt: how far ahead of now, in µs, it
 		// may move a GCRA rule's TAT).
-		"MAXUSED":  strconv.FormatInt(driver.MaxUsed, 10),
-		"MAXDEBT":  strconv.FormatInt(driver.MaxDebt.Microseconds(), 10),
-		"NESTREC":  quote("<I2I2Bc8"),
+		"MAXUSED":      strconv.FormatInt(driver.MaxUsed, 10),
+		"MAXDEBT":      strconv.FormatInt(driver.MaxDebt.Microseconds(), 10),
+		"NESTREC":      quote("<I2I2I2Bc8"),
+		"NEST_UPGRADE": strconv.Itoa(NestUpgrade), "NEST_HFE": strconv.Itoa(NestHFE),
+		"WIDEAT": strconv.Itoa(WideAt), "WIDESUFFIX": quote(WideSuffix), "WIDEFMT": quote(string(rune(WideFormat))),
+		"WIDETAG": quote(WideTag), "WIDE_HFE": quote(WideModeHFE), "WIDE_SWEEP": quote(WideModeSweep),
+		"WIDESWEEP": strconv.Itoa(WideSweep), "WIDESLACK": strconv.Itoa(WideSlackMs), "WIDERETRY": quote(WideRetry),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CARRYREC": quote(fmt.Sprintf("<c1I%[1]dI%[1]dc%[2]d", PackedInt, PackedTag)),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),

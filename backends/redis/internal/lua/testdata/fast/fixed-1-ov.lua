@@ -66,6 +66,11 @@
 -- is {that string, take.lua's override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
+-- An attempt whose root is wide, or whose decision could make a root
+-- pass WIDEAT bytes (prelude.lua's wide: a root's length above its
+-- WideBelow, fast.go), writes nothing and replies WIDERETRY, and so does
+-- every attempt after it: the backend decides them with take.lua, in
+-- order.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -73,6 +78,7 @@ local nowms = (now - now % 1000) / 1000
 local G, GO = 1, 2 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
+local WR -- an attempt replied WIDERETRY: the later ones do too
 local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
 local short = ARGV[1] == 't' or ARGV[1] == 'p'
 local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
@@ -95,6 +101,10 @@ for a = 1, attempts do
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
   repeat
+    if WR then -- an attempt before met a wide root: this one is take.lua's too, in order
+      reply = 'freqcap:wide'
+      break
+    end
     local P1, N1, T1
     local V1, O1
     V1 = redis.pcall('GET', KEYS[kb + 1])
@@ -102,7 +112,10 @@ for a = 1, attempts do
     if V1 and not fail then
       local n = type(V1) == 'string' and #V1 or 0
       local q = 2
-      if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+      if n == 0 or string.byte(V1, 1) ~= 1 then
+        q = nil
+        if n > 0 and string.sub(V1, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+      end
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
         local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
@@ -114,7 +127,7 @@ for a = 1, attempts do
         end
         q = d + len
       end
-      if not q then
+      if not q and not fail then
         fail = redis.error_reply('freqcap: rule ' .. 'per-min' .. FOREIGN)
       end
     end
@@ -136,7 +149,10 @@ for a = 1, attempts do
       if V1 and not fail then
         local n = type(V1) == 'string' and #V1 or 0
         local q = 2
-        if n == 0 or string.byte(V1, 1) ~= 1 then q = nil end
+        if n == 0 or string.byte(V1, 1) ~= 1 then
+          q = nil
+          if n > 0 and string.sub(V1, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+        end
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
           local tag, len, exp, d = struct.unpack('<c4I3I6', V1, q)
@@ -148,7 +164,7 @@ for a = 1, attempts do
           end
           q = d + len
         end
-        if not q then
+        if not q and not fail then
           fail = redis.error_reply('freqcap: rule ' .. 'per-min' .. FOREIGN)
         end
       end
@@ -286,6 +302,7 @@ for a = 1, attempts do
       reply = {reply, sf('%d', OVR[1]) .. '|' .. sf('%d', (OVS and OVS.lim and OVS.lim[1]) or 15) .. '|' .. OVR[2]}
     end
   until true
+  if reply == 'freqcap:wide' then WR = true end
   if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
