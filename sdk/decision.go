@@ -57,7 +57,8 @@ type Decision struct {
 	Replayed bool
 	// Cached reports a denial answered by the policy's hot-deny cache,
 	// without a backend call: the counts are those of the cached denial,
-	// the timings are reduced by the time since (At is advanced by it).
+	// the timings are reduced by the time since its call began, and At is
+	// advanced by the time since its answer came back (never past now).
 	Cached bool
 	// ShadowDenied names the shadow rules (Rule.Shadow) that would have
 	// denied, in policy order; they never deny (Denied leaves them out).

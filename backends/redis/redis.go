@@ -26,7 +26,12 @@
 // policy's other rules: one key per subject (docs/DESIGN.md, "One key per
 // subject"), read with one GET and written with one SET (or, when the
 // entries keep their places, lengths and expiries and the key holds no
-// section, one SETRANGE). Larger sliding logs are kept in one sorted set
+// section, one SETRANGE). A root whose value would pass 2 048 bytes (the
+// internal lua.WideAt) while holding sections goes wide: its sections move to a hash
+// beside it, one field per set, so a decision reads and writes one field
+// whatever the subject's other values (docs/DESIGN.md, "Wide subjects";
+// fields expire by HPEXPIREAT where the server has it, else a bounded
+// sweep removes them). Larger sliding logs are kept in one sorted set
 // per dimension set, whatever its log rules (logKey). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
