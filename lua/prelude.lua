@@ -200,7 +200,7 @@ end
 -- the latest of its hash's fields, the hash key's PEXPIREAT); its
 -- sections are the fields of the hash at its key plus WIDESUFFIX, field =
 -- the section's id, value = the section's bytes. The hash key, its
--- fields (WIDE_HFE) and the wide root's key expire WIDESLACK ms after
+-- fields (WIDE_HFE) and the wide root's key expire EXPSLACK ms after
 -- what they hold stops mattering: a key's expiry set to an instant the
 -- server's clock has passed deletes it at once, and the clock goes on
 -- during a script that decides many attempts at one TIME.
@@ -277,7 +277,7 @@ local function wide(nowms)
       for id, s in pairs(secs) do
         if s then
           local _, _, exp = struct.unpack(HDR, s, 1)
-          redis.call('HPEXPIREAT', hkey, sf('%d', exp + WIDESLACK), 'FIELDS', 1, id)
+          redis.call('HPEXPIREAT', hkey, sf('%d', exp + EXPSLACK), 'FIELDS', 1, id)
         end
       end
     elseif grew then -- a new field: the sweep's turn
@@ -293,7 +293,7 @@ local function wide(nowms)
       end
       if #dead > 0 then redis.call('HDEL', hkey, unpack(dead)) end
     end
-    if wtop > nowms then redis.call('PEXPIREAT', hkey, sf('%d', wtop + WIDESLACK)) end
+    if wtop > nowms then redis.call('PEXPIREAT', hkey, sf('%d', wtop + EXPSLACK)) end
     local keep = {}
     for tag, p in pairs(m) do
       if tag ~= 0 and tag ~= WIDETAG then keep[tag] = p end
@@ -301,7 +301,7 @@ local function wide(nowms)
     ours[#ours + 1] = struct.pack(HDR, WIDETAG, 1 + #cur, wtop) .. mode .. cur
     if wtop > top then top = wtop end
     local nv, ntop = packv(v, keep, ours, top, nowms)
-    redis.call('SET', key, WIDEFMT .. string.sub(nv, 2), 'PXAT', sf('%d', ntop + WIDESLACK))
+    redis.call('SET', key, WIDEFMT .. string.sub(nv, 2), 'PXAT', sf('%d', ntop + EXPSLACK))
   end
 
   return {get = get, root = root}

@@ -542,7 +542,7 @@ for a = 1, attempts do
           lg.newest, lg.top = now, za[#za]
           local at = (now + lg.w) / 1000 -- ms, rounded up
           if at % 1 ~= 0 then at = at - at % 1 + 1 end
-          redis.call('PEXPIREAT', key, sf('%d', at))
+          redis.call('PEXPIREAT', key, sf('%d', at + EXPSLACK))
         end
       end
     end

@@ -21,7 +21,7 @@ import (
 // window of 100 ms counts them, on fast scripts and on take.lua. A
 // batch is one script of up to batchAttempts attempts at one TIME,
 // during which the server's clock goes on: the wide hash and root outlive
-// their contents by lua.WideSlackMs (without it, a run of this test's
+// their contents by lua.ExpirySlackMs (without it, a run of this test's
 // first version found 596 of about 9 700 takes' counts gone: a window had
 // ended, by the server's clock, during their script).
 func TestWideSprays(t *testing.T) {

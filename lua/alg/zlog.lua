@@ -35,7 +35,7 @@ for pass = 1, 2 do
   if type(u) ~= 'number' or u == 0 then break end
   local at = (now + lg.w) / 1000 -- ms, rounded up
   if at % 1 ~= 0 then at = at - at % 1 + 1 end
-  redis.call('PEXPIREAT', key, sf('%d', at))
+  redis.call('PEXPIREAT', key, sf('%d', at + EXPSLACK))
 end
 if fail then break end
 
@@ -83,7 +83,7 @@ if not lg.done then
   end
   local at = (now + lg.w) / 1000 -- ms, rounded up
   if at % 1 ~= 0 then at = at - at % 1 + 1 end
-  redis.call('PEXPIREAT', key, sf('%d', at))
+  redis.call('PEXPIREAT', key, sf('%d', at + EXPSLACK))
   if plan then plan[#plan + 1] = 'l ' .. key .. ' ' .. ms end
 end
 used, reset = used + c, tonumber(ARGV[b + R_P1])

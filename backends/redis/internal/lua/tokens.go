@@ -222,14 +222,9 @@ const (
 // nested count afresh). A fast script that meets a wide root, or whose
 // decision could make its root pass WideAt, writes nothing and replies
 // WideRetry: the backend decides that attempt with take.lua. WideSweep is
-// the sweep's HSCAN COUNT per write that adds a field. WideSlackMs is how long, in ms, the
-// hash key, its fields' own expiry (WideModeHFE) and the wide root's key
-// outlive the latest expiry they hold: an expiry set to an instant the
-// server's clock has already passed deletes at once (PEXPIREAT,
-// HPEXPIREAT, SET PXAT), and the clock goes on during a script, whose
-// decisions all read one TIME (a batch of a hundred attempts takes
-// milliseconds): without it the fields written early in such a script
-// could be gone for its later attempts.
+// the sweep's HSCAN COUNT per write that adds a field. The hash key, its
+// fields' own expiry (WideModeHFE) and the wide root's key outlive the
+// latest expiry they hold by ExpirySlackMs.
 const (
 	WideAt        = 2048
 	WideSuffix    = "%w"
@@ -238,7 +233,6 @@ const (
 	WideModeHFE   = "h"
 	WideModeSweep = "s"
 	WideSweep     = 8
-	WideSlackMs   = 1000
 	WideRetry     = "freqcap:wide"
 )
 
@@ -251,6 +245,21 @@ const (
 // bytes each, and their entry's tag (PackedTag bytes). take.lua carries
 // them into the log when it is not there yet (upgrade.lua's oldLogs).
 const CarryRec = 1 + 2*PackedInt + PackedTag
+
+// ExpirySlackMs is how long, in ms, a key or hash field whose expiry a
+// script computes from its TIME outlives the last instant it counts
+// (wide roots' hashes, fields and keys: prelude.lua's wide; sorted-set
+// logs: alg/zlog.lua, take.lua's log seeding; EXPSLACK in Lua). Redis
+// 7.0 deletes a key at once when PEXPIREAT (or HPEXPIREAT) names an
+// instant its own clock has passed, and that clock goes on during a
+// script while every decision of it reads one TIME (a batch of hundreds
+// of attempts takes milliseconds): without the slack a key written early
+// in such a script, whose window ends during it, is gone for the script's
+// later attempts, which then count from nothing (TestExpiryInLongScript,
+// TestWideSprays). Entries inside a value carry their own expiry; the
+// key's only reclaims memory. SET with PXAT does not delete at once (the
+// key expires when next read, by the script's TIME inside a script).
+const ExpirySlackMs = 1000
 
 // FieldSlackMs is how long, in ms, a TairHash field holding a sliding
 // window's cell outlives the last ms the cell counts (SLACKMS in Lua;
@@ -302,7 +311,7 @@ var tokens = func() map[string]string {
 		"NEST_UPGRADE": strconv.Itoa(NestUpgrade), "NEST_HFE": strconv.Itoa(NestHFE),
 		"WIDEAT": strconv.Itoa(WideAt), "WIDESUFFIX": quote(WideSuffix), "WIDEFMT": quote(string(rune(WideFormat))),
 		"WIDETAG": quote(WideTag), "WIDE_HFE": quote(WideModeHFE), "WIDE_SWEEP": quote(WideModeSweep),
-		"WIDESWEEP": strconv.Itoa(WideSweep), "WIDESLACK": strconv.Itoa(WideSlackMs), "WIDERETRY": quote(WideRetry),
+		"WIDESWEEP": strconv.Itoa(WideSweep), "EXPSLACK": strconv.Itoa(ExpirySlackMs), "WIDERETRY": quote(WideRetry),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CARRYREC": quote(fmt.Sprintf("<c1I%[1]dI%[1]dc%[2]d", PackedInt, PackedTag)),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
