@@ -69,7 +69,7 @@ local function holds(now)
     local nv, top = packv(v, m, ours, nexp or 0, 0)
     if ckey and rm[WIDETAG] then
       -- A wide root's section is its hash's field (prelude.lua's wide).
-      wide(math.floor(now / 1000)).root(rkey, rkey .. WIDESUFFIX, rv, rm, {}, 0, {[id] = section(id, nv, top)})
+      wide(math.floor(now / 1000)).root(rkey, rkey .. WIDESUFFIX, rv, rm, {}, 0, {[id] = section(id, nv, top)}, nil, {[id] = string.sub(ckey, #rkey + 1)})
       return
     end
     if ckey then nv = packv(rv, rm, {}, 0, 0, {[id] = section(id, nv, top)}) end

@@ -208,18 +208,22 @@ local function wide(nowms)
   -- get returns the value of the nested set of id, as if stored alone
   -- (sectv's), from the wide hash at hkey: false when it has no such
   -- field, '' (which unpackv refuses) for a field freqcap did not write.
+  -- A field is the section, then its trailer if named (WIDETRAIL: when it
+  -- was last written, ms; then the value's name).
   local function get(hkey, id)
     local s = redis.call('HGET', hkey, id)
     if not s then return false end
     if #s < HDRLEN + 4 then return '' end
     local _, len, _, q = struct.unpack(HDR, s, 1)
-    if q + len - 1 ~= #s then return '' end
-    return FMT .. string.sub(s, q + 4, q + len - 1)
+    local e = q + len - 1
+    if e ~= #s and e + WIDETRAILLEN > #s then return '' end
+    return FMT .. string.sub(s, q + 4, e)
   end
 
   -- root writes, at key, the root whose value v parsed as m, with ours
   -- (its new entries, whose latest expiry is top) and secs (id -> its
-  -- nested set's new section, false: none), the sections kept in the
+  -- nested set's new section, false: none; names: id -> its value's name,
+  -- written in its field's trailer), the sections kept in the
   -- hash at hkey: a wide root's go there; a narrow root's value goes
   -- wide when it would pass WIDEAT bytes, all its live sections moving
   -- into the hash (emptied first: a field left by an earlier wide time
@@ -229,7 +233,7 @@ local function wide(nowms)
   -- write that adds a field removes the dead fields among the next
   -- WIDESWEEP of an HSCAN whose cursor the marker keeps (a write that
   -- only rewrites fields sweeps nothing: the hash does not grow).
-  local function root(key, hkey, v, m, ours, top, secs, hfe)
+  local function root(key, hkey, v, m, ours, top, secs, hfe, names)
     local mode, cur, wtop = WIDE_SWEEP, '0', 0
     local wp = m[WIDETAG]
     if wp then
@@ -261,7 +265,8 @@ local function wide(nowms)
     for id, s in pairs(secs) do
       if s then
         local _, _, exp = struct.unpack(HDR, s, 1)
-        hs[#hs + 1], hs[#hs + 2] = id, s
+        local nm = names and names[id]
+        hs[#hs + 1], hs[#hs + 2] = id, nm and s .. struct.pack(WIDETRAIL, nowms) .. nm or s
         if exp > wtop then wtop = exp end
         if #hs >= 200 then
           grew = redis.call('HSET', hkey, unpack(hs)) > 0 or grew

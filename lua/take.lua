@@ -640,14 +640,15 @@ for a = 1, attempts do
     -- others in place (SETRANGE, the TTL kept) when the new entries have
     -- the old ones' places, lengths and expiries and nothing else is stored
     -- (the same window, the same cell, as most decisions), else whole.
-    local secs
+    local secs, names -- root key index -> id -> its new section; id -> its value's name
     for ki, list in pairs(ours) do
       local ns = nest and nest[ki]
       if ns then
         local sv, top = packv(raws[ki], vals[ki], list, tops[ki], nowms)
-        secs = secs or {}
+        secs, names = secs or {}, names or {}
         secs[ns[1]] = secs[ns[1]] or {}
         secs[ns[1]][ns[3]] = section(ns[3], sv, top)
+        names[ns[3]] = string.sub(KEYS[kb + ki], #KEYS[kb + ns[1]] + 1)
       end
     end
     -- wk: root key index -> its wide hash's key index (a root with a
@@ -680,7 +681,7 @@ for a = 1, attempts do
         if raw and #list > 0 and not sc and not (built and built[ki]) and pos == #raw + 1 then
           redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
         elseif sc then
-          wide(nowms).root(KEYS[kb + ki], KEYS[kb + wk[ki]], raw, m, list, tops[ki], sc, hfe)
+          wide(nowms).root(KEYS[kb + ki], KEYS[kb + wk[ki]], raw, m, list, tops[ki], sc, hfe, names)
         else
           local v, top = packv(raw, m, list, tops[ki], nowms, sc)
           if top > 0 then redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top)) end
@@ -689,7 +690,7 @@ for a = 1, attempts do
       end
     end
     for ri, sc in pairs(secs or NONE) do -- roots without entries of their own written
-      wide(nowms).root(KEYS[kb + ri], KEYS[kb + wk[ri]], raws[ri], vals[ri], {}, 0, sc, hfe)
+      wide(nowms).root(KEYS[kb + ri], KEYS[kb + wk[ri]], raws[ri], vals[ri], {}, 0, sc, hfe, names)
     end
     for ki in pairs(ours) do
       local ns = nest and nest[ki]

@@ -210,7 +210,12 @@ const (
 // packed value would pass WideAt bytes while holding sections goes wide:
 // every section moves to a hash at the root's key plus WideSuffix (same
 // hash tag), field = the section's 8-byte id, value = the section's bytes
-// unchanged; the root keeps its own entries and a wide marker, the entry
+// unchanged, then, once a write of this version has named it, a trailer:
+// when the field was last written (ms, WideTrailStamp bytes,
+// little-endian) and the value's name (the nested set's key past its
+// root's key, e.g. ":c:spring-sale"), which a listing of a person's
+// values shows (a section moved in from a narrow root has none until its
+// next write: the packed root stores ids, not names); the root keeps its own entries and a wide marker, the entry
 // tagged WideTag (never a rule's tag, nor the hold marker's), whose
 // payload is the mode (WideModeHFE: the fields expire by themselves,
 // HPEXPIREAT; WideModeSweep: a bounded sweep removes dead fields) then the
@@ -226,14 +231,15 @@ const (
 // fields' own expiry (WideModeHFE) and the wide root's key outlive the
 // latest expiry they hold by ExpirySlackMs.
 const (
-	WideAt        = 2048
-	WideSuffix    = "%w"
-	WideFormat    = 2
-	WideTag       = "\x00\x00\x00\x01"
-	WideModeHFE   = "h"
-	WideModeSweep = "s"
-	WideSweep     = 8
-	WideRetry     = "freqcap:wide"
+	WideAt         = 2048
+	WideSuffix     = "%w"
+	WideFormat     = 2
+	WideTag        = "\x00\x00\x00\x01"
+	WideModeHFE    = "h"
+	WideModeSweep  = "s"
+	WideSweep      = 8
+	WideTrailStamp = 6
+	WideRetry      = "freqcap:wide"
 )
 
 // CarryRec is a packed log's p2 (take.lua's ARGV[b+R_P2], code CodeLog)
@@ -312,6 +318,7 @@ var tokens = func() map[string]string {
 		"WIDEAT": strconv.Itoa(WideAt), "WIDESUFFIX": quote(WideSuffix), "WIDEFMT": quote(string(rune(WideFormat))),
 		"WIDETAG": quote(WideTag), "WIDE_HFE": quote(WideModeHFE), "WIDE_SWEEP": quote(WideModeSweep),
 		"WIDESWEEP": strconv.Itoa(WideSweep), "EXPSLACK": strconv.Itoa(ExpirySlackMs), "WIDERETRY": quote(WideRetry),
+		"WIDETRAIL": quote(fmt.Sprintf("<I%d", WideTrailStamp)), "WIDETRAILLEN": strconv.Itoa(WideTrailStamp),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CARRYREC": quote(fmt.Sprintf("<c1I%[1]dI%[1]dc%[2]d", PackedInt, PackedTag)),
 		"CELL_KEY": quote(CellKey), "CELL_WRONGTYPE": quote(CellWrongType), "CELL_FOREIGN": quote(CellForeign),
