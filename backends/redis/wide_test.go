@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -177,5 +178,63 @@ func TestWideDescribe(t *testing.T) {
 				t.Errorf("Describe().Notes = %q, want a wide subjects note saying %q", d.Notes, tc.want)
 			}
 		})
+	}
+}
+
+// TestWideSeed: a live change of a campaign rule (a new epoch seeded from
+// the old rule, docs/DESIGN.md "Live policy changes") on a wide person:
+// the new rule's entry starts from the old one's count in the campaign's
+// field of the wide hash, for every algorithm, on fast scripts and
+// take.lua; other campaigns are seeded on their own first decision.
+func TestWideSeed(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		for _, tc := range []struct {
+			name string
+			nw   func(s subject, cn string) driver.Rule
+		}{
+			{"fixed", func(s subject, cn string) driver.Rule { return s.fixed("c", 2, 2*time.Hour) }},
+			{"sliding", func(s subject, cn string) driver.Rule { return s.sliding("c", 2, 2*time.Hour, 6) }},
+			{"log", func(s subject, cn string) driver.Rule { return s.log("c", 2, 2*time.Hour) }},
+			{"gcra", func(s subject, cn string) driver.Rule { return s.gcra("c", 2, 2*time.Hour, 1) }},
+		} {
+			t.Run(tc.name+"/noFast="+strconv.FormatBool(noFast), func(t *testing.T) {
+				b, c := plainStandalone(t)
+				b.noFast = noFast
+				ctx := context.Background()
+				s := newSubject(t, "wide-seed")
+				user := driver.Rule{Name: "user", Key: s.key("user"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: 24 * time.Hour}
+				old := func(cn string) driver.Rule {
+					return driver.Rule{Name: "c", Key: s.key("c", cn), Group: s.base + "=c:" + cn, Algorithm: driver.FixedWindow, Limit: 3, Window: time.Hour}
+				}
+				for i := range 80 {
+					if res := take(t, b, s.request(opTake, 1, user, old(fmt.Sprintf("k%d", i)))); !res.Allowed {
+						t.Fatalf("take of campaign %d denied", i)
+					}
+				}
+				if v := c.Get(ctx, s.base+"=").Val(); len(v) == 0 || v[0] != lua.WideFormat {
+					t.Fatalf("root not wide after 80 campaigns (%d bytes)", len(v))
+				}
+				// k1 once more under the old rule: 2 of its 3.
+				take(t, b, s.request(opTake, 1, user, old("k1")))
+				rules := func(cn string) []driver.Rule {
+					nw := tc.nw(s, cn)
+					nw.Name, nw.Epoch, nw.Seed = "c2", 2, 2 // seeded from rules[1], the old rule
+					nw.Key, nw.Group = s.key("c", cn)+"~2", s.base+"=c:"+cn
+					return []driver.Rule{user, old(cn), nw}
+				}
+				res := take(t, b, s.request(opPeek, 1, rules("k1")...))
+				checkRule(t, "peek of k1: new rule seeded", res.Rules[2], false, 2, 2)
+				res = take(t, b, s.request(opTake, 1, rules("k1")...))
+				if res.Allowed {
+					t.Fatalf("take of k1 = allowed, want denied by the new rule seeded with the old one's 2: %s", resLine(res))
+				}
+				res = take(t, b, s.request(opTake, 1, rules("k2")...))
+				checkRule(t, "k2: new rule seeded with 1, then taken", res.Rules[2], true, 2, 2)
+				res = take(t, b, s.request(opTake, 1, rules("k2")...))
+				if res.Allowed {
+					t.Fatalf("second take of k2 = allowed past the new rule's limit: %s", resLine(res))
+				}
+			})
+		}
 	}
 }
