@@ -238,3 +238,51 @@ func TestWideSeed(t *testing.T) {
 		}
 	}
 }
+
+// TestWideOverrides: a person's overrides decide on a wide root as on a
+// narrow one: a limit override raises a campaign rule's cap (its count in
+// the campaign's field), a counted exempt admits past it and counts, on
+// fast scripts and take.lua.
+func TestWideOverrides(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run("noFast="+strconv.FormatBool(noFast), func(t *testing.T) {
+			b, c := plainStandalone(t)
+			b.noFast = noFast
+			ctx := context.Background()
+			s := newSubject(t, "wide-ov")
+			user := driver.Rule{Name: "user", Key: s.key("user"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: 24 * time.Hour}
+			rules := func(cn string) []driver.Rule {
+				return []driver.Rule{user, {Name: "campaign", Key: s.key("campaign", cn), Group: s.base + "=c:" + cn,
+					Algorithm: driver.SlidingWindow, Limit: 3, Window: 24 * time.Hour}}
+			}
+			for i := range 80 {
+				if res := take(t, b, s.withOverrides(s.request(opTake, 1, rules(fmt.Sprintf("k%d", i))...))); !res.Allowed {
+					t.Fatalf("take of campaign %d denied", i)
+				}
+			}
+			if v := c.Get(ctx, s.base+"=").Val(); len(v) == 0 || v[0] != lua.WideFormat {
+				t.Fatalf("root not wide after 80 campaigns (%d bytes)", len(v))
+			}
+			lim := setOverride(t, b, s, driver.Override{Kind: driver.Limit, Limits: map[string]int64{"campaign": 5}})
+			for i := int64(2); i <= 5; i++ {
+				res := take(t, b, s.withOverrides(s.request(opTake, 1, rules("k1")...)))
+				checkRule(t, fmt.Sprintf("k1 take %d under the limit override", i), res.Rules[1], true, i, 5)
+				if res.Override.ID != lim.ID {
+					t.Errorf("take %d: Override = %+v, want the limit override %d", i, res.Override, lim.ID)
+				}
+			}
+			res := take(t, b, s.withOverrides(s.request(opTake, 1, rules("k1")...)))
+			checkRule(t, "k1 past the override's limit", res.Rules[1], false, 5, 5)
+			if err := b.DeleteOverride(ctx, s.overrides(), lim.ID); err != nil {
+				t.Fatal(err)
+			}
+			setOverride(t, b, s, driver.Override{Kind: driver.Exempt, Counted: true})
+			res = take(t, b, s.withOverrides(s.request(opTake, 1, rules("k1")...)))
+			if !res.Allowed || res.Override.Kind != driver.Exempt || res.Rules[1].Used != 6 || res.Rules[0].Used != 85 {
+				t.Errorf("k1 under a counted exempt: %s, override %+v; want allowed, campaign used 6, user 85", resLine(res), res.Override)
+			}
+			res = take(t, b, s.request(opPeek, 1, rules("k2")...))
+			checkRule(t, "k2 untouched", res.Rules[1], true, 1, 3)
+		})
+	}
+}
