@@ -121,6 +121,7 @@ func resolve(prefix string, p *Policy, s Subject, partial bool, now func() time.
 		buf, sp.group = appendGroupSpan(buf, nb, p, i, s, groups)
 		groups = append(groups, sp.group)
 		dr := driverRule(r)
+		dr.Wide = p.wideRule != nil && p.wideRule[i]
 		if p.hasChanges {
 			buf, spans, dr.Seed = res.addPredecessors(buf, nb, p, i, s, sp.group, spans, now, at)
 		}
@@ -238,6 +239,7 @@ func (res *resolved) addPredecessors(buf []byte, nb int, p *Policy, i int, s Sub
 		pr := driverRule(ch.From)
 		pr.Name, pr.Seed = r.Name, seed
 		pr.Shadow = r.Shadow || ch.From.Shadow
+		pr.Wide = p.wideRule != nil && p.wideRule[i] // From has the rule's dimensions
 		res.rules = append(res.rules, pr)
 		res.before = append(res.before, ch.Version)
 		seed = len(res.rules)

@@ -54,6 +54,10 @@ type Policy struct {
 	changes    [][]change
 	hasChanges bool
 	overrides  bool // WithOverrides
+	// wide is WithWide's dimensions, sorted; wideRule, per rule, whether
+	// its dimension set is declared wide (driver.Rule.Wide).
+	wide     []string
+	wideRule []bool
 }
 
 // change is a Change checked and resolved for key building.
@@ -77,6 +81,7 @@ type policyOptions struct {
 	// first (WithChange); overrides is WithOverrides.
 	changes   map[string][]Change
 	overrides bool
+	wide      []string // WithWide
 }
 
 // WithFailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
@@ -181,6 +186,27 @@ func WithOverrides() PolicyOption {
 	}
 }
 
+// WithWide declares wide the dimension sets whose rules are keyed by any
+// of dims beyond the shard key (ShardBy): sets a person has many values
+// of (campaigns, contents, devices). A backend with storage layouts keeps
+// such a set out of the person's one root value from its first value,
+// where touching one value costs the same however many are live (the
+// Redis backend: a hash beside the root, one field per value, docs/DESIGN.md
+// "Wide subjects"); without the declaration it moves them there once
+// the root grows past a measured size. Decisions and counts are the same
+// either way, and changing the declaration carries every count. Each dim
+// must be a dimension of a rule of the policy and not a shard dimension;
+// NewPolicy refuses others (ErrInvalidPolicy).
+func WithWide(dims ...string) PolicyOption {
+	return func(o *policyOptions) error {
+		if len(dims) == 0 {
+			return fmt.Errorf("%w: WithWide needs at least one dimension", ErrInvalidPolicy)
+		}
+		o.wide = append(o.wide, dims...)
+		return nil
+	}
+}
+
 // NewPolicy checks rules and returns a policy named name (a
 // [A-Za-z0-9_.-]{1,64} name; it appears in storage keys). Errors wrap
 // ErrInvalidRule or ErrInvalidPolicy and name the rule and field.
@@ -235,6 +261,9 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return bad("rules share no dimension (every rule must name at least one common dimension, the shard key)")
 	}
 	p.groupRules()
+	if err := p.addWide(o.wide); err != nil {
+		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
+	}
 	if i, err := p.addChanges(o.changes); err != nil {
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)
 	}
@@ -265,6 +294,41 @@ func (p *Policy) addRules(rules []Rule) (int, error) {
 		}
 	}
 	return -1, nil
+}
+
+// addWide checks WithWide's dims against p's rules and marks the rules
+// they declare wide (p.wide, p.wideRule).
+func (p *Policy) addWide(dims []string) error {
+	if len(dims) == 0 {
+		return nil
+	}
+	p.wideRule = make([]bool, len(p.rules))
+	for _, d := range dims {
+		if slices.Contains(p.shardBy, d) {
+			return fmt.Errorf("%w: wide dimension %q is a shard dimension (every rule's: its values are the person, not a set of values)", ErrInvalidPolicy, d)
+		}
+		if !slices.Contains(p.dims, d) {
+			return fmt.Errorf("%w: wide dimension %q is not a dimension of any rule", ErrInvalidPolicy, d)
+		}
+		if !slices.Contains(p.wide, d) {
+			p.wide = append(p.wide, d)
+		}
+		for i := range p.rules {
+			if slices.Contains(p.others[i], d) {
+				p.wideRule[i] = true
+			}
+		}
+	}
+	slices.Sort(p.wide)
+	return nil
+}
+
+// Wide returns the dimensions WithWide declared, sorted (nil: none).
+func (p *Policy) Wide() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.wide)
 }
 
 // sharedDimensions are the dimensions every rule names (the shard key),

@@ -210,7 +210,7 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 	out := &freqcapv1.Policy{
 		Name: p.Name(), FailOpen: p.FailOpen(), Dimensions: p.Dimensions(), ShardBy: p.ShardBy(),
 		HotDenyCache: int32(p.HotDenyCache()), TrailMax: int32(tmax), TrailTtl: dur(tttl),
-		Overrides: p.ReadsOverrides(),
+		Overrides: p.ReadsOverrides(), Wide: p.Wide(),
 	}
 	for _, r := range p.Rules() {
 		rj := &freqcapv1.Rule{
@@ -260,6 +260,9 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	}
 	if in.GetOverrides() {
 		opts = append(opts, sdk.WithOverrides())
+	}
+	if w := in.GetWide(); len(w) > 0 {
+		opts = append(opts, sdk.WithWide(w...))
 	}
 	return sdk.NewPolicy(in.GetName(), rules, opts...)
 }

@@ -85,13 +85,14 @@ func TestPolicyRoundTripStoreFields(t *testing.T) {
 	p, err := sdk.NewPolicy("vip", []sdk.Rule{
 		sdk.FixedWindow("daily", 2, 24*time.Hour).By("user"),
 		sdk.FixedWindow("trial", 1, 24*time.Hour).By("user").AsShadow(),
+		sdk.FixedWindow("campaign", 3, 24*time.Hour).By("user", "campaign"),
 	}, sdk.WithOverrides())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rules := p.Rules()
 	rules[0].Epoch = 4
-	p, err = sdk.NewPolicy("vip", rules, sdk.WithOverrides())
+	p, err = sdk.NewPolicy("vip", rules, sdk.WithOverrides(), sdk.WithWide("campaign"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestPolicyRoundTripStoreFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.ReadsOverrides() || !reflect.DeepEqual(got.Rules(), p.Rules()) || !reflect.DeepEqual(got.RuleIDs(), p.RuleIDs()) {
-		t.Errorf("rebuilt as %+v (overrides %v), want %+v", got.Rules(), got.ReadsOverrides(), p.Rules())
+	if !got.ReadsOverrides() || !reflect.DeepEqual(got.Rules(), p.Rules()) || !reflect.DeepEqual(got.RuleIDs(), p.RuleIDs()) || !reflect.DeepEqual(got.Wide(), p.Wide()) {
+		t.Errorf("rebuilt as %+v (overrides %v, wide %v), want %+v (wide %v)", got.Rules(), got.ReadsOverrides(), got.Wide(), p.Rules(), p.Wide())
 	}
 }

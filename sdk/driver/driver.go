@@ -179,6 +179,12 @@ type Rule struct {
 	// Denial.Shadow set, in the same atomic step, whether the request was
 	// allowed or not.
 	Shadow bool
+	// Wide marks a rule whose dimension set the policy declares wide
+	// (sdk.WithWide): a backend with storage layouts keeps the set out of
+	// the subject's root value from its first value (the Redis backend:
+	// in the root's wide hash at once, rather than once the root passes
+	// its measured size). Decisions are the same either way.
+	Wide bool
 	// Seed, when > 0, is the 1-based index in Request.Rules of an earlier
 	// rule this rule's state starts from: the rule as it was before its
 	// identity changed (sdk.WithChange). When the rule has no live state

@@ -52,7 +52,8 @@ import (
 // timezone, an IANA zone name), shadow (true: a trial rule, evaluated and
 // recorded but never denying; see sdk.Rule.Shadow). Policy keys: name,
 // failure, trail, hot_deny_cache, overrides (true: the policy's decisions
-// read per-person overrides, sdk.WithOverrides), rules. Numbers (limit, burst, sub_windows,
+// read per-person overrides, sdk.WithOverrides), wide (a list of
+// dimensions whose sets a person has many values of, sdk.WithWide), rules. Numbers (limit, burst, sub_windows,
 // hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
 // limits and bursts beyond [driver.MaxLimit]. Unknown keys are errors. Every
 // error wraps [sdk.ErrInvalidPolicy] or [sdk.ErrInvalidRule] and gives the
@@ -82,9 +83,11 @@ type filePolicy struct {
 	// HotDeny is the size of the per-process hot-deny cache (0: none).
 	HotDeny int `yaml:"hot_deny_cache"`
 	// Overrides is sdk.WithOverrides.
-	Overrides bool       `yaml:"overrides"`
-	Rules     []fileRule `yaml:"rules"`
-	line      int
+	Overrides bool `yaml:"overrides"`
+	// Wide lists the dimensions whose sets are declared wide (sdk.WithWide).
+	Wide  []string   `yaml:"wide"`
+	Rules []fileRule `yaml:"rules"`
+	line  int
 }
 
 type fileTrail struct {
@@ -187,6 +190,9 @@ func (p Policy) SettingChanges(from Policy) []string {
 	}
 	if from.overrides != p.overrides {
 		out = append(out, fmt.Sprintf("overrides %v → %v", from.overrides, p.overrides))
+	}
+	if ow, nw := from.Wide(), p.Wide(); !slices.Equal(ow, nw) {
+		out = append(out, fmt.Sprintf("wide %v → %v", ow, nw))
 	}
 	return out
 }
@@ -295,6 +301,9 @@ func (fp filePolicy) build() (*sdk.Policy, []sdk.PolicyOption, int, error) {
 	}
 	if fp.Overrides {
 		opts = append(opts, sdk.WithOverrides())
+	}
+	if len(fp.Wide) > 0 {
+		opts = append(opts, sdk.WithWide(fp.Wide...))
 	}
 	rules := make([]sdk.Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {

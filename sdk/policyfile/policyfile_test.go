@@ -242,3 +242,42 @@ func TestParseRebuild(t *testing.T) {
 		t.Errorf("Parse(bad) = %v, want the line named", err)
 	}
 }
+
+// TestLoadWide: a policy's wide key declares its dimension sets wide
+// (sdk.WithWide); a dimension that is the shard key or no rule's is
+// refused with the line; a change of it is a setting change.
+func TestLoadWide(t *testing.T) {
+	const file = `
+policies:
+  - name: ad
+    wide: [campaign]
+    rules:
+      - {name: user-day, algorithm: fixed_window, limit: 1000, window: 24h, by: [user]}
+      - {name: campaign-day, algorithm: sliding_window, limit: 3, window: 24h, by: [user, campaign]}
+`
+	ps, err := policyfile.Parse([]byte(file), "ad.yaml")
+	if err != nil {
+		t.Fatalf("Parse = %v", err)
+	}
+	if got := ps[0].Wide(); !slices.Equal(got, []string{"campaign"}) {
+		t.Errorf("Wide() = %v, want [campaign]", got)
+	}
+	narrow, err := policyfile.Parse([]byte(strings.Replace(file, "    wide: [campaign]\n", "", 1)), "ad.yaml")
+	if err != nil {
+		t.Fatalf("Parse without wide = %v", err)
+	}
+	if got := ps[0].SettingChanges(narrow[0]); !slices.Equal(got, []string{"wide [] → [campaign]"}) {
+		t.Errorf("SettingChanges = %q, want the wide change", got)
+	}
+	for _, tc := range []struct{ name, wide, want string }{
+		{"shard dimension", "[user]", `line 3: policy "ad": invalid policy: wide dimension "user" is a shard dimension`},
+		{"no rule's", "[device]", `wide dimension "device" is not a dimension of any rule`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policyfile.Load(strings.NewReader(strings.Replace(file, "[campaign]\n    rules", tc.wide+"\n    rules", 1)))
+			if !errors.Is(err, sdk.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load = %v, want ErrInvalidPolicy with %q", err, tc.want)
+			}
+		})
+	}
+}

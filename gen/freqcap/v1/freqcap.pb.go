@@ -2310,7 +2310,10 @@ type Policy struct {
 	TrailMax     int32                `protobuf:"varint,7,opt,name=trail_max,json=trailMax,proto3" json:"trail_max,omitempty"`
 	TrailTtl     *durationpb.Duration `protobuf:"bytes,8,opt,name=trail_ttl,json=trailTtl,proto3" json:"trail_ttl,omitempty"`
 	// overrides: decisions read the subject's per-person overrides.
-	Overrides     bool `protobuf:"varint,9,opt,name=overrides,proto3" json:"overrides,omitempty"`
+	Overrides bool `protobuf:"varint,9,opt,name=overrides,proto3" json:"overrides,omitempty"`
+	// wide: the dimensions whose sets are declared wide (sdk.WithWide):
+	// a storage choice; decisions are the same either way.
+	Wide          []string `protobuf:"bytes,10,rep,name=wide,proto3" json:"wide,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2406,6 +2409,13 @@ func (x *Policy) GetOverrides() bool {
 		return x.Overrides
 	}
 	return false
+}
+
+func (x *Policy) GetWide() []string {
+	if x != nil {
+		return x.Wide
+	}
+	return nil
 }
 
 // Rule is one rule as configured (sdk.Rule).
@@ -3872,7 +3882,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.freqcap.v1.PolicyR\bpolicies\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x129\n" +
 	"\n" +
-	"version_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tversionAt\"\xb5\x02\n" +
+	"version_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tversionAt\"\xc9\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tfail_open\x18\x02 \x01(\bR\bfailOpen\x12\x1e\n" +
@@ -3884,7 +3894,9 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x0ehot_deny_cache\x18\x06 \x01(\x05R\fhotDenyCache\x12\x1b\n" +
 	"\ttrail_max\x18\a \x01(\x05R\btrailMax\x126\n" +
 	"\ttrail_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\x12\x1c\n" +
-	"\toverrides\x18\t \x01(\bR\toverrides\"\xbf\x03\n" +
+	"\toverrides\x18\t \x01(\bR\toverrides\x12\x12\n" +
+	"\x04wide\x18\n" +
+	" \x03(\tR\x04wide\"\xbf\x03\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x14\n" +
