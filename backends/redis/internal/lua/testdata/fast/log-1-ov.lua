@@ -20,8 +20,9 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). A set nested in a root (prelude.lua:
 -- a section of the root's value) is read out of the root's, read first:
--- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
--- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- its id, IT<g> and IX<g> (its tag and last 4 bytes), Q<g> and QN<g>,
+-- where its entries lie in the root's value (or in its wide field's:
+-- below); K<g> and KT<g>, the
 -- root's other sections kept, their latest expiry. Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
@@ -76,7 +77,7 @@
 -- per root, in the order of the roots' keys: WK<g>, before the
 -- overrides). The script reads such a root's value (its own entries and
 -- the marker), then with wide.get the one field of each of its nested
--- sets (WD, the wide helpers, built once per run): R<g> is the string a
+-- sets (WD, the wide helpers, built once per run): V<g>, the string a
 -- nested set's entries lie in (the field's value, else the root's). A
 -- wide root, or a root whose value the decision could push past WIDEAT
 -- bytes (its length above WideBelow, fast.go), WB<g>, is written by

@@ -20,8 +20,9 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). A set nested in a root (prelude.lua:
 -- a section of the root's value) is read out of the root's, read first:
--- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
--- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- its id, IT<g> and IX<g> (its tag and last 4 bytes), Q<g> and QN<g>,
+-- where its entries lie in the root's value (or in its wide field's:
+-- below); K<g> and KT<g>, the
 -- root's other sections kept, their latest expiry. Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
@@ -76,7 +77,7 @@
 -- per root, in the order of the roots' keys: WK<g>, before the
 -- overrides). The script reads such a root's value (its own entries and
 -- the marker), then with wide.get the one field of each of its nested
--- sets (WD, the wide helpers, built once per run): R<g> is the string a
+-- sets (WD, the wide helpers, built once per run): V<g>, the string a
 -- nested set's entries lie in (the field's value, else the root's). A
 -- wide root, or a root whose value the decision could push past WIDEAT
 -- bytes (its length above WideBelow, fast.go), WB<g>, is written by
@@ -122,19 +123,17 @@ for a = 1, attempts do
     local P1, N1, T1, P2, N2, T2
     local V1, O1, V2, O2, V3, O3
     local ID = short and ARGV[3] or ARGV[ab + 8 + 1] -- the nested sets' ids
-    local Q1, QN1, R1, S1, ST1 -- its entries' start and length in R (its wide field's value, nil: the root's value); its section when built alone, its expiry
-    local I1 = string.sub(ID, 1, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
-    local IT1, IX1 = string.sub(I1, 1, 4), string.sub(I1, 5, 8)
-    local Q2, QN2, R2, S2, ST2 -- its entries' start and length in R (its wide field's value, nil: the root's value); its section when built alone, its expiry
-    local I2 = string.sub(ID, 9, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
-    local IT2, IX2 = string.sub(I2, 1, 4), string.sub(I2, 5, 8)
+    local Q1, QN1, S1, ST1 -- its entries' start and length (in its wide field's value, or the root's); its section when built alone, its expiry
+    local IT1, IX1 = string.sub(ID, 1, 1 + 3), string.sub(ID, 1 + 4, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
+    local Q2, QN2, S2, ST2 -- its entries' start and length (in its wide field's value, or the root's); its section when built alone, its expiry
+    local IT2, IX2 = string.sub(ID, 9, 9 + 3), string.sub(ID, 9 + 4, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
     local K3, KT3 -- the other sets' sections kept (start, end pairs, adjacent ones merged), their latest expiry
     local WB3 -- its write is wide.root's: it is wide, or the decision could make it pass WIDEAT
     V3 = redis.pcall('GET', KEYS[kb + 3])
     O3 = false
     K3, KT3, WB3 = nil, 0, false
-    Q1, QN1, R1 = nil, nil, nil
-    Q2, QN2, R2 = nil, nil, nil
+    Q1, QN1, V1 = nil, nil, nil
+    Q2, QN2, V2 = nil, nil, nil
     if V3 and not fail then
       local n = type(V3) == 'string' and #V3 or 0
       local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
@@ -176,21 +175,21 @@ for a = 1, attempts do
         -- A wide root: each nested set's section is its hash's field (one HGET).
         WB3 = true
         WD = WD or L().wide(nowms)
-        R1, Q1, QN1 = WD.get(KEYS[kb + 4], I1), nil, nil
-        if R1 == '' then
+        V1, Q1, QN1 = WD.get(KEYS[kb + 4], IT1 .. IX1), nil, nil
+        if V1 == '' then
           fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
-        elseif R1 then
-          Q1, QN1 = 2, #R1 - 1
+        elseif V1 then
+          Q1, QN1 = 2, #V1 - 1
         end
-        R2, Q2, QN2 = WD.get(KEYS[kb + 4], I2), nil, nil
-        if R2 == '' then
+        V2, Q2, QN2 = WD.get(KEYS[kb + 4], IT2 .. IX2), nil, nil
+        if V2 == '' then
           fail = redis.error_reply('freqcap: rule ' .. 'channel-1h' .. FOREIGN)
-        elseif R2 then
-          Q2, QN2 = 2, #R2 - 1
+        elseif V2 then
+          Q2, QN2 = 2, #V2 - 1
         end
       end
     end
-    V1 = Q1 and (R1 or V3) -- its entries lie in its wide field's value or the root's (Q, QN)
+    V1 = Q1 and (V1 or V3) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
     O1 = false
     if V1 and not fail then
       local n, q = Q1 + QN1 - 1, Q1
@@ -209,7 +208,7 @@ for a = 1, attempts do
         fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
       end
     end
-    V2 = Q2 and (R2 or V3) -- its entries lie in its wide field's value or the root's (Q, QN)
+    V2 = Q2 and (V2 or V3) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
     O2 = false
     if V2 and not fail then
       local n, q = Q2 + QN2 - 1, Q2
@@ -248,8 +247,8 @@ for a = 1, attempts do
       V3 = redis.pcall('GET', KEYS[kb + 3])
       O3 = false
       K3, KT3, WB3 = nil, 0, false
-      Q1, QN1, R1 = nil, nil, nil
-      Q2, QN2, R2 = nil, nil, nil
+      Q1, QN1, V1 = nil, nil, nil
+      Q2, QN2, V2 = nil, nil, nil
       if V3 and not fail then
         local n = type(V3) == 'string' and #V3 or 0
         local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
@@ -291,21 +290,21 @@ for a = 1, attempts do
           -- A wide root: each nested set's section is its hash's field (one HGET).
           WB3 = true
           WD = WD or L().wide(nowms)
-          R1, Q1, QN1 = WD.get(KEYS[kb + 4], I1), nil, nil
-          if R1 == '' then
+          V1, Q1, QN1 = WD.get(KEYS[kb + 4], IT1 .. IX1), nil, nil
+          if V1 == '' then
             fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
-          elseif R1 then
-            Q1, QN1 = 2, #R1 - 1
+          elseif V1 then
+            Q1, QN1 = 2, #V1 - 1
           end
-          R2, Q2, QN2 = WD.get(KEYS[kb + 4], I2), nil, nil
-          if R2 == '' then
+          V2, Q2, QN2 = WD.get(KEYS[kb + 4], IT2 .. IX2), nil, nil
+          if V2 == '' then
             fail = redis.error_reply('freqcap: rule ' .. 'channel-1h' .. FOREIGN)
-          elseif R2 then
-            Q2, QN2 = 2, #R2 - 1
+          elseif V2 then
+            Q2, QN2 = 2, #V2 - 1
           end
         end
       end
-      V1 = Q1 and (R1 or V3) -- its entries lie in its wide field's value or the root's (Q, QN)
+      V1 = Q1 and (V1 or V3) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
       O1 = false
       if V1 and not fail then
         local n, q = Q1 + QN1 - 1, Q1
@@ -324,7 +323,7 @@ for a = 1, attempts do
           fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
         end
       end
-      V2 = Q2 and (R2 or V3) -- its entries lie in its wide field's value or the root's (Q, QN)
+      V2 = Q2 and (V2 or V3) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
       O2 = false
       if V2 and not fail then
         local n, q = Q2 + QN2 - 1, Q2
@@ -554,8 +553,8 @@ for a = 1, attempts do
           local rk = KEYS[kb + 3]
           WD = WD or L().wide(nowms)
           WD.root(rk, KEYS[kb + 4], V3, L().unpackv(V3), {}, top,
-            {[I1] = S1, [I2] = S2}, false,
-            {[I1] = string.sub(KEYS[kb + 1], #rk + 1), [I2] = string.sub(KEYS[kb + 2], #rk + 1)})
+            {[IT1 .. IX1] = S1, [IT2 .. IX2] = S2}, false,
+            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT2 .. IX2] = string.sub(KEYS[kb + 2], #rk + 1)})
         else
           if ST1 > top then top = ST1 end
           if ST2 > top then top = ST2 end
@@ -581,7 +580,7 @@ for a = 1, attempts do
             if not O3 then
               redis.call('SET', KEYS[kb + 3], FMT .. S1 .. S2 .. rest, 'PXAT', top)
             else
-              local v, vtop = L().packv(V3, L().unpackv(V3), {}, top, nowms, {[I1] = S1, [I2] = S2})
+              local v, vtop = L().packv(V3, L().unpackv(V3), {}, top, nowms, {[IT1 .. IX1] = S1, [IT2 .. IX2] = S2})
               redis.call('SET', KEYS[kb + 3], v, 'PXAT', sf('%d', vtop))
             end
           end
