@@ -43,7 +43,8 @@ type fastKey struct {
 }
 
 // fastScript is one built fast script and what decoding its replies
-// needs.
+// needs; with no script, the rules have none (lua.Fast refused them:
+// take.lua decides them).
 type fastScript struct {
 	script  *goredis.Script
 	src     string
@@ -122,9 +123,12 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	if s == nil {
 		var err error
 		if s, err = buildFast(&k); err != nil {
-			return fastAttempt{}, false
+			s = &fastScript{} // none for these rules (too many locals: lua.MaxLocals): take.lua's
 		}
 		b.fast.put(&k, s)
+	}
+	if s.script == nil {
+		return fastAttempt{}, false
 	}
 	a := fastAttempt{s: s, cost: req.Cost, trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL),
 		policy: req.Policy, values: req.TrailValues}

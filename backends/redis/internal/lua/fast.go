@@ -66,7 +66,10 @@ type FastOptions struct {
 // (fast.lua.tmpl's header). rules must hold 1 to FastMax rules whose Code
 // FastCode accepts, with distinct 4-byte tags (not the hold marker's),
 // Keys numbered from 1 in order of first use and Roots as FastRule says;
-// otherwise Fast returns an error. A script with nested sets takes their
+// otherwise Fast returns an error, and so it does when the script would
+// need more local variables at once than Lua allows (MaxLocals: rules
+// with many locals, such as sliding windows and logs, spread over many
+// nested sets). A script with nested sets takes their
 // ids as one more ARGV value, and each root's wide hash (prelude.lua's
 // wide) as a key after the dimension sets (fast.lua.tmpl's header). Fast
 // executes the template on each call: a caller on a decision's path
@@ -83,6 +86,18 @@ func FastOverrides(rules []FastRule) (string, error) {
 // then builds the helpers of prelude.lua and holds.lua the script calls
 // (lazy) and writes in the tokens (subst).
 func FastWith(rules []FastRule, o FastOptions) (string, error) {
+	src, err := fastSource(rules, o)
+	if err != nil {
+		return "", err
+	}
+	if n := mainLocals(src); n > MaxLocals {
+		return "", errLocals(n)
+	}
+	return src, nil
+}
+
+// fastSource is FastWith without the check of the script's locals.
+func fastSource(rules []FastRule, o FastOptions) (string, error) {
 	d, err := fastFill(rules, o)
 	if err != nil {
 		return "", err
