@@ -165,36 +165,6 @@ func (b *Backend) scripts(ctx context.Context, reqs []request, rep *capability.R
 		}
 		todo = again
 	}
-	b.wideRetries(ctx, reqs, rep, out)
-}
-
-// wideRetries decides with take.lua, one EVALSHA each, in order, the
-// requests of reqs that a fast script handed back (errWideRetry in out):
-// on a wide root, they run after the batch's later units (whose subjects
-// may be the same: a batch mixing fast and take.lua requests on one wide
-// subject is decided in another order than its own).
-func (b *Backend) wideRetries(ctx context.Context, reqs []request, rep *capability.Report, out []driver.BatchResult) {
-	for i := range out {
-		if out[i].Err != errWideRetry { //nolint:errorlint // our own sentinel, never wrapped
-			continue
-		}
-		out[i].Err = nil
-		o, req := reqs[i].op, reqs[i].Request
-		b.wide.add(&req)
-		c, err := b.encode(o, req, time.Now(), rep)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		v, a, err := b.runFor(ctx, o, rep, takeScript, lua.Take, c.keys, c.args)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		res, err := b.finish(o, req, c.attempts[0], v)
-		a.apply(&res, b.opts.Durability.Replicas)
-		out[i].Result, out[i].Err = res, err
-	}
 }
 
 // unit is one EVALSHA of a batch: up to batchAttempts requests on one
@@ -360,10 +330,6 @@ func (b *Backend) unitResults(u unit, v any, reqs []request, out []driver.BatchR
 	for a, i := range u.idx {
 		if err != nil {
 			out[i].Err = err
-			continue
-		}
-		if wideRetry(replies[a]) {
-			out[i].Err = errWideRetry // Backend.scripts runs it with take.lua
 			continue
 		}
 		res, err := b.finish(reqs[i].op, reqs[i].Request, u.attempts[a], replies[a])

@@ -132,7 +132,10 @@ func TestDifferential(t *testing.T) { runDifferential(t, diffTargets()) }
 // contents x and y. Targets: plain Lua with fast scripts, take.lua
 // alone, coalesced; native hash-field expiry (FREQCAP_TEST_HFE, a Redis
 // >= 7.4: the wide hash's fields expire by HPEXPIREAT) and TairHash
-// (FREQCAP_TEST_TAIRHASH: a plain hash swept), plain Lua on both.
+// (FREQCAP_TEST_TAIRHASH: a plain hash swept), plain Lua on both. Fast
+// scripts decide wide roots themselves (lua/fast.lua.tmpl): a target
+// with them fails unless some of its requests were a fast script's on a
+// wide root (diffStats.fastWide).
 func TestDifferentialWide(t *testing.T) {
 	plain := capability.Config{ForcePlainLua: true}
 	runDifferential(t, []diffTarget{
@@ -205,6 +208,10 @@ func runDifferential(t *testing.T, targets []diffTarget) {
 				if st.wide.Load() == 0 || st.narrowed.Load() == 0 {
 					t.Errorf("%s: no root crossed lua.WideAt both ways (wide %d, narrow again %d)", tg.name, st.wide.Load(), st.narrowed.Load())
 				}
+				t.Logf("%s: %d requests decided by a fast script on a wide root", tg.name, st.fastWide.Load())
+				if want := !tg.noFast; want != (st.fastWide.Load() > 0) {
+					t.Errorf("%s: %d requests decided by a fast script on a wide root, want some: %v", tg.name, st.fastWide.Load(), want)
+				}
 			}
 		})
 	}
@@ -214,6 +221,10 @@ type diffStats struct {
 	ops, rules, batches, settles, cuts atomic.Int64
 	sprays, resets, wide, narrowed     atomic.Int64
 	hfe                                atomic.Int64 // steps after which the root was wide with lua.WideModeHFE
+	// fastWide counts the requests a fast script decided while the
+	// subject's root was wide (last seen so): the fast scripts' own wide
+	// reads and writes (lua/fast.lua.tmpl), which must be compared.
+	fastWide atomic.Int64
 }
 
 // diffSeq is one sequence: its rules, the memory reference and the steps
@@ -338,6 +349,9 @@ func (q *diffSeq) spray() {
 	}
 	q.logf("spray of %d contents", n)
 	q.st.sprays.Add(1)
+	for k := range reqs {
+		q.seeFast(reqs[k])
+	}
 	out := q.b.batch(context.Background(), reqs)
 	for k, br := range out {
 		if br.Err != nil {
@@ -659,12 +673,28 @@ func (q *diffSeq) decide(o op, req driver.Request) driver.Result {
 	if req.IdempotencyKey != "" {
 		what += " idem " + req.IdempotencyKey[strings.LastIndexByte(req.IdempotencyKey, ':')+1:]
 	}
+	q.seeFast(request{op: o, Request: req})
 	got, err := q.b.decide(ctx, o, req)
 	if err != nil {
 		q.fail("%s: Redis error: %v", what, err)
 	}
 	q.compare(what, o, req, got)
 	return got
+}
+
+// seeFast counts r in diffStats.fastWide if a fast script decides it and
+// the subject's root was last seen wide.
+func (q *diffSeq) seeFast(r request) {
+	if !q.wasWide {
+		return
+	}
+	rep, err := q.b.report(context.Background())
+	if err != nil {
+		q.fail("report: %v", err)
+	}
+	if _, ok := q.b.fastAttempt(r.op, r.Request, rep); ok {
+		q.st.fastWide.Add(1)
+	}
 }
 
 // compare asks memory for req at got's instant and compares.
@@ -751,6 +781,9 @@ func (q *diffSeq) batch() {
 	}
 	q.logf("batch [%s]", strings.Join(ops, ", "))
 	q.st.batches.Add(1)
+	for k := range reqs {
+		q.seeFast(reqs[k])
+	}
 	out := q.b.batch(context.Background(), reqs)
 	for k, br := range out {
 		if br.Err != nil {

@@ -88,12 +88,7 @@ func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *
 	if fast {
 		v, a, err = b.runFor(ctx, o, rep, f.s.script, f.s.src, f.keys, f.args())
 		choices = f.s.choices
-		fast = err != nil || !wideRetry(v) // a wide root: take.lua's (nothing was written)
-		if !fast {
-			b.wide.add(&req)
-		}
-	}
-	if !fast {
+	} else {
 		var c call
 		if c, err = b.encode(o, req, time.Now(), rep); err != nil {
 			return driver.Result{}, err
@@ -108,18 +103,6 @@ func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *
 	a.apply(&res, b.opts.Durability.Replicas)
 	return res, err
 }
-
-// wideRetry reports whether v is a fast script's lua.WideRetry: the
-// attempt met a wide root, or could have made one (lua/fast.lua.tmpl),
-// wrote nothing, and is take.lua's to decide.
-func wideRetry(v any) bool {
-	s, ok := v.(string)
-	return ok && s == lua.WideRetry
-}
-
-// errWideRetry marks, in a batch's outcomes, the attempts a fast script
-// handed back (wideRetry), which Backend.scripts then runs with take.lua.
-var errWideRetry = errors.New("redis: a wide root: take.lua's")
 
 // batch sends reqs through the coalescer, when on, if they fit in one
 // script (a batch of up to batchAttempts, such as one call of a few

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -23,7 +22,8 @@ import (
 // one that also reads overrides: lua.FastOverrides), loaded
 // once per server like take.lua, single, batched (Backend.scripts) or
 // coalesced. It decides, writes and errs exactly as take.lua would
-// (lapsed reservations included), so a decision stays one EVALSHA.
+// (lapsed reservations and wide roots included: a nested set's root's
+// wide hash is one of its keys), so a decision stays one EVALSHA.
 
 // fastKey identifies a fast script: its rules' specifications (the spec
 // cache's pointers: one per distinct static specification while cached),
@@ -37,10 +37,14 @@ type fastKey struct {
 	roots [lua.FastMax]uint8
 	// ov: the script reads the subject's overrides (lua.FastOverrides).
 	ov bool
+	// hfe: some set nests and the server has native hash-field expiry,
+	// which a root the script makes wide uses (lua.FastOptions.HFE).
+	hfe bool
 }
 
 // fastScript is one built fast script and what decoding its replies
-// needs.
+// needs; with no script, the rules have none (lua.Fast refused them:
+// take.lua decides them).
 type fastScript struct {
 	script  *goredis.Script
 	src     string
@@ -78,8 +82,9 @@ func (c *fastCache) put(k *fastKey, s *fastScript) {
 }
 
 // fastAttempt is one request's part of a fast script's call: its keys
-// (dimension sets, then its trail if tk > 0, then its reservations if
-// hk > 0) and what its ARGV is made of, boxed only as args (a lone
+// (dimension sets, each root's wide hash, its overrides, then its trail
+// if tk > 0, then its reservations if hk > 0) and what its ARGV is made
+// of, boxed only as args (a lone
 // attempt, the short form) or full (in a batch or coalesced group)
 // sends it.
 type fastAttempt struct {
@@ -111,21 +116,24 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		}
 	}
 	k, groups, g, ok := b.fastKeyOf(&req, rep)
-	if !ok || (b.wide.n.Load() > 0 && b.wide.any(&k, groups[:g])) {
+	if !ok {
 		return fastAttempt{}, false
 	}
 	s := b.fast.get(&k)
 	if s == nil {
 		var err error
 		if s, err = buildFast(&k); err != nil {
-			return fastAttempt{}, false
+			s = &fastScript{} // none for these rules (too many locals: lua.MaxLocals): take.lua's
 		}
 		b.fast.put(&k, s)
+	}
+	if s.script == nil {
+		return fastAttempt{}, false
 	}
 	a := fastAttempt{s: s, cost: req.Cost, trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL),
 		policy: req.Policy, values: req.TrailValues}
 	a.op, _ = opCode(o)
-	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], k.ov)
+	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], &k)
 	a.ids = nestedIDs(&k, groups[:g])
 	return a, true
 }
@@ -175,60 +183,9 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 			g++
 		}
 		k.roots[i] = uint8(j + 1)
+		k.hfe = wideHFE(rep)
 	}
 	return k, groups, g, true
-}
-
-// wideSeen remembers, for wideFor, the roots a fast script found wide
-// or about to be (lua.WideRetry): a decision on one of them goes to
-// take.lua at once instead of a fast script that would hand it back
-// (one EVALSHA instead of two). A root that is narrow again is decided
-// by take.lua until it is forgotten, correctly. At most wideSeenMax
-// roots (it empties when full, as fastCache does). Safe for concurrent
-// use.
-type wideSeen struct {
-	n  atomic.Int64 // entries: 0 spares the lookup (no root seen wide)
-	mu sync.RWMutex
-	m  map[string]time.Time // root key -> when to forget it
-}
-
-const (
-	wideSeenMax = 1 << 16
-	wideFor     = time.Minute
-)
-
-// add remembers the roots of req's nested sets.
-func (w *wideSeen) add(req *driver.Request) {
-	until := time.Now().Add(wideFor)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil || len(w.m) >= wideSeenMax {
-		w.m = make(map[string]time.Time)
-	}
-	for i := range req.Rules {
-		g := group(&req.Rules[i])
-		if root := rootOf(g); root != "" && nests(g, root) {
-			w.m[root] = until
-		}
-	}
-	w.n.Store(int64(len(w.m)))
-}
-
-// any reports whether a root of k's sets (sets: their keys) is
-// remembered and not yet forgotten.
-func (w *wideSeen) any(k *fastKey, sets []string) bool {
-	now := time.Now()
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	for i := range sets {
-		if k.roots[i] == 0 {
-			continue
-		}
-		if until, ok := w.m[sets[k.roots[i]-1]]; ok && now.Before(until) {
-			return true
-		}
-	}
-	return false
 }
 
 // nestedIDs returns the ids of the sets of k that nest (k.roots), in
@@ -243,13 +200,23 @@ func nestedIDs(k *fastKey, sets []string) string {
 	return ids
 }
 
-// fastKeys returns a fast attempt's keys: its dimension sets, then its
-// overrides (ov), its trail (a take's, with a trail) and its
-// reservations, with the trail's and the reservations' indexes (0: none).
-func fastKeys(o op, req *driver.Request, sets []string, ov bool) (keys []string, tk, hk int) {
-	nk := len(sets)
-	if ov {
-		nk++ // the overrides, after the dimension sets
+// fastKeys returns a fast attempt's keys: its dimension sets (those of
+// k), then the wide hash of each root a set of k nests in (wideKey, in
+// the order of the roots' keys: lua.Fast's), its overrides (k.ov), its
+// trail (a take's, with a trail) and its reservations, with the trail's
+// and the reservations' indexes (0: none).
+func fastKeys(o op, req *driver.Request, sets []string, k *fastKey) (keys []string, tk, hk int) {
+	var roots [lua.FastMax]bool // by set index: a set of k nests in it
+	nr := 0
+	for i := range sets {
+		if r := k.roots[i]; r != 0 && !roots[r-1] {
+			roots[r-1] = true
+			nr++
+		}
+	}
+	nk := len(sets) + nr
+	if k.ov {
+		nk++ // the overrides, after the dimension sets and wide hashes
 	}
 	if o == opTake && req.TrailKey != "" && req.TrailMax > 0 {
 		nk++
@@ -261,8 +228,15 @@ func fastKeys(o op, req *driver.Request, sets []string, ov bool) (keys []string,
 	}
 	keys = make([]string, nk)
 	copy(keys, sets)
-	if ov {
-		keys[len(sets)] = req.OverrideKey
+	at := len(sets)
+	for i := range sets {
+		if roots[i] {
+			keys[at] = wideKey(sets[i])
+			at++
+		}
+	}
+	if k.ov {
+		keys[at] = req.OverrideKey
 	}
 	if tk > 0 {
 		keys[tk-1] = req.TrailKey
@@ -324,11 +298,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 	}
-	build := lua.Fast
-	if k.ov {
-		build = lua.FastOverrides
-	}
-	src, err := build(rules)
+	src, err := lua.FastWith(rules, lua.FastOptions{Overrides: k.ov, HFE: k.hfe})
 	if err != nil {
 		return nil, err
 	}

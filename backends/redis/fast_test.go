@@ -425,32 +425,80 @@ func TestFastLapseAndForeign(t *testing.T) {
 }
 
 // TestFastScriptsLoad: the largest fast scripts (lua.FastMax rules, in one
-// dimension set or each in its own; reading overrides or not) compile on
-// the server: Lua's limit of 200 locals per function holds.
+// dimension set, each in its own, or nested: one on a root and each
+// other in a set of its own nested in it, or in a root of no rule, the
+// sets at most lua.FastMax with the root as fastKeyOf builds them;
+// reading overrides or not) compile on the server: Lua's limit of 200
+// locals per function holds. lua.FastWith refuses the nested shapes of
+// rules with many locals (sliding windows, logs) that would pass it
+// (internal/lua's TestMainLocals), and the backend decides those with
+// take.lua (TestFastTooManyLocals).
 func TestFastScriptsLoad(t *testing.T) {
 	_, c := standalone(t)
 	for _, code := range []string{"f", "s", "g", "l"} {
-		for _, spread := range []bool{false, true} {
+		for _, spread := range []string{"one set", "a set each", "nested in a root", "nested in a root of no rule"} {
 			rules := make([]lua.FastRule, lua.FastMax)
 			for i := range rules {
 				rules[i] = lua.FastRule{Code: code, Name: fmt.Sprintf("r%d", i), Limit: 10, P1: 1000000, P2: 100000, Tag: fmt.Sprintf("t%03d", i), Key: 1}
-				if spread {
+				switch spread {
+				case "a set each":
 					rules[i].Key = i + 1
+				case "nested in a root": // the root's rule first, 5 nested sets
+					rules[i].Key = i + 1
+					if i > 0 {
+						rules[i].Root = 1
+					}
+				case "nested in a root of no rule": // 5 nested sets, the root the 6th key
+					rules[i].Key, rules[i].Root = min(i+1, lua.FastMax-1), lua.FastMax
 				}
 			}
-			for _, build := range []func([]lua.FastRule) (string, error){lua.Fast, lua.FastOverrides} {
-				src, err := build(rules)
+			for _, o := range []lua.FastOptions{{}, {Overrides: true}, {Overrides: true, HFE: true}} {
+				src, err := lua.FastWith(rules, o)
+				if err != nil && strings.HasPrefix(spread, "nested") && (code == "s" || code == "l") {
+					continue // too many locals: take.lua's
+				}
 				if err != nil {
-					t.Fatalf("Fast(%d %q rules): %v", len(rules), code, err)
+					t.Fatalf("Fast(%d %q rules, %s): %v", len(rules), code, spread, err)
 				}
 				if err := c.ScriptLoad(context.Background(), src).Err(); err != nil {
-					t.Errorf("SCRIPT LOAD of %d %q rules (each in its own key: %v; overrides: %v): %v", len(rules), code, spread, strings.Contains(src, "OVS"), err)
+					t.Errorf("SCRIPT LOAD of %d %q rules (%s; %+v): %v", len(rules), code, spread, o, err)
 				}
 			}
 		}
 	}
 	if _, err := lua.Fast(make([]lua.FastRule, lua.FastMax+1)); err == nil {
 		t.Errorf("Fast(%d rules) = nil error, want one", lua.FastMax+1)
+	}
+}
+
+// TestFastTooManyLocals: rules whose fast script would need more locals
+// than Lua allows (lua.MaxLocals: six sliding windows, one on the root and
+// five in sets nested in it) are decided by take.lua, single and in a
+// batch, and correctly (a version before the check sent the script,
+// which the server refused to compile: every such decision failed).
+func TestFastTooManyLocals(t *testing.T) {
+	b, _ := plainStandalone(t)
+	s := newSubject(t, "locals")
+	rules := []driver.Rule{s.sliding("a", 3, time.Hour, 10)}
+	rules[0].Group = s.base + "="
+	for i, d := range []string{"c", "d", "e", "f", "g"} {
+		r := s.sliding(string(rune('b'+i)), 2, time.Hour, 10)
+		r.Key, r.Group = s.key(r.Name, d), s.base+"="+d+":x"
+		rules = append(rules, r)
+	}
+	req := s.request(opTake, 1, rules...)
+	if decidingScript(t, b, req) != takeScript.Hash() {
+		t.Fatal("a fast script decides six nested sliding windows: want take.lua (too many locals)")
+	}
+	for i, want := range []bool{true, true, false} {
+		if res := take(t, b, req); res.Allowed != want {
+			t.Fatalf("take %d: allowed %v, want %v", i, res.Allowed, want)
+		}
+	}
+	for i, o := range b.batch(context.Background(), []request{req, req}) {
+		if o.Err != nil || o.Result.Allowed {
+			t.Fatalf("batch[%d] = %+v, %v; want a denial", i, o.Result, o.Err)
+		}
 	}
 }
 

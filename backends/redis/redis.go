@@ -29,9 +29,9 @@
 // section, one SETRANGE). A root whose value would pass 2 048 bytes (the
 // internal lua.WideAt) while holding sections goes wide: its sections move to a hash
 // beside it, one field per set, so a decision reads and writes one field
-// whatever the subject's other values (docs/DESIGN.md, "Wide subjects";
-// fields expire by HPEXPIREAT where the server has it, else a bounded
-// sweep removes them). Larger sliding logs are kept in one sorted set
+// whatever the subject's other values, in its fast script or take.lua
+// alike, one EVALSHA (docs/DESIGN.md, "Wide subjects"; fields expire by
+// HPEXPIREAT where the server has it, else a bounded sweep removes them). Larger sliding logs are kept in one sorted set
 // per dimension set, whatever its log rules (logKey). The denial trail is
 // a list, the open reservations a hash; both are written by the same
 // scripts. Options.Upgrade reads through the one-key-per-rule layout of
@@ -260,9 +260,6 @@ type Backend struct {
 	// noFast turns them off (tests comparing them with take.lua).
 	fast   fastCache
 	noFast bool
-	// wide remembers the roots a fast script found wide (lua.WideRetry),
-	// whose decisions then go to take.lua directly (fast.go).
-	wide wideSeen
 	// noScripts counts the NOSCRIPT replies the backend met; takeThere
 	// (and each fast script's there) is noScripts+1 when take.lua was
 	// found or loaded on the server since the last one (loadScripts).

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
+	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -285,4 +287,262 @@ func TestWideOverrides(t *testing.T) {
 			checkRule(t, "k2 untouched", res.Rules[1], true, 1, 3)
 		})
 	}
+}
+
+// TestWideFastOneRoundTrip: a wide root's decisions are its fast
+// script's, one EVALSHA each and none of take.lua (nothing handed back):
+// takes of a content it holds and of new ones, peeks, denials, and a
+// batch, whose attempts share one EVALSHA (coalesced: one script of many
+// attempts). Their sections are the wide hash's fields.
+func TestWideFastOneRoundTrip(t *testing.T) {
+	b, c := plainStandalone(t)
+	var log scriptLog
+	c.AddHook(&log)
+	ctx := context.Background()
+	s := newSubject(t, "oneround")
+	req := func(o op, cn string) request {
+		return request{op: o, Request: driver.Request{Policy: "p", Cost: 1, Rules: []driver.Rule{
+			{Name: "a", Key: s.key("a"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: 24 * time.Hour},
+			{Name: "b", Key: s.key("b", cn), Group: s.base + "=c:" + cn, Algorithm: driver.FixedWindow, Limit: 3, Window: 24 * time.Hour},
+		}}}
+	}
+	fast := decidingScript(t, b, req(opTake, "v0"))
+	if fast == takeScript.Hash() {
+		t.Fatal("the policy has no fast script")
+	}
+	for i := range 80 {
+		take(t, b, req(opTake, "v"+strconv.Itoa(i)))
+	}
+	if v := c.Get(ctx, s.base+"=").Val(); len(v) == 0 || v[0] != lua.WideFormat {
+		t.Fatalf("the root is not wide after 80 contents (%d bytes)", len(v))
+	}
+	hkey := wideKey(s.base + "=")
+	if n := c.HLen(ctx, hkey).Val(); n != 80 {
+		t.Fatalf("HLEN %s = %d, want 80 (a field per content)", hkey, n)
+	}
+	log.take()
+	for _, st := range []struct {
+		name    string
+		o       op
+		content string
+		allowed bool
+		used    int64 // the content's rule's
+	}{
+		{"take of a content the hash holds", opTake, "v1", true, 2},
+		{"take of a new content", opTake, "v500", true, 1},
+		{"peek", opPeek, "v1", true, 2},
+		{"take", opTake, "v1", true, 3},
+		{"denial", opTake, "v1", false, 3},
+		{"peek of a content never taken", opPeek, "v501", true, 0},
+	} {
+		res := take(t, b, req(st.o, st.content))
+		if res.Allowed != st.allowed || res.Rules[1].Used != st.used {
+			t.Errorf("%s: %v(%s) = allowed %v, used %d; want %v, %d", st.name, st.o, st.content, res.Allowed, res.Rules[1].Used, st.allowed, st.used)
+		}
+		if got := log.take(); len(got) != 1 || got[0].sha != fast {
+			t.Errorf("%s: scripts sent %v, want one EVALSHA of the fast script %s (take.lua is %s)", st.name, got, fast, takeScript.Hash())
+		}
+	}
+	if n := c.HLen(ctx, hkey).Val(); n != 81 {
+		t.Errorf("HLEN %s = %d after a new content's take, want 81", hkey, n)
+	}
+	reqs := make([]request, 30)
+	for i := range reqs {
+		reqs[i] = req(opTake, "w"+strconv.Itoa(i))
+	}
+	for i, o := range b.batch(ctx, reqs) {
+		if o.Err != nil || !o.Result.Allowed || o.Result.Rules[1].Used != 1 {
+			t.Fatalf("batch[%d] = %+v, %v; want allowed, used 1", i, o.Result, o.Err)
+		}
+	}
+	if got := log.take(); len(got) != 1 || got[0].sha != fast || got[0].short {
+		t.Errorf("a batch of 30: scripts sent %v, want one EVALSHA of the fast script (the full form: 30 attempts)", got)
+	}
+	if n := c.HLen(ctx, hkey).Val(); n != 111 {
+		t.Errorf("HLEN %s = %d after a batch of 30 new contents, want 111", hkey, n)
+	}
+}
+
+// TestWideFastWritesAsTake: on a wide root, a fast script writes what
+// take.lua writes, byte for byte: the same takes, peeks, denials and
+// batches on two subjects, one decided by fast scripts, the other by
+// take.lua alone, leave the same root values (the root's own entries,
+// the wide marker's mode and expiry; not its sweep's cursor, which
+// follows the hash's layout), the same expiries of the root and the
+// hash, and the same fields (per content: the section's length, expiry
+// and entries, the trailer's name, or no trailer for a section the move
+// brought; the ids differ with the subject, the trailer's stamp with the
+// instant), and with hash-field expiry the same fields' HPEXPIRETIME.
+// The rules are fixed windows and sliding-window cells of hours, whose
+// bytes do not depend on the instant within a cell; the roots go wide on
+// the way (the move: each version's own). On Redis 7.0 (sweep), and with FREQCAP_TEST_HFE (a
+// Redis >= 7.4, mode HPEXPIREAT) and FREQCAP_TEST_TAIRHASH (sweep).
+func TestWideFastWritesAsTake(t *testing.T) {
+	for _, tc := range []struct{ name, env, mode string }{
+		{"redis-7.0", "", lua.WideModeSweep},
+		{"hfe", "FREQCAP_TEST_HFE", lua.WideModeHFE},
+		{"tairhash", "FREQCAP_TEST_TAIRHASH", lua.WideModeSweep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := ""
+			if tc.env == "" {
+				addr = redistest.Standalone(t)
+			} else if addr = os.Getenv(tc.env); addr == "" {
+				t.Skipf("SKIPPED: %s is not set", tc.env)
+			}
+			fast, c := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
+			slow, _ := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
+			slow.noFast = true
+			ctx := context.Background()
+			subs := []subject{newSubject(t, "wfast"), newSubject(t, "wtake")}
+			bs := []*Backend{fast, slow}
+			req := func(i int, o op, cn string) request {
+				s := subs[i]
+				return request{op: o, Request: driver.Request{Policy: "p", Cost: 1, Rules: []driver.Rule{
+					{Name: "a", Key: s.key("a"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 10_000, Window: 24 * time.Hour},
+					{Name: "b", Key: s.key("b"), Group: s.base + "=", Algorithm: driver.SlidingWindow, Limit: 5_000, Window: 24 * time.Hour, SubWindows: 24},
+					{Name: "c", Key: s.key("c", cn), Group: s.base + "=c:" + cn, Algorithm: driver.FixedWindow, Limit: 3, Window: 24 * time.Hour},
+					{Name: "d", Key: s.key("d", cn), Group: s.base + "=c:" + cn, Algorithm: driver.SlidingWindow, Limit: 500, Window: 48 * time.Hour, SubWindows: 48},
+				}}}
+			}
+			if decidingScript(t, fast, req(0, opTake, "v0")) == takeScript.Hash() {
+				t.Fatal("the policy has no fast script")
+			}
+			hour := func() int64 { return serverNow(t, c).UnixMilli() / time.Hour.Milliseconds() }
+			began := hour()
+			used := map[string]bool{} // the contents taken
+			both := func(o op, cn string) {
+				t.Helper()
+				if o == opTake {
+					used[cn] = true
+				}
+				var res [2]driver.Result
+				for i, b := range bs {
+					res[i] = take(t, b, req(i, o, cn))
+				}
+				if res[0].Allowed != res[1].Allowed || res[0].Rules[2].Used != res[1].Rules[2].Used {
+					t.Fatalf("%v(%s): fast allowed %v used %d, take.lua %v %d", o, cn, res[0].Allowed, res[0].Rules[2].Used, res[1].Allowed, res[1].Rules[2].Used)
+				}
+			}
+			batch := func(cns ...string) {
+				t.Helper()
+				for i, b := range bs {
+					reqs := make([]request, len(cns))
+					for k, cn := range cns {
+						reqs[k], used[cn] = req(i, opTake, cn), true
+					}
+					for k, o := range b.batch(ctx, reqs) {
+						if o.Err != nil {
+							t.Fatalf("batch[%d] (%s): %v", k, cns[k], o.Err)
+						}
+					}
+				}
+			}
+			compare := func(when string) {
+				t.Helper()
+				if hour() != began {
+					t.Skip("SKIPPED: the server's clock crossed an hour, a cell's boundary, during the test")
+				}
+				roots := [2]string{subs[0].base + "=", subs[1].base + "="}
+				var vals [2]string
+				for i, r := range roots {
+					vals[i] = c.Get(ctx, r).Val()
+				}
+				if len(vals[0]) == 0 || vals[0][0] != lua.WideFormat {
+					t.Fatalf("%s: the root is not wide (%d bytes)", when, len(vals[0]))
+				}
+				if a, b := noCursor(vals[0]), noCursor(vals[1]); a != b {
+					t.Errorf("%s: root values differ (but for the sweep's cursor):\nfast     %x\ntake.lua %x", when, a, b)
+				}
+				if m := wideMode(vals[0]); m != tc.mode {
+					t.Errorf("%s: wide mode %q, want %q", when, m, tc.mode)
+				}
+				for _, k := range []func(string) string{func(r string) string { return r }, wideKey} {
+					a, b := c.PExpireTime(ctx, k(roots[0])).Val(), c.PExpireTime(ctx, k(roots[1])).Val()
+					if a != b || a <= 0 {
+						t.Errorf("%s: PEXPIRETIME %s = %v, take.lua's %v", when, k("root"), a, b)
+					}
+				}
+				for i, r := range roots {
+					if n, want := c.HLen(ctx, wideKey(r)).Val(), int64(len(used)); n != want {
+						t.Errorf("%s: subject %d: HLEN = %d, want %d (a field per content)", when, i, n, want)
+					}
+				}
+				trailers := 0
+				for _, cn := range slices.Sorted(maps.Keys(used)) {
+					var fields [2]string
+					for i, r := range roots {
+						id := sectionID(r + "c:" + cn)
+						f, err := c.HGet(ctx, wideKey(r), id).Result()
+						if err != nil {
+							t.Fatalf("%s: HGET of %s's field: %v", when, cn, err)
+						}
+						end := lua.PackedHeader + int(leUint(f[lua.PackedTag:lua.PackedTag+lua.PackedLen]))
+						// The section without its id (its tag and the 4 bytes after
+						// its header), and the trailer without its stamp.
+						fields[i] = f[lua.PackedTag:lua.PackedHeader] + f[lua.PackedHeader+4:end] + "|"
+						if len(f) > end {
+							if i == 0 {
+								trailers++
+							}
+							if name := f[end+lua.WideTrailStamp:]; name != "c:"+cn {
+								t.Errorf("%s: %s's field is named %q", when, cn, name)
+							}
+							fields[i] += f[end+lua.WideTrailStamp:]
+						}
+						if tc.mode == lua.WideModeHFE {
+							fields[i] += fmt.Sprint("|expires ", c.HPExpireTime(ctx, wideKey(r), id).Val())
+						}
+					}
+					if fields[0] != fields[1] {
+						t.Errorf("%s: %s's field = %x, take.lua's %x", when, cn, fields[0], fields[1])
+					}
+				}
+				if trailers == 0 {
+					t.Errorf("%s: no field has a trailer", when)
+				}
+			}
+			for i := range 90 { // narrow, near WideAt, the move, wide
+				both(opTake, "v"+strconv.Itoa(i))
+			}
+			compare("after 90 contents")
+			for i := range 10 {
+				both(opTake, "v"+strconv.Itoa(i)) // fields rewritten
+			}
+			for range 3 {
+				both(opTake, "v0") // denied at the third
+			}
+			both(opPeek, "v1")
+			both(opPeek, "v900")
+			batch("v2", "v95", "v96", "v2", "v3", "v97", "v2")
+			compare("after rewrites, new fields, denials, peeks and a batch")
+		})
+	}
+}
+
+// wideMode returns the mode of the wide marker in root value v ("" for
+// none).
+func wideMode(v string) string {
+	for p := 1; p+lua.PackedHeader <= len(v); {
+		n := int(leUint(v[p+lua.PackedTag : p+lua.PackedTag+lua.PackedLen]))
+		if v[p:p+lua.PackedTag] == lua.WideTag && n > 0 {
+			return string(v[p+lua.PackedHeader])
+		}
+		p += lua.PackedHeader + n
+	}
+	return ""
+}
+
+// noCursor returns root value v with its wide marker's sweep cursor
+// left out (its length too): the cursor follows the hash's layout, which
+// differs with its fields' ids.
+func noCursor(v string) string {
+	for p := 1; p+lua.PackedHeader <= len(v); {
+		n := int(leUint(v[p+lua.PackedTag : p+lua.PackedTag+lua.PackedLen]))
+		if v[p:p+lua.PackedTag] == lua.WideTag && n > 0 {
+			return v[:p+lua.PackedTag] + v[p+lua.PackedTag+lua.PackedLen:p+lua.PackedHeader+1] + v[p+lua.PackedHeader+n:]
+		}
+		p += lua.PackedHeader + n
+	}
+	return v
 }

@@ -87,6 +87,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run one trivial INCRBY+PEXPIRE EVALSHA per decision and report the ratio (with -batch N, also that script in pipelines of N)")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also run raw(R): one EVALSHA doing INCRBY (PEXPIRE on the first hit) on R keys, R = the policy's rules, deciding nothing, and report the policy's ratio to it")
 	fs.BoolVar(&cfg.Floor, "floor", false, "also run internal/bench/scripts/floor.lua, the cheapest conceivable 4-rule step (TIME, then HMGET, HSET and PEXPIRE of each state key; no arithmetic, decides nothing), on 1, 2 and 4 keys per subject, and report their ratios to the baseline (with -batch N, also the 4-key step in pipelines of N; with -raw, also the floor of the policy's layout for its R rules, against the policy and raw(R): internal/bench/scripts/logfloor.lua for a policy of sliding logs above driver.LogLine (sorted sets) on one set of dimensions, else internal/bench/scripts/packedfloor.lua); implies -baseline")
+	fs.BoolVar(&cfg.WideFloor, "wide-floor", false, "with -prefill and -raw: also run internal/bench/scripts/widefloor.lua, the floor of a decision on a wide root (GET of the root, HGET, HSET of a field, SET of the root; decides nothing) on as many roots of K fields each, one EVALSHA per decision and coalesced (the concurrent calls in one EVALSHA, at most 2 in flight, as the default run), and report the policy's ratio to the coalesced floor and each floor's to raw(R)")
 	fs.BoolVar(&cfg.Memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.MemoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even with -module-strategies")
@@ -135,6 +136,9 @@ func runBench(args []string) error {
 	}
 	if cfg.PrefillTotal < 0 || (cfg.PrefillTotal > 0 && len(cfg.Prefill) == 0) {
 		return errors.New("bench: -prefill-total needs -prefill, and must be >= 0")
+	}
+	if cfg.WideFloor && (len(cfg.Prefill) == 0 || !cfg.Raw) {
+		return errors.New("bench: -wide-floor needs -prefill and -raw")
 	}
 	if cfg.Batch < 0 || cfg.Coalesce < -1 || cfg.MemoryTakes < 1 || cfg.HotSubjects < 1 || cfg.HotCache < 1 || cfg.Timeout < 0 || cfg.Rounds < 1 {
 		return errors.New("bench: -batch must be >= 0, -coalesce >= -1, -memory-takes, -rounds, -hot-subjects and -hot-cache > 0, -timeout >= 0")

@@ -80,6 +80,14 @@ type Config struct {
 	// sliding logs above driver.LogLine (sorted sets) on the same dimensions,
 	// else scripts.PackedFloor (1 to 9 rules). It implies Baseline.
 	Floor bool
+	// WideFloor, with Raw and Prefill, also runs the floor of a decision
+	// on a wide root (scripts.WideFloor: GET of the root, HGET, HSET of a
+	// field, SET of the root, deciding nothing) on Subjects roots of
+	// Values fields each, one EVALSHA per decision and coalesced (the
+	// concurrent calls sharing EVALSHAs, at most 2 in flight, as
+	// redis.DefaultCoalesce), and reports the policy's ratio to the
+	// coalesced floor and each floor's to raw(R).
+	WideFloor bool
 	// Memory measures bytes per subject: FLUSHALL, MemoryTakes decisions
 	// per subject, INFO memory delta. It DESTROYS ALL DATA on the target.
 	Memory bool
@@ -535,6 +543,18 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			}
 			for _, k := range overridden {
 				ratios = append(ratios, [2]int{k, raw})
+			}
+			if cfg.WideFloor && cfg.prefill > 0 {
+				// The floor of a decision on a wide root, one EVALSHA each
+				// and coalesced as the policy's default run is.
+				wf, err := newWideFloor(ctx, client, cfg)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, run{"wide floor: GET, HGET, HSET, SET per decision, one EVALSHA each", 1, wf.one()})
+				ratios = append(ratios, [2]int{len(runs) - 1, raw})
+				runs = append(runs, run{"wide floor, coalesced: the same per decision, the concurrent calls' in one EVALSHA, 2 in flight", 1, wf.coalesced()})
+				ratios = append(ratios, [2]int{0, len(runs) - 1}, [2]int{len(runs) - 1, raw})
 			}
 			if windows := logWindows(policy); cfg.Floor && windows != nil {
 				// The sliding-log layout's floor for R logs.

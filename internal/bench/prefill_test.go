@@ -134,3 +134,40 @@ func TestRunPrefill(t *testing.T) {
 		}
 	}
 }
+
+// TestRunWideFloor runs -prefill 40 with -raw and -wide-floor: the wide
+// floor one EVALSHA per decision and coalesced, four commands per
+// decision, its ratios printed, its keys cleaned up with the rest.
+func TestRunWideFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench runs take a few seconds")
+	}
+	addr := redistest.NewServer(t).Addr()
+	cfg := Config{
+		Redis:  &goredis.UniversalOptions{Addrs: []string{addr}},
+		Target: addr, Policy: adPolicies(t)[0],
+		Workers: 8, Duration: 200 * time.Millisecond, Subjects: 50,
+		Prefill: []int{40}, Raw: true, WideFloor: true,
+	}
+	var buf bytes.Buffer
+	if err := Run(context.Background(), cfg, &buf); err != nil {
+		t.Fatalf("Run = %v\n%s", err, buf.String())
+	}
+	out := buf.String()
+	for _, l := range []string{
+		`^wide floor: GET, HGET, HSET, SET per decision, one EVALSHA each: .* errors 0; .* 1\.00 scripts \(EVALSHA/EVAL\), 5\.00 commands inside scripts`,
+		`^wide floor, coalesced: .* errors 0; .* 4\.[0-9]+ commands inside scripts`,
+		`^ratio policy ad-fixed / wide floor, coalesced: .*: [0-9.]+ `,
+		`^ratio wide floor, coalesced: .* / raw\(2\) INCRBY\+PEXPIRE on 2 keys: [0-9.]+ `,
+		`^cleanup: deleted [1-9][0-9]* keys under bench-k40:\* `,
+	} {
+		if !regexp.MustCompile("(?m)" + l).MatchString(out) {
+			t.Errorf("Run: no line matches %s:\n%s", l, out)
+		}
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	if n := c.DBSize(context.Background()).Val(); n != 0 {
+		t.Errorf("%d keys left after the run's cleanup", n)
+	}
+}

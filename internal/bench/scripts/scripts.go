@@ -38,3 +38,11 @@ var PackedFloor string
 //
 //go:embed logfloor.lua
 var LogFloor string
+
+// WideFloor is the floor of a decision on a wide root: per attempt of a
+// call, GET of the root, HGET, HSET of its value's field and SET of the
+// root, deciding nothing, that `freqcap bench -prefill K -raw -wide-floor`
+// runs beside raw(R): see widefloor.lua.
+//
+//go:embed widefloor.lua
+var WideFloor string

@@ -43,6 +43,19 @@ func FastCode(code string) bool {
 	return code == CodeFixed || code == CodeSliding || code == CodeGCRA || code == CodeLog
 }
 
+// FastOptions are a fast script's settings beside its rules.
+type FastOptions struct {
+	// Overrides: the script reads the subject's overrides
+	// (driver.Request.OverrideKey; the attempt's key after its dimension
+	// sets and wide hashes): take.lua's overrides, block over exempt over
+	// limits, in the same script (fast.lua.tmpl's header).
+	Overrides bool
+	// HFE: the server has native hash-field expiry (HPEXPIREAT), which a
+	// root the script makes wide uses for its fields (prelude.lua's wide,
+	// take.lua's NEST_HFE); else a bounded sweep removes dead fields.
+	HFE bool
+}
+
 // Fast returns the fast script of rules: fast.lua.tmpl (a text/template
 // of the script's Lua) executed with the rules' values and their
 // fragments' sections, prelude.lua and holds.lua first (the functions of
@@ -53,22 +66,39 @@ func FastCode(code string) bool {
 // (fast.lua.tmpl's header). rules must hold 1 to FastMax rules whose Code
 // FastCode accepts, with distinct 4-byte tags (not the hold marker's),
 // Keys numbered from 1 in order of first use and Roots as FastRule says;
-// otherwise Fast returns an error. A script with nested sets takes their
-// ids as one more ARGV value (fast.lua.tmpl's header). Fast executes the template on each call: a caller on a decision's
-// path caches its scripts (backends/redis does, per set of rules).
-func Fast(rules []FastRule) (string, error) { return fast(rules, false) }
+// otherwise Fast returns an error, and so it does when the script would
+// need more local variables at once than Lua allows (MaxLocals: rules
+// with many locals, such as sliding windows and logs, spread over many
+// nested sets). A script with nested sets takes their
+// ids as one more ARGV value, and each root's wide hash (prelude.lua's
+// wide) as a key after the dimension sets (fast.lua.tmpl's header). Fast
+// executes the template on each call: a caller on a decision's path
+// caches its scripts (backends/redis does, per set of rules).
+func Fast(rules []FastRule) (string, error) { return FastWith(rules, FastOptions{}) }
 
 // FastOverrides is Fast for requests that read the subject's overrides
-// (driver.Request.OverrideKey; the attempt's key after its dimension
-// sets): take.lua's overrides, block over exempt over limits, in the
-// same script (fast.lua.tmpl's header).
-func FastOverrides(rules []FastRule) (string, error) { return fast(rules, true) }
+// (FastOptions.Overrides).
+func FastOverrides(rules []FastRule) (string, error) {
+	return FastWith(rules, FastOptions{Overrides: true})
+}
 
-// fast executes fast.lua.tmpl for rules, then builds the helpers of
-// prelude.lua and holds.lua the script calls (lazy) and writes in the
-// tokens (subst).
-func fast(rules []FastRule, ov bool) (string, error) {
-	d, err := fastFill(rules, ov)
+// FastWith is Fast with options: it executes fast.lua.tmpl for rules,
+// then builds the helpers of prelude.lua and holds.lua the script calls
+// (lazy) and writes in the tokens (subst).
+func FastWith(rules []FastRule, o FastOptions) (string, error) {
+	src, err := fastSource(rules, o)
+	if err != nil {
+		return "", err
+	}
+	if n := mainLocals(src); n > MaxLocals {
+		return "", errLocals(n)
+	}
+	return src, nil
+}
+
+// fastSource is FastWith without the check of the script's locals.
+func fastSource(rules []FastRule, o FastOptions) (string, error) {
+	d, err := fastFill(rules, o)
 	if err != nil {
 		return "", err
 	}
@@ -84,8 +114,10 @@ func fast(rules []FastRule, ov bool) (string, error) {
 // its dimension sets, and the values the template does not compute (the
 // Lua around them is the template's).
 type fastData struct {
-	Ov    bool // the script reads overrides
-	G, GO int  // the dimension sets, and the keys before the trail
+	Ov bool // the script reads overrides
+	// G, the dimension sets; GO, the keys before the trail: the sets,
+	// each root's wide hash (fastSet.WK), the overrides (Ov).
+	G, GO int
 	Rules []*fastRule
 	Sets  []fastSet
 	// Reads and Writes are the sets in the order their values are read
@@ -139,9 +171,14 @@ type fastSet struct {
 	Kids       []int
 	KidSets    []*fastSet
 	// WideBelow, for a root: the length of its value above which the
-	// decision could make it pass WideAt (grows), and the script replies
-	// WideRetry instead (take.lua's).
-	WideBelow int
+	// decision could make it pass WideAt (grows), and prelude.lua's
+	// wide.root writes it (take.lua's write, which moves its sections to
+	// its wide hash when it does pass). WK is the key index of a root's
+	// wide hash (the keys after the dimension sets, one per root in the
+	// order of the roots' keys), HFE its wide.root's hfe ("true" when the
+	// server has HPEXPIREAT, FastOptions.HFE; else "false").
+	WideBelow, WK int
+	HFE           string
 	// Fmt and Args are the struct format (without '<') and the values of
 	// the set's entries, as Body packs them; BodyLen the Lua expression of
 	// their length. SectFormat is a nested set's section's format (header,
@@ -191,7 +228,8 @@ var fastTemplate = func() *template.Template {
 
 // fastFill checks the rules, groups them by key and fills in their
 // fragments' sections: the data fast.lua.tmpl is executed with.
-func fastFill(rules []FastRule, ov bool) (*fastData, error) {
+func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
+	ov := o.Overrides
 	if len(rules) == 0 || len(rules) > FastMax {
 		return nil, fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
@@ -232,6 +270,12 @@ func fastFill(rules []FastRule, ov bool) (*fastData, error) {
 		return nil, err
 	}
 	d.G, d.GO = len(d.Sets), len(d.Sets)
+	for i := range d.Sets {
+		if s := &d.Sets[i]; len(s.Kids) > 0 {
+			d.GO++
+			s.WK, s.HFE = d.GO, strconv.FormatBool(o.HFE)
+		}
+	}
 	if ov {
 		d.GO++
 	}

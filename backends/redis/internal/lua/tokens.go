@@ -224,10 +224,10 @@ const (
 // WideFormat instead of the packed format byte, so that a freqcap that
 // knows nothing of wide roots refuses it (its unpackv: a value freqcap did
 // not write, an error) rather than read a root without sections (every
-// nested count afresh). A fast script that meets a wide root, or whose
-// decision could make its root pass WideAt, writes nothing and replies
-// WideRetry: the backend decides that attempt with take.lua. WideSweep is
-// the sweep's HSCAN COUNT per write that adds a field. The hash key, its
+// nested count afresh). take.lua and the fast scripts alike read a wide
+// root's nested sets with wide.get (one HGET each) and write them with
+// wide.root (fast.lua.tmpl's header). WideSweep is the sweep's HSCAN
+// COUNT per write that adds a field. The hash key, its
 // fields' own expiry (WideModeHFE) and the wide root's key outlive the
 // latest expiry they hold by ExpirySlackMs.
 const (
@@ -239,7 +239,6 @@ const (
 	WideModeSweep  = "s"
 	WideSweep      = 8
 	WideTrailStamp = 6
-	WideRetry      = "freqcap:wide"
 )
 
 // CarryRec is a packed log's p2 (take.lua's ARGV[b+R_P2], code CodeLog)
@@ -317,7 +316,7 @@ var tokens = func() map[string]string {
 		"NEST_UPGRADE": strconv.Itoa(NestUpgrade), "NEST_HFE": strconv.Itoa(NestHFE),
 		"WIDEAT": strconv.Itoa(WideAt), "WIDESUFFIX": quote(WideSuffix), "WIDEFMT": quote(string(rune(WideFormat))),
 		"WIDETAG": quote(WideTag), "WIDE_HFE": quote(WideModeHFE), "WIDE_SWEEP": quote(WideModeSweep),
-		"WIDESWEEP": strconv.Itoa(WideSweep), "EXPSLACK": strconv.Itoa(ExpirySlackMs), "WIDERETRY": quote(WideRetry),
+		"WIDESWEEP": strconv.Itoa(WideSweep), "EXPSLACK": strconv.Itoa(ExpirySlackMs),
 		"WIDETRAIL": quote(fmt.Sprintf("<I%d", WideTrailStamp)), "WIDETRAILLEN": strconv.Itoa(WideTrailStamp),
 		"NESTLEN":  strconv.Itoa(NestRec),
 		"CARRYREC": quote(fmt.Sprintf("<c1I%[1]dI%[1]dc%[2]d", PackedInt, PackedTag)),

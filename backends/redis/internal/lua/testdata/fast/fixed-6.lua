@@ -20,8 +20,9 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). A set nested in a root (prelude.lua:
 -- a section of the root's value) is read out of the root's, read first:
--- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
--- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- its id, IT<g> and IX<g> (its tag and last 4 bytes), Q<g> and QN<g>,
+-- where its entries lie in the root's value (or in its wide field's:
+-- below); K<g> and KT<g>, the
 -- root's other sections kept, their latest expiry. Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
@@ -51,13 +52,16 @@
 -- and in a script with nested sets (prelude.lua), one more:
 -- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
 -- (backends/redis's sectionID: the same as sectid's of their keys)
--- KEYS per attempt: its dimension-set keys, then its overrides in a
--- script that reads them (GO, the keys before the trail, counts them),
--- then its trail if tk > 0, then its reservations if hk > 0.
+-- KEYS per attempt: its dimension-set keys, then in a script with nested
+-- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
+-- the roots' keys), then its overrides in a script that reads them (GO,
+-- the keys before the trail, counts them), then its trail if tk > 0,
+-- then its reservations if hk > 0.
 -- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
 -- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
--- and trail values; KEYS: the dimension sets, the trail with a trail, then the
--- reservations if there are more keys. Redis builds the ARGV table on
+-- and trail values; KEYS: the dimension sets, the wide hashes, the
+-- overrides, the trail with a trail, then the reservations if there are
+-- more keys. Redis builds the ARGV table on
 -- every call, and a short one costs less.
 --
 -- Reply, per attempt: struct '<Bi7' (REPLY_ALLOWED or 0, now µs), then
@@ -66,11 +70,26 @@
 -- is {that string, take.lua's override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
--- An attempt whose root is wide, or whose decision could make a root
--- pass WIDEAT bytes (prelude.lua's wide: a root's length above its
--- WideBelow, fast.go), writes nothing and replies WIDERETRY, and so does
--- every attempt after it: the backend decides them with take.lua, in
--- order.
+--
+-- Wide roots (prelude.lua's wide; docs/DESIGN.md, "Wide subjects"): a
+-- root holding the wide marker keeps its sets' sections in the hash at
+-- its key plus WIDESUFFIX, which KEYS names after the dimension sets (one
+-- per root, in the order of the roots' keys: WK<g>, before the
+-- overrides). The script reads such a root's value (its own entries and
+-- the marker), then with wide.get the one field of each of its nested
+-- sets (WD, the wide helpers, built once per run): V<g>, the string a
+-- nested set's entries lie in (the field's value, else the root's). A
+-- wide root, or a root whose value the decision could push past WIDEAT
+-- bytes (its length above WideBelow, fast.go), WB<g>, is written by
+-- wide.root, as take.lua writes every root with a section to write: the
+-- fields (HSET, the trailer: when, and the value's name), their expiry
+-- (HPEXPIREAT or the sweep, by the marker's mode), the hash's
+-- PEXPIREAT and the root's own value, or, for a narrow root, the move
+-- of all its live sections into the hash when the value would pass
+-- WIDEAT (the mode: HPEXPIREAT where the script was built for a server
+-- that has it, lua.FastOptions.HFE, else the sweep), or its packed
+-- value when it would not. Every decision is the script's own: none is
+-- handed back to take.lua.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -78,7 +97,7 @@ local nowms = (now - now % 1000) / 1000
 local G, GO = 3, 3 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
-local WR -- an attempt replied WIDERETRY: the later ones do too
+local WD -- prelude.lua's wide helpers (get, root), built at the first wide root of a run
 local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
 local short = ARGV[1] == 't' or ARGV[1] == 'p'
 local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
@@ -101,20 +120,16 @@ for a = 1, attempts do
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
   repeat
-    if WR then -- an attempt before met a wide root: this one is take.lua's too, in order
-      reply = 'freqcap:wide'
-      break
-    end
     local P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5, P6, N6, T6
     local V1, O1, V2, O2, V3, O3
     V1 = redis.pcall('GET', KEYS[kb + 1])
     O1 = false
     if V1 and not fail then
       local n = type(V1) == 'string' and #V1 or 0
-      local q = 2
+      local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
       if n == 0 or string.byte(V1, 1) ~= 1 then
         q = nil
-        if n > 0 and string.sub(V1, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+        if n > 0 and string.sub(V1, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
       end
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
@@ -123,11 +138,14 @@ for a = 1, attempts do
         if tag == 'f001' then P1, N1, T1 = q, len, exp
         elseif tag == 'f003' then P3, N3, T3 = q, len, exp
         else
+          if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
           O1 = true
           if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          if tag == '\000\000\000\001' then mk = true end
         end
         q = d + len
       end
+      if wf and not mk then q = nil end -- a wide root's value without its marker
       if not q and not fail then
         fail = redis.error_reply('freqcap: rule ' .. 'a' .. FOREIGN)
       end
@@ -136,10 +154,10 @@ for a = 1, attempts do
     O2 = false
     if V2 and not fail then
       local n = type(V2) == 'string' and #V2 or 0
-      local q = 2
+      local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
       if n == 0 or string.byte(V2, 1) ~= 1 then
         q = nil
-        if n > 0 and string.sub(V2, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+        if n > 0 and string.sub(V2, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
       end
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
@@ -148,11 +166,14 @@ for a = 1, attempts do
         if tag == 'f002' then P2, N2, T2 = q, len, exp
         elseif tag == 'f005' then P5, N5, T5 = q, len, exp
         else
+          if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
           O2 = true
           if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          if tag == '\000\000\000\001' then mk = true end
         end
         q = d + len
       end
+      if wf and not mk then q = nil end -- a wide root's value without its marker
       if not q and not fail then
         fail = redis.error_reply('freqcap: rule ' .. 'b' .. FOREIGN)
       end
@@ -161,10 +182,10 @@ for a = 1, attempts do
     O3 = false
     if V3 and not fail then
       local n = type(V3) == 'string' and #V3 or 0
-      local q = 2
+      local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
       if n == 0 or string.byte(V3, 1) ~= 1 then
         q = nil
-        if n > 0 and string.sub(V3, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+        if n > 0 and string.sub(V3, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
       end
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
@@ -173,11 +194,14 @@ for a = 1, attempts do
         if tag == 'f004' then P4, N4, T4 = q, len, exp
         elseif tag == 'f006' then P6, N6, T6 = q, len, exp
         else
+          if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
           O3 = true
           if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          if tag == '\000\000\000\001' then mk = true end
         end
         q = d + len
       end
+      if wf and not mk then q = nil end -- a wide root's value without its marker
       if not q and not fail then
         fail = redis.error_reply('freqcap: rule ' .. 'd' .. FOREIGN)
       end
@@ -203,10 +227,10 @@ for a = 1, attempts do
       O1 = false
       if V1 and not fail then
         local n = type(V1) == 'string' and #V1 or 0
-        local q = 2
+        local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
         if n == 0 or string.byte(V1, 1) ~= 1 then
           q = nil
-          if n > 0 and string.sub(V1, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+          if n > 0 and string.sub(V1, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
         end
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
@@ -215,11 +239,14 @@ for a = 1, attempts do
           if tag == 'f001' then P1, N1, T1 = q, len, exp
           elseif tag == 'f003' then P3, N3, T3 = q, len, exp
           else
+            if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
             O1 = true
             if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+            if tag == '\000\000\000\001' then mk = true end
           end
           q = d + len
         end
+        if wf and not mk then q = nil end -- a wide root's value without its marker
         if not q and not fail then
           fail = redis.error_reply('freqcap: rule ' .. 'a' .. FOREIGN)
         end
@@ -228,10 +255,10 @@ for a = 1, attempts do
       O2 = false
       if V2 and not fail then
         local n = type(V2) == 'string' and #V2 or 0
-        local q = 2
+        local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
         if n == 0 or string.byte(V2, 1) ~= 1 then
           q = nil
-          if n > 0 and string.sub(V2, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+          if n > 0 and string.sub(V2, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
         end
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
@@ -240,11 +267,14 @@ for a = 1, attempts do
           if tag == 'f002' then P2, N2, T2 = q, len, exp
           elseif tag == 'f005' then P5, N5, T5 = q, len, exp
           else
+            if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
             O2 = true
             if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+            if tag == '\000\000\000\001' then mk = true end
           end
           q = d + len
         end
+        if wf and not mk then q = nil end -- a wide root's value without its marker
         if not q and not fail then
           fail = redis.error_reply('freqcap: rule ' .. 'b' .. FOREIGN)
         end
@@ -253,10 +283,10 @@ for a = 1, attempts do
       O3 = false
       if V3 and not fail then
         local n = type(V3) == 'string' and #V3 or 0
-        local q = 2
+        local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
         if n == 0 or string.byte(V3, 1) ~= 1 then
           q = nil
-          if n > 0 and string.sub(V3, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+          if n > 0 and string.sub(V3, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
         end
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
@@ -265,11 +295,14 @@ for a = 1, attempts do
           if tag == 'f004' then P4, N4, T4 = q, len, exp
           elseif tag == 'f006' then P6, N6, T6 = q, len, exp
           else
+            if wf and string.byte(tag, 1) >= 128 then q = nil break end -- a section in a wide root's value
             O3 = true
             if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+            if tag == '\000\000\000\001' then mk = true end
           end
           q = d + len
         end
+        if wf and not mk then q = nil end -- a wide root's value without its marker
         if not q and not fail then
           fail = redis.error_reply('freqcap: rule ' .. 'd' .. FOREIGN)
         end
@@ -690,7 +723,6 @@ for a = 1, attempts do
       F5, U5, Z5, Y5,
       F6, U6, Z6, Y6)
   until true
-  if reply == 'freqcap:wide' then WR = true end
   if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)

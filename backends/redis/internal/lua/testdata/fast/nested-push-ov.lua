@@ -20,8 +20,9 @@
 -- marker there says a reservation may have lapsed, then they are given
 -- back and the values read again). A set nested in a root (prelude.lua:
 -- a section of the root's value) is read out of the root's, read first:
--- I<g>, its id (IT<g> and IX<g>, its tag and last 4 bytes), Q<g> and
--- QN<g>, where its entries lie in the root's value; K<g> and KT<g>, the
+-- its id, IT<g> and IX<g> (its tag and last 4 bytes), Q<g> and QN<g>,
+-- where its entries lie in the root's value (or in its wide field's:
+-- below); K<g> and KT<g>, the
 -- root's other sections kept, their latest expiry. Each rule's eval section, then its
 -- commit section, runs in its own block that sees take.lua's rule
 -- variables (those of r, code, L, tag, ki and key it reads; v, p, pl, pe,
@@ -51,13 +52,16 @@
 -- and in a script with nested sets (prelude.lua), one more:
 -- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
 -- (backends/redis's sectionID: the same as sectid's of their keys)
--- KEYS per attempt: its dimension-set keys, then its overrides in a
--- script that reads them (GO, the keys before the trail, counts them),
--- then its trail if tk > 0, then its reservations if hk > 0.
+-- KEYS per attempt: its dimension-set keys, then in a script with nested
+-- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
+-- the roots' keys), then its overrides in a script that reads them (GO,
+-- the keys before the trail, counts them), then its trail if tk > 0,
+-- then its reservations if hk > 0.
 -- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
 -- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
--- and trail values; KEYS: the dimension sets, the trail with a trail, then the
--- reservations if there are more keys. Redis builds the ARGV table on
+-- and trail values; KEYS: the dimension sets, the wide hashes, the
+-- overrides, the trail with a trail, then the reservations if there are
+-- more keys. Redis builds the ARGV table on
 -- every call, and a short one costs less.
 --
 -- Reply, per attempt: struct '<Bi7' (REPLY_ALLOWED or 0, now µs), then
@@ -66,19 +70,34 @@
 -- is {that string, take.lua's override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
--- An attempt whose root is wide, or whose decision could make a root
--- pass WIDEAT bytes (prelude.lua's wide: a root's length above its
--- WideBelow, fast.go), writes nothing and replies WIDERETRY, and so does
--- every attempt after it: the backend decides them with take.lua, in
--- order.
+--
+-- Wide roots (prelude.lua's wide; docs/DESIGN.md, "Wide subjects"): a
+-- root holding the wide marker keeps its sets' sections in the hash at
+-- its key plus WIDESUFFIX, which KEYS names after the dimension sets (one
+-- per root, in the order of the roots' keys: WK<g>, before the
+-- overrides). The script reads such a root's value (its own entries and
+-- the marker), then with wide.get the one field of each of its nested
+-- sets (WD, the wide helpers, built once per run): V<g>, the string a
+-- nested set's entries lie in (the field's value, else the root's). A
+-- wide root, or a root whose value the decision could push past WIDEAT
+-- bytes (its length above WideBelow, fast.go), WB<g>, is written by
+-- wide.root, as take.lua writes every root with a section to write: the
+-- fields (HSET, the trailer: when, and the value's name), their expiry
+-- (HPEXPIREAT or the sweep, by the marker's mode), the hash's
+-- PEXPIREAT and the root's own value, or, for a narrow root, the move
+-- of all its live sections into the hash when the value would pass
+-- WIDEAT (the mode: HPEXPIREAT where the script was built for a server
+-- that has it, lua.FastOptions.HFE, else the sweep), or its packed
+-- value when it would not. Every decision is the script's own: none is
+-- handed back to take.lua.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local nowms = (now - now % 1000) / 1000
-local G, GO = 3, 4 -- dimension sets (keys) per attempt, and the keys before the trail
+local G, GO = 3, 5 -- dimension sets (keys) per attempt, and the keys before the trail
 
 local attempts, replies = 1, nil
-local WR -- an attempt replied WIDERETRY: the later ones do too
+local WD -- prelude.lua's wide helpers (get, root), built at the first wide root of a run
 local kb, ab, tb = 0, 0, -1 -- key base, ARGV base, trail ARGV base
 local short = ARGV[1] == 't' or ARGV[1] == 'p'
 local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
@@ -101,33 +120,28 @@ for a = 1, attempts do
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
   repeat
-    if WR then -- an attempt before met a wide root: this one is take.lua's too, in order
-      reply = 'freqcap:wide'
-      break
-    end
     local P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5
     local V1, O1, V2, O2, V3, O3
     local ID = short and ARGV[3] or ARGV[ab + 8 + 1] -- the nested sets' ids
-    local Q1, QN1, S1, ST1 -- its entries' start and length in the root's value; its section when built alone, its expiry
-    local I1 = string.sub(ID, 1, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
-    local IT1, IX1 = string.sub(I1, 1, 4), string.sub(I1, 5, 8)
+    local Q1, QN1, S1, ST1 -- its entries' start and length (in its wide field's value, or the root's); its section when built alone, its expiry
+    local IT1, IX1 = string.sub(ID, 1, 1 + 3), string.sub(ID, 1 + 4, 1 + 7) -- its id: its section's tag, then the payload's first 4 bytes
     local K2, KT2 -- the other sets' sections kept (start, end pairs, adjacent ones merged), their latest expiry
-    local Q3, QN3, S3, ST3 -- its entries' start and length in the root's value; its section when built alone, its expiry
-    local I3 = string.sub(ID, 9, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
-    local IT3, IX3 = string.sub(I3, 1, 4), string.sub(I3, 5, 8)
+    local WB2 -- its write is wide.root's: it is wide, or the decision could make it pass WIDEAT
+    local Q3, QN3, S3, ST3 -- its entries' start and length (in its wide field's value, or the root's); its section when built alone, its expiry
+    local IT3, IX3 = string.sub(ID, 9, 9 + 3), string.sub(ID, 9 + 4, 9 + 7) -- its id: its section's tag, then the payload's first 4 bytes
     V2 = redis.pcall('GET', KEYS[kb + 2])
     O2 = false
-    K2, KT2 = nil, 0
-    Q1, QN1 = nil, nil
-    Q3, QN3 = nil, nil
+    K2, KT2, WB2 = nil, 0, false
+    Q1, QN1, V1 = nil, nil, nil
+    Q3, QN3, V3 = nil, nil, nil
     if V2 and not fail then
       local n = type(V2) == 'string' and #V2 or 0
-      local q = 2
+      local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
       if n == 0 or string.byte(V2, 1) ~= 1 then
         q = nil
-        if n > 0 and string.sub(V2, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+        if n > 0 and string.sub(V2, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
       elseif n > 1872 then
-        q, fail = nil, 'freqcap:wide' -- the decision could make it wide: take.lua's
+        WB2 = true -- the decision could make it pass WIDEAT: wide.root writes it
       end
       while q and q <= n do
         if q + 13 - 1 > n then q = nil break end
@@ -136,7 +150,7 @@ for a = 1, attempts do
         if tag == 'r01m' then P2, N2, T2 = q, len, exp
         elseif tag == 'r24h' then P3, N3, T3 = q, len, exp
         elseif string.byte(tag, 1) >= 128 then -- a nested set's section
-          if len < 4 then q = nil break end
+          if len < 4 or wf then q = nil break end
           if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
           elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
           elseif exp > nowms then
@@ -151,14 +165,33 @@ for a = 1, attempts do
         else
           O2 = true
           if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+          if tag == '\000\000\000\001' then mk = true end
         end
         q = d + len
       end
+      if wf and not mk then q = nil end -- a wide root's value without its marker
       if not q and not fail then
         fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
       end
+      if mk and not fail then
+        -- A wide root: each nested set's section is its hash's field (one HGET).
+        WB2 = true
+        WD = WD or L().wide(nowms)
+        V1, Q1, QN1 = WD.get(KEYS[kb + 4], IT1 .. IX1), nil, nil
+        if V1 == '' then
+          fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+        elseif V1 then
+          Q1, QN1 = 2, #V1 - 1
+        end
+        V3, Q3, QN3 = WD.get(KEYS[kb + 4], IT3 .. IX3), nil, nil
+        if V3 == '' then
+          fail = redis.error_reply('freqcap: rule ' .. 'channel' .. FOREIGN)
+        elseif V3 then
+          Q3, QN3 = 2, #V3 - 1
+        end
+      end
     end
-    V1 = Q1 and V2 -- its entries lie in the root's value (Q, QN)
+    V1 = Q1 and (V1 or V2) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
     O1 = false
     if V1 and not fail then
       local n, q = Q1 + QN1 - 1, Q1
@@ -178,7 +211,7 @@ for a = 1, attempts do
         fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
       end
     end
-    V3 = Q3 and V2 -- its entries lie in the root's value (Q, QN)
+    V3 = Q3 and (V3 or V2) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
     O3 = false
     if V3 and not fail then
       local n, q = Q3 + QN3 - 1, Q3
@@ -206,27 +239,27 @@ for a = 1, attempts do
       -- dimension sets), then the values are read again.
       local named, vals, logs, vk = {}, {}, {}, {}
       vk[1] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 1], #KEYS[kb + 2] + 1)
-      named[vk[1]], vals[1] = 1, L().unpackv(Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1))
+      named[vk[1]], vals[1] = 1, L().unpackv(Q1 and FMT .. string.sub(V1, Q1, Q1 + QN1 - 1))
       vk[2] = KEYS[kb + 2]
       named[vk[2]], vals[2] = 2, L().unpackv(V2)
       vk[3] = KEYS[kb + 2] .. '%n' .. string.sub(KEYS[kb + 3], #KEYS[kb + 2] + 1)
-      named[vk[3]], vals[3] = 3, L().unpackv(Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1))
+      named[vk[3]], vals[3] = 3, L().unpackv(Q3 and FMT .. string.sub(V3, Q3, Q3 + QN3 - 1))
       L().holds(now).lapse(KEYS[kb + hk], named, function(k) return vk[k] end, vals, logs)
       look = false -- read once more, markers aside
       P1, N1, T1, P2, N2, T2, P3, N3, T3, P4, N4, T4, P5, N5, T5 = nil
       V2 = redis.pcall('GET', KEYS[kb + 2])
       O2 = false
-      K2, KT2 = nil, 0
-      Q1, QN1 = nil, nil
-      Q3, QN3 = nil, nil
+      K2, KT2, WB2 = nil, 0, false
+      Q1, QN1, V1 = nil, nil, nil
+      Q3, QN3, V3 = nil, nil, nil
       if V2 and not fail then
         local n = type(V2) == 'string' and #V2 or 0
-        local q = 2
+        local q, wf, mk = 2, false, false -- wf: a wide root's format; mk: the wide marker seen
         if n == 0 or string.byte(V2, 1) ~= 1 then
           q = nil
-          if n > 0 and string.sub(V2, 1, 1) == '\002' then fail = 'freqcap:wide' end -- a wide root: take.lua's
+          if n > 0 and string.sub(V2, 1, 1) == '\002' then q, wf = 2, true end -- a wide root: its entries and the marker, no section
         elseif n > 1872 then
-          q, fail = nil, 'freqcap:wide' -- the decision could make it wide: take.lua's
+          WB2 = true -- the decision could make it pass WIDEAT: wide.root writes it
         end
         while q and q <= n do
           if q + 13 - 1 > n then q = nil break end
@@ -235,7 +268,7 @@ for a = 1, attempts do
           if tag == 'r01m' then P2, N2, T2 = q, len, exp
           elseif tag == 'r24h' then P3, N3, T3 = q, len, exp
           elseif string.byte(tag, 1) >= 128 then -- a nested set's section
-            if len < 4 then q = nil break end
+            if len < 4 or wf then q = nil break end
             if tag == IT1 and string.sub(V2, d, d + 3) == IX1 then Q1, QN1 = d + 4, len - 4
             elseif tag == IT3 and string.sub(V2, d, d + 3) == IX3 then Q3, QN3 = d + 4, len - 4
             elseif exp > nowms then
@@ -250,14 +283,33 @@ for a = 1, attempts do
           else
             O2 = true
             if tag == MARK and look and exp * 1000 <= now then lapsed = true end
+            if tag == '\000\000\000\001' then mk = true end
           end
           q = d + len
         end
+        if wf and not mk then q = nil end -- a wide root's value without its marker
         if not q and not fail then
           fail = redis.error_reply('freqcap: rule ' .. 'recv-1m' .. FOREIGN)
         end
+        if mk and not fail then
+          -- A wide root: each nested set's section is its hash's field (one HGET).
+          WB2 = true
+          WD = WD or L().wide(nowms)
+          V1, Q1, QN1 = WD.get(KEYS[kb + 4], IT1 .. IX1), nil, nil
+          if V1 == '' then
+            fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
+          elseif V1 then
+            Q1, QN1 = 2, #V1 - 1
+          end
+          V3, Q3, QN3 = WD.get(KEYS[kb + 4], IT3 .. IX3), nil, nil
+          if V3 == '' then
+            fail = redis.error_reply('freqcap: rule ' .. 'channel' .. FOREIGN)
+          elseif V3 then
+            Q3, QN3 = 2, #V3 - 1
+          end
+        end
       end
-      V1 = Q1 and V2 -- its entries lie in the root's value (Q, QN)
+      V1 = Q1 and (V1 or V2) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
       O1 = false
       if V1 and not fail then
         local n, q = Q1 + QN1 - 1, Q1
@@ -277,7 +329,7 @@ for a = 1, attempts do
           fail = redis.error_reply('freqcap: rule ' .. 'content-59s' .. FOREIGN)
         end
       end
-      V3 = Q3 and V2 -- its entries lie in the root's value (Q, QN)
+      V3 = Q3 and (V3 or V2) -- its entries lie in its wide field's value (the root's read set it) or the root's (Q, QN)
       O3 = false
       if V3 and not fail then
         local n, q = Q3 + QN3 - 1, Q3
@@ -299,7 +351,7 @@ for a = 1, attempts do
     end
     local OVS
     do
-      local h = redis.pcall('HGETALL', KEYS[kb + 4])
+      local h = redis.pcall('HGETALL', KEYS[kb + 5])
       if h.err then
         reply = redis.error_reply('freqcap: the overrides key is not a hash (WRONGTYPE); not evaluated, nothing written')
         break
@@ -842,7 +894,7 @@ for a = 1, attempts do
         if O1 then -- other entries kept: its section built alone
           E1 = struct.pack('<c4I3I6I7c0I7I7', 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1)
           E4 = struct.pack('<c4I3I6I7', 'c01h', 7, X4, used_4)
-          local sv = Q1 and FMT .. string.sub(V2, Q1, Q1 + QN1 - 1)
+          local sv = Q1 and FMT .. string.sub(V1, Q1, Q1 + QN1 - 1)
           local v, vtop = L().packv(sv, L().unpackv(sv), {E1, E4}, top, nowms)
           S1, ST1 = struct.pack('<c4I3I6c4', IT1, #v + 3, vtop, IX1) .. string.sub(v, 2), vtop
         end
@@ -852,7 +904,7 @@ for a = 1, attempts do
         ST3 = top
         if O3 then -- other entries kept: its section built alone
           E5 = struct.pack('<c4I3I6I7', 'chan', 7, X5, tat_5)
-          local sv = Q3 and FMT .. string.sub(V2, Q3, Q3 + QN3 - 1)
+          local sv = Q3 and FMT .. string.sub(V3, Q3, Q3 + QN3 - 1)
           local v, vtop = L().packv(sv, L().unpackv(sv), {E5}, top, nowms)
           S3, ST3 = struct.pack('<c4I3I6c4', IT3, #v + 3, vtop, IX3) .. string.sub(v, 2), vtop
         end
@@ -860,34 +912,50 @@ for a = 1, attempts do
       do
         local top = X2
         if X3 > top then top = X3 end
-        if ST1 > top then top = ST1 end
-        if ST3 > top then top = ST3 end
-        if KT2 > top then top = KT2 end
-        local rest = '' -- the other sets' sections kept
-        if K2 then
-          if #K2 == 2 then
-            rest = string.sub(V2, K2[1], K2[2])
-          else
-            local o = {}
-            for j = 1, #K2, 2 do o[#o + 1] = string.sub(V2, K2[j], K2[j + 1]) end
-            rest = table.concat(o)
-          end
-        end
-        if not O2 and not S1 and not S3 then
-          -- The root's value in one struct.pack: its entries, then each nested
-          -- set's section (header, the id's last 4 bytes, its entries), then
-          -- the other sections kept.
-          redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7c0', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5, rest), 'PXAT', top)
-        else
+        if WB2 then
+          -- A wide root, or one this decision could make pass WIDEAT:
+          -- prelude.lua's wide.root writes it, as take.lua does (the
+          -- sections into its hash's fields, all its live sections moved
+          -- there, or its packed value).
           if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
           if not S3 then S3 = struct.pack('<c4I3I6c4c4I3I6I7', IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) end
-          if not O2 then
-            redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
+          E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2)
+          E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3)
+          local rk = KEYS[kb + 2]
+          WD = WD or L().wide(nowms)
+          WD.root(rk, KEYS[kb + 4], V2, L().unpackv(V2), {E2, E3}, top,
+            {[IT1 .. IX1] = S1, [IT3 .. IX3] = S3}, false,
+            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT3 .. IX3] = string.sub(KEYS[kb + 3], #rk + 1)})
+        else
+          if ST1 > top then top = ST1 end
+          if ST3 > top then top = ST3 end
+          if KT2 > top then top = KT2 end
+          local rest = '' -- the other sets' sections kept
+          if K2 then
+            if #K2 == 2 then
+              rest = string.sub(V2, K2[1], K2[2])
+            else
+              local o = {}
+              for j = 1, #K2, 2 do o[#o + 1] = string.sub(V2, K2[j], K2[j + 1]) end
+              rest = table.concat(o)
+            end
+          end
+          if not O2 and not S1 and not S3 then
+            -- The root's value in one struct.pack: its entries, then each nested
+            -- set's section (header, the id's last 4 bytes, its entries), then
+            -- the other sections kept.
+            redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7c4I3I6c4c4I3I6I7c0', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3, IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4, IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5, rest), 'PXAT', top)
           else
-            E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2)
-            E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3)
-            local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[I1] = S1, [I3] = S3})
-            redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
+            if not S1 then S1 = struct.pack('<c4I3I6c4c4I3I6I7c0I7I7c4I3I6I7', IT1, 4 + (13 + (21 + #mid_1) + 13 + (7)), ST1, IX1, 'c59s', 21 + #mid_1, X1, base_1, mid_1, lt_1, lc_1, 'c01h', 7, X4, used_4) end
+            if not S3 then S3 = struct.pack('<c4I3I6c4c4I3I6I7', IT3, 4 + (13 + (7)), ST3, IX3, 'chan', 7, X5, tat_5) end
+            if not O2 then
+              redis.call('SET', KEYS[kb + 2], struct.pack('<c0c4I3I6I7c0I7I7c4I3I6I7c0I7I7', FMT, 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2, 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3) .. S1 .. S3 .. rest, 'PXAT', top)
+            else
+              E2 = struct.pack('<c4I3I6I7c0I7I7', 'r01m', 21 + #mid_2, X2, base_2, mid_2, lt_2, lc_2)
+              E3 = struct.pack('<c4I3I6I7c0I7I7', 'r24h', 21 + #mid_3, X3, base_3, mid_3, lt_3, lc_3)
+              local v, vtop = L().packv(V2, L().unpackv(V2), {E2, E3}, top, nowms, {[IT1 .. IX1] = S1, [IT3 .. IX3] = S3})
+              redis.call('SET', KEYS[kb + 2], v, 'PXAT', sf('%d', vtop))
+            end
           end
         end
       end
@@ -933,7 +1001,6 @@ for a = 1, attempts do
       reply = {reply, sf('%d', OVR[1]) .. '|' .. sf('%d', (OVS and OVS.lim and OVS.lim[1]) or 2) .. ',' .. sf('%d', (OVS and OVS.lim and OVS.lim[2]) or 15) .. ',' .. sf('%d', (OVS and OVS.lim and OVS.lim[3]) or 50) .. ',' .. sf('%d', (OVS and OVS.lim and OVS.lim[4]) or 5) .. ',' .. sf('%d', (OVS and OVS.lim and OVS.lim[5]) or 10) .. '|' .. OVR[2]}
     end
   until true
-  if reply == 'freqcap:wide' then WR = true end
   if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
