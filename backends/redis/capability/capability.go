@@ -383,6 +383,9 @@ type Report struct {
 	EvalOnly bool `json:"eval_only,omitempty"`
 	// Choices holds one choice per algorithm, in algorithm order.
 	Choices []Choice `json:"choices"`
+	// Wide is where the Redis backend keeps the nested sets of a wide
+	// subject on this server, and why.
+	Wide Wide `json:"wide"`
 	// NonAtomic reports that some chosen strategy cannot make multi-rule
 	// decisions all-or-nothing (no scripting); every Decision made with it
 	// says NonAtomic.
@@ -466,6 +469,9 @@ func (r *Report) Description() driver.Description {
 		d.Strategies[c.Algorithm] = driver.Strategy{Name: c.Strategy.String(), Reason: c.Reason}
 	}
 	d.Notes = append(d.Notes, r.Notes...)
+	if w := r.Wide.String(); w != "" {
+		d.Notes = append(d.Notes, w)
+	}
 	for _, m := range r.Memory() {
 		d.Memory = append(d.Memory, m.Driver())
 	}
