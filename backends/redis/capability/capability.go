@@ -1,7 +1,8 @@
 // Package capability finds out what a Redis-compatible server can do for
 // freqcap — TairHash per-field expiry, redis-cell, native hash-field expiry
 // (Redis ≥ 7.4, Valkey ≥ 9), Lua scripting — and chooses a strategy for
-// each algorithm.
+// each algorithm, and how a wide subject's nested sets keep their fields
+// (Wide).
 //
 // Detection never trusts a version string (Valkey 8 reports
 // redis_version 7.2.4 and has no HEXPIRE). Probe asks every master, in one
