@@ -84,9 +84,10 @@ func wideKey(root string) string { return root + lua.WideSuffix }
 // wideHFE reports whether a root going wide on the server rep describes
 // gives its hash's fields their expiry with HPEXPIREAT (native hash-field
 // expiry, Redis >= 7.4 and Valkey >= 9), rather than a bounded sweep of
-// dead fields on each write.
+// dead fields on each write: detection's choice (capability.Wide, which
+// Describe and freqcap detect print).
 func wideHFE(rep *capability.Report) bool {
-	return rep != nil && rep.Feature(capability.HFE).Usable
+	return rep != nil && rep.Wide.Mode == lua.WideModeHFE
 }
 
 // sectionID returns the id of the section of the nested set at key: the

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"strconv"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
-	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -131,20 +129,5 @@ func describeReport(rep *capability.Report) driver.Description {
 		}
 		d.Strategies[a] = st
 	}
-	if rep.Scripting.All() {
-		d.Notes = append(d.Notes, wideNote(rep))
-	}
 	return d
-}
-
-// wideNote says where the nested sets of a root past lua.WideAt live on
-// the server rep describes, and why (docs/DESIGN.md, "Wide subjects").
-func wideNote(rep *capability.Report) string {
-	how := "a plain hash whose dead fields each write adding a field sweeps (HSCAN of " + strconv.Itoa(lua.WideSweep) +
-		" fields from a cursor kept in the root): the server has no native hash-field expiry"
-	if wideHFE(rep) {
-		how = "one field per value expiring by HPEXPIREAT (native hash-field expiry, hfe usable on every master)"
-	}
-	return "wide subjects: a root whose value would pass " + strconv.Itoa(lua.WideAt) +
-		" bytes with nested sets keeps them in <root key>" + lua.WideSuffix + ", " + how
 }

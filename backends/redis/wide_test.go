@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
@@ -151,33 +153,52 @@ func TestWideRootRefusedByOlderVersion(t *testing.T) {
 }
 
 // TestWideDescribe: Describe says where a wide root's nested sets live
-// and how their fields expire: swept on Redis 7.0, HPEXPIREAT on a server
-// with native hash-field expiry (FREQCAP_TEST_HFE).
+// and how their fields expire (capability.Wide's sentence): swept on Redis
+// 7.0, HPEXPIREAT on a server with native hash-field expiry
+// (FREQCAP_TEST_HFE), swept on a TairHash server (FREQCAP_TEST_TAIRHASH),
+// saying why the module's own field expiry is not used; and a root that
+// goes wide there takes that mode (the mode byte of its wide marker).
 func TestWideDescribe(t *testing.T) {
 	cases := []struct {
-		name, env, want string
+		name, env, mode string
+		want            []string
 	}{
-		{"redis-7.0", "", "a plain hash whose dead fields each write adding a field sweeps"},
-		{"hfe", "FREQCAP_TEST_HFE", "expiring by HPEXPIREAT"},
+		{"redis-7.0", "", lua.WideModeSweep, []string{"mode s: a plain hash, one field per value, whose dead fields each write adding a field sweeps"}},
+		{"hfe", "FREQCAP_TEST_HFE", lua.WideModeHFE, []string{"mode h: one field per value, each expiring by HPEXPIREAT"}},
+		{"tairhash", "FREQCAP_TEST_TAIRHASH", lua.WideModeSweep, []string{"mode s: a plain hash", "TairHash's per-field expiry (EXHSET … PXAT) is not used"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var b *Backend
+			var c *goredis.Client
 			if tc.env == "" {
-				b, _ = plainStandalone(t)
+				b, c = plainStandalone(t)
 			} else if addr := os.Getenv(tc.env); addr != "" {
-				b, _ = moduleBackend(t, addr, capability.Config{})
+				b, c = moduleBackend(t, addr, capability.Config{})
 			} else {
 				t.Skipf("SKIPPED: %s is not set", tc.env)
 			}
-			d, err := b.Describe(context.Background())
+			ctx := context.Background()
+			d, err := b.Describe(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.ContainsFunc(d.Notes, func(n string) bool {
-				return strings.HasPrefix(n, "wide subjects: ") && strings.Contains(n, tc.want)
-			}) {
-				t.Errorf("Describe().Notes = %q, want a wide subjects note saying %q", d.Notes, tc.want)
+			for _, want := range tc.want {
+				if !slices.ContainsFunc(d.Notes, func(n string) bool {
+					return strings.HasPrefix(n, "wide subjects: ") && strings.Contains(n, want)
+				}) {
+					t.Errorf("Describe().Notes = %q, want a wide subjects note saying %q", d.Notes, want)
+				}
+			}
+			s := newSubject(t, "widedescribe")
+			for i := range 80 {
+				take(t, b, request{op: opTake, Request: driver.Request{Policy: "p", Cost: 1, Rules: []driver.Rule{
+					{Name: "a", Key: s.key("a"), Group: s.base + "=", Algorithm: driver.FixedWindow, Limit: 1000, Window: time.Hour},
+					{Name: "b", Key: s.key("b", strconv.Itoa(i)), Group: s.base + "=c:" + strconv.Itoa(i), Algorithm: driver.FixedWindow, Limit: 3, Window: time.Hour},
+				}}})
+			}
+			if got := wideModeAt(t, c, s.base+"="); got != tc.mode {
+				t.Errorf("the root's wide mode after 80 contents = %q, want %q", got, tc.mode)
 			}
 		})
 	}
@@ -525,12 +546,30 @@ func TestWideFastWritesAsTake(t *testing.T) {
 func wideMode(v string) string {
 	for p := 1; p+lua.PackedHeader <= len(v); {
 		n := int(leUint(v[p+lua.PackedTag : p+lua.PackedTag+lua.PackedLen]))
-		if v[p:p+lua.PackedTag] == lua.WideTag && n > 0 {
+		if v[p:p+lua.PackedTag] == lua.WideTag && n > 0 && p+lua.PackedHeader < len(v) {
 			return string(v[p+lua.PackedHeader])
 		}
 		p += lua.PackedHeader + n
 	}
 	return ""
+}
+
+// wideModeAt returns the mode of the wide root at key (its wide marker's
+// first payload byte), "" when it is not wide.
+func wideModeAt(t *testing.T, c *goredis.Client, key string) string {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	if len(v) == 0 || v[0] != lua.WideFormat {
+		return ""
+	}
+	m := wideMode(v)
+	if m == "" {
+		t.Fatalf("wide root %s without a wide marker", key)
+	}
+	return m
 }
 
 // noCursor returns root value v with its wide marker's sweep cursor

@@ -14,12 +14,14 @@ import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
 )
 
-// runDetect prints what a server or cluster can do for freqcap and which
-// strategy each algorithm would use (backends/redis/capability).
+// runDetect prints what a server or cluster can do for freqcap, which
+// strategy each algorithm would use and where wide subjects' nested sets
+// live (backends/redis/capability: Report.String, whose sentences the
+// backend's Describe gives too).
 func runDetect(args []string) error {
 	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: freqcap detect --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]\n\nProbes every master for TairHash, redis-cell, native hash-field expiry and\nscripting, and whether it is a replica (then it names the master and no\nstrategy runs), and prints the strategy chosen for each algorithm, and why.\nIt gives each master's maxmemory, maxmemory-policy and evicted_keys (INFO\nmemory, INFO stats), and warns of a master that may evict freqcap's keys:\nany policy but noeviction with a maxmemory (docs/DESIGN.md, \"Memory and\neviction\").\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "Usage: freqcap detect --redis ADDR | --cluster ADDR,… | --sentinel ADDR,… --master NAME [flags]\n\nProbes every master for TairHash, redis-cell, native hash-field expiry and\nscripting, and whether it is a replica (then it names the master and no\nstrategy runs), and prints the strategy chosen for each algorithm, and why,\nand where a wide subject's nested sets live past the root's size limit (the\nmode, how their fields expire, and why: as Describe says). It gives each\nmaster's maxmemory, maxmemory-policy and evicted_keys (INFO memory, INFO\nstats), and warns of a master that may evict freqcap's keys: any policy\nbut noeviction with a maxmemory (docs/DESIGN.md, \"Memory and eviction\").\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var server serverFlags

@@ -1,7 +1,8 @@
 // Package capability finds out what a Redis-compatible server can do for
 // freqcap — TairHash per-field expiry, redis-cell, native hash-field expiry
 // (Redis ≥ 7.4, Valkey ≥ 9), Lua scripting — and chooses a strategy for
-// each algorithm.
+// each algorithm, and how a wide subject's nested sets keep their fields
+// (Wide).
 //
 // Detection never trusts a version string (Valkey 8 reports
 // redis_version 7.2.4 and has no HEXPIRE). Probe asks every master, in one
@@ -383,6 +384,9 @@ type Report struct {
 	EvalOnly bool `json:"eval_only,omitempty"`
 	// Choices holds one choice per algorithm, in algorithm order.
 	Choices []Choice `json:"choices"`
+	// Wide is where the Redis backend keeps the nested sets of a wide
+	// subject on this server, and why.
+	Wide Wide `json:"wide"`
 	// NonAtomic reports that some chosen strategy cannot make multi-rule
 	// decisions all-or-nothing (no scripting); every Decision made with it
 	// says NonAtomic.
@@ -466,6 +470,9 @@ func (r *Report) Description() driver.Description {
 		d.Strategies[c.Algorithm] = driver.Strategy{Name: c.Strategy.String(), Reason: c.Reason}
 	}
 	d.Notes = append(d.Notes, r.Notes...)
+	if w := r.Wide.String(); w != "" {
+		d.Notes = append(d.Notes, w)
+	}
 	for _, m := range r.Memory() {
 		d.Memory = append(d.Memory, m.Driver())
 	}

@@ -95,6 +95,7 @@ func Choose(nodes []Node, cfg Config) Report {
 		}
 		r.Choices = append(r.Choices, c)
 	}
+	chooseWide(&r)
 	for _, c := range r.Choices {
 		if c.Strategy.NonAtomic() {
 			r.NonAtomic = true

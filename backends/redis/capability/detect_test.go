@@ -537,8 +537,8 @@ func TestDescription(t *testing.T) {
 	if got != want {
 		t.Errorf("Strategies[SlidingWindow] = %+v, want %+v", got, want)
 	}
-	if d.Target != r.Target || len(d.Notes) != len(r.Notes) {
-		t.Errorf("Description() = %+v, want target and notes of %+v", d, r)
+	if d.Target != r.Target || len(d.Notes) != len(r.Notes)+1 || d.Notes[len(r.Notes)] != r.Wide.String() {
+		t.Errorf("Description() = %+v, want target and notes of %+v, then the wide subjects note", d, r)
 	}
 	text := r.String()
 	for _, want := range []string{"cluster ", "(3 masters)", "lua+tairhash", "redis-cell  1/3 masters", "masters disagree"} {
@@ -554,6 +554,73 @@ func TestDescription(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("json.Marshal(Report) lacks %s:\n%s", want, b)
 		}
+	}
+}
+
+// TestWideRecorded: the report says where wide subjects' nested sets live
+// on each recorded server, and why: HPEXPIREAT where every master has
+// native hash-field expiry and it is allowed (whatever ModuleStrategies
+// and ForcePlainLua say: it is no module strategy), else the sweep,
+// naming on a TairHash server why the module's field expiry is not used;
+// nothing where no script runs. String (freqcap detect) and Description
+// (Describe) give the same sentence.
+func TestWideRecorded(t *testing.T) {
+	sweep := "a plain hash, one field per value, whose dead fields each write adding a field sweeps (HSCAN of 8 fields"
+	tests := []struct {
+		name  string
+		files []string
+		cfg   Config
+		mode  string
+		want  []string // substrings of Wide.String()
+	}{
+		{"redis 7.0", []string{"redis-7.0.15"}, Config{}, "s", []string{sweep, "no native hash-field expiry (HPEXPIRE on 0/1 master)"}},
+		{"valkey 8", []string{"valkey-8.0.1"}, Config{}, "s", []string{sweep}},
+		{"redis 7.4", []string{"redis-7.4.1"}, Config{}, "h", []string{"each expiring by HPEXPIREAT at its section's expiry plus 1000 ms (native hash-field expiry: HPEXPIRE on 1/1 master)"}},
+		{"redis 7.4, module strategies", []string{"redis-7.4.1"}, Config{ModuleStrategies: true}, "h", nil},
+		{"redis 7.4, plain Lua forced", []string{"redis-7.4.1"}, Config{ForcePlainLua: true}, "h", nil},
+		{"redis 7.4, hfe forbidden", []string{"redis-7.4.1"}, Config{Forbid: []Feature{HFE}}, "s", []string{sweep, "hfe forbidden by configuration"}},
+		{"tairhash", []string{"redis-7.0.15-tairhash"}, Config{}, "s", []string{sweep, "TairHash's per-field expiry (EXHSET … PXAT) is not used for them: its SORT_MODE build crashed a replica"}},
+		{"tairhash, module strategies", []string{"redis-7.0.15-tairhash"}, Config{ModuleStrategies: true}, "s", []string{"TairHash's per-field expiry"}},
+		{"cluster, hfe on 1/3 masters", []string{"cluster-a", "cluster-b", "cluster-c"}, Config{}, "s", []string{sweep, "HPEXPIRE on 1/3 masters only", "TairHash's per-field expiry"}},
+		{"no scripting", []string{"redis-7.0.15-tairhash-noscript"}, Config{}, "", nil},
+		{"replica", []string{"redis-7.0.15-replica"}, Config{}, "", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := probeRecorded(t, tc.files, 3, tc.cfg)
+			w := r.Wide.String()
+			if r.Wide.Mode != tc.mode {
+				t.Errorf("Wide.Mode = %q, want %q (%s)", r.Wide.Mode, tc.mode, w)
+			}
+			if tc.mode == "" {
+				if w != "" || strings.Contains(r.String(), "wide subjects") || containsSub(r.Description().Notes, "wide subjects") {
+					t.Errorf("a report where no script runs says %q", w)
+				}
+				return
+			}
+			prefix := "wide subjects: a root whose value would pass 2048 bytes (lua.WideAt) with nested sets keeps them in <root key>%w, mode " + tc.mode + ": "
+			if !strings.HasPrefix(w, prefix) {
+				t.Errorf("Wide.String() = %q, want it to start %q", w, prefix)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(w, want) {
+					t.Errorf("Wide.String() = %q, want it to contain %q", w, want)
+				}
+			}
+			if !strings.Contains(r.String(), "\n"+w+"\n") {
+				t.Errorf("String() lacks the wide subjects line %q:\n%s", w, r)
+			}
+			if d := r.Description(); !slices.Contains(d.Notes, w) {
+				t.Errorf("Description().Notes = %q, want the wide subjects line", d.Notes)
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `"wide":{"mode":"` + tc.mode + `","at":2048,"suffix":"%w","reason":`; !strings.Contains(string(b), want) {
+				t.Errorf("json.Marshal(Report) lacks %s:\n%s", want, b)
+			}
+		})
 	}
 }
 

@@ -103,6 +103,9 @@ func (r *Report) String() string {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Algorithm, c.Strategy, c.Reason)
 	}
 	tw.Flush()
+	if w := r.Wide.String(); w != "" {
+		fmt.Fprintf(&b, "\n%s\n", w)
+	}
 	if r.ForcedPlainLua || len(r.Forbidden) > 0 {
 		b.WriteString("\nconfiguration:")
 		if r.ForcedPlainLua {
