@@ -233,7 +233,9 @@ local function wide(nowms)
   -- write that adds a field removes the dead fields among the next
   -- WIDESWEEP of an HSCAN whose cursor the marker keeps (a write that
   -- only rewrites fields sweeps nothing: the hash does not grow).
-  local function root(key, hkey, v, m, ours, top, secs, hfe, names)
+  -- decl: a nested set of the root is declared wide (driver.Rule.Wide):
+  -- the root goes wide with its first section, whatever its length.
+  local function root(key, hkey, v, m, ours, top, secs, hfe, names, decl)
     local mode, cur, wtop = WIDE_SWEEP, '0', 0
     local wp = m[WIDETAG]
     if wp then
@@ -242,7 +244,7 @@ local function wide(nowms)
     else
       local nv, ntop = packv(v, m, {unpack(ours)}, top, nowms, secs)
       local all, any = {}, false
-      if #nv > WIDEAT then
+      if decl or #nv > WIDEAT then
         for _, sp in ipairs(m[0] or {}) do
           local tag, len, exp, q = struct.unpack(HDR, v, sp)
           local id = tag .. string.sub(v, q, q + 3)

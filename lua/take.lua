@@ -153,14 +153,18 @@ for a = 1, attempts do
   -- (set once imported), its root's wide hash's key index}, for the
   -- nested sets; nil (most attempts) when none. hfe: the server has
   -- HPEXPIREAT (prelude.lua's wide).
-  local nest, hfe
+  local nest, hfe, decl -- decl: root key index -> a nested set of it is declared wide (NEST_WIDE)
   local nspec = ARGV[ab + A_NEST]
   if nspec ~= '' then
     nest = {}
     for p = 1, #nspec, NESTLEN do
       local ki, ri, wi, fl, id = struct.unpack(NESTREC, nspec, p)
       nest[ki] = {ri, fl % 2 == NEST_UPGRADE, id, false, wi}
-      hfe = fl >= NEST_HFE
+      hfe = math.floor(fl / NEST_HFE) % 2 == 1
+      if fl >= NEST_WIDE then
+        decl = decl or {}
+        decl[ri] = true
+      end
     end
   end
   repeat
@@ -681,7 +685,7 @@ for a = 1, attempts do
         if raw and #list > 0 and not sc and not (built and built[ki]) and pos == #raw + 1 then
           redis.call('SETRANGE', KEYS[kb + ki], 1, table.concat(list))
         elseif sc then
-          wide(nowms).root(KEYS[kb + ki], KEYS[kb + wk[ki]], raw, m, list, tops[ki], sc, hfe, names)
+          wide(nowms).root(KEYS[kb + ki], KEYS[kb + wk[ki]], raw, m, list, tops[ki], sc, hfe, names, decl and decl[ki])
         else
           local v, top = packv(raw, m, list, tops[ki], nowms, sc)
           if top > 0 then redis.call('SET', KEYS[kb + ki], v, 'PXAT', sf('%d', top)) end
@@ -690,7 +694,7 @@ for a = 1, attempts do
       end
     end
     for ri, sc in pairs(secs or NONE) do -- roots without entries of their own written
-      wide(nowms).root(KEYS[kb + ri], KEYS[kb + wk[ri]], raws[ri], vals[ri], {}, 0, sc, hfe, names)
+      wide(nowms).root(KEYS[kb + ri], KEYS[kb + wk[ri]], raws[ri], vals[ri], {}, 0, sc, hfe, names, decl and decl[ri])
     end
     for ki in pairs(ours) do
       local ns = nest and nest[ki]

@@ -175,7 +175,8 @@ func (b *Backend) add(e *encoder, o op, req driver.Request, now time.Time, rep *
 // root's value (nests; the root's key, and its wide hash's, wideKey, are
 // added to the attempt's keys: a root may be wide, lua.WideAt); "" when
 // none (no allocation). rep says whether the server has native hash-field
-// expiry (lua.NestHFE: a root going wide uses it).
+// expiry (lua.NestHFE: a root going wide uses it); a choice of a rule
+// declared wide (driver.Rule.Wide) sets lua.NestWide.
 func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice, rep *capability.Report) string {
 	var out []byte
 	for i, c := range choices {
@@ -192,6 +193,9 @@ func (b *Backend) nestArg(a *attemptEnc, choices []ruleChoice, rep *capability.R
 		}
 		if wideHFE(rep) {
 			flags |= lua.NestHFE
+		}
+		if c.wide {
+			flags |= lua.NestWide
 		}
 		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(c.key)))
 		out = binary.LittleEndian.AppendUint16(out, uint16(a.index(root)))
@@ -328,7 +332,7 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 		oi = a.index(r.Key)
 	}
 	e.argv = append(e.argv, a.index(key), oi)
-	return ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod}, nil
+	return ruleChoice{code: sp.code, key: key, cellCount: sp.cellCount, cellPeriod: sp.cellPeriod, wide: r.Wide}, nil
 }
 
 // ruleKey returns the key r's state lives under with spec sp, and for a

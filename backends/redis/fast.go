@@ -40,6 +40,8 @@ type fastKey struct {
 	// hfe: some set nests and the server has native hash-field expiry,
 	// which a root the script makes wide uses (lua.FastOptions.HFE).
 	hfe bool
+	// wide: per rule, its set is declared wide (lua.FastRule.Wide).
+	wide [lua.FastMax]bool
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -153,7 +155,7 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
 			return k, groups, 0, false
 		}
-		k.specs[i] = sp
+		k.specs[i], k.wide[i] = sp, r.Wide
 		key := group(r)
 		ki := 0
 		for j := range g {
@@ -295,6 +297,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Key:    int(k.keys[i]),
 			Root:   int(k.roots[k.keys[i]-1]),
 			Window: k.specs[i].window,
+			Wide:   k.wide[i],
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 	}

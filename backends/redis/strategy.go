@@ -50,6 +50,7 @@ func cellArgs(r *driver.Rule) (count, period int64, why string) {
 type ruleChoice struct {
 	code, key             string
 	cellCount, cellPeriod int64
+	wide                  bool // its set is declared wide (driver.Rule.Wide): take.lua's lua.NestWide
 }
 
 // strategy names the strategy of c, as capability.Strategy prints it.

@@ -585,3 +585,72 @@ func noCursor(v string) string {
 	}
 	return v
 }
+
+// TestWideDeclared: a set the policy declares wide (driver.Rule.Wide,
+// sdk.WithWide) makes its person's root wide with the first value, on fast
+// scripts, take.lua and in batches, and decides exactly as the same
+// rules undeclared (whose root goes wide only past lua.WideAt).
+func TestWideDeclared(t *testing.T) {
+	for _, noFast := range []bool{false, true} {
+		t.Run("noFast="+strconv.FormatBool(noFast), func(t *testing.T) {
+			b, c := plainStandalone(t)
+			b.noFast = noFast
+			ctx := context.Background()
+			subs := [2]subject{newSubject(t, "declared"), newSubject(t, "undeclared")}
+			rules := func(i int, cn string) []driver.Rule {
+				s := subs[i]
+				return []driver.Rule{
+					{Name: "user", Key: s.key("user"), Group: s.base + "=", Algorithm: driver.SlidingWindow, Limit: 1000, Window: 24 * time.Hour},
+					{Name: "campaign", Key: s.key("campaign", cn), Group: s.base + "=c:" + cn, Algorithm: driver.FixedWindow, Limit: 3, Window: 24 * time.Hour, Wide: i == 0},
+				}
+			}
+			rootOf := func(i int) string { return c.Get(ctx, subs[i].base+"=").Val() }
+			same := func(what string, a, b driver.Result) {
+				t.Helper()
+				if a.Allowed != b.Allowed || a.Rules[0].Used != b.Rules[0].Used || a.Rules[1].Used != b.Rules[1].Used {
+					t.Fatalf("%s: declared %s, undeclared %s", what, resLine(a), resLine(b))
+				}
+			}
+			var res [2]driver.Result
+			for i := range 2 {
+				res[i] = take(t, b, subs[i].request(opTake, 1, rules(i, "k0")...))
+			}
+			same("first take", res[0], res[1])
+			if v := rootOf(0); len(v) == 0 || v[0] != lua.WideFormat {
+				t.Fatalf("declared: the root is not wide after its first value (%d bytes)", len(v))
+			}
+			if n := c.HLen(ctx, wideKey(subs[0].base+"=")).Val(); n != 1 {
+				t.Errorf("declared: the wide hash holds %d fields after the first value, want 1", n)
+			}
+			if v := rootOf(1); len(v) == 0 || v[0] == lua.WideFormat {
+				t.Fatalf("undeclared: the root is wide after one value")
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			for k := range 120 {
+				cn := "k" + strconv.Itoa(rng.IntN(50))
+				for i := range 2 {
+					res[i] = take(t, b, subs[i].request(opTake, 1, rules(i, cn)...))
+				}
+				same(fmt.Sprintf("take %d (%s)", k, cn), res[0], res[1])
+			}
+			cns := []string{"k1", "k60", "k1", "k61", "k2", "k1"}
+			var outs [2][]driver.BatchResult
+			for i := range 2 {
+				reqs := make([]request, len(cns))
+				for k, cn := range cns {
+					reqs[k] = subs[i].request(opTake, 1, rules(i, cn)...)
+				}
+				outs[i] = b.batch(ctx, reqs)
+			}
+			for k := range cns {
+				if outs[0][k].Err != nil || outs[1][k].Err != nil {
+					t.Fatalf("batch[%d]: %v, %v", k, outs[0][k].Err, outs[1][k].Err)
+				}
+				same(fmt.Sprintf("batch[%d] (%s)", k, cns[k]), outs[0][k].Result, outs[1][k].Result)
+			}
+			if v := rootOf(0); len(v) == 0 || v[0] != lua.WideFormat {
+				t.Errorf("declared: the root is not wide at the end")
+			}
+		})
+	}
+}

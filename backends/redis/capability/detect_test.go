@@ -598,7 +598,7 @@ func TestWideRecorded(t *testing.T) {
 				}
 				return
 			}
-			prefix := "wide subjects: a root whose value would pass 2048 bytes (lua.WideAt) with nested sets keeps them in <root key>%w, mode " + tc.mode + ": "
+			prefix := "wide subjects: a root whose value would pass 2048 bytes (lua.WideAt) with nested sets, or that holds a set its policy declares wide (sdk.WithWide) from that set's first value, keeps them in <root key>%w, mode " + tc.mode + ": "
 			if !strings.HasPrefix(w, prefix) {
 				t.Errorf("Wide.String() = %q, want it to start %q", w, prefix)
 			}

@@ -36,7 +36,8 @@ func (w Wide) String() string {
 	if w.Mode == "" {
 		return ""
 	}
-	return "wide subjects: a root whose value would pass " + strconv.Itoa(w.At) + " bytes (lua.WideAt) with nested sets keeps them in <root key>" +
+	return "wide subjects: a root whose value would pass " + strconv.Itoa(w.At) + " bytes (lua.WideAt) with nested sets, or that holds a set " +
+		"its policy declares wide (sdk.WithWide) from that set's first value, keeps them in <root key>" +
 		w.Suffix + ", mode " + w.Mode + ": " + w.Reason
 }
 

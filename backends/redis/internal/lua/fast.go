@@ -28,6 +28,9 @@ type FastRule struct {
 	// Window is the rule's window in µs: a GCRA rule's rate under a
 	// limit override (FastOverrides) needs it.
 	Window int64
+	// Wide: the rule's set is declared wide (driver.Rule.Wide): its root
+	// goes wide with its first section (take.lua's NEST_WIDE).
+	Wide bool
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -179,6 +182,10 @@ type fastSet struct {
 	// server has HPEXPIREAT, FastOptions.HFE; else "false").
 	WideBelow, WK int
 	HFE           string
+	// Decl, for a root: a set nested in it is declared wide (FastRule.Wide):
+	// its write is always wide.root's, which makes it wide with its first
+	// section ("true"; else "false").
+	Decl string
 	// Fmt and Args are the struct format (without '<') and the values of
 	// the set's entries, as Body packs them; BodyLen the Lua expression of
 	// their length. SectFormat is a nested set's section's format (header,
@@ -274,6 +281,13 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 		if s := &d.Sets[i]; len(s.Kids) > 0 {
 			d.GO++
 			s.WK, s.HFE = d.GO, strconv.FormatBool(o.HFE)
+			decl := false
+			for _, k := range s.KidSets {
+				for _, r := range k.Rules {
+					decl = decl || r.Wide
+				}
+			}
+			s.Decl = strconv.FormatBool(decl)
 		}
 	}
 	if ov {

@@ -193,17 +193,20 @@ const (
 // NestRec is take.lua's ARGV[a+A_NEST] per nested set (prelude.lua),
 // struct NESTREC, little-endian: the set's key index (2 bytes), its
 // root's (2 bytes), its root's wide hash's (2 bytes; WideSuffix), flags
-// (1 byte: NestUpgrade, NestHFE), its id (backends/redis's sectionID, 8
+// (1 byte: NestUpgrade, NestHFE, NestWide), its id (backends/redis's sectionID, 8
 // bytes).
 const NestRec = 2 + 2 + 2 + 1 + 8
 
 // NestRec's flags: Options.Upgrade (a set without its section yet is read
 // from its own key, the layout before nesting); the server has native
 // hash-field expiry (HPEXPIREAT), which a root that goes wide then uses
-// for its fields (NEST_UPGRADE, NEST_HFE in Lua).
+// for its fields; the set is declared wide (driver.Rule.Wide, sdk.WithWide):
+// its root goes wide with its first section, whatever its length
+// (NEST_UPGRADE, NEST_HFE, NEST_WIDE in Lua).
 const (
 	NestUpgrade = 1
 	NestHFE     = 2
+	NestWide    = 4
 )
 
 // Wide roots (prelude.lua, docs/DESIGN.md "Wide subjects"). A root whose
@@ -313,7 +316,7 @@ var tokens = func() map[string]string {
 		"MAXUSED":      strconv.FormatInt(driver.MaxUsed, 10),
 		"MAXDEBT":      strconv.FormatInt(driver.MaxDebt.Microseconds(), 10),
 		"NESTREC":      quote("<I2I2I2Bc8"),
-		"NEST_UPGRADE": strconv.Itoa(NestUpgrade), "NEST_HFE": strconv.Itoa(NestHFE),
+		"NEST_UPGRADE": strconv.Itoa(NestUpgrade), "NEST_HFE": strconv.Itoa(NestHFE), "NEST_WIDE": strconv.Itoa(NestWide),
 		"WIDEAT": strconv.Itoa(WideAt), "WIDESUFFIX": quote(WideSuffix), "WIDEFMT": quote(string(rune(WideFormat))),
 		"WIDETAG": quote(WideTag), "WIDE_HFE": quote(WideModeHFE), "WIDE_SWEEP": quote(WideModeSweep),
 		"WIDESWEEP": strconv.Itoa(WideSweep), "EXPSLACK": strconv.Itoa(ExpirySlackMs),

@@ -846,7 +846,7 @@ for a = 1, attempts do
           WD = WD or L().wide(nowms)
           WD.root(rk, KEYS[kb + 4], V2, L().unpackv(V2), {E2, E3}, top,
             {[IT1 .. IX1] = S1, [IT3 .. IX3] = S3}, false,
-            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT3 .. IX3] = string.sub(KEYS[kb + 3], #rk + 1)})
+            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT3 .. IX3] = string.sub(KEYS[kb + 3], #rk + 1)}, false)
         else
           if ST1 > top then top = ST1 end
           if ST3 > top then top = ST3 end

@@ -596,7 +596,7 @@ for a = 1, attempts do
           WD = WD or L().wide(nowms)
           WD.root(rk, KEYS[kb + 4], V3, L().unpackv(V3), {}, top,
             {[IT1 .. IX1] = S1, [IT2 .. IX2] = S2}, false,
-            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT2 .. IX2] = string.sub(KEYS[kb + 2], #rk + 1)})
+            {[IT1 .. IX1] = string.sub(KEYS[kb + 1], #rk + 1), [IT2 .. IX2] = string.sub(KEYS[kb + 2], #rk + 1)}, false)
         else
           if ST1 > top then top = ST1 end
           if ST2 > top then top = ST2 end
