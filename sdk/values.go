@@ -153,39 +153,12 @@ func (ad *Admin) Values(ctx context.Context, p *Policy, s Subject, set string, o
 	if !ok {
 		return ValuesPage{}, fmt.Errorf("sdk: values: backend %T cannot list a subject's values: %w", l.b, errors.ErrUnsupported)
 	}
-	if err := p.valid(); err != nil {
-		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
-	}
-	first, err := p.nestedSet(set)
+	req, person, first, err := ad.valuesRequest(p, s, set, opts)
 	if err != nil {
 		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
 	}
-	// The person: the shard values alone; a value's subject adds the set's.
-	person := make(Subject, len(p.shardBy)+len(p.sorted[first]))
-	for _, d := range p.shardBy {
-		v, err := s.value(d)
-		if err != nil {
-			return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
-		}
-		person[d] = v
-	}
-	base, err := appendBase(nil, l.prefix, p, person)
-	if err != nil {
-		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
-	}
-	root := string(base) + "="
-	setKey := string(base) + p.groups[first]
-	rules, err := ad.setRules(p, first, person)
-	if err != nil {
-		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
-	}
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = DefaultValuesLimit
-	}
-	limit = min(limit, MaxValuesLimit)
 	lctx, cancel := l.withTimeout(ctx)
-	pg, err := vl.ListValues(lctx, driver.ValuesRequest{Root: root, Set: setKey, Rules: rules, Limit: limit, Cursor: opts.Cursor})
+	pg, err := vl.ListValues(lctx, req)
 	cancel()
 	if err != nil {
 		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
@@ -205,7 +178,7 @@ func (ad *Admin) Values(ctx context.Context, p *Policy, s Subject, set string, o
 	for i, v := range pg.Values {
 		out.Values[i] = Value{ID: v.ID, Written: v.Written, Expires: v.Expires}
 		if v.Group != "" {
-			out.Values[i].Subject = valueSubject(person, p.sorted[first], setKey, v.Group)
+			out.Values[i].Subject = valueSubject(person, p.sorted[first], req.Set, v.Group)
 			groups[i] = v.Group
 		}
 	}
@@ -213,6 +186,47 @@ func (ad *Admin) Values(ctx context.Context, p *Policy, s Subject, set string, o
 		return ValuesPage{}, fmt.Errorf("sdk: values: %w", err)
 	}
 	return out, nil
+}
+
+// valuesRequest returns the driver's request for Values's arguments,
+// the person (s's shard values) and the index of the set's first rule.
+func (ad *Admin) valuesRequest(p *Policy, s Subject, set string, opts ValuesOptions) (_ driver.ValuesRequest, person Subject, first int, _ error) {
+	if err := p.valid(); err != nil {
+		return driver.ValuesRequest{}, nil, 0, err
+	}
+	first, err := p.nestedSet(set)
+	if err != nil {
+		return driver.ValuesRequest{}, nil, 0, err
+	}
+	// The person: the shard values alone; a value's subject adds the set's.
+	person = make(Subject, len(p.shardBy)+len(p.sorted[first]))
+	for _, d := range p.shardBy {
+		v, err := s.value(d)
+		if err != nil {
+			return driver.ValuesRequest{}, nil, 0, err
+		}
+		person[d] = v
+	}
+	base, err := appendBase(nil, ad.lim().prefix, p, person)
+	if err != nil {
+		return driver.ValuesRequest{}, nil, 0, err
+	}
+	rules, err := ad.setRules(p, first, person)
+	if err != nil {
+		return driver.ValuesRequest{}, nil, 0, err
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = DefaultValuesLimit
+	}
+	req := driver.ValuesRequest{
+		Root:   string(base) + "=",
+		Set:    string(base) + p.groups[first],
+		Rules:  rules,
+		Limit:  min(limit, MaxValuesLimit),
+		Cursor: opts.Cursor,
+	}
+	return req, person, first, nil
 }
 
 // setRules returns the rules of p's nested set whose first rule is first
