@@ -15,6 +15,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
+	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -22,7 +23,7 @@ import (
 // valuesEnv is one person of the ad shape on a server: a rule per user,
 // two per user and campaign.
 type valuesEnv struct {
-	t      *testing.T
+	t      testing.TB
 	b      *Backend
 	c      goredis.UniversalClient
 	lim    *sdk.Limiter
@@ -34,7 +35,7 @@ type valuesEnv struct {
 	seq  map[string]int
 }
 
-func newValuesEnv(t *testing.T, b *Backend, c goredis.UniversalClient, rules ...sdk.Rule) *valuesEnv {
+func newValuesEnv(t testing.TB, b *Backend, c goredis.UniversalClient, rules ...sdk.Rule) *valuesEnv {
 	t.Helper()
 	var r [4]byte
 	_, _ = rand.Read(r[:])
@@ -457,5 +458,29 @@ func TestWideField(t *testing.T) {
 				t.Errorf("wideField(…) = %q, %d, %q, %v; want %d, %q, %v", s, stamp, name, ok, tc.stamp, tc.fieldName, tc.ok)
 			}
 		})
+	}
+}
+
+// BenchmarkValues: one page (20 values) of a person of 300 campaigns,
+// all named, on a standalone server: the listing's round trips (GET and
+// TIME, HSCAN) and the page's 20 inspections.
+//
+//	go test -run '^$' -bench BenchmarkValues ./backends/redis/
+func BenchmarkValues(b *testing.B) {
+	c := goredis.NewClient(NewClientOptions(redistest.Standalone(b)).Simple())
+	b.Cleanup(func() { c.Close() })
+	e := newValuesEnv(b, New(c, nil), c)
+	for range 2 {
+		for i := range 300 {
+			e.take(camp(i))
+		}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		pg, err := e.lim.Admin().Values(ctx, e.p, e.person, "campaign", sdk.ValuesOptions{})
+		if err != nil || len(pg.Values) != sdk.DefaultValuesLimit || pg.Values[0].Subject == nil {
+			b.Fatalf("Values = %d values, %v", len(pg.Values), err)
+		}
 	}
 }
