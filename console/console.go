@@ -118,7 +118,9 @@ type Config struct {
 	// Admin inspects, resets and describes what Limiter decides: usually
 	// its sdk.Limiter.Admin. Nil means Limiter's Admin() when it has one
 	// (an *sdk.Limiter does); else New fails. When it implements
-	// Overrider (*sdk.Admin does), the console manages overrides too.
+	// Overrider (*sdk.Admin does), the console manages overrides too;
+	// when it implements ValueLister (*sdk.Admin does), the subject page
+	// lists a person's values of each nested dimension set.
 	Admin Admin
 	// Fleet reads the services' statistics and announcements: usually a
 	// *fleet.Reader of the Limiter's backend, with the services'
@@ -179,6 +181,7 @@ type Server struct {
 	log     *slog.Logger
 	pcache  policyCache // the policies in force (snap)
 	ovr     Overrider   // Config.Limiter's overrides, marked; nil: none
+	vals    ValueLister // Config.Admin's value listing, marked; nil: none
 	demoURL string      // the demo banner's example subject (Config.DemoUser)
 	metrics *Metrics
 	audit   *AuditLog
@@ -213,6 +216,10 @@ func New(cfg Config) (*Server, error) {
 	if o, ok := cfg.Admin.(Overrider); ok {
 		ovr = markedOverrider{o}
 	}
+	var vals ValueLister
+	if v, ok := cfg.Admin.(ValueLister); ok {
+		vals = markedValues{v}
+	}
 	cfg.Limiter = markedLimiter{cfg.Limiter}
 	cfg.Admin = markedAdmin{cfg.Admin}
 	if cfg.Fleet == nil {
@@ -226,6 +233,7 @@ func New(cfg Config) (*Server, error) {
 		metrics: cfg.Metrics,
 		audit:   cfg.Audit,
 		ovr:     ovr,
+		vals:    vals,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -408,6 +416,7 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/api/v1/check", s.apiCheckRetired, viewer)
 	e.POST("/api/v1/reset", s.apiReset, admin)
 	get("/api/v1/inspect", s.apiInspect, viewer)
+	get("/api/v1/values", s.apiValues, viewer)
 	get("/api/v1/policies", s.apiPolicies, viewer)
 	get("/api/v1/stats", s.apiStats, viewer)
 	e.POST("/api/v1/policies/plan", s.apiPlan, admin)

@@ -260,6 +260,9 @@ func (s *Server) subject(c echo.Context) error {
 	if v.Looked {
 		v.Live = s.subjectLiveView(c.Request().Context(), p, subj, v.CanReset)
 		v.Overrides = s.overridesView(c.Request().Context(), p, subj, v.CanReset)
+		if !v.Live.Unavailable && v.Live.Error == "" {
+			v.Values = s.valuesViews(c.Request().Context(), p, subj, c.QueryParam("set"), c.QueryParam("cursor"))
+		}
 		switch {
 		case v.Live.Unavailable:
 			v.Error, status = v.Live.Error, http.StatusServiceUnavailable

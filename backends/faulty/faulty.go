@@ -31,14 +31,15 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend   = (*Backend)(nil)
-	_ driver.Peeker    = (*Backend)(nil)
-	_ driver.Reserver  = (*Backend)(nil)
-	_ driver.Inspector = (*Backend)(nil)
-	_ driver.Resetter  = (*Backend)(nil)
-	_ driver.Describer = (*Backend)(nil)
-	_ driver.Batcher   = (*Backend)(nil)
-	_ driver.Clocked   = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Peeker      = (*Backend)(nil)
+	_ driver.Reserver    = (*Backend)(nil)
+	_ driver.Inspector   = (*Backend)(nil)
+	_ driver.Resetter    = (*Backend)(nil)
+	_ driver.Describer   = (*Backend)(nil)
+	_ driver.Batcher     = (*Backend)(nil)
+	_ driver.Clocked     = (*Backend)(nil)
+	_ driver.ValueLister = (*Backend)(nil)
 )
 
 // New returns a Backend that passes every call to b until Fail.
@@ -170,6 +171,18 @@ func (f *Backend) Describe(ctx context.Context) (driver.Description, error) {
 		return driver.Description{}, unsupported("describe itself", f.b)
 	}
 	return d.Describe(ctx)
+}
+
+// ListValues passes req on, or fails.
+func (f *Backend) ListValues(ctx context.Context, req driver.ValuesRequest) (driver.ValuesPage, error) {
+	if err := f.down(); err != nil {
+		return driver.ValuesPage{}, err
+	}
+	l, ok := f.b.(driver.ValueLister)
+	if !ok {
+		return driver.ValuesPage{}, unsupported("list values", f.b)
+	}
+	return l.ListValues(ctx, req)
 }
 
 // TakeBatch passes reqs on (one Take each when the wrapped backend has no

@@ -33,6 +33,10 @@ func TestFailAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nested, err := sdk.NewPolicy("n", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user"), sdk.FixedWindow("g", 2, time.Hour).By("user", "campaign")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	open, err := sdk.NewPolicy("o", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user")}, sdk.WithFailOpen())
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +53,10 @@ func TestFailAndRecover(t *testing.T) {
 		"reset":   lim.Admin().Reset(ctx, p, a.Subject),
 		"reserve": func() error { _, _, err := lim.Reserve(ctx, p, a, time.Minute); return err }(),
 		"batch":   lim.TakeBatch(ctx, p, []sdk.Attempt{a})[0].Err,
+		"values": func() error {
+			_, err := lim.Admin().Values(ctx, nested, a.Subject, "campaign", sdk.ValuesOptions{})
+			return err
+		}(),
 	} {
 		if !errors.Is(err, boom) {
 			t.Errorf("%s while failing = %v, want %v", name, err, boom)
@@ -79,6 +87,13 @@ func TestUnsupported(t *testing.T) {
 	}
 	if _, err := sdk.New(b).Peek(ctx, p, sdk.Attempt{Subject: sdk.Subject{"user": "u"}}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Peek through a take-only backend = %v, want errors.ErrUnsupported", err)
+	}
+	n, err := sdk.NewPolicy("n", []sdk.Rule{sdk.FixedWindow("f", 2, time.Hour).By("user"), sdk.FixedWindow("g", 2, time.Hour).By("user", "campaign")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdk.New(b).Admin().Values(ctx, n, sdk.Subject{"user": "u"}, "campaign", sdk.ValuesOptions{}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Values through a take-only backend = %v, want errors.ErrUnsupported", err)
 	}
 	k := sdk.Attempt{Subject: sdk.Subject{"user": "u"}, IdempotencyKey: "k"}
 	if _, err := sdk.New(b).Take(ctx, p, k); !errors.Is(err, errors.ErrUnsupported) {

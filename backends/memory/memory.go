@@ -56,7 +56,7 @@ type Options struct {
 // optional interface of package driver: Peeker, Reserver, Inspector,
 // Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
 // from one counter per Backend), PolicyStore (the versions live as long
-// as the Backend), and stats.Counters (package sdk/driver/stats)
+// as the Backend), ValueLister (ListValues), and stats.Counters (package sdk/driver/stats)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -559,13 +559,30 @@ func cloneResult(r driver.Result) driver.Result {
 // (nil: none, or another algorithm's state, which put replaces).
 func (x *txn) store(s *shard, e *entry, a driver.Algorithm, r driver.Rule, st ruleState) {
 	if e == nil {
-		e = &entry{key: strings.Clone(r.Key), kind: kindOf(a)} // kept: not the caller's buffer
+		e = &entry{kind: kindOf(a)}
+		e.key, e.group = keep(r.Key, r.Group) // kept: not the caller's buffer
 	}
+	e.written = x.now
 	e.fixed, e.sliding, e.log, e.tat = st.fixed, st.sliding, st.log, st.tat
 	if a == driver.GCRA {
 		e.interval, _, _ = r.GCRAParams()
 	}
 	s.put(e, expiry(st, a, r), x.now)
+}
+
+// keep returns copies of a rule's key and group (driver.Rule.Group; ""
+// for none, or the key itself) in one allocation: entries outlive the
+// caller's buffer.
+func keep(key, group string) (string, string) {
+	if group == "" || group == key {
+		return strings.Clone(key), ""
+	}
+	var b strings.Builder
+	b.Grow(len(key) + len(group))
+	b.WriteString(key)
+	b.WriteString(group)
+	s := b.String()
+	return s[:len(key)], s[len(key):]
 }
 
 // deny writes the trail entries of a Take or Reserve: a Block's one

@@ -44,6 +44,11 @@ type entry struct {
 	exp  time.Time
 	idx  int // position in the shard's expiry heap
 	kind kind
+	// group is a rule state's dimension set key (driver.Rule.Group, ""
+	// when the request gave none or the rule's own key), and written when
+	// a take last stored it: what ListValues lists.
+	group   string
+	written time.Time
 
 	fixed   fixedState
 	sliding slidingState

@@ -94,6 +94,9 @@ var groups = []group{
 	{name: "Transitions", cases: transitionCases()},
 	{name: "Shadow", cases: shadowCases()},
 	{name: "Overrides", cases: overrideCases()},
+	{name: "Values", cases: []testCase{
+		{name: "LiveNewestFirstPaged", needs: valueLister | inspector, run: valuesCase},
+	}},
 }
 
 // fourRules returns one rule of each algorithm with limit (GCRA: burst

@@ -22,7 +22,7 @@
 //
 // The optional parts of the contract are discovered by type assertion on
 // the backend (driver.Peeker, Reserver, Inspector, Resetter, Batcher,
-// Describer); idempotency keys by asking (a backend without them refuses
+// Describer, Overrider, ValueLister); idempotency keys by asking (a backend without them refuses
 // a key with errors.ErrUnsupported). A case needing one the backend lacks checks that
 // the sdk refuses the operation with an error wrapping
 // errors.ErrUnsupported, then is skipped with a message naming the
@@ -127,7 +127,7 @@ func Run(t *testing.T, h Harness) {
 }
 
 // feature is an optional interface of package driver.
-type feature uint8
+type feature uint16
 
 const (
 	peeker feature = 1 << iota
@@ -138,6 +138,7 @@ const (
 	batcher
 	describer
 	overrider
+	valueLister
 )
 
 var features = []struct {
@@ -176,6 +177,12 @@ var features = []struct {
 	{overrider, "driver.Overrider", func(b driver.Backend) bool { _, ok := b.(driver.Overrider); return ok },
 		func(e *env) error {
 			_, err := e.lim.Admin().Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
+			return err
+		}},
+	{valueLister, "driver.ValueLister", func(b driver.Backend) bool { _, ok := b.(driver.ValueLister); return ok },
+		func(e *env) error {
+			p := e.policy(e.fixed("f", 1, time.Hour), sdk.FixedWindow("g", 1, time.Hour).By(dim, valueDim))
+			_, err := e.lim.Admin().Values(bg(), p, e.subject(), valueDim, sdk.ValuesOptions{})
 			return err
 		}},
 }

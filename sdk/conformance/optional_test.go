@@ -49,6 +49,10 @@ func TestUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nested, err := sdk.NewPolicy("n", []sdk.Rule{sdk.FixedWindow("f", 1, time.Hour).By("u"), sdk.FixedWindow("g", 1, time.Hour).By("u", "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := sdk.Subject{"u": "1"}
 	a := sdk.Attempt{Subject: s}
 	tests := []struct {
@@ -61,6 +65,10 @@ func TestUnsupported(t *testing.T) {
 		{"Inspect (driver.Inspector)", func() error { _, err := lim.Admin().Inspect(ctx, p, s); return err }},
 		{"Reset (driver.Resetter)", func() error { return lim.Admin().Reset(ctx, p, s) }},
 		{"Describe (driver.Describer)", func() error { _, err := lim.Admin().Describe(ctx); return err }},
+		{"Values (driver.ValueLister)", func() error {
+			_, err := lim.Admin().Values(ctx, nested, s, "c", sdk.ValuesOptions{})
+			return err
+		}},
 		{"Take with a key (no idempotency)", func() error {
 			_, err := lim.Take(ctx, p, sdk.Attempt{Subject: s, IdempotencyKey: "k"})
 			return err

@@ -11,10 +11,10 @@
 // A backend implements [Backend]: Take, the consuming, all-or-nothing
 // decision. Every other operation is an optional interface the sdk
 // discovers with a type assertion. A Limiter whose backend lacks Peeker,
-// Reserver, Inspector, Resetter, Describer, Overrider or PolicyStore
-// returns an error wrapping errors.ErrUnsupported from the operation that
-// needs it, consuming nothing; without Batcher or Clocked it does without
-// (one call per attempt; the system clock):
+// Reserver, Inspector, Resetter, Describer, Overrider, PolicyStore or
+// ValueLister returns an error wrapping errors.ErrUnsupported from the
+// operation that needs it, consuming nothing; without Batcher or Clocked
+// it does without (one call per attempt; the system clock):
 //
 //   - [Peeker]: Peek, a decision that consumes nothing (sdk Peek, PeekBatch).
 //   - [Reserver]: Reserve, Commit and Cancel, reservations (sdk Reserve,
@@ -30,6 +30,8 @@
 //     carries an OverrideKey (sdk SetOverride, DeleteOverride, Overrides).
 //   - [PolicyStore]: versioned policy documents (sdk/policystore's
 //     PutPolicies, GetPolicies, PolicyHistory, WatchPolicies).
+//   - [ValueLister]: a subject's live values of a nested dimension set,
+//     newest first, paged (sdk Admin.Values).
 //
 // A backend that does not honour Request.IdempotencyKey (sdk idempotency
 // keys) refuses a Take or Reserve that carries one with an error wrapping
@@ -548,7 +550,7 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 // Backend is the one interface every backend implements: Take, the
 // consuming decision. Everything else is optional (Peeker, Reserver,
 // Inspector, Resetter, Describer, Batcher, Clocked, Overrider,
-// PolicyStore): the sdk discovers it with a type assertion and, where it
+// PolicyStore, ValueLister): the sdk discovers it with a type assertion and, where it
 // is missing, does without (Batcher, Clocked) or returns an error
 // wrapping errors.ErrUnsupported. Implementations are safe for concurrent
 // use.

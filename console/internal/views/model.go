@@ -49,6 +49,53 @@ type SubjectView struct {
 	FPDone string
 	// Overrides are the person's per-person overrides under the policy.
 	Overrides OverridesView
+	// Values are, per nested dimension set of the policy, a page of the
+	// person's live values (sdk.Admin.Values).
+	Values []ValuesView
+}
+
+// ValuesView is one nested dimension set's section of the subject page:
+// a page of the person's live values of the set, most recently written
+// first.
+type ValuesView struct {
+	Set    string   // the set's name, e.g. "campaign"
+	Dims   []string // its dimensions beyond the shard ones
+	Anchor string   // the section's element id
+	// Total is how many live values the person holds in the set; Partial
+	// that the backend stopped at its bound before reading them all.
+	Total   int
+	Partial bool
+	At      string // the backend's clock when it listed them
+	Rows    []ValueRow
+	// Unnamed counts the page's values whose name the backend does not
+	// store.
+	Unnamed int
+	// FirstURL, PrevURL and NextURL page through the values ("": none).
+	FirstURL, PrevURL, NextURL string
+	Error                      string
+}
+
+// ValueRow is one value of a ValuesView.
+type ValueRow struct {
+	// Values are the set's dimension values; nil when the backend does not
+	// store the value's name (ID then tells it apart).
+	Values []Field
+	ID     string
+	URL    string // the value's own lookup ("" when unnamed)
+	// Written and WrittenAgo say when the value was last written ("" when
+	// the backend does not store it); EndsIn when its state ends.
+	Written, WrittenAgo string
+	EndsIn              string
+	Rules               []ValueRule
+}
+
+// ValueRule is one rule's counters for a value.
+type ValueRule struct {
+	Rule                   string
+	Used, Limit, Remaining int64
+	ResetIn, RetryIn       string
+	Allowed, Shadow        bool
+	Before                 int64
 }
 
 // AuditView is the audit page.
