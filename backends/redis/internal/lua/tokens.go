@@ -216,7 +216,7 @@ const (
 // unchanged, then, once a write of this version has named it, a trailer:
 // when the field was last written (ms, WideTrailStamp bytes,
 // little-endian) and the value's name (the nested set's key past its
-// root's key, e.g. ":c:spring-sale"), which a listing of a person's
+// root's key, e.g. "campaign:spring-sale"), which a listing of a person's
 // values shows (a section moved in from a narrow root has none until its
 // next write: the packed root stores ids, not names); the root keeps its own entries and a wide marker, the entry
 // tagged WideTag (never a rule's tag, nor the hold marker's), whose
