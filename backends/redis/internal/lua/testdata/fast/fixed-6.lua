@@ -304,6 +304,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 1000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('1000000', '%d+') do
@@ -340,6 +342,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 2000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('2000000', '%d+') do
@@ -376,6 +380,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 3000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('3000000', '%d+') do
@@ -412,6 +418,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 4000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('4000000', '%d+') do
@@ -448,6 +456,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 5000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('5000000', '%d+') do
@@ -484,6 +494,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 6000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('6000000', '%d+') do
