@@ -425,7 +425,7 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 	a = c.keyed(ctx, a)
 	msg := &freqcapv1.ReserveRequest{
 		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey, Ttl: durationpb.New(ttl),
-		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL),
+		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone),
 	}
 	var res *connect.Response[freqcapv1.ReserveResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {

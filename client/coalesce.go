@@ -91,7 +91,7 @@ var (
 func (c *Client) takeOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
 	res, err := c.rpc().Take(ctx, connect.NewRequest(&freqcapv1.TakeRequest{
 		Policy: policy, Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL),
+		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone),
 	}))
 	if err != nil {
 		return sdk.Decision{}, err
@@ -108,7 +108,7 @@ func (c *Client) takeMany(ctx context.Context, policy string, as []*freqcapv1.At
 }
 
 func (c *Client) peekOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
-	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{Policy: policy, Subject: a.Subject, Cost: a.Cost}))
+	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{Policy: policy, Subject: a.Subject, Cost: a.Cost, Zone: protoconv.ToZone(a.Zone)}))
 	if err != nil {
 		return sdk.Decision{}, err
 	}
@@ -349,7 +349,7 @@ func (q *coalescer) send(ctx context.Context, f *flight, batch []*waiter) {
 	for i, w := range batch {
 		a := w.a
 		as[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-			IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL)}
+			IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone)}
 	}
 	rs, err := q.op.many(q.c, ctx, q.policy, as)
 	f.cancel()

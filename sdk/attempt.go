@@ -12,7 +12,8 @@ import (
 const MaxIdempotencyKeyLen = 128
 
 // Attempt is one request to decide: a subject, a cost and, optionally, an
-// idempotency key that makes a retry safe. The zero Cost means 1.
+// idempotency key that makes a retry safe and the recipient's time zone
+// for calendar rules. The zero Cost means 1.
 type Attempt struct {
 	// Subject is what the decision is about.
 	Subject Subject
@@ -40,6 +41,23 @@ type Attempt struct {
 	// Negative is invalid (ErrInvalidIdempotencyKey). It means nothing
 	// without an IdempotencyKey; peeks ignore it.
 	IdempotencyTTL time.Duration
+	// Zone is the recipient's time zone: every calendar rule of the policy
+	// (Daily, Hourly, Weekly, Monthly) counts in the windows of Zone's
+	// local clock instead of its own Rule.Location, which is used when
+	// Zone is nil. The attempt's zone wins; it changes nothing of the
+	// rule's identity (the person's counts are the same whatever the zone)
+	// and other rules ignore it. LoadZone loads one by IANA name, once.
+	//
+	// A person whose zone changes between attempts is never uncapped: a
+	// calendar rule keeps counting in the window it stored until that
+	// window ends (by the backend's clock), whatever the new zone's window
+	// around now, and only then starts the window of the attempt's zone.
+	// So no stored window admits more than the rule's limit: someone who
+	// flew east may wait for the new zone's day until their former day
+	// ends; someone who flew west gets a new count once their former day
+	// ends, which the new zone calls the same day. time.Local is invalid
+	// (ErrInvalidZone: it differs per machine).
+	Zone *time.Location
 }
 
 // cost returns the attempt's cost (0 means 1).
@@ -59,7 +77,8 @@ func (a Attempt) cost() int64 {
 // Replayed set and consumes nothing more.
 //
 // An error means no decision was made: invalid input (ErrInvalidPolicy,
-// ErrInvalidSubject, ErrInvalidCost, ErrInvalidIdempotencyKey) or, under
+// ErrInvalidSubject, ErrInvalidCost, ErrInvalidIdempotencyKey,
+// ErrInvalidZone) or, under
 // a fail-closed policy, a backend failure. Under a fail-open policy a
 // backend failure yields an allowed Decision with Degraded set and a nil
 // error.
@@ -131,6 +150,9 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if n > driver.MaxLimit {
 		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, driver.MaxLimit, n)
 	}
+	if a.Zone == time.Local {
+		return nil, fmt.Errorf("sdk: %s: %w: time.Local differs per machine: give a named zone (LoadZone)", name, ErrInvalidZone)
+	}
 	res, err := resolve(l.prefix, p, a.Subject, false, l.now)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", name, err)
@@ -139,6 +161,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		return nil, err
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject}
+	c.req.Zone = a.Zone
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl

@@ -2,9 +2,9 @@ package sdk
 
 // Check returns the error Take would return for a under p because of its
 // input — an invalid subject (a dimension missing, empty or too long), an
-// invalid cost or idempotency key, or an idempotency key the backend
-// cannot keep — without deciding anything or touching the backend; nil
-// when Take would decide it. A server that must refuse a whole request
+// invalid cost, idempotency key or zone (time.Local), or an idempotency
+// key the backend cannot keep — without deciding anything or touching the
+// backend; nil when Take would decide it. A server that must refuse a whole request
 // when any of its attempts is invalid checks them all first.
 func (l *Limiter) Check(p *Policy, a Attempt) error {
 	_, err := l.prepare("take", false, opTake, p, a, 0)

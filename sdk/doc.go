@@ -110,12 +110,16 @@
 // # Time
 //
 // Decisions use the backend's clock: a Redis server's own, or, for the
-// memory backend, the clock it was given (memory.Options.Clock). On Redis
-// a calendar rule ([Daily], [Hourly]) also needs the clients' clocks
-// roughly right: the client sends the window boundaries around its own
-// time and the script picks the one around the server's, so a client
-// clock off by more than redis.Options.CalendarSpan units (default 1: a
-// day or an hour) makes the decision fail with an error. The Limiter
+// memory backend, the clock it was given (memory.Options.Clock). A
+// calendar rule ([Daily], [Hourly], [Weekly], [Monthly]) counts in the
+// local hours, days, ISO weeks or months of its zone, or of the
+// recipient's when the attempt carries one ([Attempt].Zone, which wins),
+// following the local clock across DST changes. On Redis it also needs the
+// clients' clocks roughly right: the client sends the window boundaries
+// around its own time and the script picks the one around the server's,
+// so a client clock off by more than redis.Options.CalendarSpan units
+// (default 1: an hour, a day, a week or a month) makes the decision fail
+// with an error. The Limiter
 // reads the backend's clock for what it times itself (degraded
 // decisions, Wait's deadline check and sleeps, the hot-deny cache),
 // unless [WithClock] sets another (a driver.Clock).

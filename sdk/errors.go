@@ -27,6 +27,9 @@ var (
 	// of operation (a Take replaying a reservation, or the reverse), or
 	// its IdempotencyTTL is negative.
 	ErrInvalidIdempotencyKey = errors.New("invalid idempotency key")
+	// ErrInvalidZone: an attempt's time zone (Attempt.Zone) is time.Local,
+	// or a zone name LoadZone was given is not an IANA zone it can load.
+	ErrInvalidZone = errors.New("invalid zone")
 	// ErrCostTooHigh is returned by Wait when some rule can never admit
 	// the cost (it exceeds the rule's limit), so waiting is pointless.
 	ErrCostTooHigh = errors.New("cost exceeds a rule's limit")

@@ -176,7 +176,8 @@ func TestKeysPrefix(t *testing.T) {
 }
 
 // TestRuleIdentity: the key id changes with algorithm, window, sub-windows,
-// calendar unit and zone, and not with limit or burst.
+// calendar unit (hour, day, week, month) and zone, and not with limit or
+// burst.
 func TestRuleIdentity(t *testing.T) {
 	loc := shanghai(t)
 	ny, err := time.LoadLocation("America/New_York")
@@ -225,6 +226,17 @@ func TestRuleIdentity(t *testing.T) {
 	}
 	if key(sdk.Daily("r", 1, loc)) == key(sdk.FixedWindow("r", 1, 24*time.Hour)) {
 		t.Error("calendar day and epoch 24h rules share a key, want distinct")
+	}
+	units := map[string]sdk.Rule{
+		"hour": sdk.Hourly("r", 1, loc), "day": sdk.Daily("r", 1, loc), "week": sdk.Weekly("r", 1, loc), "month": sdk.Monthly("r", 1, loc),
+		"epoch 7d": sdk.FixedWindow("r", 1, 7*24*time.Hour), "epoch 31d": sdk.FixedWindow("r", 1, 31*24*time.Hour),
+	}
+	byKey := map[string]string{}
+	for name, r := range units {
+		if other, dup := byKey[key(r)]; dup {
+			t.Errorf("%s and %s rules share a key, want distinct", name, other)
+		}
+		byKey[key(r)] = name
 	}
 }
 

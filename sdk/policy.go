@@ -523,7 +523,8 @@ func (p *Policy) HotDenyCache() int {
 
 // IdempotencyTTL returns how long an idempotent attempt's decision is
 // kept for replay: the longest window of the policy's rules (a calendar
-// rule counts its nominal 24h or 1h; a GCRA rule its Window).
+// rule counts its nominal window, driver.CalendarUnit.Nominal: 24h, 1h,
+// 7 days or 31 days; a GCRA rule its Window).
 func (p *Policy) IdempotencyTTL() time.Duration {
 	if p == nil {
 		return 0

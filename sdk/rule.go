@@ -75,8 +75,9 @@ func packedLog(r Rule) bool {
 // the values of Dimensions. "15 per minute per user" is
 // SlidingWindow("recv-1m", 15, time.Minute).By("user").
 //
-// A Rule is a plain value; build one with FixedWindow, SlidingWindow, SlidingLog, GCRA, Daily
-// or Hourly and refine it with By and Cells. It is checked when it becomes
+// A Rule is a plain value; build one with FixedWindow, SlidingWindow,
+// SlidingLog, GCRA, Daily, Hourly, Weekly, Monthly or Calendar and refine
+// it with By and Cells. It is checked when it becomes
 // part of a Policy (NewPolicy); the zero Rule is invalid.
 type Rule struct {
 	// Name identifies the rule in its policy, in decisions and in storage
@@ -90,8 +91,10 @@ type Rule struct {
 	// Window/Limit (the emission interval, at least driver.MinInterval).
 	Limit int64
 	// Window is the length of the window, from 1ms to driver.MaxWindow. For a
-	// calendar rule it is set by the unit (24h or 1h) and may be left
-	// zero.
+	// calendar rule it is the unit's nominal length, set by the unit
+	// (driver.CalendarUnit.Nominal: 24h, 1h, 168h, or 744h for a month, its
+	// longest, 31 days) and may be left zero: what the rule's reach and the
+	// policy's idempotency TTL count, never how long a window actually is.
 	Window time.Duration
 	// Dimensions are the subject dimensions the rule is keyed by, e.g.
 	// {"user", "content"}: each user may receive the same content at most
@@ -106,10 +109,12 @@ type Rule struct {
 	// Window/Limit*(Burst+1), may be at most driver.MaxTolerance. Only GCRA rules
 	// may set it.
 	Burst int64
-	// Calendar aligns a FixedWindow rule to local days or hours in
-	// Location (which is then required).
+	// Calendar aligns a FixedWindow rule to local hours, days, ISO weeks
+	// or months in Location (which is then required), or in the attempt's
+	// zone when it gives one (Attempt.Zone).
 	Calendar driver.CalendarUnit
-	// Location is the time zone of a calendar rule.
+	// Location is the time zone of a calendar rule: its own, part of its
+	// identity (its keys), used for attempts that carry no Attempt.Zone.
 	Location *time.Location
 	// Shadow makes the rule a trial: it is evaluated, counted and recorded
 	// (RuleDecision.Shadow, trail entries marked Shadow, the observer's
@@ -152,14 +157,40 @@ func GCRA(name string, limit int64, per time.Duration, burst int64) Rule {
 }
 
 // Daily returns a FixedWindow rule counting per natural day (midnight to
-// midnight) in loc.
+// midnight) in loc, or in the zone of the attempt (Attempt.Zone) when it
+// gives one: "3 per calendar day in the person's own zone" is
+// Daily("daily", 3, time.UTC).By("user") with each attempt's Zone set.
 func Daily(name string, limit int64, loc *time.Location) Rule {
-	return Rule{Name: name, Algorithm: driver.FixedWindow, Limit: limit, Window: 24 * time.Hour, Calendar: driver.Day, Location: loc}
+	return Calendar(name, limit, driver.Day, loc)
 }
 
-// Hourly returns a FixedWindow rule counting per local hour in loc.
+// Hourly returns a FixedWindow rule counting per local hour in loc (or in
+// the attempt's zone, as Daily).
 func Hourly(name string, limit int64, loc *time.Location) Rule {
-	return Rule{Name: name, Algorithm: driver.FixedWindow, Limit: limit, Window: time.Hour, Calendar: driver.Hour, Location: loc}
+	return Calendar(name, limit, driver.Hour, loc)
+}
+
+// Weekly returns a FixedWindow rule counting per ISO week, Monday 00:00
+// to Monday 00:00 local time in loc (or in the attempt's zone, as Daily).
+func Weekly(name string, limit int64, loc *time.Location) Rule {
+	return Calendar(name, limit, driver.Week, loc)
+}
+
+// Monthly returns a FixedWindow rule counting per calendar month, the 1st
+// 00:00 to the next 1st 00:00 local time in loc (or in the attempt's
+// zone, as Daily).
+func Monthly(name string, limit int64, loc *time.Location) Rule {
+	return Calendar(name, limit, driver.Month, loc)
+}
+
+// Calendar returns a FixedWindow rule counting per unit (driver.Day,
+// Hour, Week or Month) of local time in loc, the rule's own zone, or in
+// the attempt's zone when it gives one (Attempt.Zone, which wins). Its
+// Window is the unit's nominal length (driver.CalendarUnit.Nominal), and
+// every window follows the local clock across DST changes (a DST day is
+// 23 or 25 hours, a week or month holding one an hour shorter or longer).
+func Calendar(name string, limit int64, unit driver.CalendarUnit, loc *time.Location) Rule {
+	return Rule{Name: name, Algorithm: driver.FixedWindow, Limit: limit, Window: unit.Nominal(), Calendar: unit, Location: loc}
 }
 
 // By returns a copy of r keyed by dims.
@@ -184,17 +215,6 @@ func (r Rule) WithSubWindows(n int) Rule {
 
 // validName reports whether s matches [A-Za-z0-9_.-]{1,64}.
 func validName(s string) bool { return keyname.Valid(s, keyname.MaxName) }
-
-// nominal returns the nominal window of a calendar unit.
-func nominal(u driver.CalendarUnit) time.Duration {
-	switch u {
-	case driver.Day:
-		return 24 * time.Hour
-	case driver.Hour:
-		return time.Hour
-	}
-	return 0
-}
 
 // normalize checks r and returns it in canonical form: defaults filled in
 // (SubWindows, calendar Window), Dimensions copied. The error wraps
@@ -240,7 +260,7 @@ func (r *Rule) fillCalendar() error {
 		if r.Location != nil {
 			return fmt.Errorf("location is only for calendar rules")
 		}
-	case driver.Day, driver.Hour:
+	case driver.Day, driver.Hour, driver.Week, driver.Month:
 		if r.Algorithm != driver.FixedWindow {
 			return fmt.Errorf("calendar requires algorithm fixed_window, got %v", r.Algorithm)
 		}
@@ -253,10 +273,10 @@ func (r *Rule) fillCalendar() error {
 			return fmt.Errorf("calendar %v needs a named zone (e.g. Asia/Shanghai), not time.Local", r.Calendar)
 		}
 		if r.Window == 0 {
-			r.Window = nominal(r.Calendar)
+			r.Window = r.Calendar.Nominal()
 		}
-		if r.Window != nominal(r.Calendar) {
-			return fmt.Errorf("window of a calendar %v rule must be %v or unset, got %v", r.Calendar, nominal(r.Calendar), r.Window)
+		if r.Window != r.Calendar.Nominal() {
+			return fmt.Errorf("window of a calendar %v rule must be %v (its nominal length) or unset, got %v", r.Calendar, r.Calendar.Nominal(), r.Window)
 		}
 	default:
 		return fmt.Errorf("unknown calendar unit %d", r.Calendar)

@@ -35,6 +35,10 @@ func TestRuleValidation(t *testing.T) {
 		{"rate", sdk.GCRA("r", 30, time.Minute, 14).By("user"), nil, ""},
 		{"daily", sdk.Daily("d", 3, loc).By("user"), nil, ""},
 		{"hourly", sdk.Hourly("h", 3, loc).By("user"), nil, ""},
+		{"weekly", sdk.Weekly("w", 10, loc).By("user"), nil, ""},
+		{"monthly", sdk.Monthly("m", 30, loc).By("user"), nil, ""},
+		{"weekly window set", sdk.Rule{Name: "w", Algorithm: driver.FixedWindow, Limit: 1, Window: 7 * 24 * time.Hour, Calendar: driver.Week, Location: loc, Dimensions: []string{"user"}}, nil, ""},
+		{"monthly window unset", sdk.Rule{Name: "m", Algorithm: driver.FixedWindow, Limit: 1, Calendar: driver.Month, Location: loc, Dimensions: []string{"user"}}, nil, ""},
 		{"calendar window unset", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, nil, ""},
 		{"1ms window", sdk.FixedWindow("f", 1, time.Millisecond).By("user"), nil, ""},
 		{"1ms cells", sdk.SlidingWindow("s", 1, 10*time.Millisecond).By("user"), nil, ""},
@@ -73,6 +77,10 @@ func TestRuleValidation(t *testing.T) {
 		{"calendar on sliding", sdk.Rule{Name: "c", Algorithm: driver.SlidingWindow, Limit: 1, Window: 24 * time.Hour, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
 		{"calendar without location", sdk.Daily("d", 1, nil).By("user"), sdk.ErrInvalidRule, "requires a location"},
 		{"calendar wrong window", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: driver.Day, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar day rule must be 24h0m0s"},
+		{"month of 30 days", sdk.Rule{Name: "m", Algorithm: driver.FixedWindow, Limit: 1, Window: 30 * 24 * time.Hour, Calendar: driver.Month, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar month rule must be 744h0m0s (its nominal length)"},
+		{"week of 24h", sdk.Rule{Name: "w", Algorithm: driver.FixedWindow, Limit: 1, Window: 24 * time.Hour, Calendar: driver.Week, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "window of a calendar week rule must be 168h0m0s"},
+		{"weekly on gcra", sdk.Rule{Name: "w", Algorithm: driver.GCRA, Limit: 1, Window: 7 * 24 * time.Hour, Calendar: driver.Week, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "calendar requires algorithm fixed_window"},
+		{"monthly in time.Local", sdk.Monthly("m", 1, time.Local).By("user"), sdk.ErrInvalidRule, "needs a named zone"},
 		{"unknown calendar", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Calendar: 7, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "unknown calendar unit"},
 		{"location without calendar", sdk.Rule{Name: "d", Algorithm: driver.FixedWindow, Limit: 1, Window: time.Hour, Location: loc, Dimensions: []string{"user"}}, sdk.ErrInvalidRule, "location is only for calendar rules"},
 		{"empty name", sdk.FixedWindow("", 1, time.Second).By("user"), sdk.ErrInvalidRule, "name must match"},
@@ -139,7 +147,7 @@ func TestDriverValues(t *testing.T) {
 	for _, tc := range []struct {
 		sdk    driver.CalendarUnit
 		driver driver.CalendarUnit
-	}{{driver.NoCalendar, driver.NoCalendar}, {driver.Day, driver.Day}, {driver.Hour, driver.Hour}} {
+	}{{driver.NoCalendar, driver.NoCalendar}, {driver.Day, driver.Day}, {driver.Hour, driver.Hour}, {driver.Week, driver.Week}, {driver.Month, driver.Month}} {
 		if driver.CalendarUnit(tc.sdk) != tc.driver {
 			t.Errorf("sdk calendar %v (%d) != driver %v (%d)", tc.sdk, tc.sdk, tc.driver, tc.driver)
 		}

@@ -54,7 +54,12 @@ policies:
 
 func loadPolicies(t testing.TB) []*sdk.Policy {
 	t.Helper()
-	ps, err := policyfile.Load(strings.NewReader(testPolicies))
+	return loadDoc(t, testPolicies)
+}
+
+func loadDoc(t testing.TB, doc string) []*sdk.Policy {
+	t.Helper()
+	ps, err := policyfile.Load(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +118,12 @@ type env struct {
 // in. Each env has its own key prefix.
 func start(t testing.TB, b driver.Backend, cfg serve.Config) *env {
 	t.Helper()
+	return startWith(t, b, cfg, testPolicies)
+}
+
+// startWith is start serving the policies of doc instead of testPolicies.
+func startWith(t testing.TB, b driver.Backend, cfg serve.Config, doc string) *env {
+	t.Helper()
 	e := &env{policies: map[string]*sdk.Policy{}, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	col := prom.New(nil)
 	e.reg.MustRegister(col)
@@ -120,7 +131,7 @@ func start(t testing.TB, b driver.Backend, cfg serve.Config) *env {
 	if e.lim == nil {
 		e.lim = sdk.New(b, sdk.WithPrefix(uniquePrefix()), sdk.WithObserver(col.Observe))
 	}
-	ps := loadPolicies(t)
+	ps := loadDoc(t, doc)
 	for _, p := range ps {
 		e.policies[p.Name()] = p
 	}

@@ -112,8 +112,12 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 	if err := checkSubject(p, m.GetSubject()); err != nil {
 		return nil, err
 	}
+	zone, err := protoconv.Zone(m.GetZone())
+	if err != nil {
+		return nil, svc.failed("take", p, err)
+	}
 	d, err := svc.s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl())})
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone})
 	if err != nil {
 		return nil, svc.failed("take", p, err)
 	}
@@ -131,7 +135,11 @@ func (svc *service) Peek(ctx context.Context, req *connect.Request[freqcapv1.Pee
 	if err := checkSubject(p, m.GetSubject()); err != nil {
 		return nil, err
 	}
-	d, err := svc.s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost()})
+	zone, err := protoconv.Zone(m.GetZone())
+	if err != nil {
+		return nil, svc.failed("peek", p, err)
+	}
+	d, err := svc.s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), Zone: zone})
 	if err != nil {
 		return nil, svc.failed("peek", p, err)
 	}
@@ -159,8 +167,12 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 	if ttl < time.Millisecond || ttl > svc.s.cfg.MaxReserveTTL {
 		return nil, invalid(freqcapv1.Reason_REASON_INVALID_ARGUMENT, "ttl must be from 1ms to %v, got %v", svc.s.cfg.MaxReserveTTL, ttl)
 	}
+	zone, err := protoconv.Zone(m.GetZone())
+	if err != nil {
+		return nil, svc.failed("reserve", p, err)
+	}
 	d, r, err := svc.s.cfg.Limiter.Reserve(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl())}, ttl)
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone}, ttl)
 	if err != nil {
 		return nil, svc.failed("reserve", p, err)
 	}
@@ -211,7 +223,8 @@ func (svc *service) Cancel(ctx context.Context, req *connect.Request[freqcapv1.C
 }
 
 // batch decides attempts with f (TakeBatch or PeekBatch): the attempts
-// naming a dimension the policy lacks fail alone, the others go to f in
+// naming a dimension the policy lacks, or a zone that does not load, fail
+// alone, the others go to f in
 // one call, and the results come back in input order.
 func (svc *service) batch(ctx context.Context, op string, set *policySet, p *sdk.Policy, in []*freqcapv1.Attempt,
 	f func(context.Context, *sdk.Policy, []sdk.Attempt) []sdk.BatchResult) ([]*freqcapv1.BatchResult, error) {
@@ -227,6 +240,14 @@ func (svc *service) batch(ctx context.Context, op string, set *policySet, p *sdk
 			out[i] = &freqcapv1.BatchResult{Error: attemptError(cerr)}
 			continue
 		}
+		zone, err := protoconv.Zone(a.GetZone())
+		if err != nil {
+			var ce *connect.Error
+			errors.As(svc.failed(op, p, err), &ce)
+			out[i] = &freqcapv1.BatchResult{Error: attemptError(ce)}
+			continue
+		}
+		all[i].Zone = zone
 		valid = append(valid, all[i])
 		idx = append(idx, i)
 	}

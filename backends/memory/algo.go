@@ -38,9 +38,11 @@ func fixedUsed(st fixedState, end time.Time) int64 {
 	return 0
 }
 
-// fixedStep admits cost iff used+cost <= Limit in the window around now.
+// fixedStep admits cost iff used+cost <= Limit in the window it counts in
+// at now (alg.FixedEnd: a calendar rule's stored window while it lasts,
+// else the window around now).
 func fixedStep(st fixedState, r driver.Rule, cost int64, now time.Time) (fixedState, verdict) {
-	_, end := alg.FixedBounds(r, now)
+	end := alg.FixedEnd(r, st.end, now)
 	used := fixedUsed(st, end)
 	v := alg.Fixed(used, r, cost, end, now)
 	if !v.Allowed {
@@ -51,7 +53,7 @@ func fixedStep(st fixedState, r driver.Rule, cost int64, now time.Time) (fixedSt
 
 // fixedReport: ResetAfter is the window's end when anything is used.
 func fixedReport(st fixedState, r driver.Rule, now time.Time) (used int64, resetAfter time.Duration) {
-	_, end := alg.FixedBounds(r, now)
+	end := alg.FixedEnd(r, st.end, now)
 	used = fixedUsed(st, end)
 	return used, alg.FixedResetAfter(used, end, now)
 }

@@ -335,6 +335,7 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	consume := o.consumes()
 	res := driver.Result{Now: now, Rules: make([]driver.RuleResult, len(req.Rules))}
 	rules, ov := x.limitOverrides(req, &res)
+	rules = zoned(rules, req)
 	ev := x.evaluate(req.Rules, rules, cost)
 	// A block denies, else an exempt admits (counted: consuming from
 	// every rule, past its limit if need be; uncounted: from none).
@@ -404,6 +405,25 @@ func (x *txn) limitOverrides(req driver.Request, res *driver.Result) ([]driver.R
 		res.Override = cloneOverride(*latest)
 	}
 	return rules, ov
+}
+
+// zoned returns rules with req.Zone, when set, as the Location of every
+// calendar rule (driver.Request.Zone: the attempt's zone aligns them; the
+// keys, and so the state, stay the rule's), copied unless limitOverrides
+// copied them already.
+func zoned(rules []driver.Rule, req driver.Request) []driver.Rule {
+	if req.Zone == nil || !slices.ContainsFunc(rules, func(r driver.Rule) bool { return r.Calendar != driver.NoCalendar }) {
+		return rules
+	}
+	if len(rules) > 0 && &rules[0] == &req.Rules[0] {
+		rules = slices.Clone(rules)
+	}
+	for i := range rules {
+		if rules[i].Calendar != driver.NoCalendar {
+			rules[i].Location = req.Zone
+		}
+	}
+	return rules
 }
 
 // evaluation is every rule's state before and after a step of the cost,

@@ -32,7 +32,9 @@ import (
 // batches — run through a Redis strategy and through the memory backend
 // (the reference), which must give identical decisions and numbers
 // (allowed, replayed, and per rule allowed, used, limit, remaining, reset
-// after, retry after, cost too high).
+// after, retry after, cost too high). Calendar rules are hours, days, ISO
+// weeks and months, and half the attempts carry a zone of their own
+// (driver.Request.Zone), changing from one attempt to the next.
 //
 // Timing. The scripts read the server's TIME; the memory backend reads an
 // injected clock. As in the GCRA sweep (gcra_sweep_test.go), memory is
@@ -484,10 +486,8 @@ func (q *diffSeq) genRules() []driver.Rule {
 					q.fail("LoadLocation: %v", err)
 				}
 				rule.Location = loc
-				rule.Calendar, rule.Window = driver.Hour, time.Hour
-				if r.IntN(2) == 0 {
-					rule.Calendar, rule.Window = driver.Day, 24*time.Hour
-				}
+				rule.Calendar = []driver.CalendarUnit{driver.Hour, driver.Day, driver.Week, driver.Month}[r.IntN(4)]
+				rule.Window = rule.Calendar.Nominal()
 			} else {
 				rule.Window = ms(20, 800)
 			}
@@ -546,13 +546,24 @@ func (q *diffSeq) reqXY(cost int64) driver.Request {
 	return q.reqOn(rules, cost)
 }
 
-// reqOn builds a request for cost over rules.
+// reqOn builds a request for cost over rules; one with a calendar rule
+// carries, half the time, the attempt's zone (driver.Request.Zone), one
+// of diffZones: a person's zone changing between attempts.
 func (q *diffSeq) reqOn(rules []driver.Rule, cost int64) driver.Request {
-	return driver.Request{
+	req := driver.Request{
 		Policy: "p", Rules: rules, Cost: cost,
 		TrailKey: q.s.trail(), TrailMax: 5, TrailTTL: time.Hour,
 		ReservationKey: q.s.reservations(),
 	}
+	if slices.ContainsFunc(rules, func(r driver.Rule) bool { return r.Calendar != driver.NoCalendar }) && q.rng.IntN(2) == 0 {
+		z, err := time.LoadLocation(diffZones[q.rng.IntN(len(diffZones))])
+		if err != nil {
+			q.fail("LoadLocation: %v", err)
+		}
+		req.Zone = z
+		q.logf("  (zone %s)", z)
+	}
+	return req
 }
 
 func (q *diffSeq) cost() int64 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -321,7 +322,11 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 		e.argv[len(e.argv)-2] = carryCells(r) // p2: the cells it counted in before it was a log
 	}
 	if sp.code == codeCalendar {
-		bs, err := calendarBounds(now, r.Calendar, r.Location, b.opts.CalendarSpan)
+		loc := r.Location
+		if req.Zone != nil { // the attempt's zone (the rule's stays its identity: its tag)
+			loc = req.Zone
+		}
+		bs, err := calendarBounds(now, r.Calendar, loc, b.opts.CalendarSpan)
 		if err != nil {
 			return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
@@ -518,13 +523,15 @@ func ceilMillis(d time.Duration) int64 {
 	return int64(ms)
 }
 
-// calendarBounds returns 2*span+2 consecutive calendar boundaries (local
-// midnights or local hour starts in loc), in Unix ms, comma-separated: span
-// units before the one containing now, that unit's start and end, and span
-// units after. The script picks the pair around the server's clock, so
-// client clock skew up to span units is tolerated. Days are 23 or 25 hours
-// long across DST changes; a midnight that does not exist (DST at 00:00)
-// is whatever instant time.Date normalises it to.
+// calendarBounds returns 2*span+2 consecutive calendar boundaries (the
+// first instants of local hours, days, ISO weeks or months in loc), in
+// Unix ms, comma-separated: span units before the one containing now, that
+// unit's start and end, and span units after. The script picks the pair
+// around the server's clock, so client clock skew up to span units is
+// tolerated. The boundaries are internal/alg's (CalendarStart,
+// CalendarEnd), which the memory backend counts in: days are 23 or 25
+// hours long across DST changes, and a boundary a change skips is the
+// change's instant.
 func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location, span int) (string, error) {
 	if loc == nil {
 		loc = time.UTC
@@ -547,7 +554,7 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 	bs = append(bs, cur)
 	p = cur
 	for range span + 1 {
-		p = calendarNext(p, unit, loc, start)
+		p = calendarNext(p, unit, loc)
 		bs = append(bs, p)
 	}
 	buf := make([]byte, 0, len(bs)*14)
@@ -561,44 +568,17 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 }
 
 // calendarStart returns the function giving the start of the unit (local
-// day or hour in loc) holding an instant.
+// hour, day, ISO week or month in loc) holding an instant.
 func calendarStart(unit driver.CalendarUnit, loc *time.Location) (func(time.Time) time.Time, error) {
 	switch unit {
-	case driver.Day:
-		return func(t time.Time) time.Time {
-			y, m, d := t.In(loc).Date()
-			s := time.Date(y, m, d, 0, 0, 0, 0, loc)
-			if s.After(t) { // a skipped midnight normalised forward
-				s = time.Date(y, m, d-1, 24, 0, 0, 0, loc)
-				if s.After(t) {
-					s = t
-				}
-			}
-			return s
-		}, nil
-	case driver.Hour:
-		return func(t time.Time) time.Time {
-			l := t.In(loc)
-			return t.Add(-time.Duration(l.Minute())*time.Minute - time.Duration(l.Second())*time.Second - time.Duration(l.Nanosecond()))
-		}, nil
+	case driver.Day, driver.Hour, driver.Week, driver.Month:
+		return func(t time.Time) time.Time { return alg.CalendarStart(unit, loc, t) }, nil
 	}
 	return nil, fmt.Errorf("unknown calendar unit %d", unit)
 }
 
-// calendarNext returns the first boundary after s (itself a boundary). A
-// unit is at most 25 hours (Day) or 1 hour (Hour) long, and at least 23
-// hours or 30 minutes: it probes past the end and snaps back (start).
-func calendarNext(s time.Time, unit driver.CalendarUnit, loc *time.Location, start func(time.Time) time.Time) time.Time {
-	var probe time.Time
-	if unit == driver.Day {
-		l := s.In(loc)
-		probe = time.Date(l.Year(), l.Month(), l.Day()+1, 12, 0, 0, 0, loc)
-	} else {
-		probe = s.Add(time.Hour + time.Minute)
-	}
-	n := start(probe)
-	if !n.After(s) {
-		n = s.Add(time.Hour)
-	}
-	return n
+// calendarNext returns the first boundary after s (itself a boundary):
+// the end of the unit s starts.
+func calendarNext(s time.Time, unit driver.CalendarUnit, loc *time.Location) time.Time {
+	return alg.CalendarEnd(unit, loc, s)
 }

@@ -123,10 +123,14 @@ type Options struct {
 	// Target is what Describe reports as the location of the state.
 	// Default: the client's address(es), comma-separated.
 	Target string
-	// CalendarSpan is how many calendar units (days or hours) of
-	// boundaries on each side of the client's clock a calendar rule sends,
-	// so that the script can pick the window around the server's clock.
-	// It bounds the client/server clock skew tolerated. Default: 1.
+	// CalendarSpan is how many calendar units (hours, days, weeks or
+	// months: the rule's) of boundaries on each side of the client's clock
+	// a calendar rule sends, in the attempt's zone (driver.Request.Zone)
+	// or the rule's, so that the script can pick the window around the
+	// server's clock. It bounds the client/server clock skew tolerated: a
+	// unit (an hour for an hourly rule, a week for a weekly one) by
+	// default, and a skew beyond it fails the decision with an error,
+	// never a wrong window. Default: 1.
 	CalendarSpan int
 	// SettleAttempts bounds how often Commit or Cancel re-reads a reservation that changed
 	// between its read and its script. Default: 3.

@@ -57,45 +57,29 @@ func Result(limit, used int64, resetAfter time.Duration, v Verdict) driver.RuleR
 
 // ---- FixedWindow ----
 
-// FixedBounds returns the window around now: epoch-aligned, or the local
-// day or hour in r.Location for a calendar rule.
+// FixedBounds returns the window around now: epoch-aligned, or for a
+// calendar rule its unit in r.Location (CalendarBounds; a backend puts
+// the attempt's zone there, driver.Request.Zone, when it has one).
 func FixedBounds(r driver.Rule, now time.Time) (start, end time.Time) {
-	switch r.Calendar {
-	case driver.Day:
-		loc := r.Location
-		if loc == nil {
-			loc = time.UTC
-		}
-		y, m, d := now.In(loc).Date()
-		start = time.Date(y, m, d, 0, 0, 0, 0, loc)
-		end = time.Date(y, m, d+1, 0, 0, 0, 0, loc)
-		if start.After(now) { // a zone whose midnight does not exist that day
-			start = now
-		}
-		return start, end
-	case driver.Hour:
-		loc := r.Location
-		if loc == nil {
-			loc = time.UTC
-		}
-		start = hourStart(now, loc)
-		end = hourStart(start.Add(time.Hour+time.Minute), loc)
-		if !end.After(start) {
-			end = start.Add(time.Hour)
-		}
-		return start, end
+	if r.Calendar != driver.NoCalendar {
+		return CalendarBounds(r.Calendar, r.Location, now)
 	}
 	w := int64(r.Window)
 	s := arith.FloorDiv(now.UnixNano(), w) * w
 	return time.Unix(0, s), time.Unix(0, s+w)
 }
 
-// hourStart is the start of the local hour in loc at or before t.
-func hourStart(t time.Time, loc *time.Location) time.Time {
-	lt := t.In(loc)
-	into := time.Duration(lt.Minute())*time.Minute + time.Duration(lt.Second())*time.Second +
-		time.Duration(lt.Nanosecond())
-	return t.Add(-into)
+// FixedEnd returns the end of the window a fixed-window rule counts in at
+// now, its stored window ending at stored (zero: none): a calendar rule
+// keeps its stored window until it ends, whatever the zone of the window
+// around now (driver.Request.Zone: a zone that changes mid-window never
+// uncaps), else the window around now (FixedBounds).
+func FixedEnd(r driver.Rule, stored, now time.Time) time.Time {
+	if r.Calendar != driver.NoCalendar && stored.After(now) {
+		return stored
+	}
+	_, end := FixedBounds(r, now)
+	return end
 }
 
 // Fixed decides cost on a fixed window that ends at end and holds used

@@ -136,7 +136,28 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 	return d
 }
 
-// Attempts reads a batch's attempts.
+// Zone reads an attempt's zone: nil for none (""), else the zone of that
+// name (sdk.LoadZone: an error wrapping sdk.ErrInvalidZone when it does
+// not load).
+func Zone(name string) (*time.Location, error) {
+	if name == "" {
+		return nil, nil
+	}
+	return sdk.LoadZone(name)
+}
+
+// ToZone converts sdk.Attempt.Zone to the wire: "" for none, else its
+// name (time.Local's is "Local", which the server refuses as the sdk
+// does).
+func ToZone(loc *time.Location) string {
+	if loc == nil {
+		return ""
+	}
+	return loc.String()
+}
+
+// Attempts reads a batch's attempts, but for their zones (Zone: a zone
+// that does not load is the attempt's own error).
 func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 	out := make([]sdk.Attempt, len(in))
 	for i, a := range in {
@@ -151,7 +172,7 @@ func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	out := make([]*freqcapv1.Attempt, len(in))
 	for i, a := range in {
 		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-			IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL)}
+			IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone)}
 	}
 	return out
 }

@@ -27,6 +27,8 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_COST
 	case errors.Is(err, sdk.ErrInvalidIdempotencyKey):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
+	case errors.Is(err, sdk.ErrInvalidZone):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ZONE
 	case errors.Is(err, sdk.ErrInvalidOverride):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_OVERRIDE
 	case errors.Is(err, sdk.ErrInvalidRule):
@@ -84,6 +86,8 @@ func Sentinel(r freqcapv1.Reason) error {
 		return sdk.ErrInvalidCost
 	case freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY:
 		return sdk.ErrInvalidIdempotencyKey
+	case freqcapv1.Reason_REASON_INVALID_ZONE:
+		return sdk.ErrInvalidZone
 	case freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND:
 		return sdk.ErrReservationNotFound
 	case freqcapv1.Reason_REASON_UNKNOWN_POLICY, freqcapv1.Reason_REASON_INVALID_POLICY:

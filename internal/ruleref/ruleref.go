@@ -63,10 +63,22 @@ func Decide(r sdk.Rule, lg []Unit, start, now time.Time, cost int64) (used int64
 	switch r.Algorithm {
 	case driver.FixedWindow:
 		var from, to time.Time
-		if r.Calendar == driver.Day {
+		if r.Calendar != driver.NoCalendar {
+			// The local unit around now, as time.Date puts its boundaries
+			// (the zones the simulations use have no change at them).
 			l := now.In(r.Location)
-			from = time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, r.Location)
-			to = time.Date(l.Year(), l.Month(), l.Day()+1, 0, 0, 0, 0, r.Location)
+			y, m, d := l.Date()
+			switch r.Calendar {
+			case driver.Hour:
+				from, to = time.Date(y, m, d, l.Hour(), 0, 0, 0, r.Location), time.Date(y, m, d, l.Hour()+1, 0, 0, 0, r.Location)
+			case driver.Day:
+				from, to = time.Date(y, m, d, 0, 0, 0, 0, r.Location), time.Date(y, m, d+1, 0, 0, 0, 0, r.Location)
+			case driver.Week: // ISO: from Monday
+				back := (int(l.Weekday()) + 6) % 7
+				from, to = time.Date(y, m, d-back, 0, 0, 0, 0, r.Location), time.Date(y, m, d-back+7, 0, 0, 0, 0, r.Location)
+			case driver.Month:
+				from, to = time.Date(y, m, 1, 0, 0, 0, 0, r.Location), time.Date(y, m+1, 1, 0, 0, 0, 0, r.Location)
+			}
 		} else {
 			w := int64(r.Window)
 			from = time.Unix(0, now.UnixNano()/w*w)

@@ -1,7 +1,10 @@
 -- fixed.lua: fixed windows in a packed entry, epoch-aligned ('f': p1 =
 -- window µs) or calendar ('c': p1 = consecutive boundaries, Unix ms,
 -- comma-separated). Payload '<I7': the count. The entry's expiry is the
--- window's end in ms: an entry of another window counts nothing.
+-- window's end in ms: an entry of another window counts nothing, but for
+-- a calendar rule's entry not ended yet, which is the window it counts in
+-- until it ends (alg.FixedEnd: the attempt's zone, driver.Request.Zone,
+-- may have changed since; its window around now is the next one).
 -- Sections (lua.go pastes each where take.lua or holds.lua names it; the
 -- frame's variables are listed in take.lua):
 
@@ -10,6 +13,8 @@ local e
 if code == C_FIXED then
   local W = tonumber(ARGV[b + R_P1])
   e = now - now % W + W
+elseif p and pe * 1000 > now then
+  e = pe * 1000 -- the stored window, until it ends
 else
   local prev
   for bv in string.gmatch(ARGV[b + R_P1], '%d+') do

@@ -47,6 +47,13 @@ var groups = []group{
 		{name: "DayAmericaNewYork", run: calendarNewYork},
 		{name: "DSTDayAmericaNewYork", fakeOnly: true, run: calendarDST},
 		{name: "HourAsiaKathmandu", run: calendarKathmandu},
+		{name: "WeekEuropeBerlin", run: calendarWeekBerlin},
+		{name: "MonthAmericaSaoPaulo", run: calendarMonthSaoPaulo},
+		{name: "DSTWeekEuropeLondon", fakeOnly: true, run: calendarDSTWeekLondon},
+		{name: "DSTMonthAustraliaLordHowe", fakeOnly: true, run: calendarDSTMonthLordHowe},
+		{name: "DSTDayWeekMonthNow", run: calendarDSTNow},
+		{name: "ZonePerAttempt", needs: peeker, run: calendarZonePerAttempt},
+		{name: "ZoneChangeNeverUncaps", needs: peeker, run: calendarZoneChange},
 	}},
 	{name: "Policy", cases: []testCase{
 		{name: "CostTooHigh", run: costTooHigh},
@@ -314,79 +321,85 @@ func gcraEmission(e *env) {
 }
 
 // ---- Calendar ----
+// (The cases of Week, Month, zones per attempt and DST on any clock are
+// calendar.go's.)
 
 func nextMidnight(t time.Time, loc *time.Location) time.Time {
-	y, m, d := t.In(loc).Date()
-	return time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+	return unitEnd(t, driver.Day, loc)
 }
 
-// calendarDay checks a Daily rule of limit 3 in loc: at the backend's
-// now, and (fake clock) across local midnight.
-func calendarDay(e *env, zone string) {
+// calendarIn checks a calendar rule of unit u and limit 3 in loc: at the
+// backend's now, and (fake clock) across the unit's end.
+func calendarIn(e *env, u driver.CalendarUnit, zone string) {
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
 		e.t.Fatalf("LoadLocation(%q) = %v", zone, err)
 	}
-	r := e.calendar("d", 3, driver.Day, loc)
+	r := e.calendar("d", 3, u, loc)
 	if e.fake != nil {
-		// One minute before a local midnight still ahead.
+		// One minute before the end of a unit still ahead.
 		now := e.now()
-		mid := nextMidnight(now, loc)
-		if !mid.Add(-time.Minute).After(now) {
-			mid = nextMidnight(mid, loc)
+		end := unitEnd(now, u, loc)
+		if !end.Add(-time.Minute).After(now) {
+			end = unitEnd(end, u, loc)
 		}
-		e.advanceTo(mid.Add(-time.Minute))
+		e.advanceTo(end.Add(-time.Minute))
 	}
 	var d sdk.Decision
 	for i := int64(1); i <= 3; i++ {
 		d = e.take(1, r)
-		mid := nextMidnight(d.At, loc)
-		e.expect(fmt.Sprintf("Take(daily %s) #%d at %s", zone, i, d.At.In(loc).Format(time.DateTime)), d, true,
-			want(true, i, 3, mid.Sub(d.At), 0))
+		end := unitEnd(d.At, u, loc)
+		e.expect(fmt.Sprintf("Take(%v %s) #%d at %s", u, zone, i, d.At.In(loc).Format(time.DateTime)), d, true,
+			want(true, i, 3, end.Sub(d.At), 0))
 	}
-	mid := nextMidnight(d.At, loc)
+	end := unitEnd(d.At, u, loc)
 	d = e.take(1, r)
-	e.before(d, mid, "take")
-	e.expect(fmt.Sprintf("Take(daily %s) #4", zone), d, false, want(false, 3, 3, mid.Sub(d.At), mid.Sub(d.At)))
+	e.before(d, end, "take")
+	e.expect(fmt.Sprintf("Take(%v %s) #4", u, zone), d, false, want(false, 3, 3, end.Sub(d.At), end.Sub(d.At)))
 	if e.fake == nil {
 		return
 	}
 	if got := d.Rules[0].RetryAfter; got != time.Minute {
-		e.t.Errorf("Take(daily %s) at 23:59 local = retry %v, want 1m (local midnight, not UTC's)", zone, got)
+		e.t.Errorf("Take(%v %s) a minute before its end = retry %v, want 1m (the local boundary, not UTC's)", u, zone, got)
 	}
-	e.advanceTo(mid)
+	e.advanceTo(end)
 	d = e.take(1, r)
-	e.expect(fmt.Sprintf("Take(daily %s) at local midnight", zone), d, true,
-		want(true, 1, 3, nextMidnight(mid, loc).Sub(mid), 0))
+	e.expect(fmt.Sprintf("Take(%v %s) at its end (%s)", u, zone, end.In(loc).Format(time.DateTime)), d, true,
+		want(true, 1, 3, unitEnd(end, u, loc).Sub(end), 0))
 }
 
-func calendarShanghai(e *env) { calendarDay(e, "Asia/Shanghai") }
-func calendarNewYork(e *env)  { calendarDay(e, "America/New_York") }
+func calendarShanghai(e *env) { calendarIn(e, driver.Day, "Asia/Shanghai") }
+func calendarNewYork(e *env)  { calendarIn(e, driver.Day, "America/New_York") }
 
 // calendarDST checks the next two days of America/New_York that are not
 // 24 hours long (23h in spring, 25h in autumn): a table per day, from its
 // local midnight.
-func calendarDST(e *env) {
-	loc, err := time.LoadLocation("America/New_York")
+func calendarDST(e *env) { calendarDSTIn(e, driver.Day, "America/New_York") }
+
+// calendarDSTIn checks the next two units u of zone whose length is not
+// the unit's length on the wall clock (a DST change in them): a table per
+// unit, from its start.
+func calendarDSTIn(e *env, u driver.CalendarUnit, zone string) {
+	loc, err := time.LoadLocation(zone)
 	if err != nil {
-		e.t.Fatalf("LoadLocation = %v", err)
+		e.t.Fatalf("LoadLocation(%q) = %v", zone, err)
 	}
-	r := e.calendar("d", 2, driver.Day, loc)
+	r := e.calendar("d", 2, u, loc)
 	for range 2 {
-		start := nextMidnight(e.now(), loc)
+		start := unitEnd(e.now(), u, loc)
 		for n := 0; ; n++ {
-			if n > 400 {
-				e.t.Fatal("no DST day in America/New_York within 400 days")
+			if n > 800 {
+				e.t.Fatalf("no %v with a DST change in %s within 800", u, zone)
 			}
-			if l := nextMidnight(start, loc).Sub(start); l != 24*time.Hour {
+			if l := unitEnd(start, u, loc).Sub(start); l != wallLength(start, u, loc) {
 				break
 			}
-			start = nextMidnight(start, loc)
+			start = unitEnd(start, u, loc)
 		}
-		end := nextMidnight(start, loc)
+		end := unitEnd(start, u, loc)
 		length := end.Sub(start)
-		next := nextMidnight(end, loc).Sub(start)
-		e.t.Logf("DST day %s is %v long", start.Format(time.DateOnly), length)
+		next := unitEnd(end, u, loc).Sub(start)
+		e.t.Logf("DST %v from %s is %v long", u, start.In(loc).Format(time.DateTime), length)
 		e.run(start, []sdk.Rule{r}, []step{
 			{at: 30 * time.Minute, op: take, cost: 2, want: allowed(admits(2, 2, length))},
 			{at: length - time.Millisecond, op: take, want: denied(denies(2, 2, length, length))},

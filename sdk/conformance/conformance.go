@@ -391,10 +391,7 @@ func (e *env) gcra(name string, limit int64, per time.Duration, burst int64) sdk
 }
 
 func (e *env) calendar(name string, limit int64, unit driver.CalendarUnit, loc *time.Location) sdk.Rule {
-	if unit == driver.Hour {
-		return sdk.Hourly(name, limit, loc).By(dim)
-	}
-	return sdk.Daily(name, limit, loc).By(dim)
+	return sdk.Calendar(name, limit, unit, loc).By(dim)
 }
 
 // policy returns the policy "p" of rules with the test's trail settings.
@@ -452,8 +449,13 @@ func (e *env) take(cost int64, rules ...sdk.Rule) sdk.Decision {
 
 func (e *env) peek(cost int64, rules ...sdk.Rule) sdk.Decision {
 	e.t.Helper()
-	d, err := e.lim.Peek(bg(), e.policy(rules...), sdk.Attempt{Subject: e.subject(), Cost: cost})
-	return e.shaped(fmt.Sprintf("Peek(%s, cost %d)", names(rules), cost), rules, d, err)
+	return e.peekAttempt(sdk.Attempt{Subject: e.subject(), Cost: cost}, rules...)
+}
+
+func (e *env) peekAttempt(a sdk.Attempt, rules ...sdk.Rule) sdk.Decision {
+	e.t.Helper()
+	d, err := e.lim.Peek(bg(), e.policy(rules...), a)
+	return e.shaped(fmt.Sprintf("Peek(%s, cost %d)", names(rules), max(a.Cost, 1)), rules, d, err)
 }
 
 // inspect inspects the subject under the policy of rules; it returns the

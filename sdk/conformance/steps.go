@@ -47,6 +47,9 @@ type step struct {
 	only []string // the case's rules this step names, in case order (nil: all)
 	id   string   // reserve, commit, cancel: the reservation's name
 	ttl  time.Duration
+	// zone: take, peek, reserve: the attempt's zone (sdk.Attempt.Zone;
+	// nil: none).
+	zone *time.Location
 	// want: the expected verdict and, per rule named, the expected
 	// decision (nil: only the verdict) or used counts (used).
 	want verdict
@@ -117,17 +120,21 @@ func (e *env) run(base time.Time, rules []sdk.Rule, steps []step) []sdk.Decision
 		}
 		cost := max(s.cost, 1)
 		label := fmt.Sprintf("step %d: %v(%s, cost %d) at base+%v", i+1, s.op, names(rs), cost, s.at)
+		if s.zone != nil {
+			label = fmt.Sprintf("step %d: %v(%s, cost %d, zone %s) at base+%v", i+1, s.op, names(rs), cost, s.zone, s.at)
+		}
+		a := sdk.Attempt{Subject: e.subject(), Cost: cost, Zone: s.zone}
 		var d sdk.Decision
 		switch s.op {
 		case take:
-			d = e.take(cost, rs...)
+			d = e.takeAttempt(a, rs...)
 		case peek:
-			d = e.peek(cost, rs...)
+			d = e.peekAttempt(a, rs...)
 		case inspect:
 			d, _ = e.inspect(rs...)
 		case reserve:
 			var r *sdk.Reservation
-			d, r = e.reserve(s.ttl, cost, rs...)
+			d, r = e.reserveAttempt(a, s.ttl, rs...)
 			held[s.id] = r
 			label = fmt.Sprintf("step %d: Reserve %s(%s, cost %d, ttl %v) at base+%v", i+1, s.id, names(rs), cost, s.ttl, s.at)
 		case commit, cancel:

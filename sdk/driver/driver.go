@@ -103,29 +103,82 @@ func (a Algorithm) String() string {
 	return "unknown"
 }
 
-// CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone.
+// CalendarUnit aligns a FixedWindow rule to the wall clock of a time zone:
+// the zone of the attempt's recipient (Request.Zone) when it gives one,
+// else the rule's own (Rule.Location).
+//
+// A unit's window is the span of instants whose local time (in that zone)
+// falls in the same unit, from its first instant to the first instant of
+// the next: windows follow local midnights and local hour starts across
+// DST changes, so a day is 23 or 25 hours long when the clocks change in
+// it, and a week or month holding such a day is an hour shorter or
+// longer (half an hour in Australia/Lord_Howe). A boundary a change skips
+// (clocks jumping from 23:00 to 01:00, or from 02:45 to 03:45 in an hour
+// unit) is the change's instant. internal/alg's CalendarStart and
+// CalendarEnd are the arithmetic every backend shares.
 type CalendarUnit uint8
 
 const (
 	// NoCalendar: windows are Window long and aligned to the Unix epoch.
 	NoCalendar CalendarUnit = iota
-	// Day: one window per natural day (local midnight to midnight) in
-	// Rule.Location; a DST day is 23 or 25 hours long.
+	// Day: one window per natural day (local midnight to midnight); a
+	// DST day is 23 or 25 hours long. Nominal Window: 24h.
 	Day
-	// Hour: one window per local hour in Rule.Location (differs from an
-	// epoch-aligned hour only in zones with a fractional offset).
+	// Hour: one window per local hour (differs from an epoch-aligned
+	// hour only in zones with a fractional offset, and at a change that
+	// is not a whole hour). Nominal Window: 1h.
 	Hour
+	// Week: one window per ISO week, Monday 00:00 local to the next
+	// Monday 00:00. Nominal Window: 168h (7 days).
+	Week
+	// Month: one window per calendar month, the 1st 00:00 local to the
+	// next month's 1st 00:00 (28 to 31 days). Nominal Window: 744h (31
+	// days, the longest month), so that Reach and the idempotency TTL
+	// cover every month.
+	Month
 )
 
-// String returns the unit as written in policy files.
+// String returns the unit as written in policy files: "day", "hour",
+// "week", "month" ("" for NoCalendar).
 func (u CalendarUnit) String() string {
 	switch u {
 	case Day:
 		return "day"
 	case Hour:
 		return "hour"
+	case Week:
+		return "week"
+	case Month:
+		return "month"
 	}
 	return ""
+}
+
+// ParseCalendarUnit returns the unit String writes as s ("day", "hour",
+// "week" or "month"); ok is false for anything else ("" included).
+func ParseCalendarUnit(s string) (u CalendarUnit, ok bool) {
+	for _, u := range []CalendarUnit{Day, Hour, Week, Month} {
+		if u.String() == s {
+			return u, true
+		}
+	}
+	return NoCalendar, false
+}
+
+// Nominal returns the nominal Window of a calendar unit (24h, 1h, 168h,
+// 744h); 0 for NoCalendar and unknown units.
+func (u CalendarUnit) Nominal() time.Duration {
+	switch u {
+	case Day:
+		return 24 * time.Hour
+	case Hour:
+		return time.Hour
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		return 31 * 24 * time.Hour
+	}
+	return 0
 }
 
 // Rule is one resolved rule of a policy, for one subject.
@@ -160,7 +213,9 @@ type Rule struct {
 	// Limit is the number of units admitted per Window (GCRA: the rate).
 	Limit int64
 	// Window is the window length (GCRA: the period of the rate). For a
-	// calendar rule it is the nominal length (24h or 1h).
+	// calendar rule it is the unit's nominal length (CalendarUnit.Nominal:
+	// 24h, 1h, 168h or 744h): what Reach and the idempotency TTL count,
+	// never how long a window actually is.
 	Window time.Duration
 	// SubWindows is the number of cells of a SlidingWindow rule; 0 means
 	// DefaultSubWindows.
@@ -168,7 +223,9 @@ type Rule struct {
 	// Burst is the number of units a GCRA rule admits at once beyond the
 	// steady rate (>= 0).
 	Burst int64
-	// Calendar and Location align a FixedWindow rule to a time zone.
+	// Calendar and Location align a FixedWindow rule to a time zone:
+	// Location is the rule's own zone, part of its identity (its keys),
+	// used when the request carries no Request.Zone.
 	Calendar CalendarUnit
 	Location *time.Location
 
@@ -222,6 +279,23 @@ type Request struct {
 	Rules  []Rule
 	// Cost is the number of units asked for (>= 1; Inspect ignores it).
 	Cost int64
+	// Zone, when set, is the time zone of the attempt's recipient: every
+	// calendar rule of the request (Rule.Calendar) aligns its window to
+	// it instead of its Rule.Location, which stays the rule's identity
+	// (the rule's state is the same whatever the zone). Nil: each rule's
+	// own Location. Other rules ignore it.
+	//
+	// A zone that changes between attempts never uncaps anyone: a
+	// calendar rule whose stored window has not ended yet (its end ahead
+	// of the backend's clock) keeps counting in it, whatever the zone of
+	// the window around now, until it ends; the next window is then the
+	// one around the backend's clock in the attempt's zone. So no stored
+	// window ever admits more than Limit units. (The zone's window around
+	// now may end earlier or later than the stored one: a person moving
+	// east may wait up to the stored window's end for a new day; one
+	// moving west starts a new count once it ends, which the new zone
+	// calls the same day.)
+	Zone *time.Location
 
 	// TrailKey holds the subject's recent denials under this policy. On a
 	// denied Take or Reserve the backend records one Denial per denying
@@ -863,8 +937,9 @@ func (r Rule) ExactLog() bool {
 // t. A rule replaced at At (sdk.Change) is still enforced, and seeds its
 // successor, until At+Reach. Per algorithm:
 //   - FixedWindow: Window (the window holding At ends at most Window
-//     later); a calendar rule: its nominal window plus one hour, for a
-//     25-hour DST day (or an hour that a zone shift lengthens);
+//     later); a calendar rule: its nominal window (CalendarUnit.Nominal,
+//     a month's being its longest, 31 days) plus one hour, for a 25-hour
+//     DST day (or a week, month or hour that a zone shift lengthens);
 //   - SlidingWindow: (Back+1) cells (CellSpan): a unit added in cell i
 //     counts until Leaves(i), at most (Back+1)*Size after it; Window
 //     for one evaluated as a log (ExactLog);

@@ -130,6 +130,9 @@ func TestRuleReach(t *testing.T) {
 		{"fixed", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, time.Hour},
 		{"calendar day", Rule{Algorithm: FixedWindow, Limit: 5, Window: 24 * time.Hour, Calendar: Day, Location: time.UTC}, 25 * time.Hour},
 		{"calendar hour", Rule{Algorithm: FixedWindow, Limit: 5, Window: time.Hour, Calendar: Hour, Location: time.UTC}, 2 * time.Hour},
+		{"calendar week", Rule{Algorithm: FixedWindow, Limit: 5, Window: 168 * time.Hour, Calendar: Week, Location: time.UTC}, 169 * time.Hour},
+		// The longest month, 31 days, and a DST hour.
+		{"calendar month", Rule{Algorithm: FixedWindow, Limit: 5, Window: 744 * time.Hour, Calendar: Month, Location: time.UTC}, 745 * time.Hour},
 		{"sliding divides", Rule{Algorithm: SlidingWindow, Limit: 500, Window: time.Minute, SubWindows: 10}, 66 * time.Second},
 		{"sliding default cells", Rule{Algorithm: SlidingWindow, Limit: 500, Window: time.Minute}, 66 * time.Second},
 		// 3 cells of 333ms: Back = ceil(1000/333) = 4, reach 5*333ms.
@@ -152,6 +155,39 @@ func TestRuleReach(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCalendarUnits: every unit reads back from its String, has its
+// nominal window, and nothing else parses.
+func TestCalendarUnits(t *testing.T) {
+	for _, tc := range []struct {
+		u       CalendarUnit
+		name    string
+		nominal time.Duration
+	}{
+		{Day, "day", 24 * time.Hour},
+		{Hour, "hour", time.Hour},
+		{Week, "week", 7 * 24 * time.Hour},
+		{Month, "month", 31 * 24 * time.Hour},
+	} {
+		if got := tc.u.String(); got != tc.name {
+			t.Errorf("%d.String() = %q, want %q", tc.u, got, tc.name)
+		}
+		if got, ok := ParseCalendarUnit(tc.name); !ok || got != tc.u {
+			t.Errorf("ParseCalendarUnit(%q) = %v, %t, want %v, true", tc.name, got, ok, tc.u)
+		}
+		if got := tc.u.Nominal(); got != tc.nominal {
+			t.Errorf("%v.Nominal() = %v, want %v", tc.u, got, tc.nominal)
+		}
+	}
+	for _, s := range []string{"", "Day", "days", "fortnight", "year"} {
+		if u, ok := ParseCalendarUnit(s); ok {
+			t.Errorf("ParseCalendarUnit(%q) = %v, true, want false", s, u)
+		}
+	}
+	if NoCalendar.String() != "" || NoCalendar.Nominal() != 0 || CalendarUnit(9).Nominal() != 0 {
+		t.Errorf("NoCalendar = %q, %v; unit 9's nominal %v, want \"\", 0, 0", NoCalendar.String(), NoCalendar.Nominal(), CalendarUnit(9).Nominal())
 	}
 }
 

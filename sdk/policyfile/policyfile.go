@@ -40,6 +40,10 @@ import (
 //	      - {name: burst, algorithm: gcra, limit: 30, window: 60s, burst: 14, by: [user]}
 //	      - {name: daily, algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai, limit: 3, by: [user, campaign]}
 //	      - {name: daily-40, algorithm: fixed_window, calendar: day, timezone: Asia/Shanghai, limit: 2, by: [user, campaign], shadow: true}
+//	  - name: newsletter
+//	    rules:
+//	      - {name: weekly, algorithm: fixed_window, calendar: week, timezone: UTC, limit: 10, by: [user]}
+//	      - {name: monthly, algorithm: fixed_window, calendar: month, timezone: UTC, limit: 30, by: [user]}
 //	  - name: vip
 //	    overrides: true        # read per-person overrides (sdk.WithOverrides)
 //	    rules:
@@ -48,8 +52,11 @@ import (
 // Algorithms are fixed_window, sliding_window, sliding_log and gcra.
 // Durations are Go durations (90s, 1h30m) plus a leading day count (1d,
 // 2d12h). Rule keys: name, algorithm, limit, window, by, sub_windows
-// (sliding_window cells), burst (gcra), calendar (day | hour, with
-// timezone, an IANA zone name), shadow (true: a trial rule, evaluated and
+// (sliding_window cells), burst (gcra), calendar (day | hour | week |
+// month, with timezone, an IANA zone name: the rule's own zone, which an
+// attempt's zone replaces, sdk.Attempt.Zone; week is the ISO week from
+// Monday 00:00, month from the 1st 00:00; window may be left out, or be
+// the unit's nominal length: 24h, 1h, 7d, 31d), shadow (true: a trial rule, evaluated and
 // recorded but never denying; see sdk.Rule.Shadow). Policy keys: name,
 // failure, trail, hot_deny_cache, overrides (true: the policy's decisions
 // read per-person overrides, sdk.WithOverrides), wide (a list of
@@ -367,14 +374,12 @@ func (fr fileRule) rule() (sdk.Rule, error) {
 	default:
 		return bad("unknown algorithm %q (want fixed_window, sliding_window, sliding_log or gcra)", fr.Algorithm)
 	}
-	switch fr.Calendar {
-	case "":
-	case "day":
-		r.Calendar = driver.Day
-	case "hour":
-		r.Calendar = driver.Hour
-	default:
-		return bad("calendar must be day or hour, got %q", fr.Calendar)
+	if fr.Calendar != "" {
+		u, ok := driver.ParseCalendarUnit(fr.Calendar)
+		if !ok {
+			return bad("calendar must be day, hour, week or month, got %q", fr.Calendar)
+		}
+		r.Calendar = u
 	}
 	if fr.Timezone != "" {
 		if r.Calendar == driver.NoCalendar {

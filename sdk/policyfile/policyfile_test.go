@@ -71,6 +71,8 @@ policies:
       - {name: b, algorithm: sliding_log, limit: 2, window: 90s, by: [user]}
       - {name: c, algorithm: fixed_window, calendar: hour, timezone: Asia/Kolkata, limit: 2, by: [user]}
       - {name: d, algorithm: fixed_window, limit: 2, window: 2d, by: [user]}
+      - {name: w, algorithm: fixed_window, calendar: week, timezone: Asia/Kolkata, limit: 10, by: [user]}
+      - {name: m, algorithm: fixed_window, calendar: month, timezone: Asia/Kolkata, limit: 30, window: 31d, by: [user]}
 `
 	ps, err := policyfile.Load(strings.NewReader(doc))
 	if err != nil {
@@ -88,6 +90,8 @@ policies:
 		sdk.SlidingLog("b", 2, 90*time.Second).By("user"),
 		sdk.Hourly("c", 2, kolkata).By("user"),
 		sdk.FixedWindow("d", 2, 48*time.Hour).By("user"),
+		sdk.Weekly("w", 10, kolkata).By("user"),
+		sdk.Monthly("m", 30, kolkata).By("user"),
 	})
 }
 
@@ -113,7 +117,8 @@ func TestLoadPoliciesErrors(t *testing.T) {
 		{"missing algorithm", "policies:\n  - name: p\n    rules:\n      - {name: a, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "algorithm missing"}},
 		{"zero limit", "policies:\n  - name: push\n    rules:\n      - {name: ok, algorithm: gcra, limit: 1, window: 1s, by: [u]}\n      - {name: recv-1m, algorithm: sliding_window, window: 1m, by: [u]}\n", sdk.ErrInvalidRule, []string{`line 5: policy "push": rule "recv-1m": invalid rule: limit must be > 0, got 0`}},
 		{"calendar without timezone", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: day, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "requires a location (timezone)"}},
-		{"bad calendar", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: week, timezone: UTC, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `calendar must be day or hour, got "week"`}},
+		{"bad calendar", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: fortnight, timezone: UTC, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `calendar must be day, hour, week or month, got "fortnight"`}},
+		{"month of 30 days", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: month, timezone: UTC, limit: 1, window: 30d, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "window of a calendar month rule must be 744h0m0s (its nominal length) or unset, got 720h0m0s"}},
 		{"timezone without calendar", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, timezone: UTC, limit: 1, window: 1s, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "timezone is only for calendar rules"}},
 		{"unknown timezone", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: fixed_window, calendar: day, timezone: Mars/Olympus, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", `timezone "Mars/Olympus"`}},
 		{"calendar on gcra", "policies:\n  - name: p\n    rules:\n      - {name: a, algorithm: gcra, calendar: day, timezone: UTC, limit: 1, by: [u]}\n", sdk.ErrInvalidRule, []string{"line 4", "calendar requires algorithm fixed_window"}},

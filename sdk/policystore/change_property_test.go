@@ -477,10 +477,8 @@ func propWindow(rng *rand.Rand) time.Duration {
 func propCalendar(rng *rand.Rand, r sdk.Rule) sdk.Rule {
 	loc, _ := time.LoadLocation(propZones[rng.IntN(len(propZones))])
 	r.Algorithm, r.SubWindows, r.Burst, r.Location = driver.FixedWindow, 0, 0, loc
-	r.Calendar, r.Window = driver.Day, 24*time.Hour
-	if rng.IntN(2) == 0 {
-		r.Calendar, r.Window = driver.Hour, time.Hour
-	}
+	r.Calendar = []driver.CalendarUnit{driver.Day, driver.Hour, driver.Week, driver.Month}[rng.IntN(4)]
+	r.Window = r.Calendar.Nominal()
 	return r
 }
 

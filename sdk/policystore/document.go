@@ -177,7 +177,7 @@ var algorithmNames = map[driver.Algorithm]string{
 	driver.GCRA:          "gcra",
 }
 
-var calendarNames = map[driver.CalendarUnit]string{driver.NoCalendar: "", driver.Day: "day", driver.Hour: "hour"}
+var calendarNames = map[driver.CalendarUnit]string{driver.NoCalendar: "", driver.Day: "day", driver.Hour: "hour", driver.Week: "week", driver.Month: "month"}
 
 func encodeRule(r sdk.Rule) docRule {
 	d := docRule{

@@ -99,13 +99,17 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{0}
 }
 
-// Calendar aligns a fixed-window rule to local days or hours.
+// Calendar aligns a fixed-window rule to local hours, days, ISO weeks or
+// months (driver.CalendarUnit, same numbers), in the rule's timezone or
+// the attempt's zone.
 type Calendar int32
 
 const (
 	Calendar_CALENDAR_UNSPECIFIED Calendar = 0 // epoch-aligned windows
 	Calendar_CALENDAR_DAY         Calendar = 1
 	Calendar_CALENDAR_HOUR        Calendar = 2
+	Calendar_CALENDAR_WEEK        Calendar = 3 // Monday 00:00 to Monday 00:00 local
+	Calendar_CALENDAR_MONTH       Calendar = 4 // the 1st 00:00 to the next 1st 00:00 local
 )
 
 // Enum value maps for Calendar.
@@ -114,11 +118,15 @@ var (
 		0: "CALENDAR_UNSPECIFIED",
 		1: "CALENDAR_DAY",
 		2: "CALENDAR_HOUR",
+		3: "CALENDAR_WEEK",
+		4: "CALENDAR_MONTH",
 	}
 	Calendar_value = map[string]int32{
 		"CALENDAR_UNSPECIFIED": 0,
 		"CALENDAR_DAY":         1,
 		"CALENDAR_HOUR":        2,
+		"CALENDAR_WEEK":        3,
+		"CALENDAR_MONTH":       4,
 	}
 )
 
@@ -226,6 +234,9 @@ const (
 	// The policy cannot be used so: an override on a policy that does not
 	// read them (`overrides: true`) (sdk.ErrInvalidPolicy).
 	Reason_REASON_INVALID_POLICY Reason = 24
+	// The attempt's zone is not an IANA time zone the server can load, or
+	// is "Local" (sdk.ErrInvalidZone).
+	Reason_REASON_INVALID_ZONE Reason = 25
 )
 
 // Enum value maps for Reason.
@@ -256,6 +267,7 @@ var (
 		22: "REASON_INVALID_RULE",
 		23: "REASON_INVALID_OVERRIDE",
 		24: "REASON_INVALID_POLICY",
+		25: "REASON_INVALID_ZONE",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -283,6 +295,7 @@ var (
 		"REASON_INVALID_RULE":              22,
 		"REASON_INVALID_OVERRIDE":          23,
 		"REASON_INVALID_POLICY":            24,
+		"REASON_INVALID_ZONE":              25,
 	}
 )
 
@@ -503,8 +516,15 @@ type Attempt struct {
 	// IdempotencyTTL (its longest window); longer, cut to it; negative is
 	// invalid. Peeks ignore it.
 	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// zone is the recipient's IANA time zone (e.g. "Europe/Berlin",
+	// sdk.Attempt.Zone): the policy's calendar rules count in its local
+	// days, hours, weeks and months instead of their own timezone. Empty:
+	// each rule's own. A person whose zone changes keeps counting in the
+	// window stored until it ends (never uncapped). A name the server
+	// cannot load is refused (INVALID_ARGUMENT, REASON_INVALID_ZONE).
+	Zone          string `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Attempt) Reset() {
@@ -565,6 +585,13 @@ func (x *Attempt) GetIdempotencyTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Attempt) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
 type TakeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Policy         string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -573,8 +600,10 @@ type TakeRequest struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// idempotency_ttl: as Attempt's.
 	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// zone: as Attempt's.
+	Zone          string `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TakeRequest) Reset() {
@@ -642,6 +671,13 @@ func (x *TakeRequest) GetIdempotencyTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *TakeRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
 type TakeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
@@ -687,10 +723,12 @@ func (x *TakeResponse) GetDecision() *Decision {
 }
 
 type PeekRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Subject       map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Cost          int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Policy  string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Subject map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Cost    int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	// zone: as Attempt's.
+	Zone          string `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +782,13 @@ func (x *PeekRequest) GetCost() int64 {
 		return x.Cost
 	}
 	return 0
+}
+
+func (x *PeekRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
 }
 
 type PeekResponse struct {
@@ -802,8 +847,10 @@ type ReserveRequest struct {
 	// idempotency_ttl: as Attempt's. The key's record is not tied to the
 	// reservation: it may lapse before or after it.
 	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// zone: as Attempt's.
+	Zone          string `protobuf:"bytes,7,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveRequest) Reset() {
@@ -876,6 +923,13 @@ func (x *ReserveRequest) GetIdempotencyTtl() *durationpb.Duration {
 		return x.IdempotencyTtl
 	}
 	return nil
+}
+
+func (x *ReserveRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
 }
 
 type ReserveResponse struct {
@@ -2429,7 +2483,8 @@ type Rule struct {
 	SubWindows int32                  `protobuf:"varint,6,opt,name=sub_windows,json=subWindows,proto3" json:"sub_windows,omitempty"`
 	Burst      int64                  `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	Calendar   Calendar               `protobuf:"varint,8,opt,name=calendar,proto3,enum=freqcap.v1.Calendar" json:"calendar,omitempty"`
-	// timezone is the IANA zone of a calendar rule.
+	// timezone is the IANA zone of a calendar rule: its own, which an
+	// attempt's zone replaces.
 	Timezone string `protobuf:"bytes,9,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	// quota and quota_window are what decisions report as the rule's limit
 	// and the time it refills over (RateLimit-Policy's q and w): limit and
@@ -3719,42 +3774,46 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\rDocumentFault\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x82\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x96\x02\n" +
 	"\aAttempt\x12:\n" +
 	"\asubject\x18\x01 \x03(\v2 .freqcap.v1.Attempt.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12B\n" +
-	"\x0fidempotency_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
+	"\x0fidempotency_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
+	"\x04zone\x18\x05 \x01(\tR\x04zone\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x02\n" +
 	"\vTakeRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12>\n" +
 	"\asubject\x18\x02 \x03(\v2$.freqcap.v1.TakeRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12B\n" +
-	"\x0fidempotency_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
+	"\x0fidempotency_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fTakeResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xb5\x01\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xc9\x01\n" +
 	"\vPeekRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12>\n" +
 	"\asubject\x18\x02 \x03(\v2$.freqcap.v1.PeekRequest.SubjectEntryR\asubject\x12\x12\n" +
-	"\x04cost\x18\x03 \x01(\x03R\x04cost\x1a:\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x12\n" +
+	"\x04zone\x18\x04 \x01(\tR\x04zone\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fPeekResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xd5\x02\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xe9\x02\n" +
 	"\x0eReserveRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12A\n" +
 	"\asubject\x18\x02 \x03(\v2'.freqcap.v1.ReserveRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12B\n" +
-	"\x0fidempotency_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x1a:\n" +
+	"\x0fidempotency_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
+	"\x04zone\x18\a \x01(\tR\x04zone\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -4002,11 +4061,13 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x12\n" +
-	"\x0eALGORITHM_GCRA\x10\x04*I\n" +
+	"\x0eALGORITHM_GCRA\x10\x04*p\n" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
-	"\rCALENDAR_HOUR\x10\x02*\xd9\x05\n" +
+	"\rCALENDAR_HOUR\x10\x02\x12\x11\n" +
+	"\rCALENDAR_WEEK\x10\x03\x12\x12\n" +
+	"\x0eCALENDAR_MONTH\x10\x04*\xf2\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -4033,7 +4094,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x16REASON_BACKEND_REFUSED\x10\x15\x12\x17\n" +
 	"\x13REASON_INVALID_RULE\x10\x16\x12\x1b\n" +
 	"\x17REASON_INVALID_OVERRIDE\x10\x17\x12\x19\n" +
-	"\x15REASON_INVALID_POLICY\x10\x18*y\n" +
+	"\x15REASON_INVALID_POLICY\x10\x18\x12\x17\n" +
+	"\x13REASON_INVALID_ZONE\x10\x19*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +

@@ -358,6 +358,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 1000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('1000000', '%d+') do
@@ -403,6 +405,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 2000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('2000000', '%d+') do
@@ -448,6 +452,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 3000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('3000000', '%d+') do
@@ -493,6 +499,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 4000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('4000000', '%d+') do
@@ -538,6 +546,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 5000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('5000000', '%d+') do
@@ -583,6 +593,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 6000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('6000000', '%d+') do

@@ -337,6 +337,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 1000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('1000000', '%d+') do
@@ -373,6 +375,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 2000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('2000000', '%d+') do
@@ -409,6 +413,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 3000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('3000000', '%d+') do
@@ -445,6 +451,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 4000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('4000000', '%d+') do
@@ -481,6 +489,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 5000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('5000000', '%d+') do
@@ -517,6 +527,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 6000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('6000000', '%d+') do

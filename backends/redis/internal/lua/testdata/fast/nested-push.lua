@@ -501,6 +501,8 @@ for a = 1, attempts do
       if code == 'f' then
         local W = 3600000000
         e = now - now % W + W
+      elseif p and pe * 1000 > now then
+        e = pe * 1000 -- the stored window, until it ends
       else
         local prev
         for bv in string.gmatch('3600000000', '%d+') do
