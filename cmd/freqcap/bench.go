@@ -91,6 +91,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.Memory, "memory", false, "measure bytes per subject: FLUSHALL, one decision per subject, INFO memory delta (DESTROYS ALL DATA on the target)")
 	fs.IntVar(&cfg.MemoryTakes, "memory-takes", 1, "with -memory: decisions per subject, one after the other, the k-th with the k-th value (mod -values) of each other dimension")
 	fs.BoolVar(&cfg.PlainLua, "plain-lua", false, "use the plain Lua strategies even with -module-strategies")
+	forbid := fs.String("forbid", "", "comma-separated features never to use: tairhash, redis-cell, hfe (hfe: wide roots are swept, as on a server without native hash-field expiry)")
 	fs.BoolVar(&cfg.ModuleStrategies, "module-strategies", false, "use the per-rule module strategies where the server has their modules (TairHash, native hash-field expiry, redis-cell); by default every algorithm runs on plain Lua")
 	fs.StringVar(&cfg.Prefix, "prefix", "bench", "key prefix")
 	fs.BoolVar(&cfg.Keep, "keep", false, "leave the runs' keys on the server (default: delete them when done, SCAN MATCH prefix then UNLINK)")
@@ -115,6 +116,10 @@ func runBench(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return unexpectedArg("bench", args, fs, "flags after it would be ignored")
+	}
+	var err error
+	if cfg.Forbid, err = parseForbid(*forbid); err != nil {
+		return fmt.Errorf("bench: -forbid: %w", err)
 	}
 	if envoy {
 		if server.given() {

@@ -118,6 +118,9 @@ type Config struct {
 	// ModuleStrategies uses the per-rule module strategies where the
 	// server has their modules (capability.Config.ModuleStrategies).
 	ModuleStrategies bool
+	// Forbid lists features never to use (capability.Config.Forbid): e.g.
+	// hfe, to measure a Redis >= 7.4 with wide roots swept as on 7.0.
+	Forbid []capability.Feature
 	// Prefix is the key prefix (default "bench"); each run uses its own,
 	// Prefix-1, Prefix-2, …
 	Prefix string
@@ -308,7 +311,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}()
 	}
 
-	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua, ModuleStrategies: cfg.ModuleStrategies}}
+	bopts := &redis.Options{Detect: capability.Config{ForcePlainLua: cfg.PlainLua, ModuleStrategies: cfg.ModuleStrategies, Forbid: cfg.Forbid}}
 	// One backend, so one capability detection, made here (Describe)
 	// before any measured run.
 	be := redis.New(client, bopts)
