@@ -19,84 +19,98 @@ const MaxLocals = 200
 // and follows the blocks by their keywords; src must be a chunk that
 // compiles but for its count.
 func mainLocals(src string) int {
-	type frame struct {
-		fn bool // a nested function's body
-		n  int  // locals declared in it (main's blocks only)
-	}
-	stack := []frame{{}}
-	active, most := 0, 0 // main's active locals (frames below the first fn)
-	inFn := 0            // fn frames on the stack
-	add := func(n int) {
-		if inFn > 0 {
-			return
-		}
-		stack[len(stack)-1].n += n
-		active += n
-		most = max(most, active)
-	}
-	push := func(fn bool) {
-		stack = append(stack, frame{fn: fn})
-		if fn {
-			inFn++
-		}
-	}
-	pop := func() {
-		f := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if f.fn {
-			inFn--
-		} else if inFn == 0 {
-			active -= f.n
-		}
-	}
+	var sc scopes
+	sc.push(false)
 	toks := luaTokens(src)
 	loop := -1 // the locals of the for or while whose do comes next (-1: none)
 	for i := 0; i < len(toks); i++ {
 		switch toks[i] {
 		case "local":
 			if i+1 < len(toks) && toks[i+1] == "function" {
-				add(1) // its name, active before its body
-				continue
+				sc.add(1) // its name, active before its body
+			} else {
+				sc.add(namesAt(toks, i+1))
 			}
-			n := 0
-			for j := i + 1; j < len(toks) && isName(toks[j]); j += 2 {
-				n++
-				if j+1 >= len(toks) || toks[j+1] != "," {
-					break
-				}
-			}
-			add(n)
 		case "for":
-			n := 3 // the hidden control variables
-			for j := i + 1; j < len(toks) && isName(toks[j]); j += 2 {
-				n++
-				if j+1 >= len(toks) || toks[j+1] != "," {
-					break
-				}
-			}
-			loop = n
+			loop = 3 + namesAt(toks, i+1) // the hidden control variables, then its names
 		case "while":
 			loop = 0
 		case "do":
-			push(false)
+			sc.push(false)
 			if loop > 0 {
-				add(loop)
+				sc.add(loop)
 			}
 			loop = -1
 		case "then", "repeat":
-			push(false)
+			sc.push(false)
 		case "elseif":
-			pop() // its then opens the next block
+			sc.pop() // its then opens the next block
 		case "else":
-			pop()
-			push(false)
+			sc.pop()
+			sc.push(false)
 		case "end", "until":
-			pop()
+			sc.pop()
 		case "function":
-			push(true)
+			sc.push(true)
 		}
 	}
-	return most
+	return sc.most
+}
+
+// namesAt returns how many names a name list starting at toks[i] has
+// (Name {',' Name}).
+func namesAt(toks []string, i int) int {
+	n := 0
+	for j := i; j < len(toks) && isName(toks[j]); j += 2 {
+		n++
+		if j+1 >= len(toks) || toks[j+1] != "," {
+			break
+		}
+	}
+	return n
+}
+
+// scopes are the blocks open at a point of a chunk, for mainLocals: the
+// main function's locals active there, and the most seen.
+type scopes struct {
+	stack        []scope
+	inFn         int // nested functions' bodies open
+	active, most int // the main function's
+}
+
+// scope is one open block: a nested function's body (fn), or a block
+// and the main function's locals it declared (n).
+type scope struct {
+	fn bool
+	n  int
+}
+
+func (s *scopes) push(fn bool) {
+	s.stack = append(s.stack, scope{fn: fn})
+	if fn {
+		s.inFn++
+	}
+}
+
+func (s *scopes) pop() {
+	b := s.stack[len(s.stack)-1]
+	s.stack = s.stack[:len(s.stack)-1]
+	if b.fn {
+		s.inFn--
+	} else {
+		s.active -= b.n
+	}
+}
+
+// add declares n locals in the innermost block (the main function's
+// only: none inside a nested function's body).
+func (s *scopes) add(n int) {
+	if s.inFn > 0 {
+		return
+	}
+	s.stack[len(s.stack)-1].n += n
+	s.active += n
+	s.most = max(s.most, s.active)
 }
 
 // isName reports whether tok is a Lua name (not a keyword).
