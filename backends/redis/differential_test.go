@@ -144,7 +144,8 @@ func TestDifferentialWide(t *testing.T) {
 		{name: "wide/fast", cfg: plain, algos: allAlgos, wide: true},
 		{name: "wide/take.lua", cfg: plain, noFast: true, algos: allAlgos, wide: true},
 		{name: "wide/coalesced", cfg: plain, coalesce: 2, algos: allAlgos, wide: true},
-		{name: "wide/hfe", cfg: plain, env: "FREQCAP_TEST_HFE", algos: allAlgos, wide: true},
+		{name: "wide/hfe", cfg: capability.Config{ForcePlainLua: true, WideFieldExpiry: true}, env: "FREQCAP_TEST_HFE", algos: allAlgos, wide: true},
+		{name: "wide/hfe-swept", cfg: plain, env: "FREQCAP_TEST_HFE", algos: allAlgos, wide: true},
 		{name: "wide/tairhash", cfg: plain, env: "FREQCAP_TEST_TAIRHASH", algos: allAlgos, wide: true},
 	})
 }
@@ -205,8 +206,9 @@ func runDifferential(t *testing.T, targets []diffTarget) {
 				t.Logf("%s: %d sprays, %d resets; roots seen wide %d times, narrow again after wide %d times",
 					tg.name, st.sprays.Load(), st.resets.Load(), st.wide.Load(), st.narrowed.Load())
 				// The mode byte of the wide marker: HPEXPIREAT on the 7.4
-				// server, the sweep everywhere else (TairHash servers
-				// included: capability.Wide says why).
+				// server with capability.Config.WideFieldExpiry, the sweep
+				// everywhere else (its default, and TairHash servers:
+				// capability.Wide says why).
 				want, other := &st.sweep, &st.hfe
 				if tg.name == "wide/hfe" {
 					want, other = &st.hfe, &st.sweep

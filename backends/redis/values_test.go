@@ -233,7 +233,7 @@ func (e *valuesEnv) checkCounters(vals []sdk.Value) {
 
 // valuesServers runs f on a standalone server, on the cluster, and on a
 // server with native hash-field expiry when FREQCAP_TEST_HFE names one
-// (a wide root's fields then expire by HPEXPIREAT).
+// (a wide root's fields then expire by HPEXPIREAT: capability.Config.WideFieldExpiry).
 func valuesServers(t *testing.T, f func(t *testing.T, b *Backend, c goredis.UniversalClient)) {
 	t.Run("hfe", func(t *testing.T) {
 		addr := os.Getenv("FREQCAP_TEST_HFE")
@@ -241,7 +241,7 @@ func valuesServers(t *testing.T, f func(t *testing.T, b *Backend, c goredis.Univ
 			t.Skip("SKIPPED: FREQCAP_TEST_HFE is not set")
 		}
 		t.Parallel()
-		b, c := moduleBackend(t, addr, capability.Config{})
+		b, c := moduleBackend(t, addr, capability.Config{WideFieldExpiry: true})
 		f(t, b, c)
 	})
 	t.Run("standalone", func(t *testing.T) {

@@ -162,10 +162,12 @@ func TestWideDescribe(t *testing.T) {
 	cases := []struct {
 		name, env, mode string
 		want            []string
+		cfg             capability.Config
 	}{
-		{"redis-7.0", "", lua.WideModeSweep, []string{"mode s: a plain hash, one field per value, whose dead fields each write adding a field sweeps"}},
-		{"hfe", "FREQCAP_TEST_HFE", lua.WideModeHFE, []string{"mode h: one field per value, each expiring by HPEXPIREAT"}},
-		{"tairhash", "FREQCAP_TEST_TAIRHASH", lua.WideModeSweep, []string{"mode s: a plain hash", "TairHash's per-field expiry (EXHSET … PXAT) is not used"}},
+		{"redis-7.0", "", lua.WideModeSweep, []string{"mode s: a plain hash, one field per value, whose dead fields each write adding a field sweeps"}, capability.Config{}},
+		{"hfe", "FREQCAP_TEST_HFE", lua.WideModeSweep, []string{"mode s: a plain hash", "native hash-field expiry (HPEXPIRE on every master) is not used for them by default"}, capability.Config{}},
+		{"hfe/field-expiry", "FREQCAP_TEST_HFE", lua.WideModeHFE, []string{"mode h: one field per value, each expiring by HPEXPIREAT"}, capability.Config{WideFieldExpiry: true}},
+		{"tairhash", "FREQCAP_TEST_TAIRHASH", lua.WideModeSweep, []string{"mode s: a plain hash", "TairHash's per-field expiry (EXHSET … PXAT) is not used"}, capability.Config{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,7 +176,7 @@ func TestWideDescribe(t *testing.T) {
 			if tc.env == "" {
 				b, c = plainStandalone(t)
 			} else if addr := os.Getenv(tc.env); addr != "" {
-				b, c = moduleBackend(t, addr, capability.Config{})
+				b, c = moduleBackend(t, addr, tc.cfg)
 			} else {
 				t.Skipf("SKIPPED: %s is not set", tc.env)
 			}
@@ -397,7 +399,7 @@ func TestWideFastOneRoundTrip(t *testing.T) {
 // The rules are fixed windows and sliding-window cells of hours, whose
 // bytes do not depend on the instant within a cell; the roots go wide on
 // the way (the move: each version's own). On Redis 7.0 (sweep), and with FREQCAP_TEST_HFE (a
-// Redis >= 7.4, mode HPEXPIREAT) and FREQCAP_TEST_TAIRHASH (sweep).
+// Redis >= 7.4, mode HPEXPIREAT: capability.Config.WideFieldExpiry) and FREQCAP_TEST_TAIRHASH (sweep).
 func TestWideFastWritesAsTake(t *testing.T) {
 	for _, tc := range []struct{ name, env, mode string }{
 		{"redis-7.0", "", lua.WideModeSweep},
@@ -411,8 +413,9 @@ func TestWideFastWritesAsTake(t *testing.T) {
 			} else if addr = os.Getenv(tc.env); addr == "" {
 				t.Skipf("SKIPPED: %s is not set", tc.env)
 			}
-			fast, c := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
-			slow, _ := moduleBackend(t, addr, capability.Config{ForcePlainLua: true})
+			cfg := capability.Config{ForcePlainLua: true, WideFieldExpiry: tc.mode == lua.WideModeHFE}
+			fast, c := moduleBackend(t, addr, cfg)
+			slow, _ := moduleBackend(t, addr, cfg)
 			slow.noFast = true
 			ctx := context.Background()
 			subs := []subject{newSubject(t, "wfast"), newSubject(t, "wtake")}

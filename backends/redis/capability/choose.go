@@ -95,7 +95,7 @@ func Choose(nodes []Node, cfg Config) Report {
 		}
 		r.Choices = append(r.Choices, c)
 	}
-	chooseWide(&r)
+	chooseWide(&r, cfg)
 	for _, c := range r.Choices {
 		if c.Strategy.NonAtomic() {
 			r.NonAtomic = true
