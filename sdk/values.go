@@ -139,8 +139,9 @@ func (p *Policy) nestedSet(set string) (int, error) {
 // memory and Redis backends do), else the error wraps
 // errors.ErrUnsupported. The memory backend knows every value's name and
 // last write; the Redis backend knows them for the values of a wide root
-// written since it went wide, and lists the others by ID, after them,
-// without Subject or Rules (docs/DESIGN.md, "Wide subjects"). Each named
+// written since it went wide (every value of a set the policy declares
+// wide, WithWide), and lists the others by ID, after them, without
+// Subject or Rules (docs/DESIGN.md, "Wide subjects"). Each named
 // value of the page is inspected as Inspect would (at most 8 at once,
 // without reading the trail): a backend failure there, as in the listing,
 // is returned as an error. Like Inspect, Values consumes nothing.
