@@ -566,12 +566,9 @@ var propAlgorithms = map[driver.Algorithm]string{
 func propYAML(r sdk.Rule) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{name: r, algorithm: %s, limit: %d, by: [user]", propAlgorithms[r.Algorithm], r.Limit)
-	switch r.Calendar {
-	case driver.Day:
-		fmt.Fprintf(&b, ", calendar: day, timezone: %s", r.Location)
-	case driver.Hour:
-		fmt.Fprintf(&b, ", calendar: hour, timezone: %s", r.Location)
-	default:
+	if r.Calendar != driver.NoCalendar {
+		fmt.Fprintf(&b, ", calendar: %s, timezone: %s", r.Calendar, r.Location)
+	} else {
 		fmt.Fprintf(&b, ", window: %v", r.Window)
 	}
 	if r.Algorithm == driver.SlidingWindow {
