@@ -244,6 +244,27 @@ type Rule struct {
 	// in the root's wide hash at once, rather than once the root passes
 	// its measured size). Decisions are the same either way.
 	Wide bool
+	// Keep, when > 0, is this attempt's headroom on the rule (priority
+	// headroom, sdk's Rule.WithHeadroom): the rule's last Keep units are
+	// kept for attempts of higher priority, so it admits the cost iff
+	// used+cost <= limit-Keep, where limit is Limit or a Limit override's
+	// (a limit at or below Keep admits nothing: CostTooHigh). Its
+	// RuleResult says so: Allowed, RetryAfter and CostTooHigh are relative
+	// to limit-Keep, and Remaining is max(0, limit-Keep-Used) (the room
+	// left for this attempt's priority); Limit is still the rule's. Keep
+	// changes nothing of the rule's identity or state (its layout follows
+	// Limit alone). Never set on a GCRA rule (the sdk refuses it).
+	Keep int64
+	// Exempt, when set, exempts this attempt from the rule (sdk's message
+	// classes: WithClass): the rule never denies it (its RuleResult still
+	// says what it would have decided, as a shadow rule's does), and on a
+	// Take or Reserve that the rule would have denied the backend writes
+	// one trail entry for it with Denial.Exempt set, in the same atomic
+	// step, whether the request was allowed or not. ExemptCounted consumes
+	// the cost from the rule whenever the request consumes, even past its
+	// limit (as a Counted Exempt override does: Used up to MaxUsed);
+	// ExemptUncounted consumes nothing from it. Never set with Shadow.
+	Exempt Exemption
 	// Seed, when > 0, is the 1-based index in Request.Rules of an earlier
 	// rule this rule's state starts from: the rule as it was before its
 	// identity changed (sdk.WithChange). When the rule has no live state
@@ -269,6 +290,37 @@ type Rule struct {
 	// packed tag) includes it.
 	Epoch int64
 }
+
+// Exemption is how an attempt is exempt from a rule (Rule.Exempt).
+type Exemption uint8
+
+const (
+	// NotExempt: the rule decides as usual.
+	NotExempt Exemption = iota
+	// ExemptCounted: the rule never denies the attempt and counts it.
+	ExemptCounted
+	// ExemptUncounted: the rule never denies the attempt nor counts it.
+	ExemptUncounted
+)
+
+// String returns "counted", "uncounted" or "" (NotExempt).
+func (e Exemption) String() string {
+	switch e {
+	case ExemptCounted:
+		return "counted"
+	case ExemptUncounted:
+		return "uncounted"
+	}
+	return ""
+}
+
+// Span is the interval of instants [Start, End).
+type Span struct {
+	Start, End time.Time
+}
+
+// MaxQuietSpans is the most Request.Quiet spans a request carries.
+const MaxQuietSpans = 8
 
 // Request asks a backend for one decision on one subject. The same
 // Request serves every operation (Take, Peek, Reserve, Inspect); each
@@ -357,6 +409,19 @@ type Request struct {
 	// failing those, the latest Limit override that changed a rule of the
 	// request. Empty: no override is read (the key costs nothing).
 	OverrideKey string
+
+	// Quiet, when not empty, holds the quiet hours around now (sdk's
+	// WithQuietHours, in the recipient's zone, as instants: at most
+	// MaxQuietSpans, sorted, not overlapping). When the backend's clock
+	// at the decision falls in one of them, the request is denied for
+	// quiet hours: Result.Allowed is false, Result.Quiet is that span's
+	// End, nothing is consumed, every rule is still evaluated and
+	// reported, and a Take or Reserve writes one trail entry with
+	// Denial.Quiet set (Rule empty, RetryAfter until the span's End).
+	// Precedence: a Block override denies first (its own entry); quiet
+	// hours come before an Exempt override and the rules. An attempt
+	// exempt from quiet hours is sent without Quiet.
+	Quiet []Span
 }
 
 // OverrideKind is what an Override does.
@@ -564,6 +629,10 @@ type Result struct {
 	// and counted on the master.
 	Replicas int
 	Durable  bool
+	// Quiet, when not zero, reports a denial for quiet hours
+	// (Request.Quiet): the End of the quiet span the backend's clock fell
+	// in.
+	Quiet time.Time
 }
 
 // Denial is one entry of a denial trail.
@@ -580,6 +649,12 @@ type Denial struct {
 	// Shadow: a shadow rule (Rule.Shadow) would have denied; the attempt
 	// itself may have been allowed.
 	Shadow bool
+	// Exempt: an exempt rule (Rule.Exempt) would have denied; the attempt
+	// itself may have been allowed.
+	Exempt bool
+	// Quiet: the attempt was denied for quiet hours (Request.Quiet); Rule
+	// is empty and RetryAfter runs until they end.
+	Quiet bool
 	// Override, when nonzero, is the Block override that denied (Rule is
 	// empty; RetryAfter runs until the block ends, zero without end).
 	Override int64
