@@ -406,3 +406,27 @@ func priorities(hs []Headroom) []int {
 func (p *Policy) messages() bool {
 	return len(p.quiet) > 0 || len(p.classes) > 0 || p.headroom
 }
+
+// WithPerson names the policy's person dimension: an attempt carrying an
+// Identity (Attempt.Identity) is decided for the person the identity is
+// linked to (Admin.Link), whose id becomes the subject's value of dim.
+// dim must be a shard dimension (every rule is keyed by it, so all of a
+// person's counts share one hash tag: one atomic round trip, on a Redis
+// Cluster too).
+func WithPerson(dim string) PolicyOption {
+	return func(o *policyOptions) error {
+		if !validName(dim) {
+			return fmt.Errorf("%w: person dimension %q must match [A-Za-z0-9_.-]{1,64}", ErrInvalidPolicy, dim)
+		}
+		o.person = dim
+		return nil
+	}
+}
+
+// Person returns the policy's person dimension (WithPerson), "" when none.
+func (p *Policy) Person() string {
+	if p == nil {
+		return ""
+	}
+	return p.person
+}

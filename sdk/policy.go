@@ -66,6 +66,7 @@ type Policy struct {
 	quietLoc *time.Location
 	classes  []Class
 	headroom bool
+	person   string // WithPerson
 }
 
 // change is a Change checked and resolved for key building.
@@ -96,6 +97,7 @@ type policyOptions struct {
 	quiet    []alg.Quiet
 	quietLoc *time.Location
 	classes  []Class
+	person   string // WithPerson
 }
 
 // WithFailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
@@ -281,6 +283,10 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 	if err := p.addWide(o.wide); err != nil {
 		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
 	}
+	if o.person != "" && !slices.Contains(p.shardBy, o.person) {
+		return bad("person dimension %q must be a shard dimension (one every rule is keyed by: %v)", o.person, p.shardBy)
+	}
+	p.person = o.person
 	if err := p.addClasses(o.classes); err != nil {
 		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
 	}
