@@ -177,9 +177,11 @@ func ToZone(loc *time.Location) string {
 func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 	out := make([]sdk.Attempt, len(in))
 	for i, a := range in {
-		out[i] = sdk.Attempt{Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey(),
+		out[i] = sdk.Attempt{
+			Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey(),
 			IdempotencyTTL: IdempotencyTTL(a.GetIdempotencyTtl()),
-			Class:          a.GetClass(), Priority: int(a.GetPriority()), Identity: a.GetIdentity()}
+			Class:          a.GetClass(), Priority: int(a.GetPriority()), Identity: a.GetIdentity(),
+		}
 	}
 	return out
 }
@@ -188,11 +190,17 @@ func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	out := make([]*freqcapv1.Attempt, len(in))
 	for i, a := range in {
-		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-			IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone),
-			Class: a.Class, Priority: ToPriority(a.Priority), Identity: a.Identity}
+		out[i] = ToAttempt(a)
 	}
 	return out
+}
+
+// ToAttempt converts an attempt to the wire; the Take, Peek and Reserve
+// requests carry the same fields.
+func ToAttempt(a sdk.Attempt) *freqcapv1.Attempt {
+	return &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
+		IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone),
+		Class: a.Class, Priority: ToPriority(a.Priority), Identity: a.Identity}
 }
 
 // ToPriority converts sdk.Attempt.Priority to the wire. One outside
