@@ -56,7 +56,8 @@ type Options struct {
 // optional interface of package driver: Peeker, Reserver, Inspector,
 // Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
 // from one counter per Backend), PolicyStore (the versions live as long
-// as the Backend), ValueLister (ListValues), and stats.Counters (package sdk/driver/stats)
+// as the Backend), Linker (links, zones and audits live as long as the
+// Backend), ValueLister (ListValues), and stats.Counters (package sdk/driver/stats)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -801,7 +802,7 @@ func (b *Backend) Sweep() {
 }
 
 // Len reports how many entries (rule states, trails, reservation sets,
-// idempotency records, override sets) the backend holds, including
+// idempotency records, override sets, links, persons) the backend holds, including
 // expired ones not yet swept.
 func (b *Backend) Len() int {
 	n := 0
