@@ -617,3 +617,23 @@ func TestMessagingValidate(t *testing.T) {
 		t.Errorf("Take(adjacent spans) = %v, want no error", err)
 	}
 }
+
+// TestQuietKeepsSeed: a Take denied for quiet hours stores a seeded
+// rule's carried units, as any denied Take does (driver.Rule.Seed), and
+// never its cost.
+func TestQuietKeepsSeed(t *testing.T) {
+	b, _ := newMsgBackend()
+	old := msgRule(driver.Rule{Algorithm: driver.FixedWindow, Limit: 5, Window: time.Hour}, "sd", "old")
+	msgDo(t, b, opTake, driver.Request{Rules: []driver.Rule{old}, Cost: 2})
+	next := msgRule(driver.Rule{Algorithm: driver.SlidingLog, Limit: 4, Window: time.Hour, Seed: 1}, "sd", "new")
+	quiet := []driver.Span{{Start: t0, End: at(time.Minute)}}
+	res := msgDo(t, b, opTake, driver.Request{Rules: []driver.Rule{old, next}, Cost: 1, Quiet: quiet})
+	if res.Allowed || res.Rules[0].Used != 2 || res.Rules[1].Used != 2 {
+		t.Fatalf("Take in quiet hours = %+v, want denied, both rules at the 2 carried units", res)
+	}
+	alone := next
+	alone.Seed = 0
+	if peek := msgDo(t, b, opPeek, driver.Request{Rules: []driver.Rule{alone}, Cost: 1}); peek.Rules[0].Used != 2 {
+		t.Errorf("the new rule alone = %+v, want its stored seed, used 2", peek.Rules[0])
+	}
+}
