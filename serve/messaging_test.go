@@ -217,16 +217,13 @@ func TestMessagingCaps(t *testing.T) {
 			}
 			t.Run("json fields", func(t *testing.T) {
 				status, _, out := post(t, e.url, "Take", `{"policy": "classes", "subject": {"user": "msg-raw"}, "class": "otp", "priority": 2, "identity": "device-9"}`, "")
-				var got struct {
-					Decision map[string]any `json:"decision"`
-				}
-				if err := json.Unmarshal([]byte(out), &got); status != http.StatusOK || err != nil || got.Decision["class"] != "otp" || got.Decision["allowed"] != true {
+				if d := decisionJSON(t, out); status != http.StatusOK || d["class"] != "otp" || d["allowed"] != true {
 					t.Fatalf("Take with \"class\" = %d %s, want 200 allowed, \"class\": \"otp\"", status, out)
 				}
 				status, _, out = post(t, e.url, "Take", `{"policy": "quiet", "subject": {"user": "msg-raw"}}`, "")
-				want := `"next_eligible":"` + quietEnd.Format(time.RFC3339) + `"`
-				if status != http.StatusOK || !strings.Contains(out, want) || !strings.Contains(out, `"quiet_until":"`+quietEnd.Format(time.RFC3339)+`"`) {
-					t.Errorf("Take in quiet hours = %d %s, want 200 with %s and quiet_until", status, out, want)
+				want := quietEnd.Format(time.RFC3339)
+				if d := decisionJSON(t, out); status != http.StatusOK || d["next_eligible"] != want || d["quiet_until"] != want {
+					t.Errorf("Take in quiet hours = %d %s, want 200 with \"next_eligible\" and \"quiet_until\" %q", status, out, want)
 				}
 				status, _, out = post(t, e.url, "TakeBatch", `{"policy": "classes", "attempts": [{"subject": {"user": "msg-raw"}, "class": "nope"}, {"subject": {"user": "msg-raw"}, "priority": 10}]}`, "")
 				if status != http.StatusOK || !strings.Contains(out, `REASON_INVALID_CLASS`) || !strings.Contains(out, `REASON_INVALID_PRIORITY`) {
@@ -266,12 +263,24 @@ func TestNextEligible(t *testing.T) {
 		})
 	}
 	status, _, out := post(t, e.url, "Take", `{"policy": "evening", "subject": {"user": "evening-raw"}, "cost": 2}`, "")
-	if status != http.StatusOK || !strings.Contains(out, `"cost_too_high":true`) || !strings.Contains(out, `"next_eligible":null`) {
+	if d := decisionJSON(t, out); status != http.StatusOK || d["cost_too_high"] != true || d["next_eligible"] != nil {
 		t.Errorf("Take(cost 2 of 1) = %d %s, want cost_too_high and \"next_eligible\": null (no instant will do)", status, out)
 	}
 	post(t, e.url, "Take", `{"policy": "evening", "subject": {"user": "evening-raw"}}`, "")
 	status, _, out = post(t, e.url, "Take", `{"policy": "evening", "subject": {"user": "evening-raw"}}`, "")
-	if status != http.StatusOK || !strings.Contains(out, `"next_eligible":"2026-11-25T08:00:00Z"`) {
+	if d := decisionJSON(t, out); status != http.StatusOK || d["next_eligible"] != "2026-11-25T08:00:00Z" {
 		t.Errorf("Take again = %d %s, want \"next_eligible\": \"2026-11-25T08:00:00Z\"", status, out)
 	}
+}
+
+// decisionJSON returns the "decision" of a JSON answer.
+func decisionJSON(t *testing.T, out string) map[string]any {
+	t.Helper()
+	var got struct {
+		Decision map[string]any `json:"decision"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("answer %q: %v", out, err)
+	}
+	return got.Decision
 }
