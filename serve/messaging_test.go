@@ -7,11 +7,16 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/client"
@@ -283,4 +288,44 @@ func decisionJSON(t *testing.T, out string) map[string]any {
 		t.Fatalf("answer %q: %v", out, err)
 	}
 	return got.Decision
+}
+
+// TestEnvoyQuietHours: Envoy's descriptors carry dimensions only, so a
+// descriptor is an attempt without class, priority or zone: denied in
+// the policy's quiet hours (in its own zone), its status waiting until
+// they end, as Retry-After does; a "class" entry is a dimension the
+// policy lacks, refused.
+func TestEnvoyQuietHours(t *testing.T) {
+	ps, quietEnd := messagingPolicies(t, time.Now())
+	e := startPolicies(t, memory.New(nil), serve.Config{}, ps)
+	conn, err := grpc.NewClient(strings.TrimPrefix(e.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := func(req []byte) (envoyResponse, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out []byte
+		if err := conn.Invoke(ctx, shouldRateLimit, &req, &out, grpc.ForceCodec(rawCodec{})); err != nil {
+			return envoyResponse{}, err
+		}
+		return decodeEnvoyResponse(t, out), nil
+	}
+	r, err := call(envoyRequest("quiet", 0, envoyDescriptor{entries: [][2]string{{"user", "envoy-quiet"}}, hits: -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := int64(time.Until(quietEnd) / time.Second)
+	if r.overall != 2 || len(r.statuses) != 1 || r.statuses[0].code != 2 || r.statuses[0].resetSeconds < wait-2 || r.statuses[0].resetSeconds > wait+2 {
+		t.Errorf("ShouldRateLimit in quiet hours = %+v, want OVER_LIMIT until they end (about %d s)", r, wait)
+	}
+	if ra, _ := strconv.ParseInt(r.headers["retry-after"], 10, 64); ra < wait-2 || ra > wait+2 {
+		t.Errorf("retry-after = %q, want about %d", r.headers["retry-after"], wait)
+	}
+	_, err = call(envoyRequest("quiet", 0, envoyDescriptor{entries: [][2]string{{"user", "envoy-quiet"}, {"class", "alert"}}, hits: -1}))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ShouldRateLimit with a class entry = %v, want invalid_argument (a dimension the policy lacks)", err)
+	}
 }
