@@ -361,13 +361,8 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if len(p.quiet) > 0 {
 		if !quietEnd.IsZero() {
 			d.Quiet = quietEnd
-		} else if !d.At.IsZero() {
-			if zone == nil {
-				zone = p.quietLoc
-			}
-			if e := alg.QuietEnd(p.quiet, zone, d.At); e.After(d.At) {
-				d.Quiet = e // in quiet hours, passed by the class
-			}
+		} else if e := QuietEnd(p, zone, d.At); !d.At.IsZero() && e.After(d.At) {
+			d.Quiet = e // in quiet hours, passed by the class
 		}
 	}
 	if d.Allowed || d.CostTooHigh || d.Degraded {
@@ -380,11 +375,8 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if !d.Quiet.IsZero() && d.Quiet.After(t) && (cls == nil || !cls.QuietHours) {
 		t = d.Quiet
 	}
-	if len(p.quiet) > 0 && (cls == nil || !cls.QuietHours) {
-		if zone == nil {
-			zone = p.quietLoc
-		}
-		t = alg.QuietEnd(p.quiet, zone, t)
+	if cls == nil || !cls.QuietHours {
+		t = QuietEnd(p, zone, t)
 	}
 	d.NextEligible = t
 }
@@ -429,4 +421,17 @@ func (p *Policy) Person() string {
 		return ""
 	}
 	return p.person
+}
+
+// QuietEnd returns the first instant at or after t outside p's quiet
+// hours in zone (nil: the policy's zone): t itself when they are not on
+// at t, or when p has none.
+func QuietEnd(p *Policy, zone *time.Location, t time.Time) time.Time {
+	if p == nil || len(p.quiet) == 0 {
+		return t
+	}
+	if zone == nil {
+		zone = p.quietLoc
+	}
+	return alg.QuietEnd(p.quiet, zone, t)
 }
