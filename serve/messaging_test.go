@@ -80,6 +80,22 @@ func TestMessagingCaps(t *testing.T) {
 					c := client.New(e.url, &client.Options{Protocol: pr.p})
 					user := "msg-" + pr.name
 
+					t.Run("policies", func(t *testing.T) {
+						got, err := c.Policies(ctx)
+						if err != nil || len(got) != len(e.policies) {
+							t.Fatalf("Policies = %d policies, %v; want %d", len(got), err, len(e.policies))
+						}
+						for _, g := range got {
+							w := e.policies[g.Name()]
+							gl, gq := g.QuietHours()
+							wl, wq := w.QuietHours()
+							if !reflect.DeepEqual(g.Classes(), w.Classes()) || !reflect.DeepEqual(g.Rules(), w.Rules()) || gl.String() != wl.String() || !reflect.DeepEqual(gq, wq) {
+								t.Errorf("Policies: %s = classes %+v, rules %+v, quiet %v %+v; want %+v, %+v, %v %+v",
+									g.Name(), g.Classes(), g.Rules(), gl, gq, w.Classes(), w.Rules(), wl, wq)
+							}
+						}
+					})
+
 					t.Run("class", func(t *testing.T) {
 						s := sdk.Subject{"user": user}
 						for range 2 {
