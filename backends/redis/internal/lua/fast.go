@@ -255,8 +255,7 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 		return nil, fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	d := &fastData{Ov: ov, Format: fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(rules))}
-	tags := map[string]bool{}
-	secs := map[string]map[string]string{}
+	tags, secs := map[string]bool{}, map[string]map[string]string{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
 			return nil, fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
@@ -307,7 +306,14 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	if ov {
 		d.GO++
 	}
-	d.Quiet = o.Quiet
+	d.argv(o.Quiet) // the ids and the spans
+	return d, nil
+}
+
+// argv sets where the attempt's values after FA lie (fast.lua.tmpl's
+// header): the nested sets' ids, then the quiet spans (quiet).
+func (d *fastData) argv(quiet bool) {
+	d.Quiet = quiet
 	if d.Nested {
 		d.Extra++
 	}
@@ -316,7 +322,6 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 		d.Extra++
 	}
 	d.TrailAt, d.TB = 3+d.Extra, d.Extra-2
-	return d, nil
 }
 
 // nest lists each root's nested sets (Kids) and the order the sets'
