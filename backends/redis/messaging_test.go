@@ -587,3 +587,65 @@ func TestFastMessagingMatchesTake(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagingTargetShapeFast: issue 37's target shape, the seed policy
+// "push" (four sliding windows over two sets of dimensions) plus quiet
+// hours, a headroom rule and a calendar-day rule in the recipient's zone
+// (driver.Request.Zone), runs one fast script, and coalesced concurrent
+// calls share multi-attempt runs of it: as many admitted as take.lua
+// admits.
+func TestMessagingTargetShapeFast(t *testing.T) {
+	cb, c := coalescing(t, redistest.Standalone(t), 8)
+	b, _ := plainStandalone(t)
+	ctx := context.Background()
+	s := newSubject(t, "msg-target")
+	user, content := s.base+"u", s.base+"u:c"
+	in := func(g string, r driver.Rule) driver.Rule {
+		r.Group = g
+		return r
+	}
+	rules := []driver.Rule{
+		in(user, s.sliding("recv-1m", 15, time.Minute, 0)),
+		in(user, keeping(s.sliding("recv-24h", 50, 24*time.Hour, 0), 20)),
+		in(content, s.sliding("content-59s", 2, 59*time.Second, 0)),
+		in(content, s.sliding("content-59m", 5, 59*time.Minute, 0)),
+		in(user, driver.Rule{Name: "day", Key: s.key("day"), Algorithm: driver.FixedWindow, Limit: 40, Window: 24 * time.Hour, Calendar: driver.Day, Location: time.UTC}),
+	}
+	req, _ := quietAround(s.request(opTake, 1, rules...), serverNow(t, c), false)
+	req.Zone = newYork
+	if decidingSource(t, b, req) == lua.Take || decidingSource(t, cb, req) == lua.Take {
+		t.Fatalf("the target shape runs take.lua, want a fast script")
+	}
+	before := evalshaCalls(t, c)
+	const n = 40
+	errs, admitted := make(chan error, n), make(chan bool, n)
+	for i := range n {
+		go func() {
+			r := req
+			r.Rules = slices.Clone(rules)
+			for j := 2; j < 4; j++ { // a content of its own per 2 calls: content-59s admits both
+				r.Rules[j].Key += fmt.Sprint(":", i/2)
+				r.Rules[j].Group += fmt.Sprint(":", i/2)
+			}
+			res, err := cb.Take(ctx, r.Request)
+			errs <- err
+			admitted <- res.Allowed
+		}()
+	}
+	got := 0
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if <-admitted {
+			got++
+		}
+	}
+	// recv-1m admits 15; recv-24h's headroom (30) and the day's 40 allow more.
+	if got != 15 {
+		t.Errorf("%d admitted, want 15 (recv-1m)", got)
+	}
+	if calls := evalshaCalls(t, c) - before; calls >= n {
+		t.Logf("%d EVALSHA calls for %d decisions: none coalesced (a slow machine may serialize them)", calls, n)
+	}
+}
