@@ -362,6 +362,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		live.Override = n
 	}
 	limited := s.limitedBy(ctx, p, subj, ins.At)
+	live.Messaging = messagingNote(p, ins.At)
 	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]
 		row := views.RuleRow{
@@ -380,6 +381,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			Shadow:    rd.Shadow,
 			Before:    rd.Before,
 			LimitBy:   limited[rd.Rule],
+			Headroom:  headroomText(r),
 		}
 		if !rd.Allowed {
 			row.RetryNote = cellNote(r, rd.RetryAfter)

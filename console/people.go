@@ -348,11 +348,11 @@ func linkJSON(l driver.Link) LinkJSON {
 // PersonEventJSON is one entry of a person's audit.
 type PersonEventJSON struct {
 	At     time.Time `json:"at"`
-	Op     string `json:"op"` // link, unlink or zone
-	ID     string `json:"id,omitempty"`
-	Zone   string `json:"zone,omitempty"`
-	By     string `json:"by,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	Op     string    `json:"op"` // link, unlink or zone
+	ID     string    `json:"id,omitempty"`
+	Zone   string    `json:"zone,omitempty"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // PersonChangeRequest is the body of POST /api/v1/person/link (identity,

@@ -58,6 +58,22 @@ type Attempt struct {
 	// ends, which the new zone calls the same day. time.Local is invalid
 	// (ErrInvalidZone: it differs per machine).
 	Zone *time.Location
+	// Class is the attempt's message class, one its policy declares
+	// (WithClass; ErrInvalidClass otherwise): what the attempt is exempt
+	// from, counted or not. Empty: none.
+	Class string
+	// Priority is the attempt's priority, 0 (the default, lowest) to
+	// MaxPriority: a rule with headroom (Rule.WithHeadroom) keeps its last
+	// units for higher priorities. Others are invalid (ErrInvalidPriority).
+	Priority int
+	// Identity, when not empty, is the identity the message goes to (a
+	// device token, a phone number, an e-mail address…): the attempt is
+	// decided for the person the identity is linked to (Admin.Link; an
+	// identity without a link is its own person), whose value replaces the
+	// Subject's value of the policy's person dimension (WithPerson), and
+	// whose stored zone (Admin.SetPersonZone) is used when Zone is nil.
+	// Trail entries record it.
+	Identity string
 }
 
 // cost returns the attempt's cost (0 means 1).
@@ -130,6 +146,12 @@ type call struct {
 	// subject is the attempt's subject (Event.Subject).
 	subject Subject
 	resID   string // set by finish: the reservation of an allowed reserve
+	// The attempt's messaging caps (Policy.messaging): its class (nil:
+	// none), its cost and priority, and the zone of its quiet hours (nil:
+	// the policy's).
+	cls  *Class
+	att  Attempt
+	zone *time.Location
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
@@ -162,6 +184,15 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject}
 	c.req.Zone = a.Zone
+	if p.messages() || a.Class != "" || a.Priority != 0 {
+		c.att, c.zone = a, a.Zone
+		if p.trailMax > 0 {
+			c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
+		}
+		if c.cls, err = p.messaging(&c.req, a, a.Zone, l.now()); err != nil {
+			return nil, fmt.Errorf("sdk: %s: %w", name, err)
+		}
+	}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl
@@ -180,7 +211,9 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 			c.req.IdempotencyTTL = min(a.IdempotencyTTL, p.idemTTL)
 		}
 	}
-	if consume {
+	if consume && a.Class == "" && a.Priority == 0 {
+		// The cache holds what default attempts were denied: a class or a
+		// priority may be admitted where they are not.
 		if h := l.hotCacheFor(p); h != nil {
 			c.hot, c.hotKey = h, hotKey(res)
 		}
@@ -231,6 +264,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		}
 	}
 	d := decide(p.name, c.req.Rules, c.before, r)
+	if p.messages() {
+		p.explain(&d, c.req.Rules, c.cls, c.att, c.zone, r.Quiet)
+	}
 	c.resID = c.req.ReservationID
 	if r.ReservationID != "" {
 		c.resID = r.ReservationID
