@@ -11,7 +11,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 )
 
-// TestPeople, on real Redis and a 3-master cluster: an admin links an
+// TestPeople, on memory, real Redis and a 3-master cluster: an admin links an
 // identity to a person from the subject page; the subject page of the
 // identity and the person page of either find the person, its
 // identities, stored zone and audit (by the admin's name); the JSON API
@@ -19,7 +19,7 @@ import (
 // audit log; viewers read and may change nothing; bad input, conflicts
 // and missing links answer 400, 409 and 404.
 func TestPeople(t *testing.T) {
-	for _, backend := range []string{"redis", "cluster"} {
+	for _, backend := range []string{"memory", "redis", "cluster"} {
 		t.Run(backend, func(t *testing.T) {
 			f, _ := newStoreFixtureOn(t, testCredentials(), backend)
 			cs := f.csrf(t)
