@@ -259,16 +259,21 @@ func personNotice(done string) string {
 	return ""
 }
 
-// subjectPersonView is the subject page's person section: shown when p
-// has one shard dimension and subj gives it (the identity).
+// subjectPersonView is the subject page's person section, for the value
+// subj gives of p's person dimension (sdk.WithPerson), else of its one
+// shard dimension; none when p has several and no person dimension, or
+// subj lacks the value.
 func (s *Server) subjectPersonView(ctx context.Context, p *sdk.Policy, subj sdk.Subject, canEdit bool, query, done string) views.PersonView {
-	shard := p.ShardBy()
-	if len(shard) != 1 || subj[shard[0]] == "" {
+	dim := p.Person()
+	if shard := p.ShardBy(); dim == "" && len(shard) == 1 {
+		dim = shard[0]
+	}
+	if dim == "" || subj[dim] == "" {
 		return views.PersonView{}
 	}
-	v := s.personView(ctx, subj[shard[0]], canEdit, "/subject?"+query, done)
+	v := s.personView(ctx, subj[dim], canEdit, "/subject?"+query, done)
 	if v.Linked {
-		v.SubjectURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{shard[0]: v.Person})
+		v.SubjectURL = "/subject?" + subjectQuery(p.Name(), sdk.Subject{dim: v.Person})
 	}
 	return v
 }

@@ -56,8 +56,9 @@ const PeopleCacheTTL = time.Second
 const PeopleCacheSize = 1 << 16
 
 // Link links identity to person (their caps are then shared: see "One
-// person, several identities" above), by who for reason (audited with the
-// person), and returns the link as stored, with Created set by the
+// person, several identities" at the top of this file, and
+// docs/POLICIES.md), by who for reason (audited with the person), and
+// returns the link as stored, with Created set by the
 // backend's clock. Linking an identity again to the same person updates
 // By and Reason. The error wraps ErrInvalidIdentity for a bad identity,
 // person, by or reason (see ErrInvalidIdentity; By at most
@@ -158,7 +159,8 @@ func (ad *Admin) Person(ctx context.Context, person string) (driver.Person, erro
 // SetPersonZone stores zone, an IANA time zone name (see LoadZone), as
 // person's, by who for reason (audited); "" clears it. The zone applies
 // to the person's calendar rules and quiet hours where the attempt gives
-// none (see "One person, several identities" above). The error wraps
+// none: the attempt's zone wins over the person's stored zone, which wins
+// over the rule's own zone. The error wraps
 // ErrInvalidZone for a zone LoadZone refuses ("Local" included), and
 // otherwise as Link's.
 func (ad *Admin) SetPersonZone(ctx context.Context, person string, zone string, by, reason string) error {
