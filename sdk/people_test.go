@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
@@ -335,5 +336,39 @@ func TestPeopleCacheBound(t *testing.T) {
 	}
 	if e, ok := c.get("fresh", later); !ok || e.person != "q" {
 		t.Fatalf("get(fresh) = %+v, %v", e, ok)
+	}
+}
+
+// TestPersonOfMemory: the same resolution on the memory backend's Linker
+// (sdk's keys, the backend's clock for Created).
+func TestPersonOfMemory(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC))
+	l := New(memory.New(&memory.Options{Clock: clk}))
+	ad := l.Admin()
+	lk, err := ad.Link(ctx, "ann@example.com", "ann", "ops", "verified")
+	if err != nil || !lk.Created.Equal(clk.Now()) {
+		t.Fatalf("Link = %+v, %v, want Created at the backend's clock", lk, err)
+	}
+	if err := ad.SetPersonZone(ctx, "ann", "Europe/Lisbon", "ops", "lives there"); err != nil {
+		t.Fatal(err)
+	}
+	lisbon, _ := LoadZone("Europe/Lisbon")
+	for _, tc := range []struct {
+		identity, person string
+		zone             *time.Location
+	}{
+		{"ann@example.com", "ann", lisbon},
+		{"ann", "ann", lisbon},
+		{"bob@example.com", "bob@example.com", nil},
+	} {
+		p, z, err := l.personOf(ctx, tc.identity)
+		if err != nil || p != tc.person || z != tc.zone {
+			t.Errorf("personOf(%q) = %q, %v, %v; want %q, %v", tc.identity, p, z, err, tc.person, tc.zone)
+		}
+	}
+	p, err := ad.Person(ctx, "ann")
+	if err != nil || len(p.Links) != 1 || p.Zone != "Europe/Lisbon" || len(p.Audit) != 2 || p.Audit[0].Op != "zone" {
+		t.Fatalf("Person(ann) = %+v, %v", p, err)
 	}
 }
