@@ -189,7 +189,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		if p.trailMax > 0 {
 			c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
 		}
-		if c.cls, err = p.messaging(&c.req, a, a.Zone, l.now()); err != nil {
+		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
 			return nil, fmt.Errorf("sdk: %s: %w", name, err)
 		}
 	}
