@@ -397,6 +397,9 @@ func describeRule(rp *sdk.Rule, format string) string {
 		fmt.Fprintf(&b, " calendar %s %s", calendarNames[r.Calendar], zone(r))
 	}
 	fmt.Fprintf(&b, " by %v", r.Dimensions)
+	if len(r.Headroom) > 0 {
+		fmt.Fprintf(&b, " headroom %s", policyfile.Headroom(r.Headroom))
+	}
 	if r.Shadow {
 		b.WriteString(" shadow")
 	}
