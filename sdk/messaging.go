@@ -365,7 +365,9 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if len(p.quiet) > 0 {
 		if !quietEnd.IsZero() {
 			d.Quiet = quietEnd
-		} else if !d.At.IsZero() {
+		} else if d.Allowed && !d.At.IsZero() {
+			// Set for an attempt its class let through quiet hours only
+			// (Decision.Quiet: a denial with Quiet set is one for them).
 			if zone == nil {
 				zone = p.quietLoc
 			}
