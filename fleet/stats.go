@@ -40,6 +40,24 @@ type Stats struct {
 	// Overrides counts the decisions per-person overrides decided or
 	// changed (sdk.Decision.Override), by kind.
 	Overrides OverrideCounts
+	// QuietDenied counts the decisions denied for quiet hours
+	// (sdk.WithQuietHours: sdk.Decision.Quiet set, not allowed).
+	QuietDenied int64
+	// Classes counts, per message class (sdk.WithClass), the decisions
+	// its exemptions decided, in the order of the policy passed to Stats,
+	// then classes only the stored statistics name (by name); a class
+	// none of whose decisions an exemption decided is left out.
+	Classes []ClassStats
+}
+
+// ClassStats is what a message class's exemptions decided (sdk.Class):
+// Exempted counts its decisions that some rule would have denied, had the
+// class not been exempt from it (sdk.Decision.Exempted; allowed unless
+// another rule or quiet hours denied them); QuietPassed its decisions
+// made in quiet hours, which the class passes (allowed).
+type ClassStats struct {
+	Class                 string
+	Exempted, QuietPassed int64
 }
 
 // OverrideCounts counts decisions by the kind of the override that
@@ -57,11 +75,16 @@ type OverrideCounts struct {
 // that left the rule at most Options.NearLimit of its limit. A shadow
 // rule (sdk.Rule.Shadow) never denies: the decisions it would have denied
 // count in ShadowDenied, not Denied, and ShadowAllowed counts those of
-// them that were allowed.
+// them that were allowed. Exempted counts the decisions the rule would
+// have denied but whose message class is exempt from it (sdk.WithClass;
+// counted in Allowed: the rule did not deny them; a class never exempts
+// a shadow rule); Headroom those of its denials (in Denied) due only to
+// the units it keeps for higher priorities (sdk.Rule.WithHeadroom).
 type RuleStats struct {
 	Rule                        string
 	Allowed, Denied, NearLimit  int64
 	ShadowDenied, ShadowAllowed int64
+	Exempted, Headroom          int64
 	Series                      []StatsPoint
 }
 
@@ -213,6 +236,15 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 	for _, name := range order {
 		rule(name)
 	}
+	classes := map[string]*ClassStats{}
+	class := func(name string) *ClassStats {
+		cs := classes[name]
+		if cs == nil {
+			cs = &ClassStats{Class: name}
+			classes[name] = cs
+		}
+		return cs
+	}
 	var extra []string
 	for i, fields := range data.Hashes {
 		for _, f := range fields {
@@ -231,6 +263,17 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 					out.Overrides.Block += f.Value
 				case overrideFields[2]:
 					out.Overrides.Limit += f.Value
+				case fieldQuiet:
+					out.QuietDenied += f.Value
+				}
+				continue
+			}
+			if kindOf == fieldClassExempted || kindOf == fieldClassQuiet {
+				cs := class(name)
+				if kindOf == fieldClassExempted {
+					cs.Exempted += f.Value
+				} else {
+					cs.QuietPassed += f.Value
 				}
 				continue
 			}
@@ -255,12 +298,30 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 				out.Series[i].ShadowDenied += f.Value
 			case fieldShadowAllowed:
 				rs.ShadowAllowed += f.Value
+			case fieldExempted:
+				rs.Exempted += f.Value
+			case fieldHeadroom:
+				rs.Headroom += f.Value
 			}
 		}
 	}
 	slices.Sort(extra)
 	for _, name := range append(order, extra...) {
 		out.Rules = append(out.Rules, *rules[name])
+	}
+	var classOrder []string
+	for _, c := range p.Classes() {
+		classOrder = append(classOrder, c.Name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(classes)) {
+		if !slices.Contains(classOrder, name) {
+			classOrder = append(classOrder, name)
+		}
+	}
+	for _, name := range classOrder {
+		if cs := classes[name]; cs != nil {
+			out.Classes = append(out.Classes, *cs)
+		}
 	}
 	top := map[string]int64{}
 	for _, members := range data.Tops {
