@@ -2,6 +2,7 @@ package policyfile_test
 
 import (
 	"errors"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,4 +249,33 @@ func TestMessagingErrors(t *testing.T) {
 			t.Errorf("Load = %v, want line 5 and headroom refused for GCRA", err)
 		}
 	})
+}
+
+// TestDesignDocPolicyFile: the policy file docs/DESIGN.md shows loads, its
+// messaging policy with what it says.
+func TestDesignDocPolicyFile(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "### Policy file (YAML)")
+	_, after, ok2 := strings.Cut(after, "```yaml\n")
+	block, _, ok3 := strings.Cut(after, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal(`docs/DESIGN.md has no yaml block under "### Policy file (YAML)"`)
+	}
+	ps, err := policyfile.Load(strings.NewReader(block))
+	if err != nil {
+		t.Fatalf("Load(docs/DESIGN.md's policy file) = %v", err)
+	}
+	i := slices.IndexFunc(ps, func(p *sdk.Policy) bool { return p.Name() == "messages" })
+	if i < 0 {
+		t.Fatal("docs/DESIGN.md's policy file has no policy messages")
+	}
+	p := ps[i]
+	loc, periods := p.QuietHours()
+	if p.Person() != "user" || loc.String() != "Europe/Berlin" || len(periods) != 1 || len(p.Classes()) != 4 || len(p.Rules()[0].Headroom) != 1 {
+		t.Errorf("messages = person %q, quiet hours %v %v, %d classes, headroom %v; want user, Europe/Berlin, 1 period, 4 classes, 1 tier",
+			p.Person(), loc, periods, len(p.Classes()), p.Rules()[0].Headroom)
+	}
 }
