@@ -116,3 +116,51 @@ func TestRecorderMessaging(t *testing.T) {
 		})
 	}
 }
+
+// TestAnnouncementMessaging: announcements carry the messaging settings
+// and each rule's headroom, read back as written; Diff names each
+// difference, and none between a policy and itself.
+func TestAnnouncementMessaging(t *testing.T) {
+	ctx := context.Background()
+	c := fakeclock.New(time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC))
+	b := memory.New(&memory.Options{Clock: c})
+	p := messagingPolicy(t, c.Now())
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Announce(p)
+	flush(t, rec)
+	rd, err := fleet.NewReader(b, &fleet.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := rd.Announced(ctx, time.Hour)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("Announced = %+v, %v; want push", as, err)
+	}
+	a := as[0]
+	if a.QuietHours != `{zone: UTC, periods: [{from: "22:00", to: "00:00"}]}` || !slices.Equal(a.Classes, []string{"{name: otp, exempt: all, counted: true, quiet_hours: true}", "{name: alert, quiet_hours: true}"}) ||
+		a.Rules[0].Headroom != "[{priority: 1, keep: 2}]" || a.Rules[1].Headroom != "" || a.Person != "" {
+		t.Errorf("Announced = %+v, want push's quiet hours, classes and recv-day's headroom", a)
+	}
+	if d := a.Diff(fleet.AnnouncementOf(p)); d != nil {
+		t.Errorf("Diff(same policy) = %q, want none", d)
+	}
+	other, err := sdk.NewPolicy("push", []sdk.Rule{
+		sdk.SlidingLog("recv-day", 5, 24*time.Hour).By("user").WithHeadroom(3, 1),
+		sdk.SlidingLog("trial", 1, 24*time.Hour).By("user").AsShadow(),
+	}, sdk.WithPerson("user"), sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, QuietHours: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"person none here, user there",
+		`quiet hours {zone: UTC, periods: [{from: "22:00", to: "00:00"}]} here, none there`,
+		"classes [{name: otp, exempt: all, counted: true, quiet_hours: true}, {name: alert, quiet_hours: true}] here, [{name: otp, exempt: all, quiet_hours: true}] there",
+		"rule recv-day has headroom [{priority: 1, keep: 2}] here, [{priority: 1, keep: 3}] there",
+	}
+	if d := a.Diff(fleet.AnnouncementOf(other)); !slices.Equal(d, want) {
+		t.Errorf("Diff = %q, want %q", d, want)
+	}
+}
