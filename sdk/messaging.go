@@ -365,15 +365,10 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if len(p.quiet) > 0 {
 		if !quietEnd.IsZero() {
 			d.Quiet = quietEnd
-		} else if d.Allowed && !d.At.IsZero() {
+		} else if e := QuietEnd(p, zone, d.At); d.Allowed && !d.At.IsZero() && e.After(d.At) {
 			// Set for an attempt its class let through quiet hours only
 			// (Decision.Quiet: a denial with Quiet set is one for them).
-			if zone == nil {
-				zone = p.quietLoc
-			}
-			if e := alg.QuietEnd(p.quiet, zone, d.At); e.After(d.At) {
-				d.Quiet = e // in quiet hours, passed by the class
-			}
+			d.Quiet = e
 		}
 	}
 	if d.Allowed || d.CostTooHigh || d.Degraded {
@@ -386,11 +381,8 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if !d.Quiet.IsZero() && d.Quiet.After(t) && (cls == nil || !cls.QuietHours) {
 		t = d.Quiet
 	}
-	if len(p.quiet) > 0 && (cls == nil || !cls.QuietHours) {
-		if zone == nil {
-			zone = p.quietLoc
-		}
-		t = alg.QuietEnd(p.quiet, zone, t)
+	if cls == nil || !cls.QuietHours {
+		t = QuietEnd(p, zone, t)
 	}
 	d.NextEligible = t
 }
@@ -435,4 +427,17 @@ func (p *Policy) Person() string {
 		return ""
 	}
 	return p.person
+}
+
+// QuietEnd returns the first instant at or after t outside p's quiet
+// hours in zone (nil: the policy's zone): t itself when they are not on
+// at t, or when p has none.
+func QuietEnd(p *Policy, zone *time.Location, t time.Time) time.Time {
+	if p == nil || len(p.quiet) == 0 {
+		return t
+	}
+	if zone == nil {
+		zone = p.quietLoc
+	}
+	return alg.QuietEnd(p.quiet, zone, t)
 }
