@@ -22,7 +22,7 @@
 //
 // The optional parts of the contract are discovered by type assertion on
 // the backend (driver.Peeker, Reserver, Inspector, Resetter, Batcher,
-// Describer, Overrider, ValueLister); idempotency keys by asking (a backend without them refuses
+// Describer, Overrider, ValueLister, Linker); idempotency keys by asking (a backend without them refuses
 // a key with errors.ErrUnsupported). A case needing one the backend lacks checks that
 // the sdk refuses the operation with an error wrapping
 // errors.ErrUnsupported, then is skipped with a message naming the
@@ -139,6 +139,7 @@ const (
 	describer
 	overrider
 	valueLister
+	linker
 )
 
 var features = []struct {
@@ -179,6 +180,8 @@ var features = []struct {
 			_, err := e.lim.Admin().Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
 			return err
 		}},
+	{linker, "driver.Linker", func(b driver.Backend) bool { _, ok := b.(driver.Linker); return ok },
+		func(e *env) error { _, err := e.lim.Admin().Person(bg(), e.person("p")); return err }},
 	{valueLister, "driver.ValueLister", func(b driver.Backend) bool { _, ok := b.(driver.ValueLister); return ok },
 		func(e *env) error {
 			p := e.policy(e.fixed("f", 1, time.Hour), sdk.FixedWindow("g", 1, time.Hour).By(dim, valueDim))
