@@ -184,11 +184,11 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
+	if p.trailMax > 0 {
+		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
+	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
 		c.zone = a.Zone
-		if p.trailMax > 0 {
-			c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
-		}
 		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
 			return nil, fmt.Errorf("sdk: %s: %w", name, err)
 		}

@@ -181,7 +181,7 @@ var features = []struct {
 			return err
 		}},
 	{linker, "driver.Linker", func(b driver.Backend) bool { _, ok := b.(driver.Linker); return ok },
-		func(e *env) error { _, err := e.lim.Admin().Person(bg(), e.person("p")); return err }},
+		func(e *env) error { _, err := e.lim.Admin().LinkOf(bg(), "x"); return err }},
 	{valueLister, "driver.ValueLister", func(b driver.Backend) bool { _, ok := b.(driver.ValueLister); return ok },
 		func(e *env) error {
 			p := e.policy(e.fixed("f", 1, time.Hour), sdk.FixedWindow("g", 1, time.Hour).By(dim, valueDim))
