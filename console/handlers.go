@@ -260,6 +260,7 @@ func (s *Server) subject(c echo.Context) error {
 	if v.Looked {
 		v.Live = s.subjectLiveView(c.Request().Context(), p, subj, v.CanReset)
 		v.Overrides = s.overridesView(c.Request().Context(), p, subj, v.CanReset)
+		v.Person = s.subjectPersonView(c.Request().Context(), p, subj, v.CanReset, v.Query, c.QueryParam("done"))
 		if !v.Live.Unavailable && v.Live.Error == "" {
 			v.Values = s.valuesViews(c.Request().Context(), p, subj, c.QueryParam("set"), c.QueryParam("cursor"))
 		}

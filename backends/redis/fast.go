@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -14,7 +15,7 @@ import (
 
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // lua/fast.lua.tmpl). A take or peek whose rules are all packed (fixed
-// windows, calendar excepted; sliding window counters; GCRA on plain
+// windows, calendar ones included; sliding window counters; GCRA on plain
 // Lua; packed sliding logs: driver.Rule.ExactLog up to driver.LogLine),
 // at most lua.FastMax of them, none shadow or
 // seeded, without an idempotency key and without Options.Upgrade, runs
@@ -42,6 +43,12 @@ type fastKey struct {
 	hfe bool
 	// wide: per rule, its set is declared wide (lua.FastRule.Wide).
 	wide [lua.FastMax]bool
+	// keeps: per rule, its headroom (driver.Rule.Keep, lua.FastRule.Keep:
+	// baked into the script).
+	keeps [lua.FastMax]int64
+	// quiet: the request has quiet hours (lua.FastOptions.Quiet: the
+	// script takes the spans).
+	quiet bool
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -52,6 +59,7 @@ type fastScript struct {
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
 	nested  bool         // some set nests: its attempts send their ids
+	quiet   bool         // its attempts send their quiet spans (fastKey.quiet)
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -101,6 +109,12 @@ type fastAttempt struct {
 	// ids are the nested sets' ids (sectionID), 8 bytes each in the order
 	// of their keys; "" when none nests.
 	ids string
+	// quiet: the quiet spans (take.lua's A_MODES's last part), sent to a
+	// script for quiet hours (fastScript.quiet).
+	quiet string
+	// cals: each calendar rule's boundaries (calendarBounds), in rule
+	// order; nil when it has none.
+	cals []string
 }
 
 // fastAttempt returns the fast attempt of req, or false where take.lua
@@ -116,6 +130,9 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if !fastCandidate(rep, &req.Rules[i]) {
 			return fastAttempt{}, false
 		}
+	}
+	if len(req.Quiet) > 0 && checkQuiet(req.Quiet) != nil {
+		return fastAttempt{}, false // take.lua's encoder says why
 	}
 	k, groups, g, ok := b.fastKeyOf(&req, rep)
 	if !ok {
@@ -137,6 +154,24 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	a.op, _ = opCode(o)
 	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], &k)
 	a.ids = nestedIDs(&k, groups[:g])
+	if k.quiet {
+		a.quiet = quietArg(req.Quiet)
+	}
+	for i := range k.n {
+		if k.specs[i].code != codeCalendar {
+			continue
+		}
+		r := &req.Rules[i]
+		loc := r.Location
+		if req.Zone != nil { // the attempt's zone, as take.lua's encoder
+			loc = req.Zone
+		}
+		bs, err := calendarBounds(time.Now(), r.Calendar, loc, b.opts.CalendarSpan)
+		if err != nil {
+			return fastAttempt{}, false // take.lua's encoder says why
+		}
+		a.cals = append(a.cals, bs)
+	}
 	return a, true
 }
 
@@ -145,7 +180,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 // sets' keys (the first g of groups); ok is false when a rule has no
 // packed spec.
 func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fastKey, groups [lua.FastMax]string, g int, ok bool) {
-	k.n, k.ov = len(req.Rules), req.OverrideKey != ""
+	k.n, k.ov, k.quiet = len(req.Rules), req.OverrideKey != "", len(req.Quiet) > 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
@@ -155,7 +190,7 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
 			return k, groups, 0, false
 		}
-		k.specs[i], k.wide[i] = sp, r.Wide
+		k.specs[i], k.wide[i], k.keeps[i] = sp, r.Wide, r.Keep
 		key := group(r)
 		ki := 0
 		for j := range g {
@@ -258,6 +293,12 @@ func (a *fastAttempt) args() []any {
 	if a.ids != "" {
 		args = append(args, a.ids)
 	}
+	if a.s.quiet {
+		args = append(args, a.quiet)
+	}
+	for _, bs := range a.cals {
+		args = append(args, bs)
+	}
 	if a.tk > 0 {
 		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
@@ -277,6 +318,12 @@ func (e *encoder) addFast(a *fastAttempt) {
 	if a.s.nested {
 		e.argv = append(e.argv, a.ids)
 	}
+	if a.s.quiet {
+		e.argv = append(e.argv, a.quiet)
+	}
+	for _, bs := range a.cals {
+		e.argv = append(e.argv, bs)
+	}
 	e.attempts = append(e.attempts, a.s.choices)
 }
 
@@ -287,25 +334,30 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
+		var p1 int64 // a calendar rule's: its boundaries, an argument of each attempt
+		if k.specs[i].code != codeCalendar {
+			p1 = toInt64(a[3])
+		}
 		rules[i] = lua.FastRule{
 			Code:   a[0].(string),
 			Name:   a[1].(string),
 			Limit:  toInt64(a[2]),
-			P1:     toInt64(a[3]),
+			P1:     p1,
 			P2:     toInt64(a[4]),
 			Tag:    a[5].(string),
 			Key:    int(k.keys[i]),
 			Root:   int(k.roots[k.keys[i]-1]),
 			Window: k.specs[i].window,
 			Wide:   k.wide[i],
+			Keep:   k.keeps[i],
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 	}
-	src, err := lua.FastWith(rules, lua.FastOptions{Overrides: k.ov, HFE: k.hfe})
+	src, err := lua.FastWith(rules, lua.FastOptions{Overrides: k.ov, HFE: k.hfe, Quiet: k.quiet})
 	if err != nil {
 		return nil, err
 	}
-	s.script, s.src, s.choices = goredis.NewScript(src), src, choices
+	s.script, s.src, s.choices, s.quiet = goredis.NewScript(src), src, choices, k.quiet
 	for _, r := range k.roots {
 		s.nested = s.nested || r != 0
 	}
@@ -324,16 +376,17 @@ func toInt64(v any) int64 {
 }
 
 // fastCandidate reports whether r may run in a fast script: a fixed window
-// (not a calendar one), a sliding window on plain Lua, a sliding log, or
+// (a calendar one too), a sliding window on plain Lua, a sliding log, or
 // GCRA (redis-cell takes only some GCRA rules: the spec says which); not
-// a shadow rule or a seeded one (take.lua's alone).
+// a shadow rule, an exempt one (driver.Rule.Exempt) or a seeded one
+// (take.lua's alone), nor one whose headroom take.lua's encoder refuses.
 func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
-	if r.Shadow || r.Seed != 0 {
+	if r.Shadow || r.Seed != 0 || r.Exempt != driver.NotExempt || r.Keep < 0 || (r.Keep > 0 && r.Algorithm == driver.GCRA) {
 		return false
 	}
 	switch r.Algorithm {
 	case driver.FixedWindow:
-		return r.Calendar == driver.NoCalendar
+		return true // a calendar rule's boundaries go as an argument
 	case driver.SlidingWindow:
 		return r.Epoch > 0 || r.ExactLog() || rep.Choice(r.Algorithm).Strategy == capability.PlainLua
 	case driver.SlidingLog:

@@ -52,6 +52,8 @@ type SubjectView struct {
 	// Values are, per nested dimension set of the policy, a page of the
 	// person's live values (sdk.Admin.Values).
 	Values []ValuesView
+	// Person is the person of the policy's one shard value (an identity).
+	Person PersonView
 }
 
 // ValuesView is one nested dimension set's section of the subject page:

@@ -13,7 +13,7 @@ import (
 // it from ARGV (code, name, limit, p1, p2, tag) and Key, the index
 // (1-based) of its dimension set's key among the attempt's keys.
 type FastRule struct {
-	Code   string // CodeFixed, CodeSliding, CodeGCRA or CodeLog
+	Code   string // CodeFixed, CodeCalendar, CodeSliding, CodeGCRA or CodeLog
 	Name   string
 	Limit  int64
 	P1, P2 int64
@@ -31,6 +31,10 @@ type FastRule struct {
 	// Wide: the rule's set is declared wide (driver.Rule.Wide): its root
 	// goes wide with its first section (take.lua's NEST_WIDE).
 	Wide bool
+	// Keep is the rule's headroom (driver.Rule.Keep; never on GCRA): its
+	// eval decides against Limit-Keep (baked in; with overrides, the
+	// override's limit less Keep), its reported limit stays Limit.
+	Keep int64
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -40,10 +44,13 @@ type FastRule struct {
 const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
-// codes): fixed windows, sliding window counters, GCRA and sliding logs,
-// all packed (the sorted-set logs, 'z', are take.lua's alone).
+// codes): fixed and calendar windows, sliding window counters, GCRA and
+// sliding logs, all packed (the sorted-set logs, 'z', are take.lua's
+// alone). A calendar rule's boundaries (take.lua's p1, around the
+// client's clock) are one more ARGV value per attempt (fast.lua.tmpl's
+// header): its P1 is not written in.
 func FastCode(code string) bool {
-	return code == CodeFixed || code == CodeSliding || code == CodeGCRA || code == CodeLog
+	return code == CodeFixed || code == CodeCalendar || code == CodeSliding || code == CodeGCRA || code == CodeLog
 }
 
 // FastOptions are a fast script's settings beside its rules.
@@ -57,6 +64,10 @@ type FastOptions struct {
 	// root the script makes wide uses for its fields (prelude.lua's wide,
 	// take.lua's NEST_HFE); else a bounded sweep removes dead fields.
 	HFE bool
+	// Quiet: the script takes quiet hours (driver.Request.Quiet), one
+	// more ARGV value (fast.lua.tmpl's header), and denies in them as
+	// take.lua does.
+	Quiet bool
 }
 
 // Fast returns the fast script of rules: fast.lua.tmpl (a text/template
@@ -128,6 +139,15 @@ type fastData struct {
 	Reads, Writes []*fastSet
 	// Nested: some set nests in a root (the script takes their ids).
 	Nested bool
+	// Quiet: the script takes quiet spans (FastOptions.Quiet). Extra is
+	// the ARGV values per attempt after FA in the full form (the ids, the
+	// spans); QS the spans' index in the short form; TrailAt the short
+	// form's first trail value's, TB the trail ARGV base of the short form.
+	Quiet                  bool
+	Extra, QS, TrailAt, TB int
+	// Cals are the calendar rules, whose boundaries (CB<N>) come after
+	// the spans, one value each, in rule order.
+	Cals   []*fastRule
 	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
@@ -154,6 +174,10 @@ type fastRule struct {
 	// struct format, EntryArgs its values (the tag written in, the expiry
 	// X<N>).
 	Kept, EntryFormat, EntryArgs string
+	// CalShort and CalFull, for a calendar rule: its boundaries' ARGV
+	// index in the short form, and offset after the attempt's in the full
+	// form (ARGV[ab + FA + CalFull]).
+	CalShort, CalFull int
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
 	// before it; Len, the Lua expression of its new entry's payload
@@ -241,8 +265,7 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 		return nil, fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	d := &fastData{Ov: ov, Format: fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(rules))}
-	tags := map[string]bool{}
-	secs := map[string]map[string]string{}
+	tags, secs := map[string]bool{}, map[string]map[string]string{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
 			return nil, fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
@@ -293,7 +316,30 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	if ov {
 		d.GO++
 	}
+	d.argv(o.Quiet) // the ids and the spans
 	return d, nil
+}
+
+// argv sets where the attempt's values after FA lie (fast.lua.tmpl's
+// header): the nested sets' ids, then the quiet spans (quiet), then each
+// calendar rule's boundaries.
+func (d *fastData) argv(quiet bool) {
+	d.Quiet = quiet
+	if d.Nested {
+		d.Extra++
+	}
+	d.QS = 3 + d.Extra
+	if d.Quiet {
+		d.Extra++
+	}
+	for _, r := range d.Rules {
+		if r.Code == CodeCalendar {
+			d.Extra++
+			r.CalShort, r.CalFull = 2+d.Extra, d.Extra
+			d.Cals = append(d.Cals, r)
+		}
+	}
+	d.TrailAt, d.TB = 3+d.Extra, d.Extra-2
 }
 
 // nest lists each root's nested sets (Kids) and the order the sets'
@@ -435,6 +481,9 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 	if ov && fr.GCRA {
 		vars = map[string]string{strconv.Itoa(RuleP1): "GT", strconv.Itoa(RuleP2): "GTOL"}
 	}
+	if r.Code == CodeCalendar { // its boundaries: the attempt's
+		vars = map[string]string{strconv.Itoa(RuleP1): fmt.Sprintf("CB%d", n)}
+	}
 	var saved []string
 	fill := func(section string) string {
 		return carry(constants(sec[section], r, vars), func(names []string) string {
@@ -532,7 +581,7 @@ func (fr *fastRule) head(body string) string {
 	code := comment.ReplaceAllString(body, "")
 	var names, vals []string
 	for _, v := range [...]struct{ name, val string }{
-		{"r", strconv.Itoa(fr.N)}, {"code", fmt.Sprintf("%q", fr.Code)}, {"L", fmt.Sprint(fr.Limit)},
+		{"r", strconv.Itoa(fr.N)}, {"code", fmt.Sprintf("%q", fr.Code)}, {"L", fmt.Sprint(fr.limit())},
 		{"tag", quote(fr.Tag)}, {"ki", strconv.Itoa(fr.Key)},
 	} {
 		if (v.name == "L" && fr.Ov) || ruleVar[v.name].MatchString(code) {
@@ -547,6 +596,16 @@ func (fr *fastRule) head(body string) string {
 		lines = append(lines, fmt.Sprintf("local key = KEYS[kb + %d]", fr.Key))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// limit returns the L the rule's sections see from their head: Limit,
+// less Keep (headroom) but with overrides, where the template takes Keep
+// off the override's limit after applying it.
+func (fr *fastRule) limit() int64 {
+	if fr.Ov {
+		return fr.Limit
+	}
+	return fr.Limit - fr.Keep
 }
 
 // comment matches a Lua comment to the end of its line; ruleVar and
