@@ -345,3 +345,30 @@ func TestEnvoyQuietHours(t *testing.T) {
 		t.Errorf("ShouldRateLimit with a class entry = %v, want invalid_argument (a dimension the policy lacks)", err)
 	}
 }
+
+// TestClockSkew: a backend whose clock is two hours from the server's
+// cannot decide under quiet hours given for the server's clock: a
+// fail-closed policy's Take is refused (failed_precondition,
+// REASON_CLOCK_SKEW, sdk.ErrClockSkew through the client), consuming
+// nothing.
+func TestClockSkew(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	b := memory.New(&memory.Options{Clock: fakeclock.New(at.Add(2 * time.Hour))})
+	p, err := sdk.NewPolicy("skewed", []sdk.Rule{sdk.FixedWindow("daily", 10, 24*time.Hour).By("user")},
+		sdk.WithQuietHours(time.UTC, sdk.QuietPeriod{From: 21 * time.Hour, To: 8 * time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startPolicies(t, b, serve.Config{Limiter: sdk.New(b, sdk.WithClock(fakeclock.New(at)), sdk.WithPrefix(uniquePrefix()))}, []*sdk.Policy{p})
+	for _, pr := range protocols {
+		c := client.New(e.url, &client.Options{Protocol: pr.p})
+		s := sdk.Subject{"user": "skew-" + pr.name}
+		_, err := c.Take(context.Background(), p, sdk.Attempt{Subject: s})
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || !errors.Is(err, sdk.ErrClockSkew) {
+			t.Errorf("%s: Take = %v, want failed_precondition wrapping %v", pr.name, err, sdk.ErrClockSkew)
+		}
+		if got := e.used(t, "skewed", s, "daily"); got != 0 {
+			t.Errorf("%s: daily used = %d, want 0", pr.name, got)
+		}
+	}
+}

@@ -92,6 +92,8 @@ func (svc *service) failed(op string, p *sdk.Policy, err error) error {
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
 		svc.s.logRate.Log(svc.s.log, slog.LevelWarn, "refused-"+op, "serve: the backend refuses to decide (one line per operation every 10 s)", "op", op, "policy", p.Name(), "err", err)
 		msg = "could not decide: the backend refuses to decide (a master's maxmemory-policy may evict freqcap's keys: /readyz says which, the server's log why); nothing was applied"
+	case freqcapv1.Reason_REASON_CLOCK_SKEW:
+		svc.s.logRate.Log(svc.s.log, slog.LevelWarn, "skew-"+op, "serve: the backend's clock is too far from the server's for quiet hours (one line per operation every 10 s)", "op", op, "policy", p.Name(), "err", err)
 	case freqcapv1.Reason_REASON_DEADLINE_EXCEEDED:
 		msg = "the call's deadline passed before an answer (a consuming call may have been applied: retry it with the same idempotency key)"
 	}

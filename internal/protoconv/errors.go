@@ -41,6 +41,8 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_POLICY
 	case errors.Is(err, driver.ErrRefused):
 		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_BACKEND_REFUSED
+	case errors.Is(err, sdk.ErrClockSkew):
+		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_CLOCK_SKEW
 	case errors.Is(err, errors.ErrUnsupported):
 		return connect.CodeUnimplemented, freqcapv1.Reason_REASON_UNSUPPORTED
 	case errors.Is(err, context.DeadlineExceeded):
@@ -120,6 +122,8 @@ func Sentinel(r freqcapv1.Reason) error {
 		return policystore.ErrRekeyNotConfirmed
 	case freqcapv1.Reason_REASON_BACKEND_REFUSED:
 		return driver.ErrRefused
+	case freqcapv1.Reason_REASON_CLOCK_SKEW:
+		return sdk.ErrClockSkew
 	}
 	return nil
 }

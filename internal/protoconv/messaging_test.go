@@ -76,8 +76,9 @@ func TestAttemptsMessaging(t *testing.T) {
 	}
 }
 
-// ErrInvalidClass and ErrInvalidPriority are classified as their reasons
-// and read back as themselves.
+// ErrInvalidClass, ErrInvalidPriority (invalid_argument) and
+// ErrClockSkew (failed_precondition) are classified as their reasons and
+// read back as themselves.
 func TestMessagingErrors(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
@@ -85,10 +86,15 @@ func TestMessagingErrors(t *testing.T) {
 	}{
 		{sdk.ErrInvalidClass, freqcapv1.Reason_REASON_INVALID_CLASS},
 		{sdk.ErrInvalidPriority, freqcapv1.Reason_REASON_INVALID_PRIORITY},
+		{sdk.ErrClockSkew, freqcapv1.Reason_REASON_CLOCK_SKEW},
 	} {
+		want := connect.CodeInvalidArgument
+		if tc.err == sdk.ErrClockSkew {
+			want = connect.CodeFailedPrecondition
+		}
 		code, reason := protoconv.Classify(fmt.Errorf("sdk: take: %w: x", tc.err))
-		if code != connect.CodeInvalidArgument || reason != tc.reason {
-			t.Errorf("Classify(%v) = %v, %v, want invalid_argument, %v", tc.err, code, reason, tc.reason)
+		if code != want || reason != tc.reason {
+			t.Errorf("Classify(%v) = %v, %v, want %v, %v", tc.err, code, reason, want, tc.reason)
 		}
 		if got := protoconv.Sentinel(tc.reason); !errors.Is(got, tc.err) {
 			t.Errorf("Sentinel(%v) = %v, want %v", tc.reason, got, tc.err)

@@ -243,6 +243,12 @@ const (
 	// The attempt's priority is below 0 or above 9 (sdk.MaxPriority;
 	// sdk.ErrInvalidPriority).
 	Reason_REASON_INVALID_PRIORITY Reason = 27
+	// The backend's clock is more than an hour from the server's, so the
+	// quiet hours sent with the attempt do not reach the backend's now: no
+	// decision was made, nothing was consumed (FAILED_PRECONDITION:
+	// retrying does not help until an operator sets the clocks right; a
+	// fail-open policy answers degraded instead; sdk.ErrClockSkew).
+	Reason_REASON_CLOCK_SKEW Reason = 28
 )
 
 // Enum value maps for Reason.
@@ -276,6 +282,7 @@ var (
 		25: "REASON_INVALID_ZONE",
 		26: "REASON_INVALID_CLASS",
 		27: "REASON_INVALID_PRIORITY",
+		28: "REASON_CLOCK_SKEW",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -306,6 +313,7 @@ var (
 		"REASON_INVALID_ZONE":              25,
 		"REASON_INVALID_CLASS":             26,
 		"REASON_INVALID_PRIORITY":          27,
+		"REASON_CLOCK_SKEW":                28,
 	}
 )
 
@@ -4856,7 +4864,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
 	"\rCALENDAR_HOUR\x10\x02\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x03\x12\x12\n" +
-	"\x0eCALENDAR_MONTH\x10\x04*\xa9\x06\n" +
+	"\x0eCALENDAR_MONTH\x10\x04*\xc0\x06\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -4886,7 +4894,8 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x15REASON_INVALID_POLICY\x10\x18\x12\x17\n" +
 	"\x13REASON_INVALID_ZONE\x10\x19\x12\x18\n" +
 	"\x14REASON_INVALID_CLASS\x10\x1a\x12\x1b\n" +
-	"\x17REASON_INVALID_PRIORITY\x10\x1b*O\n" +
+	"\x17REASON_INVALID_PRIORITY\x10\x1b\x12\x15\n" +
+	"\x11REASON_CLOCK_SKEW\x10\x1c*O\n" +
 	"\tExemption\x12\x12\n" +
 	"\x0eEXEMPTION_NONE\x10\x00\x12\x15\n" +
 	"\x11EXEMPTION_COUNTED\x10\x01\x12\x17\n" +
