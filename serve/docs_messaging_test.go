@@ -20,9 +20,10 @@ const messagingDoc = "../docs/serve/messaging.md"
 
 // messagingDocPolicies are the policies messagingDoc's server serves, as
 // its text describes them: push's caps per minute and per day, the last
-// 10 of the day's kept for priority 1 and above, a trail, quiet hours
-// 21:00 to 08:00 in Europe/Berlin, and the classes otp (exempt from every
-// rule, counted, and from quiet hours) and alert (from quiet hours).
+// 10 of the day's kept for priority 1 and above, a trail, user the person
+// dimension, quiet hours 21:00 to 08:00 in Europe/Berlin, and the classes
+// otp (exempt from every rule, counted, and from quiet hours) and alert
+// (from quiet hours).
 func messagingDocPolicies(t *testing.T) []*sdk.Policy {
 	t.Helper()
 	berlin, err := sdk.LoadZone("Europe/Berlin")
@@ -34,6 +35,7 @@ func messagingDocPolicies(t *testing.T) []*sdk.Policy {
 		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user").WithHeadroom(10, 1),
 	},
 		sdk.WithTrail(100, 24*time.Hour),
+		sdk.WithPerson("user"),
 		sdk.WithQuietHours(berlin, sdk.QuietPeriod{From: 21 * time.Hour, To: 8 * time.Hour}),
 		sdk.WithClass(
 			sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true},

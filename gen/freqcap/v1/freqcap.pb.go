@@ -673,8 +673,12 @@ type Attempt struct {
 	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	// identity, when not empty, is the identity the message goes to (a
 	// device token, a phone number, an e-mail address; sdk.Attempt.Identity):
-	// the attempt is decided for the person it is linked to, in the policy's
-	// person dimension (Policy.person), and trail entries record it.
+	// the attempt is decided for the person it is linked to (itself when it
+	// has no link): that person is the subject's value of the policy's
+	// person dimension (Policy.person), and the person's stored zone is the
+	// attempt's when it gives none. Trail entries record it. A policy
+	// without a person dimension refuses it (INVALID_ARGUMENT,
+	// REASON_INVALID_POLICY).
 	Identity      string `protobuf:"bytes,8,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
