@@ -48,8 +48,12 @@
 --             reservations key's TTL, ms
 -- ARGV[a+A_OVERRIDES]  ok: index of the overrides (hash, driver.Request.OverrideKey),
 --             0 = none
--- ARGV[a+A_SHADOWS]  shadows: "" (none) or one character per rule, '1' for a
---             shadow rule (driver.Rule.Shadow), '0' otherwise
+-- ARGV[a+A_MODES]  modes: "" (none) or, joined by MODESEP, one character
+--             per rule (MODE_SHADOW a shadow rule, driver.Rule.Shadow;
+--             MODE_COUNTED, MODE_UNCOUNTED an exempt one, driver.Rule.Exempt;
+--             '0' otherwise), "" or per rule its headroom (driver.Rule.Keep),
+--             comma-separated, and "" or the quiet spans (driver.Request.Quiet),
+--             start and end µs, comma-separated (internal/lua/tokens.go's ArgModes)
 -- ARGV[a+A_SEEDS]  seeds: "" (none) or per rule its seed (driver.Rule.Seed, the
 --             1-based index of an earlier rule; 0 = none), comma-separated
 -- ARGV[a+A_WINDOWS]  windows: "" or, when ok > 0 and a rule is GCRA, per rule its window in µs,
@@ -87,11 +91,13 @@
 -- others). Unused p's are "0".
 --
 -- Reply, per attempt: {REPLY_ALLOWED or 0 (plus REPLY_OVERRIDE when an
---   override applied), now µs, the rules' bytes: per rule
+--   override applied, REPLY_QUIET when denied for quiet hours), now µs,
+--   the rules' bytes: per rule
 --   struct '<Bi7i7i7' flags (RULE_ALLOWED, RULE_DENIED, RULE_TOOHIGH),
 --   used, reset-after µs, retry-after µs; then, when an override applied,
 --   "<its ID>|<every rule's limit as reported, comma-separated>|<its
---   stored value>"; then (op i) the trail entries,
+--   stored value>"; then, with REPLY_QUIET, the end of the quiet span (µs,
+--   an integer); then (op i) the trail entries,
 --   newest first, strings "at µs|policy|rule|used|limit|cost|retry
 --   µs|flags" (prelude.lua's TRAIL), then "|values" when
 --   ARGV[a+A_TRAIL_VALUES] is not empty}.
@@ -101,10 +107,20 @@
 -- with REPLY_REPLAYED added to its first element and the original hold id ("" for a
 -- take) appended; nothing else happens.
 --
--- Shadow rules (ARGV[a+A_SHADOWS]) are evaluated and reported but never deny;
+-- Shadow rules (ARGV[a+A_MODES]) are evaluated and reported but never deny;
 -- they are committed only when they admit and the attempt consumes; a
 -- take or reserve they would have denied writes a trail entry flagged TRAIL_SHADOW,
--- allowed or not. A seeded rule (ARGV[a+A_SEEDS]) whose state shows nothing
+-- allowed or not. Exempt rules too, but that a counted one is committed
+-- whenever the attempt consumes (past its limit: the fragments' commits
+-- stop at MAXUSED), an uncounted one never, and their entries are flagged
+-- TRAIL_EXEMPT. A rule keeping headroom (Keep) is evaluated against its
+-- limit (an override's if one applies) less Keep: L is that in its eval
+-- section; its reported limit stays the rule's. Quiet hours: when now
+-- falls in a quiet span, the attempt is denied (REPLY_QUIET, the span's
+-- end in the reply), nothing consumed, every rule evaluated; a take or
+-- reserve writes one entry flagged TRAIL_QUIET (not the denying rules').
+-- A block override comes first (quiet hours then do not apply), an
+-- exempt override after them (it does not apply in quiet hours). A seeded rule (ARGV[a+A_SEEDS]) whose state shows nothing
 -- (used 0) is first given the state a take of u units at now leaves on
 -- empty state (its fragment's eval and commit run on no state with cost
 -- u), u being its seed rule's used as evaluated in this attempt; the
@@ -181,14 +197,16 @@ for a = 1, attempts do
       if rec then
         if string.sub(rec, 1, 1) == REC then
           local al, at, len, p = struct.unpack(RECHDR, rec, 2)
-          local bin = string.sub(rec, p, p + len - 1)
+          reply = {al + REPLY_REPLAYED, at, string.sub(rec, p, p + len - 1)}
           p = p + len
-          if al >= REPLY_OVERRIDE then
+          if al % (2 * REPLY_OVERRIDE) >= REPLY_OVERRIDE then
             local ol, q = struct.unpack(RECLEN, rec, p)
-            reply = {al + REPLY_REPLAYED, at, bin, string.sub(rec, q, q + ol - 1), string.sub(rec, q + ol)}
-          else
-            reply = {al + REPLY_REPLAYED, at, bin, string.sub(rec, p)}
+            reply[4], p = string.sub(rec, q, q + ol - 1), q + ol
           end
+          if al >= REPLY_QUIET then
+            reply[#reply + 1], p = struct.unpack(RECQUIET, rec, p)
+          end
+          reply[#reply + 1] = string.sub(rec, p)
           break
         end
         local sep = string.find(rec, '|', 1, true)
@@ -362,11 +380,32 @@ for a = 1, attempts do
     if op ~= OP_INSPECT then c = tonumber(ARGV[ab + A_COST]) end
     local consume = op == OP_TAKE or op == OP_RESERVE
 
-    -- Shadow rules, seeds and overrides: nil (the common case) or tables.
-    local shadow, seeds, blk, ex, lims, wins
-    if ARGV[ab + A_SHADOWS] ~= '' then
-      shadow = {}
-      for r = 1, n do shadow[r] = string.byte(ARGV[ab + A_SHADOWS], r) == 49 end
+    -- Shadow and exempt rules, headroom, quiet hours, seeds and
+    -- overrides: nil (the common case) or tables (quiet: the end of the
+    -- quiet span now falls in, µs).
+    local shadow, exempt, keep, quiet, seeds, blk, ex, lims, wins
+    local md = ARGV[ab + A_MODES]
+    if md ~= '' then
+      local rs, ks, qs = string.match(md, '^([^' .. MODESEP .. ']*)' .. MODESEP .. '([^' .. MODESEP .. ']*)' .. MODESEP .. '(.*)$')
+      shadow, exempt = {}, {}
+      for r = 1, n do
+        local m = string.byte(rs, r)
+        shadow[r] = m == MODE_SHADOW
+        if m == MODE_COUNTED or m == MODE_UNCOUNTED then exempt[r] = m end
+      end
+      if ks ~= '' then
+        keep = {}
+        for d in string.gmatch(ks, '%d+') do keep[#keep + 1] = tonumber(d) end
+      end
+      local qa
+      for d in string.gmatch(qs, '%d+') do
+        if not qa then
+          qa = tonumber(d)
+        else
+          if not quiet and qa <= now and now < tonumber(d) then quiet = tonumber(d) end
+          qa = nil
+        end
+      end
     end
     if ARGV[ab + A_SEEDS] ~= '' then
       seeds = {}
@@ -380,6 +419,11 @@ for a = 1, attempts do
         break
       end
       blk, ex, lims = overrides(h, now)
+      if blk then
+        quiet = nil -- a block denies first
+      elseif quiet then
+        ex = nil -- quiet hours come before an exempt override
+      end
       if lims and ARGV[ab + A_WINDOWS] ~= '' then
         wins = {}
         for d in string.gmatch(ARGV[ab + A_WINDOWS], '%d+') do wins[#wins + 1] = tonumber(d) end
@@ -419,6 +463,7 @@ for a = 1, attempts do
           if not blk and not ex and (not ov or lo[1] > ov[1]) then ov = {lo[1], lo[3]} end
         end
       end
+      if keep and keep[r] > 0 then L = L - keep[r] end -- headroom: the attempt's limit
       local flags, used, reset, retry
       local seedu = 0
       if seeds and seeds[r] and seeds[r] > 0 then seedu = res[3 + (seeds[r] - 1) * 4 + 1] end
@@ -506,7 +551,7 @@ for a = 1, attempts do
         end
       end
       if fail then break end
-      if flags ~= RULE_ALLOWED and not (shadow and shadow[r]) then allowed = false end
+      if flags ~= RULE_ALLOWED and not (shadow and (shadow[r] or exempt[r])) then allowed = false end
       local o = 3 + (r - 1) * 4
       res[o], res[o + 1], res[o + 2], res[o + 3] = flags, used, reset, retry
     end
@@ -518,7 +563,7 @@ for a = 1, attempts do
     -- Overrides: a block denies, else an exempt admits (an uncounted one
     -- consuming nothing: nocount).
     local nocount
-    if blk then
+    if blk or quiet then
       allowed = false
     elseif ex then
       allowed, nocount = true, not ex[3]
@@ -571,7 +616,7 @@ for a = 1, attempts do
         local x = st[r]
         local used, reset = res[o + 1], res[o + 2]
         local ent, exp
-        if nocount or (shadow and shadow[r] and res[o] ~= RULE_ALLOWED) then
+        if nocount or (shadow and ((shadow[r] and res[o] ~= RULE_ALLOWED) or exempt[r] == MODE_UNCOUNTED)) then
           -- not consumed: reported as evaluated
         elseif code == C_SLIDING then
           local v = raws[ki]
@@ -703,8 +748,8 @@ for a = 1, attempts do
     res[1] = allowed and REPLY_ALLOWED or 0
 
     -- The denial trail, same atomic step: one entry per denying rule of a
-    -- denied attempt (not under a block: the block's entry instead), and
-    -- per denying shadow rule, allowed or not (flags 2).
+    -- denied attempt (not under a block or in quiet hours: their entry
+    -- instead), and per denying shadow or exempt rule, allowed or not.
     if consume and (not allowed or shadow) and tk > 0 and tonumber(ARGV[ab + A_TRAIL_MAX]) > 0 then
       local tkey = KEYS[kb + tk]
       local tv = ARGV[ab + A_TRAIL_VALUES]
@@ -713,11 +758,12 @@ for a = 1, attempts do
       for r = n, 1, -1 do
         local o = 3 + (r - 1) * 4
         local fl = res[o]
-        local sh = shadow and shadow[r]
-        if fl ~= RULE_ALLOWED and (sh or (not allowed and not blk)) then
+        local sh, xr = shadow and shadow[r], shadow and exempt[r]
+        if fl ~= RULE_ALLOWED and (sh or xr or (not allowed and not blk and not quiet)) then
           local b = ab + HA + (r - 1) * RA
           local fg = fl == RULE_TOOHIGH and TRAIL_TOOHIGH or 0
           if sh then fg = fg + TRAIL_SHADOW end
+          if xr then fg = fg + TRAIL_EXEMPT end
           ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], ARGV[b + R_NAME],
             res[o + 1], (lim and lim[r]) or ARGV[b + R_LIMIT], c, res[o + 3], fg) .. tv
         end
@@ -726,6 +772,8 @@ for a = 1, attempts do
         local ra = 0
         if blk[3] > 0 then ra = blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], sf('%d', blk[1]), 0, 0, c, ra, TRAIL_OVERRIDE) .. tv
+      elseif quiet then
+        ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], '', 0, 0, c, quiet - now, TRAIL_QUIET) .. tv
       end
       if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + A_TRAIL_MAX]), ARGV[ab + A_TRAIL_TTL]) end
     end
@@ -746,6 +794,7 @@ for a = 1, attempts do
       ovs = sf('%d', ov[1]) .. '|' .. table.concat(ls, ',') .. '|' .. ov[2]
       out[1], out[4] = out[1] + REPLY_OVERRIDE, ovs
     end
+    if quiet then out[1], out[#out + 1] = out[1] + REPLY_QUIET, quiet end
 
     -- Store the decision for retries of the same attempt, in the same
     -- step (the record read above): with an override (first element >=
@@ -755,6 +804,7 @@ for a = 1, attempts do
       if op == OP_RESERVE and allowed then hid = ARGV[ab + A_HOLD_ID] end
       local ovr = ''
       if ov then ovr = struct.pack(RECLEN, #ovs) .. ovs end
+      if quiet then ovr = ovr .. struct.pack(RECQUIET, quiet) end
       redis.call('SET', KEYS[kb + ik], REC .. struct.pack(RECHDR, out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
     end
 

@@ -46,7 +46,9 @@ import (
 // text records included (parseTake decodes both modes' replies and
 // replays). Reservations
 // need scripting and are refused (errors.ErrUnsupported), as are rules of
-// other algorithms.
+// other algorithms, quiet hours (driver.Request.Quiet), headroom
+// (driver.Rule.Keep) and exempt rules (driver.Rule.Exempt): refused before
+// anything is read or written.
 
 // errOverflow is the exact reply of EXHINCRBY … MAX (or MIN) when the
 // result would fall outside the bound, or int64 would overflow; nothing
@@ -175,6 +177,9 @@ func newBareReq(o op, req driver.Request, rep *capability.Report) (*bareReq, err
 	if req.OverrideKey != "" {
 		return nil, fmt.Errorf("%w: overrides need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
 	}
+	if len(req.Quiet) > 0 {
+		return nil, fmt.Errorf("%w: quiet hours need scripting (EVAL runs on %s)", errors.ErrUnsupported, rep.Scripting)
+	}
 	bq.trail = req.TrailKey != "" && (o == opInspect || (req.TrailMax > 0 && o == opTake))
 	bq.idem = req.IdempotencyKey != "" && o == opTake
 	if len(bq.rules) == 0 && !bq.trail {
@@ -209,6 +214,9 @@ func newBareRule(r *driver.Rule, rep *capability.Report) (bareRule, error) {
 	}
 	if r.Seed > 0 || r.Epoch > 0 {
 		return bareRule{}, fmt.Errorf("rule %q: %w: rules of a policy store (epochs, seeds) need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
+	}
+	if r.Keep > 0 || r.Exempt != driver.NotExempt {
+		return bareRule{}, fmt.Errorf("rule %q: %w: headroom and exempt message classes need scripting (EVAL runs on %s)", r.Name, errors.ErrUnsupported, rep.Scripting)
 	}
 	return br, nil
 }

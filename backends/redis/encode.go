@@ -233,31 +233,31 @@ func reservationTTLs(o op, req *driver.Request) (resTTL, resKeyTTL int64, err er
 	return resTTL, ceilMillis(req.ReservationTTL + longest + time.Second), nil
 }
 
-// ruleLists returns take.lua's ARGV[a+17] to ARGV[a+19]: the rules' shadow
-// flags, seeds and, under overrides, GCRA windows, each "" unless some
-// rule needs it. It checks every seed names an earlier rule.
+// ruleLists returns take.lua's ARGV[a+A_MODES] to ARGV[a+A_WINDOWS]: the
+// rules' modes (modesArg), seeds and, under overrides, GCRA windows, each
+// "" unless some rule needs it. It checks every seed names an earlier
+// rule.
 func ruleLists(req *driver.Request) ([3]string, error) {
-	var anyShadow, anySeed, anyGCRA bool
+	var anyMode, anySeed, anyGCRA bool
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if r.Seed < 0 || r.Seed > i {
 			return [3]string{}, fmt.Errorf("rule %q: seed %d is not an earlier rule's index", r.Name, r.Seed)
 		}
-		anyShadow = anyShadow || r.Shadow
+		if r.Keep < 0 || (r.Keep > 0 && r.Algorithm == driver.GCRA) {
+			return [3]string{}, fmt.Errorf("rule %q: keep %d (never negative, never on GCRA)", r.Name, r.Keep)
+		}
+		if r.Exempt > driver.ExemptUncounted || (r.Exempt != driver.NotExempt && r.Shadow) {
+			return [3]string{}, fmt.Errorf("rule %q: exemption %d (a shadow rule is never exempt)", r.Name, r.Exempt)
+		}
+		anyMode = anyMode || r.Shadow || r.Exempt != driver.NotExempt || r.Keep > 0
 		anySeed = anySeed || r.Seed > 0
 		anyGCRA = anyGCRA || r.Algorithm == driver.GCRA
 	}
 	anyGCRA = anyGCRA && req.OverrideKey != ""
-	var shadows, seeds, windows []byte
+	var seeds, windows []byte
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if anyShadow {
-			shadow := byte('0')
-			if r.Shadow {
-				shadow = '1'
-			}
-			shadows = append(shadows, shadow)
-		}
 		if anySeed {
 			if i > 0 {
 				seeds = append(seeds, ',')
@@ -271,7 +271,100 @@ func ruleLists(req *driver.Request) ([3]string, error) {
 			windows = strconv.AppendInt(windows, r.Window.Microseconds(), 10)
 		}
 	}
-	return [3]string{string(shadows), string(seeds), string(windows)}, nil
+	modes := ""
+	if anyMode || len(req.Quiet) > 0 {
+		var err error
+		if modes, err = modesArg(req); err != nil {
+			return [3]string{}, err
+		}
+	}
+	return [3]string{modes, string(seeds), string(windows)}, nil
+}
+
+// modesArg returns take.lua's ARGV[a+A_MODES] of req (lua.ArgModes): each
+// rule's mode (shadow, exempt counted or uncounted), headroom and the
+// quiet spans. It checks the spans (at most driver.MaxQuietSpans, each
+// ending after it starts, sorted, not overlapping).
+func modesArg(req *driver.Request) (string, error) {
+	if err := checkQuiet(req.Quiet); err != nil {
+		return "", err
+	}
+	b := make([]byte, 0, 2*len(req.Rules)+2+len(req.Quiet)*34)
+	anyKeep := false
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		m := byte(lua.ModePlain)
+		switch {
+		case r.Shadow:
+			m = lua.ModeShadow
+		case r.Exempt == driver.ExemptCounted:
+			m = lua.ModeCounted
+		case r.Exempt == driver.ExemptUncounted:
+			m = lua.ModeUncounted
+		}
+		b = append(b, m)
+		anyKeep = anyKeep || r.Keep > 0
+	}
+	b = append(b, lua.ModeSep...)
+	if anyKeep {
+		for i := range req.Rules {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, req.Rules[i].Keep, 10)
+		}
+	}
+	b = append(b, lua.ModeSep...)
+	return string(appendQuiet(b, req.Quiet)), nil
+}
+
+// quietArg returns spans as take.lua's A_MODES's last part and a fast
+// script's quiet argument have them (appendQuiet).
+func quietArg(spans []driver.Span) string {
+	return string(appendQuiet(make([]byte, 0, len(spans)*34), spans))
+}
+
+// appendQuiet appends spans to b: start and end µs (unixMicrosUp),
+// comma-separated.
+func appendQuiet(b []byte, spans []driver.Span) []byte {
+	for i, sp := range spans {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, unixMicrosUp(sp.Start), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, unixMicrosUp(sp.End), 10)
+	}
+	return b
+}
+
+// checkQuiet reports quiet spans a request may not carry
+// (driver.Request.Quiet): more than driver.MaxQuietSpans, one not ending
+// after its start, or spans out of order or overlapping.
+func checkQuiet(spans []driver.Span) error {
+	if len(spans) > driver.MaxQuietSpans {
+		return fmt.Errorf("%d quiet spans, want at most %d", len(spans), driver.MaxQuietSpans)
+	}
+	for i, sp := range spans {
+		if !sp.End.After(sp.Start) {
+			return fmt.Errorf("quiet span %d: end %v is not after start %v", i, sp.End, sp.Start)
+		}
+		if i > 0 && sp.Start.Before(spans[i-1].End) {
+			return fmt.Errorf("quiet span %d: starts before span %d ends (want sorted, not overlapping)", i, i-1)
+		}
+	}
+	return nil
+}
+
+// unixMicrosUp returns t in Unix µs, rounded up: the first whole µs at or
+// after t (a span [start, end) holds the server's now, whole µs, iff
+// unixMicrosUp(start) <= now < unixMicrosUp(end)).
+func unixMicrosUp(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Sub(time.UnixMicro(us)) > 0 {
+		us++
+	}
+	return us
 }
 
 // attemptEnc is one attempt being added to an encoder: its keys start at

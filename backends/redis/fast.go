@@ -42,6 +42,12 @@ type fastKey struct {
 	hfe bool
 	// wide: per rule, its set is declared wide (lua.FastRule.Wide).
 	wide [lua.FastMax]bool
+	// keeps: per rule, its headroom (driver.Rule.Keep, lua.FastRule.Keep:
+	// baked into the script).
+	keeps [lua.FastMax]int64
+	// quiet: the request has quiet hours (lua.FastOptions.Quiet: the
+	// script takes the spans).
+	quiet bool
 }
 
 // fastScript is one built fast script and what decoding its replies
@@ -52,6 +58,7 @@ type fastScript struct {
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
 	nested  bool         // some set nests: its attempts send their ids
+	quiet   bool         // its attempts send their quiet spans (fastKey.quiet)
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -101,6 +108,9 @@ type fastAttempt struct {
 	// ids are the nested sets' ids (sectionID), 8 bytes each in the order
 	// of their keys; "" when none nests.
 	ids string
+	// quiet: the quiet spans (take.lua's A_MODES's last part), sent to a
+	// script for quiet hours (fastScript.quiet).
+	quiet string
 }
 
 // fastAttempt returns the fast attempt of req, or false where take.lua
@@ -116,6 +126,9 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if !fastCandidate(rep, &req.Rules[i]) {
 			return fastAttempt{}, false
 		}
+	}
+	if len(req.Quiet) > 0 && checkQuiet(req.Quiet) != nil {
+		return fastAttempt{}, false // take.lua's encoder says why
 	}
 	k, groups, g, ok := b.fastKeyOf(&req, rep)
 	if !ok {
@@ -137,6 +150,9 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	a.op, _ = opCode(o)
 	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], &k)
 	a.ids = nestedIDs(&k, groups[:g])
+	if k.quiet {
+		a.quiet = quietArg(req.Quiet)
+	}
 	return a, true
 }
 
@@ -145,7 +161,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 // sets' keys (the first g of groups); ok is false when a rule has no
 // packed spec.
 func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fastKey, groups [lua.FastMax]string, g int, ok bool) {
-	k.n, k.ov = len(req.Rules), req.OverrideKey != ""
+	k.n, k.ov, k.quiet = len(req.Rules), req.OverrideKey != "", len(req.Quiet) > 0
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
@@ -155,7 +171,7 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
 			return k, groups, 0, false
 		}
-		k.specs[i], k.wide[i] = sp, r.Wide
+		k.specs[i], k.wide[i], k.keeps[i] = sp, r.Wide, r.Keep
 		key := group(r)
 		ki := 0
 		for j := range g {
@@ -258,6 +274,9 @@ func (a *fastAttempt) args() []any {
 	if a.ids != "" {
 		args = append(args, a.ids)
 	}
+	if a.s.quiet {
+		args = append(args, a.quiet)
+	}
 	if a.tk > 0 {
 		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
@@ -276,6 +295,9 @@ func (e *encoder) addFast(a *fastAttempt) {
 	e.argv = append(e.argv, f[:]...)
 	if a.s.nested {
 		e.argv = append(e.argv, a.ids)
+	}
+	if a.s.quiet {
+		e.argv = append(e.argv, a.quiet)
 	}
 	e.attempts = append(e.attempts, a.s.choices)
 }
@@ -298,14 +320,15 @@ func buildFast(k *fastKey) (*fastScript, error) {
 			Root:   int(k.roots[k.keys[i]-1]),
 			Window: k.specs[i].window,
 			Wide:   k.wide[i],
+			Keep:   k.keeps[i],
 		}
 		choices[i] = ruleChoice{code: rules[i].Code}
 	}
-	src, err := lua.FastWith(rules, lua.FastOptions{Overrides: k.ov, HFE: k.hfe})
+	src, err := lua.FastWith(rules, lua.FastOptions{Overrides: k.ov, HFE: k.hfe, Quiet: k.quiet})
 	if err != nil {
 		return nil, err
 	}
-	s.script, s.src, s.choices = goredis.NewScript(src), src, choices
+	s.script, s.src, s.choices, s.quiet = goredis.NewScript(src), src, choices, k.quiet
 	for _, r := range k.roots {
 		s.nested = s.nested || r != 0
 	}
@@ -326,9 +349,10 @@ func toInt64(v any) int64 {
 // fastCandidate reports whether r may run in a fast script: a fixed window
 // (not a calendar one), a sliding window on plain Lua, a sliding log, or
 // GCRA (redis-cell takes only some GCRA rules: the spec says which); not
-// a shadow rule or a seeded one (take.lua's alone).
+// a shadow rule, an exempt one (driver.Rule.Exempt) or a seeded one
+// (take.lua's alone), nor one whose headroom take.lua's encoder refuses.
 func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
-	if r.Shadow || r.Seed != 0 {
+	if r.Shadow || r.Seed != 0 || r.Exempt != driver.NotExempt || r.Keep < 0 || (r.Keep > 0 && r.Algorithm == driver.GCRA) {
 		return false
 	}
 	switch r.Algorithm {

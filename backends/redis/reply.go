@@ -44,15 +44,17 @@ func replyString(v any) (string, error) {
 
 // parseTake decodes take.lua's reply for a request of the given rules:
 // {first, now µs, the rules' bytes (perRuleBytes each: flags, used, reset
-// µs, retry µs), then, first with lua.ReplyOverride, the override element, then trail
+// µs, retry µs), then, first with lua.ReplyOverride, the override element, then,
+// first with lua.ReplyQuiet, the quiet span's end µs, then trail
 // entries or a replay's reservation id}; or a fast script's, one string:
 // first and now in fastHead bytes, then the rules' bytes ({that string,
-// the override element} where an override applied).
+// the override element and/or the quiet span's end} where an override
+// applied or quiet hours denied).
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	var rest []any
-	if a, ok := v.([]any); ok && len(a) == 2 {
-		// A fast script's reply where an override applied: {its string,
-		// the override element}.
+	if a, ok := v.([]any); ok && len(a) >= 2 && len(a) <= 3 {
+		// A fast script's reply where an override applied or quiet hours
+		// denied: {its string, the override element, the quiet end}.
 		if _, ok := a[0].(string); ok {
 			v, rest = a[0], a[1:]
 		}
@@ -131,7 +133,7 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	// Bits (lua.Reply*): allowed; a replay of the decision stored under
 	// the request's idempotency key, followed by the original reservation
 	// id; an override applied, its element first after the rules.
-	const all = lua.ReplyAllowed | lua.ReplyReplayed | lua.ReplyOverride
+	const all = lua.ReplyAllowed | lua.ReplyReplayed | lua.ReplyOverride | lua.ReplyQuiet
 	if first < 0 || first&^all != 0 {
 		return driver.Result{}, fmt.Errorf("reply: first element must be 0..%d, got %d", all, first)
 	}
@@ -141,6 +143,16 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 			return driver.Result{}, err
 		}
 		rest = rest[1:]
+	}
+	if first&lua.ReplyQuiet != 0 {
+		if len(rest) == 0 {
+			return driver.Result{}, fmt.Errorf("reply: want the quiet span's end after the rules")
+		}
+		end, err := replyInt(rest[0])
+		if err != nil {
+			return driver.Result{}, err
+		}
+		res.Quiet, rest = time.UnixMicro(end), rest[1:]
 	}
 	res.Allowed = first&lua.ReplyAllowed != 0
 	res.Replayed = first&lua.ReplyReplayed != 0
@@ -197,7 +209,9 @@ func replyRules(rules []driver.Rule, lims []int64, rule func(int) [perRuleReply]
 		if lims != nil {
 			r.Limit = lims[i]
 		}
-		r.Remaining = max(0, r.Limit-r.Used)
+		// Headroom (driver.Rule.Keep): the room left for this attempt's
+		// priority.
+		r.Remaining = max(0, r.Limit-rules[i].Keep-r.Used)
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond
 	}

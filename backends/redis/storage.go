@@ -185,7 +185,8 @@ func carryCells(r *driver.Rule) string {
 // Trail entries (the list at driver.Request.TrailKey), newest first:
 // lua.TrailEntry, "at µs|policy|rule|used|limit|cost|retry µs|flags",
 // then "|values" when the request had TrailValues; flags are
-// lua.TrailTooHigh, lua.TrailShadow and lua.TrailOverride. The format
+// lua.TrailTooHigh, lua.TrailShadow, lua.TrailOverride, lua.TrailExempt
+// and lua.TrailQuiet. The format
 // and the flags are declared once, in internal/lua/tokens.go: take.lua
 // and the fast scripts write entries with the same declaration (TRAILENT
 // and the TRAIL_* tokens), bare mode with formatDenial.
@@ -193,6 +194,8 @@ const (
 	trailTooHigh  = lua.TrailTooHigh
 	trailShadow   = lua.TrailShadow
 	trailOverride = lua.TrailOverride
+	trailExempt   = lua.TrailExempt
+	trailQuiet    = lua.TrailQuiet
 )
 
 // formatDenial writes one trail entry (bare mode; take.lua writes the
@@ -231,7 +234,7 @@ func parseDenial(s string) (driver.Denial, error) {
 		values = f[lua.TrailFields]
 	}
 	flags := ints[7]
-	if flags < 0 || flags > trailTooHigh|trailShadow|trailOverride {
+	if flags < 0 || flags > trailTooHigh|trailShadow|trailOverride|trailExempt|trailQuiet {
 		return driver.Denial{}, fmt.Errorf("reply: trail entry: flags %d out of range", flags)
 	}
 	d := driver.Denial{
@@ -245,6 +248,8 @@ func parseDenial(s string) (driver.Denial, error) {
 		RetryAfter:  time.Duration(ints[6]) * time.Microsecond,
 		CostTooHigh: flags&trailTooHigh != 0,
 		Shadow:      flags&trailShadow != 0,
+		Exempt:      flags&trailExempt != 0,
+		Quiet:       flags&trailQuiet != 0,
 	}
 	if flags&trailOverride != 0 {
 		id, err := strconv.ParseInt(f[2], 10, 64)
@@ -388,9 +393,10 @@ func overrideCounter(key string) string {
 // first element (lua.ReplyAllowed or 0, plus lua.ReplyOverride when an override applied), now
 // µs, the rules' bytes' length, the rules' bytes (perRuleBytes each),
 // the override element when first has lua.ReplyOverride (its length, then its bytes),
+// the quiet span's end µs when first has lua.ReplyQuiet (lua.ReplyInt bytes),
 // then the reservation id (to the end; empty for a take or a denial). A
 // replay returns it in parseTake's shape: {first plus lua.ReplyReplayed, now, the rules'
-// bytes, [override element], reservation id} (record.replay).
+// bytes, [override element], [quiet end], reservation id} (record.replay).
 //
 // Legacy, read only: the one-key-per-rule layout, and bare mode before it
 // wrote this format, stored "<reservation id>|<the reply's integers,
@@ -409,6 +415,7 @@ type record struct {
 	now      int64  // µs
 	rules    string // the rules' bytes, perRuleBytes each (appendRule)
 	override string // the override element (first has lua.ReplyOverride)
+	quiet    int64  // the quiet span's end µs (first has lua.ReplyQuiet)
 	hold     string // the reservation id; "" for a take or a denial
 }
 
@@ -421,7 +428,7 @@ func (r record) encode() (string, error) {
 	if len(r.rules) > maxLen || len(r.override) > maxLen {
 		return "", fmt.Errorf("idempotency record: %d bytes of rules or %d of override element, want <= %d", len(r.rules), len(r.override), maxLen)
 	}
-	b := make([]byte, 0, recordHeader+len(r.rules)+recordLen+len(r.override)+len(r.hold))
+	b := make([]byte, 0, recordHeader+len(r.rules)+recordLen+len(r.override)+lua.ReplyInt+len(r.hold))
 	b = append(b, recordMark, byte(r.first))
 	b = appendLE(b, r.now, lua.ReplyInt)
 	b = appendLE(b, int64(len(r.rules)), recordLen)
@@ -429,6 +436,9 @@ func (r record) encode() (string, error) {
 	if r.overridden() {
 		b = appendLE(b, int64(len(r.override)), recordLen)
 		b = append(b, r.override...)
+	}
+	if r.first&lua.ReplyQuiet != 0 {
+		b = appendLE(b, r.quiet, lua.ReplyInt)
 	}
 	return string(append(b, r.hold...)), nil
 }
@@ -447,9 +457,12 @@ func (r record) overridden() bool { return r.first&lua.ReplyOverride != 0 }
 
 // decided reports whether first is a decision's first element (not a
 // replay's): lua.ReplyAllowed or 0, plus lua.ReplyOverride with an
-// override.
+// override, or lua.ReplyQuiet for a denial in quiet hours.
 func decided(first int64) bool {
-	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride) == 0
+	if first&lua.ReplyQuiet != 0 && first&lua.ReplyAllowed != 0 {
+		return false
+	}
+	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride|lua.ReplyQuiet) == 0
 }
 
 // decodeRecord reads an idempotency record, either format.
@@ -479,6 +492,12 @@ func decodeRecord(s string) (record, error) {
 			return record{}, fmt.Errorf("idempotency record: %d bytes of override element past its end", n)
 		}
 		r.override, p = s[p:p+n], p+n
+	}
+	if r.first&lua.ReplyQuiet != 0 {
+		if p+lua.ReplyInt > len(s) {
+			return record{}, fmt.Errorf("idempotency record: no quiet span's end")
+		}
+		r.quiet, p = le7(s[p:]), p+lua.ReplyInt
 	}
 	r.hold = s[p:]
 	return r, nil
@@ -520,6 +539,9 @@ func (r record) replay() []any {
 	v := []any{r.first | lua.ReplyReplayed, r.now, r.rules}
 	if r.overridden() {
 		v = append(v, r.override)
+	}
+	if r.first&lua.ReplyQuiet != 0 {
+		v = append(v, r.quiet)
 	}
 	return append(v, r.hold)
 }

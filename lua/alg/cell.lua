@@ -54,8 +54,9 @@ local nsup, tatok = mods()
 local saved, out = {}, {}
 for r = 1, n do
   local b = ab + HA + (r - 1) * RA
-  -- A shadow rule that denied, or an uncounted exempt: not consumed.
-  if ARGV[b + R_CODE] == 'x' and not nocount and not (shadow and shadow[r] and res[3 + (r - 1) * 4] ~= 1) then
+  -- A shadow rule that denied, or an uncounted exempt (override or
+  -- rule): not consumed.
+  if ARGV[b + R_CODE] == 'x' and not nocount and not (shadow and ((shadow[r] and res[3 + (r - 1) * 4] ~= 1) or exempt[r] == MODE_UNCOUNTED)) then
     local key, xs, L = KEYS[kb + tonumber(ARGV[b + R_KEY])], st[r], tonumber(ARGV[b + R_LIMIT])
     local tv = xs[4]
     saved[#saved + 1] = {key, tv, redis.call('PTTL', key)}
@@ -63,8 +64,10 @@ for r = 1, n do
     local rem = tonumber(cr[3])
     if rem < 0 then rem = 0 elseif rem > L then rem = L end
     local o = 3 + (r - 1) * 4
-    if tonumber(cr[1]) ~= 0 and shadow and shadow[r] then
-      -- A shadow rule CL.THROTTLE denies now: reported so, never denying.
+    if tonumber(cr[1]) ~= 0 and shadow and (shadow[r] or exempt[r]) then
+      -- A shadow or exempt rule CL.THROTTLE denies now: reported so, never
+      -- denying (a counted exempt is not counted past the limit here:
+      -- CL.THROTTLE cannot).
       saved[#saved] = nil
       res[o] = RULE_DENIED
     elseif tonumber(cr[1]) ~= 0 then

@@ -31,6 +31,10 @@ type FastRule struct {
 	// Wide: the rule's set is declared wide (driver.Rule.Wide): its root
 	// goes wide with its first section (take.lua's NEST_WIDE).
 	Wide bool
+	// Keep is the rule's headroom (driver.Rule.Keep; never on GCRA): its
+	// eval decides against Limit-Keep (baked in; with overrides, the
+	// override's limit less Keep), its reported limit stays Limit.
+	Keep int64
 }
 
 // FastMax bounds the rules of a script Fast builds: Lua allows 200 locals
@@ -57,6 +61,10 @@ type FastOptions struct {
 	// root the script makes wide uses for its fields (prelude.lua's wide,
 	// take.lua's NEST_HFE); else a bounded sweep removes dead fields.
 	HFE bool
+	// Quiet: the script takes quiet hours (driver.Request.Quiet), one
+	// more ARGV value (fast.lua.tmpl's header), and denies in them as
+	// take.lua does.
+	Quiet bool
 }
 
 // Fast returns the fast script of rules: fast.lua.tmpl (a text/template
@@ -128,7 +136,13 @@ type fastData struct {
 	Reads, Writes []*fastSet
 	// Nested: some set nests in a root (the script takes their ids).
 	Nested bool
-	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
+	// Quiet: the script takes quiet spans (FastOptions.Quiet). Extra is
+	// the ARGV values per attempt after FA in the full form (the ids, the
+	// spans); QS the spans' index in the short form; TrailAt the short
+	// form's first trail value's, TB the trail ARGV base of the short form.
+	Quiet                  bool
+	Extra, QS, TrailAt, TB int
+	Format                 string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
 // fastRule is one rule of a fast script: its specification, its number
@@ -293,6 +307,15 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	if ov {
 		d.GO++
 	}
+	d.Quiet = o.Quiet
+	if d.Nested {
+		d.Extra++
+	}
+	d.QS = 3 + d.Extra
+	if d.Quiet {
+		d.Extra++
+	}
+	d.TrailAt, d.TB = 3+d.Extra, d.Extra-2
 	return d, nil
 }
 
@@ -532,7 +555,7 @@ func (fr *fastRule) head(body string) string {
 	code := comment.ReplaceAllString(body, "")
 	var names, vals []string
 	for _, v := range [...]struct{ name, val string }{
-		{"r", strconv.Itoa(fr.N)}, {"code", fmt.Sprintf("%q", fr.Code)}, {"L", fmt.Sprint(fr.Limit)},
+		{"r", strconv.Itoa(fr.N)}, {"code", fmt.Sprintf("%q", fr.Code)}, {"L", fmt.Sprint(fr.limit())},
 		{"tag", quote(fr.Tag)}, {"ki", strconv.Itoa(fr.Key)},
 	} {
 		if (v.name == "L" && fr.Ov) || ruleVar[v.name].MatchString(code) {
@@ -547,6 +570,16 @@ func (fr *fastRule) head(body string) string {
 		lines = append(lines, fmt.Sprintf("local key = KEYS[kb + %d]", fr.Key))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// limit returns the L the rule's sections see from their head: Limit,
+// less Keep (headroom) but with overrides, where the template takes Keep
+// off the override's limit after applying it.
+func (fr *fastRule) limit() int64 {
+	if fr.Ov {
+		return fr.Limit
+	}
+	return fr.Limit - fr.Keep
 }
 
 // comment matches a Lua comment to the end of its line; ruleVar and

@@ -41,7 +41,7 @@ const (
 	ArgHoldLife               // op r: its lifetime, µs
 	ArgHoldsTTL               // op r: the reservations key's TTL, ms
 	ArgOverrides              // index of the overrides (hash), 0 = none
-	ArgShadows                // "" or one '0'/'1' per rule
+	ArgModes                  // "" or the rules' modes, keeps and the quiet spans (ModeSep, Mode*)
 	ArgSeeds                  // "" or per rule its seed, comma-separated
 	ArgWindows                // "" or per rule its window µs (GCRA under overrides)
 	ArgNest                   // "" or per nested set one NestRec
@@ -125,6 +125,27 @@ const (
 	ReplyAllowed  = 1 // allowed (REPLY_ALLOWED in Lua)
 	ReplyReplayed = 2 // a replay of the decision stored under the idempotency key (REPLY_REPLAYED)
 	ReplyOverride = 4 // an override applied: its element follows the rules (REPLY_OVERRIDE)
+	// ReplyQuiet: denied for quiet hours (driver.Request.Quiet): the end
+	// of the quiet span, µs, follows the rules and the override element
+	// (REPLY_QUIET; the highest bit).
+	ReplyQuiet = 8
+)
+
+// take.lua's ARGV[a+ArgModes] (A_MODES): "" when no rule of the attempt
+// is shadow, exempt or keeps headroom and it has no quiet hours (the
+// common case: nothing parsed); else three parts joined by ModeSep: one
+// character per rule (ModePlain, ModeShadow: driver.Rule.Shadow,
+// ModeCounted and ModeUncounted: driver.Rule.Exempt), then "" or per
+// rule its driver.Rule.Keep (comma-separated), then "" or the quiet spans
+// (driver.Request.Quiet) as start and end µs, comma-separated (a span
+// [start, end) holds the server's now iff start <= now < end, both
+// rounded up to whole µs).
+const (
+	ModeSep       = ";"
+	ModePlain     = '0'
+	ModeShadow    = '1'
+	ModeCounted   = '2'
+	ModeUncounted = '3'
 )
 
 // A rule's flags, the first byte of its record in the reply: one of
@@ -157,17 +178,23 @@ const (
 	TrailTooHigh  = 1
 	TrailShadow   = 2
 	TrailOverride = 4
+	// TrailExempt: an exempt rule (driver.Rule.Exempt) would have denied
+	// (TRAIL_EXEMPT); TrailQuiet: denied for quiet hours, the rule field
+	// empty, used and limit 0, retry until the span ends (TRAIL_QUIET).
+	TrailExempt = 8
+	TrailQuiet  = 16
 )
 
 // The idempotency record (the value at driver.Request.IdempotencyKey), one
 // format whoever writes it (take.lua; bare mode, backends/redis/storage.go):
 // RecordMark (one byte, REC in Lua), then the header, struct RECHDR: the
 // reply's first element (ReplyAllowed or 0, plus ReplyOverride when an
-// override applied; one byte), now µs (ReplyInt bytes, signed) and the
+// override applied, ReplyQuiet when denied for quiet hours; one byte), now µs (ReplyInt bytes, signed) and the
 // length of the rules' bytes (RecordLen bytes); then the rules' bytes as
 // the reply has them (ReplyRuleSize per rule); then, when the first
 // element has ReplyOverride, the override element, its length as RecordLen bytes (struct RECLEN)
-// then its bytes; then the reservation id to the end ("" for a take or a
+// then its bytes; then, when it has ReplyQuiet, the quiet span's end µs
+// (ReplyInt bytes, signed: struct RECQUIET); then the reservation id to the end ("" for a take or a
 // denial). Little-endian. A value not starting with RecordMark is the
 // legacy text "<reservation id>|<the reply's integers, comma-separated>",
 // read only.
@@ -331,13 +358,17 @@ var tokens = func() map[string]string {
 		"RULE_TOOHIGH": strconv.Itoa(RuleFlagTooHigh),
 		"TRAILENT":     quote(TrailEntry), "TRAILSEP": quote(TrailSep),
 		"TRAIL_TOOHIGH": strconv.Itoa(TrailTooHigh), "TRAIL_SHADOW": strconv.Itoa(TrailShadow),
-		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride),
+		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride), "TRAIL_EXEMPT": strconv.Itoa(TrailExempt),
+		"TRAIL_QUIET": strconv.Itoa(TrailQuiet), "REPLY_QUIET": strconv.Itoa(ReplyQuiet),
+		"RECQUIET": quote(fmt.Sprintf("<i%d", ReplyInt)), "MODESEP": quote(ModeSep),
+		"MODE_SHADOW": strconv.Itoa(ModeShadow), "MODE_COUNTED": strconv.Itoa(ModeCounted),
+		"MODE_UNCOUNTED": strconv.Itoa(ModeUncounted),
 	}
 	for i, n := range [...]string{ArgOp: "OP", ArgCost: "COST", ArgRules: "RULES", ArgKeys: "KEYS",
 		ArgTrail: "TRAIL", ArgHolds: "HOLDS", ArgRecord: "RECORD", ArgTrailMax: "TRAIL_MAX",
 		ArgTrailTTL: "TRAIL_TTL", ArgPolicy: "POLICY", ArgTrailValues: "TRAIL_VALUES",
 		ArgRecordTTL: "RECORD_TTL", ArgHoldID: "HOLD_ID", ArgHoldLife: "HOLD_LIFE",
-		ArgHoldsTTL: "HOLDS_TTL", ArgOverrides: "OVERRIDES", ArgShadows: "SHADOWS",
+		ArgHoldsTTL: "HOLDS_TTL", ArgOverrides: "OVERRIDES", ArgModes: "MODES",
 		ArgSeeds: "SEEDS", ArgWindows: "WINDOWS", ArgNest: "NEST"} {
 		if i > 0 {
 			m["A_"+n] = strconv.Itoa(i)

@@ -52,13 +52,17 @@
 -- and in a script with nested sets (prelude.lua), one more:
 -- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
 -- (backends/redis's sectionID: the same as sectid's of their keys)
+-- and in a script for quiet hours (lua.FastOptions.Quiet), one more after
+-- them: the quiet spans, start and end µs, comma-separated (take.lua's
+-- ARGV[a+A_MODES]'s last part): the attempt is denied in one, as by
+-- take.lua (REPLY_QUIET; a block override first, an exempt one after)
 -- KEYS per attempt: its dimension-set keys, then in a script with nested
 -- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
 -- the roots' keys), then its overrides in a script that reads them (GO,
 -- the keys before the trail, counts them), then its trail if tk > 0,
 -- then its reservations if hk > 0.
 -- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
--- sets ARGV[3] their ids, then, with a trail, max entries, TTL, policy
+-- sets ARGV[3] their ids, for quiet hours then the quiet spans, then, with a trail, max entries, TTL, policy
 -- and trail values; KEYS: the dimension sets, the wide hashes, the
 -- overrides, the trail with a trail, then the reservations if there are
 -- more keys. Redis builds the ARGV table on
@@ -67,7 +71,9 @@
 -- Reply, per attempt: struct '<Bi7' (REPLY_ALLOWED or 0, now µs), then
 -- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
 -- where an override applied, REPLY_OVERRIDE is added to the first byte and the reply
--- is {that string, take.lua's override element};
+-- is {that string, take.lua's override element}; denied for quiet hours,
+-- REPLY_QUIET is added and the reply is {that string, [the override
+-- element], the quiet span's end µs};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
 --
