@@ -5,12 +5,14 @@
  * held in the first 8 bytes of the file FREQCAP_CLOCK_FILE names, mapped
  * shared: the test writes it, every server of the clock reads it. While it
  * holds 0 (or without the file) they read the real clock. Other clocks
- * (CLOCK_MONOTONIC: the event loop's timers) stay real. The real clocks
- * are read by system call, never through dlsym: jemalloc, which Debian's
- * redis-server uses, reads the clock while the library would still be
- * looking its symbols up (what keeps libfaketime from working with it).
+ * (CLOCK_MONOTONIC: the event loop's timers) stay real: read through
+ * libc's own functions once the constructor has looked them up, by system
+ * call before. jemalloc, which Debian's redis-server uses, reads the clock
+ * while the lookup is under way (what keeps libfaketime from working with
+ * it): it gets the system call.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +24,17 @@
 
 static int64_t *fake;
 static int state;
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+
+__attribute__((constructor)) static void init(void) {
+	void *f = dlsym(RTLD_NEXT, "clock_gettime");
+	__atomic_store_n(&real_clock_gettime, f, __ATOMIC_RELEASE);
+}
+
+static int real_time(clockid_t id, struct timespec *ts) {
+	int (*f)(clockid_t, struct timespec *) = __atomic_load_n(&real_clock_gettime, __ATOMIC_ACQUIRE);
+	return f ? f(id, ts) : syscall(SYS_clock_gettime, id, ts);
+}
 
 static int64_t fake_us(void) {
 	int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
@@ -46,7 +59,7 @@ int clock_gettime(clockid_t id, struct timespec *ts) {
 			return 0;
 		}
 	}
-	return syscall(SYS_clock_gettime, id, ts);
+	return real_time(id, ts);
 }
 
 int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
@@ -56,7 +69,12 @@ int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
 		tv->tv_usec = us % 1000000;
 		return 0;
 	}
-	return syscall(SYS_gettimeofday, tv, tz);
+	struct timespec ts;
+	if (tz != NULL || real_time(CLOCK_REALTIME, &ts) != 0)
+		return syscall(SYS_gettimeofday, tv, tz);
+	tv->tv_sec = ts.tv_sec;
+	tv->tv_usec = ts.tv_nsec / 1000;
+	return 0;
 }
 
 time_t time(time_t *t) {

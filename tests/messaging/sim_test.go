@@ -1,0 +1,411 @@
+package messaging_test
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/freqcap/freqcap/backends/memory"
+	"github.com/freqcap/freqcap/backends/redis"
+	"github.com/freqcap/freqcap/internal/redistest"
+	"github.com/freqcap/freqcap/internal/testserver"
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/fakeclock"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// simSeed seeds the generator: the world, and so every decision, is the
+// same on every run.
+const simSeed = 37
+
+// simPolicy is the simulated sender's policy: the seed policy's caps (15
+// per minute, 50 per 24 h keeping 10 from promotions and 5 from priority
+// 1, 2 of one content per 59 s), 3 per calendar day per campaign in the
+// recipient's zone keeping the last from promotions, 100 per ISO week in
+// that zone; quiet hours 21:00 to 08:00 there; one-time passwords exempt
+// from every rule and counted, passing quiet hours; security notices
+// exempt and not counted; alerts passing quiet hours. oracleRules mirror
+// its rules.
+func simPolicy() (*sdk.Policy, error) {
+	return sdk.NewPolicy("sim37", []sdk.Rule{
+		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
+		sdk.SlidingWindow("recv-24h", 50, 24*time.Hour).By("user").WithHeadroom(10, 1).WithHeadroom(5, 2),
+		sdk.SlidingWindow("content-59s", 2, 59*time.Second).By("user", "content"),
+		sdk.Daily("daily", 3, time.UTC).By("user", "campaign").WithHeadroom(1, 1),
+		sdk.Weekly("weekly", 100, time.UTC).By("user"),
+	},
+		sdk.WithQuietHours(time.UTC, sdk.QuietPeriod{From: 21 * time.Hour, To: 8 * time.Hour}),
+		sdk.WithClass(
+			sdk.Class{Name: classOTP, AllRules: true, Counted: true, QuietHours: true},
+			sdk.Class{Name: classSecurity, AllRules: true},
+			sdk.Class{Name: classAlert, QuietHours: true},
+		),
+	)
+}
+
+// What an event of the run is.
+type kind uint8
+
+const (
+	kTake       kind = iota // a generated attempt
+	kRetry                  // a denied attempt deferred to its NextEligible (a Take)
+	kPeekBefore             // a Peek of a denied attempt 1 ms before its NextEligible
+	kPeekAt                 // a Peek of it at its NextEligible (when not retried)
+)
+
+var kindNames = [...]string{"take", "retry", "peek-1ms", "peek"}
+
+// event is one step of a run, in order of (at, seq).
+type event struct {
+	at   time.Time
+	seq  int
+	kind kind
+	a    attempt
+	// from is the step of the denial whose NextEligible a check (kRetry,
+	// kPeekBefore, kPeekAt) checks: it holds if the person consumed
+	// nothing since.
+	from int
+}
+
+type events []event
+
+func (h events) Len() int { return len(h) }
+func (h events) Less(i, j int) bool {
+	if c := h[i].at.Compare(h[j].at); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *events) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// record is what a run keeps of one decision, to compare runs.
+type record struct {
+	kind     kind
+	at       time.Time
+	person   string
+	allowed  bool
+	denied   []string
+	exempted []string
+	headroom bool
+	quiet    time.Time
+	next     time.Time
+	used     []int64
+}
+
+func (r record) String() string {
+	return fmt.Sprintf("%s %s at %s: allowed %v denied %v exempted %v headroom %v quiet %s next %s used %v",
+		kindNames[r.kind], r.person, r.at.Format(time.RFC3339Nano), r.allowed, r.denied, r.exempted, r.headroom,
+		r.quiet.Format(time.RFC3339Nano), r.next.Format(time.RFC3339Nano), r.used)
+}
+
+func (r record) equal(s record) bool {
+	return r.kind == s.kind && r.at.Equal(s.at) && r.person == s.person && r.allowed == s.allowed &&
+		slices.Equal(r.denied, s.denied) && slices.Equal(r.exempted, s.exempted) && r.headroom == s.headroom &&
+		r.quiet.Equal(s.quiet) && r.next.Equal(s.next) && slices.Equal(r.used, s.used)
+}
+
+// tally is a run's figures.
+type tally struct {
+	attempts, allowed, denied int // generated attempts and retries (Takes)
+	deniedBy                  map[string]int
+	quietDenials              int
+	quietPasses               int // otp and alerts sent in quiet hours
+	exemptCounted             int // (attempt, rule) pairs an otp passed, counted
+	exemptUncounted           int // (attempt, rule) pairs a security notice passed
+	headroomDenials           int
+	neChecks, nePassed        int // NextEligible checks valid (nothing consumed since)
+	neSkipped                 int // checks the person's later sends made moot
+	peeks                     int
+	wall                      time.Duration
+}
+
+func (s tally) String() string {
+	reasons := make([]string, 0, len(s.deniedBy))
+	for k, n := range s.deniedBy {
+		reasons = append(reasons, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(reasons)
+	return fmt.Sprintf("takes %d (allowed %d, denied %d: %s; headroom %d), quiet denials %d, quiet passes %d, exempt counted %d, exempt uncounted %d, peeks %d, next-eligible checks %d passed %d (skipped %d: a send of the person in between), wall %v",
+		s.attempts, s.allowed, s.denied, strings.Join(reasons, ", "), s.headroomDenials, s.quietDenials, s.quietPasses,
+		s.exemptCounted, s.exemptUncounted, s.peeks, s.neChecks, s.nePassed, s.neSkipped, s.wall.Round(time.Millisecond))
+}
+
+// problems collects a run's failures, up to a few per kind.
+type problems struct {
+	t     *testing.T
+	count map[string]int
+}
+
+func (p *problems) add(kind, format string, args ...any) {
+	p.t.Helper()
+	p.count[kind]++
+	if p.count[kind] <= 5 {
+		p.t.Errorf(kind+": "+format, args...)
+	}
+}
+
+// setter sets the clock every decision of a backend reads.
+type setter interface{ Set(time.Time) }
+
+// simRun runs w on lim, whose backend decides on clk, and checks every
+// decision against the oracle and every NextEligible it can. It returns
+// the records of the decisions, in order, and the figures.
+func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy) ([]record, tally) {
+	ctx := context.Background()
+	start := time.Now()
+	var (
+		h     events
+		recs  []record
+		s     = tally{deniedBy: map[string]int{}}
+		pr    = problems{t: t, count: map[string]int{}}
+		o     = newOracle()
+		last  = make([]int, len(w.recipients)) // per recipient: the last step that consumed
+		seq   int
+		steps int
+	)
+	push := func(e event) {
+		seq++
+		e.seq = seq
+		heap.Push(&h, e)
+	}
+	for _, a := range w.attempts {
+		push(event{at: a.at, kind: kTake, a: a, from: -1})
+	}
+	for h.Len() > 0 {
+		e := heap.Pop(&h).(event)
+		steps++
+		a := &e.a
+		rc := &w.recipients[a.r]
+		if e.kind == kPeekBefore || e.kind == kPeekAt {
+			if last[a.r] > e.from {
+				s.neSkipped++ // moot: the person consumed since the denial
+				continue
+			}
+		}
+		clk.Set(e.at)
+		v := o.judge(rc, a, e.at)
+		att := sdk.Attempt{
+			Subject:  sdk.Subject{"user": rc.person, "campaign": a.campaign, "content": a.content},
+			Zone:     rc.zone,
+			Class:    a.class,
+			Priority: a.priority,
+			Identity: rc.ids[a.id],
+		}
+		take := e.kind == kTake || e.kind == kRetry
+		var (
+			d   sdk.Decision
+			err error
+		)
+		if take {
+			d, err = lim.Take(ctx, p, att)
+		} else {
+			d, err = lim.Peek(ctx, p, att)
+			s.peeks++
+		}
+		if err != nil {
+			t.Fatalf("%s of %s at %v: %v", kindNames[e.kind], rc.person, e.at, err)
+		}
+		rec := record{kind: e.kind, at: d.At, person: rc.person, allowed: d.Allowed, denied: d.Denied,
+			exempted: d.Exempted, headroom: d.Headroom, quiet: d.Quiet, next: d.NextEligible}
+		for _, rd := range d.Rules {
+			rec.used = append(rec.used, rd.Used)
+		}
+		recs = append(recs, rec)
+		where := func() string {
+			return fmt.Sprintf("%s of %s (%s, %s, class %q, priority %d, campaign %s, content %s) at %s (%s local)",
+				kindNames[e.kind], rc.person, rc.ids[a.id], rc.zone, a.class, a.priority, a.campaign, a.content,
+				e.at.Format(time.RFC3339Nano), e.at.In(rc.zone).Format("2006-01-02 15:04:05.000 MST"))
+		}
+		if !d.At.Equal(e.at) {
+			pr.add("clock", "%s: decided at %v", where(), d.At)
+		}
+		all, counted, passQuiet := classOf(a.class)
+		// The invariants: no send in quiet hours but those the class
+		// passes, none over any cap, none denied that the oracle admits.
+		switch {
+		case d.Allowed && !v.allowed && v.quiet:
+			pr.add("quiet", "%s: allowed in quiet hours", where())
+		case d.Allowed && !v.allowed:
+			pr.add("over cap", "%s: allowed, but the oracle finds %v full (used %v)", where(), v.denied, v.used)
+		case !d.Allowed && v.allowed:
+			pr.add("over-denial", "%s: denied %v (quiet %v), the oracle admits it (used %v)", where(), d.Denied, d.Quiet, v.used)
+		}
+		if d.Allowed && passQuiet && inQuiet(e.at, rc.zone) && take {
+			s.quietPasses++
+		}
+		if !v.quiet {
+			if !sameNames(d.Denied, v.denied) {
+				pr.add("denied rules", "%s: Denied %v, the oracle's %v (used %v)", where(), d.Denied, v.denied, v.used)
+			}
+			if !sameNames(d.Exempted, v.exempted) {
+				pr.add("exempted", "%s: Exempted %v, the oracle's %v (used %v)", where(), d.Exempted, v.exempted, v.used)
+			}
+			if d.Headroom != v.headroom {
+				pr.add("headroom", "%s: Headroom %v, the oracle's %v (used %v)", where(), d.Headroom, v.headroom, v.used)
+			}
+		} else if d.Quiet.IsZero() {
+			pr.add("quiet", "%s: denied in quiet hours without saying when they end", where())
+		}
+		consumed := take && d.Allowed && (!all || counted)
+		for i := range oracleRules {
+			want := v.used[i] + int64(b2i(consumed))
+			if i >= len(d.Rules) || d.Rules[i].Used != want {
+				pr.add("counts", "%s: rule %s used %v, the oracle counts %d", where(), oracleRules[i].name, rec.used, want)
+				break
+			}
+		}
+		if take && d.Allowed {
+			o.apply(a, v, e.at)
+		}
+		if consumed {
+			last[a.r] = steps
+		}
+		// The figures.
+		if take {
+			s.attempts++
+			if d.Allowed {
+				s.allowed++
+				if all && counted {
+					s.exemptCounted += len(d.Exempted)
+				} else if all {
+					s.exemptUncounted += len(d.Exempted)
+				}
+			} else {
+				s.denied++
+				if !d.Quiet.IsZero() {
+					s.quietDenials++
+					s.deniedBy["quiet"]++
+				}
+				for _, r := range d.Denied {
+					s.deniedBy[r]++
+				}
+				if d.Headroom {
+					s.headroomDenials++
+				}
+			}
+		}
+		// NextEligible: the check this event is, then the ones a denial
+		// schedules.
+		if e.from >= 0 {
+			if last[a.r] > e.from {
+				s.neSkipped++ // a deferred Take decided as any other
+			} else {
+				s.neChecks++
+				want := e.kind != kPeekBefore
+				if d.Allowed == want {
+					s.nePassed++
+				} else {
+					pr.add("next eligible", "%s: allowed %v, want %v (denied %v, quiet %v, next %v)", where(), d.Allowed, want, d.Denied, d.Quiet, d.NextEligible)
+				}
+			}
+		}
+		if d.Allowed {
+			if !d.NextEligible.IsZero() {
+				pr.add("next eligible", "%s: allowed with NextEligible %v", where(), d.NextEligible)
+			}
+			continue
+		}
+		ne := d.NextEligible
+		if !ne.After(e.at) {
+			pr.add("next eligible", "%s: denied with NextEligible %v, not after the decision", where(), ne)
+			continue
+		}
+		if e.kind == kPeekBefore || e.kind == kPeekAt {
+			continue // a check's own denial schedules nothing
+		}
+		next := *a
+		push(event{at: ne.Add(-time.Millisecond), kind: kPeekBefore, a: next, from: steps})
+		if next.defers > 0 {
+			next.defers--
+			push(event{at: ne, kind: kRetry, a: next, from: steps})
+		} else {
+			push(event{at: ne, kind: kPeekAt, a: next, from: steps})
+		}
+	}
+	s.wall = time.Since(start)
+	return recs, s
+}
+
+// compareRuns reports where got's decisions differ from want's.
+func compareRuns(t *testing.T, name string, want, got []record) {
+	t.Helper()
+	bad := 0
+	for i := range min(len(want), len(got)) {
+		if !want[i].equal(got[i]) {
+			bad++
+			if bad <= 5 {
+				t.Errorf("decision %d on %s:\n got  %v\n want %v (memory)", i, name, got[i], want[i])
+			}
+		}
+	}
+	if len(want) != len(got) {
+		t.Errorf("%s made %d decisions, memory %d", name, len(got), len(want))
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d decisions differ from memory's", name, bad, len(want))
+	}
+}
+
+// TestSimulation is issue 37's simulation (package doc): on memory, Redis
+// and a Redis Cluster, every decision matches the oracle (no send in quiet
+// hours but those the class passes, none over a cap, none denied that the
+// caps admit, the rules denied, exempted and held by headroom, every
+// rule's count, counted exemptions counted), every NextEligible that
+// nothing taken since can have moved is exact (a Peek 1 ms earlier is
+// denied; a Peek, or the deferred Take, at it is allowed), and the three
+// runs make the same decisions.
+func TestSimulation(t *testing.T) {
+	w, err := generate(simSeed, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := simPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref []record
+	t.Run("memory", func(t *testing.T) {
+		fc := fakeclock.New(simStart)
+		lim := sdk.New(memory.New(&memory.Options{Clock: fc}))
+		var s tally
+		ref, s = simRun(t, lim, fc, w, p)
+		t.Logf("memory: %d recipients, %d generated attempts: %v", len(w.recipients), len(w.attempts), s)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		clk := redistest.NewClock(t, simStart)
+		srv := clk.Server(t)
+		c := goredis.NewClient(testserver.Patient(redis.NewClientOptions(srv.Addr())).Simple())
+		t.Cleanup(func() { c.Close() })
+		lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
+		recs, s := simRun(t, lim, clk, w, p)
+		t.Logf("redis: %v", s)
+		compareRuns(t, "redis", ref, recs)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		clk := redistest.NewClock(t, simStart)
+		addrs := clk.Cluster(t)
+		c := goredis.NewClusterClient(testserver.Patient(redis.NewClientOptions(addrs...)).Cluster())
+		t.Cleanup(func() { c.Close() })
+		lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
+		recs, s := simRun(t, lim, clk, w, p)
+		t.Logf("cluster: %v", s)
+		compareRuns(t, "cluster", ref, recs)
+	})
+}
