@@ -1,13 +1,16 @@
 // Package messaging holds the simulation of issue 37's messaging caps
 // (sim_test.go): 200 recipients in 20 IANA zones over the 14 days from
-// Monday 2026-03-23 00:00 UTC, the window of 2026 that holds the most DST
-// changes of both kinds (Europe's, Jerusalem's, Beirut's, Nuuk's, the
-// Azores', Troll's spring forward; Australia's, Lord Howe's, New Zealand's,
-// Chatham's, Chile's, Easter Island's fall back), with mixed priorities,
-// message classes and identities, run on the memory backend and on Redis
-// and a Redis Cluster whose clocks the test sets (internal/redistest.Clock),
-// each decision checked against the test's own oracle and the three runs
-// against each other. It has no code of its own outside the test.
+// Monday 2026-03-23 00:00 UTC, the 14-day window of 2026 holding the most
+// DST changes of these zones (TestWindow), 15 of both kinds: London's,
+// Berlin's, Athens', Jerusalem's, Beirut's, Nuuk's, the Azores' and Troll's
+// spring forward; Santiago's, Easter Island's, Sydney's, Adelaide's, Lord
+// Howe's, Auckland's and Chatham's fall back. The sender's attempts mix
+// priorities, message classes and identities (a third of the recipients
+// have two or three; each attempt names one and gives its person's key).
+// It runs on the memory backend and on Redis and a Redis Cluster whose
+// clocks the test sets (internal/redistest.Clock), holds each decision to
+// the test's own oracle and the three runs to each other. It has no code
+// outside its tests.
 //
 //	go test -run TestSimulation -v ./tests/messaging/
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"testing"
 	"time"
 )
 
@@ -180,4 +181,61 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// changes returns the DST (offset) changes of loc in [from, to): +1 for
+// each that moves the clock forward, -1 for each back.
+func changes(loc *time.Location, from, to time.Time) []int {
+	var out []int
+	for u := from; ; {
+		_, end := u.In(loc).ZoneBounds()
+		if end.IsZero() || !end.Before(to) {
+			return out
+		}
+		_, before := end.Add(-time.Second).In(loc).Zone()
+		_, after := end.In(loc).Zone()
+		if after > before {
+			out = append(out, 1)
+		} else if after < before {
+			out = append(out, -1)
+		}
+		u = end
+	}
+}
+
+// TestWindow checks what the package doc says of the span: the first eight
+// zones spring forward once in it, the next seven fall back once, the last
+// five do not change, and no other 14-day window of 2026 (from a UTC
+// midnight) holds more changes of these zones.
+func TestWindow(t *testing.T) {
+	count := func(from time.Time) (n int) {
+		for _, name := range zoneNames {
+			loc, err := time.LoadLocation(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(changes(loc, from, from.AddDate(0, 0, simDays)))
+		}
+		return n
+	}
+	for i, name := range zoneNames {
+		loc, _ := time.LoadLocation(name)
+		want := []int{1}
+		switch {
+		case i >= 15:
+			want = nil
+		case i >= 8:
+			want = []int{-1}
+		}
+		if got := changes(loc, simStart, simEnd); !slices.Equal(got, want) {
+			t.Errorf("%s: changes in the span %v, want %v", name, got, want)
+		}
+	}
+	n := count(simStart)
+	for d := range 365 {
+		from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, d)
+		if m := count(from); m > n {
+			t.Errorf("the 14 days from %s hold %d changes, the span's %d", from.Format(time.DateOnly), m, n)
+		}
+	}
 }
