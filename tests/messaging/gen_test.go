@@ -76,7 +76,7 @@ func generate(seed uint64, recipients int) (world, error) {
 		if err != nil {
 			return world{}, err
 		}
-		rc := recipient{person: fmt.Sprintf("p%03d", i), zone: loc, heavy: i%5 == 0}
+		rc := recipient{person: fmt.Sprintf("p%03d", i), zone: loc, heavy: i%7 == 0}
 		n := 1
 		if i%3 == 0 {
 			n = 2 + rng.IntN(2) // a third have 2 or 3 identities
@@ -110,9 +110,9 @@ func recipientAttempts(rng *rand.Rand, ri int, rc recipient) []attempt {
 	for d := range simDays {
 		day := simStart.AddDate(0, 0, d)
 		// Promotions: priority 0 mostly, some at 1; a fifth deferred once.
-		promos := rng.IntN(4)
+		promos := rng.IntN(3)
 		if rc.heavy {
-			promos = 6 + rng.IntN(8)
+			promos = 5 + rng.IntN(6)
 		}
 		for range promos {
 			camp := fmt.Sprintf("c%d", rng.IntN(4))
@@ -144,9 +144,9 @@ func recipientAttempts(rng *rand.Rand, ri int, rc recipient) []attempt {
 			add(anytime(day), classAlert, 2, "alerts", fmt.Sprintf("alert-%d", rng.IntN(3)), 2)
 		}
 		// One-time passwords: a user asking again and again.
-		if rng.IntN(5) < 2 {
+		if rng.IntN(4) == 0 {
 			at := anytime(day)
-			for k := range 1 + rng.IntN(5) {
+			for k := range 1 + rng.IntN(4) {
 				add(at.Add(time.Duration(k)*time.Duration(20+rng.IntN(40))*time.Second), classOTP, 2, "otp", fmt.Sprintf("otp-%d", rng.IntN(1e6)), 0)
 			}
 		}
@@ -158,7 +158,7 @@ func recipientAttempts(rng *rand.Rand, ri int, rc recipient) []attempt {
 	// Edges in the recipient's local time, on a day of the span: the ends
 	// of quiet hours and of the local day, a millisecond apart, and the
 	// instants of the zone's DST change in the span.
-	for _, d := range []int{2, 6, 12} {
+	for _, d := range []int{2 + 4*(ri%3), 6 + 7*(ri%2)} {
 		y, m, dd := simStart.AddDate(0, 0, d).Date()
 		for _, hm := range [][2]int{{8, 0}, {21, 0}, {0, 0}} {
 			edge := time.Date(y, m, dd, hm[0], hm[1], 0, 0, rc.zone)

@@ -95,6 +95,7 @@ func (h *events) Pop() any {
 
 // record is what a run keeps of one decision, to compare runs.
 type record struct {
+	r        int // the recipient's index
 	kind     kind
 	at       time.Time
 	person   string
@@ -114,7 +115,7 @@ func (r record) String() string {
 }
 
 func (r record) equal(s record) bool {
-	return r.kind == s.kind && r.at.Equal(s.at) && r.person == s.person && r.allowed == s.allowed &&
+	return r.r == s.r && r.kind == s.kind && r.at.Equal(s.at) && r.person == s.person && r.allowed == s.allowed &&
 		slices.Equal(r.denied, s.denied) && slices.Equal(r.exempted, s.exempted) && r.headroom == s.headroom &&
 		r.quiet.Equal(s.quiet) && r.next.Equal(s.next) && slices.Equal(r.used, s.used)
 }
@@ -132,6 +133,25 @@ type tally struct {
 	neSkipped                 int // checks the person's later sends made moot
 	peeks                     int
 	wall                      time.Duration
+}
+
+// add adds x's figures but the wall time to s's.
+func (s *tally) add(x tally) {
+	s.attempts += x.attempts
+	s.allowed += x.allowed
+	s.denied += x.denied
+	for k, n := range x.deniedBy {
+		s.deniedBy[k] += n
+	}
+	s.quietDenials += x.quietDenials
+	s.quietPasses += x.quietPasses
+	s.exemptCounted += x.exemptCounted
+	s.exemptUncounted += x.exemptUncounted
+	s.headroomDenials += x.headroomDenials
+	s.neChecks += x.neChecks
+	s.nePassed += x.nePassed
+	s.neSkipped += x.neSkipped
+	s.peeks += x.peeks
 }
 
 func (s tally) String() string {
@@ -162,10 +182,12 @@ func (p *problems) add(kind, format string, args ...any) {
 // setter sets the clock every decision of a backend reads.
 type setter interface{ Set(time.Time) }
 
-// simRun runs w on lim, whose backend decides on clk, and checks every
-// decision against the oracle and every NextEligible it can. It returns
-// the records of the decisions, in order, and the figures.
-func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy) ([]record, tally) {
+// simRun runs the attempts of w's recipients in part (nil: all) on lim,
+// whose backend decides on clk, and checks every decision against the
+// oracle and every NextEligible it can. It returns the records of the
+// decisions, in order, and the figures. Recipients share no state: a
+// part's records are those of a run of all filtered to it.
+func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy, part func(r int) bool) ([]record, tally) {
 	ctx := context.Background()
 	start := time.Now()
 	var (
@@ -184,6 +206,9 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy) 
 		heap.Push(&h, e)
 	}
 	for _, a := range w.attempts {
+		if part != nil && !part(a.r) {
+			continue
+		}
 		push(event{at: a.at, kind: kTake, a: a, from: -1})
 	}
 	for h.Len() > 0 {
@@ -220,7 +245,7 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy) 
 		if err != nil {
 			t.Fatalf("%s of %s at %v: %v", kindNames[e.kind], rc.person, e.at, err)
 		}
-		rec := record{kind: e.kind, at: d.At, person: rc.person, allowed: d.Allowed, denied: d.Denied,
+		rec := record{r: a.r, kind: e.kind, at: d.At, person: rc.person, allowed: d.Allowed, denied: d.Denied,
 			exempted: d.Exempted, headroom: d.Headroom, quiet: d.Quiet, next: d.NextEligible}
 		for _, rd := range d.Rules {
 			rec.used = append(rec.used, rd.Used)
@@ -378,34 +403,57 @@ func TestSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ref []record
-	t.Run("memory", func(t *testing.T) {
-		fc := fakeclock.New(simStart)
-		lim := sdk.New(memory.New(&memory.Options{Clock: fc}))
-		var s tally
-		ref, s = simRun(t, lim, fc, w, p)
-		t.Logf("memory: %d recipients, %d generated attempts: %v", len(w.recipients), len(w.attempts), s)
+	// The memory run, the reference of the others, whatever -run selects.
+	fc := fakeclock.New(simStart)
+	ref, s := simRun(t, sdk.New(memory.New(&memory.Options{Clock: fc})), fc, w, p, nil)
+	t.Logf("memory: %d recipients, %d generated attempts: %v", len(w.recipients), len(w.attempts), s)
+	for _, mode := range []string{"redis", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			parts, s := simRedis(t, mode, w, p)
+			s.wall = time.Since(start)
+			t.Logf("%s (%d parts at once): %v", mode, simParts, s)
+			for k, recs := range parts {
+				want := slices.DeleteFunc(slices.Clone(ref), func(r record) bool { return r.r%simParts != k })
+				compareRuns(t, fmt.Sprintf("%s part %d", mode, k), want, recs)
+			}
+		})
+	}
+}
+
+// simParts is how many parts the Redis runs split the recipients into,
+// each run on servers of its own (a clock of its own) at once: a run waits
+// on its server's replies, and several make better use of a loaded
+// machine.
+const simParts = 4
+
+// simRedis runs w on Redis (mode "redis") or a Redis Cluster ("cluster"),
+// in simParts parts at once (part k: the recipients r with r%simParts ==
+// k), and returns each part's records and the sums of their figures.
+func simRedis(t *testing.T, mode string, w world, p *sdk.Policy) ([][]record, tally) {
+	recs := make([][]record, simParts)
+	tallies := make([]tally, simParts)
+	t.Run("parts", func(t *testing.T) {
+		for k := range simParts {
+			t.Run(fmt.Sprint(k), func(t *testing.T) {
+				t.Parallel()
+				clk := redistest.NewClock(t, simStart)
+				var c goredis.UniversalClient
+				if mode == "redis" {
+					c = goredis.NewClient(testserver.Patient(redis.NewClientOptions(clk.Server(t).Addr())).Simple())
+				} else {
+					c = goredis.NewClusterClient(testserver.Patient(redis.NewClientOptions(clk.Cluster(t)...)).Cluster())
+				}
+				t.Cleanup(func() { c.Close() })
+				lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
+				recs[k], tallies[k] = simRun(t, lim, clk, w, p, func(r int) bool { return r%simParts == k })
+			})
+		}
 	})
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		clk := redistest.NewClock(t, simStart)
-		srv := clk.Server(t)
-		c := goredis.NewClient(testserver.Patient(redis.NewClientOptions(srv.Addr())).Simple())
-		t.Cleanup(func() { c.Close() })
-		lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
-		recs, s := simRun(t, lim, clk, w, p)
-		t.Logf("redis: %v", s)
-		compareRuns(t, "redis", ref, recs)
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		clk := redistest.NewClock(t, simStart)
-		addrs := clk.Cluster(t)
-		c := goredis.NewClusterClient(testserver.Patient(redis.NewClientOptions(addrs...)).Cluster())
-		t.Cleanup(func() { c.Close() })
-		lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
-		recs, s := simRun(t, lim, clk, w, p)
-		t.Logf("cluster: %v", s)
-		compareRuns(t, "cluster", ref, recs)
-	})
+	s := tally{deniedBy: map[string]int{}}
+	for _, x := range tallies {
+		s.add(x)
+	}
+	return recs, s
 }
