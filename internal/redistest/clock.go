@@ -136,11 +136,17 @@ func (c *Clock) env() []string {
 	return []string{"LD_PRELOAD=" + shimLib.path, "FREQCAP_CLOCK_FILE=" + c.file}
 }
 
+// clockArgs are the redis-server arguments of a server on a clock:
+// jemalloc's background thread sleeps until an instant of the wall clock
+// (pthread_cond_timedwait), which the kernel reads: one of the Clock, in
+// the past, would wake it at once, again and again.
+var clockArgs = []string{"--jemalloc-bg-thread", "no"}
+
 // Server starts a dedicated standalone server on the clock, stopped when
 // t ends.
 func (c *Clock) Server(t testing.TB) *Server {
 	t.Helper()
-	s, err := startLike(serverConfig{dir: t.TempDir(), env: c.env()})
+	s, err := startLike(serverConfig{dir: t.TempDir(), env: c.env(), extra: clockArgs})
 	if err != nil {
 		t.Fatalf("redistest: start redis-server on a clock: %v", err)
 	}
@@ -171,7 +177,7 @@ func (c *Clock) Cluster(t testing.TB) []string {
 		c.mu.Unlock()
 	}()
 	nodes, err := startClusterLike(serverConfig{dir: t.TempDir(), cluster: true, env: c.env(),
-		extra: []string{"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10)}}, 3)
+		extra: append([]string{"--cluster-node-timeout", strconv.FormatInt(clusterNodeTimeout.Milliseconds(), 10)}, clockArgs...)}, 3)
 	if err != nil {
 		t.Fatalf("redistest: cluster on a clock: %v", err)
 	}
