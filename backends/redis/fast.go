@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -14,7 +15,7 @@ import (
 
 // Fast scripts: take.lua specialised to one policy's rules (lua.Fast,
 // lua/fast.lua.tmpl). A take or peek whose rules are all packed (fixed
-// windows, calendar excepted; sliding window counters; GCRA on plain
+// windows, calendar ones included; sliding window counters; GCRA on plain
 // Lua; packed sliding logs: driver.Rule.ExactLog up to driver.LogLine),
 // at most lua.FastMax of them, none shadow or
 // seeded, without an idempotency key and without Options.Upgrade, runs
@@ -111,6 +112,9 @@ type fastAttempt struct {
 	// quiet: the quiet spans (take.lua's A_MODES's last part), sent to a
 	// script for quiet hours (fastScript.quiet).
 	quiet string
+	// cals: each calendar rule's boundaries (calendarBounds), in rule
+	// order; nil when it has none.
+	cals []string
 }
 
 // fastAttempt returns the fast attempt of req, or false where take.lua
@@ -152,6 +156,21 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	a.ids = nestedIDs(&k, groups[:g])
 	if k.quiet {
 		a.quiet = quietArg(req.Quiet)
+	}
+	for i := range k.n {
+		if k.specs[i].code != codeCalendar {
+			continue
+		}
+		r := &req.Rules[i]
+		loc := r.Location
+		if req.Zone != nil { // the attempt's zone, as take.lua's encoder
+			loc = req.Zone
+		}
+		bs, err := calendarBounds(time.Now(), r.Calendar, loc, b.opts.CalendarSpan)
+		if err != nil {
+			return fastAttempt{}, false // take.lua's encoder says why
+		}
+		a.cals = append(a.cals, bs)
 	}
 	return a, true
 }
@@ -277,6 +296,9 @@ func (a *fastAttempt) args() []any {
 	if a.s.quiet {
 		args = append(args, a.quiet)
 	}
+	for _, bs := range a.cals {
+		args = append(args, bs)
+	}
 	if a.tk > 0 {
 		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
@@ -299,6 +321,9 @@ func (e *encoder) addFast(a *fastAttempt) {
 	if a.s.quiet {
 		e.argv = append(e.argv, a.quiet)
 	}
+	for _, bs := range a.cals {
+		e.argv = append(e.argv, bs)
+	}
 	e.attempts = append(e.attempts, a.s.choices)
 }
 
@@ -309,11 +334,15 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	var s fastScript
 	for i := range k.n {
 		a := &k.specs[i].args
+		var p1 int64 // a calendar rule's: its boundaries, an argument of each attempt
+		if k.specs[i].code != codeCalendar {
+			p1 = toInt64(a[3])
+		}
 		rules[i] = lua.FastRule{
 			Code:   a[0].(string),
 			Name:   a[1].(string),
 			Limit:  toInt64(a[2]),
-			P1:     toInt64(a[3]),
+			P1:     p1,
 			P2:     toInt64(a[4]),
 			Tag:    a[5].(string),
 			Key:    int(k.keys[i]),
@@ -347,7 +376,7 @@ func toInt64(v any) int64 {
 }
 
 // fastCandidate reports whether r may run in a fast script: a fixed window
-// (not a calendar one), a sliding window on plain Lua, a sliding log, or
+// (a calendar one too), a sliding window on plain Lua, a sliding log, or
 // GCRA (redis-cell takes only some GCRA rules: the spec says which); not
 // a shadow rule, an exempt one (driver.Rule.Exempt) or a seeded one
 // (take.lua's alone), nor one whose headroom take.lua's encoder refuses.
@@ -357,7 +386,7 @@ func fastCandidate(rep *capability.Report, r *driver.Rule) bool {
 	}
 	switch r.Algorithm {
 	case driver.FixedWindow:
-		return r.Calendar == driver.NoCalendar
+		return true // a calendar rule's boundaries go as an argument
 	case driver.SlidingWindow:
 		return r.Epoch > 0 || r.ExactLog() || rep.Choice(r.Algorithm).Strategy == capability.PlainLua
 	case driver.SlidingLog:

@@ -79,6 +79,11 @@ func fastPolicies(s subject) map[string][]driver.Rule {
 		"mixed": append(in("u", s.fixed("a", 1, time.Hour), s.sliding("b", 6, 3*time.Hour, 10)),
 			in("uc", s.gcra("c", 4, time.Hour, 1), s.fixed("d", 8, 24*time.Hour))...),
 		"log-4": in("u", s.log("a", 3, time.Hour), s.log("b", 5, 2*time.Hour), s.log("c", 7, 24*time.Hour), s.log("d", 9, 48*time.Hour)),
+		// Calendar windows (their boundaries an argument of the script) in
+		// two zones beside an epoch-aligned window.
+		"calendar": in("u", driver.Rule{Name: "day", Key: s.key("day"), Algorithm: driver.FixedWindow, Limit: 7, Window: 24 * time.Hour, Calendar: driver.Day, Location: newYork},
+			s.fixed("b", 4, time.Hour),
+			driver.Rule{Name: "hour", Key: s.key("hour"), Algorithm: driver.FixedWindow, Limit: 5, Window: time.Hour, Calendar: driver.Hour, Location: time.UTC}),
 		// A dimension set's log beside its packed value (two keys), and a
 		// log of its own.
 		"logs-mixed": append(in("u", s.fixed("a", 4, time.Hour), s.log("b", 6, 3*time.Hour), s.sliding("c", 8, 24*time.Hour, 10)),
@@ -93,6 +98,15 @@ func fastPolicies(s subject) map[string][]driver.Rule {
 			in("=h:y", s.fixed("d", 5, 2*time.Hour), s.log("e", 4, time.Hour))...),
 	}
 }
+
+// newYork is a zone with DST for calendar rules.
+var newYork = func() *time.Location {
+	loc, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}()
 
 // TestFastMatchesTake runs the same random takes and peeks through fast
 // scripts (subject A), through take.lua alone (B) and alternating between

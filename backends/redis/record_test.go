@@ -139,6 +139,13 @@ func TestIdempotencyRecordFromGo(t *testing.T) {
 			override: "12|40,10|l|0|0|1700000000000000|a=40|3|annvip", hold: "h9"}), func(res driver.Result) bool {
 			return res.Allowed && res.Override.ID == 12 && res.Override.Reason == "vip" && res.Rules[0].Limit == 40 && res.ReservationID == "h9"
 		}},
+		{"quiet", encoded(record{first: 8, now: at, rules: rules([4]int64{1, 2, 7, 0}, [4]int64{0, 10, 7, 5}), quiet: at + 3600000000}), func(res driver.Result) bool {
+			return !res.Allowed && res.Quiet.Equal(time.UnixMicro(at+3600000000)) && res.Rules[1].Used == 10
+		}},
+		{"override and quiet", encoded(record{first: 12, now: at, rules: rules([4]int64{1, 2, 7, 0}, [4]int64{1, 1, 7, 0}),
+			override: "12|40,10|l|0|0|1700000000000000|a=40|3|annvip", quiet: at + 1}), func(res driver.Result) bool {
+			return !res.Allowed && res.Override.ID == 12 && res.Rules[0].Limit == 40 && res.Quiet.Equal(time.UnixMicro(at+1))
+		}},
 		{"legacy text", "|1,1700000000000001,1,4,1500,0,0,3,1,2", func(res driver.Result) bool {
 			return res.Allowed && res.Rules[0].Used == 4 && res.Rules[1].Used == 3 && res.Rules[1].RetryAfter == 2*time.Microsecond
 		}},
@@ -210,6 +217,7 @@ func TestIdempotencyRecordErrors(t *testing.T) {
 		{"override without its flag", record{first: 1, override: "x"}, "first element 1 with 1 bytes"},
 		{"flag without override", record{first: 5}, "first element 5 with 0 bytes"},
 		{"replay's first element", record{first: 2}, "first element 2"},
+		{"quiet and allowed", record{first: 9}, "first element 9"},
 		{"too many rules", record{first: 1, rules: strings.Repeat(rule, 2979)}, "65538 bytes of rules"},
 	} {
 		if v, err := tc.r.encode(); err == nil || !strings.Contains(err.Error(), tc.want) {

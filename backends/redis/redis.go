@@ -6,11 +6,14 @@
 // One decision is one EVALSHA of one script that evaluates every rule of
 // the request against the server's clock (TIME) and consumes from all of
 // them only if every enforced one admits (a shadow rule consumes only
-// when it admits too, driver.Rule.Shadow): take.lua (the top-level package lua holds the sources; internal/lua builds the scripts), or, for a
-// take or peek whose rules are all fixed windows (not calendar ones),
+// when it admits too, driver.Rule.Shadow; an exempt one never denies,
+// driver.Rule.Exempt; a rule keeping headroom admits up to its limit less
+// driver.Rule.Keep; in quiet hours, driver.Request.Quiet, nothing is
+// admitted): take.lua (the top-level package lua holds the sources; internal/lua builds the scripts), or, for a
+// take or peek whose rules are all fixed or calendar windows,
 // sliding-window counters or GCRA on plain Lua, or packed sliding logs (limit at most driver.LogLine; at most
-// internal/lua's FastMax rules, none shadow or seeded, no idempotency
-// key, no Options.Upgrade; overrides are read there too),
+// internal/lua's FastMax rules, none shadow, exempt or seeded, no idempotency
+// key, no Options.Upgrade; overrides, headroom and quiet hours are decided there too),
 // the fast script built
 // for that set of rules (fast.lua.tmpl: take.lua's own arithmetic with the rules written in as
 // constants; the same decisions, writes and errors, in shorter encodings of its

@@ -54,8 +54,9 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	var rest []any
 	if a, ok := v.([]any); ok && len(a) >= 2 && len(a) <= 3 {
 		// A fast script's reply where an override applied or quiet hours
-		// denied: {its string, the override element, the quiet end}.
-		if _, ok := a[0].(string); ok {
+		// denied: {its string, the override element, the quiet end}
+		// (take.lua's first element, a string, is a short integer).
+		if s, ok := a[0].(string); ok && len(s) >= fastHead {
 			v, rest = a[0], a[1:]
 		}
 	}

@@ -62,7 +62,23 @@ func TestParseReply(t *testing.T) {
 				t.Errorf("parseTake = %+v, want allowed, replayed, reservation h1, used 2", r)
 			}
 		}},
-		{name: "bad allowed", v: append([]any{int64(8)}, ok[1:]...), wantErr: "must be 0..7"},
+		{name: "bad allowed", v: append([]any{int64(16)}, ok[1:]...), wantErr: "must be 0..15"},
+		{name: "quiet", v: append([]any{int64(8)}, append(ok[1:], int64(1700000000360000), "1|p||0|0|1|5|16")...), check: func(t *testing.T, r driver.Result) {
+			if r.Allowed || !r.Quiet.Equal(time.UnixMicro(1700000000360000)) || len(r.Trail) != 1 || !r.Trail[0].Quiet || r.Trail[0].Rule != "" {
+				t.Errorf("parseTake = %+v, want denied for quiet hours until 1700000000360000µs, one quiet trail entry", r)
+			}
+		}},
+		{name: "quiet without its end", v: append([]any{int64(8)}, ok[1:]...), wantErr: "quiet span's end"},
+		{name: "override and quiet", v: append([]any{int64(12)}, append(ok[1:], "12|40|l|0|0|1700000000000000|r=40|3|annvip", int64(99))...), check: func(t *testing.T, r driver.Result) {
+			if r.Allowed || r.Override.ID != 12 || !r.Quiet.Equal(time.UnixMicro(99)) || r.Trail != nil {
+				t.Errorf("parseTake = %+v, want denied for quiet hours until 99µs under limit override 12", r)
+			}
+		}},
+		{name: "keep", v: ok, rules: []driver.Rule{{Name: "r", Algorithm: driver.FixedWindow, Limit: 5, Keep: 2}}, check: func(t *testing.T, r driver.Result) {
+			if got := r.Rules[0]; got.Limit != 5 || got.Remaining != 1 {
+				t.Errorf("parseTake(keep 2) = %+v, want limit 5, remaining 1 (limit-keep-used)", got)
+			}
+		}},
 		{name: "override", v: append([]any{int64(5)}, append(ok[1:], "12|40|l|0|0|1700000000000000|r=40|3|annvip")...), check: func(t *testing.T, r driver.Result) {
 			o := r.Override
 			if !r.Allowed || r.Replayed || o.ID != 12 || o.Kind != driver.Limit || o.Limits["r"] != 40 || o.By != "ann" || o.Reason != "vip" || r.Rules[0].Limit != 40 {
@@ -77,7 +93,12 @@ func TestParseReply(t *testing.T) {
 				t.Errorf("parseTake(…).Trail = %+v, want a shadow cost-too-high entry and override 7's", r.Trail)
 			}
 		}},
-		{name: "trail flags out of range", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|8"), wantErr: "flags 8"},
+		{name: "trail exempt and quiet flags", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|8", "1|p||0|0|1|5|16"), check: func(t *testing.T, r driver.Result) {
+			if len(r.Trail) != 2 || !r.Trail[0].Exempt || r.Trail[0].Quiet || r.Trail[0].Rule != "r" || !r.Trail[1].Quiet || r.Trail[1].Exempt {
+				t.Errorf("parseTake(…).Trail = %+v, want r's exempt entry and a quiet one", r.Trail)
+			}
+		}},
+		{name: "trail flags out of range", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|32"), wantErr: "flags 32"},
 		{name: "trail override without id", v: append(append([]any{}, ok...), "1|p|r|2|1|1|5|4"), wantErr: "without an override ID"},
 		{name: "replay without reservation id", v: append([]any{int64(2)}, ok[1:]...), wantErr: "want the reservation id"},
 		{name: "bad flags", v: []any{int64(0), int64(1), binRule(3, 0, 0, 0)}, wantErr: "flags must be"},
@@ -150,13 +171,18 @@ func TestParseTake(t *testing.T) {
 	if err != nil || r.Allowed || !r.Now.Equal(time.UnixMicro(1700000000000001)) || len(r.Rules) != 2 || r.Rules[0] != want[0] || r.Rules[1] != want[1] || r.Trail != nil {
 		t.Errorf("parseTake(fast) = %+v, %v, want denied, %+v", r, err, want)
 	}
+	// Denied for quiet hours: {its string, the quiet end}.
+	r, err = parseTake([]any{head(8, 5) + bin[:perRuleBytes], int64(99)}, rules[:1])
+	if err != nil || r.Allowed || !r.Quiet.Equal(time.UnixMicro(99)) {
+		t.Errorf("parseTake(fast, quiet) = %+v, %v, want denied, quiet until 99µs", r, err)
+	}
 	for _, bad := range []struct {
 		v    any
 		want string
 	}{
 		{head(1, 5) + bin[:10], "want 30 bytes for 1 rules, got 18"},
 		{"OK", "want 30 bytes"},
-		{head(8, 5) + bin[:perRuleBytes], "must be 0..7"},
+		{head(16, 5) + bin[:perRuleBytes], "must be 0..15"},
 		{head(1, 5) + binRule(3, 0, 0, 0), "flags must be"},
 		{[]any{int64(1), int64(5)}, "at least 3"},
 		{[]any{int64(1), int64(5), bin[:10]}, "want 22 bytes"},

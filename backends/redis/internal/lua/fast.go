@@ -13,7 +13,7 @@ import (
 // it from ARGV (code, name, limit, p1, p2, tag) and Key, the index
 // (1-based) of its dimension set's key among the attempt's keys.
 type FastRule struct {
-	Code   string // CodeFixed, CodeSliding, CodeGCRA or CodeLog
+	Code   string // CodeFixed, CodeCalendar, CodeSliding, CodeGCRA or CodeLog
 	Name   string
 	Limit  int64
 	P1, P2 int64
@@ -44,10 +44,13 @@ type FastRule struct {
 const FastMax = 6
 
 // FastCode reports whether Fast runs rules of algorithm code (take.lua's
-// codes): fixed windows, sliding window counters, GCRA and sliding logs,
-// all packed (the sorted-set logs, 'z', are take.lua's alone).
+// codes): fixed and calendar windows, sliding window counters, GCRA and
+// sliding logs, all packed (the sorted-set logs, 'z', are take.lua's
+// alone). A calendar rule's boundaries (take.lua's p1, around the
+// client's clock) are one more ARGV value per attempt (fast.lua.tmpl's
+// header): its P1 is not written in.
 func FastCode(code string) bool {
-	return code == CodeFixed || code == CodeSliding || code == CodeGCRA || code == CodeLog
+	return code == CodeFixed || code == CodeCalendar || code == CodeSliding || code == CodeGCRA || code == CodeLog
 }
 
 // FastOptions are a fast script's settings beside its rules.
@@ -142,7 +145,10 @@ type fastData struct {
 	// form's first trail value's, TB the trail ARGV base of the short form.
 	Quiet                  bool
 	Extra, QS, TrailAt, TB int
-	Format                 string // the reply's struct format: REPLYHDR, then RULEREC per rule
+	// Cals are the calendar rules, whose boundaries (CB<N>) come after
+	// the spans, one value each, in rule order.
+	Cals   []*fastRule
+	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
 
 // fastRule is one rule of a fast script: its specification, its number
@@ -168,6 +174,10 @@ type fastRule struct {
 	// struct format, EntryArgs its values (the tag written in, the expiry
 	// X<N>).
 	Kept, EntryFormat, EntryArgs string
+	// CalShort and CalFull, for a calendar rule: its boundaries' ARGV
+	// index in the short form, and offset after the attempt's in the full
+	// form (ARGV[ab + FA + CalFull]).
+	CalShort, CalFull int
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
 	// before it; Len, the Lua expression of its new entry's payload
@@ -255,8 +265,7 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 		return nil, fmt.Errorf("lua: Fast: %d rules, want 1 to %d", len(rules), FastMax)
 	}
 	d := &fastData{Ov: ov, Format: fmt.Sprintf("<Bi%d", ReplyInt) + strings.Repeat(fmt.Sprintf("Bi%[1]di%[1]di%[1]d", ReplyInt), len(rules))}
-	tags := map[string]bool{}
-	secs := map[string]map[string]string{}
+	tags, secs := map[string]bool{}, map[string]map[string]string{}
 	for i, r := range rules {
 		if !FastCode(r.Code) {
 			return nil, fmt.Errorf("lua: Fast: rule %q: algorithm code %q is not packed", r.Name, r.Code)
@@ -307,7 +316,15 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	if ov {
 		d.GO++
 	}
-	d.Quiet = o.Quiet
+	d.argv(o.Quiet) // the ids and the spans
+	return d, nil
+}
+
+// argv sets where the attempt's values after FA lie (fast.lua.tmpl's
+// header): the nested sets' ids, then the quiet spans (quiet), then each
+// calendar rule's boundaries.
+func (d *fastData) argv(quiet bool) {
+	d.Quiet = quiet
 	if d.Nested {
 		d.Extra++
 	}
@@ -315,8 +332,14 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	if d.Quiet {
 		d.Extra++
 	}
+	for _, r := range d.Rules {
+		if r.Code == CodeCalendar {
+			d.Extra++
+			r.CalShort, r.CalFull = 2+d.Extra, d.Extra
+			d.Cals = append(d.Cals, r)
+		}
+	}
 	d.TrailAt, d.TB = 3+d.Extra, d.Extra-2
-	return d, nil
 }
 
 // nest lists each root's nested sets (Kids) and the order the sets'
@@ -457,6 +480,9 @@ func newFastRule(r FastRule, n int, ov bool, sec map[string]string) *fastRule {
 	var vars map[string]string
 	if ov && fr.GCRA {
 		vars = map[string]string{strconv.Itoa(RuleP1): "GT", strconv.Itoa(RuleP2): "GTOL"}
+	}
+	if r.Code == CodeCalendar { // its boundaries: the attempt's
+		vars = map[string]string{strconv.Itoa(RuleP1): fmt.Sprintf("CB%d", n)}
 	}
 	var saved []string
 	fill := func(section string) string {

@@ -55,14 +55,17 @@
 -- and in a script for quiet hours (lua.FastOptions.Quiet), one more after
 -- them: the quiet spans, start and end µs, comma-separated (take.lua's
 -- ARGV[a+A_MODES]'s last part): the attempt is denied in one, as by
--- take.lua (REPLY_QUIET; a block override first, an exempt one after)
+-- take.lua (REPLY_QUIET; a block override first, an exempt one after);
+-- then one per calendar rule, in rule order: its boundaries (take.lua's
+-- p1 of a calendar rule)
 -- KEYS per attempt: its dimension-set keys, then in a script with nested
 -- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
 -- the roots' keys), then its overrides in a script that reads them (GO,
 -- the keys before the trail, counts them), then its trail if tk > 0,
 -- then its reservations if hk > 0.
 -- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
--- sets ARGV[3] their ids, for quiet hours then the quiet spans, then, with a trail, max entries, TTL, policy
+-- sets ARGV[3] their ids, for quiet hours then the quiet spans, then
+-- each calendar rule's boundaries, then, with a trail, max entries, TTL, policy
 -- and trail values; KEYS: the dimension sets, the wide hashes, the
 -- overrides, the trail with a trail, then the reservations if there are
 -- more keys. Redis builds the ARGV table on
