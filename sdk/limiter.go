@@ -39,6 +39,7 @@ type Limiter struct {
 	timeout time.Duration
 	observe []func(Event) // WithObserver, in the order given
 	hot     sync.Map      // policy name -> *hotSlot: the hot-deny caches
+	people  people        // identities' persons and zones, read for decisions (people.go)
 }
 
 // Option configures a Limiter in New.

@@ -430,3 +430,16 @@ func (p *Policy) Person() string {
 	}
 	return p.person
 }
+
+// QuietEnd returns the first instant at or after t outside p's quiet
+// hours in zone (nil: the policy's zone): t itself when they are not on
+// at t, or when p has none.
+func QuietEnd(p *Policy, zone *time.Location, t time.Time) time.Time {
+	if p == nil || len(p.quiet) == 0 {
+		return t
+	}
+	if zone == nil {
+		zone = p.quietLoc
+	}
+	return alg.QuietEnd(p.quiet, zone, t)
+}
