@@ -63,6 +63,18 @@ func inQuiet(at time.Time, loc *time.Location) bool {
 	return h >= 21 || h < 8
 }
 
+// quietEnd returns when the quiet hours holding at end: the first instant
+// after it whose local clock reads 08:00 (no zone of the simulation skips
+// or repeats 08:00).
+func quietEnd(at time.Time, loc *time.Location) time.Time {
+	l := at.In(loc)
+	y, m, d := l.Date()
+	if l.Hour() >= 8 {
+		d++
+	}
+	return time.Date(y, m, d, 8, 0, 0, 0, loc)
+}
+
 // oracle holds the units counted per rule and key: a sliding rule's as
 // their instants, a calendar rule's as a count.
 type oracle struct {

@@ -129,6 +129,7 @@ type tally struct {
 	exemptCounted             int // (attempt, rule) pairs an otp passed, counted
 	exemptUncounted           int // (attempt, rule) pairs a security notice passed
 	headroomDenials           int
+	overLimit                 int // otp sends leaving some rule's count past its limit
 	neChecks, nePassed        int // NextEligible checks valid (nothing consumed since)
 	neSkipped                 int // checks the person's later sends made moot
 	peeks                     int
@@ -148,6 +149,7 @@ func (s *tally) add(x tally) {
 	s.exemptCounted += x.exemptCounted
 	s.exemptUncounted += x.exemptUncounted
 	s.headroomDenials += x.headroomDenials
+	s.overLimit += x.overLimit
 	s.neChecks += x.neChecks
 	s.nePassed += x.nePassed
 	s.neSkipped += x.neSkipped
@@ -160,9 +162,9 @@ func (s tally) String() string {
 		reasons = append(reasons, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(reasons)
-	return fmt.Sprintf("takes %d (allowed %d, denied %d: %s; headroom %d), quiet denials %d, quiet passes %d, exempt counted %d, exempt uncounted %d, peeks %d, next-eligible checks %d passed %d (skipped %d: a send of the person in between), wall %v",
+	return fmt.Sprintf("takes %d (allowed %d, denied %d: %s; headroom %d), quiet denials %d, quiet passes %d, exempt counted %d (otp sends counted past a limit %d), exempt uncounted %d, peeks %d, next-eligible checks %d passed %d (skipped %d: a send of the person in between), wall %v",
 		s.attempts, s.allowed, s.denied, strings.Join(reasons, ", "), s.headroomDenials, s.quietDenials, s.quietPasses,
-		s.exemptCounted, s.exemptUncounted, s.peeks, s.neChecks, s.nePassed, s.neSkipped, s.wall.Round(time.Millisecond))
+		s.exemptCounted, s.overLimit, s.exemptUncounted, s.peeks, s.neChecks, s.nePassed, s.neSkipped, s.wall.Round(time.Millisecond))
 }
 
 // problems collects a run's failures, up to a few per kind.
@@ -283,8 +285,15 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy, 
 			if d.Headroom != v.headroom {
 				pr.add("headroom", "%s: Headroom %v, the oracle's %v (used %v)", where(), d.Headroom, v.headroom, v.used)
 			}
-		} else if d.Quiet.IsZero() {
-			pr.add("quiet", "%s: denied in quiet hours without saying when they end", where())
+		}
+		// In quiet hours, whether denied for them or passing them, Quiet
+		// says when they end; outside them it is zero.
+		wantQuiet := time.Time{}
+		if inQuiet(e.at, rc.zone) {
+			wantQuiet = quietEnd(e.at, rc.zone)
+		}
+		if !d.Quiet.Equal(wantQuiet) {
+			pr.add("quiet", "%s: Quiet %v, want %v (08:00 local, or zero outside quiet hours)", where(), d.Quiet, wantQuiet)
 		}
 		consumed := take && d.Allowed && (!all || counted)
 		for i := range oracleRules {
@@ -307,6 +316,12 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy, 
 				s.allowed++
 				if all && counted {
 					s.exemptCounted += len(d.Exempted)
+					for _, rd := range d.Rules {
+						if rd.Used > rd.Limit {
+							s.overLimit++ // an otp counted past the limit
+							break
+						}
+					}
 				} else if all {
 					s.exemptUncounted += len(d.Exempted)
 				}
@@ -407,6 +422,19 @@ func TestSimulation(t *testing.T) {
 	fc := fakeclock.New(simStart)
 	ref, s := simRun(t, sdk.New(memory.New(&memory.Options{Clock: fc})), fc, w, p, nil)
 	t.Logf("memory: %d recipients, %d generated attempts: %v", len(w.recipients), len(w.attempts), s)
+	// The traffic reaches every case the checks are about.
+	for _, r := range append([]string{"quiet"}, ruleNames()...) {
+		if s.deniedBy[r] == 0 {
+			t.Errorf("no attempt denied by %s: the simulation does not test it", r)
+		}
+	}
+	for name, n := range map[string]int{"headroom denials": s.headroomDenials, "quiet passes": s.quietPasses,
+		"counted exemptions": s.exemptCounted, "otp sends past a limit": s.overLimit,
+		"uncounted exemptions": s.exemptUncounted, "next-eligible checks": s.neChecks} {
+		if n == 0 {
+			t.Errorf("no %s: the simulation does not test them", name)
+		}
+	}
 	for _, mode := range []string{"redis", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -456,4 +484,12 @@ func simRedis(t *testing.T, mode string, w world, p *sdk.Policy) ([][]record, ta
 		s.add(x)
 	}
 	return recs, s
+}
+
+func ruleNames() []string {
+	var out []string
+	for _, r := range oracleRules {
+		out = append(out, r.name)
+	}
+	return out
 }
