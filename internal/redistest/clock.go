@@ -77,7 +77,8 @@ type Clock struct {
 // NewClock returns a Clock reading start (truncated to the microsecond),
 // for the servers Server and Cluster start. It skips the test (or fails it
 // under FREQCAP_REQUIRE_SERVERS=1) without redis-server or a C compiler
-// (cc), and fails it if the shim does not build.
+// (cc), and fails it if the shim does not build. The shim is built once
+// per test binary, in a directory Main removes.
 func NewClock(t testing.TB, start time.Time) *Clock {
 	t.Helper()
 	requireBinaries(t, "redis-server", "cc")
