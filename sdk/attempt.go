@@ -147,8 +147,8 @@ type call struct {
 	subject Subject
 	resID   string // set by finish: the reservation of an allowed reserve
 	// The attempt's messaging caps (Policy.messaging): its class (nil:
-	// none), its cost and priority, and the zone of its quiet hours (nil:
-	// the policy's).
+	// none), the attempt (its cost, priority and identity, for the
+	// observer too), and the zone of its quiet hours (nil: the policy's).
 	cls  *Class
 	att  Attempt
 	zone *time.Location
@@ -182,14 +182,14 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if err := l.supports(name, dop); err != nil {
 		return nil, err
 	}
-	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject}
+	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
+	if p.trailMax > 0 {
+		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
+	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
-		c.att, c.zone = a, a.Zone
-		if p.trailMax > 0 {
-			c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
-		}
-		if c.cls, err = p.messaging(&c.req, a, a.Zone, l.now()); err != nil {
+		c.zone = a.Zone
+		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
 			return nil, fmt.Errorf("sdk: %s: %w", name, err)
 		}
 	}
@@ -230,7 +230,7 @@ func (l *Limiter) cached(c *call) (Decision, bool) {
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
 	if ok {
-		l.emit(Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Batch: c.batch})
+		l.emit(c.event(d, nil, 0))
 	}
 	return d, ok
 }
@@ -242,11 +242,11 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if a.err != nil {
 		if p.failOpen {
 			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: a.err}
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
+			l.emit(c.event(d, a.err, a.lat))
 			return d, nil
 		}
 		err := fmt.Errorf("sdk: %s: %w", c.name, a.err)
-		l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
+		l.emit(c.event(Decision{}, err, a.lat))
 		return Decision{}, err
 	}
 	r := a.r
@@ -259,7 +259,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.name, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
+			l.emit(c.event(Decision{}, err, a.lat))
 			return Decision{}, err
 		}
 	}
@@ -283,6 +283,13 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, l.now(), d)
 		}
 	}
-	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Latency: a.lat, Batch: c.batch})
+	l.emit(c.event(d, nil, a.lat))
 	return d, nil
+}
+
+// event is the observer's Event of c: its decision d or error err, the
+// backend call's latency lat.
+func (c *call) event(d Decision, err error, lat time.Duration) Event {
+	return Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost,
+		Priority: c.att.Priority, Zone: c.req.Zone, Identity: c.att.Identity, Decision: d, Err: err, Latency: lat, Batch: c.batch}
 }

@@ -279,6 +279,13 @@ type Event struct {
 	// attempt's cost (0 for "inspect").
 	Subject Subject
 	Cost    int64
+	// Priority, Zone and Identity are the attempt's (Attempt.Priority,
+	// Zone, Identity; its class is Decision.Class), for every Op but
+	// "inspect", so that an observer can record the attempt whole (a
+	// what-if replay decides it again as it was).
+	Priority int
+	Zone     *time.Location
+	Identity string
 }
 
 // decide turns a backend result into a Decision. rules are the resolved

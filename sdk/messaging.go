@@ -262,8 +262,12 @@ const quietReach = time.Hour
 
 // messaging gives req what the attempt's class, priority and zone ask of
 // p: each rule's headroom and exemption, and the quiet spans around now
-// in zone (nil: the policy's). It returns the class (nil: none).
-func (p *Policy) messaging(req *driver.Request, a Attempt, zone *time.Location, now time.Time) (*Class, error) {
+// in zone (nil: the policy's). before marks, per rule of req, a rule's
+// former self (nonzero: resolved.before), which the class exempts as the
+// rule but which keeps no headroom: it is enforced with its own limit,
+// which may be at or below the units its successor keeps. It returns the
+// class (nil: none).
+func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone *time.Location, now time.Time) (*Class, error) {
 	var cls *Class
 	if a.Class != "" {
 		c, ok := p.class(a.Class)
@@ -278,7 +282,7 @@ func (p *Policy) messaging(req *driver.Request, a Attempt, zone *time.Location, 
 	if p.headroom || cls != nil {
 		for i := range req.Rules {
 			r := &req.Rules[i]
-			if hs := p.headroomOf(r.Name); hs != nil {
+			if hs := p.headroomOf(r.Name); hs != nil && (before == nil || before[i] == 0) {
 				r.Keep = keepFor(hs, a.Priority)
 			}
 			if !r.Shadow {
@@ -361,13 +365,10 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if len(p.quiet) > 0 {
 		if !quietEnd.IsZero() {
 			d.Quiet = quietEnd
-		} else if !d.At.IsZero() {
-			if zone == nil {
-				zone = p.quietLoc
-			}
-			if e := alg.QuietEnd(p.quiet, zone, d.At); e.After(d.At) {
-				d.Quiet = e // in quiet hours, passed by the class
-			}
+		} else if e := QuietEnd(p, zone, d.At); d.Allowed && !d.At.IsZero() && e.After(d.At) {
+			// Set for an attempt its class let through quiet hours only
+			// (Decision.Quiet: a denial with Quiet set is one for them).
+			d.Quiet = e
 		}
 	}
 	if d.Allowed || d.CostTooHigh || d.Degraded {
@@ -380,11 +381,8 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 	if !d.Quiet.IsZero() && d.Quiet.After(t) && (cls == nil || !cls.QuietHours) {
 		t = d.Quiet
 	}
-	if len(p.quiet) > 0 && (cls == nil || !cls.QuietHours) {
-		if zone == nil {
-			zone = p.quietLoc
-		}
-		t = alg.QuietEnd(p.quiet, zone, t)
+	if cls == nil || !cls.QuietHours {
+		t = QuietEnd(p, zone, t)
 	}
 	d.NextEligible = t
 }

@@ -285,5 +285,72 @@ func messagingCases() []testCase {
 		{name: "HeadroomLargeLog", needs: peeker, run: headroomOn(func(e *env, l int64) sdk.Rule { return e.log("a", l, time.Hour) }, cellScale)},
 		{name: "QuietHoursInTheAttemptsZone", run: quietHours},
 		{name: "NextEligibleExact", fakeOnly: true, run: nextEligible},
+		{name: "IdentitiesShareAPersonsCaps", needs: linker, run: identities},
+	}
+}
+
+// identities: a person's identities share their caps (WithPerson,
+// Attempt.Identity, Admin.Link); an identity without a link is its own
+// person; the person's stored zone serves attempts without one, the
+// attempt's own zone wins; trail entries record the identity.
+func identities(e *env) {
+	w := time.Hour
+	e.ensureRoom(w, 10*time.Second)
+	person := e.subject()[dim]
+	dev, mail := "dev-"+e.tag, "mail-"+e.tag
+	ad := e.lim.Admin()
+	for _, id := range []string{dev, mail} {
+		if _, err := ad.Link(bg(), id, person, "ops", "test"); err != nil {
+			e.t.Fatalf("Link(%s) = %v", id, err)
+		}
+	}
+	r := e.fixed("a", 3, w)
+	p := e.policyWith([]sdk.PolicyOption{sdk.WithPerson(dim)}, r)
+	for i, id := range []string{dev, mail, dev} {
+		d := e.msg("Take to "+id, p, sdk.Attempt{Subject: sdk.Subject{}, Identity: id}, take)
+		if !d.Allowed || d.Rules[0].Used != int64(i+1) {
+			e.t.Fatalf("Take #%d to %s = allowed %t, rules %s, want allowed at %d: one person's caps", i+1, id, d.Allowed, fmtRules(d.Rules), i+1)
+		}
+	}
+	if d := e.msg("Take to the person", p, sdk.Attempt{}, take); d.Allowed || d.Rules[0].Used != 3 {
+		e.t.Errorf("Take to the person itself = allowed %t, rules %s, want denied at 3/3", d.Allowed, fmtRules(d.Rules))
+	}
+	if d := e.msg("Take to an unlinked identity", p, sdk.Attempt{Subject: sdk.Subject{}, Identity: "other-" + e.tag}, take); !d.Allowed || d.Rules[0].Used != 1 {
+		e.t.Errorf("Take to an unlinked identity = allowed %t, rules %s, want allowed at 1: its own person", d.Allowed, fmtRules(d.Rules))
+	}
+	if e.has(inspector) {
+		d := e.msg("Take to mail, denied", p, sdk.Attempt{Subject: sdk.Subject{}, Identity: mail}, take)
+		if d.Allowed {
+			e.t.Fatalf("Take to mail at 3/3 = allowed")
+		}
+		_, tr := e.inspect(r)
+		if len(tr) == 0 || tr[0].Identity != mail {
+			e.t.Errorf("trail = %+v, want the newest entry to record identity %q", tr, mail)
+		}
+	}
+	// The stored zone: quiet hours in it for an attempt without zone; the
+	// attempt's zone wins.
+	kolkata, err := sdk.LoadZone("Asia/Kolkata")
+	if err != nil {
+		e.t.Skipf("SKIP: no zone database: %v", err)
+	}
+	q, end := quietAround(e.now(), kolkata)
+	pq := e.policyWith([]sdk.PolicyOption{sdk.WithPerson(dim), sdk.WithQuietHours(time.UTC, q)}, e.fixed("b", 10, w))
+	if d := e.msg("Take to dev, no stored zone", pq, sdk.Attempt{Subject: sdk.Subject{}, Identity: dev}, take); !d.Allowed {
+		e.t.Fatalf("Take to dev without a stored zone = denied %v, quiet %v, want allowed (UTC is not quiet)", d.Denied, d.Quiet)
+	}
+	if err := ad.SetPersonZone(bg(), person, "Asia/Kolkata", "ops", "moved"); err != nil {
+		e.t.Fatalf("SetPersonZone = %v", err)
+	}
+	d := e.msg("Take to dev, stored zone Kolkata", pq, sdk.Attempt{Subject: sdk.Subject{}, Identity: dev}, take)
+	e.before(d, end.Add(-time.Minute), "Take to dev")
+	if d.Allowed || !d.Quiet.Equal(end) {
+		e.t.Errorf("Take to dev with stored zone Kolkata = allowed %t, quiet %v, want denied for quiet hours until %v", d.Allowed, d.Quiet, end)
+	}
+	if d := e.msg("Take to dev in UTC", pq, sdk.Attempt{Subject: sdk.Subject{}, Identity: dev, Zone: time.UTC}, take); !d.Allowed {
+		e.t.Errorf("Take to dev with the attempt's zone UTC = denied %v, quiet %v, want allowed: the attempt's zone wins", d.Denied, d.Quiet)
+	}
+	if _, err := e.lim.Take(bg(), e.policy(r), sdk.Attempt{Subject: e.subject(), Identity: dev}); !errors.Is(err, sdk.ErrInvalidPolicy) {
+		e.t.Errorf("Take with an identity under a policy without person dimension = %v, want ErrInvalidPolicy", err)
 	}
 }
