@@ -5,8 +5,10 @@
 // Berlin's, Athens', Jerusalem's, Beirut's, Nuuk's, the Azores' and Troll's
 // spring forward; Santiago's, Easter Island's, Sydney's, Adelaide's, Lord
 // Howe's, Auckland's and Chatham's fall back. The sender's attempts mix
-// priorities, message classes and identities (a third of the recipients
-// have two or three; each attempt names one and gives its person's key).
+// priorities, message classes and identities: each attempt names one of
+// its recipient's identities (a third have two or three), linked to the
+// person (Admin.Link), and gives no person; a quarter of the persons have
+// their zone stored (Admin.SetPersonZone) and their attempts give none.
 // It runs on the memory backend and on Redis and a Redis Cluster whose
 // clocks the test sets (internal/redistest.Clock), holds each decision to
 // the test's own oracle and the three runs to each other. It has no code

@@ -38,11 +38,15 @@ const (
 )
 
 // recipient is one person: their zone and identities (device tokens, a
-// phone number, an e-mail address), and whether they get heavy traffic.
+// phone number, an e-mail address), each linked to the person
+// (Admin.Link), whether the zone is stored with the person
+// (Admin.SetPersonZone) instead of given with each attempt, and whether
+// they get heavy traffic.
 type recipient struct {
 	person string
 	zone   *time.Location
 	ids    []string
+	stored bool
 	heavy  bool
 }
 
@@ -76,13 +80,13 @@ func generate(seed uint64, recipients int) (world, error) {
 		if err != nil {
 			return world{}, err
 		}
-		rc := recipient{person: fmt.Sprintf("p%03d", i), zone: loc, heavy: i%7 == 0}
+		rc := recipient{person: fmt.Sprintf("p%03d", i), zone: loc, stored: i%4 == 1, heavy: i%7 == 0}
 		n := 1
 		if i%3 == 0 {
 			n = 2 + rng.IntN(2) // a third have 2 or 3 identities
 		}
 		for k := range n {
-			rc.ids = append(rc.ids, fmt.Sprintf("%s-id%d", rc.person, k))
+			rc.ids = append(rc.ids, fmt.Sprintf("token-%d-%d", i, k))
 		}
 		w.recipients = append(w.recipients, rc)
 	}

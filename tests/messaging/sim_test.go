@@ -32,8 +32,9 @@ const simSeed = 37
 // recipient's zone keeping the last from promotions, 100 per ISO week in
 // that zone; quiet hours 21:00 to 08:00 there; one-time passwords exempt
 // from every rule and counted, passing quiet hours; security notices
-// exempt and not counted; alerts passing quiet hours. oracleRules mirror
-// its rules.
+// exempt and not counted; alerts passing quiet hours. Its person
+// dimension is "user": an attempt names an identity, decided for the
+// person it is linked to. oracleRules mirror its rules.
 func simPolicy() (*sdk.Policy, error) {
 	return sdk.NewPolicy("sim37", []sdk.Rule{
 		sdk.SlidingWindow("recv-1m", 15, time.Minute).By("user"),
@@ -48,6 +49,7 @@ func simPolicy() (*sdk.Policy, error) {
 			sdk.Class{Name: classSecurity, AllRules: true},
 			sdk.Class{Name: classAlert, QuietHours: true},
 		),
+		sdk.WithPerson("user"),
 	)
 }
 
@@ -184,6 +186,36 @@ func (p *problems) add(kind, format string, args ...any) {
 // setter sets the clock every decision of a backend reads.
 type setter interface{ Set(time.Time) }
 
+// link links every identity of w's recipients in part (nil: all) to its
+// person, and stores the zones of those whose attempts give none, through
+// lim's Admin, and checks what the backend then keeps of each person.
+func link(t *testing.T, lim *sdk.Limiter, w world, part func(r int) bool) {
+	t.Helper()
+	ctx := context.Background()
+	ad := lim.Admin()
+	for r, rc := range w.recipients {
+		if part != nil && !part(r) {
+			continue
+		}
+		for _, id := range rc.ids {
+			if _, err := ad.Link(ctx, id, rc.person, "sim37", "issue 37 simulation"); err != nil {
+				t.Fatalf("Link(%s, %s): %v", id, rc.person, err)
+			}
+		}
+		want := ""
+		if rc.stored {
+			want = rc.zone.String()
+			if err := ad.SetPersonZone(ctx, rc.person, want, "sim37", "issue 37 simulation"); err != nil {
+				t.Fatalf("SetPersonZone(%s, %s): %v", rc.person, want, err)
+			}
+		}
+		got, err := ad.Person(ctx, rc.person)
+		if err != nil || len(got.Links) != len(rc.ids) || got.Zone != want {
+			t.Fatalf("Person(%s) = %d links, zone %q, %v; want %d, %q", rc.person, len(got.Links), got.Zone, err, len(rc.ids), want)
+		}
+	}
+}
+
 // simRun runs the attempts of w's recipients in part (nil: all) on lim,
 // whose backend decides on clk, and checks every decision against the
 // oracle and every NextEligible it can. It returns the records of the
@@ -226,12 +258,16 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy, 
 		}
 		clk.Set(e.at)
 		v := o.judge(rc, a, e.at)
+		// The subject gives no person: the identity's link does, and the
+		// person's stored zone when the attempt gives none.
 		att := sdk.Attempt{
-			Subject:  sdk.Subject{"user": rc.person, "campaign": a.campaign, "content": a.content},
-			Zone:     rc.zone,
+			Subject:  sdk.Subject{"campaign": a.campaign, "content": a.content},
 			Class:    a.class,
 			Priority: a.priority,
 			Identity: rc.ids[a.id],
+		}
+		if !rc.stored {
+			att.Zone = rc.zone
 		}
 		take := e.kind == kTake || e.kind == kRetry
 		var (
@@ -286,14 +322,14 @@ func simRun(t *testing.T, lim *sdk.Limiter, clk setter, w world, p *sdk.Policy, 
 				pr.add("headroom", "%s: Headroom %v, the oracle's %v (used %v)", where(), d.Headroom, v.headroom, v.used)
 			}
 		}
-		// In quiet hours, whether denied for them or passing them, Quiet
-		// says when they end; outside them it is zero.
+		// Denied for quiet hours or passing them, Quiet says when they
+		// end (08:00 local); else it is zero.
 		wantQuiet := time.Time{}
-		if inQuiet(e.at, rc.zone) {
+		if v.quiet || (d.Allowed && passQuiet && inQuiet(e.at, rc.zone)) {
 			wantQuiet = quietEnd(e.at, rc.zone)
 		}
 		if !d.Quiet.Equal(wantQuiet) {
-			pr.add("quiet", "%s: Quiet %v, want %v (08:00 local, or zero outside quiet hours)", where(), d.Quiet, wantQuiet)
+			pr.add("quiet", "%s: Quiet %v, want %v (08:00 local when denied for quiet hours or passing them, else zero)", where(), d.Quiet, wantQuiet)
 		}
 		consumed := take && d.Allowed && (!all || counted)
 		for i := range oracleRules {
@@ -420,7 +456,9 @@ func TestSimulation(t *testing.T) {
 	}
 	// The memory run, the reference of the others, whatever -run selects.
 	fc := fakeclock.New(simStart)
-	ref, s := simRun(t, sdk.New(memory.New(&memory.Options{Clock: fc})), fc, w, p, nil)
+	mem := sdk.New(memory.New(&memory.Options{Clock: fc}))
+	link(t, mem, w, nil)
+	ref, s := simRun(t, mem, fc, w, p, nil)
 	t.Logf("memory: %d recipients, %d generated attempts: %v", len(w.recipients), len(w.attempts), s)
 	// The traffic reaches every case the checks are about.
 	for _, r := range append([]string{"quiet"}, ruleNames()...) {
@@ -475,7 +513,9 @@ func simRedis(t *testing.T, mode string, w world, p *sdk.Policy) ([][]record, ta
 				}
 				t.Cleanup(func() { c.Close() })
 				lim := sdk.New(redis.New(c, &redis.Options{Clock: clk}), sdk.WithClock(clk))
-				recs[k], tallies[k] = simRun(t, lim, clk, w, p, func(r int) bool { return r%simParts == k })
+				part := func(r int) bool { return r%simParts == k }
+				link(t, lim, w, part)
+				recs[k], tallies[k] = simRun(t, lim, clk, w, p, part)
 			})
 		}
 	})
