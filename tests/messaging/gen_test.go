@@ -159,10 +159,14 @@ func recipientAttempts(rng *rand.Rand, ri int, rc recipient) []attempt {
 			add(anytime(day), classSecurity, 3, "security", "security", 1)
 		}
 	}
-	// Edges in the recipient's local time, on a day of the span: the ends
-	// of quiet hours and of the local day, a millisecond apart, and the
-	// instants of the zone's DST change in the span.
-	for _, d := range []int{2 + 4*(ri%3), 6 + 7*(ri%2)} {
+	// Edges in the recipient's local time, on one day of the span (by
+	// recipient: all kinds of days): the ends of quiet hours and of the
+	// local day, a millisecond apart, and the instants of the zone's DST
+	// change in the span.
+	{
+		// The days of the changes (Mar 27 to 29, Apr 4 and 5) and two
+		// others.
+		d := [...]int{4, 5, 6, 12, 13, 9}[ri%6]
 		y, m, dd := simStart.AddDate(0, 0, d).Date()
 		for _, hm := range [][2]int{{8, 0}, {21, 0}, {0, 0}} {
 			edge := time.Date(y, m, dd, hm[0], hm[1], 0, 0, rc.zone)
