@@ -150,6 +150,7 @@ type call struct {
 	// none), the attempt (its cost, priority and identity, for the
 	// observer too), and the zone of its quiet hours (nil: the policy's).
 	cls  *Class
+	skew skew // the frame of the quiet spans sent
 	att  Attempt
 	zone *time.Location
 }
@@ -189,7 +190,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
 		c.zone = a.Zone
-		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
+		if c.cls, c.skew, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
 			return nil, fmt.Errorf("sdk: %s: %w", name, err)
 		}
 	}
@@ -250,6 +251,10 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		return Decision{}, err
 	}
 	r := a.r
+	if c.skew.of(r.Quiet) {
+		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given for this process's clock ± %v", ErrClockSkew, r.Now, quietReach)
+		return l.finish(c, a)
+	}
 	if r.Replayed {
 		var err error
 		switch {

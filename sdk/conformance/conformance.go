@@ -307,7 +307,7 @@ func newEnv(t *testing.T, h *Harness) *env {
 	b := h.NewBackend(t)
 	e := &env{
 		t: t, h: h, b: b, fake: h.Clock, tol: h.Tolerance,
-		lim: sdk.New(b, sdk.WithPrefix("ct-"+tag)),
+		lim: sdk.New(b, limiterOptions(h, tag)...),
 		tag: tag, trailMax: 20, trailTTL: time.Hour, slow: 1,
 	}
 	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", driver.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
@@ -321,6 +321,18 @@ func newEnv(t *testing.T, h *Harness) *env {
 		}
 	}
 	return e
+}
+
+// limiterOptions are the options of a subtest's Limiter: its key prefix
+// and, with a fake clock, that clock (a backend that is not
+// driver.Clocked reads it too: the Limiter's clock must agree with the
+// backend's, which quiet hours need).
+func limiterOptions(h *Harness, tag string) []sdk.Option {
+	opts := []sdk.Option{sdk.WithPrefix("ct-" + tag)}
+	if h.Clock != nil {
+		opts = append(opts, sdk.WithClock(h.Clock))
+	}
+	return opts
 }
 
 // subject is the test's subject; sub, if given, names another one (its
