@@ -423,9 +423,10 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	a = c.keyed(ctx, a)
+	w := protoconv.ToAttempt(a)
 	msg := &freqcapv1.ReserveRequest{
-		Policy: name(p), Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey, Ttl: durationpb.New(ttl),
-		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone),
+		Policy: name(p), Subject: w.Subject, Cost: w.Cost, IdempotencyKey: w.IdempotencyKey, Ttl: durationpb.New(ttl),
+		IdempotencyTtl: w.IdempotencyTtl, Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity,
 	}
 	var res *connect.Response[freqcapv1.ReserveResponse]
 	err := c.send(ctx, func(ctx context.Context) (err error) {

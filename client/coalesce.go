@@ -89,9 +89,10 @@ var (
 )
 
 func (c *Client) takeOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
+	w := protoconv.ToAttempt(a)
 	res, err := c.rpc().Take(ctx, connect.NewRequest(&freqcapv1.TakeRequest{
-		Policy: policy, Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone),
+		Policy: policy, Subject: w.Subject, Cost: w.Cost, IdempotencyKey: w.IdempotencyKey, IdempotencyTtl: w.IdempotencyTtl,
+		Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity,
 	}))
 	if err != nil {
 		return sdk.Decision{}, err
@@ -108,7 +109,9 @@ func (c *Client) takeMany(ctx context.Context, policy string, as []*freqcapv1.At
 }
 
 func (c *Client) peekOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
-	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{Policy: policy, Subject: a.Subject, Cost: a.Cost, Zone: protoconv.ToZone(a.Zone)}))
+	w := protoconv.ToAttempt(a)
+	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{Policy: policy, Subject: w.Subject, Cost: w.Cost,
+		Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity}))
 	if err != nil {
 		return sdk.Decision{}, err
 	}
@@ -347,9 +350,7 @@ func (q *coalescer) flight(batch []*waiter) (context.Context, *flight) {
 func (q *coalescer) send(ctx context.Context, f *flight, batch []*waiter) {
 	as := make([]*freqcapv1.Attempt, len(batch))
 	for i, w := range batch {
-		a := w.a
-		as[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-			IdempotencyTtl: protoconv.ToIdempotencyTTL(a.IdempotencyTTL), Zone: protoconv.ToZone(a.Zone)}
+		as[i] = protoconv.ToAttempt(w.a)
 	}
 	rs, err := q.op.many(q.c, ctx, q.policy, as)
 	f.cancel()

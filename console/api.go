@@ -74,6 +74,14 @@ type DenialJSON struct {
 	// allowed). Override: the block override that denied (Rule empty).
 	Shadow   bool  `json:"shadow,omitempty"`
 	Override int64 `json:"override,omitempty"`
+	// Exempt: an exempt rule would have denied, and the attempt's class
+	// passed it. Quiet: denied for quiet hours (Rule empty). Class,
+	// Priority, Identity: the attempt's, when it gave them.
+	Exempt   bool   `json:"exempt,omitempty"`
+	Quiet    bool   `json:"quiet,omitempty"`
+	Class    string `json:"class,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	Identity string `json:"identity,omitempty"`
 }
 
 func ceilMS(d time.Duration) int64 {
@@ -259,6 +267,7 @@ func (s *Server) apiInspect(c echo.Context) error {
 			At: d.At, Rule: d.Rule, Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfterMS: ceilMS(d.RetryAfter), CostTooHigh: d.CostTooHigh, Values: d.Values,
 			Shadow: d.Shadow, Override: d.Override,
+			Exempt: d.Exempt, Quiet: d.Quiet, Class: d.Class, Priority: d.Priority, Identity: d.Identity,
 		})
 	}
 	return c.JSON(http.StatusOK, out)

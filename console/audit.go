@@ -26,8 +26,9 @@ type AuditEntry struct {
 	// Via is how they authenticated: token, basic, session or none.
 	Via string `json:"via,omitempty"`
 	// Action is "reset", "override-set", "override-delete",
-	// "policy-apply" or "policy-rollback"; "check" in files written
-	// before POST /api/v1/check was retired.
+	// "person-link", "person-unlink", "person-zone", "policy-apply" or
+	// "policy-rollback"; "check" in files written before POST
+	// /api/v1/check was retired.
 	Action  string      `json:"action"`
 	Policy  string      `json:"policy"`
 	Subject sdk.Subject `json:"subject"`

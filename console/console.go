@@ -120,7 +120,9 @@ type Config struct {
 	// (an *sdk.Limiter does); else New fails. When it implements
 	// Overrider (*sdk.Admin does), the console manages overrides too;
 	// when it implements ValueLister (*sdk.Admin does), the subject page
-	// lists a person's values of each nested dimension set.
+	// lists a person's values of each nested dimension set; when it
+	// implements Linker (*sdk.Admin does), the person page and the subject
+	// page show and change identity links and stored zones.
 	Admin Admin
 	// Fleet reads the services' statistics and announcements: usually a
 	// *fleet.Reader of the Limiter's backend, with the services'
@@ -182,6 +184,7 @@ type Server struct {
 	pcache  policyCache // the policies in force (snap)
 	ovr     Overrider   // Config.Limiter's overrides, marked; nil: none
 	vals    ValueLister // Config.Admin's value listing, marked; nil: none
+	ppl     Linker      // Config.Admin's identity links, marked; nil: none
 	demoURL string      // the demo banner's example subject (Config.DemoUser)
 	metrics *Metrics
 	audit   *AuditLog
@@ -220,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 	if v, ok := cfg.Admin.(ValueLister); ok {
 		vals = markedValues{v}
 	}
+	ppl := linkerOf(cfg.Admin)
 	cfg.Limiter = markedLimiter{cfg.Limiter}
 	cfg.Admin = markedAdmin{cfg.Admin}
 	if cfg.Fleet == nil {
@@ -234,6 +238,7 @@ func New(cfg Config) (*Server, error) {
 		audit:   cfg.Audit,
 		ovr:     ovr,
 		vals:    vals,
+		ppl:     ppl,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -410,6 +415,10 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/override", s.overrideSet, admin)
 	get("/override/delete", s.overrideDeleteConfirm, admin)
 	e.POST("/override/delete", s.overrideDelete, admin)
+	get("/person", s.personPage, viewer)
+	e.POST("/person/link", s.personForm("link"), admin)
+	e.POST("/person/unlink", s.personForm("unlink"), admin)
+	e.POST("/person/zone", s.personForm("zone"), admin)
 
 	get("/metrics", s.metricsHandler, viewer)
 	// Retired: 410 naming serve's calls, to any signed-in caller.
@@ -427,6 +436,10 @@ func (s *Server) routes() *echo.Echo {
 	get("/api/v1/overrides", s.apiOverrides, viewer)
 	e.POST("/api/v1/overrides", s.apiOverrideSet, admin)
 	e.POST("/api/v1/overrides/delete", s.apiOverrideDelete, admin)
+	get("/api/v1/person", s.apiPerson, viewer)
+	e.POST("/api/v1/person/link", s.apiPersonChange("link"), admin)
+	e.POST("/api/v1/person/unlink", s.apiPersonChange("unlink"), admin)
+	e.POST("/api/v1/person/zone", s.apiPersonChange("zone"), admin)
 	return e
 }
 

@@ -31,6 +31,7 @@ var docsTranscripts = []string{
 	"../docs/console/api.md",
 	"../docs/console/pages.md",
 	"../docs/console/overrides.md",
+	"../docs/console/people.md",
 	"../docs/console/policy-store.md",
 	"../docs/console/logout-and-static.md",
 }

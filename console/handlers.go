@@ -260,6 +260,7 @@ func (s *Server) subject(c echo.Context) error {
 	if v.Looked {
 		v.Live = s.subjectLiveView(c.Request().Context(), p, subj, v.CanReset)
 		v.Overrides = s.overridesView(c.Request().Context(), p, subj, v.CanReset)
+		v.Person = s.subjectPersonView(c.Request().Context(), p, subj, v.CanReset, v.Query, c.QueryParam("done"))
 		if !v.Live.Unavailable && v.Live.Error == "" {
 			v.Values = s.valuesViews(c.Request().Context(), p, subj, c.QueryParam("set"), c.QueryParam("cursor"))
 		}
@@ -361,6 +362,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 		live.Override = n
 	}
 	limited := s.limitedBy(ctx, p, subj, ins.At)
+	live.Messaging = messagingNote(p, ins.At)
 	for _, rd := range ins.Rules {
 		r := rules[rd.Rule]
 		row := views.RuleRow{
@@ -379,6 +381,7 @@ func (s *Server) subjectLiveView(ctx context.Context, p *sdk.Policy, subj sdk.Su
 			Shadow:    rd.Shadow,
 			Before:    rd.Before,
 			LimitBy:   limited[rd.Rule],
+			Headroom:  headroomText(r),
 		}
 		if !rd.Allowed {
 			row.RetryNote = cellNote(r, rd.RetryAfter)

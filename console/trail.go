@@ -231,7 +231,7 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 	for i := range atts {
 		var b strings.Builder
 		for _, d := range atts[i].ents {
-			fmt.Fprintf(&b, "%s|%d|%d|%d|%v|%v|%d|%s;", d.Rule, d.Used, d.Limit, d.Cost, d.CostTooHigh, d.Shadow, d.Override, valuesKey(d.Values))
+			fmt.Fprintf(&b, "%s|%d|%d|%d|%v|%v|%d|%v|%v|%s|%d|%s|%s;", d.Rule, d.Used, d.Limit, d.Cost, d.CostTooHigh, d.Shadow, d.Override, d.Exempt, d.Quiet, d.Class, d.Priority, d.Identity, valuesKey(d.Values))
 		}
 		atts[i].sig = b.String()
 	}
@@ -258,8 +258,13 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 				Partial:     d.ValuesPartial,
 				Shadow:      d.Shadow,
 				Override:    d.Override,
+				Exempt:      d.Exempt,
+				Quiet:       d.Quiet,
+				Class:       d.Class,
+				Priority:    d.Priority,
+				Identity:    d.Identity,
 			}
-			if d.Override != 0 && d.RetryAfter > 0 {
+			if (d.Override != 0 || d.Quiet) && d.RetryAfter > 0 {
 				row.Until = fmtTime(d.At.Add(d.RetryAfter))
 			}
 			if row.Count > 1 {

@@ -1,8 +1,9 @@
 // Package fleet is the decision telemetry of every process sharing a
 // storage: a Recorder, fed by a Limiter's observer hook
 // (sdk.WithObserver(rec.Observe)), counts decisions per policy and rule,
-// what shadow rules would have denied and the decisions overrides
-// decided, the most denied subjects, logs the attempts of a sample of
+// what shadow rules would have denied, the decisions overrides, message
+// classes and quiet hours decided, the most denied subjects, logs the
+// attempts of a sample of
 // subjects, and announces the policies it sees and the policy-store
 // version it runs; a Reader reads what every process's Recorder flushed
 // (Stats, Shadow, Traffic) and which policies they run (Announced).
@@ -133,8 +134,10 @@ type Options struct {
 // Recorder counts the decisions of the Limiters that observe with it
 // (sdk.WithObserver(rec.Observe)), per policy and rule — allowed, denied,
 // and allowed but near the limit; for a shadow rule, what it would have
-// denied — in StatsStep buckets, the decisions per-person overrides
-// decided by kind, the most denied subjects per policy, the distinct
+// denied; what message classes are exempt from; denials for headroom —
+// in StatsStep buckets, the decisions per-person overrides
+// decided by kind, those denied for quiet hours, per message class those
+// its exemptions decided, the most denied subjects per policy, the distinct
 // subjects each rule denied (or, shadow, would have) per
 // ShadowPeopleStep, and every attempt of a sample of subjects
 // (Options.Sample), and flushes them to a backend implementing
@@ -157,8 +160,9 @@ type Options struct {
 // FlushEvery < 0) that flushes every FlushEvery: one pipeline per flush
 // (one per cluster node). Close stops it and flushes what is left.
 //
-// Memory per process: per policy, 8 stripes of 2 buckets of 6+5×rules
-// counters and a top-K of TopK subjects (their shard values; 128 per
+// Memory per process: per policy, 8 stripes of 2 buckets of 7+7×rules
+// counters (and, between two flushes, two per message class an
+// exemption decided for) and a top-K of TopK subjects (their shard values; 128 per
 // policy by default), for at most MaxRecordedPolicies policies: about
 // 20 KB per policy with short subject values; between two flushes, the
 // hashes of the subjects shadow rules would have denied (at most 16 384
@@ -246,12 +250,58 @@ type bucketSlot struct {
 	// overrides counts the decisions an override decided or changed, by
 	// kind (Exempt, Block, Limit: index kind-1).
 	overrides [3]atomic.Int64
-	rules     []ruleCounts
+	// quiet counts the decisions denied for quiet hours.
+	quiet atomic.Int64
+	rules []ruleCounts
+	// classes counts, per message class, the decisions its exemptions
+	// decided (classMu; nil until a class is counted: classes are few
+	// and such decisions the exception).
+	classMu sync.Mutex
+	classes map[string]*classCounts
 }
 
 // ruleCounts are one rule's verdicts; shadow counts what a shadow rule
-// would have denied, shadowAllowed those of them the decision allowed.
-type ruleCounts struct{ allowed, denied, near, shadow, shadowAllowed atomic.Int64 }
+// would have denied, shadowAllowed those of them the decision allowed;
+// exempted what the rule would have denied but the attempt's class is
+// exempt from; headroom its denials for headroom only (also in denied).
+type ruleCounts struct {
+	allowed, denied, near, shadow, shadowAllowed atomic.Int64
+	exempted, headroom                           atomic.Int64
+}
+
+// classCounts are a message class's decisions: exempted, some rule would
+// have denied (sdk.Decision.Exempted); quietPassed, made in quiet hours
+// that the class passes.
+type classCounts struct{ exempted, quietPassed int64 }
+
+// addClass counts a decision of class c (exempted, passed quiet hours).
+func (s *bucketSlot) addClass(c string, exempted, quietPassed bool) {
+	s.classMu.Lock()
+	defer s.classMu.Unlock()
+	if s.classes == nil {
+		s.classes = map[string]*classCounts{}
+	}
+	cc := s.classes[c]
+	if cc == nil {
+		cc = &classCounts{}
+		s.classes[c] = cc
+	}
+	if exempted {
+		cc.exempted++
+	}
+	if quietPassed {
+		cc.quietPassed++
+	}
+}
+
+// drainClasses returns the class counts since the last drain.
+func (s *bucketSlot) drainClasses() map[string]*classCounts {
+	s.classMu.Lock()
+	defer s.classMu.Unlock()
+	m := s.classes
+	s.classes = nil
+	return m
+}
 
 // NewRecorder returns a Recorder flushing to b, which must implement
 // stats.Counters (the memory and Redis backends do; else the error
@@ -439,6 +489,13 @@ func (r *Recorder) Observe(e sdk.Event) {
 		s.overrides[o.Kind-driver.Exempt].Add(1)
 		exempt = o.Kind == driver.Exempt
 	}
+	inQuiet := !d.Quiet.IsZero()
+	if inQuiet && !d.Allowed {
+		s.quiet.Add(1)
+	}
+	if d.Class != "" && (len(d.Exempted) > 0 || inQuiet && d.Allowed) {
+		s.addClass(d.Class, len(d.Exempted) > 0, inQuiet && d.Allowed)
+	}
 	j, formerDenied := 0, false // j: the rule's index in ps.rules
 	for i := range d.Rules {
 		rd := &d.Rules[i]
@@ -451,6 +508,9 @@ func (r *Recorder) Observe(e sdk.Event) {
 		}
 		rc, allowed := &s.rules[j], rd.Allowed && !formerDenied || exempt
 		switch {
+		case !allowed && rd.Exempt != driver.NotExempt:
+			rc.exempted.Add(1) // the attempt's class passed it: no denial
+			rc.allowed.Add(1)
 		case rd.Shadow && !allowed:
 			rc.shadow.Add(1)
 			if d.Allowed {
@@ -462,6 +522,9 @@ func (r *Recorder) Observe(e sdk.Event) {
 			st.people.add(peopleKey{rule: int32(j), bucket: arith.FloorDiv(sec, int64(ShadowPeopleStep/time.Second)), subject: h}, &r.lost)
 		case !allowed:
 			rc.denied.Add(1)
+			if rd.Headroom {
+				rc.headroom.Add(1)
+			}
 			if !hashed {
 				h, hashed = subjectHash(tag), true
 			}
@@ -655,12 +718,23 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			for k, f := range overrideFields {
 				take(f, &s.overrides[k])
 			}
+			take(fieldQuiet, &s.quiet)
+			for c, cc := range s.drainClasses() {
+				for _, f := range [...]stats.Field{{Name: fieldClassExempted + ":" + c, Value: cc.exempted}, {Name: fieldClassQuiet + ":" + c, Value: cc.quietPassed}} {
+					if f.Value != 0 {
+						fields = append(fields, f)
+						counts += f.Value
+					}
+				}
+			}
 			for j, rule := range ps.rules {
 				take(fieldAllowed+":"+rule, &s.rules[j].allowed)
 				take(fieldDenied+":"+rule, &s.rules[j].denied)
 				take(fieldNear+":"+rule, &s.rules[j].near)
 				take(fieldShadow+":"+rule, &s.rules[j].shadow)
 				take(fieldShadowAllowed+":"+rule, &s.rules[j].shadowAllowed)
+				take(fieldExempted+":"+rule, &s.rules[j].exempted)
+				take(fieldHeadroom+":"+rule, &s.rules[j].headroom)
 			}
 			if b2 := s.bucket.Load(); b2 != b { // a decision of a new bucket came in
 				b = b2
@@ -726,17 +800,27 @@ func (r *Recorder) Flush(ctx context.Context) error {
 }
 
 // Statistics fields of a bucket's hash: decisions allowed and denied, the
-// decisions overrides decided or changed by kind ("oe", "ob", "ol"), and
-// per rule ("a:<rule>", "d:<rule>", "n:<rule>") the rule's verdicts and
-// its near-limit allowed decisions, and for a shadow rule ("s:<rule>",
-// "sa:<rule>") the decisions it would have denied and those of them that
-// were allowed.
+// decisions overrides decided or changed by kind ("oe", "ob", "ol"), those
+// denied for quiet hours ("q"), per message class ("x:<class>",
+// "xq:<class>") the decisions its exemptions decided: some rule would
+// have denied, or made in quiet hours it passes; and per rule
+// ("a:<rule>", "d:<rule>", "n:<rule>") the rule's verdicts and its
+// near-limit allowed decisions, its would-be denials a class is exempt
+// from ("e:<rule>", counted as allowed) and its denials for headroom only
+// ("h:<rule>", counted in "d:<rule>" too), and for a shadow rule
+// ("s:<rule>", "sa:<rule>") the decisions it would have denied and those
+// of them that were allowed. Rule and class names hold no ':'.
 const (
 	fieldAllowed       = "a"
 	fieldDenied        = "d"
 	fieldNear          = "n"
 	fieldShadow        = "s"
 	fieldShadowAllowed = "sa"
+	fieldExempted      = "e"
+	fieldHeadroom      = "h"
+	fieldQuiet         = "q"
+	fieldClassExempted = "x"
+	fieldClassQuiet    = "xq"
 )
 
 // overrideFields are the fields of the override counts, by kind - 1.

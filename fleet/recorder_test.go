@@ -401,6 +401,10 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 		`{"policy":"sms\u202Etxt","shard_by":["phone"],"rules":[]}`,
 		`{"policy":"","rules":[]}`,
 		`{"policy":"sms","shard_by":["phone"],"rules":[{"name":"a b","id":"x","algorithm":"gcra","limit":1,"window":"1s"}]}`,
+		`{"policy":"sms","shard_by":["phone"],"rules":[],"quiet_hours":"{zone: UTC\u0000}"}`,
+		`{"policy":"sms","shard_by":["phone"],"rules":[],"classes":[""]}`,
+		`{"policy":"sms","shard_by":["phone"],"rules":[],"person":"a b"}`,
+		`{"policy":"sms","shard_by":["phone"],"rules":[{"name":"a","id":"x","algorithm":"gcra","limit":1,"window":"1s","headroom":"\u202E"}]}`,
 	} {
 		set = append(set, stats.Field{Name: f, Value: t0.UnixMilli()})
 	}
@@ -412,8 +416,8 @@ func TestAnnouncedSkipsMalformed(t *testing.T) {
 		b      driver.Backend
 		fields int
 	}{
-		{"bad names", b, 4},
-		{"and a value not a number", malformedValue{b, key}, 5},
+		{"bad names", b, 8},
+		{"and a value not a number", malformedValue{b, key}, 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			as, err := newReader(t, tc.b, c).Announced(ctx, 10*time.Minute)

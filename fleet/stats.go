@@ -14,6 +14,7 @@ import (
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/driver/stats"
+	"github.com/freqcap/freqcap/sdk/policyfile"
 )
 
 // Stats is a policy's recorded traffic over a window, summed over every
@@ -40,6 +41,24 @@ type Stats struct {
 	// Overrides counts the decisions per-person overrides decided or
 	// changed (sdk.Decision.Override), by kind.
 	Overrides OverrideCounts
+	// QuietDenied counts the decisions denied for quiet hours
+	// (sdk.WithQuietHours: sdk.Decision.Quiet set, not allowed).
+	QuietDenied int64
+	// Classes counts, per message class (sdk.WithClass), the decisions
+	// its exemptions decided, in the order of the policy passed to Stats,
+	// then classes only the stored statistics name (by name); a class
+	// none of whose decisions an exemption decided is left out.
+	Classes []ClassStats
+}
+
+// ClassStats is what a message class's exemptions decided (sdk.Class):
+// Exempted counts its decisions that some rule would have denied, had the
+// class not been exempt from it (sdk.Decision.Exempted; allowed unless
+// another rule or quiet hours denied them); QuietPassed its decisions
+// made in quiet hours, which the class passes (allowed).
+type ClassStats struct {
+	Class                 string
+	Exempted, QuietPassed int64
 }
 
 // OverrideCounts counts decisions by the kind of the override that
@@ -57,11 +76,16 @@ type OverrideCounts struct {
 // that left the rule at most Options.NearLimit of its limit. A shadow
 // rule (sdk.Rule.Shadow) never denies: the decisions it would have denied
 // count in ShadowDenied, not Denied, and ShadowAllowed counts those of
-// them that were allowed.
+// them that were allowed. Exempted counts the decisions the rule would
+// have denied but whose message class is exempt from it (sdk.WithClass;
+// counted in Allowed: the rule did not deny them; a class never exempts
+// a shadow rule); Headroom those of its denials (in Denied) due only to
+// the units it keeps for higher priorities (sdk.Rule.WithHeadroom).
 type RuleStats struct {
 	Rule                        string
 	Allowed, Denied, NearLimit  int64
 	ShadowDenied, ShadowAllowed int64
+	Exempted, Headroom          int64
 	Series                      []StatsPoint
 }
 
@@ -213,6 +237,15 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 	for _, name := range order {
 		rule(name)
 	}
+	classes := map[string]*ClassStats{}
+	class := func(name string) *ClassStats {
+		cs := classes[name]
+		if cs == nil {
+			cs = &ClassStats{Class: name}
+			classes[name] = cs
+		}
+		return cs
+	}
 	var extra []string
 	for i, fields := range data.Hashes {
 		for _, f := range fields {
@@ -231,6 +264,17 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 					out.Overrides.Block += f.Value
 				case overrideFields[2]:
 					out.Overrides.Limit += f.Value
+				case fieldQuiet:
+					out.QuietDenied += f.Value
+				}
+				continue
+			}
+			if kindOf == fieldClassExempted || kindOf == fieldClassQuiet {
+				cs := class(name)
+				if kindOf == fieldClassExempted {
+					cs.Exempted += f.Value
+				} else {
+					cs.QuietPassed += f.Value
 				}
 				continue
 			}
@@ -255,12 +299,30 @@ func (rd *Reader) stats(ctx context.Context, op string, p *sdk.Policy, window ti
 				out.Series[i].ShadowDenied += f.Value
 			case fieldShadowAllowed:
 				rs.ShadowAllowed += f.Value
+			case fieldExempted:
+				rs.Exempted += f.Value
+			case fieldHeadroom:
+				rs.Headroom += f.Value
 			}
 		}
 	}
 	slices.Sort(extra)
 	for _, name := range append(order, extra...) {
 		out.Rules = append(out.Rules, *rules[name])
+	}
+	var classOrder []string
+	for _, c := range p.Classes() {
+		classOrder = append(classOrder, c.Name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(classes)) {
+		if !slices.Contains(classOrder, name) {
+			classOrder = append(classOrder, name)
+		}
+	}
+	for _, name := range classOrder {
+		if cs := classes[name]; cs != nil {
+			out.Classes = append(out.Classes, *cs)
+		}
 	}
 	top := map[string]int64{}
 	for _, members := range data.Tops {
@@ -310,6 +372,13 @@ type Announcement struct {
 	// it gave none (processes running the same policies then share one
 	// announcement).
 	Service string `json:"service,omitempty"`
+	// Person, QuietHours and Classes are the policy's messaging settings
+	// (sdk.WithPerson, WithQuietHours, WithClass), which decide attempts
+	// beside its rules, in the policy file's words (policyfile.QuietHours,
+	// policyfile.Class); empty when it has none.
+	Person     string   `json:"person,omitempty"`
+	QuietHours string   `json:"quiet_hours,omitempty"`
+	Classes    []string `json:"classes,omitempty"`
 	// LastSeen is when a process last announced it (its Recorder's clock).
 	LastSeen time.Time `json:"-"`
 }
@@ -327,6 +396,9 @@ type AnnouncedRule struct {
 	// Shadow: a shadow rule (sdk.Rule.Shadow), evaluated but never
 	// denying.
 	Shadow bool `json:"shadow,omitempty"`
+	// Headroom is the rule's headroom tiers (sdk.Rule.WithHeadroom) in
+	// the policy file's words (policyfile.Headroom); empty when none.
+	Headroom string `json:"headroom,omitempty"`
 }
 
 // AnnouncementOf returns the announcement of p, as a Recorder makes it.
@@ -337,8 +409,19 @@ func AnnouncementOf(p *sdk.Policy) Announcement {
 	}
 	ids := p.RuleIDs()
 	for i, r := range p.Rules() {
-		a.Rules = append(a.Rules, AnnouncedRule{Name: r.Name, ID: ids[i], Algorithm: r.Algorithm.String(),
-			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String(), Shadow: r.Shadow})
+		ar := AnnouncedRule{Name: r.Name, ID: ids[i], Algorithm: r.Algorithm.String(),
+			Limit: r.Limit, Burst: r.Burst, Window: r.Window.String(), Shadow: r.Shadow}
+		if len(r.Headroom) > 0 {
+			ar.Headroom = policyfile.Headroom(r.Headroom)
+		}
+		a.Rules = append(a.Rules, ar)
+	}
+	a.Person = p.Person()
+	if loc, qs := p.QuietHours(); loc != nil {
+		a.QuietHours = policyfile.QuietHours(loc, qs)
+	}
+	for _, c := range p.Classes() {
+		a.Classes = append(a.Classes, policyfile.Class(c))
 	}
 	return a
 }
@@ -353,12 +436,22 @@ func (a Announcement) field() string {
 
 // Diff lists how a ("here") differs from b ("there"), one phrase per
 // difference, rules compared by name; nil when both run the same rules
-// on the same keys with the same limits, shadow or enforced alike.
-// Versions are not compared (see Version).
+// on the same keys with the same limits and headroom, shadow or enforced
+// alike, and the same messaging settings. Versions are not compared (see
+// Version).
 func (a Announcement) Diff(b Announcement) []string {
 	var out []string
 	if !slices.Equal(a.ShardBy, b.ShardBy) {
 		out = append(out, fmt.Sprintf("sharded by %v here, by %v there", a.ShardBy, b.ShardBy))
+	}
+	if a.Person != b.Person {
+		out = append(out, fmt.Sprintf("person %s here, %s there", orNone(a.Person), orNone(b.Person)))
+	}
+	if a.QuietHours != b.QuietHours {
+		out = append(out, fmt.Sprintf("quiet hours %s here, %s there", orNone(a.QuietHours), orNone(b.QuietHours)))
+	}
+	if !slices.Equal(a.Classes, b.Classes) {
+		out = append(out, fmt.Sprintf("classes [%s] here, [%s] there", strings.Join(a.Classes, ", "), strings.Join(b.Classes, ", ")))
 	}
 	theirs := map[string]AnnouncedRule{}
 	for _, r := range b.Rules {
@@ -375,6 +468,9 @@ func (a Announcement) Diff(b Announcement) []string {
 			out = append(out, fmt.Sprintf("rule %s has other keys: id %s (%s, %s) here, id %s (%s, %s) there", r.Name, r.ID, r.Algorithm, r.Window, o.ID, o.Algorithm, o.Window))
 		case r.Limit != o.Limit || r.Burst != o.Burst:
 			out = append(out, fmt.Sprintf("rule %s has limit %d (burst %d) here, %d (burst %d) there", r.Name, r.Limit, r.Burst, o.Limit, o.Burst))
+		}
+		if ok && r.Headroom != o.Headroom {
+			out = append(out, fmt.Sprintf("rule %s has headroom %s here, %s there", r.Name, orNone(r.Headroom), orNone(o.Headroom)))
 		}
 		if ok && r.Shadow != o.Shadow {
 			out = append(out, fmt.Sprintf("rule %s is %s here, %s there", r.Name, enforcement(r.Shadow), enforcement(o.Shadow)))
@@ -492,11 +588,39 @@ func parseAnnouncement(field string) (Announcement, bool) {
 		}
 	}
 	for _, r := range a.Rules {
-		if !validName(r.Name) || !validName(r.ID) || !validName(r.Algorithm) || !validName(r.Window) {
+		if !validName(r.Name) || !validName(r.ID) || !validName(r.Algorithm) || !validName(r.Window) || !validText(r.Headroom) {
+			return Announcement{}, false
+		}
+	}
+	if (a.Person != "" && !validName(a.Person)) || !validText(a.QuietHours) {
+		return Announcement{}, false
+	}
+	for _, c := range a.Classes {
+		if c == "" || !validText(c) {
 			return Announcement{}, false
 		}
 	}
 	return a, true
+}
+
+// validText reports whether s may be an announcement's text in the
+// policy file's words (quiet hours, a class, headroom): printable ASCII
+// (spaces included), as names and zone names are.
+func validText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// orNone is s, or "none" when empty.
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // MaxServiceLen bounds Options.Service, in bytes.

@@ -39,8 +39,14 @@ const (
 	maxSamplePending = 1 << 14
 )
 
-// sampleFormat is the first field of every entry: the format's version.
-const sampleFormat = "1"
+// sampleFormat is the first field of every entry: the format's version;
+// sampleFormatMessaging, of an entry of an attempt with a message class,
+// a priority or a zone (older readers skip it as malformed; every other
+// entry is written as before).
+const (
+	sampleFormat          = "1"
+	sampleFormatMessaging = "2"
+)
 
 // samplePending holds a policy's sampled entries until a flush takes
 // them, by hour (unix seconds of its start).
@@ -92,8 +98,12 @@ func (r *Recorder) sample(ps *policyStats, e *sdk.Event, h uint64) {
 		return
 	}
 	d := &e.Decision
-	entry := encodeSample(SampledAttempt{At: d.At, Cost: max(e.Cost, 1), Op: e.Op, Allowed: d.Allowed, Cached: d.Cached,
-		Override: overrideOf(d), Person: h}, r.sampleN, e.Subject)
+	a := SampledAttempt{At: d.At, Cost: max(e.Cost, 1), Op: e.Op, Allowed: d.Allowed, Cached: d.Cached,
+		Override: overrideOf(d), Person: h, Class: d.Class, Priority: e.Priority}
+	if e.Zone != nil {
+		a.Zone = e.Zone.String()
+	}
+	entry := encodeSample(a, r.sampleN, e.Subject)
 	hour := d.At.Truncate(SampleStep).Unix()
 	if !ps.sample.add(hour, entry) {
 		r.lost.Add(1)
@@ -145,6 +155,14 @@ type SampledAttempt struct {
 	// Override is the kind of the per-person override that decided the
 	// decision (Exempt, Block) or changed its limits (Limit); 0: none.
 	Override driver.OverrideKind
+	// Class, Priority and Zone are the attempt's message class, priority
+	// and zone name (sdk.Attempt.Class, Priority, Zone; empty and 0 when
+	// it gave none), so that a replay decides it as it was. The attempt's
+	// identity (sdk.Attempt.Identity) is not recorded: Values hold the
+	// subject's values as the caller gave them.
+	Class    string
+	Priority int
+	Zone     string
 	// Person identifies the subject (a 64-bit hash of its shard values,
 	// the same in every process).
 	Person uint64
@@ -163,6 +181,13 @@ type SampledAttempt struct {
 // encodeSample is an entry of the sample:
 //
 //	1|<unix ms>|<cost>|<op>|<flags>|<sample>|<person: hex>|<dim>=<hex>,…
+//
+// or, for an attempt with a message class, a priority or a zone, the same
+// fields after a "2" and then three more:
+//
+//	2|…|<dim>=<hex>,…|<class>|<priority>|<zone>
+//
+// (empty for none; class and zone escaped as names are).
 //
 // flags: "a" allowed or "d" denied, then "c" for a cached denial, "E",
 // "B" or "L" for an override, "+" for partial values. Dimension names
@@ -184,7 +209,12 @@ func encodeSample(a SampledAttempt, n int, s sdk.Subject) string {
 	}
 	slices.Sort(dims)
 	b := make([]byte, 0, 64+40*len(dims))
-	b = append(b, sampleFormat...)
+	messaging := a.Class != "" || a.Priority != 0 || a.Zone != ""
+	if messaging {
+		b = append(b, sampleFormatMessaging...)
+	} else {
+		b = append(b, sampleFormat...)
+	}
 	b = append(b, '|')
 	b = strconv.AppendInt(b, a.At.UnixMilli(), 10)
 	b = append(b, '|')
@@ -224,6 +254,18 @@ func encodeSample(a SampledAttempt, n int, s sdk.Subject) string {
 		b = append(b, '=')
 		b = strconv.AppendUint(b, valueHash(s[d]), 16)
 	}
+	if messaging {
+		b = append(b, '|')
+		if a.Class != "" {
+			b = appendName(b, a.Class)
+		}
+		b = append(b, '|')
+		b = strconv.AppendInt(b, int64(a.Priority), 10)
+		b = append(b, '|')
+		if a.Zone != "" {
+			b = appendName(b, a.Zone)
+		}
+	}
 	return string(b)
 }
 
@@ -254,7 +296,12 @@ func valueHash(v string) uint64 { return subjectHash(v) }
 // write.
 func decodeSample(entry string) (SampledAttempt, bool) {
 	f := strings.Split(entry, "|")
-	if len(f) != 8 || f[0] != sampleFormat {
+	var msg []string // the messaging fields of format 2
+	switch {
+	case len(f) == 8 && f[0] == sampleFormat:
+	case len(f) == 11 && f[0] == sampleFormatMessaging:
+		f, msg = f[:8], f[8:]
+	default:
 		return SampledAttempt{}, false
 	}
 	ms, err1 := strconv.ParseInt(f[1], 10, 64)
@@ -265,6 +312,16 @@ func decodeSample(entry string) (SampledAttempt, bool) {
 		return SampledAttempt{}, false
 	}
 	a := SampledAttempt{At: time.UnixMilli(ms), Cost: cost, Op: keyname.Unescape(f[3]), Person: person, Sample: n}
+	if msg != nil {
+		p, err := strconv.Atoi(msg[1])
+		if err != nil || p < 0 || p > sdk.MaxPriority || msg[1] != strconv.Itoa(p) {
+			return SampledAttempt{}, false
+		}
+		a.Class, a.Priority, a.Zone = keyname.Unescape(msg[0]), p, keyname.Unescape(msg[2])
+		if a.Class == "" && a.Priority == 0 && a.Zone == "" {
+			return SampledAttempt{}, false // written as format 1
+		}
+	}
 	for i, c := range []byte(f[4]) {
 		switch {
 		case i == 0 && (c == 'a' || c == 'd'):

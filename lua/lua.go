@@ -19,6 +19,8 @@
 //   - reset.lua: forgets a subject's state where its dimension sets nest.
 //   - overrides.lua: sets, deletes and lists per-person overrides (not on
 //     the decision path).
+//   - people.lua: links identities to persons, unlinks them, stores a
+//     person's zone, with the person's audit (not on the decision path).
 //   - prelude.lua: helpers take.lua, the fast scripts, settle.lua and
 //     reset.lua start with: the packed value's codec, wide roots (a
 //     root's nested sets in a hash beside it), the trail writer.

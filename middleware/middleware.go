@@ -126,8 +126,9 @@ type Verdict struct {
 // keyErr is the error of the caller's key or cost function, if any: then
 // nothing is taken, and the verdict is Pass for ErrSkip, else BadKey. A
 // Take error for the request's own input (sdk.ErrInvalidSubject,
-// sdk.ErrInvalidCost, sdk.ErrInvalidIdempotencyKey, which consume
-// nothing) is BadKey too.
+// sdk.ErrInvalidCost, sdk.ErrInvalidIdempotencyKey, sdk.ErrInvalidZone,
+// sdk.ErrInvalidClass, sdk.ErrInvalidPriority, which consume nothing) is
+// BadKey too.
 func Decide(ctx context.Context, t Taker, p *sdk.Policy, f Failure, a sdk.Attempt, keyErr error) Verdict {
 	if keyErr != nil {
 		if errors.Is(keyErr, ErrSkip) {
@@ -137,7 +138,7 @@ func Decide(ctx context.Context, t Taker, p *sdk.Policy, f Failure, a sdk.Attemp
 	}
 	d, err := t.Take(ctx, p, a)
 	switch {
-	case err != nil && (errors.Is(err, sdk.ErrInvalidSubject) || errors.Is(err, sdk.ErrInvalidCost) || errors.Is(err, sdk.ErrInvalidIdempotencyKey)):
+	case err != nil && badInput(err):
 		return Verdict{Outcome: BadKey, Err: err}
 	case err != nil:
 		return Verdict{Outcome: failed(p, f), Err: err}
@@ -151,6 +152,17 @@ func Decide(ctx context.Context, t Taker, p *sdk.Policy, f Failure, a sdk.Attemp
 		return Verdict{Outcome: Allow, Decision: d}
 	}
 	return Verdict{Outcome: Deny, Decision: d}
+}
+
+// badInput reports whether a Take error is about the attempt itself.
+func badInput(err error) bool {
+	for _, e := range [...]error{sdk.ErrInvalidSubject, sdk.ErrInvalidCost, sdk.ErrInvalidIdempotencyKey,
+		sdk.ErrInvalidZone, sdk.ErrInvalidClass, sdk.ErrInvalidPriority} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // failed is the outcome of a Take error under p and f.

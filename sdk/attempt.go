@@ -58,6 +58,22 @@ type Attempt struct {
 	// ends, which the new zone calls the same day. time.Local is invalid
 	// (ErrInvalidZone: it differs per machine).
 	Zone *time.Location
+	// Class is the attempt's message class, one its policy declares
+	// (WithClass; ErrInvalidClass otherwise): what the attempt is exempt
+	// from, counted or not. Empty: none.
+	Class string
+	// Priority is the attempt's priority, 0 (the default, lowest) to
+	// MaxPriority: a rule with headroom (Rule.WithHeadroom) keeps its last
+	// units for higher priorities. Others are invalid (ErrInvalidPriority).
+	Priority int
+	// Identity, when not empty, is the identity the message goes to (a
+	// device token, a phone number, an e-mail address…): the attempt is
+	// decided for the person the identity is linked to (Admin.Link; an
+	// identity without a link is its own person), whose value replaces the
+	// Subject's value of the policy's person dimension (WithPerson), and
+	// whose stored zone (Admin.SetPersonZone) is used when Zone is nil.
+	// Trail entries record it.
+	Identity string
 }
 
 // cost returns the attempt's cost (0 means 1).
@@ -130,6 +146,12 @@ type call struct {
 	// subject is the attempt's subject (Event.Subject).
 	subject Subject
 	resID   string // set by finish: the reservation of an allowed reserve
+	// The attempt's messaging caps (Policy.messaging): its class (nil:
+	// none), the attempt (its cost, priority and identity, for the
+	// observer too), and the zone of its quiet hours (nil: the policy's).
+	cls  *Class
+	att  Attempt
+	zone *time.Location
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
@@ -160,8 +182,17 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	if err := l.supports(name, dop); err != nil {
 		return nil, err
 	}
-	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject}
+	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
+	if p.trailMax > 0 {
+		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
+	}
+	if p.messages() || a.Class != "" || a.Priority != 0 {
+		c.zone = a.Zone
+		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
+			return nil, fmt.Errorf("sdk: %s: %w", name, err)
+		}
+	}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
 		c.req.ReservationTTL = ttl
@@ -180,7 +211,9 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 			c.req.IdempotencyTTL = min(a.IdempotencyTTL, p.idemTTL)
 		}
 	}
-	if consume {
+	if consume && a.Class == "" && a.Priority == 0 {
+		// The cache holds what default attempts were denied: a class or a
+		// priority may be admitted where they are not.
 		if h := l.hotCacheFor(p); h != nil {
 			c.hot, c.hotKey = h, hotKey(res)
 		}
@@ -197,7 +230,7 @@ func (l *Limiter) cached(c *call) (Decision, bool) {
 	}
 	d, ok := c.hot.get(c.base, c.hotKey, c.req.Cost, l.now())
 	if ok {
-		l.emit(Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Batch: c.batch})
+		l.emit(c.event(d, nil, 0))
 	}
 	return d, ok
 }
@@ -209,11 +242,11 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	if a.err != nil {
 		if p.failOpen {
 			d := Decision{Allowed: true, Policy: p.name, At: l.now(), Degraded: true, Err: a.err}
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Err: a.err, Latency: a.lat, Batch: c.batch})
+			l.emit(c.event(d, a.err, a.lat))
 			return d, nil
 		}
 		err := fmt.Errorf("sdk: %s: %w", c.name, a.err)
-		l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
+		l.emit(c.event(Decision{}, err, a.lat))
 		return Decision{}, err
 	}
 	r := a.r
@@ -226,11 +259,14 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			err = fmt.Errorf("sdk: %s: %w: it was first used by a take, not a reservation", c.name, ErrInvalidIdempotencyKey)
 		}
 		if err != nil {
-			l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Err: err, Latency: a.lat, Batch: c.batch})
+			l.emit(c.event(Decision{}, err, a.lat))
 			return Decision{}, err
 		}
 	}
 	d := decide(p.name, c.req.Rules, c.before, r)
+	if p.messages() {
+		p.explain(&d, c.req.Rules, c.cls, c.att, c.zone, r.Quiet)
+	}
 	c.resID = c.req.ReservationID
 	if r.ReservationID != "" {
 		c.resID = r.ReservationID
@@ -247,6 +283,13 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 			c.hot.put(c.base, c.hotKey, c.req.Cost, a.start, l.now(), d)
 		}
 	}
-	l.emit(Event{Policy: p.name, PolicyRef: p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost, Decision: d, Latency: a.lat, Batch: c.batch})
+	l.emit(c.event(d, nil, a.lat))
 	return d, nil
+}
+
+// event is the observer's Event of c: its decision d or error err, the
+// backend call's latency lat.
+func (c *call) event(d Decision, err error, lat time.Duration) Event {
+	return Event{Policy: c.p.name, PolicyRef: c.p, Shard: driver.HashTag(c.base), Op: c.op, Subject: c.subject, Cost: c.req.Cost,
+		Priority: c.att.Priority, Zone: c.req.Zone, Identity: c.att.Identity, Decision: d, Err: err, Latency: lat, Batch: c.batch}
 }

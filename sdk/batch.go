@@ -49,6 +49,11 @@ func (l *Limiter) batch(ctx context.Context, op string, dop opKind, p *Policy, a
 	calls := make([]*call, 0, len(as))
 	idx := make([]int, 0, len(as))
 	for i, a := range as {
+		a, err := l.identify(ctx, op+" batch", p, a)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
 		c, err := l.prepare(op, true, dop, p, a, 0)
 		if err != nil {
 			out[i].Err = err

@@ -82,6 +82,29 @@ type Decision struct {
 	// it sees fit, e.g. as a denial.
 	Durable  bool
 	Replicas int
+	// Class is the attempt's message class (Attempt.Class), "" without.
+	// Exempted names the rules that would have denied but exempt the
+	// class (Class, WithClass), in policy order: the attempt passed them.
+	Class    string
+	Exempted []string
+	// Headroom reports that some rule denied only because its last units
+	// are kept for higher priorities (RuleDecision.Headroom): a higher
+	// Attempt.Priority would have been admitted by it.
+	Headroom bool
+	// Rooms is, for each rule with headroom (Rule.WithHeadroom), what each
+	// priority may still use of it, from priority 0 up, one entry per tier.
+	Rooms []Room
+	// Quiet, when not zero, is when the quiet hours the decision fell in
+	// end (WithQuietHours): the attempt was denied for them, or, Allowed,
+	// passed them as its class allows.
+	Quiet time.Time
+	// NextEligible is, for a denial, the earliest instant at which the
+	// same attempt would be allowed, if nothing else is taken: every rule
+	// admits it then (each one's retry-after, calendar windows included)
+	// and it is outside quiet hours (their end, in the attempt's zone).
+	// Zero when allowed, and when no instant will do (CostTooHigh, a
+	// block without end). Wait sleeps until it.
+	NextEligible time.Time
 }
 
 // RuleDecision is one rule's part of a Decision.
@@ -108,6 +131,16 @@ type RuleDecision struct {
 	// Shadow reports a shadow rule (Rule.Shadow): Allowed says what it
 	// would have decided; it never denies.
 	Shadow bool
+	// Exempt is how the attempt's class is exempt from the rule
+	// (WithClass; driver.NotExempt: not): an exempt rule never denies, and
+	// Allowed says what it would have decided.
+	Exempt driver.Exemption
+	// Keep is how many of the rule's last units the attempt's priority may
+	// not use (Rule.WithHeadroom); Remaining is then what this priority
+	// has left. Headroom reports that the rule denied only because of
+	// them (Decision.Rooms: what each priority may still use).
+	Keep     int64
+	Headroom bool
 	// Before, when nonzero, reports the rule as it was before the change
 	// of that policy-store version (WithChange): enforced beside its
 	// successor (same Rule name) until its state proves nothing more.
@@ -175,6 +208,17 @@ type Denial struct {
 	// Shadow reports a shadow rule's denial: the rule would have denied,
 	// the attempt may well have been allowed.
 	Shadow bool
+	// Exempt reports an exempt rule's would-be denial (WithClass): the
+	// attempt's class passed it. Quiet reports a denial for quiet hours
+	// (WithQuietHours): Rule is empty, and RetryAfter runs until they end.
+	Exempt bool
+	Quiet  bool
+	// Class, Priority and Identity are the attempt's (Attempt.Class,
+	// Priority, Identity), recorded with the entry; empty and 0 when it
+	// gave none.
+	Class    string
+	Priority int
+	Identity string
 	// driver.Override, when nonzero, is the Block override that denied ("denied
 	// by block until …"): Rule is empty, Until is when the block ends
 	// (At for a block without end).
@@ -197,8 +241,10 @@ func denials(tr []driver.Denial) []Denial {
 			Used: d.Used, Limit: d.Limit, Cost: d.Cost,
 			RetryAfter: d.RetryAfter, CostTooHigh: d.CostTooHigh,
 			Shadow: d.Shadow, Override: d.Override,
+			Exempt: d.Exempt, Quiet: d.Quiet,
 		}
 		out[i].Values, out[i].ValuesPartial = parseTrailValues(d.Values)
+		trailMeta(&out[i])
 	}
 	return out
 }
@@ -233,6 +279,13 @@ type Event struct {
 	// attempt's cost (0 for "inspect").
 	Subject Subject
 	Cost    int64
+	// Priority, Zone and Identity are the attempt's (Attempt.Priority,
+	// Zone, Identity; its class is Decision.Class), for every Op but
+	// "inspect", so that an observer can record the attempt whole (a
+	// what-if replay decides it again as it was).
+	Priority int
+	Zone     *time.Location
+	Identity string
 }
 
 // decide turns a backend result into a Decision. rules are the resolved
@@ -258,6 +311,9 @@ func decide(policy string, rules []driver.Rule, before []int64, res driver.Resul
 		if before != nil {
 			d.Rules[i].Before = before[i]
 		}
+		if rules[i].Exempt != driver.NotExempt {
+			continue // never denies: Policy.explain names it
+		}
 		if rd.Shadow {
 			if !rd.Allowed && !slices.Contains(d.ShadowDenied, rd.Rule) {
 				d.ShadowDenied = append(d.ShadowDenied, rd.Rule)
@@ -275,6 +331,9 @@ func decide(policy string, rules []driver.Rule, before []int64, res driver.Resul
 				d.RetryAfter = rd.RetryAfter
 			}
 		}
+	}
+	if !res.Quiet.IsZero() && res.Quiet.After(res.Now) {
+		d.RetryAfter = max(d.RetryAfter, res.Quiet.Sub(res.Now))
 	}
 	if res.Override.ID != 0 {
 		switch res.Override.Kind {

@@ -30,6 +30,12 @@ var (
 	// ErrInvalidZone: an attempt's time zone (Attempt.Zone) is time.Local,
 	// or a zone name LoadZone was given is not an IANA zone it can load.
 	ErrInvalidZone = errors.New("invalid zone")
+	// ErrInvalidClass: an attempt's message class (Attempt.Class) is not
+	// one its policy declares (WithClass).
+	ErrInvalidClass = errors.New("invalid message class")
+	// ErrInvalidPriority: an attempt's priority (Attempt.Priority) is
+	// below 0 or above MaxPriority.
+	ErrInvalidPriority = errors.New("invalid priority")
 	// ErrCostTooHigh is returned by Wait when some rule can never admit
 	// the cost (it exceeds the rule's limit), so waiting is pointless.
 	ErrCostTooHigh = errors.New("cost exceeds a rule's limit")

@@ -39,6 +39,7 @@ type Limiter struct {
 	timeout time.Duration
 	observe []func(Event) // WithObserver, in the order given
 	hot     sync.Map      // policy name -> *hotSlot: the hot-deny caches
+	people  people        // identities' persons and zones, read for decisions (people.go)
 }
 
 // Option configures a Limiter in New.
@@ -181,6 +182,10 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 
 // take makes one decision (op names it for errors and events).
 func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
+	a, err := l.identify(ctx, op, p, a)
+	if err != nil {
+		return Decision{}, nil, err
+	}
 	c, err := l.prepare(op, false, dop, p, a, ttl)
 	if err != nil {
 		return Decision{}, nil, err

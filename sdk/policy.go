@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/alg"
 	"github.com/freqcap/freqcap/internal/keyname"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -58,6 +59,14 @@ type Policy struct {
 	// its dimension set is declared wide (driver.Rule.Wide).
 	wide     []string
 	wideRule []bool
+	// Messaging caps: the quiet hours (WithQuietHours), the classes
+	// (WithClass), and whether a rule has headroom (Rule.WithHeadroom).
+	quietSrc []QuietPeriod
+	quiet    []alg.Quiet
+	quietLoc *time.Location
+	classes  []Class
+	headroom bool
+	person   string // WithPerson
 }
 
 // change is a Change checked and resolved for key building.
@@ -82,6 +91,13 @@ type policyOptions struct {
 	changes   map[string][]Change
 	overrides bool
 	wide      []string // WithWide
+	// WithQuietHours: the periods, as given and for the arithmetic, and
+	// their zone; WithClass: the classes.
+	quietSrc []QuietPeriod
+	quiet    []alg.Quiet
+	quietLoc *time.Location
+	classes  []Class
+	person   string // WithPerson
 }
 
 // WithFailOpen makes the Limiter answer "allowed" (Decision.Degraded set)
@@ -252,6 +268,9 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		trailTTL:  o.trailTTL,
 		hotDeny:   o.hotDeny,
 		overrides: o.overrides,
+		quietSrc:  o.quietSrc,
+		quiet:     o.quiet,
+		quietLoc:  o.quietLoc,
 	}
 	if i, err := p.addRules(rules); err != nil {
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)
@@ -263,6 +282,16 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 	p.groupRules()
 	if err := p.addWide(o.wide); err != nil {
 		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
+	}
+	if o.person != "" && !slices.Contains(p.shardBy, o.person) {
+		return bad("person dimension %q must be a shard dimension (one every rule is keyed by: %v)", o.person, p.shardBy)
+	}
+	p.person = o.person
+	if err := p.addClasses(o.classes); err != nil {
+		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
+	}
+	for _, r := range p.rules {
+		p.headroom = p.headroom || len(r.Headroom) > 0
 	}
 	if i, err := p.addChanges(o.changes); err != nil {
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)

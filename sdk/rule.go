@@ -121,6 +121,10 @@ type Rule struct {
 	// events) but never denies. Turning it on or off keeps the rule's
 	// counts: it is not part of the rule's identity. See AsShadow.
 	Shadow bool
+	// Headroom keeps the rule's last units for attempts of higher
+	// priority (WithHeadroom): tiers from the lowest priority up. Not part
+	// of the rule's identity.
+	Headroom []Headroom
 	// Epoch is the policy-store version that gave the rule its current
 	// identity (sdk/policystore sets it; 0 for rules built in code). It is
 	// part of the rule's identity: a rule whose algorithm, window, cells,
@@ -223,7 +227,7 @@ func (r Rule) normalize() (Rule, error) {
 	// Each step reports r's first problem of its kind, in this order.
 	for _, step := range [...]func(*Rule) error{
 		(*Rule).checkKind, (*Rule).fillCalendar, (*Rule).checkSpan,
-		(*Rule).fillSubWindows, (*Rule).checkDimensions,
+		(*Rule).fillSubWindows, (*Rule).checkDimensions, (*Rule).checkHeadroom,
 	} {
 		if err := step(&r); err != nil {
 			return Rule{}, fmt.Errorf("rule %q: %w: %v", r.Name, ErrInvalidRule, err)

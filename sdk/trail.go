@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -149,4 +150,71 @@ func parseTrailValues(f string) (vals map[string]string, partial bool) {
 		vals[k] = v
 	}
 	return vals, partial
+}
+
+// The trail values' pairs that record the attempt's messaging fields
+// (never a dimension: dimension names hold no '@').
+const (
+	trailClass    = "@class"
+	trailPriority = "@priority"
+	trailIdentity = "@identity"
+)
+
+// withTrailMeta returns tv with a's class, priority and identity first
+// (each when given); the dimension values are left out, marked partial,
+// when both would pass maxTrailValuesLen.
+func withTrailMeta(tv string, a Attempt) string {
+	if a.Class == "" && a.Priority == 0 && a.Identity == "" {
+		return tv
+	}
+	var b strings.Builder
+	add := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(escapeTrail(v))
+	}
+	if a.Class != "" {
+		add(trailClass, a.Class)
+	}
+	if a.Priority != 0 {
+		add(trailPriority, strconv.Itoa(a.Priority))
+	}
+	if a.Identity != "" {
+		add(trailIdentity, a.Identity)
+	}
+	switch {
+	case tv == "":
+	case b.Len()+1+len(tv) <= maxTrailValuesLen:
+		b.WriteByte(',')
+		b.WriteString(tv)
+	default:
+		b.WriteByte(',')
+		b.WriteString(trailMore)
+	}
+	return b.String()
+}
+
+// trailMeta moves the messaging pairs out of vals into d.
+func trailMeta(d *Denial) {
+	if d.Values == nil {
+		return
+	}
+	if v, ok := d.Values[trailClass]; ok {
+		d.Class = v
+		delete(d.Values, trailClass)
+	}
+	if v, ok := d.Values[trailPriority]; ok {
+		d.Priority, _ = strconv.Atoi(v)
+		delete(d.Values, trailPriority)
+	}
+	if v, ok := d.Values[trailIdentity]; ok {
+		d.Identity = v
+		delete(d.Values, trailIdentity)
+	}
+	if len(d.Values) == 0 {
+		d.Values = nil
+	}
 }

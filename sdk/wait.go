@@ -10,7 +10,9 @@ import (
 
 // Wait is Take that delays instead of denying (shaping rather than
 // policing): it takes a.Cost units (0 means 1) for a.Subject as soon as
-// every rule of p admits them, sleeping for the decision's RetryAfter between attempts.
+// every rule of p admits them, sleeping until the decision's NextEligible
+// (every rule admits the attempt then, outside quiet hours) between
+// attempts.
 //
 // Before each sleep it checks ctx's deadline: if the request cannot be
 // admitted before it (a retry due exactly at the deadline counts as too
@@ -41,9 +43,13 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		if d.Override.Kind == driver.Block && d.RetryAfter <= 0 {
 			return d, fmt.Errorf("sdk: wait: %w: blocked by override #%d, which has no end", ErrWaitTooLong, d.Override.ID)
 		}
-		delay := max(d.RetryAfter, time.Millisecond)
+		delay := d.RetryAfter
+		if !d.NextEligible.IsZero() {
+			delay = d.NextEligible.Sub(d.At)
+		}
+		delay = max(delay, time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok && !l.now().Add(delay).Before(dl) {
-			return d, fmt.Errorf("sdk: wait: %w: retry after %v", ErrWaitTooLong, d.RetryAfter)
+			return d, fmt.Errorf("sdk: wait: %w: retry after %v", ErrWaitTooLong, delay)
 		}
 		if err := l.clock.Sleep(ctx, delay); err != nil {
 			return d, fmt.Errorf("sdk: wait: %w", err)

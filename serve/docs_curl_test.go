@@ -107,25 +107,7 @@ func TestServeDocsCurl(t *testing.T) {
 	first, h, body := split(take.request)
 	target := strings.Fields(first)[1]
 
-	// The curl line's URL, headers and body.
-	var url, data0 string
-	header := map[string]string{}
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "-s":
-		case (a == "-H" || a == "-d") && i+1 < len(args):
-			i++
-			if a == "-d" {
-				data0 = args[i]
-			} else if k, v, ok := strings.Cut(args[i], ":"); ok {
-				header[strings.TrimSpace(k)] = strings.TrimSpace(v)
-			}
-		case strings.HasPrefix(a, "http"):
-			url = a
-		default:
-			t.Fatalf("%s:%d: curl argument %q: the test knows -s, -H, -d and the URL", docsFile, n, a)
-		}
-	}
+	url, header, data0 := curlRequest(t, fmt.Sprintf("%s:%d", docsFile, n), args)
 	if url != docsAddr+target {
 		t.Errorf("%s:%d: curl calls %q, want %q (serve's default address and the Take example's path)", docsFile, n, url, docsAddr+target)
 	}
@@ -187,4 +169,28 @@ func TestServeDocsCurl(t *testing.T) {
 	if !strings.Contains(md, sentence) {
 		t.Errorf("%s does not say, beside its first example, that a server started from a file %s", docsFile, sentence)
 	}
+}
+
+// curlRequest returns the URL, headers and body of a curl command line's
+// words (args[0] is curl); where names the line in failures.
+func curlRequest(t *testing.T, where string, args []string) (url string, header map[string]string, data string) {
+	t.Helper()
+	header = map[string]string{}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-s":
+		case (a == "-H" || a == "-d") && i+1 < len(args):
+			i++
+			if a == "-d" {
+				data = args[i]
+			} else if k, v, ok := strings.Cut(args[i], ":"); ok {
+				header[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		case strings.HasPrefix(a, "http"):
+			url = a
+		default:
+			t.Fatalf("%s: curl argument %q: the test knows -s, -H, -d and the URL", where, a)
+		}
+	}
+	return url, header, data
 }

@@ -41,7 +41,10 @@ import (
 //     (ratelimitheaders.Governing): its name, limit and unit
 //     (current_limit), remaining units (limit_remaining) and the time
 //     until it resets or, denied, until a retry passes
-//     (duration_until_reset);
+//     (duration_until_reset: quiet hours included);
+//   - an attempt's zone, class, priority and identity are not carried
+//     (every entry is a dimension): a descriptor decides as an attempt
+//     without them, at priority 0, in quiet hours of the policy's zone;
 //   - response_headers_to_add are the IETF RateLimit, RateLimit-Policy
 //     and, when denied, Retry-After headers of the most restrictive
 //     descriptor (the denied one with the longest wait, else the allowed
@@ -243,8 +246,10 @@ func descriptorStatus(p *sdk.Policy, d sdk.Decision) *rlsv3.RateLimitResponse_De
 		}
 	}
 	t := rd.ResetAfter
-	if !rd.Allowed {
-		t = rd.RetryAfter
+	if !d.Allowed {
+		// Until a retry can pass: the rule's wait, or the decision's when
+		// it waits longer (quiet hours, which no rule denies).
+		t = max(rd.RetryAfter, d.RetryAfter)
 	}
 	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: rd.Rule, RequestsPerUnit: clampUint32(rd.Limit), Unit: envoyUnit(window)}
 	st.LimitRemaining = clampUint32(rd.Remaining)

@@ -124,6 +124,12 @@ func start(t testing.TB, b driver.Backend, cfg serve.Config) *env {
 // startWith is start serving the policies of doc instead of testPolicies.
 func startWith(t testing.TB, b driver.Backend, cfg serve.Config, doc string) *env {
 	t.Helper()
+	return startPolicies(t, b, cfg, loadDoc(t, doc))
+}
+
+// startPolicies is start serving ps instead of testPolicies.
+func startPolicies(t testing.TB, b driver.Backend, cfg serve.Config, ps []*sdk.Policy) *env {
+	t.Helper()
 	e := &env{policies: map[string]*sdk.Policy{}, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	col := prom.New(nil)
 	e.reg.MustRegister(col)
@@ -131,7 +137,6 @@ func startWith(t testing.TB, b driver.Backend, cfg serve.Config, doc string) *en
 	if e.lim == nil {
 		e.lim = sdk.New(b, sdk.WithPrefix(uniquePrefix()), sdk.WithObserver(col.Observe))
 	}
-	ps := loadDoc(t, doc)
 	for _, p := range ps {
 		e.policies[p.Name()] = p
 	}

@@ -117,7 +117,8 @@ func (svc *service) Take(ctx context.Context, req *connect.Request[freqcapv1.Tak
 		return nil, svc.failed("take", p, err)
 	}
 	d, err := svc.s.cfg.Limiter.Take(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone})
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone,
+		Class: m.GetClass(), Priority: int(m.GetPriority()), Identity: m.GetIdentity()})
 	if err != nil {
 		return nil, svc.failed("take", p, err)
 	}
@@ -139,7 +140,8 @@ func (svc *service) Peek(ctx context.Context, req *connect.Request[freqcapv1.Pee
 	if err != nil {
 		return nil, svc.failed("peek", p, err)
 	}
-	d, err := svc.s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), Zone: zone})
+	d, err := svc.s.cfg.Limiter.Peek(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), Zone: zone,
+		Class: m.GetClass(), Priority: int(m.GetPriority()), Identity: m.GetIdentity()})
 	if err != nil {
 		return nil, svc.failed("peek", p, err)
 	}
@@ -172,7 +174,8 @@ func (svc *service) Reserve(ctx context.Context, req *connect.Request[freqcapv1.
 		return nil, svc.failed("reserve", p, err)
 	}
 	d, r, err := svc.s.cfg.Limiter.Reserve(ctx, p, sdk.Attempt{Subject: m.GetSubject(), Cost: m.GetCost(), IdempotencyKey: m.GetIdempotencyKey(),
-		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone}, ttl)
+		IdempotencyTTL: protoconv.IdempotencyTTL(m.GetIdempotencyTtl()), Zone: zone,
+		Class: m.GetClass(), Priority: int(m.GetPriority()), Identity: m.GetIdentity()}, ttl)
 	if err != nil {
 		return nil, svc.failed("reserve", p, err)
 	}

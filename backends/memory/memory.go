@@ -56,7 +56,8 @@ type Options struct {
 // optional interface of package driver: Peeker, Reserver, Inspector,
 // Resetter, Describer, Batcher, Clocked, Overrider (override IDs come
 // from one counter per Backend), PolicyStore (the versions live as long
-// as the Backend), ValueLister (ListValues), and stats.Counters (package sdk/driver/stats)
+// as the Backend), Linker (links, zones and audits live as long as the
+// Backend), ValueLister (ListValues), and stats.Counters (package sdk/driver/stats)
 // (statistics bounded by MaxStatsKeys). It is safe for concurrent use and
 // starts no goroutines;
 // most callers only pass it to sdk.New.
@@ -243,9 +244,11 @@ func (o op) String() string {
 // consumes reports whether o consumes when admitted.
 func (o op) consumes() bool { return o == opTake || o == opReserve }
 
-// Take checks req's rules and, if every enforced rule admits req.Cost,
-// consumes it from each, atomically (driver.Backend; a shadow rule
-// consumes only when it admits it too, see driver.Rule.Shadow).
+// Take checks req's rules and, if every enforced rule admits req.Cost
+// and no quiet hours hold (driver.Request.Quiet), consumes it from each,
+// atomically (driver.Backend; a shadow rule consumes only when it admits
+// it too, see driver.Rule.Shadow; an exempt rule never denies, and
+// consumes as its driver.Rule.Exempt says).
 func (b *Backend) Take(ctx context.Context, req driver.Request) (driver.Result, error) {
 	return b.decide(ctx, opTake, req)
 }
@@ -337,21 +340,26 @@ func (x *txn) take(o op, req driver.Request) driver.Result {
 	rules, ov := x.limitOverrides(req, &res)
 	rules = zoned(rules, req)
 	ev := x.evaluate(req.Rules, rules, cost)
-	// A block denies, else an exempt admits (counted: consuming from
-	// every rule, past its limit if need be; uncounted: from none).
-	allowed, uncounted := ev.allowed, false
+	// A block denies, else quiet hours deny (driver.Request.Quiet), else
+	// an exempt admits (counted: consuming from every rule, past its
+	// limit if need be; uncounted: from none).
+	allowed, uncounted, exempt := ev.allowed, false, false
+	quiet := quietEnd(req.Quiet, now)
 	switch {
 	case ov.block != nil:
 		allowed = false
 		res.Override = cloneOverride(*ov.block)
+	case !quiet.IsZero():
+		allowed = false
+		res.Quiet = quiet
 	case ov.exempt != nil:
-		allowed = true
+		allowed, exempt = true, true
 		res.Override = cloneOverride(*ov.exempt)
 		uncounted = !ov.exempt.Counted
 	}
 	res.Allowed = allowed
 	committed := consume && allowed
-	x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, ov.exempt != nil)
+	x.commit(ev, rules, res.Rules, cost, consume, committed && !uncounted, exempt)
 	if consume {
 		x.deny(req, rules, res, cost, ov.block)
 	}
@@ -459,8 +467,8 @@ func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
 			re.cur = seed(from.cur, from.alg, rules[r.Seed-1], re.alg, r, x.now)
 			re.seeded = true
 		}
-		re.next, re.verdict = step(re.cur, re.alg, r, cost, x.now)
-		if !r.Shadow {
+		re.next, re.verdict = step(re.cur, re.alg, kept(r), cost, x.now)
+		if !r.Shadow && r.Exempt == driver.NotExempt {
 			ev.allowed = ev.allowed && re.verdict.Allowed
 		}
 	}
@@ -468,19 +476,21 @@ func (x *txn) evaluate(given, rules []driver.Rule, cost int64) evaluation {
 }
 
 // commit stores the rules' states — the stepped ones where the request
-// counts (counted) and the rule took the cost (a counted exempt: every
-// rule, past its limit up to driver.MaxUsed: exempt), the seeds on any consuming take — records which
-// rules took the cost (ruleEval.took) and writes each rule's result to
-// out.
+// counts (counted) and the rule took the cost (under a counted exempt
+// override, exempt, every rule; else a rule exempt counted,
+// driver.ExemptCounted: past its limit up to driver.MaxUsed; a rule
+// exempt uncounted takes nothing), the seeds on any consuming take —
+// records which rules took the cost (ruleEval.took) and writes each
+// rule's result to out.
 func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult, cost int64, consume, counted, exempt bool) {
 	for i, r := range rules {
 		re := &ev.rules[i]
 		st := re.cur
-		if counted {
+		if counted && r.Exempt != driver.ExemptUncounted {
 			switch {
 			case re.verdict.Allowed:
 				re.took, re.units = true, cost
-			case exempt: // counted exempt
+			case exempt || r.Exempt == driver.ExemptCounted:
 				re.next, re.units = x.exempt(re, r, cost)
 				re.took = re.units > 0
 			}
@@ -497,8 +507,31 @@ func (x *txn) commit(ev evaluation, rules []driver.Rule, out []driver.RuleResult
 		}
 		used, reset := report(st, re.alg, r, x.now)
 		out[i] = ruleResult(r.ReportedLimit(), used, reset, re.verdict)
+		if r.Keep > 0 {
+			out[i].Remaining = max(0, kept(r).Limit-used)
+		}
 		out[i].Strategy = strategyName(re.alg)
 	}
+}
+
+// kept returns r as it decides for an attempt keeping r.Keep units
+// (driver.Rule.Keep): its limit less Keep, which may be zero or less (a
+// limit no cost fits: CostTooHigh). Only the admission reads it; r's
+// state, layout and reported limit stay r's.
+func kept(r driver.Rule) driver.Rule {
+	r.Limit -= r.Keep
+	return r
+}
+
+// quietEnd returns the End of the span of quiet that holds now
+// (driver.Request.Quiet: [Start, End)), zero when none does.
+func quietEnd(quiet []driver.Span, now time.Time) time.Time {
+	for _, sp := range quiet {
+		if !now.Before(sp.Start) && now.Before(sp.End) {
+			return sp.End
+		}
+	}
+	return time.Time{}
 }
 
 // exempt returns re's state after a counted exempt's cost, counted past
@@ -606,16 +639,22 @@ func keep(key, group string) (string, string) {
 }
 
 // deny writes the trail entries of a Take or Reserve: a Block's one
-// entry (block non-nil); else, for a denied request, one per denying
-// rule; and one per shadow rule that would have denied, whether the
-// request was allowed or not (Denial.Shadow).
+// entry (block non-nil); else quiet hours' one entry (res.Quiet set);
+// else, for a denied request, one per denying rule; and one per shadow
+// or exempt rule that would have denied, whether the request was allowed
+// or not (Denial.Shadow, Denial.Exempt).
 func (x *txn) deny(req driver.Request, rules []driver.Rule, res driver.Result, cost int64, block *driver.Override) {
 	if req.TrailKey == "" || req.TrailMax <= 0 || req.TrailTTL <= 0 {
 		return
 	}
-	write := block != nil
-	for i, rr := range res.Rules {
-		write = write || (!rr.Allowed && (rules[i].Shadow || !res.Allowed))
+	// noted: rule i writes an entry of its own (the request not denied
+	// by a block or quiet hours).
+	noted := func(i int) bool {
+		return !res.Rules[i].Allowed && (rules[i].Shadow || rules[i].Exempt != driver.NotExempt || !res.Allowed)
+	}
+	write := block != nil || !res.Quiet.IsZero()
+	for i := range res.Rules {
+		write = write || noted(i)
 	}
 	if !write {
 		return
@@ -636,16 +675,22 @@ func (x *txn) deny(req driver.Request, rules []driver.Rule, res driver.Result, c
 			d.RetryAfter = block.Until.Sub(x.now)
 		}
 		e.trail = append(e.trail, d)
+	} else if !res.Quiet.IsZero() {
+		e.trail = append(e.trail, driver.Denial{
+			At: x.now, Policy: req.Policy, Cost: cost, Quiet: true,
+			RetryAfter: res.Quiet.Sub(x.now), Values: req.TrailValues,
+		})
 	} else {
 		for i, rr := range res.Rules {
-			if rr.Allowed || (!rules[i].Shadow && res.Allowed) {
+			if !noted(i) {
 				continue
 			}
 			e.trail = append(e.trail, driver.Denial{
 				At: x.now, Policy: req.Policy, Rule: rules[i].Name,
 				Used: rr.Used, Limit: rr.Limit, Cost: cost,
 				RetryAfter: rr.RetryAfter, CostTooHigh: rr.CostTooHigh,
-				Shadow: rules[i].Shadow, Values: req.TrailValues,
+				Shadow: rules[i].Shadow, Exempt: rules[i].Exempt != driver.NotExempt,
+				Values: req.TrailValues,
 			})
 		}
 	}
@@ -757,7 +802,7 @@ func (b *Backend) Sweep() {
 }
 
 // Len reports how many entries (rule states, trails, reservation sets,
-// idempotency records, override sets) the backend holds, including
+// idempotency records, override sets, links, persons) the backend holds, including
 // expired ones not yet swept.
 func (b *Backend) Len() int {
 	n := 0
@@ -790,9 +835,25 @@ func validate(o op, req driver.Request) error {
 			err = fmt.Errorf("burst must be >= 0, got %d", r.Burst)
 		case r.Seed < 0 || r.Seed > i:
 			err = fmt.Errorf("seed must name an earlier rule (1 to %d), got %d", i, r.Seed)
+		case r.Keep < 0:
+			err = fmt.Errorf("keep must be >= 0, got %d", r.Keep)
+		case r.Keep > 0 && r.Algorithm == driver.GCRA:
+			err = errors.New("keep on a gcra rule")
+		case r.Exempt > driver.ExemptUncounted:
+			err = fmt.Errorf("unknown exemption %d", r.Exempt)
+		case r.Exempt != driver.NotExempt && r.Shadow:
+			err = errors.New("exempt and shadow")
 		}
 		if err != nil {
 			return fmt.Errorf("memory: %v: rule %q: %w", o, r.Name, err)
+		}
+	}
+	if len(req.Quiet) > driver.MaxQuietSpans {
+		return fmt.Errorf("memory: %v: %d quiet spans, at most %d", o, len(req.Quiet), driver.MaxQuietSpans)
+	}
+	for i, sp := range req.Quiet {
+		if !sp.Start.Before(sp.End) || i > 0 && sp.Start.Before(req.Quiet[i-1].End) {
+			return fmt.Errorf("memory: %v: quiet span %d: not after the previous one, or empty", o, i)
 		}
 	}
 	if idempotent(o, req) && req.IdempotencyTTL <= 0 {

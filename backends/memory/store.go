@@ -20,6 +20,8 @@ const (
 	kindReservations
 	kindIdem
 	kindOverrides
+	kindLink
+	kindPerson
 )
 
 // kindOf maps an algorithm to its entry kind.
@@ -63,6 +65,8 @@ type entry struct {
 	reservations map[string]*reservation
 	idem         *driver.Result    // the stored result of an idempotent request
 	overrides    []driver.Override // by ID (kindOverrides)
+	link         *driver.Link      // an identity's link (kindLink)
+	person       *person           // a person's links, zone and audit (kindPerson)
 }
 
 // shard is one independently locked part of the store: a map and a

@@ -9,6 +9,7 @@
 //	freqcap probe   URL
 //	freqcap policy  apply|diff|history|show|rollback … SERVER
 //	freqcap override set|list|delete … SERVER
+//	freqcap person  link|unlink|show|zone … SERVER
 //
 // where SERVER is --redis ADDR, --cluster ADDR,… or --sentinel ADDR,…
 // --master NAME, with --user and --password (or $FREQCAP_REDIS_PASSWORD)
@@ -35,6 +36,7 @@ Usage:
   freqcap probe URL         exit 0 if URL answers 2xx (a container health check)
   freqcap policy …          apply, diff, list (history), show or roll back versions of the policy store
   freqcap override …        set, list or delete per-person overrides
+  freqcap person …          link identities to a person, unlink them, show a person, store its zone
 
 A Redis deployment is named by --redis ADDR, --cluster ADDR,… or
 --sentinel ADDR,… --master NAME (and --user, --password or
@@ -75,6 +77,8 @@ func run(args []string) error {
 		return runPolicy(args[1:])
 	case "override":
 		return runOverride(args[1:])
+	case "person":
+		return runPerson(args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil

@@ -241,3 +241,50 @@ func TestPolicyDiffWhatIf(t *testing.T) {
 		t.Errorf("policy diff -whatif=false = %v, printed:\n%s", err, out.String())
 	}
 }
+
+// TestPolicyMessagingCommands: diff and apply name the messaging settings
+// a version changes (person, quiet hours, classes, a rule's headroom),
+// each carried exactly; show gives them back as written.
+func TestPolicyMessagingCommands(t *testing.T) {
+	addr := redistest.NewServer(t).Addr()
+	messaging := strings.Replace(cliV1, "    overrides: true\n", `    overrides: true
+    person: user
+    quiet_hours: {zone: Europe/Berlin, periods: [{from: "21:00", to: "08:00", days: [mon, tue, wed, thu, fri]}]}
+    classes:
+      - {name: otp, exempt: all, counted: true, quiet_hours: true}
+      - {name: receipt, exempt: [daily]}
+`, 1)
+	messaging = strings.Replace(messaging, "limit: 50, window: 24h, by: [user]}", "limit: 50, window: 24h, by: [user], headroom: [{priority: 1, keep: 10}]}", 1)
+	f := writeFiles(t, map[string]string{"v1.yaml": cliV1, "messaging.yaml": messaging})
+	steps := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"apply v1", []string{"apply", f["v1.yaml"], "-yes"}, []string{"applied version 1"}},
+		{"diff", []string{"diff", f["messaging.yaml"]}, []string{
+			"policy push: modified",
+			"  setting person none → user\n",
+			`  setting quiet_hours none → {zone: Europe/Berlin, periods: [{from: "21:00", to: "08:00", days: [mon, tue, wed, thu, fri]}]}` + "\n",
+			"  setting class otp added: {name: otp, exempt: all, counted: true, quiet_hours: true}\n",
+			"  setting class receipt added: {name: receipt, exempt: [daily]}\n",
+			"rule daily: modified: headroom none → [{priority: 1, keep: 10}]; carries exactly",
+			"rule minute: unchanged",
+		}},
+		{"apply", []string{"apply", f["messaging.yaml"], "-yes"}, []string{"setting person none → user", "applied version 2"}},
+		{"show", []string{"show"}, []string{"# version 2", messaging}},
+		{"rollback", []string{"rollback", "1"}, []string{"setting person user → none", "setting class otp removed", "rule daily: modified: headroom [{priority: 1, keep: 10}] → none; carries exactly", "not applied"}},
+	}
+	for _, st := range steps {
+		var out bytes.Buffer
+		args := append([]string{st.args[0], "--redis", addr}, st.args[1:]...)
+		if err := policyMain(context.Background(), args, &out); err != nil {
+			t.Fatalf("%s: policy %q = %v\n%s", st.name, args, err, out.String())
+		}
+		for _, w := range st.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: policy %q output lacks %q:\n%s", st.name, args, w, out.String())
+			}
+		}
+	}
+}

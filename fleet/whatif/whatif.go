@@ -35,6 +35,18 @@
 // replayed with the policy's own limits); reservations later cancelled
 // (replayed as takes); and how people would have reacted to other
 // decisions (the replay sends the same attempts, retries included).
+//
+// Messaging caps replay as they were decided: each attempt is sent again
+// with its message class, priority and zone (fleet.SampledAttempt), so a
+// version's quiet hours, classes and headroom decide it (an attempt whose
+// class a version does not declare is an error there: Unreplayable). Each
+// Outcome says how many denials were for quiet hours (Quiet), how many
+// attempts a class let past a rule that would have denied (Exempted: not
+// denials of that rule), and each rule how many of its denials were for
+// headroom only. A class never exempts a shadow rule, so a shadow rule's
+// figures are what it would deny if enforced as it stands, every class's
+// attempts included. Identities are not recorded: an attempt is replayed
+// for the subject it gave, not the person its identity is linked to.
 package whatif
 
 import (
@@ -130,6 +142,11 @@ type Outcome struct {
 	// Denied counts the attempts denied; People the distinct people
 	// denied at least once.
 	Denied, People Figure
+	// Quiet counts the denials for quiet hours (sdk.WithQuietHours; in
+	// Denied); Exempted the attempts their message class let past a rule
+	// that would have denied them (sdk.WithClass; denied only if another
+	// rule or quiet hours denied them).
+	Quiet, Exempted Figure
 	// Rules holds each rule's denials (a shadow rule's: what it would
 	// have denied), in policy order.
 	Rules []RuleOutcome
@@ -141,6 +158,9 @@ type RuleOutcome struct {
 	// Shadow: a shadow rule; its figures are what it would have denied.
 	Shadow         bool
 	Denied, People Figure
+	// Headroom counts the denials (in Denied) due only to the units the
+	// rule keeps for higher priorities (sdk.Rule.WithHeadroom).
+	Headroom Figure
 }
 
 // count writes f with its noun: one for exactly 1, else many.
@@ -228,7 +248,7 @@ func Estimate(ctx context.Context, rd *fleet.Reader, current, proposed []*sdk.Po
 		rep.Notes = append(rep.Notes, "attempts decided by exempt or block overrides are left out of both versions' denials")
 	}
 	if partial {
-		rep.Notes = append(rep.Notes, "some attempts could not be replayed by a version (see Unreplayable): its figures leave them out")
+		rep.Notes = append(rep.Notes, "some attempts could not be replayed by a version (see Unreplayable: e.g. a message class it does not declare): its figures leave them out")
 	}
 	return rep, nil
 }
@@ -258,8 +278,8 @@ type windowTally struct {
 }
 
 type versionTally struct {
-	denied tally
-	rules  []tally // by rule, in policy order
+	denied, quiet, exempted tally
+	rules, headroom         []tally // by rule, in policy order
 }
 
 // estimatePolicy replays tr through cur and prop (either may be nil).
@@ -282,9 +302,9 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 		ws[i] = windowTally{attempts: tally{}, recorded: tally{}}
 		for v, r := range reps {
 			if r != nil {
-				ws[i].versions[v] = versionTally{denied: tally{}, rules: make([]tally, len(r.rules))}
+				ws[i].versions[v] = versionTally{denied: tally{}, quiet: tally{}, exempted: tally{}, rules: make([]tally, len(r.rules)), headroom: make([]tally, len(r.rules))}
 				for k := range r.rules {
-					ws[i].versions[v].rules[k] = tally{}
+					ws[i].versions[v].rules[k], ws[i].versions[v].headroom[k] = tally{}, tally{}
 				}
 			}
 		}
@@ -315,7 +335,7 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 			if r == nil {
 				continue
 			}
-			allowed, ruleDenied, ok := r.take(ctx, a)
+			rp, ok := r.take(ctx, a)
 			if !ok {
 				if v == 0 {
 					pr.UnreplayableCurrent++
@@ -326,12 +346,21 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 			}
 			for _, i := range in {
 				vt := &ws[i].versions[v]
-				if !allowed {
+				if !rp.allowed {
 					vt.denied[a.Person]++
 				}
-				for k, d := range ruleDenied {
+				if rp.quiet {
+					vt.quiet[a.Person]++
+				}
+				if rp.exempted {
+					vt.exempted[a.Person]++
+				}
+				for k, d := range rp.ruleDenied {
 					if d {
 						vt.rules[k][a.Person]++
+					}
+					if rp.headroom[k] {
+						vt.headroom[k][a.Person]++
 					}
 				}
 			}
@@ -355,10 +384,12 @@ func estimatePolicy(ctx context.Context, tr fleet.Traffic, cur, prop *sdk.Policy
 				continue
 			}
 			vt := &wt.versions[v]
-			out := Outcome{Denied: scale(vt.denied, n, false, peak), People: scale(vt.denied, n, true, 1)}
+			out := Outcome{Denied: scale(vt.denied, n, false, peak), People: scale(vt.denied, n, true, 1),
+				Quiet: scale(vt.quiet, n, false, peak), Exempted: scale(vt.exempted, n, false, peak)}
 			for k, rule := range r.rules {
 				out.Rules = append(out.Rules, RuleOutcome{Rule: rule.Name, Shadow: rule.Shadow,
-					Denied: scale(vt.rules[k], n, false, peak), People: scale(vt.rules[k], n, true, 1)})
+					Denied: scale(vt.rules[k], n, false, peak), People: scale(vt.rules[k], n, true, 1),
+					Headroom: scale(vt.headroom[k], n, false, peak)})
 			}
 			*outs[v] = out
 		}
@@ -448,12 +479,24 @@ type replayer struct {
 	lim   *sdk.Limiter
 }
 
-// newReplayer rebuilds p from its rules alone: its options (hot-deny
-// cache, trail, overrides, the changes it carries from a former version)
-// decide nothing a replay from empty state should see.
+// newReplayer rebuilds p from its rules and its messaging settings
+// (quiet hours, classes, person), which decide attempts as its rules do:
+// its other options (hot-deny cache, trail, overrides, the changes it
+// carries from a former version) decide nothing a replay from empty
+// state should see.
 func newReplayer(p *sdk.Policy) (*replayer, error) {
 	rules := p.Rules()
-	q, err := sdk.NewPolicy(p.Name(), rules)
+	var opts []sdk.PolicyOption
+	if loc, qs := p.QuietHours(); loc != nil {
+		opts = append(opts, sdk.WithQuietHours(loc, qs...))
+	}
+	if cs := p.Classes(); len(cs) > 0 {
+		opts = append(opts, sdk.WithClass(cs...))
+	}
+	if d := p.Person(); d != "" {
+		opts = append(opts, sdk.WithPerson(d))
+	}
+	q, err := sdk.NewPolicy(p.Name(), rules, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -461,18 +504,37 @@ func newReplayer(p *sdk.Policy) (*replayer, error) {
 	return &replayer{p: q, rules: rules, clock: c, lim: sdk.New(memory.New(&memory.Options{Clock: c}), sdk.WithClock(c))}, nil
 }
 
-// take replays a: whether the policy allowed it and, per rule, whether
-// the rule denied it (a shadow rule: would have; a rule's former self
-// counts as the rule). ok is false when the policy could not decide it.
-func (r *replayer) take(ctx context.Context, a fleet.SampledAttempt) (allowed bool, ruleDenied []bool, ok bool) {
+// replayed is what a version decided of a replayed attempt: whether it
+// allowed it, whether it denied it for quiet hours, whether a class let
+// it past a rule; per rule whether the rule denied it (a shadow rule:
+// would have; a rule's former self counts as the rule; not a rule the
+// class is exempt from) and whether only for headroom.
+type replayed struct {
+	allowed, quiet, exempted bool
+	ruleDenied, headroom     []bool
+}
+
+// take replays a, with its class, priority and zone. ok is false when the
+// policy could not decide it (a class it does not declare, a zone that
+// does not load, a dimension its rules need and a lacks).
+func (r *replayer) take(ctx context.Context, a fleet.SampledAttempt) (out replayed, ok bool) {
 	if a.At.After(r.clock.Now()) {
 		r.clock.Set(a.At)
 	}
-	d, err := r.lim.Take(ctx, r.p, sdk.Attempt{Subject: sdk.Subject(a.Values), Cost: a.Cost})
-	if err != nil {
-		return false, nil, false
+	att := sdk.Attempt{Subject: sdk.Subject(a.Values), Cost: a.Cost, Class: a.Class, Priority: a.Priority}
+	if a.Zone != "" {
+		loc, err := sdk.LoadZone(a.Zone)
+		if err != nil {
+			return replayed{}, false
+		}
+		att.Zone = loc
 	}
-	ruleDenied = make([]bool, len(r.rules))
+	d, err := r.lim.Take(ctx, r.p, att)
+	if err != nil {
+		return replayed{}, false
+	}
+	out = replayed{allowed: d.Allowed, quiet: !d.Allowed && !d.Quiet.IsZero(), exempted: len(d.Exempted) > 0,
+		ruleDenied: make([]bool, len(r.rules)), headroom: make([]bool, len(r.rules))}
 	j, former := 0, false
 	for _, rd := range d.Rules {
 		if rd.Before != 0 {
@@ -482,10 +544,11 @@ func (r *replayer) take(ctx context.Context, a fleet.SampledAttempt) (allowed bo
 		if j >= len(r.rules) || rd.Rule != r.rules[j].Name {
 			break
 		}
-		ruleDenied[j] = !rd.Allowed || former
+		out.ruleDenied[j] = (!rd.Allowed || former) && rd.Exempt == driver.NotExempt
+		out.headroom[j] = out.ruleDenied[j] && rd.Headroom
 		j, former = j+1, false
 	}
-	return d.Allowed, ruleDenied, true
+	return out, true
 }
 
 // String renders the report as a table: per policy and window, the
@@ -526,12 +589,22 @@ func (r Report) String() string {
 					fmt.Fprintf(&b, " (added: %s)", count(w.Added, "attempt", "attempts"))
 				}
 				b.WriteByte('\n')
+				if o.out.Quiet.Sampled > 0 {
+					fmt.Fprintf(&b, "      quiet hours deny %s\n", count(o.out.Quiet, "attempt", "attempts"))
+				}
+				if o.out.Exempted.Sampled > 0 {
+					fmt.Fprintf(&b, "      classes let %s past a rule that would deny\n", count(o.out.Exempted, "attempt", "attempts"))
+				}
 				for _, ru := range o.out.Rules {
 					verb := "denies"
 					if ru.Shadow {
 						verb = "would deny (shadow)"
 					}
-					fmt.Fprintf(&b, "      %s %s %s, %s\n", ru.Rule, verb, count(ru.Denied, "attempt", "attempts"), count(ru.People, "person", "people"))
+					fmt.Fprintf(&b, "      %s %s %s, %s", ru.Rule, verb, count(ru.Denied, "attempt", "attempts"), count(ru.People, "person", "people"))
+					if ru.Headroom.Sampled > 0 {
+						fmt.Fprintf(&b, " (%s for headroom)", ru.Headroom)
+					}
+					b.WriteByte('\n')
 				}
 			}
 		}

@@ -59,17 +59,58 @@ func (o *outcome) add(err error, allowed, cached bool) {
 // *client.Client through freqcap serve.
 type limiter interface {
 	Allow(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Decision, error)
+	Take(ctx context.Context, p *sdk.Policy, a sdk.Attempt) (sdk.Decision, error)
 	TakeBatch(ctx context.Context, p *sdk.Policy, as []sdk.Attempt) []sdk.BatchResult
 }
 
-// allowOne decides one random subject per call with Allow.
+// allowOne decides one random subject per call with Allow or, for a
+// policy whose decisions follow the recipient's zone (quiet hours, a
+// calendar rule), with Take of an attempt carrying the subject's zone
+// (benchZones, one per subject).
 func allowOne(lim limiter, p *sdk.Policy, gen *subjects) decideFunc {
+	if zoned(p) {
+		return func(ctx context.Context, rng *rand.Rand) outcome {
+			var o outcome
+			s, z := gen.pickZoned(rng)
+			d, err := lim.Take(ctx, p, sdk.Attempt{Subject: s, Zone: z})
+			o.add(err, d.Allowed, d.Cached)
+			return o
+		}
+	}
 	return func(ctx context.Context, rng *rand.Rand) outcome {
 		var o outcome
 		d, err := lim.Allow(ctx, p, gen.pick(rng))
 		o.add(err, d.Allowed, d.Cached)
 		return o
 	}
+}
+
+// benchZones are the recipients' zones of zoned policies: subject j is in
+// benchZones[j % 8].
+var benchZones = func() []*time.Location {
+	var out []*time.Location
+	for _, n := range []string{"Europe/Berlin", "America/New_York", "Asia/Kolkata", "Asia/Tokyo", "America/Sao_Paulo", "Australia/Sydney", "Africa/Lagos", "America/Los_Angeles"} {
+		if z, err := sdk.LoadZone(n); err == nil {
+			out = append(out, z)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, time.UTC)
+	}
+	return out
+}()
+
+// zoned reports whether p's decisions follow the recipient's zone.
+func zoned(p *sdk.Policy) bool {
+	if loc, _ := p.QuietHours(); loc != nil {
+		return true
+	}
+	for _, r := range p.Rules() {
+		if r.Calendar != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // scriptKeys returns, for each of cfg.Subjects subjects, n keys under the
@@ -221,6 +262,12 @@ func newSubjects(p *sdk.Policy, n, m int) *subjects {
 }
 
 func (s *subjects) pick(rng *rand.Rand) sdk.Subject {
+	sub, _ := s.pickZoned(rng)
+	return sub
+}
+
+// pickZoned is pick with the subject's zone (benchZones).
+func (s *subjects) pickZoned(rng *rand.Rand) (sdk.Subject, *time.Location) {
 	sub := make(sdk.Subject, len(s.shard)+len(s.other))
 	j := rng.IntN(len(s.shardVals[0]))
 	for i, d := range s.shard {
@@ -229,7 +276,7 @@ func (s *subjects) pick(rng *rand.Rand) sdk.Subject {
 	for _, d := range s.other {
 		sub[d] = s.otherVals[rng.IntN(len(s.otherVals))]
 	}
-	return sub
+	return sub, benchZones[j%len(benchZones)]
 }
 
 // subject returns the j-th subject with the k-th value (mod -values) of

@@ -7,6 +7,7 @@ package protoconv
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -73,6 +74,7 @@ func Rules(rds []sdk.RuleDecision) []*freqcapv1.RuleDecision {
 		m.Used, m.Limit, m.Remaining = rd.Used, rd.Limit, rd.Remaining
 		m.ResetAfter, m.RetryAfter = setDur(&durs[2*i], rd.ResetAfter), setDur(&durs[2*i+1], rd.RetryAfter)
 		m.CostTooHigh, m.Strategy, m.Shadow, m.Before = rd.CostTooHigh, rd.Strategy, rd.Shadow, rd.Before
+		m.Exempt, m.Keep, m.Headroom = freqcapv1.Exemption(rd.Exempt), rd.Keep, rd.Headroom
 		out[i] = m
 	}
 	return out
@@ -91,6 +93,7 @@ func FromRules(in []*freqcapv1.RuleDecision) []sdk.RuleDecision {
 			ResetAfter: fromDur(rd.GetResetAfter()), RetryAfter: fromDur(rd.GetRetryAfter()),
 			CostTooHigh: rd.GetCostTooHigh(), Strategy: rd.GetStrategy(),
 			Shadow: rd.GetShadow(), Before: rd.GetBefore(),
+			Exempt: driver.Exemption(rd.GetExempt()), Keep: rd.GetKeep(), Headroom: rd.GetHeadroom(),
 		}
 	}
 	return out
@@ -104,6 +107,14 @@ func Decision(d sdk.Decision) *freqcapv1.Decision {
 		Denied: d.Denied, RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
 		Degraded: d.Degraded, NonAtomic: d.NonAtomic, Replayed: d.Replayed, Cached: d.Cached,
 		ShadowDenied: d.ShadowDenied, Durable: d.Durable, Replicas: int32(d.Replicas),
+		Class: d.Class, Exempted: d.Exempted, Headroom: d.Headroom,
+		QuietUntil: ts(d.Quiet), NextEligible: ts(d.NextEligible),
+	}
+	if len(d.Rooms) > 0 {
+		out.Rooms = make([]*freqcapv1.Room, len(d.Rooms))
+		for i, r := range d.Rooms {
+			out.Rooms[i] = &freqcapv1.Room{Rule: r.Rule, Priority: int32(r.Priority), Remaining: r.Remaining}
+		}
 	}
 	if d.Override.ID != 0 {
 		out.Override = Override(d.Override)
@@ -126,6 +137,11 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 		CostTooHigh: in.GetCostTooHigh(), Degraded: in.GetDegraded(), NonAtomic: in.GetNonAtomic(),
 		Replayed: in.GetReplayed(), Cached: in.GetCached(), ShadowDenied: in.GetShadowDenied(),
 		Durable: in.GetDurable(), Replicas: int(in.GetReplicas()),
+		Class: in.GetClass(), Exempted: in.GetExempted(), Headroom: in.GetHeadroom(),
+		Quiet: fromTS(in.GetQuietUntil()), NextEligible: fromTS(in.GetNextEligible()),
+	}
+	for _, r := range in.GetRooms() {
+		d.Rooms = append(d.Rooms, sdk.Room{Rule: r.GetRule(), Priority: int(r.GetPriority()), Remaining: r.GetRemaining()})
 	}
 	if o := in.GetOverride(); o != nil {
 		d.Override = FromOverride(o)
@@ -161,8 +177,11 @@ func ToZone(loc *time.Location) string {
 func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 	out := make([]sdk.Attempt, len(in))
 	for i, a := range in {
-		out[i] = sdk.Attempt{Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey(),
-			IdempotencyTTL: IdempotencyTTL(a.GetIdempotencyTtl())}
+		out[i] = sdk.Attempt{
+			Subject: a.GetSubject(), Cost: a.GetCost(), IdempotencyKey: a.GetIdempotencyKey(),
+			IdempotencyTTL: IdempotencyTTL(a.GetIdempotencyTtl()),
+			Class:          a.GetClass(), Priority: int(a.GetPriority()), Identity: a.GetIdentity(),
+		}
 	}
 	return out
 }
@@ -171,10 +190,27 @@ func Attempts(in []*freqcapv1.Attempt) []sdk.Attempt {
 func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	out := make([]*freqcapv1.Attempt, len(in))
 	for i, a := range in {
-		out[i] = &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-			IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone)}
+		out[i] = ToAttempt(a)
 	}
 	return out
+}
+
+// ToAttempt converts an attempt to the wire; the Take, Peek and Reserve
+// requests carry the same fields.
+func ToAttempt(a sdk.Attempt) *freqcapv1.Attempt {
+	return &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
+		IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone),
+		Class: a.Class, Priority: ToPriority(a.Priority), Identity: a.Identity}
+}
+
+// ToPriority converts sdk.Attempt.Priority to the wire. One outside
+// int32 is sent as -1, which the server refuses as the sdk refuses it
+// (sdk.ErrInvalidPriority).
+func ToPriority(p int) int32 {
+	if p < math.MinInt32 || p > math.MaxInt32 {
+		return -1
+	}
+	return int32(p)
 }
 
 // IdempotencyTTL reads an attempt's idempotency_ttl (absent: 0, the
@@ -202,6 +238,7 @@ func Inspection(in sdk.Inspection) *freqcapv1.InspectResponse {
 			RetryAfter: dur(d.RetryAfter), CostTooHigh: d.CostTooHigh,
 			Values: d.Values, ValuesPartial: d.ValuesPartial,
 			Shadow: d.Shadow, Override: d.Override,
+			Exempt: d.Exempt, Quiet: d.Quiet, Class: d.Class, Priority: int32(d.Priority), Identity: d.Identity,
 		})
 	}
 	return out
@@ -220,6 +257,8 @@ func FromInspection(in *freqcapv1.InspectResponse) sdk.Inspection {
 			Limit: d.GetLimit(), Cost: d.GetCost(), RetryAfter: fromDur(d.GetRetryAfter()),
 			CostTooHigh: d.GetCostTooHigh(), Values: d.GetValues(), ValuesPartial: d.GetValuesPartial(),
 			Shadow: d.GetShadow(), Override: d.GetOverride(),
+			Exempt: d.GetExempt(), Quiet: d.GetQuiet(), Class: d.GetClass(), Priority: int(d.GetPriority()),
+			Identity: d.GetIdentity(),
 		})
 	}
 	return out
@@ -231,7 +270,23 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 	out := &freqcapv1.Policy{
 		Name: p.Name(), FailOpen: p.FailOpen(), Dimensions: p.Dimensions(), ShardBy: p.ShardBy(),
 		HotDenyCache: int32(p.HotDenyCache()), TrailMax: int32(tmax), TrailTtl: dur(tttl),
-		Overrides: p.ReadsOverrides(), Wide: p.Wide(),
+		Overrides: p.ReadsOverrides(), Wide: p.Wide(), Person: p.Person(),
+	}
+	for _, c := range p.Classes() {
+		out.Classes = append(out.Classes, &freqcapv1.MessageClass{
+			Name: c.Name, AllRules: c.AllRules, Rules: c.Rules, Counted: c.Counted, QuietHours: c.QuietHours,
+		})
+	}
+	if loc, periods := p.QuietHours(); loc != nil {
+		q := &freqcapv1.QuietHours{Timezone: loc.String()}
+		for _, qp := range periods {
+			wp := &freqcapv1.QuietPeriod{From: dur(qp.From), To: dur(qp.To)}
+			for _, d := range qp.Days {
+				wp.Days = append(wp.Days, weekday(d))
+			}
+			q.Periods = append(q.Periods, wp)
+		}
+		out.QuietHours = q
 	}
 	for _, r := range p.Rules() {
 		rj := &freqcapv1.Rule{
@@ -240,6 +295,9 @@ func Policy(p *sdk.Policy) *freqcapv1.Policy {
 			Burst: r.Burst, Calendar: freqcapv1.Calendar(r.Calendar),
 			Quota: r.Limit, QuotaWindow: dur(ratelimitheaders.QuotaWindow(r)),
 			Shadow: r.Shadow, Epoch: r.Epoch,
+		}
+		for _, h := range r.Headroom {
+			rj.Headroom = append(rj.Headroom, &freqcapv1.Headroom{Priority: int32(h.Priority), Keep: h.Keep})
 		}
 		if r.Algorithm == driver.GCRA {
 			rj.Quota = r.Burst + 1
@@ -263,6 +321,9 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 			Burst: r.GetBurst(), Calendar: driver.CalendarUnit(r.GetCalendar()),
 			Shadow: r.GetShadow(), Epoch: r.GetEpoch(),
 		}
+		for _, h := range r.GetHeadroom() {
+			sr.Headroom = append(sr.Headroom, sdk.Headroom{Priority: int(h.GetPriority()), Keep: h.GetKeep()})
+		}
 		if tz := r.GetTimezone(); tz != "" {
 			loc, err := time.LoadLocation(tz)
 			if err != nil {
@@ -285,7 +346,52 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	if w := in.GetWide(); len(w) > 0 {
 		opts = append(opts, sdk.WithWide(w...))
 	}
+	if cs := in.GetClasses(); len(cs) > 0 {
+		classes := make([]sdk.Class, len(cs))
+		for i, c := range cs {
+			classes[i] = sdk.Class{Name: c.GetName(), AllRules: c.GetAllRules(), Rules: c.GetRules(),
+				Counted: c.GetCounted(), QuietHours: c.GetQuietHours()}
+		}
+		opts = append(opts, sdk.WithClass(classes...))
+	}
+	if q := in.GetQuietHours(); q != nil {
+		loc, err := time.LoadLocation(q.GetTimezone())
+		if err != nil {
+			return nil, fmt.Errorf("policy %q: quiet hours: %w", in.GetName(), err)
+		}
+		periods := make([]sdk.QuietPeriod, len(q.GetPeriods()))
+		for i, qp := range q.GetPeriods() {
+			periods[i] = sdk.QuietPeriod{From: fromDur(qp.GetFrom()), To: fromDur(qp.GetTo())}
+			for _, d := range qp.GetDays() {
+				wd, err := fromWeekday(d)
+				if err != nil {
+					return nil, fmt.Errorf("policy %q: quiet hours: %w", in.GetName(), err)
+				}
+				periods[i].Days = append(periods[i].Days, wd)
+			}
+		}
+		opts = append(opts, sdk.WithQuietHours(loc, periods...))
+	}
+	if person := in.GetPerson(); person != "" {
+		opts = append(opts, sdk.WithPerson(person))
+	}
 	return sdk.NewPolicy(in.GetName(), rules, opts...)
+}
+
+// weekday converts a Go weekday to the wire's (ISO numbers: Sunday 7).
+func weekday(d time.Weekday) freqcapv1.Weekday {
+	if d == time.Sunday {
+		return freqcapv1.Weekday_WEEKDAY_SUNDAY
+	}
+	return freqcapv1.Weekday(d)
+}
+
+// fromWeekday reads a weekday from the wire.
+func fromWeekday(d freqcapv1.Weekday) (time.Weekday, error) {
+	if d < freqcapv1.Weekday_WEEKDAY_MONDAY || d > freqcapv1.Weekday_WEEKDAY_SUNDAY {
+		return 0, fmt.Errorf("weekday %v", d)
+	}
+	return time.Weekday(d % 7), nil
 }
 
 // Override converts o to the wire.

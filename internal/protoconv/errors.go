@@ -29,6 +29,10 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDEMPOTENCY_KEY
 	case errors.Is(err, sdk.ErrInvalidZone):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_ZONE
+	case errors.Is(err, sdk.ErrInvalidClass):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_CLASS
+	case errors.Is(err, sdk.ErrInvalidPriority):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_PRIORITY
 	case errors.Is(err, sdk.ErrInvalidOverride):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_OVERRIDE
 	case errors.Is(err, sdk.ErrInvalidRule):
@@ -88,6 +92,10 @@ func Sentinel(r freqcapv1.Reason) error {
 		return sdk.ErrInvalidIdempotencyKey
 	case freqcapv1.Reason_REASON_INVALID_ZONE:
 		return sdk.ErrInvalidZone
+	case freqcapv1.Reason_REASON_INVALID_CLASS:
+		return sdk.ErrInvalidClass
+	case freqcapv1.Reason_REASON_INVALID_PRIORITY:
+		return sdk.ErrInvalidPriority
 	case freqcapv1.Reason_REASON_RESERVATION_NOT_FOUND:
 		return sdk.ErrReservationNotFound
 	case freqcapv1.Reason_REASON_UNKNOWN_POLICY, freqcapv1.Reason_REASON_INVALID_POLICY:

@@ -45,6 +45,18 @@ type KeyFunc func(ctx context.Context, spec connect.Spec, peer connect.Peer, hea
 // arguments. An error is answered as a key error.
 type CostFunc func(ctx context.Context, spec connect.Spec, peer connect.Peer, header http.Header) (int64, error)
 
+// ClassFunc returns the class a call is taken as (sdk.Attempt.Class: one
+// its policy declares, sdk.WithClass; "" for none), with KeyFunc's
+// arguments. An error, or a class the policy does
+// not declare, is answered as a key error.
+type ClassFunc func(ctx context.Context, spec connect.Spec, peer connect.Peer, header http.Header) (string, error)
+
+// PriorityFunc returns a call's priority (sdk.Attempt.Priority, 0 to
+// sdk.MaxPriority: a rule with headroom keeps its last units for higher
+// priorities), with KeyFunc's arguments. An error, or a priority out of
+// range, is answered as a key error.
+type PriorityFunc func(ctx context.Context, spec connect.Spec, peer connect.Peer, header http.Header) (int, error)
+
 // Interceptor is a connect.Interceptor for one policy. It is safe for
 // concurrent use.
 type Interceptor struct {
@@ -52,6 +64,8 @@ type Interceptor struct {
 	p       *sdk.Policy
 	key     KeyFunc
 	cost    CostFunc
+	class   ClassFunc
+	prio    PriorityFunc
 	failure middleware.Failure
 	onKey   func(ctx context.Context, err error) error
 }
@@ -64,6 +78,14 @@ type Option func(*Interceptor)
 // WithCost sets the function that gives a call's cost (default: every
 // call costs 1).
 func WithCost(f CostFunc) Option { return func(i *Interceptor) { i.cost = f } }
+
+// WithClass sets the function that gives a call's message class
+// (default: none).
+func WithClass(f ClassFunc) Option { return func(i *Interceptor) { i.class = f } }
+
+// WithPriority sets the function that gives a call's priority (default:
+// 0, the lowest).
+func WithPriority(f PriorityFunc) Option { return func(i *Interceptor) { i.prio = f } }
 
 // WithFailure sets what happens when the limiter cannot decide (default
 // middleware.FailurePolicy: as the policy says).
@@ -131,11 +153,17 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 
 func (i *Interceptor) decide(ctx context.Context, spec connect.Spec, peer connect.Peer, h http.Header) middleware.Verdict {
 	s, err := i.key(ctx, spec, peer, h)
-	var cost int64
+	a := sdk.Attempt{Subject: s}
 	if err == nil && i.cost != nil {
-		cost, err = i.cost(ctx, spec, peer, h)
+		a.Cost, err = i.cost(ctx, spec, peer, h)
 	}
-	return middleware.Decide(ctx, i.t, i.p, i.failure, sdk.Attempt{Subject: s, Cost: cost}, err)
+	if err == nil && i.class != nil {
+		a.Class, err = i.class(ctx, spec, peer, h)
+	}
+	if err == nil && i.prio != nil {
+		a.Priority, err = i.prio(ctx, spec, peer, h)
+	}
+	return middleware.Decide(ctx, i.t, i.p, i.failure, a, err)
 }
 
 // refusal is the error a refused call returns; nil when it goes on.

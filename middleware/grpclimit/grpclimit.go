@@ -60,6 +60,18 @@ type KeyFunc func(ctx context.Context, method string, req any) (sdk.Subject, err
 // arguments. An error is answered as a key error.
 type CostFunc func(ctx context.Context, method string, req any) (int64, error)
 
+// ClassFunc returns the class a call is taken as (sdk.Attempt.Class: one
+// its policy declares, sdk.WithClass; "" for none), with KeyFunc's
+// arguments. An error, or a class the policy does
+// not declare, is answered as a key error.
+type ClassFunc func(ctx context.Context, method string, req any) (string, error)
+
+// PriorityFunc returns a call's priority (sdk.Attempt.Priority, 0 to
+// sdk.MaxPriority: a rule with headroom keeps its last units for higher
+// priorities), with KeyFunc's arguments. An error, or a priority out of
+// range, is answered as a key error.
+type PriorityFunc func(ctx context.Context, method string, req any) (int, error)
+
 // Limiter makes the interceptors of one policy. It is safe for concurrent
 // use.
 type Limiter struct {
@@ -67,6 +79,8 @@ type Limiter struct {
 	p       *sdk.Policy
 	key     KeyFunc
 	cost    CostFunc
+	class   ClassFunc
+	prio    PriorityFunc
 	failure middleware.Failure
 	onKey   func(ctx context.Context, err error) error
 }
@@ -77,6 +91,14 @@ type Option func(*Limiter)
 // WithCost sets the function that gives a call's cost (default: every
 // call costs 1).
 func WithCost(f CostFunc) Option { return func(l *Limiter) { l.cost = f } }
+
+// WithClass sets the function that gives a call's message class
+// (default: none).
+func WithClass(f ClassFunc) Option { return func(l *Limiter) { l.class = f } }
+
+// WithPriority sets the function that gives a call's priority (default:
+// 0, the lowest).
+func WithPriority(f PriorityFunc) Option { return func(l *Limiter) { l.prio = f } }
 
 // WithFailure sets what happens when the limiter cannot decide (default
 // middleware.FailurePolicy: as the policy says).
@@ -141,11 +163,17 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 
 func (l *Limiter) decide(ctx context.Context, method string, req any) middleware.Verdict {
 	s, err := l.key(ctx, method, req)
-	var cost int64
+	a := sdk.Attempt{Subject: s}
 	if err == nil && l.cost != nil {
-		cost, err = l.cost(ctx, method, req)
+		a.Cost, err = l.cost(ctx, method, req)
 	}
-	return middleware.Decide(ctx, l.t, l.p, l.failure, sdk.Attempt{Subject: s, Cost: cost}, err)
+	if err == nil && l.class != nil {
+		a.Class, err = l.class(ctx, method, req)
+	}
+	if err == nil && l.prio != nil {
+		a.Priority, err = l.prio(ctx, method, req)
+	}
+	return middleware.Decide(ctx, l.t, l.p, l.failure, a, err)
 }
 
 // refusal is the error a refused call returns; nil when it goes on.

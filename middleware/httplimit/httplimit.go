@@ -24,8 +24,9 @@
 //     seconds, absent when the cost exceeds a rule's limit so that no
 //     retry can pass) and a JSON body; WithDeniedHandler replaces the
 //     status and body;
-//   - the key or cost function fails, or the limiter refuses the subject
-//     or cost (sdk.ErrInvalidSubject, sdk.ErrInvalidCost): 400 with a
+//   - the key, cost, class or priority function fails, or the limiter
+//     refuses what they gave (sdk.ErrInvalidSubject, sdk.ErrInvalidCost,
+//     sdk.ErrInvalidClass, sdk.ErrInvalidPriority): 400 with a
 //     JSON body, nothing consumed; WithKeyErrorHandler replaces it. A key
 //     function returning middleware.ErrSkip lets the request through
 //     undecided;
@@ -55,6 +56,17 @@ type KeyFunc func(r *http.Request) (sdk.Subject, error)
 // answered as a key error.
 type CostFunc func(r *http.Request) (int64, error)
 
+// ClassFunc returns the class a request is taken as (sdk.Attempt.Class:
+// one its policy declares, sdk.WithClass; "" for none). An error, or a
+// class the policy does not declare, is answered as a key error.
+type ClassFunc func(r *http.Request) (string, error)
+
+// PriorityFunc returns a request's priority (sdk.Attempt.Priority, 0 to
+// sdk.MaxPriority: a rule with headroom keeps its last units for higher
+// priorities). An error, or a priority out of range, is answered as a
+// key error.
+type PriorityFunc func(r *http.Request) (int, error)
+
 // Limiter is the middleware for one policy. It is safe for concurrent
 // use; Handler is what most callers want.
 type Limiter struct {
@@ -62,6 +74,8 @@ type Limiter struct {
 	p       *sdk.Policy
 	key     KeyFunc
 	cost    CostFunc
+	class   ClassFunc
+	prio    PriorityFunc
 	failure middleware.Failure
 	onKey   func(w http.ResponseWriter, r *http.Request, err error)
 	onErr   func(w http.ResponseWriter, r *http.Request, err error)
@@ -74,6 +88,14 @@ type Option func(*Limiter)
 // WithCost sets the function that gives a request's cost (default: every
 // request costs 1).
 func WithCost(f CostFunc) Option { return func(l *Limiter) { l.cost = f } }
+
+// WithClass sets the function that gives a request's message class
+// (default: none).
+func WithClass(f ClassFunc) Option { return func(l *Limiter) { l.class = f } }
+
+// WithPriority sets the function that gives a request's priority
+// (default: 0, the lowest).
+func WithPriority(f PriorityFunc) Option { return func(l *Limiter) { l.prio = f } }
 
 // WithFailure sets what happens when the limiter cannot decide (default
 // middleware.FailurePolicy: as the policy says).
@@ -139,11 +161,17 @@ func (l *Limiter) Admit(w http.ResponseWriter, r *http.Request) bool {
 // whose key function reads its framework's context): keyErr is that key
 // function's error, answered as Admit answers its own.
 func (l *Limiter) AdmitSubject(w http.ResponseWriter, r *http.Request, s sdk.Subject, keyErr error) bool {
-	var cost int64
+	a := sdk.Attempt{Subject: s}
 	if keyErr == nil && l.cost != nil {
-		cost, keyErr = l.cost(r)
+		a.Cost, keyErr = l.cost(r)
 	}
-	v := middleware.Decide(r.Context(), l.t, l.p, l.failure, sdk.Attempt{Subject: s, Cost: cost}, keyErr)
+	if keyErr == nil && l.class != nil {
+		a.Class, keyErr = l.class(r)
+	}
+	if keyErr == nil && l.prio != nil {
+		a.Priority, keyErr = l.prio(r)
+	}
+	v := middleware.Decide(r.Context(), l.t, l.p, l.failure, a, keyErr)
 	v.SetHeaders(w.Header(), l.p)
 	switch v.Outcome {
 	case middleware.Allow, middleware.Pass:

@@ -101,6 +101,7 @@ var groups = []group{
 	{name: "Transitions", cases: transitionCases()},
 	{name: "Shadow", cases: shadowCases()},
 	{name: "Overrides", cases: overrideCases()},
+	{name: "Messaging", cases: messagingCases()},
 	{name: "Values", cases: []testCase{
 		{name: "LiveNewestFirstPaged", needs: valueLister | inspector, run: valuesCase},
 	}},
@@ -807,6 +808,9 @@ func (e *env) reservation(rules ...sdk.Rule) (sdk.Decision, *sdk.Reservation) {
 func (e *env) has(f feature) bool {
 	for _, x := range features {
 		if x.f == f {
+			if x.has == nil { // no interface: a backend without it refuses the operation
+				return !errors.Is(x.refused(e), errors.ErrUnsupported)
+			}
 			return x.has(e.b)
 		}
 	}

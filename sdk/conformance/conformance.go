@@ -139,6 +139,7 @@ const (
 	describer
 	overrider
 	valueLister
+	linker
 )
 
 var features = []struct {
@@ -179,6 +180,8 @@ var features = []struct {
 			_, err := e.lim.Admin().Overrides(bg(), e.ovPolicy(e.fixed("f", 1, time.Hour)), e.subject())
 			return err
 		}},
+	{linker, "driver.Linker", func(b driver.Backend) bool { _, ok := b.(driver.Linker); return ok },
+		func(e *env) error { _, err := e.lim.Admin().LinkOf(bg(), "x"); return err }},
 	{valueLister, "driver.ValueLister", func(b driver.Backend) bool { _, ok := b.(driver.ValueLister); return ok },
 		func(e *env) error {
 			p := e.policy(e.fixed("f", 1, time.Hour), sdk.FixedWindow("g", 1, time.Hour).By(dim, valueDim))

@@ -48,6 +48,16 @@ import (
 //	    overrides: true        # read per-person overrides (sdk.WithOverrides)
 //	    rules:
 //	      - {name: hourly, algorithm: sliding_log, limit: 20, window: 1h, by: [user]}
+//	  - name: messages
+//	    person: user           # attempts' identities count for their person (sdk.WithPerson)
+//	    quiet_hours: {zone: Europe/Berlin, periods: [{from: "21:00", to: "08:00", days: [mon, tue, wed, thu, fri]}]}
+//	    classes:
+//	      - {name: otp, exempt: all, counted: true, quiet_hours: true}
+//	      - {name: security, exempt: all}
+//	      - {name: alert, quiet_hours: true}
+//	      - {name: receipt, exempt: [recv-24h]}
+//	    rules:
+//	      - {name: recv-24h, algorithm: sliding_window, limit: 50, window: 24h, by: [user], headroom: [{priority: 1, keep: 10}]}
 //
 // Algorithms are fixed_window, sliding_window, sliding_log and gcra.
 // Durations are Go durations (90s, 1h30m) plus a leading day count (1d,
@@ -57,12 +67,25 @@ import (
 // attempt's zone replaces, sdk.Attempt.Zone; week is the ISO week from
 // Monday 00:00, month from the 1st 00:00; window may be left out, or be
 // the unit's nominal length: 24h, 1h, 7d, 31d), shadow (true: a trial rule, evaluated and
-// recorded but never denying; see sdk.Rule.Shadow). Policy keys: name,
-// failure, trail, hot_deny_cache, overrides (true: the policy's decisions
-// read per-person overrides, sdk.WithOverrides), wide (a list of
-// dimensions whose sets a person has many values of, sdk.WithWide), rules. Numbers (limit, burst, sub_windows,
-// hot_deny_cache, trail max) are integers: 1.5 or 2.0 are errors, as are
-// limits and bursts beyond [driver.MaxLimit]. Unknown keys are errors. Every
+// recorded but never denying; see sdk.Rule.Shadow), headroom (tiers
+// {priority, keep} from the lowest priority up: attempts below priority
+// may not use the rule's last keep units, sdk.Rule.WithHeadroom). Policy
+// keys: name, failure, trail, hot_deny_cache, overrides (true: the
+// policy's decisions read per-person overrides, sdk.WithOverrides), wide
+// (a list of dimensions whose sets a person has many values of,
+// sdk.WithWide), person (the person dimension, a shard dimension,
+// sdk.WithPerson), quiet_hours (zone, an IANA zone name, the default of
+// attempts that carry none; periods, each from and to, "HH:MM" local
+// times, to before from running past midnight, and days, the weekdays
+// (mon … sun) a period starts on, every day when left out;
+// sdk.WithQuietHours), classes (each a name, exempt: all or a list of
+// rule names, counted: true to count the exempt attempts, quiet_hours:
+// true to pass quiet hours; sdk.WithClass), rules. Numbers (limit, burst,
+// sub_windows, headroom priority and keep, hot_deny_cache, trail max) are
+// integers: 1.5 or 2.0 are errors, as are limits and bursts beyond
+// [driver.MaxLimit] and priorities beyond [sdk.MaxPriority]. Settings
+// (person, quiet_hours, classes, headroom included) are no part of a
+// rule's identity: changing them keeps every count. Unknown keys are errors. Every
 // error wraps [sdk.ErrInvalidPolicy] or [sdk.ErrInvalidRule] and gives the
 // line.
 func Load(r io.Reader) ([]*sdk.Policy, error) {
@@ -92,9 +115,44 @@ type filePolicy struct {
 	// Overrides is sdk.WithOverrides.
 	Overrides bool `yaml:"overrides"`
 	// Wide lists the dimensions whose sets are declared wide (sdk.WithWide).
-	Wide  []string   `yaml:"wide"`
-	Rules []fileRule `yaml:"rules"`
-	line  int
+	Wide []string `yaml:"wide"`
+	// Person is sdk.WithPerson; QuietHours sdk.WithQuietHours; Classes
+	// sdk.WithClass.
+	Person     string      `yaml:"person"`
+	QuietHours *fileQuiet  `yaml:"quiet_hours"`
+	Classes    []fileClass `yaml:"classes"`
+	Rules      []fileRule  `yaml:"rules"`
+	line       int
+	personLine int
+}
+
+// fileQuiet is a policy's quiet_hours (sdk.WithQuietHours).
+type fileQuiet struct {
+	Zone    string            `yaml:"zone"`
+	Periods []fileQuietPeriod `yaml:"periods"`
+	line    int
+}
+
+// fileQuietPeriod is one quiet period (sdk.QuietPeriod).
+type fileQuietPeriod struct {
+	From fileClock     `yaml:"from"`
+	To   fileClock     `yaml:"to"`
+	Days []fileWeekday `yaml:"days"`
+}
+
+// fileClass is one of a policy's classes (sdk.Class).
+type fileClass struct {
+	Name       string     `yaml:"name"`
+	Exempt     fileExempt `yaml:"exempt"`
+	Counted    bool       `yaml:"counted"`
+	QuietHours bool       `yaml:"quiet_hours"`
+	line       int
+}
+
+// fileHeadroom is one of a rule's headroom tiers (sdk.Headroom).
+type fileHeadroom struct {
+	Priority int   `yaml:"priority"`
+	Keep     int64 `yaml:"keep"`
 }
 
 type fileTrail struct {
@@ -103,16 +161,17 @@ type fileTrail struct {
 }
 
 type fileRule struct {
-	Name       string       `yaml:"name"`
-	Algorithm  string       `yaml:"algorithm"`
-	Limit      int64        `yaml:"limit"`
-	Window     fileDuration `yaml:"window"`
-	By         []string     `yaml:"by"`
-	SubWindows int          `yaml:"sub_windows"`
-	Burst      int64        `yaml:"burst"`
-	Calendar   string       `yaml:"calendar"`
-	Timezone   string       `yaml:"timezone"`
-	Shadow     bool         `yaml:"shadow"`
+	Name       string         `yaml:"name"`
+	Algorithm  string         `yaml:"algorithm"`
+	Limit      int64          `yaml:"limit"`
+	Window     fileDuration   `yaml:"window"`
+	By         []string       `yaml:"by"`
+	SubWindows int            `yaml:"sub_windows"`
+	Burst      int64          `yaml:"burst"`
+	Calendar   string         `yaml:"calendar"`
+	Timezone   string         `yaml:"timezone"`
+	Shadow     bool           `yaml:"shadow"`
+	Headroom   []fileHeadroom `yaml:"headroom"`
 	line       int
 }
 
@@ -181,7 +240,9 @@ func (p Policy) Rebuild(rules []sdk.Rule, opts ...sdk.PolicyOption) (*sdk.Policy
 
 // SettingChanges lists, in the file's words, the policy settings that
 // differ from from to p ("failure closed → open", "hot_deny_cache 0 →
-// 100"); none when they are the same.
+// 100", "person none → user", "quiet_hours none → {zone: …}", "class otp
+// added: {…}"); none when they are the same. A rule's headroom is the
+// rule's (Headroom writes it).
 func (p Policy) SettingChanges(from Policy) []string {
 	var out []string
 	if of, nf := from.FailOpen(), p.FailOpen(); of != nf {
@@ -201,7 +262,7 @@ func (p Policy) SettingChanges(from Policy) []string {
 	if ow, nw := from.Wide(), p.Wide(); !slices.Equal(ow, nw) {
 		out = append(out, fmt.Sprintf("wide %v → %v", ow, nw))
 	}
-	return out
+	return append(out, p.messagingChanges(from)...)
 }
 
 func failure(open bool) string {
@@ -312,6 +373,13 @@ func (fp filePolicy) build() (*sdk.Policy, []sdk.PolicyOption, int, error) {
 	if len(fp.Wide) > 0 {
 		opts = append(opts, sdk.WithWide(fp.Wide...))
 	}
+	quiet, late, line, err := fp.messagingOpts()
+	if err != nil {
+		return nil, nil, line, err
+	}
+	if quiet != nil {
+		opts = append(opts, quiet)
+	}
 	rules := make([]sdk.Rule, len(fp.Rules))
 	for i, fr := range fp.Rules {
 		r, err := fr.rule()
@@ -320,19 +388,37 @@ func (fp filePolicy) build() (*sdk.Policy, []sdk.PolicyOption, int, error) {
 		}
 		rules[i] = r
 	}
-	p, err := sdk.NewPolicy(fp.Name, rules, opts...)
+	all := slices.Clone(opts)
+	for _, lo := range late {
+		all = append(all, lo.opt)
+	}
+	p, err := sdk.NewPolicy(fp.Name, rules, all...)
 	if err != nil {
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner // without NewPolicy's "sdk: ": the line goes before it
 		}
-		return nil, nil, faultLine(fp, rules, opts), err
+		return nil, nil, faultLine(fp, rules, opts, late), err
 	}
-	return p, opts, 0, nil
+	return p, all, 0, nil
 }
 
 // faultLine is the line of what made NewPolicy refuse fp: a rule that
-// fails on its own or repeats an earlier rule's name, else the policy.
-func faultLine(fp filePolicy, rules []sdk.Rule, opts []sdk.PolicyOption) int {
+// fails on its own or repeats an earlier rule's name, else the key of the
+// first of the late options (person, classes: they name the rules'
+// dimensions and names) that fails, else the policy.
+func faultLine(fp filePolicy, rules []sdk.Rule, opts []sdk.PolicyOption, late []lineOpt) int {
+	if _, err := sdk.NewPolicy(fp.Name, rules, opts...); err == nil {
+		for i, lo := range late {
+			all := slices.Clone(opts)
+			for _, l := range late[:i+1] {
+				all = append(all, l.opt)
+			}
+			if _, err := sdk.NewPolicy(fp.Name, rules, all...); err != nil {
+				return lo.line
+			}
+		}
+		return fp.line
+	}
 	if _, err := sdk.NewPolicy(fp.Name, []sdk.Rule{sdk.FixedWindow("x", 1, time.Second).By("x")}, opts...); err != nil {
 		return fp.line // the name or an option
 	}
@@ -391,7 +477,7 @@ func (fr fileRule) rule() (sdk.Rule, error) {
 		}
 		r.Location = loc
 	}
-	return r, nil // a calendar rule without timezone fails its check (Rule.check)
+	return fr.headroom(r), nil // a calendar rule without timezone fails its check (Rule.check)
 }
 
 // An intKey is a key of the policy file whose value is an integer, at
@@ -403,9 +489,10 @@ type intKey struct {
 }
 
 var (
-	ruleInts   = []intKey{{"limit", driver.MaxLimit, "MaxLimit"}, {"burst", driver.MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
-	policyInts = []intKey{{"hot_deny_cache", math.MaxInt, ""}}
-	trailInts  = []intKey{{"max", math.MaxInt, ""}}
+	ruleInts     = []intKey{{"limit", driver.MaxLimit, "MaxLimit"}, {"burst", driver.MaxLimit - 1, "MaxLimit-1"}, {"sub_windows", math.MaxInt, ""}}
+	headroomInts = []intKey{{"priority", sdk.MaxPriority, "MaxPriority"}, {"keep", driver.MaxLimit - 1, "MaxLimit-1"}}
+	policyInts   = []intKey{{"hot_deny_cache", math.MaxInt, ""}}
+	trailInts    = []intKey{{"max", math.MaxInt, ""}}
 )
 
 // checkIntegers checks the integer keys of every policy, trail and rule
@@ -439,6 +526,13 @@ func checkIntegers(root *yaml.Node) (int, error) {
 		for _, rn := range rules.Content {
 			if line, msg := checkInts(rn, ruleInts); msg != "" {
 				return line, fmt.Errorf("policy %q: rule %q: %w: %s", pname, scalarValue(mapValue(rn, "name")), sdk.ErrInvalidRule, msg)
+			}
+			if hs := mapValue(rn, "headroom"); hs != nil && hs.Kind == yaml.SequenceNode {
+				for _, hn := range hs.Content {
+					if line, msg := checkInts(hn, headroomInts); msg != "" {
+						return line, fmt.Errorf("policy %q: rule %q: %w: headroom %s", pname, scalarValue(mapValue(rn, "name")), sdk.ErrInvalidRule, msg)
+					}
+				}
 			}
 		}
 	}
@@ -527,6 +621,19 @@ func setLines(root *yaml.Node, doc *filePolicies) {
 			return
 		}
 		doc.Policies[i].line = pn.Line
+		if v := mapValue(pn, "person"); v != nil {
+			doc.Policies[i].personLine = v.Line
+		}
+		if q := mapValue(pn, "quiet_hours"); q != nil && doc.Policies[i].QuietHours != nil {
+			doc.Policies[i].QuietHours.line = q.Line
+		}
+		if cs := mapValue(pn, "classes"); cs != nil && cs.Kind == yaml.SequenceNode {
+			for j, cn := range cs.Content {
+				if j < len(doc.Policies[i].Classes) {
+					doc.Policies[i].Classes[j].line = cn.Line
+				}
+			}
+		}
 		rules := mapValue(pn, "rules")
 		if rules == nil || rules.Kind != yaml.SequenceNode {
 			continue

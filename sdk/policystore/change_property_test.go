@@ -31,8 +31,10 @@ import (
 // TestChangeProperty: seeded random sequences of store versions of one
 // rule, changing it by every kind a policy file can (limit, burst, GCRA
 // rate, window, algorithm among fixed, sliding, log and GCRA, calendar
-// day or hour and its zone, sub-windows, shadow on and off, rollback to
-// an earlier version), with attempts of two people between the changes,
+// day or hour and its zone, sub-windows, shadow on and off, headroom,
+// rollback to an earlier version) and its policy's messaging settings
+// (person, quiet_hours, classes: no part of the rule, they carry every
+// count), with attempts of two people between the changes,
 // on memory (a fake clock), Redis and Redis Cluster (the server's clock:
 // windows of 250 ms to 1 s, waits polled on the server's TIME). Seed
 // with FREQCAP_PROPERTY_SEED; each failure names its sequence's seed.
@@ -181,7 +183,7 @@ func (st *propStats) check(t *testing.T) {
 	}
 }
 
-var propKinds = []string{"limit", "burst", "gcra rate", "window", "algorithm", "calendar", "zone", "sub-windows", "shadow", "rollback"}
+var propKinds = []string{"limit", "burst", "gcra rate", "window", "algorithm", "calendar", "zone", "sub-windows", "shadow", "headroom", "messaging", "rollback"}
 
 // propIdentity is one identity of the rule (see TestChangeProperty).
 type propIdentity struct {
@@ -227,6 +229,8 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 	var ids []*propIdentity
 	replaced := map[int64]*propIdentity{} // by the version that replaced it
 	var sources []string                  // per version
+	var sets []propSettings               // per version
+	var set propSettings                  // the policy's messaging settings now
 	var history []string
 	newID := func(r sdk.Rule) *propIdentity {
 		id := &propIdentity{rule: r, carry: make([]propCarry, people), own: make([][]ruleref.Unit, people)}
@@ -235,7 +239,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 	}
 
 	cur := propRule(rng)
-	for i := 0; first != "rollback"; i++ {
+	for i := 0; first != "rollback" && first != "messaging"; i++ {
 		if _, ok := propChange(rand.New(rand.NewPCG(seed, 0)), cur, first); ok || i == 1000 {
 			break
 		}
@@ -254,7 +258,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 			fail("plan of %s: %+v", kind, plan.Diffs)
 			return
 		}
-		rd := plan.Diffs[0].Rules[0]
+		pd, rd := plan.Diffs[0], plan.Diffs[0].Rules[0]
 		var before []sdk.RuleDecision
 		if policy != nil {
 			for _, s := range subjects {
@@ -278,8 +282,9 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 		old := policy
 		policy = ps[0]
 		sources = append(sources, string(plan.Source))
+		sets = append(sets, set)
 		nr := policy.Rules()[0]
-		history = append(history, fmt.Sprintf("v%d %s: %s (%v, %v)", v.Number, kind, propYAML(nr), rd.Kind, rd.Carry))
+		history = append(history, fmt.Sprintf("v%d %s: %s %s (%v, %v)", v.Number, kind, propYAML(nr), set, rd.Kind, rd.Carry))
 		switch {
 		case old == nil:
 			newID(nr)
@@ -293,8 +298,14 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 		default:
 			fail("plan of %s: %v, %v: want a carry", kind, rd.Kind, rd.Carry)
 		}
-		if old == nil || rd.Kind == policystore.Unchanged {
+		if old == nil || rd.Kind == policystore.Unchanged && len(pd.Settings) == 0 {
 			return
+		}
+		switch {
+		case kind == "messaging" && (len(pd.Settings) != 1 || pd.Kind != policystore.Modified || rd.Kind != policystore.Unchanged || rd.Carry != policystore.CarriesExactly):
+			fail("plan of a messaging setting: %v %q, rule %v %v %q: want one setting, the rule unchanged, carried exactly", pd.Kind, pd.Settings, rd.Kind, rd.Carry, rd.Fields)
+		case kind == "headroom" && (len(rd.Fields) != 1 || !strings.HasPrefix(rd.Fields[0], "headroom ") || rd.Kind != policystore.Modified || rd.Carry != policystore.CarriesExactly):
+			fail("plan of a headroom change: rule %v %v %q: want modified, carried exactly, headroom alone", rd.Kind, rd.Carry, rd.Fields)
 		}
 		st.add(func(st *propStats) { st.kinds[kind]++ })
 		for i, s := range subjects {
@@ -314,7 +325,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 			}
 		}
 	}
-	apply(propDoc(cur), nil, "initial")
+	apply(propDoc(cur, set), nil, "initial")
 
 	takes := func() {
 		for range 4 + rng.IntN(5) {
@@ -405,7 +416,7 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 		if kind == "rollback" && len(sources) == 1 {
 			// Something to roll back: a change first.
 			cur, _ = propChange(rng, cur, "shadow")
-			apply(propDoc(cur), nil, "shadow")
+			apply(propDoc(cur, set), nil, "shadow")
 			takes()
 		}
 		if kind == "rollback" {
@@ -416,18 +427,23 @@ func runPropSeq(t *testing.T, env propEnv, seed uint64, first string, st *propSt
 				return
 			}
 			st.add(func(st *propStats) { st.rollback++ })
+			set = sets[n-1]
 			apply("", plan, "rollback")
 			rules, _ := policyfile.Load(strings.NewReader(sources[n-1]))
 			cur = rules[0].Rules()[0]
+		} else if kind == "messaging" {
+			set = set.change(rng)
+			apply(propDoc(cur, set), nil, kind)
 		} else {
-			var ok bool
-			for !ok {
-				cur, ok = propChange(rng, cur, kind)
-				if !ok {
-					kind = propKinds[rng.IntN(len(propKinds)-1)]
+			for {
+				n, ok := propChange(rng, cur, kind)
+				if ok {
+					cur = n // not before: a kind that does not apply may return another rule
+					break
 				}
+				kind = propKinds[rng.IntN(len(propKinds)-1)]
 			}
-			apply(propDoc(cur), nil, kind)
+			apply(propDoc(cur, set), nil, kind)
 		}
 		takes()
 	}
@@ -496,6 +512,9 @@ func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
 			l = int64(1 + rng.IntN(8))
 		}
 		r.Limit = l
+		if len(r.Headroom) > 0 && r.Headroom[0].Keep >= l {
+			r.Headroom = nil // a limit that leaves no room: the headroom goes too
+		}
 	case "burst":
 		if !gcra {
 			return r, false
@@ -549,6 +568,18 @@ func propChange(rng *rand.Rand, r sdk.Rule, kind string) (sdk.Rule, bool) {
 		r.SubWindows = n
 	case "shadow":
 		r.Shadow = !r.Shadow
+	case "headroom":
+		if gcra || r.Limit < 2 {
+			return r, false
+		}
+		if len(r.Headroom) > 0 && rng.IntN(2) == 0 {
+			r.Headroom = nil
+			break
+		}
+		old := r.Headroom
+		for slices.Equal(r.Headroom, old) {
+			r.Headroom = []sdk.Headroom{{Priority: 1 + rng.IntN(sdk.MaxPriority), Keep: 1 + rng.Int64N(r.Limit-1)}}
+		}
 	default:
 		return r, false
 	}
@@ -580,10 +611,67 @@ func propYAML(r sdk.Rule) string {
 	if r.Shadow {
 		b.WriteString(", shadow: true")
 	}
+	if len(r.Headroom) > 0 {
+		fmt.Fprintf(&b, ", headroom: %s", policyfile.Headroom(r.Headroom))
+	}
 	b.WriteString("}")
 	return b.String()
 }
 
-func propDoc(r sdk.Rule) string {
-	return "policies:\n  - name: p\n    rules:\n      - " + propYAML(r) + "\n"
+func propDoc(r sdk.Rule, set propSettings) string {
+	return "policies:\n  - name: p\n" + set.yaml() + "    rules:\n      - " + propYAML(r) + "\n"
+}
+
+// propSettings are the policy's messaging settings, each an index in its
+// choices (0: none).
+type propSettings struct{ person, quiet, class int }
+
+var (
+	propPersons = []string{"", "user"}
+	// Quiet hours of one minute a week, far from the sequences' instants
+	// (a memory clock at 10:00 UTC; a server's clock could meet them, and
+	// deny: the oracle bounds admissions only).
+	propQuiets = []string{"",
+		`{zone: UTC, periods: [{from: "03:00", to: "03:01", days: [sun]}]}`,
+		`{zone: Asia/Shanghai, periods: [{from: "03:00", to: "03:01", days: [sun]}]}`,
+		`{zone: UTC, periods: [{from: "03:00", to: "03:01", days: [sun, mon]}]}`}
+	propClasses = []string{"",
+		"{name: c, exempt: all, counted: true}",
+		"{name: c, exempt: [r]}",
+		"{name: c, quiet_hours: true}",
+		"{name: c, exempt: all, quiet_hours: true}"}
+)
+
+// change returns s with one setting changed.
+func (s propSettings) change(rng *rand.Rand) propSettings {
+	for o := s; s == o; {
+		switch rng.IntN(3) {
+		case 0:
+			s.person = rng.IntN(len(propPersons))
+		case 1:
+			s.quiet = rng.IntN(len(propQuiets))
+		default:
+			s.class = rng.IntN(len(propClasses))
+		}
+	}
+	return s
+}
+
+// yaml writes s as a policy's keys.
+func (s propSettings) yaml() string {
+	var b strings.Builder
+	if p := propPersons[s.person]; p != "" {
+		fmt.Fprintf(&b, "    person: %s\n", p)
+	}
+	if q := propQuiets[s.quiet]; q != "" {
+		fmt.Fprintf(&b, "    quiet_hours: %s\n", q)
+	}
+	if c := propClasses[s.class]; c != "" {
+		fmt.Fprintf(&b, "    classes: [%s]\n", c)
+	}
+	return b.String()
+}
+
+func (s propSettings) String() string {
+	return fmt.Sprintf("{person %q, quiet_hours %q, classes %q}", propPersons[s.person], propQuiets[s.quiet], propClasses[s.class])
 }

@@ -24,7 +24,7 @@ const (
 	// Removed: a rule (or policy) the planned version lacks; its counts
 	// are dropped.
 	Removed
-	// Modified: the limit, burst or shadow flag changed and the state
+	// Modified: the limit, burst, headroom or shadow flag changed and the state
 	// keeps its meaning (sdk.SameState; or, for a policy, a setting or a
 	// rule changed): the rule keeps its state, its counts carry exactly. A
 	// GCRA rule's limit is its rate: a limit change that moves its
@@ -113,7 +113,8 @@ type PolicyDiff struct {
 	// Unchanged.
 	Kind ChangeKind
 	// Settings lists the policy settings that changed (failure, trail,
-	// hot_deny_cache, overrides, shard dimensions).
+	// hot_deny_cache, overrides, wide, person, quiet_hours, classes, shard
+	// dimensions), as policyfile.Policy.SettingChanges writes them.
 	Settings []string
 	// Rules are the policy's rules, planned ones in file order, then
 	// removed ones.
@@ -294,6 +295,7 @@ func fieldChanges(o, r sdk.Rule) []string {
 	}
 	add("limit", o.Limit, r.Limit)
 	add("burst", o.Burst, r.Burst)
+	add("headroom", policyfile.Headroom(o.Headroom), policyfile.Headroom(r.Headroom))
 	if o.Shadow != r.Shadow {
 		if r.Shadow {
 			out = append(out, "shadow on")
@@ -395,6 +397,9 @@ func describeRule(rp *sdk.Rule, format string) string {
 		fmt.Fprintf(&b, " calendar %s %s", calendarNames[r.Calendar], zone(r))
 	}
 	fmt.Fprintf(&b, " by %v", r.Dimensions)
+	if len(r.Headroom) > 0 {
+		fmt.Fprintf(&b, " headroom %s", policyfile.Headroom(r.Headroom))
+	}
 	if r.Shadow {
 		b.WriteString(" shadow")
 	}

@@ -52,6 +52,8 @@ type SubjectView struct {
 	// Values are, per nested dimension set of the policy, a page of the
 	// person's live values (sdk.Admin.Values).
 	Values []ValuesView
+	// Person is the person of the policy's one shard value (an identity).
+	Person PersonView
 }
 
 // ValuesView is one nested dimension set's section of the subject page:
@@ -149,6 +151,24 @@ type SubjectLive struct {
 	// Shadow names the shadow rules that would deny a request now (they
 	// never deny).
 	Shadow []string
+	// Messaging explains the policy's quiet hours and message classes;
+	// nil when it has neither.
+	Messaging *MessagingNote
+}
+
+// MessagingNote is what a policy's messaging caps mean for the subject
+// now: its quiet hours (in the policy's zone: an attempt's own zone, or
+// the person's stored one, wins) and its message classes.
+type MessagingNote struct {
+	// Quiet describes the quiet periods ("21:00–08:00 every day"), Zone
+	// their zone; QuietNow, when not empty, says they are on now and when
+	// they end.
+	Quiet    []string
+	Zone     string
+	QuietNow string
+	// Classes describe each class ("otp: exempt from every rule, counted;
+	// may send in quiet hours").
+	Classes []string
 }
 
 // RuleRow is one rule's state for a subject.
@@ -180,6 +200,9 @@ type RuleRow struct {
 	// LimitBy, when nonzero: Limit is the one limit override #LimitBy
 	// gives this person, not the rule's own.
 	LimitBy int64
+	// Headroom describes the units the rule keeps for higher priorities
+	// ("keeps 10 for priority ≥ 1"), "" when none.
+	Headroom string
 }
 
 // DenialRow is one entry of a denial trail, or a group of identical
@@ -207,6 +230,14 @@ type DenialRow struct {
 	Shadow   bool
 	Override int64
 	Until    string
+	// Exempt: an exempt rule would have denied and the attempt's class
+	// passed it. Quiet: denied for quiet hours (Rule empty; Until is when
+	// they end). Class, Priority, Identity: the attempt's, when given.
+	Exempt   bool
+	Quiet    bool
+	Class    string
+	Priority int
+	Identity string
 }
 
 // OverviewView is the overview page.

@@ -237,6 +237,12 @@ const (
 	// The attempt's zone is not an IANA time zone the server can load, or
 	// is "Local" (sdk.ErrInvalidZone).
 	Reason_REASON_INVALID_ZONE Reason = 25
+	// The attempt's class is not one its policy declares (Policy.classes;
+	// sdk.ErrInvalidClass).
+	Reason_REASON_INVALID_CLASS Reason = 26
+	// The attempt's priority is below 0 or above 9 (sdk.MaxPriority;
+	// sdk.ErrInvalidPriority).
+	Reason_REASON_INVALID_PRIORITY Reason = 27
 )
 
 // Enum value maps for Reason.
@@ -268,6 +274,8 @@ var (
 		23: "REASON_INVALID_OVERRIDE",
 		24: "REASON_INVALID_POLICY",
 		25: "REASON_INVALID_ZONE",
+		26: "REASON_INVALID_CLASS",
+		27: "REASON_INVALID_PRIORITY",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -296,6 +304,8 @@ var (
 		"REASON_INVALID_OVERRIDE":          23,
 		"REASON_INVALID_POLICY":            24,
 		"REASON_INVALID_ZONE":              25,
+		"REASON_INVALID_CLASS":             26,
+		"REASON_INVALID_PRIORITY":          27,
 	}
 )
 
@@ -324,6 +334,125 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{2}
+}
+
+// Exemption is how an attempt's class is exempt from a rule
+// (driver.Exemption, same numbers).
+type Exemption int32
+
+const (
+	// The rule decides as usual.
+	Exemption_EXEMPTION_NONE Exemption = 0
+	// The rule never denies the attempt and counts it.
+	Exemption_EXEMPTION_COUNTED Exemption = 1
+	// The rule never denies the attempt nor counts it.
+	Exemption_EXEMPTION_UNCOUNTED Exemption = 2
+)
+
+// Enum value maps for Exemption.
+var (
+	Exemption_name = map[int32]string{
+		0: "EXEMPTION_NONE",
+		1: "EXEMPTION_COUNTED",
+		2: "EXEMPTION_UNCOUNTED",
+	}
+	Exemption_value = map[string]int32{
+		"EXEMPTION_NONE":      0,
+		"EXEMPTION_COUNTED":   1,
+		"EXEMPTION_UNCOUNTED": 2,
+	}
+)
+
+func (x Exemption) Enum() *Exemption {
+	p := new(Exemption)
+	*p = x
+	return p
+}
+
+func (x Exemption) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Exemption) Descriptor() protoreflect.EnumDescriptor {
+	return file_freqcap_v1_freqcap_proto_enumTypes[3].Descriptor()
+}
+
+func (Exemption) Type() protoreflect.EnumType {
+	return &file_freqcap_v1_freqcap_proto_enumTypes[3]
+}
+
+func (x Exemption) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Exemption.Descriptor instead.
+func (Exemption) EnumDescriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{3}
+}
+
+// Weekday is a day of the week (ISO numbers: Monday 1 to Sunday 7).
+type Weekday int32
+
+const (
+	Weekday_WEEKDAY_UNSPECIFIED Weekday = 0
+	Weekday_WEEKDAY_MONDAY      Weekday = 1
+	Weekday_WEEKDAY_TUESDAY     Weekday = 2
+	Weekday_WEEKDAY_WEDNESDAY   Weekday = 3
+	Weekday_WEEKDAY_THURSDAY    Weekday = 4
+	Weekday_WEEKDAY_FRIDAY      Weekday = 5
+	Weekday_WEEKDAY_SATURDAY    Weekday = 6
+	Weekday_WEEKDAY_SUNDAY      Weekday = 7
+)
+
+// Enum value maps for Weekday.
+var (
+	Weekday_name = map[int32]string{
+		0: "WEEKDAY_UNSPECIFIED",
+		1: "WEEKDAY_MONDAY",
+		2: "WEEKDAY_TUESDAY",
+		3: "WEEKDAY_WEDNESDAY",
+		4: "WEEKDAY_THURSDAY",
+		5: "WEEKDAY_FRIDAY",
+		6: "WEEKDAY_SATURDAY",
+		7: "WEEKDAY_SUNDAY",
+	}
+	Weekday_value = map[string]int32{
+		"WEEKDAY_UNSPECIFIED": 0,
+		"WEEKDAY_MONDAY":      1,
+		"WEEKDAY_TUESDAY":     2,
+		"WEEKDAY_WEDNESDAY":   3,
+		"WEEKDAY_THURSDAY":    4,
+		"WEEKDAY_FRIDAY":      5,
+		"WEEKDAY_SATURDAY":    6,
+		"WEEKDAY_SUNDAY":      7,
+	}
+)
+
+func (x Weekday) Enum() *Weekday {
+	p := new(Weekday)
+	*p = x
+	return p
+}
+
+func (x Weekday) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Weekday) Descriptor() protoreflect.EnumDescriptor {
+	return file_freqcap_v1_freqcap_proto_enumTypes[4].Descriptor()
+}
+
+func (Weekday) Type() protoreflect.EnumType {
+	return &file_freqcap_v1_freqcap_proto_enumTypes[4]
+}
+
+func (x Weekday) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Weekday.Descriptor instead.
+func (Weekday) EnumDescriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{4}
 }
 
 // OverrideKind is what an override does (driver.OverrideKind, same numbers).
@@ -367,11 +496,11 @@ func (x OverrideKind) String() string {
 }
 
 func (OverrideKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_freqcap_v1_freqcap_proto_enumTypes[3].Descriptor()
+	return file_freqcap_v1_freqcap_proto_enumTypes[5].Descriptor()
 }
 
 func (OverrideKind) Type() protoreflect.EnumType {
-	return &file_freqcap_v1_freqcap_proto_enumTypes[3]
+	return &file_freqcap_v1_freqcap_proto_enumTypes[5]
 }
 
 func (x OverrideKind) Number() protoreflect.EnumNumber {
@@ -380,7 +509,7 @@ func (x OverrideKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OverrideKind.Descriptor instead.
 func (OverrideKind) EnumDescriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{3}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{5}
 }
 
 // ErrorDetail is attached to every error the server returns.
@@ -522,7 +651,23 @@ type Attempt struct {
 	// each rule's own. A person whose zone changes keeps counting in the
 	// window stored until it ends (never uncapped). A name the server
 	// cannot load is refused (INVALID_ARGUMENT, REASON_INVALID_ZONE).
-	Zone          string `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	// It is also the zone of the policy's quiet hours (Policy.quiet_hours).
+	Zone string `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	// class is the attempt's message class, one its policy declares
+	// (Policy.classes; sdk.Attempt.Class): what the attempt is exempt from,
+	// counted or not. Empty: none. Another name is refused
+	// (INVALID_ARGUMENT, REASON_INVALID_CLASS).
+	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	// priority is the attempt's priority, 0 (the default, lowest) to 9
+	// (sdk.Attempt.Priority): a rule with headroom (Rule.headroom) keeps its
+	// last units for higher priorities. Others are refused
+	// (INVALID_ARGUMENT, REASON_INVALID_PRIORITY).
+	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// identity, when not empty, is the identity the message goes to (a
+	// device token, a phone number, an e-mail address; sdk.Attempt.Identity):
+	// the attempt is decided for the person it is linked to, in the policy's
+	// person dimension (Policy.person), and trail entries record it.
+	Identity      string `protobuf:"bytes,8,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -592,6 +737,27 @@ func (x *Attempt) GetZone() string {
 	return ""
 }
 
+func (x *Attempt) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Attempt) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Attempt) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type TakeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Policy         string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -600,8 +766,11 @@ type TakeRequest struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// idempotency_ttl: as Attempt's.
 	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
-	// zone: as Attempt's.
+	// zone, class, priority and identity: as Attempt's.
 	Zone          string `protobuf:"bytes,6,opt,name=zone,proto3" json:"zone,omitempty"`
+	Class         string `protobuf:"bytes,7,opt,name=class,proto3" json:"class,omitempty"`
+	Priority      int32  `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	Identity      string `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -678,6 +847,27 @@ func (x *TakeRequest) GetZone() string {
 	return ""
 }
 
+func (x *TakeRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *TakeRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *TakeRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type TakeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
@@ -727,8 +917,11 @@ type PeekRequest struct {
 	Policy  string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	Subject map[string]string      `protobuf:"bytes,2,rep,name=subject,proto3" json:"subject,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Cost    int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
-	// zone: as Attempt's.
+	// zone, class, priority and identity: as Attempt's.
 	Zone          string `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
+	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	Priority      int32  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Identity      string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -791,6 +984,27 @@ func (x *PeekRequest) GetZone() string {
 	return ""
 }
 
+func (x *PeekRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *PeekRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type PeekResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
@@ -847,8 +1061,11 @@ type ReserveRequest struct {
 	// idempotency_ttl: as Attempt's. The key's record is not tied to the
 	// reservation: it may lapse before or after it.
 	IdempotencyTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=idempotency_ttl,json=idempotencyTtl,proto3" json:"idempotency_ttl,omitempty"`
-	// zone: as Attempt's.
+	// zone, class, priority and identity: as Attempt's.
 	Zone          string `protobuf:"bytes,7,opt,name=zone,proto3" json:"zone,omitempty"`
+	Class         string `protobuf:"bytes,8,opt,name=class,proto3" json:"class,omitempty"`
+	Priority      int32  `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	Identity      string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -928,6 +1145,27 @@ func (x *ReserveRequest) GetIdempotencyTtl() *durationpb.Duration {
 func (x *ReserveRequest) GetZone() string {
 	if x != nil {
 		return x.Zone
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
 	}
 	return ""
 }
@@ -1534,8 +1772,31 @@ type Decision struct {
 	// the backend waits for no replica (the default), for decisions that
 	// consume nothing, and for replayed, cached and degraded ones. A
 	// decision that is not durable stands: it was made and counted.
-	Durable       bool  `protobuf:"varint,16,opt,name=durable,proto3" json:"durable,omitempty"`
-	Replicas      int32 `protobuf:"varint,17,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Durable  bool  `protobuf:"varint,16,opt,name=durable,proto3" json:"durable,omitempty"`
+	Replicas int32 `protobuf:"varint,17,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// class is the attempt's message class ("" without); exempted names
+	// the rules that would have denied but exempt the class, in policy
+	// order: the attempt passed them.
+	Class    string   `protobuf:"bytes,18,opt,name=class,proto3" json:"class,omitempty"`
+	Exempted []string `protobuf:"bytes,19,rep,name=exempted,proto3" json:"exempted,omitempty"`
+	// headroom: some rule denied only because its last units are kept for
+	// higher priorities (RuleDecision.headroom): a higher priority would
+	// have been admitted by it.
+	Headroom bool `protobuf:"varint,20,opt,name=headroom,proto3" json:"headroom,omitempty"`
+	// rooms are, for each rule with headroom, what each priority may still
+	// use of it, from priority 0 up, one entry per tier.
+	Rooms []*Room `protobuf:"bytes,21,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	// quiet_until, when present, is when the quiet hours the decision fell
+	// in end (Policy.quiet_hours): the attempt was denied for them or,
+	// allowed, passed them as its class allows.
+	QuietUntil *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=quiet_until,json=quietUntil,proto3" json:"quiet_until,omitempty"`
+	// next_eligible is, for a denial, the earliest instant at which the
+	// same attempt would be allowed if nothing else is taken: every rule
+	// admits it then and it is outside quiet hours. Absent when allowed,
+	// when no instant will do (cost_too_high, a block without end), and for
+	// policies without quiet hours, classes or headroom (their retry_after
+	// says it).
+	NextEligible  *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=next_eligible,json=nextEligible,proto3" json:"next_eligible,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1950,110 @@ func (x *Decision) GetReplicas() int32 {
 	return 0
 }
 
+func (x *Decision) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Decision) GetExempted() []string {
+	if x != nil {
+		return x.Exempted
+	}
+	return nil
+}
+
+func (x *Decision) GetHeadroom() bool {
+	if x != nil {
+		return x.Headroom
+	}
+	return false
+}
+
+func (x *Decision) GetRooms() []*Room {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
+func (x *Decision) GetQuietUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QuietUntil
+	}
+	return nil
+}
+
+func (x *Decision) GetNextEligible() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextEligible
+	}
+	return nil
+}
+
+// Room is what attempts of a priority (up to the next tier's) may still
+// use of a rule with headroom (sdk.Room).
+type Room struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Priority      int32                  `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	Remaining     int64                  `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Room) Reset() {
+	*x = Room{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Room) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Room) ProtoMessage() {}
+
+func (x *Room) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Room.ProtoReflect.Descriptor instead.
+func (*Room) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Room) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Room) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Room) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
 // RuleDecision is one rule's part of a decision (sdk.RuleDecision).
 type RuleDecision struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1713,14 +2078,22 @@ type RuleDecision struct {
 	// before, when nonzero, reports the rule as it was before the change of
 	// that policy-store version, enforced beside its successor (same name)
 	// until its state proves nothing more.
-	Before        int64 `protobuf:"varint,12,opt,name=before,proto3" json:"before,omitempty"`
+	Before int64 `protobuf:"varint,12,opt,name=before,proto3" json:"before,omitempty"`
+	// exempt is how the attempt's class is exempt from the rule: an exempt
+	// rule never denies, and allowed says what it would have decided.
+	Exempt Exemption `protobuf:"varint,13,opt,name=exempt,proto3,enum=freqcap.v1.Exemption" json:"exempt,omitempty"`
+	// keep is how many of the rule's last units the attempt's priority may
+	// not use (Rule.headroom); remaining is then what this priority has
+	// left. headroom: the rule denied only because of them.
+	Keep          int64 `protobuf:"varint,14,opt,name=keep,proto3" json:"keep,omitempty"`
+	Headroom      bool  `protobuf:"varint,15,opt,name=headroom,proto3" json:"headroom,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RuleDecision) Reset() {
 	*x = RuleDecision{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2105,7 @@ func (x *RuleDecision) String() string {
 func (*RuleDecision) ProtoMessage() {}
 
 func (x *RuleDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[20]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2118,7 @@ func (x *RuleDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleDecision.ProtoReflect.Descriptor instead.
 func (*RuleDecision) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{20}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RuleDecision) GetRule() string {
@@ -1832,6 +2205,27 @@ func (x *RuleDecision) GetBefore() int64 {
 	return 0
 }
 
+func (x *RuleDecision) GetExempt() Exemption {
+	if x != nil {
+		return x.Exempt
+	}
+	return Exemption_EXEMPTION_NONE
+}
+
+func (x *RuleDecision) GetKeep() int64 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+func (x *RuleDecision) GetHeadroom() bool {
+	if x != nil {
+		return x.Headroom
+	}
+	return false
+}
+
 type InspectRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -1844,7 +2238,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2250,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[21]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2263,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{21}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InspectRequest) GetPolicy() string {
@@ -1906,7 +2300,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2312,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[22]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2325,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{22}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InspectResponse) GetPolicy() string {
@@ -2010,14 +2404,24 @@ type Denial struct {
 	// override, when nonzero, is the id of the block override that denied
 	// (rule is empty; retry_after runs until the block ends, zero for a
 	// block without end).
-	Override      int64 `protobuf:"varint,11,opt,name=override,proto3" json:"override,omitempty"`
+	Override int64 `protobuf:"varint,11,opt,name=override,proto3" json:"override,omitempty"`
+	// exempt: an exempt rule's would-be denial (the attempt's class passed
+	// it). quiet: a denial for quiet hours (rule is empty, retry_after runs
+	// until they end).
+	Exempt bool `protobuf:"varint,12,opt,name=exempt,proto3" json:"exempt,omitempty"`
+	Quiet  bool `protobuf:"varint,13,opt,name=quiet,proto3" json:"quiet,omitempty"`
+	// class, priority and identity are the attempt's, recorded with the
+	// entry ("" and 0 when it gave none).
+	Class         string `protobuf:"bytes,14,opt,name=class,proto3" json:"class,omitempty"`
+	Priority      int32  `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
+	Identity      string `protobuf:"bytes,16,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2433,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[23]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2446,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{23}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Denial) GetAt() *timestamppb.Timestamp {
@@ -2122,6 +2526,41 @@ func (x *Denial) GetOverride() int64 {
 	return 0
 }
 
+func (x *Denial) GetExempt() bool {
+	if x != nil {
+		return x.Exempt
+	}
+	return false
+}
+
+func (x *Denial) GetQuiet() bool {
+	if x != nil {
+		return x.Quiet
+	}
+	return false
+}
+
+func (x *Denial) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Denial) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Denial) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type ResetRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -2139,7 +2578,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2590,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[24]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2603,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{24}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetRequest) GetPolicy() string {
@@ -2201,7 +2640,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2652,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[25]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2665,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{25}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResetResponse) GetPolicy() string {
@@ -2258,7 +2697,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2709,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[26]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2722,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{26}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{27}
 }
 
 type ListPoliciesResponse struct {
@@ -2299,7 +2738,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2750,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[27]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2763,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{27}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2367,14 +2806,22 @@ type Policy struct {
 	Overrides bool `protobuf:"varint,9,opt,name=overrides,proto3" json:"overrides,omitempty"`
 	// wide: the dimensions whose sets are declared wide (sdk.WithWide):
 	// a storage choice; decisions are the same either way.
-	Wide          []string `protobuf:"bytes,10,rep,name=wide,proto3" json:"wide,omitempty"`
+	Wide []string `protobuf:"bytes,10,rep,name=wide,proto3" json:"wide,omitempty"`
+	// classes are the message classes attempts may give (sdk.WithClass).
+	Classes []*MessageClass `protobuf:"bytes,11,rep,name=classes,proto3" json:"classes,omitempty"`
+	// quiet_hours, when present, are the policy's quiet hours
+	// (sdk.WithQuietHours).
+	QuietHours *QuietHours `protobuf:"bytes,12,opt,name=quiet_hours,json=quietHours,proto3" json:"quiet_hours,omitempty"`
+	// person is the policy's person dimension (sdk.WithPerson), "" when
+	// none: an attempt's identity decides for the person linked to it.
+	Person        string `protobuf:"bytes,13,opt,name=person,proto3" json:"person,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2833,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[28]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2846,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{28}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Policy) GetName() string {
@@ -2472,6 +2919,229 @@ func (x *Policy) GetWide() []string {
 	return nil
 }
 
+func (x *Policy) GetClasses() []*MessageClass {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
+func (x *Policy) GetQuietHours() *QuietHours {
+	if x != nil {
+		return x.QuietHours
+	}
+	return nil
+}
+
+func (x *Policy) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+// MessageClass is a message class a policy declares (sdk.Class): what
+// attempts of that class are exempt from.
+type MessageClass struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// all_rules exempts the class from every rule of the policy; rules
+	// from those named (both empty: from none, e.g. quiet hours only).
+	AllRules bool     `protobuf:"varint,2,opt,name=all_rules,json=allRules,proto3" json:"all_rules,omitempty"`
+	Rules    []string `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	// counted: the class's attempts still count toward the rules they are
+	// exempt from; without it they consume nothing from them.
+	Counted bool `protobuf:"varint,4,opt,name=counted,proto3" json:"counted,omitempty"`
+	// quiet_hours exempts the class from the policy's quiet hours.
+	QuietHours    bool `protobuf:"varint,5,opt,name=quiet_hours,json=quietHours,proto3" json:"quiet_hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageClass) Reset() {
+	*x = MessageClass{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageClass) ProtoMessage() {}
+
+func (x *MessageClass) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageClass.ProtoReflect.Descriptor instead.
+func (*MessageClass) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MessageClass) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MessageClass) GetAllRules() bool {
+	if x != nil {
+		return x.AllRules
+	}
+	return false
+}
+
+func (x *MessageClass) GetRules() []string {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *MessageClass) GetCounted() bool {
+	if x != nil {
+		return x.Counted
+	}
+	return false
+}
+
+func (x *MessageClass) GetQuietHours() bool {
+	if x != nil {
+		return x.QuietHours
+	}
+	return false
+}
+
+// QuietHours are a policy's quiet hours (sdk.WithQuietHours): sends are
+// denied during the periods, in the recipient's local time: the
+// attempt's zone, else the person's stored zone, else timezone.
+type QuietHours struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timezone      string                 `protobuf:"bytes,1,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	Periods       []*QuietPeriod         `protobuf:"bytes,2,rep,name=periods,proto3" json:"periods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuietHours) Reset() {
+	*x = QuietHours{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuietHours) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuietHours) ProtoMessage() {}
+
+func (x *QuietHours) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuietHours.ProtoReflect.Descriptor instead.
+func (*QuietHours) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QuietHours) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *QuietHours) GetPeriods() []*QuietPeriod {
+	if x != nil {
+		return x.Periods
+	}
+	return nil
+}
+
+// QuietPeriod is one daily period of quiet hours (sdk.QuietPeriod): from
+// until to, as durations since local midnight (e.g. "75600s" for 21:00);
+// to before from runs past midnight. days are the weekdays a period
+// starts on (none: every day).
+type QuietPeriod struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          *durationpb.Duration   `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            *durationpb.Duration   `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	Days          []Weekday              `protobuf:"varint,3,rep,packed,name=days,proto3,enum=freqcap.v1.Weekday" json:"days,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuietPeriod) Reset() {
+	*x = QuietPeriod{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuietPeriod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuietPeriod) ProtoMessage() {}
+
+func (x *QuietPeriod) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuietPeriod.ProtoReflect.Descriptor instead.
+func (*QuietPeriod) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QuietPeriod) GetFrom() *durationpb.Duration {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *QuietPeriod) GetTo() *durationpb.Duration {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *QuietPeriod) GetDays() []Weekday {
+	if x != nil {
+		return x.Days
+	}
+	return nil
+}
+
 // Rule is one rule as configured (sdk.Rule).
 type Rule struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2496,14 +3166,17 @@ type Rule struct {
 	Shadow bool `protobuf:"varint,12,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// epoch is the policy-store version that gave the rule its current
 	// identity (0 outside a store).
-	Epoch         int64 `protobuf:"varint,13,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,13,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// headroom keeps the rule's last units for attempts of higher priority
+	// (sdk.Rule.WithHeadroom): tiers from the lowest priority up.
+	Headroom      []*Headroom `protobuf:"bytes,14,rep,name=headroom,proto3" json:"headroom,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +3188,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[29]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +3201,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{29}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Rule) GetName() string {
@@ -2622,6 +3295,67 @@ func (x *Rule) GetEpoch() int64 {
 	return 0
 }
 
+func (x *Rule) GetHeadroom() []*Headroom {
+	if x != nil {
+		return x.Headroom
+	}
+	return nil
+}
+
+// Headroom is one tier of a rule's headroom (sdk.Headroom): attempts of
+// priority below priority may not use the rule's last keep units.
+type Headroom struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Priority      int32                  `protobuf:"varint,1,opt,name=priority,proto3" json:"priority,omitempty"`
+	Keep          int64                  `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Headroom) Reset() {
+	*x = Headroom{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Headroom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Headroom) ProtoMessage() {}
+
+func (x *Headroom) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Headroom.ProtoReflect.Descriptor instead.
+func (*Headroom) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Headroom) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Headroom) GetKeep() int64 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 // Override is one per-person exception to a policy (driver.Override).
 type Override struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2648,7 +3382,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +3394,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[30]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +3407,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{30}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Override) GetId() int64 {
@@ -2750,7 +3484,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +3496,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[31]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +3509,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{31}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetOverrideRequest) GetPolicy() string {
@@ -2816,7 +3550,7 @@ type SetOverrideResponse struct {
 
 func (x *SetOverrideResponse) Reset() {
 	*x = SetOverrideResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3562,7 @@ func (x *SetOverrideResponse) String() string {
 func (*SetOverrideResponse) ProtoMessage() {}
 
 func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[32]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3575,7 @@ func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{32}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetOverrideResponse) GetOverride() *Override {
@@ -2861,7 +3595,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3607,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[33]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3620,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{33}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListOverridesRequest) GetPolicy() string {
@@ -2912,7 +3646,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3658,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[34]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3671,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{34}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2958,7 +3692,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3704,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[35]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3717,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{35}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteOverrideRequest) GetPolicy() string {
@@ -3015,7 +3749,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3761,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[36]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3774,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{36}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{41}
 }
 
 // PolicyVersion is one version of the policy store.
@@ -3060,7 +3794,7 @@ type PolicyVersion struct {
 
 func (x *PolicyVersion) Reset() {
 	*x = PolicyVersion{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3806,7 @@ func (x *PolicyVersion) String() string {
 func (*PolicyVersion) ProtoMessage() {}
 
 func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[37]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3819,7 @@ func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyVersion.ProtoReflect.Descriptor instead.
 func (*PolicyVersion) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{37}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PolicyVersion) GetVersion() int64 {
@@ -3147,7 +3881,7 @@ type PolicyChange struct {
 
 func (x *PolicyChange) Reset() {
 	*x = PolicyChange{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3893,7 @@ func (x *PolicyChange) String() string {
 func (*PolicyChange) ProtoMessage() {}
 
 func (x *PolicyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[38]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3906,7 @@ func (x *PolicyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyChange.ProtoReflect.Descriptor instead.
 func (*PolicyChange) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{38}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyChange) GetPolicy() string {
@@ -3220,7 +3954,7 @@ type PlanPoliciesRequest struct {
 
 func (x *PlanPoliciesRequest) Reset() {
 	*x = PlanPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3966,7 @@ func (x *PlanPoliciesRequest) String() string {
 func (*PlanPoliciesRequest) ProtoMessage() {}
 
 func (x *PlanPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[39]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3979,7 @@ func (x *PlanPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PlanPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{39}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PlanPoliciesRequest) GetYaml() string {
@@ -3276,7 +4010,7 @@ type PlanPoliciesResponse struct {
 
 func (x *PlanPoliciesResponse) Reset() {
 	*x = PlanPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +4022,7 @@ func (x *PlanPoliciesResponse) String() string {
 func (*PlanPoliciesResponse) ProtoMessage() {}
 
 func (x *PlanPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[40]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +4035,7 @@ func (x *PlanPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PlanPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{40}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PlanPoliciesResponse) GetValid() bool {
@@ -3369,7 +4103,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +4115,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[41]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +4128,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{41}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApplyPoliciesRequest) GetYaml() string {
@@ -3435,7 +4169,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +4181,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +4194,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{42}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ApplyPoliciesResponse) GetVersion() *PolicyVersion {
@@ -3480,7 +4214,7 @@ type PolicyHistoryRequest struct {
 
 func (x *PolicyHistoryRequest) Reset() {
 	*x = PolicyHistoryRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +4226,7 @@ func (x *PolicyHistoryRequest) String() string {
 func (*PolicyHistoryRequest) ProtoMessage() {}
 
 func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +4239,7 @@ func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{43}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PolicyHistoryRequest) GetMax() int32 {
@@ -3524,7 +4258,7 @@ type PolicyHistoryResponse struct {
 
 func (x *PolicyHistoryResponse) Reset() {
 	*x = PolicyHistoryResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3536,7 +4270,7 @@ func (x *PolicyHistoryResponse) String() string {
 func (*PolicyHistoryResponse) ProtoMessage() {}
 
 func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3549,7 +4283,7 @@ func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{44}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyHistoryResponse) GetVersions() []*PolicyVersion {
@@ -3569,7 +4303,7 @@ type GetPolicyVersionRequest struct {
 
 func (x *GetPolicyVersionRequest) Reset() {
 	*x = GetPolicyVersionRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3581,7 +4315,7 @@ func (x *GetPolicyVersionRequest) String() string {
 func (*GetPolicyVersionRequest) ProtoMessage() {}
 
 func (x *GetPolicyVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +4328,7 @@ func (x *GetPolicyVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyVersionRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{45}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetPolicyVersionRequest) GetVersion() int64 {
@@ -3613,7 +4347,7 @@ type GetPolicyVersionResponse struct {
 
 func (x *GetPolicyVersionResponse) Reset() {
 	*x = GetPolicyVersionResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3625,7 +4359,7 @@ func (x *GetPolicyVersionResponse) String() string {
 func (*GetPolicyVersionResponse) ProtoMessage() {}
 
 func (x *GetPolicyVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3638,7 +4372,7 @@ func (x *GetPolicyVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyVersionResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{46}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetPolicyVersionResponse) GetVersion() *PolicyVersion {
@@ -3662,7 +4396,7 @@ type RollbackPoliciesRequest struct {
 
 func (x *RollbackPoliciesRequest) Reset() {
 	*x = RollbackPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3674,7 +4408,7 @@ func (x *RollbackPoliciesRequest) String() string {
 func (*RollbackPoliciesRequest) ProtoMessage() {}
 
 func (x *RollbackPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3687,7 +4421,7 @@ func (x *RollbackPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*RollbackPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{47}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RollbackPoliciesRequest) GetVersion() int64 {
@@ -3727,7 +4461,7 @@ type RollbackPoliciesResponse struct {
 
 func (x *RollbackPoliciesResponse) Reset() {
 	*x = RollbackPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3739,7 +4473,7 @@ func (x *RollbackPoliciesResponse) String() string {
 func (*RollbackPoliciesResponse) ProtoMessage() {}
 
 func (x *RollbackPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3752,7 +4486,7 @@ func (x *RollbackPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*RollbackPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{48}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RollbackPoliciesResponse) GetVersion() *PolicyVersion {
@@ -3774,38 +4508,47 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\rDocumentFault\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x96\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xe4\x02\n" +
 	"\aAttempt\x12:\n" +
 	"\asubject\x18\x01 \x03(\v2 .freqcap.v1.Attempt.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12B\n" +
 	"\x0fidempotency_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
-	"\x04zone\x18\x05 \x01(\tR\x04zone\x1a:\n" +
+	"\x04zone\x18\x05 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12\x1a\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x03\n" +
 	"\vTakeRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12>\n" +
 	"\asubject\x18\x02 \x03(\v2$.freqcap.v1.TakeRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12B\n" +
 	"\x0fidempotency_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
-	"\x04zone\x18\x06 \x01(\tR\x04zone\x1a:\n" +
+	"\x04zone\x18\x06 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05class\x18\a \x01(\tR\x05class\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\x05R\bpriority\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fTakeResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xc9\x01\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\x97\x02\n" +
 	"\vPeekRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12>\n" +
 	"\asubject\x18\x02 \x03(\v2$.freqcap.v1.PeekRequest.SubjectEntryR\asubject\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x12\n" +
-	"\x04zone\x18\x04 \x01(\tR\x04zone\x1a:\n" +
+	"\x04zone\x18\x04 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x1a\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fPeekResponse\x120\n" +
-	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xe9\x02\n" +
+	"\bdecision\x18\x01 \x01(\v2\x14.freqcap.v1.DecisionR\bdecision\"\xb7\x03\n" +
 	"\x0eReserveRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12A\n" +
 	"\asubject\x18\x02 \x03(\v2'.freqcap.v1.ReserveRequest.SubjectEntryR\asubject\x12\x12\n" +
@@ -3813,7 +4556,11 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12B\n" +
 	"\x0fidempotency_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0eidempotencyTtl\x12\x12\n" +
-	"\x04zone\x18\a \x01(\tR\x04zone\x1a:\n" +
+	"\x04zone\x18\a \x01(\tR\x04zone\x12\x14\n" +
+	"\x05class\x18\b \x01(\tR\x05class\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x12\x1a\n" +
+	"\bidentity\x18\n" +
+	" \x01(\tR\bidentity\x1a:\n" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -3852,7 +4599,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fAttemptError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xdc\x04\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x12.freqcap.v1.ReasonR\x06reason\"\xd0\x06\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12*\n" +
@@ -3873,7 +4620,18 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\boverride\x18\x0e \x01(\v2\x14.freqcap.v1.OverrideR\boverride\x12%\n" +
 	"\x0epolicy_version\x18\x0f \x01(\x03R\rpolicyVersion\x12\x18\n" +
 	"\adurable\x18\x10 \x01(\bR\adurable\x12\x1a\n" +
-	"\breplicas\x18\x11 \x01(\x05R\breplicas\"\xa1\x03\n" +
+	"\breplicas\x18\x11 \x01(\x05R\breplicas\x12\x14\n" +
+	"\x05class\x18\x12 \x01(\tR\x05class\x12\x1a\n" +
+	"\bexempted\x18\x13 \x03(\tR\bexempted\x12\x1a\n" +
+	"\bheadroom\x18\x14 \x01(\bR\bheadroom\x12&\n" +
+	"\x05rooms\x18\x15 \x03(\v2\x10.freqcap.v1.RoomR\x05rooms\x12;\n" +
+	"\vquiet_until\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"quietUntil\x12?\n" +
+	"\rnext_eligible\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\fnextEligible\"T\n" +
+	"\x04Room\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\"\x80\x04\n" +
 	"\fRuleDecision\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x18\n" +
@@ -3889,7 +4647,10 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bstrategy\x18\n" +
 	" \x01(\tR\bstrategy\x12\x16\n" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x12\x16\n" +
-	"\x06before\x18\f \x01(\x03R\x06before\"\xa7\x01\n" +
+	"\x06before\x18\f \x01(\x03R\x06before\x12-\n" +
+	"\x06exempt\x18\r \x01(\x0e2\x15.freqcap.v1.ExemptionR\x06exempt\x12\x12\n" +
+	"\x04keep\x18\x0e \x01(\x03R\x04keep\x12\x1a\n" +
+	"\bheadroom\x18\x0f \x01(\bR\bheadroom\"\xa7\x01\n" +
 	"\x0eInspectRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12A\n" +
 	"\asubject\x18\x02 \x03(\v2'.freqcap.v1.InspectRequest.SubjectEntryR\asubject\x1a:\n" +
@@ -3905,7 +4666,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\ttrail_max\x18\x06 \x01(\x05R\btrailMax\x126\n" +
 	"\ttrail_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\x12\x1d\n" +
 	"\n" +
-	"trail_full\x18\b \x01(\bR\ttrailFull\"\xb4\x03\n" +
+	"trail_full\x18\b \x01(\bR\ttrailFull\"\xb0\x04\n" +
 	"\x06Denial\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x12\n" +
@@ -3919,7 +4680,12 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x0evalues_partial\x18\t \x01(\bR\rvaluesPartial\x12\x16\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12\x1a\n" +
-	"\boverride\x18\v \x01(\x03R\boverride\x1a9\n" +
+	"\boverride\x18\v \x01(\x03R\boverride\x12\x16\n" +
+	"\x06exempt\x18\f \x01(\bR\x06exempt\x12\x14\n" +
+	"\x05quiet\x18\r \x01(\bR\x05quiet\x12\x14\n" +
+	"\x05class\x18\x0e \x01(\tR\x05class\x12\x1a\n" +
+	"\bpriority\x18\x0f \x01(\x05R\bpriority\x12\x1a\n" +
+	"\bidentity\x18\x10 \x01(\tR\bidentity\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
@@ -3941,7 +4707,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.freqcap.v1.PolicyR\bpolicies\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x129\n" +
 	"\n" +
-	"version_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tversionAt\"\xc9\x02\n" +
+	"version_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tversionAt\"\xce\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tfail_open\x18\x02 \x01(\bR\bfailOpen\x12\x1e\n" +
@@ -3955,7 +4721,26 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\ttrail_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\btrailTtl\x12\x1c\n" +
 	"\toverrides\x18\t \x01(\bR\toverrides\x12\x12\n" +
 	"\x04wide\x18\n" +
-	" \x03(\tR\x04wide\"\xbf\x03\n" +
+	" \x03(\tR\x04wide\x122\n" +
+	"\aclasses\x18\v \x03(\v2\x18.freqcap.v1.MessageClassR\aclasses\x127\n" +
+	"\vquiet_hours\x18\f \x01(\v2\x16.freqcap.v1.QuietHoursR\n" +
+	"quietHours\x12\x16\n" +
+	"\x06person\x18\r \x01(\tR\x06person\"\x90\x01\n" +
+	"\fMessageClass\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tall_rules\x18\x02 \x01(\bR\ballRules\x12\x14\n" +
+	"\x05rules\x18\x03 \x03(\tR\x05rules\x12\x18\n" +
+	"\acounted\x18\x04 \x01(\bR\acounted\x12\x1f\n" +
+	"\vquiet_hours\x18\x05 \x01(\bR\n" +
+	"quietHours\"[\n" +
+	"\n" +
+	"QuietHours\x12\x1a\n" +
+	"\btimezone\x18\x01 \x01(\tR\btimezone\x121\n" +
+	"\aperiods\x18\x02 \x03(\v2\x17.freqcap.v1.QuietPeriodR\aperiods\"\x90\x01\n" +
+	"\vQuietPeriod\x12-\n" +
+	"\x04from\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x04from\x12)\n" +
+	"\x02to\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x02to\x12'\n" +
+	"\x04days\x18\x03 \x03(\x0e2\x13.freqcap.v1.WeekdayR\x04days\"\xf1\x03\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x15.freqcap.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -3973,7 +4758,11 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	" \x01(\x03R\x05quota\x12<\n" +
 	"\fquota_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\vquotaWindow\x12\x16\n" +
 	"\x06shadow\x18\f \x01(\bR\x06shadow\x12\x14\n" +
-	"\x05epoch\x18\r \x01(\x03R\x05epoch\"\xe7\x02\n" +
+	"\x05epoch\x18\r \x01(\x03R\x05epoch\x120\n" +
+	"\bheadroom\x18\x0e \x03(\v2\x14.freqcap.v1.HeadroomR\bheadroom\":\n" +
+	"\bHeadroom\x12\x1a\n" +
+	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\x03R\x04keep\"\xe7\x02\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.freqcap.v1.OverrideKindR\x04kind\x12\x18\n" +
@@ -4067,7 +4856,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
 	"\rCALENDAR_HOUR\x10\x02\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x03\x12\x12\n" +
-	"\x0eCALENDAR_MONTH\x10\x04*\xf2\x05\n" +
+	"\x0eCALENDAR_MONTH\x10\x04*\xa9\x06\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -4095,7 +4884,22 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x13REASON_INVALID_RULE\x10\x16\x12\x1b\n" +
 	"\x17REASON_INVALID_OVERRIDE\x10\x17\x12\x19\n" +
 	"\x15REASON_INVALID_POLICY\x10\x18\x12\x17\n" +
-	"\x13REASON_INVALID_ZONE\x10\x19*y\n" +
+	"\x13REASON_INVALID_ZONE\x10\x19\x12\x18\n" +
+	"\x14REASON_INVALID_CLASS\x10\x1a\x12\x1b\n" +
+	"\x17REASON_INVALID_PRIORITY\x10\x1b*O\n" +
+	"\tExemption\x12\x12\n" +
+	"\x0eEXEMPTION_NONE\x10\x00\x12\x15\n" +
+	"\x11EXEMPTION_COUNTED\x10\x01\x12\x17\n" +
+	"\x13EXEMPTION_UNCOUNTED\x10\x02*\xb6\x01\n" +
+	"\aWeekday\x12\x17\n" +
+	"\x13WEEKDAY_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eWEEKDAY_MONDAY\x10\x01\x12\x13\n" +
+	"\x0fWEEKDAY_TUESDAY\x10\x02\x12\x15\n" +
+	"\x11WEEKDAY_WEDNESDAY\x10\x03\x12\x14\n" +
+	"\x10WEEKDAY_THURSDAY\x10\x04\x12\x12\n" +
+	"\x0eWEEKDAY_FRIDAY\x10\x05\x12\x14\n" +
+	"\x10WEEKDAY_SATURDAY\x10\x06\x12\x12\n" +
+	"\x0eWEEKDAY_SUNDAY\x10\a*y\n" +
 	"\fOverrideKind\x12\x1d\n" +
 	"\x19OVERRIDE_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_KIND_EXEMPT\x10\x01\x12\x17\n" +
@@ -4136,184 +4940,202 @@ func file_freqcap_v1_freqcap_proto_rawDescGZIP() []byte {
 	return file_freqcap_v1_freqcap_proto_rawDescData
 }
 
-var file_freqcap_v1_freqcap_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_freqcap_v1_freqcap_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_freqcap_v1_freqcap_proto_goTypes = []any{
 	(Algorithm)(0),                   // 0: freqcap.v1.Algorithm
 	(Calendar)(0),                    // 1: freqcap.v1.Calendar
 	(Reason)(0),                      // 2: freqcap.v1.Reason
-	(OverrideKind)(0),                // 3: freqcap.v1.OverrideKind
-	(*ErrorDetail)(nil),              // 4: freqcap.v1.ErrorDetail
-	(*DocumentFault)(nil),            // 5: freqcap.v1.DocumentFault
-	(*Attempt)(nil),                  // 6: freqcap.v1.Attempt
-	(*TakeRequest)(nil),              // 7: freqcap.v1.TakeRequest
-	(*TakeResponse)(nil),             // 8: freqcap.v1.TakeResponse
-	(*PeekRequest)(nil),              // 9: freqcap.v1.PeekRequest
-	(*PeekResponse)(nil),             // 10: freqcap.v1.PeekResponse
-	(*ReserveRequest)(nil),           // 11: freqcap.v1.ReserveRequest
-	(*ReserveResponse)(nil),          // 12: freqcap.v1.ReserveResponse
-	(*CommitRequest)(nil),            // 13: freqcap.v1.CommitRequest
-	(*CommitResponse)(nil),           // 14: freqcap.v1.CommitResponse
-	(*CancelRequest)(nil),            // 15: freqcap.v1.CancelRequest
-	(*CancelResponse)(nil),           // 16: freqcap.v1.CancelResponse
-	(*TakeBatchRequest)(nil),         // 17: freqcap.v1.TakeBatchRequest
-	(*TakeBatchResponse)(nil),        // 18: freqcap.v1.TakeBatchResponse
-	(*PeekBatchRequest)(nil),         // 19: freqcap.v1.PeekBatchRequest
-	(*PeekBatchResponse)(nil),        // 20: freqcap.v1.PeekBatchResponse
-	(*BatchResult)(nil),              // 21: freqcap.v1.BatchResult
-	(*AttemptError)(nil),             // 22: freqcap.v1.AttemptError
-	(*Decision)(nil),                 // 23: freqcap.v1.Decision
-	(*RuleDecision)(nil),             // 24: freqcap.v1.RuleDecision
-	(*InspectRequest)(nil),           // 25: freqcap.v1.InspectRequest
-	(*InspectResponse)(nil),          // 26: freqcap.v1.InspectResponse
-	(*Denial)(nil),                   // 27: freqcap.v1.Denial
-	(*ResetRequest)(nil),             // 28: freqcap.v1.ResetRequest
-	(*ResetResponse)(nil),            // 29: freqcap.v1.ResetResponse
-	(*ListPoliciesRequest)(nil),      // 30: freqcap.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 31: freqcap.v1.ListPoliciesResponse
-	(*Policy)(nil),                   // 32: freqcap.v1.Policy
-	(*Rule)(nil),                     // 33: freqcap.v1.Rule
-	(*Override)(nil),                 // 34: freqcap.v1.Override
-	(*SetOverrideRequest)(nil),       // 35: freqcap.v1.SetOverrideRequest
-	(*SetOverrideResponse)(nil),      // 36: freqcap.v1.SetOverrideResponse
-	(*ListOverridesRequest)(nil),     // 37: freqcap.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 38: freqcap.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 39: freqcap.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 40: freqcap.v1.DeleteOverrideResponse
-	(*PolicyVersion)(nil),            // 41: freqcap.v1.PolicyVersion
-	(*PolicyChange)(nil),             // 42: freqcap.v1.PolicyChange
-	(*PlanPoliciesRequest)(nil),      // 43: freqcap.v1.PlanPoliciesRequest
-	(*PlanPoliciesResponse)(nil),     // 44: freqcap.v1.PlanPoliciesResponse
-	(*ApplyPoliciesRequest)(nil),     // 45: freqcap.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),    // 46: freqcap.v1.ApplyPoliciesResponse
-	(*PolicyHistoryRequest)(nil),     // 47: freqcap.v1.PolicyHistoryRequest
-	(*PolicyHistoryResponse)(nil),    // 48: freqcap.v1.PolicyHistoryResponse
-	(*GetPolicyVersionRequest)(nil),  // 49: freqcap.v1.GetPolicyVersionRequest
-	(*GetPolicyVersionResponse)(nil), // 50: freqcap.v1.GetPolicyVersionResponse
-	(*RollbackPoliciesRequest)(nil),  // 51: freqcap.v1.RollbackPoliciesRequest
-	(*RollbackPoliciesResponse)(nil), // 52: freqcap.v1.RollbackPoliciesResponse
-	nil,                              // 53: freqcap.v1.Attempt.SubjectEntry
-	nil,                              // 54: freqcap.v1.TakeRequest.SubjectEntry
-	nil,                              // 55: freqcap.v1.PeekRequest.SubjectEntry
-	nil,                              // 56: freqcap.v1.ReserveRequest.SubjectEntry
-	nil,                              // 57: freqcap.v1.CommitRequest.SubjectEntry
-	nil,                              // 58: freqcap.v1.CancelRequest.SubjectEntry
-	nil,                              // 59: freqcap.v1.InspectRequest.SubjectEntry
-	nil,                              // 60: freqcap.v1.Denial.ValuesEntry
-	nil,                              // 61: freqcap.v1.ResetRequest.SubjectEntry
-	nil,                              // 62: freqcap.v1.Override.LimitsEntry
-	nil,                              // 63: freqcap.v1.SetOverrideRequest.SubjectEntry
-	nil,                              // 64: freqcap.v1.ListOverridesRequest.SubjectEntry
-	nil,                              // 65: freqcap.v1.DeleteOverrideRequest.SubjectEntry
-	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(Exemption)(0),                   // 3: freqcap.v1.Exemption
+	(Weekday)(0),                     // 4: freqcap.v1.Weekday
+	(OverrideKind)(0),                // 5: freqcap.v1.OverrideKind
+	(*ErrorDetail)(nil),              // 6: freqcap.v1.ErrorDetail
+	(*DocumentFault)(nil),            // 7: freqcap.v1.DocumentFault
+	(*Attempt)(nil),                  // 8: freqcap.v1.Attempt
+	(*TakeRequest)(nil),              // 9: freqcap.v1.TakeRequest
+	(*TakeResponse)(nil),             // 10: freqcap.v1.TakeResponse
+	(*PeekRequest)(nil),              // 11: freqcap.v1.PeekRequest
+	(*PeekResponse)(nil),             // 12: freqcap.v1.PeekResponse
+	(*ReserveRequest)(nil),           // 13: freqcap.v1.ReserveRequest
+	(*ReserveResponse)(nil),          // 14: freqcap.v1.ReserveResponse
+	(*CommitRequest)(nil),            // 15: freqcap.v1.CommitRequest
+	(*CommitResponse)(nil),           // 16: freqcap.v1.CommitResponse
+	(*CancelRequest)(nil),            // 17: freqcap.v1.CancelRequest
+	(*CancelResponse)(nil),           // 18: freqcap.v1.CancelResponse
+	(*TakeBatchRequest)(nil),         // 19: freqcap.v1.TakeBatchRequest
+	(*TakeBatchResponse)(nil),        // 20: freqcap.v1.TakeBatchResponse
+	(*PeekBatchRequest)(nil),         // 21: freqcap.v1.PeekBatchRequest
+	(*PeekBatchResponse)(nil),        // 22: freqcap.v1.PeekBatchResponse
+	(*BatchResult)(nil),              // 23: freqcap.v1.BatchResult
+	(*AttemptError)(nil),             // 24: freqcap.v1.AttemptError
+	(*Decision)(nil),                 // 25: freqcap.v1.Decision
+	(*Room)(nil),                     // 26: freqcap.v1.Room
+	(*RuleDecision)(nil),             // 27: freqcap.v1.RuleDecision
+	(*InspectRequest)(nil),           // 28: freqcap.v1.InspectRequest
+	(*InspectResponse)(nil),          // 29: freqcap.v1.InspectResponse
+	(*Denial)(nil),                   // 30: freqcap.v1.Denial
+	(*ResetRequest)(nil),             // 31: freqcap.v1.ResetRequest
+	(*ResetResponse)(nil),            // 32: freqcap.v1.ResetResponse
+	(*ListPoliciesRequest)(nil),      // 33: freqcap.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 34: freqcap.v1.ListPoliciesResponse
+	(*Policy)(nil),                   // 35: freqcap.v1.Policy
+	(*MessageClass)(nil),             // 36: freqcap.v1.MessageClass
+	(*QuietHours)(nil),               // 37: freqcap.v1.QuietHours
+	(*QuietPeriod)(nil),              // 38: freqcap.v1.QuietPeriod
+	(*Rule)(nil),                     // 39: freqcap.v1.Rule
+	(*Headroom)(nil),                 // 40: freqcap.v1.Headroom
+	(*Override)(nil),                 // 41: freqcap.v1.Override
+	(*SetOverrideRequest)(nil),       // 42: freqcap.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),      // 43: freqcap.v1.SetOverrideResponse
+	(*ListOverridesRequest)(nil),     // 44: freqcap.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 45: freqcap.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 46: freqcap.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 47: freqcap.v1.DeleteOverrideResponse
+	(*PolicyVersion)(nil),            // 48: freqcap.v1.PolicyVersion
+	(*PolicyChange)(nil),             // 49: freqcap.v1.PolicyChange
+	(*PlanPoliciesRequest)(nil),      // 50: freqcap.v1.PlanPoliciesRequest
+	(*PlanPoliciesResponse)(nil),     // 51: freqcap.v1.PlanPoliciesResponse
+	(*ApplyPoliciesRequest)(nil),     // 52: freqcap.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),    // 53: freqcap.v1.ApplyPoliciesResponse
+	(*PolicyHistoryRequest)(nil),     // 54: freqcap.v1.PolicyHistoryRequest
+	(*PolicyHistoryResponse)(nil),    // 55: freqcap.v1.PolicyHistoryResponse
+	(*GetPolicyVersionRequest)(nil),  // 56: freqcap.v1.GetPolicyVersionRequest
+	(*GetPolicyVersionResponse)(nil), // 57: freqcap.v1.GetPolicyVersionResponse
+	(*RollbackPoliciesRequest)(nil),  // 58: freqcap.v1.RollbackPoliciesRequest
+	(*RollbackPoliciesResponse)(nil), // 59: freqcap.v1.RollbackPoliciesResponse
+	nil,                              // 60: freqcap.v1.Attempt.SubjectEntry
+	nil,                              // 61: freqcap.v1.TakeRequest.SubjectEntry
+	nil,                              // 62: freqcap.v1.PeekRequest.SubjectEntry
+	nil,                              // 63: freqcap.v1.ReserveRequest.SubjectEntry
+	nil,                              // 64: freqcap.v1.CommitRequest.SubjectEntry
+	nil,                              // 65: freqcap.v1.CancelRequest.SubjectEntry
+	nil,                              // 66: freqcap.v1.InspectRequest.SubjectEntry
+	nil,                              // 67: freqcap.v1.Denial.ValuesEntry
+	nil,                              // 68: freqcap.v1.ResetRequest.SubjectEntry
+	nil,                              // 69: freqcap.v1.Override.LimitsEntry
+	nil,                              // 70: freqcap.v1.SetOverrideRequest.SubjectEntry
+	nil,                              // 71: freqcap.v1.ListOverridesRequest.SubjectEntry
+	nil,                              // 72: freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	(*durationpb.Duration)(nil),      // 73: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 74: google.protobuf.Timestamp
 }
 var file_freqcap_v1_freqcap_proto_depIdxs = []int32{
 	2,  // 0: freqcap.v1.ErrorDetail.reason:type_name -> freqcap.v1.Reason
-	5,  // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
-	53, // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
-	66, // 3: freqcap.v1.Attempt.idempotency_ttl:type_name -> google.protobuf.Duration
-	54, // 4: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
-	66, // 5: freqcap.v1.TakeRequest.idempotency_ttl:type_name -> google.protobuf.Duration
-	23, // 6: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
-	55, // 7: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
-	23, // 8: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
-	56, // 9: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
-	66, // 10: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	66, // 11: freqcap.v1.ReserveRequest.idempotency_ttl:type_name -> google.protobuf.Duration
-	23, // 12: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
-	57, // 13: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
-	58, // 14: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
-	6,  // 15: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	21, // 16: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	6,  // 17: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	21, // 18: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	23, // 19: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
-	22, // 20: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
+	7,  // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
+	60, // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
+	73, // 3: freqcap.v1.Attempt.idempotency_ttl:type_name -> google.protobuf.Duration
+	61, // 4: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
+	73, // 5: freqcap.v1.TakeRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	25, // 6: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
+	62, // 7: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
+	25, // 8: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
+	63, // 9: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
+	73, // 10: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	73, // 11: freqcap.v1.ReserveRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	25, // 12: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
+	64, // 13: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
+	65, // 14: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
+	8,  // 15: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	23, // 16: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	8,  // 17: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	23, // 18: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	25, // 19: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
+	24, // 20: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
 	2,  // 21: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
-	67, // 22: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
-	24, // 23: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
-	66, // 24: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	34, // 25: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
-	0,  // 26: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
-	66, // 27: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	66, // 28: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	59, // 29: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
-	67, // 30: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
-	24, // 31: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
-	27, // 32: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
-	66, // 33: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
-	67, // 34: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
-	66, // 35: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
-	60, // 36: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
-	61, // 37: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
-	32, // 38: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
-	67, // 39: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
-	33, // 40: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
-	66, // 41: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
-	0,  // 42: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
-	66, // 43: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
-	1,  // 44: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
-	66, // 45: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
-	3,  // 46: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
-	62, // 47: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
-	67, // 48: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
-	67, // 49: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
-	63, // 50: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
-	34, // 51: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
-	66, // 52: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	34, // 53: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
-	64, // 54: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
-	34, // 55: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
-	65, // 56: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
-	67, // 57: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
-	5,  // 58: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
-	42, // 59: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
-	41, // 60: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	41, // 61: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
-	41, // 62: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
-	41, // 63: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	7,  // 64: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
-	9,  // 65: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
-	11, // 66: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
-	13, // 67: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
-	15, // 68: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
-	17, // 69: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
-	19, // 70: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
-	25, // 71: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
-	28, // 72: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
-	30, // 73: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
-	43, // 74: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
-	45, // 75: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
-	47, // 76: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
-	49, // 77: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
-	51, // 78: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
-	35, // 79: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
-	37, // 80: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
-	39, // 81: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
-	8,  // 82: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
-	10, // 83: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
-	12, // 84: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
-	14, // 85: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
-	16, // 86: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
-	18, // 87: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
-	20, // 88: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
-	26, // 89: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
-	29, // 90: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
-	31, // 91: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
-	44, // 92: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
-	46, // 93: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
-	48, // 94: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
-	50, // 95: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
-	52, // 96: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
-	36, // 97: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
-	38, // 98: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
-	40, // 99: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
-	82, // [82:100] is the sub-list for method output_type
-	64, // [64:82] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	74, // 22: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
+	27, // 23: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
+	73, // 24: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	41, // 25: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
+	26, // 26: freqcap.v1.Decision.rooms:type_name -> freqcap.v1.Room
+	74, // 27: freqcap.v1.Decision.quiet_until:type_name -> google.protobuf.Timestamp
+	74, // 28: freqcap.v1.Decision.next_eligible:type_name -> google.protobuf.Timestamp
+	0,  // 29: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
+	73, // 30: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	73, // 31: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	3,  // 32: freqcap.v1.RuleDecision.exempt:type_name -> freqcap.v1.Exemption
+	66, // 33: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
+	74, // 34: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
+	27, // 35: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
+	30, // 36: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
+	73, // 37: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
+	74, // 38: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
+	73, // 39: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
+	67, // 40: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
+	68, // 41: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
+	35, // 42: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
+	74, // 43: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
+	39, // 44: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
+	73, // 45: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
+	36, // 46: freqcap.v1.Policy.classes:type_name -> freqcap.v1.MessageClass
+	37, // 47: freqcap.v1.Policy.quiet_hours:type_name -> freqcap.v1.QuietHours
+	38, // 48: freqcap.v1.QuietHours.periods:type_name -> freqcap.v1.QuietPeriod
+	73, // 49: freqcap.v1.QuietPeriod.from:type_name -> google.protobuf.Duration
+	73, // 50: freqcap.v1.QuietPeriod.to:type_name -> google.protobuf.Duration
+	4,  // 51: freqcap.v1.QuietPeriod.days:type_name -> freqcap.v1.Weekday
+	0,  // 52: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
+	73, // 53: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
+	1,  // 54: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
+	73, // 55: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
+	40, // 56: freqcap.v1.Rule.headroom:type_name -> freqcap.v1.Headroom
+	5,  // 57: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
+	69, // 58: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
+	74, // 59: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
+	74, // 60: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
+	70, // 61: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
+	41, // 62: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
+	73, // 63: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 64: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
+	71, // 65: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
+	41, // 66: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
+	72, // 67: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	74, // 68: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
+	7,  // 69: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
+	49, // 70: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
+	48, // 71: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	48, // 72: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
+	48, // 73: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
+	48, // 74: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	9,  // 75: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
+	11, // 76: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
+	13, // 77: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
+	15, // 78: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
+	17, // 79: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
+	19, // 80: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
+	21, // 81: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
+	28, // 82: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
+	31, // 83: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
+	33, // 84: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
+	50, // 85: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
+	52, // 86: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
+	54, // 87: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
+	56, // 88: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
+	58, // 89: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
+	42, // 90: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
+	44, // 91: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
+	46, // 92: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
+	10, // 93: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
+	12, // 94: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
+	14, // 95: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
+	16, // 96: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
+	18, // 97: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
+	20, // 98: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
+	22, // 99: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
+	29, // 100: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
+	32, // 101: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
+	34, // 102: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
+	51, // 103: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
+	53, // 104: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
+	55, // 105: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
+	57, // 106: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
+	59, // 107: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
+	43, // 108: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
+	45, // 109: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
+	47, // 110: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
+	93, // [93:111] is the sub-list for method output_type
+	75, // [75:93] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_freqcap_v1_freqcap_proto_init() }
@@ -4326,8 +5148,8 @@ func file_freqcap_v1_freqcap_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_freqcap_v1_freqcap_proto_rawDesc), len(file_freqcap_v1_freqcap_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   62,
+			NumEnums:      6,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1,0 +1,86 @@
+package console
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/freqcap/freqcap/console/internal/views"
+	"github.com/freqcap/freqcap/sdk"
+)
+
+// headroomText describes the units r keeps for higher priorities
+// (Rule.WithHeadroom): "keeps 10 for priority ≥ 1, 3 for priority ≥ 5".
+func headroomText(r sdk.Rule) string {
+	if len(r.Headroom) == 0 {
+		return ""
+	}
+	parts := make([]string, len(r.Headroom))
+	for i, h := range r.Headroom {
+		parts[i] = fmt.Sprintf("%d for priority ≥ %d", h.Keep, h.Priority)
+	}
+	return "keeps " + strings.Join(parts, ", ")
+}
+
+// quietText describes one quiet period: "21:00–08:00 every day",
+// "22:00–07:00 from Fri, Sat".
+func quietText(q sdk.QuietPeriod) string {
+	hm := func(d time.Duration) string {
+		return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	s := hm(q.From) + "–" + hm(q.To)
+	if len(q.Days) == 0 {
+		return s + " every day"
+	}
+	days := make([]string, len(q.Days))
+	for i, d := range q.Days {
+		days[i] = d.String()[:3]
+	}
+	return s + " from " + strings.Join(days, ", ")
+}
+
+// classText describes a message class.
+func classText(c sdk.Class) string {
+	var what []string
+	switch {
+	case c.AllRules:
+		what = append(what, "exempt from every rule")
+	case len(c.Rules) > 0:
+		what = append(what, "exempt from "+strings.Join(c.Rules, ", "))
+	}
+	if len(what) > 0 {
+		if c.Counted {
+			what[0] += ", counted"
+		} else {
+			what[0] += ", not counted"
+		}
+	}
+	if c.QuietHours {
+		what = append(what, "may send in quiet hours")
+	}
+	return c.Name + ": " + strings.Join(what, "; ")
+}
+
+// messagingNote explains p's quiet hours (whether they are on at now, in
+// the policy's zone) and classes; nil when it has neither.
+func messagingNote(p *sdk.Policy, now time.Time) *views.MessagingNote {
+	loc, qs := p.QuietHours()
+	cs := p.Classes()
+	if loc == nil && len(cs) == 0 {
+		return nil
+	}
+	n := &views.MessagingNote{}
+	if loc != nil {
+		n.Zone = loc.String()
+		for _, q := range qs {
+			n.Quiet = append(n.Quiet, quietText(q))
+		}
+		if end := sdk.QuietEnd(p, loc, now); end.After(now) {
+			n.QuietNow = fmt.Sprintf("Quiet hours are on now in %s, until %s local (%s).", loc, end.In(loc).Format("Mon 15:04"), fmtCountdown(end.Sub(now)))
+		}
+	}
+	for _, c := range cs {
+		n.Classes = append(n.Classes, classText(c))
+	}
+	return n
+}

@@ -1,0 +1,67 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
+)
+
+// The subject page explains a policy's messaging caps: its quiet hours
+// (on now, until when), its classes, a rule's headroom, and trail entries
+// of quiet-hours denials and of exempt sends.
+func TestSubjectMessaging(t *testing.T) {
+	berlin, err := sdk.LoadZone("Europe/Berlin")
+	if err != nil {
+		t.Skipf("SKIP: no zone database: %v", err)
+	}
+	// t0 is 01:00 in Berlin: inside 00:30–03:00.
+	p, err := sdk.NewPolicy("msgs", []sdk.Rule{sdk.Daily("daily", 3, berlin).By("user").WithHeadroom(1, 1)},
+		sdk.WithQuietHours(berlin, sdk.QuietPeriod{From: 30 * time.Minute, To: 3 * time.Hour}),
+		sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureCfg(t, nil, nil, nil, func(c *Config, _ driver.Backend, _ *sdk.Limiter) { c.Policies = append(c.Policies, p) })
+	s := sdk.Subject{"user": "u1"}
+	ctx := context.Background()
+	if d, err := f.lim.Take(ctx, p, sdk.Attempt{Subject: s}); err != nil || d.Allowed || d.Quiet.IsZero() {
+		t.Fatalf("Take in quiet hours = %+v, %v, want denied for quiet hours", d, err)
+	}
+	for i := range 4 {
+		if d, err := f.lim.Take(ctx, p, sdk.Attempt{Subject: s, Class: "otp", Identity: "phone:+4930"}); err != nil || !d.Allowed {
+			t.Fatalf("Take otp #%d = %+v, %v, want allowed", i+1, d, err)
+		}
+	}
+	res := f.do(t, req{path: "/subject?" + subjectQuery("msgs", s)})
+	body := readBody(t, res)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET subject = %d\n%s", res.StatusCode, body)
+	}
+	for _, want := range []string{
+		`id="quiet-hours">Quiet hours in the recipient's zone (default Europe/Berlin; an attempt's zone, or the person's stored one, wins): 00:30–03:00 every day.`,
+		`id="quiet-now">Quiet hours are on now in Europe/Berlin, until Thu 03:00 local`,
+		`<li>otp: exempt from every rule, counted; may send in quiet hours</li>`,
+		`<span class="tag headroom">keeps 1 for priority ≥ 1</span>`,
+		`<strong class="bad quiet-mark">quiet hours</strong><div class="muted">until 2026-01-01 02:00:00Z</div>`,
+		`<span class="tag exempt">exempt</span><div class="muted">would have denied; class otp passed it</div>`,
+		`class <code>otp</code>`,
+		`to <code>phone:+4930</code>`,
+		`<span class="muted exempt-retry">none: exempt</span>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("subject page lacks %q:\n%s", want, body)
+		}
+	}
+	res = f.do(t, req{path: "/api/v1/inspect?" + subjectQuery("msgs", s)})
+	body = readBody(t, res)
+	for _, want := range []string{`"quiet":true`, `"exempt":true,"class":"otp","identity":"phone:+4930"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /api/v1/inspect lacks %s:\n%s", want, body)
+		}
+	}
+}
