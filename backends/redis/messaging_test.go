@@ -454,11 +454,21 @@ func TestMessagingCoalescedConcurrent(t *testing.T) {
 	}
 }
 
-// TestMessagingCluster: headroom, exempt rules and quiet hours on a
-// cluster, through take.lua and fast scripts.
-func TestMessagingCluster(t *testing.T) {
-	b, c := cluster(t)
-	s := newSubject(t, "msg-cluster")
+// TestMessagingDeployments: headroom, exempt rules and quiet hours on a
+// cluster and through Sentinel, through take.lua and fast scripts.
+func TestMessagingDeployments(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		b, c := cluster(t)
+		messagingOn(t, b, c)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		b, c := sentinelBackend(t, redistest.NewSentinel(t))
+		messagingOn(t, b, c)
+	})
+}
+
+func messagingOn(t *testing.T, b *Backend, c goredis.UniversalClient) {
+	s := newSubject(t, "msg-deploy")
 	r := s.fixed("f", 3, time.Hour)
 	if res := take(t, b, s.request(opTake, 2, keeping(r, 1))); !res.Allowed {
 		t.Fatalf("Take(2, keep 1) = %+v, want allowed", res)
