@@ -22,7 +22,7 @@
 //
 // The optional parts of the contract are discovered by type assertion on
 // the backend (driver.Peeker, Reserver, Inspector, Resetter, Batcher,
-// Describer, Overrider, ValueLister); idempotency keys by asking (a backend without them refuses
+// Describer, Overrider, ValueLister, Linker); idempotency keys by asking (a backend without them refuses
 // a key with errors.ErrUnsupported). A case needing one the backend lacks checks that
 // the sdk refuses the operation with an error wrapping
 // errors.ErrUnsupported, then is skipped with a message naming the
