@@ -18,13 +18,13 @@ type FleetView struct {
 
 // FleetPolicy is one policy's charts.
 type FleetPolicy struct {
-	Name           string
-	Hour, Day      Chart
-	Rules          []FleetRule
+	Name      string
+	Hour, Day Chart
+	Rules     []FleetRule
 	// Messaging sums up the last hour's messaging caps: denials for quiet
 	// hours, per class what its exemptions decided, per rule its exempted
 	// and headroom counts ("" when none).
-	Messaging []string
+	Messaging      []string
 	TopDenied      []TopSubject
 	Allowed1h      int64
 	Denied1h       int64
