@@ -203,8 +203,12 @@ for a = 1, attempts do
             local ol, q = struct.unpack(RECLEN, rec, p)
             reply[4], p = string.sub(rec, q, q + ol - 1), q + ol
           end
-          if al >= REPLY_QUIET then
+          if al % (2 * REPLY_QUIET) >= REPLY_QUIET then
             reply[#reply + 1], p = struct.unpack(RECQUIET, rec, p)
+          end
+          if al >= REPLY_KEEP then
+            local kl, q = struct.unpack(RECLEN, rec, p)
+            reply[#reply + 1], p = string.sub(rec, q, q + kl - 1), q + kl
           end
           reply[#reply + 1] = string.sub(rec, p)
           break
@@ -394,7 +398,7 @@ for a = 1, attempts do
         if m == MODE_COUNTED or m == MODE_UNCOUNTED then exempt[r] = m end
       end
       if ks ~= '' then
-        keep = {}
+        keep = {ks = ks}
         for d in string.gmatch(ks, '%d+') do keep[#keep + 1] = tonumber(d) end
       end
       local qa
@@ -805,7 +809,11 @@ for a = 1, attempts do
       local ovr = ''
       if ov then ovr = struct.pack(RECLEN, #ovs) .. ovs end
       if quiet then ovr = ovr .. struct.pack(RECQUIET, quiet) end
-      redis.call('SET', KEYS[kb + ik], REC .. struct.pack(RECHDR, out[1], now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
+      local first = out[1]
+      if keep then -- the room this attempt had, for its replays
+        first, ovr = first + REPLY_KEEP, ovr .. struct.pack(RECLEN, #keep.ks) .. keep.ks
+      end
+      redis.call('SET', KEYS[kb + ik], REC .. struct.pack(RECHDR, first, now, #bin) .. bin .. ovr .. hid, 'PX', ARGV[ab + A_RECORD_TTL])
     end
 
     if op == OP_INSPECT and tk > 0 then

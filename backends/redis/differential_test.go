@@ -565,7 +565,39 @@ func (q *diffSeq) reqOn(rules []driver.Rule, cost int64) driver.Request {
 		req.Zone = z
 		q.logf("  (zone %s)", z)
 	}
+	if q.rng.IntN(4) == 0 {
+		q.messaging(&req)
+	}
 	return req
+}
+
+// messaging gives req some of issue 37's features at random: headroom on
+// rules but GCRA's (driver.Rule.Keep, up to the limit), one rule exempt
+// (counted or not), quiet hours holding the server's last seen instant or
+// around it (driver.Request.Quiet, whole µs: Result.Quiet is compared).
+func (q *diffSeq) messaging(req *driver.Request) {
+	req.Rules = slices.Clone(req.Rules)
+	for i := range req.Rules {
+		if r := &req.Rules[i]; r.Algorithm != driver.GCRA && q.rng.IntN(3) == 0 {
+			r.Keep = 1 + q.rng.Int64N(r.Limit)
+			q.logf("  (%s keeps %d)", r.Name, r.Keep)
+		}
+	}
+	if q.rng.IntN(3) == 0 {
+		r := &req.Rules[q.rng.IntN(len(req.Rules))]
+		r.Exempt = driver.ExemptCounted + driver.Exemption(q.rng.IntN(2))
+		q.logf("  (%s exempt %s)", r.Name, r.Exempt)
+	}
+	if q.rng.IntN(2) == 0 {
+		at := q.last.Truncate(time.Microsecond)
+		d := time.Duration(1+q.rng.IntN(2000)) * time.Millisecond
+		if q.rng.IntN(2) == 0 {
+			req.Quiet = []driver.Span{{Start: at.Add(-d), End: at.Add(d)}} // holds now: the decision comes after at
+		} else {
+			req.Quiet = []driver.Span{{Start: at.Add(-2 * d), End: at.Add(-d)}, {Start: at.Add(time.Hour), End: at.Add(2 * time.Hour)}}
+		}
+		q.logf("  (quiet %v)", req.Quiet)
+	}
 }
 
 func (q *diffSeq) cost() int64 {
@@ -761,6 +793,8 @@ func diffResults(a, b driver.Result) string {
 		return "reservation id differs"
 	case !a.Now.Equal(b.Now):
 		return "now differs"
+	case !a.Quiet.Equal(b.Quiet):
+		return "quiet differs"
 	case len(a.Rules) != len(b.Rules):
 		return "rule count differs"
 	}
@@ -777,6 +811,9 @@ func diffResults(a, b driver.Result) string {
 func resLine(r driver.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{allowed %v", r.Allowed)
+	if !r.Quiet.IsZero() {
+		fmt.Fprintf(&b, " quiet until %s", stamp(r.Quiet))
+	}
 	if r.Replayed {
 		b.WriteString(" replayed")
 	}

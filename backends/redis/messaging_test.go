@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/redistest"
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -453,11 +454,21 @@ func TestMessagingCoalescedConcurrent(t *testing.T) {
 	}
 }
 
-// TestMessagingCluster: headroom, exempt rules and quiet hours on a
-// cluster, through take.lua and fast scripts.
-func TestMessagingCluster(t *testing.T) {
-	b, c := cluster(t)
-	s := newSubject(t, "msg-cluster")
+// TestMessagingDeployments: headroom, exempt rules and quiet hours on a
+// cluster and through Sentinel, through take.lua and fast scripts.
+func TestMessagingDeployments(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		b, c := cluster(t)
+		messagingOn(t, b, c)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		b, c := sentinelBackend(t, redistest.NewSentinel(t))
+		messagingOn(t, b, c)
+	})
+}
+
+func messagingOn(t *testing.T, b *Backend, c goredis.UniversalClient) {
+	s := newSubject(t, "msg-deploy")
 	r := s.fixed("f", 3, time.Hour)
 	if res := take(t, b, s.request(opTake, 2, keeping(r, 1))); !res.Allowed {
 		t.Fatalf("Take(2, keep 1) = %+v, want allowed", res)
@@ -647,5 +658,64 @@ func TestMessagingTargetShapeFast(t *testing.T) {
 	}
 	if calls := evalshaCalls(t, c) - before; calls >= n {
 		t.Logf("%d EVALSHA calls for %d decisions: none coalesced (a slow machine may serialize them)", calls, n)
+	}
+}
+
+// TestMessagingModules: headroom, exempt rules and quiet hours on the
+// module strategies (take.lua's modsliding and cell fragments): TairHash
+// and native hash-field expiry sliding windows count a counted exempt
+// past the limit; on redis-cell (GCRA: no headroom) an exempt rule never
+// denies, and counts only while CL.THROTTLE admits (docs/MODULES.md).
+func TestMessagingModules(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		rule    func(s subject) driver.Rule
+		counted int64 // used after a full rule's counted exempt take of 1
+		want    capability.Strategy
+	}{
+		{"FREQCAP_TEST_TAIRHASH", func(s subject) driver.Rule { return s.sliding("s", 200, time.Minute, 6) }, 201, capability.TairHashLua},
+		{"FREQCAP_TEST_HFE", func(s subject) driver.Rule { return s.sliding("s", 200, time.Minute, 6) }, 201, capability.HFELua},
+		{"FREQCAP_TEST_CELL", func(s subject) driver.Rule { return s.gcra("g", 6, time.Hour, 4) }, 5, capability.CellLua},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			addr := moduleAddr(t, tc.env)
+			b, c := moduleBackend(t, addr, modStrategies)
+			s := newSubject(t, "msg-mod")
+			r := tc.rule(s)
+			wantStrategy(t, b, r.Algorithm, tc.want)
+			L := r.ReportedLimit()
+			if r.Algorithm != driver.GCRA {
+				res := take(t, b, s.request(opTake, L-10, keeping(r, 10)))
+				if !res.Allowed || res.Rules[0].Remaining != 0 {
+					t.Fatalf("Take(keep 10) = %+v, want allowed, remaining 0", res.Rules[0])
+				}
+				if res := take(t, b, s.request(opTake, 1, keeping(r, 10))); res.Allowed {
+					t.Fatalf("Take(1, keep 10) = allowed, want denied by headroom")
+				}
+				take(t, b, s.request(opTake, 10, r))
+			} else {
+				take(t, b, s.request(opTake, L, r))
+			}
+			for _, e := range []driver.Exemption{driver.ExemptUncounted, driver.ExemptCounted} {
+				res := take(t, b, s.request(opTake, 1, exemptOf(r, e)))
+				if !res.Allowed || res.Rules[0].Allowed {
+					t.Fatalf("Take(exempt %s) = %+v, want allowed, the rule reported denying", e, res)
+				}
+			}
+			if got := take(t, b, s.request(opPeek, 1, r)).Rules[0].Used; got != tc.counted {
+				t.Errorf("used = %d, want %d", got, tc.counted)
+			}
+			req, end := quietAround(s.request(opTake, 1, s.fixed("f", 5, time.Hour), exemptOf(r, driver.ExemptCounted)), serverNow(t, c), true)
+			if res := take(t, b, req); res.Allowed || !res.Quiet.Equal(end) {
+				t.Errorf("Take in quiet hours = %+v, want denied until %v", res, end)
+			}
+			if got := take(t, b, s.request(opPeek, 1, r)).Rules[0].Used; got != tc.counted {
+				t.Errorf("used after a quiet denial = %d, want %d", got, tc.counted)
+			}
+			ins := take(t, b, s.request(opInspect, 0, r))
+			if len(ins.Trail) < 3 || !ins.Trail[0].Quiet || !ins.Trail[1].Exempt || !ins.Trail[2].Exempt {
+				t.Errorf("trail = %+v, want quiet, then exempt entries", ins.Trail)
+			}
+		})
 	}
 }

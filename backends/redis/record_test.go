@@ -142,6 +142,9 @@ func TestIdempotencyRecordFromGo(t *testing.T) {
 		{"quiet", encoded(record{first: 8, now: at, rules: rules([4]int64{1, 2, 7, 0}, [4]int64{0, 10, 7, 5}), quiet: at + 3600000000}), func(res driver.Result) bool {
 			return !res.Allowed && res.Quiet.Equal(time.UnixMicro(at+3600000000)) && res.Rules[1].Used == 10
 		}},
+		{"keeps", encoded(record{first: 16, now: at, rules: rules([4]int64{0, 8, 7, 5}, [4]int64{1, 1, 7, 0}), keeps: "2,0"}), func(res driver.Result) bool {
+			return !res.Allowed && res.Rules[0].Remaining == 0 && res.Rules[1].Remaining == 9
+		}},
 		{"override and quiet", encoded(record{first: 12, now: at, rules: rules([4]int64{1, 2, 7, 0}, [4]int64{1, 1, 7, 0}),
 			override: "12|40,10|l|0|0|1700000000000000|a=40|3|annvip", quiet: at + 1}), func(res driver.Result) bool {
 			return !res.Allowed && res.Override.ID == 12 && res.Rules[0].Limit == 40 && res.Quiet.Equal(time.UnixMicro(at+1))

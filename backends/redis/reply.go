@@ -3,6 +3,7 @@ package redis
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
@@ -134,7 +135,7 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 	// Bits (lua.Reply*): allowed; a replay of the decision stored under
 	// the request's idempotency key, followed by the original reservation
 	// id; an override applied, its element first after the rules.
-	const all = lua.ReplyAllowed | lua.ReplyReplayed | lua.ReplyOverride | lua.ReplyQuiet
+	const all = lua.ReplyAllowed | lua.ReplyReplayed | lua.ReplyOverride | lua.ReplyQuiet | lua.ReplyKeep
 	if first < 0 || first&^all != 0 {
 		return driver.Result{}, fmt.Errorf("reply: first element must be 0..%d, got %d", all, first)
 	}
@@ -155,10 +156,27 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		}
 		res.Quiet, rest = time.UnixMicro(end), rest[1:]
 	}
+	var keeps []int64
+	if first&lua.ReplyKeep != 0 { // a replay: the original attempt's headroom, whatever the retry's
+		if len(rest) == 0 {
+			return driver.Result{}, fmt.Errorf("reply: want the keeps element after the rules")
+		}
+		s, err := replyString(rest[0])
+		if err != nil {
+			return driver.Result{}, err
+		}
+		if keeps, err = parseKeeps(s, len(rules)); err != nil {
+			return driver.Result{}, err
+		}
+		rest = rest[1:]
+	}
+	if first&lua.ReplyReplayed != 0 && keeps == nil {
+		keeps = make([]int64, len(rules)) // the original kept none
+	}
 	res.Allowed = first&lua.ReplyAllowed != 0
 	res.Replayed = first&lua.ReplyReplayed != 0
 	res.Now = time.UnixMicro(now)
-	if res.Rules, err = replyRules(rules, lims, rule); err != nil {
+	if res.Rules, err = replyRules(rules, lims, keeps, rule); err != nil {
 		return driver.Result{}, err
 	}
 	if res.Replayed {
@@ -189,10 +207,29 @@ func replyOverride(rest []any, n int) (driver.Override, []int64, error) {
 	return parseOverrideElement(s, n)
 }
 
+// parseKeeps reads a keeps element (lua.ReplyKeep): n rules' Keep,
+// comma-separated.
+func parseKeeps(s string, n int) ([]int64, error) {
+	f := strings.Split(s, ",")
+	if len(f) != n {
+		return nil, fmt.Errorf("reply: keeps element: want %d values, got %d", n, len(f))
+	}
+	keeps := make([]int64, n)
+	for i, x := range f {
+		k, err := strconv.ParseInt(x, 10, 64)
+		if err != nil || k < 0 {
+			return nil, fmt.Errorf("reply: keeps element: %q is not a keep", x)
+		}
+		keeps[i] = k
+	}
+	return keeps, nil
+}
+
 // replyRules builds the rules' results from their reply integers
 // (flags, used, reset µs, retry µs); lims, when not nil, are the limits an
-// override gave them.
-func replyRules(rules []driver.Rule, lims []int64, rule func(int) [perRuleReply]int64) ([]driver.RuleResult, error) {
+// override gave them, keeps the headroom a replayed attempt had (nil:
+// the rules').
+func replyRules(rules []driver.Rule, lims, keeps []int64, rule func(int) [perRuleReply]int64) ([]driver.RuleResult, error) {
 	out := make([]driver.RuleResult, len(rules))
 	for i := range out {
 		r := &out[i]
@@ -212,7 +249,11 @@ func replyRules(rules []driver.Rule, lims []int64, rule func(int) [perRuleReply]
 		}
 		// Headroom (driver.Rule.Keep): the room left for this attempt's
 		// priority.
-		r.Remaining = max(0, r.Limit-rules[i].Keep-r.Used)
+		keep := rules[i].Keep
+		if keeps != nil {
+			keep = keeps[i]
+		}
+		r.Remaining = max(0, r.Limit-keep-r.Used)
 		r.ResetAfter = time.Duration(ints[2]) * time.Microsecond
 		r.RetryAfter = time.Duration(ints[3]) * time.Microsecond
 	}

@@ -62,7 +62,18 @@ func TestParseReply(t *testing.T) {
 				t.Errorf("parseTake = %+v, want allowed, replayed, reservation h1, used 2", r)
 			}
 		}},
-		{name: "bad allowed", v: append([]any{int64(16)}, ok[1:]...), wantErr: "must be 0..15"},
+		{name: "bad allowed", v: append([]any{int64(32)}, ok[1:]...), wantErr: "must be 0..31"},
+		{name: "replay with keeps", v: append([]any{int64(19)}, append(ok[1:], "2", "")...), rules: []driver.Rule{{Name: "r", Algorithm: driver.FixedWindow, Limit: 5, Keep: 3}}, check: func(t *testing.T, r driver.Result) {
+			if got := r.Rules[0]; !r.Replayed || got.Remaining != 1 {
+				t.Errorf("parseTake(replay, keeps 2) = %+v, want remaining 1 (the original's keep, not the retry's 3)", got)
+			}
+		}},
+		{name: "replay without keeps", v: append([]any{int64(3)}, append(ok[1:], "")...), rules: []driver.Rule{{Name: "r", Algorithm: driver.FixedWindow, Limit: 5, Keep: 3}}, check: func(t *testing.T, r driver.Result) {
+			if got := r.Rules[0]; got.Remaining != 3 {
+				t.Errorf("parseTake(replay of an attempt without headroom) = %+v, want remaining 3", got)
+			}
+		}},
+		{name: "keeps element short", v: append([]any{int64(17)}, append(ok[1:], "1,2")...), wantErr: "want 1 values"},
 		{name: "quiet", v: append([]any{int64(8)}, append(ok[1:], int64(1700000000360000), "1|p||0|0|1|5|16")...), check: func(t *testing.T, r driver.Result) {
 			if r.Allowed || !r.Quiet.Equal(time.UnixMicro(1700000000360000)) || len(r.Trail) != 1 || !r.Trail[0].Quiet || r.Trail[0].Rule != "" {
 				t.Errorf("parseTake = %+v, want denied for quiet hours until 1700000000360000µs, one quiet trail entry", r)
@@ -182,7 +193,7 @@ func TestParseTake(t *testing.T) {
 	}{
 		{head(1, 5) + bin[:10], "want 30 bytes for 1 rules, got 18"},
 		{"OK", "want 30 bytes"},
-		{head(16, 5) + bin[:perRuleBytes], "must be 0..15"},
+		{head(32, 5) + bin[:perRuleBytes], "must be 0..31"},
 		{head(1, 5) + binRule(3, 0, 0, 0), "flags must be"},
 		{[]any{int64(1), int64(5)}, "at least 3"},
 		{[]any{int64(1), int64(5), bin[:10]}, "want 22 bytes"},

@@ -394,9 +394,10 @@ func overrideCounter(key string) string {
 // µs, the rules' bytes' length, the rules' bytes (perRuleBytes each),
 // the override element when first has lua.ReplyOverride (its length, then its bytes),
 // the quiet span's end µs when first has lua.ReplyQuiet (lua.ReplyInt bytes),
+// the keeps element when first has lua.ReplyKeep (its length, then its bytes),
 // then the reservation id (to the end; empty for a take or a denial). A
 // replay returns it in parseTake's shape: {first plus lua.ReplyReplayed, now, the rules'
-// bytes, [override element], [quiet end], reservation id} (record.replay).
+// bytes, [override element], [quiet end], [keeps], reservation id} (record.replay).
 //
 // Legacy, read only: the one-key-per-rule layout, and bare mode before it
 // wrote this format, stored "<reservation id>|<the reply's integers,
@@ -416,6 +417,7 @@ type record struct {
 	rules    string // the rules' bytes, perRuleBytes each (appendRule)
 	override string // the override element (first has lua.ReplyOverride)
 	quiet    int64  // the quiet span's end µs (first has lua.ReplyQuiet)
+	keeps    string // the keeps element (first has lua.ReplyKeep)
 	hold     string // the reservation id; "" for a take or a denial
 }
 
@@ -440,6 +442,10 @@ func (r record) encode() (string, error) {
 	if r.first&lua.ReplyQuiet != 0 {
 		b = appendLE(b, r.quiet, lua.ReplyInt)
 	}
+	if r.first&lua.ReplyKeep != 0 {
+		b = appendLE(b, int64(len(r.keeps)), recordLen)
+		b = append(b, r.keeps...)
+	}
 	return string(append(b, r.hold...)), nil
 }
 
@@ -462,7 +468,7 @@ func decided(first int64) bool {
 	if first&lua.ReplyQuiet != 0 && first&lua.ReplyAllowed != 0 {
 		return false
 	}
-	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride|lua.ReplyQuiet) == 0
+	return first >= 0 && first&^(lua.ReplyAllowed|lua.ReplyOverride|lua.ReplyQuiet|lua.ReplyKeep) == 0
 }
 
 // decodeRecord reads an idempotency record, either format.
@@ -498,6 +504,16 @@ func decodeRecord(s string) (record, error) {
 			return record{}, fmt.Errorf("idempotency record: no quiet span's end")
 		}
 		r.quiet, p = le7(s[p:]), p+lua.ReplyInt
+	}
+	if r.first&lua.ReplyKeep != 0 {
+		if p+recordLen > len(s) {
+			return record{}, fmt.Errorf("idempotency record: no keeps element's length")
+		}
+		n, p = int(leUint(s[p:p+recordLen])), p+recordLen
+		if p+n > len(s) {
+			return record{}, fmt.Errorf("idempotency record: %d bytes of keeps element past its end", n)
+		}
+		r.keeps, p = s[p:p+n], p+n
 	}
 	r.hold = s[p:]
 	return r, nil
@@ -542,6 +558,9 @@ func (r record) replay() []any {
 	}
 	if r.first&lua.ReplyQuiet != 0 {
 		v = append(v, r.quiet)
+	}
+	if r.first&lua.ReplyKeep != 0 {
+		v = append(v, r.keeps)
 	}
 	return append(v, r.hold)
 }

@@ -141,10 +141,11 @@ type fastData struct {
 	Nested bool
 	// Quiet: the script takes quiet spans (FastOptions.Quiet). Extra is
 	// the ARGV values per attempt after FA in the full form (the ids, the
-	// spans); QS the spans' index in the short form; TrailAt the short
+	// spans, the calendar boundaries); QS the spans' index in the short
+	// form, QF their offset after FA in the full form; TrailAt the short
 	// form's first trail value's, TB the trail ARGV base of the short form.
-	Quiet                  bool
-	Extra, QS, TrailAt, TB int
+	Quiet                      bool
+	Extra, QS, QF, TrailAt, TB int
 	// Cals are the calendar rules, whose boundaries (CB<N>) come after
 	// the spans, one value each, in rule order.
 	Cals   []*fastRule
@@ -331,6 +332,7 @@ func (d *fastData) argv(quiet bool) {
 	d.QS = 3 + d.Extra
 	if d.Quiet {
 		d.Extra++
+		d.QF = d.Extra
 	}
 	for _, r := range d.Rules {
 		if r.Code == CodeCalendar {

@@ -127,8 +127,14 @@ const (
 	ReplyOverride = 4 // an override applied: its element follows the rules (REPLY_OVERRIDE)
 	// ReplyQuiet: denied for quiet hours (driver.Request.Quiet): the end
 	// of the quiet span, µs, follows the rules and the override element
-	// (REPLY_QUIET; the highest bit).
+	// (REPLY_QUIET).
 	ReplyQuiet = 8
+	// ReplyKeep, in an idempotency record and its replay only: the
+	// attempt's rules kept headroom (driver.Rule.Keep), and the keeps
+	// element follows the quiet end: per rule its Keep, comma-separated
+	// (REPLY_KEEP; the highest bit), so that a replay reports the room the
+	// original attempt had, whatever the retry's.
+	ReplyKeep = 16
 )
 
 // take.lua's ARGV[a+ArgModes] (A_MODES): "" when no rule of the attempt
@@ -194,7 +200,8 @@ const (
 // the reply has them (ReplyRuleSize per rule); then, when the first
 // element has ReplyOverride, the override element, its length as RecordLen bytes (struct RECLEN)
 // then its bytes; then, when it has ReplyQuiet, the quiet span's end µs
-// (ReplyInt bytes, signed: struct RECQUIET); then the reservation id to the end ("" for a take or a
+// (ReplyInt bytes, signed: struct RECQUIET); then, when it has ReplyKeep,
+// the keeps element (RecordLen bytes of length, then its bytes); then the reservation id to the end ("" for a take or a
 // denial). Little-endian. A value not starting with RecordMark is the
 // legacy text "<reservation id>|<the reply's integers, comma-separated>",
 // read only.
@@ -359,7 +366,7 @@ var tokens = func() map[string]string {
 		"TRAILENT":     quote(TrailEntry), "TRAILSEP": quote(TrailSep),
 		"TRAIL_TOOHIGH": strconv.Itoa(TrailTooHigh), "TRAIL_SHADOW": strconv.Itoa(TrailShadow),
 		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride), "TRAIL_EXEMPT": strconv.Itoa(TrailExempt),
-		"TRAIL_QUIET": strconv.Itoa(TrailQuiet), "REPLY_QUIET": strconv.Itoa(ReplyQuiet),
+		"TRAIL_QUIET": strconv.Itoa(TrailQuiet), "REPLY_QUIET": strconv.Itoa(ReplyQuiet), "REPLY_KEEP": strconv.Itoa(ReplyKeep),
 		"RECQUIET": quote(fmt.Sprintf("<i%d", ReplyInt)), "MODESEP": quote(ModeSep),
 		"MODE_SHADOW": strconv.Itoa(ModeShadow), "MODE_COUNTED": strconv.Itoa(ModeCounted),
 		"MODE_UNCOUNTED": strconv.Itoa(ModeUncounted),
