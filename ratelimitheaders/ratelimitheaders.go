@@ -112,10 +112,23 @@ func setRateLimit(h http.Header, d sdk.Decision) {
 // most restrictive one: when d denies, the denying rule with the longest
 // wait; when it allows, the rule with the fewest units remaining (of
 // those, the one resetting last). -1 when d has no rule states (a
-// degraded decision).
+// degraded decision). Rules that cannot deny this attempt (shadow rules,
+// rules its message class is exempt from) govern only when no other rule
+// can.
 func Governing(d sdk.Decision) int {
+	if i := governing(d, true); i >= 0 {
+		return i
+	}
+	return governing(d, false)
+}
+
+// governing is Governing over the enforced rules only (enforced) or all.
+func governing(d sdk.Decision, enforced bool) int {
 	best := -1
 	for i, rd := range d.Rules {
+		if enforced && (rd.Shadow || rd.Exempt != driver.NotExempt) {
+			continue
+		}
 		if best < 0 {
 			best = i
 			continue

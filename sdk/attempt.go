@@ -283,6 +283,8 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	d := decide(p.name, c.req.Rules, c.before, r)
 	if p.messages() {
 		p.explain(&d, c.req.Rules, c.cls, c.att, c.zone, r.Quiet)
+	} else {
+		nextEligible(&d, nil, nil)
 	}
 	c.resID = c.req.ReservationID
 	if r.ReservationID != "" {

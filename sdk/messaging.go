@@ -410,20 +410,26 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 			d.Quiet = e
 		}
 	}
-	if d.Allowed || d.CostTooHigh || d.Degraded {
+	if cls == nil || !cls.QuietHours {
+		nextEligible(d, p, zone)
+	} else {
+		nextEligible(d, nil, nil)
+	}
+}
+
+// nextEligible sets d.NextEligible for a denial some instant can lift:
+// the latest retry of its denying rules (d.RetryAfter, which holds the
+// quiet hours' end when they denied), moved past p's quiet hours in zone
+// (p nil: none apply). Each rule's count only falls while nothing is
+// taken, so every rule admits the attempt from then on.
+func nextEligible(d *Decision, p *Policy, zone *time.Location) {
+	if d.Allowed || d.CostTooHigh || d.Degraded || d.At.IsZero() {
 		return
 	}
 	if d.Override.Kind == driver.Block && d.RetryAfter <= 0 {
 		return // a block without end: never
 	}
-	t := d.At.Add(d.RetryAfter)
-	if !d.Quiet.IsZero() && d.Quiet.After(t) && (cls == nil || !cls.QuietHours) {
-		t = d.Quiet
-	}
-	if cls == nil || !cls.QuietHours {
-		t = QuietEnd(p, zone, t)
-	}
-	d.NextEligible = t
+	d.NextEligible = QuietEnd(p, zone, d.At.Add(d.RetryAfter))
 }
 
 // costOf returns a's cost (0 means 1).
