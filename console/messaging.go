@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/freqcap/freqcap/console/internal/views"
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 )
 
@@ -83,4 +84,23 @@ func messagingNote(p *sdk.Policy, now time.Time) *views.MessagingNote {
 		n.Classes = append(n.Classes, classText(c))
 	}
 	return n
+}
+
+// messagingStats sums up st's messaging caps for the fleet view: denials
+// for quiet hours, per class what its exemptions decided, per rule its
+// exempted and headroom counts; nil when there are none.
+func messagingStats(st fleet.Stats) []string {
+	var out []string
+	if st.QuietDenied > 0 {
+		out = append(out, fmt.Sprintf("%d denied for quiet hours", st.QuietDenied))
+	}
+	for _, c := range st.Classes {
+		out = append(out, fmt.Sprintf("class %s: %d passed a rule it is exempt from, %d sent in quiet hours", c.Class, c.Exempted, c.QuietPassed))
+	}
+	for _, r := range st.Rules {
+		if r.Exempted > 0 || r.Headroom > 0 {
+			out = append(out, fmt.Sprintf("rule %s: %d would-be denials exempted, %d denials for headroom", r.Rule, r.Exempted, r.Headroom))
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -22,13 +23,16 @@ func TestSubjectMessaging(t *testing.T) {
 	// t0 is 01:00 in Berlin: inside 00:30–03:00.
 	p, err := sdk.NewPolicy("msgs", []sdk.Rule{sdk.Daily("daily", 3, berlin).By("user").WithHeadroom(1, 1)},
 		sdk.WithQuietHours(berlin, sdk.QuietPeriod{From: 30 * time.Minute, To: 3 * time.Hour}),
-		sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true}))
+		sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true}), sdk.WithPerson("user"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := newFixtureCfg(t, nil, nil, nil, func(c *Config, _ driver.Backend, _ *sdk.Limiter) { c.Policies = append(c.Policies, p) })
 	s := sdk.Subject{"user": "u1"}
 	ctx := context.Background()
+	if _, err := f.lim.Admin().Link(ctx, "phone:+4930", "u1", "alice", "test"); err != nil {
+		t.Fatal(err)
+	}
 	if d, err := f.lim.Take(ctx, p, sdk.Attempt{Subject: s}); err != nil || d.Allowed || d.Quiet.IsZero() {
 		t.Fatalf("Take in quiet hours = %+v, %v, want denied for quiet hours", d, err)
 	}
@@ -63,5 +67,19 @@ func TestSubjectMessaging(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET /api/v1/inspect lacks %s:\n%s", want, body)
 		}
+	}
+}
+
+// The fleet view sums up the hour's messaging caps per policy.
+func TestMessagingStats(t *testing.T) {
+	st := fleet.Stats{QuietDenied: 7, Classes: []fleet.ClassStats{{Class: "otp", Exempted: 3, QuietPassed: 2}},
+		Rules: []fleet.RuleStats{{Rule: "daily", Exempted: 3, Headroom: 5}, {Rule: "recv-1m"}}}
+	got := strings.Join(messagingStats(st), "; ")
+	want := "7 denied for quiet hours; class otp: 3 passed a rule it is exempt from, 2 sent in quiet hours; rule daily: 3 would-be denials exempted, 5 denials for headroom"
+	if got != want {
+		t.Errorf("messagingStats = %q, want %q", got, want)
+	}
+	if got := messagingStats(fleet.Stats{Rules: []fleet.RuleStats{{Rule: "a"}}}); got != nil {
+		t.Errorf("messagingStats(none) = %q, want nil", got)
 	}
 }

@@ -34,6 +34,19 @@ type StatsJSON struct {
 	Allowed     int64           `json:"allowed"`
 	Denied      int64           `json:"denied"`
 	Rules       []RuleStatsJSON `json:"rules"`
+	// QuietDenied counts the decisions denied for quiet hours; Classes,
+	// per message class, the decisions its exemptions decided.
+	QuietDenied int64            `json:"quiet_denied"`
+	Classes     []ClassStatsJSON `json:"classes"`
+}
+
+// ClassStatsJSON is one message class's part of StatsJSON: its decisions
+// some rule would have denied but for the class's exemption, and those
+// sent in quiet hours it may pass.
+type ClassStatsJSON struct {
+	Class       string `json:"class"`
+	Exempted    int64  `json:"exempted"`
+	QuietPassed int64  `json:"quiet_passed"`
 }
 
 // RuleStatsJSON is one rule's verdicts in StatsJSON.
@@ -42,6 +55,10 @@ type RuleStatsJSON struct {
 	Allowed   int64  `json:"allowed"`
 	Denied    int64  `json:"denied"`
 	NearLimit int64  `json:"near_limit"`
+	// Exempted counts the rule's would-be denials a class was exempt
+	// from; Headroom its denials for headroom only.
+	Exempted int64 `json:"exempted"`
+	Headroom int64 `json:"headroom"`
 }
 
 // apiStats answers GET /api/v1/stats?policy=NAME with the per-rule
@@ -60,9 +77,13 @@ func (s *Server) apiStats(c echo.Context) error {
 		return err
 	}
 	out := StatsJSON{Policy: st.Policy, From: st.From.UTC(), To: st.To.UTC(), StepSeconds: int64(st.Step / time.Second),
-		Allowed: st.Allowed, Denied: st.Denied, Rules: make([]RuleStatsJSON, 0, len(st.Rules))}
+		Allowed: st.Allowed, Denied: st.Denied, Rules: make([]RuleStatsJSON, 0, len(st.Rules)),
+		QuietDenied: st.QuietDenied, Classes: make([]ClassStatsJSON, 0, len(st.Classes))}
+	for _, c := range st.Classes {
+		out.Classes = append(out.Classes, ClassStatsJSON{Class: c.Class, Exempted: c.Exempted, QuietPassed: c.QuietPassed})
+	}
 	for _, r := range st.Rules {
-		out.Rules = append(out.Rules, RuleStatsJSON{Rule: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit})
+		out.Rules = append(out.Rules, RuleStatsJSON{Rule: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Exempted: r.Exempted, Headroom: r.Headroom})
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -256,8 +277,9 @@ func (s *Server) fleetPolicy(p *sdk.Policy, hour, day fleet.Stats, evHour, evDay
 	for _, r := range hour.Rules {
 		fp.NearLimit1h += r.NearLimit
 		rc := chart(r.Rule, r.Series, hour.Step, 300, 40, nil)
-		fp.Rules = append(fp.Rules, views.FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc})
+		fp.Rules = append(fp.Rules, views.FleetRule{Name: r.Rule, Allowed: r.Allowed, Denied: r.Denied, NearLimit: r.NearLimit, Chart: rc, Exempted: r.Exempted, Headroom: r.Headroom})
 	}
+	fp.Messaging = messagingStats(hour)
 	shard := p.ShardBy()
 	for _, d := range hour.TopDenied {
 		if len(fp.TopDenied) == overviewTop {

@@ -93,7 +93,7 @@ func TestAPIStats(t *testing.T) {
 	if got.Policy != "push" || got.Allowed != 2 || got.Denied != 1 || got.StepSeconds != 10 || got.To.Sub(got.From) < 59*time.Minute {
 		t.Errorf("stats = %+v, want push: 2 allowed, 1 denied over an hour of 10 s buckets", got)
 	}
-	want := []RuleStatsJSON{{"recv-1m", 3, 0, 0}, {"recv-24h", 3, 0, 0}, {"content-59s", 2, 1, 1}, {"content-59m", 3, 0, 0}}
+	want := []RuleStatsJSON{{"recv-1m", 3, 0, 0, 0, 0}, {"recv-24h", 3, 0, 0, 0, 0}, {"content-59s", 2, 1, 1, 0, 0}, {"content-59m", 3, 0, 0, 0, 0}}
 	if len(got.Rules) != len(want) {
 		t.Fatalf("rules = %+v, want %+v", got.Rules, want)
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
 )
 
@@ -162,5 +164,53 @@ func TestAnnouncementMessaging(t *testing.T) {
 	}
 	if d := a.Diff(fleet.AnnouncementOf(other)); !slices.Equal(d, want) {
 		t.Errorf("Diff = %q, want %q", d, want)
+	}
+}
+
+// TestRecorderClassesConcurrent: class counts taken while other
+// goroutines record and flush are each counted once (run with -race).
+func TestRecorderClassesConcurrent(t *testing.T) {
+	c := fakeclock.New(time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC))
+	b := memory.New(&memory.Options{Clock: c})
+	p := messagingPolicy(t, c.Now())
+	rec, err := fleet.NewRecorder(b, &fleet.Options{Now: c.Now, FlushEvery: -1, Sample: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 4, 300
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				rec.Observe(sdk.Event{Policy: "push", PolicyRef: p, Op: "take", Shard: fmt.Sprint("u", w, "-", i%7), Cost: 1,
+					Decision: sdk.Decision{Allowed: true, At: c.Now(), Class: "otp", Exempted: []string{"recv-day"},
+						Rules: []sdk.RuleDecision{{Rule: "recv-day", Allowed: false, Exempt: driver.ExemptCounted}, {Rule: "trial", Allowed: true, Shadow: true}}}})
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			if err := rec.Flush(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	<-done
+	flush(t, rec)
+	rd, err := fleet.NewReader(b, &fleet.Options{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rd.Stats(context.Background(), p, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []fleet.ClassStats{{Class: "otp", Exempted: workers * each}}; !slices.Equal(st.Classes, want) || st.Rules[0].Exempted != workers*each || st.Rules[0].Denied != 0 {
+		t.Errorf("Stats = classes %+v, recv-day %d exempted, %d denied; want %+v, %d, 0", st.Classes, st.Rules[0].Exempted, st.Rules[0].Denied, want, workers*each)
 	}
 }

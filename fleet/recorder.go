@@ -152,8 +152,10 @@ type Options struct {
 // Recording a decision is an in-memory increment (atomic counters in one
 // of the policy's 8 stripes, chosen by the subject's hash, and for a
 // denial that stripe's small top-K and a set of subject hashes under
-// their mutexes; for a subject of the sample, its entry): no I/O, no
-// allocation for a subject outside the sample but a map's growth, and it
+// their mutexes; for a decision a message class's exemption decided, the
+// class's counts under the bucket's mutex; for a subject of the sample,
+// its entry): no I/O, no allocation for a subject outside the sample but
+// a map's growth (and a class's counts, once per class per flush), and it
 // never fails or delays a decision.
 //
 // The Recorder owns a goroutine (started by NewRecorder unless

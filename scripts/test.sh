@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 
 # What is missing: redis-server, redis-tools, chromium, and docker-compose
 # when no Compose is installed (scripts/missing-packages.sh); then protoc and
-# the well-known types (scripts/gen-proto.sh, checked below), and the
+# the well-known types (scripts/gen-proto.sh, checked below), the
 # non-Go clients of serve's end-to-end tests (Debian's Python 3 gRPC, curl,
-# and the JDK and grpc-java jars the Java sender's build lists).
+# and the JDK and grpc-java jars the Java sender's build lists), and a C
+# compiler.
 need=$(scripts/missing-packages.sh)
 command -v protoc >/dev/null || need="$need protobuf-compiler"
 [ -f /usr/include/google/protobuf/duration.proto ] || need="$need libprotobuf-dev"
@@ -19,6 +20,10 @@ command -v protoc >/dev/null || need="$need protobuf-compiler"
 /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need="$need python3-protobuf"
 /usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || need="$need python3-grpc-tools"
 command -v curl >/dev/null || need="$need curl"
+# A C compiler and libc's headers: internal/redistest.Clock builds its clock
+# shim at test time (tests/messaging's simulation on Redis).
+command -v cc >/dev/null || need="$need gcc"
+echo '#include <sys/mman.h>' | cc -E - >/dev/null 2>&1 || need="$need libc6-dev"
 need="$need $(examples/java/build.sh --missing)"
 need=$(echo $need)
 if [ -n "$need" ]; then

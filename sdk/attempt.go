@@ -150,6 +150,7 @@ type call struct {
 	// none), the attempt (its cost, priority and identity, for the
 	// observer too), and the zone of its quiet hours (nil: the policy's).
 	cls  *Class
+	skew skew // the frame of the quiet spans sent
 	att  Attempt
 	zone *time.Location
 }
@@ -184,14 +185,8 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
-	if p.trailMax > 0 {
-		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
-	}
-	if p.messages() || a.Class != "" || a.Priority != 0 {
-		c.zone = a.Zone
-		if c.cls, err = p.messaging(&c.req, c.before, a, a.Zone, l.now()); err != nil {
-			return nil, fmt.Errorf("sdk: %s: %w", name, err)
-		}
+	if err := c.messaging(a, l.now()); err != nil {
+		return nil, err
 	}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
@@ -219,6 +214,24 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 		}
 	}
 	return c, nil
+}
+
+// messaging records a's class, priority and identity in c's trail
+// entries and applies what the policy's messaging caps ask of a to c's
+// request (Policy.messaging).
+func (c *call) messaging(a Attempt, now time.Time) error {
+	p := c.p
+	if p.trailMax > 0 {
+		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
+	}
+	if p.messages() || a.Class != "" || a.Priority != 0 {
+		c.zone = a.Zone
+		var err error
+		if c.cls, c.skew, err = p.messaging(&c.req, c.before, a, a.Zone, now); err != nil {
+			return fmt.Errorf("sdk: %s: %w", c.name, err)
+		}
+	}
+	return nil
 }
 
 // cached answers c from the hot-deny cache, if it can. Attempts with an
@@ -250,6 +263,10 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		return Decision{}, err
 	}
 	r := a.r
+	if c.skew.of(r.Quiet) {
+		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given for this process's clock ± %v", ErrClockSkew, r.Now, quietReach)
+		return l.finish(c, a)
+	}
 	if r.Replayed {
 		var err error
 		switch {

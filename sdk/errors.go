@@ -33,6 +33,12 @@ var (
 	// ErrInvalidClass: an attempt's message class (Attempt.Class) is not
 	// one its policy declares (WithClass).
 	ErrInvalidClass = errors.New("invalid message class")
+	// ErrClockSkew: a decision under quiet hours (WithQuietHours) met a
+	// backend whose clock is more than an hour from the Limiter's
+	// (WithClock): the quiet hours sent with it do not reach the backend's
+	// now, so it was not made (nothing was consumed). Under a fail-open
+	// policy the decision is Degraded instead.
+	ErrClockSkew = errors.New("backend clock too far from the limiter's")
 	// ErrInvalidPriority: an attempt's priority (Attempt.Priority) is
 	// below 0 or above MaxPriority.
 	ErrInvalidPriority = errors.New("invalid priority")

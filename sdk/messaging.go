@@ -257,8 +257,15 @@ func (c *Class) exempts(name string) driver.Exemption {
 }
 
 // quietReach is how far around the Limiter's clock the quiet spans sent
-// with a request reach: the backend's clock may differ from ours.
-const quietReach = time.Hour
+// with a request reach: the backend's clock may differ from ours by up to
+// that much. Beyond it the sdk sends two more spans, before and after,
+// reaching far (skewSpan): a backend whose clock is in one of them
+// denies the request as quiet, consuming nothing, and the sdk turns that
+// into ErrClockSkew: never a decision the quiet hours were not given for.
+const (
+	quietReach = time.Hour
+	skewSpan   = 100 * 365 * 24 * time.Hour
+)
 
 // messaging gives req what the attempt's class, priority and zone ask of
 // p: each rule's headroom and exemption, and the quiet spans around now
@@ -267,17 +274,17 @@ const quietReach = time.Hour
 // rule but which keeps no headroom: it is enforced with its own limit,
 // which may be at or below the units its successor keeps. It returns the
 // class (nil: none).
-func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone *time.Location, now time.Time) (*Class, error) {
+func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone *time.Location, now time.Time) (*Class, skew, error) {
 	var cls *Class
 	if a.Class != "" {
 		c, ok := p.class(a.Class)
 		if !ok {
-			return nil, fmt.Errorf("%w: %q: policy %q declares %s", ErrInvalidClass, a.Class, p.name, p.classNames())
+			return nil, skew{}, fmt.Errorf("%w: %q: policy %q declares %s", ErrInvalidClass, a.Class, p.name, p.classNames())
 		}
 		cls = c
 	}
 	if a.Priority < 0 || a.Priority > MaxPriority {
-		return nil, fmt.Errorf("%w: %d, want 0 to %d", ErrInvalidPriority, a.Priority, MaxPriority)
+		return nil, skew{}, fmt.Errorf("%w: %d, want 0 to %d", ErrInvalidPriority, a.Priority, MaxPriority)
 	}
 	if p.headroom || cls != nil {
 		for i := range req.Rules {
@@ -290,21 +297,53 @@ func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone 
 			}
 		}
 	}
+	var sk skew
 	if len(p.quiet) > 0 && (cls == nil || !cls.QuietHours) {
 		if zone == nil {
 			zone = p.quietLoc
 		}
 		var buf [driver.MaxQuietSpans][2]time.Time
-		sp := alg.QuietSpans(buf[:0], p.quiet, zone, now.Add(-quietReach), now.Add(quietReach))
-		if len(sp) > driver.MaxQuietSpans {
-			sp = sp[:driver.MaxQuietSpans]
+		lo, hi := now.Add(-quietReach), now.Add(quietReach)
+		sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
+		if len(sp) > driver.MaxQuietSpans-2 {
+			sp = sp[:driver.MaxQuietSpans-2]
 		}
-		req.Quiet = make([]driver.Span, len(sp))
-		for i, s := range sp {
-			req.Quiet[i] = driver.Span{Start: s[0], End: s[1]}
+		if len(sp) > 0 {
+			lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
 		}
+		sk = skew{lo: lo, hi: hi.Add(skewSpan)}
+		req.Quiet = make([]driver.Span, 0, len(sp)+2)
+		req.Quiet = append(req.Quiet, driver.Span{Start: lo.Add(-skewSpan), End: lo})
+		for _, s := range sp {
+			req.Quiet = append(req.Quiet, driver.Span{Start: s[0], End: s[1]})
+		}
+		req.Quiet = append(req.Quiet, driver.Span{Start: hi, End: sk.hi})
 	}
-	return cls, nil
+	return cls, sk, nil
+}
+
+// skew holds the ends of the two spans a request's quiet hours are framed
+// by (quietReach): a quiet denial ending at either is the backend's clock
+// outside the hours the sdk described.
+type skew struct{ lo, hi time.Time }
+
+// of reports whether the quiet denial ending at end is one.
+func (s skew) of(end time.Time) bool {
+	return !end.IsZero() && (end.Equal(s.lo) || end.Equal(s.hi))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (p *Policy) classNames() string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -199,7 +198,7 @@ func (b *Backend) units(reqs []request, rep *capability.Report, out []driver.Bat
 		}
 		enc, cur = encoder{}, unit{}
 	}
-	now := time.Now()
+	now := b.opts.Clock.Now()
 	for i, req := range reqs {
 		var tag string
 		if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -90,7 +89,7 @@ func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *
 		choices = f.s.choices
 	} else {
 		var c call
-		if c, err = b.encode(o, req, time.Now(), rep); err != nil {
+		if c, err = b.encode(o, req, b.opts.Clock.Now(), rep); err != nil {
 			return driver.Result{}, err
 		}
 		v, a, err = b.runFor(ctx, o, rep, takeScript, lua.Take, c.keys, c.args)

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -166,7 +165,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if req.Zone != nil { // the attempt's zone, as take.lua's encoder
 			loc = req.Zone
 		}
-		bs, err := calendarBounds(time.Now(), r.Calendar, loc, b.opts.CalendarSpan)
+		bs, err := calendarBounds(b.opts.Clock.Now(), r.Calendar, loc, b.opts.CalendarSpan)
 		if err != nil {
 			return fastAttempt{}, false // take.lua's encoder says why
 		}

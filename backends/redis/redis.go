@@ -135,6 +135,12 @@ type Options struct {
 	// default, and a skew beyond it fails the decision with an error,
 	// never a wrong window. Default: 1.
 	CalendarSpan int
+	// Clock is the client's clock, around which calendar rules send their
+	// boundaries (CalendarSpan); decisions are still made on the server's
+	// clock (TIME). A test that sets its servers' clock
+	// (internal/redistest.Clock) gives the same one here. Default: the
+	// system clock.
+	Clock driver.Clock
 	// SettleAttempts bounds how often Commit or Cancel re-reads a reservation that changed
 	// between its read and its script. Default: 3.
 	SettleAttempts int
@@ -295,6 +301,9 @@ func New(c goredis.UniversalClient, opts *Options) *Backend {
 	}
 	if b.opts.CalendarSpan <= 0 {
 		b.opts.CalendarSpan = 1
+	}
+	if b.opts.Clock == nil {
+		b.opts.Clock = driver.SystemClock
 	}
 	if b.opts.SettleAttempts <= 0 {
 		b.opts.SettleAttempts = 3

@@ -23,17 +23,17 @@ func QuietSpans(dst [][2]time.Time, qs []Quiet, loc *time.Location, from, to tim
 	start := len(dst)
 	// Local days from the day before from (a span may start then and run
 	// past midnight) to the day of to.
-	lf := from.In(loc)
-	day := time.Date(lf.Year(), lf.Month(), lf.Day()-1, 0, 0, 0, 0, loc)
+	// The dates are counted in UTC at noon: a local midnight a DST change
+	// skips (Beirut's, the Azores') reads as the day before in loc.
+	fy, fm, fd := from.In(loc).Date()
 	for d := 0; d < 400; d++ {
-		y, m, dd := day.Date()
-		base := time.Date(y, m, dd+d, 0, 0, 0, 0, loc)
-		if !base.Before(to) && d > 1 {
+		date := time.Date(fy, fm, fd-1+d, 12, 0, 0, 0, time.UTC)
+		by, bm, bd := date.Date()
+		if !time.Date(by, bm, bd, 0, 0, 0, 0, loc).Before(to) && d > 1 {
 			break
 		}
-		by, bm, bd := base.Date()
 		for _, q := range qs {
-			if q.Days != 0 && q.Days&(1<<uint(base.Weekday())) == 0 {
+			if q.Days != 0 && q.Days&(1<<uint(date.Weekday())) == 0 {
 				continue
 			}
 			s := wall(loc, by, bm, bd, q.From)

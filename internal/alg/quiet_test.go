@@ -61,3 +61,29 @@ func TestQuietSpans(t *testing.T) {
 		t.Errorf("QuietEnd before = %v, want itself", e.UTC())
 	}
 }
+
+// TestQuietAcrossMidnightChanges holds QuietSpans to the wall clock, minute
+// by minute from 2026-03-20 to 2026-04-10, in zones whose DST changes in
+// that span skip or repeat local midnight (the Azores and Beirut skip
+// 00:00 to 01:00; Santiago goes back from 24:00 to 23:00) and others: an
+// instant is quiet (QuietEnd moves it) exactly when the local clock reads
+// 21:00 to 08:00. A skipped midnight once made the day after it lose its
+// night (the simulation of tests/messaging found it).
+func TestQuietAcrossMidnightChanges(t *testing.T) {
+	night := []Quiet{{From: 21 * time.Hour, To: 8 * time.Hour}}
+	for _, name := range []string{"Atlantic/Azores", "Asia/Beirut", "America/Santiago", "America/Nuuk", "Europe/Berlin", "Australia/Lord_Howe"} {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Skipf("SKIP: no zone database: %v", err)
+		}
+		bad := 0
+		for u := time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC); u.Before(time.Date(2026, 4, 10, 0, 0, 0, 0, time.UTC)); u = u.Add(time.Minute) {
+			h := u.In(loc).Hour()
+			want := h >= 21 || h < 8
+			if got := QuietEnd(night, loc, u).After(u); got != want && bad < 3 {
+				bad++
+				t.Errorf("%s: QuietEnd(%v, %s local) moves it: %v, want %v", name, u, u.In(loc).Format("2006-01-02 15:04 MST"), got, want)
+			}
+		}
+	}
+}

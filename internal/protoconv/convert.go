@@ -346,6 +346,18 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	if w := in.GetWide(); len(w) > 0 {
 		opts = append(opts, sdk.WithWide(w...))
 	}
+	mopts, err := fromMessaging(in)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, mopts...)
+	return sdk.NewPolicy(in.GetName(), rules, opts...)
+}
+
+// fromMessaging converts in's messaging settings (classes, quiet hours,
+// person) to policy options.
+func fromMessaging(in *freqcapv1.Policy) ([]sdk.PolicyOption, error) {
+	var opts []sdk.PolicyOption
 	if cs := in.GetClasses(); len(cs) > 0 {
 		classes := make([]sdk.Class, len(cs))
 		for i, c := range cs {
@@ -375,7 +387,7 @@ func FromPolicy(in *freqcapv1.Policy) (*sdk.Policy, error) {
 	if person := in.GetPerson(); person != "" {
 		opts = append(opts, sdk.WithPerson(person))
 	}
-	return sdk.NewPolicy(in.GetName(), rules, opts...)
+	return opts, nil
 }
 
 // weekday converts a Go weekday to the wire's (ISO numbers: Sunday 7).

@@ -149,6 +149,7 @@ type Server struct {
 	cluster bool
 	extra   []string // more redis-server arguments (e.g. --replicaof)
 	monitor string   // Sentinel mode: "<name> <host> <port>" of the master it watches
+	env     []string // more environment variables (Clock's LD_PRELOAD)
 	cmd     *exec.Cmd
 	done    chan struct{}
 }
@@ -252,6 +253,7 @@ type serverConfig struct {
 	cluster bool
 	extra   []string
 	monitor string
+	env     []string
 }
 
 // startLike starts a server configured as proto on a free port.
@@ -262,7 +264,7 @@ func startLike(proto serverConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{dir: proto.dir, port: port, cluster: proto.cluster, extra: proto.extra, monitor: proto.monitor}
+		s := &Server{dir: proto.dir, port: port, cluster: proto.cluster, extra: proto.extra, monitor: proto.monitor, env: proto.env}
 		if last = s.launch(); last == nil {
 			return s, nil
 		}
@@ -302,6 +304,9 @@ func (s *Server) launch() error {
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	// A backstop: the server dies with the test binary even if Main or a
 	// cleanup never runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -454,6 +459,11 @@ func infoField(info, field string) string {
 }
 
 func startCluster(dir string, masters int) ([]*Server, error) {
+	return startClusterLike(serverConfig{dir: dir, cluster: true}, masters)
+}
+
+// startClusterLike starts a cluster of masters configured as proto.
+func startClusterLike(proto serverConfig, masters int) ([]*Server, error) {
 	nodes := make([]*Server, 0, masters)
 	fail := func(err error) ([]*Server, error) {
 		for _, n := range nodes {
@@ -462,7 +472,7 @@ func startCluster(dir string, masters int) ([]*Server, error) {
 		return nil, err
 	}
 	for range masters {
-		s, err := start(dir, true)
+		s, err := startLike(proto)
 		if err != nil {
 			return fail(err)
 		}

@@ -101,6 +101,7 @@ var groups = []group{
 	{name: "Transitions", cases: transitionCases()},
 	{name: "Shadow", cases: shadowCases()},
 	{name: "Overrides", cases: overrideCases()},
+	{name: "People", cases: peopleCases()},
 	{name: "Messaging", cases: messagingCases()},
 	{name: "Values", cases: []testCase{
 		{name: "LiveNewestFirstPaged", needs: valueLister | inspector, run: valuesCase},

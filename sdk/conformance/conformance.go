@@ -22,7 +22,7 @@
 //
 // The optional parts of the contract are discovered by type assertion on
 // the backend (driver.Peeker, Reserver, Inspector, Resetter, Batcher,
-// Describer, Overrider, ValueLister); idempotency keys by asking (a backend without them refuses
+// Describer, Overrider, ValueLister, Linker); idempotency keys by asking (a backend without them refuses
 // a key with errors.ErrUnsupported). A case needing one the backend lacks checks that
 // the sdk refuses the operation with an error wrapping
 // errors.ErrUnsupported, then is skipped with a message naming the
@@ -307,7 +307,7 @@ func newEnv(t *testing.T, h *Harness) *env {
 	b := h.NewBackend(t)
 	e := &env{
 		t: t, h: h, b: b, fake: h.Clock, tol: h.Tolerance,
-		lim: sdk.New(b, sdk.WithPrefix("ct-"+tag)),
+		lim: sdk.New(b, limiterOptions(h, tag)...),
 		tag: tag, trailMax: 20, trailTTL: time.Hour, slow: 1,
 	}
 	p, err := sdk.NewPolicy("clock", []sdk.Rule{sdk.FixedWindow("clock", driver.MaxLimit, time.Second).By(dim)}, sdk.WithTrail(0, 0))
@@ -321,6 +321,18 @@ func newEnv(t *testing.T, h *Harness) *env {
 		}
 	}
 	return e
+}
+
+// limiterOptions are the options of a subtest's Limiter: its key prefix
+// and, with a fake clock, that clock (a backend that is not
+// driver.Clocked reads it too: the Limiter's clock must agree with the
+// backend's, which quiet hours need).
+func limiterOptions(h *Harness, tag string) []sdk.Option {
+	opts := []sdk.Option{sdk.WithPrefix("ct-" + tag)}
+	if h.Clock != nil {
+		opts = append(opts, sdk.WithClock(h.Clock))
+	}
+	return opts
 }
 
 // subject is the test's subject; sub, if given, names another one (its

@@ -69,6 +69,8 @@ func TestUnsupported(t *testing.T) {
 			_, err := lim.Admin().Values(ctx, nested, s, "c", sdk.ValuesOptions{})
 			return err
 		}},
+		{"Link (driver.Linker)", func() error { _, err := lim.Admin().Link(ctx, "id", "person", "", ""); return err }},
+		{"Person (driver.Linker)", func() error { _, err := lim.Admin().Person(ctx, "person"); return err }},
 		{"Take with a key (no idempotency)", func() error {
 			_, err := lim.Take(ctx, p, sdk.Attempt{Subject: s, IdempotencyKey: "k"})
 			return err

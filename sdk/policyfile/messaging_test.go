@@ -279,3 +279,33 @@ func TestDesignDocPolicyFile(t *testing.T) {
 			p.Person(), loc, periods, len(p.Classes()), p.Rules()[0].Headroom)
 	}
 }
+
+// TestLoadMessagingJSON: the same keys in a JSON policy file (YAML's
+// flow style).
+func TestLoadMessagingJSON(t *testing.T) {
+	const doc = `{"policies": [{"name": "push", "person": "user",
+  "quiet_hours": {"zone": "UTC", "periods": [{"from": "21:00", "to": "08:00", "days": ["sat", "sun"]}]},
+  "classes": [{"name": "otp", "exempt": "all", "counted": true}, {"name": "receipt", "exempt": ["day"]}],
+  "rules": [{"name": "day", "algorithm": "sliding_window", "limit": 50, "window": "24h", "by": ["user"], "headroom": [{"priority": 1, "keep": 10}]}]}]}`
+	ps, err := policyfile.Parse([]byte(doc), "push.json")
+	if err != nil {
+		t.Fatalf("Parse(JSON) = %v", err)
+	}
+	p := ps[0]
+	want := []string{
+		"person none → user",
+		`quiet_hours none → {zone: UTC, periods: [{from: "21:00", to: "08:00", days: [sat, sun]}]}`,
+		"class otp added: {name: otp, exempt: all, counted: true}",
+		"class receipt added: {name: receipt, exempt: [day]}",
+	}
+	bare, err := policyfile.Parse([]byte(`{"policies": [{"name": "push", "rules": [{"name": "day", "algorithm": "sliding_window", "limit": 50, "window": "24h", "by": ["user"]}]}]}`), "bare.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.SettingChanges(bare[0]); !slices.Equal(got, want) {
+		t.Errorf("SettingChanges(JSON) = %q, want %q", got, want)
+	}
+	if h := policyfile.Headroom(p.Rules()[0].Headroom); h != "[{priority: 1, keep: 10}]" {
+		t.Errorf("headroom = %s, want [{priority: 1, keep: 10}]", h)
+	}
+}

@@ -24,7 +24,10 @@ import (
 //	               "calendar": "", "timezone": "", "by": ["user"],
 //	               "shadow": false, "epoch": 0}}]}}}}
 //
-// Rules absent from the lineage have epoch 0 and no changes. A change
+// Rules absent from the lineage have epoch 0 and no changes. A change's
+// "from" holds what identifies and limits the rule as it was, not its
+// headroom: a rule's former self is enforced with its own limit alone
+// (the successor's headroom is the successor's). A change
 // made by the version itself has no "at": the store sets the version's
 // At when it is applied, and decode fills it in.
 

@@ -18,9 +18,13 @@ type FleetView struct {
 
 // FleetPolicy is one policy's charts.
 type FleetPolicy struct {
-	Name           string
-	Hour, Day      Chart
-	Rules          []FleetRule
+	Name      string
+	Hour, Day Chart
+	Rules     []FleetRule
+	// Messaging sums up the last hour's messaging caps: denials for quiet
+	// hours, per class what its exemptions decided, per rule its exempted
+	// and headroom counts ("" when none).
+	Messaging      []string
 	TopDenied      []TopSubject
 	Allowed1h      int64
 	Denied1h       int64
@@ -35,6 +39,9 @@ type FleetRule struct {
 	Name                       string
 	Allowed, Denied, NearLimit int64
 	Chart                      Chart
+	// Exempted counts the rule's would-be denials a message class was
+	// exempt from; Headroom its denials for headroom only.
+	Exempted, Headroom int64
 }
 
 // TopSubject is a denied subject linking to its subject page.
