@@ -146,32 +146,9 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		}
 		rest = rest[1:]
 	}
-	if first&lua.ReplyQuiet != 0 {
-		if len(rest) == 0 {
-			return driver.Result{}, fmt.Errorf("reply: want the quiet span's end after the rules")
-		}
-		end, err := replyInt(rest[0])
-		if err != nil {
-			return driver.Result{}, err
-		}
-		res.Quiet, rest = time.UnixMicro(end), rest[1:]
-	}
 	var keeps []int64
-	if first&lua.ReplyKeep != 0 { // a replay: the original attempt's headroom, whatever the retry's
-		if len(rest) == 0 {
-			return driver.Result{}, fmt.Errorf("reply: want the keeps element after the rules")
-		}
-		s, err := replyString(rest[0])
-		if err != nil {
-			return driver.Result{}, err
-		}
-		if keeps, err = parseKeeps(s, len(rules)); err != nil {
-			return driver.Result{}, err
-		}
-		rest = rest[1:]
-	}
-	if first&lua.ReplyReplayed != 0 && keeps == nil {
-		keeps = make([]int64, len(rules)) // the original kept none
+	if res.Quiet, keeps, rest, err = replyQuietKeeps(first, rest, len(rules)); err != nil {
+		return driver.Result{}, err
 	}
 	res.Allowed = first&lua.ReplyAllowed != 0
 	res.Replayed = first&lua.ReplyReplayed != 0
@@ -192,6 +169,39 @@ func parseReply(first, now int64, rest []any, rules []driver.Rule, rule func(int
 		return driver.Result{}, err
 	}
 	return res, nil
+}
+
+// replyQuietKeeps parses the elements after the override's: the quiet
+// span's end (first has lua.ReplyQuiet) and a replay's keeps
+// (lua.ReplyKeep; a replay without them kept none), and returns the rest.
+func replyQuietKeeps(first int64, rest []any, n int) (quiet time.Time, keeps []int64, _ []any, err error) {
+	if first&lua.ReplyQuiet != 0 {
+		if len(rest) == 0 {
+			return quiet, nil, nil, fmt.Errorf("reply: want the quiet span's end after the rules")
+		}
+		end, err := replyInt(rest[0])
+		if err != nil {
+			return quiet, nil, nil, err
+		}
+		quiet, rest = time.UnixMicro(end), rest[1:]
+	}
+	if first&lua.ReplyKeep != 0 { // a replay: the original attempt's headroom, whatever the retry's
+		if len(rest) == 0 {
+			return quiet, nil, nil, fmt.Errorf("reply: want the keeps element after the rules")
+		}
+		s, err := replyString(rest[0])
+		if err != nil {
+			return quiet, nil, nil, err
+		}
+		if keeps, err = parseKeeps(s, n); err != nil {
+			return quiet, nil, nil, err
+		}
+		rest = rest[1:]
+	}
+	if first&lua.ReplyReplayed != 0 && keeps == nil {
+		keeps = make([]int64, n) // the original kept none
+	}
+	return quiet, keeps, rest, nil
 }
 
 // replyOverride parses the override element, the first of rest: the
