@@ -1805,9 +1805,7 @@ type Decision struct {
 	// next_eligible is, for a denial, the earliest instant at which the
 	// same attempt would be allowed if nothing else is taken: every rule
 	// admits it then and it is outside quiet hours. Absent when allowed,
-	// when no instant will do (cost_too_high, a block without end), and for
-	// policies without quiet hours, classes or headroom (their retry_after
-	// says it).
+	// and when no instant will do (cost_too_high, a block without end).
 	NextEligible  *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=next_eligible,json=nextEligible,proto3" json:"next_eligible,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
