@@ -88,4 +88,4 @@ echo "== go test -race"
 # Sentinel, under the race detector) takes 8-10 minutes on a 2-core
 # machine, more when the machine is shared: the timeout catches a hung
 # test, not a slow one.
-go test -race -timeout 20m -count=1 ./... "$@"
+go test -race -timeout 45m -count=1 ./... "$@"

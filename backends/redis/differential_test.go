@@ -579,7 +579,9 @@ func (q *diffSeq) messaging(req *driver.Request) {
 	req.Rules = slices.Clone(req.Rules)
 	for i := range req.Rules {
 		if r := &req.Rules[i]; r.Algorithm != driver.GCRA && q.rng.IntN(3) == 0 {
-			r.Keep = 1 + q.rng.Int64N(r.Limit)
+			// One of two keeps per rule, as a policy's few headroom tiers
+			// give: each keep is a fast script of its own (baked in).
+			r.Keep = max(1, r.Limit/(2+q.rng.Int64N(2)))
 			q.logf("  (%s keeps %d)", r.Name, r.Keep)
 		}
 	}
