@@ -111,9 +111,14 @@ func Decision(d sdk.Decision) *freqcapv1.Decision {
 		QuietUntil: ts(d.Quiet), NextEligible: ts(d.NextEligible),
 	}
 	if len(d.Rooms) > 0 {
+		// One allocation for the messages, as Rules (every decision of a
+		// policy with headroom has rooms).
 		out.Rooms = make([]*freqcapv1.Room, len(d.Rooms))
+		msgs := make([]freqcapv1.Room, len(d.Rooms))
 		for i, r := range d.Rooms {
-			out.Rooms[i] = &freqcapv1.Room{Rule: r.Rule, Priority: int32(r.Priority), Remaining: r.Remaining}
+			m := &msgs[i]
+			m.Rule, m.Priority, m.Remaining = r.Rule, int32(r.Priority), r.Remaining
+			out.Rooms[i] = m
 		}
 	}
 	if d.Override.ID != 0 {
@@ -140,8 +145,11 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 		Class: in.GetClass(), Exempted: in.GetExempted(), Headroom: in.GetHeadroom(),
 		Quiet: fromTS(in.GetQuietUntil()), NextEligible: fromTS(in.GetNextEligible()),
 	}
-	for _, r := range in.GetRooms() {
-		d.Rooms = append(d.Rooms, sdk.Room{Rule: r.GetRule(), Priority: int(r.GetPriority()), Remaining: r.GetRemaining()})
+	if rs := in.GetRooms(); len(rs) > 0 {
+		d.Rooms = make([]sdk.Room, len(rs))
+		for i, r := range rs {
+			d.Rooms[i] = sdk.Room{Rule: r.GetRule(), Priority: int(r.GetPriority()), Remaining: r.GetRemaining()}
+		}
 	}
 	if o := in.GetOverride(); o != nil {
 		d.Override = FromOverride(o)
