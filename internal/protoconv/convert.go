@@ -203,12 +203,20 @@ func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	return out
 }
 
-// ToAttempt converts an attempt to the wire; the Take, Peek and Reserve
-// requests carry the same fields.
+// ToAttempt converts an attempt to the wire (SetAttempt).
 func ToAttempt(a sdk.Attempt) *freqcapv1.Attempt {
-	return &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone),
-		Class: a.Class, Priority: ToPriority(a.Priority), Identity: a.Identity}
+	w := &freqcapv1.Attempt{}
+	SetAttempt(w, a)
+	return w
+}
+
+// SetAttempt sets w's fields to a's; the Take, Peek and Reserve requests
+// carry the same fields, so a caller building one of them can convert
+// into a w of its own stack (w does not escape) instead of allocating.
+func SetAttempt(w *freqcapv1.Attempt, a sdk.Attempt) {
+	w.Subject, w.Cost, w.IdempotencyKey = a.Subject, a.Cost, a.IdempotencyKey
+	w.IdempotencyTtl, w.Zone = ToIdempotencyTTL(a.IdempotencyTTL), ToZone(a.Zone)
+	w.Class, w.Priority, w.Identity = a.Class, ToPriority(a.Priority), a.Identity
 }
 
 // ToPriority converts sdk.Attempt.Priority to the wire. One outside
