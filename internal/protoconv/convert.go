@@ -383,7 +383,7 @@ func fromMessaging(in *freqcapv1.Policy) ([]sdk.PolicyOption, error) {
 		opts = append(opts, sdk.WithClass(classes...))
 	}
 	if q := in.GetQuietHours(); q != nil {
-		loc, err := time.LoadLocation(q.GetTimezone())
+		loc, err := sdk.LoadZone(q.GetTimezone()) // "" is an error, not UTC
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: quiet hours: %w", in.GetName(), err)
 		}
