@@ -423,7 +423,8 @@ func (c *Client) Reserve(ctx context.Context, p *sdk.Policy, a sdk.Attempt, ttl 
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	a = c.keyed(ctx, a)
-	w := protoconv.ToAttempt(a)
+	var w freqcapv1.Attempt
+	protoconv.SetAttempt(&w, a)
 	msg := &freqcapv1.ReserveRequest{
 		Policy: name(p), Subject: w.Subject, Cost: w.Cost, IdempotencyKey: w.IdempotencyKey, Ttl: durationpb.New(ttl),
 		IdempotencyTtl: w.IdempotencyTtl, Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity,

@@ -89,7 +89,8 @@ var (
 )
 
 func (c *Client) takeOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
-	w := protoconv.ToAttempt(a)
+	var w freqcapv1.Attempt
+	protoconv.SetAttempt(&w, a)
 	res, err := c.rpc().Take(ctx, connect.NewRequest(&freqcapv1.TakeRequest{
 		Policy: policy, Subject: w.Subject, Cost: w.Cost, IdempotencyKey: w.IdempotencyKey, IdempotencyTtl: w.IdempotencyTtl,
 		Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity,
@@ -109,7 +110,8 @@ func (c *Client) takeMany(ctx context.Context, policy string, as []*freqcapv1.At
 }
 
 func (c *Client) peekOne(ctx context.Context, policy string, a sdk.Attempt) (sdk.Decision, error) {
-	w := protoconv.ToAttempt(a)
+	var w freqcapv1.Attempt
+	protoconv.SetAttempt(&w, a)
 	res, err := c.rpc().Peek(ctx, connect.NewRequest(&freqcapv1.PeekRequest{Policy: policy, Subject: w.Subject, Cost: w.Cost,
 		Zone: w.Zone, Class: w.Class, Priority: w.Priority, Identity: w.Identity}))
 	if err != nil {

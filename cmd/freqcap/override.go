@@ -33,14 +33,30 @@ lasts until deleted. Flags may come before or after the arguments.
 // overrideFlags are what every override subcommand takes.
 type overrideFlags struct {
 	backendFlags
-	kind     string
-	counted  bool
-	limits   multiFlag
-	until    string
-	reason   string
-	by       string
+	kind    string
+	counted bool
+	limits  multiFlag
+	until   string
+	auditFlags
 	id       int64
 	policies string
+}
+
+// auditFlags are the -reason and -by of a change audited with the person
+// (override set, person link, unlink and zone).
+type auditFlags struct{ reason, by string }
+
+func (a *auditFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.reason, "reason", "", "why (audited with the person; required)")
+	fs.StringVar(&a.by, "by", defaultBy(), "who makes the change")
+}
+
+// check refuses a change without a reason.
+func (a auditFlags) check() error {
+	if strings.TrimSpace(a.reason) == "" {
+		return errors.New("give -reason (it is audited with the person)")
+	}
+	return nil
 }
 
 // multiFlag collects a repeated flag.
@@ -77,8 +93,7 @@ func overrideMain(ctx context.Context, args []string, out io.Writer) error {
 		fs.BoolVar(&f.counted, "counted", false, "exempt: still count the attempts in the rules")
 		fs.Var(&f.limits, "limit", "limit: `RULE=N`, the limit that replaces RULE's (repeat for several rules)")
 		fs.StringVar(&f.until, "until", "", "end: an RFC 3339 `TIME` or a duration from now (90m, 7d); default: until deleted")
-		fs.StringVar(&f.reason, "reason", "", "why (audited with the person; required)")
-		fs.StringVar(&f.by, "by", defaultBy(), "who sets it")
+		f.auditFlags.register(fs)
 	}
 	if sub == "delete" {
 		fs.Int64Var(&f.id, "id", 0, "the override's `ID` (see override list)")
@@ -184,8 +199,8 @@ func (f overrideFlags) override(now time.Time) (driver.Override, error) {
 		}
 		o.Until = t
 	}
-	if strings.TrimSpace(f.reason) == "" {
-		return o, errors.New("give -reason (it is audited with the person)")
+	if err := f.auditFlags.check(); err != nil {
+		return o, err
 	}
 	o.Reason, o.By = f.reason, f.by
 	return o, nil

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -34,8 +33,7 @@ come before or after the arguments.
 // personFlags are what every person subcommand takes.
 type personFlags struct {
 	backendFlags
-	reason string
-	by     string
+	auditFlags
 }
 
 // runPerson runs "freqcap person …".
@@ -64,8 +62,7 @@ func personMain(ctx context.Context, args []string, out io.Writer) error {
 	var f personFlags
 	f.backendFlags.register(fs)
 	if sub != "show" {
-		fs.StringVar(&f.reason, "reason", "", "why (audited with the person; required)")
-		fs.StringVar(&f.by, "by", defaultBy(), "who makes the change")
+		f.auditFlags.register(fs)
 	}
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
@@ -75,8 +72,10 @@ func personMain(ctx context.Context, args []string, out io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("person %s: want %d arguments, got %d", sub, personArgs[sub], len(pos))
 	}
-	if sub != "show" && strings.TrimSpace(f.reason) == "" {
-		return fmt.Errorf("person %s: give -reason (it is audited with the person)", sub)
+	if sub != "show" {
+		if err := f.auditFlags.check(); err != nil {
+			return fmt.Errorf("person %s: %w", sub, err)
+		}
 	}
 	lim, closeLim, err := f.limiter(ctx, "person "+sub)
 	if err != nil {

@@ -479,11 +479,12 @@ type replayer struct {
 	lim   *sdk.Limiter
 }
 
-// newReplayer rebuilds p from its rules and its messaging settings
-// (quiet hours, classes, person), which decide attempts as its rules do:
-// its other options (hot-deny cache, trail, overrides, the changes it
-// carries from a former version) decide nothing a replay from empty
-// state should see.
+// newReplayer rebuilds p from its rules and its quiet hours and classes,
+// which decide attempts as its rules do: its other options (hot-deny
+// cache, trail, overrides, the changes it carries from a former version;
+// its person dimension, which only an attempt's identity engages, and no
+// sample records one) decide nothing a replay from empty state should
+// see.
 func newReplayer(p *sdk.Policy) (*replayer, error) {
 	rules := p.Rules()
 	var opts []sdk.PolicyOption
@@ -492,9 +493,6 @@ func newReplayer(p *sdk.Policy) (*replayer, error) {
 	}
 	if cs := p.Classes(); len(cs) > 0 {
 		opts = append(opts, sdk.WithClass(cs...))
-	}
-	if d := p.Person(); d != "" {
-		opts = append(opts, sdk.WithPerson(d))
 	}
 	q, err := sdk.NewPolicy(p.Name(), rules, opts...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // benchZones load on machines without zoneinfo, as in cmd/freqcap
 
 	"github.com/freqcap/freqcap/backends/redis"
 	"github.com/freqcap/freqcap/fleet"

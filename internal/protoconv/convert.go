@@ -111,9 +111,14 @@ func Decision(d sdk.Decision) *freqcapv1.Decision {
 		QuietUntil: ts(d.Quiet), NextEligible: ts(d.NextEligible),
 	}
 	if len(d.Rooms) > 0 {
+		// One allocation for the messages, as Rules (every decision of a
+		// policy with headroom has rooms).
 		out.Rooms = make([]*freqcapv1.Room, len(d.Rooms))
+		msgs := make([]freqcapv1.Room, len(d.Rooms))
 		for i, r := range d.Rooms {
-			out.Rooms[i] = &freqcapv1.Room{Rule: r.Rule, Priority: int32(r.Priority), Remaining: r.Remaining}
+			m := &msgs[i]
+			m.Rule, m.Priority, m.Remaining = r.Rule, int32(r.Priority), r.Remaining
+			out.Rooms[i] = m
 		}
 	}
 	if d.Override.ID != 0 {
@@ -140,8 +145,11 @@ func FromDecision(in *freqcapv1.Decision) sdk.Decision {
 		Class: in.GetClass(), Exempted: in.GetExempted(), Headroom: in.GetHeadroom(),
 		Quiet: fromTS(in.GetQuietUntil()), NextEligible: fromTS(in.GetNextEligible()),
 	}
-	for _, r := range in.GetRooms() {
-		d.Rooms = append(d.Rooms, sdk.Room{Rule: r.GetRule(), Priority: int(r.GetPriority()), Remaining: r.GetRemaining()})
+	if rs := in.GetRooms(); len(rs) > 0 {
+		d.Rooms = make([]sdk.Room, len(rs))
+		for i, r := range rs {
+			d.Rooms[i] = sdk.Room{Rule: r.GetRule(), Priority: int(r.GetPriority()), Remaining: r.GetRemaining()}
+		}
 	}
 	if o := in.GetOverride(); o != nil {
 		d.Override = FromOverride(o)
@@ -195,12 +203,20 @@ func ToAttempts(in []sdk.Attempt) []*freqcapv1.Attempt {
 	return out
 }
 
-// ToAttempt converts an attempt to the wire; the Take, Peek and Reserve
-// requests carry the same fields.
+// ToAttempt converts an attempt to the wire (SetAttempt).
 func ToAttempt(a sdk.Attempt) *freqcapv1.Attempt {
-	return &freqcapv1.Attempt{Subject: a.Subject, Cost: a.Cost, IdempotencyKey: a.IdempotencyKey,
-		IdempotencyTtl: ToIdempotencyTTL(a.IdempotencyTTL), Zone: ToZone(a.Zone),
-		Class: a.Class, Priority: ToPriority(a.Priority), Identity: a.Identity}
+	w := &freqcapv1.Attempt{}
+	SetAttempt(w, a)
+	return w
+}
+
+// SetAttempt sets w's fields to a's; the Take, Peek and Reserve requests
+// carry the same fields, so a caller building one of them can convert
+// into a w of its own stack (w does not escape) instead of allocating.
+func SetAttempt(w *freqcapv1.Attempt, a sdk.Attempt) {
+	w.Subject, w.Cost, w.IdempotencyKey = a.Subject, a.Cost, a.IdempotencyKey
+	w.IdempotencyTtl, w.Zone = ToIdempotencyTTL(a.IdempotencyTTL), ToZone(a.Zone)
+	w.Class, w.Priority, w.Identity = a.Class, ToPriority(a.Priority), a.Identity
 }
 
 // ToPriority converts sdk.Attempt.Priority to the wire. One outside
@@ -367,7 +383,7 @@ func fromMessaging(in *freqcapv1.Policy) ([]sdk.PolicyOption, error) {
 		opts = append(opts, sdk.WithClass(classes...))
 	}
 	if q := in.GetQuietHours(); q != nil {
-		loc, err := time.LoadLocation(q.GetTimezone())
+		loc, err := sdk.LoadZone(q.GetTimezone()) // "" is an error, not UTC
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: quiet hours: %w", in.GetName(), err)
 		}

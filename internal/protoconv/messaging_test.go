@@ -158,6 +158,13 @@ func TestPolicyRoundTripMessaging(t *testing.T) {
 	if pw := protoconv.Policy(plain); pw.QuietHours != nil || pw.Classes != nil || pw.Person != "" || pw.Rules[0].Headroom != nil {
 		t.Errorf("plain policy on the wire: %v", pw)
 	}
+	// Quiet hours without a zone are refused, not read as UTC
+	// (time.LoadLocation("") is UTC; sdk.LoadZone refuses it).
+	w.QuietHours.Timezone = ""
+	if _, err := protoconv.FromPolicy(w); !errors.Is(err, sdk.ErrInvalidZone) {
+		t.Errorf("FromPolicy with quiet hours' zone \"\" = %v, want %v", err, sdk.ErrInvalidZone)
+	}
+	w.QuietHours.Timezone = "Europe/Berlin"
 	// A weekday the wire cannot name is refused, not read as Sunday.
 	w.QuietHours.Periods[1].Days = []freqcapv1.Weekday{freqcapv1.Weekday_WEEKDAY_UNSPECIFIED}
 	if _, err := protoconv.FromPolicy(w); err == nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,26 +36,22 @@ func (c *fileClock) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// parseClock reads "HH:MM" (one or two hour digits, two minute digits).
+// parseClock reads "HH:MM" (one or two hour digits, two minute digits),
+// as time.Parse reads the layout clockLayout.
 func parseClock(n *yaml.Node) (time.Duration, bool) {
-	if n.Kind != yaml.ScalarNode {
+	t, err := time.Parse(clockLayout, n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
 		return 0, false
 	}
-	h, m, ok := strings.Cut(n.Value, ":")
-	if !ok || len(h) < 1 || len(h) > 2 || len(m) != 2 {
-		return 0, false
-	}
-	hh, err1 := strconv.Atoi(h)
-	mm, err2 := strconv.Atoi(m)
-	if err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 || h[0] == '+' || m[0] == '+' {
-		return 0, false
-	}
-	return time.Duration(hh)*time.Hour + time.Duration(mm)*time.Minute, true
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute, true
 }
+
+// clockLayout is the file's time of day, as a time layout.
+const clockLayout = "15:04"
 
 // formatClock writes a time of day as the file does.
 func formatClock(d time.Duration) string {
-	return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	return time.Time{}.Add(d).Format(clockLayout)
 }
 
 // weekdays are the file's names of the days, by time.Weekday.

@@ -500,11 +500,13 @@ const simParts = 4
 func simRedis(t *testing.T, mode string, w world, p *sdk.Policy) ([][]record, tally) {
 	recs := make([][]record, simParts)
 	tallies := make([]tally, simParts)
+	ran := make([]bool, simParts) // false: the part skipped (no redis-server or cc)
 	t.Run("parts", func(t *testing.T) {
 		for k := range simParts {
 			t.Run(fmt.Sprint(k), func(t *testing.T) {
 				t.Parallel()
 				clk := redistest.NewClock(t, simStart)
+				ran[k] = true
 				var c goredis.UniversalClient
 				if mode == "redis" {
 					c = goredis.NewClient(testserver.Patient(redis.NewClientOptions(clk.Server(t).Addr())).Simple())
@@ -519,6 +521,11 @@ func simRedis(t *testing.T, mode string, w world, p *sdk.Policy) ([][]record, ta
 			})
 		}
 	})
+	if !t.Failed() && slices.Contains(ran, false) {
+		// NewClock skipped (FREQCAP_REQUIRE_SERVERS=1 fails instead): no
+		// run to compare with memory's.
+		t.Skipf("%s: a part skipped (see its message): nothing to compare", mode)
+	}
 	s := tally{deniedBy: map[string]int{}}
 	for _, x := range tallies {
 		s.add(x)
