@@ -305,8 +305,23 @@ func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone 
 		var buf [driver.MaxQuietSpans][2]time.Time
 		lo, hi := now.Add(-quietReach), now.Add(quietReach)
 		sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
-		if len(sp) > driver.MaxQuietSpans-2 {
-			sp = sp[:driver.MaxQuietSpans-2]
+		if n := driver.MaxQuietSpans - 2; len(sp) > n {
+			// More spans in reach than a request carries: send the n
+			// around now, and frame them at the nearest ones left out
+			// (nothing between is quiet), so that a backend's clock in
+			// one of those is a skew, never a decision without it.
+			k := 0 // the first span ending after now
+			for k < len(sp) && !sp[k][1].After(now) {
+				k++
+			}
+			i := min(max(0, k-n/2), len(sp)-n)
+			if i > 0 {
+				lo = sp[i-1][1]
+			}
+			if i+n < len(sp) {
+				hi = sp[i+n][0]
+			}
+			sp = sp[i : i+n]
 		}
 		if len(sp) > 0 {
 			lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
