@@ -147,12 +147,10 @@ type call struct {
 	subject Subject
 	resID   string // set by finish: the reservation of an allowed reserve
 	// The attempt's messaging caps (Policy.messaging): its class (nil:
-	// none), the attempt (its cost, priority and identity, for the
-	// observer too), and the zone of its quiet hours (nil: the policy's).
-	cls  *Class
-	skew skew // the frame of the quiet spans sent
-	att  Attempt
-	zone *time.Location
+	// none), and the attempt (its cost, priority, identity and zone, for
+	// the observer too).
+	cls *Class
+	att Attempt
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
@@ -225,9 +223,8 @@ func (c *call) messaging(a Attempt, now time.Time) error {
 		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
 	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
-		c.zone = a.Zone
 		var err error
-		if c.cls, c.skew, err = p.messaging(&c.req, c.before, a, a.Zone, now); err != nil {
+		if c.cls, err = p.messaging(&c.req, c.before, a, now); err != nil {
 			return fmt.Errorf("sdk: %s: %w", c.name, err)
 		}
 	}
@@ -263,7 +260,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		return Decision{}, err
 	}
 	r := a.r
-	if c.skew.of(r.Quiet) {
+	if skewed(c.req.Quiet, r.Quiet) {
 		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given for this process's clock ± %v", ErrClockSkew, r.Now, quietReach)
 		return l.finish(c, a)
 	}
@@ -282,7 +279,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	}
 	d := decide(p.name, c.req.Rules, c.before, r)
 	if p.messages() {
-		p.explain(&d, c.req.Rules, c.cls, c.att, c.zone, r.Quiet)
+		p.explain(&d, c.req.Rules, c.cls, c.att, r.Quiet)
 	} else {
 		nextEligible(&d, nil, nil)
 	}
