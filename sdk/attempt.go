@@ -72,7 +72,9 @@ type Attempt struct {
 	// identity without a link is its own person), whose value replaces the
 	// Subject's value of the policy's person dimension (WithPerson), and
 	// whose stored zone (Admin.SetPersonZone) is used when Zone is nil.
-	// Trail entries record it.
+	// Trail entries record it. A policy without a person dimension refuses
+	// it (ErrInvalidPolicy), and so does a backend that keeps no links
+	// (driver.Linker; errors.ErrUnsupported).
 	Identity string
 }
 
@@ -261,7 +263,8 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	}
 	r := a.r
 	if skewed(c.req.Quiet, r.Quiet) {
-		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given for this process's clock ± %v", ErrClockSkew, r.Now, quietReach)
+		q := c.req.Quiet
+		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given from %v to %v (the Limiter's clock: %v)", ErrClockSkew, r.Now, q[0].End, q[len(q)-1].Start, l.now())
 		return l.finish(c, a)
 	}
 	if r.Replayed {

@@ -101,9 +101,10 @@ type Decision struct {
 	// NextEligible is, for a denial, the earliest instant at which the
 	// same attempt would be allowed, if nothing else is taken: every rule
 	// admits it then (each one's retry-after, calendar windows included)
-	// and it is outside quiet hours (their end, in the attempt's zone).
-	// Zero when allowed, and when no instant will do (CostTooHigh, a
-	// block without end). Wait sleeps until it.
+	// and, unless its class passes them, it is outside quiet hours (in the
+	// recipient's zone: WithQuietHours). Zero when allowed, and when no
+	// instant will do (CostTooHigh, a block without end). Wait sleeps
+	// until it.
 	NextEligible time.Time
 }
 

@@ -59,7 +59,7 @@ type Headroom struct {
 // WithHeadroom returns a copy of r that keeps its last keep units for
 // attempts of priority p or above (Headroom). Several tiers may be given,
 // from the lowest priority up, each keeping fewer units: an attempt is
-// kept from the units of the highest tier above its priority. Priorities
+// kept from the units of the nearest tier above its priority. Priorities
 // run from 1 to MaxPriority, keep from 1 to Limit-1; GCRA rules have no
 // headroom (NewPolicy refuses it). Headroom is not part of the rule's
 // identity: changing it keeps every count.
