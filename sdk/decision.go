@@ -92,7 +92,8 @@ type Decision struct {
 	// Attempt.Priority would have been admitted by it.
 	Headroom bool
 	// Rooms is, for each rule with headroom (Rule.WithHeadroom), what each
-	// priority may still use of it, from priority 0 up, one entry per tier.
+	// priority may still use of it, from priority 0 up: one entry for
+	// priority 0 and one per tier (Room.Priority, the tier's lowest).
 	Rooms []Room
 	// Quiet, when not zero, is when the quiet hours the decision fell in
 	// end (WithQuietHours): the attempt was denied for them, or, Allowed,
