@@ -33,10 +33,12 @@ type Decision struct {
 	// Denied names the rules that denied, in policy order, each once
 	// (none when an override decided: see Override).
 	Denied []string
-	// RetryAfter is the longest RetryAfter of the denying rules: how long
-	// until the request could be admitted if nothing else is taken. It is
-	// zero when allowed, and when only CostTooHigh rules denied. Under a
-	// Block override it runs until the block ends (zero without end).
+	// RetryAfter is the longest RetryAfter of the denying rules, moved
+	// past quiet hours (WithQuietHours: until they end when they denied):
+	// how long until the request could be admitted if nothing else is
+	// taken (NextEligible is that instant). It is zero when allowed, and
+	// when only CostTooHigh rules denied. Under a Block override it runs
+	// until the block ends (zero without end).
 	RetryAfter time.Duration
 	// CostTooHigh reports that some rule can never admit this cost.
 	CostTooHigh bool

@@ -425,7 +425,9 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 // the latest retry of its denying rules (d.RetryAfter, which holds the
 // quiet hours' end when they denied), moved past p's quiet hours in zone
 // (p nil: none apply). Each rule's count only falls while nothing is
-// taken, so every rule admits the attempt from then on.
+// taken, so every rule admits the attempt from then on. d.RetryAfter
+// becomes the wait until then, so that every reader of it (Wait,
+// Retry-After headers, serve) waits past quiet hours too.
 func nextEligible(d *Decision, p *Policy, zone *time.Location) {
 	if d.Allowed || d.CostTooHigh || d.Degraded || d.At.IsZero() {
 		return
@@ -434,6 +436,7 @@ func nextEligible(d *Decision, p *Policy, zone *time.Location) {
 		return // a block without end: never
 	}
 	d.NextEligible = QuietEnd(p, zone, d.At.Add(d.RetryAfter))
+	d.RetryAfter = d.NextEligible.Sub(d.At)
 }
 
 // messages reports whether p uses any messaging cap: quiet hours,
