@@ -81,3 +81,25 @@ func TestQuietHoursManySpans(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterPastQuietHours: a rule's retry that falls in quiet hours
+// moves past them in Decision.RetryAfter as in NextEligible (one wait for
+// Wait, Retry-After headers and serve).
+func TestRetryAfterPastQuietHours(t *testing.T) {
+	clock := fakeclock.New(time.Date(2026, 12, 1, 20, 30, 0, 0, time.UTC))
+	lim := sdk.New(memory.New(&memory.Options{Clock: clock}), sdk.WithClock(clock))
+	p, err := sdk.NewPolicy("push", []sdk.Rule{sdk.FixedWindow("hour", 1, time.Hour).By("user")},
+		sdk.WithQuietHours(time.UTC, sdk.QuietPeriod{From: 21 * time.Hour, To: 8 * time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sdk.Attempt{Subject: sdk.Subject{"user": "u"}}
+	if d, err := lim.Take(context.Background(), p, a); err != nil || !d.Allowed {
+		t.Fatalf("first Take = %+v, %v", d, err)
+	}
+	d, err := lim.Take(context.Background(), p, a)
+	want := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC) // the window ends at 21:00, in quiet hours
+	if err != nil || d.Allowed || !d.NextEligible.Equal(want) || d.RetryAfter != want.Sub(d.At) {
+		t.Fatalf("second Take = allowed %v, NextEligible %v, RetryAfter %v, %v; want denied until %v (%v)", d.Allowed, d.NextEligible, d.RetryAfter, err, want, want.Sub(d.At))
+	}
+}
