@@ -185,7 +185,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
-	if err := c.messaging(a, l.now()); err != nil {
+	if err := c.messaging(a, l.now); err != nil {
 		return nil, err
 	}
 	if dop == opReserve {
@@ -219,14 +219,14 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 // messaging records a's class, priority and identity in c's trail
 // entries and applies what the policy's messaging caps ask of a to c's
 // request (Policy.messaging).
-func (c *call) messaging(a Attempt, now time.Time) error {
+func (c *call) messaging(a Attempt, now func() time.Time) error {
 	p := c.p
 	if p.trailMax > 0 {
 		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
 	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
 		var err error
-		if c.cls, err = p.messaging(&c.req, c.before, a, now); err != nil {
+		if c.cls, err = p.messaging(&c.req, c.before, a, now()); err != nil {
 			return fmt.Errorf("sdk: %s: %w", c.name, err)
 		}
 	}
