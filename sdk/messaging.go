@@ -133,7 +133,8 @@ type QuietPeriod struct {
 // pass (WithClass). The decision is made on the backend's clock, as every
 // rule's: the sdk gives it the periods as instants around its own clock
 // (a period's local times that a DST change skips are read in the offset
-// before the change). At most MaxQuietPeriods periods.
+// before the change), and a backend whose clock is beyond them fails the
+// decision (ErrClockSkew). At most MaxQuietPeriods periods.
 func WithQuietHours(loc *time.Location, periods ...QuietPeriod) PolicyOption {
 	return func(o *policyOptions) error {
 		if loc == nil || loc == time.Local {
