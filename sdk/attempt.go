@@ -72,7 +72,9 @@ type Attempt struct {
 	// identity without a link is its own person), whose value replaces the
 	// Subject's value of the policy's person dimension (WithPerson), and
 	// whose stored zone (Admin.SetPersonZone) is used when Zone is nil.
-	// Trail entries record it.
+	// Trail entries record it. A policy without a person dimension refuses
+	// it (ErrInvalidPolicy), and so does a backend that keeps no links
+	// (driver.Linker; errors.ErrUnsupported).
 	Identity string
 }
 
@@ -147,12 +149,10 @@ type call struct {
 	subject Subject
 	resID   string // set by finish: the reservation of an allowed reserve
 	// The attempt's messaging caps (Policy.messaging): its class (nil:
-	// none), the attempt (its cost, priority and identity, for the
-	// observer too), and the zone of its quiet hours (nil: the policy's).
-	cls  *Class
-	skew skew // the frame of the quiet spans sent
-	att  Attempt
-	zone *time.Location
+	// none), and the attempt (its cost, priority, identity and zone, for
+	// the observer too).
+	cls *Class
+	att Attempt
 }
 
 // prepare checks an attempt and builds its request. The idempotency key
@@ -185,7 +185,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
-	if err := c.messaging(a, l.now()); err != nil {
+	if err := c.messaging(a, l.now); err != nil {
 		return nil, err
 	}
 	if dop == opReserve {
@@ -219,15 +219,14 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 // messaging records a's class, priority and identity in c's trail
 // entries and applies what the policy's messaging caps ask of a to c's
 // request (Policy.messaging).
-func (c *call) messaging(a Attempt, now time.Time) error {
+func (c *call) messaging(a Attempt, now func() time.Time) error {
 	p := c.p
 	if p.trailMax > 0 {
 		c.req.TrailValues = withTrailMeta(c.req.TrailValues, a)
 	}
 	if p.messages() || a.Class != "" || a.Priority != 0 {
-		c.zone = a.Zone
 		var err error
-		if c.cls, c.skew, err = p.messaging(&c.req, c.before, a, a.Zone, now); err != nil {
+		if c.cls, err = p.messaging(&c.req, c.before, a, now()); err != nil {
 			return fmt.Errorf("sdk: %s: %w", c.name, err)
 		}
 	}
@@ -263,8 +262,9 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 		return Decision{}, err
 	}
 	r := a.r
-	if c.skew.of(r.Quiet) {
-		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given for this process's clock ± %v", ErrClockSkew, r.Now, quietReach)
+	if skewed(c.req.Quiet, r.Quiet) {
+		q := c.req.Quiet
+		a.err = fmt.Errorf("%w: the backend's clock reads %v, and quiet hours were given from %v to %v (the Limiter's clock: %v)", ErrClockSkew, r.Now, q[0].End, q[len(q)-1].Start, l.now())
 		return l.finish(c, a)
 	}
 	if r.Replayed {
@@ -282,7 +282,7 @@ func (l *Limiter) finish(c *call, a answer) (Decision, error) {
 	}
 	d := decide(p.name, c.req.Rules, c.before, r)
 	if p.messages() {
-		p.explain(&d, c.req.Rules, c.cls, c.att, c.zone, r.Quiet)
+		p.explain(&d, c.req.Rules, c.cls, c.att, r.Quiet)
 	} else {
 		nextEligible(&d, nil, nil)
 	}

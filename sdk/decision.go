@@ -33,10 +33,12 @@ type Decision struct {
 	// Denied names the rules that denied, in policy order, each once
 	// (none when an override decided: see Override).
 	Denied []string
-	// RetryAfter is the longest RetryAfter of the denying rules: how long
-	// until the request could be admitted if nothing else is taken. It is
-	// zero when allowed, and when only CostTooHigh rules denied. Under a
-	// Block override it runs until the block ends (zero without end).
+	// RetryAfter is the longest RetryAfter of the denying rules, moved
+	// past quiet hours (WithQuietHours: until they end when they denied):
+	// how long until the request could be admitted if nothing else is
+	// taken (NextEligible is that instant). It is zero when allowed, and
+	// when only CostTooHigh rules denied. Under a Block override it runs
+	// until the block ends (zero without end).
 	RetryAfter time.Duration
 	// CostTooHigh reports that some rule can never admit this cost.
 	CostTooHigh bool
@@ -92,7 +94,8 @@ type Decision struct {
 	// Attempt.Priority would have been admitted by it.
 	Headroom bool
 	// Rooms is, for each rule with headroom (Rule.WithHeadroom), what each
-	// priority may still use of it, from priority 0 up, one entry per tier.
+	// priority may still use of it, from priority 0 up: one entry for
+	// priority 0 and one per tier (Room.Priority, the tier's lowest).
 	Rooms []Room
 	// Quiet, when not zero, is when the quiet hours the decision fell in
 	// end (WithQuietHours): the attempt was denied for them, or, Allowed,
@@ -101,9 +104,10 @@ type Decision struct {
 	// NextEligible is, for a denial, the earliest instant at which the
 	// same attempt would be allowed, if nothing else is taken: every rule
 	// admits it then (each one's retry-after, calendar windows included)
-	// and it is outside quiet hours (their end, in the attempt's zone).
-	// Zero when allowed, and when no instant will do (CostTooHigh, a
-	// block without end). Wait sleeps until it.
+	// and, unless its class passes them, it is outside quiet hours (in the
+	// recipient's zone: WithQuietHours). Zero when allowed, and when no
+	// instant will do (CostTooHigh, a block without end). Wait sleeps
+	// until it.
 	NextEligible time.Time
 }
 

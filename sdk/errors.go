@@ -34,9 +34,11 @@ var (
 	// one its policy declares (WithClass).
 	ErrInvalidClass = errors.New("invalid message class")
 	// ErrClockSkew: a decision under quiet hours (WithQuietHours) met a
-	// backend whose clock is more than an hour from the Limiter's
-	// (WithClock): the quiet hours sent with it do not reach the backend's
-	// now, so it was not made (nothing was consumed). Under a fail-open
+	// backend whose clock is outside the stretch of time the quiet hours
+	// sent with it cover: at least an hour each way of the Limiter's clock
+	// (WithClock; less only when more quiet periods fall in that stretch
+	// than a request carries, driver.MaxQuietSpans). It was not made
+	// (nothing was consumed). Under a fail-open
 	// policy the decision is Degraded instead.
 	ErrClockSkew = errors.New("backend clock too far from the limiter's")
 	// ErrInvalidPriority: an attempt's priority (Attempt.Priority) is

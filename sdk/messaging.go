@@ -59,7 +59,7 @@ type Headroom struct {
 // WithHeadroom returns a copy of r that keeps its last keep units for
 // attempts of priority p or above (Headroom). Several tiers may be given,
 // from the lowest priority up, each keeping fewer units: an attempt is
-// kept from the units of the highest tier above its priority. Priorities
+// kept from the units of the nearest tier above its priority. Priorities
 // run from 1 to MaxPriority, keep from 1 to Limit-1; GCRA rules have no
 // headroom (NewPolicy refuses it). Headroom is not part of the rule's
 // identity: changing it keeps every count.
@@ -133,7 +133,8 @@ type QuietPeriod struct {
 // pass (WithClass). The decision is made on the backend's clock, as every
 // rule's: the sdk gives it the periods as instants around its own clock
 // (a period's local times that a DST change skips are read in the offset
-// before the change). At most MaxQuietPeriods periods.
+// before the change), and a backend whose clock is beyond them fails the
+// decision (ErrClockSkew). At most MaxQuietPeriods periods.
 func WithQuietHours(loc *time.Location, periods ...QuietPeriod) PolicyOption {
 	return func(o *policyOptions) error {
 		if loc == nil || loc == time.Local {
@@ -261,7 +262,8 @@ func (c *Class) exempts(name string) driver.Exemption {
 // that much. Beyond it the sdk sends two more spans, before and after,
 // reaching far (skewSpan): a backend whose clock is in one of them
 // denies the request as quiet, consuming nothing, and the sdk turns that
-// into ErrClockSkew: never a decision the quiet hours were not given for.
+// into ErrClockSkew (skewed): never a decision the quiet hours were not
+// given for.
 const (
 	quietReach = time.Hour
 	skewSpan   = 100 * 365 * 24 * time.Hour
@@ -269,27 +271,27 @@ const (
 
 // messaging gives req what the attempt's class, priority and zone ask of
 // p: each rule's headroom and exemption, and the quiet spans around now
-// in zone (nil: the policy's). before marks, per rule of req, a rule's
+// in a.Zone (nil: the policy's). before marks, per rule of req, a rule's
 // former self (nonzero: resolved.before), which the class exempts as the
 // rule but which keeps no headroom: it is enforced with its own limit,
 // which may be at or below the units its successor keeps. It returns the
 // class (nil: none).
-func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone *time.Location, now time.Time) (*Class, skew, error) {
+func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, now time.Time) (*Class, error) {
 	var cls *Class
 	if a.Class != "" {
 		c, ok := p.class(a.Class)
 		if !ok {
-			return nil, skew{}, fmt.Errorf("%w: %q: policy %q declares %s", ErrInvalidClass, a.Class, p.name, p.classNames())
+			return nil, fmt.Errorf("%w: %q: policy %q declares %s", ErrInvalidClass, a.Class, p.name, p.classNames())
 		}
 		cls = c
 	}
 	if a.Priority < 0 || a.Priority > MaxPriority {
-		return nil, skew{}, fmt.Errorf("%w: %d, want 0 to %d", ErrInvalidPriority, a.Priority, MaxPriority)
+		return nil, fmt.Errorf("%w: %d, want 0 to %d", ErrInvalidPriority, a.Priority, MaxPriority)
 	}
-	if p.headroom || cls != nil {
+	if p.headrooms != nil || cls != nil {
 		for i := range req.Rules {
 			r := &req.Rules[i]
-			if hs := p.headroomOf(r.Name); hs != nil && (before == nil || before[i] == 0) {
+			if hs := p.headrooms[r.Name]; hs != nil && (before == nil || before[i] == 0) {
 				r.Keep = keepFor(hs, a.Priority)
 			}
 			if !r.Shadow {
@@ -297,39 +299,51 @@ func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, zone 
 			}
 		}
 	}
-	var sk skew
 	if len(p.quiet) > 0 && (cls == nil || !cls.QuietHours) {
+		zone := a.Zone
 		if zone == nil {
 			zone = p.quietLoc
 		}
 		var buf [driver.MaxQuietSpans][2]time.Time
 		lo, hi := now.Add(-quietReach), now.Add(quietReach)
 		sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
-		if len(sp) > driver.MaxQuietSpans-2 {
-			sp = sp[:driver.MaxQuietSpans-2]
+		if n := driver.MaxQuietSpans - 2; len(sp) > n {
+			// More spans in reach than a request carries: send the n
+			// around now, and frame them at the nearest ones left out
+			// (nothing between is quiet), so that a backend's clock in
+			// one of those is a skew, never a decision without it.
+			k := 0 // the first span ending after now
+			for k < len(sp) && !sp[k][1].After(now) {
+				k++
+			}
+			i := min(max(0, k-n/2), len(sp)-n)
+			if i > 0 {
+				lo = sp[i-1][1]
+			}
+			if i+n < len(sp) {
+				hi = sp[i+n][0]
+			}
+			sp = sp[i : i+n]
 		}
 		if len(sp) > 0 {
 			lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
 		}
-		sk = skew{lo: lo, hi: hi.Add(skewSpan)}
 		req.Quiet = make([]driver.Span, 0, len(sp)+2)
 		req.Quiet = append(req.Quiet, driver.Span{Start: lo.Add(-skewSpan), End: lo})
 		for _, s := range sp {
 			req.Quiet = append(req.Quiet, driver.Span{Start: s[0], End: s[1]})
 		}
-		req.Quiet = append(req.Quiet, driver.Span{Start: hi, End: sk.hi})
+		req.Quiet = append(req.Quiet, driver.Span{Start: hi, End: hi.Add(skewSpan)})
 	}
-	return cls, sk, nil
+	return cls, nil
 }
 
-// skew holds the ends of the two spans a request's quiet hours are framed
-// by (quietReach): a quiet denial ending at either is the backend's clock
-// outside the hours the sdk described.
-type skew struct{ lo, hi time.Time }
-
-// of reports whether the quiet denial ending at end is one.
-func (s skew) of(end time.Time) bool {
-	return !end.IsZero() && (end.Equal(s.lo) || end.Equal(s.hi))
+// skewed reports whether a denial for quiet hours ending at end
+// (driver.Result.Quiet) is one of the two spans framing the request's
+// quiet spans q (quietReach): the backend's clock outside the hours the
+// sdk described.
+func skewed(q []driver.Span, end time.Time) bool {
+	return len(q) > 0 && !end.IsZero() && (end.Equal(q[0].End) || end.Equal(q[len(q)-1].End))
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -357,24 +371,11 @@ func (p *Policy) classNames() string {
 	return "classes " + strings.Join(names, ", ")
 }
 
-// headroomOf returns the headroom tiers of p's rule name (nil: none).
-func (p *Policy) headroomOf(name string) []Headroom {
-	if !p.headroom {
-		return nil
-	}
-	for i := range p.rules {
-		if p.rules[i].Name == name {
-			return p.rules[i].Headroom
-		}
-	}
-	return nil
-}
-
 // explain completes d with what the attempt's class, priority and zone
 // made of it: exemptions, headroom and the rooms per priority, quiet
-// hours, and the next eligible time. rules are the rules sent; zone is
-// the quiet hours' zone (nil: the policy's).
-func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt, zone *time.Location, quietEnd time.Time) {
+// hours, and the next eligible time. rules are the rules sent; quietEnd
+// is the backend's driver.Result.Quiet.
+func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt, quietEnd time.Time) {
 	if cls != nil {
 		d.Class = cls.Name
 	}
@@ -385,35 +386,39 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 		if r.Exempt != driver.NotExempt && !rd.Allowed && !slices.Contains(d.Exempted, rd.Rule) {
 			d.Exempted = append(d.Exempted, rd.Rule)
 		}
-		hs := p.headroomOf(r.Name)
+		hs := p.headrooms[r.Name]
 		if hs == nil {
 			continue
 		}
 		rd.Keep = r.Keep
-		if !rd.Allowed && !rd.Shadow && r.Keep > 0 && rd.Used+costOf(a) <= rd.Limit {
+		if !rd.Allowed && !rd.Shadow && r.Keep > 0 && rd.Used+a.cost() <= rd.Limit {
 			rd.Headroom = true
 			d.Headroom = true
 		}
 		if rd.Before != 0 {
 			continue // the rule as it was: its successor's rooms are the ones
 		}
-		for _, pr := range append([]int{0}, priorities(hs)...) {
-			d.Rooms = append(d.Rooms, Room{Rule: rd.Rule, Priority: pr, Remaining: max(0, rd.Limit-keepFor(hs, pr)-rd.Used)})
+		d.Rooms = append(d.Rooms, Room{Rule: rd.Rule, Priority: 0, Remaining: max(0, rd.Limit-keepFor(hs, 0)-rd.Used)})
+		for _, h := range hs {
+			d.Rooms = append(d.Rooms, Room{Rule: rd.Rule, Priority: h.Priority, Remaining: max(0, rd.Limit-keepFor(hs, h.Priority)-rd.Used)})
 		}
 	}
-	if len(p.quiet) > 0 {
-		if !quietEnd.IsZero() {
-			d.Quiet = quietEnd
-		} else if e := QuietEnd(p, zone, d.At); d.Allowed && !d.At.IsZero() && e.After(d.At) {
-			// Set for an attempt its class let through quiet hours only
-			// (Decision.Quiet: a denial with Quiet set is one for them).
-			d.Quiet = e
-		}
-	}
-	if cls == nil || !cls.QuietHours {
-		nextEligible(d, p, zone)
-	} else {
+	switch {
+	case len(p.quiet) == 0:
 		nextEligible(d, nil, nil)
+	case cls != nil && cls.QuietHours:
+		// Sent without quiet hours: an allowed attempt says they were on
+		// (Decision.Quiet: a denial with Quiet set is one for them), and
+		// they delay nothing.
+		if d.Allowed && !d.At.IsZero() {
+			if e := QuietEnd(p, a.Zone, d.At); e.After(d.At) {
+				d.Quiet = e
+			}
+		}
+		nextEligible(d, nil, nil)
+	default:
+		d.Quiet = quietEnd
+		nextEligible(d, p, a.Zone)
 	}
 }
 
@@ -421,7 +426,9 @@ func (p *Policy) explain(d *Decision, rules []driver.Rule, cls *Class, a Attempt
 // the latest retry of its denying rules (d.RetryAfter, which holds the
 // quiet hours' end when they denied), moved past p's quiet hours in zone
 // (p nil: none apply). Each rule's count only falls while nothing is
-// taken, so every rule admits the attempt from then on.
+// taken, so every rule admits the attempt from then on. d.RetryAfter
+// becomes the wait until then, so that every reader of it (Wait,
+// Retry-After headers, serve) waits past quiet hours too.
 func nextEligible(d *Decision, p *Policy, zone *time.Location) {
 	if d.Allowed || d.CostTooHigh || d.Degraded || d.At.IsZero() {
 		return
@@ -430,24 +437,13 @@ func nextEligible(d *Decision, p *Policy, zone *time.Location) {
 		return // a block without end: never
 	}
 	d.NextEligible = QuietEnd(p, zone, d.At.Add(d.RetryAfter))
-}
-
-// costOf returns a's cost (0 means 1).
-func costOf(a Attempt) int64 { return a.cost() }
-
-// priorities returns the tiers' priorities.
-func priorities(hs []Headroom) []int {
-	out := make([]int, len(hs))
-	for i, h := range hs {
-		out[i] = h.Priority
-	}
-	return out
+	d.RetryAfter = d.NextEligible.Sub(d.At)
 }
 
 // messages reports whether p uses any messaging cap: quiet hours,
 // classes or headroom (a policy using none pays nothing for them).
 func (p *Policy) messages() bool {
-	return len(p.quiet) > 0 || len(p.classes) > 0 || p.headroom
+	return len(p.quiet) > 0 || len(p.classes) > 0 || p.headrooms != nil
 }
 
 // WithPerson names the policy's person dimension: an attempt carrying an

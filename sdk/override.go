@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/freqcap/freqcap/sdk/driver"
@@ -161,17 +160,8 @@ func (p *Policy) checkOverride(o driver.Override, now time.Time) error {
 	if !o.Until.IsZero() && !o.Until.After(now) {
 		return bad("until %v is not after now (%v)", o.Until.UTC(), now.UTC())
 	}
-	if len(o.Reason) > driver.MaxOverrideReasonLen {
-		return bad("reason is %d bytes, want <= %d", len(o.Reason), driver.MaxOverrideReasonLen)
-	}
-	if len(o.By) > driver.MaxOverrideByLen {
-		return bad("by is %d bytes, want <= %d", len(o.By), driver.MaxOverrideByLen)
-	}
-	if strings.ContainsAny(o.Reason, "\r\n") {
-		return bad("reason holds a line break")
-	}
-	if strings.ContainsAny(o.By, "\r\n") {
-		return bad("by holds a line break")
+	if s := auditProblem(o.By, o.Reason); s != "" {
+		return bad("%s", s)
 	}
 	return nil
 }

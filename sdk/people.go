@@ -273,20 +273,31 @@ func checkIdentity(what, v string) error {
 	return nil
 }
 
-// checkAudit checks the author and reason of a change, as overrides'
-// are checked (ErrInvalidIdentity).
+// checkAudit checks the author and reason of a change to a link or a
+// person (ErrInvalidIdentity), as overrides' are checked.
 func checkAudit(by, reason string) error {
-	switch {
-	case len(by) > driver.MaxOverrideByLen:
-		return fmt.Errorf("%w: by is %d bytes, want <= %d", ErrInvalidIdentity, len(by), driver.MaxOverrideByLen)
-	case len(reason) > driver.MaxOverrideReasonLen:
-		return fmt.Errorf("%w: reason is %d bytes, want <= %d", ErrInvalidIdentity, len(reason), driver.MaxOverrideReasonLen)
-	case strings.ContainsAny(by, "\r\n"):
-		return fmt.Errorf("%w: by holds a line break", ErrInvalidIdentity)
-	case strings.ContainsAny(reason, "\r\n"):
-		return fmt.Errorf("%w: reason holds a line break", ErrInvalidIdentity)
+	if s := auditProblem(by, reason); s != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidIdentity, s)
 	}
 	return nil
+}
+
+// auditProblem returns what is wrong with the author and reason of an
+// audited change (an override's, a link's or a person's), "" when
+// nothing: a By of at most driver.MaxOverrideByLen bytes and a Reason of
+// at most driver.MaxOverrideReasonLen, neither holding a line break.
+func auditProblem(by, reason string) string {
+	switch {
+	case len(reason) > driver.MaxOverrideReasonLen:
+		return fmt.Sprintf("reason is %d bytes, want <= %d", len(reason), driver.MaxOverrideReasonLen)
+	case len(by) > driver.MaxOverrideByLen:
+		return fmt.Sprintf("by is %d bytes, want <= %d", len(by), driver.MaxOverrideByLen)
+	case strings.ContainsAny(reason, "\r\n"):
+		return "reason holds a line break"
+	case strings.ContainsAny(by, "\r\n"):
+		return "by holds a line break"
+	}
+	return ""
 }
 
 // people is a Limiter's cache of identities' persons and zones

@@ -60,13 +60,14 @@ type Policy struct {
 	wide     []string
 	wideRule []bool
 	// Messaging caps: the quiet hours (WithQuietHours), the classes
-	// (WithClass), and whether a rule has headroom (Rule.WithHeadroom).
-	quietSrc []QuietPeriod
-	quiet    []alg.Quiet
-	quietLoc *time.Location
-	classes  []Class
-	headroom bool
-	person   string // WithPerson
+	// (WithClass), and each rule's headroom tiers by rule name
+	// (Rule.WithHeadroom; nil when no rule has any).
+	quietSrc  []QuietPeriod
+	quiet     []alg.Quiet
+	quietLoc  *time.Location
+	classes   []Class
+	headrooms map[string][]Headroom
+	person    string // WithPerson
 }
 
 // change is a Change checked and resolved for key building.
@@ -291,7 +292,12 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
 	}
 	for _, r := range p.rules {
-		p.headroom = p.headroom || len(r.Headroom) > 0
+		if len(r.Headroom) > 0 {
+			if p.headrooms == nil {
+				p.headrooms = make(map[string][]Headroom)
+			}
+			p.headrooms[r.Name] = r.Headroom
+		}
 	}
 	if i, err := p.addChanges(o.changes); err != nil {
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)

@@ -43,11 +43,7 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		if d.Override.Kind == driver.Block && d.RetryAfter <= 0 {
 			return d, fmt.Errorf("sdk: wait: %w: blocked by override #%d, which has no end", ErrWaitTooLong, d.Override.ID)
 		}
-		delay := d.RetryAfter
-		if !d.NextEligible.IsZero() {
-			delay = d.NextEligible.Sub(d.At)
-		}
-		delay = max(delay, time.Millisecond)
+		delay := max(d.RetryAfter, time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok && !l.now().Add(delay).Before(dl) {
 			return d, fmt.Errorf("sdk: wait: %w: retry after %v", ErrWaitTooLong, delay)
 		}
