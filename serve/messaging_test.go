@@ -262,7 +262,8 @@ func TestMessagingCaps(t *testing.T) {
 // TestNextEligible: on the memory backend and a clock stopped at 20:59:30
 // UTC, a minute's cap denies until 21:00, when quiet hours begin (21:00
 // to 08:00 UTC): the attempt is next eligible at 08:00 the next morning,
-// over both protocols.
+// and its retry-after waits until then (the rule's own says 30 s), over
+// both protocols.
 func TestNextEligible(t *testing.T) {
 	clk := fakeclock.New(time.Date(2026, 11, 24, 20, 59, 30, 0, time.UTC))
 	b := memory.New(&memory.Options{Clock: clk})
@@ -282,8 +283,8 @@ func TestNextEligible(t *testing.T) {
 				t.Fatalf("Take = %+v, %v, want allowed, no next eligible", d, err)
 			}
 			d, err := c.Take(ctx, p, a)
-			if err != nil || d.Allowed || d.RetryAfter != 30*time.Second || !d.Quiet.IsZero() || !d.NextEligible.Equal(next) {
-				t.Fatalf("Take again = %+v, %v, want denied by recv-1m for 30s, not in quiet hours, next eligible %v", d, err, next)
+			if err != nil || d.Allowed || len(d.Rules) != 1 || d.Rules[0].RetryAfter != 30*time.Second || d.RetryAfter != next.Sub(d.At) || !d.Quiet.IsZero() || !d.NextEligible.Equal(next) {
+				t.Fatalf("Take again = %+v, %v, want denied by recv-1m for 30s, retry after %v, not in quiet hours, next eligible %v", d, err, next.Sub(d.At), next)
 			}
 		})
 	}
