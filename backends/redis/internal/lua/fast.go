@@ -120,8 +120,9 @@ func fastSource(rules []FastRule, o FastOptions) (string, error) {
 	if err := fastTemplate.Execute(&b, d); err != nil {
 		return "", fmt.Errorf("lua: Fast: %w", err)
 	}
+	// The helpers come substituted (read); the template's own code not.
 	helpers, src := lazy(b.String())
-	return subst(helpers + "\n" + src), nil
+	return helpers + "\n" + subst(src), nil
 }
 
 // fastData is what fast.lua.tmpl is executed with: the script's rules,
@@ -764,21 +765,36 @@ var eagerHelpers = map[string]bool{"ints": true, "pints": true, "overrides": tru
 // helperHead, helperText and helperDefs are prelude.lua and holds.lua
 // split once for lazy: prelude.lua's text before its functions (its
 // constants), holds.lua's, and their top-level functions in order;
-// helperCall matches a call of one of those functions.
+// helperNames the set of those functions' names.
 var (
 	helperHead, helperText, helperDefs = func() (string, string, []helperDef) {
 		head, defs := splitHelpers(expand(read("prelude.lua")))
 		text, hdefs := splitHelpers(expand(read("holds.lua")))
 		return head, text, append(defs, hdefs...)
 	}()
-	helperCall = func() *regexp.Regexp {
-		names := make([]string, len(helperDefs))
-		for i, d := range helperDefs {
-			names[i] = d.name
+	helperNames = func() map[string]bool {
+		m := make(map[string]bool, len(helperDefs))
+		for _, d := range helperDefs {
+			m[d.name] = true
 		}
-		return regexp.MustCompile(`(^|[^.\w])(` + strings.Join(names, "|") + `)\(`)
+		return m
 	}()
 )
+
+// helperCalls calls f for each call of a helper in body: a helper's name
+// as a whole word, not after a '.' (a field), right before '('. It
+// returns what replaceWords wrote, with f's replacements.
+func helperCalls(body string, f func(name string) (string, bool)) string {
+	var b strings.Builder
+	b.Grow(len(body) + len(body)/16)
+	replaceWords(&b, body, func(w string, at int) (string, bool) {
+		if end := at + len(w); end >= len(body) || body[end] != '(' || (at > 0 && body[at-1] == '.') || !helperNames[w] {
+			return "", false
+		}
+		return f(w)
+	})
+	return b.String()
+}
 
 // lazy returns prelude.lua and holds.lua for a fast script whose own code
 // is body, and body with its calls of their functions rewritten: Lua
@@ -790,9 +806,10 @@ var (
 // plain locals.
 func lazy(body string) (string, string) {
 	eager := map[string]bool{}
-	for _, m := range helperCall.FindAllStringSubmatch(body, -1) {
-		eager[m[2]] = eagerHelpers[m[2]]
-	}
+	helperCalls(body, func(name string) (string, bool) {
+		eager[name] = eagerHelpers[name]
+		return "", false
+	})
 	var top, lib strings.Builder
 	var fields []string
 	for _, d := range helperDefs {
@@ -803,12 +820,8 @@ func lazy(body string) (string, string) {
 		lib.WriteString(indent(d.text, "  ") + "\n\n")
 		fields = append(fields, d.name+" = "+d.name)
 	}
-	body = helperCall.ReplaceAllStringFunc(body, func(call string) string {
-		m := helperCall.FindStringSubmatch(call)
-		if eager[m[2]] {
-			return call
-		}
-		return m[1] + "L()." + m[2] + "("
+	body = helperCalls(body, func(name string) (string, bool) {
+		return "L()." + name, !eager[name]
 	})
 	return helperHead + helperText + top.String() +
 		"-- The helpers built on first use (lua.Fast, lazy): L() returns them.\nlocal lib\nlocal function L()\n  if lib then return lib end\n" +

@@ -36,6 +36,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 
 	sources "github.com/freqcap/freqcap/lua"
 )
@@ -82,8 +83,21 @@ func read(name string) string {
 	return subst(string(src))
 }
 
-// sections returns the sections of fragment alg/<name>.lua by name.
+// sections returns the sections of fragment alg/<name>.lua by name,
+// read once (fragmentSections): callers must not change the map.
 func sections(name string) map[string]string {
+	if m, ok := fragmentSections.Load(name); ok {
+		return m.(map[string]string)
+	}
+	m, _ := fragmentSections.LoadOrStore(name, readSections(name))
+	return m.(map[string]string)
+}
+
+// fragmentSections maps a fragment's name to its sections (sections).
+var fragmentSections sync.Map
+
+// readSections returns the sections of fragment alg/<name>.lua by name.
+func readSections(name string) map[string]string {
 	src := read(path.Join("alg", name+".lua"))
 	out := map[string]string{}
 	locs := section.FindAllStringSubmatchIndex(src, -1)

@@ -2,8 +2,6 @@ package lua
 
 import (
 	"fmt"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -397,20 +395,54 @@ var tokens = func() map[string]string {
 	return m
 }()
 
-// token matches the tokens in Lua code, as whole words outside
-// comments: A_X, R_X, F_X, C_X, OP_X (upper case; one tokens lacks
-// panics) and every other name tokens declares.
-var token = func() *regexp.Regexp {
-	generic := regexp.MustCompile(`^(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+)$`)
-	var names []string
-	for n := range tokens {
-		if !generic.MatchString(n) {
-			names = append(names, n)
+// generic reports whether word has a token's generic shape: A_X, R_X,
+// F_X, C_X (upper case, digits, '_') or OP_X (upper case). A word of that
+// shape that tokens lacks panics in subst; tokens' other names are
+// tokens by declaration only.
+func generic(word string) bool {
+	upper := func(s string, digits bool) bool {
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if !('A' <= c && c <= 'Z' || digits && ('0' <= c && c <= '9' || c == '_')) {
+				return false
+			}
 		}
+		return s != ""
 	}
-	slices.Sort(names)
-	return regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|` + strings.Join(names, "|") + `)\b`)
-}()
+	if len(word) > 2 && word[1] == '_' && strings.IndexByte("ARFC", word[0]) >= 0 {
+		return upper(word[2:], true)
+	}
+	return strings.HasPrefix(word, "OP_") && upper(word[3:], false)
+}
+
+// wordByte reports whether c is a word byte (regexp's \w: ASCII letters,
+// digits, '_').
+func wordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
+}
+
+// replaceWords writes s to b with each of its words (maximal runs of
+// word bytes) replaced by f's result where f says so.
+func replaceWords(b *strings.Builder, s string, f func(word string, at int) (string, bool)) {
+	from := 0
+	for i := 0; i < len(s); {
+		if !wordByte(s[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(s) && wordByte(s[j]) {
+			j++
+		}
+		if v, ok := f(s[i:j], i); ok {
+			b.WriteString(s[from:i])
+			b.WriteString(v)
+			from = j
+		}
+		i = j
+	}
+	b.WriteString(s[from:])
+}
 
 // subst replaces the tokens of src's code (not of its comments or
 // string literals: a rule's name or tag written into a fast script stays
@@ -419,13 +451,13 @@ func subst(src string) string {
 	var b strings.Builder
 	b.Grow(len(src))
 	code := func(s string) {
-		b.WriteString(token.ReplaceAllStringFunc(s, func(t string) string {
-			v, ok := tokens[t]
-			if !ok {
-				panic(fmt.Sprintf("lua: token %s is not declared (internal/lua/tokens.go)", t))
+		replaceWords(&b, s, func(w string, _ int) (string, bool) {
+			v, ok := tokens[w]
+			if !ok && generic(w) {
+				panic(fmt.Sprintf("lua: token %s is not declared (internal/lua/tokens.go)", w))
 			}
-			return v
-		}))
+			return v, ok
+		})
 	}
 	from := 0  // start of the code not yet written
 	var q byte // the quote of the string literal we are in, or 0

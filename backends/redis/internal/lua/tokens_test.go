@@ -3,6 +3,7 @@ package lua
 import (
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,20 @@ func TestTokens(t *testing.T) {
 		}
 	}
 }
+
+// token matches the tokens in Lua code as whole words, as a regular
+// expression: a check of subst's scanner (generic, replaceWords) that
+// shares none of its code.
+var token = func() *regexp.Regexp {
+	var names []string
+	for n := range tokens {
+		if !regexp.MustCompile(`^(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+)$`).MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return regexp.MustCompile(`\b(?:[ARFC]_[A-Z0-9_]+|OP_[A-Z]+|` + strings.Join(names, "|") + `)\b`)
+}()
 
 // codeLines returns src's lines without their comments.
 func codeLines(src string) []string {
