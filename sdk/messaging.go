@@ -304,38 +304,46 @@ func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, now t
 		if zone == nil {
 			zone = p.quietLoc
 		}
-		var buf [driver.MaxQuietSpans][2]time.Time
-		lo, hi := now.Add(-quietReach), now.Add(quietReach)
-		sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
-		if n := driver.MaxQuietSpans - 2; len(sp) > n {
-			// More spans in reach than a request carries: send the n
-			// around now, and frame them at the nearest ones left out
-			// (nothing between is quiet), so that a backend's clock in
-			// one of those is a skew, never a decision without it.
-			k := 0 // the first span ending after now
-			for k < len(sp) && !sp[k][1].After(now) {
-				k++
-			}
-			i := min(max(0, k-n/2), len(sp)-n)
-			if i > 0 {
-				lo = sp[i-1][1]
-			}
-			if i+n < len(sp) {
-				hi = sp[i+n][0]
-			}
-			sp = sp[i : i+n]
-		}
-		if len(sp) > 0 {
-			lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
-		}
-		req.Quiet = make([]driver.Span, 0, len(sp)+2)
-		req.Quiet = append(req.Quiet, driver.Span{Start: lo.Add(-skewSpan), End: lo})
-		for _, s := range sp {
-			req.Quiet = append(req.Quiet, driver.Span{Start: s[0], End: s[1]})
-		}
-		req.Quiet = append(req.Quiet, driver.Span{Start: hi, End: hi.Add(skewSpan)})
+		req.Quiet = p.quietSpans(zone, now)
 	}
 	return cls, nil
+}
+
+// quietSpans returns the quiet spans of p in zone within quietReach of
+// now, as a request carries them (driver.Request.Quiet): at most
+// driver.MaxQuietSpans - 2, framed by two far spans (skewed).
+func (p *Policy) quietSpans(zone *time.Location, now time.Time) []driver.Span {
+	var buf [driver.MaxQuietSpans][2]time.Time
+	lo, hi := now.Add(-quietReach), now.Add(quietReach)
+	sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
+	if n := driver.MaxQuietSpans - 2; len(sp) > n {
+		// More spans in reach than a request carries: send the n
+		// around now, and frame them at the nearest ones left out
+		// (nothing between is quiet), so that a backend's clock in
+		// one of those is a skew, never a decision without it.
+		k := 0 // the first span ending after now
+		for k < len(sp) && !sp[k][1].After(now) {
+			k++
+		}
+		i := min(max(0, k-n/2), len(sp)-n)
+		if i > 0 {
+			lo = sp[i-1][1]
+		}
+		if i+n < len(sp) {
+			hi = sp[i+n][0]
+		}
+		sp = sp[i : i+n]
+	}
+	if len(sp) > 0 {
+		lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
+	}
+	q := make([]driver.Span, 0, len(sp)+2)
+	q = append(q, driver.Span{Start: lo.Add(-skewSpan), End: lo})
+	for _, s := range sp {
+		q = append(q, driver.Span{Start: s[0], End: s[1]})
+	}
+	q = append(q, driver.Span{Start: hi, End: hi.Add(skewSpan)})
+	return q
 }
 
 // skewed reports whether a denial for quiet hours ending at end

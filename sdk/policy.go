@@ -291,6 +291,17 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 	if err := p.addClasses(o.classes); err != nil {
 		return nil, -1, fmt.Errorf("policy %q: %w", name, err)
 	}
+	p.addHeadrooms()
+	if i, err := p.addChanges(o.changes); err != nil {
+		return nil, i, fmt.Errorf("policy %q: %w", name, err)
+	}
+	p.keyCap = new(atomic.Int64)
+	return p, -1, nil
+}
+
+// addHeadrooms indexes the headroom tiers of p's rules by rule name
+// (p.headrooms; nil when no rule keeps any).
+func (p *Policy) addHeadrooms() {
 	for _, r := range p.rules {
 		if len(r.Headroom) > 0 {
 			if p.headrooms == nil {
@@ -299,11 +310,6 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 			p.headrooms[r.Name] = r.Headroom
 		}
 	}
-	if i, err := p.addChanges(o.changes); err != nil {
-		return nil, i, fmt.Errorf("policy %q: %w", name, err)
-	}
-	p.keyCap = new(atomic.Int64)
-	return p, -1, nil
 }
 
 // addRules normalizes rules into p (rules, ids, idemTTL, dims). It
