@@ -8,6 +8,7 @@ import (
 	"github.com/freqcap/freqcap/console/internal/views"
 	"github.com/freqcap/freqcap/fleet"
 	"github.com/freqcap/freqcap/sdk"
+	"github.com/freqcap/freqcap/sdk/driver"
 )
 
 // headroomText describes the units r keeps for higher priorities
@@ -21,6 +22,29 @@ func headroomText(r sdk.Rule) string {
 		parts[i] = fmt.Sprintf("%d for priority ≥ %d", h.Keep, h.Priority)
 	}
 	return "keeps " + strings.Join(parts, ", ")
+}
+
+// headroomDenial explains a trail entry of rule r that r's headroom
+// denied: a denial of an exact count (a fixed window, a sliding log)
+// whose cost fit the limit, of an attempt below a tier of r's
+// (Rule.WithHeadroom): "within the limit, but its last 10 units are kept
+// for priority ≥ 1". Any other entry, or one of a count that is an estimate
+// (sliding window cells), gets "".
+func headroomDenial(r sdk.Rule, d sdk.Denial) string {
+	exact := r.Algorithm == driver.FixedWindow || driver.Rule{Algorithm: r.Algorithm, Limit: r.Limit}.ExactLog()
+	if !exact || d.Shadow || d.Exempt || d.Quiet || d.Override != 0 || d.CostTooHigh || d.Used+d.Cost > d.Limit {
+		return ""
+	}
+	for _, h := range r.Headroom {
+		if d.Priority < h.Priority {
+			kept := fmt.Sprintf("%d units are", h.Keep)
+			if h.Keep == 1 {
+				kept = "unit is"
+			}
+			return fmt.Sprintf("within the limit, but its last %s kept for priority ≥ %d", kept, h.Priority)
+		}
+	}
+	return ""
 }
 
 // quietText describes one quiet period: "21:00–08:00 every day",

@@ -272,6 +272,7 @@ func groupDenials(p *sdk.Policy, subj sdk.Subject, ds []sdk.Denial, now time.Tim
 			}
 			if r, ok := ruleNamed(p, d.Rule); ok && !d.CostTooHigh {
 				row.RetryNote = cellNote(r, d.RetryAfter)
+				row.Headroom = headroomDenial(r, d)
 			}
 			if len(d.Values) > 0 {
 				ex := exact(p, subj, d.Values)

@@ -233,6 +233,9 @@ type DenialRow struct {
 	// Exempt: an exempt rule would have denied and the attempt's class
 	// passed it. Quiet: denied for quiet hours (Rule empty; Until is when
 	// they end). Class, Priority, Identity: the attempt's, when given.
+	// Headroom, when not "": the rule denied within its limit, for units
+	// it keeps for higher priorities (what they are).
+	Headroom string
 	Exempt   bool
 	Quiet    bool
 	Class    string
