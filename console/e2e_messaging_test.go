@@ -20,16 +20,7 @@ import (
 // sent in them past the cap. The page explains each, and writes
 // messaging-subject.png and messaging-phone.png ($FREQCAP_SCREENSHOT_DIR).
 func TestE2EMessaging(t *testing.T) {
-	berlin, err := sdk.LoadZone("Europe/Berlin")
-	if err != nil {
-		t.Fatalf("no zone database: %v", err)
-	}
-	p, err := sdk.NewPolicy("msgs", []sdk.Rule{sdk.Daily("daily", 3, berlin).By("user").WithHeadroom(1, 1)},
-		sdk.WithQuietHours(berlin, sdk.QuietPeriod{From: 30 * time.Minute, To: 3 * time.Hour}),
-		sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true}), sdk.WithPerson("user"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := msgsPolicy(t)
 	// 00:10 in Berlin: before the quiet hours.
 	clk := fakeclock.New(time.Date(2026, 3, 10, 23, 10, 0, 0, time.UTC))
 	lim := sdk.New(memory.New(&memory.Options{Clock: clk}), sdk.WithClock(clk))

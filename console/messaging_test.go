@@ -12,21 +12,31 @@ import (
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
-// The subject page explains a policy's messaging caps: its quiet hours
-// (on now, until when), its classes, a rule's headroom, and trail entries
-// of quiet-hours denials and of exempt sends.
-func TestSubjectMessaging(t *testing.T) {
+// msgsPolicy is policy "msgs" of the messaging tests: quiet hours
+// 00:30–03:00 in Berlin, a calendar day of 3 per user in Berlin keeping
+// 1 for priority ≥ 1, and a class otp exempt from every rule, counted,
+// that may send in quiet hours.
+func msgsPolicy(t *testing.T) *sdk.Policy {
+	t.Helper()
 	berlin, err := sdk.LoadZone("Europe/Berlin")
 	if err != nil {
-		t.Skipf("SKIP: no zone database: %v", err)
+		t.Fatalf("no zone database: %v", err)
 	}
-	// t0 is 01:00 in Berlin: inside 00:30–03:00.
 	p, err := sdk.NewPolicy("msgs", []sdk.Rule{sdk.Daily("daily", 3, berlin).By("user").WithHeadroom(1, 1)},
 		sdk.WithQuietHours(berlin, sdk.QuietPeriod{From: 30 * time.Minute, To: 3 * time.Hour}),
 		sdk.WithClass(sdk.Class{Name: "otp", AllRules: true, Counted: true, QuietHours: true}), sdk.WithPerson("user"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// The subject page explains a policy's messaging caps: its quiet hours
+// (on now, until when), its classes, a rule's headroom, and trail entries
+// of quiet-hours denials and of exempt sends.
+func TestSubjectMessaging(t *testing.T) {
+	// t0 is 01:00 in Berlin: inside 00:30–03:00.
+	p := msgsPolicy(t)
 	f := newFixtureCfg(t, nil, nil, nil, func(c *Config, _ driver.Backend, _ *sdk.Limiter) { c.Policies = append(c.Policies, p) })
 	s := sdk.Subject{"user": "u1"}
 	ctx := context.Background()
