@@ -207,7 +207,7 @@ func (cs *callers) find(secret string) *Caller {
 }
 
 // local is the caller of a server without credentials (loopback only):
-// everything is allowed.
+// everything is allowed but OpAdmin, which "*" never grants.
 var local = &Caller{Name: "local", Grants: []Grant{{Ops: []Op{"*"}, Policies: []string{"*"}}}}
 
 // ErrInsecureAddr is returned for a non-loopback listen address on a

@@ -66,7 +66,9 @@ only granted by name), policies by name or *, e.g.
   separated by white space; the flag wins). Prefer the environment: flags
   show up in ps, and help output never shows either.
 Without credentials freqcap serve listens on loopback only and answers
-loopback clients only, all of them allowed everything (as "local").
+loopback clients only, all of them allowed everything but admin (as
+"local": overrides, identity links and policy-store writes need a
+credential).
 Failed credentials lock the client's address out after 5: 1s, 2s, 4s …
 at most 5m (resource_exhausted, Retry-After).
 
