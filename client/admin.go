@@ -16,7 +16,8 @@ import (
 )
 
 // Administrator is what *sdk.Admin and *Admin have in common: code that
-// inspects, resets or sets overrides runs in-process or remote alike.
+// inspects, resets, sets overrides or links identities runs in-process or
+// remote alike.
 type Administrator interface {
 	Inspect(ctx context.Context, p *sdk.Policy, s sdk.Subject) (sdk.Inspection, error)
 	Reset(ctx context.Context, p *sdk.Policy, s sdk.Subject) error
@@ -24,6 +25,11 @@ type Administrator interface {
 	SetOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, o driver.Override) (driver.Override, error)
 	DeleteOverride(ctx context.Context, p *sdk.Policy, s sdk.Subject, id int64) error
 	Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]driver.Override, error)
+	Link(ctx context.Context, identity, person string, by, reason string) (driver.Link, error)
+	Unlink(ctx context.Context, identity, by, reason string) error
+	LinkOf(ctx context.Context, identity string) (driver.Link, error)
+	Person(ctx context.Context, person string) (driver.Person, error)
+	SetPersonZone(ctx context.Context, person string, zone string, by, reason string) error
 }
 
 var (
@@ -126,6 +132,77 @@ func (a *Admin) Overrides(ctx context.Context, p *sdk.Policy, s sdk.Subject) ([]
 		out = append(out, protoconv.FromOverride(o))
 	}
 	return out, nil
+}
+
+// Link is sdk.Admin.Link through the server (its PersonService; the
+// credential needs admin on every policy, "admin@*"): it links identity
+// to person and returns the link as stored. The server records its
+// caller's name as By, whatever by says; reason is required. Errors wrap
+// sdk.ErrInvalidIdentity, driver.ErrIdentityLinked and
+// driver.ErrTooManyLinks as the sdk's do.
+func (a *Admin) Link(ctx context.Context, identity, person string, by, reason string) (driver.Link, error) {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	res, err := a.c.people.LinkIdentity(ctx, connect.NewRequest(&freqcapv1.LinkIdentityRequest{Identity: identity, Person: person, Reason: reason}))
+	if err != nil {
+		return driver.Link{}, wrap("link", err)
+	}
+	return protoconv.FromLink(res.Msg.GetLink()), nil
+}
+
+// Unlink is sdk.Admin.Unlink through the server, as Link: an identity
+// without a link is an error wrapping driver.ErrLinkNotFound.
+func (a *Admin) Unlink(ctx context.Context, identity, by, reason string) error {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	_, err := a.c.people.UnlinkIdentity(ctx, connect.NewRequest(&freqcapv1.UnlinkIdentityRequest{Identity: identity, Reason: reason}))
+	if err != nil {
+		return wrap("unlink", err)
+	}
+	return nil
+}
+
+// LinkOf is sdk.Admin.LinkOf through the server (GetPerson of the
+// identity; the credential needs inspect on every policy): identity's
+// link, or an error wrapping driver.ErrLinkNotFound when it has none.
+func (a *Admin) LinkOf(ctx context.Context, identity string) (driver.Link, error) {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	res, err := a.c.people.GetPerson(ctx, connect.NewRequest(&freqcapv1.GetPersonRequest{Identity: identity}))
+	if err != nil {
+		return driver.Link{}, wrap("link of", err)
+	}
+	if res.Msg.GetLink() == nil {
+		return driver.Link{}, fmt.Errorf("client: link of: %w", driver.ErrLinkNotFound)
+	}
+	return protoconv.FromLink(res.Msg.GetLink()), nil
+}
+
+// Person is sdk.Admin.Person through the server (GetPerson of the
+// person, as LinkOf): its identities (oldest first), its stored zone and
+// its audit (newest first); empty for a person never linked nor given a
+// zone.
+func (a *Admin) Person(ctx context.Context, person string) (driver.Person, error) {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	res, err := a.c.people.GetPerson(ctx, connect.NewRequest(&freqcapv1.GetPersonRequest{Person: person}))
+	if err != nil {
+		return driver.Person{}, wrap("person", err)
+	}
+	return protoconv.FromPerson(res.Msg), nil
+}
+
+// SetPersonZone is sdk.Admin.SetPersonZone through the server, as Link:
+// a zone the server cannot load is an error wrapping sdk.ErrInvalidZone;
+// "" clears the stored zone.
+func (a *Admin) SetPersonZone(ctx context.Context, person string, zone string, by, reason string) error {
+	ctx, cancel := a.c.ctx(ctx)
+	defer cancel()
+	_, err := a.c.people.SetPersonZone(ctx, connect.NewRequest(&freqcapv1.SetPersonZoneRequest{Person: person, Zone: zone, Reason: reason}))
+	if err != nil {
+		return wrap("set person zone", err)
+	}
+	return nil
 }
 
 // Fault is one fault of a policy document: line (1-based; 0 unknown),

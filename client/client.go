@@ -11,8 +11,9 @@
 // As in the sdk, the decisions are the Client's methods (Take, Allow,
 // Peek, TakeBatch, PeekBatch, Reserve, ReservationOf) and the
 // administration is its Admin's (Inspect, Reset, ResetRules,
-// SetOverride, DeleteOverride, Overrides; Limiter and Administrator are
-// the interfaces each pair shares). The sdk's Limiter.Wait and
+// SetOverride, DeleteOverride, Overrides, and the identity links' Link,
+// Unlink, LinkOf, Person and SetPersonZone; Limiter and Administrator
+// are the interfaces each pair shares). The sdk's Limiter.Wait and
 // Limiter.Check, and its in-process diagnostics (Admin.Describe,
 // KeyLayout, HotDenyStats), have no remote counterpart.
 //
@@ -143,6 +144,7 @@ type Client struct {
 	// The administrative calls (rare) use the first connection.
 	store     freqcapv1connect.PolicyServiceClient
 	overrides freqcapv1connect.OverrideServiceClient
+	people    freqcapv1connect.PersonServiceClient
 	life      *grpcLife // grpc-go's connections (Close), or nil
 }
 
@@ -211,6 +213,7 @@ func New(baseURL string, opts *Options) *Client {
 	}
 	c.store = freqcapv1connect.NewPolicyServiceClient(hcs[0], base, copts...)
 	c.overrides = freqcapv1connect.NewOverrideServiceClient(hcs[0], base, copts...)
+	c.people = freqcapv1connect.NewPersonServiceClient(hcs[0], base, copts...)
 	return c
 }
 
@@ -235,7 +238,7 @@ func (c *Client) dialGRPC(baseURL string, o *Options) bool {
 		c.rpcs = append(c.rpcs, grpcFreqcap{grpcRef{g, life}})
 	}
 	ref := grpcRef{life.conns[0], life}
-	c.store, c.overrides = grpcPolicies{ref}, grpcOverrides{ref}
+	c.store, c.overrides, c.people = grpcPolicies{ref}, grpcOverrides{ref}, grpcPeople{ref}
 	c.life = life
 	// A Client dropped without Close still closes its connections, once
 	// no call is in flight (grpcLife).

@@ -212,3 +212,23 @@ func (g grpcOverrides) ListOverrides(ctx context.Context, r *connect.Request[fre
 func (g grpcOverrides) DeleteOverride(ctx context.Context, r *connect.Request[freqcapv1.DeleteOverrideRequest]) (*connect.Response[freqcapv1.DeleteOverrideResponse], error) {
 	return invoke[freqcapv1.DeleteOverrideRequest, freqcapv1.DeleteOverrideResponse](g.grpcRef, ctx, freqcapv1connect.OverrideServiceDeleteOverrideProcedure, r)
 }
+
+type grpcPeople struct{ grpcRef }
+
+var _ freqcapv1connect.PersonServiceClient = grpcPeople{}
+
+func (g grpcPeople) LinkIdentity(ctx context.Context, r *connect.Request[freqcapv1.LinkIdentityRequest]) (*connect.Response[freqcapv1.LinkIdentityResponse], error) {
+	return invoke[freqcapv1.LinkIdentityRequest, freqcapv1.LinkIdentityResponse](g.grpcRef, ctx, freqcapv1connect.PersonServiceLinkIdentityProcedure, r)
+}
+
+func (g grpcPeople) UnlinkIdentity(ctx context.Context, r *connect.Request[freqcapv1.UnlinkIdentityRequest]) (*connect.Response[freqcapv1.UnlinkIdentityResponse], error) {
+	return invoke[freqcapv1.UnlinkIdentityRequest, freqcapv1.UnlinkIdentityResponse](g.grpcRef, ctx, freqcapv1connect.PersonServiceUnlinkIdentityProcedure, r)
+}
+
+func (g grpcPeople) GetPerson(ctx context.Context, r *connect.Request[freqcapv1.GetPersonRequest]) (*connect.Response[freqcapv1.GetPersonResponse], error) {
+	return invoke[freqcapv1.GetPersonRequest, freqcapv1.GetPersonResponse](g.grpcRef, ctx, freqcapv1connect.PersonServiceGetPersonProcedure, r)
+}
+
+func (g grpcPeople) SetPersonZone(ctx context.Context, r *connect.Request[freqcapv1.SetPersonZoneRequest]) (*connect.Response[freqcapv1.SetPersonZoneResponse], error) {
+	return invoke[freqcapv1.SetPersonZoneRequest, freqcapv1.SetPersonZoneResponse](g.grpcRef, ctx, freqcapv1connect.PersonServiceSetPersonZoneProcedure, r)
+}

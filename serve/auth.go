@@ -1,12 +1,17 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
+
+	freqcapv1 "github.com/freqcap/freqcap/gen/freqcap/v1"
 	"github.com/freqcap/freqcap/internal/httpauth"
+	"github.com/freqcap/freqcap/internal/protoconv"
 )
 
 // Op is an operation a caller may be granted.
@@ -16,9 +21,10 @@ type Op string
 // PeekBatch, Reserve covers Reserve, Commit and Cancel. Inspect also
 // covers ListOverrides on the policy and, granted on every policy ("*"),
 // the policy store's reads (PlanPolicies, PolicyHistory,
-// GetPolicyVersion). Admin covers SetOverride and DeleteOverride on the
-// policy and, granted on every policy, ApplyPolicies and
-// RollbackPolicies, and everything Inspect covers. ListPolicies needs no
+// GetPolicyVersion) and GetPerson. Admin covers SetOverride and
+// DeleteOverride on the policy and, granted on every policy,
+// ApplyPolicies and RollbackPolicies, LinkIdentity, UnlinkIdentity and
+// SetPersonZone, and everything Inspect covers. ListPolicies needs no
 // grant: it lists the policies the caller has any grant on.
 const (
 	OpTake    Op = "take"
@@ -62,6 +68,22 @@ func (c *Caller) allows(op Op, policy string) bool {
 		}
 	}
 	return false
+}
+
+// onEveryPolicy checks that the call's caller may do op on every policy
+// ("*"), as what (the policy store, identity links) needs: no policy's
+// grant covers what reaches every policy. The error is PermissionDenied.
+func onEveryPolicy(ctx context.Context, op Op, what string) error {
+	c := callerOf(ctx)
+	if c != nil && c.allows(op, "*") {
+		return nil
+	}
+	who := "this caller"
+	if c != nil {
+		who = fmt.Sprintf("credential %q", c.Name)
+	}
+	return protoconv.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
+		fmt.Sprintf("%s may not %s %s (it needs %s on every policy: %s@*)", who, op, what, op, op))
 }
 
 // mayUse reports whether c has any grant on policy.
@@ -185,7 +207,7 @@ func (cs *callers) find(secret string) *Caller {
 }
 
 // local is the caller of a server without credentials (loopback only):
-// everything is allowed.
+// everything is allowed but OpAdmin, which "*" never grants.
 var local = &Caller{Name: "local", Grants: []Grant{{Ops: []Op{"*"}, Policies: []string{"*"}}}}
 
 // ErrInsecureAddr is returned for a non-loopback listen address on a

@@ -86,6 +86,12 @@ func TestAuthBeforeBody(t *testing.T) {
 		{"json/override-service", func(t *testing.T, url string) error {
 			return wantHTTP(post(t, url, "/freqcap.v1.OverrideService/SetOverride", "application/json", []byte(`{"kind": 7`)))(401, unauth)
 		}},
+		{"json/person-service", func(t *testing.T, url string) error {
+			return wantHTTP(post(t, url, "/freqcap.v1.PersonService/LinkIdentity", "application/json", []byte(`{"identity": `)))(401, unauth)
+		}},
+		{"grpc/person-service", func(t *testing.T, url string) error {
+			return wantCode(invoke(url, "/freqcap.v1.PersonService/GetPerson", garbage))
+		}},
 		{"connect-proto/malformed", func(t *testing.T, url string) error {
 			return wantHTTP(post(t, url, "/freqcap.v1.FreqcapService/Take", "application/proto", garbage))(401, 0)
 		}},

@@ -52,9 +52,10 @@ func messagingDocPolicies(t *testing.T) []*sdk.Policy {
 // in code: serve.Config.Policies), on the memory backend and the clock
 // the other transcripts use (2026-11-24 09:00 UTC), with the manual's
 // credentials, and compares each answer with the transcript's as
-// TestServeDocExamples does. Each curl line of the transcript must send
-// the request of the example after it (its path on serve's default
-// address, its Authorization and Content-Type, its JSON body).
+// TestServeDocExamples does (FREQCAP_DOCS_DUMP as there: docsDump). Each
+// curl line of the transcript must send the request of the example after
+// it (its path on serve's default address, its Authorization and
+// Content-Type, its JSON body).
 func TestServeDocMessaging(t *testing.T) {
 	data, err := os.ReadFile(messagingDoc)
 	if err != nil {
@@ -84,10 +85,12 @@ func TestServeDocMessaging(t *testing.T) {
 	}
 	lim, _, callers := docSetup(t)
 	base := docServe(t, serve.Config{Limiter: lim, Policies: messagingDocPolicies(t), Callers: callers})
+	record := docsDump(t)
 	for _, ex := range examples {
 		first, _, _ := split(ex.request)
 		t.Run(fmt.Sprintf("%s %s", ex.where(), strings.Fields(first)[1]), func(t *testing.T) {
-			replayExample(t, base, ex, func(s string) string { return s })
+			status, header, got := replayExample(t, base, ex, func(s string) string { return s })
+			record(ex, status, header, got)
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ var docsTranscripts = []string{
 	"../docs/serve/errors.md",
 	"../docs/serve/policy-service.md",
 	"../docs/serve/overrides.md",
+	"../docs/serve/person-service.md",
 }
 
 // docsTokens are the credentials the manual's examples use; the manual
@@ -200,16 +202,7 @@ func TestServeDocExamples(t *testing.T) {
 	if len(examples) < 14 {
 		t.Fatalf("the transcripts have %d examples, want at least 14 (one per call and the errors)", len(examples))
 	}
-	var dump []map[string]any
-	if name := os.Getenv("FREQCAP_DOCS_DUMP"); name != "" {
-		dump = []map[string]any{}
-		defer func() {
-			b, _ := json.MarshalIndent(dump, "", "  ")
-			if err := os.WriteFile(name, b, 0o644); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
+	record := docsDump(t)
 	reservation := ""
 	seen := map[string]bool{}
 	for _, ex := range examples {
@@ -228,18 +221,42 @@ func TestServeDocExamples(t *testing.T) {
 					awaitLive(t, live, v["version"])
 				}
 			}
-			if dump != nil {
-				dump = append(dump, map[string]any{"where": ex.where(), "status": status, "header": header, "body": got})
-			}
+			record(ex, status, header, got)
 		})
 	}
 	for _, m := range []string{"FreqcapService/Take", "FreqcapService/Peek", "FreqcapService/Reserve", "FreqcapService/Commit",
 		"FreqcapService/Cancel", "FreqcapService/TakeBatch", "FreqcapService/PeekBatch", "FreqcapService/Inspect",
 		"FreqcapService/Reset", "FreqcapService/ListPolicies", "PolicyService/PlanPolicies", "PolicyService/ApplyPolicies",
-		"PolicyService/PolicyHistory", "OverrideService/SetOverride", "OverrideService/ListOverrides", "OverrideService/DeleteOverride"} {
+		"PolicyService/PolicyHistory", "OverrideService/SetOverride", "OverrideService/ListOverrides", "OverrideService/DeleteOverride",
+		"PersonService/LinkIdentity", "PersonService/UnlinkIdentity", "PersonService/GetPerson", "PersonService/SetPersonZone"} {
 		if !seen["/freqcap.v1."+m] {
 			t.Errorf("the transcripts of %s have no example of %s", docsFile, m)
 		}
+	}
+}
+
+// docsDump returns what records each replayed answer: with
+// FREQCAP_DOCS_DUMP=FILE, into FILE as JSON when t ends (the answers to
+// paste into a transcript: "where", "status", "header", "body"), else
+// nothing.
+func docsDump(t *testing.T) func(ex docExample, status int, header http.Header, body any) {
+	t.Helper()
+	name := os.Getenv("FREQCAP_DOCS_DUMP")
+	if name == "" {
+		return func(docExample, int, http.Header, any) {}
+	}
+	var mu sync.Mutex
+	dump := []map[string]any{}
+	t.Cleanup(func() {
+		b, _ := json.MarshalIndent(dump, "", "  ")
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	return func(ex docExample, status int, header http.Header, body any) {
+		mu.Lock()
+		defer mu.Unlock()
+		dump = append(dump, map[string]any{"where": ex.where(), "status": status, "header": header, "body": body})
 	}
 }
 

@@ -34,10 +34,10 @@ import (
 // connect (docs/BENCHMARKS.md); the other protocols (Connect, gRPC-Web,
 // HTTP/JSON, and /healthz, /readyz, /metrics) by connect over net/http.
 // Both stacks call the same handler of each operation (the connect
-// handler methods of service, policyService, overrideService and
-// envoyService) through the same frame (drain, credentials before the
-// body, the call's time bound, metrics, logs), so a call's answer does
-// not depend on the stack. split.go routes each connection by its first
+// handler methods of service, policyService, overrideService,
+// personService and envoyService) through the same frame (drain,
+// credentials before the body, the call's time bound, metrics, logs), so
+// a call's answer does not depend on the stack. split.go routes each connection by its first
 // request.
 
 // attrErrorType is the error.type of a failed call's span.
@@ -86,6 +86,7 @@ func (s *Server) grpcServices() []*grpc.ServiceDesc {
 	svc := newService(s)
 	ps := &policyService{s: s}
 	ovs := &overrideService{s: s}
+	pes := &personService{s: s}
 	es := &envoyService{svc: svc}
 	desc := func(name string, methods ...grpc.MethodDesc) *grpc.ServiceDesc {
 		return &grpc.ServiceDesc{ServiceName: name, HandlerType: (*any)(nil), Methods: methods}
@@ -114,6 +115,12 @@ func (s *Server) grpcServices() []*grpc.ServiceDesc {
 			unary(s, "SetOverride", ovs.SetOverride),
 			unary(s, "ListOverrides", ovs.ListOverrides),
 			unary(s, "DeleteOverride", ovs.DeleteOverride),
+		),
+		desc(freqcapv1connect.PersonServiceName,
+			unary(s, "LinkIdentity", pes.LinkIdentity),
+			unary(s, "UnlinkIdentity", pes.UnlinkIdentity),
+			unary(s, "GetPerson", pes.GetPerson),
+			unary(s, "SetPersonZone", pes.SetPersonZone),
 		),
 		desc(ratelimitv3connect.RateLimitServiceName,
 			unary(s, "ShouldRateLimit", es.ShouldRateLimit),

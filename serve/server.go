@@ -92,9 +92,10 @@ type Config struct {
 	// Callers are the credentials. None: every loopback client may do
 	// everything (as the caller named "local"); others are refused.
 	Callers []Caller
-	// Audit records each reset, override set or deleted, and policy
-	// version applied or rolled back to (nil: they are only logged). An
-	// error recording one fails the call with Internal, after the change.
+	// Audit records each reset, override set or deleted, identity linked
+	// or unlinked, person's zone set or cleared, and policy version applied
+	// or rolled back to (nil: they are only logged). An error recording
+	// one fails the call with Internal, after the change.
 	Audit func(AuditEntry) error
 	// Ready reports whether the backend answers (/readyz). Nil: always.
 	Ready func(context.Context) error
@@ -136,26 +137,32 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 }
 
-// AuditEntry is one reset, override change or policy version applied, as
-// the audit log records it.
+// AuditEntry is one reset, override change, change of identity links or
+// zones, or policy version applied, as the audit log records it.
 type AuditEntry struct {
 	At time.Time
 	// Action is ActionReset, ActionOverrideSet, ActionOverrideDelete,
+	// ActionPersonLink, ActionPersonUnlink, ActionPersonZone,
 	// ActionPolicyApply or ActionPolicyRollback ("" is a reset).
 	Action string
 	// Caller is the credential's name ("local" without credentials).
 	Caller string
 	// Remote is the client's address.
-	Remote  string
-	Policy  string
+	Remote string
+	// Policy is the policy of a reset or override ("" for a change of
+	// links or zones, which is no policy's).
+	Policy string
+	// Subject is the subject reset or overridden; for a change of links
+	// or zones, the "identity" and "person" it names.
 	Subject sdk.Subject
 	// Rules are the rules reset; Kept those left alone.
 	Rules, Kept []string
 	// Outcome is "ok" or "failed: …" (never a backend's address).
 	Outcome string
 	// Detail says what was set, deleted or applied: "override #12 block
-	// until 2026-11-27T09:00:00Z: <reason>", "version 7: <reason>" ("" for
-	// a reset). Subjects appear in Subject only.
+	// until 2026-11-27T09:00:00Z: <reason>", "link: <reason>", "zone
+	// Europe/Berlin: <reason>", "version 7: <reason>" ("" for a reset).
+	// Subjects, identities and persons appear in Subject only.
 	Detail string
 }
 
@@ -164,6 +171,9 @@ const (
 	ActionReset          = "reset"
 	ActionOverrideSet    = "override-set"
 	ActionOverrideDelete = "override-delete"
+	ActionPersonLink     = "person-link"
+	ActionPersonUnlink   = "person-unlink"
+	ActionPersonZone     = "person-zone"
 	ActionPolicyApply    = "policy-apply"
 	ActionPolicyRollback = "policy-rollback"
 )
@@ -270,6 +280,8 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(ppath, s.guard(s.authFirst(ph)))
 	opath, oh := freqcapv1connect.NewOverrideServiceHandler(&overrideService{s: s}, opts...)
 	mux.Handle(opath, s.guard(s.authFirst(oh)))
+	pepath, peh := freqcapv1connect.NewPersonServiceHandler(&personService{s: s}, opts...)
+	mux.Handle(pepath, s.guard(s.authFirst(peh)))
 	epath, eh := envoyHandler(svc, opts...)
 	mux.Handle(epath, s.guard(s.authFirst(eh)))
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -281,8 +293,9 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler returns the server's handler: the calls under
-// /freqcap.v1.FreqcapService/, /freqcap.v1.PolicyService/ and
-// /freqcap.v1.OverrideService/, /healthz, /readyz and /metrics, every
+// /freqcap.v1.FreqcapService/, /freqcap.v1.PolicyService/,
+// /freqcap.v1.OverrideService/ and /freqcap.v1.PersonService/, /healthz,
+// /readyz and /metrics, every
 // protocol through connect. Serve uses it for all but gRPC (which it
 // gives grpc-go's transport); a program with its own http.Server may
 // mount it, gRPC included (it then shuts that server down itself, after

@@ -74,14 +74,8 @@ type policyService struct{ s *Server }
 
 // storeFor returns the store if the caller may do op on every policy.
 func (ps *policyService) storeFor(ctx context.Context, op Op) (*policystore.Store, error) {
-	c := callerOf(ctx)
-	if c == nil || !c.allows(op, "*") {
-		who := "this caller"
-		if c != nil {
-			who = fmt.Sprintf("credential %q", c.Name)
-		}
-		return nil, protoconv.NewError(connect.CodePermissionDenied, freqcapv1.Reason_REASON_PERMISSION_DENIED,
-			fmt.Sprintf("%s may not %s the policy store (it needs %s on every policy: %s@*)", who, op, op, op))
+	if err := onEveryPolicy(ctx, op, "the policy store"); err != nil {
+		return nil, err
 	}
 	if ps.s.cfg.Store == nil {
 		return nil, protoconv.NewError(connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_UNSUPPORTED,

@@ -25,6 +25,7 @@ var notDecisionPath = map[string]string{
 	// serve: administration, not decisions.
 	"../../serve/store.go":     "policy administration (PlanPolicies, ApplyPolicies, PolicyHistory, RollbackPolicies, …)",
 	"../../serve/overrides.go": "override administration (SetOverride, ListOverrides, DeleteOverride)",
+	"../../serve/people.go":    "identity links' administration (LinkIdentity, UnlinkIdentity, GetPerson, SetPersonZone)",
 }
 
 // decisionPath are the package directories of the decision path: the

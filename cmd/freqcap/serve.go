@@ -58,15 +58,17 @@ exits.
 
 Callers, each "name:secret:grant[;grant…]" with a grant
 "op[,op…]@policy[,policy…]", ops take, peek, reserve, inspect, reset, admin
-or * (all but admin: overrides and policy-store writes are only granted by
-name), policies by name or *, e.g. "sender:S3cretS3cret:take,peek@push",
-"support:An0therOne:*@*" and "ops:Th1rdOne1:admin@*". Secrets are at least
-8 bytes, no two alike.
+or * (all but admin: overrides, identity links and policy-store writes are
+only granted by name), policies by name or *, e.g.
+"sender:S3cretS3cret:take,peek@push", "support:An0therOne:*@*" and
+"ops:Th1rdOne1:admin@*". Secrets are at least 8 bytes, no two alike.
   --token CREDENTIAL (repeatable), or FREQCAP_SERVE_TOKENS (credentials
   separated by white space; the flag wins). Prefer the environment: flags
   show up in ps, and help output never shows either.
 Without credentials freqcap serve listens on loopback only and answers
-loopback clients only, all of them allowed everything (as "local").
+loopback clients only, all of them allowed everything but admin (as
+"local": overrides, identity links and policy-store writes need a
+credential).
 Failed credentials lock the client's address out after 5: 1s, 2s, 4s …
 at most 5m (resource_exhausted, Retry-After).
 
@@ -129,7 +131,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	})
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `FILE` (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `FILE` (PEM; with --tls-cert)")
-	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset, override set or deleted, and policy version applied, to this file")
+	fs.StringVar(&f.auditFile, "audit", "", "append an audit entry (JSON line, the console's format) for every reset, override set or deleted, identity linked or unlinked, person's zone changed, and policy version applied, to this file")
 	fs.BoolVar(&f.forcePlain, "force-plain-lua", false, "Redis: use the plain Lua strategies whatever modules the server has (the default; this also overrides --module-strategies)")
 	fs.BoolVar(&f.modules, "module-strategies", false, "Redis: use the per-rule module strategies where the server has TairHash, native hash-field expiry or redis-cell (slower than plain Lua: docs/MODULES.md)")
 	fs.StringVar(&f.forbid, "forbid", "", "Redis: comma-separated modules never to use: tairhash, redis-cell, hfe")
@@ -464,8 +466,9 @@ func (f *storeFollower) close() {
 	}
 }
 
-// auditTo records serve's resets in the console's audit log format, so
-// that `freqcap console --audit FILE` can show them.
+// auditTo records serve's resets, override changes, changes of identity
+// links and zones, and policy versions in the console's audit log
+// format, so that `freqcap console --audit FILE` can show them.
 func auditTo(a *console.AuditLog, withCredentials bool) func(serve.AuditEntry) error {
 	via := "none"
 	if withCredentials {

@@ -39,6 +39,14 @@ func Classify(err error) (connect.Code, freqcapv1.Reason) {
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_RULE
 	case errors.Is(err, sdk.ErrInvalidPolicy):
 		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_POLICY
+	case errors.Is(err, sdk.ErrInvalidIdentity):
+		return connect.CodeInvalidArgument, freqcapv1.Reason_REASON_INVALID_IDENTITY
+	case errors.Is(err, driver.ErrLinkNotFound):
+		return connect.CodeNotFound, freqcapv1.Reason_REASON_LINK_NOT_FOUND
+	case errors.Is(err, driver.ErrIdentityLinked):
+		return connect.CodeAlreadyExists, freqcapv1.Reason_REASON_IDENTITY_LINKED
+	case errors.Is(err, driver.ErrTooManyLinks):
+		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_TOO_MANY_LINKS
 	case errors.Is(err, driver.ErrRefused):
 		return connect.CodeFailedPrecondition, freqcapv1.Reason_REASON_BACKEND_REFUSED
 	case errors.Is(err, sdk.ErrClockSkew):
@@ -124,6 +132,14 @@ func Sentinel(r freqcapv1.Reason) error {
 		return driver.ErrRefused
 	case freqcapv1.Reason_REASON_CLOCK_SKEW:
 		return sdk.ErrClockSkew
+	case freqcapv1.Reason_REASON_INVALID_IDENTITY:
+		return sdk.ErrInvalidIdentity
+	case freqcapv1.Reason_REASON_LINK_NOT_FOUND:
+		return driver.ErrLinkNotFound
+	case freqcapv1.Reason_REASON_IDENTITY_LINKED:
+		return driver.ErrIdentityLinked
+	case freqcapv1.Reason_REASON_TOO_MANY_LINKS:
+		return driver.ErrTooManyLinks
 	}
 	return nil
 }

@@ -249,6 +249,18 @@ const (
 	// retrying does not help until an operator sets the clocks right; a
 	// fail-open policy answers degraded instead; sdk.ErrClockSkew).
 	Reason_REASON_CLOCK_SKEW Reason = 28
+	// An identity or person is empty, longer than 256 bytes, not UTF-8 or
+	// holds a control character, or a change's reason is longer than 256
+	// bytes or holds a line break (PersonService; sdk.ErrInvalidIdentity).
+	Reason_REASON_INVALID_IDENTITY Reason = 29
+	// The identity has no link: it is its own person (driver.ErrLinkNotFound).
+	Reason_REASON_LINK_NOT_FOUND Reason = 30
+	// The identity is linked to another person: unlink it first
+	// (ALREADY_EXISTS; driver.ErrIdentityLinked).
+	Reason_REASON_IDENTITY_LINKED Reason = 31
+	// The person has the most identities one may have, 100
+	// (FAILED_PRECONDITION; driver.ErrTooManyLinks).
+	Reason_REASON_TOO_MANY_LINKS Reason = 32
 )
 
 // Enum value maps for Reason.
@@ -283,6 +295,10 @@ var (
 		26: "REASON_INVALID_CLASS",
 		27: "REASON_INVALID_PRIORITY",
 		28: "REASON_CLOCK_SKEW",
+		29: "REASON_INVALID_IDENTITY",
+		30: "REASON_LINK_NOT_FOUND",
+		31: "REASON_IDENTITY_LINKED",
+		32: "REASON_TOO_MANY_LINKS",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":               0,
@@ -314,6 +330,10 @@ var (
 		"REASON_INVALID_CLASS":             26,
 		"REASON_INVALID_PRIORITY":          27,
 		"REASON_CLOCK_SKEW":                28,
+		"REASON_INVALID_IDENTITY":          29,
+		"REASON_LINK_NOT_FOUND":            30,
+		"REASON_IDENTITY_LINKED":           31,
+		"REASON_TOO_MANY_LINKS":            32,
 	}
 )
 
@@ -3787,6 +3807,608 @@ func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
 	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{41}
 }
 
+// Link ties an identity to the person whose caps it shares (driver.Link).
+type Link struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Person   string                 `protobuf:"bytes,2,opt,name=person,proto3" json:"person,omitempty"`
+	// created is when the link was made (the backend's clock); by who made
+	// it (the caller's name) and reason why.
+	Created       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created,proto3" json:"created,omitempty"`
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Link) Reset() {
+	*x = Link{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Link) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Link) ProtoMessage() {}
+
+func (x *Link) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Link.ProtoReflect.Descriptor instead.
+func (*Link) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *Link) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Link) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+func (x *Link) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *Link) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Link) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PersonEvent is one entry of a person's audit (driver.PersonEvent).
+type PersonEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// op is "link", "unlink" or "zone".
+	Op string `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	// identity is the identity linked or unlinked (op "link", "unlink");
+	// zone the zone stored (op "zone"; "" when it was cleared).
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	Zone          string `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
+	By            string `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PersonEvent) Reset() {
+	*x = PersonEvent{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PersonEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PersonEvent) ProtoMessage() {}
+
+func (x *PersonEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PersonEvent.ProtoReflect.Descriptor instead.
+func (*PersonEvent) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PersonEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *PersonEvent) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *PersonEvent) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *PersonEvent) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *PersonEvent) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *PersonEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type LinkIdentityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is linked to person: an attempt sent to identity is then
+	// decided for person.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Person   string `protobuf:"bytes,2,opt,name=person,proto3" json:"person,omitempty"`
+	// reason says why (required; kept with the link, in the person's audit
+	// and in the audit log). by is the caller's name, set by the server.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkIdentityRequest) Reset() {
+	*x = LinkIdentityRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkIdentityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkIdentityRequest) ProtoMessage() {}
+
+func (x *LinkIdentityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkIdentityRequest.ProtoReflect.Descriptor instead.
+func (*LinkIdentityRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *LinkIdentityRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *LinkIdentityRequest) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+func (x *LinkIdentityRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type LinkIdentityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// link is the link as stored, with created and by.
+	Link          *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkIdentityResponse) Reset() {
+	*x = LinkIdentityResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkIdentityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkIdentityResponse) ProtoMessage() {}
+
+func (x *LinkIdentityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkIdentityResponse.ProtoReflect.Descriptor instead.
+func (*LinkIdentityResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *LinkIdentityResponse) GetLink() *Link {
+	if x != nil {
+		return x.Link
+	}
+	return nil
+}
+
+type UnlinkIdentityRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// reason: as LinkIdentityRequest's (required).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlinkIdentityRequest) Reset() {
+	*x = UnlinkIdentityRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlinkIdentityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlinkIdentityRequest) ProtoMessage() {}
+
+func (x *UnlinkIdentityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlinkIdentityRequest.ProtoReflect.Descriptor instead.
+func (*UnlinkIdentityRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *UnlinkIdentityRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *UnlinkIdentityRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type UnlinkIdentityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlinkIdentityResponse) Reset() {
+	*x = UnlinkIdentityResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlinkIdentityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlinkIdentityResponse) ProtoMessage() {}
+
+func (x *UnlinkIdentityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlinkIdentityResponse.ProtoReflect.Descriptor instead.
+func (*UnlinkIdentityResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{47}
+}
+
+type GetPersonRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Give identity or person, not both. identity: the person it is linked
+	// to, itself when it has no link (an identity without a link is its own
+	// person). person: that person, as named, without looking up a link.
+	Identity      string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Person        string `protobuf:"bytes,2,opt,name=person,proto3" json:"person,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPersonRequest) Reset() {
+	*x = GetPersonRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPersonRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPersonRequest) ProtoMessage() {}
+
+func (x *GetPersonRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPersonRequest.ProtoReflect.Descriptor instead.
+func (*GetPersonRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetPersonRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *GetPersonRequest) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+// GetPersonResponse is what is kept of a person (driver.Person).
+type GetPersonResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// person is the person found.
+	Person string `protobuf:"bytes,1,opt,name=person,proto3" json:"person,omitempty"`
+	// link is the identity's link to person when the request gave an
+	// identity that has one (absent otherwise).
+	Link *Link `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
+	// zone is the person's stored IANA time zone ("" when none).
+	Zone string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	// links are the person's identities, oldest first.
+	Links []*Link `protobuf:"bytes,4,rep,name=links,proto3" json:"links,omitempty"`
+	// audit is the person's newest events (at most 100), newest first.
+	Audit         []*PersonEvent `protobuf:"bytes,5,rep,name=audit,proto3" json:"audit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPersonResponse) Reset() {
+	*x = GetPersonResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPersonResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPersonResponse) ProtoMessage() {}
+
+func (x *GetPersonResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPersonResponse.ProtoReflect.Descriptor instead.
+func (*GetPersonResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetPersonResponse) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+func (x *GetPersonResponse) GetLink() *Link {
+	if x != nil {
+		return x.Link
+	}
+	return nil
+}
+
+func (x *GetPersonResponse) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *GetPersonResponse) GetLinks() []*Link {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *GetPersonResponse) GetAudit() []*PersonEvent {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+type SetPersonZoneRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Person string                 `protobuf:"bytes,1,opt,name=person,proto3" json:"person,omitempty"`
+	// zone is an IANA time zone name (e.g. "Europe/Berlin"); "" clears the
+	// stored zone.
+	Zone string `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	// reason: as LinkIdentityRequest's (required).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPersonZoneRequest) Reset() {
+	*x = SetPersonZoneRequest{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPersonZoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPersonZoneRequest) ProtoMessage() {}
+
+func (x *SetPersonZoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPersonZoneRequest.ProtoReflect.Descriptor instead.
+func (*SetPersonZoneRequest) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SetPersonZoneRequest) GetPerson() string {
+	if x != nil {
+		return x.Person
+	}
+	return ""
+}
+
+func (x *SetPersonZoneRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *SetPersonZoneRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SetPersonZoneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPersonZoneResponse) Reset() {
+	*x = SetPersonZoneResponse{}
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPersonZoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPersonZoneResponse) ProtoMessage() {}
+
+func (x *SetPersonZoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPersonZoneResponse.ProtoReflect.Descriptor instead.
+func (*SetPersonZoneResponse) Descriptor() ([]byte, []int) {
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{51}
+}
+
 // PolicyVersion is one version of the policy store.
 type PolicyVersion struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3804,7 +4426,7 @@ type PolicyVersion struct {
 
 func (x *PolicyVersion) Reset() {
 	*x = PolicyVersion{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4438,7 @@ func (x *PolicyVersion) String() string {
 func (*PolicyVersion) ProtoMessage() {}
 
 func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[42]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4451,7 @@ func (x *PolicyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyVersion.ProtoReflect.Descriptor instead.
 func (*PolicyVersion) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{42}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PolicyVersion) GetVersion() int64 {
@@ -3891,7 +4513,7 @@ type PolicyChange struct {
 
 func (x *PolicyChange) Reset() {
 	*x = PolicyChange{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4525,7 @@ func (x *PolicyChange) String() string {
 func (*PolicyChange) ProtoMessage() {}
 
 func (x *PolicyChange) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[43]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4538,7 @@ func (x *PolicyChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyChange.ProtoReflect.Descriptor instead.
 func (*PolicyChange) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{43}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PolicyChange) GetPolicy() string {
@@ -3964,7 +4586,7 @@ type PlanPoliciesRequest struct {
 
 func (x *PlanPoliciesRequest) Reset() {
 	*x = PlanPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4598,7 @@ func (x *PlanPoliciesRequest) String() string {
 func (*PlanPoliciesRequest) ProtoMessage() {}
 
 func (x *PlanPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[44]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4611,7 @@ func (x *PlanPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PlanPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{44}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PlanPoliciesRequest) GetYaml() string {
@@ -4020,7 +4642,7 @@ type PlanPoliciesResponse struct {
 
 func (x *PlanPoliciesResponse) Reset() {
 	*x = PlanPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4654,7 @@ func (x *PlanPoliciesResponse) String() string {
 func (*PlanPoliciesResponse) ProtoMessage() {}
 
 func (x *PlanPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[45]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4667,7 @@ func (x *PlanPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PlanPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{45}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PlanPoliciesResponse) GetValid() bool {
@@ -4113,7 +4735,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4747,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[46]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4760,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{46}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ApplyPoliciesRequest) GetYaml() string {
@@ -4179,7 +4801,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4813,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[47]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4826,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{47}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ApplyPoliciesResponse) GetVersion() *PolicyVersion {
@@ -4224,7 +4846,7 @@ type PolicyHistoryRequest struct {
 
 func (x *PolicyHistoryRequest) Reset() {
 	*x = PolicyHistoryRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4858,7 @@ func (x *PolicyHistoryRequest) String() string {
 func (*PolicyHistoryRequest) ProtoMessage() {}
 
 func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[48]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4871,7 @@ func (x *PolicyHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryRequest.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{48}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PolicyHistoryRequest) GetMax() int32 {
@@ -4268,7 +4890,7 @@ type PolicyHistoryResponse struct {
 
 func (x *PolicyHistoryResponse) Reset() {
 	*x = PolicyHistoryResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4902,7 @@ func (x *PolicyHistoryResponse) String() string {
 func (*PolicyHistoryResponse) ProtoMessage() {}
 
 func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[49]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4915,7 @@ func (x *PolicyHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyHistoryResponse.ProtoReflect.Descriptor instead.
 func (*PolicyHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{49}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PolicyHistoryResponse) GetVersions() []*PolicyVersion {
@@ -4313,7 +4935,7 @@ type GetPolicyVersionRequest struct {
 
 func (x *GetPolicyVersionRequest) Reset() {
 	*x = GetPolicyVersionRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4947,7 @@ func (x *GetPolicyVersionRequest) String() string {
 func (*GetPolicyVersionRequest) ProtoMessage() {}
 
 func (x *GetPolicyVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[50]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4960,7 @@ func (x *GetPolicyVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyVersionRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{50}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetPolicyVersionRequest) GetVersion() int64 {
@@ -4357,7 +4979,7 @@ type GetPolicyVersionResponse struct {
 
 func (x *GetPolicyVersionResponse) Reset() {
 	*x = GetPolicyVersionResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4991,7 @@ func (x *GetPolicyVersionResponse) String() string {
 func (*GetPolicyVersionResponse) ProtoMessage() {}
 
 func (x *GetPolicyVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[51]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +5004,7 @@ func (x *GetPolicyVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyVersionResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{51}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPolicyVersionResponse) GetVersion() *PolicyVersion {
@@ -4406,7 +5028,7 @@ type RollbackPoliciesRequest struct {
 
 func (x *RollbackPoliciesRequest) Reset() {
 	*x = RollbackPoliciesRequest{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4418,7 +5040,7 @@ func (x *RollbackPoliciesRequest) String() string {
 func (*RollbackPoliciesRequest) ProtoMessage() {}
 
 func (x *RollbackPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[52]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4431,7 +5053,7 @@ func (x *RollbackPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*RollbackPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{52}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RollbackPoliciesRequest) GetVersion() int64 {
@@ -4471,7 +5093,7 @@ type RollbackPoliciesResponse struct {
 
 func (x *RollbackPoliciesResponse) Reset() {
 	*x = RollbackPoliciesResponse{}
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +5105,7 @@ func (x *RollbackPoliciesResponse) String() string {
 func (*RollbackPoliciesResponse) ProtoMessage() {}
 
 func (x *RollbackPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_freqcap_v1_freqcap_proto_msgTypes[53]
+	mi := &file_freqcap_v1_freqcap_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +5118,7 @@ func (x *RollbackPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*RollbackPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{53}
+	return file_freqcap_v1_freqcap_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RollbackPoliciesResponse) GetVersion() *PolicyVersion {
@@ -4810,7 +5432,44 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fSubjectEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x18\n" +
-	"\x16DeleteOverrideResponse\"\x91\x01\n" +
+	"\x16DeleteOverrideResponse\"\x98\x01\n" +
+	"\x04Link\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06person\x18\x02 \x01(\tR\x06person\x124\n" +
+	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa1\x01\n" +
+	"\vPersonEvent\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
+	"\x02op\x18\x02 \x01(\tR\x02op\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x12\n" +
+	"\x04zone\x18\x04 \x01(\tR\x04zone\x12\x0e\n" +
+	"\x02by\x18\x05 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"a\n" +
+	"\x13LinkIdentityRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06person\x18\x02 \x01(\tR\x06person\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
+	"\x14LinkIdentityResponse\x12$\n" +
+	"\x04link\x18\x01 \x01(\v2\x10.freqcap.v1.LinkR\x04link\"K\n" +
+	"\x15UnlinkIdentityRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x18\n" +
+	"\x16UnlinkIdentityResponse\"F\n" +
+	"\x10GetPersonRequest\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06person\x18\x02 \x01(\tR\x06person\"\xbc\x01\n" +
+	"\x11GetPersonResponse\x12\x16\n" +
+	"\x06person\x18\x01 \x01(\tR\x06person\x12$\n" +
+	"\x04link\x18\x02 \x01(\v2\x10.freqcap.v1.LinkR\x04link\x12\x12\n" +
+	"\x04zone\x18\x03 \x01(\tR\x04zone\x12&\n" +
+	"\x05links\x18\x04 \x03(\v2\x10.freqcap.v1.LinkR\x05links\x12-\n" +
+	"\x05audit\x18\x05 \x03(\v2\x17.freqcap.v1.PersonEventR\x05audit\"Z\n" +
+	"\x14SetPersonZoneRequest\x12\x16\n" +
+	"\x06person\x18\x01 \x01(\tR\x06person\x12\x12\n" +
+	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x17\n" +
+	"\x15SetPersonZoneResponse\"\x91\x01\n" +
 	"\rPolicyVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
@@ -4866,7 +5525,7 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\fCALENDAR_DAY\x10\x01\x12\x11\n" +
 	"\rCALENDAR_HOUR\x10\x02\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x03\x12\x12\n" +
-	"\x0eCALENDAR_MONTH\x10\x04*\xc0\x06\n" +
+	"\x0eCALENDAR_MONTH\x10\x04*\xaf\a\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_INVALID_ARGUMENT\x10\x01\x12\x19\n" +
@@ -4897,7 +5556,11 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x13REASON_INVALID_ZONE\x10\x19\x12\x18\n" +
 	"\x14REASON_INVALID_CLASS\x10\x1a\x12\x1b\n" +
 	"\x17REASON_INVALID_PRIORITY\x10\x1b\x12\x15\n" +
-	"\x11REASON_CLOCK_SKEW\x10\x1c*O\n" +
+	"\x11REASON_CLOCK_SKEW\x10\x1c\x12\x1b\n" +
+	"\x17REASON_INVALID_IDENTITY\x10\x1d\x12\x19\n" +
+	"\x15REASON_LINK_NOT_FOUND\x10\x1e\x12\x1a\n" +
+	"\x16REASON_IDENTITY_LINKED\x10\x1f\x12\x19\n" +
+	"\x15REASON_TOO_MANY_LINKS\x10 *O\n" +
 	"\tExemption\x12\x12\n" +
 	"\x0eEXEMPTION_NONE\x10\x00\x12\x15\n" +
 	"\x11EXEMPTION_COUNTED\x10\x01\x12\x17\n" +
@@ -4936,7 +5599,12 @@ const file_freqcap_v1_freqcap_proto_rawDesc = "" +
 	"\x0fOverrideService\x12N\n" +
 	"\vSetOverride\x12\x1e.freqcap.v1.SetOverrideRequest\x1a\x1f.freqcap.v1.SetOverrideResponse\x12T\n" +
 	"\rListOverrides\x12 .freqcap.v1.ListOverridesRequest\x1a!.freqcap.v1.ListOverridesResponse\x12W\n" +
-	"\x0eDeleteOverride\x12!.freqcap.v1.DeleteOverrideRequest\x1a\".freqcap.v1.DeleteOverrideResponseBG\n" +
+	"\x0eDeleteOverride\x12!.freqcap.v1.DeleteOverrideRequest\x1a\".freqcap.v1.DeleteOverrideResponse2\xdb\x02\n" +
+	"\rPersonService\x12Q\n" +
+	"\fLinkIdentity\x12\x1f.freqcap.v1.LinkIdentityRequest\x1a .freqcap.v1.LinkIdentityResponse\x12W\n" +
+	"\x0eUnlinkIdentity\x12!.freqcap.v1.UnlinkIdentityRequest\x1a\".freqcap.v1.UnlinkIdentityResponse\x12H\n" +
+	"\tGetPerson\x12\x1c.freqcap.v1.GetPersonRequest\x1a\x1d.freqcap.v1.GetPersonResponse\x12T\n" +
+	"\rSetPersonZone\x12 .freqcap.v1.SetPersonZoneRequest\x1a!.freqcap.v1.SetPersonZoneResponseBG\n" +
 	"\x0edev.freqcap.v1P\x01Z3github.com/freqcap/freqcap/gen/freqcap/v1;freqcapv1b\x06proto3"
 
 var (
@@ -4952,7 +5620,7 @@ func file_freqcap_v1_freqcap_proto_rawDescGZIP() []byte {
 }
 
 var file_freqcap_v1_freqcap_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_freqcap_v1_freqcap_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_freqcap_v1_freqcap_proto_goTypes = []any{
 	(Algorithm)(0),                   // 0: freqcap.v1.Algorithm
 	(Calendar)(0),                    // 1: freqcap.v1.Calendar
@@ -5002,151 +5670,175 @@ var file_freqcap_v1_freqcap_proto_goTypes = []any{
 	(*ListOverridesResponse)(nil),    // 45: freqcap.v1.ListOverridesResponse
 	(*DeleteOverrideRequest)(nil),    // 46: freqcap.v1.DeleteOverrideRequest
 	(*DeleteOverrideResponse)(nil),   // 47: freqcap.v1.DeleteOverrideResponse
-	(*PolicyVersion)(nil),            // 48: freqcap.v1.PolicyVersion
-	(*PolicyChange)(nil),             // 49: freqcap.v1.PolicyChange
-	(*PlanPoliciesRequest)(nil),      // 50: freqcap.v1.PlanPoliciesRequest
-	(*PlanPoliciesResponse)(nil),     // 51: freqcap.v1.PlanPoliciesResponse
-	(*ApplyPoliciesRequest)(nil),     // 52: freqcap.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),    // 53: freqcap.v1.ApplyPoliciesResponse
-	(*PolicyHistoryRequest)(nil),     // 54: freqcap.v1.PolicyHistoryRequest
-	(*PolicyHistoryResponse)(nil),    // 55: freqcap.v1.PolicyHistoryResponse
-	(*GetPolicyVersionRequest)(nil),  // 56: freqcap.v1.GetPolicyVersionRequest
-	(*GetPolicyVersionResponse)(nil), // 57: freqcap.v1.GetPolicyVersionResponse
-	(*RollbackPoliciesRequest)(nil),  // 58: freqcap.v1.RollbackPoliciesRequest
-	(*RollbackPoliciesResponse)(nil), // 59: freqcap.v1.RollbackPoliciesResponse
-	nil,                              // 60: freqcap.v1.Attempt.SubjectEntry
-	nil,                              // 61: freqcap.v1.TakeRequest.SubjectEntry
-	nil,                              // 62: freqcap.v1.PeekRequest.SubjectEntry
-	nil,                              // 63: freqcap.v1.ReserveRequest.SubjectEntry
-	nil,                              // 64: freqcap.v1.CommitRequest.SubjectEntry
-	nil,                              // 65: freqcap.v1.CancelRequest.SubjectEntry
-	nil,                              // 66: freqcap.v1.InspectRequest.SubjectEntry
-	nil,                              // 67: freqcap.v1.Denial.ValuesEntry
-	nil,                              // 68: freqcap.v1.ResetRequest.SubjectEntry
-	nil,                              // 69: freqcap.v1.Override.LimitsEntry
-	nil,                              // 70: freqcap.v1.SetOverrideRequest.SubjectEntry
-	nil,                              // 71: freqcap.v1.ListOverridesRequest.SubjectEntry
-	nil,                              // 72: freqcap.v1.DeleteOverrideRequest.SubjectEntry
-	(*durationpb.Duration)(nil),      // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 74: google.protobuf.Timestamp
+	(*Link)(nil),                     // 48: freqcap.v1.Link
+	(*PersonEvent)(nil),              // 49: freqcap.v1.PersonEvent
+	(*LinkIdentityRequest)(nil),      // 50: freqcap.v1.LinkIdentityRequest
+	(*LinkIdentityResponse)(nil),     // 51: freqcap.v1.LinkIdentityResponse
+	(*UnlinkIdentityRequest)(nil),    // 52: freqcap.v1.UnlinkIdentityRequest
+	(*UnlinkIdentityResponse)(nil),   // 53: freqcap.v1.UnlinkIdentityResponse
+	(*GetPersonRequest)(nil),         // 54: freqcap.v1.GetPersonRequest
+	(*GetPersonResponse)(nil),        // 55: freqcap.v1.GetPersonResponse
+	(*SetPersonZoneRequest)(nil),     // 56: freqcap.v1.SetPersonZoneRequest
+	(*SetPersonZoneResponse)(nil),    // 57: freqcap.v1.SetPersonZoneResponse
+	(*PolicyVersion)(nil),            // 58: freqcap.v1.PolicyVersion
+	(*PolicyChange)(nil),             // 59: freqcap.v1.PolicyChange
+	(*PlanPoliciesRequest)(nil),      // 60: freqcap.v1.PlanPoliciesRequest
+	(*PlanPoliciesResponse)(nil),     // 61: freqcap.v1.PlanPoliciesResponse
+	(*ApplyPoliciesRequest)(nil),     // 62: freqcap.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),    // 63: freqcap.v1.ApplyPoliciesResponse
+	(*PolicyHistoryRequest)(nil),     // 64: freqcap.v1.PolicyHistoryRequest
+	(*PolicyHistoryResponse)(nil),    // 65: freqcap.v1.PolicyHistoryResponse
+	(*GetPolicyVersionRequest)(nil),  // 66: freqcap.v1.GetPolicyVersionRequest
+	(*GetPolicyVersionResponse)(nil), // 67: freqcap.v1.GetPolicyVersionResponse
+	(*RollbackPoliciesRequest)(nil),  // 68: freqcap.v1.RollbackPoliciesRequest
+	(*RollbackPoliciesResponse)(nil), // 69: freqcap.v1.RollbackPoliciesResponse
+	nil,                              // 70: freqcap.v1.Attempt.SubjectEntry
+	nil,                              // 71: freqcap.v1.TakeRequest.SubjectEntry
+	nil,                              // 72: freqcap.v1.PeekRequest.SubjectEntry
+	nil,                              // 73: freqcap.v1.ReserveRequest.SubjectEntry
+	nil,                              // 74: freqcap.v1.CommitRequest.SubjectEntry
+	nil,                              // 75: freqcap.v1.CancelRequest.SubjectEntry
+	nil,                              // 76: freqcap.v1.InspectRequest.SubjectEntry
+	nil,                              // 77: freqcap.v1.Denial.ValuesEntry
+	nil,                              // 78: freqcap.v1.ResetRequest.SubjectEntry
+	nil,                              // 79: freqcap.v1.Override.LimitsEntry
+	nil,                              // 80: freqcap.v1.SetOverrideRequest.SubjectEntry
+	nil,                              // 81: freqcap.v1.ListOverridesRequest.SubjectEntry
+	nil,                              // 82: freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	(*durationpb.Duration)(nil),      // 83: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 84: google.protobuf.Timestamp
 }
 var file_freqcap_v1_freqcap_proto_depIdxs = []int32{
-	2,  // 0: freqcap.v1.ErrorDetail.reason:type_name -> freqcap.v1.Reason
-	7,  // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
-	60, // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
-	73, // 3: freqcap.v1.Attempt.idempotency_ttl:type_name -> google.protobuf.Duration
-	61, // 4: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
-	73, // 5: freqcap.v1.TakeRequest.idempotency_ttl:type_name -> google.protobuf.Duration
-	25, // 6: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
-	62, // 7: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
-	25, // 8: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
-	63, // 9: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
-	73, // 10: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	73, // 11: freqcap.v1.ReserveRequest.idempotency_ttl:type_name -> google.protobuf.Duration
-	25, // 12: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
-	64, // 13: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
-	65, // 14: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
-	8,  // 15: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	23, // 16: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	8,  // 17: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
-	23, // 18: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
-	25, // 19: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
-	24, // 20: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
-	2,  // 21: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
-	74, // 22: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
-	27, // 23: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
-	73, // 24: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	41, // 25: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
-	26, // 26: freqcap.v1.Decision.rooms:type_name -> freqcap.v1.Room
-	74, // 27: freqcap.v1.Decision.quiet_until:type_name -> google.protobuf.Timestamp
-	74, // 28: freqcap.v1.Decision.next_eligible:type_name -> google.protobuf.Timestamp
-	0,  // 29: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
-	73, // 30: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	73, // 31: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	3,  // 32: freqcap.v1.RuleDecision.exempt:type_name -> freqcap.v1.Exemption
-	66, // 33: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
-	74, // 34: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
-	27, // 35: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
-	30, // 36: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
-	73, // 37: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
-	74, // 38: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
-	73, // 39: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
-	67, // 40: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
-	68, // 41: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
-	35, // 42: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
-	74, // 43: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
-	39, // 44: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
-	73, // 45: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
-	36, // 46: freqcap.v1.Policy.classes:type_name -> freqcap.v1.MessageClass
-	37, // 47: freqcap.v1.Policy.quiet_hours:type_name -> freqcap.v1.QuietHours
-	38, // 48: freqcap.v1.QuietHours.periods:type_name -> freqcap.v1.QuietPeriod
-	73, // 49: freqcap.v1.QuietPeriod.from:type_name -> google.protobuf.Duration
-	73, // 50: freqcap.v1.QuietPeriod.to:type_name -> google.protobuf.Duration
-	4,  // 51: freqcap.v1.QuietPeriod.days:type_name -> freqcap.v1.Weekday
-	0,  // 52: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
-	73, // 53: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
-	1,  // 54: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
-	73, // 55: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
-	40, // 56: freqcap.v1.Rule.headroom:type_name -> freqcap.v1.Headroom
-	5,  // 57: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
-	69, // 58: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
-	74, // 59: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
-	74, // 60: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
-	70, // 61: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
-	41, // 62: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
-	73, // 63: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 64: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
-	71, // 65: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
-	41, // 66: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
-	72, // 67: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
-	74, // 68: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
-	7,  // 69: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
-	49, // 70: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
-	48, // 71: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	48, // 72: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
-	48, // 73: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
-	48, // 74: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
-	9,  // 75: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
-	11, // 76: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
-	13, // 77: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
-	15, // 78: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
-	17, // 79: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
-	19, // 80: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
-	21, // 81: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
-	28, // 82: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
-	31, // 83: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
-	33, // 84: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
-	50, // 85: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
-	52, // 86: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
-	54, // 87: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
-	56, // 88: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
-	58, // 89: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
-	42, // 90: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
-	44, // 91: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
-	46, // 92: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
-	10, // 93: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
-	12, // 94: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
-	14, // 95: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
-	16, // 96: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
-	18, // 97: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
-	20, // 98: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
-	22, // 99: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
-	29, // 100: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
-	32, // 101: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
-	34, // 102: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
-	51, // 103: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
-	53, // 104: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
-	55, // 105: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
-	57, // 106: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
-	59, // 107: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
-	43, // 108: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
-	45, // 109: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
-	47, // 110: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
-	93, // [93:111] is the sub-list for method output_type
-	75, // [75:93] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	2,   // 0: freqcap.v1.ErrorDetail.reason:type_name -> freqcap.v1.Reason
+	7,   // 1: freqcap.v1.ErrorDetail.faults:type_name -> freqcap.v1.DocumentFault
+	70,  // 2: freqcap.v1.Attempt.subject:type_name -> freqcap.v1.Attempt.SubjectEntry
+	83,  // 3: freqcap.v1.Attempt.idempotency_ttl:type_name -> google.protobuf.Duration
+	71,  // 4: freqcap.v1.TakeRequest.subject:type_name -> freqcap.v1.TakeRequest.SubjectEntry
+	83,  // 5: freqcap.v1.TakeRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	25,  // 6: freqcap.v1.TakeResponse.decision:type_name -> freqcap.v1.Decision
+	72,  // 7: freqcap.v1.PeekRequest.subject:type_name -> freqcap.v1.PeekRequest.SubjectEntry
+	25,  // 8: freqcap.v1.PeekResponse.decision:type_name -> freqcap.v1.Decision
+	73,  // 9: freqcap.v1.ReserveRequest.subject:type_name -> freqcap.v1.ReserveRequest.SubjectEntry
+	83,  // 10: freqcap.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	83,  // 11: freqcap.v1.ReserveRequest.idempotency_ttl:type_name -> google.protobuf.Duration
+	25,  // 12: freqcap.v1.ReserveResponse.decision:type_name -> freqcap.v1.Decision
+	74,  // 13: freqcap.v1.CommitRequest.subject:type_name -> freqcap.v1.CommitRequest.SubjectEntry
+	75,  // 14: freqcap.v1.CancelRequest.subject:type_name -> freqcap.v1.CancelRequest.SubjectEntry
+	8,   // 15: freqcap.v1.TakeBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	23,  // 16: freqcap.v1.TakeBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	8,   // 17: freqcap.v1.PeekBatchRequest.attempts:type_name -> freqcap.v1.Attempt
+	23,  // 18: freqcap.v1.PeekBatchResponse.results:type_name -> freqcap.v1.BatchResult
+	25,  // 19: freqcap.v1.BatchResult.decision:type_name -> freqcap.v1.Decision
+	24,  // 20: freqcap.v1.BatchResult.error:type_name -> freqcap.v1.AttemptError
+	2,   // 21: freqcap.v1.AttemptError.reason:type_name -> freqcap.v1.Reason
+	84,  // 22: freqcap.v1.Decision.at:type_name -> google.protobuf.Timestamp
+	27,  // 23: freqcap.v1.Decision.rules:type_name -> freqcap.v1.RuleDecision
+	83,  // 24: freqcap.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	41,  // 25: freqcap.v1.Decision.override:type_name -> freqcap.v1.Override
+	26,  // 26: freqcap.v1.Decision.rooms:type_name -> freqcap.v1.Room
+	84,  // 27: freqcap.v1.Decision.quiet_until:type_name -> google.protobuf.Timestamp
+	84,  // 28: freqcap.v1.Decision.next_eligible:type_name -> google.protobuf.Timestamp
+	0,   // 29: freqcap.v1.RuleDecision.algorithm:type_name -> freqcap.v1.Algorithm
+	83,  // 30: freqcap.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	83,  // 31: freqcap.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	3,   // 32: freqcap.v1.RuleDecision.exempt:type_name -> freqcap.v1.Exemption
+	76,  // 33: freqcap.v1.InspectRequest.subject:type_name -> freqcap.v1.InspectRequest.SubjectEntry
+	84,  // 34: freqcap.v1.InspectResponse.at:type_name -> google.protobuf.Timestamp
+	27,  // 35: freqcap.v1.InspectResponse.rules:type_name -> freqcap.v1.RuleDecision
+	30,  // 36: freqcap.v1.InspectResponse.denials:type_name -> freqcap.v1.Denial
+	83,  // 37: freqcap.v1.InspectResponse.trail_ttl:type_name -> google.protobuf.Duration
+	84,  // 38: freqcap.v1.Denial.at:type_name -> google.protobuf.Timestamp
+	83,  // 39: freqcap.v1.Denial.retry_after:type_name -> google.protobuf.Duration
+	77,  // 40: freqcap.v1.Denial.values:type_name -> freqcap.v1.Denial.ValuesEntry
+	78,  // 41: freqcap.v1.ResetRequest.subject:type_name -> freqcap.v1.ResetRequest.SubjectEntry
+	35,  // 42: freqcap.v1.ListPoliciesResponse.policies:type_name -> freqcap.v1.Policy
+	84,  // 43: freqcap.v1.ListPoliciesResponse.version_at:type_name -> google.protobuf.Timestamp
+	39,  // 44: freqcap.v1.Policy.rules:type_name -> freqcap.v1.Rule
+	83,  // 45: freqcap.v1.Policy.trail_ttl:type_name -> google.protobuf.Duration
+	36,  // 46: freqcap.v1.Policy.classes:type_name -> freqcap.v1.MessageClass
+	37,  // 47: freqcap.v1.Policy.quiet_hours:type_name -> freqcap.v1.QuietHours
+	38,  // 48: freqcap.v1.QuietHours.periods:type_name -> freqcap.v1.QuietPeriod
+	83,  // 49: freqcap.v1.QuietPeriod.from:type_name -> google.protobuf.Duration
+	83,  // 50: freqcap.v1.QuietPeriod.to:type_name -> google.protobuf.Duration
+	4,   // 51: freqcap.v1.QuietPeriod.days:type_name -> freqcap.v1.Weekday
+	0,   // 52: freqcap.v1.Rule.algorithm:type_name -> freqcap.v1.Algorithm
+	83,  // 53: freqcap.v1.Rule.window:type_name -> google.protobuf.Duration
+	1,   // 54: freqcap.v1.Rule.calendar:type_name -> freqcap.v1.Calendar
+	83,  // 55: freqcap.v1.Rule.quota_window:type_name -> google.protobuf.Duration
+	40,  // 56: freqcap.v1.Rule.headroom:type_name -> freqcap.v1.Headroom
+	5,   // 57: freqcap.v1.Override.kind:type_name -> freqcap.v1.OverrideKind
+	79,  // 58: freqcap.v1.Override.limits:type_name -> freqcap.v1.Override.LimitsEntry
+	84,  // 59: freqcap.v1.Override.until:type_name -> google.protobuf.Timestamp
+	84,  // 60: freqcap.v1.Override.created:type_name -> google.protobuf.Timestamp
+	80,  // 61: freqcap.v1.SetOverrideRequest.subject:type_name -> freqcap.v1.SetOverrideRequest.SubjectEntry
+	41,  // 62: freqcap.v1.SetOverrideRequest.override:type_name -> freqcap.v1.Override
+	83,  // 63: freqcap.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	41,  // 64: freqcap.v1.SetOverrideResponse.override:type_name -> freqcap.v1.Override
+	81,  // 65: freqcap.v1.ListOverridesRequest.subject:type_name -> freqcap.v1.ListOverridesRequest.SubjectEntry
+	41,  // 66: freqcap.v1.ListOverridesResponse.overrides:type_name -> freqcap.v1.Override
+	82,  // 67: freqcap.v1.DeleteOverrideRequest.subject:type_name -> freqcap.v1.DeleteOverrideRequest.SubjectEntry
+	84,  // 68: freqcap.v1.Link.created:type_name -> google.protobuf.Timestamp
+	84,  // 69: freqcap.v1.PersonEvent.at:type_name -> google.protobuf.Timestamp
+	48,  // 70: freqcap.v1.LinkIdentityResponse.link:type_name -> freqcap.v1.Link
+	48,  // 71: freqcap.v1.GetPersonResponse.link:type_name -> freqcap.v1.Link
+	48,  // 72: freqcap.v1.GetPersonResponse.links:type_name -> freqcap.v1.Link
+	49,  // 73: freqcap.v1.GetPersonResponse.audit:type_name -> freqcap.v1.PersonEvent
+	84,  // 74: freqcap.v1.PolicyVersion.at:type_name -> google.protobuf.Timestamp
+	7,   // 75: freqcap.v1.PlanPoliciesResponse.faults:type_name -> freqcap.v1.DocumentFault
+	59,  // 76: freqcap.v1.PlanPoliciesResponse.changes:type_name -> freqcap.v1.PolicyChange
+	58,  // 77: freqcap.v1.ApplyPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	58,  // 78: freqcap.v1.PolicyHistoryResponse.versions:type_name -> freqcap.v1.PolicyVersion
+	58,  // 79: freqcap.v1.GetPolicyVersionResponse.version:type_name -> freqcap.v1.PolicyVersion
+	58,  // 80: freqcap.v1.RollbackPoliciesResponse.version:type_name -> freqcap.v1.PolicyVersion
+	9,   // 81: freqcap.v1.FreqcapService.Take:input_type -> freqcap.v1.TakeRequest
+	11,  // 82: freqcap.v1.FreqcapService.Peek:input_type -> freqcap.v1.PeekRequest
+	13,  // 83: freqcap.v1.FreqcapService.Reserve:input_type -> freqcap.v1.ReserveRequest
+	15,  // 84: freqcap.v1.FreqcapService.Commit:input_type -> freqcap.v1.CommitRequest
+	17,  // 85: freqcap.v1.FreqcapService.Cancel:input_type -> freqcap.v1.CancelRequest
+	19,  // 86: freqcap.v1.FreqcapService.TakeBatch:input_type -> freqcap.v1.TakeBatchRequest
+	21,  // 87: freqcap.v1.FreqcapService.PeekBatch:input_type -> freqcap.v1.PeekBatchRequest
+	28,  // 88: freqcap.v1.FreqcapService.Inspect:input_type -> freqcap.v1.InspectRequest
+	31,  // 89: freqcap.v1.FreqcapService.Reset:input_type -> freqcap.v1.ResetRequest
+	33,  // 90: freqcap.v1.FreqcapService.ListPolicies:input_type -> freqcap.v1.ListPoliciesRequest
+	60,  // 91: freqcap.v1.PolicyService.PlanPolicies:input_type -> freqcap.v1.PlanPoliciesRequest
+	62,  // 92: freqcap.v1.PolicyService.ApplyPolicies:input_type -> freqcap.v1.ApplyPoliciesRequest
+	64,  // 93: freqcap.v1.PolicyService.PolicyHistory:input_type -> freqcap.v1.PolicyHistoryRequest
+	66,  // 94: freqcap.v1.PolicyService.GetPolicyVersion:input_type -> freqcap.v1.GetPolicyVersionRequest
+	68,  // 95: freqcap.v1.PolicyService.RollbackPolicies:input_type -> freqcap.v1.RollbackPoliciesRequest
+	42,  // 96: freqcap.v1.OverrideService.SetOverride:input_type -> freqcap.v1.SetOverrideRequest
+	44,  // 97: freqcap.v1.OverrideService.ListOverrides:input_type -> freqcap.v1.ListOverridesRequest
+	46,  // 98: freqcap.v1.OverrideService.DeleteOverride:input_type -> freqcap.v1.DeleteOverrideRequest
+	50,  // 99: freqcap.v1.PersonService.LinkIdentity:input_type -> freqcap.v1.LinkIdentityRequest
+	52,  // 100: freqcap.v1.PersonService.UnlinkIdentity:input_type -> freqcap.v1.UnlinkIdentityRequest
+	54,  // 101: freqcap.v1.PersonService.GetPerson:input_type -> freqcap.v1.GetPersonRequest
+	56,  // 102: freqcap.v1.PersonService.SetPersonZone:input_type -> freqcap.v1.SetPersonZoneRequest
+	10,  // 103: freqcap.v1.FreqcapService.Take:output_type -> freqcap.v1.TakeResponse
+	12,  // 104: freqcap.v1.FreqcapService.Peek:output_type -> freqcap.v1.PeekResponse
+	14,  // 105: freqcap.v1.FreqcapService.Reserve:output_type -> freqcap.v1.ReserveResponse
+	16,  // 106: freqcap.v1.FreqcapService.Commit:output_type -> freqcap.v1.CommitResponse
+	18,  // 107: freqcap.v1.FreqcapService.Cancel:output_type -> freqcap.v1.CancelResponse
+	20,  // 108: freqcap.v1.FreqcapService.TakeBatch:output_type -> freqcap.v1.TakeBatchResponse
+	22,  // 109: freqcap.v1.FreqcapService.PeekBatch:output_type -> freqcap.v1.PeekBatchResponse
+	29,  // 110: freqcap.v1.FreqcapService.Inspect:output_type -> freqcap.v1.InspectResponse
+	32,  // 111: freqcap.v1.FreqcapService.Reset:output_type -> freqcap.v1.ResetResponse
+	34,  // 112: freqcap.v1.FreqcapService.ListPolicies:output_type -> freqcap.v1.ListPoliciesResponse
+	61,  // 113: freqcap.v1.PolicyService.PlanPolicies:output_type -> freqcap.v1.PlanPoliciesResponse
+	63,  // 114: freqcap.v1.PolicyService.ApplyPolicies:output_type -> freqcap.v1.ApplyPoliciesResponse
+	65,  // 115: freqcap.v1.PolicyService.PolicyHistory:output_type -> freqcap.v1.PolicyHistoryResponse
+	67,  // 116: freqcap.v1.PolicyService.GetPolicyVersion:output_type -> freqcap.v1.GetPolicyVersionResponse
+	69,  // 117: freqcap.v1.PolicyService.RollbackPolicies:output_type -> freqcap.v1.RollbackPoliciesResponse
+	43,  // 118: freqcap.v1.OverrideService.SetOverride:output_type -> freqcap.v1.SetOverrideResponse
+	45,  // 119: freqcap.v1.OverrideService.ListOverrides:output_type -> freqcap.v1.ListOverridesResponse
+	47,  // 120: freqcap.v1.OverrideService.DeleteOverride:output_type -> freqcap.v1.DeleteOverrideResponse
+	51,  // 121: freqcap.v1.PersonService.LinkIdentity:output_type -> freqcap.v1.LinkIdentityResponse
+	53,  // 122: freqcap.v1.PersonService.UnlinkIdentity:output_type -> freqcap.v1.UnlinkIdentityResponse
+	55,  // 123: freqcap.v1.PersonService.GetPerson:output_type -> freqcap.v1.GetPersonResponse
+	57,  // 124: freqcap.v1.PersonService.SetPersonZone:output_type -> freqcap.v1.SetPersonZoneResponse
+	103, // [103:125] is the sub-list for method output_type
+	81,  // [81:103] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_freqcap_v1_freqcap_proto_init() }
@@ -5160,9 +5852,9 @@ func file_freqcap_v1_freqcap_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_freqcap_v1_freqcap_proto_rawDesc), len(file_freqcap_v1_freqcap_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   67,
+			NumMessages:   77,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_freqcap_v1_freqcap_proto_goTypes,
 		DependencyIndexes: file_freqcap_v1_freqcap_proto_depIdxs,

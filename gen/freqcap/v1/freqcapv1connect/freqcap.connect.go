@@ -47,6 +47,8 @@ const (
 	PolicyServiceName = "freqcap.v1.PolicyService"
 	// OverrideServiceName is the fully-qualified name of the OverrideService service.
 	OverrideServiceName = "freqcap.v1.OverrideService"
+	// PersonServiceName is the fully-qualified name of the PersonService service.
+	PersonServiceName = "freqcap.v1.PersonService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -104,6 +106,17 @@ const (
 	// OverrideServiceDeleteOverrideProcedure is the fully-qualified name of the OverrideService's
 	// DeleteOverride RPC.
 	OverrideServiceDeleteOverrideProcedure = "/freqcap.v1.OverrideService/DeleteOverride"
+	// PersonServiceLinkIdentityProcedure is the fully-qualified name of the PersonService's
+	// LinkIdentity RPC.
+	PersonServiceLinkIdentityProcedure = "/freqcap.v1.PersonService/LinkIdentity"
+	// PersonServiceUnlinkIdentityProcedure is the fully-qualified name of the PersonService's
+	// UnlinkIdentity RPC.
+	PersonServiceUnlinkIdentityProcedure = "/freqcap.v1.PersonService/UnlinkIdentity"
+	// PersonServiceGetPersonProcedure is the fully-qualified name of the PersonService's GetPerson RPC.
+	PersonServiceGetPersonProcedure = "/freqcap.v1.PersonService/GetPerson"
+	// PersonServiceSetPersonZoneProcedure is the fully-qualified name of the PersonService's
+	// SetPersonZone RPC.
+	PersonServiceSetPersonZoneProcedure = "/freqcap.v1.PersonService/SetPersonZone"
 )
 
 // FreqcapServiceClient is a client for the freqcap.v1.FreqcapService service.
@@ -792,4 +805,182 @@ func (UnimplementedOverrideServiceHandler) ListOverrides(context.Context, *conne
 
 func (UnimplementedOverrideServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.OverrideService.DeleteOverride is not implemented"))
+}
+
+// PersonServiceClient is a client for the freqcap.v1.PersonService service.
+type PersonServiceClient interface {
+	// LinkIdentity links identity to person and returns the link as stored.
+	// Linking an identity again to the same person updates by and reason.
+	// ALREADY_EXISTS (reason IDENTITY_LINKED) when identity is linked to
+	// another person (unlink it first: nothing changes); FAILED_PRECONDITION
+	// (reason TOO_MANY_LINKS) when person has 100 identities.
+	LinkIdentity(context.Context, *connect.Request[v1.LinkIdentityRequest]) (*connect.Response[v1.LinkIdentityResponse], error)
+	// UnlinkIdentity removes identity's link: it is its own person again.
+	// NOT_FOUND (reason LINK_NOT_FOUND) when it has no link.
+	UnlinkIdentity(context.Context, *connect.Request[v1.UnlinkIdentityRequest]) (*connect.Response[v1.UnlinkIdentityResponse], error)
+	// GetPerson returns what is kept of a person, found from any of its
+	// identities or named: its identities, its stored zone and its audit.
+	// A person never linked nor given a zone is an empty answer, not an
+	// error.
+	GetPerson(context.Context, *connect.Request[v1.GetPersonRequest]) (*connect.Response[v1.GetPersonResponse], error)
+	// SetPersonZone stores person's IANA time zone (its calendar rules and
+	// quiet hours use it when an attempt gives no zone), or clears it.
+	// INVALID_ARGUMENT (reason INVALID_ZONE) for a zone the server cannot
+	// load, or "Local".
+	SetPersonZone(context.Context, *connect.Request[v1.SetPersonZoneRequest]) (*connect.Response[v1.SetPersonZoneResponse], error)
+}
+
+// NewPersonServiceClient constructs a client for the freqcap.v1.PersonService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewPersonServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) PersonServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	personServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("PersonService").Methods()
+	return &personServiceClient{
+		linkIdentity: connect.NewClient[v1.LinkIdentityRequest, v1.LinkIdentityResponse](
+			httpClient,
+			baseURL+PersonServiceLinkIdentityProcedure,
+			connect.WithSchema(personServiceMethods.ByName("LinkIdentity")),
+			connect.WithClientOptions(opts...),
+		),
+		unlinkIdentity: connect.NewClient[v1.UnlinkIdentityRequest, v1.UnlinkIdentityResponse](
+			httpClient,
+			baseURL+PersonServiceUnlinkIdentityProcedure,
+			connect.WithSchema(personServiceMethods.ByName("UnlinkIdentity")),
+			connect.WithClientOptions(opts...),
+		),
+		getPerson: connect.NewClient[v1.GetPersonRequest, v1.GetPersonResponse](
+			httpClient,
+			baseURL+PersonServiceGetPersonProcedure,
+			connect.WithSchema(personServiceMethods.ByName("GetPerson")),
+			connect.WithClientOptions(opts...),
+		),
+		setPersonZone: connect.NewClient[v1.SetPersonZoneRequest, v1.SetPersonZoneResponse](
+			httpClient,
+			baseURL+PersonServiceSetPersonZoneProcedure,
+			connect.WithSchema(personServiceMethods.ByName("SetPersonZone")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// personServiceClient implements PersonServiceClient.
+type personServiceClient struct {
+	linkIdentity   *connect.Client[v1.LinkIdentityRequest, v1.LinkIdentityResponse]
+	unlinkIdentity *connect.Client[v1.UnlinkIdentityRequest, v1.UnlinkIdentityResponse]
+	getPerson      *connect.Client[v1.GetPersonRequest, v1.GetPersonResponse]
+	setPersonZone  *connect.Client[v1.SetPersonZoneRequest, v1.SetPersonZoneResponse]
+}
+
+// LinkIdentity calls freqcap.v1.PersonService.LinkIdentity.
+func (c *personServiceClient) LinkIdentity(ctx context.Context, req *connect.Request[v1.LinkIdentityRequest]) (*connect.Response[v1.LinkIdentityResponse], error) {
+	return c.linkIdentity.CallUnary(ctx, req)
+}
+
+// UnlinkIdentity calls freqcap.v1.PersonService.UnlinkIdentity.
+func (c *personServiceClient) UnlinkIdentity(ctx context.Context, req *connect.Request[v1.UnlinkIdentityRequest]) (*connect.Response[v1.UnlinkIdentityResponse], error) {
+	return c.unlinkIdentity.CallUnary(ctx, req)
+}
+
+// GetPerson calls freqcap.v1.PersonService.GetPerson.
+func (c *personServiceClient) GetPerson(ctx context.Context, req *connect.Request[v1.GetPersonRequest]) (*connect.Response[v1.GetPersonResponse], error) {
+	return c.getPerson.CallUnary(ctx, req)
+}
+
+// SetPersonZone calls freqcap.v1.PersonService.SetPersonZone.
+func (c *personServiceClient) SetPersonZone(ctx context.Context, req *connect.Request[v1.SetPersonZoneRequest]) (*connect.Response[v1.SetPersonZoneResponse], error) {
+	return c.setPersonZone.CallUnary(ctx, req)
+}
+
+// PersonServiceHandler is an implementation of the freqcap.v1.PersonService service.
+type PersonServiceHandler interface {
+	// LinkIdentity links identity to person and returns the link as stored.
+	// Linking an identity again to the same person updates by and reason.
+	// ALREADY_EXISTS (reason IDENTITY_LINKED) when identity is linked to
+	// another person (unlink it first: nothing changes); FAILED_PRECONDITION
+	// (reason TOO_MANY_LINKS) when person has 100 identities.
+	LinkIdentity(context.Context, *connect.Request[v1.LinkIdentityRequest]) (*connect.Response[v1.LinkIdentityResponse], error)
+	// UnlinkIdentity removes identity's link: it is its own person again.
+	// NOT_FOUND (reason LINK_NOT_FOUND) when it has no link.
+	UnlinkIdentity(context.Context, *connect.Request[v1.UnlinkIdentityRequest]) (*connect.Response[v1.UnlinkIdentityResponse], error)
+	// GetPerson returns what is kept of a person, found from any of its
+	// identities or named: its identities, its stored zone and its audit.
+	// A person never linked nor given a zone is an empty answer, not an
+	// error.
+	GetPerson(context.Context, *connect.Request[v1.GetPersonRequest]) (*connect.Response[v1.GetPersonResponse], error)
+	// SetPersonZone stores person's IANA time zone (its calendar rules and
+	// quiet hours use it when an attempt gives no zone), or clears it.
+	// INVALID_ARGUMENT (reason INVALID_ZONE) for a zone the server cannot
+	// load, or "Local".
+	SetPersonZone(context.Context, *connect.Request[v1.SetPersonZoneRequest]) (*connect.Response[v1.SetPersonZoneResponse], error)
+}
+
+// NewPersonServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewPersonServiceHandler(svc PersonServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	personServiceMethods := v1.File_freqcap_v1_freqcap_proto.Services().ByName("PersonService").Methods()
+	personServiceLinkIdentityHandler := connect.NewUnaryHandler(
+		PersonServiceLinkIdentityProcedure,
+		svc.LinkIdentity,
+		connect.WithSchema(personServiceMethods.ByName("LinkIdentity")),
+		connect.WithHandlerOptions(opts...),
+	)
+	personServiceUnlinkIdentityHandler := connect.NewUnaryHandler(
+		PersonServiceUnlinkIdentityProcedure,
+		svc.UnlinkIdentity,
+		connect.WithSchema(personServiceMethods.ByName("UnlinkIdentity")),
+		connect.WithHandlerOptions(opts...),
+	)
+	personServiceGetPersonHandler := connect.NewUnaryHandler(
+		PersonServiceGetPersonProcedure,
+		svc.GetPerson,
+		connect.WithSchema(personServiceMethods.ByName("GetPerson")),
+		connect.WithHandlerOptions(opts...),
+	)
+	personServiceSetPersonZoneHandler := connect.NewUnaryHandler(
+		PersonServiceSetPersonZoneProcedure,
+		svc.SetPersonZone,
+		connect.WithSchema(personServiceMethods.ByName("SetPersonZone")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/freqcap.v1.PersonService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PersonServiceLinkIdentityProcedure:
+			personServiceLinkIdentityHandler.ServeHTTP(w, r)
+		case PersonServiceUnlinkIdentityProcedure:
+			personServiceUnlinkIdentityHandler.ServeHTTP(w, r)
+		case PersonServiceGetPersonProcedure:
+			personServiceGetPersonHandler.ServeHTTP(w, r)
+		case PersonServiceSetPersonZoneProcedure:
+			personServiceSetPersonZoneHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedPersonServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedPersonServiceHandler struct{}
+
+func (UnimplementedPersonServiceHandler) LinkIdentity(context.Context, *connect.Request[v1.LinkIdentityRequest]) (*connect.Response[v1.LinkIdentityResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PersonService.LinkIdentity is not implemented"))
+}
+
+func (UnimplementedPersonServiceHandler) UnlinkIdentity(context.Context, *connect.Request[v1.UnlinkIdentityRequest]) (*connect.Response[v1.UnlinkIdentityResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PersonService.UnlinkIdentity is not implemented"))
+}
+
+func (UnimplementedPersonServiceHandler) GetPerson(context.Context, *connect.Request[v1.GetPersonRequest]) (*connect.Response[v1.GetPersonResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PersonService.GetPerson is not implemented"))
+}
+
+func (UnimplementedPersonServiceHandler) SetPersonZone(context.Context, *connect.Request[v1.SetPersonZoneRequest]) (*connect.Response[v1.SetPersonZoneResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("freqcap.v1.PersonService.SetPersonZone is not implemented"))
 }
