@@ -60,7 +60,7 @@ func TestPeople(t *testing.T) {
 			}
 			back, _, _ := strings.Cut(res.Header.Get("Location"), "#")
 			body := get(back, adminToken)
-			for _, want := range []string{`id="person-notice"`, `id="person-linked"`, `is an identity of person <a href="/person?id=` + person, `href="/subject?policy=push&user=` + person + `"`, `<tr data-identity="` + id + `">`, `<td class="by">alice</td>`, `<td class="reason">same device</td>`, "link " + id} {
+			for _, want := range []string{`id="person-notice"`, `id="person-linked"`, `is an identity of person <a href="/person?id=` + person, `href="/subject?policy=push&user=` + person + `"`, `<tr data-identity="` + id + `">`, `<td class="by" data-label="By">alice</td>`, `<td class="reason" data-label="Reason">same device</td>`, "link " + id} {
 				if !strings.Contains(body, want) {
 					t.Errorf("subject page after the link lacks %q:\n%s", want, body)
 				}
