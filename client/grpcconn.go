@@ -126,7 +126,7 @@ func connectError(err error) *connect.Error {
 
 func (g *grpcConn) close() error { return g.cc.Close() }
 
-// The methods of the three services, by their connect procedure names
+// The methods of the services, by their connect procedure names
 // (the gRPC method names).
 
 type grpcFreqcap struct{ grpcRef }

@@ -70,15 +70,23 @@ func (ovs *overrideService) audit(ctx context.Context, peer, action string, p *s
 	if err != nil {
 		e.Outcome = "failed: " + connect.CodeOf(ovs.failed(action, p, err)).String()
 	}
-	if ovs.s.cfg.Audit != nil {
-		if aerr := ovs.s.cfg.Audit(e); aerr != nil {
-			ovs.s.log.Error("serve: an override change could not be audited", "action", action, "policy", p.Name(), "caller", caller.Name, "outcome", e.Outcome, "err", aerr)
+	return ovs.s.recordChange(e, "an override change", "detail", detail)
+}
+
+// recordChange writes e, a change's audit entry, to Config.Audit and logs
+// a change made (what it was, for the log; logArgs added to its line).
+// An error writing it fails the call, with a message that says whether
+// the change was made.
+func (s *Server) recordChange(e AuditEntry, what string, logArgs ...any) error {
+	if s.cfg.Audit != nil {
+		if aerr := s.cfg.Audit(e); aerr != nil {
+			s.log.Error("serve: "+what+" could not be audited", "action", e.Action, "policy", e.Policy, "caller", e.Caller, "outcome", e.Outcome, "err", aerr)
 			return protoconv.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
-				"the "+action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
+				"the "+e.Action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
 		}
 	}
-	if err == nil {
-		ovs.s.log.Info("serve: override changed", "action", action, "policy", p.Name(), "caller", caller.Name, "detail", detail)
+	if e.Outcome == "ok" {
+		s.log.Info("serve: "+what+" made", append([]any{"action", e.Action, "policy", e.Policy, "caller", e.Caller}, logArgs...)...)
 	}
 	return nil
 }

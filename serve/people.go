@@ -71,17 +71,7 @@ func (pes *personService) audit(ctx context.Context, peer, action string, subj s
 		code, _ := protoconv.Classify(err)
 		e.Outcome = "failed: " + code.String()
 	}
-	if pes.s.cfg.Audit != nil {
-		if aerr := pes.s.cfg.Audit(e); aerr != nil {
-			pes.s.log.Error("serve: a change of identity links could not be audited", "action", action, "caller", caller.Name, "outcome", e.Outcome, "err", aerr)
-			return protoconv.NewError(connect.CodeInternal, freqcapv1.Reason_REASON_UNSPECIFIED,
-				"the "+action+" was "+e.Outcome+" but could not be recorded in the audit log (details are in the server's log)")
-		}
-	}
-	if err == nil {
-		pes.s.log.Info("serve: person changed", "action", action, "caller", caller.Name)
-	}
-	return nil
+	return pes.s.recordChange(e, "a change of identity links")
 }
 
 func (pes *personService) LinkIdentity(ctx context.Context, req *connect.Request[freqcapv1.LinkIdentityRequest]) (*connect.Response[freqcapv1.LinkIdentityResponse], error) {
