@@ -90,7 +90,9 @@ type Config struct {
 	// rollback). Nil: PolicyService answers FailedPrecondition.
 	Store *policystore.Store
 	// Callers are the credentials. None: every loopback client may do
-	// everything (as the caller named "local"); others are refused.
+	// everything but admin (as the caller named "local": overrides,
+	// identity links and policy-store writes need a credential); others
+	// are refused.
 	Callers []Caller
 	// Audit records each reset, override set or deleted, identity linked
 	// or unlinked, person's zone set or cleared, and policy version applied
