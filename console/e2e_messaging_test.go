@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/freqcap/freqcap/backends/memory"
 	"github.com/freqcap/freqcap/sdk"
 	"github.com/freqcap/freqcap/sdk/fakeclock"
@@ -17,8 +19,10 @@ import (
 // messaging caps (quiet hours 00:30–03:00 in Berlin, a daily cap of 3
 // that keeps 1 for priority ≥ 1, a counted exempt class otp): a
 // promotion denied for headroom, one denied for quiet hours, and an otp
-// sent in them past the cap. The page explains each, and writes
-// messaging-subject.png and messaging-phone.png ($FREQCAP_SCREENSHOT_DIR).
+// sent in them past the cap. The page explains each; the person's page,
+// found from the phone number, fits the screen too. It writes
+// messaging-subject.png, messaging-phone.png and person-messaging-*.png
+// ($FREQCAP_SCREENSHOT_DIR).
 func TestE2EMessaging(t *testing.T) {
 	p := msgsPolicy(t)
 	// 00:10 in Berlin: before the quiet hours.
@@ -89,5 +93,13 @@ func TestE2EMessaging(t *testing.T) {
 			}
 		}
 		screenshot(t, bctx, w.name)
+		// The person's own page: found from the identity, its identities and
+		// audit within the screen too.
+		run(t, bctx, "the person's page", chromedp.Navigate(base+"/person?id=phone:%2B4930"), chromedp.WaitVisible(chromedp.ID("person-audit")))
+		waitContains(t, bctx, "#person-linked", "phone:+4930 is an identity of person u1")
+		if n := evalInt(t, bctx, `[...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > window.innerWidth + 1).length`); n > 0 {
+			t.Errorf("person page at %d px: %d tables wider than the screen", w.width, n)
+		}
+		screenshot(t, bctx, "person-"+w.name)
 	}
 }
