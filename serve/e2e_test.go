@@ -36,8 +36,10 @@ func need(t *testing.T, what, install string, ok bool) {
 const debianPython = "/usr/bin/python3"
 
 // The Python sender of examples/python (shown in docs/serve/python.md) against a
-// live server, over gRPC with stubs generated from the repository's
-// .proto by Debian's protoc and grpc_tools.
+// live server of examples/senders.yaml, over gRPC with stubs generated from
+// the repository's .proto by Debian's protoc and grpc_tools: for a person
+// by day (pythonSenderPrints), one blocked by an override, and one at
+// night, whose promotions quiet hours deny (messagesAtNight).
 func TestPythonSender(t *testing.T) {
 	pyOK := exec.Command(debianPython, "-c", "import grpc, grpc_tools, google.protobuf").Run() == nil
 	need(t, "Debian's python3-grpcio, python3-grpc-tools or python3-protobuf", "apt-get install python3-grpcio python3-grpc-tools python3-protobuf", pyOK)
@@ -45,18 +47,56 @@ func TestPythonSender(t *testing.T) {
 	need(t, "protoc", "apt-get install protobuf-compiler libprotobuf-dev", err == nil)
 
 	b, _ := backendKinds[0].new(t)
-	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push")
+	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push,messages")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// push reads overrides here: one person is blocked.
-	ps := mustLoad(t, strings.Replace(testPolicies, "  - name: push\n", "  - name: push\n    overrides: true\n", 1))
+	ps := mustLoad(t, sendersDoc(t))
 	e := start(t, b, serve.Config{Callers: callers, Live: func() *policystore.Snapshot { return &policystore.Snapshot{Policies: ps} }})
 	blocked := sdk.Subject{"user": "py-blocked"}
 	if _, err := e.lim.Admin().SetOverride(context.Background(), ps[0], blocked, driver.Override{Kind: driver.Block, Until: time.Now().Add(time.Hour), Reason: "complaint"}); err != nil {
 		t.Fatal(err)
 	}
 
+	gen := pythonStubs(t)
+	day, night := senderZones(t)
+	run := func(user, zone string) []byte {
+		t.Helper()
+		cmd := exec.Command(debianPython, filepath.Join("..", "examples", "python", "sender.py"))
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+gen, "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"),
+			"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER="+user, "FREQCAP_ZONE="+zone)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("sender.py: %v\n%s", err, out)
+		}
+		return out
+	}
+	if out := run("py-user", day); !pythonSenderPrints.Match(out) {
+		t.Errorf("sender.py in %s printed:\n%s\nwant:\n%s", day, out, pythonSenderPrints)
+	}
+	out := run(blocked["user"], day)
+	if want := regexp.MustCompile(`^send #1: blocked by override #\d+ \(complaint\), retry in 3[56]\d\ds\n`); !want.Match(out) {
+		t.Errorf("sender.py for a blocked person printed:\n%s\nwant its first line to match %s", out, want)
+	}
+	if out := run("py-night", night); !strings.Contains(string(out), messagesAtNight) {
+		t.Errorf("sender.py in %s, at night, printed:\n%s\nwant its messages:\n%s", night, out, messagesAtNight)
+	}
+}
+
+// pythonSenderPrints is what examples/python/sender.py prints for a person
+// with no override, in a zone where it is day (senderZones).
+var pythonSenderPrints = regexp.MustCompile(`^send #1: allowed, 14 of 15 left this minute
+send #2: allowed, 13 of 15 left this minute
+send #3: blocked by content-59s, retry in \d+s
+retry of #1: allowed=True replayed=True
+` + regexp.QuoteMeta(messagesByDay) + `reset: PERMISSION_DENIED
+$`)
+
+// pythonStubs generates the Python stubs of proto/freqcap/v1 into a
+// temporary directory, with Debian's protoc and grpc_tools, and returns it.
+func pythonStubs(t *testing.T) string {
+	t.Helper()
 	gen := t.TempDir()
 	for _, cmd := range [][]string{
 		{"protoc", "-I", "../proto", "-I", "/usr/include", "--python_out=" + gen, "freqcap/v1/freqcap.proto"},
@@ -66,32 +106,7 @@ func TestPythonSender(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", cmd, err, out)
 		}
 	}
-	cmd := exec.Command(debianPython, filepath.Join("..", "examples", "python", "sender.py"))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+gen, "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"),
-		"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER=py-user")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("sender.py: %v\n%s", err, out)
-	}
-	want := regexp.MustCompile(`^send #1: allowed, 14 of 15 left this minute
-send #2: allowed, 13 of 15 left this minute
-send #3: blocked by content-59s, retry in \d+s
-retry of #1: allowed=True replayed=True
-reset: PERMISSION_DENIED
-$`)
-	if !want.Match(out) {
-		t.Errorf("sender.py printed:\n%s\nwant:\n%s", out, want)
-	}
-	cmd = exec.Command(debianPython, filepath.Join("..", "examples", "python", "sender.py"))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+gen, "FREQCAP_ADDR="+strings.TrimPrefix(e.url, "http://"),
-		"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER="+blocked["user"])
-	out, err = cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("sender.py: %v\n%s", err, out)
-	}
-	if want := regexp.MustCompile(`^send #1: blocked by override #\d+ \(complaint\), retry in 3[56]\d\ds\n`); !want.Match(out) {
-		t.Errorf("sender.py for a blocked person printed:\n%s\nwant its first line to match %s", out, want)
-	}
+	return gen
 }
 
 // curl speaks the HTTP/JSON protocol: a take, its headers, a denial (still

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,16 +31,17 @@ func (d *discard) WriteHeader(int)             {}
 // The Python sender's retry (docs/serve/retries.md): serve decides the first Take and its connection dies before
 // the reply, as when serve is killed; the sender re-sends with the same
 // idempotency key, gets the first decision, and prints what it prints
-// when nothing is lost. The take was counted once.
+// when nothing is lost (pythonSenderPrints, by day in the recipient's
+// zone). The take was counted once.
 func TestPythonSenderLostReply(t *testing.T) {
 	pyOK := exec.Command(debianPython, "-c", "import grpc, grpc_tools, google.protobuf").Run() == nil
 	need(t, "Debian's python3-grpcio, python3-grpc-tools or python3-protobuf", "apt-get install python3-grpcio python3-grpc-tools python3-protobuf", pyOK)
 	_, err := exec.LookPath("protoc")
 	need(t, "protoc", "apt-get install protobuf-compiler libprotobuf-dev", err == nil)
 
-	ps := loadPolicies(t)
+	ps := mustLoad(t, sendersDoc(t))
 	lim := sdk.New(memory.New(nil))
-	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push")
+	callers, err := serve.ParseCallers("sender:sender-secret-1:take,peek,reserve@push,messages")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,33 +76,20 @@ func TestPythonSenderLostReply(t *testing.T) {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 
-	gen := t.TempDir()
-	for _, cmd := range [][]string{
-		{"protoc", "-I", "../proto", "-I", "/usr/include", "--python_out=" + gen, "freqcap/v1/freqcap.proto"},
-		{debianPython, "-m", "grpc_tools.protoc", "-I", "../proto", "-I", "/usr/include", "--grpc_python_out=" + gen, "freqcap/v1/freqcap.proto"},
-	} {
-		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", cmd, err, out)
-		}
-	}
+	gen := pythonStubs(t)
+	day, _ := senderZones(t)
 	cmd := exec.Command(debianPython, filepath.Join("..", "examples", "python", "sender.py"))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+gen, "FREQCAP_ADDR="+ln.Addr().String(),
-		"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER=py-lost")
+		"FREQCAP_TOKEN=sender-secret-1", "FREQCAP_USER=py-lost", "FREQCAP_ZONE="+day)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sender.py: %v\n%s", err, out)
 	}
-	want := regexp.MustCompile(`^send #1: allowed, 14 of 15 left this minute
-send #2: allowed, 13 of 15 left this minute
-send #3: blocked by content-59s, retry in \d+s
-retry of #1: allowed=True replayed=True
-reset: PERMISSION_DENIED
-$`)
-	if !want.Match(out) {
-		t.Errorf("sender.py with the first reply lost printed:\n%s\nwant:\n%s", out, want)
+	if !pythonSenderPrints.Match(out) {
+		t.Errorf("sender.py with the first reply lost printed:\n%s\nwant:\n%s", out, pythonSenderPrints)
 	}
-	if got := takes.Load(); got != 5 {
-		t.Errorf("serve got %d takes, want 5 (4 and the re-send of the lost one)", got)
+	if got := takes.Load(); got != 10 {
+		t.Errorf("serve got %d takes, want 10 (4 of push and the re-send of the lost one, 5 of messages)", got)
 	}
 	in, err := lim.Admin().Inspect(context.Background(), ps[0], sdk.Subject{"user": "py-lost"})
 	if err != nil {

@@ -1,15 +1,21 @@
 // A sender in Java asking freqcap serve before each push, over gRPC, with
 // stubs generated from proto/freqcap/v1 by protoc and grpc-java's plugin.
-// examples/java/build.sh builds it (README.md beside this file); run it as
+// examples/java/build.sh builds it (README.md beside this file); against a
+// server of the policies it uses, examples/senders.yaml, run it as
 //
 //     FREQCAP_ADDR=127.0.0.1:8081 FREQCAP_TOKEN=… java -jar /tmp/freqcap-java/sender.jar
+//
+// FREQCAP_USER names the person (default 18829340001), FREQCAP_ZONE their
+// IANA time zone (default Asia/Shanghai).
 
+import com.google.protobuf.Timestamp;
 import dev.freqcap.v1.Attempt;
 import dev.freqcap.v1.BatchResult;
 import dev.freqcap.v1.Decision;
 import dev.freqcap.v1.FreqcapServiceGrpc;
 import dev.freqcap.v1.OverrideKind;
 import dev.freqcap.v1.ResetRequest;
+import dev.freqcap.v1.RuleDecision;
 import dev.freqcap.v1.TakeBatchRequest;
 import dev.freqcap.v1.TakeBatchResponse;
 import dev.freqcap.v1.TakeRequest;
@@ -22,8 +28,12 @@ import io.grpc.stub.MetadataUtils;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.time.Instant;
+import java.time.ZoneId;
+import java.time.format.DateTimeFormatter;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -69,12 +79,57 @@ public final class Sender {
      * Every other code is serve's refusal of the call: a retry gets the same.
      */
     Decision maySend(String user, String text, String messageId) throws InterruptedException {
-        TakeRequest request = TakeRequest.newBuilder()
+        return take(TakeRequest.newBuilder()
                 .setPolicy("push")
                 .putSubject("user", user)
                 .putSubject("content", fingerprint(text))
                 .setIdempotencyKey(messageId)
-                .build();
+                .build());
+    }
+
+    /**
+     * The kinds of message of policy "messages" (examples/senders.yaml):
+     * each one's class, which the policy declares (what it is exempt from),
+     * and its priority, 0 (the default) to 9.
+     */
+    enum Kind {
+        PROMOTION("", 0), // capped, and the day's last unit is not for it
+        ALERT("alert", 1), // may use the last unit; passes quiet hours
+        OTP("otp", 0); // exempt from every cap, still counted, and from quiet hours
+
+        final String messageClass;
+        final int priority;
+
+        Kind(String messageClass, int priority) {
+            this.messageClass = messageClass;
+            this.priority = priority;
+        }
+
+        @Override
+        public String toString() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+    }
+
+    /**
+     * Takes one unit of policy "messages" for a message of kind to identity
+     * (a phone number: serve decides it for the person it is linked to), in
+     * the recipient's IANA zone, where the policy's calendar day and quiet
+     * hours are counted, and returns the Decision. Retries as maySend.
+     */
+    Decision mayNotify(String identity, String zone, Kind kind, String messageId) throws InterruptedException {
+        return take(TakeRequest.newBuilder()
+                .setPolicy("messages")
+                .setIdentity(identity)
+                .setZone(zone)
+                .setClass_(kind.messageClass)
+                .setPriority(kind.priority)
+                .setIdempotencyKey(messageId)
+                .build());
+    }
+
+    /** Sends request with its idempotency key, retrying transient failures within 4 s. */
+    private Decision take(TakeRequest request) throws InterruptedException {
         long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(4);
         for (int attempt = 0; ; attempt++) {
             long left = Math.max(1, Math.min(2000, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime())));
@@ -109,6 +164,44 @@ public final class Sender {
                     d.getOverride().getId(), d.getOverride().getReason(), retry);
         }
         return String.format("denied by %s, retry in %.0fs", String.join(",", d.getDeniedList()), retry);
+    }
+
+    /**
+     * What a decision of policy "messages" says, in the recipient's local
+     * time: allowed with how much of the day is used, what its class was
+     * exempt from and the quiet hours it passed; or why it was denied (quiet
+     * hours, the units kept for higher priorities, or the rules) and the
+     * earliest time the same message may go, if nothing else is sent.
+     */
+    static String explain(Decision d, String zone) {
+        DateTimeFormatter local = DateTimeFormatter.ofPattern("HH:mm").withZone(ZoneId.of(zone));
+        if (d.getAllowed()) {
+            StringBuilder text = new StringBuilder(String.format("allowed, %d of %d used today",
+                    d.getRules(0).getUsed(), d.getRules(0).getLimit()));
+            if (d.getExemptedCount() > 0) {
+                text.append(String.format(", past %s as its class %s is exempt",
+                        String.join(",", d.getExemptedList()), d.getClass_()));
+            }
+            if (d.hasQuietUntil()) {
+                text.append(", in quiet hours until ").append(local.format(instant(d.getQuietUntil())));
+            }
+            return text.toString();
+        }
+        String why;
+        if (d.getDeniedCount() == 0 && d.hasQuietUntil()) {
+            why = "quiet hours until " + local.format(instant(d.getQuietUntil()));
+        } else if (d.getHeadroom()) {
+            long keep = d.getRulesList().stream().filter(RuleDecision::getHeadroom)
+                    .mapToLong(RuleDecision::getKeep).max().orElse(0);
+            why = String.format("%s: its last %d kept for higher priorities", String.join(",", d.getDeniedList()), keep);
+        } else {
+            why = String.join(",", d.getDeniedList());
+        }
+        return String.format("denied by %s, next eligible at %s", why, local.format(instant(d.getNextEligible())));
+    }
+
+    static Instant instant(Timestamp ts) {
+        return Instant.ofEpochSecond(ts.getSeconds(), ts.getNanos());
     }
 
     /**
@@ -163,6 +256,15 @@ public final class Sender {
                                 r.getDecision().getReplayed() ? " (replayed)" : "");
                     }
                 }
+            }
+
+            // Messages of each kind to the same person, in their zone.
+            String zone = System.getenv().getOrDefault("FREQCAP_ZONE", "Asia/Shanghai");
+            Kind[] messages = {Kind.PROMOTION, Kind.PROMOTION, Kind.PROMOTION, Kind.ALERT, Kind.OTP};
+            for (int n = 1; n <= messages.length; n++) {
+                Kind kind = messages[n - 1];
+                Decision m = sender.mayNotify(user, zone, kind, kind + "-" + n);
+                System.out.printf("message #%d, %s: %s%n", n, kind, explain(m, zone));
             }
 
             // Refusals are errors with a code, never a crash.

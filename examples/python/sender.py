@@ -1,19 +1,25 @@
 """A sender in Python asking freqcap serve before each push, over gRPC.
 
 Generate the stubs from the repository's schema first (Debian: apt-get
-install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools):
+install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools),
+and serve the policies it uses, examples/senders.yaml:
 
     mkdir gen-py
     protoc -I proto -I /usr/include --python_out=gen-py freqcap/v1/freqcap.proto
     python3 -m grpc_tools.protoc -I proto -I /usr/include --grpc_python_out=gen-py freqcap/v1/freqcap.proto
     PYTHONPATH=gen-py FREQCAP_ADDR=127.0.0.1:8081 FREQCAP_TOKEN=… python3 examples/python/sender.py
+
+FREQCAP_USER names the person (default 18829340001), FREQCAP_ZONE their
+IANA time zone (default Asia/Shanghai).
 """
 import hashlib
 import base64
+import datetime
 import os
 import random
 import time
 import uuid
+import zoneinfo
 
 import grpc
 
@@ -48,6 +54,34 @@ def may_send(stub, token, user, text, message_id=None, tries=5, deadline=4.0):
         # A random key only has to outlive this call's re-sends: keep it a
         # minute past the deadline, not the policy's whole IdempotencyTTL.
         request.idempotency_ttl.FromMilliseconds(int(deadline * 1000) + 60000)
+    return take(stub, token, request, tries, deadline)
+
+
+# The kinds of message of policy "messages" (examples/senders.yaml): each
+# one's class, which the policy declares (what it is exempt from), and its
+# priority, 0 (the default) to 9.
+KINDS = {
+    "promotion": ("", 0),   # capped, and the day's last unit is not for it
+    "alert": ("alert", 1),  # may use the last unit; passes quiet hours
+    "otp": ("otp", 0),      # exempt from every cap, still counted, and from quiet hours
+}
+
+
+def may_notify(stub, token, identity, zone, kind, message_id, tries=5, deadline=4.0):
+    """Takes one unit of policy "messages" for a message of kind to
+    identity (a phone number: serve decides it for the person it is linked
+    to), in the recipient's IANA zone, where the policy's calendar day and
+    quiet hours are counted; returns the Decision. Retries as may_send."""
+    cls, priority = KINDS[kind]
+    request = pb.TakeRequest(policy="messages", identity=identity, zone=zone,
+                             priority=priority, idempotency_key=message_id)
+    setattr(request, "class", cls)  # class is a keyword in Python
+    return take(stub, token, request, tries, deadline)
+
+
+def take(stub, token, request, tries, deadline):
+    """Sends request with its idempotency key, retrying transient
+    failures within deadline seconds."""
     end = time.monotonic() + deadline
     for attempt in range(tries):
         try:
@@ -59,6 +93,32 @@ def may_send(stub, token, user, text, message_id=None, tries=5, deadline=4.0):
                     or time.monotonic() + pause >= end):
                 raise
             time.sleep(pause)
+
+
+def explain(d, zone):
+    """What a decision of policy "messages" says, in the recipient's local
+    time: allowed with how much of the day is used, what its class was
+    exempt from and the quiet hours it passed; or why it was denied (quiet
+    hours, the units kept for higher priorities, or the rules) and the
+    earliest time the same message may go, if nothing else is sent."""
+    def local(ts):
+        return datetime.datetime.fromtimestamp(ts.seconds, zoneinfo.ZoneInfo(zone)).strftime("%H:%M")
+
+    if d.allowed:
+        text = "allowed, %d of %d used today" % (d.rules[0].used, d.rules[0].limit)
+        if d.exempted:
+            text += ", past %s as its class %s is exempt" % (",".join(d.exempted), getattr(d, "class"))
+        if d.HasField("quiet_until"):
+            text += ", in quiet hours until %s" % local(d.quiet_until)
+        return text
+    if not d.denied and d.HasField("quiet_until"):
+        why = "quiet hours until %s" % local(d.quiet_until)
+    elif d.headroom:
+        why = "%s: its last %d kept for higher priorities" % (
+            ",".join(d.denied), max(r.keep for r in d.rules if r.headroom))
+    else:
+        why = ",".join(d.denied)
+    return "denied by %s, next eligible at %s" % (why, local(d.next_eligible))
 
 
 def main():
@@ -82,6 +142,11 @@ def main():
     # A retry of a message already decided gets its first decision back.
     d = may_send(stub, token, user, "Your parcel is on its way", "parcel-1")
     print("retry of #1: allowed=%s replayed=%s" % (d.allowed, d.replayed))
+    # Messages of each kind to the same person, in their zone.
+    zone = os.environ.get("FREQCAP_ZONE", "Asia/Shanghai")
+    for n, kind in enumerate(["promotion", "promotion", "promotion", "alert", "otp"], 1):
+        d = may_notify(stub, token, user, zone, kind, "%s-%d" % (kind, n))
+        print("message #%d, %s: %s" % (n, kind, explain(d, zone)))
     # Refusals are errors with a code, never a crash.
     try:
         stub.Reset(pb.ResetRequest(policy="push", subject={"user": user}),
