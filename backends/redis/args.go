@@ -32,24 +32,18 @@ const (
 	perRuleBytes = lua.ReplyRuleSize
 )
 
-// fastArgs is the ARGV per attempt of a fast script in its full form
-// (lua/fast.lua.tmpl's header, fast.go's fastAttempt): op code, cost, the
-// trail's and the reservations' key indexes, trail max and TTL (ms),
-// policy name, trail values; then, in a script where sets nest, their
-// ids (sectionID, 8 bytes each, in one value). A lone attempt goes in the
-// short form instead: no attempt count, op code and cost, the nested
-// sets' ids where sets nest, then, with a trail (its key after the
-// dimension sets), its max, TTL, policy name and values; a reservations
-// key is the last key, after them (fastAttempt.args builds the short
-// form, fastAttempt.full and encoder.addFast the full one).
+// A fast script's ARGV is each attempt's head (lua.FastHead: its op,
+// cost, trail and reservations, nested sets' ids, quiet spans, policy
+// and trail values; attemptHead builds it) and its calendar rules'
+// boundaries, after the number of attempts in the full form (a batch or
+// coalesced group: encoder.addFast) and alone in the short form (a lone
+// attempt: fastAttempt.args).
 //
 // A fast script replies per attempt one string (parseTake): fastHead
 // bytes, struct '<Bi7' (1 allowed or 0, now µs), then perRuleBytes per
-// rule; m > 1 attempts get a table of them.
-const (
-	fastArgs = lua.FastArgs
-	fastHead = 1 + lua.ReplyInt
-)
+// rule, then, denied for quiet hours, the quiet span's end µs (struct
+// '<i7'); m > 1 attempts get a table of them.
+const fastHead = 1 + lua.ReplyInt
 
 // Op codes: take.lua's (and fast scripts') ARGV[a+1].
 const (

@@ -21,8 +21,8 @@ import (
 
 // scriptLog is a go-redis hook recording, for every EVALSHA and EVAL a
 // client sends (alone or in a pipeline), the SHA1 of the script and
-// whether its ARGV took the fast scripts' short form (ARGV[1] an op code,
-// not a count of attempts).
+// whether its ARGV took the fast scripts' short form (ARGV[1] an
+// attempt's head, its op code first, not a count of attempts).
 type scriptLog struct {
 	mu    sync.Mutex
 	calls []scriptCall
@@ -54,8 +54,9 @@ func (l *scriptLog) record(cmd goredis.Cmder) {
 	}
 	short := false
 	if len(args) > 3+nk {
-		op, _ := args[3+nk].(string)
-		short = op == opCodeTake || op == opCodePeek
+		if h, ok := args[3+nk].([]byte); ok && len(h) > 0 {
+			short = string(h[:1]) == opCodeTake || string(h[:1]) == opCodePeek
+		}
 	}
 	l.mu.Lock()
 	l.calls = append(l.calls, scriptCall{sha: sha, short: short})

@@ -550,7 +550,8 @@ func TestCoalesceApplies(t *testing.T) {
 }
 
 // lone records whether each script went out alone (Process) or in a
-// pipeline, and its first argument after the keys.
+// pipeline, and its first argument after the keys (of a fast script's
+// head, its first byte: the op).
 type lone struct{ calls chan string }
 
 func (l lone) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -558,7 +559,11 @@ func (l lone) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if a := cmd.Args(); cmd.Name() == "evalsha" {
 			nk, _ := a[2].(int)
-			l.calls <- fmt.Sprintf("alone %v", a[3+nk])
+			v := a[3+nk]
+			if h, ok := v.([]byte); ok && len(h) > 0 {
+				v = string(h[:1])
+			}
+			l.calls <- fmt.Sprintf("alone %v", v)
 		}
 		return next(ctx, cmd)
 	}

@@ -318,12 +318,6 @@ func modesArg(req *driver.Request) (string, error) {
 	return string(appendQuiet(b, req.Quiet)), nil
 }
 
-// quietArg returns spans as take.lua's A_MODES's last part and a fast
-// script's quiet argument have them (appendQuiet).
-func quietArg(spans []driver.Span) string {
-	return string(appendQuiet(make([]byte, 0, len(spans)*34), spans))
-}
-
 // appendQuiet appends spans to b: start and end µs (unixMicrosUp),
 // comma-separated.
 func appendQuiet(b []byte, spans []driver.Span) []byte {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,8 +58,6 @@ type fastScript struct {
 	script  *goredis.Script
 	src     string
 	choices []ruleChoice // their strategies (Result.Rules[i].Strategy)
-	nested  bool         // some set nests: its attempts send their ids
-	quiet   bool         // its attempts send their quiet spans (fastKey.quiet)
 	// there is the owning Backend's noScripts+1 when the server was found
 	// to have this script since its last NOSCRIPT (loadScripts).
 	there atomic.Uint64
@@ -92,25 +91,16 @@ func (c *fastCache) put(k *fastKey, s *fastScript) {
 
 // fastAttempt is one request's part of a fast script's call: its keys
 // (dimension sets, each root's wide hash, its overrides, then its trail
-// if tk > 0, then its reservations if hk > 0) and what its ARGV is made
-// of, boxed only as args (a lone
-// attempt, the short form) or full (in a batch or coalesced group)
-// sends it.
+// if tk > 0, then its reservations if hk > 0) and its ARGV values, sent
+// alone (args: the short form) or in a batch or coalesced group (full).
 type fastAttempt struct {
-	s              *fastScript
-	keys           []string
-	op             any // opCode's boxed constant
-	cost           int64
-	tk, hk         int // the trail's and the reservations' key index, 0 = none
-	trailMax       int
-	trailTTL       int64 // ms
-	policy, values string
-	// ids are the nested sets' ids (sectionID), 8 bytes each in the order
-	// of their keys; "" when none nests.
-	ids string
-	// quiet: the quiet spans (take.lua's A_MODES's last part), sent to a
-	// script for quiet hours (fastScript.quiet).
-	quiet string
+	s    *fastScript
+	keys []string
+	// head is the attempt's head (lua.FastHead, fast.lua.tmpl's header):
+	// op, cost, the trail's and the reservations' key index, the trail's
+	// max and TTL, the quiet spans' count; the nested sets' ids; the
+	// quiet spans; the policy and the trail values.
+	head []byte
 	// cals: each calendar rule's boundaries (calendarBounds), in rule
 	// order; nil when it has none.
 	cals []string
@@ -148,14 +138,10 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	if s.script == nil {
 		return fastAttempt{}, false
 	}
-	a := fastAttempt{s: s, cost: req.Cost, trailMax: req.TrailMax, trailTTL: ceilMillis(req.TrailTTL),
-		policy: req.Policy, values: req.TrailValues}
-	a.op, _ = opCode(o)
-	a.keys, a.tk, a.hk = fastKeys(o, &req, groups[:g], &k)
-	a.ids = nestedIDs(&k, groups[:g])
-	if k.quiet {
-		a.quiet = quietArg(req.Quiet)
-	}
+	a := fastAttempt{s: s}
+	var tk, hk int
+	a.keys, tk, hk = fastKeys(o, &req, groups[:g], &k)
+	a.head = attemptHead(o, &req, tk, hk, nestedIDs(&k, groups[:g]), k.quiet)
 	for i := range k.n {
 		if k.specs[i].code != codeCalendar {
 			continue
@@ -236,6 +222,38 @@ func nestedIDs(k *fastKey, sets []string) string {
 	return ids
 }
 
+// attemptHead returns the head of req's fast attempt of op o (lua.FastHead,
+// fast.lua.tmpl's header): tk and hk its trail's and reservations' key
+// indexes, ids its nested sets' (nestedIDs), and its quiet spans when
+// the script takes them (quiet), checked already (checkQuiet).
+func attemptHead(o op, req *driver.Request, tk, hk int, ids string, quiet bool) []byte {
+	var spans []driver.Span
+	if quiet {
+		spans = req.Quiet
+	}
+	trailMax, trailTTL := 0, int64(0)
+	if tk > 0 {
+		trailMax, trailTTL = req.TrailMax, ceilMillis(req.TrailTTL)
+	}
+	b := make([]byte, 0, lua.FastHeadLen+len(ids)+lua.FastSpanLen*len(spans)+8+len(req.Policy)+len(req.TrailValues))
+	code, _ := opCode(o)
+	b = append(b, code.(string)[0])
+	b = binary.LittleEndian.AppendUint64(b, uint64(req.Cost))
+	b = append(b, byte(tk), byte(hk))
+	b = binary.LittleEndian.AppendUint64(b, uint64(trailMax))
+	b = binary.LittleEndian.AppendUint64(b, uint64(trailTTL))
+	b = append(b, byte(len(spans)))
+	b = append(b, ids...)
+	for _, sp := range spans {
+		b = binary.LittleEndian.AppendUint64(b, uint64(unixMicrosUp(sp.Start)))
+		b = binary.LittleEndian.AppendUint64(b, uint64(unixMicrosUp(sp.End)))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.Policy)))
+	b = append(b, req.Policy...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.TrailValues)))
+	return append(b, req.TrailValues...)
+}
+
 // fastKeys returns a fast attempt's keys: its dimension sets (those of
 // k), then the wide hash of each root a set of k nests in (wideKey, in
 // the order of the roots' keys: lua.Fast's), its overrides (k.ov), its
@@ -284,42 +302,21 @@ func fastKeys(o op, req *driver.Request, sets []string, k *fastKey) (keys []stri
 }
 
 // args returns the EVALSHA argument list of a's script for a alone, in
-// the short form of ARGV (fastArgs): its keys, then its op and cost, and
-// its trail's settings if it has a trail (the reservations key, after
-// the trail's, needs no index there).
+// the short form of ARGV (fast.lua.tmpl's header): its keys, its head,
+// its calendar rules' boundaries.
 func (a *fastAttempt) args() []any {
-	args := append(keyArgs(a.keys, 7), a.op, a.cost)
-	if a.ids != "" {
-		args = append(args, a.ids)
-	}
-	if a.s.quiet {
-		args = append(args, a.quiet)
-	}
+	args := append(keyArgs(a.keys, 2+len(a.cals)), a.head)
 	for _, bs := range a.cals {
 		args = append(args, bs)
-	}
-	if a.tk > 0 {
-		args = append(args, a.trailMax, a.trailTTL, a.policy, a.values)
 	}
 	return args
 }
 
-// full returns a's ARGV in the full form (fastArgs).
-func (a *fastAttempt) full() [fastArgs]any {
-	return [fastArgs]any{a.op, a.cost, a.tk, a.hk, a.trailMax, a.trailTTL, a.policy, a.values}
-}
-
-// addFast appends fast attempt a to e, whose attempts all run a's script.
+// addFast appends fast attempt a to e, whose attempts all run a's script
+// (the full form: e's first ARGV value is their number).
 func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
-	f := a.full()
-	e.argv = append(e.argv, f[:]...)
-	if a.s.nested {
-		e.argv = append(e.argv, a.ids)
-	}
-	if a.s.quiet {
-		e.argv = append(e.argv, a.quiet)
-	}
+	e.argv = append(e.argv, a.head)
 	for _, bs := range a.cals {
 		e.argv = append(e.argv, bs)
 	}
@@ -356,10 +353,7 @@ func buildFast(k *fastKey) (*fastScript, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.script, s.src, s.choices, s.quiet = goredis.NewScript(src), src, choices, k.quiet
-	for _, r := range k.roots {
-		s.nested = s.nested || r != 0
-	}
+	s.script, s.src, s.choices = goredis.NewScript(src), src, choices
 	return &s, nil
 }
 

@@ -215,7 +215,7 @@ func TestFastMatchesTake(t *testing.T) {
 }
 
 // TestFastShortForm: a lone fast attempt goes in the short ARGV
-// (args.go's fastArgs), with and without a trail and a reservations key,
+// (args.go: the attempt's head alone), with and without a trail and a reservations key,
 // and decides, counts and writes the trail as take.lua does.
 func TestFastShortForm(t *testing.T) {
 	fast, c := plainStandalone(t)
@@ -256,10 +256,10 @@ func TestFastShortForm(t *testing.T) {
 					got[i] = res
 					if i == 0 {
 						// EVALSHA, SHA, key count, the keys (dimension set, a take's trail,
-						// reservations), op, cost, then the trail's 4.
-						want := int64(3 + 1 + 2)
+						// reservations), then the head alone.
+						want := int64(3 + 1 + 1)
 						if trail && o == opTake {
-							want += 1 + 4
+							want++
 						}
 						if tc.holds {
 							want++

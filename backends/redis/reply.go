@@ -48,22 +48,33 @@ func replyString(v any) (string, error) {
 // µs, retry µs), then, first with lua.ReplyOverride, the override element, then,
 // first with lua.ReplyQuiet, the quiet span's end µs, then trail
 // entries or a replay's reservation id}; or a fast script's, one string:
-// first and now in fastHead bytes, then the rules' bytes ({that string,
-// the override element and/or the quiet span's end} where an override
-// applied or quiet hours denied).
+// first and now in fastHead bytes, the rules' bytes, then, first with
+// lua.ReplyQuiet, the quiet span's end (lua.ReplyInt bytes); {that
+// string, the override element} where an override applied.
 func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	var rest []any
-	if a, ok := v.([]any); ok && len(a) >= 2 && len(a) <= 3 {
-		// A fast script's reply where an override applied or quiet hours
-		// denied: {its string, the override element, the quiet end}
-		// (take.lua's first element, a string, is a short integer).
+	if a, ok := v.([]any); ok && len(a) == 2 {
+		// A fast script's reply where an override applied: {its string,
+		// the override element} (take.lua's first element, a string, is
+		// a short integer).
 		if s, ok := a[0].(string); ok && len(s) >= fastHead {
 			v, rest = a[0], a[1:]
 		}
 	}
 	if s, ok := v.(string); ok {
-		if len(s) != fastHead+len(rules)*perRuleBytes {
-			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", fastHead+len(rules)*perRuleBytes, len(rules), len(s))
+		n := fastHead + len(rules)*perRuleBytes
+		if len(s) == n+lua.ReplyInt && s[0]&lua.ReplyQuiet != 0 {
+			res, err := parseReply(int64(s[0]&^lua.ReplyQuiet), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
+				return ruleInts(s[fastHead+i*perRuleBytes:])
+			})
+			if err != nil {
+				return driver.Result{}, err
+			}
+			res.Quiet = time.UnixMicro(le7(s[n:]))
+			return res, nil
+		}
+		if len(s) != n {
+			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", n, len(rules), len(s))
 		}
 		return parseReply(int64(s[0]), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
 			return ruleInts(s[fastHead+i*perRuleBytes:])

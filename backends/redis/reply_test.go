@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -182,10 +183,18 @@ func TestParseTake(t *testing.T) {
 	if err != nil || r.Allowed || !r.Now.Equal(time.UnixMicro(1700000000000001)) || len(r.Rules) != 2 || r.Rules[0] != want[0] || r.Rules[1] != want[1] || r.Trail != nil {
 		t.Errorf("parseTake(fast) = %+v, %v, want denied, %+v", r, err, want)
 	}
-	// Denied for quiet hours: {its string, the quiet end}.
-	r, err = parseTake([]any{head(8, 5) + bin[:perRuleBytes], int64(99)}, rules[:1])
+	// Denied for quiet hours: the quiet end after the rules.
+	quiet := string(appendLE(nil, 99, lua.ReplyInt))
+	r, err = parseTake(head(8, 5)+bin[:perRuleBytes]+quiet, rules[:1])
 	if err != nil || r.Allowed || !r.Quiet.Equal(time.UnixMicro(99)) {
 		t.Errorf("parseTake(fast, quiet) = %+v, %v, want denied, quiet until 99µs", r, err)
+	}
+	// Without the quiet bit, the end is 7 bytes too many; with it, missing.
+	if _, err := parseTake(head(0, 5)+bin[:perRuleBytes]+quiet, rules[:1]); err == nil || !strings.Contains(err.Error(), "want 30 bytes") {
+		t.Errorf("parseTake(fast, an end without the quiet bit) = %v, want the length refused", err)
+	}
+	if _, err := parseTake(head(8, 5)+bin[:perRuleBytes], rules[:1]); err == nil || !strings.Contains(err.Error(), "quiet span's end") {
+		t.Errorf("parseTake(fast, quiet without its end) = %v, want the end asked for", err)
 	}
 	for _, bad := range []struct {
 		v    any

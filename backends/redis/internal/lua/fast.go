@@ -140,15 +140,14 @@ type fastData struct {
 	Reads, Writes []*fastSet
 	// Nested: some set nests in a root (the script takes their ids).
 	Nested bool
-	// Quiet: the script takes quiet spans (FastOptions.Quiet). Extra is
-	// the ARGV values per attempt after FA in the full form (the ids, the
-	// spans, the calendar boundaries); QS the spans' index in the short
-	// form, QF their offset after FA in the full form; TrailAt the short
-	// form's first trail value's, TB the trail ARGV base of the short form.
-	Quiet                      bool
-	Extra, QS, QF, TrailAt, TB int
-	// Cals are the calendar rules, whose boundaries (CB<N>) come after
-	// the spans, one value each, in rule order.
+	// Quiet: the script takes quiet spans (FastOptions.Quiet). Per is
+	// the ARGV values per attempt (its head, then one per calendar rule:
+	// fast.lua.tmpl's header); QAt where the quiet spans start in the
+	// head (after its fixed part and the nested sets' ids).
+	Quiet    bool
+	Per, QAt int
+	// Cals are the calendar rules, whose boundaries (CB<N>) follow the
+	// head, one value each, in rule order.
 	Cals   []*fastRule
 	Format string // the reply's struct format: REPLYHDR, then RULEREC per rule
 }
@@ -176,10 +175,9 @@ type fastRule struct {
 	// struct format, EntryArgs its values (the tag written in, the expiry
 	// X<N>).
 	Kept, EntryFormat, EntryArgs string
-	// CalShort and CalFull, for a calendar rule: its boundaries' ARGV
-	// index in the short form, and offset after the attempt's in the full
-	// form (ARGV[ab + FA + CalFull]).
-	CalShort, CalFull int
+	// CalAt, for a calendar rule: its boundaries' ARGV index after the
+	// attempt's head (ARGV[ab + CalAt]).
+	CalAt int
 	// Pos is where the rule's entry starts in its set's value when the
 	// entries keep their places: 2 for the first, else after the one
 	// before it; Len, the Lua expression of its new entry's payload
@@ -194,7 +192,8 @@ type fastSet struct {
 	G     int
 	Rules []*fastRule
 	// Root is the key index of the root holding the set's section (0:
-	// none), IDAt where its id starts in the ids' ARGV; Kids are the key
+	// none), IDAt where its id starts in the attempt's head (FastIDLen
+	// bytes after FastHeadLen, in the order of the sets' keys); Kids are the key
 	// indexes of the sets nested in this one, KidSets those sets.
 	Root, IDAt int
 	Kids       []int
@@ -322,27 +321,23 @@ func fastFill(rules []FastRule, o FastOptions) (*fastData, error) {
 	return d, nil
 }
 
-// argv sets where the attempt's values after FA lie (fast.lua.tmpl's
-// header): the nested sets' ids, then the quiet spans (quiet), then each
-// calendar rule's boundaries.
+// argv sets where the attempt's values lie (fast.lua.tmpl's header):
+// the quiet spans in its head, after the nested sets' ids; each calendar
+// rule's boundaries after the head.
 func (d *fastData) argv(quiet bool) {
-	d.Quiet = quiet
-	if d.Nested {
-		d.Extra++
-	}
-	d.QS = 3 + d.Extra
-	if d.Quiet {
-		d.Extra++
-		d.QF = d.Extra
+	d.Quiet, d.Per, d.QAt = quiet, 1, FastHeadLen+1
+	for _, s := range d.Sets {
+		if s.Root != 0 {
+			d.QAt += FastIDLen
+		}
 	}
 	for _, r := range d.Rules {
 		if r.Code == CodeCalendar {
-			d.Extra++
-			r.CalShort, r.CalFull = 2+d.Extra, d.Extra
+			r.CalAt = d.Per
+			d.Per++
 			d.Cals = append(d.Cals, r)
 		}
 	}
-	d.TrailAt, d.TB = 3+d.Extra, d.Extra-2
 }
 
 // nest lists each root's nested sets (Kids) and the order the sets'
@@ -368,7 +363,7 @@ func (d *fastData) nest() error {
 		}
 		d.Sets[s.Root-1].Kids = append(d.Sets[s.Root-1].Kids, s.G)
 		d.Sets[s.Root-1].KidSets = append(d.Sets[s.Root-1].KidSets, s)
-		s.IDAt = 8*nested + 1
+		s.IDAt = FastHeadLen + FastIDLen*nested + 1
 		nested++
 		d.Nested = true
 	}

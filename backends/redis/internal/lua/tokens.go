@@ -14,7 +14,7 @@ import (
 // per-rule record and flags, the trail entry and its flags, and the
 // idempotency record. The Go encoder and parsers (backends/redis) use
 // these constants; the Lua sources name them with upper-case tokens
-// (A_COST, R_LIMIT, F_TRAIL_MAX, OP_TAKE, HDR, REC, RULE_TOOHIGH,
+// (A_COST, R_LIMIT, FHEAD, OP_TAKE, HDR, REC, RULE_TOOHIGH,
 // TRAIL_SHADOW, …) that subst replaces with their values when the
 // scripts are built, so no offset, code, flag or format is written
 // twice. A token the declaration lacks stops the build (init panics;
@@ -61,18 +61,24 @@ const (
 	RuleArgs = iota
 )
 
-// A fast script's ARGV per attempt in the full form, from offset a.
+// A fast script's head: one ARGV value per attempt (fast.lua.tmpl's
+// header), struct FastHead (FHEAD in Lua): op code (OpTake or OpPeek),
+// cost (>= 1), the trail's and the reservations' index among the
+// attempt's keys (0 = none), the trail's max entries and TTL (ms), the
+// number of quiet spans; then, FastHeadLen bytes in, the nested sets'
+// ids (FastIDLen bytes each, in the order of their keys), the quiet
+// spans (struct FastSpan each, FSPAN: start and end µs), and last the
+// policy name and the trail values, each its length then its bytes
+// (struct FastTrail, FTRAIL: read only for a denial's trail). One binary
+// value costs the script one string where separate values cost one each,
+// and a struct.unpack reads it where tonumber parses text.
 const (
-	FastOp          = iota + 1 // op code (OpTake or OpPeek)
-	FastCost                   // cost, >= 1
-	FastTrail                  // index of the trail among the attempt's keys, 0 = none
-	FastHolds                  // index of the reservations, 0 = none
-	FastTrailMax               // trail: max entries
-	FastTrailTTL               // trail: TTL, ms
-	FastPolicy                 // policy name
-	FastTrailValues            // trail values
-	// FastArgs is the number of values per attempt.
-	FastArgs = iota
+	FastHead    = "<c1i8BBi8i8B"
+	FastHeadLen = 1 + 8 + 1 + 1 + 8 + 8 + 1
+	FastIDLen   = 8
+	FastSpan    = "<i8i8"
+	FastSpanLen = 16
+	FastTrail   = "<i4c0i4c0"
 )
 
 // Op codes: ARGV[a+ArgOp].
@@ -319,7 +325,9 @@ var hdrFormat = fmt.Sprintf("c%dI%dI%d", PackedTag, PackedLen, PackedExpiry)
 var tokens = func() map[string]string {
 	hdr := "<" + hdrFormat
 	m := map[string]string{
-		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs), "FA": strconv.Itoa(FastArgs),
+		"HA": strconv.Itoa(HeaderArgs), "RA": strconv.Itoa(RuleArgs),
+		"FHEAD": quote(FastHead), "FSPAN": quote(FastSpan), "FSPANLEN": strconv.Itoa(FastSpanLen),
+		"FTRAIL": quote(FastTrail), "QEND": quote(fmt.Sprintf("<i%d", ReplyInt)),
 		"C_FIXED": quote(CodeFixed), "C_CALENDAR": quote(CodeCalendar), "C_SLIDING": quote(CodeSliding),
 		"C_GCRA": quote(CodeGCRA), "C_LOG": quote(CodeLog), "C_ZLOG": quote(CodeZLog),
 		"C_TAIRHASH": quote(CodeTairHash), "C_HFE": quote(CodeHFE), "C_CELL": quote(CodeCell),
@@ -385,18 +393,11 @@ var tokens = func() map[string]string {
 			m["R_"+n] = strconv.Itoa(i)
 		}
 	}
-	for i, n := range [...]string{FastOp: "OP", FastCost: "COST", FastTrail: "TRAIL", FastHolds: "HOLDS",
-		FastTrailMax: "TRAIL_MAX", FastTrailTTL: "TRAIL_TTL", FastPolicy: "POLICY",
-		FastTrailValues: "TRAIL_VALUES"} {
-		if i > 0 {
-			m["F_"+n] = strconv.Itoa(i)
-		}
-	}
 	return m
 }()
 
 // generic reports whether word has a token's generic shape: A_X, R_X,
-// F_X, C_X (upper case, digits, '_') or OP_X (upper case). A word of that
+// C_X (upper case, digits, '_') or OP_X (upper case). A word of that
 // shape that tokens lacks panics in subst; tokens' other names are
 // tokens by declaration only.
 func generic(word string) bool {
@@ -409,7 +410,7 @@ func generic(word string) bool {
 		}
 		return s != ""
 	}
-	if len(word) > 2 && word[1] == '_' && strings.IndexByte("ARFC", word[0]) >= 0 {
+	if len(word) > 2 && word[1] == '_' && strings.IndexByte("ARC", word[0]) >= 0 {
 		return upper(word[2:], true)
 	}
 	return strings.HasPrefix(word, "OP_") && upper(word[3:], false)

@@ -18,7 +18,7 @@ func TestTokens(t *testing.T) {
 		{"if op == OP_TAKE then n = 'HA' .. \"R_NAME\" end", "if op == 't' then n = 'HA' .. \"R_NAME\" end"},
 		{"struct.unpack(HDR, v, p + HDRLEN)", "struct.unpack('<c4I3I6', v, p + 13)"},
 		{"local s = 'it''s' .. A_HOLD_ID", "local s = 'it''s' .. 13"},
-		{"y = RULEREC .. REPLYHDR .. PINT .. F_TRAIL_MAX .. R_OLD", "y = '<Bi7i7i7' .. '<Bi7' .. '<I7' .. 5 .. 8"},
+		{"y = RULEREC .. REPLYHDR .. PINT .. A_TRAIL .. R_OLD", "y = '<Bi7i7i7' .. '<Bi7' .. '<I7' .. 5 .. 8"},
 		{"if sub(v, 1, 1) == REC then x = unpack(RECHDR, v, 2) .. pack(RECLEN, n) .. A_RECORD end -- REC",
 			"if sub(v, 1, 1) == '\\002' then x = unpack('<Bi7I2', v, 2) .. pack('<I2', n) .. 7 end -- REC"},
 	} {

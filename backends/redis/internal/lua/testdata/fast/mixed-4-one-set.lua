@@ -41,42 +41,37 @@
 -- applied, which the rules' heads set), and after eval a block denies
 -- and an exempt admits.
 --
--- ARGV has one of two forms (backends/redis/args.go). The full form:
--- ARGV[1]  m, the number of attempts; then 8 per attempt, from offset a:
--- ARGV[a+F_OP]  op: t take, p peek
--- ARGV[a+F_COST]  cost (>= 1)
--- ARGV[a+F_TRAIL]  tk: index of the trail (list) among the attempt's keys, 0 = none
--- ARGV[a+F_HOLDS]  hk: index of the reservations (hash), 0 = none
--- ARGV[a+F_TRAIL_MAX]  trail: max entries; ARGV[a+F_TRAIL_TTL] its TTL, ms
--- ARGV[a+F_POLICY]  policy name; ARGV[a+F_TRAIL_VALUES] the attempt's trail values
--- and in a script with nested sets (prelude.lua), one more:
--- ARGV[a+FA+1]  their ids, 8 bytes each, in the order of their keys
--- (backends/redis's sectionID: the same as sectid's of their keys)
--- and in a script for quiet hours (lua.FastOptions.Quiet), one more after
--- them: the quiet spans, start and end µs, comma-separated (take.lua's
--- ARGV[a+A_MODES]'s last part): the attempt is denied in one, as by
+-- ARGV has one of two forms (backends/redis/args.go): the short form,
+-- one attempt, is its values alone; the full form is the number of
+-- attempts m, then each attempt's values. An attempt's values are its
+-- head, then one per calendar rule, in rule order: its boundaries
+-- (take.lua's p1 of a calendar rule). The head is one binary value
+-- (tokens.go's FastHead): struct FHEAD, op (t take, p peek), cost (>= 1),
+-- tk and hk, the trail's and the reservations' index among the
+-- attempt's keys (0 = none), the trail's max entries and TTL (ms), nq,
+-- the number of quiet spans; then in a script with nested sets their
+-- ids, 8 bytes each, in the order of their keys (backends/redis's
+-- sectionID: the same as sectid's of their keys); then nq quiet spans,
+-- struct FSPAN each (start and end µs, in order, none overlapping:
+-- take.lua's ARGV[a+A_MODES]'s last part), which a script for quiet hours
+-- (lua.FastOptions.Quiet) reads: the attempt is denied in one, as by
 -- take.lua (REPLY_QUIET; a block override first, an exempt one after);
--- then one per calendar rule, in rule order: its boundaries (take.lua's
--- p1 of a calendar rule)
+-- last, struct FTRAIL, the policy name and the trail values, each its
+-- length then its bytes, read for a denial's trail only.
 -- KEYS per attempt: its dimension-set keys, then in a script with nested
 -- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
 -- the roots' keys), then its overrides in a script that reads them (GO,
 -- the keys before the trail, counts them), then its trail if tk > 0,
--- then its reservations if hk > 0.
--- The short form, one attempt: ARGV[1] op, ARGV[2] cost, with nested
--- sets ARGV[3] their ids, for quiet hours then the quiet spans, then
--- each calendar rule's boundaries, then, with a trail, max entries, TTL, policy
--- and trail values; KEYS: the dimension sets, the wide hashes, the
--- overrides, the trail with a trail, then the reservations if there are
--- more keys. Redis builds the ARGV table on
--- every call, and a short one costs less.
+-- then its reservations if hk > 0. Redis builds the ARGV table on every
+-- call, a string per value: one head costs less than a value per field,
+-- and struct.unpack reads numbers faster than tonumber parses them.
 --
 -- Reply, per attempt: struct '<Bi7' (REPLY_ALLOWED or 0, now µs), then
 -- '<Bi7i7i7' per rule (flags, used, reset µs, retry µs), as one string;
--- where an override applied, REPLY_OVERRIDE is added to the first byte and the reply
--- is {that string, take.lua's override element}; denied for quiet hours,
--- REPLY_QUIET is added and the reply is {that string, [the override
--- element], the quiet span's end µs};
+-- denied for quiet hours, REPLY_QUIET is added to the first byte and the
+-- quiet span's end µs follows the rules, '<i7'; where an override applied,
+-- REPLY_OVERRIDE is added and the reply is {that string, take.lua's
+-- override element};
 -- in the full form of m > 1 attempts, a table of them (an attempt's error
 -- in its place). Redis converts a string reply faster than a table.
 --
@@ -107,25 +102,13 @@ local G, GO = 1, 1 -- dimension sets (keys) per attempt, and the keys before the
 
 local attempts, replies = 1, nil
 local WD -- prelude.lua's wide helpers (get, root), built at the first wide root of a run
-local kb, ab, tb = 0, 0, -2 -- key base, ARGV base, trail ARGV base
-local short = ARGV[1] == 't' or ARGV[1] == 'p'
-local num -- the full form: its small numbers by lookup (tonumber parses with strtod)
-if not short then
-  attempts, replies, ab = tonumber(ARGV[1]), {}, 1
-  num = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
+local kb, ab = 0, 1 -- key base, the attempt's head's ARGV index
+if #ARGV ~= 1 then -- the full form: the number of attempts first
+  attempts, replies, ab = tonumber(ARGV[1]), {}, 2
 end
 for a = 1, attempts do
-  local op = ARGV[ab + 1]
-  local c = num and num[ARGV[ab + 2]] or tonumber(ARGV[ab + 2])
-  local tk, hk = 0, 0
-  if short then
-    local nk = GO
-    if ARGV[3] then tk, nk = GO + 1, GO + 1 end
-    if #KEYS > nk then hk = #KEYS end
-  else
-    tk = num[ARGV[ab + 3]] or tonumber(ARGV[ab + 3])
-    hk, tb = num[ARGV[ab + 4]] or tonumber(ARGV[ab + 4]), ab
-  end
+  local h = ARGV[ab] -- the attempt's head
+  local op, c, tk, hk, tmax, tttl, nq = struct.unpack('<c1i8BBi8i8B', h)
   local reply, fail, lapsed
   local look = hk > 0 -- whether to look at hold markers
   repeat
@@ -577,24 +560,24 @@ for a = 1, attempts do
     end
 
     -- The denial trail, as take.lua writes it.
-    if not allowed and op == 't' and tk > 0 and tonumber(ARGV[tb + 5]) > 0 then
+    if not allowed and op == 't' and tk > 0 and tmax > 0 then
       local tkey = KEYS[kb + tk]
-      local tv = ARGV[tb + 8]
+      local pol, tv = struct.unpack('<i4c0i4c0', h, 29)
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'l', U4, 8, c, Y4, F4 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, pol, 'l', U4, 8, c, Y4, F4 == 2 and 1 or 0) .. tv
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'g', U3, 20, c, Y3, F3 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, pol, 'g', U3, 20, c, Y3, F3 == 2 and 1 or 0) .. tv
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 's', U2, 50, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, pol, 's', U2, 50, c, Y2, F2 == 2 and 1 or 0) .. tv
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, ARGV[tb + 7], 'f', U1, 3, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf(TRAIL, now, pol, 'f', U1, 3, c, Y1, F1 == 2 and 1 or 0) .. tv
       end
-      L().pushTrail(tkey, ent, tonumber(ARGV[tb + 5]), ARGV[tb + 6])
+      L().pushTrail(tkey, ent, tmax, tttl)
     end
     reply = struct.pack('<Bi7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7', allowed and 1 or 0, now,
       F1, U1, Z1, Y1,
@@ -605,6 +588,6 @@ for a = 1, attempts do
   if attempts == 1 then return reply end
   replies[a] = reply
   kb = kb + GO + (tk > 0 and 1 or 0) + (hk > 0 and 1 or 0)
-  ab = ab + 8
+  ab = ab + 1
 end
 return replies
