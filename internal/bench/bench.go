@@ -78,7 +78,11 @@ type Config struct {
 	// policy's layout for its R rules, reporting the policy's ratio to it
 	// and its ratio to raw(R): scripts.LogFloor when the rules are all
 	// sliding logs above driver.LogLine (sorted sets) on the same dimensions,
-	// else scripts.PackedFloor (1 to 9 rules). It implies Baseline.
+	// else scripts.PackedFloor (1 to 9 rules); and on a standalone server
+	// raw(R) coalesced (the INCRBYs of every queued call in one EVALSHA,
+	// at most 2 in flight, as redis.DefaultCoalesce), the floor of a
+	// coalesced decision, with the policy's ratio to it and its ratio to
+	// raw(R). It implies Baseline.
 	Floor bool
 	// WideFloor, with Raw and Prefill, also runs the floor of a decision
 	// on a wide root (scripts.WideFloor: GET of the root, HGET, HSET of a
@@ -557,6 +561,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				runs = append(runs, run{"wide floor: GET, HGET, HSET, SET per decision, one EVALSHA each", 1, wf.one()})
 				ratios = append(ratios, [2]int{len(runs) - 1, raw})
 				runs = append(runs, run{"wide floor, coalesced: the same per decision, the concurrent calls' in one EVALSHA, 2 in flight", 1, wf.coalesced()})
+				ratios = append(ratios, [2]int{0, len(runs) - 1}, [2]int{len(runs) - 1, raw})
+			}
+			if _, single := client.(*goredis.Client); cfg.Floor && single {
+				// The floor of a coalesced decision: raw(R)'s INCRBYs for
+				// every queued call in one EVALSHA, the policy against it,
+				// it against raw(R).
+				runs = append(runs, run{fmt.Sprintf("raw(%d) coalesced: the same INCRBYs, the concurrent calls' in one EVALSHA, 2 in flight", r), 1, coalescedRaw(client, cfg, r)})
 				ratios = append(ratios, [2]int{0, len(runs) - 1}, [2]int{len(runs) - 1, raw})
 			}
 			if windows := logWindows(policy); cfg.Floor && windows != nil {

@@ -114,10 +114,11 @@ func (f *wideFloor) coalesced() decideFunc {
 	}
 }
 
-// floorCall is one attempt of the wide floor: its keys and field, and,
-// coalesced, its outcome.
+// floorCall is one attempt of the wide floor (its keys and field) or of
+// coalescedRaw (its counters), and, coalesced, its outcome.
 type floorCall struct {
 	root, hash, field string
+	keys              []string      // coalescedRaw's: the subject's counters
 	wake              chan struct{} // capacity 1: done, or a slot may be free
 	done              bool          // under floorCoalescer.mu
 	err               error

@@ -144,6 +144,30 @@ func scriptOne(c goredis.UniversalClient, src string, cfg Config, name string, n
 	}
 }
 
+// coalescedRaw runs raw(nkeys) coalesced: the counters of every queued
+// call in one EVALSHA of scripts.Raw (its loop covers every key), at most
+// 2 in flight (floorCoalescer, as redis.DefaultCoalesce): the floor of a
+// coalesced decision, as raw(R) is of one EVALSHA per decision. A
+// standalone server's: a batch's keys span hash slots.
+func coalescedRaw(c goredis.UniversalClient, cfg Config, nkeys int) decideFunc {
+	keys := scriptKeys(cfg, "craw", nkeys)
+	script := goredis.NewScript(scripts.Raw)
+	co := &floorCoalescer{max: 2}
+	run := func(ctx context.Context, calls []*floorCall) error {
+		ks := make([]string, 0, nkeys*len(calls))
+		for _, fc := range calls {
+			ks = append(ks, fc.keys...)
+		}
+		return script.Run(ctx, c, ks, 60000).Err()
+	}
+	return func(ctx context.Context, rng *rand.Rand) outcome {
+		fc := floorCall{keys: keys[rng.IntN(len(keys))], wake: make(chan struct{}, 1)}
+		var o outcome
+		o.add(co.do(ctx, run, &fc), true, false)
+		return o
+	}
+}
+
 // packedFloor runs scripts.PackedFloor for r rules on the packed key of a
 // random subject per call.
 func packedFloor(c goredis.UniversalClient, cfg Config, r int) decideFunc {
