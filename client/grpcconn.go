@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -30,13 +32,23 @@ type grpcConn struct {
 	token string // "Bearer …", or ""
 }
 
+// reconnect is the backoff between dials of a lost connection (dialGRPC).
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 20 * time.Second,
+}
+
 // maxRecv bounds an answer (a batch of DefaultMaxBatch decisions is far
 // smaller).
 const maxRecv = 64 << 20
 
 // dialGRPC returns a connection to baseURL ("http://host:port" in clear
 // text, "https://host:port" with tlsConfig). grpc.NewClient connects at
-// the first call.
+// the first call. A lost connection is dialled again after reconnect's
+// backoff: grpc-go's default waits 1 s, then 1.6 s, 2.56 s … while a call
+// meanwhile fails at once with the last dial's error, so after a restart
+// of serve (about 100 ms) a Retry's re-sends failed for seconds; this
+// starts at 50 ms and waits at most 2 s.
 func dialGRPC(baseURL string, tlsConfig *tls.Config, token string) (*grpcConn, error) {
 	creds := insecure.NewCredentials()
 	host, ok := strings.CutPrefix(baseURL, "http://")
@@ -52,7 +64,7 @@ func dialGRPC(baseURL string, tlsConfig *tls.Config, token string) (*grpcConn, e
 	}
 	host = strings.TrimRight(host, "/")
 	cc, err := grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv)), grpc.WithConnectParams(reconnect))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
