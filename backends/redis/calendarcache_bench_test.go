@@ -9,17 +9,29 @@ import (
 )
 
 // BenchmarkCalendarBounds is the client-side cost of one calendar rule's
-// boundaries (calendarBounds), as each attempt pays it: the clock moves
-// a microsecond per call, so nearly every call falls in the unit of the
+// boundaries, as each attempt pays it (cached: through the Backend's
+// calendarCache; uncached: calendarBounds): the clock moves a
+// microsecond per call, so nearly every call falls in the unit of the
 // one before.
 func BenchmarkCalendarBounds(b *testing.B) {
 	for _, tc := range calendarBenchCases(b) {
-		b.Run(tc.name, func(b *testing.B) {
+		b.Run("uncached/"+tc.name, func(b *testing.B) {
 			now := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
 			b.ReportAllocs()
 			for b.Loop() {
 				now = now.Add(time.Microsecond)
 				if _, err := calendarBounds(now, tc.unit, tc.loc, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("cached/"+tc.name, func(b *testing.B) {
+			var c calendarCache
+			now := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Microsecond)
+				if _, err := c.bounds(now, tc.unit, tc.loc, 1); err != nil {
 					b.Fatal(err)
 				}
 			}
