@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/freqcap/freqcap/internal/alg"
@@ -259,8 +260,12 @@ func (c *Class) exempts(name string) driver.Exemption {
 
 // quietReach is how far around the Limiter's clock the quiet spans sent
 // with a request reach: the backend's clock may differ from ours by up to
-// that much. Beyond it the sdk sends two more spans, before and after,
-// reaching far (skewSpan): a backend whose clock is in one of them
+// that much. The sdk sends the spans that reach into [c-1min-quietReach,
+// c+quietReach), c the first whole minute at or after its clock
+// (quietMinute): at least quietReach each way of the clock, at most a
+// minute more before it, the same for every attempt of (c-1min, c]
+// (Policy.quietSpans). Beyond them it sends two more spans, before and
+// after, reaching far (skewSpan): a backend whose clock is in one of them
 // denies the request as quiet, consuming nothing, and the sdk turns that
 // into ErrClockSkew (skewed): never a decision the quiet hours were not
 // given for.
@@ -309,18 +314,49 @@ func (p *Policy) messaging(req *driver.Request, before []int64, a Attempt, now t
 	return cls, nil
 }
 
-// quietSpans returns the quiet spans of p in zone within quietReach of
-// now, as a request carries them (driver.Request.Quiet): at most
-// driver.MaxQuietSpans - 2, framed by two far spans (skewed).
+// quietSpans returns the quiet spans of p in zone around now, as a
+// request carries them (driver.Request.Quiet): those reaching into
+// [c-1min-quietReach, c+quietReach), c = quietMinute(now), framed by two
+// far spans (skewed): the first ends at least quietReach before now, the
+// last starts at least quietReach after it. Every now of the minute
+// (c-1min, c] gets the same spans, which p keeps per zone (quietMemo) and
+// shares: a request's Quiet is read-only. As quiet hours start and end on
+// whole minutes, a backend's clock within quietReach of now decides as
+// with the spans reaching into [now-quietReach, now+quietReach) alone:
+// the ones the minute adds end before that (a backend's clock in one of
+// them is quiet, not a skew). When more spans than a request carries
+// (driver.MaxQuietSpans - 2) reach into the minute's, the spans are now's
+// own, uncached (quietFrame).
 func (p *Policy) quietSpans(zone *time.Location, now time.Time) []driver.Span {
+	c := quietMinute(now)
+	if q := p.quietMemo.get(zone, c); q != nil {
+		return q
+	}
+	q, cut := p.quietFrame(zone, c.Add(-time.Minute-quietReach), c.Add(quietReach), now)
+	if cut {
+		q, _ = p.quietFrame(zone, now.Add(-quietReach), now.Add(quietReach), now)
+		return q
+	}
+	p.quietMemo.put(zone, c, q)
+	return q
+}
+
+// quietFrame returns the quiet spans of p in zone that reach into
+// [lo, hi), framed by two far spans (skewed): one ending at lo (or at the
+// first span's start, if earlier), one starting at hi (or at the last
+// span's end, if later). When more spans than a request carries
+// (driver.MaxQuietSpans - 2) reach into it, it keeps those around now,
+// frames them at the nearest ones left out (a backend's clock in those is
+// a skew, never a decision without them) and reports cut.
+func (p *Policy) quietFrame(zone *time.Location, lo, hi, now time.Time) (q []driver.Span, cut bool) {
 	var buf [driver.MaxQuietSpans][2]time.Time
-	lo, hi := now.Add(-quietReach), now.Add(quietReach)
 	sp := alg.QuietSpans(buf[:0], p.quiet, zone, lo, hi)
 	if n := driver.MaxQuietSpans - 2; len(sp) > n {
 		// More spans in reach than a request carries: send the n
 		// around now, and frame them at the nearest ones left out
 		// (nothing between is quiet), so that a backend's clock in
 		// one of those is a skew, never a decision without it.
+		cut = true
 		k := 0 // the first span ending after now
 		for k < len(sp) && !sp[k][1].After(now) {
 			k++
@@ -337,13 +373,80 @@ func (p *Policy) quietSpans(zone *time.Location, now time.Time) []driver.Span {
 	if len(sp) > 0 {
 		lo, hi = minTime(lo, sp[0][0]), maxTime(hi, sp[len(sp)-1][1])
 	}
-	q := make([]driver.Span, 0, len(sp)+2)
+	q = make([]driver.Span, 0, len(sp)+2)
 	q = append(q, driver.Span{Start: lo.Add(-skewSpan), End: lo})
 	for _, s := range sp {
 		q = append(q, driver.Span{Start: s[0], End: s[1]})
 	}
 	q = append(q, driver.Span{Start: hi, End: hi.Add(skewSpan)})
-	return q
+	return q, cut
+}
+
+// quietMinute returns the first whole minute (of Unix time) at or after
+// t, on the wall clock (no monotonic reading): the same for every t in
+// (c-1min, c].
+func quietMinute(t time.Time) time.Time {
+	s := t.Add(-1).Unix() // the second holding t's previous nanosecond (floored before 1970 too)
+	return time.Unix(s-((s%60)+60)%60+60, 0)
+}
+
+// quietMemoMax bounds the zones a quietMemo keeps: when a new one would
+// exceed it, the memo empties and refills from the zones in use.
+const quietMemoMax = 1024
+
+// quietMemo holds, per zone, a policy's quiet spans (Policy.quietSpans)
+// of the last minute asked, at most quietMemoMax zones. A Policy is
+// immutable, so its own spans never change: a rebuilt policy has a memo
+// of its own. A zone is its *time.Location (LoadZone loads each name
+// once). Safe for concurrent use; nil keeps nothing.
+type quietMemo struct {
+	mu sync.RWMutex
+	m  map[*time.Location]quietEntry
+}
+
+// quietEntry is a zone's quiet spans for the minute ending at min
+// (quietMinute, Unix seconds); q is shared by every request of that
+// minute and never written.
+type quietEntry struct {
+	min int64
+	q   []driver.Span
+}
+
+// get returns zone's spans of the minute ending at m, nil when the memo
+// has other ones (another minute: later, or a clock gone back).
+func (c *quietMemo) get(zone *time.Location, m time.Time) []driver.Span {
+	if c == nil {
+		return nil
+	}
+	c.mu.RLock()
+	e, ok := c.m[zone]
+	c.mu.RUnlock()
+	if !ok || e.min != m.Unix() {
+		return nil
+	}
+	return e.q
+}
+
+// put keeps q as zone's spans of the minute ending at m.
+func (c *quietMemo) put(zone *time.Location, m time.Time, q []driver.Span) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[*time.Location]quietEntry)
+	}
+	if _, ok := c.m[zone]; !ok && len(c.m) >= quietMemoMax {
+		clear(c.m)
+	}
+	c.m[zone] = quietEntry{min: m.Unix(), q: q}
+	c.mu.Unlock()
+}
+
+func (c *quietMemo) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
 }
 
 // skewed reports whether a denial for quiet hours ending at end

@@ -65,6 +65,7 @@ type Policy struct {
 	quietSrc  []QuietPeriod
 	quiet     []alg.Quiet
 	quietLoc  *time.Location
+	quietMemo *quietMemo // the last minute's quiet spans per zone (nil: no quiet hours, or the zero Policy)
 	classes   []Class
 	headrooms map[string][]Headroom
 	person    string // WithPerson
@@ -296,6 +297,9 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)
 	}
 	p.keyCap = new(atomic.Int64)
+	if len(p.quiet) > 0 {
+		p.quietMemo = new(quietMemo)
+	}
 	return p, -1, nil
 }
 

@@ -413,7 +413,7 @@ func (b *Backend) addRule(a *attemptEnc, req *driver.Request, r *driver.Rule, lg
 		if req.Zone != nil { // the attempt's zone (the rule's stays its identity: its tag)
 			loc = req.Zone
 		}
-		bs, err := calendarBounds(now, r.Calendar, loc, b.opts.CalendarSpan)
+		bs, err := b.cals.bounds(now, r.Calendar, loc, b.opts.CalendarSpan)
 		if err != nil {
 			return ruleChoice{}, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
@@ -618,19 +618,28 @@ func ceilMillis(d time.Duration) int64 {
 // tolerated. The boundaries are internal/alg's (CalendarStart,
 // CalendarEnd), which the memory backend counts in: days are 23 or 25
 // hours long across DST changes, and a boundary a change skips is the
-// change's instant.
+// change's instant. Attempts read them through the Backend's cache
+// (calendarCache), which computes them once per unit.
 func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location, span int) (string, error) {
+	bs, _, _, err := calendarWindow(now, unit, loc, span)
+	return bs, err
+}
+
+// calendarWindow returns calendarBounds(now, unit, loc, span) and the
+// unit [cur, next) holding now: the boundaries are cur's, so the same for
+// every instant of it.
+func calendarWindow(now time.Time, unit driver.CalendarUnit, loc *time.Location, span int) (bounds string, cur, next time.Time, err error) {
 	if loc == nil {
 		loc = time.UTC
 	}
 	start, err := calendarStart(unit, loc)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, time.Time{}, err
 	}
 	prev := func(s time.Time) time.Time {
 		return start(s.Add(-time.Nanosecond))
 	}
-	cur := start(now)
+	cur = start(now)
 	bs := make([]time.Time, 0, 2*span+2)
 	p := cur
 	for range span {
@@ -651,7 +660,7 @@ func calendarBounds(now time.Time, unit driver.CalendarUnit, loc *time.Location,
 		}
 		buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
 	}
-	return string(buf), nil
+	return string(buf), cur, bs[span+1], nil
 }
 
 // calendarStart returns the function giving the start of the unit (local

@@ -101,8 +101,8 @@ type fastAttempt struct {
 	// max and TTL, the quiet spans' count; the nested sets' ids; the
 	// quiet spans; the policy and the trail values.
 	head []byte
-	// cals: each calendar rule's boundaries (calendarBounds), in rule
-	// order; nil when it has none.
+	// cals: each calendar rule's boundaries (calendarBounds, through
+	// Backend.cals), in rule order; nil when it has none.
 	cals []string
 }
 
@@ -151,7 +151,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 		if req.Zone != nil { // the attempt's zone, as take.lua's encoder
 			loc = req.Zone
 		}
-		bs, err := calendarBounds(b.opts.Clock.Now(), r.Calendar, loc, b.opts.CalendarSpan)
+		bs, err := b.cals.bounds(b.opts.Clock.Now(), r.Calendar, loc, b.opts.CalendarSpan)
 		if err != nil {
 			return fastAttempt{}, false // take.lua's encoder says why
 		}

@@ -269,6 +269,9 @@ type Backend struct {
 	det  *capability.Detector
 	// specs caches each rule's static ARGV (see specCache).
 	specs specCache
+	// cals caches each calendar rule's boundaries until the clock leaves
+	// their unit (calendarCache).
+	cals calendarCache
 	// fast caches the fast scripts built for the policies in use (fast.go);
 	// noFast turns them off (tests comparing them with take.lua).
 	fast   fastCache

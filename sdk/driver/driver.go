@@ -414,11 +414,13 @@ type Request struct {
 	// Quiet, when not empty, holds the quiet hours around now (sdk's
 	// WithQuietHours, in the recipient's zone, as instants: at most
 	// MaxQuietSpans, sorted, not overlapping). The sdk sends those within
-	// an hour or so of its own clock, framed by two spans reaching far
-	// before and after them: a backend whose clock is far from the sdk's
-	// falls in one of those, and the sdk reads the quiet denial ending at
-	// a frame's End as a clock skew (sdk.ErrClockSkew), not a decision.
-	// A backend treats every span alike. When the backend's clock
+	// an hour or so of its own clock (an hour each way at least, computed
+	// once a minute), framed by two spans reaching far before and after
+	// them: a backend whose clock is far from the sdk's falls in one of
+	// those, and the sdk reads the quiet denial ending at a frame's End as
+	// a clock skew (sdk.ErrClockSkew), not a decision. A backend treats
+	// every span alike, and only reads them: the sdk shares one slice
+	// between the requests of a minute. When the backend's clock
 	// at the decision falls in one of them, the request is denied for
 	// quiet hours: Result.Allowed is false, Result.Quiet is that span's
 	// End, nothing is consumed, every rule is still evaluated and
