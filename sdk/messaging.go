@@ -390,6 +390,15 @@ func quietMinute(t time.Time) time.Time {
 	return time.Unix(s-((s%60)+60)%60+60, 0)
 }
 
+// quietMemoFor returns the memo of a policy of quiet hours q
+// (Policy.quietMemo): nil when it has none.
+func quietMemoFor(q []alg.Quiet) *quietMemo {
+	if len(q) == 0 {
+		return nil
+	}
+	return new(quietMemo)
+}
+
 // quietMemoMax bounds the zones a quietMemo keeps: when a new one would
 // exceed it, the memo empties and refills from the zones in use.
 const quietMemoMax = 1024

@@ -273,6 +273,7 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		quietSrc:  o.quietSrc,
 		quiet:     o.quiet,
 		quietLoc:  o.quietLoc,
+		quietMemo: quietMemoFor(o.quiet),
 	}
 	if i, err := p.addRules(rules); err != nil {
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)
@@ -297,9 +298,6 @@ func newPolicy(name string, rules []Rule, opts ...PolicyOption) (*Policy, int, e
 		return nil, i, fmt.Errorf("policy %q: %w", name, err)
 	}
 	p.keyCap = new(atomic.Int64)
-	if len(p.quiet) > 0 {
-		p.quietMemo = new(quietMemo)
-	}
 	return p, -1, nil
 }
 
