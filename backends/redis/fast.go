@@ -141,7 +141,7 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 	a := fastAttempt{s: s}
 	var tk, hk int
 	a.keys, tk, hk = fastKeys(o, &req, groups[:g], &k)
-	a.head = attemptHead(o, &req, tk, hk, nestedIDs(&k, groups[:g]), k.quiet)
+	a.head = attemptHead(o, &req, tk, hk, &k, groups[:g])
 	for i := range k.n {
 		if k.specs[i].code != codeCalendar {
 			continue
@@ -210,32 +210,27 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 	return k, groups, g, true
 }
 
-// nestedIDs returns the ids of the sets of k that nest (k.roots), in
-// the order of their keys sets, concatenated; "" when none does.
-func nestedIDs(k *fastKey, sets []string) string {
-	ids := ""
-	for i, s := range sets {
-		if k.roots[i] != 0 {
-			ids += sectionID(s) // one allocation for one nested set
-		}
-	}
-	return ids
-}
-
 // attemptHead returns the head of req's fast attempt of op o (lua.FastHead,
 // fast.lua.tmpl's header): tk and hk its trail's and reservations' key
-// indexes, ids its nested sets' (nestedIDs), and its quiet spans when
-// the script takes them (quiet), checked already (checkQuiet).
-func attemptHead(o op, req *driver.Request, tk, hk int, ids string, quiet bool) []byte {
+// indexes; the ids (sectionID) of the sets of k that nest (k.roots), in
+// the order of their keys sets; its quiet spans when the script takes
+// them (k.quiet), checked already (checkQuiet).
+func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []string) []byte {
 	var spans []driver.Span
-	if quiet {
+	if k.quiet {
 		spans = req.Quiet
+	}
+	nested := 0
+	for i := range sets {
+		if k.roots[i] != 0 {
+			nested++
+		}
 	}
 	trailMax, trailTTL := 0, int64(0)
 	if tk > 0 {
 		trailMax, trailTTL = req.TrailMax, ceilMillis(req.TrailTTL)
 	}
-	b := make([]byte, 0, lua.FastHeadLen+len(ids)+lua.FastSpanLen*len(spans)+8+len(req.Policy)+len(req.TrailValues))
+	b := make([]byte, 0, lua.FastHeadLen+lua.FastIDLen*nested+lua.FastSpanLen*len(spans)+8+len(req.Policy)+len(req.TrailValues))
 	code, _ := opCode(o)
 	b = append(b, code.(string)[0])
 	b = binary.LittleEndian.AppendUint64(b, uint64(req.Cost))
@@ -243,7 +238,11 @@ func attemptHead(o op, req *driver.Request, tk, hk int, ids string, quiet bool) 
 	b = binary.LittleEndian.AppendUint64(b, uint64(trailMax))
 	b = binary.LittleEndian.AppendUint64(b, uint64(trailTTL))
 	b = append(b, byte(len(spans)))
-	b = append(b, ids...)
+	for i, s := range sets {
+		if k.roots[i] != 0 {
+			b = appendSectionID(b, s)
+		}
+	}
 	for _, sp := range spans {
 		b = binary.LittleEndian.AppendUint64(b, uint64(unixMicrosUp(sp.Start)))
 		b = binary.LittleEndian.AppendUint64(b, uint64(unixMicrosUp(sp.End)))

@@ -93,10 +93,13 @@ func wideHFE(rep *capability.Report) bool {
 // sectionID returns the id of the section of the nested set at key: the
 // first 8 bytes of its SHA-1, the first byte's high bit set (a section's
 // tag then, never a rule's or the hold marker's; prelude.lua's sectid).
-func sectionID(key string) string {
+func sectionID(key string) string { return string(appendSectionID(make([]byte, 0, 8), key)) }
+
+// appendSectionID appends sectionID(key) to b.
+func appendSectionID(b []byte, key string) []byte {
 	h := sha1.Sum([]byte(key))
 	h[0] |= 0x80
-	return string(h[:8])
+	return append(b, h[:8]...)
 }
 
 // vkey splits a reservation entry's key into the root's key and the
