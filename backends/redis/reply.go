@@ -63,22 +63,27 @@ func parseTake(v any, rules []driver.Rule) (driver.Result, error) {
 	}
 	if s, ok := v.(string); ok {
 		n := fastHead + len(rules)*perRuleBytes
+		var quiet string // the quiet span's end, after the rules
 		if len(s) == n+lua.ReplyInt && s[0]&lua.ReplyQuiet != 0 {
-			res, err := parseReply(int64(s[0]&^lua.ReplyQuiet), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
-				return ruleInts(s[fastHead+i*perRuleBytes:])
-			})
-			if err != nil {
-				return driver.Result{}, err
-			}
-			res.Quiet = time.UnixMicro(le7(s[n:]))
-			return res, nil
+			s, quiet = s[:n], s[n:]
 		}
 		if len(s) != n {
 			return driver.Result{}, fmt.Errorf("reply: want %d bytes for %d rules, got %d", n, len(rules), len(s))
 		}
-		return parseReply(int64(s[0]), le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
+		first := int64(s[0])
+		if quiet != "" {
+			first &^= lua.ReplyQuiet // read here, not from rest
+		}
+		res, err := parseReply(first, le7(s[1:fastHead]), rest, rules, func(i int) [perRuleReply]int64 {
 			return ruleInts(s[fastHead+i*perRuleBytes:])
 		})
+		if err != nil {
+			return driver.Result{}, err
+		}
+		if quiet != "" {
+			res.Quiet = time.UnixMicro(le7(quiet))
+		}
+		return res, nil
 	}
 	a, err := replyArray(v)
 	if err != nil {
