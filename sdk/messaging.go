@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/freqcap/freqcap/internal/alg"
+	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -409,8 +409,7 @@ const quietMemoMax = 1024
 // of its own. A zone is its *time.Location (LoadZone loads each name
 // once). Safe for concurrent use; nil keeps nothing.
 type quietMemo struct {
-	mu sync.RWMutex
-	m  map[*time.Location]quietEntry
+	c bounded.Map[*time.Location, quietEntry]
 }
 
 // quietEntry is a zone's quiet spans for the minute ending at min
@@ -427,35 +426,17 @@ func (c *quietMemo) get(zone *time.Location, m time.Time) []driver.Span {
 	if c == nil {
 		return nil
 	}
-	c.mu.RLock()
-	e, ok := c.m[zone]
-	c.mu.RUnlock()
-	if !ok || e.min != m.Unix() {
-		return nil
+	if e, ok := c.c.Get(zone); ok && e.min == m.Unix() {
+		return e.q
 	}
-	return e.q
+	return nil
 }
 
 // put keeps q as zone's spans of the minute ending at m.
 func (c *quietMemo) put(zone *time.Location, m time.Time, q []driver.Span) {
-	if c == nil {
-		return
+	if c != nil {
+		c.c.Put(zone, quietEntry{min: m.Unix(), q: q}, quietMemoMax)
 	}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[*time.Location]quietEntry)
-	}
-	if _, ok := c.m[zone]; !ok && len(c.m) >= quietMemoMax {
-		clear(c.m)
-	}
-	c.m[zone] = quietEntry{min: m.Unix(), q: q}
-	c.mu.Unlock()
-}
-
-func (c *quietMemo) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
 }
 
 // skewed reports whether a denial for quiet hours ending at end

@@ -226,7 +226,7 @@ func TestQuietSpansMemoEntries(t *testing.T) {
 		if got := p.quietSpans(loc, now); !equalSpans(got, want) {
 			t.Fatalf("quietSpans(%v, %v) = %v, want %v", loc, now, got, want)
 		}
-		if n := p.quietMemo.len(); n > quietMemoMax {
+		if n := p.quietMemo.c.Len(); n > quietMemoMax {
 			t.Fatalf("after %d zones: %d in the memo, want <= %d", i+1, n, quietMemoMax)
 		}
 	}

@@ -1,9 +1,9 @@
 package redis
 
 import (
-	"sync"
 	"time"
 
+	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -39,8 +39,7 @@ type calendarEntry struct {
 // unit after the first reads them here, with no time-zone arithmetic.
 // Safe for concurrent use.
 type calendarCache struct {
-	mu sync.RWMutex
-	m  map[calendarKey]*calendarEntry
+	c bounded.Map[calendarKey, *calendarEntry]
 }
 
 // bounds returns calendarBounds(now, unit, loc, span): the entry of
@@ -53,31 +52,13 @@ func (c *calendarCache) bounds(now time.Time, unit driver.CalendarUnit, loc *tim
 		loc = time.UTC
 	}
 	k := calendarKey{unit: unit, loc: loc, span: span}
-	c.mu.RLock()
-	e := c.m[k]
-	c.mu.RUnlock()
-	if e != nil && !now.Before(e.cur) && now.Before(e.next) {
+	if e, _ := c.c.Get(k); e != nil && !now.Before(e.cur) && now.Before(e.next) {
 		return e.bounds, nil
 	}
 	bs, cur, next, err := calendarWindow(now, unit, loc, span)
 	if err != nil {
 		return "", err
 	}
-	e = &calendarEntry{cur: cur.Round(0), next: next.Round(0), bounds: bs}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[calendarKey]*calendarEntry)
-	}
-	if _, ok := c.m[k]; !ok && len(c.m) >= calendarCacheMax {
-		clear(c.m)
-	}
-	c.m[k] = e
-	c.mu.Unlock()
+	c.c.Put(k, &calendarEntry{cur: cur.Round(0), next: next.Round(0), bounds: bs}, calendarCacheMax)
 	return bs, nil
-}
-
-func (c *calendarCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
 }

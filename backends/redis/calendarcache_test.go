@@ -121,7 +121,7 @@ func TestCalendarCacheEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkBounds(t, &c, now, driver.Day, ny, 1)
-	e := c.m[calendarKey{driver.Day, ny, 1}]
+	e, _ := c.c.Get(calendarKey{driver.Day, ny, 1})
 	day0, day1 := time.Date(2024, 11, 3, 0, 0, 0, 0, ny), time.Date(2024, 11, 4, 0, 0, 0, 0, ny)
 	if e == nil || !e.cur.Equal(day0) || !e.next.Equal(day1) || e.bounds != want {
 		t.Fatalf("entry = %+v, want [%v, %v) %s", e, day0, day1, want)
@@ -165,7 +165,7 @@ func TestCalendarCacheBounded(t *testing.T) {
 	for i := range 3 * calendarCacheMax {
 		loc := time.FixedZone(fmt.Sprintf("z%d", i), (i%96-48)*15*60)
 		checkBounds(t, &c, now, driver.Day, loc, 1)
-		if n := c.len(); n > calendarCacheMax {
+		if n := c.c.Len(); n > calendarCacheMax {
 			t.Fatalf("after %d zones: %d entries, want <= %d", i+1, n, calendarCacheMax)
 		}
 	}

@@ -3,13 +3,13 @@ package redis
 import (
 	"encoding/binary"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
+	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -66,28 +66,11 @@ type fastScript struct {
 // fastCache maps fastKey to fastScript, at most specCacheMax entries (it
 // empties when full, as specCache does). Safe for concurrent use.
 type fastCache struct {
-	mu sync.RWMutex
-	m  map[fastKey]*fastScript
+	c bounded.Map[fastKey, *fastScript]
 }
 
-func (c *fastCache) get(k *fastKey) *fastScript {
-	c.mu.RLock()
-	s := c.m[*k]
-	c.mu.RUnlock()
-	return s
-}
-
-func (c *fastCache) put(k *fastKey, s *fastScript) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[fastKey]*fastScript)
-	}
-	if _, ok := c.m[*k]; !ok && len(c.m) >= specCacheMax {
-		clear(c.m)
-	}
-	c.m[*k] = s
-	c.mu.Unlock()
-}
+func (c *fastCache) get(k *fastKey) *fastScript    { s, _ := c.c.Get(*k); return s }
+func (c *fastCache) put(k *fastKey, s *fastScript) { c.c.Put(*k, s, specCacheMax) }
 
 // fastAttempt is one request's part of a fast script's call: its keys
 // (dimension sets, each root's wide hash, its overrides, then its trail

@@ -1,9 +1,8 @@
 package redis
 
 import (
-	"sync"
-
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -44,34 +43,12 @@ type ruleSpec struct {
 // specCache maps specKey to ruleSpec, at most specCacheMax entries. It is
 // safe for concurrent use.
 type specCache struct {
-	mu sync.RWMutex
-	m  map[specKey]*ruleSpec
+	c bounded.Map[specKey, *ruleSpec]
 }
 
-func (c *specCache) get(k specKey) *ruleSpec {
-	c.mu.RLock()
-	s := c.m[k]
-	c.mu.RUnlock()
-	return s
-}
-
-func (c *specCache) put(k specKey, s *ruleSpec) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[specKey]*ruleSpec)
-	}
-	if _, ok := c.m[k]; !ok && len(c.m) >= specCacheMax {
-		clear(c.m)
-	}
-	c.m[k] = s
-	c.mu.Unlock()
-}
-
-func (c *specCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
-}
+func (c *specCache) get(k specKey) *ruleSpec    { s, _ := c.c.Get(k); return s }
+func (c *specCache) put(k specKey, s *ruleSpec) { c.c.Put(k, s, specCacheMax) }
+func (c *specCache) len() int                   { return c.c.Len() }
 
 // spec returns r's static specification under rep's choices (plain: on
 // plain Lua whatever they say, plainOnly), from the cache or built and
