@@ -205,6 +205,21 @@ func run(t *testing.T, ctx context.Context, what string, steps ...chromedp.Actio
 	}
 }
 
+// follow opens the link sel as a click on it would (its href), with
+// chromedp.Navigate, which returns once the new page has loaded, then runs
+// steps. A chromedp.Click that navigates can race chromedp's node tree:
+// when the next page has an element matching the next selector too, the
+// query may find it in the old document and the action fail with "Could not
+// find node with given id" (seen in CI on the values pages).
+func follow(t *testing.T, ctx context.Context, what, sel string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	href, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {}).href || ""`, strconv.Quote(sel))))
+	if err != nil || href == "" {
+		t.Fatalf("%s: no link %s (%v)\npage: %s", what, sel, err, pageText(ctx))
+	}
+	run(t, ctx, what, append([]chromedp.Action[chromedp.Void]{chromedp.Navigate(href)}, steps...)...)
+}
+
 // waitText polls the DOM (on every mutation) until the element sel has
 // exactly the text want, or fails at the deadline.
 func waitText(t *testing.T, ctx context.Context, sel, want string) {

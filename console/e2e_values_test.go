@@ -69,12 +69,12 @@ func TestE2EValues(t *testing.T) {
 	}
 	screenshot(t, ctx, "values-subject.png")
 
-	run(t, ctx, "older", chromedp.Click(chromedp.CSS(sec+".values-next")), chromedp.WaitVisible(chromedp.CSS(sec+".values-prev")))
+	follow(t, ctx, "older", sec+".values-next", chromedp.WaitVisible(chromedp.CSS(sec+".values-prev")))
 	waitText(t, ctx, row(1)+".pair", "campaign=spring-25")
-	run(t, ctx, "newer", chromedp.Click(chromedp.CSS(sec+".values-prev")), chromedp.WaitNotPresent(chromedp.CSS(sec+".values-prev")))
+	follow(t, ctx, "newer", sec+".values-prev", chromedp.WaitNotPresent(chromedp.CSS(sec+".values-prev")))
 	waitText(t, ctx, row(1)+".pair", "campaign=spring-07")
 
-	run(t, ctx, "look up the latest campaign", chromedp.Click(chromedp.CSS(row(1)+".look")), chromedp.WaitVisible(chromedp.ID("rules")))
+	follow(t, ctx, "look up the latest campaign", row(1)+".look", chromedp.WaitVisible(chromedp.ID("rules")))
 	waitText(t, ctx, ruleCell("camp-hour", "used"), "2")
 	waitContains(t, ctx, "#subject-shown", "spring-07")
 
