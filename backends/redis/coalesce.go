@@ -85,13 +85,32 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 	if c.slots == 0 && len(c.queue) == 0 {
 		return c.alone(ctx, b, rep, r)
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := waiters.Get().(*waiter)
 	w.one[0] = r
 	w.reqs, w.res = w.one[:], w.oneRes[:]
 	if err := c.wait(ctx, b, rep, w); err != nil {
-		return driver.Result{}, err
+		return driver.Result{}, err // (w may still be written to: not reused)
 	}
-	return w.res[0].Result, w.res[0].Err
+	res := w.oneRes[0]
+	w.reuse()
+	return res.Result, res.Err
+}
+
+// waiters holds the single decisions' waiters for reuse: a waiter is
+// answered once, after which no flusher holds it, so do puts back those
+// it got an outcome for (a waiter given up while sent may still be
+// answered: never put back).
+var waiters = sync.Pool{New: func() any { return &waiter{wake: make(chan struct{}, 1)} }}
+
+// reuse clears w, answered, and puts it back in waiters.
+func (w *waiter) reuse() {
+	select {
+	case <-w.wake: // a signal not yet read
+	default:
+	}
+	w.one[0], w.oneRes[0] = request{}, driver.BatchResult{}
+	w.reqs, w.res, w.state, w.lead = nil, nil, queued, false
+	waiters.Put(w)
 }
 
 // group carries out reqs (at most batchAttempts), a batch, coalesced with
@@ -265,7 +284,11 @@ func (c *coalescer) release() {
 // it, but the flusher's caller giving up does not fail the others'
 // attempts.
 func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Report, batch []*waiter) {
-	var reqs []request
+	n := 0
+	for _, w := range batch {
+		n += len(w.reqs)
+	}
+	reqs := make([]request, 0, n)
 	for _, w := range batch {
 		reqs = append(reqs, w.reqs...)
 	}
