@@ -149,13 +149,16 @@ func (b *Backend) fastAttempt(o op, req driver.Request, rep *capability.Report) 
 // packed spec.
 func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fastKey, groups [lua.FastMax]string, g int, ok bool) {
 	k.n, k.ov, k.quiet = len(req.Rules), req.OverrideKey != "", len(req.Quiet) > 0
+	memo, _ := b.policySpecs.Get(req.Policy)
+	missed := false
 	for i := range req.Rules {
 		r := &req.Rules[i]
 		if validRule(r) != nil {
 			return k, groups, 0, false
 		}
-		sp, err := b.spec(rep, r, plainOnly(req, r))
-		if err != nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
+		sp, hit := b.memoSpec(memo, rep, req, i)
+		missed = missed || !hit
+		if sp == nil || !lua.FastCode(sp.code) { // (module codes, which have keys of their own, are not)
 			return k, groups, 0, false
 		}
 		k.specs[i], k.wide[i], k.keeps[i] = sp, r.Wide, r.Keep
@@ -173,6 +176,9 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 			ki = g
 		}
 		k.keys[i] = uint8(ki)
+	}
+	if missed {
+		b.policySpecs.Put(req.Policy, newSpecMemo(rep, req, &k.specs), specCacheMax)
 	}
 	for i := range g { // a set that nests names its root, a set of no rule if need be
 		root := rootOf(groups[i])

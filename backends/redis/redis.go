@@ -101,6 +101,7 @@ import (
 
 	"github.com/freqcap/freqcap/backends/redis/capability"
 	"github.com/freqcap/freqcap/backends/redis/internal/lua"
+	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
 
@@ -267,8 +268,10 @@ type Backend struct {
 	c    goredis.UniversalClient
 	opts Options
 	det  *capability.Detector
-	// specs caches each rule's static ARGV (see specCache).
-	specs specCache
+	// specs caches each rule's static ARGV (see specCache); policySpecs
+	// the specs of each policy's rules as last found (specMemo).
+	specs       specCache
+	policySpecs bounded.Map[string, *specMemo]
 	// cals caches each calendar rule's boundaries until the clock leaves
 	// their unit (calendarCache).
 	cals calendarCache

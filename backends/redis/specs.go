@@ -2,6 +2,7 @@ package redis
 
 import (
 	"github.com/freqcap/freqcap/backends/redis/capability"
+	"github.com/freqcap/freqcap/backends/redis/internal/lua"
 	"github.com/freqcap/freqcap/internal/bounded"
 	"github.com/freqcap/freqcap/sdk/driver"
 )
@@ -76,4 +77,50 @@ func (b *Backend) spec(rep *capability.Report, r *driver.Rule, plain bool) (*rul
 	s.code = s.args[0].(string)
 	b.specs.put(k, s)
 	return s, nil
+}
+
+// specMemo is the specs of one policy's rules (by Request.Policy) as a
+// request last had them: a request whose rules are the same in every
+// field a spec depends on (its per-subject and per-attempt fields aside:
+// Key, Group, Keep, Exempt), under the same report and plainOnly choice,
+// has the same specs, found by comparing its rules with these, cheaper
+// than hashing each rule for the spec cache.
+type specMemo struct {
+	rep   *capability.Report
+	n     int
+	rules [lua.FastMax]driver.Rule // their static fields (staticRule)
+	plain [lua.FastMax]bool
+	specs [lua.FastMax]*ruleSpec
+}
+
+// staticRule is r without its per-subject and per-attempt fields.
+func staticRule(r *driver.Rule) driver.Rule {
+	s := *r
+	s.Key, s.Group, s.Keep, s.Exempt = "", "", 0, driver.NotExempt
+	return s
+}
+
+// newSpecMemo returns the memo of req's rules' specs under rep.
+func newSpecMemo(rep *capability.Report, req *driver.Request, specs *[lua.FastMax]*ruleSpec) *specMemo {
+	m := &specMemo{rep: rep, n: len(req.Rules), specs: *specs}
+	for i := range req.Rules {
+		m.rules[i], m.plain[i] = staticRule(&req.Rules[i]), plainOnly(req, &req.Rules[i])
+	}
+	return m
+}
+
+// memoSpec returns the spec of rule i of req under rep, validated
+// already: m's (m may be nil) when it holds it (hit), else Backend.spec's
+// (nil if it fails).
+func (b *Backend) memoSpec(m *specMemo, rep *capability.Report, req *driver.Request, i int) (sp *ruleSpec, hit bool) {
+	r := &req.Rules[i]
+	plain := plainOnly(req, r)
+	if m != nil && m.rep == rep && m.n == len(req.Rules) && m.plain[i] == plain && m.rules[i] == staticRule(r) {
+		return m.specs[i], true
+	}
+	sp, err := b.spec(rep, r, plain)
+	if err != nil {
+		return nil, false
+	}
+	return sp, false
 }

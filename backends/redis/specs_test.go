@@ -87,6 +87,15 @@ func TestSpecCacheNeverStale(t *testing.T) {
 			if !reflect.DeepEqual(received(got), received(want)) || !reflect.DeepEqual(got.keys, want.keys) || !reflect.DeepEqual(got.attempts, want.attempts) {
 				t.Errorf("encode() after a cached spec = %v %v, want %v %v", received(got), got.attempts, received(want), want.attempts)
 			}
+			// A fast script's attempt after the policy's specs were
+			// memoized (specMemo: the same policy name) is built anew.
+			fb := New(nil, nil)
+			fb.fastAttempt(opTake, s.request(opTake, 1, tc.first).Request, &tc.rep1)
+			fa, ok := fb.fastAttempt(opTake, req, &tc.rep2)
+			wa, wok := New(nil, nil).fastAttempt(opTake, req, &tc.rep2)
+			if ok != wok || (ok && (fa.s.src != wa.s.src || !reflect.DeepEqual(fa.keys, wa.keys) || string(fa.head) != string(wa.head) || !reflect.DeepEqual(fa.cals, wa.cals))) {
+				t.Errorf("fastAttempt() after memoized specs = %v (ok %v), want %v (ok %v)", fa.keys, ok, wa.keys, wok)
+			}
 		})
 	}
 }

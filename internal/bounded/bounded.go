@@ -1,8 +1,9 @@
 // Package bounded holds Map, the bounded cache the decision path keeps
 // per process: a map safe for concurrent use that empties when a new key
 // would take it past its bound, and refills from the keys in use. The
-// redis backend's rule specifications, fast scripts and calendar
-// boundaries, and a policy's quiet spans, are kept in one.
+// redis backend's rule specifications (each rule's, and each policy's
+// as last seen), fast scripts and calendar boundaries, and a policy's
+// quiet spans, are kept in one.
 package bounded
 
 import "sync"
