@@ -199,14 +199,15 @@ func (b *Backend) units(reqs []request, rep *capability.Report, out []driver.Bat
 		enc, cur = encoder{}, unit{}
 	}
 	now := b.opts.Clock.Now()
-	for i, req := range reqs {
+	for i := range reqs {
+		req := &reqs[i]
 		var tag string
-		if a, ok := b.fastAttempt(req.op, req.Request, rep); ok {
+		if a, ok := b.attempt(req, rep); ok {
 			if len(cur.idx) > 0 && cur.fs != a.s {
 				flush()
 			}
 			cur.fs = a.s
-			enc.addFast(&a)
+			enc.addFast(a)
 			tag = driver.HashTag(a.keys[0])
 		} else {
 			if cur.fs != nil {

@@ -15,7 +15,8 @@ import (
 // Backend.scripts) (Options.Coalesce). It starts no
 // goroutine: the callers themselves send the scripts.
 //
-// A call enqueues its request. A call holding a slot (there are max) is a
+// A call builds its request's fast attempt (Backend.attempt), then
+// enqueues its request. A call holding a slot (there are max) is a
 // flusher: it takes up to batchAttempts queued requests from the head of
 // the queue, sends them in one script (Backend.scripts), hands each
 // caller its outcome and, once its own request is answered, hands its
@@ -81,6 +82,7 @@ func (c *coalescer) do(ctx context.Context, b *Backend, rep *capability.Report, 
 	if err := ctx.Err(); err != nil {
 		return driver.Result{}, err
 	}
+	b.attempt(&r, rep) // here, not by the flusher while it holds a slot
 	c.mu.Lock()
 	if c.slots == 0 && len(c.queue) == 0 {
 		return c.alone(ctx, b, rep, r)
@@ -219,7 +221,7 @@ func (c *coalescer) yield() {
 func (c *coalescer) alone(ctx context.Context, b *Backend, rep *capability.Report, r request) (driver.Result, error) {
 	c.slots++
 	c.mu.Unlock()
-	res, err := b.decideOne(ctx, r.op, r.Request, rep)
+	res, err := b.decideOne(ctx, &r, rep)
 	c.mu.Lock()
 	c.release()
 	c.mu.Unlock()

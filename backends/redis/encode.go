@@ -47,6 +47,21 @@ func (o op) String() string {
 type request struct {
 	op op
 	driver.Request
+	// fa is the request's fast attempt once built (built), fast whether
+	// it has one: a coalesced call builds it before it queues
+	// (coalescer.do), so the flusher, holding a slot, only writes it into
+	// the script's arguments.
+	fa          fastAttempt
+	built, fast bool
+}
+
+// attempt returns r's fast attempt, built now unless it was already.
+func (b *Backend) attempt(r *request, rep *capability.Report) (*fastAttempt, bool) {
+	if !r.built {
+		r.fa, r.fast = b.fastAttempt(r.op, r.Request, rep)
+		r.built = true
+	}
+	return &r.fa, r.fast
 }
 
 // call is one or more attempts of take.lua: its KEYS, its EVALSHA

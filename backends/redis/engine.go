@@ -71,19 +71,20 @@ func (m scriptMode) decide(ctx context.Context, o op, req driver.Request) (drive
 	if m.b.co != nil {
 		return m.b.co.do(ctx, m.b, m.rep, request{op: o, Request: req})
 	}
-	return m.b.decideOne(ctx, o, req, m.rep)
+	return m.b.decideOne(ctx, &request{op: o, Request: req}, m.rep)
 }
 
 // decideOne runs one decision in an EVALSHA of its own: of its fast
 // script in the short form, or of take.lua.
-func (b *Backend) decideOne(ctx context.Context, o op, req driver.Request, rep *capability.Report) (driver.Result, error) {
+func (b *Backend) decideOne(ctx context.Context, r *request, rep *capability.Report) (driver.Result, error) {
+	o, req := r.op, r.Request
 	var (
 		v       any
 		err     error
 		a       ack // Options.Durability's wait
 		choices []ruleChoice
 	)
-	f, fast := b.fastAttempt(o, req, rep)
+	f, fast := b.attempt(r, rep)
 	if fast {
 		v, a, err = b.runFor(ctx, o, rep, f.s.script, f.s.src, f.keys, f.args())
 		choices = f.s.choices
