@@ -15,8 +15,8 @@ import (
 // Backend.scripts) (Options.Coalesce). It starts no
 // goroutine: the callers themselves send the scripts.
 //
-// A call builds its request's fast attempt (Backend.attempt), then
-// enqueues its request. A call holding a slot (there are max) is a
+// A call builds its requests' fast attempts (Backend.attempt), then
+// enqueues its request (or batch). A call holding a slot (there are max) is a
 // flusher: it takes up to batchAttempts queued requests from the head of
 // the queue, sends them in one script (Backend.scripts), hands each
 // caller its outcome and, once its own request is answered, hands its
@@ -125,6 +125,9 @@ func (c *coalescer) group(ctx context.Context, b *Backend, rep *capability.Repor
 	if err := ctx.Err(); err != nil {
 		fail(out, err)
 		return
+	}
+	for i := range reqs { // here, as do, not by the flusher while it holds a slot
+		b.attempt(&reqs[i], rep)
 	}
 	c.mu.Lock()
 	if c.slots == 0 && len(c.queue) == 0 {
