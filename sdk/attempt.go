@@ -101,16 +101,16 @@ func (a Attempt) cost() int64 {
 // backend failure yields an allowed Decision with Degraded set and a nil
 // error.
 func (l *Limiter) Take(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
-	d, _, err := l.take(ctx, "take", opTake, p, a, 0)
-	return d, err
+	var c call
+	return l.take(ctx, &c, "take", opTake, p, a, 0)
 }
 
 // Peek reports what Take would decide for a, consuming nothing (its
 // IdempotencyKey is ignored). The backend must support peeks (the memory
 // and Redis backends do), else the error wraps errors.ErrUnsupported.
 func (l *Limiter) Peek(ctx context.Context, p *Policy, a Attempt) (Decision, error) {
-	d, _, err := l.take(ctx, "peek", opPeek, p, a, 0)
-	return d, err
+	var c call
+	return l.take(ctx, &c, "peek", opPeek, p, a, 0)
 }
 
 // Reserve is Take that can be undone: when allowed, the units are
@@ -155,38 +155,39 @@ type call struct {
 	att Attempt
 }
 
-// prepare checks an attempt and builds its request. The idempotency key
-// is ignored for peeks. In a batch, errors name the operation "<op>
+// prepare checks an attempt and builds its request in c (the caller's:
+// a single decision's stays on its stack). The idempotency key is
+// ignored for peeks. In a batch, errors name the operation "<op>
 // batch".
-func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attempt, ttl time.Duration) (*call, error) {
+func (l *Limiter) prepare(c *call, op string, batch bool, dop opKind, p *Policy, a Attempt, ttl time.Duration) error {
 	name := op
 	if batch {
 		name += " batch"
 	}
 	if err := l.hasBackend(name); err != nil {
-		return nil, err
+		return err
 	}
 	if a.Cost < 0 {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", name, ErrInvalidCost, a.Cost)
+		return fmt.Errorf("sdk: %s: %w: cost must be >= 0 (0 means 1), got %d", name, ErrInvalidCost, a.Cost)
 	}
 	n, idem := a.cost(), a.IdempotencyKey
 	if n > driver.MaxLimit {
-		return nil, fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, driver.MaxLimit, n)
+		return fmt.Errorf("sdk: %s: %w: cost must be <= %d (MaxLimit), got %d", name, ErrInvalidCost, driver.MaxLimit, n)
 	}
 	if a.Zone == time.Local {
-		return nil, fmt.Errorf("sdk: %s: %w: time.Local differs per machine: give a named zone (LoadZone)", name, ErrInvalidZone)
+		return fmt.Errorf("sdk: %s: %w: time.Local differs per machine: give a named zone (LoadZone)", name, ErrInvalidZone)
 	}
 	res, err := resolve(l.prefix, p, a.Subject, false, l.now)
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %s: %w", name, err)
+		return fmt.Errorf("sdk: %s: %w", name, err)
 	}
 	if err := l.supports(name, dop); err != nil {
-		return nil, err
+		return err
 	}
-	c := &call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
+	*c = call{op: op, name: name, kind: dop, p: p, req: l.request(p, res, n), base: res.base, before: res.before, subject: a.Subject, att: a}
 	c.req.Zone = a.Zone
 	if err := c.messaging(a, l.now); err != nil {
-		return nil, err
+		return err
 	}
 	if dop == opReserve {
 		c.req.ReservationID = newReservationID()
@@ -194,11 +195,11 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 	}
 	consume := dop == opTake || dop == opReserve
 	if consume && a.IdempotencyTTL < 0 {
-		return nil, fmt.Errorf("sdk: %s: %w: idempotency TTL must be >= 0 (0: the policy's), got %v", name, ErrInvalidIdempotencyKey, a.IdempotencyTTL)
+		return fmt.Errorf("sdk: %s: %w: idempotency TTL must be >= 0 (0: the policy's), got %v", name, ErrInvalidIdempotencyKey, a.IdempotencyTTL)
 	}
 	if consume && idem != "" {
 		if len(idem) > MaxIdempotencyKeyLen {
-			return nil, fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", name, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
+			return fmt.Errorf("sdk: %s: %w: %d bytes, want <= %d", name, ErrInvalidIdempotencyKey, len(idem), MaxIdempotencyKeyLen)
 		}
 		c.req.IdempotencyKey = c.base + "!i:" + escapeValue(idem)
 		c.req.IdempotencyTTL = p.idemTTL
@@ -213,7 +214,7 @@ func (l *Limiter) prepare(op string, batch bool, dop opKind, p *Policy, a Attemp
 			c.hot, c.hotKey = h, hotKey(res)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // messaging records a's class, priority and identity in c's trail

@@ -46,6 +46,7 @@ func (l *Limiter) PeekBatch(ctx context.Context, p *Policy, as []Attempt) []Batc
 
 func (l *Limiter) batch(ctx context.Context, op string, dop opKind, p *Policy, as []Attempt) []BatchResult {
 	out := make([]BatchResult, len(as))
+	all := make([]call, len(as))
 	calls := make([]*call, 0, len(as))
 	idx := make([]int, 0, len(as))
 	for i, a := range as {
@@ -54,8 +55,8 @@ func (l *Limiter) batch(ctx context.Context, op string, dop opKind, p *Policy, a
 			out[i].Err = err
 			continue
 		}
-		c, err := l.prepare(op, true, dop, p, a, 0)
-		if err != nil {
+		c := &all[i]
+		if err := l.prepare(c, op, true, dop, p, a, 0); err != nil {
 			out[i].Err = err
 			continue
 		}

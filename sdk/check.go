@@ -7,6 +7,6 @@ package sdk
 // backend; nil when Take would decide it. A server that must refuse a whole request
 // when any of its attempts is invalid checks them all first.
 func (l *Limiter) Check(p *Policy, a Attempt) error {
-	_, err := l.prepare("take", false, opTake, p, a, 0)
-	return err
+	var c call
+	return l.prepare(&c, "take", false, opTake, p, a, 0)
 }

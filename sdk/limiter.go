@@ -118,7 +118,8 @@ func (l *Limiter) reserve(ctx context.Context, p *Policy, a Attempt, ttl time.Du
 	if ttl < time.Millisecond || ttl > driver.MaxWindow {
 		return Decision{}, nil, fmt.Errorf("sdk: reserve: ttl must be from 1ms to %v (MaxWindow), got %v", driver.MaxWindow, ttl)
 	}
-	d, c, err := l.take(ctx, "reserve", opReserve, p, a, ttl)
+	c := new(call)
+	d, err := l.take(ctx, c, "reserve", opReserve, p, a, ttl)
 	if err != nil || !d.Allowed {
 		return d, nil, err
 	}
@@ -180,21 +181,20 @@ func (r *Reservation) settle(ctx context.Context, op string, commit bool) error 
 	return nil
 }
 
-// take makes one decision (op names it for errors and events).
-func (l *Limiter) take(ctx context.Context, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, *call, error) {
+// take makes one decision (op names it for errors and events), in c
+// (the caller's).
+func (l *Limiter) take(ctx context.Context, c *call, op string, dop opKind, p *Policy, a Attempt, ttl time.Duration) (Decision, error) {
 	a, err := l.identify(ctx, op, p, a)
 	if err != nil {
-		return Decision{}, nil, err
+		return Decision{}, err
 	}
-	c, err := l.prepare(op, false, dop, p, a, ttl)
-	if err != nil {
-		return Decision{}, nil, err
+	if err := l.prepare(c, op, false, dop, p, a, ttl); err != nil {
+		return Decision{}, err
 	}
 	if d, ok := l.cached(c); ok {
-		return d, c, nil
+		return d, nil
 	}
-	d, err := l.finish(c, l.send(ctx, c.kind, c.req))
-	return d, c, err
+	return l.finish(c, l.send(ctx, c.kind, c.req))
 }
 
 // request builds the driver request for res.

@@ -33,7 +33,8 @@ func (l *Limiter) Wait(ctx context.Context, p *Policy, a Attempt) (Decision, err
 		ctx = context.Background()
 	}
 	for {
-		d, _, err := l.take(ctx, "wait", opTake, p, a, 0)
+		var c call
+		d, err := l.take(ctx, &c, "wait", opTake, p, a, 0)
 		if err != nil || d.Allowed {
 			return d, err
 		}
