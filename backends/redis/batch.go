@@ -198,6 +198,7 @@ func (b *Backend) units(reqs []request, rep *capability.Report, out []driver.Bat
 		}
 		enc, cur = encoder{}, unit{}
 	}
+	enc.size(b, reqs, rep, per)
 	now := b.opts.Clock.Now()
 	for i := range reqs {
 		req := &reqs[i]

@@ -178,9 +178,9 @@ func (c *coalescer) wait(ctx context.Context, b *Backend, rep *capability.Report
 				c.mu.Unlock()
 				return err
 			}
-			batch := c.take()
+			f := c.take()
 			c.mu.Unlock()
-			c.flush(ctx, b, rep, batch)
+			c.flush(ctx, b, rep, f)
 			c.mu.Lock()
 			continue
 		case w.lead: // sent by another flusher: let a queued call send
@@ -232,17 +232,17 @@ func (c *coalescer) alone(ctx context.Context, b *Backend, rep *capability.Repor
 }
 
 // take removes waiters from the head of the queue, up to batchAttempts
-// requests (always at least one waiter), and marks them sent. Called
-// with mu held.
-func (c *coalescer) take() []*waiter {
+// requests (always at least one waiter), marks them sent and returns
+// them in a flushBuf's batch. Called with mu held.
+func (c *coalescer) take() *flushBuf {
 	n, attempts := 0, 0
 	for n < len(c.queue) && (n == 0 || attempts+len(c.queue[n].reqs) <= batchAttempts) {
 		attempts += len(c.queue[n].reqs)
 		n++
 	}
-	batch := make([]*waiter, n)
-	copy(batch, c.queue)
-	for _, w := range batch {
+	f := flushes.Get().(*flushBuf)
+	f.batch = append(f.batch, c.queue[:n]...)
+	for _, w := range f.batch {
 		w.state = sent
 	}
 	clear(c.queue[:n]) // let the sent waiters go
@@ -250,7 +250,7 @@ func (c *coalescer) take() []*waiter {
 	if len(c.queue) == 0 {
 		c.queue = c.queue[:0:0] // the array's head is spent: start afresh
 	}
-	return batch
+	return f
 }
 
 // remove takes w, which gives up before being sent, out of the queue.
@@ -284,29 +284,48 @@ func (c *coalescer) release() {
 	c.slots--
 }
 
-// flush sends batch in one script and hands each waiter its outcome.
-// The script runs under flushContext(ctx): the flusher's deadline bounds
-// it, but the flusher's caller giving up does not fail the others'
-// attempts.
-func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Report, batch []*waiter) {
-	n := 0
-	for _, w := range batch {
-		n += len(w.reqs)
+// flush sends f's batch (take's) in one script, hands each waiter its
+// outcome and puts f back. The script runs under flushContext(ctx): the
+// flusher's deadline bounds it, but the flusher's caller giving up does
+// not fail the others' attempts.
+func (c *coalescer) flush(ctx context.Context, b *Backend, rep *capability.Report, f *flushBuf) {
+	for _, w := range f.batch {
+		f.reqs = append(f.reqs, w.reqs...)
 	}
-	reqs := make([]request, 0, n)
-	for _, w := range batch {
-		reqs = append(reqs, w.reqs...)
-	}
-	out := make([]driver.BatchResult, len(reqs))
-	b.scripts(flushContext{ctx}, reqs, rep, out)
+	f.out = append(f.out, make([]driver.BatchResult, len(f.reqs))...)
+	b.scripts(flushContext{ctx}, f.reqs, rep, f.out)
+	out := f.out
 	c.mu.Lock()
-	for _, w := range batch {
+	for _, w := range f.batch {
 		n := copy(w.res, out)
 		out = out[n:]
 		w.state = done
 		w.signal()
 	}
 	c.mu.Unlock()
+	f.put()
+}
+
+// flushBuf is a flush's buffers, reused (flushes): its requests, their
+// outcomes, and the waiters take hands it. A flush's requests are copies
+// of its waiters' (the script is encoded from one slice): reusing the
+// slices keeps a coalesced decision from allocating its request twice.
+type flushBuf struct {
+	reqs  []request
+	out   []driver.BatchResult
+	batch []*waiter
+}
+
+var flushes = sync.Pool{New: func() any { return new(flushBuf) }}
+
+// put clears f (its requests and outcomes hold the callers' keys and
+// results, its batch their waiters) and puts it back in flushes.
+func (f *flushBuf) put() {
+	clear(f.reqs)
+	clear(f.out)
+	clear(f.batch)
+	f.reqs, f.out, f.batch = f.reqs[:0], f.out[:0], f.batch[:0]
+	flushes.Put(f)
 }
 
 // flushContext is ctx's values and deadline without its cancellation:

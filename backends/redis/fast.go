@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -83,7 +84,9 @@ type fastAttempt struct {
 	// op, cost, the trail's and the reservations' key index, the trail's
 	// max and TTL, the quiet spans' count; the nested sets' ids; the
 	// quiet spans; the policy and the trail values.
-	head []byte
+	// It is a string over the bytes attemptHead built (never changed
+	// after), so an argument list holds it as a pointer, without boxing.
+	head string
 	// cals: each calendar rule's boundaries (calendarBounds, through
 	// Backend.cals), in rule order; nil when it has none.
 	cals []string
@@ -204,7 +207,7 @@ func (b *Backend) fastKeyOf(req *driver.Request, rep *capability.Report) (k fast
 // indexes; the ids (sectionID) of the sets of k that nest (k.roots), in
 // the order of their keys sets; its quiet spans when the script takes
 // them (k.quiet), checked already (checkQuiet).
-func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []string) []byte {
+func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []string) string {
 	var spans []driver.Span
 	if k.quiet {
 		spans = req.Quiet
@@ -239,7 +242,8 @@ func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []strin
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.Policy)))
 	b = append(b, req.Policy...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.TrailValues)))
-	return append(b, req.TrailValues...)
+	b = append(b, req.TrailValues...)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
 }
 
 // fastKeys returns a fast attempt's keys: its dimension sets (those of
@@ -291,22 +295,40 @@ func fastKeys(o op, req *driver.Request, sets []string, k *fastKey) (keys []stri
 
 // args returns the EVALSHA argument list of a's script for a alone, in
 // the short form of ARGV (fast.lua.tmpl's header): its keys, its head,
-// its calendar rules' boundaries.
+// its calendar rules' boundaries. The values are pointers into a (no
+// boxing): a must not change until the command is written.
 func (a *fastAttempt) args() []any {
-	args := append(keyArgs(a.keys, 2+len(a.cals)), a.head)
-	for _, bs := range a.cals {
-		args = append(args, bs)
+	args := append(keyArgs(a.keys, 2+len(a.cals)), &a.head)
+	for j := range a.cals {
+		args = append(args, &a.cals[j])
 	}
 	return args
+}
+
+// size gives e room for the fast attempts among the first per of reqs
+// (building them: Backend.attempt), so addFast's appends do not grow
+// its slices as a coalesced script's attempts are added.
+func (e *encoder) size(b *Backend, reqs []request, rep *capability.Report, per int) {
+	keys, argv, n := 0, 1, 0
+	for i := range reqs[:min(per, len(reqs))] {
+		if a, ok := b.attempt(&reqs[i], rep); ok {
+			keys += len(a.keys)
+			argv += 1 + len(a.cals)
+			n++
+		}
+	}
+	e.keys = make([]string, 0, keys)
+	e.argv = make([]any, 0, argv)
+	e.attempts = make([][]ruleChoice, 0, n)
 }
 
 // addFast appends fast attempt a to e, whose attempts all run a's script
 // (the full form: e's first ARGV value is their number).
 func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
-	e.argv = append(e.argv, a.head)
-	for _, bs := range a.cals {
-		e.argv = append(e.argv, bs)
+	e.argv = append(e.argv, &a.head) // pointers into a, as args's
+	for j := range a.cals {
+		e.argv = append(e.argv, &a.cals[j])
 	}
 	e.attempts = append(e.attempts, a.s.choices)
 }
