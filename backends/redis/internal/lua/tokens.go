@@ -179,6 +179,27 @@ const (
 	TrailFields = 8
 )
 
+// The fields of TrailEntry a fast script may write in (trailFormat).
+const (
+	trailRule  = 2
+	trailUsed  = 3
+	trailLimit = 4
+	trailFlags = 7
+)
+
+// trailFormat returns TrailEntry with the fields of fixed written in (a
+// '%' doubled), then "%s" for what follows the entry: a fast script
+// formats a rule's entries, its values ("" or TrailSep and the values)
+// included, in one string.format of fewer arguments (QUIETENT, and
+// fast.lua.tmpl's trailfmt per rule).
+func trailFormat(fixed map[int]string) string {
+	f := strings.Split(TrailEntry, TrailSep)
+	for i, v := range fixed {
+		f[i] = strings.ReplaceAll(v, "%", "%%")
+	}
+	return strings.Join(f, TrailSep) + "%s"
+}
+
 // A trail entry's flags (its last field), bits: the cost could never fit;
 // a shadow rule would have denied; a block override denied, the rule
 // field then the override's ID, used and limit 0 (TRAIL_TOOHIGH,
@@ -370,6 +391,7 @@ var tokens = func() map[string]string {
 		"RULE_DENIED":    strconv.Itoa(RuleFlagDenied), "RULE_ALLOWED": strconv.Itoa(RuleFlagAllowed),
 		"RULE_TOOHIGH": strconv.Itoa(RuleFlagTooHigh),
 		"TRAILENT":     quote(TrailEntry), "TRAILSEP": quote(TrailSep),
+		"QUIETENT": quote(trailFormat(map[int]string{trailRule: "", trailUsed: "0", trailLimit: "0", trailFlags: strconv.Itoa(TrailQuiet)})),
 		"TRAIL_TOOHIGH": strconv.Itoa(TrailTooHigh), "TRAIL_SHADOW": strconv.Itoa(TrailShadow),
 		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride), "TRAIL_EXEMPT": strconv.Itoa(TrailExempt),
 		"TRAIL_QUIET": strconv.Itoa(TrailQuiet), "REPLY_QUIET": strconv.Itoa(ReplyQuiet), "REPLY_KEEP": strconv.Itoa(ReplyKeep),

@@ -700,22 +700,22 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F6 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'f', U6, 6, c, Y6, F6 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|f|%d|6|%d|%d|%d%s', now, pol, U6, c, Y6, F6 == 2 and 1 or 0, tv)
       end
       if F5 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'e', U5, 5, c, Y5, F5 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|e|%d|5|%d|%d|%d%s', now, pol, U5, c, Y5, F5 == 2 and 1 or 0, tv)
       end
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'd', U4, 4, c, Y4, F4 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|d|%d|4|%d|%d|%d%s', now, pol, U4, c, Y4, F4 == 2 and 1 or 0, tv)
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'c', U3, 3, c, Y3, F3 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|c|%d|3|%d|%d|%d%s', now, pol, U3, c, Y3, F3 == 2 and 1 or 0, tv)
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'b', U2, 2, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|b|%d|2|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'a', U1, 1, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|a|%d|1|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
       L().pushTrail(tkey, ent, tmax, tttl)
     end

@@ -977,7 +977,7 @@ for a = 1, attempts do
         if OVS.blk[3] > 0 then ra = OVS.blk[3] - now end
         ent[#ent + 1] = sf(TRAIL, now, pol, sf('%d', OVS.blk[1]), 0, 0, c, ra, 4) .. tv
       elseif QT then
-        ent[#ent + 1] = sf(TRAIL, now, pol, '', 0, 0, c, QT - now, 16) .. tv
+        ent[#ent + 1] = sf('%d|%s||0|0|%d|%d|16%s', now, pol, c, QT - now, tv)
       else
         if F5 ~= 1 then
           ent[#ent + 1] = sf(TRAIL, now, pol, 'day', U5, (OVS and OVS.lim and OVS.lim[5]) or 20, c, Y5, F5 == 2 and 1 or 0) .. tv

@@ -892,22 +892,22 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if QT then
-        ent[#ent + 1] = sf(TRAIL, now, pol, '', 0, 0, c, QT - now, 16) .. tv
+        ent[#ent + 1] = sf('%d|%s||0|0|%d|%d|16%s', now, pol, c, QT - now, tv)
       else
         if F5 ~= 1 then
-          ent[#ent + 1] = sf(TRAIL, now, pol, 'day', U5, 20, c, Y5, F5 == 2 and 1 or 0) .. tv
+          ent[#ent + 1] = sf('%d|%s|day|%d|20|%d|%d|%d%s', now, pol, U5, c, Y5, F5 == 2 and 1 or 0, tv)
         end
         if F4 ~= 1 then
-          ent[#ent + 1] = sf(TRAIL, now, pol, 'content-59m', U4, 5, c, Y4, F4 == 2 and 1 or 0) .. tv
+          ent[#ent + 1] = sf('%d|%s|content-59m|%d|5|%d|%d|%d%s', now, pol, U4, c, Y4, F4 == 2 and 1 or 0, tv)
         end
         if F3 ~= 1 then
-          ent[#ent + 1] = sf(TRAIL, now, pol, 'content-59s', U3, 2, c, Y3, F3 == 2 and 1 or 0) .. tv
+          ent[#ent + 1] = sf('%d|%s|content-59s|%d|2|%d|%d|%d%s', now, pol, U3, c, Y3, F3 == 2 and 1 or 0, tv)
         end
         if F2 ~= 1 then
-          ent[#ent + 1] = sf(TRAIL, now, pol, 'recv-24h', U2, 50, c, Y2, F2 == 2 and 1 or 0) .. tv
+          ent[#ent + 1] = sf('%d|%s|recv-24h|%d|50|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
         end
         if F1 ~= 1 then
-          ent[#ent + 1] = sf(TRAIL, now, pol, 'recv-1m', U1, 15, c, Y1, F1 == 2 and 1 or 0) .. tv
+          ent[#ent + 1] = sf('%d|%s|recv-1m|%d|15|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
         end
       end
       L().pushTrail(tkey, ent, tmax, tttl)

@@ -566,16 +566,16 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'l', U4, 8, c, Y4, F4 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|l|%d|8|%d|%d|%d%s', now, pol, U4, c, Y4, F4 == 2 and 1 or 0, tv)
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'g', U3, 20, c, Y3, F3 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|g|%d|20|%d|%d|%d%s', now, pol, U3, c, Y3, F3 == 2 and 1 or 0, tv)
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 's', U2, 50, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|s|%d|50|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'f', U1, 3, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|f|%d|3|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
       L().pushTrail(tkey, ent, tmax, tttl)
     end

@@ -629,16 +629,16 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'ip/hour', U4, 1000, c, Y4, F4 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|ip/hour|%d|1000|%d|%d|%d%s', now, pol, U4, c, Y4, F4 == 2 and 1 or 0, tv)
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'user/day', U3, 100, c, Y3, F3 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|user/day|%d|100|%d|%d|%d%s', now, pol, U3, c, Y3, F3 == 2 and 1 or 0, tv)
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'ip\039burst\092', U2, 40, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|ip\039burst\092|%d|40|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'user/min', U1, 15, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|user/min|%d|15|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
       L().pushTrail(tkey, ent, tmax, tttl)
     end

@@ -882,19 +882,19 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F5 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'channel', U5, 10, c, Y5, F5 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|channel|%d|10|%d|%d|%d%s', now, pol, U5, c, Y5, F5 == 2 and 1 or 0, tv)
       end
       if F4 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'content-1h', U4, 5, c, Y4, F4 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|content-1h|%d|5|%d|%d|%d%s', now, pol, U4, c, Y4, F4 == 2 and 1 or 0, tv)
       end
       if F3 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'recv-24h', U3, 50, c, Y3, F3 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|recv-24h|%d|50|%d|%d|%d%s', now, pol, U3, c, Y3, F3 == 2 and 1 or 0, tv)
       end
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'recv-1m', U2, 15, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|recv-1m|%d|15|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'content-59s', U1, 2, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|content-59s|%d|2|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
       L().pushTrail(tkey, ent, tmax, tttl)
     end

@@ -588,10 +588,10 @@ for a = 1, attempts do
       if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if F2 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'channel-1h', U2, 5, c, Y2, F2 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|channel-1h|%d|5|%d|%d|%d%s', now, pol, U2, c, Y2, F2 == 2 and 1 or 0, tv)
       end
       if F1 ~= 1 then
-        ent[#ent + 1] = sf(TRAIL, now, pol, 'content-59s', U1, 2, c, Y1, F1 == 2 and 1 or 0) .. tv
+        ent[#ent + 1] = sf('%d|%s|content-59s|%d|2|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
       L().pushTrail(tkey, ent, tmax, tttl)
     end
