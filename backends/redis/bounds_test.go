@@ -54,8 +54,8 @@ func (l *scriptLog) record(cmd goredis.Cmder) {
 	}
 	short := false
 	if len(args) > 3+nk {
-		if h, ok := args[3+nk].(*string); ok && len(*h) > 0 { // a fast head (fastAttempt.args)
-			short = (*h)[:1] == opCodeTake || (*h)[:1] == opCodePeek
+		if h, ok := args[3+nk].(string); ok && len(h) > 0 { // a fast head (fastAttempt.args)
+			short = h[:1] == opCodeTake || h[:1] == opCodePeek
 		}
 	}
 	l.mu.Lock()

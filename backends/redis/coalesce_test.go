@@ -560,8 +560,8 @@ func (l lone) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 		if a := cmd.Args(); cmd.Name() == "evalsha" {
 			nk, _ := a[2].(int)
 			v := a[3+nk]
-			if h, ok := v.(*string); ok && len(*h) > 0 { // a fast head (fastAttempt.args)
-				v = (*h)[:1]
+			if h, ok := v.(string); ok && len(h) > 0 { // a fast head (fastAttempt.args)
+				v = h[:1]
 			}
 			l.calls <- fmt.Sprintf("alone %v", v)
 		}

@@ -85,7 +85,8 @@ type fastAttempt struct {
 	// max and TTL, the quiet spans' count; the nested sets' ids; the
 	// quiet spans; the policy and the trail values.
 	// It is a string over the bytes attemptHead built (never changed
-	// after), so an argument list holds it as a pointer, without boxing.
+	// after), so a coalesced script's argument list holds it as a
+	// pointer, without boxing (encoder.addFast).
 	head string
 	// cals: each calendar rule's boundaries (calendarBounds, through
 	// Backend.cals), in rule order; nil when it has none.
@@ -295,12 +296,13 @@ func fastKeys(o op, req *driver.Request, sets []string, k *fastKey) (keys []stri
 
 // args returns the EVALSHA argument list of a's script for a alone, in
 // the short form of ARGV (fast.lua.tmpl's header): its keys, its head,
-// its calendar rules' boundaries. The values are pointers into a (no
-// boxing): a must not change until the command is written.
+// its calendar rules' boundaries. The values are copies (a lone call's
+// request stays on its caller's stack; pointers into it would move it
+// to the heap, larger than the copies' boxes).
 func (a *fastAttempt) args() []any {
-	args := append(keyArgs(a.keys, 2+len(a.cals)), &a.head)
-	for j := range a.cals {
-		args = append(args, &a.cals[j])
+	args := append(keyArgs(a.keys, 2+len(a.cals)), a.head)
+	for _, bs := range a.cals {
+		args = append(args, bs)
 	}
 	return args
 }
@@ -326,7 +328,7 @@ func (e *encoder) size(b *Backend, reqs []request, rep *capability.Report, per i
 // (the full form: e's first ARGV value is their number).
 func (e *encoder) addFast(a *fastAttempt) {
 	e.keys = append(e.keys, a.keys...)
-	e.argv = append(e.argv, &a.head) // pointers into a, as args's
+	e.argv = append(e.argv, &a.head) // pointers into a (a flush's requests are on the heap already): no boxing
 	for j := range a.cals {
 		e.argv = append(e.argv, &a.cals[j])
 	}
