@@ -72,10 +72,13 @@ local BELOW = '(' .. BIG -- ZCOUNT's and ZRANGEBYSCORE's bound below BIG
 
 -- pushTrail writes a denial's trail entries ent (TRAIL, newest last) to
 -- the list at key, newest first, keeps its newest max (LTRIM only once it
--- holds more) and sets its TTL, ttl ms (take.lua and fast.lua.tmpl).
-local function pushTrail(key, ent, max, ttl)
+-- holds more) and sets its expiry to at, in ms since the epoch: now (the
+-- script's TIME) plus the trail's TTL (take.lua and fast.lua.tmpl).
+-- PEXPIREAT, not PEXPIRE: Redis propagates a relative expiry as
+-- PEXPIREAT, rewriting the command's arguments on every call.
+local function pushTrail(key, ent, max, at)
   if redis.call('LPUSH', key, unpack(ent)) > max then redis.call('LTRIM', key, 0, max - 1) end
-  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIREAT', key, at)
 end
 
 -- unpackv parses a packed value: tag -> the entry's start, and at [0]

@@ -779,7 +779,7 @@ for a = 1, attempts do
       elseif quiet then
         ent[#ent + 1] = sf(TRAIL, now, ARGV[ab + A_POLICY], '', 0, 0, c, quiet - now, TRAIL_QUIET) .. tv
       end
-      if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + A_TRAIL_MAX]), ARGV[ab + A_TRAIL_TTL]) end
+      if #ent > 0 then pushTrail(tkey, ent, tonumber(ARGV[ab + A_TRAIL_MAX]), nowms + tonumber(ARGV[ab + A_TRAIL_TTL])) end
     end
 
     -- The reply: the rules' four numbers as bytes (struct '<Bi7i7i7' per

@@ -981,7 +981,7 @@ for a = 1, attempts do
           ent[#ent + 1] = sf(TRAIL, now, pol, 'content-59s', U1, (OVS and OVS.lim and OVS.lim[1]) or 2, c, Y1, F1 == 2 and 1 or 0) .. tv
         end
       end
-      L().pushTrail(tkey, ent, tmax, tttl)
+      L().pushTrail(tkey, ent, tmax, nowms + tttl)
     end
     local OVR = OVS and (OVS.blk or OVS.ex or OVS.ovl)
     reply = struct.pack('<Bi7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7Bi7i7i7', (allowed and 1 or 0) + (OVR and 4 or 0), now,

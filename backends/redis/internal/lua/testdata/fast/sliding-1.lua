@@ -330,7 +330,7 @@ for a = 1, attempts do
       if F1 ~= 1 then
         ent[#ent + 1] = sf('%d|%s|sw|%d|100|%d|%d|%d%s', now, pol, U1, c, Y1, F1 == 2 and 1 or 0, tv)
       end
-      L().pushTrail(tkey, ent, tmax, tttl)
+      L().pushTrail(tkey, ent, tmax, nowms + tttl)
     end
     reply = struct.pack('<Bi7Bi7i7i7', allowed and 1 or 0, now,
       F1, U1, Z1, Y1)
