@@ -391,7 +391,7 @@ var tokens = func() map[string]string {
 		"RULE_DENIED":    strconv.Itoa(RuleFlagDenied), "RULE_ALLOWED": strconv.Itoa(RuleFlagAllowed),
 		"RULE_TOOHIGH": strconv.Itoa(RuleFlagTooHigh),
 		"TRAILENT":     quote(TrailEntry), "TRAILSEP": quote(TrailSep),
-		"QUIETENT": quote(trailFormat(map[int]string{trailRule: "", trailUsed: "0", trailLimit: "0", trailFlags: strconv.Itoa(TrailQuiet)})),
+		"QUIETENT":      quote(trailFormat(map[int]string{trailRule: "", trailUsed: "0", trailLimit: "0", trailFlags: strconv.Itoa(TrailQuiet)})),
 		"TRAIL_TOOHIGH": strconv.Itoa(TrailTooHigh), "TRAIL_SHADOW": strconv.Itoa(TrailShadow),
 		"TRAIL_OVERRIDE": strconv.Itoa(TrailOverride), "TRAIL_EXEMPT": strconv.Itoa(TrailExempt),
 		"TRAIL_QUIET": strconv.Itoa(TrailQuiet), "REPLY_QUIET": strconv.Itoa(ReplyQuiet), "REPLY_KEEP": strconv.Itoa(ReplyKeep),
