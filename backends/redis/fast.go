@@ -83,7 +83,8 @@ type fastAttempt struct {
 	// head is the attempt's head (lua.FastHead, fast.lua.tmpl's header):
 	// op, cost, the trail's and the reservations' key index, the trail's
 	// max and TTL, the quiet spans' count; the nested sets' ids; the
-	// quiet spans; the policy and the trail values.
+	// quiet spans; the policy and the trail values (after lua.TrailSep,
+	// empty when none).
 	// It is a string over the bytes attemptHead built (never changed
 	// after), so a coalesced script's argument list holds it as a
 	// pointer, without boxing (encoder.addFast).
@@ -223,7 +224,11 @@ func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []strin
 	if tk > 0 {
 		trailMax, trailTTL = req.TrailMax, ceilMillis(req.TrailTTL)
 	}
-	b := make([]byte, 0, lua.FastHeadLen+lua.FastIDLen*nested+lua.FastSpanLen*len(spans)+8+len(req.Policy)+len(req.TrailValues))
+	tv := 0 // the trail values' length, their separator included
+	if req.TrailValues != "" {
+		tv = len(lua.TrailSep) + len(req.TrailValues)
+	}
+	b := make([]byte, 0, lua.FastHeadLen+lua.FastIDLen*nested+lua.FastSpanLen*len(spans)+8+len(req.Policy)+tv)
 	code, _ := opCode(o)
 	b = append(b, code.(string)[0])
 	b = binary.LittleEndian.AppendUint64(b, uint64(req.Cost))
@@ -242,8 +247,11 @@ func attemptHead(o op, req *driver.Request, tk, hk int, k *fastKey, sets []strin
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.Policy)))
 	b = append(b, req.Policy...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(req.TrailValues)))
-	b = append(b, req.TrailValues...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(tv))
+	if tv > 0 {
+		b = append(b, lua.TrailSep...)
+		b = append(b, req.TrailValues...)
+	}
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
 }
 

@@ -68,8 +68,10 @@ const (
 // number of quiet spans; then, FastHeadLen bytes in, the nested sets'
 // ids (FastIDLen bytes each, in the order of their keys), the quiet
 // spans (struct FastSpan each, FSPAN: start and end µs), and last the
-// policy name and the trail values, each its length then its bytes
-// (struct FastTrail, FTRAIL: read only for a denial's trail). One binary
+// policy name and the trail values, after TrailSep (empty when there are
+// none: what follows a trail entry as the script writes it), each its
+// length then its bytes (struct FastTrail, FTRAIL: read only for a
+// denial's trail). One binary
 // value costs the script one string where separate values cost one each,
 // and a struct.unpack reads it where tonumber parses text.
 const (

@@ -56,8 +56,9 @@
 -- take.lua's ARGV[a+A_MODES]'s last part), which a script for quiet hours
 -- (lua.FastOptions.Quiet) reads: the attempt is denied in one, as by
 -- take.lua (REPLY_QUIET; a block override first, an exempt one after);
--- last, struct FTRAIL, the policy name and the trail values, each its
--- length then its bytes, read for a denial's trail only.
+-- last, struct FTRAIL, the policy name and the trail values after
+-- TRAILSEP (empty when none), each its length then its bytes, read for a
+-- denial's trail only.
 -- KEYS per attempt: its dimension-set keys, then in a script with nested
 -- sets each root's wide hash (its key plus WIDESUFFIX, in the order of
 -- the roots' keys), then its overrides in a script that reads them (GO,
@@ -958,7 +959,6 @@ for a = 1, attempts do
     if not allowed and op == 't' and tk > 0 and tmax > 0 then
       local tkey = KEYS[kb + tk]
       local pol, tv = struct.unpack('<i4c0i4c0', h, 45)
-      if tv ~= '' then tv = '|' .. tv end
       local ent = {}
       if OVS and OVS.blk then
         local ra = 0
