@@ -234,9 +234,9 @@ type fastSet struct {
 
 // fastTemplate is fast.lua.tmpl, parsed once: its functions are quote
 // (a Lua string literal), trailfmt (a rule's trail entry's format, its
-// name and limit written in: trailFormat), reverse (rules newest last), indent (a block n
-// columns right, each line after a newline) and include (a block of the
-// template as a string, for indent).
+// name and limit written in: trailFormat), reverse (rules newest last),
+// indent (a block n columns right, each line after a newline) and
+// include (a block of the template as a string, for indent).
 var fastTemplate = func() *template.Template {
 	t := template.New("fast.lua.tmpl")
 	t.Funcs(template.FuncMap{
