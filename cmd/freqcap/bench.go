@@ -27,7 +27,10 @@ Load test: -workers concurrent callers take decisions of one policy for
 deployment named, and print throughput and latency percentiles. -raw,
 -baseline, -floor, -batch, -coalesce, -wait-replicas, -overrides, -serve,
 -recorder, -hot and -memory add comparison runs (see each flag); ratios are
-computed within the invocation.
+computed within the invocation. Each run also says what it cost per
+decision: round trips, commands, the server's CPU (INFO cpu; "kernel" is
+its used_cpu_sys part, the reads and writes of round trips) and the
+bench's own.
 
 The policy is the seed policy "push" (internal/seed), or the one named by
 --name from --policies FILE (the same flag as freqcap console's; -policy is

@@ -427,7 +427,7 @@ func rlsRun(ctx context.Context, cfg EnvoyConfig, s *rlsService, r int) (*rlsRes
 	if err != nil {
 		return nil, err
 	}
-	r0, err := serverCPU(ctx, s.rdb)
+	r0, _, err := serverCPU(ctx, s.rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +442,7 @@ func rlsRun(ctx context.Context, cfg EnvoyConfig, s *rlsService, r int) (*rlsRes
 	if err != nil {
 		return nil, err
 	}
-	r1, err := serverCPU(ctx, s.rdb)
+	r1, _, err := serverCPU(ctx, s.rdb)
 	if err != nil {
 		return nil, err
 	}

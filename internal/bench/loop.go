@@ -62,6 +62,7 @@ type benchResult struct {
 	scriptCalls, innerCalls float64 // per decision, from INFO commandstats
 	serverMicros            float64 // server time per script call (µs), from INFO commandstats
 	serverCPU               float64 // server process CPU per decision (µs), from INFO cpu
+	serverSys               float64 // the kernel's part of serverCPU (used_cpu_sys)
 	clientCPU               float64 // this process's CPU per decision (µs), from getrusage; -1 where unknown
 }
 
@@ -83,9 +84,9 @@ func (r *benchResult) print(w io.Writer) {
 	if r.calls != r.n {
 		per = fmt.Sprintf(" (%d calls of %d)", r.calls, r.n/max(1, r.calls))
 	}
-	fmt.Fprintf(w, "%s: %d decisions%s in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, denied %d (cached %d), errors %d; Redis calls per decision: %.4f round trips, %.2f scripts (EVALSHA/EVAL), %.2f commands inside scripts; server time %.1f µs per script call; server CPU %.1f µs per decision%s\n",
+	fmt.Fprintf(w, "%s: %d decisions%s in %v = %.0f decisions/s; per call p50 %v, p99 %v; allowed %d, denied %d (cached %d), errors %d; Redis calls per decision: %.4f round trips, %.2f scripts (EVALSHA/EVAL), %.2f commands inside scripts; server time %.1f µs per script call; server CPU %.1f µs per decision (kernel %.1f)%s\n",
 		r.name, r.n, per, r.elapsed.Round(time.Millisecond), r.rate(), r.lat.quantile(0.50), r.lat.quantile(0.99),
-		r.allowed, r.n-r.allowed-r.errs, r.cached, r.errs, r.roundTrips, r.scriptCalls, r.innerCalls, r.serverMicros, r.serverCPU, r.clientText())
+		r.allowed, r.n-r.allowed-r.errs, r.cached, r.errs, r.roundTrips, r.scriptCalls, r.innerCalls, r.serverMicros, r.serverCPU, r.serverSys, r.clientText())
 	if r.err != nil {
 		fmt.Fprintf(w, "  first error: %v\n", r.err)
 	}
@@ -147,14 +148,14 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, rt *roundTrips, cf
 	if err != nil {
 		return nil, err
 	}
-	cpu0, err := serverCPU(ctx, c)
+	cpu0, sys0, err := serverCPU(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	rt0, own0 := rt.n.Load(), clientCPU()
 	res := loop(cfg.Duration, cfg.MaxDecisions)
 	rt1, own1 := rt.n.Load(), clientCPU()
-	cpu1, err := serverCPU(ctx, c)
+	cpu1, sys1, err := serverCPU(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +180,7 @@ func benchRun(ctx context.Context, c goredis.UniversalClient, rt *roundTrips, cf
 		res.scriptCalls = float64(scripts) / float64(res.n)
 		res.innerCalls = float64(inner) / float64(res.n)
 		res.serverCPU = (cpu1 - cpu0) * 1e6 / float64(res.n)
+		res.serverSys = (sys1 - sys0) * 1e6 / float64(res.n)
 		res.clientCPU = -1
 		if own0 >= 0 && own1 >= 0 {
 			res.clientCPU = (own1 - own0) * 1e6 / float64(res.n)

@@ -105,13 +105,12 @@ func forEachMaster(ctx context.Context, c goredis.UniversalClient, f func(contex
 }
 
 // serverCPU sums used_cpu_sys and used_cpu_user (seconds: the server
-// process's CPU time, every thread) over every master (INFO cpu).
-func serverCPU(ctx context.Context, c goredis.UniversalClient) (float64, error) {
-	var (
-		mu    sync.Mutex
-		total float64
-	)
-	err := forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+// process's CPU time, every thread) over every master (INFO cpu), and
+// returns that sum and its used_cpu_sys part (the kernel's: a round trip
+// costs the server a read and a write there, whatever the script does).
+func serverCPU(ctx context.Context, c goredis.UniversalClient) (total, sys float64, err error) {
+	var mu sync.Mutex
+	err = forEachMaster(ctx, c, func(ctx context.Context, n *goredis.Client) error {
 		s, err := n.Info(ctx, "cpu").Result()
 		if err != nil {
 			return err
@@ -127,14 +126,17 @@ func serverCPU(ctx context.Context, c goredis.UniversalClient) (float64, error) 
 			}
 			mu.Lock()
 			total += f
+			if name == "used_cpu_sys" {
+				sys += f
+			}
 			mu.Unlock()
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bench: INFO cpu: %w", err)
+		return 0, 0, fmt.Errorf("bench: INFO cpu: %w", err)
 	}
-	return total, nil
+	return total, sys, nil
 }
 
 func usedMemory(ctx context.Context, c goredis.UniversalClient) (int64, error) {
