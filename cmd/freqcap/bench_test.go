@@ -35,6 +35,17 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("runBench(%q): no line matches %s:\n%s", args, l, out)
 		}
 	}
+	// Each run's server CPU per decision carries its kernel part, at most
+	// the whole.
+	cpu := regexp.MustCompile(`(?m)^policy push-log: .*; server CPU ([0-9.]+) µs per decision \(kernel ([0-9.]+)\)`).FindStringSubmatch(out)
+	if cpu == nil {
+		t.Fatalf("runBench(%q): the policy's line gives no server CPU with its kernel part:\n%s", args, out)
+	}
+	total, _ := strconv.ParseFloat(cpu[1], 64)
+	kernel, _ := strconv.ParseFloat(cpu[2], 64)
+	if total <= 0 || kernel > total {
+		t.Errorf("runBench(%q): server CPU %v µs per decision, kernel %v: want a positive total and a kernel part at most it", args, total, kernel)
+	}
 }
 
 func captureStdout(t *testing.T, f func() error) (string, error) {
